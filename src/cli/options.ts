@@ -1,0 +1,177 @@
+import { TandemError } from '../errors/index.js';
+
+/**
+ * One typed option table per command drives parsing, validation and `--help`
+ * (and docs/cli.md through `tandem help --markdown`).
+ */
+export type OptionType = 'string' | 'number' | 'boolean' | 'list';
+
+export interface OptionSpec {
+  type: OptionType;
+  description: string;
+  /** Shown in help as `--name <placeholder>`. */
+  placeholder?: string;
+  short?: string;
+  choices?: readonly string[];
+  default?: string | number | boolean | readonly string[];
+  required?: boolean;
+}
+
+export type OptionTable = Record<string, OptionSpec>;
+
+type ValueOf<S extends { type: OptionType }> = S['type'] extends 'number'
+  ? number
+  : S['type'] extends 'boolean'
+    ? boolean
+    : S['type'] extends 'list'
+      ? string[]
+      : string;
+
+export type ParsedOptions<T extends OptionTable> = {
+  [K in keyof T]: T[K] extends { default: unknown } | { required: true } | { type: 'boolean' }
+    ? ValueOf<T[K] & OptionSpec>
+    : ValueOf<T[K] & OptionSpec> | undefined;
+};
+
+export interface PositionalSpec {
+  name: string;
+  description: string;
+  required?: boolean;
+}
+
+export interface ParsedArgs<T extends OptionTable> {
+  options: ParsedOptions<T>;
+  positionals: string[];
+}
+
+export interface CommandSpec<T extends OptionTable = OptionTable> {
+  /** Full name as typed: `devinfo`, `bench fabric`. */
+  name: string;
+  summary: string;
+  description?: string;
+  positionals?: readonly PositionalSpec[];
+  options: T;
+  examples?: readonly string[];
+  run(args: ParsedArgs<T>): Promise<number | void>;
+}
+
+export function defineCommand<T extends OptionTable>(spec: CommandSpec<T>): CommandSpec<T> {
+  return spec;
+}
+
+function usageError(command: string, message: string): TandemError {
+  return new TandemError('CLI_USAGE', `${command}: ${message}`, {
+    hint: `run \`tandem ${command} --help\` to see the options`,
+  });
+}
+
+function convert(command: string, name: string, spec: OptionSpec, raw: string): string | number | string[] {
+  if (spec.type === 'number') {
+    const value = Number(raw);
+    if (raw.trim() === '' || !Number.isFinite(value)) {
+      throw usageError(command, `--${name} expects a number, got '${raw}'`);
+    }
+    return value;
+  }
+  if (spec.type === 'list') {
+    const items = raw
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s.length > 0);
+    if (spec.choices) for (const item of items) checkChoice(command, name, spec.choices, item);
+    return items;
+  }
+  if (spec.choices) checkChoice(command, name, spec.choices, raw);
+  return raw;
+}
+
+function checkChoice(command: string, name: string, choices: readonly string[], value: string): void {
+  if (!choices.includes(value)) {
+    throw usageError(command, `--${name} must be one of ${choices.join('|')}, got '${value}'`);
+  }
+}
+
+/** Parses argv (after the command name) against a command's option table. */
+export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: readonly string[]): ParsedArgs<T> {
+  const values: Record<string, unknown> = {};
+  const positionals: string[] = [];
+  const byShort = new Map<string, string>();
+  for (const [name, opt] of Object.entries(spec.options)) if (opt.short) byShort.set(opt.short, name);
+
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '--') {
+      positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!arg.startsWith('-') || arg === '-') {
+      positionals.push(arg);
+      continue;
+    }
+    let name: string;
+    let inline: string | undefined;
+    if (arg.startsWith('--')) {
+      const eq = arg.indexOf('=');
+      name = eq >= 0 ? arg.slice(2, eq) : arg.slice(2);
+      inline = eq >= 0 ? arg.slice(eq + 1) : undefined;
+    } else {
+      const long = byShort.get(arg.slice(1));
+      if (long === undefined) throw usageError(spec.name, `unknown option '${arg}'`);
+      name = long;
+    }
+    let opt = spec.options[name];
+    let negated = false;
+    if (opt === undefined && name.startsWith('no-') && spec.options[name.slice(3)]?.type === 'boolean') {
+      name = name.slice(3);
+      opt = spec.options[name];
+      negated = true;
+    }
+    if (opt === undefined) throw usageError(spec.name, `unknown option '--${name}'`);
+    if (opt.type === 'boolean') {
+      if (inline !== undefined && inline !== 'true' && inline !== 'false') {
+        throw usageError(spec.name, `--${name} is a flag and takes no value (got '${inline}')`);
+      }
+      values[name] = negated ? false : inline !== 'false';
+      continue;
+    }
+    const raw = inline ?? argv[++i];
+    if (raw === undefined) throw usageError(spec.name, `--${name} needs a value`);
+    values[name] = convert(spec.name, name, opt, raw);
+  }
+
+  for (const [name, opt] of Object.entries(spec.options)) {
+    if (values[name] !== undefined) continue;
+    if (opt.default !== undefined) values[name] = Array.isArray(opt.default) ? [...opt.default] : opt.default;
+    else if (opt.type === 'boolean') values[name] = false;
+    else if (opt.required) throw usageError(spec.name, `--${name} is required`);
+  }
+  const required = (spec.positionals ?? []).filter((p) => p.required);
+  if (positionals.length < required.length) {
+    throw usageError(spec.name, `missing ${required.map((p) => p.name.toUpperCase()).join(' ')}`);
+  }
+  return { options: values as ParsedOptions<T>, positionals };
+}
+
+/** The `--help` text, generated from the option table. */
+export function formatHelp(spec: CommandSpec): string {
+  const pos = (spec.positionals ?? []).map((p) => (p.required ? p.name.toUpperCase() : `[${p.name.toUpperCase()}]`));
+  const lines = [`usage: tandem ${spec.name}${pos.length ? ' ' + pos.join(' ') : ''} [options]`, '', spec.summary];
+  if (spec.description) lines.push('', spec.description);
+  if (spec.positionals?.length) {
+    lines.push('', 'arguments:');
+    for (const p of spec.positionals) lines.push(`  ${p.name.toUpperCase().padEnd(28)} ${p.description}`);
+  }
+  lines.push('', 'options:');
+  const entries: [string, OptionSpec][] = [
+    ...Object.entries(spec.options),
+    ['help', { type: 'boolean', description: 'show this help' }],
+  ];
+  for (const [name, opt] of entries) {
+    const value = opt.type === 'boolean' ? '' : ` <${opt.placeholder ?? opt.choices?.join('|') ?? opt.type}>`;
+    const flag = `${opt.short ? `-${opt.short}, ` : ''}--${name}${value}`;
+    const extra = opt.default !== undefined ? ` (default: ${String(opt.default)})` : opt.required ? ' (required)' : '';
+    lines.push(`  ${flag.padEnd(28)} ${opt.description}${extra}`);
+  }
+  if (spec.examples?.length) lines.push('', 'examples:', ...spec.examples.map((e) => `  ${e}`));
+  return lines.join('\n') + '\n';
+}

@@ -1,0 +1,15 @@
+import type { CommandSpec } from './options.js';
+
+export interface CommandEntry {
+  name: string;
+  summary: string;
+  load: () => Promise<CommandSpec>;
+}
+
+/**
+ * Every command, loaded lazily so that `tandem devinfo` does not pull in the engine.
+ * One line per command; multi-word names (`bench fabric`) are matched before one-word ones.
+ */
+export const commands: readonly CommandEntry[] = [
+  { name: 'help', summary: 'list the commands, or write docs/cli.md with --markdown', load: async () => (await import('./commands/help.js')).command },
+];

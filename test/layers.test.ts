@@ -1,0 +1,77 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+
+/**
+ * DESIGN.md's layer rule: each layer imports only the layers below it. `engine/` never
+ * touches the network (no fabric, collectives or topology); `fabric/` knows nothing above it.
+ */
+export const allowed: Record<string, readonly string[]> = {
+  errors: [],
+  kernels: ['errors'],
+  fabric: ['errors', 'kernels'],
+  topology: ['errors', 'kernels', 'fabric'],
+  collectives: ['errors', 'kernels', 'fabric', 'topology'],
+  engine: ['errors', 'kernels'],
+  parallel: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine'],
+  cluster: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel'],
+  api: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster'],
+  cli: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster', 'api'],
+};
+
+const srcRoot = resolve(import.meta.dirname, '..', 'src');
+
+function sources(dir: string, out: string[] = []): string[] {
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) sources(path, out);
+    else if (/\.(ts|js|mts)$/.test(name) && !name.endsWith('.d.ts')) out.push(path);
+  }
+  return out;
+}
+
+/** Relative import specifiers of a source file (static, dynamic and re-exports). */
+export function importsOf(text: string): string[] {
+  const found: string[] = [];
+  const pattern = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)['"](\.{1,2}\/[^'"]+)['"]/g;
+  for (const match of text.matchAll(pattern)) found.push(match[1] as string);
+  return found;
+}
+
+export function layerOf(path: string): string | undefined {
+  const rel = relative(srcRoot, path);
+  if (rel.startsWith('..')) return undefined;
+  return rel.split(sep)[0];
+}
+
+test('every src/ folder is a known layer', () => {
+  for (const name of readdirSync(srcRoot)) {
+    if (statSync(join(srcRoot, name)).isDirectory()) assert.ok(name in allowed, `src/${name} is not a layer of DESIGN.md`);
+  }
+});
+
+test('imports point down the layer order', () => {
+  const violations: string[] = [];
+  for (const file of sources(srcRoot)) {
+    const from = layerOf(file) as string;
+    for (const spec of importsOf(readFileSync(file, 'utf8'))) {
+      const target = resolve(dirname(file), spec);
+      const to = layerOf(target);
+      if (to === undefined) {
+        if (!target.endsWith('package.json')) violations.push(`${relative(srcRoot, file)} imports ${spec} outside src/`);
+        continue;
+      }
+      if (to !== from && !(allowed[from] ?? []).includes(to)) {
+        violations.push(`${relative(srcRoot, file)} (${from}) imports ${spec} (${to})`);
+      }
+    }
+  }
+  assert.deepEqual(violations, []);
+});
+
+test('the import scanner sees static, dynamic and re-export imports', () => {
+  const text = `import a from '../fabric/x.js';\nexport { b } from "./y.js";\nconst c = await import('../engine/z.js');\nimport './side.js';`;
+  assert.deepEqual(importsOf(text), ['../fabric/x.js', './y.js', '../engine/z.js', './side.js']);
+  assert.equal(layerOf(join(srcRoot, 'engine', 'gguf.ts')), 'engine');
+});
