@@ -1,0 +1,101 @@
+import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
+import type { ModelConfig } from './config.js';
+import { addBias, type Scratch } from './scratch.js';
+import { kvHeadsFor, rangeLength, type ShardSpec } from './shard.js';
+import type { AttentionWeights } from './weights.js';
+
+/**
+ * How this shard's query heads map onto the KV heads it stores. When the query-head range
+ * starts and ends on GQA group boundaries the KV heads are stored as they are; otherwise
+ * (a tensor-parallel split that cuts a group) each local query head gets its own copy of
+ * its KV head, so the kernels' uniform grouping still holds.
+ */
+export interface HeadLayout {
+  heads: number;
+  /** KV heads projected by this shard's k/v slices. */
+  kvProjected: number;
+  /** KV heads stored in the cache (= kvProjected, or = heads when expanded). */
+  kvStored: number;
+  /** For an expanded layout: local KV index feeding each local query head. */
+  expand?: Int32Array;
+}
+
+export function headLayout(config: ModelConfig, shard: ShardSpec): HeadLayout {
+  const group = config.headCount / config.headCountKv;
+  const kv = kvHeadsFor(config, shard.heads);
+  const heads = rangeLength(shard.heads);
+  const kvProjected = rangeLength(kv);
+  if (shard.heads.start % group === 0 && shard.heads.end % group === 0) return { heads, kvProjected, kvStored: kvProjected };
+  const expand = new Int32Array(heads);
+  for (let i = 0; i < heads; i++) expand[i] = Math.floor((shard.heads.start + i) / group) - kv.start;
+  return { heads, kvProjected, kvStored: heads, expand };
+}
+
+/** y = W x for n tokens, choosing matvec for a single token. */
+export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array, n: number): void {
+  if (n === 1) k.matvec(w, x, y);
+  else k.matmul(w, x, y, n);
+}
+
+function expandHeads(src: Float32Array, dst: Float32Array, map: Int32Array, kvHeads: number, hd: number, n: number): void {
+  const heads = map.length;
+  for (let t = 0; t < n; t++) {
+    for (let h = 0; h < heads; h++) {
+      const from = (t * kvHeads + (map[h] as number)) * hd;
+      dst.set(src.subarray(from, from + hd), (t * heads + h) * hd);
+    }
+  }
+}
+
+export interface AttentionStep {
+  /** Normed input [n, width]. */
+  x: Float32Array;
+  n: number;
+  pos0: number;
+  positions: Int32Array;
+  cache: KvCache;
+  /** Layer index inside the cache (local to the shard). */
+  layer: number;
+  /** Output [n, width]: this shard's partial sum of the attention output projection. */
+  out: Float32Array;
+}
+
+/** One attention block: q/k/v projections, biases, q/k norms, RoPE, cache store, GQA attention, o projection. */
+export function attentionForward(
+  k: Kernels,
+  c: ModelConfig,
+  layout: HeadLayout,
+  w: AttentionWeights,
+  rope: RopeParams,
+  scratch: Scratch,
+  step: AttentionStep,
+): void {
+  const { x, n } = step;
+  const hd = c.headDim;
+  const q = scratch.f32('attn.q', n * layout.heads * hd);
+  const kk = scratch.f32('attn.k', n * layout.kvProjected * hd);
+  const v = scratch.f32('attn.v', n * layout.kvProjected * hd);
+  project(k, w.q, x, q, n);
+  project(k, w.k, x, kk, n);
+  project(k, w.v, x, v, n);
+  if (w.qBias) addBias(q, w.qBias, n);
+  if (w.kBias) addBias(kk, w.kBias, n);
+  if (w.vBias) addBias(v, w.vBias, n);
+  // qwen3: RMSNorm over each head, treating [n, heads, hd] as [n * heads, hd] rows.
+  if (w.qNorm) k.rmsNorm(q, w.qNorm, c.rmsEps, q, n * layout.heads);
+  if (w.kNorm) k.rmsNorm(kk, w.kNorm, c.rmsEps, kk, n * layout.kvProjected);
+  k.rope(q, step.positions, layout.heads, rope);
+  k.rope(kk, step.positions, layout.kvProjected, rope);
+  let kStore = kk;
+  let vStore = v;
+  if (layout.expand) {
+    kStore = scratch.f32('attn.kx', n * layout.kvStored * hd);
+    vStore = scratch.f32('attn.vx', n * layout.kvStored * hd);
+    expandHeads(kk, kStore, layout.expand, layout.kvProjected, hd, n);
+    expandHeads(v, vStore, layout.expand, layout.kvProjected, hd, n);
+  }
+  k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
+  const att = scratch.f32('attn.out', n * layout.heads * hd);
+  k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale: 1 / Math.sqrt(hd) });
+  project(k, w.o, att, step.out, n);
+}

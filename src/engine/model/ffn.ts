@@ -1,0 +1,109 @@
+import type { Kernels } from '../../kernels/types.js';
+import type { ModelConfig } from './config.js';
+import { project } from './attention.js';
+import type { Scratch } from './scratch.js';
+import type { FfnWeights, MoeWeights } from './weights.js';
+
+/** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
+export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, tag: string): void {
+  const hidden = w.gate.rows;
+  const g = scratch.f32(`${tag}.gate`, n * hidden);
+  const u = scratch.f32(`${tag}.up`, n * hidden);
+  project(k, w.gate, x, g, n);
+  project(k, w.up, x, u, n);
+  k.swiglu(g, u, g);
+  project(k, w.down, g, out, n);
+}
+
+/**
+ * Top-k routing of one token: softmax over all experts (already applied to `probs`), the k
+ * largest (ties to the lower id), their weights renormalised to sum to 1 when `norm`.
+ */
+export function route(probs: Float32Array, k: number, norm: boolean, ids: Int32Array, weights: Float32Array): void {
+  for (let j = 0; j < k; j++) {
+    let best = -1;
+    let bestP = -Infinity;
+    for (let e = 0; e < probs.length; e++) {
+      const p = probs[e] as number;
+      if (p > bestP && !ids.subarray(0, j).includes(e)) {
+        best = e;
+        bestP = p;
+      }
+    }
+    ids[j] = best;
+    weights[j] = bestP;
+  }
+  if (norm) {
+    let sum = 0;
+    for (let j = 0; j < k; j++) sum += weights[j] as number;
+    for (let j = 0; j < k; j++) weights[j] = (weights[j] as number) / sum;
+  }
+}
+
+/**
+ * The mixture-of-experts FFN for n tokens: every shard routes every token (the router is
+ * replicated), runs the selected experts it holds on the tokens routed to them, and sums
+ * their weighted outputs into `out` (a partial sum across an expert-parallel group). The
+ * shared expert of qwen2moe is added with its sigmoid gate.
+ */
+export function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number): void {
+  const width = c.embeddingLength;
+  const experts = c.expertCount;
+  const used = c.expertUsedCount;
+  const probs = scratch.f32('moe.probs', n * experts);
+  project(k, w.router, x, probs, n);
+  k.softmax(probs, n, experts);
+  // Per token: the selected expert ids and weights.
+  const ids = new Int32Array(n * used);
+  const weights = new Float32Array(n * used);
+  for (let t = 0; t < n; t++) {
+    route(probs.subarray(t * experts, (t + 1) * experts), used, c.expertWeightsNorm, ids.subarray(t * used, (t + 1) * used), weights.subarray(t * used, (t + 1) * used));
+  }
+  out.fill(0);
+  const rows = new Int32Array(n);
+  const rowWeights = new Float32Array(n);
+  for (const [e, ffn] of w.experts) {
+    let m = 0;
+    for (let t = 0; t < n; t++) {
+      for (let j = 0; j < used; j++) {
+        if (ids[t * used + j] === e) {
+          rows[m] = t;
+          rowWeights[m++] = weights[t * used + j] as number;
+        }
+      }
+    }
+    if (m === 0) continue;
+    const xg = scratch.f32('moe.x', m * width);
+    for (let r = 0; r < m; r++) {
+      const t = rows[r] as number;
+      xg.set(x.subarray(t * width, (t + 1) * width), r * width);
+    }
+    const y = scratch.f32('moe.y', m * width);
+    swigluFfn(k, ffn, scratch, xg, y, m, 'moe');
+    for (let r = 0; r < m; r++) {
+      const o = (rows[r] as number) * width;
+      const s = rowWeights[r] as number;
+      for (let i = 0; i < width; i++) out[o + i] = (out[o + i] as number) + s * (y[r * width + i] as number);
+    }
+  }
+  if (w.shared) addSharedExpert(k, w.shared, scratch, x, out, n, width);
+}
+
+function addSharedExpert(
+  k: Kernels,
+  shared: NonNullable<MoeWeights['shared']>,
+  scratch: Scratch,
+  x: Float32Array,
+  out: Float32Array,
+  n: number,
+  width: number,
+): void {
+  const y = scratch.f32('moe.shared', n * width);
+  swigluFfn(k, shared, scratch, x, y, n, 'moe.shexp');
+  for (let t = 0; t < n; t++) {
+    let dot = 0;
+    for (let i = 0; i < width; i++) dot += (x[t * width + i] as number) * (shared.gate_inp[i] as number);
+    const gate = 1 / (1 + Math.exp(-Math.fround(dot)));
+    for (let i = 0; i < width; i++) out[t * width + i] = (out[t * width + i] as number) + gate * (y[t * width + i] as number);
+  }
+}

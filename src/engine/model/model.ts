@@ -1,0 +1,168 @@
+import assert from 'node:assert/strict';
+import { TandemError } from '../../errors/index.js';
+import type { Kernels, KvCacheType, RopeParams } from '../../kernels/types.js';
+import { SequenceCache } from '../kv/kv-cache.js';
+import { attentionForward, headLayout, type HeadLayout } from './attention.js';
+import { singleNodeComm, type ShardComm } from './comm.js';
+import { configFromMetadata, type ModelConfig } from './config.js';
+import { moeFfn, swigluFfn } from './ffn.js';
+import type { ModelFile } from './model-file.js';
+import { Scratch, addInPlace } from './scratch.js';
+import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
+import { loadShardWeights, type ShardWeights } from './weights.js';
+
+export interface LoadOptions {
+  /** The part of the model to hold; default the whole model. */
+  shard?: ShardSpec;
+  /** Communication with the other shards; default single node (no-op). */
+  comm?: ShardComm;
+}
+
+export interface SessionOptions {
+  /** Positions the KV cache holds; default the model's context length. */
+  contextLength?: number;
+  /** KV cache element type; default f32. */
+  kvType?: KvCacheType;
+}
+
+/** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
+const PREFILL_CHUNK = 256;
+
+/**
+ * A loaded model (or shard of one) on one kernels backend. The forward pass is split into
+ * `embed`, `forwardLayers` and `logits` so a pipeline stage can run only its part; `forward`
+ * runs all three for a whole-model shard.
+ */
+export class Model {
+  private readonly scratch = new Scratch();
+  private readonly layout: HeadLayout;
+  private readonly rope: RopeParams;
+
+  private constructor(
+    readonly kernels: Kernels,
+    readonly config: ModelConfig,
+    readonly shard: ShardSpec,
+    private readonly weights: ShardWeights,
+    private readonly comm: ShardComm,
+  ) {
+    this.layout = headLayout(config, shard);
+    this.rope = {
+      headDim: config.headDim,
+      style: config.ropeStyle,
+      freqBase: config.ropeFreqBase,
+      freqScale: config.ropeFreqScale,
+      ...(weights.ropeFreqFactors ? { freqFactors: weights.ropeFreqFactors } : {}),
+    };
+  }
+
+  /** Reads the config, validates the shard and uploads its weights. */
+  static async load(file: ModelFile, kernels: Kernels, options: LoadOptions = {}): Promise<Model> {
+    const config = configFromMetadata((key) => file.meta(key), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+    const shard = options.shard ?? fullShard(config);
+    validateShard(config, shard);
+    const weights = await loadShardWeights(file, kernels, config, shard);
+    return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm);
+  }
+
+  /** A new KV cache sized for this shard. */
+  newSession(options: SessionOptions = {}): SequenceCache {
+    return new SequenceCache(this.kernels, {
+      layers: rangeLength(this.shard.layers),
+      kvHeads: this.layout.kvStored,
+      headDim: this.config.headDim,
+      contextLength: Math.min(options.contextLength ?? this.config.contextLength, this.config.contextLength),
+      type: options.kvType ?? 'f32',
+    });
+  }
+
+  /** Hidden states [n, width] for token ids (first pipeline stage). */
+  embed(tokens: ArrayLike<number>, out?: Float32Array): Float32Array {
+    const width = this.config.embeddingLength;
+    const embed = this.weights.embed;
+    assert.ok(embed, 'this shard does not hold the token embedding');
+    const x = out ?? new Float32Array(tokens.length * width);
+    for (let t = 0; t < tokens.length; t++) {
+      const id = tokens[t] as number;
+      checkToken(id, this.config.vocabSize);
+      this.kernels.embedRow(embed, id, x.subarray(t * width, (t + 1) * width));
+    }
+    return x;
+  }
+
+  /**
+   * Runs this shard's layers in place over hidden states x [n, width] for positions
+   * pos0..pos0+n-1, storing their K/V in `cache` (which must already have reserved them).
+   */
+  async forwardLayers(x: Float32Array, n: number, pos0: number, cache: SequenceCache): Promise<void> {
+    const c = this.config;
+    const k = this.kernels;
+    const width = c.embeddingLength;
+    const positions = new Int32Array(n);
+    for (let i = 0; i < n; i++) positions[i] = pos0 + i;
+    const xn = this.scratch.f32('xn', n * width);
+    const out = this.scratch.f32('out', n * width);
+    for (let l = 0; l < this.weights.layers.length; l++) {
+      const w = this.weights.layers[l]!;
+      k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
+      if (this.layout.heads > 0) {
+        attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, pos0, positions, cache: cache.cache, layer: l, out });
+      } else out.fill(0);
+      await reduce(this.comm, out);
+      addInPlace(x, out);
+      k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
+      if (w.moe) moeFfn(k, c, w.moe, this.scratch, xn, out, n);
+      else if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
+      else out.fill(0);
+      await reduce(this.comm, out);
+      addInPlace(x, out);
+    }
+  }
+
+  /** Logits [vocab] of one hidden state [width] (last pipeline stage). */
+  async logits(hidden: Float32Array, out?: Float32Array): Promise<Float32Array> {
+    const { outputNorm, output } = this.weights;
+    assert.ok(outputNorm && output, 'this shard does not hold the output head');
+    const xn = this.scratch.f32('head.xn', this.config.embeddingLength);
+    this.kernels.rmsNorm(hidden, outputNorm, this.config.rmsEps, xn, 1);
+    const full = out ?? new Float32Array(this.config.vocabSize);
+    const local = rangeLength(this.shard.vocab) === this.config.vocabSize ? full : this.scratch.f32('head.local', rangeLength(this.shard.vocab));
+    this.kernels.matvec(output, xn, local);
+    const p = this.comm.allGatherLogits(local, full);
+    if (p) await p;
+    return full;
+  }
+
+  /**
+   * Runs tokens at the cache's next positions through the whole model and returns the
+   * logits of the last one. Throws KV_CONTEXT_FULL before computing if they do not fit.
+   */
+  async forward(tokens: ArrayLike<number>, cache: SequenceCache): Promise<Float32Array> {
+    const width = this.config.embeddingLength;
+    cache.reserve(tokens.length);
+    let last: Float32Array | undefined;
+    for (let s = 0; s < tokens.length; s += PREFILL_CHUNK) {
+      const chunk = Array.prototype.slice.call(tokens, s, Math.min(tokens.length, s + PREFILL_CHUNK)) as number[];
+      const n = chunk.length;
+      const x = this.embed(chunk, this.scratch.f32('x', n * width));
+      await this.forwardLayers(x, n, cache.length, cache);
+      cache.advance(n);
+      last = x.subarray((n - 1) * width, n * width);
+    }
+    assert.ok(last, 'forward needs at least one token');
+    return this.logits(last);
+  }
+}
+
+async function reduce(comm: ShardComm, x: Float32Array): Promise<void> {
+  const p = comm.allReduceSum(x);
+  if (p) await p;
+}
+
+function checkToken(id: number, vocab: number): void {
+  if (!Number.isInteger(id) || id < 0 || id >= vocab) {
+    throw new TandemError('GENERATE_PROMPT', `token id ${id} is outside the vocabulary [0, ${vocab})`, {
+      hint: 'pass token ids the model knows (see its tokenizer), or use --prompt with text',
+      details: { token: id, vocabSize: vocab },
+    });
+  }
+}

@@ -1,0 +1,219 @@
+import { TandemError } from '../../errors/index.js';
+import { f16Table } from '../../kernels/dtype.js';
+import type { GgmlTypeId, Kernels, Weight } from '../../kernels/types.js';
+import type { ModelConfig } from './config.js';
+import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
+import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
+
+export interface AttentionWeights {
+  norm: Float32Array;
+  /** Rows: this shard's query heads; cols: the model width. */
+  q: Weight;
+  /** Rows: the KV heads this shard's query heads use. */
+  k: Weight;
+  v: Weight;
+  /** Rows: the model width; cols: this shard's query heads (partial sums across the group). */
+  o: Weight;
+  qBias?: Float32Array;
+  kBias?: Float32Array;
+  vBias?: Float32Array;
+  /** Per-head RMSNorm weights [headDim] (qwen3). */
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+}
+
+/** A SwiGLU FFN slice: gate/up rows and down cols are this shard's hidden units. */
+export interface FfnWeights {
+  gate: Weight;
+  up: Weight;
+  down: Weight;
+}
+
+export interface MoeWeights {
+  /** Router [expertCount, width], held whole by every shard. */
+  router: Weight;
+  /** The routed experts this shard holds, by expert id. */
+  experts: ReadonlyMap<number, FfnWeights>;
+  /** qwen2moe's shared expert and its sigmoid gate [width]. */
+  shared?: FfnWeights & { gate_inp: Float32Array };
+}
+
+export interface LayerWeights {
+  attention: AttentionWeights;
+  ffnNorm: Float32Array;
+  ffn?: FfnWeights;
+  moe?: MoeWeights;
+}
+
+export interface ShardWeights {
+  /** Token embedding table [vocab, width] (on the shard that embeds). */
+  embed?: Weight;
+  outputNorm?: Float32Array;
+  /** Output head rows for this shard's vocabulary slice. */
+  output?: Weight;
+  ropeFreqFactors?: Float32Array;
+  /** By local layer index (0 = shard.layers.start). */
+  layers: LayerWeights[];
+}
+
+/** Uploads a shard's slices of a model file into kernel memory, reading only those rows. */
+export class WeightLoader {
+  private scratch = new Uint8Array(0);
+
+  constructor(
+    private readonly file: ModelFile,
+    private readonly kernels: Kernels,
+  ) {}
+
+  private entry(name: string) {
+    const entry = this.file.tensors.get(name);
+    if (!entry) throw missingTensor(name);
+    return entry;
+  }
+
+  private async read(name: string, start: number, count: number): Promise<Uint8Array> {
+    const entry = this.entry(name);
+    const need = count * rowBytes(entry.type, matrixShape(entry).cols);
+    if (this.scratch.byteLength < need) this.scratch = new Uint8Array(need);
+    return this.file.readRows(name, start, count, this.scratch);
+  }
+
+  /**
+   * Uploads rows `rows` (default all) of a matrix, optionally keeping only columns `cols`;
+   * `base` offsets the rows (an expert's block inside a 3-D tensor) and `total` is the
+   * row count of that block for validation.
+   */
+  async matrix(name: string, expect: { rows: number; cols: number }, slice: { rows?: Range; cols?: Range; base?: number } = {}): Promise<Weight> {
+    const entry = this.entry(name);
+    const shape = matrixShape(entry);
+    const base = slice.base ?? 0;
+    if (shape.cols !== expect.cols || shape.rows < base + expect.rows) {
+      throw shapeError(name, entry.dims, expect);
+    }
+    const rows = slice.rows ?? { start: 0, end: expect.rows };
+    const data = await this.read(name, base + rows.start, rangeLength(rows));
+    return this.kernels.uploadWeight({
+      type: entry.type as GgmlTypeId,
+      rows: rangeLength(rows),
+      cols: shape.cols,
+      data,
+      ...(slice.cols ? { colStart: slice.cols.start, colCount: rangeLength(slice.cols) } : {}),
+      name,
+    });
+  }
+
+  /** A vector (norm weight, bias) as f32, elements [range.start, range.end). */
+  async vector(name: string, length: number, range: Range = { start: 0, end: length }): Promise<Float32Array> {
+    const entry = this.entry(name);
+    const shape = matrixShape(entry);
+    if (shape.cols * shape.rows !== length) throw shapeError(name, entry.dims, { rows: 1, cols: length });
+    const bytes = await this.read(name, 0, shape.rows);
+    const out = new Float32Array(rangeLength(range));
+    if (entry.type === 0) {
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      for (let i = 0; i < out.length; i++) out[i] = view.getFloat32((range.start + i) * 4, true);
+    } else if (entry.type === 1) {
+      const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      for (let i = 0; i < out.length; i++) out[i] = f16Table[view.getUint16((range.start + i) * 2, true)] as number;
+    } else {
+      throw new TandemError('MODEL_TENSOR', `tensor '${name}' has ggml type ${entry.type}; vectors must be F32 or F16`, {
+        hint: 'norm weights and biases stay unquantised in GGUF files; re-export the model',
+        details: { name, type: entry.type },
+      });
+    }
+    return out;
+  }
+
+  has(name: string): boolean {
+    return this.file.tensors.has(name);
+  }
+}
+
+function shapeError(name: string, dims: readonly number[], expect: { rows: number; cols: number }): TandemError {
+  return new TandemError('MODEL_TENSOR', `tensor '${name}' has dims [${dims.join(', ')}], expected ${expect.cols} columns and ${expect.rows} rows`, {
+    hint: 'the tensor does not match the hyperparameters in the metadata; re-export the model',
+    details: { name, dims: [...dims], expected: expect },
+  });
+}
+
+async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number): Promise<AttentionWeights> {
+  const p = `blk.${i}.`;
+  const hd = c.headDim;
+  const kv = kvHeadsFor(c, s.heads);
+  const qRows = { start: s.heads.start * hd, end: s.heads.end * hd };
+  const kvRows = { start: kv.start * hd, end: kv.end * hd };
+  const w: AttentionWeights = {
+    norm: await l.vector(`${p}attn_norm.weight`, c.embeddingLength),
+    q: await l.matrix(`${p}attn_q.weight`, { rows: c.headCount * hd, cols: c.embeddingLength }, { rows: qRows }),
+    k: await l.matrix(`${p}attn_k.weight`, { rows: c.headCountKv * hd, cols: c.embeddingLength }, { rows: kvRows }),
+    v: await l.matrix(`${p}attn_v.weight`, { rows: c.headCountKv * hd, cols: c.embeddingLength }, { rows: kvRows }),
+    o: await l.matrix(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, { cols: qRows }),
+  };
+  if (c.hasQkvBias) {
+    w.qBias = await l.vector(`${p}attn_q.bias`, c.headCount * hd, qRows);
+    w.kBias = await l.vector(`${p}attn_k.bias`, c.headCountKv * hd, kvRows);
+    w.vBias = await l.vector(`${p}attn_v.bias`, c.headCountKv * hd, kvRows);
+  }
+  if (c.hasQkNorm) {
+    w.qNorm = await l.vector(`${p}attn_q_norm.weight`, hd);
+    w.kNorm = await l.vector(`${p}attn_k_norm.weight`, hd);
+  }
+  return w;
+}
+
+async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base = 0): Promise<FfnWeights> {
+  const [gate, up, down] = names;
+  return {
+    gate: await l.matrix(gate, { rows: ff, cols: width }, { rows: hidden, base: base * ff }),
+    up: await l.matrix(up, { rows: ff, cols: width }, { rows: hidden, base: base * ff }),
+    down: await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width }),
+  };
+}
+
+async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number): Promise<MoeWeights> {
+  const p = `blk.${i}.`;
+  const width = c.embeddingLength;
+  const experts = new Map<number, FfnWeights>();
+  const names: [string, string, string] = [`${p}ffn_gate_exps.weight`, `${p}ffn_up_exps.weight`, `${p}ffn_down_exps.weight`];
+  for (const e of s.experts) {
+    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e));
+  }
+  const moe: MoeWeights = {
+    router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
+    experts,
+  };
+  if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
+    const shNames: [string, string, string] = [`${p}ffn_gate_shexp.weight`, `${p}ffn_up_shexp.weight`, `${p}ffn_down_shexp.weight`];
+    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn);
+    moe.shared = { ...ffn, gate_inp: await l.vector(`${p}ffn_gate_inp_shexp.weight`, width) };
+  }
+  return moe;
+}
+
+/** Loads everything a shard needs. */
+export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: ModelConfig, s: ShardSpec): Promise<ShardWeights> {
+  const l = new WeightLoader(file, kernels);
+  const width = c.embeddingLength;
+  const out: ShardWeights = { layers: [] };
+  if (c.hasRopeFreqFactors) out.ropeFreqFactors = await l.vector('rope_freqs.weight', c.headDim / 2);
+  if (s.embed) out.embed = await l.matrix('token_embd.weight', { rows: c.vocabSize, cols: width });
+  for (let i = s.layers.start; i < s.layers.end; i++) {
+    const layer: LayerWeights = {
+      attention: await loadAttention(l, c, s, i),
+      ffnNorm: await l.vector(`blk.${i}.ffn_norm.weight`, width),
+    };
+    if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i);
+    else if (rangeLength(s.ffn) > 0) {
+      const p = `blk.${i}.`;
+      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn);
+    }
+    out.layers.push(layer);
+  }
+  if (s.head) {
+    out.outputNorm = await l.vector('output_norm.weight', width);
+    const name = c.tiedEmbeddings ? 'token_embd.weight' : 'output.weight';
+    const whole = s.vocab.start === 0 && s.vocab.end === c.vocabSize;
+    out.output = c.tiedEmbeddings && whole && out.embed ? out.embed : await l.matrix(name, { rows: c.vocabSize, cols: width }, { rows: s.vocab });
+  }
+  return out;
+}
