@@ -1,0 +1,26 @@
+import { TandemError } from '../errors/index.js';
+import type { WorkCompletion } from './types.js';
+
+/** The typed error a failed completion stands for (remote category unless it was local). */
+export function completionError(wc: WorkCompletion): TandemError {
+  const local = wc.status === 'local_protection' || wc.status === 'local_length';
+  return new TandemError(
+    local ? 'FABRIC_INVALID_REQUEST' : wc.status === 'timeout' ? 'FABRIC_WAIT_TIMEOUT' : 'FABRIC_WORK_FAILED',
+    `${wc.opcode} work request ${wc.wrId} on queue pair ${wc.qpNum} completed with ${wc.status}`,
+    {
+      hint:
+        wc.status === 'peer_lost' || wc.status === 'flushed'
+          ? 'the connection is gone: reconnect to the peer (is its process alive?)'
+          : local
+            ? 'check the local SGEs: live lkey of this PD, in range, LOCAL_WRITE for receive and read targets'
+            : 'check the remote key, address range and the region\'s access flags on the peer',
+      details: { ...wc },
+    },
+  );
+}
+
+/** Throws the typed error of the first failed completion; returns the list otherwise. */
+export function expectSuccess(wcs: readonly WorkCompletion[]): readonly WorkCompletion[] {
+  for (const wc of wcs) if (wc.status !== 'success') throw completionError(wc);
+  return wcs;
+}

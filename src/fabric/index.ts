@@ -1,0 +1,18 @@
+import { TandemError } from '../errors/index.js';
+import { LoopbackDevice } from './loopback-provider.js';
+import type { Device, ProviderName } from './types.js';
+
+export * from './types.js';
+export { completionError, expectSuccess } from './completions.js';
+
+/** Opens a device of the given provider. shm and tcp are loaded on demand. */
+export async function openDevice(provider: ProviderName): Promise<Device> {
+  switch (provider) {
+    case 'loopback':
+      return new LoopbackDevice();
+    default:
+      throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `unknown fabric provider '${String(provider)}'`, {
+        hint: 'use loopback, shm or tcp (see `tandem devinfo`)',
+      });
+  }
+}

@@ -1,0 +1,237 @@
+import { TandemError } from '../errors/index.js';
+import { freshKey, randomU32 } from './random.js';
+import type {
+  AccessFlags,
+  Device,
+  MemoryRegion,
+  PoolOptions,
+  PoolSlice,
+  PoolStats,
+  ProtectionDomain,
+  RegistrationPool,
+  RemoteAddress,
+  RemoteRegion,
+  Sge,
+} from './types.js';
+
+const TWO32 = 4294967296;
+const ALL_ACCESS = 7;
+
+/** Live regions of one device, by remote and by local key. */
+export class KeyTable {
+  readonly byRkey = new Map<number, Region>();
+  readonly byLkey = new Map<number, Region>();
+  private nextPd = 1;
+
+  newPdId(): number {
+    return this.nextPd++;
+  }
+}
+
+/**
+ * A registered region. Its virtual base is random and page aligned, well below 2^64 so that
+ * `addr + length` never wraps; responders compute offsets from the (hi, lo) halves without BigInt.
+ */
+export class Region implements MemoryRegion {
+  readonly lkey: number;
+  readonly rkey: number;
+  readonly addr: bigint;
+  readonly addrHi: number;
+  readonly addrLo: number;
+  readonly length: number;
+  private isLive = true;
+
+  constructor(
+    readonly pd: Domain,
+    readonly buffer: Uint8Array,
+    readonly access: AccessFlags,
+  ) {
+    const keys = pd.keys;
+    this.rkey = freshKey(keys.byRkey);
+    this.lkey = freshKey(keys.byLkey);
+    this.addrHi = 0x1000 + (randomU32() % 0x3fff0000);
+    this.addrLo = (randomU32() & 0xfffff000) >>> 0;
+    this.addr = (BigInt(this.addrHi) << 32n) | BigInt(this.addrLo);
+    this.length = buffer.byteLength;
+    keys.byRkey.set(this.rkey, this);
+    keys.byLkey.set(this.lkey, this);
+  }
+
+  get live(): boolean {
+    return this.isLive;
+  }
+
+  /** Offset of remote address (hi, lo) in this region, or -1 when `[addr, addr+len)` is not inside. */
+  offsetOf(hi: number, lo: number, len: number): number {
+    const off = (hi - this.addrHi) * TWO32 + (lo - this.addrLo);
+    if (!(off >= 0) || len < 0 || len >= 0x80000000 || off + len > this.length) return -1;
+    return off;
+  }
+
+  sge(offset = 0, length = this.length - offset): Sge {
+    return { addr: this.addr + BigInt(offset), length, lkey: this.lkey };
+  }
+
+  remote(offset = 0): RemoteAddress {
+    return { addr: this.addr + BigInt(offset), rkey: this.rkey };
+  }
+
+  describe(): RemoteRegion {
+    return { addr: this.addr, rkey: this.rkey, length: this.length };
+  }
+
+  deregister(): void {
+    if (!this.isLive) return;
+    this.isLive = false;
+    this.pd.keys.byRkey.delete(this.rkey);
+    this.pd.keys.byLkey.delete(this.lkey);
+    this.pd.onDeregister(this);
+  }
+}
+
+export type Allocator = (length: number) => { buffer: Uint8Array; release(): void };
+
+export class Domain implements ProtectionDomain {
+  readonly id: number;
+  private readonly releases = new Map<Region, () => void>();
+
+  constructor(
+    readonly device: Device,
+    readonly keys: KeyTable,
+    private readonly allocator: Allocator,
+  ) {
+    this.id = keys.newPdId();
+  }
+
+  register(buffer: Uint8Array, access: AccessFlags): Region {
+    if (!(buffer instanceof Uint8Array)) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `register: expected a Uint8Array, got ${typeof buffer}`, {
+        hint: 'pass a Uint8Array (or a Buffer) view of the memory to register',
+      });
+    }
+    if (!Number.isInteger(access) || access < 0 || (access & ~ALL_ACCESS) !== 0) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `register: unknown access flags ${access}`, {
+        hint: 'combine Access.LOCAL_WRITE, Access.REMOTE_WRITE and Access.REMOTE_READ',
+      });
+    }
+    if (this.keys.byRkey.size >= 0x40000000) {
+      throw new TandemError('FABRIC_KEY_EXHAUSTED', `register: ${this.keys.byRkey.size} regions are live`, {
+        hint: 'deregister regions or use a registration pool',
+      });
+    }
+    return new Region(this, buffer, access);
+  }
+
+  allocate(length: number, access: AccessFlags): Region {
+    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `allocate: length ${length} is not in 1..2^31-1`, {
+        hint: 'allocate a positive length below 2 GiB; split larger buffers',
+      });
+    }
+    const mem = this.allocator(length);
+    const region = this.register(mem.buffer, access);
+    this.releases.set(region, mem.release);
+    return region;
+  }
+
+  onDeregister(region: Region): void {
+    const release = this.releases.get(region);
+    if (release) {
+      this.releases.delete(region);
+      release();
+    }
+  }
+
+  createPool(options: PoolOptions = {}): RegistrationPool {
+    return new Pool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
+  }
+}
+
+const MIN_CLASS = 6; // 64-byte slices at least: cache-line aligned
+
+/** Power-of-two size classes carved from big registered chunks; freed slices are reused. */
+class Pool implements RegistrationPool {
+  private readonly free = new Map<number, { mr: Region; offset: number }[]>();
+  private readonly chunks: Region[] = [];
+  private current: Region | undefined;
+  private used = 0;
+  private hits = 0;
+  private misses = 0;
+  private inUse = 0;
+
+  constructor(
+    private readonly pd: Domain,
+    private readonly access: AccessFlags,
+    private readonly chunkBytes: number,
+  ) {}
+
+  acquire(length: number): PoolSlice {
+    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `pool.acquire: length ${length} is not in 1..2^31-1`, {
+        hint: 'ask for a positive length below 2 GiB',
+      });
+    }
+    const cls = Math.max(MIN_CLASS, Math.ceil(Math.log2(length)));
+    const size = 2 ** cls;
+    const list = this.free.get(cls);
+    const reused = list?.pop();
+    let mr: Region;
+    let offset: number;
+    if (reused) {
+      ({ mr, offset } = reused);
+      this.hits++;
+    } else {
+      if (this.current === undefined || this.used + size > this.current.length) {
+        this.current = this.pd.allocate(Math.max(size, this.chunkBytes), this.access);
+        this.chunks.push(this.current);
+        this.used = 0;
+        this.misses++;
+      } else {
+        this.hits++;
+      }
+      mr = this.current;
+      offset = this.used;
+      this.used += size;
+    }
+    this.inUse++;
+    return this.slice(mr, offset, length, cls);
+  }
+
+  private slice(mr: Region, offset: number, length: number, cls: number): PoolSlice {
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      this.inUse--;
+      let list = this.free.get(cls);
+      if (!list) this.free.set(cls, (list = []));
+      list.push({ mr, offset });
+    };
+    return {
+      mr,
+      offset,
+      length,
+      view: mr.buffer.subarray(offset, offset + length),
+      sge: (o = 0, l = length - o) => mr.sge(offset + o, l),
+      remote: (o = 0) => mr.remote(offset + o),
+      release,
+    };
+  }
+
+  stats(): PoolStats {
+    return {
+      hits: this.hits,
+      misses: this.misses,
+      regions: this.chunks.length,
+      bytesRegistered: this.chunks.reduce((s, c) => s + c.length, 0),
+      slicesInUse: this.inUse,
+    };
+  }
+
+  close(): void {
+    for (const c of this.chunks) c.deregister();
+    this.chunks.length = 0;
+    this.free.clear();
+    this.current = undefined;
+  }
+}

@@ -1,0 +1,616 @@
+import { performance } from 'node:perf_hooks';
+import { TandemError } from '../errors/index.js';
+import type { CQ } from './completion-queue.js';
+import type { Domain, Region } from './memory.js';
+import { randomU32 } from './random.js';
+import type { Transport } from './transport.js';
+import type { CompletionOpcode, DeviceStats, QpState, QueuePair, RecvWr, SendWr, Sge, WcStatus } from './types.js';
+import { Access } from './types.js';
+import {
+  ACK_BYTES,
+  FLAG_IMM,
+  FrameType,
+  MAX_PAYLOAD,
+  READ_REQ_BYTES,
+  READ_RESP_HEADER,
+  SEND_HEADER,
+  StatusCode,
+  WRITE_HEADER,
+  getU32,
+  putU32,
+  wireStatus,
+  type WireStatus,
+} from './wire.js';
+
+/** SEND flag: more fragments of the same message follow. */
+const FLAG_MORE = 2;
+const MAX_UNEXPECTED_MESSAGES = 65536;
+const MAX_UNEXPECTED_BYTES = 512 << 20;
+
+/** One frame in flight: a WR is split into frames of at most MAX_PAYLOAD bytes. */
+interface Outstanding {
+  psn: number;
+  group: number;
+  wrId: number;
+  opcode: SendWr['opcode'];
+  last: boolean;
+  signaled: boolean;
+  byteLen: number;
+  postedAt: number;
+  /** READ: where the response lands. */
+  targets?: Uint8Array[];
+}
+
+interface PostedRecv {
+  wrId: number;
+  targets: Uint8Array[];
+  capacity: number;
+}
+
+interface Unexpected {
+  imm: number | undefined;
+  /** Bytes written by the write_imm this entry stands for. */
+  immLen: number;
+  chunks: Uint8Array[];
+  bytes: number;
+  complete: boolean;
+}
+
+/** Views of `len` bytes starting at byte `from` of the concatenation of `views`. */
+function sliceViews(views: readonly Uint8Array[], from: number, len: number): Uint8Array[] {
+  const out: Uint8Array[] = [];
+  for (const v of views) {
+    if (len === 0) break;
+    if (from >= v.length) {
+      from -= v.length;
+      continue;
+    }
+    const take = Math.min(v.length - from, len);
+    out.push(v.subarray(from, from + take));
+    len -= take;
+    from = 0;
+  }
+  return out;
+}
+
+function scatter(targets: readonly Uint8Array[], at: number, data: Uint8Array): void {
+  let src = 0;
+  for (const t of targets) {
+    if (src === data.length) return;
+    if (at >= t.length) {
+      at -= t.length;
+      continue;
+    }
+    const take = Math.min(t.length - at, data.length - src);
+    t.set(src === 0 && take === data.length ? data : data.subarray(src, src + take), at);
+    src += take;
+    at = 0;
+  }
+}
+
+/** a comes strictly before b in sequence space (mod 2^32, window 2^31). */
+function psnBefore(a: number, b: number): boolean {
+  const d = (b - a) >>> 0;
+  return d !== 0 && d < 0x80000000;
+}
+
+export interface QpOptions {
+  pd: Domain;
+  cq: CQ;
+  recvCq: CQ;
+  transport: Transport;
+  stats: DeviceStats;
+  peerInfo: Record<string, unknown>;
+  /** Our first request psn and the peer's (exchanged during setup). */
+  sendPsn: number;
+  recvPsn: number;
+  opTimeoutMs: number;
+  onClosed(qp: Qp): void;
+}
+
+/**
+ * A reliable connected queue pair over a Transport. As requester it numbers frames and
+ * matches cumulative ACKs; as responder it validates every one-sided request (key live and
+ * in this domain, access flag, bounds) before touching memory. Any protocol violation ends
+ * the connection; the first failed request moves the QP to error and flushes the rest.
+ */
+export class Qp implements QueuePair {
+  readonly qpNum = randomU32();
+  readonly pd: Domain;
+  readonly peerInfo: Record<string, unknown>;
+  private readonly cq: CQ;
+  private readonly recvCq: CQ;
+  private readonly transport: Transport;
+  private readonly stats: DeviceStats;
+  private readonly opTimeoutMs: number;
+  private readonly onClosed: (qp: Qp) => void;
+  private qpState: QpState = 'ready';
+  private errorStatus: WcStatus = 'flushed';
+  private sendPsn: number;
+  private expectPsn: number;
+  private groupSeq = 0;
+  private outstanding: Outstanding[] = [];
+  private outHead = 0;
+  private recvs: PostedRecv[] = [];
+  private recvHead = 0;
+  private unexpected: Unexpected[] = [];
+  private unexpectedBytes = 0;
+  /** The SEND message being received in fragments, if any. */
+  private inbound: { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean } | undefined;
+  private ackDue = false;
+  private ackPsn = 0;
+
+  constructor(o: QpOptions) {
+    this.pd = o.pd;
+    this.cq = o.cq;
+    this.recvCq = o.recvCq;
+    this.transport = o.transport;
+    this.stats = o.stats;
+    this.peerInfo = o.peerInfo;
+    this.sendPsn = o.sendPsn >>> 0;
+    this.expectPsn = o.recvPsn >>> 0;
+    this.opTimeoutMs = o.opTimeoutMs;
+    this.onClosed = o.onClosed;
+    o.transport.bind({
+      frame: (body) => this.onFrame(body),
+      batchEnd: () => this.flushAck(),
+      closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
+    });
+  }
+
+  get state(): QpState {
+    return this.qpState;
+  }
+
+  /** Test hook: raw bytes onto this connection's wire. */
+  sendRaw(bytes: Uint8Array): void {
+    this.transport.sendRaw(bytes);
+  }
+
+  poll(): boolean {
+    return this.transport.poll?.() ?? false;
+  }
+
+  // ---------------------------------------------------------------- requester
+
+  postSend(wr: SendWr): void {
+    checkSendWr(wr);
+    const signaled = wr.signaled !== false;
+    if (this.qpState !== 'ready') {
+      this.cq.push({ wrId: wr.wrId, status: this.errorStatus, opcode: wr.opcode, byteLen: 0, qpNum: this.qpNum });
+      return;
+    }
+    const views = this.resolve(wr.sgl, wr.opcode === 'read');
+    if (views === undefined) return this.localFailure(wr.wrId, wr.opcode, 'local_protection');
+    let total = 0;
+    for (const v of views) total += v.length;
+    if (total >= 0x80000000) return this.localFailure(wr.wrId, wr.opcode, 'local_length');
+    const group = this.groupSeq++;
+    const now = performance.now();
+    if (wr.opcode === 'send') return this.postSendFrames(wr, views, total, group, signaled, now);
+    const remote = wr.remote as NonNullable<SendWr['remote']>;
+    let hi = Number(remote.addr >> 32n);
+    let lo = Number(remote.addr & 0xffffffffn);
+    let off = 0;
+    do {
+      const len = Math.min(MAX_PAYLOAD, total - off);
+      const last = off + len === total;
+      const psn = this.nextPsn();
+      const entry: Outstanding = { psn, group, wrId: wr.wrId, opcode: wr.opcode, last, signaled, byteLen: total, postedAt: now };
+      const parts = sliceViews(views, off, len);
+      if (wr.opcode === 'read') {
+        entry.targets = parts;
+        const h = new Uint8Array(READ_REQ_BYTES);
+        header(h, FrameType.READ_REQ, 0, psn);
+        putU32(h, 8, remote.rkey >>> 0);
+        putU32(h, 12, lo);
+        putU32(h, 16, hi);
+        putU32(h, 20, len);
+        this.outstanding.push(entry);
+        this.transport.send(h, []);
+      } else {
+        const imm = last && wr.opcode === 'write_imm';
+        const h = new Uint8Array(WRITE_HEADER);
+        header(h, FrameType.WRITE, imm ? FLAG_IMM : 0, psn);
+        putU32(h, 8, remote.rkey >>> 0);
+        putU32(h, 12, lo);
+        putU32(h, 16, hi);
+        putU32(h, 20, imm ? (wr.imm ?? 0) >>> 0 : 0);
+        this.outstanding.push(entry);
+        this.transport.send(h, parts);
+      }
+      off += len;
+      // advance the remote address by len, carrying into the high word (may wrap: the responder rejects it)
+      const nlo = lo + len;
+      lo = nlo >>> 0;
+      hi = (hi + Math.floor(nlo / 4294967296)) >>> 0;
+    } while (off < total);
+  }
+
+  private postSendFrames(wr: SendWr, views: Uint8Array[], total: number, group: number, signaled: boolean, now: number): void {
+    let off = 0;
+    do {
+      const len = Math.min(MAX_PAYLOAD, total - off);
+      const last = off + len === total;
+      const psn = this.nextPsn();
+      const h = new Uint8Array(SEND_HEADER);
+      header(h, FrameType.SEND, last ? 0 : FLAG_MORE, psn);
+      this.outstanding.push({ psn, group, wrId: wr.wrId, opcode: 'send', last, signaled, byteLen: total, postedAt: now });
+      this.transport.send(h, sliceViews(views, off, len));
+      off += len;
+    } while (off < total);
+  }
+
+  private nextPsn(): number {
+    const psn = this.sendPsn;
+    this.sendPsn = (psn + 1) >>> 0;
+    return psn;
+  }
+
+  /** Local SGEs to views; undefined when a key is dead, foreign, out of range or not writable. */
+  private resolve(sgl: readonly Sge[], mustWrite: boolean): Uint8Array[] | undefined {
+    const out: Uint8Array[] = [];
+    for (const sge of sgl) {
+      const mr: Region | undefined = this.pd.keys.byLkey.get(sge.lkey);
+      if (mr === undefined || mr.pd !== this.pd || !mr.live) return undefined;
+      if (mustWrite && (mr.access & Access.LOCAL_WRITE) === 0) return undefined;
+      const off = Number(sge.addr - mr.addr);
+      if (!(off >= 0) || !Number.isInteger(sge.length) || sge.length < 0 || off + sge.length > mr.length) return undefined;
+      out.push(mr.buffer.subarray(off, off + sge.length));
+    }
+    return out;
+  }
+
+  private localFailure(wrId: number, opcode: CompletionOpcode, status: WcStatus): void {
+    this.enterError('flushed', `local ${status} on work request ${wrId}`);
+    this.cq.push({ wrId, status, opcode, byteLen: 0, qpNum: this.qpNum });
+  }
+
+  postRecv(wr: RecvWr): void {
+    if (typeof wr !== 'object' || wr === null || typeof wr.wrId !== 'number' || !Array.isArray(wr.sgl)) {
+      throw invalid('postRecv: expected { wrId: number, sgl: Sge[] }');
+    }
+    if (this.qpState !== 'ready') {
+      this.recvCq.push({ wrId: wr.wrId, status: this.errorStatus, opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+      return;
+    }
+    const targets = this.resolve(wr.sgl, true);
+    if (targets === undefined) {
+      this.recvCq.push({ wrId: wr.wrId, status: 'local_protection', opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+      return;
+    }
+    let capacity = 0;
+    for (const t of targets) capacity += t.length;
+    this.recvs.push({ wrId: wr.wrId, targets, capacity });
+    this.drainUnexpected();
+  }
+
+  /** Matches complete early messages with posted receives, oldest first. */
+  private drainUnexpected(): void {
+    for (;;) {
+      const early = this.unexpected[0];
+      if (early === undefined || !early.complete || this.recvHead === this.recvs.length) return;
+      const recv = this.recvs[this.recvHead++] as PostedRecv;
+      this.unexpected.shift();
+      this.unexpectedBytes -= early.bytes;
+      let at = 0;
+      for (const c of early.chunks) {
+        if (at + c.length <= recv.capacity) scatter(recv.targets, at, c);
+        at += c.length;
+      }
+      if (this.recvHead === this.recvs.length) {
+        this.recvs = [];
+        this.recvHead = 0;
+      }
+      if (early.imm !== undefined) this.completeRecv(recv, 'success', early.immLen, early.imm);
+      else this.completeRecv(recv, early.bytes > recv.capacity ? 'local_length' : 'success', early.bytes, undefined);
+    }
+  }
+
+  private takeRecv(): PostedRecv | undefined {
+    if (this.unexpected.length > 0 || this.recvHead === this.recvs.length) return undefined;
+    const r = this.recvs[this.recvHead++];
+    if (this.recvHead === this.recvs.length) {
+      this.recvs = [];
+      this.recvHead = 0;
+    }
+    return r;
+  }
+
+  private completeRecv(r: PostedRecv, status: WcStatus, byteLen: number, imm: number | undefined): void {
+    if (imm === undefined) this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv', byteLen, qpNum: this.qpNum });
+    else this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv_imm', byteLen, imm, qpNum: this.qpNum });
+  }
+
+  // ---------------------------------------------------------------- responder
+
+  private onFrame(body: Uint8Array): void {
+    if (this.qpState === 'closed') return;
+    const type = body[0];
+    const flags = body[1] as number;
+    const psn = getU32(body, 4);
+    if (body[2] !== 0 || body[3] !== 0) return this.malformed('reserved header bytes are not zero');
+    if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, body, psn);
+    if (psn !== this.expectPsn) return this.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
+    this.expectPsn = (psn + 1) >>> 0;
+    if (type === FrameType.SEND) {
+      if ((flags & ~FLAG_MORE) !== 0) return this.malformed(`SEND flags ${flags}`);
+      return this.onSend(body.subarray(SEND_HEADER), (flags & FLAG_MORE) === 0, psn);
+    }
+    if (type === FrameType.WRITE) {
+      if (body.length < WRITE_HEADER || (flags & ~FLAG_IMM) !== 0) return this.malformed('WRITE header truncated or bad flags');
+      return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn);
+    }
+    if (type === FrameType.READ_REQ) {
+      if (body.length !== READ_REQ_BYTES || flags !== 0) return this.malformed(`READ request of ${body.length} bytes`);
+      return this.onRead(body, psn);
+    }
+    this.malformed(`unknown frame type ${type}`);
+  }
+
+  /** Validates a one-sided request; the target view, or the refusal status (counted). */
+  private target(rkey: number, lo: number, hi: number, len: number, flag: number): Uint8Array | WireStatus {
+    const mr = this.pd.keys.byRkey.get(rkey);
+    if (mr === undefined || mr.pd !== this.pd || !mr.live) {
+      this.stats.rejectedKey++;
+      return 'remote_key';
+    }
+    if ((mr.access & flag) === 0) {
+      this.stats.rejectedAccess++;
+      return 'remote_access';
+    }
+    const off = mr.offsetOf(hi, lo, len);
+    if (off < 0) {
+      this.stats.rejectedBounds++;
+      return 'remote_bounds';
+    }
+    return mr.buffer.subarray(off, off + len);
+  }
+
+  private onWrite(body: Uint8Array, withImm: boolean, psn: number): void {
+    const payload = body.subarray(WRITE_HEADER);
+    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), payload.length, Access.REMOTE_WRITE);
+    if (typeof t === 'string') return this.nak(psn, t);
+    if (withImm) {
+      const r = this.takeRecv();
+      if (r === undefined && !this.stash(getU32(body, 20), payload.length)) {
+        this.stats.rejectedInvalid++;
+        return this.nak(psn, 'remote_invalid');
+      }
+      t.set(payload);
+      if (r !== undefined) this.completeRecv(r, 'success', payload.length, getU32(body, 20));
+    } else {
+      t.set(payload);
+    }
+    this.ack(psn);
+  }
+
+  private onRead(body: Uint8Array, psn: number): void {
+    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), getU32(body, 20), Access.REMOTE_READ);
+    this.flushAck();
+    const h = new Uint8Array(READ_RESP_HEADER);
+    header(h, FrameType.READ_RESP, 0, psn);
+    h[8] = typeof t === 'string' ? StatusCode[t] : 0;
+    this.transport.send(h, typeof t === 'string' ? [] : [t]);
+  }
+
+  private onSend(payload: Uint8Array, last: boolean, psn: number): void {
+    let msg = this.inbound;
+    if (msg === undefined) {
+      const recv = this.takeRecv();
+      msg = { recv, into: undefined, offset: 0, failed: false };
+      if (recv === undefined) {
+        if (!this.stash(undefined, 0)) {
+          this.stats.rejectedInvalid++;
+          return this.nak(psn, 'remote_invalid');
+        }
+        msg.into = this.unexpected[this.unexpected.length - 1];
+      }
+    }
+    if (msg.recv !== undefined) {
+      if (msg.offset + payload.length > msg.recv.capacity) msg.failed = true;
+      else scatter(msg.recv.targets, msg.offset, payload);
+    } else if (msg.into !== undefined) {
+      msg.into.chunks.push(payload.slice());
+      msg.into.bytes += payload.length;
+      this.unexpectedBytes += payload.length;
+    }
+    msg.offset += payload.length;
+    this.inbound = last ? undefined : msg;
+    if (!last) return this.ack(psn);
+    if (msg.into !== undefined) {
+      msg.into.complete = true;
+      this.drainUnexpected();
+    }
+    if (msg.recv !== undefined) {
+      this.completeRecv(msg.recv, msg.failed ? 'local_length' : 'success', msg.offset, undefined);
+      if (msg.failed) return this.nak(psn, 'remote_invalid');
+    }
+    this.ack(psn);
+  }
+
+  /** Keeps an early message for a later postRecv; false when the backlog is full. */
+  private stash(imm: number | undefined, immLen: number): boolean {
+    if (this.unexpected.length >= MAX_UNEXPECTED_MESSAGES || this.unexpectedBytes >= MAX_UNEXPECTED_BYTES) return false;
+    this.unexpected.push({ imm, immLen, chunks: [], bytes: 0, complete: imm !== undefined });
+    return true;
+  }
+
+  private ack(psn: number): void {
+    this.ackDue = true;
+    this.ackPsn = psn;
+  }
+
+  private flushAck(): void {
+    if (!this.ackDue || this.qpState === 'closed') return;
+    this.ackDue = false;
+    const h = new Uint8Array(ACK_BYTES);
+    header(h, FrameType.ACK, 0, this.ackPsn);
+    this.transport.send(h, []);
+  }
+
+  private nak(psn: number, status: WireStatus): void {
+    this.flushAck();
+    const h = new Uint8Array(ACK_BYTES);
+    header(h, FrameType.ACK, 0, psn);
+    h[8] = StatusCode[status];
+    this.transport.send(h, []);
+  }
+
+  // ---------------------------------------------------------------- responses
+
+  private onResponse(type: number, body: Uint8Array, psn: number): void {
+    const isAck = type === FrameType.ACK;
+    if (isAck ? body.length !== ACK_BYTES : body.length < READ_RESP_HEADER) return this.malformed('truncated response');
+    const code = body[8] as number;
+    const status = wireStatus[code];
+    if (status === undefined || body[1] !== 0) return this.malformed(`response status ${code}`);
+    // everything before psn is done (the responder answers in order)
+    while (this.outHead < this.outstanding.length) {
+      const e = this.outstanding[this.outHead] as Outstanding;
+      if (!psnBefore(e.psn, psn)) break;
+      if (e.opcode === 'read') return this.malformed(`ACK ${psn} passed unanswered READ ${e.psn}`);
+      this.outHead++;
+      this.succeed(e);
+    }
+    const e = this.outstanding[this.outHead];
+    if (e === undefined || e.psn !== psn) {
+      if (isAck && status === 'success' && (e === undefined || psnBefore(psn, e.psn))) return this.compact();
+      return this.malformed(`response for sequence ${psn} matches no request`);
+    }
+    if (isAck === (e.opcode === 'read') && status === 'success') return this.malformed(`wrong response type for sequence ${psn}`);
+    this.outHead++;
+    if (status !== 'success') {
+      this.cq.push({ wrId: e.wrId, status, opcode: e.opcode, byteLen: 0, qpNum: this.qpNum });
+      this.skipGroup(e.group);
+      this.enterError('flushed', `peer refused work request ${e.wrId}: ${status}`);
+      return;
+    }
+    if (!isAck) {
+      const data = body.subarray(READ_RESP_HEADER);
+      let want = 0;
+      for (const t of e.targets ?? []) want += t.length;
+      if (data.length !== want) return this.malformed(`READ response of ${data.length} bytes for ${want}`);
+      scatter(e.targets ?? [], 0, data);
+    }
+    this.succeed(e);
+    this.compact();
+  }
+
+  private succeed(e: Outstanding): void {
+    if (e.last && e.signaled) this.cq.push({ wrId: e.wrId, status: 'success', opcode: e.opcode, byteLen: e.byteLen, qpNum: this.qpNum });
+  }
+
+  /** Drops the remaining frames of a failed WR so it completes once. */
+  private skipGroup(group: number): void {
+    while (this.outHead < this.outstanding.length && (this.outstanding[this.outHead] as Outstanding).group === group) this.outHead++;
+  }
+
+  private compact(): void {
+    if (this.outHead === this.outstanding.length) {
+      this.outstanding = [];
+      this.outHead = 0;
+    } else if (this.outHead > 1024 && this.outHead * 2 > this.outstanding.length) {
+      this.outstanding = this.outstanding.slice(this.outHead);
+      this.outHead = 0;
+    }
+  }
+
+  // ---------------------------------------------------------------- failure
+
+  /** Called by the device's timer: fails the oldest request once it is older than the op timeout. */
+  checkTimeout(now: number): void {
+    const e = this.outstanding[this.outHead];
+    if (this.qpState !== 'ready' || e === undefined || now - e.postedAt < this.opTimeoutMs) return;
+    this.outHead++;
+    this.cq.push({ wrId: e.wrId, status: 'timeout', opcode: e.opcode, byteLen: 0, qpNum: this.qpNum });
+    this.skipGroup(e.group);
+    this.enterError('flushed', `work request ${e.wrId} unanswered for ${this.opTimeoutMs} ms`);
+  }
+
+  private malformed(what: string): void {
+    this.stats.malformedFrames++;
+    this.enterError('peer_lost', `malformed frame from peer: ${what}`);
+  }
+
+  private onTransportClosed(reason: string, malformed: boolean): void {
+    if (malformed) this.stats.malformedFrames++;
+    this.enterError('peer_lost', reason);
+  }
+
+  /** Moves to error: every pending request and receive completes with `status`, the pipe closes. */
+  private enterError(status: WcStatus, _reason: string): void {
+    if (this.qpState !== 'ready') return;
+    this.qpState = 'error';
+    this.errorStatus = status;
+    this.flushAll(status);
+    this.transport.close();
+    this.onClosed(this);
+  }
+
+  private flushAll(status: WcStatus): void {
+    let group = -1;
+    for (let i = this.outHead; i < this.outstanding.length; i++) {
+      const e = this.outstanding[i] as Outstanding;
+      if (e.group === group) continue;
+      group = e.group;
+      this.cq.push({ wrId: e.wrId, status, opcode: e.opcode, byteLen: 0, qpNum: this.qpNum });
+    }
+    this.outstanding = [];
+    this.outHead = 0;
+    for (let i = this.recvHead; i < this.recvs.length; i++) {
+      const r = this.recvs[i] as PostedRecv;
+      this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+    }
+    if (this.inbound?.recv) {
+      const r = this.inbound.recv;
+      this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+    }
+    this.inbound = undefined;
+    this.recvs = [];
+    this.recvHead = 0;
+  }
+
+  async close(): Promise<void> {
+    if (this.qpState === 'closed') return;
+    if (this.qpState === 'ready') {
+      this.qpState = 'closed';
+      this.errorStatus = 'flushed';
+      this.flushAll('flushed');
+      this.transport.close();
+      this.onClosed(this);
+    }
+    this.qpState = 'closed';
+  }
+}
+
+function header(h: Uint8Array, type: number, flags: number, psn: number): void {
+  h[0] = type;
+  h[1] = flags;
+  putU32(h, 4, psn);
+}
+
+function invalid(message: string): TandemError {
+  return new TandemError('FABRIC_INVALID_REQUEST', message, {
+    hint: 'see src/fabric/types.ts for the work request shapes',
+  });
+}
+
+function checkSendWr(wr: SendWr): void {
+  if (typeof wr !== 'object' || wr === null || typeof wr.wrId !== 'number' || !Array.isArray(wr.sgl)) {
+    throw invalid('postSend: expected { wrId: number, opcode, sgl: Sge[] }');
+  }
+  const op = wr.opcode;
+  if (op !== 'send' && op !== 'write' && op !== 'write_imm' && op !== 'read') {
+    throw invalid(`postSend: unknown opcode '${String(op)}' (send, write, write_imm, read)`);
+  }
+  if (op !== 'send' && (wr.remote === undefined || typeof wr.remote.addr !== 'bigint' || typeof wr.remote.rkey !== 'number')) {
+    throw invalid(`postSend: ${op} needs remote: { addr: bigint, rkey: number }`);
+  }
+  if (op !== 'send' && (wr.remote!.addr < 0n || wr.remote!.addr >= 1n << 64n)) {
+    throw invalid(`postSend: remote address ${wr.remote!.addr} is not a 64-bit address`);
+  }
+  if (op === 'write_imm' && (!Number.isInteger(wr.imm) || (wr.imm as number) < 0 || (wr.imm as number) > 0xffffffff)) {
+    throw invalid(`postSend: write_imm needs imm in 0..2^32-1, got ${String(wr.imm)}`);
+  }
+}

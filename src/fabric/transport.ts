@@ -1,0 +1,24 @@
+/**
+ * A reliable, ordered frame pipe between two queue pairs: what each provider supplies
+ * (an in-memory queue, a shared-memory ring, a TCP stream). The queue pair engine on top
+ * does sequencing, validation and completions identically for all of them.
+ */
+export interface TransportEvents {
+  /** One whole frame body; the view is only valid during the call. */
+  frame(body: Uint8Array): void;
+  /** A burst of frames ended: a good moment to send a cumulative ACK. */
+  batchEnd(): void;
+  /** The pipe is gone. `reason` is for messages; `malformed` when a bad frame ended it. */
+  closed(reason: string, malformed: boolean): void;
+}
+
+export interface Transport {
+  bind(events: TransportEvents): void;
+  /** Sends one frame: body = header ++ payload. Data is copied or sent before completion. */
+  send(header: Uint8Array, payload: readonly Uint8Array[]): void;
+  /** Test hook: puts raw bytes on the wire, bypassing the framing. */
+  sendRaw(bytes: Uint8Array): void;
+  /** Drives progress without the event loop; true when anything happened. */
+  poll?(): boolean;
+  close(): void;
+}
