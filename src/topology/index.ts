@@ -16,3 +16,16 @@ export { macModels, findMacModel, parseMachines, type MacModel, type PlannedMach
 export { planCabling, estimateAllReduce, cablesToGraph, type CablingPlan, type Cable, type PlannedTopology } from './planner.js';
 export { exportMlxHostfile, importMlxHostfile, type MlxHostfile, type MlxHost, type HostAddresses } from './hostfile.js';
 export { drawShape, renderTopology, matrix } from './draw.js';
+export { diagnose, hasErrors, formatFindings, type Finding, type Severity, type DoctorInput } from './doctor.js';
+export { probeHost, runCommand, tandemVersion, type CommandRunner } from './probes/host.js';
+export type { HostReport, NetInterface, RdmaDevice, RdmaPort, ThunderboltPort } from './probes/types.js';
+export {
+  parseThunderbolt,
+  parseHardwarePorts,
+  parseIfconfig,
+  parseRdmaCtlStatus,
+  parseIbvDevices,
+  parseIbvDevinfo,
+  matchThunderboltLinks,
+} from './probes/macos.js';
+export { readLinuxInterfaces, readLinuxRdma } from './probes/linux.js';

@@ -1,0 +1,81 @@
+import { readFileSync } from 'node:fs';
+import { platform } from 'node:os';
+import { defineCommand } from '../options.js';
+import { TandemError } from '../../errors/index.js';
+import {
+  diagnose,
+  formatFindings,
+  hasErrors,
+  importMlxHostfile,
+  probeHost,
+  runCommand,
+  type HostReport,
+  type TopologyGraph,
+} from '../../topology/index.js';
+
+function readJson(path: string, what: string): unknown {
+  try {
+    return JSON.parse(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new TandemError('INVALID_ARGUMENT', `doctor: cannot read ${what} '${path}': ${(e as Error).message}`, {
+      hint: `pass a JSON file written by \`tandem doctor --report\` or an MLX hostfile`,
+    });
+  }
+}
+
+/** Asks a remote host for its report over ssh (what a hostfile's `ssh` names are for). */
+async function remoteReport(ssh: string, sshCommand: string): Promise<HostReport | string> {
+  const [file, ...args] = sshCommand.split(/\s+/).filter((w) => w !== '');
+  try {
+    const out = await runCommand(file as string, [...args, ssh, 'npx', 'tandem', 'doctor', '--report']);
+    return JSON.parse(out) as HostReport;
+  } catch (e) {
+    return `${ssh}: ${(e as Error).message.split('\n')[0]}`;
+  }
+}
+
+export const command = defineCommand({
+  name: 'doctor',
+  summary: 'check this host (and with a hostfile every host) for what breaks a cluster, and say how to fix it',
+  description:
+    'Checks RDMA (rdma_ctl, verbs devices, port state), Thunderbolt Bridge loops, Thunderbolt 4 links, IPv4 on RDMA interfaces, MTU, clock and version skew, and missing cables for the chosen topology. Exits 1 when any finding is an error.',
+  options: {
+    mode: { type: 'string', description: 'what the cluster will run over (auto: rdma on macOS, tcp elsewhere)', choices: ['auto', 'rdma', 'tcp'], default: 'auto' },
+    topology: { type: 'string', description: 'the topology the cables must allow', choices: ['auto', 'ring', 'mesh'], default: 'auto' },
+    hostfile: { type: 'string', description: 'MLX hostfile: check every host in it over ssh, and its cables', placeholder: 'file' },
+    reports: { type: 'list', description: 'reports of other hosts saved with `tandem doctor --report`', placeholder: 'files' },
+    ssh: { type: 'string', description: 'ssh command used with --hostfile', default: 'ssh -o BatchMode=yes -o ConnectTimeout=5' },
+    report: { type: 'boolean', description: 'print only this host\'s raw probe report as JSON (for another host\'s doctor)' },
+    json: { type: 'boolean', description: 'print the findings as JSON' },
+  },
+  examples: ['tandem doctor', 'tandem doctor --mode=rdma --hostfile m3-ultra-jaccl.json --json'],
+  async run({ options }) {
+    const report = await probeHost();
+    if (options.report) {
+      process.stdout.write(JSON.stringify(report) + '\n');
+      return 0;
+    }
+    const peers: HostReport[] = (options.reports ?? []).map((p) => readJson(p, 'report') as HostReport);
+    let graph: TopologyGraph | undefined;
+    const unreachable: string[] = [];
+    if (options.hostfile !== undefined) {
+      const { graph: g, hostfile } = importMlxHostfile(readJson(options.hostfile, 'hostfile'));
+      graph = g;
+      const others = hostfile.hosts.map((h) => h.ssh).filter((h) => h !== report.host && !peers.some((p) => p.host === h));
+      for (const r of await Promise.all(others.map((h) => remoteReport(h, options.ssh)))) {
+        if (typeof r === 'string') unreachable.push(r);
+        else peers.push(r);
+      }
+    }
+    const mode = options.mode === 'auto' ? (platform() === 'darwin' ? 'rdma' : 'tcp') : (options.mode as 'rdma' | 'tcp');
+    const findings = diagnose({ report, peers, mode, topology: options.topology as 'auto' | 'ring' | 'mesh', ...(graph ? { graph } : {}) });
+    for (const u of unreachable) {
+      findings.push({ check: 'reach', host: u.split(':')[0] ?? u, severity: 'error', title: 'host could not be checked', evidence: u, fix: 'make password-less ssh work to it and install tandem there' });
+    }
+    if (options.json) {
+      const count = (s: string): number => findings.filter((f) => f.severity === s).length;
+      process.stdout.write(JSON.stringify({ host: report.host, mode, errors: count('error'), warnings: count('warning'), findings }) + '\n');
+    } else process.stdout.write(formatFindings(findings));
+    return hasErrors(findings) ? 1 : 0;
+  },
+});

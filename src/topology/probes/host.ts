@@ -1,0 +1,91 @@
+import { execFile } from 'node:child_process';
+import { hostname, networkInterfaces, platform } from 'node:os';
+import { readFileSync } from 'node:fs';
+import { parseHardwarePorts, parseIbvDevinfo, parseIfconfig, parseRdmaCtlStatus, parseThunderbolt } from './macos.js';
+import { readLinuxInterfaces, readLinuxRdma } from './linux.js';
+import type { HostReport, NetInterface } from './types.js';
+
+/** Runs a command and returns its stdout, or throws; injected in tests. */
+export type CommandRunner = (file: string, args: readonly string[]) => Promise<string>;
+
+/** Runs a probe command with a 5 s deadline, so a wedged tool cannot hang doctor. */
+export const runCommand: CommandRunner = (file, args) =>
+  new Promise((resolve, reject) => {
+    execFile(file, [...args], { timeout: 5000, maxBuffer: 8 << 20, encoding: 'utf8' }, (error, stdout) => {
+      if (error) reject(error);
+      else resolve(stdout);
+    });
+  });
+
+export function tandemVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** Adds IPv4 and IPv6 link-local addresses from Node's view of the interfaces. */
+function addAddresses(interfaces: NetInterface[]): void {
+  const addrs = networkInterfaces();
+  for (const iface of interfaces) {
+    for (const a of addrs[iface.name] ?? []) {
+      if (a.family === 'IPv4' && !iface.ipv4.includes(a.address)) iface.ipv4.push(a.address);
+      if (a.family === 'IPv6' && a.address.startsWith('fe80') && !iface.ipv6LinkLocal.includes(a.address)) iface.ipv6LinkLocal.push(a.address);
+    }
+  }
+}
+
+async function attempt<T>(notes: string[], what: string, fn: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await fn();
+  } catch (e) {
+    notes.push(`${what}: ${(e as Error).message.split('\n')[0]}`);
+    return undefined;
+  }
+}
+
+async function probeMac(report: HostReport, run: CommandRunner): Promise<void> {
+  const notes = report.notes;
+  const hw = (await attempt(notes, 'networksetup -listallhardwareports', () => run('networksetup', ['-listallhardwareports']))) ?? '';
+  const ports = parseHardwarePorts(hw);
+  const tb = await attempt(notes, 'system_profiler SPThunderboltDataType -json', () => run('system_profiler', ['SPThunderboltDataType', '-json']));
+  if (tb !== undefined) report.thunderbolt = (await attempt(notes, 'parse thunderbolt', async () => parseThunderbolt(tb, ports))) ?? [];
+  const ifc = await attempt(notes, 'ifconfig', () => run('ifconfig', []));
+  report.interfaces = ifc === undefined ? [] : parseIfconfig(ifc);
+  const tbIfaces = new Map(report.thunderbolt.filter((p) => p.iface).map((p) => [p.iface as string, p]));
+  for (const i of report.interfaces) {
+    const port = tbIfaces.get(i.name);
+    if (port && i.kind === 'unknown') {
+      i.kind = (port.speedGbps ?? 0) >= 80 ? 'tb5' : 'tb4';
+      if (port.speedGbps !== undefined) i.speedGbps = port.speedGbps;
+    } else if (i.kind === 'unknown') i.kind = [...ports.entries()].some(([n, d]) => d === i.name && /wi-?fi/i.test(n)) ? 'wifi' : 'ethernet';
+  }
+  const status = await attempt(notes, 'rdma_ctl status', () => run('rdma_ctl', ['status']));
+  const enabled = status === undefined ? undefined : parseRdmaCtlStatus(status);
+  if (enabled !== undefined) report.rdma.enabled = enabled;
+  const info = await attempt(notes, 'ibv_devinfo', () => run('ibv_devinfo', []));
+  report.rdma.devices = info === undefined ? [] : parseIbvDevinfo(info);
+}
+
+/** Probes this host: interfaces, RDMA state and devices, Thunderbolt ports. Never throws for a missing tool. */
+export async function probeHost(run: CommandRunner = runCommand, os: string = platform()): Promise<HostReport> {
+  const report: HostReport = {
+    host: hostname(),
+    platform: os,
+    tandemVersion: tandemVersion(),
+    timeMs: Date.now(),
+    interfaces: [],
+    rdma: { devices: [] },
+    thunderbolt: [],
+    notes: [],
+  };
+  if (os === 'darwin') await probeMac(report, run);
+  else if (os === 'linux') {
+    report.interfaces = readLinuxInterfaces();
+    report.rdma.devices = readLinuxRdma();
+  } else report.notes.push(`platform ${os}: only macOS and Linux are probed`);
+  addAddresses(report.interfaces);
+  return report;
+}
