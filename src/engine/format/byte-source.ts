@@ -1,0 +1,70 @@
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { TandemError } from '../../errors/index.js';
+
+/**
+ * Random access to a model file's bytes. Readers ask for exactly the ranges they parse, so a
+ * shard loading a slice never reads the rest of the file.
+ */
+export interface ByteSource {
+  /** Name used in error messages (the path). */
+  readonly name: string;
+  readonly size: number;
+  /** Copies `length` bytes at `offset` into `into` (from its start); the caller checks bounds. */
+  readInto(offset: number, length: number, into: Uint8Array): void;
+  close(): void;
+}
+
+export class BufferSource implements ByteSource {
+  readonly size: number;
+  constructor(
+    private readonly bytes: Uint8Array,
+    readonly name = '<buffer>',
+  ) {
+    this.size = bytes.length;
+  }
+  readInto(offset: number, length: number, into: Uint8Array): void {
+    into.set(this.bytes.subarray(offset, offset + length));
+  }
+  close(): void {}
+}
+
+export class FileSource implements ByteSource {
+  readonly size: number;
+  private fd: number | undefined;
+
+  constructor(readonly name: string) {
+    try {
+      this.fd = openSync(name, 'r');
+      this.size = fstatSync(this.fd).size;
+    } catch (error) {
+      if (this.fd !== undefined) closeSync(this.fd);
+      throw new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: ${(error as Error).message}`, {
+        hint: 'check the path and that the file is readable',
+        details: { file: name },
+        cause: error,
+      });
+    }
+  }
+
+  readInto(offset: number, length: number, into: Uint8Array): void {
+    if (this.fd === undefined) {
+      throw new TandemError('MODEL_FORMAT_IO', `${this.name} is already closed`, { hint: 'open the model file again' });
+    }
+    let done = 0;
+    while (done < length) {
+      const n = readSync(this.fd, into, done, length - done, offset + done);
+      if (n === 0) {
+        throw new TandemError('MODEL_FORMAT_IO', `${this.name}: unexpected end of file at byte ${offset + done} (the file shrank while open?)`, {
+          hint: 'do not modify a model file while it is being read',
+          details: { file: this.name, offset: offset + done },
+        });
+      }
+      done += n;
+    }
+  }
+
+  close(): void {
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
+  }
+}
