@@ -1,0 +1,143 @@
+// Proof against llama.cpp: our tokenizers must produce exactly llama.cpp's token ids (and
+// detokenized text) on vocabularies the test trains and writes to GGUF files itself.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { TokenizerMetadata } from './metadata.js';
+import { askLlamaCpp, type OracleAnswer, type OracleJob } from './test-support/llama-oracle.js';
+import { trainBpeVocab, trainSpmVocab } from './test-support/train-vocab.js';
+import { writeVocabModel } from './test-support/vocab-model.js';
+import { Tokenizer } from './tokenizer.js';
+
+const TEXTS = [
+  '',
+  'Hello world',
+  'hello World! The quick brown fox.',
+  ' leading space',
+  'trailing space ',
+  '  two  spaces   three',
+  '   ',
+  ' ',
+  '\n',
+  '\n\n\n',
+  'line one\nline two\r\nline three\n\n',
+  '\tindent();\n    four_spaces = [1, 2];',
+  'a  \n  b',
+  '   \n\n   x',
+  '123',
+  '1234567',
+  '3.14159 and 1,000,000',
+  'x=42;y=7',
+  "It's I'm we'll they've don't he'd",
+  "HELLO'S WE'RE",
+  'punctuation!!! ??? ... ,,, ;;; (brackets) {braces} [squares]',
+  'émigré café naïve résumé',
+  'Ünïcödé — “quotes” ‘single’ … ½ ° € £',
+  '日本語のテキストです。',
+  '中文测试文本和未知字符龘',
+  '한국어 텍스트',
+  'Привет мир! Γειά σου κόσμε.',
+  'emoji 😀👍🏽 🎉 ❤️ 🇫🇷 🦀',
+  'mixed 中文 and English 123 😀!',
+  '\u00a0nbsp\u2003em-space\u3000ideographic',
+  'zero\u200bwidth and ﬁ ligature',
+  '<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n',
+  '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>',
+  'a<tool>b <tool> c',
+  'call <tool_call>{"x": 1}</tool_call>',
+  '<s>x</s> and <unk> inside',
+  '<|im_end|><|im_end|>',
+  'The dog sleeps; the fox runs away!',
+  "quote ' here and ' 's ' 're ' 't 'll . , ? !",
+  'a . b , c ? d ! e  . f',
+  '$100 + 5^2 <= ~x | y',
+];
+
+interface Case {
+  name: string;
+  meta: TokenizerMetadata;
+}
+
+const CASES: Case[] = [
+  { name: 'SentencePiece (llama)', meta: trainSpmVocab() },
+  { name: 'BPE (gpt2, llama-bpe)', meta: trainBpeVocab('llama-bpe') },
+  { name: 'BPE (gpt2, qwen2)', meta: trainBpeVocab('qwen2') },
+  { name: 'BPE (gpt2, gpt-2)', meta: trainBpeVocab('gpt-2') },
+  { name: 'BPE (gpt2, default)', meta: trainBpeVocab('default') },
+];
+
+describe('tokenization matches llama.cpp', { timeout: 120_000 }, () => {
+  let dir = '';
+  let answers: OracleAnswer[] = [];
+  const tokenizers = CASES.map((c) => new Tokenizer(c.meta));
+  // Decode requests: our own encodings plus sequences that split characters across tokens.
+  const decodeInputs = tokenizers.map((tok) =>
+    TEXTS.map((t) => tok.encode(t, { addBos: false, parseSpecial: true })),
+  );
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tandem-tok-'));
+    const jobs: OracleJob[] = CASES.map((c, i) => {
+      const modelPath = join(dir, `vocab-${i}.gguf`);
+      writeVocabModel(modelPath, c.meta);
+      const ids = decodeInputs[i] as number[][];
+      return {
+        modelPath,
+        tokenize: TEXTS.flatMap((text) => [
+          { text, special: false },
+          { text, special: true },
+        ]),
+        detokenize: ids.flatMap((seq) => [
+          { ids: seq, special: false },
+          { ids: seq, special: true },
+        ]),
+      };
+    });
+    answers = await askLlamaCpp(jobs, 90_000);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  CASES.forEach((c, i) => {
+    it(`${c.name}: encode ${TEXTS.length} strings, with and without special tokens`, () => {
+      const tok = tokenizers[i] as Tokenizer;
+      const answer = answers[i] as OracleAnswer;
+      TEXTS.forEach((text, j) => {
+        for (const [k, parseSpecial] of [false, true].entries()) {
+          const ours = tok.encode(text, { addBos: false, parseSpecial });
+          assert.deepEqual(
+            ours,
+            answer.tokenized[2 * j + k],
+            `${JSON.stringify(text)} parseSpecial=${parseSpecial}`,
+          );
+        }
+      });
+    });
+
+    it(`${c.name}: decode matches llama.cpp's detokenize`, () => {
+      const tok = tokenizers[i] as Tokenizer;
+      const answer = answers[i] as OracleAnswer;
+      (decodeInputs[i] as number[][]).forEach((ids, j) => {
+        for (const [k, special] of [false, true].entries()) {
+          assert.equal(
+            tok.decode(ids, { special }),
+            answer.detokenized[2 * j + k],
+            `${JSON.stringify(TEXTS[j])} special=${special}`,
+          );
+        }
+      });
+    });
+  });
+
+  it('the vocabularies exercise merges, byte fallback and special tokens', () => {
+    const spm = tokenizers[0] as Tokenizer;
+    const ids = spm.encode('中文测试文本和未知字符龘', { addBos: false });
+    assert.ok(
+      ids.some((id) => /^<0x[0-9A-F]{2}>$/.test(spm.tokenText(id))),
+      'byte fallback used',
+    );
+    const bpe = tokenizers[1] as Tokenizer;
+    assert.ok(bpe.encode('the fox and the dog', { addBos: false }).length <= 6, 'merges shorten text');
+  });
+});
