@@ -1,0 +1,72 @@
+import type { DTypeArray } from '../kernels/dtype.js';
+import { laneChunks, ringAllGatherLane, ringLanes } from './all-reduce.js';
+import { chunkRanges, type Range } from './chunks.js';
+import { sub, type Call } from './call.js';
+import type { Tree } from './graph.js';
+import { pairwiseSteps } from './schedules.js';
+
+/**
+ * All-gather: every rank contributes `count` values; `out` ([size * count]) ends holding
+ * rank r's values at [r * count, (r + 1) * count) on every rank.
+ */
+
+function blocks(size: number, count: number): Range[] {
+  return Array.from({ length: size }, (_, r) => ({ offset: r * count, count }));
+}
+
+export async function allGatherMesh(call: Call, out: DTypeArray, count: number): Promise<void> {
+  const mine = call.encode(sub(out, { offset: call.rank * count, count }));
+  const steps = pairwiseSteps(call.size, call.rank);
+  const sent = steps.map((s) => call.send(s.to, mine));
+  await Promise.all(steps.map(async (s) => call.copyFrom(sub(out, { offset: s.from * count, count }), await call.recv(s.from, call.wireBytes(count)))));
+  await Promise.all(sent);
+}
+
+export async function allGatherRing(call: Call, out: DTypeArray, count: number, order: readonly number[]): Promise<void> {
+  const b = blocks(call.size, count);
+  const lanes = ringLanes(order, count * call.size, 1);
+  await Promise.all(lanes.map((o, lane) => ringAllGatherLane(call, out, o, laneChunks(b, o, lanes.length, lane, 1), lane, 0)));
+}
+
+/** Recursive doubling; needs a power-of-two size (the communicator falls back to ring otherwise). */
+export async function allGatherRhd(call: Call, out: DTypeArray, count: number): Promise<void> {
+  const r = call.rank;
+  for (let d = 1, step = 0; d < call.size; d *= 2, step++) {
+    const partner = r ^ d;
+    const mine = { offset: (r & ~(d - 1)) * count, count: d * count };
+    const theirs = { offset: (partner & ~(d - 1)) * count, count: d * count };
+    const sent = call.send(partner, call.encode(sub(out, mine)), 0, step);
+    call.copyFrom(sub(out, theirs), await call.recv(partner, call.wireBytes(theirs.count), 0, step));
+    await sent;
+  }
+}
+
+function subtree(tree: Tree, v: number): number[] {
+  const out = [v];
+  for (let i = 0; i < out.length; i++) out.push(...(tree.children[out[i] as number] ?? []));
+  return out.sort((a, b) => a - b);
+}
+
+/** Gather up a spanning tree (each node forwards its subtree's blocks, ascending), broadcast down. */
+export async function allGatherTree(call: Call, out: DTypeArray, count: number, tree: Tree): Promise<void> {
+  const me = call.rank;
+  for (const child of tree.children[me] ?? []) {
+    const ranks = subtree(tree, child);
+    const payload = await call.recv(child, call.wireBytes(count) * ranks.length, 0, 0);
+    const per = call.wireBytes(count);
+    ranks.forEach((r, i) => call.copyFrom(sub(out, { offset: r * count, count }), payload.subarray(i * per, (i + 1) * per)));
+  }
+  const parent = tree.parent[me] as number;
+  if (parent >= 0) {
+    const ranks = subtree(tree, me);
+    const per = call.wireBytes(count);
+    const packed = new Uint8Array(per * ranks.length);
+    ranks.forEach((r, i) => packed.set(call.encode(sub(out, { offset: r * count, count })), i * per));
+    await call.send(parent, packed, 0, 0);
+    call.copyFrom(out, await call.recv(parent, call.wireBytes(out.length), 0, 1));
+  }
+  const all = call.encode(out);
+  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, all, 0, 1)));
+}
+
+export { chunkRanges };

@@ -1,0 +1,142 @@
+import { allocate, type DTypeArray } from '../kernels/dtype.js';
+import { q8BlockSize } from '../kernels/q8.js';
+import { reduceInto } from '../kernels/reduce.js';
+import { chunkRanges, splitRange, type Range } from './chunks.js';
+import { span, sub, type Call } from './call.js';
+import type { Tree } from './graph.js';
+import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
+
+/**
+ * All-reduce algorithms. Each leaves bit-identical results on every rank: either every rank
+ * folds the same operands in rank order (mesh), or one rank reduces each element in a fixed
+ * order and the result is copied to the others (ring, rhd, tree).
+ */
+
+/** mesh: one step, everyone sends its whole vector to everyone; everyone folds ranks 0..n-1. */
+export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void> {
+  const { rank, size } = call;
+  const mine = call.settle(data);
+  const bytes = call.wireBytes(data.length);
+  const sent = pairwiseSteps(size, rank).map((s) => call.send(s.to, mine));
+  const got = await Promise.all(pairwiseSteps(size, rank).map((s) => call.recv(s.from, bytes)));
+  await Promise.all(sent);
+  const from = new Map(pairwiseSteps(size, rank).map((s, i) => [s.from, got[i] as Uint8Array]));
+  const acc = allocate(call.spec.dtype, data.length);
+  for (let r = 0; r < size; r++) {
+    const payload = from.get(r);
+    if (r === 0) {
+      if (payload) call.copyFrom(acc, payload);
+      else acc.set(data);
+    } else if (payload) call.reduceFrom(acc, payload);
+    else reduceInto(call.op, call.spec.dtype, acc, data);
+  }
+  data.set(acc);
+}
+
+/** The lanes of a ring: lane 0 runs along `order`, lane 1 (when used) the other way round. */
+export function ringLanes(order: readonly number[], count: number, align: number): number[][] {
+  const n = order.length;
+  const twoWay = n >= 3 && count >= 2 * n * align;
+  if (!twoWay) return [[...order]];
+  return [[...order], [order[0] as number, ...order.slice(1).reverse()]];
+}
+
+/** Chunk of each ring position of `lane`: position k owns the data chunk of rank order[k]. */
+function laneChunks(chunks: readonly Range[], order: readonly number[], lanes: number, lane: number, align: number): Range[] {
+  return order.map((r) => splitRange(chunks[r] as Range, lanes, align)[lane] as Range);
+}
+
+/** Ring reduce-scatter on one lane: afterwards this rank holds its chunk fully reduced. */
+export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number): Promise<void> {
+  const n = order.length;
+  const p = order.indexOf(call.rank);
+  const next = order[(p + 1) % n] as number;
+  const prev = order[(p - 1 + n) % n] as number;
+  const steps = ringReduceScatterSteps(n, p);
+  for (let s = 0; s < steps.length; s++) {
+    const st = steps[s] as (typeof steps)[number];
+    const out = call.send(next, call.encode(sub(data, chunks[st.send] as Range)), lane, s);
+    const into = chunks[st.recv] as Range;
+    const payload = await call.recv(prev, call.wireBytes(into.count), lane, s);
+    call.reduceFrom(sub(data, into), payload);
+    await out;
+  }
+}
+
+/** Ring all-gather on one lane: forwards what arrived, so q8 payloads travel unchanged. */
+export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number): Promise<void> {
+  const n = order.length;
+  const p = order.indexOf(call.rank);
+  const next = order[(p + 1) % n] as number;
+  const prev = order[(p - 1 + n) % n] as number;
+  let carry = call.settle(sub(data, chunks[p] as Range));
+  const steps = ringAllGatherSteps(n, p);
+  for (let s = 0; s < steps.length; s++) {
+    const st = steps[s] as (typeof steps)[number];
+    const out = call.send(next, carry, lane, stepBase + s);
+    const into = chunks[st.recv] as Range;
+    const payload = await call.recv(prev, call.wireBytes(into.count), lane, stepBase + s);
+    call.copyFrom(sub(data, into), payload);
+    await out;
+    carry = payload;
+  }
+}
+
+/** ring: reduce-scatter then all-gather, in both directions when the ring has 3+ ranks. */
+export async function allReduceRing(call: Call, data: DTypeArray, order: readonly number[]): Promise<void> {
+  const align = call.spec.q8 ? q8BlockSize : 1;
+  const chunks = chunkRanges(data.length, call.size, align);
+  const lanes = ringLanes(order, data.length, align);
+  await Promise.all(
+    lanes.map(async (o, lane) => {
+      const mine = laneChunks(chunks, o, lanes.length, lane, align);
+      await ringReduceScatterLane(call, data, o, mine, lane);
+      await ringAllGatherLane(call, data, o, mine, lane, call.size);
+    }),
+  );
+}
+
+export { laneChunks };
+
+/** rhd: recursive halving (reduce-scatter) then recursive doubling (all-gather); any size. */
+export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> {
+  const plan = rhdPlan(call.size, call.rank);
+  const full = call.wireBytes(data.length);
+  if (plan.role === 'extra') {
+    await call.send(plan.foldPartner, call.encode(data), 0, 0);
+    call.copyFrom(data, await call.recv(plan.foldPartner, full, 0, 1000));
+    return;
+  }
+  if (plan.role === 'folded') call.reduceFrom(data, await call.recv(plan.foldPartner, full, 0, 0));
+  const chunks = chunkRanges(data.length, plan.p);
+  for (let i = 0; i < plan.steps.length; i++) {
+    const st = plan.steps[i] as (typeof plan.steps)[number];
+    const give = span(chunks, st.give[0], st.give[1]);
+    const keep = span(chunks, st.keep[0], st.keep[1]);
+    const out = call.send(st.partner, call.encode(sub(data, give)), 0, 1 + i);
+    call.reduceFrom(sub(data, keep), await call.recv(st.partner, call.wireBytes(keep.count), 0, 1 + i));
+    await out;
+  }
+  for (let i = plan.steps.length - 1; i >= 0; i--) {
+    const st = plan.steps[i] as (typeof plan.steps)[number];
+    const give = span(chunks, st.give[0], st.give[1]);
+    const keep = span(chunks, st.keep[0], st.keep[1]);
+    const out = call.send(st.partner, call.encode(sub(data, keep)), 0, 100 + i);
+    call.copyFrom(sub(data, give), await call.recv(st.partner, call.wireBytes(give.count), 0, 100 + i));
+    await out;
+  }
+  if (plan.role === 'folded') await call.send(plan.foldPartner, call.encode(data), 0, 1000);
+}
+
+/** tree: reduce up a spanning tree (children in fixed order), then broadcast down. */
+export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
+  const me = call.rank;
+  const bytes = call.wireBytes(data.length);
+  for (const child of tree.children[me] ?? []) call.reduceFrom(data, await call.recv(child, bytes, 0, 0));
+  const parent = tree.parent[me] as number;
+  if (parent >= 0) {
+    await call.send(parent, call.encode(data), 0, 0);
+    call.copyFrom(data, await call.recv(parent, bytes, 0, 1));
+  }
+  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, call.encode(data), 0, 1)));
+}

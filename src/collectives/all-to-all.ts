@@ -1,0 +1,36 @@
+import { bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
+import type { Call } from './call.js';
+import { pairwiseSteps } from './schedules.js';
+
+/**
+ * All-to-all with per-rank counts (MoE token exchange): rank r sends sendCounts[j] values to
+ * rank j (taken in rank order from `send`) and receives recvCounts[j] values from j into
+ * `recv` (in rank order). Pairwise order; pairs without a link are relayed.
+ */
+export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts: readonly number[], recv: DTypeArray, recvCounts: readonly number[]): Promise<void> {
+  const { rank, size } = call;
+  const sOff = offsets(sendCounts);
+  const rOff = offsets(recvCounts);
+  recv.set(send.subarray(sOff[rank], (sOff[rank] as number) + (sendCounts[rank] as number)), rOff[rank]);
+  const bpe = bytesPerElement(call.spec.dtype);
+  const steps = pairwiseSteps(size, rank);
+  const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
+  await Promise.all(
+    steps.map(async (s) => {
+      const n = recvCounts[s.from] as number;
+      const payload = await call.recv(s.from, n * bpe);
+      call.copyFrom(recv.subarray(rOff[s.from], (rOff[s.from] as number) + n), payload);
+    }),
+  );
+  await Promise.all(sent);
+}
+
+export function offsets(counts: readonly number[]): number[] {
+  const out: number[] = [];
+  let at = 0;
+  for (const c of counts) {
+    out.push(at);
+    at += c;
+  }
+  return out;
+}

@@ -1,0 +1,49 @@
+import type { DTypeArray } from '../kernels/dtype.js';
+import { chunkRanges } from './chunks.js';
+import { sub, type Call } from './call.js';
+import type { Tree } from './graph.js';
+
+/** Broadcast: `data` on `root` is copied into `data` on every rank. */
+
+export async function broadcastMesh(call: Call, data: DTypeArray, root: number): Promise<void> {
+  if (call.rank !== root) {
+    call.copyFrom(data, await call.recv(root, call.wireBytes(data.length)));
+    return;
+  }
+  const wire = call.encode(data);
+  const sends: Promise<void>[] = [];
+  for (let i = 1; i < call.size; i++) sends.push(call.send((root + i) % call.size, wire));
+  await Promise.all(sends);
+}
+
+/** Down a spanning tree rooted at `root` (binomial on a full mesh, BFS over real links otherwise). */
+export async function broadcastTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
+  const parent = tree.parent[call.rank] as number;
+  let wire: Uint8Array;
+  if (parent >= 0) {
+    wire = await call.recv(parent, call.wireBytes(data.length));
+    call.copyFrom(data, wire);
+  } else wire = call.encode(data);
+  await Promise.all((tree.children[call.rank] ?? []).map((c) => call.send(c, wire)));
+}
+
+/** A pipelined chain along the ring from the root: segments flow while later ones arrive. */
+export async function broadcastRing(call: Call, data: DTypeArray, root: number, order: readonly number[], segmentElems: number): Promise<void> {
+  const n = order.length;
+  const shift = order.indexOf(root);
+  const p = (order.indexOf(call.rank) - shift + n) % n;
+  const prev = order[(p - 1 + shift + n) % n] as number;
+  const next = order[(p + 1 + shift) % n] as number;
+  const segments = chunkRanges(data.length, Math.max(1, Math.ceil(data.length / segmentElems)));
+  const sends: Promise<void>[] = [];
+  for (let s = 0; s < segments.length; s++) {
+    const seg = segments[s] as (typeof segments)[number];
+    let wire: Uint8Array;
+    if (p > 0) {
+      wire = await call.recv(prev, call.wireBytes(seg.count), 0, s);
+      call.copyFrom(sub(data, seg), wire);
+    } else wire = call.encode(sub(data, seg));
+    if (p < n - 1) sends.push(call.send(next, wire, 0, s));
+  }
+  await Promise.all(sends);
+}

@@ -1,0 +1,148 @@
+import { TandemError } from '../errors/index.js';
+import { bytesOf, bytesPerElement, dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
+import { q8Bytes, q8Pack, q8Unpack, q8UnpackAdd } from '../kernels/q8.js';
+import { reduceInto, type ReduceOp } from '../kernels/reduce.js';
+import type { Range } from './chunks.js';
+import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
+import type { Router } from './router.js';
+
+export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
+export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
+
+/** What the algorithms need to know about the communicator they run on. */
+export interface CommCore {
+  readonly rank: number;
+  readonly size: number;
+  /** World rank of every communicator rank. */
+  readonly members: readonly number[];
+  readonly commId: number;
+  readonly router: Router;
+  readonly timeoutMs: number;
+}
+
+export interface CallSpec {
+  op: CollectiveOp;
+  dtype: DType;
+  reduce: ReduceOp | 'mean' | 'none';
+  q8: boolean;
+  algorithm: Algorithm | 'none';
+  count: number;
+  seq: number;
+  aux: number;
+  channel: 0 | 1;
+}
+
+/**
+ * One collective call in progress: sends and receives carry the call's header, and every
+ * received header is checked against this call, so ranks that disagree fail with
+ * COLL_MISMATCH (and abort the world) instead of hanging or mixing data.
+ */
+export class Call {
+  private readonly template: Header;
+  readonly op: ReduceOp;
+
+  constructor(
+    readonly comm: CommCore,
+    readonly spec: CallSpec,
+  ) {
+    this.op = spec.reduce === 'mean' || spec.reduce === 'none' ? 'sum' : spec.reduce;
+    this.template = {
+      kind: MessageKind.data,
+      op: OpCode[spec.op],
+      dtype: dtypeCodes[spec.dtype],
+      reduce: ReduceCode[spec.reduce] | (spec.q8 ? 0x10 : 0),
+      algorithm: AlgorithmCode[spec.algorithm],
+      lane: 0,
+      step: 0,
+      commId: comm.commId,
+      seq: spec.seq,
+      count: spec.count,
+      src: comm.members[comm.rank] as number,
+      dst: 0,
+      totalBytes: 0,
+      fragOffset: 0,
+      credits: 0,
+      aux: spec.aux,
+      channel: spec.channel,
+    };
+  }
+
+  get rank(): number {
+    return this.comm.rank;
+  }
+
+  get size(): number {
+    return this.comm.size;
+  }
+
+  /** Resolves once `payload` is copied out; a failure is also seen by whoever awaits later. */
+  send(peer: number, payload: Uint8Array, lane = 0, step = 0): Promise<void> {
+    const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload);
+    p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
+    return p;
+  }
+
+  /** The next message of this call from `peer`; `bytes` is the payload length the schedule expects. */
+  async recv(peer: number, bytes: number, lane = 0, step = 0): Promise<Uint8Array> {
+    const src = this.comm.members[peer] as number;
+    const m = await this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template));
+    const h = m.header;
+    const t = this.template;
+    const same = h.op === t.op && h.dtype === t.dtype && h.reduce === t.reduce && h.algorithm === t.algorithm && h.count === t.count && h.seq === t.seq && h.aux === t.aux;
+    if (!same || h.step !== step || m.payload.byteLength !== bytes) {
+      const mine = describeCall(t);
+      const theirs = describeCall(h);
+      const why = same ? (h.step !== step ? `step ${h.step} where step ${step} was expected` : `${m.payload.byteLength} bytes where ${bytes} were expected`) : theirs;
+      const e = new TandemError('COLL_MISMATCH', `rank ${this.rank} called ${mine} but rank ${peer} sent ${why}`, {
+        hint: 'every rank must make the same collective calls in the same order, with the same count, dtype, op, root and algorithm',
+        details: { rank: this.rank, peer, mine, theirs },
+      });
+      this.comm.router.abort(e);
+      throw e;
+    }
+    return m.payload;
+  }
+
+  /** Wire bytes for `n` values of this call (q8 or raw). */
+  wireBytes(n: number): number {
+    return this.spec.q8 ? q8Bytes(n) : n * bytesPerElement(this.spec.dtype);
+  }
+
+  /** The wire form of `values` (a view of them, or a q8 packing). */
+  encode(values: DTypeArray): Uint8Array {
+    if (!this.spec.q8) return bytesOf(values);
+    const out = new Uint8Array(q8Bytes(values.length));
+    q8Pack(values as Float32Array, out);
+    return out;
+  }
+
+  /** acc = acc (op) received values. */
+  reduceFrom(acc: DTypeArray, payload: Uint8Array): void {
+    if (this.spec.q8) q8UnpackAdd(payload, acc as Float32Array);
+    else reduceInto(this.op, this.spec.dtype, acc, viewAs(this.spec.dtype, payload));
+  }
+
+  /** dst = received values. */
+  copyFrom(dst: DTypeArray, payload: Uint8Array): void {
+    if (this.spec.q8) q8Unpack(payload, dst as Float32Array);
+    else dst.set(viewAs(this.spec.dtype, payload));
+  }
+
+  /** With q8, replaces `values` by what receivers will decode, so every rank ends identical. */
+  settle(values: DTypeArray): Uint8Array {
+    const wire = this.encode(values);
+    if (this.spec.q8) q8Unpack(wire, values as Float32Array);
+    return wire;
+  }
+}
+
+export function sub(a: DTypeArray, r: Range): DTypeArray {
+  return a.subarray(r.offset, r.offset + r.count);
+}
+
+/** The union range of chunks [lo, hi) (chunks are contiguous and in order). */
+export function span(chunks: readonly Range[], lo: number, hi: number): Range {
+  const first = chunks[lo] as Range;
+  const last = chunks[hi - 1] as Range;
+  return { offset: first.offset, count: last.offset + last.count - first.offset };
+}

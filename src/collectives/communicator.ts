@@ -1,0 +1,418 @@
+import { TandemError } from '../errors/index.js';
+import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
+import { allocate, bytesPerElement, type DType, type DTypeArray } from '../kernels/dtype.js';
+import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
+import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
+import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
+import { allToAllPairwise } from './all-to-all.js';
+import { broadcastMesh, broadcastRing, broadcastTree } from './broadcast.js';
+import { algorithms, Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';
+import { chunkRanges, type Range } from './chunks.js';
+import { adjacency, findRing, fullMeshGraph, graphOf, inducedGraph, isFullMesh, shortestRoutes, spanningTree, type Graph, type TopologyKind, type Tree } from './graph.js';
+import type { CollectiveOp } from './header.js';
+import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
+import { connectWorld, type Rendezvous } from './rendezvous.js';
+import { Router } from './router.js';
+import { chooseAlgorithm } from './select.js';
+
+export interface CommunicatorOptions {
+  rank: number;
+  size: number;
+  /** The fabric provider to open (default loopback), unless `device` is given. */
+  provider?: ProviderName;
+  device?: Device;
+  /** Who is where; may be omitted for size 1. */
+  rendezvous?: Rendezvous;
+  /** Direct links: a graph or a named topology (default: full mesh). */
+  graph?: Graph | TopologyKind;
+  /** Cluster secret for the fabric's authenticated connection setup. */
+  secret?: string;
+  /** Deadline for every wait inside an operation (default 30000 ms). */
+  timeoutMs?: number;
+  /** Deadline for connecting the world (default 30000 ms). */
+  connectTimeoutMs?: number;
+  listener?: Listener;
+  onListening?: (address: string) => void;
+  /** Receive slots per link and bytes per slot (defaults 8 and 128 KiB). */
+  slots?: number;
+  slotBytes?: number;
+}
+
+export interface CallOptions {
+  /** Override the automatic choice. */
+  algorithm?: Algorithm;
+  /** Needed for Uint16Array data: f16 or bf16. */
+  dtype?: DType;
+}
+
+export interface AllReduceOptions extends CallOptions {
+  op?: ReduceOp | 'mean';
+  /** `q8`: f32 values travel as int8 with one scale per 32 (sum and mean only). */
+  wire?: 'raw' | 'q8';
+}
+
+const badArg = (message: string, hint: string): TandemError => new TandemError('COLL_BAD_ARGUMENT', message, { hint });
+
+/**
+ * A group of ranks that run collectives together. Calls on one communicator run one after
+ * another in call order (each rank must make the same calls in the same order); a failed call
+ * aborts the communicator and every later call fails fast with COLL_ABORTED.
+ */
+export class Communicator implements CommCore {
+  /** The algorithm the last call used (for tests and benchmarks). */
+  lastAlgorithm: Algorithm | undefined;
+  private seq = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+  private readonly sendSeq = new Map<number, number>();
+  private readonly recvSeq = new Map<number, number>();
+  private readonly adj: number[][];
+  private readonly ring: number[];
+  private readonly hasRing: boolean;
+  private readonly fullMesh: boolean;
+  private readonly trees = new Map<number, Tree>();
+  private closed = false;
+
+  constructor(
+    readonly rank: number,
+    readonly size: number,
+    readonly members: readonly number[],
+    readonly commId: number,
+    readonly router: Router,
+    readonly timeoutMs: number,
+    readonly graph: Graph,
+    private readonly owned: { device: Device | undefined } | undefined,
+  ) {
+    let adj: number[][];
+    try {
+      adj = adjacency(graph);
+    } catch {
+      adj = adjacency(fullMeshGraph(size)); // members not linked among themselves: everything is relayed
+    }
+    this.adj = adj;
+    this.fullMesh = isFullMesh(adj);
+    const ring = findRing(adj);
+    this.hasRing = ring !== undefined;
+    this.ring = ring ?? Array.from({ length: size }, (_, i) => i);
+  }
+
+  /** Fragments this rank forwarded for other ranks so far (the relaying at work). */
+  get relayed(): number {
+    return this.router.relayed;
+  }
+
+  private tree(root: number): Tree {
+    let t = this.trees.get(root);
+    if (!t) this.trees.set(root, (t = spanningTree(this.adj, root)));
+    return t;
+  }
+
+  /** Runs calls one at a time, in call order; fails fast once aborted. */
+  private serial<T>(work: () => Promise<T>): Promise<T> {
+    const run = async (): Promise<T> => {
+      const e = this.router.aborted;
+      if (this.closed || e) {
+        throw new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is ${this.closed ? 'closed' : `aborted (${e?.message})`}`, {
+          hint: 'create a new communicator (with the surviving ranks if one was lost)',
+          details: { cause: e?.code },
+          cause: e,
+        });
+      }
+      return work();
+    };
+    const p = this.chain.then(run, run);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  private dtypeOf(data: DTypeArray, o: CallOptions): DType {
+    if (data instanceof Float32Array) return check(o.dtype, 'f32');
+    if (data instanceof Int32Array) return check(o.dtype, 'i32');
+    if (o.dtype === 'f16' || o.dtype === 'bf16') return o.dtype;
+    throw badArg(`a Uint16Array needs dtype 'f16' or 'bf16', got ${String(o.dtype)}`, 'pass { dtype: "f16" } or { dtype: "bf16" }');
+    function check(given: DType | undefined, actual: DType): DType {
+      if (given !== undefined && given !== actual) throw badArg(`dtype '${given}' given for ${actual} data`, `pass ${actual} data or drop the dtype option`);
+      return actual;
+    }
+  }
+
+  private pick(op: CollectiveOp, bytes: number, o: CallOptions, q8: boolean): Algorithm {
+    if (o.algorithm !== undefined) {
+      if (!algorithms.includes(o.algorithm)) throw badArg(`unknown algorithm '${String(o.algorithm)}'`, `use one of ${algorithms.join(', ')}`);
+      if (q8 && (o.algorithm === 'rhd' || o.algorithm === 'tree')) throw badArg(`q8 wire format works with mesh and ring, not ${o.algorithm}`, 'use algorithm mesh or ring, or drop wire: q8');
+      return this.size === 1 ? 'mesh' : o.algorithm;
+    }
+    return chooseAlgorithm(op, bytes, { size: this.size, fullMesh: this.fullMesh, hasRing: this.hasRing }, q8);
+  }
+
+  private call(spec: Omit<CallSpec, 'seq' | 'channel'> & { channel?: 0 | 1; seq?: number }): Call {
+    this.lastAlgorithm = spec.algorithm === 'none' ? undefined : spec.algorithm;
+    return new Call(this, { channel: 0, seq: spec.seq ?? this.seq++, ...spec });
+  }
+
+  private checkCount(count: number): void {
+    if (count > 0xffffffff) throw badArg(`count ${count} exceeds 2^32 - 1 elements`, 'split the call');
+  }
+
+  /** In place: every rank's `data` becomes the reduction over all ranks (op sum by default). */
+  allReduce(data: DTypeArray, options: AllReduceOptions = {}): Promise<void> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(data, options);
+      const reduce = options.op ?? 'sum';
+      if (!['sum', 'max', 'min', 'mean'].includes(reduce)) throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
+      const q8 = options.wire === 'q8';
+      if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean'))) throw badArg(`q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`, 'drop wire: q8 for this call');
+      this.checkCount(data.length);
+      const algorithm = this.pick('all-reduce', data.byteLength, options, q8);
+      const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
+      if (this.size > 1) {
+        if (algorithm === 'mesh') await allReduceMesh(call, data);
+        else if (algorithm === 'ring') await allReduceRing(call, data, this.ring);
+        else if (algorithm === 'rhd') await allReduceRhd(call, data);
+        else await allReduceTree(call, data, this.tree(0));
+      }
+      if (reduce === 'mean') divideInPlace(dtype, data, this.size);
+    });
+  }
+
+  /** Every rank's `data` ([count]) gathered in rank order into a new [size * count] array (or `out`). */
+  allGather(data: DTypeArray, options: CallOptions & { out?: DTypeArray } = {}): Promise<DTypeArray> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(data, options);
+      const count = data.length;
+      this.checkCount(count * this.size);
+      const out = options.out ?? allocate(dtype, count * this.size);
+      if (out.length !== count * this.size || out.constructor !== data.constructor) throw badArg(`all-gather output holds ${out.length} elements, need ${count * this.size}`, 'pass an out array of size * count elements of the same type');
+      out.set(data, this.rank * count);
+      let algorithm = this.pick('all-gather', out.byteLength, options, false);
+      if (algorithm === 'rhd' && (this.size & (this.size - 1)) !== 0) algorithm = 'ring';
+      const call = this.call({ op: 'all-gather', dtype, reduce: 'none', q8: false, algorithm, count, aux: 0 });
+      if (this.size > 1) {
+        if (algorithm === 'mesh') await allGatherMesh(call, out, count);
+        else if (algorithm === 'ring') await allGatherRing(call, out, count, this.ring);
+        else if (algorithm === 'rhd') await allGatherRhd(call, out, count);
+        else await allGatherTree(call, out, count, this.tree(0));
+      }
+      return out;
+    });
+  }
+
+  /**
+   * Reduces `data` ([count]) over all ranks and leaves rank r with chunk r of
+   * chunkRanges(count, size) (sizes differ by at most one); returns that chunk (a view of
+   * `data`). The rest of `data` is scratch afterwards.
+   */
+  reduceScatter(data: DTypeArray, options: AllReduceOptions = {}): Promise<DTypeArray> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(data, options);
+      const reduce = options.op ?? 'sum';
+      if (!['sum', 'max', 'min', 'mean'].includes(reduce)) throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
+      if (options.wire === 'q8') throw badArg('q8 wire format is for all-reduce only', 'drop wire: q8');
+      this.checkCount(data.length);
+      const own = chunkRanges(data.length, this.size)[this.rank] as Range;
+      const algorithm = this.pick('reduce-scatter', data.byteLength, options, false);
+      const call = this.call({ op: 'reduce-scatter', dtype, reduce, q8: false, algorithm, count: data.length, aux: 0 });
+      if (this.size > 1) {
+        const pow2 = (this.size & (this.size - 1)) === 0;
+        if (algorithm === 'mesh') await reduceScatterMesh(call, data);
+        else if (algorithm === 'ring') await reduceScatterRing(call, data, this.ring);
+        else if (algorithm === 'rhd' && pow2) await reduceScatterRhd(call, data);
+        else if (algorithm === 'rhd') await allReduceRhd(call, data);
+        else await allReduceTree(call, data, this.tree(0));
+      }
+      const mine = sub(data, own);
+      if (reduce === 'mean') divideInPlace(dtype, mine, this.size);
+      return mine;
+    });
+  }
+
+  /** In place: `data` of rank `root` is copied into `data` on every rank. */
+  broadcast(data: DTypeArray, root: number, options: CallOptions = {}): Promise<void> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(data, options);
+      if (!Number.isInteger(root) || root < 0 || root >= this.size) throw badArg(`broadcast root ${root} is not a rank of 0..${this.size - 1}`, 'pass a rank of this communicator');
+      this.checkCount(data.length);
+      let algorithm = this.pick('broadcast', data.byteLength, options, false);
+      if (algorithm === 'rhd') algorithm = 'tree';
+      const call = this.call({ op: 'broadcast', dtype, reduce: 'none', q8: false, algorithm, count: data.length, aux: root });
+      if (this.size === 1) return;
+      if (algorithm === 'mesh') await broadcastMesh(call, data, root);
+      else if (algorithm === 'ring') await broadcastRing(call, data, root, this.ring, Math.max(1024, Math.floor((this.router.fragmentBytes * 4) / bytesPerElement(dtype))));
+      else await broadcastTree(call, data, this.tree(root));
+    });
+  }
+
+  /**
+   * All-to-all with per-rank counts: sends sendCounts[j] values (consecutive in `send`, rank
+   * order) to rank j; receives recvCounts[j] values from rank j into the returned array (rank
+   * order). Without recvCounts, the counts are exchanged first.
+   */
+  allToAll(send: DTypeArray, sendCounts: readonly number[], recvCounts?: readonly number[], options: CallOptions = {}): Promise<DTypeArray> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(send, options);
+      const valid = (c: readonly number[]): boolean => c.length === this.size && c.every((x) => Number.isInteger(x) && x >= 0);
+      if (!valid(sendCounts) || sendCounts.reduce((a, b) => a + b, 0) !== send.length) {
+        throw badArg(`all-to-all sendCounts [${sendCounts.join(', ')}] must be ${this.size} non-negative integers summing to ${send.length}`, 'give one count per rank; their sum is the send array length');
+      }
+      let counts = recvCounts;
+      if (counts === undefined) {
+        const gathered = await this.gatherCounts(Int32Array.from(sendCounts));
+        counts = Array.from({ length: this.size }, (_, j) => gathered[j * this.size + this.rank] as number);
+      } else if (!valid(counts)) {
+        throw badArg(`all-to-all recvCounts [${counts.join(', ')}] must be ${this.size} non-negative integers`, 'give one count per rank');
+      }
+      const recv = allocate(dtype, counts.reduce((a, b) => a + b, 0));
+      const call = this.call({ op: 'all-to-all', dtype, reduce: 'none', q8: false, algorithm: 'mesh', count: 0, aux: 0 });
+      await allToAllPairwise(call, send, sendCounts, recv, counts);
+      return recv;
+    });
+  }
+
+  private async gatherCounts(mine: Int32Array): Promise<Int32Array> {
+    const out = new Int32Array(mine.length * this.size);
+    out.set(mine, this.rank * mine.length);
+    const call = this.call({ op: 'all-to-all', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: mine.length, aux: 1 });
+    if (this.size > 1) await allGatherMesh(call, out, mine.length);
+    return out;
+  }
+
+  /** Point to point: `data` to `peer`; resolves once copied out. The peer calls recv(rank, ...). */
+  send(peer: number, data: DTypeArray, options: CallOptions & { tag?: number } = {}): Promise<void> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(data, options);
+      this.checkPeer(peer);
+      const seq = this.sendSeq.get(peer) ?? 0;
+      this.sendSeq.set(peer, seq + 1);
+      const call = this.call({ op: 'send-recv', dtype, reduce: 'none', q8: false, algorithm: 'none', count: data.length, aux: options.tag ?? 0, channel: 1, seq });
+      await call.send(peer, call.encode(data));
+    });
+  }
+
+  /** Point to point: fills `into` with the next message from `peer` (same count, dtype and tag). */
+  recv(peer: number, into: DTypeArray, options: CallOptions & { tag?: number } = {}): Promise<void> {
+    return this.serial(async () => {
+      const dtype = this.dtypeOf(into, options);
+      this.checkPeer(peer);
+      const seq = this.recvSeq.get(peer) ?? 0;
+      this.recvSeq.set(peer, seq + 1);
+      const call = this.call({ op: 'send-recv', dtype, reduce: 'none', q8: false, algorithm: 'none', count: into.length, aux: options.tag ?? 0, channel: 1, seq });
+      call.copyFrom(into, await call.recv(peer, call.wireBytes(into.length)));
+    });
+  }
+
+  private checkPeer(peer: number): void {
+    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
+      throw badArg(`peer ${peer} is not another rank of 0..${this.size - 1} (this is rank ${this.rank})`, 'pass the rank of another member');
+    }
+  }
+
+  /** Returns once every rank has entered the barrier (dissemination: ceil(log2 n) rounds). */
+  barrier(): Promise<void> {
+    return this.serial(() => this.barrierNow());
+  }
+
+  private async barrierNow(): Promise<void> {
+    const call = this.call({ op: 'barrier', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 0, aux: 0 });
+    const empty = new Uint8Array(0);
+    for (let d = 1, step = 0; d < this.size; d *= 2, step++) {
+      const sent = call.send((this.rank + d) % this.size, empty, 0, step);
+      await call.recv((this.rank - d + this.size) % this.size, 0, 0, step);
+      await sent;
+    }
+  }
+
+  /**
+   * Splits into sub-communicators: ranks passing the same `color` form one, ordered by
+   * (key, rank); a negative color opts out (returns undefined). Collective over this
+   * communicator. Sub-communicators share this one's links (pairs without a link among the
+   * members are relayed, possibly through non-members) and its fate: an abort ends both.
+   */
+  split(color: number, key = this.rank): Promise<Communicator | undefined> {
+    return this.serial(async () => {
+      if (!Number.isInteger(color) || !Number.isInteger(key)) throw badArg(`split color ${color} and key ${key} must be integers`, 'pass integers');
+      const seq = this.seq;
+      const table = await this.gatherSplit(Int32Array.of(color, key));
+      if (color < 0) return undefined;
+      const ranks = Array.from({ length: this.size }, (_, r) => r)
+        .filter((r) => table[2 * r] === color)
+        .sort((a, b) => (table[2 * a + 1] as number) - (table[2 * b + 1] as number) || a - b);
+      const commId = (Math.imul(this.commId ^ 0x9e3779b9, 31) + Math.imul(seq + 1, 0x85ebca6b) + Math.imul(color + 1, 0xc2b2ae35)) >>> 0 || 1;
+      const members = ranks.map((r) => this.members[r] as number);
+      return new Communicator(ranks.indexOf(this.rank), ranks.length, members, commId, this.router, this.timeoutMs, inducedGraph(this.graph, ranks), undefined);
+    });
+  }
+
+  private async gatherSplit(mine: Int32Array): Promise<Int32Array> {
+    const out = new Int32Array(2 * this.size);
+    out.set(mine, 2 * this.rank);
+    const call = this.call({ op: 'split', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 2, aux: 0 });
+    if (this.size > 1) await allGatherMesh(call, out, 2);
+    return out;
+  }
+
+  /** Fails every pending and later call on every rank of this world with COLL_ABORTED; returns at once. */
+  abort(reason = 'abort() called'): void {
+    this.router.abort(
+      new TandemError('COLL_ABORTED', `rank ${this.rank} aborted the communicator: ${reason}`, {
+        hint: 'create a new communicator',
+        details: { rank: this.rank },
+      }),
+    );
+  }
+
+  /**
+   * Ends this communicator. On the world communicator: a barrier (bounded, skipped when
+   * aborted), then goodbye messages and the connections closed. Sub-communicators just stop.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    if (this.owned === undefined) {
+      this.closed = true;
+      return;
+    }
+    if (!this.router.aborted) await this.barrier().catch(() => undefined);
+    this.closed = true;
+    await this.router.shutdown();
+    await this.owned.device?.close();
+  }
+}
+
+/** Connects rank `rank` of a world of `size` and returns its communicator. */
+export async function createCommunicator(options: CommunicatorOptions): Promise<Communicator> {
+  const { rank, size } = options;
+  if (!Number.isInteger(size) || size < 1 || size > 65535 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
+    throw badArg(`rank ${rank} of size ${size} is not valid`, 'pass 0 <= rank < size <= 65535');
+  }
+  const graph = typeof options.graph === 'string' ? graphOf(options.graph, size) : (options.graph ?? fullMeshGraph(size));
+  if (graph.size !== size) throw new TandemError('COLL_BAD_GRAPH', `graph has ${graph.size} ranks, the world ${size}`, { hint: 'pass a graph of the world size' });
+  const adj = adjacency(graph);
+  const routes = shortestRoutes(adj);
+  const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
+  try {
+    const pd = device.allocPd();
+    const cq = device.createCq();
+    let links: Awaited<ReturnType<typeof connectWorld>> = [];
+    if (size > 1) {
+      if (options.rendezvous === undefined) throw badArg(`a world of ${size} ranks needs a rendezvous`, "pass rendezvous: { kind: 'root', address: 'host:port' }");
+      links = await connectWorld({
+        rank,
+        size,
+        device,
+        pd,
+        cq,
+        rendezvous: options.rendezvous,
+        adj,
+        secret: options.secret ?? 'tandem',
+        timeoutMs: options.connectTimeoutMs ?? 30_000,
+        ...(options.listener ? { listener: options.listener } : {}),
+        ...(options.onListening ? { onListening: options.onListening } : {}),
+      });
+    }
+    const router = new Router({ rank, size, links, routes, cq, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
+    router.start();
+    const members = Array.from({ length: size }, (_, i) => i);
+    return new Communicator(rank, size, members, 1, router, options.timeoutMs ?? 30_000, graph, { device: options.device ? undefined : device });
+  } catch (e) {
+    if (!options.device) await device.close().catch(() => undefined);
+    throw e;
+  }
+}

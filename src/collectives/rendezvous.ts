@@ -1,0 +1,172 @@
+import { TandemError, isTandemError } from '../errors/index.js';
+import { Access, type CompletionQueue, type Device, type Listener, type ProtectionDomain, type QueuePair } from '../fabric/index.js';
+import type { LinkSpec } from './router.js';
+
+/**
+ * Who is where. `hosts`: every rank listens at addresses[rank] (host:port) and the links of
+ * the graph are made directly. `root`: rank 0 listens at `address` and acts as the
+ * rendezvous server: every other rank listens on a free port of `host`, tells rank 0 where,
+ * and gets the whole table back; the connection to rank 0 stays open as a link.
+ */
+export type Rendezvous = { kind: 'hosts'; addresses: readonly string[] } | { kind: 'root'; address: string; host?: string };
+
+export interface ConnectWorldOptions {
+  rank: number;
+  size: number;
+  device: Device;
+  pd: ProtectionDomain;
+  cq: CompletionQueue;
+  rendezvous: Rendezvous;
+  /** Sorted neighbour lists of the world graph. */
+  adj: readonly number[][];
+  secret: string;
+  timeoutMs: number;
+  /** A listener already open for this rank (e.g. rank 0 on port 0 in tests). */
+  listener?: Listener;
+  onListening?: (address: string) => void;
+  signal?: AbortSignal;
+}
+
+export function parseAddress(text: string): { host: string; port: number } {
+  const at = text.lastIndexOf(':');
+  const port = Number(text.slice(at + 1));
+  if (at <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new TandemError('COLL_BAD_ARGUMENT', `rendezvous address '${text}' is not host:port`, {
+      hint: 'write addresses as host:port, e.g. 127.0.0.1:7000',
+    });
+  }
+  return { host: text.slice(0, at), port };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Connects to a rank that may not be listening yet: retries refused connections until the deadline. */
+async function connectRetry(o: ConnectWorldOptions, address: string, deadline: number, peer: number, extra: Record<string, unknown> = {}): Promise<QueuePair> {
+  const { host, port } = parseAddress(address);
+  for (;;) {
+    const left = deadline - Date.now();
+    try {
+      const info = { ...extra, rank: o.rank, size: o.size };
+      return await o.device.connect({ host, port, secret: o.secret, pd: o.pd, cq: o.cq, info, timeoutMs: Math.max(1, left), ...(o.signal ? { signal: o.signal } : {}) });
+    } catch (e) {
+      if (!isTandemError(e, 'FABRIC_CONNECT_FAILED') || Date.now() + 50 >= deadline) throw rendezvousError(o, `could not connect to rank ${peer} at ${address}`, e);
+      await sleep(50);
+    }
+  }
+}
+
+function rendezvousError(o: ConnectWorldOptions, what: string, cause: unknown): TandemError {
+  return new TandemError('COLL_RENDEZVOUS', `rank ${o.rank} of ${o.size}: ${what}: ${(cause as Error)?.message ?? String(cause)}`, {
+    hint: 'start every rank with the same size, rendezvous and secret, and check that the addresses are reachable',
+    details: { rank: o.rank },
+    cause,
+  });
+}
+
+/** Accepts `count` authenticated peers, each identified by the rank it sends as info. */
+async function acceptPeers(o: ConnectWorldOptions, listener: Listener, expected: ReadonlySet<number>, deadline: number): Promise<Map<number, QueuePair>> {
+  const got = new Map<number, QueuePair>();
+  while (got.size < expected.size) {
+    let qp: QueuePair;
+    try {
+      qp = await listener.accept({ pd: o.pd, cq: o.cq, info: { rank: o.rank, size: o.size }, timeoutMs: Math.max(1, deadline - Date.now()), ...(o.signal ? { signal: o.signal } : {}) });
+    } catch (e) {
+      const missing = [...expected].filter((r) => !got.has(r));
+      throw rendezvousError(o, `ranks ${missing.join(', ')} did not connect within the deadline`, e);
+    }
+    const peer = qp.peerInfo.rank;
+    if (typeof peer !== 'number' || !expected.has(peer) || got.has(peer) || qp.peerInfo.size !== o.size) {
+      await qp.close().catch(() => undefined);
+      throw rendezvousError(o, `unexpected peer (rank ${String(peer)}, size ${String(qp.peerInfo.size)})`, new Error('rank or size mismatch'));
+    }
+    got.set(peer, qp);
+  }
+  return got;
+}
+
+/** Sends or receives one small JSON message on a fresh queue pair (before the router owns it). */
+async function exchangeTable(o: ConnectWorldOptions, qps: QueuePair[], table: string[] | undefined, deadline: number): Promise<string[]> {
+  const mr = o.pd.allocate(64 * 1024, Access.LOCAL_WRITE);
+  try {
+    if (table) {
+      const bytes = new TextEncoder().encode(JSON.stringify(table));
+      if (bytes.byteLength > mr.length) throw rendezvousError(o, 'address table too large', new Error(`${bytes.byteLength} bytes`));
+      mr.buffer.set(bytes, 0);
+      qps.forEach((qp, i) => qp.postSend({ wrId: i, opcode: 'send', sgl: [mr.sge(0, bytes.byteLength)] }));
+      let done = 0;
+      while (done < qps.length) {
+        for (const wc of await o.cq.wait({ timeoutMs: Math.max(1, deadline - Date.now()) })) {
+          if (wc.status !== 'success') throw rendezvousError(o, 'sending the address table failed', new Error(wc.status));
+          done++;
+        }
+      }
+      return table;
+    }
+    const qp = qps[0] as QueuePair;
+    qp.postRecv({ wrId: 0, sgl: [mr.sge(0, mr.length)] });
+    const [wc] = await o.cq.wait({ timeoutMs: Math.max(1, deadline - Date.now()), max: 1 });
+    if (wc === undefined || wc.status !== 'success') throw rendezvousError(o, 'receiving the address table failed', new Error(wc?.status ?? 'none'));
+    const parsed = JSON.parse(new TextDecoder().decode(mr.buffer.subarray(0, wc.byteLen))) as unknown;
+    if (!Array.isArray(parsed) || parsed.length !== o.size || !parsed.every((a) => typeof a === 'string')) {
+      throw rendezvousError(o, 'rank 0 sent a malformed address table', new Error('bad table'));
+    }
+    return parsed as string[];
+  } catch (e) {
+    throw isTandemError(e) ? e : rendezvousError(o, 'address table exchange failed', e);
+  } finally {
+    mr.deregister();
+  }
+}
+
+/**
+ * Builds one queue pair per graph edge (the higher rank connects to the lower one), plus
+ * rank 0's rendezvous connections in `root` mode. Returns the links of this rank.
+ */
+export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> {
+  const deadline = Date.now() + o.timeoutMs;
+  const neighbours = o.adj[o.rank] ?? [];
+  const lower = neighbours.filter((r) => r < o.rank);
+  const higher = new Set(neighbours.filter((r) => r > o.rank));
+  const links = new Map<number, QueuePair>();
+  let listener = o.listener;
+  let table: string[];
+  try {
+    if (o.rendezvous.kind === 'hosts') {
+      table = [...o.rendezvous.addresses];
+      if (table.length !== o.size) throw rendezvousError(o, `${table.length} addresses given for ${o.size} ranks`, new Error('size'));
+      if (listener === undefined && higher.size > 0) {
+        const { host, port } = parseAddress(table[o.rank] as string);
+        listener = await o.device.listen({ host, port, secret: o.secret });
+      }
+    } else {
+      const root = parseAddress(o.rendezvous.address);
+      if (o.rank === 0) {
+        listener ??= await o.device.listen({ host: root.host, port: root.port, secret: o.secret });
+        o.onListening?.(`${listener.host}:${listener.port}`);
+        const all = new Set(Array.from({ length: o.size - 1 }, (_, i) => i + 1));
+        for (const [peer, qp] of await acceptPeers(o, listener, all, deadline)) links.set(peer, qp);
+        table = Array.from({ length: o.size }, (_, r) => (r === 0 ? `${listener?.host}:${listener?.port}` : `${String(links.get(r)?.peerInfo.host)}:${String(links.get(r)?.peerInfo.port)}`));
+        await exchangeTable(o, [...links.values()], table, deadline);
+      } else {
+        if (higher.size > 0) listener ??= await o.device.listen({ host: o.rendezvous.host ?? root.host, port: 0, secret: o.secret });
+        const me = { host: listener?.host ?? '', port: listener?.port ?? 0 };
+        const qp = await connectRetry(o, o.rendezvous.address, deadline, 0, me);
+        links.set(0, qp);
+        table = await exchangeTable(o, [qp], undefined, deadline);
+      }
+    }
+    const accepting = new Set([...higher].filter((r) => !links.has(r)));
+    const [accepted, connected] = await Promise.all([
+      accepting.size > 0 && listener ? acceptPeers(o, listener, accepting, deadline) : Promise.resolve(new Map<number, QueuePair>()),
+      Promise.all(lower.filter((r) => !links.has(r)).map(async (r) => [r, await connectRetry(o, table[r] as string, deadline, r)] as const)),
+    ]);
+    for (const [r, qp] of accepted) links.set(r, qp);
+    for (const [r, qp] of connected) links.set(r, qp);
+  } catch (e) {
+    await Promise.all([...links.values()].map((qp) => qp.close().catch(() => undefined)));
+    throw e;
+  } finally {
+    if (listener && listener !== o.listener) await listener.close().catch(() => undefined);
+  }
+  return [...links.entries()].sort((a, b) => a[0] - b[0]).map(([peer, qp]) => ({ peer, qp }));
+}

@@ -1,0 +1,438 @@
+import { TandemError, isTandemError } from '../errors/index.js';
+import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type WorkCompletion } from '../fabric/types.js';
+import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
+
+/**
+ * The message layer under every communicator of one world: one queue pair per linked
+ * neighbour, SEND/RECV into pre-posted slots with credit flow control (a sender never has
+ * more fragments in flight than the receiver posted), fragmentation of large messages,
+ * forwarding of messages whose destination is not this rank (relaying along shortest
+ * routes), mailboxes per (communicator, channel, source, lane), and abort propagation.
+ *
+ * Progress: one pump task waits on the completion queue and handles every completion,
+ * independently of what the algorithms are doing; so credits always flow back and relays
+ * always forward, and awaiting a send can never deadlock.
+ */
+
+export interface LinkSpec {
+  peer: number;
+  qp: QueuePair;
+}
+
+export interface RouterOptions {
+  rank: number;
+  size: number;
+  links: LinkSpec[];
+  /** nextHop[rank][dst] for this world. */
+  routes: number[][];
+  cq: CompletionQueue;
+  /** Receive slots (and send slots) per link; default 8. */
+  slots?: number;
+  /** Bytes per slot including the header; default 128 KiB. */
+  slotBytes?: number;
+}
+
+/** A message delivered to a mailbox: the header of its first fragment and the whole payload. */
+export interface Message {
+  header: Header;
+  payload: Uint8Array;
+}
+
+interface Outgoing {
+  header: Header;
+  payload: Uint8Array;
+  /** Resolves the sender once its last fragment is copied into a send slot. */
+  done?: () => void;
+  fail?: (e: unknown) => void;
+}
+
+interface Link {
+  index: number;
+  peer: number;
+  qp: QueuePair;
+  mr: MemoryRegion;
+  view: DataView;
+  freeSend: number[];
+  credits: number;
+  owed: number;
+  queue: Outgoing[];
+  queueHead: number;
+  dead: boolean;
+}
+
+interface Waiter {
+  resolve: (m: Message) => void;
+  reject: (e: unknown) => void;
+  timer: NodeJS.Timeout | undefined;
+}
+
+interface Box {
+  messages: Message[];
+  waiters: Waiter[];
+  partial: Message | undefined;
+  filled: number;
+}
+
+const NO_RANK = 0xffff;
+
+export class Router {
+  readonly rank: number;
+  readonly size: number;
+  readonly routes: number[][];
+  /** Fragments this rank forwarded for others (relaying), for tests and stats. */
+  relayed = 0;
+  private readonly links: Link[] = [];
+  private readonly linkTo = new Map<number, Link>();
+  private readonly byQp = new Map<number, Link>();
+  private readonly boxes = new Map<string, Box>();
+  private readonly slots: number;
+  private readonly slotBytes: number;
+  private readonly cq: CompletionQueue;
+  private readonly pumpAbort = new AbortController();
+  private error: TandemError | undefined;
+  private closing = false;
+  private pumpDone: Promise<void> = Promise.resolve();
+  private readonly abortListeners: ((e: TandemError) => void)[] = [];
+
+  constructor(options: RouterOptions) {
+    this.rank = options.rank;
+    this.size = options.size;
+    this.routes = options.routes;
+    this.cq = options.cq;
+    this.slots = options.slots ?? 8;
+    this.slotBytes = options.slotBytes ?? 128 * 1024;
+    for (const spec of options.links) {
+      const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE);
+      const link: Link = {
+        index: this.links.length,
+        peer: spec.peer,
+        qp: spec.qp,
+        mr,
+        view: new DataView(mr.buffer.buffer, mr.buffer.byteOffset, mr.buffer.byteLength),
+        freeSend: Array.from({ length: this.slots }, (_, i) => this.slots + i),
+        credits: this.slots,
+        owed: 0,
+        queue: [],
+        queueHead: 0,
+        dead: false,
+      };
+      this.links.push(link);
+      this.linkTo.set(spec.peer, link);
+      this.byQp.set(spec.qp.qpNum, link);
+      for (let s = 0; s < this.slots; s++) this.postRecv(link, s);
+    }
+  }
+
+  /** Largest payload that fits one fragment. */
+  get fragmentBytes(): number {
+    return this.slotBytes - headerBytes;
+  }
+
+  get aborted(): TandemError | undefined {
+    return this.error;
+  }
+
+  start(): void {
+    this.pumpDone = this.pump();
+  }
+
+  onAbort(listener: (e: TandemError) => void): void {
+    this.abortListeners.push(listener);
+  }
+
+  /** Whether `peer` is a direct neighbour. */
+  linked(peer: number): boolean {
+    return this.linkTo.has(peer);
+  }
+
+  private postRecv(link: Link, slot: number): void {
+    link.qp.postRecv({ wrId: link.index * 65536 + slot * 2 + 1, sgl: [link.mr.sge(slot * this.slotBytes, this.slotBytes)] });
+  }
+
+  /**
+   * Queues a message for `header.dst`; resolves when every fragment has been copied out of
+   * `payload` (the caller may then reuse it). Rejects once the router is aborted.
+   */
+  send(header: Header, payload: Uint8Array): Promise<void> {
+    if (this.error) return Promise.reject(this.error);
+    const link = this.linkTo.get(this.routes[this.rank]?.[header.dst] as number);
+    if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
+    return new Promise<void>((resolve, reject) => {
+      const total = payload.byteLength;
+      const frag = this.fragmentBytes;
+      for (let off = 0; off === 0 || off < total; off += frag) {
+        const last = off + frag >= total;
+        const out: Outgoing = {
+          header: { ...header, totalBytes: total, fragOffset: off },
+          payload: payload.subarray(off, Math.min(total, off + frag)),
+        };
+        if (last) {
+          out.done = resolve;
+          out.fail = reject;
+        }
+        link.queue.push(out);
+      }
+      this.drain(link);
+    });
+  }
+
+  /** Posts queued fragments while slots and credits allow (one credit stays for control messages). */
+  private drain(link: Link): void {
+    while (link.queueHead < link.queue.length && link.freeSend.length > 0 && !link.dead) {
+      const out = link.queue[link.queueHead] as Outgoing;
+      const control = out.header.kind !== MessageKind.data;
+      if (link.credits < (control ? 1 : 2)) break;
+      link.queueHead++;
+      this.post(link, out);
+      out.done?.();
+    }
+    if (link.queueHead > 1024 && link.queueHead * 2 > link.queue.length) {
+      link.queue = link.queue.slice(link.queueHead);
+      link.queueHead = 0;
+    }
+    // Return credits without data when enough are owed; this may use the reserved credit,
+    // so two ranks both blocked on credits can always unblock each other.
+    if (link.owed >= this.slots / 2 && link.credits >= 1 && link.freeSend.length > 0 && !link.dead) {
+      this.post(link, { header: controlHeader(MessageKind.credit, this.rank, link.peer), payload: new Uint8Array(0) });
+    }
+  }
+
+  private post(link: Link, out: Outgoing): void {
+    const slot = link.freeSend.pop() as number;
+    const at = slot * this.slotBytes;
+    out.header.credits = link.owed;
+    link.owed = 0;
+    link.credits--;
+    writeHeader(link.view, at, out.header);
+    link.mr.buffer.set(out.payload, at + headerBytes);
+    try {
+      link.qp.postSend({ wrId: link.index * 65536 + slot * 2, opcode: 'send', sgl: [link.mr.sge(at, headerBytes + out.payload.byteLength)] });
+    } catch (e) {
+      this.linkFailed(link, e);
+    }
+  }
+
+  /**
+   * The next message from `src` on (commId, channel, lane), in send order. Rejects with
+   * COLL_TIMEOUT after `timeoutMs` (and aborts the world: a late message would desynchronise
+   * every later call), or with the abort error.
+   */
+  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string): Promise<Message> {
+    if (this.error) return Promise.reject(this.error);
+    const box = this.box(boxKey(commId, channel, src, lane));
+    const ready = box.messages.shift();
+    if (ready) return Promise.resolve(ready);
+    return new Promise<Message>((resolve, reject) => {
+      const waiter: Waiter = { resolve, reject, timer: undefined };
+      waiter.timer = setTimeout(() => {
+        const e = new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
+          hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
+          details: { rank: this.rank, peer: src, timeoutMs },
+        });
+        this.abort(e);
+      }, timeoutMs);
+      box.waiters.push(waiter);
+    });
+  }
+
+  private box(key: string): Box {
+    let box = this.boxes.get(key);
+    if (box === undefined) {
+      box = { messages: [], waiters: [], partial: undefined, filled: 0 };
+      this.boxes.set(key, box);
+    }
+    return box;
+  }
+
+  private async pump(): Promise<void> {
+    while (!this.closing) {
+      let wcs: WorkCompletion[];
+      try {
+        wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
+      } catch (e) {
+        if (isTandemError(e, 'FABRIC_WAIT_TIMEOUT')) continue;
+        if (this.closing || this.pumpAbort.signal.aborted) return;
+        this.abort(new TandemError('COLL_ABORTED', `rank ${this.rank}: waiting for completions failed: ${(e as Error).message}`, { hint: 'see the cause', cause: e }));
+        return;
+      }
+      for (const wc of wcs) this.complete(wc);
+    }
+  }
+
+  private complete(wc: WorkCompletion): void {
+    const link = this.byQp.get(wc.qpNum) ?? this.links[Math.floor(wc.wrId / 65536)];
+    if (link === undefined) return;
+    const slot = (wc.wrId % 65536) >> 1;
+    if (wc.status !== 'success') {
+      this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
+      return;
+    }
+    if ((wc.wrId & 1) === 0) {
+      link.freeSend.push(slot);
+      this.drain(link);
+      return;
+    }
+    const at = slot * this.slotBytes;
+    let header: Header;
+    try {
+      header = readHeader(link.view, at, wc.byteLen, link.peer);
+    } catch (e) {
+      this.abort(e as TandemError);
+      return;
+    }
+    link.credits += header.credits;
+    const payload = link.mr.buffer.subarray(at + headerBytes, at + wc.byteLen);
+    if (header.kind === MessageKind.data) {
+      if (header.dst === this.rank) this.deliver(header, payload);
+      else this.forward(header, payload);
+    } else if (header.kind === MessageKind.abort) {
+      this.remoteAbort(header, payload, link.peer);
+    } else if (header.kind === MessageKind.bye) {
+      link.dead = true; // the peer closes on purpose: its connection ending is not a failure
+      return;
+    }
+    if (!link.dead && !this.closing) {
+      this.postRecv(link, slot);
+      link.owed++;
+    }
+    this.drain(link);
+  }
+
+  private deliver(h: Header, fragment: Uint8Array): void {
+    const box = this.box(boxKey(h.commId, h.channel, h.src, h.lane));
+    if (h.fragOffset === 0) {
+      box.partial = { header: h, payload: new Uint8Array(h.totalBytes) };
+      box.filled = 0;
+    }
+    const m = box.partial;
+    if (m === undefined) return;
+    m.payload.set(fragment, h.fragOffset);
+    box.filled += fragment.byteLength;
+    if (box.filled < h.totalBytes) return;
+    box.partial = undefined;
+    const w = box.waiters.shift();
+    if (w) {
+      clearTimeout(w.timer);
+      w.resolve(m);
+    } else box.messages.push(m);
+  }
+
+  private forward(h: Header, fragment: Uint8Array): void {
+    const next = this.linkTo.get(this.routes[this.rank]?.[h.dst] as number);
+    if (next === undefined) return;
+    this.relayed++;
+    next.queue.push({ header: { ...h }, payload: fragment.slice() });
+    this.drain(next);
+  }
+
+  private linkFailed(link: Link, cause: unknown, status?: string): void {
+    if (link.dead) return;
+    link.dead = true;
+    if (this.closing || this.error) return;
+    this.abort(
+      new TandemError('COLL_PEER_LOST', `rank ${this.rank} lost its link to rank ${link.peer} (${status ?? 'post failed'})`, {
+        hint: `rank ${link.peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
+        details: { rank: link.peer, reportedBy: this.rank, status },
+        cause,
+      }),
+    );
+  }
+
+  private remoteAbort(h: Header, payload: Uint8Array, from: number): void {
+    if (this.error || this.closing) return;
+    let info: { code?: string; message?: string; rank?: number } = {};
+    try {
+      info = JSON.parse(new TextDecoder().decode(payload)) as typeof info;
+    } catch {
+      info = {};
+    }
+    const code = info.code === 'COLL_PEER_LOST' || info.code === 'COLL_MISMATCH' || info.code === 'COLL_TIMEOUT' ? info.code : 'COLL_ABORTED';
+    const lost = h.aux === NO_RANK ? undefined : h.aux;
+    const text = code === 'COLL_PEER_LOST' && lost !== undefined ? `rank ${lost} was lost (reported by rank ${h.src} via rank ${from}): ${info.message ?? ''}` : `rank ${h.src} aborted the communicator: ${info.message ?? 'no reason given'}`;
+    this.abort(
+      new TandemError(code, text, {
+        hint: code === 'COLL_MISMATCH' ? 'make every rank call the same collectives in the same order with the same count, dtype and op' : 'the communicator is aborted on every rank; create a new one',
+        details: { rank: lost ?? h.src, reportedBy: h.src },
+      }),
+    );
+  }
+
+  /**
+   * Aborts this world: every pending and later receive or send fails with `error`, and an
+   * abort notice floods to every neighbour (so ranks that are not linked to the cause fail
+   * fast too). Returns at once.
+   */
+  abort(error: TandemError): void {
+    if (this.error) return;
+    this.error = error;
+    const lost = error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number' ? error.details.rank : NO_RANK;
+    const body = new TextEncoder().encode(JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, 4000));
+    for (const link of this.links) {
+      for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(error);
+      link.queue = [];
+      link.queueHead = 0;
+      if (link.dead) continue;
+      const h = controlHeader(MessageKind.abort, this.rank, link.peer);
+      h.aux = lost;
+      if (link.credits >= 1 && link.freeSend.length > 0) this.post(link, { header: h, payload: body });
+    }
+    for (const box of this.boxes.values()) {
+      for (const w of box.waiters) {
+        clearTimeout(w.timer);
+        w.reject(error);
+      }
+      box.waiters = [];
+    }
+    for (const l of this.abortListeners) l(error);
+  }
+
+  /**
+   * Graceful end: says goodbye on every link (so peers do not mistake the closing connection
+   * for a crash), waits up to `timeoutMs` for queued fragments to leave, then closes.
+   */
+  async shutdown(timeoutMs = 2000): Promise<void> {
+    if (!this.error) {
+      for (const link of this.links) {
+        if (link.dead) continue;
+        link.queue.push({ header: controlHeader(MessageKind.bye, this.rank, link.peer), payload: new Uint8Array(0) });
+        this.drain(link);
+      }
+      const deadline = Date.now() + timeoutMs;
+      const idle = (): boolean => this.links.every((l) => l.dead || (l.queueHead === l.queue.length && l.freeSend.length === this.slots));
+      while (!idle() && Date.now() < deadline && !this.error) await new Promise((r) => setTimeout(r, 2));
+    }
+    await this.close();
+  }
+
+  /** Stops the pump and closes every queue pair. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    if (!this.error) {
+      this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, { hint: 'create a new communicator' });
+      for (const box of this.boxes.values()) for (const w of box.waiters) {
+        clearTimeout(w.timer);
+        w.reject(this.error);
+      }
+    }
+    this.closing = true;
+    this.pumpAbort.abort('closing');
+    this.cq.abort('closing');
+    await this.pumpDone;
+    await Promise.all(this.links.map((l) => l.qp.close().catch(() => undefined)));
+    for (const l of this.links) {
+      try {
+        l.mr.deregister();
+      } catch {
+        /* already gone with its device */
+      }
+    }
+  }
+}
+
+function boxKey(commId: number, channel: number, src: number, lane: number): string {
+  return `${commId}:${channel}:${src}:${lane}`;
+}
+
+function controlHeader(kind: number, src: number, dst: number): Header {
+  return { kind, op: 0, dtype: 0, reduce: 0, algorithm: 0, lane: 0, step: 0, commId: 0, seq: 0, count: 0, src, dst, totalBytes: 0, fragOffset: 0, credits: 0, aux: 0, channel: 0 };
+}

@@ -1,0 +1,37 @@
+import type { Algorithm } from './call.js';
+import type { CollectiveOp } from './header.js';
+
+/** What the choice of algorithm looks at besides the operation and its size. */
+export interface TopologyFacts {
+  size: number;
+  /** Every pair linked directly. */
+  fullMesh: boolean;
+  /** The links contain a cycle through every rank (ring algorithms need no relays). */
+  hasRing: boolean;
+}
+
+const SMALL = 16 * 1024;
+const MEDIUM = 256 * 1024;
+
+/**
+ * The algorithm for one call, from the operation, its bytes (per rank input for all-reduce,
+ * reduce-scatter and broadcast; output for all-gather) and the topology. Every rank computes
+ * the same answer from the same call, so no agreement round is needed.
+ *
+ * - full mesh: mesh for small messages (one step); rhd for medium ones on 4+ ranks
+ *   (log-depth); ring for large ones (bandwidth-optimal).
+ * - a ring of links: tree (over real links) for small, ring for large.
+ * - anything else (line, star, partial): tree over real links; all-to-all is relayed.
+ */
+export function chooseAlgorithm(op: CollectiveOp, bytes: number, t: TopologyFacts, q8: boolean): Algorithm {
+  if (t.size <= 1 || op === 'all-to-all' || op === 'barrier' || op === 'send-recv') return 'mesh';
+  if (q8) return t.fullMesh && bytes <= MEDIUM ? 'mesh' : 'ring';
+  if (t.fullMesh) {
+    if (op === 'broadcast') return bytes <= MEDIUM ? (t.size <= 4 ? 'mesh' : 'tree') : 'ring';
+    if (bytes <= SMALL) return t.size <= 8 ? 'mesh' : 'rhd';
+    if (bytes <= MEDIUM && t.size >= 4 && op !== 'all-gather') return 'rhd';
+    return 'ring';
+  }
+  if (t.hasRing && bytes > SMALL) return 'ring';
+  return 'tree';
+}
