@@ -1,0 +1,229 @@
+import { randomInt } from 'node:crypto';
+import { TandemError } from '../../errors/index.js';
+import { Rng } from './rng.js';
+
+export interface SamplerOptions {
+  /** 0 samples greedily (argmax, lowest id on ties). Default 0.8. */
+  temperature?: number;
+  /** Keep the k most likely tokens; 0 disables. Default 40. */
+  topK?: number;
+  /** Keep the smallest most-likely set whose probability reaches p; 1 disables. Default 0.95. */
+  topP?: number;
+  /** Drop tokens less likely than minP x the most likely one; 0 disables. Default 0.05. */
+  minP?: number;
+  /** Divide positive logits (multiply negative ones) of recent tokens by this; 1 disables. Default 1. */
+  repeatPenalty?: number;
+  /** How many recent tokens the penalty looks at. Default 64. */
+  repeatLastN?: number;
+  /** Fixes the random sequence; default a random seed (see `seed`). */
+  seed?: number;
+}
+
+/** The candidates left after filtering, most likely first, with their final probabilities. */
+export interface Distribution {
+  ids: number[];
+  probs: number[];
+}
+
+function paramError(name: string, value: unknown, want: string): TandemError {
+  return new TandemError(
+    'SAMPLER_PARAMS',
+    `sampler ${name} = ${String(value)} is invalid: it must be ${want}`,
+    {
+      hint: `pass ${name} as ${want}`,
+      details: { [name]: value },
+    },
+  );
+}
+
+function check(name: string, v: number, ok: boolean, want: string): number {
+  if (!Number.isFinite(v) || !ok) throw paramError(name, v, want);
+  return v;
+}
+
+/**
+ * Picks the next token from logits. Order as llama.cpp's default chain: repetition penalty,
+ * top-k, top-p, min-p, temperature, then a draw from the softmax (or argmax at temperature 0).
+ * `sample` records the token it returns in the penalty window; `accept` records others
+ * (e.g. the prompt).
+ */
+export class Sampler {
+  readonly temperature: number;
+  readonly topK: number;
+  readonly topP: number;
+  readonly minP: number;
+  readonly repeatPenalty: number;
+  readonly repeatLastN: number;
+  readonly seed: number;
+  private readonly rng: Rng;
+  private history: number[] = [];
+
+  constructor(options: SamplerOptions = {}) {
+    this.temperature = check(
+      'temperature',
+      options.temperature ?? 0.8,
+      (options.temperature ?? 0.8) >= 0,
+      'a number >= 0',
+    );
+    const k = options.topK ?? 40;
+    this.topK = check('topK', k, Number.isInteger(k) && k >= 0, 'an integer >= 0');
+    const p = options.topP ?? 0.95;
+    this.topP = check('topP', p, p > 0 && p <= 1, 'a number in (0, 1]');
+    const m = options.minP ?? 0.05;
+    this.minP = check('minP', m, m >= 0 && m <= 1, 'a number in [0, 1]');
+    const r = options.repeatPenalty ?? 1;
+    this.repeatPenalty = check('repeatPenalty', r, r > 0, 'a number > 0');
+    const n = options.repeatLastN ?? 64;
+    this.repeatLastN = check('repeatLastN', n, Number.isInteger(n) && n >= 0, 'an integer >= 0');
+    const seed = options.seed ?? randomInt(2 ** 32);
+    this.seed = check('seed', seed, Number.isSafeInteger(seed) && seed >= 0, 'an integer >= 0');
+    this.rng = new Rng(seed % 2 ** 32);
+  }
+
+  /** Records tokens (prompt or generated elsewhere) for the repetition penalty. */
+  accept(...ids: number[]): void {
+    for (const id of ids) this.history.push(id);
+    const keep = Math.max(this.repeatLastN, 0);
+    if (this.history.length > keep * 2 + 64) this.history = this.history.slice(-keep);
+  }
+
+  /** Forgets the penalty window (the random sequence continues). */
+  reset(): void {
+    this.history = [];
+  }
+
+  sample(logits: Float32Array): number {
+    const dist = this.distribution(logits);
+    let id = dist.ids[0] as number;
+    if (dist.ids.length > 1) {
+      let u = this.rng.next();
+      for (let i = 0; i < dist.ids.length; i++) {
+        u -= dist.probs[i] as number;
+        if (u < 0 || i === dist.ids.length - 1) {
+          id = dist.ids[i] as number;
+          break;
+        }
+      }
+    }
+    this.accept(id);
+    return id;
+  }
+
+  /** The filtered distribution `sample` draws from (one certain token at temperature 0). */
+  distribution(logits: Float32Array): Distribution {
+    const z = this.penalized(logits);
+    if (this.temperature === 0) return { ids: [argmax(z)], probs: [1] };
+    let ids = this.topK > 0 ? topKIds(z, this.topK) : sortedIds(z);
+    if (this.topP < 1) {
+      const probs = softmax(ids, z, 1);
+      let cum = 0;
+      let keep = ids.length;
+      for (let i = 0; i < probs.length; i++) {
+        cum += probs[i] as number;
+        if (cum >= this.topP) {
+          keep = i + 1;
+          break;
+        }
+      }
+      ids = ids.slice(0, keep);
+    }
+    if (this.minP > 0) {
+      // p_i >= minP * p_max  <=>  z_i >= z_max + ln(minP); ids are sorted, so cut the tail.
+      const floor = (z[ids[0] as number] as number) + Math.log(this.minP);
+      let keep = 1;
+      while (keep < ids.length && (z[ids[keep] as number] as number) >= floor) keep++;
+      ids = ids.slice(0, keep);
+    }
+    return { ids, probs: softmax(ids, z, this.temperature) };
+  }
+
+  /** Logits with the repetition penalty applied, validated (a copy when changed). */
+  private penalized(logits: Float32Array): Float32Array {
+    if (logits.length === 0)
+      throw new TandemError('SAMPLER_LOGITS', 'the sampler got an empty logits array', {
+        hint: 'pass the model output for the last position, one logit per vocabulary entry',
+      });
+    let finite = false;
+    for (let i = 0; i < logits.length; i++) {
+      const v = logits[i] as number;
+      if (Number.isNaN(v) || v === Infinity)
+        throw new TandemError('SAMPLER_LOGITS', `logit ${i} is ${v}`, {
+          hint: 'the forward pass produced invalid values; check the model weights and kernels',
+          details: { index: i },
+        });
+      if (v !== -Infinity) finite = true;
+    }
+    if (!finite)
+      throw new TandemError('SAMPLER_LOGITS', `all ${logits.length} logits are -Infinity`, {
+        hint: 'nothing can be sampled; check masking applied before sampling',
+      });
+    if (this.repeatPenalty === 1 || this.repeatLastN === 0 || this.history.length === 0) return logits;
+    const out = Float32Array.from(logits);
+    const seen = new Set(this.history.slice(-this.repeatLastN));
+    for (const id of seen) {
+      if (id < 0 || id >= out.length) continue;
+      const v = out[id] as number;
+      out[id] = v <= 0 ? v * this.repeatPenalty : v / this.repeatPenalty;
+    }
+    return out;
+  }
+}
+
+function argmax(z: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < z.length; i++) if ((z[i] as number) > (z[best] as number)) best = i;
+  return best;
+}
+
+/** Descending by logit, ties by lower id; -Infinity dropped. */
+function byLogit(z: Float32Array): (a: number, b: number) => number {
+  return (a, b) => (z[b] as number) - (z[a] as number) || a - b;
+}
+
+function sortedIds(z: Float32Array): number[] {
+  const ids: number[] = [];
+  for (let i = 0; i < z.length; i++) if (z[i] !== -Infinity) ids.push(i);
+  return ids.sort(byLogit(z));
+}
+
+/** The k best ids, sorted, in O(n log k) with a min-heap of the best so far. */
+function topKIds(z: Float32Array, k: number): number[] {
+  const worse = (a: number, b: number): boolean =>
+    (z[a] as number) < (z[b] as number) || (z[a] === z[b] && a > b);
+  const heap: number[] = [];
+  const siftDown = (i: number): void => {
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < heap.length && worse(heap[l] as number, heap[m] as number)) m = l;
+      if (r < heap.length && worse(heap[r] as number, heap[m] as number)) m = r;
+      if (m === i) return;
+      [heap[i], heap[m]] = [heap[m] as number, heap[i] as number];
+      i = m;
+    }
+  };
+  for (let id = 0; id < z.length; id++) {
+    if (z[id] === -Infinity) continue;
+    if (heap.length < k) {
+      heap.push(id);
+      for (let i = heap.length - 1; i > 0;) {
+        const p = (i - 1) >> 1;
+        if (!worse(heap[i] as number, heap[p] as number)) break;
+        [heap[i], heap[p]] = [heap[p] as number, heap[i] as number];
+        i = p;
+      }
+    } else if (worse(heap[0] as number, id)) {
+      heap[0] = id;
+      siftDown(0);
+    }
+  }
+  return heap.sort(byLogit(z));
+}
+
+function softmax(ids: readonly number[], z: Float32Array, temperature: number): number[] {
+  const max = (z[ids[0] as number] as number) / temperature;
+  const e = ids.map((id) => Math.exp((z[id] as number) / temperature - max));
+  const sum = e.reduce((a, b) => a + b, 0);
+  return e.map((x) => x / sum);
+}
