@@ -15,3 +15,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 npm ci --no-audit --no-fund
+npm run build

@@ -18,5 +18,5 @@ export async function createKernels(options: KernelsOptions = {}): Promise<Kerne
   const threads = options.threads ?? availableParallelism();
   if (options.backend === 'reference') return new ReferenceKernels();
   const { createWasmKernels } = await import('./wasm-kernels.js');
-  return createWasmKernels(threads);
+  return createWasmKernels(threads, options.arenaBytes);
 }

@@ -152,4 +152,9 @@ export interface KernelsOptions {
   backend?: KernelsBackend;
   /** Compute threads including the caller's; default os.availableParallelism(). */
   threads?: number;
+  /**
+   * Wasm backend: bytes of weights and caches per WebAssembly memory before another memory
+   * is started (default 3 GiB; a wasm32 memory holds at most 4 GiB). Small values test spanning.
+   */
+  arenaBytes?: number;
 }

@@ -1,7 +1,286 @@
-import type { Kernels } from './types.js';
-import { ReferenceKernels } from './reference.js';
+import { TandemError } from '../errors/index.js';
+import { Arena, align } from './wasm-arena.js';
+import { ThreadPool } from './pool.js';
+import { kernelNames, kernelsModule, op } from './wasm-module.js';
+import { resolveSlice } from './weight-source.js';
+import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
+import { dequantRow } from './ref/quant-ref.js';
+import { rmsNormRef, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
+import { GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
 
-/** Placeholder until the WebAssembly backend lands: behaves as the reference twin. */
-export async function createWasmKernels(_threads: number): Promise<Kernels> {
-  return new ReferenceKernels();
+/** Weights and caches per memory before a new one is started (a wasm32 memory holds 4 GiB). */
+export const DEFAULT_ARENA_BYTES = 3 * 1024 ** 3;
+
+type Fn = (...args: number[]) => number;
+
+interface ArenaSlot {
+  arena: Arena;
+  main: Record<string, Fn>;
+}
+
+class WasmWeight implements Weight {
+  constructor(
+    readonly type: GgmlTypeId,
+    readonly rows: number,
+    readonly cols: number,
+    readonly name: string,
+    readonly slot: ArenaSlot,
+    /** Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]. */
+    readonly ptr: number,
+    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32; 0 otherwise. */
+    readonly scales: number,
+    readonly rowsPad: number,
+    readonly rowBytes: number,
+  ) {}
+}
+
+class WasmKvCache implements KvCache {
+  constructor(
+    readonly options: Readonly<KvCacheOptions>,
+    readonly slot: ArenaSlot,
+    readonly k: number[],
+    readonly v: number[],
+  ) {}
+}
+
+const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
+const isK = (t: GgmlTypeId): boolean => t === GgmlType.Q4_K || t === GgmlType.Q5_K || t === GgmlType.Q6_K;
+
+function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
+  if (!(x instanceof cls)) {
+    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, { hint: 'use handles from the same Kernels object' });
+  }
+  return x;
+}
+
+/**
+ * The WebAssembly SIMD backend: weights and KV caches live in shared memories (arenas of at
+ * most `arenaBytes`), activations are copied in and results out per call, and matmul and
+ * attention run on all threads of the pool.
+ */
+export class WasmKernels implements Kernels {
+  readonly backend = 'wasm' as const;
+  private readonly slots: ArenaSlot[] = [];
+
+  private constructor(
+    private readonly pool: ThreadPool,
+    private readonly arenaBytes: number,
+  ) {}
+
+  get threads(): number {
+    return this.pool.threads;
+  }
+
+  /** Memories in use (more than one once weights pass arenaBytes). */
+  get arenas(): number {
+    return this.slots.length;
+  }
+
+  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES): Promise<WasmKernels> {
+    const module = await kernelsModule();
+    const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames);
+    return new WasmKernels(pool, arenaBytes);
+  }
+
+  /** The arena to place `bytes` of long-lived data in: the newest one, or a new one. */
+  private slotFor(bytes: number): ArenaSlot {
+    const last = this.slots[this.slots.length - 1];
+    if (last && last.arena.fits(bytes)) return last;
+    if (bytes > this.arenaBytes) {
+      throw new TandemError('KERNELS_OUT_OF_MEMORY', `a single tensor of ${bytes} bytes exceeds the ${this.arenaBytes}-byte kernel memory limit`, {
+        hint: 'split the tensor across nodes (tensor parallel) or use a smaller model',
+        details: { bytes },
+      });
+    }
+    const arena = new Arena(this.slots.length, this.arenaBytes);
+    const main = this.pool.addMemory(arena.memory) as Record<string, Fn>;
+    const slot = { arena, main };
+    this.slots.push(slot);
+    return slot;
+  }
+
+  uploadWeight(source: WeightSource): Weight {
+    const s = resolveSlice(source);
+    const rowsPad = align(s.rows, 4);
+    const nb = s.cols / 32;
+    const q32 = isQ32(s.type);
+    const rowBytes = q32 ? (s.type === GgmlType.Q8_0 ? s.cols : s.cols / 2) : s.rowBytes;
+    const scaleBytes = q32 ? rowsPad * nb * 4 : 0;
+    const slot = this.slotFor(rowsPad * rowBytes + scaleBytes + 128);
+    const a = slot.arena;
+    const ptr = a.alloc(rowsPad * rowBytes);
+    const scales = q32 ? a.alloc(scaleBytes) : 0;
+    if (q32) {
+      // Stage raw rows in scratch a chunk at a time, then repack in wasm.
+      const chunk = Math.max(1, Math.min(s.rows, Math.floor((8 << 20) / s.rowBytes)));
+      const stage = a.scratch(chunk * s.rowBytes);
+      const blockBytes = s.type === GgmlType.Q8_0 ? 34 : 18;
+      for (let r0 = 0; r0 < s.rows; r0 += chunk) {
+        const rows = Math.min(chunk, s.rows - r0);
+        this.copyRows(s, r0, rows, stage, s.rowBytes);
+        slot.main.repack_q!(stage, rows, r0, s.cols, blockBytes, blockBytes - 2, ptr, scales);
+      }
+    } else {
+      this.copyRows(s, 0, s.rows, ptr, rowBytes);
+    }
+    return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
+  }
+
+  private copyRows(s: ReturnType<typeof resolveSlice>, r0: number, rows: number, dst: number, stride: number): void {
+    const u8 = this.slotOf(dst, s).arena.u8;
+    const first = s.rowOffset(r0);
+    if (rows === 1 || s.rowOffset(r0 + 1) - first === s.rowBytes) {
+      u8.set(s.data.subarray(first, first + rows * s.rowBytes), dst);
+      return;
+    }
+    for (let r = 0; r < rows; r++) u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
+  }
+
+  private slotOf(_ptr: number, _s: unknown): ArenaSlot {
+    return this.slots[this.slots.length - 1] as ArenaSlot;
+  }
+
+  matvec(w: Weight, x: Float32Array, y: Float32Array): void {
+    this.matmul(w, x, y, 1);
+  }
+
+  // x: [n, cols], y: [n, rows]
+  matmul(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
+    const w = own(weight, WasmWeight, 'weight');
+    checkMatmul(w, x, y, n);
+    const { arena, main } = w.slot;
+    const cols = w.cols;
+    const groups = Math.ceil(cols / 32);
+    const xfBytes = align(n * cols * 4, 64);
+    const x16Bytes = align(n * cols * 2, 64);
+    const xdBytes = align(n * groups * 4, 64);
+    const yBytes = align(n * w.rowsPad * 4, 64);
+    const base = arena.scratch(xfBytes + x16Bytes + 2 * xdBytes + yBytes);
+    const xf = base;
+    const x16 = xf + xfBytes;
+    const xd = x16 + x16Bytes;
+    const xs = xd + xdBytes;
+    const yp = xs + xdBytes;
+    arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+    const tiles = w.rowsPad / 4;
+    if (isQ32(w.type)) {
+      main.quant_q8_0!(xf, n, cols, x16, xd, xs);
+      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
+    } else if (isK(w.type)) {
+      main.quant_q8_k!(xf, n, cols, x16, xd, xs);
+      this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
+    } else {
+      if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
+      this.pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles]);
+    }
+    const f32 = arena.f32;
+    if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >> 2, (yp >> 2) + (n === 1 ? w.rows : n * w.rows)));
+    else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + w.rows), t * w.rows);
+  }
+
+  embedRow(weight: Weight, row: number, out: Float32Array): void {
+    const w = own(weight, WasmWeight, 'weight');
+    if (!(Number.isInteger(row) && row >= 0 && row < w.rows)) {
+      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: row ${row} is outside 0..${w.rows - 1}`, { hint: 'pass a token id below the vocabulary size' });
+    }
+    const { arena } = w.slot;
+    if (!isQ32(w.type)) {
+      dequantRow(w.type, arena.u8, w.ptr + row * w.rowBytes, w.cols, out);
+      return;
+    }
+    const u8 = arena.u8;
+    const f32 = arena.f32;
+    const nb = w.cols / 32;
+    const q = w.ptr + row * w.rowBytes;
+    const sc = (w.scales >> 2) + (row >> 2) * nb * 4 + (row & 3);
+    for (let b = 0; b < nb; b++) {
+      const d = f32[sc + 4 * b] as number;
+      if (w.type === GgmlType.Q8_0) {
+        for (let i = 0; i < 32; i++) out[32 * b + i] = d * (((u8[q + 32 * b + i] as number) << 24) >> 24);
+      } else {
+        for (let i = 0; i < 16; i++) {
+          const v = u8[q + 16 * b + i] as number;
+          out[32 * b + i] = d * ((v & 0xf) - 8);
+          out[32 * b + 16 + i] = d * ((v >> 4) - 8);
+        }
+      }
+    }
+  }
+
+  rmsNorm(x: Float32Array, weight: Float32Array, eps: number, out: Float32Array, n: number): void {
+    rmsNormRef(x, weight, eps, out, n);
+  }
+
+  rope(x: Float32Array, positions: Int32Array, heads: number, params: RopeParams): void {
+    ropeRef(x, positions, heads, params);
+  }
+
+  softmax(x: Float32Array, n: number, len: number): void {
+    softmaxRef(x, n, len);
+  }
+
+  swiglu(gate: Float32Array, up: Float32Array, out: Float32Array): void {
+    swigluRef(gate, up, out);
+  }
+
+  createKvCache(options: KvCacheOptions): KvCache {
+    if (options.headDim % 4 !== 0) {
+      throw new TandemError('KERNELS_BAD_SHAPE', `head dimension ${options.headDim} is not a multiple of 4`, {
+        hint: 'the WebAssembly attention kernel needs headDim % 4 == 0; use --backend reference',
+      });
+    }
+    const es = options.type === 'f16' ? 2 : 4;
+    const bytes = options.maxSeq * options.kvHeads * options.headDim * es;
+    const k: number[] = [];
+    const v: number[] = [];
+    const slot = this.slotFor(2 * options.layers * align(bytes, 64));
+    for (let l = 0; l < options.layers; l++) {
+      k.push(slot.arena.alloc(bytes));
+      v.push(slot.arena.alloc(bytes));
+    }
+    return new WasmKvCache({ ...options }, slot, k, v);
+  }
+
+  kvStore(cache: KvCache, layer: number, pos0: number, k: Float32Array, v: Float32Array, n: number): void {
+    const c = own(cache, WasmKvCache, 'KV cache');
+    checkKvStore(c.options, layer, pos0, k, v, n);
+    const { arena, main } = c.slot;
+    const row = c.options.kvHeads * c.options.headDim;
+    const len = n * row;
+    if (c.options.type === 'f32') {
+      arena.f32.set(k.subarray(0, len), (c.k[layer]! >> 2) + pos0 * row);
+      arena.f32.set(v.subarray(0, len), (c.v[layer]! >> 2) + pos0 * row);
+      return;
+    }
+    const tmp = arena.scratch(len * 4);
+    arena.f32.set(k.subarray(0, len), tmp >> 2);
+    main.store_f16!(tmp, c.k[layer]! + pos0 * row * 2, len);
+    arena.f32.set(v.subarray(0, len), tmp >> 2);
+    main.store_f16!(tmp, c.v[layer]! + pos0 * row * 2, len);
+  }
+
+  attention(cache: KvCache, q: Float32Array, out: Float32Array, p: AttentionParams): void {
+    const c = own(cache, WasmKvCache, 'KV cache');
+    checkAttention(c.options, q, out, p);
+    const { arena } = c.slot;
+    const { kvHeads, headDim } = c.options;
+    const len = p.n * p.heads * headDim;
+    const stride = align((p.pos0 + p.n) * 4, 64);
+    const qBytes = align(len * 4, 64);
+    const base = arena.scratch(2 * qBytes + stride * this.threads);
+    arena.f32.set(q.subarray(0, len), base >> 2);
+    const scale = p.scale ?? 1 / Math.sqrt(headDim);
+    const half = c.options.type === 'f16' ? 1 : 0;
+    this.pool.run(arena.index, op.attention, [base, c.k[p.layer]!, c.v[p.layer]!, base + qBytes, base + 2 * qBytes, stride, p.n, p.heads, kvHeads, headDim, p.pos0, scale, half]);
+    out.set(arena.f32.subarray((base + qBytes) >> 2, ((base + qBytes) >> 2) + len));
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+    this.slots.length = 0;
+  }
+}
+
+export async function createWasmKernels(threads: number, arenaBytes?: number): Promise<Kernels> {
+  return WasmKernels.create(threads, arenaBytes);
 }

@@ -1,0 +1,65 @@
+#!/usr/bin/env node
+// Compiles tandem's AssemblyScript kernels (src/kernels/wasm/*.ts) into build/wasm/kernels.wasm.
+// `node bin/build.js` builds when the .wasm is missing or older than a source (`--force`
+// always). The kernels also call buildKernels() lazily at first use, so a fresh `npm ci`
+// works without a build step.
+import { mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const wasmSourceDir = join(root, 'src', 'kernels', 'wasm');
+export const wasmPath = join(root, 'build', 'wasm', 'kernels.wasm');
+
+/** asc flags: SIMD, shared memory imported from the host (every thread instantiates on it). */
+export const ascFlags = [
+  '-O3',
+  '--runtime', 'stub',
+  '--noAssert',
+  '--enable', 'simd',
+  '--enable', 'threads',
+  '--importMemory',
+  '--sharedMemory',
+  '--initialMemory', '1',
+  '--maximumMemory', '65536',
+];
+
+function newestSource() {
+  let newest = 0;
+  for (const name of readdirSync(wasmSourceDir)) {
+    if (name.endsWith('.ts')) newest = Math.max(newest, statSync(join(wasmSourceDir, name)).mtimeMs);
+  }
+  newest = Math.max(newest, statSync(fileURLToPath(import.meta.url)).mtimeMs);
+  return newest;
+}
+
+export function isStale() {
+  const st = statSync(wasmPath, { throwIfNoEntry: false });
+  return !st || st.mtimeMs < newestSource();
+}
+
+/** Builds the kernels if stale (or forced); returns the .wasm path. Throws with asc's output on failure. */
+export async function buildKernels({ force = false, quiet = true } = {}) {
+  if (!force && !isStale()) return wasmPath;
+  mkdirSync(dirname(wasmPath), { recursive: true });
+  // A unique temporary name then rename: concurrent builds (parallel tests) never see half a file.
+  const tmp = `${wasmPath}.${process.pid}.${Date.now()}.tmp`;
+  const { default: asc } = await import('assemblyscript/asc');
+  let errors = '';
+  const sink = (collect) => ({ write: (s) => { if (collect) errors += String(s); return true; } });
+  const { error } = await asc.main([join(wasmSourceDir, 'kernels.ts'), ...ascFlags, '-o', tmp], {
+    stdout: sink(false),
+    stderr: sink(true),
+  });
+  if (error) throw new Error(`asc failed to compile ${wasmSourceDir}: ${error.message}\n${errors}`);
+  renameSync(tmp, wasmPath);
+  if (!quiet) console.log(`built ${wasmPath}`);
+  return wasmPath;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  buildKernels({ force: process.argv.includes('--force'), quiet: false }).catch((err) => {
+    console.error(err.message);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,152 @@
+import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
+import { TandemError } from '../errors/index.js';
+import { wasmApi, type WasmMemory, type WasmModule } from './wasm-api.js';
+
+/**
+ * `threads` compute threads over shared WebAssembly memories: the caller's thread plus
+ * threads - 1 workers (pool-worker.js). A job is one exported kernel called on every thread
+ * with the same arguments plus (tid, nt); each kernel computes its own share from tid.
+ *
+ * Control words (Int32 on a SharedArrayBuffer): SEQ job sequence, DONE workers finished,
+ * OP export index (-1 quit), ARENA memory index, ARGC argument count, ERROR failing tid;
+ * arguments as float64 from byte 64 (exact for i32 and f32 values).
+ * Waiting spins `spin` times, then sleeps (Atomics.wait): with more threads than cores a
+ * long spin steals the core from the thread being waited for.
+ */
+const SEQ = 0;
+const DONE = 1;
+const OP = 2;
+const ARENA = 3;
+const ARGC = 4;
+const ERROR = 5;
+const QUIT = -1;
+
+/** Longest a job may take before the pool declares a worker lost. */
+const JOB_TIMEOUT_MS = 120_000;
+
+type KernelFn = (...args: number[]) => void;
+
+export class ThreadPool {
+  private readonly ctrl: Int32Array;
+  private readonly args: Float64Array;
+  private readonly ports: MessagePort[] = [];
+  private readonly workers: Worker[] = [];
+  private readonly mainFns: KernelFn[][] = [];
+  private closed = false;
+
+  private constructor(
+    private readonly module: WasmModule,
+    readonly threads: number,
+    private readonly names: readonly string[],
+    private readonly spin: number,
+  ) {
+    const control = new SharedArrayBuffer(64 + 32 * 8);
+    this.ctrl = new Int32Array(control, 0, 16);
+    this.args = new Float64Array(control, 64, 32);
+  }
+
+  static async create(module: WasmModule, threads: number, names: readonly string[], spin = 20000): Promise<ThreadPool> {
+    const pool = new ThreadPool(module, threads, names, spin);
+    const started: Promise<void>[] = [];
+    for (let tid = 1; tid < threads; tid++) {
+      const { port1, port2 } = new MessageChannel();
+      const worker = new Worker(new URL('./pool-worker.js', import.meta.url), {
+        workerData: { module, control: pool.ctrl.buffer, port: port2, tid, nt: threads, names, spin },
+        transferList: [port2],
+      });
+      pool.workers.push(worker);
+      pool.ports.push(port1);
+      started.push(
+        new Promise((resolve, reject) => {
+          worker.once('online', () => resolve());
+          worker.once('error', reject);
+        }),
+      );
+    }
+    await Promise.all(started);
+    // Idle workers must not keep the process alive; close() still ends them cleanly.
+    for (const w of pool.workers) w.unref();
+    for (const p of pool.ports) p.unref();
+    return pool;
+  }
+
+  /** Registers a memory (arena index = registration order) and returns the caller's kernels on it. */
+  addMemory(memory: WasmMemory): Record<string, KernelFn> {
+    const instance = new wasmApi.Instance(this.module, { env: { memory } });
+    const exports = instance.exports as Record<string, KernelFn>;
+    this.mainFns.push(this.names.map((n) => exports[n] as KernelFn));
+    for (const port of this.ports) port.postMessage({ memory });
+    return exports;
+  }
+
+  /** Runs kernel `op` (index into names) on arena `arena` on every thread; returns when all finished. */
+  run(arena: number, op: number, args: readonly number[]): void {
+    if (this.closed) throw new TandemError('KERNELS_CLOSED', 'the kernels thread pool is closed', { hint: 'create a new Kernels instance' });
+    const fn = (this.mainFns[arena] as KernelFn[])[op] as KernelFn;
+    const nt = this.threads;
+    if (nt === 1) {
+      fn(...args, 0, 1);
+      return;
+    }
+    const ctrl = this.ctrl;
+    for (let i = 0; i < args.length; i++) this.args[i] = args[i] as number;
+    ctrl[OP] = op;
+    ctrl[ARENA] = arena;
+    ctrl[ARGC] = args.length;
+    Atomics.store(ctrl, DONE, 0);
+    Atomics.add(ctrl, SEQ, 1);
+    Atomics.notify(ctrl, SEQ);
+    fn(...args, 0, nt);
+    this.waitDone(nt - 1);
+    if (Atomics.load(ctrl, ERROR) !== 0) this.fail();
+  }
+
+  private waitDone(target: number): void {
+    const ctrl = this.ctrl;
+    let spins = 0;
+    let done = Atomics.load(ctrl, DONE);
+    const start = Date.now();
+    while (done !== target) {
+      if (++spins > this.spin) {
+        Atomics.wait(ctrl, DONE, done, 50);
+        if (Date.now() - start > JOB_TIMEOUT_MS) {
+          throw new TandemError('KERNELS_WORKER_FAILED', `kernel workers did not finish a job within ${JOB_TIMEOUT_MS} ms (${done} of ${target} done)`, {
+            hint: 'a worker thread died or the machine is overloaded; restart the process',
+          });
+        }
+      }
+      done = Atomics.load(ctrl, DONE);
+    }
+  }
+
+  private fail(): never {
+    const tid = Atomics.load(this.ctrl, ERROR);
+    const msg = receiveMessageOnPort(this.ports[tid - 1] as MessagePort)?.message as { message?: string } | undefined;
+    Atomics.store(this.ctrl, ERROR, 0);
+    throw new TandemError('KERNELS_WORKER_FAILED', `kernel worker ${tid} failed: ${msg?.message ?? 'unknown error'}`, {
+      hint: 'this is a bug in the kernels; report it with the model and command',
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.workers.length === 0) return;
+    this.ctrl[OP] = QUIT;
+    Atomics.add(this.ctrl, SEQ, 1);
+    Atomics.notify(this.ctrl, SEQ);
+    await Promise.all(
+      this.workers.map(
+        (w) =>
+          new Promise<void>((resolve) => {
+            const timer = setTimeout(() => void w.terminate().then(() => resolve()), 2000);
+            w.once('exit', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+          }),
+      ),
+    );
+    for (const p of this.ports) p.close();
+  }
+}

@@ -1,0 +1,140 @@
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createKernels } from './index.js';
+import { ReferenceKernels } from './reference.js';
+import { GgmlType, type GgmlTypeId, type Kernels } from './types.js';
+import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
+import { blockInfo } from './ggml-blocks.js';
+
+/**
+ * The WebAssembly kernels against the reference twin on random inputs (fixed seeds).
+ * Both quantise x identically and sum the same integers per block; only the order of the
+ * float accumulation differs, so results agree to TOL relative to the output's magnitude.
+ */
+const TOL = 2e-5;
+const ref = new ReferenceKernels();
+const pools = new Map<number, Kernels>();
+after(async () => {
+  for (const k of pools.values()) await k.close();
+});
+
+async function wasm(threads: number): Promise<Kernels> {
+  let k = pools.get(threads);
+  if (!k) {
+    k = await createKernels({ backend: 'wasm', threads });
+    pools.set(threads, k);
+  }
+  return k;
+}
+
+function assertClose(got: Float32Array, want: Float32Array, tol: number, what: string): void {
+  assert.equal(got.length, want.length, `${what}: length`);
+  let mag = 0;
+  for (const v of want) mag = Math.max(mag, Math.abs(v));
+  for (let i = 0; i < want.length; i++) {
+    const d = Math.abs((got[i] as number) - (want[i] as number));
+    if (!(d <= tol * mag + 1e-7)) assert.fail(`${what}: element ${i}: ${got[i]} vs ${want[i]} (|diff| ${d}, magnitude ${mag})`);
+  }
+}
+
+const types: [string, GgmlTypeId][] = Object.entries(GgmlType);
+
+for (const threads of [1, 2, 3]) {
+  test(`matvec and matmul match the reference for every weight type (${threads} threads)`, async () => {
+    const k = await wasm(threads);
+    let seed = 100 * threads;
+    for (const [name, type] of types) {
+      const block = blockInfo[type].elements;
+      const colChoices = block === 1 ? [7, 64, 130] : block === 32 ? [32, 96, 288] : [256, 768];
+      for (const cols of colChoices) {
+        for (const rows of [1, 5, 13, 36]) {
+          const data = randomWeightBytes(type, rows, cols, seed++);
+          const wr = ref.uploadWeight({ type, rows, cols, data });
+          const ww = k.uploadWeight({ type, rows, cols, data });
+          for (const n of [1, 3]) {
+            const x = randomFloats(n * cols, seed++, 2);
+            if (n === 3) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
+            const want = new Float32Array(n * rows);
+            const got = new Float32Array(n * rows);
+            ref.matmul(wr, x, want, n);
+            k.matmul(ww, x, got, n);
+            assertClose(got, want, TOL, `${name} [${rows}, ${cols}] n=${n}`);
+          }
+          const er = new Float32Array(cols);
+          const ew = new Float32Array(cols);
+          ref.embedRow(wr, rows - 1, er);
+          k.embedRow(ww, rows - 1, ew);
+          assert.deepEqual(ew, er, `${name} embedRow`);
+        }
+      }
+    }
+  });
+}
+
+test('column and row slices match the reference (tensor-parallel shards)', async () => {
+  const k = await wasm(2);
+  for (const [name, type] of [['Q8_0', GgmlType.Q8_0], ['Q4_K', GgmlType.Q4_K], ['F16', GgmlType.F16]] as const) {
+    const rows = 10;
+    const cols = 1024;
+    const data = randomWeightBytes(type, rows, cols, 7);
+    const slice = { type, rows, cols, data, rowStart: 3, rowCount: 6, colStart: 512, colCount: 512 };
+    const wr = ref.uploadWeight(slice);
+    const ww = k.uploadWeight(slice);
+    const x = randomFloats(512, 8);
+    const want = new Float32Array(6);
+    const got = new Float32Array(6);
+    ref.matvec(wr, x, want);
+    k.matvec(ww, x, got);
+    assertClose(got, want, TOL, `${name} slice`);
+  }
+});
+
+test('weights past the arena size spill into further memories and still compute', async () => {
+  const k = await createKernels({ backend: 'wasm', threads: 2, arenaBytes: 8 << 20 });
+  try {
+    const rows = 1024;
+    const cols = 2048;
+    const weights = [0, 1, 2, 3].map((i) => {
+      const data = randomWeightBytes(GgmlType.Q8_0, rows, cols, 50 + i);
+      return { r: ref.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }), w: k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }) };
+    });
+    assert.ok((k as unknown as { arenas: number }).arenas >= 2, 'expected several memories');
+    const x = randomFloats(cols, 9);
+    for (const { r, w } of weights) {
+      const want = new Float32Array(rows);
+      const got = new Float32Array(rows);
+      ref.matvec(r, x, want);
+      k.matvec(w, x, got);
+      assertClose(got, want, TOL, 'spanning');
+    }
+  } finally {
+    await k.close();
+  }
+});
+
+for (const cacheType of ['f32', 'f16'] as const) {
+  test(`attention over a ${cacheType} KV cache matches the reference (GQA, causal, prefill then decode)`, async () => {
+    for (const threads of [1, 2]) {
+      const k = await wasm(threads);
+      const opts = { layers: 2, kvHeads: 2, headDim: 12, maxSeq: 40, type: cacheType };
+      const cr = ref.createKvCache(opts);
+      const cw = k.createKvCache(opts);
+      const heads = 6;
+      let seed = 900;
+      let pos = 0;
+      for (const n of [17, 1, 1, 5]) {
+        const kv = randomFloats(n * opts.kvHeads * opts.headDim, seed++);
+        const vv = randomFloats(n * opts.kvHeads * opts.headDim, seed++);
+        ref.kvStore(cr, 1, pos, kv, vv, n);
+        k.kvStore(cw, 1, pos, kv, vv, n);
+        const q = randomFloats(n * heads * opts.headDim, seed++, 3);
+        const want = new Float32Array(q.length);
+        const got = new Float32Array(q.length);
+        ref.attention(cr, q, want, { layer: 1, heads, pos0: pos, n });
+        k.attention(cw, q, got, { layer: 1, heads, pos0: pos, n });
+        assertClose(got, want, 1e-5, `attention ${cacheType} pos0=${pos} n=${n} threads=${threads}`);
+        pos += n;
+      }
+    }
+  });
+}
