@@ -17,47 +17,58 @@ export class ByteBuilder {
   }
 
   u8(v: number): this {
-    this.view.setUint8(this.grow(1), v);
+    const at = this.grow(1);
+    this.view.setUint8(at, v);
     return this;
   }
   i8(v: number): this {
-    this.view.setInt8(this.grow(1), v);
+    const at = this.grow(1);
+    this.view.setInt8(at, v);
     return this;
   }
   u16(v: number): this {
-    this.view.setUint16(this.grow(2), v, true);
+    const at = this.grow(2);
+    this.view.setUint16(at, v, true);
     return this;
   }
   i16(v: number): this {
-    this.view.setInt16(this.grow(2), v, true);
+    const at = this.grow(2);
+    this.view.setInt16(at, v, true);
     return this;
   }
   u32(v: number): this {
-    this.view.setUint32(this.grow(4), v, true);
+    const at = this.grow(4);
+    this.view.setUint32(at, v, true);
     return this;
   }
   i32(v: number): this {
-    this.view.setInt32(this.grow(4), v, true);
+    const at = this.grow(4);
+    this.view.setInt32(at, v, true);
     return this;
   }
   f32(v: number): this {
-    this.view.setFloat32(this.grow(4), v, true);
+    const at = this.grow(4);
+    this.view.setFloat32(at, v, true);
     return this;
   }
   u64(v: number | bigint): this {
-    this.view.setBigUint64(this.grow(8), BigInt(v), true);
+    const at = this.grow(8);
+    this.view.setBigUint64(at, BigInt(v), true);
     return this;
   }
   i64(v: number | bigint): this {
-    this.view.setBigInt64(this.grow(8), BigInt(v), true);
+    const at = this.grow(8);
+    this.view.setBigInt64(at, BigInt(v), true);
     return this;
   }
   f64(v: number): this {
-    this.view.setFloat64(this.grow(8), v, true);
+    const at = this.grow(8);
+    this.view.setFloat64(at, v, true);
     return this;
   }
   bytes(b: Uint8Array): this {
-    this.buf.set(b, this.grow(b.length));
+    const at = this.grow(b.length);
+    this.buf.set(b, at);
     return this;
   }
   /** A GGUF string: u64 byte length, then UTF-8 bytes (no NUL). */
