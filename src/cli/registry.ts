@@ -14,4 +14,5 @@ export const commands: readonly CommandEntry[] = [
   { name: 'help', summary: 'list the commands, or write docs/cli.md with --markdown', load: async () => (await import('./commands/help.js')).command },
   { name: 'topology plan', summary: 'say which Thunderbolt 5 cables to connect for a set of Macs, port by port', load: async () => (await import('./commands/topology-plan.js')).command },
   { name: 'doctor', summary: 'check this host (and with a hostfile every host) and say how to fix what is wrong', load: async () => (await import('./commands/doctor.js')).command },
+  { name: 'make-model', summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)', load: async () => (await import('./commands/make-model.js')).command },
 ];
