@@ -2,4 +2,7 @@ import type { ErrorCategory } from './category.js';
 
 /** Error codes raised by the parallel layer, each with its category. Keep sorted by prefix. */
 export const parallelCodes = {
+  PAR_BAD_PLAN: 'invalid_argument',
+  PAR_NO_FIT: 'invalid_argument',
+  PAR_WIRE: 'invalid_argument',
 } as const satisfies Record<string, ErrorCategory>;

@@ -1,0 +1,128 @@
+import { performance } from 'node:perf_hooks';
+import type { Communicator } from '../collectives/communicator.js';
+import type { ShardComm } from '../engine/model/comm.js';
+import { wireBuffer, encodeWire, decodeWire, type WireFormat } from './wire.js';
+
+/** Communication counters of one rank: bytes it sent and milliseconds it spent waiting on the group. */
+export class CommMeter {
+  bytes = 0;
+  ms = 0;
+  calls = 0;
+
+  async time<T>(bytes: number, work: Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await work;
+    } finally {
+      this.ms += performance.now() - t0;
+      this.bytes += bytes;
+      this.calls++;
+    }
+  }
+
+  snapshot(): { bytes: number; ms: number; calls: number } {
+    return { bytes: this.bytes, ms: this.ms, calls: this.calls };
+  }
+}
+
+/**
+ * Bytes this rank puts on the wire for an all-reduce of `bytes` over `size` ranks with
+ * `algorithm`: mesh sends the whole vector to every peer; ring and halving-doubling send
+ * 2 (p - 1) / p of it; a tree about twice.
+ */
+export function allReduceWireBytes(bytes: number, size: number, algorithm: string | undefined): number {
+  if (size <= 1) return 0;
+  if (algorithm === 'mesh') return (size - 1) * bytes;
+  if (algorithm === 'tree') return 2 * bytes;
+  return Math.ceil((2 * (size - 1) * bytes) / size);
+}
+
+export interface ShardCommOptions {
+  wire?: WireFormat;
+  /**
+   * `argmax`: the vocabulary-parallel head exchanges only each rank's best (value, id) and
+   * leaves -Infinity elsewhere: exact for greedy decoding at a few bytes per token. `full`
+   * gathers every logit (any sampler).
+   */
+  logits?: 'full' | 'argmax';
+  meter?: CommMeter;
+}
+
+/**
+ * The engine's ShardComm over a collectives communicator (the tensor-parallel group). Sums
+ * run in the communicator's fixed order, so every rank gets bit-identical activations and
+ * logits, and therefore picks the same token.
+ */
+export class CollectiveShardComm implements ShardComm {
+  readonly meter: CommMeter;
+  private readonly wire: WireFormat;
+  private readonly logitsMode: 'full' | 'argmax';
+  private f16: Uint16Array = new Uint16Array(0);
+
+  constructor(
+    readonly comm: Communicator,
+    o: ShardCommOptions = {},
+  ) {
+    this.wire = o.wire ?? 'f32';
+    this.logitsMode = o.logits ?? 'full';
+    this.meter = o.meter ?? new CommMeter();
+  }
+
+  async allReduceSum(x: Float32Array): Promise<void> {
+    const size = this.comm.size;
+    if (size === 1) return;
+    if (this.wire === 'f16') {
+      if (this.f16.length < x.length) this.f16 = new Uint16Array(x.length);
+      const h = this.f16.subarray(0, x.length);
+      encodeWire('f16', x, h);
+      await this.meter.time(0, this.comm.allReduce(h, { dtype: 'f16' }));
+      this.meter.bytes += allReduceWireBytes(h.byteLength, size, this.comm.lastAlgorithm);
+      decodeWire('f16', h, x);
+      return;
+    }
+    const q8 = this.wire === 'q8';
+    await this.meter.time(0, this.comm.allReduce(x, q8 ? { wire: 'q8' } : {}));
+    this.meter.bytes += allReduceWireBytes(q8 ? wireBuffer('q8', x.length).byteLength : x.byteLength, size, this.comm.lastAlgorithm);
+  }
+
+  async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {
+    const size = this.comm.size;
+    if (size === 1) {
+      if (local !== full) full.set(local);
+      return;
+    }
+    if (this.logitsMode === 'argmax') {
+      await this.gatherArgmax(local, full);
+      return;
+    }
+    // Vocabulary slices differ in length by at most one: pad each to the longest, gather, unpad.
+    const vocab = full.length;
+    const longest = Math.ceil(vocab / size);
+    const padded = new Float32Array(longest);
+    padded.set(local);
+    const all = new Float32Array(longest * size);
+    await this.meter.time(padded.byteLength * (size - 1), this.comm.allGather(padded, { out: all }));
+    let at = 0;
+    for (let r = 0; r < size; r++) {
+      const n = Math.floor((vocab * (r + 1)) / size) - Math.floor((vocab * r) / size);
+      full.set(all.subarray(r * longest, r * longest + n), at);
+      at += n;
+    }
+  }
+
+  /** Each rank's best logit and its global id; `full` gets -Infinity except at those ids. */
+  private async gatherArgmax(local: Float32Array, full: Float32Array): Promise<void> {
+    const size = this.comm.size;
+    const rank = this.comm.rank;
+    const start = Math.floor((full.length * rank) / size);
+    let best = 0;
+    for (let i = 1; i < local.length; i++) if ((local[i] as number) > (local[best] as number)) best = i;
+    const mine = new Float32Array(2);
+    mine[0] = local.length > 0 ? (local[best] as number) : -Infinity;
+    mine[1] = start + best;
+    const all = new Float32Array(2 * size);
+    await this.meter.time(8 * (size - 1), this.comm.allGather(mine, { out: all }));
+    full.fill(-Infinity);
+    for (let r = 0; r < size; r++) full[all[2 * r + 1] as number] = all[2 * r] as number;
+  }
+}
