@@ -2,6 +2,7 @@ import type { ErrorCategory } from './category.js';
 
 /** Error codes raised by the engine layer, each with its category. Keep sorted by prefix. */
 export const engineCodes = {
+  CHAT_MESSAGES: 'invalid_argument',
   CHAT_TEMPLATE_FAILED: 'invalid_argument',
   CHAT_TEMPLATE_MISSING: 'invalid_usage',
   GENERATE_PROMPT: 'invalid_argument',
