@@ -163,11 +163,16 @@ export class WasmKernels implements Kernels {
     const yp = xs + xdBytes;
     arena.f32.set(x.subarray(0, n * cols), xf >> 2);
     const tiles = w.rowsPad / 4;
-    if (isQ32(w.type)) {
+    if (n > 1 && (isQ32(w.type) || isK(w.type))) {
+      this.pool.run(arena.index, op.quant_part, [isQ32(w.type) ? 0 : 1, xf, n, cols, x16, xd, xs]);
+    } else if (isQ32(w.type)) {
       main.quant_q8_0!(xf, n, cols, x16, xd, xs);
-      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
     } else if (isK(w.type)) {
       main.quant_q8_k!(xf, n, cols, x16, xd, xs);
+    }
+    if (isQ32(w.type)) {
+      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
+    } else if (isK(w.type)) {
       this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
     } else {
       if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);

@@ -1,5 +1,5 @@
 // Entry of tandem's WebAssembly SIMD kernels (compiled by bin/build.js with asc).
-export { quant_q8_0, quant_q8_k } from './quantize';
+export { quant_q8_0, quant_q8_k, quant_part } from './quantize';
 export { mm_q8_0, mm_q4_0, repack_q } from './matmul-q8';
 export { mm_k } from './matmul-k';
 export { mm_float } from './matmul-float';

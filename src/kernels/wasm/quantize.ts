@@ -89,3 +89,18 @@ export function quant_q8_k(x: usize, n: i32, cols: i32, x16: usize, xd: usize, x
     }
   }
 }
+
+/** Thread tid's share of tokens of quant_q8_0 (kind 0) or quant_q8_k (kind 1), for prefill. */
+export function quant_part(kind: i32, x: usize, n: i32, cols: i32, x16: usize, xd: usize, xs: usize, tid: i32, nt: i32): void {
+  const t0 = <i32>((<i64>n * tid) / nt);
+  const t1 = <i32>((<i64>n * (tid + 1)) / nt);
+  if (t1 <= t0) return;
+  const nd = kind == 0 ? cols >> 5 : cols >> 8;
+  const ng = cols >> 5;
+  const xo = x + (<usize>t0 * cols << 2);
+  const qo = x16 + (<usize>t0 * cols << 1);
+  const dO = xd + (<usize>t0 * nd << 2);
+  const so = xs + (<usize>t0 * ng << 2);
+  if (kind == 0) quant_q8_0(xo, t1 - t0, cols, qo, dO, so);
+  else quant_q8_k(xo, t1 - t0, cols, qo, dO, so);
+}
