@@ -99,7 +99,7 @@ async function refused(
 export function conformance(provider: ProviderName): void {
   const name = (s: string): string => `${provider}: ${s}`;
 
-  test(name('send/recv with scatter-gather lists, in order'), async () => {
+  test(name('send/recv with scatter-gather lists, in order'), { timeout: 30_000 }, async () => {
     const { a, b, close } = await pair(provider);
     try {
       assert.equal(a.qp.peerInfo.side, 'b');
@@ -123,7 +123,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('a send that arrives before its receive is kept; too long a message is local_length'), async () => {
+  test(name('a send that arrives before its receive is kept; too long a message is local_length'), { timeout: 30_000 }, async () => {
     const { a, b, close } = await pair(provider);
     try {
       const src = a.pd.allocate(256, Access.NONE);
@@ -144,7 +144,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('write, write_imm and read, including multi-frame sizes'), async () => {
+  test(name('write, write_imm and read, including multi-frame sizes'), { timeout: 30_000 }, async () => {
     const { a, b, close } = await pair(provider);
     try {
       const big = 9 * 1024 * 1024 + 13;
@@ -180,7 +180,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('forged keys: random, +-0x100, another domain, deregistered -> remote_key'), async () => {
+  test(name('forged keys: random, +-0x100, another domain, deregistered -> remote_key'), { timeout: 30_000 }, async () => {
     const forge: ((a: End, b: End, t: MemoryRegion, o: MemoryRegion) => number)[] = [
       () => 0x12345678,
       (_a, _b, t) => (t.rkey + 0x100) >>> 0,
@@ -198,7 +198,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('ranges: below the base, past the end, wrapping 2^64, length >= 2^31 -> remote_bounds'), async () => {
+  test(name('ranges: below the base, past the end, wrapping 2^64, length >= 2^31 -> remote_bounds'), { timeout: 30_000 }, async () => {
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr - 1n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr + 8192n - 63n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
     await refused(provider, (_a, _b, t) => ({ op: 'read', addr: t.addr + 8193n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
@@ -210,13 +210,13 @@ export function conformance(provider: ProviderName): void {
     await rawRead(provider, 0xffffffff);
   });
 
-  test(name('a write to a read-only region and a read from a write-only one -> remote_access'), async () => {
+  test(name('a write to a read-only region and a read from a write-only one -> remote_access'), { timeout: 30_000 }, async () => {
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.REMOTE_READ);
     await refused(provider, (_a, _b, t) => ({ op: 'read', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.REMOTE_WRITE);
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.LOCAL_WRITE);
   });
 
-  test(name('100,000 registrations: no live duplicate keys, no constant step'), async () => {
+  test(name('100,000 registrations: no live duplicate keys, no constant step'), { timeout: 30_000 }, async () => {
     const dev = await openDevice(provider);
     try {
       const pd = dev.allocPd();
@@ -241,7 +241,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('registration pool: slices are disjoint, reused after release, hits and misses counted'), async () => {
+  test(name('registration pool: slices are disjoint, reused after release, hits and misses counted'), { timeout: 30_000 }, async () => {
     const dev = await openDevice(provider);
     try {
       const pool = dev.allocPd().createPool({ chunkBytes: 1 << 16 });
@@ -264,7 +264,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('truncated and oversized frames end the connection; memory untouched, peer sees peer_lost'), async () => {
+  test(name('truncated and oversized frames end the connection; memory untouched, peer sees peer_lost'), { timeout: 30_000 }, async () => {
     const bad: Uint8Array[] = [];
     const oversized = new Uint8Array(8);
     putU32(oversized, 0, 0x7fffffff);
@@ -304,7 +304,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('a peer without the secret is refused; the listener goes on'), async () => {
+  test(name('a peer without the secret is refused; the listener goes on'), { timeout: 30_000 }, async () => {
     const da = await openDevice(provider);
     const db = await openDevice(provider);
     try {
@@ -330,7 +330,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('abort() and AbortSignal end a blocked wait; the deadline throws FABRIC_WAIT_TIMEOUT'), async () => {
+  test(name('abort() and AbortSignal end a blocked wait; the deadline throws FABRIC_WAIT_TIMEOUT'), { timeout: 30_000 }, async () => {
     const { a, close } = await pair(provider);
     try {
       const t0 = Date.now();
@@ -347,7 +347,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('local protection: dead or foreign lkeys and non-writable targets'), async () => {
+  test(name('local protection: dead or foreign lkeys and non-writable targets'), { timeout: 30_000 }, async () => {
     const { a, close } = await pair(provider);
     try {
       const ro = a.pd.allocate(64, Access.NONE);
@@ -363,7 +363,7 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('closing one side completes the other side\'s pending work with peer_lost'), async () => {
+  test(name('closing one side completes the other side\'s pending work with peer_lost'), { timeout: 30_000 }, async () => {
     const { a, b, close } = await pair(provider);
     try {
       const dst = a.pd.allocate(64, Access.LOCAL_WRITE);

@@ -10,6 +10,8 @@ export async function openDevice(provider: ProviderName): Promise<Device> {
   switch (provider) {
     case 'loopback':
       return new LoopbackDevice();
+    case 'tcp':
+      return new (await import('./tcp-provider.js')).TcpDevice();
     default:
       throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `unknown fabric provider '${String(provider)}'`, {
         hint: 'use loopback, shm or tcp (see `tandem devinfo`)',
