@@ -14,5 +14,8 @@ export const commands: readonly CommandEntry[] = [
   { name: 'help', summary: 'list the commands, or write docs/cli.md with --markdown', load: async () => (await import('./commands/help.js')).command },
   { name: 'topology plan', summary: 'say which Thunderbolt 5 cables to connect for a set of Macs, port by port', load: async () => (await import('./commands/topology-plan.js')).command },
   { name: 'doctor', summary: 'check this host (and with a hostfile every host) and say how to fix what is wrong', load: async () => (await import('./commands/doctor.js')).command },
+  { name: 'topology', summary: 'show the cluster graph, its class, per-link latency and bandwidth, and a drawing', load: async () => (await import('./commands/topology.js')).command },
   { name: 'make-model', summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)', load: async () => (await import('./commands/make-model.js')).command },
+  { name: 'init', summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config', load: async () => (await import('./commands/init.js')).command },
+  { name: 'node', summary: 'run a node agent that holds one shard of a model in distributed runs', load: async () => (await import('./commands/node.js')).command },
 ];

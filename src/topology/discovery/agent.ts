@@ -1,0 +1,243 @@
+import { createHash, randomBytes } from 'node:crypto';
+import dgram from 'node:dgram';
+import type net from 'node:net';
+import { canonicalGraph, normalizeLinks, type Link, type TopologyGraph } from '../model.js';
+import { decodeHello, encodeHello, type Hello, type HostView, type LocalLink } from './protocol.js';
+import { usableInterfaces } from './interfaces.js';
+import { measureLink, startMeasureServer } from './measure.js';
+
+export interface AgentOptions {
+  host: string;
+  secret: Buffer;
+  /** UDP port for hellos and TCP port for measurements (same number). */
+  port?: number;
+  /** IPv6 link-local multicast group the hellos go to. */
+  group?: string;
+  intervalMs?: number;
+  /** A neighbour unheard for this long is gone. */
+  neighbourExpiryMs?: number;
+  /** A host whose view has not advanced for this long is gone. */
+  viewExpiryMs?: number;
+  /** Hellos older or newer than this (by the sender's clock) are refused as replays. */
+  maxClockSkewMs?: number;
+  /** Measure latency and bandwidth of each new link (done by the end with the smaller host name). */
+  measure?: boolean;
+  measureBytes?: number;
+  /** Restrict to these interfaces. */
+  interfaces?: readonly string[];
+  /** Called whenever the graph or its measurements change. */
+  onChange?: (graph: TopologyGraph) => void;
+}
+
+interface Neighbour extends LocalLink {
+  address: string;
+  lastSeen: number;
+  boot: string;
+}
+
+interface StoredView extends HostView {
+  heardAt: number;
+}
+
+/**
+ * One discovery agent per host. Every interval it sends an authenticated hello on each usable
+ * interface (IPv6 link-local multicast, so no addresses need to be configured first); the
+ * arrival interface of a peer's hello says which neighbour sits behind which interface. Hellos
+ * also carry every host view the sender knows (link-state flooding), so each agent assembles
+ * the whole graph; a cable counts only when both of its ends report it.
+ */
+export class DiscoveryAgent {
+  readonly host: string;
+  private readonly secret: Buffer;
+  private readonly port: number;
+  private readonly group: string;
+  private readonly opts: AgentOptions;
+  private readonly boot = randomBytes(6).toString('hex');
+  private seq = 0;
+  private socket: dgram.Socket | undefined;
+  private server: net.Server | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly joined = new Set<string>();
+  private readonly neighbours = new Map<string, Neighbour>();
+  private readonly views = new Map<string, StoredView>();
+  private readonly figures = new Map<string, { latencyUs: number; bandwidthGBps: number }>();
+  private readonly measuring = new Set<string>();
+  private measureQueue: Promise<void> = Promise.resolve();
+  private lastEmitted = '';
+  private graphHash = '';
+  private state: string | undefined;
+  /** Packets refused for a bad MAC, a bad shape or a stale timestamp. */
+  rejected = 0;
+
+  constructor(opts: AgentOptions) {
+    this.opts = opts;
+    this.host = opts.host;
+    this.secret = opts.secret;
+    this.port = opts.port ?? 47600;
+    this.group = opts.group ?? 'ff02::7a6e:6d';
+  }
+
+  async start(): Promise<void> {
+    const socket = dgram.createSocket({ type: 'udp6', reuseAddr: true });
+    this.socket = socket;
+    socket.on('message', (msg, rinfo) => this.receive(msg, rinfo.address));
+    socket.on('error', () => undefined); // per-packet send errors are handled at the send; nothing else is fatal
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.bind(this.port, '::', () => resolve());
+    });
+    socket.setMulticastLoopback(false);
+    this.server = await startMeasureServer(this.port, this.secret, this.host);
+    this.tick();
+    this.timer = setInterval(() => this.tick(), this.opts.intervalMs ?? 250);
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.socket?.close();
+    this.socket = undefined;
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    this.server?.unref();
+  }
+
+  /** This host's cables as it sees them now. */
+  localLinks(): LocalLink[] {
+    return [...this.neighbours.values()]
+      .map((n) => {
+        const l: LocalLink = { iface: n.iface, peer: n.peer, peerIface: n.peerIface };
+        const f = this.figures.get(linkKey(this.host, n.iface, n.peer, n.peerIface));
+        return f ? { ...l, ...f } : l;
+      })
+      .sort((a, b) => (a.iface + a.peer < b.iface + b.peer ? -1 : 1));
+  }
+
+  /** The whole graph: live hosts and the cables both ends confirm. */
+  graph(): TopologyGraph {
+    const views = [this.ownView(), ...this.views.values()];
+    const byHost = new Map(views.map((v) => [v.host, v]));
+    const links: Link[] = [];
+    for (const v of views) {
+      for (const l of v.links) {
+        const other = byHost.get(l.peer);
+        const back = other?.links.find((o) => o.iface === l.peerIface && o.peer === v.host && o.peerIface === l.iface);
+        if (!back) continue;
+        const link: Link = { a: v.host, aPort: l.iface, b: l.peer, bPort: l.peerIface, kind: 'ethernet' };
+        const lat = l.latencyUs ?? back.latencyUs;
+        const bw = l.bandwidthGBps ?? back.bandwidthGBps;
+        if (lat !== undefined) link.latencyUs = lat;
+        if (bw !== undefined) link.bandwidthGBps = bw;
+        links.push(link);
+      }
+    }
+    return { hosts: [...byHost.keys()].sort(), links: normalizeLinks(links) };
+  }
+
+  /** True when every live host reports the same graph as this one. */
+  agreed(): boolean {
+    return [...this.views.values()].every((v) => v.graphHash === this.graphHash);
+  }
+
+  /** Sets the phase flooded with this host's view. */
+  setState(state: string): void {
+    this.state = state;
+  }
+
+  /** Each live host's phase as last heard (this host included). */
+  states(): Map<string, string | undefined> {
+    return new Map([[this.host, this.state], ...[...this.views.values()].map((v): [string, string | undefined] => [v.host, v.state])]);
+  }
+
+  private ownView(): HostView {
+    const v: HostView = { host: this.host, boot: this.boot, seq: this.seq, graphHash: this.graphHash, links: this.localLinks() };
+    return this.state === undefined ? v : { ...v, state: this.state };
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    const ifaces = usableInterfaces(this.opts.interfaces);
+    const usable = new Set(ifaces);
+    for (const [key, n] of this.neighbours) {
+      if (!usable.has(n.iface) || now - n.lastSeen > (this.opts.neighbourExpiryMs ?? 1000)) this.neighbours.delete(key);
+    }
+    for (const name of [...this.joined]) if (!usable.has(name)) this.joined.delete(name);
+    for (const [host, v] of this.views) if (now - v.heardAt > (this.opts.viewExpiryMs ?? 2500)) this.views.delete(host);
+    this.seq++;
+    this.refresh();
+    const socket = this.socket;
+    if (!socket) return;
+    const views = [this.ownView(), ...[...this.views.values()].map(({ heardAt: _h, ...v }) => v)];
+    for (const iface of ifaces) {
+      if (!this.joined.has(iface)) {
+        try {
+          socket.addMembership(this.group, `::%${iface}`);
+        } catch (e) {
+          // EADDRINUSE: the kernel kept the membership while the link was down. Anything else
+          // (no link-local address yet) is tried again next tick.
+          if (!/EADDRINUSE/.test(String((e as Error).message) + String((e as { code?: string }).code))) continue;
+        }
+        this.joined.add(iface);
+      }
+      const hello: Hello = { v: 1, host: this.host, iface, ts: now, views };
+      socket.send(encodeHello(this.secret, hello), this.port, `${this.group}%${iface}`, () => undefined);
+    }
+  }
+
+  private receive(packet: Buffer, from: string): void {
+    const hello = decodeHello(this.secret, packet);
+    const scope = from.indexOf('%');
+    if (!hello || scope < 0 || Math.abs(Date.now() - hello.ts) > (this.opts.maxClockSkewMs ?? 30_000)) {
+      this.rejected++;
+      return;
+    }
+    if (hello.host === this.host) return;
+    const iface = from.slice(scope + 1);
+    const own = hello.views.find((v) => v.host === hello.host);
+    const key = `${iface}|${hello.host}|${hello.iface}`;
+    const isNew = !this.neighbours.has(key);
+    this.neighbours.set(key, { iface, peer: hello.host, peerIface: hello.iface, address: from, lastSeen: Date.now(), boot: own?.boot ?? '' });
+    for (const v of hello.views) this.merge(v);
+    if (isNew) {
+      this.refresh();
+      if (this.opts.measure && this.host < hello.host) this.scheduleMeasure(key);
+    }
+  }
+
+  private merge(v: HostView): void {
+    if (v.host === this.host) return;
+    const cur = this.views.get(v.host);
+    if (cur && cur.boot === v.boot && cur.seq >= v.seq) return;
+    this.views.set(v.host, { ...v, heardAt: Date.now() });
+    this.refresh();
+  }
+
+  private scheduleMeasure(key: string): void {
+    if (this.measuring.has(key)) return;
+    this.measuring.add(key);
+    this.measureQueue = this.measureQueue.then(async () => {
+      const n = this.neighbours.get(key);
+      try {
+        if (!n) return;
+        const f = await measureLink(n.address, this.port, this.secret, { bytes: this.opts.measureBytes ?? 4 << 20 });
+        this.figures.set(linkKey(this.host, n.iface, n.peer, n.peerIface), f);
+        this.refresh();
+      } catch {
+        // the link went away mid-measurement; it is measured again when it comes back
+      } finally {
+        this.measuring.delete(key);
+      }
+    });
+  }
+
+  /** Recomputes the graph hash and tells the listener when anything visible changed. */
+  private refresh(): void {
+    const g = this.graph();
+    this.graphHash = createHash('sha256').update(canonicalGraph(g)).digest('hex').slice(0, 16);
+    const text = JSON.stringify(g) + this.agreed();
+    if (text !== this.lastEmitted) {
+      this.lastEmitted = text;
+      this.opts.onChange?.(g);
+    }
+  }
+}
+
+const linkKey = (host: string, iface: string, peer: string, peerIface: string): string => `${host}:${iface}-${peer}:${peerIface}`;
