@@ -1,0 +1,54 @@
+import { defineCommand } from '../options.js';
+import { TandemError } from '../../errors/index.js';
+import { startNode } from '../../cluster/index.js';
+import { parseBytes } from '../../parallel/index.js';
+
+export const command = defineCommand({
+  name: 'node',
+  summary: 'run a node agent: holds one shard of a model and takes part in distributed runs',
+  description:
+    'Listens for a coordinator (`tandem run --hosts FILE`, `tandem bench cluster`) on --listen. Only coordinators that hold the cluster secret ' +
+    '(--secret or TANDEM_SECRET) are accepted (mutual HMAC challenge-response). Each load reads only this node\'s slices of the model file, ' +
+    'which must exist at the same path on every host.',
+  options: {
+    listen: { type: 'string', description: 'host:port to listen on (port 0 picks a free one)', default: '0.0.0.0:7100', placeholder: 'HOST:PORT' },
+    secret: { type: 'string', description: 'cluster secret (default: the TANDEM_SECRET environment variable)' },
+    threads: { type: 'number', description: 'compute threads for this node (default: every core)' },
+    'mem-limit': { type: 'string', description: 'bytes this node may hold, e.g. 8G (placement respects it)', placeholder: 'BYTES' },
+    kernels: { type: 'string', description: 'kernels backend', choices: ['wasm', 'reference'], default: 'wasm' },
+    once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
+    announce: { type: 'boolean', description: 'print `listening HOST:PORT` on stdout once listening (for launchers)' },
+  },
+  examples: ['TANDEM_SECRET=s3cret tandem node --listen 0.0.0.0:7100', 'tandem node --listen 10.0.0.2:7100 --secret s3cret --mem-limit 12G'],
+  async run({ options }) {
+    const secret = options.secret ?? process.env.TANDEM_SECRET;
+    if (!secret) throw new TandemError('CLI_USAGE', 'node: no cluster secret', { hint: 'pass --secret or set TANDEM_SECRET (the same on every node and the coordinator)' });
+    let memLimit: number | undefined;
+    if (options['mem-limit'] !== undefined) {
+      memLimit = parseBytes(options['mem-limit']);
+      if (memLimit === undefined) throw new TandemError('CLI_USAGE', `node: --mem-limit '${options['mem-limit']}' is not a byte size`, { hint: 'for example --mem-limit 8G' });
+    }
+    if (options.threads !== undefined && !(Number.isInteger(options.threads) && options.threads >= 1)) {
+      throw new TandemError('CLI_USAGE', `node: --threads must be a positive integer, got ${options.threads}`, { hint: 'for example --threads 1' });
+    }
+    const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
+    const node = await startNode({
+      listen: options.listen,
+      secret,
+      kernels: options.kernels as 'wasm' | 'reference',
+      once: options.once,
+      log,
+      ...(options.threads !== undefined ? { threads: options.threads } : {}),
+      ...(memLimit !== undefined ? { memLimit } : {}),
+    });
+    if (options.announce) process.stdout.write(`listening ${node.address}\n`);
+    else log(`listening on ${node.address}`);
+    const stop = (): void => void node.close().then(() => process.exit(0));
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+    await new Promise<void>((resolve) => node.server.once('close', resolve));
+    // A session that ended mid-connect may leave timers behind: --once means exit now.
+    if (options.once) process.exit(0);
+    return 0;
+  },
+});

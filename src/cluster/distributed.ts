@@ -1,0 +1,104 @@
+import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
+import { TandemError } from '../errors/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import type { ParallelKind, WireFormat } from '../parallel/index.js';
+import { readHostfile, type HostEntry } from './hostfile.js';
+import { launchLocalNodes, type LocalNodes } from './launcher.js';
+import { ClusterSession, type ClusterResult } from './session.js';
+
+export interface RunDistributedOptions {
+  /** Path of the GGUF model (the same path on every host). */
+  model: string;
+  /** Start this many local node processes (`--nodes N`)... */
+  nodes?: number;
+  /** ...or use the nodes of a hostfile (`--hosts FILE`) or these entries. */
+  hosts?: string | readonly HostEntry[];
+  /** tp, pp, ep or hybrid (default tp). */
+  parallel?: ParallelKind;
+  /** hybrid: ranks per tensor-parallel group (default 2). */
+  tpSize?: number;
+  /** Fabric provider between nodes (default tcp). */
+  provider?: ProviderName;
+  /** Activations on the wire: f32 (default), f16 or q8. */
+  wire?: WireFormat;
+  /** Bytes each node may hold (`--mem-limit`). */
+  memLimit?: number;
+  prompt: readonly number[];
+  maxTokens: number;
+  stopTokens?: readonly number[];
+  /** Greedy decoding (default true): the vocabulary-parallel head exchanges only each rank's best logit. */
+  greedy?: boolean;
+  /** Compute threads per local node (default: the cores shared out). */
+  threads?: number;
+  kernels?: 'wasm' | 'reference';
+  /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
+  secret?: string;
+  contextLength?: number;
+  onToken?: (token: number) => void;
+  /** Progress lines (starting nodes, plan, loading). */
+  onProgress?: (line: string) => void;
+}
+
+export interface DistributedResult extends ClusterResult {
+  /** One line per rank: what it holds. */
+  plan: string[];
+  /** Bytes each rank holds (weights and KV cache). */
+  bytes: number[];
+  provider: ProviderName;
+  parallel: ParallelKind;
+}
+
+/**
+ * `tandem run MODEL --nodes N | --hosts FILE`: starts local nodes (or connects to listed
+ * ones), places the model by memory (failing before any load when it cannot fit), loads every
+ * shard, generates, and returns the tokens with every node's metrics. Local nodes are always
+ * stopped before this returns or throws.
+ */
+export async function runDistributed(o: RunDistributedOptions): Promise<DistributedResult> {
+  if ((o.nodes === undefined) === (o.hosts === undefined)) {
+    throw new TandemError('CLI_USAGE', 'pass exactly one of --nodes N or --hosts FILE', { hint: '--nodes starts local node processes; --hosts uses nodes started with `tandem node`' });
+  }
+  const progress = o.onProgress ?? (() => {});
+  let local: LocalNodes | undefined;
+  let session: ClusterSession | undefined;
+  const secret = o.secret ?? process.env.TANDEM_SECRET ?? (o.nodes !== undefined ? randomBytes(16).toString('hex') : undefined);
+  if (secret === undefined) throw new TandemError('CLI_USAGE', 'a hostfile run needs the cluster secret', { hint: 'pass --secret or set TANDEM_SECRET to the secret the nodes were started with' });
+  try {
+    let hosts: readonly HostEntry[];
+    if (o.nodes !== undefined) {
+      if (!Number.isInteger(o.nodes) || o.nodes < 1 || o.nodes > 64) throw new TandemError('CLI_USAGE', `--nodes must be 1..64, got ${o.nodes}`, { hint: 'for example --nodes 2' });
+      const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / o.nodes));
+      progress(`starting ${o.nodes} local node(s), ${threads} thread(s) each`);
+      local = await launchLocalNodes(o.nodes, { secret, threads, ...(o.kernels ? { kernels: o.kernels } : {}) });
+      hosts = local.addresses.map((address) => ({ address }));
+    } else {
+      hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);
+    }
+    session = await ClusterSession.connect(hosts, secret);
+    const provider = o.provider ?? 'tcp';
+    const parallel = o.parallel ?? 'tp';
+    progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
+    const placement = await session.load({
+      model: o.model,
+      parallel,
+      provider,
+      greedy: o.greedy ?? true,
+      ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+      ...(o.wire ? { wire: o.wire } : {}),
+      ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
+      ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+    });
+    for (const line of session.planLines()) progress(`  ${line}`);
+    const result = await session.generate({
+      prompt: o.prompt,
+      maxTokens: o.maxTokens,
+      ...(o.stopTokens ? { stopTokens: o.stopTokens } : {}),
+      ...(o.onToken ? { onToken: o.onToken } : {}),
+    });
+    return { ...result, plan: session.planLines(), bytes: placement.bytes, provider, parallel };
+  } finally {
+    session?.close();
+    await local?.stop();
+  }
+}

@@ -1,0 +1,60 @@
+import { readFileSync } from 'node:fs';
+import { TandemError } from '../errors/index.js';
+import { parseBytes } from '../parallel/index.js';
+
+/** One node of a hostfile: where its agent listens, and optionally its memory cap and relative speed. */
+export interface HostEntry {
+  address: string;
+  memLimit?: number;
+  speed?: number;
+}
+
+function bad(file: string, line: number, why: string): TandemError {
+  return new TandemError('CLUSTER_BAD_HOSTFILE', `${file}:${line}: ${why}`, {
+    hint: 'write one node per line as host:port [mem=16G] [speed=1.5]; # starts a comment',
+    details: { file, line },
+  });
+}
+
+/**
+ * Parses a hostfile: one node per line, `host:port` of its `tandem node --listen`, then
+ * optional `mem=BYTES` (K/M/G suffixes) and `speed=X` (relative; placement gives faster
+ * nodes more layers). Blank lines and `#` comments are ignored. Order is rank order.
+ */
+export function parseHostfile(text: string, file = 'hostfile'): HostEntry[] {
+  const out: HostEntry[] = [];
+  const lines = text.split(/\r?\n/);
+  for (let i = 0; i < lines.length; i++) {
+    const words = (lines[i] as string).replace(/#.*/, '').trim().split(/\s+/).filter(Boolean);
+    if (words.length === 0) continue;
+    const [address, ...rest] = words as [string, ...string[]];
+    const m = /^(\[[^\]]+\]|[^:\s]+):(\d+)$/.exec(address);
+    if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535) throw bad(file, i + 1, `'${address}' is not host:port`);
+    const entry: HostEntry = { address };
+    for (const w of rest) {
+      const [key, value = ''] = w.split('=', 2) as [string, string?];
+      if (key === 'mem') {
+        const n = parseBytes(value);
+        if (n === undefined || n <= 0) throw bad(file, i + 1, `mem='${value}' is not a byte size`);
+        entry.memLimit = n;
+      } else if (key === 'speed') {
+        const n = Number(value);
+        if (!(n > 0)) throw bad(file, i + 1, `speed='${value}' must be a positive number`);
+        entry.speed = n;
+      } else throw bad(file, i + 1, `unknown field '${w}'`);
+    }
+    out.push(entry);
+  }
+  if (out.length === 0) throw bad(file, 1, 'no nodes listed');
+  return out;
+}
+
+export function readHostfile(path: string): HostEntry[] {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new TandemError('CLUSTER_BAD_HOSTFILE', `cannot read hostfile ${path}: ${(e as Error).message}`, { hint: 'pass an existing file to --hosts' });
+  }
+  return parseHostfile(text, path);
+}

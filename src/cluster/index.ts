@@ -1,0 +1,5 @@
+export { runDistributed, type RunDistributedOptions, type DistributedResult } from './distributed.js';
+export { ClusterSession, type LoadOptions, type GenerateRequest, type ClusterResult } from './session.js';
+export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launcher.js';
+export { startNode, type NodeAgentOptions } from './node-agent.js';
+export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';

@@ -1,0 +1,108 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { TandemError } from '../errors/index.js';
+
+/** The CLI entry point next to this source tree (runs TypeScript through tsx). */
+const tandemBin = fileURLToPath(new URL('../../bin/tandem.js', import.meta.url));
+
+export interface LaunchOptions {
+  secret: string;
+  /** Compute threads per node. */
+  threads: number;
+  memLimit?: number;
+  kernels?: 'wasm' | 'reference';
+  /** Deadline for every node to report its address (default 60000 ms: startup is slow on a loaded machine). */
+  timeoutMs?: number;
+  /** Node processes' stderr goes here (default: ignored unless TANDEM_NODE_LOG is set). */
+  log?: (rank: number, line: string) => void;
+  /** Exit when the first coordinator session ends (default true). */
+  once?: boolean;
+}
+
+export interface LocalNodes {
+  addresses: string[];
+  processes: ChildProcess[];
+  /** Ends every node process this launcher started (SIGTERM, then SIGKILL after 2 s). */
+  stop(): Promise<void>;
+}
+
+function waitExit(p: ChildProcess, ms: number): Promise<boolean> {
+  if (p.exitCode !== null || p.signalCode !== null) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const t = setTimeout(() => resolve(false), ms);
+    p.once('exit', () => {
+      clearTimeout(t);
+      resolve(true);
+    });
+  });
+}
+
+function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address: Promise<string> } {
+  const args = [tandemBin, 'node', '--listen', '127.0.0.1:0', '--threads', String(o.threads), '--announce'];
+  if (o.once ?? true) args.push('--once');
+  if (o.memLimit !== undefined) args.push('--mem-limit', String(o.memLimit));
+  if (o.kernels) args.push('--kernels', o.kernels);
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_SECRET: o.secret } });
+  const timeoutMs = o.timeoutMs ?? 60_000;
+  const address = new Promise<string>((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(spawnError(rank, `did not report its address within ${timeoutMs} ms`, err)), timeoutMs);
+    proc.stdout?.setEncoding('utf8');
+    proc.stdout?.on('data', (chunk: string) => {
+      out += chunk;
+      const m = /^listening (\S+)$/m.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] as string);
+      }
+    });
+    proc.stderr?.setEncoding('utf8');
+    proc.stderr?.on('data', (chunk: string) => {
+      if (err.length < 8192) err += chunk;
+      if (o.log) {
+        for (const line of chunk.split('\n')) if (line) o.log(rank, line);
+      } else if (process.env.TANDEM_NODE_LOG) process.stderr.write(`[node ${rank}] ${chunk}`);
+    });
+    proc.once('error', (e) => {
+      clearTimeout(timer);
+      reject(spawnError(rank, e.message, err));
+    });
+    proc.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(spawnError(rank, `exited (${signal ?? code}) before listening`, err));
+    });
+  });
+  return { proc, address };
+}
+
+function spawnError(rank: number, why: string, stderr: string): TandemError {
+  return new TandemError('CLUSTER_SPAWN', `local node ${rank} ${why}${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`, {
+    hint: 'run `tandem node --listen 127.0.0.1:0` by hand to see why it fails',
+    details: { rank },
+  });
+}
+
+/** Starts `n` node processes on 127.0.0.1 and waits until each listens. */
+export async function launchLocalNodes(n: number, o: LaunchOptions): Promise<LocalNodes> {
+  const started = Array.from({ length: n }, (_, r) => startOne(r, o));
+  const processes = started.map((s) => s.proc);
+  const stop = async (): Promise<void> => {
+    for (const p of processes) if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');
+    await Promise.all(
+      processes.map(async (p) => {
+        if (!(await waitExit(p, 2000))) {
+          p.kill('SIGKILL');
+          await waitExit(p, 2000);
+        }
+      }),
+    );
+  };
+  try {
+    const addresses = await Promise.all(started.map((s) => s.address));
+    return { addresses, processes, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}

@@ -1,0 +1,205 @@
+import { hostname, availableParallelism } from 'node:os';
+import { createServer, type Server, type Socket } from 'node:net';
+import { createCommunicator, type Communicator } from '../collectives/communicator.js';
+import { TandemError } from '../errors/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import { createKernels, type Kernels } from '../kernels/index.js';
+import { GgufModelFile } from '../engine/model/gguf-model-file.js';
+import { generateOnRank, loadRank, shardBytes, type ParallelPlan, type RankContext, type WireFormat } from '../parallel/index.js';
+import { errorToJson, mac, nonce, parseHostPort, readMessages, sameMac, send, type Message } from './protocol.js';
+
+export interface NodeAgentOptions {
+  /** host:port to listen on for coordinators (port 0: any free port). */
+  listen: string;
+  secret: string;
+  /** Compute threads for this node's kernels (default: every core). */
+  threads?: number;
+  /** Bytes this node may hold; a load over it is refused before reading weights. */
+  memLimit?: number;
+  /** Kernels backend (default wasm). */
+  kernels?: 'wasm' | 'reference';
+  /** Exit after the first coordinator session ends (nodes a launcher started). */
+  once?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface LoadRequest {
+  model: string;
+  plan: ParallelPlan;
+  rank: number;
+  provider: ProviderName;
+  /** Rank 0 listens here (port 0 allowed) and reports the address; others connect to it. */
+  rendezvous: string;
+  /** The host this node's fabric listens on (reachable by the other nodes). */
+  fabricHost: string;
+  wire: WireFormat;
+  logits: 'full' | 'argmax';
+  contextLength?: number;
+  timeoutMs: number;
+}
+
+/** One coordinator session: at most one loaded model. */
+class Session {
+  private world: Communicator | undefined;
+  private ctx: RankContext | undefined;
+  private file: GgufModelFile | undefined;
+  private kernels: Kernels | undefined;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly o: NodeAgentOptions,
+  ) {}
+
+  async handle(m: Message): Promise<Message> {
+    switch (m.type) {
+      case 'hello':
+        return { hostname: hostname(), cores: availableParallelism(), pid: process.pid, memLimit: this.o.memLimit ?? null, threads: this.o.threads ?? null };
+      case 'load':
+        return this.load(m as unknown as LoadRequest);
+      case 'generate':
+        return this.generate(m);
+      case 'unload':
+        await this.unload();
+        return {};
+      default:
+        throw new TandemError('CLUSTER_PROTOCOL', `unknown request '${String(m.type)}'`, { hint: 'run the same tandem version on the coordinator and the nodes' });
+    }
+  }
+
+  private async load(r: LoadRequest): Promise<Message> {
+    await this.unload();
+    const started = Date.now();
+    const file = (this.file = GgufModelFile.open(r.model));
+    const me = r.plan.ranks[r.rank];
+    if (!me) throw new TandemError('CLUSTER_PROTOCOL', `rank ${r.rank} is not in the plan`, { hint: 'run the same tandem version everywhere' });
+    this.kernels ??= await createKernels({ backend: this.o.kernels ?? 'wasm', ...(this.o.threads ? { threads: this.o.threads } : {}) });
+    const root = parseHostPort(r.rendezvous, 'rendezvous');
+    this.world = await createCommunicator({
+      rank: r.rank,
+      size: r.plan.nodes,
+      provider: r.provider,
+      secret: this.o.secret,
+      timeoutMs: r.timeoutMs,
+      connectTimeoutMs: r.timeoutMs,
+      rendezvous: { kind: 'root', address: r.rank === 0 ? `${root.host}:${root.port}` : r.rendezvous, host: r.fabricHost },
+      onListening: (address) => send(this.socket, { event: 'listening', address }),
+    });
+    this.ctx = await loadRank({ file, kernels: this.kernels, plan: r.plan, world: this.world, wire: r.wire, logits: r.logits });
+    const c = this.ctx.model.config;
+    return { rank: r.rank, bytes: shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}), loadMs: Date.now() - started };
+  }
+
+  private async generate(m: Message): Promise<Message> {
+    const ctx = this.ctx;
+    if (!ctx) throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
+    const prompt = m.prompt as number[];
+    const stop = Array.isArray(m.stopTokens) ? new Set(m.stopTokens as number[]) : undefined;
+    const streaming = m.stream === true;
+    const result = await generateOnRank(ctx, prompt, {
+      maxTokens: Number(m.maxTokens),
+      ...(stop ? { stopTokens: stop } : {}),
+      ...(typeof m.contextLength === 'number' ? { contextLength: m.contextLength } : {}),
+      ...(streaming ? { onToken: (token: number) => send(this.socket, { event: 'token', token }) } : {}),
+    });
+    return { ...result };
+  }
+
+  async unload(): Promise<void> {
+    const world = this.world;
+    this.world = undefined;
+    this.ctx = undefined;
+    if (world) await world.close().catch(() => undefined);
+    this.file?.close();
+    this.file = undefined;
+  }
+
+  /** The coordinator went away: fail fast on every peer, then free everything. */
+  async end(): Promise<void> {
+    this.world?.abort('the coordinator disconnected');
+    await this.unload();
+    await this.kernels?.close().catch(() => undefined);
+    this.kernels = undefined;
+  }
+
+  abort(reason: string): void {
+    this.world?.abort(reason);
+  }
+}
+
+function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
+  socket.setNoDelay(true);
+  const challenge = nonce();
+  let session: Session | undefined;
+  let queue: Promise<unknown> = Promise.resolve();
+  const handshake = setTimeout(() => socket.destroy(), 10_000);
+  send(socket, { type: 'challenge', nonce: challenge });
+  socket.on('close', () => {
+    clearTimeout(handshake);
+    const s = session;
+    session = undefined;
+    void (s ? s.end() : Promise.resolve()).finally(onEnd);
+  });
+  socket.on('error', () => socket.destroy());
+  readMessages(
+    socket,
+    (m) => {
+      if (!session) {
+        if (m.type !== 'auth' || !sameMac(m.mac, mac(o.secret, 'coordinator', challenge)) || typeof m.nonce !== 'string') {
+          o.log?.('refused a coordinator that failed authentication');
+          socket.destroy();
+          return;
+        }
+        clearTimeout(handshake);
+        session = new Session(socket, o);
+        send(socket, { type: 'welcome', mac: mac(o.secret, 'node', m.nonce), info: { hostname: hostname(), pid: process.pid } });
+        return;
+      }
+      const s = session;
+      // Requests run one at a time, in order, like the collectives they drive.
+      queue = queue.then(async () => {
+        try {
+          send(socket, { id: m.id, ok: true, result: await s.handle(m) });
+        } catch (e) {
+          o.log?.(`request '${String(m.type)}' failed: ${(e as Error).message}`);
+          s.abort(`a request failed on this node: ${(e as Error).message}`);
+          send(socket, { id: m.id, ok: false, error: errorToJson(e) });
+        }
+      });
+    },
+    () => socket.destroy(),
+  );
+}
+
+/** Starts a node agent; resolves once it listens. `closed` settles when it stops. */
+export async function startNode(o: NodeAgentOptions): Promise<{ address: string; server: Server; close: () => Promise<void> }> {
+  const { host, port } = parseHostPort(o.listen, '--listen');
+  // One coordinator session at a time: a new one starts when the previous has freed its model.
+  let previous: Promise<void> = Promise.resolve();
+  let closed = false;
+  const server = createServer((socket) => {
+    previous = previous.then(
+      () =>
+        new Promise<void>((resolve) => {
+          if (socket.destroyed || closed) {
+            socket.destroy();
+            resolve();
+            return;
+          }
+          serve(socket, o, () => {
+            resolve();
+            if (o.once && !closed) {
+              closed = true;
+              server.close();
+            }
+          });
+        }),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e) => reject(new TandemError('CLUSTER_SPAWN', `cannot listen on ${o.listen}: ${e.message}`, { hint: 'pick a free port or another address', details: { listen: o.listen } })));
+    server.listen(port, host, () => resolve());
+  });
+  const a = server.address();
+  const address = typeof a === 'object' && a ? `${host}:${a.port}` : o.listen;
+  return { address, server, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}

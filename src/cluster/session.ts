@@ -1,0 +1,152 @@
+import { TandemError } from '../errors/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import { configFromMetadata } from '../engine/model/config.js';
+import { GgufModelFile } from '../engine/model/gguf-model-file.js';
+import { describePlan, placeModel, type NodeSpec, type ParallelKind, type Placement, type RankMetrics, type WireFormat } from '../parallel/index.js';
+import type { HostEntry } from './hostfile.js';
+import type { LoadRequest } from './node-agent.js';
+import { ControlClient, parseHostPort, type Message } from './protocol.js';
+
+export interface LoadOptions {
+  model: string;
+  parallel: ParallelKind;
+  /** hybrid: ranks per tensor-parallel group (default 2). */
+  tpSize?: number;
+  provider: ProviderName;
+  wire?: WireFormat;
+  /** Greedy decoding: exchange only each rank's best logit (exact for greedy). */
+  greedy?: boolean;
+  /** Caps every node (overrides the hostfile's and the nodes' own). */
+  memLimit?: number;
+  contextLength?: number;
+  /** Deadline for every wait inside a collective on the nodes (default 30000 ms). */
+  commTimeoutMs?: number;
+  /** Deadline for the whole load (default 300000 ms). */
+  timeoutMs?: number;
+}
+
+export interface GenerateRequest {
+  prompt: readonly number[];
+  maxTokens: number;
+  stopTokens?: readonly number[];
+  onToken?: (token: number) => void;
+  /** Deadline for the whole generation (default 600000 ms); a lost node fails it at once. */
+  timeoutMs?: number;
+}
+
+export interface ClusterResult {
+  tokens: number[];
+  stopReason: 'length' | 'stop';
+  /** Per node, in rank order. */
+  nodes: RankMetrics[];
+  /** Rank 0's figures: the run's TTFT and decode speed. */
+  ttftMs: number;
+  prefillTokS: number;
+  decodeTokS: number;
+}
+
+/** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
+export class ClusterSession {
+  placement: Placement | undefined;
+
+  private constructor(
+    readonly hosts: readonly HostEntry[],
+    readonly clients: ControlClient[],
+    readonly infos: Message[],
+  ) {}
+
+  /** Connects to every node (authenticated) and asks each about itself. */
+  static async connect(hosts: readonly HostEntry[], secret: string, timeoutMs = 30_000): Promise<ClusterSession> {
+    const settled = await Promise.allSettled(hosts.map((h, r) => ControlClient.connect(h.address, secret, `node ${r}`, timeoutMs)));
+    const clients = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+    const failed = settled.find((s) => s.status === 'rejected');
+    if (failed) {
+      for (const c of clients) c.close();
+      throw failed.reason;
+    }
+    const ok = clients as ControlClient[];
+    try {
+      const infos = await Promise.all(ok.map((c) => c.request('hello', {}, timeoutMs)));
+      return new ClusterSession(hosts, ok, infos);
+    } catch (e) {
+      for (const c of ok) c.close();
+      throw e;
+    }
+  }
+
+  /** Plans the split (checking memory before anything loads), then loads every shard. */
+  async load(o: LoadOptions): Promise<Placement> {
+    const file = GgufModelFile.open(o.model);
+    let placement: Placement;
+    try {
+      const config = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+      const specs: NodeSpec[] = this.hosts.map((h, r) => {
+        const own = this.infos[r]?.memLimit;
+        const memLimit = o.memLimit ?? h.memLimit ?? (typeof own === 'number' ? own : undefined);
+        return { ...(memLimit !== undefined ? { memLimit } : {}), ...(h.speed !== undefined ? { speed: h.speed } : {}) };
+      });
+      placement = placeModel({ config, tensors: file.tensors }, specs, { kind: o.parallel, ...(o.tpSize ? { tpSize: o.tpSize } : {}), ...(o.contextLength ? { contextLength: o.contextLength } : {}) });
+    } finally {
+      file.close();
+    }
+    const timeoutMs = o.timeoutMs ?? 300_000;
+    const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
+      model: o.model,
+      plan: placement.plan,
+      rank,
+      provider: o.provider,
+      rendezvous,
+      fabricHost: parseHostPort(this.hosts[rank]!.address, 'node address').host,
+      wire: o.wire ?? 'f32',
+      logits: o.greedy ? 'argmax' : 'full',
+      ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      timeoutMs: o.commTimeoutMs ?? 30_000,
+    });
+    const first = this.clients[0]!;
+    const listening = new Promise<string>((resolve) => {
+      first.onEvent = (m) => {
+        if (m.event === 'listening' && typeof m.address === 'string') resolve(m.address);
+      };
+    });
+    const load0 = first.request('load', { ...base(0, `${base(0, '').fabricHost}:0`) }, timeoutMs);
+    const address = await Promise.race([listening, load0.then(() => '')]);
+    const rest = this.clients.slice(1).map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
+    await Promise.all([load0, ...rest]);
+    this.placement = placement;
+    return placement;
+  }
+
+  /** Runs one generation on every node; resolves with rank 0's tokens and every node's metrics. */
+  async generate(g: GenerateRequest): Promise<ClusterResult> {
+    if (!this.placement) throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
+    const timeoutMs = g.timeoutMs ?? 600_000;
+    this.clients[0]!.onEvent = (m) => {
+      if (m.event === 'token' && typeof m.token === 'number') g.onToken?.(m.token);
+    };
+    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}) };
+    const results = await Promise.all(this.clients.map((c, r) => c.request('generate', { ...body, stream: r === 0 && g.onToken !== undefined }, timeoutMs)));
+    const r0 = results[0] as { tokens: number[]; stopReason: 'length' | 'stop'; metrics: RankMetrics };
+    return {
+      tokens: r0.tokens,
+      stopReason: r0.stopReason,
+      nodes: results.map((r) => (r as { metrics: RankMetrics }).metrics),
+      ttftMs: r0.metrics.ttftMs,
+      prefillTokS: r0.metrics.prefillTokS,
+      decodeTokS: r0.metrics.decodeTokS,
+    };
+  }
+
+  planLines(): string[] {
+    return this.placement ? describePlan(this.placement.plan) : [];
+  }
+
+  async unload(): Promise<void> {
+    await Promise.all(this.clients.map((c) => c.request('unload', {}, 30_000).catch(() => undefined)));
+    this.placement = undefined;
+  }
+
+  /** Drops every connection: nodes abort their collectives and free the model. */
+  close(): void {
+    for (const c of this.clients) c.close();
+  }
+}
