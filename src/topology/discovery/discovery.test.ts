@@ -17,7 +17,7 @@ test('hellos are authenticated: a tampered byte or another secret is refused', (
   assert.deepEqual(decodeHello(secret, packet), hello);
   assert.equal(decodeHello(Buffer.from('another-secret-0123456789'), packet), undefined);
   const tampered = Buffer.from(packet);
-  tampered[tampered.length - 3] ^= 1;
+  tampered.writeUInt8(tampered.readUInt8(tampered.length - 3) ^ 1, tampered.length - 3);
   assert.equal(decodeHello(secret, tampered), undefined);
   assert.equal(decodeHello(secret, packet.subarray(0, 20)), undefined);
 });
