@@ -1,14 +1,21 @@
 // Proof against llama.cpp: our tokenizers must produce exactly llama.cpp's token ids (and
 // detokenized text) on vocabularies the test trains and writes to GGUF files itself.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { TokenizerMetadata } from './metadata.js';
+import { GgufFile } from '../format/gguf-reader.js';
+import {
+  buildBpeVocab,
+  buildSpmVocab,
+  vocabMetadata,
+  type Vocab as MakeModelVocab,
+} from '../format/vocab.js';
+import { tokenizerMetadataFromGguf, type TokenizerMetadata } from './metadata.js';
 import { askLlamaCpp, type OracleAnswer, type OracleJob } from './test-support/llama-oracle.js';
 import { trainBpeVocab, trainSpmVocab } from './test-support/train-vocab.js';
-import { writeVocabModel } from './test-support/vocab-model.js';
+import { tokenizerEntries, vocabModelBytes } from './test-support/vocab-model.js';
 import { Tokenizer } from './tokenizer.js';
 
 const TEXTS = [
@@ -53,25 +60,41 @@ const TEXTS = [
   "quote ' here and ' 's ' 're ' 't 'll . , ? !",
   'a . b , c ? d ! e  . f',
   '$100 + 5^2 <= ~x | y',
+  'The harbor town woke slowly on the first cold morning of the year.',
 ];
 
 interface Case {
   name: string;
-  meta: TokenizerMetadata;
+  /** The GGUF file both sides read: llama.cpp from disk, ours through the GGUF reader. */
+  file: Uint8Array;
 }
 
+const fromMeta = (name: string, meta: TokenizerMetadata): Case => ({
+  name,
+  file: vocabModelBytes(tokenizerEntries(meta), meta.tokens.length),
+});
+const fromMakeModel = (name: string, v: MakeModelVocab): Case => ({
+  name: `${name} from make-model`,
+  file: vocabModelBytes(vocabMetadata(v), v.tokens.length),
+});
+
 const CASES: Case[] = [
-  { name: 'SentencePiece (llama)', meta: trainSpmVocab() },
-  { name: 'BPE (gpt2, llama-bpe)', meta: trainBpeVocab('llama-bpe') },
-  { name: 'BPE (gpt2, qwen2)', meta: trainBpeVocab('qwen2') },
-  { name: 'BPE (gpt2, gpt-2)', meta: trainBpeVocab('gpt-2') },
-  { name: 'BPE (gpt2, default)', meta: trainBpeVocab('default') },
+  fromMeta('SentencePiece (llama)', trainSpmVocab()),
+  fromMeta('BPE (gpt2, llama-bpe)', trainBpeVocab('llama-bpe')),
+  fromMeta('BPE (gpt2, qwen2)', trainBpeVocab('qwen2')),
+  fromMeta('BPE (gpt2, gpt-2)', trainBpeVocab('gpt-2')),
+  fromMeta('BPE (gpt2, default)', trainBpeVocab('default')),
+  fromMakeModel('SentencePiece', buildSpmVocab()),
+  fromMakeModel('BPE llama-bpe', buildBpeVocab(4096, 'llama-bpe')),
+  fromMakeModel('BPE qwen2', buildBpeVocab(4096, 'qwen2')),
 ];
 
 describe('tokenization matches llama.cpp', { timeout: 120_000 }, () => {
   let dir = '';
   let answers: OracleAnswer[] = [];
-  const tokenizers = CASES.map((c) => new Tokenizer(c.meta));
+  const tokenizers = CASES.map(
+    (c) => new Tokenizer(tokenizerMetadataFromGguf(GgufFile.fromBytes(c.file, c.name).metadata.entries)),
+  );
   // Decode requests: our own encodings plus sequences that split characters across tokens.
   const decodeInputs = tokenizers.map((tok) =>
     TEXTS.map((t) => tok.encode(t, { addBos: false, parseSpecial: true })),
@@ -81,7 +104,7 @@ describe('tokenization matches llama.cpp', { timeout: 120_000 }, () => {
     dir = mkdtempSync(join(tmpdir(), 'tandem-tok-'));
     const jobs: OracleJob[] = CASES.map((c, i) => {
       const modelPath = join(dir, `vocab-${i}.gguf`);
-      writeVocabModel(modelPath, c.meta);
+      writeFileSync(modelPath, c.file);
       const ids = decodeInputs[i] as number[][];
       return {
         modelPath,

@@ -1,4 +1,5 @@
 import { TandemError } from '../../errors/index.js';
+import type { GgufArray, GgufValue } from '../format/gguf-types.js';
 
 /**
  * A tokenizer's GGUF metadata as plain data (`tokenizer.ggml.*`), so tokenizers can be built
@@ -65,8 +66,25 @@ const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every
 const isNumberArray = (v: unknown): v is ArrayLike<number> =>
   (Array.isArray(v) && v.every((x) => typeof x === 'number')) || ArrayBuffer.isView(v);
 
-/** Reads `tokenizer.*` keys from GGUF metadata (key -> decoded value) into TokenizerMetadata. */
-export function tokenizerMetadataFromGguf(kv: ReadonlyMap<string, unknown>): TokenizerMetadata {
+/** A GGUF value as plain data: arrays as their items, 64-bit integers as numbers when exact. */
+function plain(v: GgufValue): unknown {
+  if (typeof v.value === 'bigint')
+    return v.value <= BigInt(Number.MAX_SAFE_INTEGER) && v.value >= 0n ? Number(v.value) : v.value;
+  if (typeof v.value === 'object') return (v.value as GgufArray).items;
+  return v.value;
+}
+
+/**
+ * Reads the `tokenizer.*` keys of a GGUF file's metadata (as the GGUF reader returns them)
+ * into TokenizerMetadata, checking each key's type.
+ */
+export function tokenizerMetadataFromGguf(entries: ReadonlyMap<string, GgufValue>): TokenizerMetadata {
+  const kv = new Map<string, unknown>();
+  for (const [key, value] of entries) if (key.startsWith('tokenizer.')) kv.set(key, plain(value));
+  return fromPlain(kv);
+}
+
+function fromPlain(kv: ReadonlyMap<string, unknown>): TokenizerMetadata {
   const model = optional(kv, 'tokenizer.ggml.model', isString, 'a string');
   if (model === undefined) throw bad('tokenizer.ggml.model', 'is missing');
   const tokens = optional(kv, 'tokenizer.ggml.tokens', isStringArray, 'an array of strings');

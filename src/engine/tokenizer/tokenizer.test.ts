@@ -1,7 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isTandemError } from '../../errors/index.js';
+import { GgufFile } from '../format/gguf-reader.js';
+import type { GgufValue } from '../format/gguf-types.js';
+import { gv } from '../format/gguf-writer.js';
+import { buildBpeVocab, vocabMetadata } from '../format/vocab.js';
 import { TokenType, tokenizerMetadataFromGguf, type TokenizerMetadata } from './metadata.js';
+import { vocabModelBytes } from './test-support/vocab-model.js';
 import { trainBpeVocab, trainSpmVocab } from './test-support/train-vocab.js';
 import { Tokenizer } from './tokenizer.js';
 
@@ -215,52 +220,46 @@ describe('tokenizer errors', () => {
 });
 
 describe('tokenizerMetadataFromGguf', () => {
-  it('reads the tokenizer keys', () => {
-    const kv = new Map<string, unknown>([
-      ['tokenizer.ggml.model', 'gpt2'],
-      ['tokenizer.ggml.pre', 'qwen2'],
-      ['tokenizer.ggml.tokens', ['a', 'b', 'ab']],
-      ['tokenizer.ggml.token_type', new Int32Array([1, 1, 1])],
-      ['tokenizer.ggml.merges', ['a b']],
-      ['tokenizer.ggml.eos_token_id', 2],
-      ['tokenizer.ggml.add_bos_token', false],
-      ['tokenizer.chat_template', '{{ x }}'],
-    ]);
-    const meta = tokenizerMetadataFromGguf(kv);
+  it('reads the tokenizer of a GGUF file written with the make-model vocabulary builder', () => {
+    const vocab = buildBpeVocab(1024, 'qwen2');
+    const file = GgufFile.fromBytes(vocabModelBytes(vocabMetadata(vocab), vocab.tokens.length));
+    const meta = tokenizerMetadataFromGguf(file.metadata.entries);
+    assert.equal(meta.model, 'gpt2');
     assert.equal(meta.pre, 'qwen2');
-    assert.equal(meta.eosTokenId, 2);
-    assert.equal(meta.addBosToken, false);
-    assert.equal(meta.chatTemplate, '{{ x }}');
-    assert.deepEqual(new Tokenizer(meta).encode('ab'), [2]);
+    assert.equal(meta.tokens.length, 1024);
+    assert.equal(meta.eosTokenId, vocab.eos);
+    assert.equal(meta.addBosToken, vocab.addBos);
+    assert.equal(meta.chatTemplate, vocab.chatTemplate);
+    const tok = new Tokenizer(meta);
+    assert.equal(tok.decode(tok.encode('The harbor town woke slowly.')), 'The harbor town woke slowly.');
   });
 
   it('rejects missing keys and wrong types', () => {
+    const base: [string, GgufValue][] = [
+      ['tokenizer.ggml.model', gv.str('llama')],
+      ['tokenizer.ggml.tokens', gv.strings(['a'])],
+    ];
+    const read = (...extra: [string, GgufValue][]): TokenizerMetadata =>
+      tokenizerMetadataFromGguf(new Map([...base, ...extra]));
+    assert.deepEqual(read().tokens, ['a']);
     assert.equal(
       codeOf(() => tokenizerMetadataFromGguf(new Map())),
       'TOKENIZER_METADATA',
     );
-    const base: [string, unknown][] = [
-      ['tokenizer.ggml.model', 'llama'],
-      ['tokenizer.ggml.tokens', ['a']],
-    ];
     assert.equal(
-      codeOf(() => tokenizerMetadataFromGguf(new Map([...base, ['tokenizer.ggml.scores', ['x']]]))),
+      codeOf(() => read(['tokenizer.ggml.scores', gv.strings(['x'])])),
       'TOKENIZER_METADATA',
     );
     assert.equal(
-      codeOf(() => tokenizerMetadataFromGguf(new Map([...base, ['tokenizer.ggml.bos_token_id', -1]]))),
+      codeOf(() => read(['tokenizer.ggml.bos_token_id', gv.str('1')])),
       'TOKENIZER_METADATA',
     );
     assert.equal(
-      codeOf(() => tokenizerMetadataFromGguf(new Map([...base, ['tokenizer.ggml.add_bos_token', 1]]))),
+      codeOf(() => read(['tokenizer.ggml.add_bos_token', gv.u32(1)])),
       'TOKENIZER_METADATA',
     );
-    const numericTokens = new Map<string, unknown>([
-      ['tokenizer.ggml.model', 'llama'],
-      ['tokenizer.ggml.tokens', [1]],
-    ]);
     assert.equal(
-      codeOf(() => tokenizerMetadataFromGguf(numericTokens)),
+      codeOf(() => read(['tokenizer.ggml.tokens', gv.i32s([1])])),
       'TOKENIZER_METADATA',
     );
   });

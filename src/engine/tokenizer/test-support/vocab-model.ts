@@ -1,50 +1,66 @@
-// Writes a GGUF that llama.cpp loads: the given tokenizer metadata on a one-layer llama
-// with zero weights (the oracle only tokenizes).
+// Writes a GGUF file llama.cpp can load for its tokenizer: the given tokenizer metadata on a
+// one-layer llama with zero weights (the oracle only tokenizes).
+import { encodeGguf, gv, type TensorSpec } from '../../format/gguf-writer.js';
+import type { GgufValue } from '../../format/gguf-types.js';
 import type { TokenizerMetadata } from '../metadata.js';
-import { writeGguf, type GgufValue, type ZeroTensor } from './gguf-vocab-file.js';
 
-export function writeVocabModel(path: string, meta: TokenizerMetadata): void {
+const F32 = 0;
+
+/** `tokenizer.*` GGUF entries for plain tokenizer metadata. */
+export function tokenizerEntries(meta: TokenizerMetadata): [string, GgufValue][] {
+  const kv: [string, GgufValue][] = [
+    ['tokenizer.ggml.model', gv.str(meta.model)],
+    ['tokenizer.ggml.tokens', gv.strings([...meta.tokens])],
+  ];
+  if (meta.pre !== undefined) kv.push(['tokenizer.ggml.pre', gv.str(meta.pre)]);
+  if (meta.scores !== undefined) kv.push(['tokenizer.ggml.scores', gv.f32s(Array.from(meta.scores))]);
+  if (meta.tokenTypes !== undefined)
+    kv.push(['tokenizer.ggml.token_type', gv.i32s(Array.from(meta.tokenTypes))]);
+  if (meta.merges !== undefined) kv.push(['tokenizer.ggml.merges', gv.strings([...meta.merges])]);
+  if (meta.bosTokenId !== undefined) kv.push(['tokenizer.ggml.bos_token_id', gv.u32(meta.bosTokenId)]);
+  if (meta.eosTokenId !== undefined) kv.push(['tokenizer.ggml.eos_token_id', gv.u32(meta.eosTokenId)]);
+  if (meta.unknownTokenId !== undefined)
+    kv.push(['tokenizer.ggml.unknown_token_id', gv.u32(meta.unknownTokenId)]);
+  if (meta.addBosToken !== undefined) kv.push(['tokenizer.ggml.add_bos_token', gv.bool(meta.addBosToken)]);
+  if (meta.addEosToken !== undefined) kv.push(['tokenizer.ggml.add_eos_token', gv.bool(meta.addEosToken)]);
+  if (meta.addSpacePrefix !== undefined)
+    kv.push(['tokenizer.ggml.add_space_prefix', gv.bool(meta.addSpacePrefix)]);
+  if (meta.chatTemplate !== undefined) kv.push(['tokenizer.chat_template', gv.str(meta.chatTemplate)]);
+  return kv;
+}
+
+/** A whole GGUF file (bytes) for a tokenizer: a minimal llama around it. */
+export function vocabModelBytes(
+  tokenizer: ReadonlyArray<readonly [string, GgufValue]>,
+  nVocab: number,
+): Uint8Array {
   const nEmbd = 8;
   const nFf = 16;
-  const nVocab = meta.tokens.length;
-  const kv: [string, GgufValue][] = [
-    ['general.architecture', { type: 'str', value: 'llama' }],
-    ['llama.context_length', { type: 'u32', value: 64 }],
-    ['llama.embedding_length', { type: 'u32', value: nEmbd }],
-    ['llama.block_count', { type: 'u32', value: 1 }],
-    ['llama.feed_forward_length', { type: 'u32', value: nFf }],
-    ['llama.attention.head_count', { type: 'u32', value: 2 }],
-    ['llama.attention.layer_norm_rms_epsilon', { type: 'f32', value: 1e-5 }],
-    ['tokenizer.ggml.model', { type: 'str', value: meta.model }],
-    ['tokenizer.ggml.tokens', { type: 'str[]', value: meta.tokens }],
+  const metadata = new Map<string, GgufValue>([
+    ['general.architecture', gv.str('llama')],
+    ['llama.context_length', gv.u32(64)],
+    ['llama.embedding_length', gv.u32(nEmbd)],
+    ['llama.block_count', gv.u32(1)],
+    ['llama.feed_forward_length', gv.u32(nFf)],
+    ['llama.attention.head_count', gv.u32(2)],
+    ['llama.attention.layer_norm_rms_epsilon', gv.f32(1e-5)],
+    ...tokenizer,
+  ]);
+  const shapes: [string, number[]][] = [
+    ['token_embd.weight', [nEmbd, nVocab]],
+    ['output_norm.weight', [nEmbd]],
+    ['output.weight', [nEmbd, nVocab]],
+    ['blk.0.attn_norm.weight', [nEmbd]],
+    ['blk.0.attn_q.weight', [nEmbd, nEmbd]],
+    ['blk.0.attn_k.weight', [nEmbd, nEmbd]],
+    ['blk.0.attn_v.weight', [nEmbd, nEmbd]],
+    ['blk.0.attn_output.weight', [nEmbd, nEmbd]],
+    ['blk.0.ffn_norm.weight', [nEmbd]],
+    ['blk.0.ffn_gate.weight', [nEmbd, nFf]],
+    ['blk.0.ffn_up.weight', [nEmbd, nFf]],
+    ['blk.0.ffn_down.weight', [nFf, nEmbd]],
   ];
-  if (meta.pre !== undefined) kv.push(['tokenizer.ggml.pre', { type: 'str', value: meta.pre }]);
-  if (meta.scores !== undefined)
-    kv.push(['tokenizer.ggml.scores', { type: 'f32[]', value: Array.from(meta.scores) }]);
-  if (meta.tokenTypes !== undefined)
-    kv.push(['tokenizer.ggml.token_type', { type: 'i32[]', value: Array.from(meta.tokenTypes) }]);
-  if (meta.merges !== undefined) kv.push(['tokenizer.ggml.merges', { type: 'str[]', value: meta.merges }]);
-  if (meta.bosTokenId !== undefined)
-    kv.push(['tokenizer.ggml.bos_token_id', { type: 'u32', value: meta.bosTokenId }]);
-  if (meta.eosTokenId !== undefined)
-    kv.push(['tokenizer.ggml.eos_token_id', { type: 'u32', value: meta.eosTokenId }]);
-  if (meta.addBosToken !== undefined)
-    kv.push(['tokenizer.ggml.add_bos_token', { type: 'bool', value: meta.addBosToken }]);
-  if (meta.addSpacePrefix !== undefined)
-    kv.push(['tokenizer.ggml.add_space_prefix', { type: 'bool', value: meta.addSpacePrefix }]);
-  const tensors: ZeroTensor[] = [
-    { name: 'token_embd.weight', dims: [nEmbd, nVocab] },
-    { name: 'output_norm.weight', dims: [nEmbd] },
-    { name: 'output.weight', dims: [nEmbd, nVocab] },
-    { name: 'blk.0.attn_norm.weight', dims: [nEmbd] },
-    { name: 'blk.0.attn_q.weight', dims: [nEmbd, nEmbd] },
-    { name: 'blk.0.attn_k.weight', dims: [nEmbd, nEmbd] },
-    { name: 'blk.0.attn_v.weight', dims: [nEmbd, nEmbd] },
-    { name: 'blk.0.attn_output.weight', dims: [nEmbd, nEmbd] },
-    { name: 'blk.0.ffn_norm.weight', dims: [nEmbd] },
-    { name: 'blk.0.ffn_gate.weight', dims: [nEmbd, nFf] },
-    { name: 'blk.0.ffn_up.weight', dims: [nEmbd, nFf] },
-    { name: 'blk.0.ffn_down.weight', dims: [nFf, nEmbd] },
-  ];
-  writeGguf(path, kv, tensors);
+  const tensors: TensorSpec[] = shapes.map(([name, dims]) => ({ name, dims, type: F32 }));
+  const data = shapes.map(([, dims]) => new Uint8Array(4 * dims.reduce((a, b) => a * b, 1)));
+  return encodeGguf(metadata, tensors, data);
 }
