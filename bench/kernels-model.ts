@@ -45,7 +45,10 @@ for (const threads of values.threads.split(',').map(Number)) {
   const x = randomFloats(n * ff, 3);
   const y = new Float32Array(n * vocab);
   const token = (m: number): void => {
-    for (const w of ws) (m === 1 ? k.matvec(w, x, y) : k.matmul(w, x, y, m));
+    for (const w of ws) {
+      if (m === 1) k.matvec(w, x, y);
+      else k.matmul(w, x, y, m);
+    }
     k.matvec(out, x, y);
   };
   token(1);
