@@ -12,6 +12,8 @@ export async function openDevice(provider: ProviderName): Promise<Device> {
       return new LoopbackDevice();
     case 'tcp':
       return new (await import('./tcp-provider.js')).TcpDevice();
+    case 'shm':
+      return new (await import('./shm-provider.js')).ShmDevice();
     default:
       throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `unknown fabric provider '${String(provider)}'`, {
         hint: 'use loopback, shm or tcp (see `tandem devinfo`)',

@@ -1,0 +1,3 @@
+import { conformance } from './conformance.cases.js';
+
+conformance('shm');

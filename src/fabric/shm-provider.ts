@@ -1,0 +1,315 @@
+import type { Socket } from 'node:net';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
+import { randomU32 } from './random.js';
+import { ShmSegment, futexWait, futexWake, sweepStale } from './shm-ffi.js';
+import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from './side-channel.js';
+import type { Transport, TransportEvents } from './transport.js';
+import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
+import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+
+/**
+ * Segment layout (byte offsets): a receive ring is
+ *   0 write index (i32, producer) | 64 read index (i32, consumer) | 128 closed flag | 4096.. data
+ * indices count bytes mod 2^32; the data size is a power of two. A device's bell segment holds
+ *   0 sleeping flag (i32): set by a consumer about to futex-sleep, cleared by the producer that wakes it.
+ */
+const W = 0;
+const R = 16;
+const CLOSED = 32;
+const DATA = 4096;
+const RING_BYTES = 16 << 20;
+const BELL_BYTES = 4096;
+const SLEEPING = 0;
+/** Rings are polled this often when no wait drives them (acks and reads for a busy peer). */
+const BACKGROUND_POLL_MS = 1;
+
+const segName = (kind: string): string => `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
+
+/** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
+class ShmTransport implements Transport {
+  private events: TransportEvents | undefined;
+  private isClosed = false;
+  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly inCtl: Int32Array;
+  private readonly inData: Uint8Array;
+  private readonly outCtl: Int32Array;
+  private readonly outData: Uint8Array;
+  private readonly bellCtl: Int32Array;
+  private readonly mask: number;
+  private readIdx = 0;
+  private writeIdx = 0;
+  /** Bytes that did not fit in the peer's ring yet, oldest first. */
+  private backlog: Uint8Array[] = [];
+
+  constructor(
+    private readonly mine: ShmSegment,
+    private readonly theirs: ShmSegment,
+    private readonly peerBell: ShmSegment,
+    private readonly socket: Socket,
+    private readonly onClose: (t: ShmTransport) => void,
+  ) {
+    this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
+    this.inData = new Uint8Array(mine.buffer, DATA);
+    this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
+    this.outData = new Uint8Array(theirs.buffer, DATA);
+    this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
+    this.mask = this.inData.length - 1;
+    this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
+  }
+
+  bind(events: TransportEvents): void {
+    this.events = events;
+    this.socket.on('close', () => this.shut('the peer closed the connection', false));
+    this.socket.on('error', () => undefined);
+    this.socket.on('data', () => undefined);
+  }
+
+  poll(): boolean {
+    if (this.isClosed) return false;
+    let did = this.backlog.length > 0 && this.flush();
+    const w = Atomics.load(this.inCtl, W) >>> 0;
+    const avail = (w - this.readIdx) >>> 0;
+    if (avail === 0) {
+      if (Atomics.load(this.inCtl, CLOSED) !== 0) this.shut('the peer closed the connection', false);
+      return did;
+    }
+    const pos = this.readIdx & this.mask;
+    const first = Math.min(avail, this.inData.length - pos);
+    try {
+      this.decoder.push(this.inData.subarray(pos, pos + first));
+      if (avail > first && !this.isClosed) this.decoder.push(this.inData.subarray(0, avail - first));
+    } catch (e) {
+      if (!(e instanceof MalformedFrame)) throw e;
+      this.shut(`malformed frame: ${e.message}`, true);
+      return true;
+    }
+    if (this.isClosed) return true;
+    this.readIdx = w;
+    Atomics.store(this.inCtl, R, w | 0);
+    this.events?.batchEnd();
+    if (this.backlog.length > 0) this.flush();
+    did = true;
+    return did;
+  }
+
+  send(header: Uint8Array, payload: readonly Uint8Array[]): void {
+    if (this.isClosed) return;
+    let len = header.length;
+    for (const p of payload) len += p.length;
+    const prefix = new Uint8Array(4 + header.length);
+    putU32(prefix, 0, len);
+    prefix.set(header, 4);
+    if (this.backlog.length === 0) {
+      const rest = this.write(prefix, payload);
+      if (rest !== undefined) this.backlog = rest;
+    } else {
+      this.backlog.push(prefix, ...payload);
+    }
+    this.ring();
+  }
+
+  sendRaw(bytes: Uint8Array): void {
+    if (this.isClosed) return;
+    this.backlog.push(bytes.slice());
+    this.flush();
+  }
+
+  /** Copies as much as fits into the peer's ring; returns what is left. */
+  private write(prefix: Uint8Array, payload: readonly Uint8Array[]): Uint8Array[] | undefined {
+    const r = Atomics.load(this.outCtl, R) >>> 0;
+    let free = this.outData.length - ((this.writeIdx - r) >>> 0);
+    let w = this.writeIdx;
+    let rest: Uint8Array[] | undefined;
+    const parts = payload.length === 0 ? [prefix] : [prefix, ...payload];
+    for (let i = 0; i < parts.length; i++) {
+      const p = parts[i] as Uint8Array;
+      const n = Math.min(free, p.length);
+      if (n > 0) {
+        const pos = w & this.mask;
+        const first = Math.min(n, this.outData.length - pos);
+        this.outData.set(first === p.length ? p : p.subarray(0, first), pos);
+        if (n > first) this.outData.set(p.subarray(first, n), 0);
+        w = (w + n) >>> 0;
+        free -= n;
+      }
+      if (n < p.length) {
+        rest = [p.subarray(n), ...parts.slice(i + 1)];
+        break;
+      }
+    }
+    this.writeIdx = w;
+    Atomics.store(this.outCtl, W, w | 0);
+    return rest;
+  }
+
+  private flush(): boolean {
+    const [first, ...more] = this.backlog;
+    if (first === undefined) return false;
+    const before = this.writeIdx;
+    this.backlog = this.write(first, more) ?? [];
+    if (this.writeIdx !== before) this.ring();
+    return this.writeIdx !== before;
+  }
+
+  /** Wakes the peer if it sleeps. */
+  private ring(): void {
+    if (Atomics.load(this.bellCtl, SLEEPING) !== 0) {
+      Atomics.store(this.bellCtl, SLEEPING, 0);
+      futexWake(this.peerBell, SLEEPING * 4);
+    }
+  }
+
+  private shut(reason: string, malformed: boolean): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    Atomics.store(this.outCtl, CLOSED, 1);
+    this.ring();
+    this.socket.destroy();
+    this.onClose(this);
+    this.mine.unmap();
+    this.theirs.unmap();
+    if (this.peerBell.length > 0) this.peerBell.unmap();
+    this.events?.closed(reason, malformed);
+  }
+
+  close(): void {
+    this.shut('closed locally', false);
+  }
+}
+
+class ShmListener implements Listener {
+  constructor(
+    private readonly device: ShmDevice,
+    private readonly side: SideChannelListener,
+  ) {}
+
+  get host(): string {
+    return this.side.host;
+  }
+
+  get port(): number {
+    return this.side.port;
+  }
+
+  get authFailures(): number {
+    return this.side.authFailures;
+  }
+
+  async accept(options: AcceptOptions): Promise<QueuePair> {
+    const peer = await this.side.next(options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, options.signal);
+    try {
+      const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA);
+      theirs.unlink();
+      const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
+      const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA);
+      const psn = newPsn();
+      peer.welcome(psn, options.info ?? {}, { ring: mine.name, bell: this.device.bellName });
+      return this.device.qpOn(peer, psn, options, mine, theirs, bell);
+    } catch (e) {
+      peer.socket.destroy();
+      throw e;
+    }
+  }
+
+  close(): Promise<void> {
+    return this.side.close();
+  }
+}
+
+/** Processes on one host: frames through shared-memory rings, busy-polled, then futex sleep. */
+export class ShmDevice extends DeviceBase {
+  readonly provider = 'shm' as const;
+  readonly name = 'shm0';
+  private readonly bell: ShmSegment;
+  private readonly bellCtl: Int32Array;
+  private readonly transports = new Set<ShmTransport>();
+  private poller: NodeJS.Timeout | undefined;
+
+  constructor() {
+    super();
+    sweepStale();
+    this.bell = ShmSegment.create(segName('bell'), BELL_BYTES);
+    this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
+  }
+
+  get bellName(): string {
+    return this.bell.name;
+  }
+
+  protected override sleep(ms: number): void {
+    if (this.closed) return;
+    Atomics.store(this.bellCtl, SLEEPING, 1);
+    if (!this.engine.progress()) futexWait(this.bell, SLEEPING * 4, 1, ms);
+    Atomics.store(this.bellCtl, SLEEPING, 0);
+  }
+
+  async listen(options: ListenOptions): Promise<Listener> {
+    this.checkOpen();
+    const side = new SideChannelListener('shm', options.secret, () => this.countAuthFailure());
+    await side.start(options.host ?? '127.0.0.1', options.port ?? 0);
+    return new ShmListener(this, side);
+  }
+
+  qpOn(peer: Authenticated, psn: number, options: AcceptOptions, mine: ShmSegment, theirs: ShmSegment, bell: ShmSegment): QueuePair {
+    peer.reader.detach();
+    const t = new ShmTransport(mine, theirs, bell, peer.socket, (x) => {
+      this.transports.delete(x);
+      if (this.transports.size === 0 && this.poller) {
+        clearInterval(this.poller);
+        this.poller = undefined;
+      }
+    });
+    this.transports.add(t);
+    if (this.poller === undefined) {
+      this.poller = setInterval(() => this.engine.progress(), BACKGROUND_POLL_MS);
+      this.poller.unref();
+    }
+    return this.makeQp({ transport: t, peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn }, options, true);
+  }
+
+  async connect(options: ConnectOptions): Promise<QueuePair> {
+    this.checkOpen();
+    const psn = newPsn();
+    const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA);
+    let gaveUp = false;
+    let done: Authenticated | undefined;
+    try {
+      const peer = await withDeadline(
+        clientHandshake('shm', options.host, options.port, options.secret, {
+          psn,
+          info: options.info ?? {},
+          extra: () => ({ ring: mine.name, bell: this.bell.name }),
+        }).then((p) => {
+          if (gaveUp) p.socket.destroy();
+          return (done = p);
+        }),
+        options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+        options.signal,
+        `connect to shm ${options.host}:${options.port}`,
+        () => {
+          gaveUp = true;
+          done?.socket.destroy();
+        },
+      );
+      try {
+        const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA);
+        theirs.unlink();
+        const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
+        return this.qpOn(peer, psn, options, mine, theirs, bell);
+      } catch (e) {
+        peer.socket.destroy();
+        throw e;
+      }
+    } catch (e) {
+      mine.unmap();
+      throw e;
+    }
+  }
+
+  override async close(): Promise<void> {
+    if (this.closed) return;
+    await super.close();
+    if (this.poller) clearInterval(this.poller);
+    this.bell.unmap();
+  }
+}
