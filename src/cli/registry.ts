@@ -17,4 +17,5 @@ export const commands: readonly CommandEntry[] = [
   { name: 'topology', summary: 'show the cluster graph, its class, per-link latency and bandwidth, and a drawing', load: async () => (await import('./commands/topology.js')).command },
   { name: 'make-model', summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)', load: async () => (await import('./commands/make-model.js')).command },
   { name: 'init', summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config', load: async () => (await import('./commands/init.js')).command },
+  { name: 'devinfo', summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)', load: async () => (await import('./commands/devinfo.js')).command },
 ];

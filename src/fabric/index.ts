@@ -20,3 +20,4 @@ export async function openDevice(provider: ProviderName): Promise<Device> {
       });
   }
 }
+export { probeProviders } from './providers.js';
