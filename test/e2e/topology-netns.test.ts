@@ -143,6 +143,11 @@ test('tandem init --mode=tcp --topology=ring --apply: every host agrees, address
     }
     assert.match(procs[0]!.stderr, /ip addr replace 10\.99\.0\.\d\/30 dev t-[bc]/);
     assert.match(procs[0]!.stderr, /verified: t-b 10\.99\.0\.\d+ -> b/);
+    const show = rig.tandem('b', ['topology', '--config', join(dir, 'b.json'), '--json']);
+    assert.equal(await show.exited, 0, show.stderr);
+    const shown = show.lines[0] as { class: string; links: { subnet: string }[] };
+    assert.equal(shown.class, 'full-mesh');
+    assert.deepEqual(shown.links.map((l) => l.subnet), ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30']);
   } finally {
     await rig.cleanup();
     rmSync(dir, { recursive: true, force: true });

@@ -1,13 +1,15 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { platform } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
 import {
+  defaultConfigPath,
   diagnose,
   formatFindings,
   hasErrors,
   importMlxHostfile,
   probeHost,
+  readClusterConfig,
   runCommand,
   type HostReport,
   type TopologyGraph,
@@ -43,6 +45,7 @@ export const command = defineCommand({
     mode: { type: 'string', description: 'what the cluster will run over (auto: rdma on macOS, tcp elsewhere)', choices: ['auto', 'rdma', 'tcp'], default: 'auto' },
     topology: { type: 'string', description: 'the topology the cables must allow', choices: ['auto', 'ring', 'mesh'], default: 'auto' },
     hostfile: { type: 'string', description: 'MLX hostfile: check every host in it over ssh, and its cables', placeholder: 'file' },
+    config: { type: 'string', description: 'cluster config from `tandem init` whose cables to check (default: $TANDEM_CONFIG or ~/.config/tandem/cluster.json, if present)', placeholder: 'file' },
     reports: { type: 'list', description: 'reports of other hosts saved with `tandem doctor --report`', placeholder: 'files' },
     ssh: { type: 'string', description: 'ssh command used with --hostfile', default: 'ssh -o BatchMode=yes -o ConnectTimeout=5' },
     report: { type: 'boolean', description: 'print only this host\'s raw probe report as JSON (for another host\'s doctor)' },
@@ -57,6 +60,8 @@ export const command = defineCommand({
     }
     const peers: HostReport[] = (options.reports ?? []).map((p) => readJson(p, 'report') as HostReport);
     let graph: TopologyGraph | undefined;
+    const configPath = options.config ?? defaultConfigPath();
+    if (options.config !== undefined || existsSync(configPath)) graph = readClusterConfig(configPath).graph;
     const unreachable: string[] = [];
     if (options.hostfile !== undefined) {
       const { graph: g, hostfile } = importMlxHostfile(readJson(options.hostfile, 'hostfile'));
