@@ -374,6 +374,7 @@ export class Router {
       if (link.dead) continue;
       const h = controlHeader(MessageKind.abort, this.rank, link.peer);
       h.aux = lost;
+      h.totalBytes = body.byteLength;
       if (link.credits >= 1 && link.freeSend.length > 0) this.post(link, { header: h, payload: body });
     }
     for (const box of this.boxes.values()) {

@@ -38,6 +38,15 @@ test('q8 size is 4 bytes per block plus one per value; zeros stay zero; unpackAd
   q8UnpackAdd(p, acc);
   assert.equal(acc[0], 1);
   assert.equal(acc[35], -1);
+  const y = Float32Array.from({ length: 40 }, (_, i) => Math.sin(i) * 3);
+  const py = new Uint8Array(q8Bytes(40));
+  q8Pack(y, py);
+  const viaAdd = Float32Array.from({ length: 40 }, (_, i) => Math.cos(i));
+  const viaUnpack = new Float32Array(40);
+  q8Unpack(py, viaUnpack);
+  for (let i = 0; i < 40; i++) viaUnpack[i] = Math.fround(Math.cos(i)) + viaUnpack[i]!;
+  q8UnpackAdd(py, viaAdd);
+  assert.deepEqual(viaAdd, viaUnpack, 'unpackAdd == unpack then f32 add, bit for bit');
 });
 
 test('q8 measured error on gaussian-like activations is documented (rms/maxabs < 0.25%)', () => {

@@ -59,9 +59,12 @@ export function q8Unpack(packed: Uint8Array, out: Float32Array): void {
   for (let i = 0; i < n; i++) out[i] = (quants[i] as number) * (scales[(i / q8BlockSize) | 0] as number);
 }
 
-/** acc[i] += dequantized value i: the receive side of a q8 reduction, without a temporary. */
+/**
+ * acc[i] += dequantized value i: the receive side of a q8 reduction, without a temporary.
+ * The product is rounded to f32 first, so this equals q8Unpack followed by an f32 add.
+ */
 export function q8UnpackAdd(packed: Uint8Array, acc: Float32Array): void {
   const n = acc.length;
   const { scales, quants } = views(packed, n);
-  for (let i = 0; i < n; i++) acc[i] = (acc[i] as number) + (quants[i] as number) * (scales[(i / q8BlockSize) | 0] as number);
+  for (let i = 0; i < n; i++) acc[i] = (acc[i] as number) + Math.fround((quants[i] as number) * (scales[(i / q8BlockSize) | 0] as number));
 }

@@ -1,0 +1,100 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLocalWorld } from './local-world.js';
+import { inputFor } from './collectives.cases.js';
+
+test('send/recv between any two ranks, with tags, relayed on a line', async () => {
+  const comms = await createLocalWorld(4, { graph: 'line', timeoutMs: 20_000 });
+  const got = new Float32Array(5000);
+  await Promise.all([
+    comms[0]!.send(3, Float32Array.from({ length: 5000 }, (_, i) => i), { tag: 7 }),
+    comms[3]!.recv(0, got, { tag: 7 }),
+    comms[1]!.send(2, Float32Array.of(1)),
+    comms[2]!.recv(1, new Float32Array(1)),
+  ]);
+  assert.equal(got[4999], 4999);
+  assert.ok(comms[1]!.relayed + comms[2]!.relayed > 0);
+  const [sent, got2] = await Promise.allSettled([comms[0]!.send(1, Float32Array.of(1), { tag: 1 }), comms[1]!.recv(0, new Float32Array(1), { tag: 2 })]);
+  assert.equal(sent.status, 'fulfilled');
+  assert.equal(got2.status === 'rejected' && (got2.reason as { code: string }).code, 'COLL_MISMATCH', 'a different tag is a mismatch');
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('barrier and split: sub-communicators run collectives independently and correctly', async () => {
+  const comms = await createLocalWorld(6, { graph: 'ring', timeoutMs: 20_000 });
+  await Promise.all(comms.map((c) => c.barrier()));
+  const subs = await Promise.all(comms.map((c) => c.split(c.rank % 2, -c.rank)));
+  for (const [r, s] of subs.entries()) {
+    assert.ok(s);
+    assert.equal(s.size, 3);
+    // key -rank: the highest world rank comes first
+    assert.equal(s.rank, [2, 2, 1, 1, 0, 0][r]);
+  }
+  const sums = await Promise.all(
+    subs.map(async (s, r) => {
+      const d = Float32Array.of(r, 1);
+      await s!.allReduce(d, { algorithm: 'ring' });
+      return [...d];
+    }),
+  );
+  sums.forEach((d, r) => assert.deepEqual(d, r % 2 === 0 ? [0 + 2 + 4, 3] : [1 + 3 + 5, 3]));
+  const none = await Promise.all(comms.map((c) => c.split(c.rank === 0 ? -1 : 0)));
+  assert.equal(none[0], undefined);
+  const five = none.slice(1);
+  const g = await Promise.all(five.map((s) => s!.allGather(Int32Array.of(s!.rank * 10))));
+  assert.deepEqual([...g[0]!], [0, 10, 20, 30, 40]);
+  await Promise.all([...subs, ...five].map((s) => s!.close()));
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('q8 wire format: identical on every rank, deterministic, error within the documented bound', async () => {
+  const comms = await createLocalWorld(4, { timeoutMs: 20_000 });
+  const n = 10_007;
+  const input = (r: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + r) * (1 + (i % 5)));
+  for (const algorithm of ['mesh', 'ring'] as const) {
+    const runs: Float32Array[][] = [];
+    for (let run = 0; run < 2; run++) {
+      runs.push(
+        await Promise.all(
+          comms.map(async (c) => {
+            const d = input(c.rank);
+            await c.allReduce(d, { wire: 'q8', algorithm });
+            return d;
+          }),
+        ),
+      );
+    }
+    let maxErr = 0;
+    const inputs = [0, 1, 2, 3].map(input);
+    for (let i = 0; i < n; i++) {
+      let exact = 0;
+      for (let r = 0; r < 4; r++) exact += inputs[r]![i]!;
+      maxErr = Math.max(maxErr, Math.abs(runs[0]![0]![i]! - exact));
+    }
+    // each of the <= 2(n-1) quantisations adds at most blockMax/254; inputs are below 5, sums below 20
+    assert.ok(maxErr < (2 * 3 * 20) / 254, `${algorithm}: max error ${maxErr}`);
+    assert.ok(maxErr > 0, 'q8 really quantised');
+    for (const r of [1, 2, 3]) assert.deepEqual(runs[0]![r], runs[0]![0], `${algorithm}: rank ${r} identical`);
+    assert.deepEqual(runs[1]![0], runs[0]![0], `${algorithm}: deterministic`);
+  }
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('results are deterministic run to run with random floats (fixed reduction order)', async () => {
+  const comms = await createLocalWorld(5, { timeoutMs: 20_000 });
+  const rand = (r: number, i: number): number => Math.sin(i * 12.9898 + r * 78.233) * 43758.5453 % 1;
+  for (const algorithm of ['mesh', 'ring', 'rhd', 'tree'] as const) {
+    const a = await Promise.all(comms.map(async (c) => { const d = Float32Array.from({ length: 777 }, (_, i) => rand(c.rank, i)); await c.allReduce(d, { algorithm }); return d; }));
+    const b = await Promise.all(comms.map(async (c) => { const d = Float32Array.from({ length: 777 }, (_, i) => rand(c.rank, i)); await c.allReduce(d, { algorithm }); return d; }));
+    assert.deepEqual(a, b);
+    for (const d of a) assert.deepEqual(d, a[0]);
+    for (let i = 0; i < 777; i++) {
+      let exact = 0;
+      for (let r = 0; r < 5; r++) exact += Math.fround(rand(r, i));
+      assert.ok(Math.abs(a[0]![i]! - exact) < 1e-5, `${algorithm} element ${i}`);
+    }
+  }
+  const f16 = await Promise.all(comms.map(async (c) => { const d = inputFor('f16', c.rank, 100); await c.allReduce(d, { dtype: 'f16', op: 'mean' }); return d; }));
+  for (const d of f16) assert.deepEqual(d, f16[0]);
+  await Promise.all(comms.map((c) => c.close()));
+});
