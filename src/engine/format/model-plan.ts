@@ -174,11 +174,24 @@ function layerTensors(arch: ModelArch, s: ModelShape, i: number): [string, numbe
   return t;
 }
 
+const vocabCache = new Map<string, Vocab>();
+
+/** Vocabularies are pure functions of their parameters and take a moment to learn: build each once. */
+function cachedVocab(kind: 'spm' | 'bpe', size: number, pre: 'llama-bpe' | 'qwen2'): Vocab {
+  const key = `${kind}/${size}/${kind === 'bpe' ? pre : ''}`;
+  let v = vocabCache.get(key);
+  if (v === undefined) {
+    v = kind === 'spm' ? buildSpmVocab(size) : buildBpeVocab(size, pre);
+    vocabCache.set(key, v);
+  }
+  return v;
+}
+
 /** Everything a generated model file holds, except the weights' values. */
 export function planModel(o: ModelPlanOptions): ModelPlan {
   const s = o.shape;
   checkShape(o.arch, s, o.type);
-  const vocab = o.vocab === 'spm' ? buildSpmVocab(s.vocab) : buildBpeVocab(s.vocab, o.arch.startsWith('qwen') ? 'qwen2' : 'llama-bpe');
+  const vocab = cachedVocab(o.vocab, s.vocab, o.arch.startsWith('qwen') ? 'qwen2' : 'llama-bpe');
   const moe = isMoe(o.arch);
   const name = o.name ?? `tandem-random-${o.arch}-${o.type}`;
   const metadata = new Map<string, GgufValue>([

@@ -66,7 +66,8 @@ export function learnMerges(words: ReadonlyMap<string, number>, maxMerges: numbe
  * Tops a vocabulary up to `size` with extra merges (an existing token + one letter), so a
  * shape that needs e.g. 32000 tokens gets them; each new token is reachable by its merge.
  */
-function padMerges(known: Set<string>, merges: [string, string][], size: number, letters: string[], prefix: (t: string) => boolean): void {
+function padMerges(known: Set<string>, merges: [string, string][], size: number, allLetters: string[], prefix: (t: string) => boolean): void {
+  const letters = allLetters.filter((l) => known.has(l));
   const bases = [...known].filter(prefix);
   for (let round = 0; known.size < size && round < 8; round++) {
     const next: string[] = [];

@@ -1,8 +1,10 @@
 /** Rounding as ggml does it: `nearest_int` (halves to even) and C's `roundf` (halves away from zero). */
 
+/** Adding 1.5 * 2^52 leaves no fraction bits, so the FPU rounds half to even (|x| < 2^51). */
+const MAGIC = 6755399441055744;
+
 export function nearestInt(x: number): number {
-  const r = Math.round(x);
-  return r - x === 0.5 && r & 1 ? r - 1 : r;
+  return x + MAGIC - MAGIC;
 }
 
 export function roundAway(x: number): number {
