@@ -18,4 +18,6 @@ export const commands: readonly CommandEntry[] = [
   { name: 'make-model', summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)', load: async () => (await import('./commands/make-model.js')).command },
   { name: 'init', summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config', load: async () => (await import('./commands/init.js')).command },
   { name: 'devinfo', summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)', load: async () => (await import('./commands/devinfo.js')).command },
+  { name: 'node', summary: 'run a node agent that holds one shard of a model in distributed runs', load: async () => (await import('./commands/node.js')).command },
+  { name: 'bench cluster', summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup', load: async () => (await import('./commands/bench-cluster.js')).command },
 ];

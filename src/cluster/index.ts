@@ -3,3 +3,4 @@ export { ClusterSession, type LoadOptions, type GenerateRequest, type ClusterRes
 export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launcher.js';
 export { startNode, type NodeAgentOptions } from './node-agent.js';
 export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';
+export { benchCluster, benchPrompt, type BenchClusterOptions, type BenchClusterRow } from './bench.js';

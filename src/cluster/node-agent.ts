@@ -99,6 +99,7 @@ class Session {
       maxTokens: Number(m.maxTokens),
       ...(stop ? { stopTokens: stop } : {}),
       ...(typeof m.contextLength === 'number' ? { contextLength: m.contextLength } : {}),
+      ...(Array.isArray(m.forced) ? { forced: m.forced as number[] } : {}),
       ...(streaming ? { onToken: (token: number) => send(this.socket, { event: 'token', token }) } : {}),
     });
     return { ...result };

@@ -30,6 +30,8 @@ export interface GenerateRequest {
   maxTokens: number;
   stopTokens?: readonly number[];
   onToken?: (token: number) => void;
+  /** Teacher forcing (see RankGenerateOptions.forced): the result then carries `predicted`. */
+  forced?: readonly number[];
   /** Deadline for the whole generation (default 600000 ms); a lost node fails it at once. */
   timeoutMs?: number;
 }
@@ -43,6 +45,8 @@ export interface ClusterResult {
   ttftMs: number;
   prefillTokS: number;
   decodeTokS: number;
+  /** With `forced`: the greedy pick at each step. */
+  predicted?: number[];
 }
 
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
@@ -123,9 +127,10 @@ export class ClusterSession {
     this.clients[0]!.onEvent = (m) => {
       if (m.event === 'token' && typeof m.token === 'number') g.onToken?.(m.token);
     };
-    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}) };
+    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}), ...(g.forced ? { forced: [...g.forced] } : {}) };
     const results = await Promise.all(this.clients.map((c, r) => c.request('generate', { ...body, stream: r === 0 && g.onToken !== undefined }, timeoutMs)));
     const r0 = results[0] as { tokens: number[]; stopReason: 'length' | 'stop'; metrics: RankMetrics };
+    const predicted = results.map((r) => r.predicted as number[] | undefined).find((p) => p !== undefined && p.length > 0);
     return {
       tokens: r0.tokens,
       stopReason: r0.stopReason,
@@ -133,6 +138,7 @@ export class ClusterSession {
       ttftMs: r0.metrics.ttftMs,
       prefillTokS: r0.metrics.prefillTokS,
       decodeTokS: r0.metrics.decodeTokS,
+      ...(predicted ? { predicted } : {}),
     };
   }
 

@@ -30,6 +30,11 @@ export interface RankGenerateOptions {
   microBatches?: number;
   contextLength?: number;
   onToken?: (token: number) => void;
+  /**
+   * Teacher forcing: step i emits forced[i] whatever the logits say, and the result's
+   * `predicted` holds what greedy decoding would have picked (to measure top-1 agreement).
+   */
+  forced?: readonly number[];
 }
 
 /** What one rank measured. Bytes and communication share cover the decode steps (after the first token). */
@@ -50,6 +55,8 @@ export interface RankResult {
   tokens: number[];
   stopReason: 'length' | 'stop';
   metrics: RankMetrics;
+  /** With `forced`: each step's greedy pick, on the ranks that pick (empty elsewhere). */
+  predicted?: number[];
 }
 
 function metricsOf(ctx: RankContext, t: { ttftMs: number; prefillMs: number; decodeMs: number; decodeSteps: number; promptTokens: number }, m: { prefill: { bytes: number; ms: number }; end: { bytes: number; ms: number } }): RankMetrics {
@@ -193,6 +200,12 @@ export async function generateOnRank(ctx: RankContext, prompt: readonly number[]
   if (ctx.cache === undefined || ctx.cache.contextLength !== contextLength) ctx.cache = ctx.model.newSession({ contextLength });
   const cache = ctx.cache;
   cache.reset();
-  if (ctx.plan.stages === 1) return generateSingleStage(ctx, cache, prompt, o);
-  return generatePipeline(ctx, cache, prompt, o);
+  const forced = o.forced;
+  if (forced === undefined) return ctx.plan.stages === 1 ? generateSingleStage(ctx, cache, prompt, o) : generatePipeline(ctx, cache, prompt, o);
+  if (forced.length < o.maxTokens) throw new TandemError('GENERATE_PROMPT', `${forced.length} forced tokens for ${o.maxTokens} steps`, { hint: 'give one forced token per step' });
+  const predicted: number[] = [];
+  const pick = (logits: Float32Array): number => forced[predicted.push(greedy(logits)) - 1] as number;
+  const run = { ...o, pick };
+  const result = ctx.plan.stages === 1 ? await generateSingleStage(ctx, cache, prompt, run) : await generatePipeline(ctx, cache, prompt, run);
+  return { ...result, predicted };
 }
