@@ -10,6 +10,7 @@ const { values } = parseArgs({
   options: {
     type: { type: 'string', default: 'Q8_0' },
     threads: { type: 'string', default: '1,2' },
+    backend: { type: 'string', default: 'native' },
     layers: { type: 'string', default: '22' },
     prefill: { type: 'string', default: '128' },
     tokens: { type: 'string', default: '8' },
@@ -37,7 +38,7 @@ const sources = shapes.map(([r, c], i) => randomWeightBytes(type, r, c, i + 1));
 const head = randomWeightBytes(type, vocab, dim, 99);
 
 for (const threads of values.threads.split(',').map(Number)) {
-  const k = await createKernels({ backend: 'wasm', threads });
+  const k = await createKernels({ backend: values.backend as 'wasm' | 'native', threads });
   const ws: Weight[] = [];
   for (let l = 0; l < layers; l++) shapes.forEach(([rows, cols], i) => ws.push(k.uploadWeight({ type, rows, cols, data: sources[i] as Uint8Array })));
   const out = k.uploadWeight({ type, rows: vocab, cols: dim, data: head });

@@ -10,6 +10,7 @@ import { randomFloats, randomWeightBytes } from '../src/kernels/testing/random-w
 const { values } = parseArgs({
   options: {
     threads: { type: 'string', default: '1,2' },
+    backend: { type: 'string', default: 'native' },
     types: { type: 'string', default: 'Q8_0,Q4_0,Q4_K,Q5_K,Q6_K,F16,F32' },
     rows: { type: 'string', default: '5632' },
     cols: { type: 'string', default: '2048' },
@@ -46,7 +47,7 @@ function timeIt(fn: () => void, threads: number): number {
 
 const results: Record<string, unknown>[] = [];
 for (const threads of values.threads.split(',').map(Number)) {
-  const k = await createKernels({ backend: 'wasm', threads });
+  const k = await createKernels({ backend: values.backend as 'wasm' | 'native', threads });
   for (const name of values.types.split(',') as GgmlTypeName[]) {
     const type = GgmlType[name];
     const data = randomWeightBytes(type, rows, cols, 1);

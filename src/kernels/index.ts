@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { ReferenceKernels } from './reference.js';
+import { TandemError } from '../errors/index.js';
 import type { Kernels, KernelsOptions } from './types.js';
 
 export * from './types.js';
@@ -10,13 +11,21 @@ export { dequantRow } from './ref/quant-ref.js';
 export { ReferenceKernels } from './reference.js';
 
 /**
- * Creates a kernels backend. 'wasm' (the default) is the fast path: WebAssembly SIMD with
- * `threads` compute threads (the caller's thread plus threads - 1 workers); 'reference' is
- * the plain TypeScript twin.
+ * Creates a kernels backend with `threads` compute threads (the caller's thread plus
+ * threads - 1 workers). Without `backend` the fastest available is used: 'native' when a C
+ * compiler builds the native kernels here, else 'wasm'. 'reference' is the TypeScript twin.
  */
 export async function createKernels(options: KernelsOptions = {}): Promise<Kernels> {
   const threads = options.threads ?? availableParallelism();
   if (options.backend === 'reference') return new ReferenceKernels();
   const { createWasmKernels } = await import('./wasm-kernels.js');
-  return createWasmKernels(threads, options.arenaBytes);
+  if (options.backend === 'wasm') return createWasmKernels(threads, options.arenaBytes);
+  const { loadNativeLib, nativeUnavailableReason } = await import('./native-lib.js');
+  const native = await loadNativeLib();
+  if (!native && options.backend === 'native') {
+    throw new TandemError('KERNELS_BUILD_FAILED', `the native kernels could not be built or loaded: ${nativeUnavailableReason}`, {
+      hint: 'install a C compiler (e.g. apt-get install gcc) or use --backend wasm',
+    });
+  }
+  return createWasmKernels(threads, options.arenaBytes, native);
 }

@@ -13,17 +13,34 @@ const ARGC = 4;
 const ERROR = 5;
 const QUIT = -1;
 
-const { module, control, port, tid, nt, names, spin } = workerData;
+const { module, control, port, tid, nt, names, spin, native } = workerData;
 const ctrl = new Int32Array(control);
 const args = new Float64Array(control, 64, 32);
 const fns = [];
+
+// Native twins (native-lib.ts) replace wasm exports of the same name; they take the memory's address first.
+let nativeFns;
+let addr;
+if (native) {
+  const { default: koffi } = await import('koffi');
+  const lib = koffi.load(native.path);
+  addr = lib.func('uintptr_t tk_addr(uint8_t *p)');
+  nativeFns = Object.fromEntries(Object.entries(native.prototypes).map(([name, proto]) => [name, lib.func(proto)]));
+}
 
 function fnsFor(arena) {
   while (fns.length <= arena) {
     const msg = receiveMessageOnPort(port);
     if (!msg) throw new Error(`kernels worker ${tid}: no memory for arena ${arena}`);
-    const instance = new WebAssembly.Instance(module, { env: { memory: msg.message.memory } });
-    fns.push(names.map((name) => instance.exports[name]));
+    const memory = msg.message.memory;
+    const instance = new WebAssembly.Instance(module, { env: { memory } });
+    const base = nativeFns ? addr(new Uint8Array(memory.buffer)) : 0;
+    fns.push(
+      names.map((name) => {
+        const f = nativeFns && nativeFns[name];
+        return f ? (...a) => f(base, ...a) : instance.exports[name];
+      }),
+    );
   }
   return fns[arena];
 }

@@ -1,6 +1,7 @@
 import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
 import { TandemError } from '../errors/index.js';
 import { wasmApi, type WasmMemory, type WasmModule } from './wasm-api.js';
+import type { NativeLib } from './native-lib.js';
 
 /**
  * `threads` compute threads over shared WebAssembly memories: the caller's thread plus
@@ -45,13 +46,26 @@ export class ThreadPool {
     this.args = new Float64Array(control, 64, 32);
   }
 
-  static async create(module: WasmModule, threads: number, names: readonly string[], spin = 20000): Promise<ThreadPool> {
+  private native: { addr: (p: Uint8Array) => number; fns: Record<string, KernelFn> } | undefined;
+
+  /**
+   * `native` (optional): a compiled C library whose functions replace the wasm exports of
+   * the same name; each takes the memory's address first (see native-lib.ts).
+   */
+  static async create(module: WasmModule, threads: number, names: readonly string[], native?: NativeLib, spin = 20000): Promise<ThreadPool> {
     const pool = new ThreadPool(module, threads, names, spin);
+    if (native) {
+      const { default: koffi } = await import('koffi');
+      const lib = koffi.load(native.path);
+      const fns: Record<string, KernelFn> = {};
+      for (const [name, proto] of Object.entries(native.prototypes)) fns[name] = lib.func(proto) as KernelFn;
+      pool.native = { addr: lib.func('uintptr_t tk_addr(uint8_t *p)') as (p: Uint8Array) => number, fns };
+    }
     const started: Promise<void>[] = [];
     for (let tid = 1; tid < threads; tid++) {
       const { port1, port2 } = new MessageChannel();
       const worker = new Worker(new URL('./pool-worker.js', import.meta.url), {
-        workerData: { module, control: pool.ctrl.buffer, port: port2, tid, nt: threads, names, spin },
+        workerData: { module, control: pool.ctrl.buffer, port: port2, tid, nt: threads, names, spin, native },
         transferList: [port2],
       });
       pool.workers.push(worker);
@@ -74,7 +88,15 @@ export class ThreadPool {
   addMemory(memory: WasmMemory): Record<string, KernelFn> {
     const instance = new wasmApi.Instance(this.module, { env: { memory } });
     const exports = instance.exports as Record<string, KernelFn>;
-    this.mainFns.push(this.names.map((n) => exports[n] as KernelFn));
+    const native = this.native;
+    // A shared memory never moves (its maximum is reserved up front), so its address is fixed.
+    const base = native ? native.addr(new Uint8Array(memory.buffer)) : 0;
+    this.mainFns.push(
+      this.names.map((n) => {
+        const f = native?.fns[n];
+        return f ? (...a: number[]) => f(base, ...a) : (exports[n] as KernelFn);
+      }),
+    );
     for (const port of this.ports) port.postMessage({ memory });
     return exports;
   }

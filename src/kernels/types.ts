@@ -109,7 +109,11 @@ export interface AttentionParams {
   scale?: number;
 }
 
-export type KernelsBackend = 'reference' | 'wasm';
+/**
+ * 'reference': plain TypeScript; 'wasm': WebAssembly SIMD; 'native': the wasm backend with its
+ * hottest kernels replaced by C compiled on this machine (needs a C compiler).
+ */
+export type KernelsBackend = 'reference' | 'wasm' | 'native';
 
 export interface Kernels {
   readonly backend: KernelsBackend;

@@ -5,6 +5,7 @@ import { ReferenceKernels } from './reference.js';
 import { GgmlType, type GgmlTypeId, type Kernels } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 import { blockInfo } from './ggml-blocks.js';
+import { loadNativeLib, nativeUnavailableReason } from './native-lib.js';
 
 /**
  * The WebAssembly kernels against the reference twin on random inputs (fixed seeds).
@@ -13,19 +14,22 @@ import { blockInfo } from './ggml-blocks.js';
  */
 const TOL = 2e-5;
 const ref = new ReferenceKernels();
-const pools = new Map<number, Kernels>();
+const pools = new Map<string, Kernels>();
 after(async () => {
   for (const k of pools.values()) await k.close();
 });
 
-async function wasm(threads: number): Promise<Kernels> {
-  let k = pools.get(threads);
+async function kernels(backend: 'wasm' | 'native', threads: number): Promise<Kernels> {
+  let k = pools.get(`${backend}/${threads}`);
   if (!k) {
-    k = await createKernels({ backend: 'wasm', threads });
-    pools.set(threads, k);
+    k = await createKernels({ backend, threads });
+    pools.set(`${backend}/${threads}`, k);
   }
   return k;
 }
+
+const wasm = (threads: number): Promise<Kernels> => kernels('wasm', threads);
+const native = await loadNativeLib();
 
 function assertClose(got: Float32Array, want: Float32Array, tol: number, what: string): void {
   assert.equal(got.length, want.length, `${what}: length`);
@@ -39,9 +43,17 @@ function assertClose(got: Float32Array, want: Float32Array, tol: number, what: s
 
 const types: [string, GgmlTypeId][] = Object.entries(GgmlType);
 
-for (const threads of [1, 2, 3]) {
-  test(`matvec and matmul match the reference for every weight type (${threads} threads)`, async () => {
-    const k = await wasm(threads);
+const cases = [
+  ['wasm', 1],
+  ['wasm', 2],
+  ['wasm', 3],
+  ['native', 1],
+  ['native', 3],
+] as const;
+for (const [backend, threads] of cases) {
+  const skip = backend === 'native' && !native ? `no native kernels here: ${nativeUnavailableReason}` : false;
+  test(`${backend}: matvec and matmul match the reference for every weight type (${threads} threads)`, { skip }, async () => {
+    const k = await kernels(backend, threads);
     let seed = 100 * threads;
     for (const [name, type] of types) {
       const block = blockInfo[type].elements;
@@ -51,9 +63,9 @@ for (const threads of [1, 2, 3]) {
           const data = randomWeightBytes(type, rows, cols, seed++);
           const wr = ref.uploadWeight({ type, rows, cols, data });
           const ww = k.uploadWeight({ type, rows, cols, data });
-          for (const n of [1, 3]) {
+          for (const n of [1, 3, 6]) {
             const x = randomFloats(n * cols, seed++, 2);
-            if (n === 3) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
+            if (n > 1) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
             const want = new Float32Array(n * rows);
             const got = new Float32Array(n * rows);
             ref.matmul(wr, x, want, n);

@@ -1,6 +1,7 @@
 import { TandemError } from '../errors/index.js';
 import { Arena, align } from './wasm-arena.js';
 import { ThreadPool } from './pool.js';
+import type { NativeLib } from './native-lib.js';
 import { kernelNames, kernelsModule, op } from './wasm-module.js';
 import { resolveSlice } from './weight-source.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
@@ -59,12 +60,14 @@ function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
  * attention run on all threads of the pool.
  */
 export class WasmKernels implements Kernels {
-  readonly backend = 'wasm' as const;
   private readonly slots: ArenaSlot[] = [];
 
   private constructor(
     private readonly pool: ThreadPool,
     private readonly arenaBytes: number,
+    readonly backend: 'wasm' | 'native',
+    /** For 'native': the instruction set the C kernels were compiled for. */
+    readonly isa: string,
   ) {}
 
   get threads(): number {
@@ -76,10 +79,10 @@ export class WasmKernels implements Kernels {
     return this.slots.length;
   }
 
-  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES): Promise<WasmKernels> {
+  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES, native?: NativeLib): Promise<WasmKernels> {
     const module = await kernelsModule();
-    const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames);
-    return new WasmKernels(pool, arenaBytes);
+    const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames, native);
+    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128');
   }
 
   /** The arena to place `bytes` of long-lived data in: the newest one, or a new one. */
@@ -286,6 +289,6 @@ export class WasmKernels implements Kernels {
   }
 }
 
-export async function createWasmKernels(threads: number, arenaBytes?: number): Promise<Kernels> {
-  return WasmKernels.create(threads, arenaBytes);
+export async function createWasmKernels(threads: number, arenaBytes?: number, native?: NativeLib): Promise<Kernels> {
+  return WasmKernels.create(threads, arenaBytes, native);
 }

@@ -1,0 +1,157 @@
+// Native twins of the WebAssembly matmul kernels (src/kernels/wasm/matmul-q8.ts), compiled on
+// the user's machine with -O3 -march=native when a C compiler is present and called through
+// koffi. They work in place on a WebAssembly memory: `base` is the address of the memory's
+// first byte and every other pointer argument is a byte offset into it, with the same layouts
+// as the wasm kernels (quants [rowsPad, rowBytes], scales [rowsPad/4, nb, 4] f32,
+// x16 [n, cols] i16, xd/xs [n, nb], y [n, ystride] f32). Each thread computes tiles
+// [part(tiles, tid), part(tiles, tid + 1)).
+#include <stdint.h>
+#include <stddef.h>
+#if defined(__AVX2__) || defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+uintptr_t tk_addr(uint8_t *p) { return (uintptr_t)p; }
+
+const char *tk_isa(void) {
+#if defined(__AVX512BW__)
+  return "avx512";
+#elif defined(__AVX2__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+static inline int part(int total, int tid, int nt) { return (int)(((int64_t)total * tid) / nt); }
+
+// Q8_0 / Q4_0 weights of one block of 32 as 32 signed 8-bit values in element order.
+#if defined(__AVX512BW__) || defined(__AVX2__)
+static inline __m256i block_q8(const uint8_t *w) { return _mm256_loadu_si256((const __m256i *)w); }
+static inline __m256i block_q4(const uint8_t *w) {
+  const __m128i q = _mm_loadu_si128((const __m128i *)w);
+  const __m128i m = _mm_set1_epi8(0x0f);
+  const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+#endif
+
+#define MAXT 4
+
+// One 4-row tile times nt_ (1..MAXT) tokens. q4 selects the Q4_0 decoding.
+static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int nb, const int16_t *x, size_t xstride,
+                        const float *xd, int xdstride, float *y, int ystride, int nt_, int q4) {
+#if defined(__AVX512BW__)
+  __m512 acc[4][MAXT];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < MAXT; t++) acc[r][t] = _mm512_setzero_ps();
+  const size_t bb = q4 ? 16 : 32;
+  for (int b = 0; b < nb; b++) {
+    __m512i xv[MAXT];
+    float dx[MAXT];
+    for (int t = 0; t < MAXT; t++) {
+      if (t < nt_) {
+        xv[t] = _mm512_loadu_si512((const void *)(x + t * xstride + 32 * (size_t)b));
+        dx[t] = xd[t * xdstride + b];
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *wb = w + r * rowBytes + bb * b;
+      const __m512i wv = _mm512_cvtepi8_epi16(q4 ? block_q4(wb) : block_q8(wb));
+      const float sr = s[4 * b + r];
+      for (int t = 0; t < MAXT; t++) {
+        if (t < nt_) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_madd_epi16(wv, xv[t]));
+          acc[r][t] = _mm512_fmadd_ps(p, _mm512_set1_ps(sr * dx[t]), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nt_; t++)
+    for (int r = 0; r < 4; r++) y[t * ystride + r] = _mm512_reduce_add_ps(acc[r][t]);
+#elif defined(__AVX2__)
+  __m256 acc[4][MAXT];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < MAXT; t++) acc[r][t] = _mm256_setzero_ps();
+  const size_t bb = q4 ? 16 : 32;
+  for (int b = 0; b < nb; b++) {
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *wb = w + r * rowBytes + bb * b;
+      const __m256i q = q4 ? block_q4(wb) : block_q8(wb);
+      const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+      const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+      const float sr = s[4 * b + r];
+      for (int t = 0; t < MAXT; t++) {
+        if (t < nt_) {
+          const int16_t *xb = x + t * xstride + 32 * (size_t)b;
+          const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)xb)),
+                                             _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(xb + 16))));
+          const __m256 sc = _mm256_set1_ps(sr * xd[t * xdstride + b]);
+#if defined(__FMA__)
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][t]);
+#else
+          acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(_mm256_cvtepi32_ps(p), sc));
+#endif
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nt_; t++)
+    for (int r = 0; r < 4; r++) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+      y[t * ystride + r] = _mm_cvtss_f32(v);
+    }
+#else
+  for (int t = 0; t < nt_; t++)
+    for (int r = 0; r < 4; r++) {
+      float sum = 0;
+      for (int b = 0; b < nb; b++) {
+        int32_t si = 0;
+        for (int i = 0; i < 32; i++) {
+          int q;
+          if (q4) {
+            const uint8_t v = w[r * rowBytes + 16 * (size_t)b + (i & 15)];
+            q = (i < 16 ? (v & 15) : (v >> 4)) - 8;
+          } else {
+            q = (int8_t)w[r * rowBytes + 32 * (size_t)b + i];
+          }
+          si += q * x[t * xstride + 32 * (size_t)b + i];
+        }
+        sum += (float)si * (s[4 * b + r] * xd[t * xdstride + b]);
+      }
+      y[t * ystride + r] = sum;
+    }
+#endif
+}
+
+static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, int n, uint32_t y,
+               int ystride, int tiles, int tid, int nt, int q4) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const size_t rowBytes = q4 ? (size_t)cols / 2 : (size_t)cols;
+  const int t0 = part(tiles, tid, nt);
+  const int t1 = part(tiles, tid + 1, nt);
+  for (int tl = t0; tl < t1; tl++) {
+    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+    for (int t = 0; t < n; t += MAXT) {
+      const int k = n - t < MAXT ? n - t : MAXT;
+      tile(w, rowBytes, s, nb, (const int16_t *)(m + x16) + (size_t)t * cols, (size_t)cols, (const float *)(m + xd) + (size_t)t * nb, nb,
+           (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl, ystride, k, q4);
+    }
+  }
+}
+
+void tk_mm_q8_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y,
+                int ystride, int tiles, int tid, int nt) {
+  (void)xs;
+  mm(base, wq, ws, cols, x16, xd, n, y, ystride, tiles, tid, nt, 0);
+}
+
+void tk_mm_q4_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y,
+                int ystride, int tiles, int tid, int nt) {
+  (void)xs;
+  mm(base, wq, ws, cols, x16, xd, n, y, ystride, tiles, tid, nt, 1);
+}
