@@ -14,7 +14,7 @@ import {
 } from '../format/vocab.js';
 import { tokenizerMetadataFromGguf, type TokenizerMetadata } from './metadata.js';
 import { askLlamaCpp, type OracleAnswer, type OracleJob } from './test-support/llama-oracle.js';
-import { trainBpeVocab, trainSpmVocab } from './test-support/train-vocab.js';
+import { trainBpeVocab, trainSpmVocab, withNormalTokens } from './test-support/train-vocab.js';
 import { tokenizerEntries, vocabModelBytes } from './test-support/vocab-model.js';
 import { Tokenizer } from './tokenizer.js';
 
@@ -61,6 +61,19 @@ const TEXTS = [
   'a . b , c ? d ! e  . f',
   '$100 + 5^2 <= ~x | y',
   'The harbor town woke slowly on the first cold morning of the year.',
+  'fim <|fim_prefix|>x<PAD> <|file_sep|> <|channel|>a<end_of_turn><|endoftext|>',
+];
+
+/** Texts llama.cpp makes control tokens whatever their type (one spelling per FIM role). */
+const LOOKS_CONTROL = [
+  '<|im_end|>',
+  '<|endoftext|>',
+  '<end_of_turn>',
+  '</s>',
+  '<|fim_prefix|>',
+  '<PAD>',
+  '<|file_sep|>',
+  '<|channel|>',
 ];
 
 interface Case {
@@ -84,6 +97,14 @@ const CASES: Case[] = [
   fromMeta('BPE (gpt2, qwen2)', trainBpeVocab('qwen2')),
   fromMeta('BPE (gpt2, gpt-2)', trainBpeVocab('gpt-2')),
   fromMeta('BPE (gpt2, default)', trainBpeVocab('default')),
+  fromMeta(
+    'BPE with control-looking tokens typed normal',
+    withNormalTokens(trainBpeVocab('qwen2'), LOOKS_CONTROL),
+  ),
+  fromMeta(
+    'SentencePiece with control-looking tokens typed normal',
+    withNormalTokens(trainSpmVocab(), LOOKS_CONTROL),
+  ),
   fromMakeModel('SentencePiece', buildSpmVocab()),
   fromMakeModel('BPE llama-bpe', buildBpeVocab(4096, 'llama-bpe')),
   fromMakeModel('BPE qwen2', buildBpeVocab(4096, 'qwen2')),

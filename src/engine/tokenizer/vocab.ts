@@ -3,15 +3,43 @@ import { TokenType, type TokenizerMetadata } from './metadata.js';
 
 export type VocabKind = 'spm' | 'bpe';
 
-/** Texts that mark the end of a turn in common chat formats (llama.cpp detects these by text too). */
-const END_OF_TURN_TEXTS = new Set([
+/**
+ * Texts that end a turn in common chat formats. Like llama.cpp, tokens with these texts end
+ * generation and are treated as control tokens whatever type the file gives them.
+ */
+const END_OF_GENERATION_TEXTS = new Set([
   '<|eot_id|>',
+  '<|eom_id|>',
   '<|im_end|>',
   '<|end|>',
   '<end_of_turn>',
   '<|endoftext|>',
-  '<|eom_id|>',
+  '<|end_of_text|>',
+  '<EOT>',
+  '_<EOT>',
+  '<｜end▁of▁sentence｜>',
+  '<end_of_utterance>',
+  '<|return|>',
+  '<|call|>',
+  '</s>',
 ]);
+
+/** gpt-oss markers: llama.cpp makes them user-defined, so they always match and always render. */
+const USER_DEFINED_TEXTS = new Set(['<|channel|>', '<|message|>', '<|start|>', '<|constrain|>']);
+
+/**
+ * Fill-in-the-middle markers, one group per role. llama.cpp makes control the first of a
+ * group it meets in hash order, so only a group with exactly one token present is predictable;
+ * that is the case we follow (real vocabularies have one spelling each).
+ */
+const FIM_GROUPS: readonly (readonly string[])[] = [
+  ['<|fim_prefix|>', '<fim-prefix>', '<｜fim▁begin｜>', '<PRE>', '▁<PRE>', '<|code_prefix|>'],
+  ['<|fim_suffix|>', '<fim-suffix>', '<｜fim▁hole｜>', '<SUF>', '▁<SUF>', '<|code_suffix|>'],
+  ['<|fim_middle|>', '<fim-middle>', '<｜fim▁end｜>', '<MID>', '▁<MID>', '<|code_middle|>'],
+  ['<|fim_pad|>', '<fim-pad>', '<PAD>'],
+  ['<|fim_repo|>', '<|repo_name|>', '<fim-repo>', '<REPO>'],
+  ['<|file_sep|>'],
+];
 
 function metaError(message: string, key: string): TandemError {
   return new TandemError('TOKENIZER_METADATA', message, {
@@ -81,6 +109,7 @@ export class Vocab {
       }
     }
     for (let i = 0; i < n; i++) this.textToId.set(meta.tokens[i] as string, i);
+    this.markControlLooking();
     this.bosId = checkId(meta.bosTokenId, n, 'tokenizer.ggml.bos_token_id');
     this.eosId = checkId(meta.eosTokenId, n, 'tokenizer.ggml.eos_token_id');
     this.unknownId = checkId(meta.unknownTokenId, n, 'tokenizer.ggml.unknown_token_id');
@@ -90,8 +119,10 @@ export class Vocab {
     this.specials = this.collectSpecials();
     const eog = new Set<number>();
     if (this.eosId !== undefined) eog.add(this.eosId);
-    for (let i = 0; i < n; i++)
-      if (END_OF_TURN_TEXTS.has(this.tokens[i] as string) && this.isControl(i)) eog.add(i);
+    for (const text of END_OF_GENERATION_TEXTS) {
+      const id = this.textToId.get(text);
+      if (id !== undefined) eog.add(id);
+    }
     this.endOfGeneration = eog;
   }
 
@@ -101,6 +132,19 @@ export class Vocab {
 
   isControl(id: number): boolean {
     return this.types[id] === TokenType.control;
+  }
+
+  private markControlLooking(): void {
+    const mark = (text: string, type: TokenType = TokenType.control): void => {
+      const id = this.textToId.get(text);
+      if (id !== undefined) this.types[id] = type;
+    };
+    for (const text of END_OF_GENERATION_TEXTS) mark(text);
+    for (const text of USER_DEFINED_TEXTS) mark(text, TokenType.userDefined);
+    for (const group of FIM_GROUPS) {
+      const present = group.filter((t) => this.textToId.has(t));
+      if (present.length === 1) mark(present[0] as string);
+    }
   }
 
   private collectSpecials(): number[] {

@@ -139,3 +139,21 @@ export function trainBpeVocab(
     addBosToken: pre === 'llama-bpe',
   };
 }
+
+/** The same vocabulary with these texts present as normal-typed tokens (appended when missing). */
+export function withNormalTokens(meta: TokenizerMetadata, texts: readonly string[]): TokenizerMetadata {
+  const tokens = [...meta.tokens];
+  const types = Array.from(meta.tokenTypes ?? tokens.map(() => TokenType.normal));
+  const scores = meta.scores === undefined ? undefined : Array.from(meta.scores);
+  for (const text of texts) {
+    const at = tokens.indexOf(text);
+    if (at >= 0) {
+      types[at] = TokenType.normal;
+      continue;
+    }
+    tokens.push(text);
+    types.push(TokenType.normal);
+    scores?.push(0);
+  }
+  return { ...meta, tokens, tokenTypes: types, ...(scores === undefined ? {} : { scores }) };
+}
