@@ -20,4 +20,5 @@ export const commands: readonly CommandEntry[] = [
   { name: 'devinfo', summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)', load: async () => (await import('./commands/devinfo.js')).command },
   { name: 'node', summary: 'run a node agent that holds one shard of a model in distributed runs', load: async () => (await import('./commands/node.js')).command },
   { name: 'bench cluster', summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup', load: async () => (await import('./commands/bench-cluster.js')).command },
+  { name: 'demo', summary: 'one random-weight model on one node and across two local nodes: tokens, TTFT, tokens/s, agreement', load: async () => (await import('./commands/demo.js')).command },
 ];

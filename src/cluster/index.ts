@@ -4,3 +4,4 @@ export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launche
 export { startNode, type NodeAgentOptions } from './node-agent.js';
 export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';
 export { benchCluster, benchPrompt, type BenchClusterOptions, type BenchClusterRow } from './bench.js';
+export { demoModel, runDemo, cacheDir, demoShape, demoShapeName, type DemoRun, type DemoOptions } from './demo.js';

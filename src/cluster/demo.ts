@@ -1,0 +1,103 @@
+import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { makeModel } from '../engine/format/make-model.js';
+import type { ModelShape } from '../engine/format/model-plan.js';
+import { GgufModelFile } from '../engine/model/gguf-model-file.js';
+import { Tokenizer, tokenizerMetadataFromGguf } from '../engine/tokenizer/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import { launchLocalNodes } from './launcher.js';
+import { ClusterSession, type ClusterResult } from './session.js';
+
+/**
+ * The demo model: SmolLM2-135M's shape (Llama architecture, 30 layers of width 576, 9 query
+ * and 3 KV heads, tied embeddings, 49152-token vocabulary) in Q8_0, with RANDOM weights.
+ */
+export const demoShape: ModelShape = { layers: 30, embd: 576, ff: 1536, heads: 9, kvHeads: 3, headDim: 64, vocab: 49152, context: 2048, experts: 0, expertsUsed: 0, expertFf: 0, sharedFf: 0 };
+export const demoShapeName = 'SmolLM2-135M';
+
+export function cacheDir(): string {
+  return process.env.TANDEM_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'tandem');
+}
+
+/** Makes the demo model once (cached); returns its path. */
+export async function demoModel(onProgress: (line: string) => void): Promise<{ path: string; made: boolean }> {
+  const dir = cacheDir();
+  const path = join(dir, 'demo-smollm2-135m-shape-q8_0-random-seed1.gguf');
+  if (existsSync(path)) return { path, made: false };
+  mkdirSync(dir, { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  let last = 0;
+  try {
+    await makeModel(tmp, {
+      arch: 'llama',
+      shape: demoShape,
+      type: 'q8_0',
+      tied: true,
+      seed: 1,
+      onProgress: (written, total) => {
+        const now = Date.now();
+        if (now - last < 1000 && written < total) return;
+        last = now;
+        onProgress(`making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`);
+      },
+    });
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  return { path, made: true };
+}
+
+export interface DemoRun {
+  nodes: number;
+  tokens: number[];
+  text: string;
+  ttftMs: number;
+  decodeTokS: number;
+  plan: string[];
+  result: ClusterResult;
+}
+
+export interface DemoOptions {
+  prompt: string;
+  maxTokens: number;
+  provider: ProviderName;
+  threads: number;
+  onProgress: (line: string) => void;
+}
+
+/** Runs the prompt on one node, then across two (tensor parallel), each node one local process. */
+export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
+  const file = GgufModelFile.open(path);
+  let tokenizer: Tokenizer;
+  try {
+    tokenizer = new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries));
+  } finally {
+    file.close();
+  }
+  const prompt = tokenizer.encode(o.prompt);
+  const secret = `demo-${process.pid}-${Date.now()}`;
+  o.onProgress(`starting 2 local nodes (${o.threads} thread(s) each)`);
+  const local = await launchLocalNodes(2, { secret, threads: o.threads, once: false });
+  const runs: DemoRun[] = [];
+  try {
+    for (const n of [1, 2]) {
+      const session = await ClusterSession.connect(local.addresses.slice(0, n).map((address) => ({ address })), secret);
+      try {
+        o.onProgress(`loading on ${n} node(s)${n > 1 ? `, tensor parallel over ${o.provider}` : ''}`);
+        await session.load({ model: path, parallel: 'tp', provider: o.provider, greedy: true, contextLength: prompt.length + o.maxTokens + 8 });
+        await session.generate({ prompt: prompt.slice(0, 4), maxTokens: 2 });
+        o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s)`);
+        const result = await session.generate({ prompt, maxTokens: o.maxTokens });
+        runs.push({ nodes: n, tokens: result.tokens, text: tokenizer.decode(result.tokens), ttftMs: result.ttftMs, decodeTokS: result.decodeTokS, plan: session.planLines(), result });
+      } finally {
+        session.close();
+      }
+    }
+  } finally {
+    await local.stop();
+  }
+  return { prompt, runs };
+}
