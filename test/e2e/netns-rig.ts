@@ -126,6 +126,13 @@ export class NetnsRig {
     return c;
   }
 
+  /** Makes a host a layer-2 switch: a Linux bridge `br0` forwarding between these interfaces. */
+  bridge(host: string, ifaces: readonly string[]): void {
+    ip('-n', this.ns(host), 'link', 'add', 'br0', 'type', 'bridge');
+    for (const i of ifaces) ip('-n', this.ns(host), 'link', 'set', i, 'master', 'br0');
+    ip('-n', this.ns(host), 'link', 'set', 'br0', 'up');
+  }
+
   setLink(host: string, iface: string, up: boolean): void {
     ip('-n', this.ns(host), 'link', 'set', iface, up ? 'up' : 'down');
   }

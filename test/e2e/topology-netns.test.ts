@@ -108,6 +108,28 @@ test('agents with a different secret are ignored', { skip }, async () => {
   }
 });
 
+test('a bridge that joins two of a host\'s cables is reported as a loop', { skip }, async () => {
+  const rig = new NetnsRig();
+  try {
+    rig.addHost('a');
+    rig.addHost('sw');
+    rig.cable('a', 'sw');
+    rig.cable('a', 'sw');
+    const agent = rig.tandem('a', ['topology', '--agent', '--host', 'a', '--secret-file', secretFile, '--no-measure']);
+    await agent.waitFor((l) => Array.isArray(l.bridgeLoops), settleMs, 'the agent running');
+    assert.deepEqual(agent.lines[agent.lines.length - 1]?.bridgeLoops, [], 'no bridge yet, no loop');
+    rig.bridge('sw', ['t-a', 't-a-2']);
+    const line = await agent.waitFor((l) => (l.bridgeLoops as unknown[]).length === 2, 5000, 'the loop through the bridge');
+    assert.deepEqual(line.bridgeLoops, [
+      { sentOn: 't-sw', heardOn: 't-sw-2' },
+      { sentOn: 't-sw-2', heardOn: 't-sw' },
+    ]);
+    assert.deepEqual(line.hosts, ['a'], 'a host hearing itself is not a neighbour');
+  } finally {
+    await rig.cleanup();
+  }
+});
+
 test('tandem init --mode=tcp --topology=ring --apply: every host agrees, addresses one /30 per cable, writes the config', { skip }, async () => {
   const rig = new NetnsRig();
   const dir = mkdtempSync(join(tmpdir(), 'tandem-init-'));

@@ -51,7 +51,7 @@ export const command = defineCommand({
       ...(options.interfaces ? { interfaces: options.interfaces } : {}),
     });
     if (options.agent) {
-      const agent = new DiscoveryAgent({ ...agentOptions(), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), ts: Date.now() }) + '\n') });
+      const agent = new DiscoveryAgent({ ...agentOptions(), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), bridgeLoops: agent.loops(), ts: Date.now() }) + '\n') });
       await agent.start();
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', resolve);

@@ -66,6 +66,7 @@ export class DiscoveryAgent {
   private lastEmitted = '';
   private graphHash = '';
   private state: string | undefined;
+  private readonly echoes = new Map<string, { sentOn: string; heardOn: string; lastSeen: number }>();
   /** Packets refused for a bad MAC, a bad shape or a stale timestamp. */
   rejected = 0;
 
@@ -132,6 +133,14 @@ export class DiscoveryAgent {
     return { hosts: [...byHost.keys()].sort(), links: normalizeLinks(links) };
   }
 
+  /**
+   * Bridge loops seen from here: this host's own hello, sent on one interface, heard on
+   * another (or the same one, through a loop beyond it). Forgotten after the neighbour expiry.
+   */
+  loops(): { sentOn: string; heardOn: string }[] {
+    return [...this.echoes.values()].map(({ sentOn, heardOn }) => ({ sentOn, heardOn })).sort((x, y) => (x.sentOn === y.sentOn ? (x.heardOn < y.heardOn ? -1 : 1) : x.sentOn < y.sentOn ? -1 : 1));
+  }
+
   /** True when every live host reports the same graph as this one. */
   agreed(): boolean {
     return [...this.views.values()].every((v) => v.graphHash === this.graphHash);
@@ -161,6 +170,7 @@ export class DiscoveryAgent {
     }
     for (const name of [...this.joined]) if (!usable.has(name)) this.joined.delete(name);
     for (const [host, v] of this.views) if (now - v.heardAt > (this.opts.viewExpiryMs ?? 2500)) this.views.delete(host);
+    for (const [key, e] of this.echoes) if (now - e.lastSeen > (this.opts.neighbourExpiryMs ?? 1000)) this.echoes.delete(key);
     this.seq++;
     this.refresh();
     const socket = this.socket;
@@ -189,7 +199,16 @@ export class DiscoveryAgent {
       this.rejected++;
       return;
     }
-    if (hello.host === this.host) return;
+    if (hello.host === this.host) {
+      // Our own hello came back in: something between our ports forwards frames (a bridge),
+      // so those ports form a loop that would turn broadcasts into a storm.
+      const iface = from.slice(scope + 1);
+      const key = `${hello.iface}>${iface}`;
+      const isNew = !this.echoes.has(key);
+      this.echoes.set(key, { sentOn: hello.iface, heardOn: iface, lastSeen: Date.now() });
+      if (isNew) this.refresh();
+      return;
+    }
     const iface = from.slice(scope + 1);
     const own = hello.views.find((v) => v.host === hello.host);
     const key = `${iface}|${hello.host}|${hello.iface}`;
@@ -232,7 +251,7 @@ export class DiscoveryAgent {
   private refresh(): void {
     const g = this.graph();
     this.graphHash = createHash('sha256').update(canonicalGraph(g)).digest('hex').slice(0, 16);
-    const text = JSON.stringify(g) + this.agreed();
+    const text = JSON.stringify(g) + this.agreed() + JSON.stringify(this.loops());
     if (text !== this.lastEmitted) {
       this.lastEmitted = text;
       this.opts.onChange?.(g);
