@@ -23,6 +23,11 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
+/** K-quant kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
+const kQuantPrototypes: Readonly<Record<string, string>> = {
+  mm_k: 'void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
 export interface NativeLib {
   path: string;
   /** Instruction set the library was compiled for: avx512, avx2 or scalar. */
@@ -58,7 +63,7 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
       const { default: koffi } = await import('koffi');
       const lib = koffi.load(output);
       const isa = String(lib.func('const char *tk_isa(void)')());
-      return { path: output, isa, prototypes: nativePrototypes };
+      return { path: output, isa, prototypes: isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes } : nativePrototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';
       return undefined;

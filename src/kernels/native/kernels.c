@@ -155,3 +155,131 @@ void tk_mm_q4_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16
   (void)xs;
   mm(base, wq, ws, cols, x16, xd, n, y, ystride, tiles, tid, nt, 1);
 }
+
+// ---- K-quants (raw ggml super-blocks of 256) times q8_K activations, AVX-512 only ----------
+// Each row's super-block is unpacked once into 8 vectors of 32 i16 weights with the integer
+// sub-block scales already multiplied in (|q * scale| < 2^15), then dotted with every token:
+// exact integer sums, as in the wasm kernels and llama.cpp's vec_dot_*_q8_K.
+#if defined(__AVX512BW__)
+static inline float f16(uint16_t h) {
+  union { uint32_t u; float f; } a, m;
+  a.u = (uint32_t)(h & 0x7fff) << 13;
+  m.u = 0x77800000u; // 2^112
+  const float v = a.f * m.f;
+  return (h & 0x8000) ? -v : v;
+}
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static inline __m512i pair16(int a, int b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)a)), _mm256_set1_epi16((short)b), 1);
+}
+
+// Q4_K / Q5_K: wv[i] = sub-block i times its scale; mins into mn.
+static inline void unpack_q4k(const uint8_t *p, int five, __m512i wv[8], uint8_t mn[8]) {
+  const uint8_t *q = p + 4;
+  uint8_t sc[8];
+  for (int j = 0; j < 4; j++) {
+    sc[j] = q[j] & 63;
+    mn[j] = q[j + 4] & 63;
+    sc[j + 4] = (uint8_t)((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
+    mn[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+  }
+  const uint8_t *qs = p + (five ? 48 : 16);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+  for (int j = 0; j < 4; j++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+    }
+    wv[2 * j] = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), _mm512_set1_epi16(sc[2 * j]));
+    wv[2 * j + 1] = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), _mm512_set1_epi16(sc[2 * j + 1]));
+  }
+}
+
+// Q6_K: wv[4h + k] = elements 128h + 32k .. +31 (two 16-groups) times their int8 scales.
+static inline void unpack_q6k(const uint8_t *p, __m512i wv[8]) {
+  const int8_t *sc = (const int8_t *)(p + 192);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i k32 = _mm256_set1_epi8(32);
+  for (int h = 0; h < 2; h++) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+    __m256i q[4];
+    q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+    for (int k = 0; k < 4; k++) {
+      const int g = 8 * h + 2 * k;
+      wv[4 * h + k] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(q[k], k32)), pair16(sc[g], sc[g + 1]));
+    }
+  }
+}
+
+static inline __m512i dot8(const __m512i wv[8], const int16_t *x) {
+  __m512i s = _mm512_madd_epi16(wv[0], _mm512_loadu_si512((const void *)x));
+  for (int i = 1; i < 8; i++) s = _mm512_add_epi32(s, _mm512_madd_epi16(wv[i], _mm512_loadu_si512((const void *)(x + 32 * i))));
+  return s;
+}
+
+void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y,
+             int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 256;
+  const int ng = cols / 32;
+  const size_t bytes = type == 14 ? 210 : type == 13 ? 176 : 144;
+  const int r0 = part(tiles, tid, nt) * 4;
+  const int r1 = part(tiles, tid + 1, nt) * 4;
+  const int16_t *X = (const int16_t *)(m + x16);
+  const float *XD = (const float *)(m + xd);
+  const int32_t *XS = (const int32_t *)(m + xs);
+  float *Y = (float *)(m + y);
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *wr = m + w + (size_t)r * rowBytes;
+    for (int t0 = 0; t0 < n; t0 += MAXT) {
+      const int T = n - t0 < MAXT ? n - t0 : MAXT;
+      __m512 acc[MAXT];
+      float mins[MAXT];
+      for (int t = 0; t < MAXT; t++) {
+        acc[t] = _mm512_setzero_ps();
+        mins[t] = 0;
+      }
+      for (int b = 0; b < nb; b++) {
+        const uint8_t *p = wr + (size_t)b * bytes;
+        __m512i wv[8];
+        uint8_t mn[8];
+        float d, dmin = 0;
+        if (type == 14) {
+          unpack_q6k(p, wv);
+          d = f16(rd16(p + 208));
+        } else {
+          unpack_q4k(p, type == 13, wv, mn);
+          d = f16(rd16(p));
+          dmin = f16(rd16(p + 2));
+        }
+        for (int t = 0; t < T; t++) {
+          const int tt = t0 + t;
+          const float dx = XD[(size_t)tt * nb + b];
+          const __m512i s = dot8(wv, X + (size_t)tt * cols + 256 * (size_t)b);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * dx), acc[t]);
+          if (type != 14) {
+            const int32_t *g = XS + (size_t)tt * ng + 8 * (size_t)b;
+            int32_t summ = 0;
+            for (int j = 0; j < 8; j++) summ += mn[j] * g[j];
+            mins[t] += dmin * dx * (float)summ;
+          }
+        }
+      }
+      for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride + r] = _mm512_reduce_add_ps(acc[t]) - mins[t];
+    }
+  }
+}
+#endif
