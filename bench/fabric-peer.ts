@@ -1,0 +1,35 @@
+// Rank 1 of `tandem bench fabric`: mirrors bench/fabric.ts's measure() step by step.
+import { Access, openDevice, type ProviderName } from '../src/fabric/index.js';
+import { awaitImm, counts, remoteOf, writeImm, type Endpoint, type Plan } from './fabric.js';
+
+const [provider, port, planJson] = process.argv.slice(2) as [ProviderName, string, string];
+const plan = JSON.parse(planJson) as Plan;
+const secret = process.env.TANDEM_BENCH_SECRET ?? '';
+const watchdog = setTimeout(() => process.exit(4), 600_000);
+watchdog.unref();
+
+const dev = await openDevice(provider);
+const pd = dev.allocPd();
+const cq = dev.createCq();
+const rcq = dev.createCq();
+const local = pd.allocate(Math.max(...plan.sizes), Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+const region = { addr: String(local.addr), rkey: local.rkey, length: local.length };
+const qp = await dev.connect({ host: '127.0.0.1', port: Number(port), secret, pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 });
+const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
+for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
+
+for (const bytes of plan.sizes) {
+  const n = counts(bytes, plan.iterations);
+  for (let i = 0; i < n.warm + n.lat; i++) {
+    await awaitImm(e);
+    writeImm(e, bytes, 3);
+  }
+  await awaitImm(e);
+  writeImm(e, 0, 4);
+  await awaitImm(e);
+  writeImm(e, 0, 5);
+}
+// the listener closes first; a short grace lets our last acks go out
+await new Promise((r) => setTimeout(r, 100));
+await dev.close();
+process.exit(0);

@@ -1,0 +1,31 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { checkGoals, parseSize, runFabricBench, type BenchRow } from './fabric.js';
+
+test('parseSize reads 8, 4K, 4MiB, 64M and refuses nonsense', () => {
+  assert.deepEqual(['8', '4K', '4MiB', '64M', '1g'].map(parseSize), [8, 4096, 4 << 20, 64 << 20, 1 << 30]);
+  assert.throws(() => parseSize('4X'));
+  assert.throws(() => parseSize('0'));
+});
+
+test('checkGoals compares with the anchors in the direction of each goal', () => {
+  const rows: BenchRow[] = [
+    { provider: 'tcp', op: 'latency', bytes: 64, latency_us_p50: 4, latency_us_p99: 9, bandwidth_MBps: null },
+    { provider: 'tcp', op: 'bandwidth', bytes: 4 << 20, latency_us_p50: null, latency_us_p99: null, bandwidth_MBps: 5000 },
+  ];
+  const [lat, bw] = checkGoals('tcp', rows, { sockperfLatencyUs: 3.2, iperfBandwidthMBps: 10000, raw: [] });
+  assert.deepEqual([lat?.ratio, lat?.met], [1.25, true]);
+  assert.deepEqual([bw?.ratio, bw?.met], [0.5, false]);
+  assert.equal(checkGoals('shm', rows, { raw: [] })[0]?.met, null);
+});
+
+for (const provider of ['tcp', 'shm'] as const) {
+  test(`bench fabric runs two processes over ${provider} and reports every size`, { timeout: 60_000 }, async () => {
+    const rows = await runFabricBench(provider, { sizes: [8, (4 << 20) + 1], iterations: 2 }, () => undefined);
+    assert.deepEqual(rows.map((r) => [r.op, r.bytes]), [['latency', 8], ['bandwidth', 8], ['latency', (4 << 20) + 1], ['bandwidth', (4 << 20) + 1]]);
+    for (const r of rows) {
+      if (r.op === 'latency') assert.ok(r.latency_us_p50! > 0 && r.latency_us_p99! >= r.latency_us_p50!, JSON.stringify(r));
+      else assert.ok(r.bandwidth_MBps! > 0, JSON.stringify(r));
+    }
+  });
+}

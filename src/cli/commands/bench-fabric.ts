@@ -1,0 +1,46 @@
+import { anchorsScript, checkGoals, DEFAULT_SIZES, formatRow, parseSize, runAnchors, runFabricBench, type BenchRow } from '../../../bench/fabric.js';
+import { TandemError } from '../../errors/index.js';
+import { defineCommand } from '../options.js';
+
+export const command = defineCommand({
+  name: 'bench fabric',
+  summary: 'fabric latency (half round trip, p50/p99) and one-way bandwidth between two processes',
+  description:
+    'Spawns a second process, connects it over the chosen provider and runs RDMA WRITE WITH IMMEDIATE ping-pong ' +
+    '(latency) and a window of RDMA WRITEs (bandwidth) for each size. With --anchors it also runs ' +
+    '../shared/anchors/run-anchors.sh fabric and prints the anchor figures and the ratio to the goals.',
+  options: {
+    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider to measure' },
+    sizes: { type: 'list', placeholder: 'sizes', description: 'message sizes, e.g. 8,64,4K,4M (default 8 B .. 64 MiB)' },
+    iterations: { type: 'number', default: 2000, description: 'latency round trips per small size (fewer for large ones)' },
+    json: { type: 'boolean', description: 'one JSON object per line: {"provider","op","bytes","latency_us_p50","latency_us_p99","bandwidth_MBps"}' },
+    anchors: { type: 'boolean', description: 'run the anchors script and compare with the goals' },
+  },
+  examples: ['tandem bench fabric --provider shm', 'tandem bench fabric --provider tcp --sizes 64,4M --json', 'tandem bench fabric --provider tcp --anchors'],
+  async run({ options }) {
+    const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
+    if (!Number.isInteger(options.iterations) || options.iterations < 1) {
+      throw new TandemError('CLI_USAGE', `bench fabric: --iterations must be a positive integer, got ${options.iterations}`, { hint: 'e.g. --iterations 1000' });
+    }
+    const provider = options.provider as 'shm' | 'tcp';
+    const print = (r: BenchRow): void => {
+      process.stdout.write((options.json ? JSON.stringify(r) : formatRow(r)) + '\n');
+    };
+    const rows = await runFabricBench(provider, { sizes, iterations: options.iterations }, print);
+    if (!options.anchors) return 0;
+    const script = anchorsScript();
+    if (script === undefined) {
+      process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no anchor figures to compare with\n');
+      return 0;
+    }
+    const anchors = await runAnchors(script);
+    for (const g of checkGoals(provider, rows, anchors)) {
+      if (options.json) process.stdout.write(JSON.stringify({ provider, ...g }) + '\n');
+      else {
+        const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
+        process.stdout.write(`goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}\n`);
+      }
+    }
+    return 0;
+  },
+});
