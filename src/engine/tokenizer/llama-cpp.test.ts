@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { GgufFile } from '../format/gguf-reader.js';
+import { VOCAB_TEXT } from '../format/vocab-text.js';
+import { Rng } from '../sampling/rng.js';
 import {
   buildBpeVocab,
   buildSpmVocab,
@@ -14,11 +16,15 @@ import {
 } from '../format/vocab.js';
 import { tokenizerMetadataFromGguf, type TokenizerMetadata } from './metadata.js';
 import { askLlamaCpp, type OracleAnswer, type OracleJob } from './test-support/llama-oracle.js';
-import { trainBpeVocab, trainSpmVocab, withNormalTokens } from './test-support/train-vocab.js';
+import { CORPUS, trainBpeVocab, trainSpmVocab, withNormalTokens } from './test-support/train-vocab.js';
 import { tokenizerEntries, vocabModelBytes } from './test-support/vocab-model.js';
 import { Tokenizer } from './tokenizer.js';
 
+const FUZZED = 150;
 const TEXTS = [
+  CORPUS,
+  VOCAB_TEXT.slice(0, 3000),
+  ...fuzzStrings(FUZZED, 2024),
   '',
   'Hello world',
   'hello World! The quick brown fox.',
@@ -63,6 +69,20 @@ const TEXTS = [
   'The harbor town woke slowly on the first cold morning of the year.',
   'fim <|fim_prefix|>x<PAD> <|file_sep|> <|channel|>a<end_of_turn><|endoftext|>',
 ];
+
+/** Seeded random strings over an alphabet that stresses the pre-tokenizers and merges. */
+function fuzzStrings(count: number, seed: number): string[] {
+  const rng = new Rng(seed);
+  const alphabet = Array.from(
+    "aeiou tnrshdlTHE  \n\n\r\t'sS'llREve0123456789.,!?;:-_()[]{}<>|/\\\"$%^&*+=~`@#é中文本日語😀👍🏽\u0301\u00a0\u3000\u200b\u0085\ufeff\u000b\u000c\u001c\u2028ΩЖ½",
+  );
+  return Array.from({ length: count }, () => {
+    const n = rng.nextU32() % 24;
+    let out = '';
+    for (let i = 0; i < n; i++) out += alphabet[rng.nextU32() % alphabet.length] as string;
+    return out;
+  });
+}
 
 /** Texts llama.cpp makes control tokens whatever their type (one spelling per FIM role). */
 const LOOKS_CONTROL = [
@@ -144,7 +164,7 @@ describe('tokenization matches llama.cpp', { timeout: 120_000 }, () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   CASES.forEach((c, i) => {
-    it(`${c.name}: encode ${TEXTS.length} strings, with and without special tokens`, () => {
+    it(`${c.name}: encode ${TEXTS.length} strings (${FUZZED} random), with and without special tokens`, () => {
       const tok = tokenizers[i] as Tokenizer;
       const answer = answers[i] as OracleAnswer;
       TEXTS.forEach((text, j) => {
