@@ -28,6 +28,7 @@ function argmax(x: ArrayLike<number>): number {
 
 const cases: [string, TinyModelOptions][] = [
   ['llama GQA', { arch: 'llama' }],
+  ['llama 3 rope frequency factors', { arch: 'llama', ropeFreqs: true, ropeFreqBase: 500000 }],
   ['llama tied embeddings, MHA', { arch: 'llama', tied: true, kvHeads: 4 }],
   ['llama MoE (Mixtral)', { arch: 'llama', experts: 4, expertsUsed: 2 }],
   ['qwen2 (biases, NEOX)', { arch: 'qwen2' }],

@@ -16,6 +16,9 @@ export interface TinyModelOptions {
   tied?: boolean;
   context?: number;
   seed?: number;
+  ropeFreqBase?: number;
+  /** Adds a `rope_freqs.weight` tensor of per-frequency divisors in [1, 8) (Llama 3 style). */
+  ropeFreqs?: boolean;
 }
 
 /** Deterministic uniform values in [-scale, scale) (mulberry32). */
@@ -53,17 +56,21 @@ export function tinyModelFile(o: TinyModelOptions): MemoryModelFile {
     for (let i = 0; i < count; i++) values[i] = offset + (next() * 2 - 1) * scale;
     tensors.set(name, { type: 0, dims, data: new Uint8Array(values.buffer) });
   };
+  // Matrices get unit gain (uniform with variance 1 / cols), so activations stay O(1) through
+  // the layers; the output head a larger gain, so logits are well spread.
+  const matrix = (name: string, dims: number[], gain = 1): void => add(name, dims, gain * Math.sqrt(3 / (dims[0] as number)));
   const a = o.arch;
   add('token_embd.weight', [width, vocab], 1);
   add('output_norm.weight', [width], 0.2, 1);
-  if (!o.tied) add('output.weight', [width, vocab], 0.3);
+  if (!o.tied) matrix('output.weight', [width, vocab], 4);
+  if (o.ropeFreqs) add('rope_freqs.weight', [hd / 2], 3.5, 4.5);
   for (let l = 0; l < layers; l++) {
     const p = `blk.${l}.`;
     add(`${p}attn_norm.weight`, [width], 0.2, 1);
-    add(`${p}attn_q.weight`, [width, heads * hd], 0.3);
-    add(`${p}attn_k.weight`, [width, kvHeads * hd], 0.3);
-    add(`${p}attn_v.weight`, [width, kvHeads * hd], 0.3);
-    add(`${p}attn_output.weight`, [heads * hd, width], 0.3);
+    matrix(`${p}attn_q.weight`, [width, heads * hd]);
+    matrix(`${p}attn_k.weight`, [width, kvHeads * hd]);
+    matrix(`${p}attn_v.weight`, [width, kvHeads * hd]);
+    matrix(`${p}attn_output.weight`, [heads * hd, width]);
     if (a === 'qwen2' || a === 'qwen2moe') {
       add(`${p}attn_q.bias`, [heads * hd], 0.2);
       add(`${p}attn_k.bias`, [kvHeads * hd], 0.2);
@@ -75,20 +82,20 @@ export function tinyModelFile(o: TinyModelOptions): MemoryModelFile {
     }
     add(`${p}ffn_norm.weight`, [width], 0.2, 1);
     if (moe) {
-      add(`${p}ffn_gate_inp.weight`, [width, experts], 0.5);
-      add(`${p}ffn_gate_exps.weight`, [width, ff, experts], 0.3);
-      add(`${p}ffn_up_exps.weight`, [width, ff, experts], 0.3);
-      add(`${p}ffn_down_exps.weight`, [ff, width, experts], 0.3);
+      matrix(`${p}ffn_gate_inp.weight`, [width, experts], 2);
+      matrix(`${p}ffn_gate_exps.weight`, [width, ff, experts]);
+      matrix(`${p}ffn_up_exps.weight`, [width, ff, experts]);
+      matrix(`${p}ffn_down_exps.weight`, [ff, width, experts]);
       if (sharedFf > 0) {
         add(`${p}ffn_gate_inp_shexp.weight`, [width], 0.3);
-        add(`${p}ffn_gate_shexp.weight`, [width, sharedFf], 0.3);
-        add(`${p}ffn_up_shexp.weight`, [width, sharedFf], 0.3);
-        add(`${p}ffn_down_shexp.weight`, [sharedFf, width], 0.3);
+        matrix(`${p}ffn_gate_shexp.weight`, [width, sharedFf]);
+        matrix(`${p}ffn_up_shexp.weight`, [width, sharedFf]);
+        matrix(`${p}ffn_down_shexp.weight`, [sharedFf, width]);
       }
     } else {
-      add(`${p}ffn_gate.weight`, [width, ff], 0.3);
-      add(`${p}ffn_up.weight`, [width, ff], 0.3);
-      add(`${p}ffn_down.weight`, [ff, width], 0.3);
+      matrix(`${p}ffn_gate.weight`, [width, ff]);
+      matrix(`${p}ffn_up.weight`, [width, ff]);
+      matrix(`${p}ffn_down.weight`, [ff, width]);
     }
   }
   const meta = new Map<string, unknown>([
@@ -102,7 +109,7 @@ export function tinyModelFile(o: TinyModelOptions): MemoryModelFile {
     [`${a}.attention.key_length`, hd],
     [`${a}.attention.value_length`, hd],
     [`${a}.attention.layer_norm_rms_epsilon`, 1e-5],
-    [`${a}.rope.freq_base`, 10000],
+    [`${a}.rope.freq_base`, o.ropeFreqBase ?? 10000],
     [`${a}.vocab_size`, vocab],
   ]);
   if (moe) {

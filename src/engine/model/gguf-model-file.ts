@@ -1,0 +1,37 @@
+import { GgufFile } from '../format/gguf-reader.js';
+import type { GgufArray } from '../format/gguf-types.js';
+import type { ModelFile, TensorEntry } from './model-file.js';
+
+/** A GGUF file as the model code sees it: metadata values, tensor dims, row-range reads. */
+export class GgufModelFile implements ModelFile {
+  readonly tensors: ReadonlyMap<string, TensorEntry>;
+
+  constructor(readonly gguf: GgufFile) {
+    this.tensors = new Map(gguf.tensors.map((t) => [t.name, { type: t.type.id, dims: t.dims }]));
+  }
+
+  static open(path: string): GgufModelFile {
+    return new GgufModelFile(GgufFile.open(path));
+  }
+
+  /** Scalars as they are; arrays as their items (strings, numbers in typed arrays). */
+  meta(key: string): unknown {
+    const v = this.gguf.metadata.get(key);
+    if (v === undefined) return undefined;
+    if (typeof v.value === 'object') return (v.value as GgufArray).items;
+    return v.value;
+  }
+
+  readRows(name: string, start: number, count: number, into?: Uint8Array): Uint8Array {
+    return this.gguf.readTensor(name, { rows: [start, start + count] }, into);
+  }
+
+  /** Bytes of the file on disk. */
+  get fileSize(): number {
+    return this.gguf.fileSize;
+  }
+
+  close(): void {
+    this.gguf.close();
+  }
+}
