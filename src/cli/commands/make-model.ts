@@ -23,6 +23,7 @@ export const command = defineCommand({
     seed: { type: 'number', description: 'random seed for the weights', default: 0 },
     vocab: { type: 'string', description: 'tokenizer: spm (SentencePiece, llama) or bpe (byte-level gpt2); default spm for llama/moe, bpe for qwen', choices: ['spm', 'bpe'] },
     tied: { type: 'boolean', description: 'tie the output matrix to the token embeddings (no output.weight)' },
+    'rope-scaling': { type: 'string', description: 'llama3: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only', choices: ['none', 'llama3'], default: 'none' },
     std: { type: 'number', description: 'standard deviation of the random weights', default: 0.02 },
     json: { type: 'boolean', description: 'print a JSON summary instead of text' },
   },
@@ -42,6 +43,7 @@ export const command = defineCommand({
       seed: options.seed,
       tied: options.tied,
       std: options.std,
+      ropeScaling: options['rope-scaling'] as 'none' | 'llama3',
       ...(options.vocab ? { vocab: options.vocab as 'spm' | 'bpe' } : {}),
     };
     const plan = planFor(opts);

@@ -349,7 +349,7 @@ export class GgufFile implements GgufHeader {
   tensor(name: string): GgufTensorInfo {
     const t = this.byName.get(name);
     if (t === undefined) {
-      throw formatError('MODEL_FORMAT_NOT_FOUND', this.file, `tensor ${name}`, 'no tensor of that name in the file', 'check the model architecture and tensor names (tandem inspect lists them)');
+      throw formatError('MODEL_FORMAT_NOT_FOUND', this.file, `tensor ${name}`, 'no tensor of that name in the file', 'check the tensor name against the file (GgufFile.tensors lists them)');
     }
     return t;
   }

@@ -99,6 +99,7 @@ test('generated models load, tokenize and run in llama.cpp; quantized layouts ma
     add('qwen3-tied-q4_k_m', { arch: 'qwen3', shape, type: 'q4_k_m', tied: true });
     add('llama-bpe-q8_0', { arch: 'llama', shape, type: 'q8_0', vocab: 'bpe' });
     add('qwen3moe-q4_k_m', { arch: 'qwen3moe', shape, type: 'q4_k_m' });
+    add('llama-rope-llama3-f32', { arch: 'llama', shape, type: 'f32', ropeScaling: 'llama3' });
     const twins: Case[] = [];
     // Twins for every llama file type, and for 3-D expert tensors in a k-quant mix.
     const twinned = cases.filter((c) => (c.o.arch === 'llama' && c.o.vocab === undefined && c.o.type !== 'f32') || c.file.endsWith('qwen3moe-q4_k_m.gguf'));

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { GgmlType, dequantize, quantize } from '../../kernels/quant/index.js';
 import { GgufFile } from './gguf-reader.js';
 import { makeModel, planFor, tensorF32 } from './make-model.js';
-import { modelArchs, modelShapes, tensorType } from './model-plan.js';
+import { llama3RopeFactors, modelArchs, modelShapes, tensorType } from './model-plan.js';
 
 const names = (arch: (typeof modelArchs)[number]) => planFor({ arch, shape: 'tiny', type: 'f32' }).tensors.map((t) => t.name);
 
@@ -88,4 +88,18 @@ test('make-model writes what it plans, deterministically, and says the weights a
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('Llama 3 RoPE scaling writes rope_freqs.weight: 1 for short wavelengths, 8 for long, smooth between', () => {
+  const f = llama3RopeFactors(64);
+  assert.equal(f.length, 32);
+  assert.equal(f[0], 1);
+  assert.equal(f[31], 8);
+  for (let i = 1; i < f.length; i++) assert.ok((f[i] as number) >= (f[i - 1] as number));
+  assert.ok(f.some((v) => v > 1 && v < 8), 'some frequencies are blended');
+  const plan = planFor({ arch: 'moe', shape: 'tiny', type: 'q8_0', ropeScaling: 'llama3' });
+  assert.deepEqual(plan.tensors.find((t) => t.name === 'rope_freqs.weight')?.dims, [32]);
+  assert.equal(plan.metadata.get('llama.rope.freq_base')?.value, 500000);
+  assert.deepEqual(tensorF32(plan.tensors.find((t) => t.name === 'rope_freqs.weight')!, 0), f);
+  assert.throws(() => planFor({ arch: 'qwen2', shape: 'tiny', type: 'f32', ropeScaling: 'llama3' }), { code: 'MODEL_FORMAT_UNSUPPORTED' });
 });

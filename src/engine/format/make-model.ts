@@ -1,6 +1,6 @@
 import { quantize } from '../../kernels/quant/index.js';
 import { writeGguf } from './gguf-writer.js';
-import { modelShapes, planModel, type FileTypeName, type ModelArch, type ModelPlan, type ModelShape, type PlannedTensor } from './model-plan.js';
+import { llama3RopeFactors, modelShapes, planModel, type FileTypeName, type ModelArch, type ModelPlan, type ModelShape, type PlannedTensor } from './model-plan.js';
 import { TandemError } from '../../errors/index.js';
 
 /** FNV-1a of a tensor name, so each tensor's values depend only on (seed, name). */
@@ -16,7 +16,8 @@ export class Rng {
   private s1: number;
   private s2: number;
   private s3: number;
-  private spare: number | undefined;
+  private spare = 0;
+  private hasSpare = false;
 
   constructor(seed: number) {
     let x = seed >>> 0;
@@ -46,17 +47,30 @@ export class Rng {
     return (result + 0.5) / 4294967296;
   }
 
-  /** Standard normal (Box-Muller, both values used). */
-  normal(): number {
-    if (this.spare !== undefined) {
-      const v = this.spare;
-      this.spare = undefined;
-      return v;
+  /** Fills `out` with mean + std * N(0, 1) (Marsaglia's polar method; both values of a pair used). */
+  fillNormal(out: Float32Array, mean: number, std: number): void {
+    let i = 0;
+    if (this.hasSpare && out.length > 0) {
+      out[i++] = mean + std * this.spare;
+      this.hasSpare = false;
     }
-    const r = Math.sqrt(-2 * Math.log(this.uniform()));
-    const a = 2 * Math.PI * this.uniform();
-    this.spare = r * Math.sin(a);
-    return r * Math.cos(a);
+    while (i < out.length) {
+      let u: number;
+      let v: number;
+      let s: number;
+      do {
+        u = 2 * this.uniform() - 1;
+        v = 2 * this.uniform() - 1;
+        s = u * u + v * v;
+      } while (s >= 1 || s === 0);
+      const f = Math.sqrt((-2 * Math.log(s)) / s);
+      out[i++] = mean + std * u * f;
+      if (i < out.length) out[i++] = mean + std * v * f;
+      else {
+        this.spare = v * f;
+        this.hasSpare = true;
+      }
+    }
   }
 }
 
@@ -71,9 +85,9 @@ export class TensorValues {
     this.rng = new Rng((seed ^ hashName(tensor.name)) >>> 0);
   }
   fill(out: Float32Array): Float32Array {
-    const rng = this.rng;
-    if (this.tensor.init === 'norm') for (let i = 0; i < out.length; i++) out[i] = 1 + 0.1 * rng.normal();
-    else for (let i = 0; i < out.length; i++) out[i] = this.std * rng.normal();
+    if (this.tensor.init === 'rope-llama3') out.set(llama3RopeFactors(out.length * 2));
+    else if (this.tensor.init === 'norm') this.rng.fillNormal(out, 1, 0.1);
+    else this.rng.fillNormal(out, 0, this.std);
     return out;
   }
 }
@@ -90,6 +104,7 @@ export interface MakeModelOptions {
   seed?: number;
   vocab?: 'spm' | 'bpe';
   tied?: boolean;
+  ropeScaling?: 'none' | 'llama3';
   /** Standard deviation of weights and biases (default 0.02). */
   std?: number;
   onProgress?: (written: number, total: number, tensor: string) => void;
@@ -112,6 +127,7 @@ export function planFor(o: MakeModelOptions): ModelPlan {
     vocab: o.vocab ?? (o.arch.startsWith('qwen') ? 'bpe' : 'spm'),
     tied: o.tied ?? false,
     seed: o.seed ?? 0,
+    ropeScaling: o.ropeScaling ?? 'none',
   });
 }
 

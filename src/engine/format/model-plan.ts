@@ -43,8 +43,8 @@ export const fileTypes = {
 } as const;
 export type FileTypeName = keyof typeof fileTypes;
 
-/** How a tensor's values are drawn: weights N(0, std); norms 1 + N(0, 0.1); biases N(0, std). */
-export type Init = 'weight' | 'norm' | 'bias';
+/** How a tensor's values are drawn: weights N(0, std); norms 1 + N(0, 0.1); biases N(0, std); rope-llama3 the fixed Llama 3.1 frequency factors. */
+export type Init = 'weight' | 'norm' | 'bias' | 'rope-llama3';
 
 export interface PlannedTensor {
   name: string;
@@ -60,6 +60,8 @@ export interface ModelPlanOptions {
   vocab: 'spm' | 'bpe';
   tied: boolean;
   seed: number;
+  /** `llama3`: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only. */
+  ropeScaling?: 'none' | 'llama3';
   name?: string;
 }
 
@@ -174,6 +176,30 @@ function layerTensors(arch: ModelArch, s: ModelShape, i: number): [string, numbe
   return t;
 }
 
+/** Llama 3.1's RoPE scaling parameters (its config.json rope_scaling). */
+export const LLAMA3_ROPE = { base: 500000, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 };
+
+/**
+ * Llama 3.1's per-frequency divisors for RoPE (what llama.cpp reads from rope_freqs.weight):
+ * 1 for short wavelengths, `factor` for long ones, a smooth blend between.
+ */
+export function llama3RopeFactors(headDim: number, p = LLAMA3_ROPE): Float32Array {
+  const lowWavelen = p.originalContext / p.lowFreqFactor;
+  const highWavelen = p.originalContext / p.highFreqFactor;
+  const out = new Float32Array(headDim / 2);
+  for (let i = 0; i < out.length; i++) {
+    const freq = p.base ** (-(2 * i) / headDim);
+    const wavelen = (2 * Math.PI) / freq;
+    if (wavelen < highWavelen) out[i] = 1;
+    else if (wavelen > lowWavelen) out[i] = p.factor;
+    else {
+      const smooth = (p.originalContext / wavelen - p.lowFreqFactor) / (p.highFreqFactor - p.lowFreqFactor);
+      out[i] = 1 / ((1 - smooth) / p.factor + smooth);
+    }
+  }
+  return out;
+}
+
 const vocabCache = new Map<string, Vocab>();
 
 /** Vocabularies are pure functions of their parameters and take a moment to learn: build each once. */
@@ -202,11 +228,18 @@ export function planModel(o: ModelPlanOptions): ModelPlan {
   ]);
   if (o.type !== 'f32' && o.type !== 'f16' && o.type !== 'bf16') metadata.set('general.quantization_version', gv.u32(2));
   for (const [k, v] of archMetadata(o.arch, s)) metadata.set(k, v);
+  if (o.ropeScaling === 'llama3') {
+    if (ggufArch(o.arch) !== 'llama') {
+      throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `Llama 3 RoPE scaling applies to the llama and moe architectures, not ${o.arch}`, { hint: 'drop --rope-scaling or use --arch llama' });
+    }
+    metadata.set('llama.rope.freq_base', gv.f32(LLAMA3_ROPE.base));
+  }
   for (const [k, v] of vocabMetadata(vocab)) metadata.set(k, v);
   const raw: [string, number[], Init][] = [['token_embd.weight', [s.embd, s.vocab], 'weight']];
   for (let i = 0; i < s.layers; i++) raw.push(...layerTensors(o.arch, s, i));
   raw.push(['output_norm.weight', [s.embd], 'norm']);
   if (!o.tied) raw.push(['output.weight', [s.embd, s.vocab], 'weight']);
+  if (o.ropeScaling === 'llama3') raw.unshift(['rope_freqs.weight', [s.headDim / 2], 'rope-llama3']);
   const experts = moe ? s.experts : 0;
   const tensors = raw.map(([n, dims, init]): PlannedTensor => {
     const isOutput = n === 'output.weight' || (o.tied && n === 'token_embd.weight');

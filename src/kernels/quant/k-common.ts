@@ -58,6 +58,7 @@ export function makeQkx2Quants(
   let max = min;
   let sumW = 0;
   let sumX = 0;
+  let sumX2 = 0;
   for (let i = 0; i < n; i++) {
     const v = x[x0 + i] as number;
     if (v < min) min = v;
@@ -65,6 +66,7 @@ export function makeQkx2Quants(
     const w = weights[i] as number;
     sumW += w;
     sumX += w * v;
+    sumX2 += w * v * v;
   }
   if (min > 0) min = 0;
   if (max === min) {
@@ -88,12 +90,13 @@ export function makeQkx2Quants(
     let sumXL = 0;
     for (let i = 0; i < n; i++) {
       const v = x[x0 + i] as number;
-      const l = Math.max(0, Math.min(nmax, nearestInt(iscale * (v - min))));
+      let l = nearestInt(iscale * (v - min));
+      l = l < 0 ? 0 : l > nmax ? nmax : l;
       Laux[i] = l;
-      const w = weights[i] as number;
-      sumL += w * l;
-      sumL2 += w * l * l;
-      sumXL += w * l * v;
+      const wl = (weights[i] as number) * l;
+      sumL += wl;
+      sumL2 += wl * l;
+      sumXL += wl * v;
     }
     const D = sumW * sumL2 - sumL * sumL;
     if (D <= 0) continue;
@@ -103,11 +106,9 @@ export function makeQkx2Quants(
       thisMin = 0;
       thisScale = sumXL / sumL2;
     }
-    let curError = 0;
-    for (let i = 0; i < n; i++) {
-      const diff = thisScale * (Laux[i] as number) + thisMin - (x[x0 + i] as number);
-      curError += (weights[i] as number) * diff * diff;
-    }
+    // sum w (s*l + m - x)^2 expanded over the sums above: no second pass over the values.
+    const curError =
+      thisScale * thisScale * sumL2 + 2 * thisScale * thisMin * sumL - 2 * thisScale * sumXL + thisMin * thisMin * sumW - 2 * thisMin * sumX + sumX2;
     if (curError < bestError) {
       for (let i = 0; i < n; i++) L[l0 + i] = Laux[i] as number;
       bestError = curError;
