@@ -1,9 +1,12 @@
 #!/usr/bin/env node
-// Compiles tandem's AssemblyScript kernels (src/kernels/wasm/*.ts) into build/wasm/kernels.wasm.
-// `node bin/build.js` builds when the .wasm is missing or older than a source (`--force`
-// always). The kernels also call buildKernels() lazily at first use, so a fresh `npm ci`
-// works without a build step.
+// Compiles tandem's AssemblyScript kernels (src/kernels/wasm/*.ts) into build/wasm/kernels.wasm
+// and, when a C compiler is present, the optional native kernels (src/kernels/native/kernels.c,
+// -O3 -march=native) into build/native/kernels.so. `node bin/build.js` builds what is missing
+// or older than its sources (`--force`: everything). The kernels also build lazily at first
+// use, so a fresh `npm ci` works without a build step.
+import { execFile } from 'node:child_process';
 import { mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -57,9 +60,40 @@ export async function buildKernels({ force = false, quiet = true } = {}) {
   return wasmPath;
 }
 
+export const nativeSource = join(root, 'src', 'kernels', 'native', 'kernels.c');
+export const nativePath = join(root, 'build', 'native', 'kernels.so');
+
+/**
+ * Builds the native kernels if stale (or forced) with $CC (default cc); returns the shared
+ * library's path. Throws when no compiler works: callers fall back to the wasm kernels.
+ */
+export async function buildNative({ force = false, quiet = true } = {}) {
+  const out = statSync(nativePath, { throwIfNoEntry: false });
+  if (!force && out && out.mtimeMs >= statSync(nativeSource).mtimeMs) return nativePath;
+  mkdirSync(dirname(nativePath), { recursive: true });
+  const tmp = `${nativePath}.${process.pid}.${Date.now()}.tmp`;
+  const run = promisify(execFile);
+  const cc = process.env.CC ?? 'cc';
+  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, nativeSource];
+  try {
+    await run(cc, ['-march=native', ...args], { timeout: 120_000 });
+  } catch {
+    await run(cc, args, { timeout: 120_000 });
+  }
+  renameSync(tmp, nativePath);
+  if (!quiet) console.log(`built ${nativePath}`);
+  return nativePath;
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  buildKernels({ force: process.argv.includes('--force'), quiet: false }).catch((err) => {
+  const force = process.argv.includes('--force');
+  try {
+    await buildKernels({ force, quiet: false });
+  } catch (err) {
     console.error(err.message);
     process.exit(1);
+  }
+  await buildNative({ force, quiet: false }).catch((err) => {
+    console.log(`native kernels not built (optional; the WebAssembly kernels will run): ${String(err.message).split('\n')[0]}`);
   });
 }

@@ -1,19 +1,9 @@
-import { execFile } from 'node:child_process';
-import { mkdirSync, renameSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-
 /**
  * Optional native (C) twins of the hottest WebAssembly kernels, compiled on this machine
  * with -O3 -march=native when a C compiler is present, loaded through koffi, and run in
  * place on the kernels' WebAssembly memories (same layouts, same thread split). Never
  * required: without a compiler the wasm kernels run alone.
  */
-
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const source = join(root, 'src', 'kernels', 'native', 'kernels.c');
-const output = join(root, 'build', 'native', 'kernels.so');
 
 const mmArgs = 'uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt';
 
@@ -35,19 +25,8 @@ export interface NativeLib {
   prototypes: Readonly<Record<string, string>>;
 }
 
-const run = promisify(execFile);
-
-async function compile(): Promise<void> {
-  mkdirSync(dirname(output), { recursive: true });
-  const tmp = `${output}.${process.pid}.${Date.now()}.tmp`;
-  const cc = process.env.CC ?? 'cc';
-  const base = ['-O3', '-shared', '-fPIC', '-o', tmp, source];
-  try {
-    await run(cc, ['-march=native', ...base], { timeout: 60_000 });
-  } catch {
-    await run(cc, base, { timeout: 60_000 });
-  }
-  renameSync(tmp, output);
+interface BuildScript {
+  buildNative(options?: { force?: boolean; quiet?: boolean }): Promise<string>;
 }
 
 let loaded: Promise<NativeLib | undefined> | undefined;
@@ -58,12 +37,16 @@ export let nativeUnavailableReason = '';
 export function loadNativeLib(): Promise<NativeLib | undefined> {
   loaded ??= (async () => {
     try {
-      const out = statSync(output, { throwIfNoEntry: false });
-      if (!out || out.mtimeMs < statSync(source).mtimeMs) await compile();
+      const script = (await import(new URL('../../bin/build.js', import.meta.url).href)) as BuildScript;
+      const path = await script.buildNative();
       const { default: koffi } = await import('koffi');
-      const lib = koffi.load(output);
+      const lib = koffi.load(path);
       const isa = String(lib.func('const char *tk_isa(void)')());
-      return { path: output, isa, prototypes: isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes } : nativePrototypes };
+      if (isa === 'scalar') {
+        nativeUnavailableReason = 'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
+        return undefined;
+      }
+      return { path, isa, prototypes: isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes } : nativePrototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';
       return undefined;
