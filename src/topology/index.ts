@@ -13,7 +13,7 @@ export {
 export { classify, route, relayRoutes, findRing, diameter, hopsFrom, type Classification, type TopologyClass } from './classify.js';
 export { findBridgeLoops, type BridgeLoop, type BridgeMembership } from './loops.js';
 export { macModels, findMacModel, parseMachines, type MacModel, type PlannedMachine } from './machines.js';
-export { planCabling, estimateAllReduce, cablesToGraph, type CablingPlan, type Cable, type PlannedTopology } from './planner.js';
+export { planCabling, estimateAllReduce, cablesToGraph, assumedLink, type CablingPlan, type Cable, type PlannedTopology, type LinkAssumption } from './planner.js';
 export { exportMlxHostfile, importMlxHostfile, type MlxHostfile, type MlxHost, type HostAddresses } from './hostfile.js';
 export { drawShape, renderTopology, matrix } from './draw.js';
 export { diagnose, hasErrors, formatFindings, type Finding, type Severity, type DoctorInput } from './doctor.js';

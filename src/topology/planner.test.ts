@@ -74,3 +74,11 @@ test('all-reduce estimate: a mesh beats a ring of the same hosts for large messa
   assert.equal(mesh.topology, 'full-mesh');
   assert.ok((mesh.allreduce[2]?.micros ?? 0) < (ring.allreduce[2]?.micros ?? 0));
 });
+
+test('the estimate follows the link figures given', () => {
+  const slow = planCabling(parseMachines('4x mac-mini-m4-pro'), { gbps: 1, hopMicros: 100 });
+  const fast = planCabling(parseMachines('4x mac-mini-m4-pro'));
+  // mesh: 2 * (alpha + (M/n)/B); for 8 KiB on 4 hosts at 1 GB/s: 2 * (100 + 2048/1000) us
+  assert.ok(Math.abs((slow.allreduce[0]?.micros ?? 0) - 2 * (100 + 2.048)) < 1e-9);
+  assert.ok((fast.allreduce[0]?.micros ?? 0) < (slow.allreduce[0]?.micros ?? 0));
+});

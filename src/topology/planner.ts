@@ -36,8 +36,13 @@ export interface CablingPlan {
  * of JACCL over TB5 give single-digit to tens of microseconds). Replace them with `tandem topology`
  * measurements for a real cluster.
  */
-const linkGBps = 6;
-const hopMicros = 10;
+export const assumedLink: LinkAssumption = { gbps: 6, hopMicros: 10 };
+
+/** Per-cable figures the all-reduce estimate uses: usable GB/s per direction and microseconds per hop. */
+export interface LinkAssumption {
+  gbps: number;
+  hopMicros: number;
+}
 const estimateSizes = [8 * 1024, 1 << 20, 64 << 20];
 
 /**
@@ -46,7 +51,7 @@ const estimateSizes = [8 * 1024, 1 << 20, 64 << 20];
  * ports (each chord joins the pair that is currently farthest apart, to cut the hops of
  * relayed traffic).
  */
-export function planCabling(machines: readonly PlannedMachine[]): CablingPlan {
+export function planCabling(machines: readonly PlannedMachine[], link: LinkAssumption = assumedLink): CablingPlan {
   const n = machines.length;
   const free = machines.map((m) => [...m.model.tb5Ports]);
   const cables: Cable[] = [];
@@ -91,7 +96,7 @@ export function planCabling(machines: readonly PlannedMachine[]): CablingPlan {
       tb5_ports: m.model.tb5Ports.length,
       used: m.model.tb5Ports.length - (free[i]?.length ?? 0),
     })),
-    allreduce: n <= 1 ? [] : estimateSizes.map((bytes) => estimateAllReduce(topology, n, bytes)),
+    allreduce: n <= 1 ? [] : estimateSizes.map((bytes) => estimateAllReduce(topology, n, bytes, link)),
   };
 }
 
@@ -152,8 +157,9 @@ export function cablesToGraph(machines: readonly PlannedMachine[], cables: reado
  * with all cables busy at once, so 2 * (alpha + (M/n)/B). Ring: 2(n-1) steps of M/n each,
  * bidirectional so each direction carries half: 2(n-1) * (alpha + (M/n)/(2B)).
  */
-export function estimateAllReduce(topology: PlannedTopology, n: number, bytes: number): AllReduceEstimate {
-  const perUs = linkGBps * 1e3; // bytes per microsecond
+export function estimateAllReduce(topology: PlannedTopology, n: number, bytes: number, link: LinkAssumption = assumedLink): AllReduceEstimate {
+  const perUs = link.gbps * 1e3; // bytes per microsecond
+  const hopMicros = link.hopMicros;
   const chunk = bytes / n;
   if (topology === 'full-mesh') return { bytes, algorithm: 'mesh', micros: 2 * (hopMicros + chunk / perUs) };
   return { bytes, algorithm: 'ring', micros: 2 * (n - 1) * (hopMicros + chunk / (2 * perUs)) };

@@ -165,11 +165,15 @@ test('tandem init --mode=tcp --topology=ring --apply: every host agrees, address
     }
     assert.match(procs[0]!.stderr, /ip addr replace 10\.99\.0\.\d\/30 dev t-[bc]/);
     assert.match(procs[0]!.stderr, /verified: t-b 10\.99\.0\.\d+ -> b/);
-    const show = rig.tandem('b', ['topology', '--config', join(dir, 'b.json'), '--json']);
+    const show = rig.tandem('b', ['topology', '--config', join(dir, 'b.json'), '--json', '--export-mlx', join(dir, 'mlx.json')]);
     assert.equal(await show.exited, 0, show.stderr);
     const shown = show.lines[0] as { class: string; links: { subnet: string }[] };
     assert.equal(shown.class, 'full-mesh');
     assert.deepEqual(shown.links.map((l) => l.subnet), ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30']);
+    const mlx = JSON.parse(readFileSync(join(dir, 'mlx.json'), 'utf8')) as { hosts: { ssh: string; ips: string[]; rdma: unknown[] }[] };
+    assert.deepEqual(mlx.hosts.map((h) => h.ssh), ['a', 'b', 'c']);
+    assert.deepEqual(mlx.hosts[0]?.ips, [links[0]!.aAddress, links[1]!.aAddress]);
+    assert.deepEqual(mlx.hosts[0]?.rdma, [null, 'rdma_t-b', 'rdma_t-c']);
   } finally {
     await rig.cleanup();
     rmSync(dir, { recursive: true, force: true });

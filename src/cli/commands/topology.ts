@@ -13,6 +13,7 @@ import {
   relayRoutes,
   renderTopology,
   toConnectivity,
+  type HostAddresses,
   type TopologyGraph,
 } from '../../topology/index.js';
 
@@ -61,11 +62,19 @@ export const command = defineCommand({
       return 0;
     }
     let graph: TopologyGraph;
+    let addresses = new Map<string, HostAddresses>();
     const configPath = options.config ?? defaultConfigPath();
     if (options.hostfile !== undefined) {
-      graph = importMlxHostfile(JSON.parse(readFileSync(options.hostfile, 'utf8'))).graph;
+      ({ graph, addresses } = importMlxHostfile(JSON.parse(readFileSync(options.hostfile, 'utf8'))));
     } else if (!options.discover && existsSync(configPath)) {
-      graph = readClusterConfig(configPath).graph;
+      const read = readClusterConfig(configPath);
+      const config = read.config;
+      graph = read.graph;
+      // Each host is reachable at its cable addresses; MLX's `ips` lists them.
+      for (const h of config.hosts) {
+        const ips = config.links.flatMap((l) => (l.a === h ? [l.aAddress] : l.b === h ? [l.bAddress] : []));
+        addresses.set(h, { ssh: h, ips });
+      }
     } else if (options.discover) {
       const agent = new DiscoveryAgent(agentOptions());
       await agent.start();
@@ -77,7 +86,7 @@ export const command = defineCommand({
         hint: 'run `tandem init` first, pass --hostfile, or run discovery with --discover --secret-file <file>',
       });
     }
-    if (options['export-mlx'] !== undefined) writeFileSync(options['export-mlx'], JSON.stringify(exportMlxHostfile(graph), null, 4) + '\n');
+    if (options['export-mlx'] !== undefined) writeFileSync(options['export-mlx'], JSON.stringify(exportMlxHostfile(graph, addresses), null, 4) + '\n');
     process.stdout.write(options.json ? graphJson(graph) + '\n' : renderTopology(graph));
     return 0;
   },
