@@ -3,8 +3,11 @@ import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-b
 import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FrameDecoder, MalformedFrame } from './wire.js';
+import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { EAGAIN, EINTR, MSG_DONTWAIT, MSG_NOSIGNAL, POLLIN, POLLOUT, socketLib, type SocketLib } from './socket-ffi.js';
 
+/** Connections are polled this often when no wait drives them. */
+const BACKGROUND_POLL_MS = 1;
 /** Frames up to this size are copied into one buffer and written at once. */
 const COALESCE_BYTES = 64 * 1024;
 
@@ -84,6 +87,165 @@ export class TcpTransport implements Transport {
   }
 }
 
+const SCRATCH_BYTES = 256 * 1024;
+const READS_PER_POLL = 64;
+
+/**
+ * The busy-polled data path: after the handshake the socket's fd is read and written with
+ * non-blocking recv/send through koffi, libuv no longer reads it. Progress comes from
+ * completion-queue waits (spinning, then poll(2) for at most 1 ms) and from the device's
+ * background poller; a reader mid-frame receives straight into the frame buffer.
+ */
+export class PolledTcpTransport implements Transport {
+  private events: TransportEvents | undefined;
+  private isClosed = false;
+  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly scratch = new Uint8Array(SCRATCH_BYTES);
+  private backlog: Uint8Array[] = [];
+  private backlogHead = 0;
+  readonly fd: number;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly early: Uint8Array,
+    private readonly lib: SocketLib,
+    private readonly onClose: (t: PolledTcpTransport) => void,
+  ) {
+    const handle = (socket as unknown as { _handle: { fd: number; readStop(): number } })._handle;
+    handle.readStop();
+    this.fd = handle.fd;
+  }
+
+  get wantsWrite(): boolean {
+    return this.backlogHead < this.backlog.length;
+  }
+
+  bind(events: TransportEvents): void {
+    this.events = events;
+    this.socket.on('error', () => undefined);
+    if (this.early.length > 0) this.feed(this.early);
+    if (!this.isClosed) this.events.batchEnd();
+  }
+
+  private feed(chunk: Uint8Array): boolean {
+    try {
+      this.decoder.push(chunk);
+      return true;
+    } catch (e) {
+      if (!(e instanceof MalformedFrame)) throw e;
+      this.shut(`malformed frame: ${e.message}`, true);
+      return false;
+    }
+  }
+
+  poll(): boolean {
+    if (this.isClosed) return false;
+    let did = this.wantsWrite && this.flush();
+    let got = false;
+    for (let k = 0; k < READS_PER_POLL && !this.isClosed; k++) {
+      const direct = this.decoder.partialTarget();
+      const target = direct ?? this.scratch;
+      const n = this.lib.recv(this.fd, target, target.length, MSG_DONTWAIT);
+      if (n > 0) {
+        got = true;
+        if (direct) {
+          try {
+            this.decoder.advance(n);
+          } catch (e) {
+            if (!(e instanceof MalformedFrame)) throw e;
+            this.shut(`malformed frame: ${e.message}`, true);
+          }
+        } else if (!this.feed(this.scratch.subarray(0, n))) break;
+        if (n < target.length) break;
+        continue;
+      }
+      if (n === 0) {
+        this.shut('the peer closed the connection', this.decoder.midFrame);
+        break;
+      }
+      const errno = this.lib.errno();
+      if (errno === EAGAIN || errno === EINTR) break;
+      this.shut(`connection lost (errno ${errno})`, false);
+      break;
+    }
+    if (got && !this.isClosed) this.events?.batchEnd();
+    if (this.wantsWrite && !this.isClosed) did = this.flush() || did;
+    return did || got;
+  }
+
+  send(header: Uint8Array, payload: readonly Uint8Array[]): void {
+    if (this.isClosed) return;
+    let len = header.length;
+    for (const p of payload) len += p.length;
+    if (len <= 64 * 1024) {
+      const frame = new Uint8Array(4 + len);
+      putU32(frame, 0, len);
+      frame.set(header, 4);
+      let at = 4 + header.length;
+      for (const p of payload) {
+        frame.set(p, at);
+        at += p.length;
+      }
+      this.backlog.push(frame);
+    } else {
+      const head = new Uint8Array(4 + header.length);
+      putU32(head, 0, len);
+      head.set(header, 4);
+      this.backlog.push(head);
+      for (const p of payload) if (p.length > 0) this.backlog.push(p);
+    }
+    this.flush();
+  }
+
+  sendRaw(bytes: Uint8Array): void {
+    if (this.isClosed) return;
+    this.backlog.push(bytes.slice());
+    this.flush();
+  }
+
+  /** Sends queued bytes until the socket buffer is full; true when anything went out. */
+  private flush(): boolean {
+    let sent = false;
+    while (this.backlogHead < this.backlog.length) {
+      const b = this.backlog[this.backlogHead] as Uint8Array;
+      const n = this.lib.send(this.fd, b, b.length, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        const errno = this.lib.errno();
+        if (errno === EAGAIN || errno === EINTR) break;
+        this.shut(`connection lost (errno ${errno})`, false);
+        return true;
+      }
+      sent = true;
+      if (n < b.length) {
+        this.backlog[this.backlogHead] = b.subarray(n);
+        break;
+      }
+      this.backlogHead++;
+    }
+    if (this.backlogHead === this.backlog.length) {
+      this.backlog = [];
+      this.backlogHead = 0;
+    }
+    return sent;
+  }
+
+  private shut(reason: string, malformed: boolean): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    this.backlog = [];
+    this.socket.destroy();
+    this.onClose(this);
+    this.events?.closed(reason, malformed);
+  }
+
+  close(): void {
+    if (this.isClosed) return;
+    // send what is queued (acks, last writes) before closing, without waiting for it
+    this.flush();
+    this.shut('closed locally', false);
+  }
+}
+
 class TcpListener implements Listener {
   constructor(
     private readonly device: TcpDevice,
@@ -126,9 +288,52 @@ export class TcpDevice extends DeviceBase {
     return new TcpListener(this, side);
   }
 
+  private readonly lib = socketLib();
+  private readonly polled = new Set<PolledTcpTransport>();
+  private poller: NodeJS.Timeout | undefined;
+  private pollfds = new Uint8Array(0);
+
   qpOn(peer: Authenticated, psn: number, options: AcceptOptions): QueuePair {
     const early = peer.reader.detach();
-    return this.makeQp({ transport: new TcpTransport(peer.socket, early), peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn }, options, false);
+    const base = { peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn };
+    if (this.lib === null) return this.makeQp({ ...base, transport: new TcpTransport(peer.socket, early) }, options, false);
+    const t = new PolledTcpTransport(peer.socket, early, this.lib, (x) => {
+      this.polled.delete(x);
+      if (this.polled.size === 0 && this.poller) {
+        clearInterval(this.poller);
+        this.poller = undefined;
+      }
+    });
+    this.polled.add(t);
+    // background progress when nobody waits: acks, read responses, peer death (recv sees EOF)
+    if (this.poller === undefined) {
+      this.poller = setInterval(() => this.engine.progress(), BACKGROUND_POLL_MS);
+      this.poller.unref();
+    }
+    return this.makeQp({ ...base, transport: t }, options, true);
+  }
+
+  /** poll(2) on every connection for at most `ms` (rounded up to 1 ms). */
+  protected override sleep(ms: number): void {
+    const lib = this.lib;
+    if (lib === null || this.polled.size === 0) return;
+    const n = this.polled.size;
+    if (this.pollfds.length < n * 8) this.pollfds = new Uint8Array(n * 8);
+    const view = new DataView(this.pollfds.buffer);
+    let i = 0;
+    for (const t of this.polled) {
+      view.setInt32(i * 8, t.fd, true);
+      view.setInt16(i * 8 + 4, POLLIN | (t.wantsWrite ? POLLOUT : 0), true);
+      view.setInt16(i * 8 + 6, 0, true);
+      i++;
+    }
+    lib.poll(this.pollfds, n, Math.max(1, Math.ceil(ms)));
+  }
+
+  override async close(): Promise<void> {
+    await super.close();
+    if (this.poller) clearInterval(this.poller);
+    this.poller = undefined;
   }
 
   async connect(options: ConnectOptions): Promise<QueuePair> {

@@ -94,6 +94,20 @@ export class FrameDecoder {
     }
   }
 
+  /** The unfilled tail of a half-received frame: a reader may fill it directly, then advance(). */
+  partialTarget(): Uint8Array | undefined {
+    return this.partial?.subarray(this.filled);
+  }
+
+  advance(n: number): void {
+    const p = this.partial as Uint8Array;
+    this.filled += n;
+    if (this.filled === p.length) {
+      this.partial = undefined;
+      this.onFrame(p);
+    }
+  }
+
   /** True while a frame is half received (a close now truncates it). */
   get midFrame(): boolean {
     return this.partial !== undefined || this.lenFilled > 0;

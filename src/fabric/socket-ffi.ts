@@ -1,0 +1,47 @@
+import { createRequire } from 'node:module';
+
+/**
+ * Non-blocking socket calls through koffi, for the tcp data path: while a wait busy-polls,
+ * recv/send with MSG_DONTWAIT cost one syscall each and no event-loop wake-up.
+ */
+export interface SocketLib {
+  recv(fd: number, buf: Uint8Array, len: number, flags: number): number;
+  send(fd: number, buf: Uint8Array, len: number, flags: number): number;
+  poll(fds: Uint8Array, n: number, timeoutMs: number): number;
+  /** errno of the last failed call (this thread's). */
+  errno(): number;
+}
+
+export const MSG_DONTWAIT = 0x40;
+export const MSG_NOSIGNAL = 0x4000;
+export const EAGAIN = 11;
+export const EINTR = 4;
+export const POLLIN = 1;
+export const POLLOUT = 4;
+
+let lib: SocketLib | null | undefined;
+
+/** The socket calls, or null where koffi or libc cannot provide them (then tcp uses node:net). */
+export function socketLib(): SocketLib | null {
+  if (lib !== undefined) return lib;
+  lib = null;
+  if (process.platform !== 'linux' || process.env.TANDEM_TCP_DATAPATH === 'net') return lib;
+  try {
+    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    const c = koffi.load('libc.so.6');
+    const recv = c.func('long recv(int fd, void *buf, size_t len, int flags)');
+    const send = c.func('long send(int fd, const void *buf, size_t len, int flags)');
+    const poll = c.func('int poll(void *fds, unsigned long n, int timeout)');
+    const loc = c.func('int *__errno_location(void)');
+    const errnoView = new Int32Array(koffi.view(loc(), 4));
+    lib = {
+      recv: (fd, buf, len, flags) => Number(recv(fd, buf, len, flags)),
+      send: (fd, buf, len, flags) => Number(send(fd, buf, len, flags)),
+      poll: (fds, n, t) => poll(fds, n, t) as number,
+      errno: () => errnoView[0] as number,
+    };
+  } catch {
+    lib = null;
+  }
+  return lib;
+}
