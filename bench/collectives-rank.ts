@@ -1,0 +1,88 @@
+// One rank of `tandem bench collectives`. argv: JSON RankConfig. Rank 0 prints
+// `LISTENING host:port` and then one `ROW {json}` per size; every rank prints `DONE`.
+import { performance } from 'node:perf_hooks';
+import { createCommunicator, type Communicator } from '../src/collectives/communicator.js';
+import type { Algorithm } from '../src/collectives/call.js';
+import type { ProviderName } from '../src/fabric/index.js';
+
+export type BenchOp = 'all-reduce' | 'all-gather' | 'reduce-scatter' | 'broadcast' | 'all-to-all';
+
+export interface RankConfig {
+  rank: number;
+  size: number;
+  provider: ProviderName;
+  address: string;
+  op: BenchOp;
+  algorithm?: Algorithm;
+  /** Bytes per size in nccl-tests terms (see bench/collectives.ts). */
+  sizes: number[];
+  iterations?: number;
+}
+
+/** Iterations per size: many for small sizes, few for large, so each size takes well under a second. */
+export function iterationsFor(bytes: number, max = 200): number {
+  return Math.max(3, Math.min(max, Math.floor((64 << 20) / Math.max(bytes, 1))));
+}
+
+/** One call of `op` whose nccl-tests size is `bytes` (f32 values). */
+function operation(c: Communicator, op: BenchOp, bytes: number, algorithm: Algorithm | undefined): () => Promise<unknown> {
+  const n = c.size;
+  const alg = algorithm ? { algorithm } : {};
+  const elems = Math.max(1, Math.floor(bytes / 4));
+  switch (op) {
+    case 'all-reduce': {
+      const d = new Float32Array(elems).fill(c.rank);
+      return () => c.allReduce(d, alg);
+    }
+    case 'all-gather': {
+      const per = Math.max(1, Math.floor(elems / n));
+      const d = new Float32Array(per).fill(c.rank);
+      const out = new Float32Array(per * n);
+      return () => c.allGather(d, { ...alg, out });
+    }
+    case 'reduce-scatter': {
+      const d = new Float32Array(elems).fill(c.rank);
+      return () => c.reduceScatter(d, alg);
+    }
+    case 'broadcast': {
+      const d = new Float32Array(elems).fill(c.rank);
+      return () => c.broadcast(d, 0, alg);
+    }
+    case 'all-to-all': {
+      const per = Math.max(1, Math.floor(elems / n));
+      const d = new Float32Array(per * n).fill(c.rank);
+      const counts = new Array<number>(n).fill(per);
+      return () => c.allToAll(d, counts, counts);
+    }
+  }
+}
+
+const config = JSON.parse(process.argv[2] as string) as RankConfig;
+const print = (line: string): void => void process.stdout.write(line + '\n');
+const comm = await createCommunicator({
+  rank: config.rank,
+  size: config.size,
+  provider: config.provider,
+  rendezvous: { kind: 'root', address: config.address },
+  secret: 'tandem-bench',
+  timeoutMs: 120_000,
+  connectTimeoutMs: 60_000,
+  onListening: (a) => print(`LISTENING ${a}`),
+  slotBytes: 256 * 1024,
+});
+for (const bytes of config.sizes) {
+  const run = operation(comm, config.op, bytes, config.algorithm);
+  const iters = iterationsFor(bytes, config.iterations);
+  for (let w = 0; w < Math.max(2, Math.floor(iters / 10)); w++) await run();
+  await comm.barrier();
+  const t0 = performance.now();
+  for (let i = 0; i < iters; i++) await run();
+  const us = ((performance.now() - t0) * 1000) / iters;
+  const chosen = comm.lastAlgorithm ?? 'mesh';
+  // the slowest rank's time, like nccl-tests
+  const worst = Float32Array.of(us);
+  await comm.allReduce(worst, { op: 'max', algorithm: 'mesh' });
+  if (config.rank === 0) print(`ROW ${JSON.stringify({ bytes, time_us: worst[0], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`);
+}
+await comm.close();
+print('DONE');

@@ -1,0 +1,61 @@
+import { anchorFor, anchorsScript, DEFAULT_SIZES, formatRow, header, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../../bench/collectives.js';
+import { parseSize } from '../../../bench/fabric.js';
+import { algorithms, type Algorithm } from '../../collectives/call.js';
+import { TandemError } from '../../errors/index.js';
+import { defineCommand } from '../options.js';
+import type { BenchOp } from '../../../bench/collectives-rank.js';
+
+export const command = defineCommand({
+  name: 'bench collectives',
+  summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)',
+  description:
+    'Starts N rank processes over the chosen provider and times one collective per size (f32, sum), ' +
+    'nccl-tests style: time is the slowest rank\'s average, busbw = algbw x the bus factor. With --anchors ' +
+    'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) first and prints its figures beside ours.',
+  options: {
+    op: { type: 'string', choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'], default: 'all-reduce', description: 'the collective to time' },
+    ranks: { type: 'number', default: 2, description: 'number of rank processes' },
+    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider between the ranks' },
+    algorithm: { type: 'string', choices: [...algorithms], description: 'force an algorithm (default: chosen per size and topology)' },
+    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
+    iterations: { type: 'number', default: 200, description: 'timed calls for the smallest sizes (fewer for large ones)' },
+    json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
+    anchors: { type: 'boolean', description: 'also run Open MPI\'s all-reduce (run-anchors.sh allreduce) and print it beside ours' },
+  },
+  examples: ['tandem bench collectives --op all-reduce --ranks 2 --provider shm', 'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json', 'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors'],
+  async run({ options }) {
+    const ranks = options.ranks;
+    if (!Number.isInteger(ranks) || ranks < 1 || ranks > 64) {
+      throw new TandemError('CLI_USAGE', `bench collectives: --ranks must be an integer in 1..64, got ${ranks}`, { hint: 'e.g. --ranks 4' });
+    }
+    if (!Number.isInteger(options.iterations) || options.iterations < 1) {
+      throw new TandemError('CLI_USAGE', `bench collectives: --iterations must be a positive integer, got ${options.iterations}`, { hint: 'e.g. --iterations 100' });
+    }
+    const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
+    const op = options.op as BenchOp;
+    let anchors: AnchorRow[] | undefined;
+    if (options.anchors) {
+      const script = anchorsScript();
+      if (script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');
+      else {
+        process.stderr.write('anchors: running Open MPI all-reduce (run-anchors.sh allreduce)...\n');
+        anchors = await runAllreduceAnchors(script);
+        if (options.json) for (const a of anchors) process.stdout.write(JSON.stringify(a) + '\n');
+      }
+    }
+    const compare = anchors !== undefined && op === 'all-reduce';
+    if (!options.json) {
+      process.stdout.write(`# ${op}, ${ranks} ranks, ${options.provider}, f32 sum${compare ? ', Open MPI beside (same ranks, same transport kind)' : ''}\n`);
+      process.stdout.write(header(compare) + '\n');
+    }
+    const print = (r: CollRow): void => {
+      if (options.json) process.stdout.write(JSON.stringify(r) + '\n');
+      else process.stdout.write(formatRow(r, compare ? (anchorFor(anchors ?? [], r) ?? null) : undefined) + '\n');
+    };
+    await runCollectivesBench(
+      { op, ranks, provider: options.provider as 'shm' | 'tcp', sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm as Algorithm } : {}) },
+      print,
+    );
+    return 0;
+  },
+});
