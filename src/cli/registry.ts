@@ -21,5 +21,6 @@ export const commands: readonly CommandEntry[] = [
   { name: 'node', summary: 'run a node agent that holds one shard of a model in distributed runs', load: async () => (await import('./commands/node.js')).command },
   { name: 'bench cluster', summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup', load: async () => (await import('./commands/bench-cluster.js')).command },
   { name: 'demo', summary: 'one random-weight model on one node and across two local nodes: tokens, TTFT, tokens/s, agreement', load: async () => (await import('./commands/demo.js')).command },
+  { name: 'bench collectives', summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)', load: async () => (await import('./commands/bench-collectives.js')).command },
   { name: 'bench fabric', summary: 'fabric latency (p50/p99) and bandwidth between two processes over shm or tcp', load: async () => (await import('./commands/bench-fabric.js')).command },
 ];
