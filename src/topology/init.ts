@@ -71,6 +71,13 @@ async function discover(agent: DiscoveryAgent, opts: InitOptions, deadline: numb
     const enough = opts.expect === undefined ? g.hosts.length > 1 : g.hosts.length >= opts.expect;
     if (enough && agent.agreed() && Date.now() - stableSince >= 1000) return g;
     if (Date.now() > deadline) {
+      const skewed = [...agent.clockSkews()].filter(([, ms]) => Math.abs(ms) > 30_000).map(([h, ms]) => `${h} (${(ms / 1000).toFixed(0)} s)`);
+      if (skewed.length > 0) {
+        throw new TandemError('TOPOLOGY_DISCOVERY_TIMEOUT', `init: hellos from ${skewed.join(', ')} were refused: their clocks are more than 30 s off`, {
+          hint: 'turn on time sync on every host (System Settings > General > Date & Time, or chrony), then run init again',
+          details: { skewed },
+        });
+      }
       throw new TandemError('TOPOLOGY_DISCOVERY_TIMEOUT', `init: discovery saw ${g.hosts.length} host(s) (${g.hosts.join(', ')})${opts.expect ? ` of ${opts.expect} expected` : ''} and ${agent.agreed() ? 'agreement' : 'no agreement'} within ${opts.waitMs} ms`, {
         hint: 'start `tandem init` on every host with the same --secret-file, check the cables (`tandem doctor`), or raise --wait',
         details: { hosts: g.hosts },
@@ -122,6 +129,9 @@ export async function runInit(opts: InitOptions): Promise<InitResult> {
     opts.log(`discovering neighbours as '${opts.host}' on port ${opts.port}...`);
     const graph = await discover(agent, opts, deadline);
     const choice = chooseAlgorithm(graph, opts.topology);
+    for (const [peer, ms] of agent.clockSkews()) {
+      if (Math.abs(ms) > 1000) opts.log(`warning: the clock of ${peer} is ${(ms / 1000).toFixed(1)} s off; turn on time sync (deadlines and heartbeats compare clocks)`);
+    }
     opts.log(`agreed on ${graph.hosts.length} hosts, ${graph.links.length} cables: ${choice.class}, collectives use ${choice.algorithm}${choice.ring ? ` (ring ${choice.ring.join(' -> ')})` : ''}`);
     const plan = assignAddresses(graph, opts.subnet);
     const commands = addressCommands(plan, opts.host, opts.os ?? platform(), opts.mode);

@@ -67,6 +67,7 @@ export class DiscoveryAgent {
   private graphHash = '';
   private state: string | undefined;
   private readonly echoes = new Map<string, { sentOn: string; heardOn: string; lastSeen: number }>();
+  private readonly skews = new Map<string, number>();
   /** Packets refused for a bad MAC, a bad shape or a stale timestamp. */
   rejected = 0;
 
@@ -141,6 +142,15 @@ export class DiscoveryAgent {
     return [...this.echoes.values()].map(({ sentOn, heardOn }) => ({ sentOn, heardOn })).sort((x, y) => (x.sentOn === y.sentOn ? (x.heardOn < y.heardOn ? -1 : 1) : x.sentOn < y.sentOn ? -1 : 1));
   }
 
+  /**
+   * Clock offset of each neighbour that sent an authenticated hello (its clock minus ours, in
+   * ms; transit over a cable is microseconds). Hellos beyond `maxClockSkewMs` are refused as
+   * replays, so a large value here explains a neighbour that never appears.
+   */
+  clockSkews(): Map<string, number> {
+    return new Map(this.skews);
+  }
+
   /** True when every live host reports the same graph as this one. */
   agreed(): boolean {
     return [...this.views.values()].every((v) => v.graphHash === this.graphHash);
@@ -195,7 +205,13 @@ export class DiscoveryAgent {
   private receive(packet: Buffer, from: string): void {
     const hello = decodeHello(this.secret, packet);
     const scope = from.indexOf('%');
-    if (!hello || scope < 0 || Math.abs(Date.now() - hello.ts) > (this.opts.maxClockSkewMs ?? 30_000)) {
+    if (!hello || scope < 0) {
+      this.rejected++;
+      return;
+    }
+    const skew = hello.ts - Date.now();
+    if (hello.host !== this.host) this.skews.set(hello.host, skew);
+    if (Math.abs(skew) > (this.opts.maxClockSkewMs ?? 30_000)) {
       this.rejected++;
       return;
     }
