@@ -57,7 +57,36 @@ describe('Sampler', () => {
     assert.deepEqual(ids(0.4), [1]);
     assert.deepEqual(ids(0.75), [1, 3]);
     assert.deepEqual(ids(0.85), [1, 3, 2]);
-    assert.deepEqual(ids(1), [1, 3, 2, 0]);
+    assert.deepEqual(ids(1), [0, 1, 2, 3]); // disabled: everything, in id order
+  });
+
+  it('top-p over a large vocabulary equals the plain full-sort definition', () => {
+    const rng = new Rng(99);
+    for (const [spread, p] of [
+      [2, 0.9],
+      [20, 0.95],
+      [200, 0.5],
+      [0.01, 0.99],
+    ] as const) {
+      const logits = Float32Array.from({ length: 5000 }, () => (rng.next() - 0.5) * spread);
+      const sorted = Array.from(logits.keys()).sort(
+        (a, b) => (logits[b] as number) - (logits[a] as number) || a - b,
+      );
+      const max = logits[sorted[0] as number] as number;
+      const w = sorted.map((id) => Math.exp((logits[id] as number) - max));
+      const total = w.reduce((a, b) => a + b, 0);
+      let cum = 0;
+      let keep = sorted.length;
+      for (let i = 0; i < w.length; i++) {
+        cum += (w[i] as number) / total;
+        if (cum >= p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      const got = new Sampler({ temperature: 1, topK: 0, topP: p, minP: 0 }).distribution(logits).ids;
+      assert.deepEqual(got, sorted.slice(0, keep), `spread ${spread} p ${p}`);
+    }
   });
 
   it('min-p drops tokens below minP x the top probability', () => {
@@ -72,9 +101,9 @@ describe('Sampler', () => {
   });
 
   it('temperature sharpens or flattens the distribution', () => {
-    const logits = fromProbs([0.2, 0.8]);
+    const logits = fromProbs([0.2, 0.8]); // probs[1] is token 1 (no truncation keeps id order)
     const p = (temperature: number): number =>
-      new Sampler({ temperature, topK: 0, topP: 1, minP: 0 }).distribution(logits).probs[0] as number;
+      new Sampler({ temperature, topK: 0, topP: 1, minP: 0 }).distribution(logits).probs[1] as number;
     assert.ok(Math.abs(p(1) - 0.8) < 1e-6);
     assert.ok(Math.abs(p(0.5) - 0.64 / 0.68) < 1e-6); // p^2 renormalised
     assert.ok(p(100) < 0.51);

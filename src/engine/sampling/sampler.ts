@@ -113,22 +113,20 @@ export class Sampler {
   distribution(logits: Float32Array): Distribution {
     const z = this.penalized(logits);
     if (this.temperature === 0) return { ids: [argmax(z)], probs: [1] };
-    let ids = this.topK > 0 ? topKIds(z, this.topK) : sortedIds(z);
-    if (this.topP < 1) {
-      const probs = softmax(ids, z, 1);
-      let cum = 0;
-      let keep = ids.length;
-      for (let i = 0; i < probs.length; i++) {
-        cum += probs[i] as number;
-        if (cum >= this.topP) {
-          keep = i + 1;
-          break;
-        }
-      }
-      ids = ids.slice(0, keep);
+    let ids: number[];
+    if (this.topK > 0) {
+      ids = topKIds(z, this.topK);
+      if (this.topP < 1) ids = ids.slice(0, topPCount(ids, z, this.topP, massOf(ids, z)));
+    } else if (this.topP < 1) {
+      ids = topPPrefix(z, this.topP);
+    } else if (this.minP > 0) {
+      ids = idsAbove(z, (z[argmax(z)] as number) + Math.log(this.minP));
+    } else {
+      // No truncation: no need to sort, sample over the whole vocabulary in id order.
+      ids = idsAbove(z, -Infinity, false);
     }
     if (this.minP > 0) {
-      // p_i >= minP * p_max  <=>  z_i >= z_max + ln(minP); ids are sorted, so cut the tail.
+      // p_i >= minP * p_max  <=>  z_i >= z_max + ln(minP); ids are sorted here, so cut the tail.
       const floor = (z[ids[0] as number] as number) + Math.log(this.minP);
       let keep = 1;
       while (keep < ids.length && (z[ids[keep] as number] as number) >= floor) keep++;
@@ -175,15 +173,60 @@ function argmax(z: Float32Array): number {
   return best;
 }
 
-/** Descending by logit, ties by lower id; -Infinity dropped. */
+/** Descending by logit, ties by lower id. */
 function byLogit(z: Float32Array): (a: number, b: number) => number {
   return (a, b) => (z[b] as number) - (z[a] as number) || a - b;
 }
 
-function sortedIds(z: Float32Array): number[] {
+/** Ids with a logit >= floor (never -Infinity), sorted by `byLogit` unless `sort` is false. */
+function idsAbove(z: Float32Array, floor: number, sort = true): number[] {
   const ids: number[] = [];
-  for (let i = 0; i < z.length; i++) if (z[i] !== -Infinity) ids.push(i);
-  return ids.sort(byLogit(z));
+  for (let i = 0; i < z.length; i++) {
+    const v = z[i] as number;
+    if (v >= floor && v !== -Infinity) ids.push(i);
+  }
+  return sort ? ids.sort(byLogit(z)) : ids;
+}
+
+/** Sum of exp(z - max) over ids; ids[0] holds the max. */
+function massOf(ids: readonly number[], z: Float32Array): number {
+  const max = z[ids[0] as number] as number;
+  let sum = 0;
+  for (const id of ids) sum += Math.exp((z[id] as number) - max);
+  return sum;
+}
+
+/** How many of the sorted ids it takes for their probability (out of `total`) to reach p. */
+function topPCount(ids: readonly number[], z: Float32Array, p: number, total: number): number {
+  const max = z[ids[0] as number] as number;
+  let cum = 0;
+  for (let i = 0; i < ids.length; i++) {
+    cum += Math.exp((z[ids[i] as number] as number) - max) / total;
+    if (cum >= p) return i + 1;
+  }
+  return ids.length;
+}
+
+/**
+ * The top-p prefix over the whole vocabulary without sorting all of it: the tokens within
+ * `gap` of the best are a prefix of the sorted order, so once their mass reaches p only they
+ * need sorting; the gap doubles until it does.
+ */
+function topPPrefix(z: Float32Array, p: number): number[] {
+  const best = argmax(z);
+  const max = z[best] as number;
+  let total = 0;
+  for (let i = 0; i < z.length; i++) total += Math.exp((z[i] as number) - max);
+  for (let gap = 8; ; gap *= 2) {
+    const floor = gap > 128 ? -Infinity : max - gap;
+    const ids = idsAbove(z, floor, false);
+    let mass = 0;
+    for (const id of ids) mass += Math.exp((z[id] as number) - max);
+    if (mass / total >= p || floor === -Infinity) {
+      ids.sort(byLogit(z));
+      return ids.slice(0, topPCount(ids, z, p, total));
+    }
+  }
 }
 
 /** The k best ids, sorted, in O(n log k) with a min-heap of the best so far. */
@@ -199,7 +242,9 @@ function topKIds(z: Float32Array, k: number): number[] {
       if (l < heap.length && worse(heap[l] as number, heap[m] as number)) m = l;
       if (r < heap.length && worse(heap[r] as number, heap[m] as number)) m = r;
       if (m === i) return;
-      [heap[i], heap[m]] = [heap[m] as number, heap[i] as number];
+      const t = heap[i] as number;
+      heap[i] = heap[m] as number;
+      heap[m] = t;
       i = m;
     }
   };
@@ -210,7 +255,9 @@ function topKIds(z: Float32Array, k: number): number[] {
       for (let i = heap.length - 1; i > 0;) {
         const p = (i - 1) >> 1;
         if (!worse(heap[i] as number, heap[p] as number)) break;
-        [heap[i], heap[p]] = [heap[p] as number, heap[i] as number];
+        const t = heap[i] as number;
+        heap[i] = heap[p] as number;
+        heap[p] = t;
         i = p;
       }
     } else if (worse(heap[0] as number, id)) {
@@ -222,8 +269,9 @@ function topKIds(z: Float32Array, k: number): number[] {
 }
 
 function softmax(ids: readonly number[], z: Float32Array, temperature: number): number[] {
-  const max = (z[ids[0] as number] as number) / temperature;
-  const e = ids.map((id) => Math.exp((z[id] as number) / temperature - max));
+  let max = -Infinity;
+  for (const id of ids) max = Math.max(max, z[id] as number);
+  const e = ids.map((id) => Math.exp(((z[id] as number) - max) / temperature));
   const sum = e.reduce((a, b) => a + b, 0);
   return e.map((x) => x / sum);
 }

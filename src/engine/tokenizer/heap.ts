@@ -9,33 +9,37 @@ export class Heap<T> {
 
   push(item: T): void {
     const a = this.items;
+    let i = a.length;
     a.push(item);
-    let i = a.length - 1;
+    // Move the hole up instead of swapping: one write per level.
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (!this.before(a[i] as T, a[p] as T)) break;
-      [a[i], a[p]] = [a[p] as T, a[i] as T];
+      const parent = a[p] as T;
+      if (!this.before(item, parent)) break;
+      a[i] = parent;
       i = p;
     }
+    a[i] = item;
   }
 
   pop(): T | undefined {
     const a = this.items;
-    const top = a[0];
-    const last = a.pop();
-    if (a.length === 0 || last === undefined) return top;
-    a[0] = last;
+    if (a.length === 0) return undefined;
+    const top = a[0] as T;
+    const last = a.pop() as T;
+    const n = a.length;
+    if (n === 0) return top;
     let i = 0;
     for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < a.length && this.before(a[l] as T, a[m] as T)) m = l;
-      if (r < a.length && this.before(a[r] as T, a[m] as T)) m = r;
-      if (m === i) break;
-      [a[i], a[m]] = [a[m] as T, a[i] as T];
-      i = m;
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && this.before(a[c + 1] as T, a[c] as T)) c++;
+      const child = a[c] as T;
+      if (!this.before(child, last)) break;
+      a[i] = child;
+      i = c;
     }
+    a[i] = last;
     return top;
   }
 }
