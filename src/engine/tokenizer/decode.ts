@@ -14,6 +14,19 @@ const BYTE_TOKEN = /^<0x([0-9A-Fa-f]{2})>$/;
  * unused tokens are empty.
  */
 export function pieceBytes(vocab: Vocab, id: number, special: boolean): Uint8Array {
+  let cache = pieceCache.get(vocab);
+  if (cache === undefined) {
+    cache = [new Array<Uint8Array>(vocab.size), new Array<Uint8Array>(vocab.size)];
+    pieceCache.set(vocab, cache);
+  }
+  const table = cache[special ? 1 : 0];
+  return (table[id] ??= computePiece(vocab, id, special));
+}
+
+/** Pieces per vocabulary, [plain, special], filled as tokens are first decoded. */
+const pieceCache = new WeakMap<Vocab, [Uint8Array[], Uint8Array[]]>();
+
+function computePiece(vocab: Vocab, id: number, special: boolean): Uint8Array {
   const text = vocab.tokens[id] as string;
   switch (vocab.types[id]) {
     case TokenType.control:

@@ -128,7 +128,7 @@ export class Tokenizer {
   /** The raw bytes of one token (control tokens empty unless `special`). */
   tokenBytes(id: number, special = false): Uint8Array {
     checkTokenId(this.vocab, id);
-    return pieceBytes(this.vocab, id, special);
+    return pieceBytes(this.vocab, id, special).slice();
   }
 
   /** Whole-sequence decode; invalid or incomplete UTF-8 becomes U+FFFD. */
@@ -137,7 +137,8 @@ export class Tokenizer {
     let strip = options.stripLeadingSpace ?? this.vocab.addSpacePrefix;
     const parts: Uint8Array[] = [];
     for (const id of ids) {
-      let bytes = this.tokenBytes(id, special);
+      checkTokenId(this.vocab, id);
+      let bytes = pieceBytes(this.vocab, id, special);
       if (strip && bytes[0] === 0x20) bytes = bytes.subarray(1);
       strip = false;
       parts.push(bytes);
