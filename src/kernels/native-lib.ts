@@ -1,3 +1,5 @@
+import { buildNative } from './build-kernels.js';
+
 /**
  * Optional native (C) twins of the hottest WebAssembly kernels, compiled on this machine
  * with -O3 -march=native when a C compiler is present, loaded through koffi, and run in
@@ -25,10 +27,6 @@ export interface NativeLib {
   prototypes: Readonly<Record<string, string>>;
 }
 
-interface BuildScript {
-  buildNative(options?: { force?: boolean; quiet?: boolean }): Promise<string>;
-}
-
 let loaded: Promise<NativeLib | undefined> | undefined;
 /** Why the native library is unavailable (for `--verbose` output), if it is. */
 export let nativeUnavailableReason = '';
@@ -37,8 +35,7 @@ export let nativeUnavailableReason = '';
 export function loadNativeLib(): Promise<NativeLib | undefined> {
   loaded ??= (async () => {
     try {
-      const script = (await import(new URL('../../bin/build.js', import.meta.url).href)) as BuildScript;
-      const path = await script.buildNative();
+      const path = await buildNative();
       const { default: koffi } = await import('koffi');
       const lib = koffi.load(path);
       const isa = String(lib.func('const char *tk_isa(void)')());

@@ -1,28 +1,24 @@
 import { readFile } from 'node:fs/promises';
 import { wasmApi, type WasmModule } from './wasm-api.js';
 import { TandemError } from '../errors/index.js';
+import { buildKernels } from './build-kernels.js';
 
 /** Names of the kernel exports the pool dispatches, in a fixed order (job op = index). */
 export const kernelNames = ['quant_q8_0', 'quant_q8_k', 'mm_q8_0', 'mm_q4_0', 'mm_k', 'mm_float', 'attention', 'store_f16', 'round_x', 'repack_q', 'quant_part'] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;
 
-interface BuildScript {
-  buildKernels(options?: { force?: boolean; quiet?: boolean }): Promise<string>;
-}
-
 let compiled: Promise<WasmModule> | undefined;
 
 /**
- * The compiled kernels module, built first by bin/build.js when build/wasm/kernels.wasm is
+ * The compiled kernels module, built first (build-kernels.js) when build/wasm/kernels.wasm is
  * missing or older than its AssemblyScript sources (so a fresh checkout works after `npm ci`).
  */
 export function kernelsModule(): Promise<WasmModule> {
   compiled ??= (async () => {
     let path: string;
     try {
-      const script = (await import(new URL('../../bin/build.js', import.meta.url).href)) as BuildScript;
-      path = await script.buildKernels();
+      path = await buildKernels();
     } catch (cause) {
       compiled = undefined;
       throw new TandemError('KERNELS_BUILD_FAILED', `could not build the WebAssembly kernels: ${(cause as Error).message}`, {
