@@ -1,0 +1,40 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { openDevice } from '../fabric/index.js';
+import { createCommunicator } from './communicator.js';
+import { parseAddress } from './rendezvous.js';
+
+test('hosts rendezvous: every rank listens at its own address; a ring of links works', async () => {
+  const base = 52000 + Math.floor(Math.random() * 5000);
+  const addresses = [0, 1, 2, 3].map((r) => `loopback:${base + r}`);
+  const comms = await Promise.all(addresses.map((_, rank) => createCommunicator({ rank, size: 4, provider: 'loopback', graph: 'ring', rendezvous: { kind: 'hosts', addresses }, timeoutMs: 20_000 })));
+  const out = await Promise.all(comms.map(async (c) => {
+    const d = Int32Array.of(c.rank, 1);
+    await c.allReduce(d);
+    return [...d];
+  }));
+  for (const d of out) assert.deepEqual(d, [6, 4]);
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('a rank with the wrong secret cannot join: COLL_RENDEZVOUS, nothing hangs', async () => {
+  const dev = await openDevice('loopback');
+  const listener = await dev.listen({ port: 0, secret: 'right' });
+  const address = `${listener.host}:${listener.port}`;
+  const results = await Promise.allSettled([
+    createCommunicator({ rank: 0, size: 2, device: dev, listener, rendezvous: { kind: 'root', address }, secret: 'right', connectTimeoutMs: 1500 }),
+    createCommunicator({ rank: 1, size: 2, provider: 'loopback', rendezvous: { kind: 'root', address }, secret: 'wrong', connectTimeoutMs: 1500 }),
+  ]);
+  for (const r of results) {
+    assert.equal(r.status, 'rejected');
+    assert.equal((r.reason as { code: string }).code, 'COLL_RENDEZVOUS', (r.reason as Error).message);
+  }
+  await listener.close();
+  await dev.close();
+});
+
+test('addresses must be host:port', () => {
+  assert.deepEqual(parseAddress('10.0.0.1:7000'), { host: '10.0.0.1', port: 7000 });
+  assert.throws(() => parseAddress('10.0.0.1'), /host:port/);
+  assert.throws(() => parseAddress('h:70000'), /host:port/);
+});
