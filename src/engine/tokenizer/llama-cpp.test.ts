@@ -113,6 +113,7 @@ const fromMakeModel = (name: string, v: MakeModelVocab): Case => ({
 
 const CASES: Case[] = [
   fromMeta('SentencePiece (llama)', trainSpmVocab()),
+  fromMeta('SentencePiece without add_space_prefix', { ...trainSpmVocab(), addSpacePrefix: false }),
   fromMeta('BPE (gpt2, llama-bpe)', trainBpeVocab('llama-bpe')),
   fromMeta('BPE (gpt2, qwen2)', trainBpeVocab('qwen2')),
   fromMeta('BPE (gpt2, gpt-2)', trainBpeVocab('gpt-2')),
