@@ -11,7 +11,11 @@ import { ClusterSession, type ClusterResult } from './session.js';
 
 /**
  * The demo model: SmolLM2-135M's shape (Llama architecture, 30 layers of width 576, 9 query
- * and 3 KV heads, tied embeddings, 49152-token vocabulary) in Q8_0, with RANDOM weights.
+ * and 3 KV heads, tied embeddings, 49152-token vocabulary) in F16, with RANDOM weights.
+ * Weights drawn with std 0.1 make the tokens move step to step (at 0.02 a random model
+ * repeats one token). F16 rather than Q8_0: Q8_0 kernels round activations to int8 blocks,
+ * which turns the last-bit differences of tensor-parallel sums into whole quantisation
+ * steps, and a random model (unlike a trained one) amplifies them until a near-tie flips.
  */
 export const demoShape: ModelShape = { layers: 30, embd: 576, ff: 1536, heads: 9, kvHeads: 3, headDim: 64, vocab: 49152, context: 2048, experts: 0, expertsUsed: 0, expertFf: 0, sharedFf: 0 };
 export const demoShapeName = 'SmolLM2-135M';
@@ -23,7 +27,7 @@ export function cacheDir(): string {
 /** Makes the demo model once (cached); returns its path. */
 export async function demoModel(onProgress: (line: string) => void): Promise<{ path: string; made: boolean }> {
   const dir = cacheDir();
-  const path = join(dir, 'demo-smollm2-135m-shape-q8_0-random-seed1.gguf');
+  const path = join(dir, 'demo-smollm2-135m-shape-f16-random-std0.1-seed1.gguf');
   if (existsSync(path)) return { path, made: false };
   mkdirSync(dir, { recursive: true });
   const tmp = `${path}.${process.pid}.tmp`;
@@ -32,9 +36,10 @@ export async function demoModel(onProgress: (line: string) => void): Promise<{ p
     await makeModel(tmp, {
       arch: 'llama',
       shape: demoShape,
-      type: 'q8_0',
+      type: 'f16',
       tied: true,
       seed: 1,
+      std: 0.1,
       onProgress: (written, total) => {
         const now = Date.now();
         if (now - last < 1000 && written < total) return;
@@ -64,11 +69,13 @@ export interface DemoOptions {
   prompt: string;
   maxTokens: number;
   provider: ProviderName;
+  /** How the two-node run splits the model (default tp). */
+  parallel?: 'tp' | 'pp';
   threads: number;
   onProgress: (line: string) => void;
 }
 
-/** Runs the prompt on one node, then across two (tensor parallel), each node one local process. */
+/** Runs the prompt on one node, then across two (tensor or pipeline parallel), each node one local process. */
 export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
   const file = GgufModelFile.open(path);
   let tokenizer: Tokenizer;
@@ -86,8 +93,9 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
     for (const n of [1, 2]) {
       const session = await ClusterSession.connect(local.addresses.slice(0, n).map((address) => ({ address })), secret);
       try {
-        o.onProgress(`loading on ${n} node(s)${n > 1 ? `, tensor parallel over ${o.provider}` : ''}`);
-        await session.load({ model: path, parallel: 'tp', provider: o.provider, greedy: true, contextLength: prompt.length + o.maxTokens + 8 });
+        const parallel = n > 1 ? (o.parallel ?? 'tp') : 'tp';
+        o.onProgress(`loading on ${n} node(s)${n > 1 ? `, ${parallel === 'tp' ? 'tensor' : 'pipeline'} parallel over ${o.provider}` : ''}`);
+        await session.load({ model: path, parallel, provider: o.provider, greedy: true, contextLength: prompt.length + o.maxTokens + 8 });
         await session.generate({ prompt: prompt.slice(0, 4), maxTokens: 2 });
         o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s)`);
         const result = await session.generate({ prompt, maxTokens: o.maxTokens });
