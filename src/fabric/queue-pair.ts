@@ -153,7 +153,10 @@ export class Qp implements QueuePair {
     this.onClosed = o.onClosed;
     o.transport.bind({
       frame: (body) => this.onFrame(body),
-      batchEnd: () => this.flushAck(),
+      // event-driven pipes ack at once; polled ones defer it (see poll)
+      batchEnd: () => {
+        if (this.transport.poll === undefined) this.flushAck();
+      },
       closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
     });
   }
@@ -167,8 +170,16 @@ export class Qp implements QueuePair {
     this.transport.sendRaw(bytes);
   }
 
+  /**
+   * On polled pipes a cumulative ACK goes out after the application had a chance to answer:
+   * on its next post, or on the poll after the one that received (so a ping-pong reply is
+   * not queued behind an ACK).
+   */
   poll(): boolean {
-    return this.transport.poll?.() ?? false;
+    const due = this.ackDue;
+    const did = this.transport.poll?.() ?? false;
+    if (due && this.ackDue) this.flushAck();
+    return did;
   }
 
   // ---------------------------------------------------------------- requester
@@ -220,6 +231,7 @@ export class Qp implements QueuePair {
         this.transport.send(h, parts);
       }
       off += len;
+      if (this.ackDue) this.flushAck();
       // advance the remote address by len, carrying into the high word (may wrap: the responder rejects it)
       const nlo = lo + len;
       lo = nlo >>> 0;
@@ -239,6 +251,7 @@ export class Qp implements QueuePair {
       this.transport.send(h, sliceViews(views, off, len));
       off += len;
     } while (off < total);
+    if (this.ackDue) this.flushAck();
   }
 
   private nextPsn(): number {
