@@ -46,7 +46,40 @@ static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int n
   for (int r = 0; r < 4; r++)
     for (int t = 0; t < MAXT; t++) acc[r][t] = _mm512_setzero_ps();
   const size_t bb = q4 ? 16 : 32;
-  for (int b = 0; b < nb; b++) {
+  int b = 0;
+#if defined(__AVX512VNNI__)
+  // Two blocks per vector with vpdpbusd (u8 x s8, 64 products per instruction): x is made
+  // unsigned as x + 128 and 128 * sum(w) (per 4 weights, from vpdpbusd with ones) is taken
+  // back off; lanes 0-7 hold block b, lanes 8-15 block b + 1, scaled by a vector of the pair.
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  for (; b + 2 <= nb; b += 2) {
+    __m512i xu[MAXT];
+    __m512 dx2[MAXT];
+    for (int t = 0; t < MAXT; t++) {
+      if (t < nt_) {
+        const int16_t *xb = x + t * xstride + 32 * (size_t)b;
+        const __m256i lo = _mm512_cvtepi16_epi8(_mm512_loadu_si512((const void *)xb));
+        const __m256i hi = _mm512_cvtepi16_epi8(_mm512_loadu_si512((const void *)(xb + 32)));
+        xu[t] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+        dx2[t] = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(xd[t * xdstride + b]), _mm512_set1_ps(xd[t * xdstride + b + 1]));
+      }
+    }
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *wb = w + r * rowBytes + bb * b;
+      const __m512i wv = q4 ? _mm512_inserti64x4(_mm512_castsi256_si512(block_q4(wb)), block_q4(wb + 16), 1) : _mm512_loadu_si512((const void *)wb);
+      const __m512i corr = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, wv), 7);
+      const __m512 sr = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s[4 * b + r]), _mm512_set1_ps(s[4 * (b + 1) + r]));
+      for (int t = 0; t < MAXT; t++) {
+        if (t < nt_) {
+          const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xu[t], wv), corr);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sr, dx2[t]), acc[r][t]);
+        }
+      }
+    }
+  }
+#endif
+  for (; b < nb; b++) {
     __m512i xv[MAXT];
     float dx[MAXT];
     for (int t = 0; t < MAXT; t++) {
