@@ -59,6 +59,14 @@ test('studio sample: bridge loop risk, a Thunderbolt 4 cable, an RDMA interface 
   const inactive = find(findings, 'rdma-port');
   assert.deepEqual(inactive.map((f) => f.title), ['rdma_en4 is not active'], 'en2 has no cable, so its port being down is fine');
   assert.match(formatFindings(findings), /\d error\(s\), \d warning\(s\)\n$/);
+  assert.deepEqual(find(findings, 'probe'), [], 'every tool of the sample answered');
+});
+
+test('a tool that could not run is reported, not hidden', () => {
+  const r = plainHost('a', { notes: ['ibv_devinfo: spawn ibv_devinfo ENOENT'] });
+  const [f] = find(diagnose({ report: r, mode: 'tcp' }), 'probe');
+  assert.equal(f?.severity, 'info');
+  assert.match(f?.evidence ?? '', /ENOENT/);
 });
 
 test('in tcp mode a Thunderbolt 4 cable is only a warning and RDMA is not required', async () => {

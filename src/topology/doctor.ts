@@ -202,10 +202,23 @@ function checkClusterLoops(input: DoctorInput): Finding[] {
   }) as Finding);
 }
 
+/** Tools or files a probe could not read: shown so that a missing check is never silent. */
+function probeNotes(r: HostReport): Finding[] {
+  return r.notes.map((note) => ({
+    check: 'probe',
+    host: r.host,
+    severity: 'info',
+    title: 'a probe could not run',
+    evidence: note,
+    fix: 'checks that depend on it were skipped; install the tool or run doctor with the rights it needs',
+  }) as Finding);
+}
+
 /** Every check on one host (and its peers, when given). Pure: it reads only the reports. */
 export function diagnose(input: DoctorInput): Finding[] {
   const r = input.report;
   return [
+    ...probeNotes(r),
     ...checkRdma(r, input.mode),
     ...checkBridge(r),
     ...checkTb4(r, input.mode),

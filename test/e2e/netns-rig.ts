@@ -27,6 +27,31 @@ export function rigUnavailable(): string | undefined {
 
 const ip = (...args: string[]): string => execFileSync('ip', args, { encoding: 'utf8', timeout: 10_000 });
 
+/**
+ * Deletes namespaces this rig made in runs whose process is gone (killed before its `finally`
+ * ran). Only names of the rig's own pattern (`td<pid>r<n>-<host>`) with a dead pid are touched.
+ */
+export function sweepStaleNamespaces(): string[] {
+  const swept: string[] = [];
+  for (const line of ip('netns', 'list').split('\n')) {
+    const name = line.split(' ')[0] ?? '';
+    const m = /^td(\d+)r\d+-/.exec(name);
+    if (!m) continue;
+    try {
+      process.kill(Number(m[1]), 0);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') continue;
+      try {
+        ip('netns', 'del', name);
+        swept.push(name);
+      } catch {
+        // already gone (another run swept it first)
+      }
+    }
+  }
+  return swept;
+}
+
 export interface Cable {
   a: string;
   aIf: string;
@@ -162,7 +187,9 @@ export class NetnsRig {
   async cleanup(): Promise<void> {
     const alive = this.procs.filter((p) => p.exitCode === undefined);
     for (const p of alive) p.child.kill('SIGTERM');
-    await Promise.race([Promise.all(alive.map((p) => p.exited)), new Promise((r) => setTimeout(r, 2000))]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(alive.map((p) => p.exited)), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+    clearTimeout(timer);
     for (const p of alive) if (p.exitCode === undefined) p.child.kill('SIGKILL');
     for (const ns of this.hosts.values()) {
       try {

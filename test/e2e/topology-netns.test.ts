@@ -1,9 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { NetnsRig, rigUnavailable, type RigProcess } from './netns-rig.js';
+import { NetnsRig, rigUnavailable, sweepStaleNamespaces, type RigProcess } from './netns-rig.js';
 import { canonicalGraph, classify, type Link, type TopologyGraph } from '../../src/topology/index.js';
 
 /*
@@ -12,6 +13,7 @@ import { canonicalGraph, classify, type Link, type TopologyGraph } from '../../s
  */
 
 const skip = rigUnavailable();
+if (!skip) sweepStaleNamespaces();
 const secretDir = mkdtempSync(join(tmpdir(), 'tandem-netns-'));
 const secretFile = join(secretDir, 'cluster.secret');
 writeFileSync(secretFile, 'netns-test-secret-0123456789abcdef\n');
@@ -47,6 +49,22 @@ async function withRig(hosts: string[], cables: [string, string][], body: (rig: 
     await rig.cleanup();
   }
 }
+
+test('namespaces left by a killed run are swept, live runs\' are kept', { skip }, async () => {
+  const dead = spawnSync(process.execPath, ['-e', '0']).pid as number;
+  const stale = `td${dead}r0-zz`;
+  execFileSync('ip', ['netns', 'add', stale], { timeout: 10_000 });
+  const live = new NetnsRig();
+  try {
+    live.addHost('keep');
+    assert.ok(sweepStaleNamespaces().includes(stale));
+    assert.ok(!existsSync(`/run/netns/${stale}`));
+    assert.ok(existsSync(`/run/netns/${live.ns('keep')}`));
+  } finally {
+    if (existsSync(`/run/netns/${stale}`)) execFileSync('ip', ['netns', 'del', stale], { timeout: 10_000 });
+    await live.cleanup();
+  }
+});
 
 test('ring of 3: discovered exactly, measured, a cut cable shows within 3 s and so does its return', { skip }, async () => {
   const hosts = ['a', 'b', 'c'];
