@@ -15,11 +15,13 @@ export interface OracleAnswer {
 }
 
 const childPath = fileURLToPath(new URL('./llama-oracle-child.ts', import.meta.url));
+// Resolved here so the child finds tsx whatever the working directory.
+const tsxLoader = import.meta.resolve('tsx');
 
 /** Tokenizes and detokenizes with llama.cpp, one answer per job; rejects if the child fails or takes over `timeoutMs`. */
 export function askLlamaCpp(jobs: OracleJob[], timeoutMs = 60_000): Promise<OracleAnswer[]> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', childPath], {
+    const child = spawn(process.execPath, ['--import', tsxLoader, childPath], {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
