@@ -18,7 +18,7 @@ export interface RunDistributedOptions {
   parallel?: ParallelKind;
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
-  /** Fabric provider between nodes (default tcp). */
+  /** Fabric provider between nodes (default shm for local nodes, tcp for a hostfile). */
   provider?: ProviderName;
   /** Activations on the wire: f32 (default), f16 or q8. */
   wire?: WireFormat;
@@ -27,7 +27,11 @@ export interface RunDistributedOptions {
   prompt: readonly number[];
   maxTokens: number;
   stopTokens?: readonly number[];
-  /** Greedy decoding (default true): the vocabulary-parallel head exchanges only each rank's best logit. */
+  /**
+   * Greedy decoding (default true): the vocabulary-parallel head exchanges only each rank's
+   * best logit. Distributed runs decode greedily (nodes pick the argmax); false gathers full
+   * logits, for callers that compare them.
+   */
   greedy?: boolean;
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
@@ -76,7 +80,7 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);
     }
     session = await ClusterSession.connect(hosts, secret);
-    const provider = o.provider ?? 'tcp';
+    const provider = o.provider ?? (local ? 'shm' : 'tcp');
     const parallel = o.parallel ?? 'tp';
     progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
     const placement = await session.load({
