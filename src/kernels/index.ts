@@ -19,7 +19,7 @@ export async function createKernels(options: KernelsOptions = {}): Promise<Kerne
   const threads = options.threads ?? availableParallelism();
   if (options.backend === 'reference') return new ReferenceKernels();
   const { createWasmKernels } = await import('./wasm-kernels.js');
-  if (options.backend === 'wasm') return createWasmKernels(threads, options.arenaBytes);
+  if (options.backend === 'wasm') return createWasmKernels(threads, options.arenaBytes, undefined, options.smallJob);
   const { loadNativeLib, nativeUnavailableReason } = await import('./native-lib.js');
   const native = await loadNativeLib();
   if (!native && options.backend === 'native') {
@@ -27,5 +27,5 @@ export async function createKernels(options: KernelsOptions = {}): Promise<Kerne
       hint: 'install a C compiler (e.g. apt-get install gcc) or use --backend wasm',
     });
   }
-  return createWasmKernels(threads, options.arenaBytes, native);
+  return createWasmKernels(threads, options.arenaBytes, native, options.smallJob);
 }

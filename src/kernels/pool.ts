@@ -22,6 +22,12 @@ const ARGC = 4;
 const ERROR = 5;
 const QUIT = -1;
 
+/**
+ * Jobs below this many multiply-adds run on the calling thread alone: waking the workers
+ * costs more than it saves (microseconds on an idle machine, far more on a busy one).
+ */
+export const SMALL_JOB = 65536;
+
 /** Longest a job may take before the pool declares a worker lost. */
 const JOB_TIMEOUT_MS = 120_000;
 
@@ -46,13 +52,21 @@ export class ThreadPool {
     this.args = new Float64Array(control, 64, 32);
   }
 
+  /** Jobs below this many multiply-adds stay on the calling thread (see SMALL_JOB). */
+  smallJob = SMALL_JOB;
   private native: { addr: (p: Uint8Array) => number; fns: Record<string, KernelFn> } | undefined;
 
   /**
    * `native` (optional): a compiled C library whose functions replace the wasm exports of
    * the same name; each takes the memory's address first (see native-lib.ts).
    */
-  static async create(module: WasmModule, threads: number, names: readonly string[], native?: NativeLib, spin = 20000): Promise<ThreadPool> {
+  static async create(
+    module: WasmModule,
+    threads: number,
+    names: readonly string[],
+    native?: NativeLib,
+    spin = Number(process.env.TANDEM_KERNELS_SPIN ?? 20000),
+  ): Promise<ThreadPool> {
     const pool = new ThreadPool(module, threads, names, spin);
     if (native) {
       const { default: koffi } = await import('koffi');
@@ -101,12 +115,15 @@ export class ThreadPool {
     return exports;
   }
 
-  /** Runs kernel `op` (index into names) on arena `arena` on every thread; returns when all finished. */
-  run(arena: number, op: number, args: readonly number[]): void {
+  /**
+   * Runs kernel `op` (index into names) on arena `arena` on every thread; returns when all
+   * finished. `work` (multiply-adds, roughly) below SMALL_JOB keeps it on this thread.
+   */
+  run(arena: number, op: number, args: readonly number[], work = Infinity): void {
     if (this.closed) throw new TandemError('KERNELS_CLOSED', 'the kernels thread pool is closed', { hint: 'create a new Kernels instance' });
     const fn = (this.mainFns[arena] as KernelFn[])[op] as KernelFn;
     const nt = this.threads;
-    if (nt === 1) {
+    if (nt === 1 || work < this.smallJob) {
       fn(...args, 0, 1);
       return;
     }

@@ -161,4 +161,9 @@ export interface KernelsOptions {
    * is started (default 3 GiB; a wasm32 memory holds at most 4 GiB). Small values test spanning.
    */
   arenaBytes?: number;
+  /**
+   * Wasm/native backends: jobs below this many multiply-adds run on the calling thread alone
+   * (default 65536). Tests pass 0 to exercise the workers on small shapes.
+   */
+  smallJob?: number;
 }

@@ -22,7 +22,7 @@ after(async () => {
 async function kernels(backend: 'wasm' | 'native', threads: number): Promise<Kernels> {
   let k = pools.get(`${backend}/${threads}`);
   if (!k) {
-    k = await createKernels({ backend, threads });
+    k = await createKernels({ backend, threads, smallJob: 0 });
     pools.set(`${backend}/${threads}`, k);
   }
   return k;
@@ -101,8 +101,24 @@ test('column and row slices match the reference (tensor-parallel shards)', async
   }
 });
 
+test('small jobs stay on the calling thread and agree with pooled ones', async () => {
+  const pooled = await wasm(2);
+  const k = await createKernels({ backend: 'wasm', threads: 2 });
+  try {
+    const data = randomWeightBytes(GgmlType.Q8_0, 8, 64, 77);
+    const x = randomFloats(64, 78);
+    const a = new Float32Array(8);
+    const b = new Float32Array(8);
+    pooled.matvec(pooled.uploadWeight({ type: GgmlType.Q8_0, rows: 8, cols: 64, data }), x, a);
+    k.matvec(k.uploadWeight({ type: GgmlType.Q8_0, rows: 8, cols: 64, data }), x, b);
+    assert.deepEqual(b, a);
+  } finally {
+    await k.close();
+  }
+});
+
 test('weights past the arena size spill into further memories and still compute', async () => {
-  const k = await createKernels({ backend: 'wasm', threads: 2, arenaBytes: 8 << 20 });
+  const k = await createKernels({ backend: 'wasm', threads: 2, arenaBytes: 8 << 20, smallJob: 0 });
   try {
     const rows = 1024;
     const cols = 2048;

@@ -79,9 +79,10 @@ export class WasmKernels implements Kernels {
     return this.slots.length;
   }
 
-  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES, native?: NativeLib): Promise<WasmKernels> {
+  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES, native?: NativeLib, smallJob?: number): Promise<WasmKernels> {
     const module = await kernelsModule();
     const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames, native);
+    if (smallJob !== undefined) pool.smallJob = smallJob;
     return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128');
   }
 
@@ -166,20 +167,21 @@ export class WasmKernels implements Kernels {
     const yp = xs + xdBytes;
     arena.f32.set(x.subarray(0, n * cols), xf >> 2);
     const tiles = w.rowsPad / 4;
+    const work = n * w.rowsPad * cols;
     if (n > 1 && (isQ32(w.type) || isK(w.type))) {
-      this.pool.run(arena.index, op.quant_part, [isQ32(w.type) ? 0 : 1, xf, n, cols, x16, xd, xs]);
+      this.pool.run(arena.index, op.quant_part, [isQ32(w.type) ? 0 : 1, xf, n, cols, x16, xd, xs], n * cols);
     } else if (isQ32(w.type)) {
       main.quant_q8_0!(xf, n, cols, x16, xd, xs);
     } else if (isK(w.type)) {
       main.quant_q8_k!(xf, n, cols, x16, xd, xs);
     }
     if (isQ32(w.type)) {
-      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
+      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
     } else if (isK(w.type)) {
-      this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles]);
+      this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
     } else {
       if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
-      this.pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles]);
+      this.pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
     }
     const f32 = arena.f32;
     if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >> 2, (yp >> 2) + (n === 1 ? w.rows : n * w.rows)));
@@ -279,7 +281,12 @@ export class WasmKernels implements Kernels {
     arena.f32.set(q.subarray(0, len), base >> 2);
     const scale = p.scale ?? 1 / Math.sqrt(headDim);
     const half = c.options.type === 'f16' ? 1 : 0;
-    this.pool.run(arena.index, op.attention, [base, c.k[p.layer]!, c.v[p.layer]!, base + qBytes, base + 2 * qBytes, stride, p.n, p.heads, kvHeads, headDim, p.pos0, scale, half]);
+    this.pool.run(
+      arena.index,
+      op.attention,
+      [base, c.k[p.layer]!, c.v[p.layer]!, base + qBytes, base + 2 * qBytes, stride, p.n, p.heads, kvHeads, headDim, p.pos0, scale, half],
+      2 * p.n * p.heads * headDim * (p.pos0 + p.n),
+    );
     out.set(arena.f32.subarray((base + qBytes) >> 2, ((base + qBytes) >> 2) + len));
   }
 
@@ -289,6 +296,6 @@ export class WasmKernels implements Kernels {
   }
 }
 
-export async function createWasmKernels(threads: number, arenaBytes?: number, native?: NativeLib): Promise<Kernels> {
-  return WasmKernels.create(threads, arenaBytes, native);
+export async function createWasmKernels(threads: number, arenaBytes?: number, native?: NativeLib, smallJob?: number): Promise<Kernels> {
+  return WasmKernels.create(threads, arenaBytes, native, smallJob);
 }
