@@ -23,4 +23,6 @@ export const commands: readonly CommandEntry[] = [
   { name: 'demo', summary: 'one random-weight model on one node and across two local nodes: tokens, TTFT, tokens/s, agreement', load: async () => (await import('./commands/demo.js')).command },
   { name: 'bench collectives', summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)', load: async () => (await import('./commands/bench-collectives.js')).command },
   { name: 'bench fabric', summary: 'fabric latency (p50/p99) and bandwidth between two processes over shm or tcp', load: async () => (await import('./commands/bench-fabric.js')).command },
+  { name: 'run', summary: 'generate text from a GGUF model on this machine (streamed, or --json with TTFT and tokens/s)', load: async () => (await import('./commands/run.js')).command },
+  { name: 'bench model', summary: 'prefill/decode tokens/s, TTFT and peak RSS of one model, with llama.cpp beside it', load: async () => (await import('./commands/bench-model.js')).command },
 ];

@@ -1,0 +1,65 @@
+// Child process of `tandem bench model`: runs one engine (tandem or llama.cpp through
+// node-llama-cpp) on a model file from token ids and prints one JSON result line. Each engine
+// gets its own process so its peak RSS is its own (and a llama.cpp assertion cannot kill the
+// parent).
+import { performance } from 'node:perf_hooks';
+import type { ModelBenchJob, ModelBenchResult } from './model.js';
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function peakRssMb(): number {
+  return process.resourceUsage().maxRSS / 1024;
+}
+
+async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
+  const { openModel, generate } = await import('../src/engine/index.js');
+  const opened = await openModel(job.model, { threads: job.threads, tokenizer: false });
+  try {
+    const { model } = opened;
+    const cache = model.newSession({ contextLength: job.prompt.length + job.tokens + 8 });
+    const r = await generate(model, cache, job.prompt, { maxTokens: job.tokens });
+    return { engine: 'tandem', threads: job.threads, prefill_tok_s: r.prefillTokS, decode_tok_s: r.decodeTokS, ttft_ms: r.ttftMs, peak_rss_mb: peakRssMb(), backend: opened.kernels.backend };
+  } finally {
+    await opened.close();
+  }
+}
+
+async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
+  const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
+  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
+  const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
+  const context = await model.createContext({ contextSize: Math.max(256, job.prompt.length + job.tokens + 8), threads: job.threads, batchSize: 512 });
+  const seq = context.getSequence();
+  const start = performance.now();
+  let ttft = 0;
+  let firstAt = 0;
+  let n = 0;
+  for await (const _token of seq.evaluate(job.prompt as never[], { temperature: 0 })) {
+    if (n === 0) {
+      firstAt = performance.now();
+      ttft = firstAt - start;
+    }
+    if (++n >= job.tokens) break;
+  }
+  const decodeMs = performance.now() - firstAt;
+  const result: ModelBenchResult = {
+    engine: 'llama.cpp',
+    threads: job.threads,
+    prefill_tok_s: job.prompt.length / (ttft / 1000),
+    decode_tok_s: n > 1 ? (n - 1) / (decodeMs / 1000) : 0,
+    ttft_ms: ttft,
+    peak_rss_mb: peakRssMb(),
+  };
+  await context.dispose();
+  await model.dispose();
+  await llama.dispose();
+  return result;
+}
+
+const job = JSON.parse(await readStdin()) as ModelBenchJob;
+const result = job.engine === 'tandem' ? await runTandem(job) : await runLlamaCpp(job);
+process.stdout.write(JSON.stringify(result) + '\n');

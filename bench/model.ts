@@ -1,0 +1,124 @@
+// `tandem bench model`: prefill tok/s (a 128-token prompt), decode tok/s, TTFT and peak RSS
+// of tandem's engine, with llama.cpp (node-llama-cpp, CPU) on the same file and threads
+// beside it. Each engine runs in its own child process.
+import { spawn } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { TandemError } from '../src/errors/index.js';
+import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
+
+export interface ModelBenchJob {
+  engine: 'tandem' | 'llama.cpp';
+  model: string;
+  threads: number;
+  prompt: number[];
+  tokens: number;
+}
+
+/** One JSON line of `--json`. */
+export interface ModelBenchResult {
+  engine: 'tandem' | 'llama.cpp';
+  threads: number;
+  prefill_tok_s: number;
+  decode_tok_s: number;
+  ttft_ms: number;
+  peak_rss_mb: number;
+  /** tandem's kernels backend (not part of the JSON line). */
+  backend?: string;
+}
+
+export interface ModelBenchOptions {
+  model: string;
+  threads: number;
+  promptTokens: number;
+  tokens: number;
+  /** Also run llama.cpp (default true). */
+  llamaCpp: boolean;
+  timeoutMs: number;
+}
+
+const childPath = fileURLToPath(new URL('./model-child.ts', import.meta.url));
+
+/** A fixed pseudo-random prompt of ordinary token ids (ids below 3 are usually special). */
+export function benchPrompt(vocab: number, length: number): number[] {
+  let a = 12345;
+  return Array.from({ length }, () => {
+    a = (Math.imul(a, 1103515245) + 12345) >>> 0;
+    return 3 + (a % Math.max(1, vocab - 3));
+  });
+}
+
+function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBenchResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', childPath], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new TandemError('TIMEOUT', `bench model: ${job.engine} did not finish within ${timeoutMs} ms`, { hint: 'use a smaller model or fewer --tokens, or raise --timeout' }));
+    }, timeoutMs);
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      const line = stdout.trim().split('\n').pop() ?? '';
+      if (code === 0 && line.startsWith('{')) {
+        resolve(JSON.parse(line) as ModelBenchResult);
+        return;
+      }
+      reject(
+        new TandemError('INTERNAL', `bench model: the ${job.engine} run exited with ${code ?? signal}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`, {
+          hint: job.engine === 'llama.cpp' ? 'llama.cpp could not run this file; try --no-llama-cpp' : 'run `tandem run MODEL --prompt-tokens 1,2,3` to see the error',
+        }),
+      );
+    });
+    child.stdin.end(JSON.stringify(job));
+  });
+}
+
+/** Runs tandem, then llama.cpp, one after the other (never at once: they would share the cores). */
+export async function benchModel(o: ModelBenchOptions): Promise<{ rows: ModelBenchResult[]; fileMb: number }> {
+  const file = GgufModelFile.open(o.model);
+  let vocab: number;
+  try {
+    vocab = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims]))).vocabSize;
+  } finally {
+    file.close();
+  }
+  const prompt = benchPrompt(vocab, o.promptTokens);
+  const rows: ModelBenchResult[] = [];
+  const base = { model: o.model, threads: o.threads, prompt, tokens: o.tokens };
+  rows.push(await runChild({ engine: 'tandem', ...base }, o.timeoutMs));
+  if (o.llamaCpp) rows.push(await runChild({ engine: 'llama.cpp', ...base }, o.timeoutMs));
+  return { rows, fileMb: statSync(o.model).size / 1048576 };
+}
+
+/** The JSON line of a result, in the issue's field order. */
+export function jsonLine(r: ModelBenchResult): string {
+  const round = (x: number): number => Math.round(x * 100) / 100;
+  return JSON.stringify({ engine: r.engine, threads: r.threads, prefill_tok_s: round(r.prefill_tok_s), decode_tok_s: round(r.decode_tok_s), ttft_ms: round(r.ttft_ms), peak_rss_mb: round(r.peak_rss_mb) });
+}
+
+export function table(rows: readonly ModelBenchResult[], fileMb: number): string {
+  const ours = rows.find((r) => r.engine === 'tandem');
+  const theirs = rows.find((r) => r.engine === 'llama.cpp');
+  const head = ['engine', 'threads', 'prefill tok/s', 'decode tok/s', 'TTFT ms', 'peak RSS MB', 'RSS / file'];
+  const body = rows.map((r) => [
+    r.engine + (r.backend ? ` (${r.backend})` : ''),
+    String(r.threads),
+    r.prefill_tok_s.toFixed(1),
+    r.decode_tok_s.toFixed(1),
+    r.ttft_ms.toFixed(0),
+    r.peak_rss_mb.toFixed(0),
+    (r.peak_rss_mb / fileMb).toFixed(2),
+  ]);
+  if (ours && theirs) {
+    body.push(['tandem / llama.cpp', '', (ours.prefill_tok_s / theirs.prefill_tok_s).toFixed(2), (ours.decode_tok_s / theirs.decode_tok_s).toFixed(2), (ours.ttft_ms / theirs.ttft_ms).toFixed(2), (ours.peak_rss_mb / theirs.peak_rss_mb).toFixed(2), '']);
+  }
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
+  return [head, ...body].map((cells) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ')).join('\n') + '\n';
+}

@@ -1,0 +1,69 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { makeModel } from '../../engine/format/make-model.js';
+import { generate, openModel } from '../../engine/index.js';
+
+const bin = resolve(import.meta.dirname, '../../../bin/tandem.js');
+let dir: string;
+let path: string;
+
+function tandem(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tandem-run-'));
+  path = join(dir, 'tiny.gguf');
+  await makeModel(path, { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 3 });
+});
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+test('tandem run --json: greedy tokens equal the engine\'s, with text and timings', async () => {
+  const r = tandem('run', path, '--prompt-tokens', '5,6,7,8', '--max-tokens', '12', '--temperature', '0', '--threads', '1', '--json');
+  assert.equal(r.code, 0, r.stderr);
+  const out = JSON.parse(r.stdout) as { tokens: number[]; text: string; ttft_ms: number; decode_tok_s: number };
+  assert.deepEqual(Object.keys(out), ['tokens', 'text', 'ttft_ms', 'decode_tok_s']);
+  assert.ok(out.ttft_ms > 0 && out.decode_tok_s > 0);
+  const opened = await openModel(path, { threads: 1 });
+  try {
+    const expected = await generate(opened.model, opened.model.newSession({ contextLength: 64 }), [5, 6, 7, 8], { maxTokens: 12 });
+    const eog = expected.tokens.findIndex((t) => opened.tokenizer!.isEndOfGeneration(t));
+    assert.deepEqual(out.tokens, eog < 0 ? expected.tokens : expected.tokens.slice(0, eog + 1));
+    assert.equal(out.text, opened.tokenizer!.decode(out.tokens.filter((t) => !opened.tokenizer!.isEndOfGeneration(t))));
+  } finally {
+    await opened.close();
+  }
+});
+
+test('tandem run streams text from a text prompt, and reports usage errors and context limits', () => {
+  const ok = tandem('run', path, '--prompt', 'Hello there', '--max-tokens', '4', '--seed', '1', '--threads', '1');
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.match(ok.stderr, /prompt tokens, \d+ generated/);
+  const both = tandem('run', path, '--prompt', 'x', '--prompt-tokens', '1');
+  assert.equal(both.code, 3);
+  assert.match(both.stderr, /CLI_USAGE/);
+  const full = tandem('run', path, '--prompt-tokens', '5,6,7', '--max-tokens', '100', '--context', '16', '--threads', '1');
+  assert.equal(full.code, 3);
+  assert.match(full.stderr, /KV_CONTEXT_FULL/);
+  const bad = tandem('run', path, '--prompt-tokens', '999999', '--threads', '1');
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /GENERATE_PROMPT/);
+});
+
+test('tandem bench model --json prints one line per engine with the issue\'s fields', () => {
+  const r = tandem('bench', 'model', path, '--threads', '1', '--prompt-tokens', '16', '--tokens', '4', '--json');
+  assert.equal(r.code, 0, r.stderr);
+  const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+  assert.deepEqual(lines.map((l) => l.engine), ['tandem', 'llama.cpp']);
+  for (const l of lines) {
+    assert.deepEqual(Object.keys(l), ['engine', 'threads', 'prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb']);
+    assert.equal(l.threads, 1);
+    for (const k of ['prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb']) assert.ok((l[k] as number) > 0, `${String(l.engine)} ${k}`);
+  }
+});

@@ -1,0 +1,103 @@
+import { availableParallelism } from 'node:os';
+import { defineCommand } from '../options.js';
+import { TandemError } from '../../errors/index.js';
+import { Sampler, generate, openModel, type TokenPicker } from '../../engine/index.js';
+
+function usage(message: string, hint: string): TandemError {
+  return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
+}
+
+function parseTokenIds(items: readonly string[]): number[] {
+  return items.map((s) => {
+    const id = Number(s);
+    if (!Number.isSafeInteger(id) || id < 0) throw usage(`--prompt-tokens item '${s}' is not a token id`, 'pass comma-separated non-negative integers, e.g. --prompt-tokens 1,15043,3186');
+    return id;
+  });
+}
+
+export const command = defineCommand({
+  name: 'run',
+  summary: 'generate text from a GGUF model on this machine, streaming it to stdout',
+  description:
+    'Loads the model (llama, qwen2, qwen3, Mixtral-style MoE, qwen2moe, qwen3moe; F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights), ' +
+    'tokenizes the prompt with the tokenizer in the file (or takes token ids), and samples up to --max-tokens tokens, stopping at an end-of-generation token. ' +
+    '--temperature 0 is greedy decoding, token for token what llama.cpp produces.',
+  positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
+  options: {
+    prompt: { type: 'string', description: 'prompt text (tokenized with the model\'s tokenizer, BOS added as the model asks)', placeholder: 'text' },
+    'prompt-tokens': { type: 'list', description: 'prompt as comma-separated token ids instead of text', placeholder: 'ids' },
+    'max-tokens': { type: 'number', description: 'tokens to generate at most', default: 128 },
+    temperature: { type: 'number', description: 'sampling temperature; 0 is greedy', default: 0.8 },
+    'top-k': { type: 'number', description: 'keep the k most likely tokens (0 disables)', default: 40 },
+    'top-p': { type: 'number', description: 'nucleus sampling threshold (1 disables)', default: 0.95 },
+    'min-p': { type: 'number', description: 'drop tokens less likely than min-p x the most likely (0 disables)', default: 0.05 },
+    'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
+    seed: { type: 'number', description: 'random seed for sampling (default: random)' },
+    threads: { type: 'number', description: 'compute threads (default: all cores)' },
+    context: { type: 'number', description: 'KV cache positions (default: the model\'s context length, at most 4096)' },
+    'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
+    json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
+  },
+  examples: ['tandem run model.gguf --prompt "Once upon a time" --max-tokens 64', 'tandem run model.gguf --prompt-tokens 1,450,4996 --temperature 0 --json'],
+  async run({ options, positionals }) {
+    const path = positionals[0] as string;
+    const ids = options['prompt-tokens'];
+    if ((options.prompt === undefined) === (ids === undefined)) {
+      throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
+    }
+    const threads = options.threads ?? availableParallelism();
+    if (!Number.isInteger(threads) || threads < 1) throw usage(`--threads must be a positive integer, got ${threads}`, 'for example --threads 2');
+    const sampler = new Sampler({
+      temperature: options.temperature,
+      topK: options['top-k'],
+      topP: options['top-p'],
+      minP: options['min-p'],
+      repeatPenalty: options['repeat-penalty'],
+      ...(options.seed !== undefined ? { seed: options.seed } : {}),
+    });
+    const opened = await openModel(path, { threads });
+    try {
+      const { model, tokenizer } = opened;
+      const prompt = ids ? parseTokenIds(ids) : (tokenizer?.encode(options.prompt as string) ?? []);
+      const contextLength = Math.min(options.context ?? Math.min(4096, model.config.contextLength), model.config.contextLength);
+      const cache = model.newSession({ contextLength, kvType: options['kv-type'] as 'f32' | 'f16' });
+      sampler.accept(...prompt);
+      const pick: TokenPicker = (logits) => sampler.sample(logits);
+      const stream = tokenizer?.streamDecoder();
+      let text = '';
+      const stopTokens = new Set<number>();
+      if (tokenizer) for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
+      const result = await generate(model, cache, prompt, {
+        maxTokens: options['max-tokens'],
+        pick,
+        stopTokens,
+        onToken: (token) => {
+          if (!stream || stopTokens.has(token)) return;
+          const piece = stream.push(token);
+          text += piece;
+          if (!options.json) process.stdout.write(piece);
+        },
+      });
+      const tail = stream?.flush() ?? '';
+      text += tail;
+      if (options.json) {
+        process.stdout.write(
+          JSON.stringify({ tokens: result.tokens, text, ttft_ms: round(result.ttftMs), decode_tok_s: round(result.decodeTokS) }) + '\n',
+        );
+      } else {
+        process.stdout.write(tail + '\n');
+        process.stderr.write(
+          `\n${result.promptTokens} prompt tokens, ${result.tokens.length} generated (${result.stopReason}); ` +
+            `TTFT ${result.ttftMs.toFixed(0)} ms, prefill ${result.prefillTokS.toFixed(1)} tok/s, decode ${result.decodeTokS.toFixed(1)} tok/s, ${threads} thread(s), ${opened.kernels.backend} kernels\n`,
+        );
+      }
+      return 0;
+    } finally {
+      await opened.close();
+    }
+  },
+});
+
+function round(x: number): number {
+  return Math.round(x * 100) / 100;
+}
