@@ -1,101 +1,11 @@
-import { quantize } from '../../kernels/quant/index.js';
-import { writeGguf } from './gguf-writer.js';
-import { llama3RopeFactors, modelShapes, planModel, type FileTypeName, type ModelArch, type ModelPlan, type ModelShape, type PlannedTensor } from './model-plan.js';
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
 import { TandemError } from '../../errors/index.js';
+import { writeGguf } from './gguf-writer.js';
+import { modelShapes, planModel, type FileTypeName, type ModelArch, type ModelPlan, type ModelShape, type PlannedTensor } from './model-plan.js';
+import { CHUNK_ELEMENTS, chunkBytes, chunkCount, type ChunkJob } from './random-weights.js';
 
-/** FNV-1a of a tensor name, so each tensor's values depend only on (seed, name). */
-function hashName(name: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193);
-  return h >>> 0;
-}
-
-/** xoshiro128** seeded through splitmix32: fast, deterministic, good enough for weights. */
-export class Rng {
-  private s0: number;
-  private s1: number;
-  private s2: number;
-  private s3: number;
-  private spare = 0;
-  private hasSpare = false;
-
-  constructor(seed: number) {
-    let x = seed >>> 0;
-    const next = (): number => {
-      x = (x + 0x9e3779b9) >>> 0;
-      let z = x;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-      return (z ^ (z >>> 16)) >>> 0;
-    };
-    this.s0 = next();
-    this.s1 = next();
-    this.s2 = next();
-    this.s3 = next();
-  }
-
-  /** Uniform in (0, 1). */
-  uniform(): number {
-    const result = Math.imul(((Math.imul(this.s1, 5) << 7) | (Math.imul(this.s1, 5) >>> 25)) >>> 0, 9) >>> 0;
-    const t = this.s1 << 9;
-    this.s2 ^= this.s0;
-    this.s3 ^= this.s1;
-    this.s1 ^= this.s2;
-    this.s0 ^= this.s3;
-    this.s2 ^= t;
-    this.s3 = (this.s3 << 11) | (this.s3 >>> 21);
-    return (result + 0.5) / 4294967296;
-  }
-
-  /** Fills `out` with mean + std * N(0, 1) (Marsaglia's polar method; both values of a pair used). */
-  fillNormal(out: Float32Array, mean: number, std: number): void {
-    let i = 0;
-    if (this.hasSpare && out.length > 0) {
-      out[i++] = mean + std * this.spare;
-      this.hasSpare = false;
-    }
-    while (i < out.length) {
-      let u: number;
-      let v: number;
-      let s: number;
-      do {
-        u = 2 * this.uniform() - 1;
-        v = 2 * this.uniform() - 1;
-        s = u * u + v * v;
-      } while (s >= 1 || s === 0);
-      const f = Math.sqrt((-2 * Math.log(s)) / s);
-      out[i++] = mean + std * u * f;
-      if (i < out.length) out[i++] = mean + std * v * f;
-      else {
-        this.spare = v * f;
-        this.hasSpare = true;
-      }
-    }
-  }
-}
-
-/** A stream of one tensor's f32 values, row chunk by row chunk. */
-export class TensorValues {
-  private readonly rng: Rng;
-  constructor(
-    readonly tensor: PlannedTensor,
-    seed: number,
-    private readonly std: number,
-  ) {
-    this.rng = new Rng((seed ^ hashName(tensor.name)) >>> 0);
-  }
-  fill(out: Float32Array): Float32Array {
-    if (this.tensor.init === 'rope-llama3') out.set(llama3RopeFactors(out.length * 2));
-    else if (this.tensor.init === 'norm') this.rng.fillNormal(out, 1, 0.1);
-    else this.rng.fillNormal(out, 0, this.std);
-    return out;
-  }
-}
-
-/** Every value of a planned tensor at once (tests; make-model itself streams). */
-export function tensorF32(tensor: PlannedTensor, seed: number, std = 0.02): Float32Array {
-  return new TensorValues(tensor, seed, std).fill(new Float32Array(tensor.dims.reduce((a, b) => a * b, 1)));
-}
+export { Rng, tensorF32 } from './random-weights.js';
 
 export interface MakeModelOptions {
   arch: ModelArch;
@@ -105,6 +15,8 @@ export interface MakeModelOptions {
   vocab?: 'spm' | 'bpe';
   tied?: boolean;
   ropeScaling?: 'none' | 'llama3';
+  /** Worker threads generating and quantizing (default 1: in this thread). */
+  threads?: number;
   /** Standard deviation of weights and biases (default 0.02). */
   std?: number;
   onProgress?: (written: number, total: number, tensor: string) => void;
@@ -131,35 +43,103 @@ export function planFor(o: MakeModelOptions): ModelPlan {
   });
 }
 
-/** Elements generated and quantized per chunk: bounds memory whatever the model size. */
-const CHUNK_ELEMENTS = 1 << 20;
+/**
+ * Worker threads that generate and quantize chunks (make-model-worker.js). Chunks are
+ * independent, so the file is the same whatever the number of threads.
+ */
+class ChunkPool {
+  private readonly workers: Worker[] = [];
+  private readonly idle: Worker[] = [];
+  private readonly queue: { job: ChunkJob; resolve: (b: Uint8Array) => void; reject: (e: unknown) => void }[] = [];
+  private readonly pending = new Map<Worker, { resolve: (b: Uint8Array) => void; reject: (e: unknown) => void }>();
+  private failed: unknown;
+
+  constructor(threads: number) {
+    for (let i = 0; i < threads; i++) {
+      const w = new Worker(new URL('./make-model-worker.js', import.meta.url));
+      w.on('message', (bytes: Uint8Array) => {
+        const p = this.pending.get(w);
+        this.pending.delete(w);
+        this.idle.push(w);
+        p?.resolve(bytes);
+        this.pump();
+      });
+      w.on('error', (error) => this.fail(error));
+      this.workers.push(w);
+      this.idle.push(w);
+    }
+  }
+
+  private fail(error: unknown): void {
+    this.failed = error;
+    for (const p of this.pending.values()) p.reject(error);
+    this.pending.clear();
+    for (const q of this.queue.splice(0)) q.reject(error);
+  }
+
+  private pump(): void {
+    while (this.idle.length && this.queue.length) {
+      const w = this.idle.pop() as Worker;
+      const { job, resolve, reject } = this.queue.shift()!;
+      this.pending.set(w, { resolve, reject });
+      w.postMessage(job);
+    }
+  }
+
+  run(job: ChunkJob): Promise<Uint8Array> {
+    if (this.failed !== undefined) return Promise.reject(this.failed);
+    return new Promise((resolve, reject) => {
+      this.queue.push({ job, resolve, reject });
+      this.pump();
+    });
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+/** A tensor's chunks in order, `ahead` of them in flight on the pool. */
+async function* pooledChunks(pool: ChunkPool, tensor: PlannedTensor, seed: number, std: number, ahead: number): AsyncGenerator<Uint8Array> {
+  const n = chunkCount(tensor);
+  const inflight: Promise<Uint8Array>[] = [];
+  let next = 0;
+  while (next < n || inflight.length) {
+    while (next < n && inflight.length < ahead) inflight.push(pool.run({ tensor, seed, std, chunk: next++ }));
+    yield await (inflight.shift() as Promise<Uint8Array>);
+  }
+}
+
+function* localChunks(tensor: PlannedTensor, seed: number, std: number): Generator<Uint8Array> {
+  const scratch = new Float32Array(Math.min(CHUNK_ELEMENTS, tensor.dims.reduce((a, b) => a * b, 1)) + (tensor.dims[0] as number));
+  for (let c = 0; c < chunkCount(tensor); c++) yield chunkBytes({ tensor, seed, std, chunk: c }, scratch);
+}
 
 /**
- * Writes a GGUF model with random weights (seeded, N(0, std)) and a real layout. Streams:
- * memory stays at a few MiB of f32 per chunk, whatever the model's size.
+ * Writes a GGUF model with random weights (seeded, N(0, std)) and a real layout. Streams
+ * chunk by chunk, so memory stays at a few MiB per thread whatever the model's size;
+ * with `threads` > 1 worker threads generate and quantize the chunks.
  */
 export async function makeModel(path: string, o: MakeModelOptions): Promise<{ plan: ModelPlan; bytes: number }> {
   const plan = planFor(o);
   const seed = o.seed ?? 0;
   const std = o.std ?? 0.02;
+  const threads = Math.max(1, Math.min(o.threads ?? 1, availableParallelism() * 2, 64));
+  const pool = threads > 1 ? new ChunkPool(threads) : undefined;
   const byName = new Map(plan.tensors.map((t) => [t.name, t]));
-  const { bytes } = await writeGguf(
-    path,
-    plan.metadata,
-    plan.tensors,
-    function* (layout) {
-      const tensor = byName.get(layout.name) as PlannedTensor;
-      const values = new TensorValues(tensor, seed, std);
-      const row = tensor.dims[0] as number;
-      const rows = tensor.dims.slice(1).reduce((a, b) => a * b, 1);
-      const step = Math.max(1, Math.floor(CHUNK_ELEMENTS / row));
-      const buf = new Float32Array(step * row);
-      for (let r = 0; r < rows; r += step) {
-        const n = Math.min(step, rows - r) * row;
-        yield quantize(tensor.type, values.fill(buf.subarray(0, n)));
-      }
-    },
-    o.onProgress ? { onProgress: o.onProgress } : {},
-  );
-  return { plan, bytes };
+  try {
+    const { bytes } = await writeGguf(
+      path,
+      plan.metadata,
+      plan.tensors,
+      (layout) => {
+        const tensor = byName.get(layout.name) as PlannedTensor;
+        return pool ? pooledChunks(pool, tensor, seed, std, threads * 2) : localChunks(tensor, seed, std);
+      },
+      o.onProgress ? { onProgress: o.onProgress } : {},
+    );
+    return { plan, bytes };
+  } finally {
+    await pool?.close();
+  }
 }
