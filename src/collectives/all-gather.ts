@@ -18,7 +18,7 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const mine = call.encode(sub(out, { offset: call.rank * count, count }));
   const steps = pairwiseSteps(call.size, call.rank);
   const sent = steps.map((s) => call.send(s.to, mine));
-  await Promise.all(steps.map(async (s) => call.copyFrom(sub(out, { offset: s.from * count, count }), await call.recv(s.from, call.wireBytes(count)))));
+  await Promise.all(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
   await Promise.all(sent);
 }
 
@@ -36,7 +36,7 @@ export async function allGatherRhd(call: Call, out: DTypeArray, count: number): 
     const mine = { offset: (r & ~(d - 1)) * count, count: d * count };
     const theirs = { offset: (partner & ~(d - 1)) * count, count: d * count };
     const sent = call.send(partner, call.encode(sub(out, mine)), 0, step);
-    call.copyFrom(sub(out, theirs), await call.recv(partner, call.wireBytes(theirs.count), 0, step));
+    await call.recvCopy(partner, sub(out, theirs), 0, step);
     await sent;
   }
 }
@@ -63,7 +63,7 @@ export async function allGatherTree(call: Call, out: DTypeArray, count: number, 
     const packed = new Uint8Array(per * ranks.length);
     ranks.forEach((r, i) => packed.set(call.encode(sub(out, { offset: r * count, count })), i * per));
     await call.send(parent, packed, 0, 0);
-    call.copyFrom(out, await call.recv(parent, call.wireBytes(out.length), 0, 1));
+    await call.recvCopy(parent, out, 0, 1);
   }
   const all = call.encode(out);
   await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, all, 0, 1)));

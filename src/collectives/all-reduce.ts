@@ -56,9 +56,7 @@ export async function ringReduceScatterLane(call: Call, data: DTypeArray, order:
   for (let s = 0; s < steps.length; s++) {
     const st = steps[s] as (typeof steps)[number];
     const out = call.send(next, call.encode(sub(data, chunks[st.send] as Range)), lane, s);
-    const into = chunks[st.recv] as Range;
-    const payload = await call.recv(prev, call.wireBytes(into.count), lane, s);
-    call.reduceFrom(sub(data, into), payload);
+    await call.recvReduce(prev, sub(data, chunks[st.recv] as Range), lane, s);
     await out;
   }
 }
@@ -74,11 +72,17 @@ export async function ringAllGatherLane(call: Call, data: DTypeArray, order: rea
   for (let s = 0; s < steps.length; s++) {
     const st = steps[s] as (typeof steps)[number];
     const out = call.send(next, carry, lane, stepBase + s);
-    const into = chunks[st.recv] as Range;
-    const payload = await call.recv(prev, call.wireBytes(into.count), lane, stepBase + s);
-    call.copyFrom(sub(data, into), payload);
+    const into = sub(data, chunks[st.recv] as Range);
+    if (call.spec.q8) {
+      // forward the received packing unchanged: re-quantising decoded values could differ
+      const payload = await call.recv(prev, call.wireBytes(into.length), lane, stepBase + s);
+      call.copyFrom(into, payload);
+      carry = payload;
+    } else {
+      await call.recvCopy(prev, into, lane, stepBase + s);
+      carry = call.encode(into);
+    }
     await out;
-    carry = payload;
   }
 }
 
@@ -101,20 +105,19 @@ export { laneChunks };
 /** rhd: recursive halving (reduce-scatter) then recursive doubling (all-gather); any size. */
 export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> {
   const plan = rhdPlan(call.size, call.rank);
-  const full = call.wireBytes(data.length);
   if (plan.role === 'extra') {
     await call.send(plan.foldPartner, call.encode(data), 0, 0);
-    call.copyFrom(data, await call.recv(plan.foldPartner, full, 0, 1000));
+    await call.recvCopy(plan.foldPartner, data, 0, 1000);
     return;
   }
-  if (plan.role === 'folded') call.reduceFrom(data, await call.recv(plan.foldPartner, full, 0, 0));
+  if (plan.role === 'folded') await call.recvReduce(plan.foldPartner, data, 0, 0);
   const chunks = chunkRanges(data.length, plan.p);
   for (let i = 0; i < plan.steps.length; i++) {
     const st = plan.steps[i] as (typeof plan.steps)[number];
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, give)), 0, 1 + i);
-    call.reduceFrom(sub(data, keep), await call.recv(st.partner, call.wireBytes(keep.count), 0, 1 + i));
+    await call.recvReduce(st.partner, sub(data, keep), 0, 1 + i);
     await out;
   }
   for (let i = plan.steps.length - 1; i >= 0; i--) {
@@ -122,7 +125,7 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, keep)), 0, 100 + i);
-    call.copyFrom(sub(data, give), await call.recv(st.partner, call.wireBytes(give.count), 0, 100 + i));
+    await call.recvCopy(st.partner, sub(data, give), 0, 100 + i);
     await out;
   }
   if (plan.role === 'folded') await call.send(plan.foldPartner, call.encode(data), 0, 1000);
@@ -131,12 +134,12 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
 /** tree: reduce up a spanning tree (children in fixed order), then broadcast down. */
 export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const me = call.rank;
-  const bytes = call.wireBytes(data.length);
-  for (const child of tree.children[me] ?? []) call.reduceFrom(data, await call.recv(child, bytes, 0, 0));
+  for (const child of tree.children[me] ?? []) await call.recvReduce(child, data, 0, 0);
   const parent = tree.parent[me] as number;
   if (parent >= 0) {
     await call.send(parent, call.encode(data), 0, 0);
-    call.copyFrom(data, await call.recv(parent, bytes, 0, 1));
+    await call.recvCopy(parent, data, 0, 1);
   }
-  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, call.encode(data), 0, 1)));
+  const wire = call.encode(data);
+  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, wire, 0, 1)));
 }

@@ -1,4 +1,4 @@
-import { bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
+import type { DTypeArray } from '../kernels/dtype.js';
 import type { Call } from './call.js';
 import { pairwiseSteps } from './schedules.js';
 
@@ -12,14 +12,12 @@ export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts:
   const sOff = offsets(sendCounts);
   const rOff = offsets(recvCounts);
   recv.set(send.subarray(sOff[rank], (sOff[rank] as number) + (sendCounts[rank] as number)), rOff[rank]);
-  const bpe = bytesPerElement(call.spec.dtype);
   const steps = pairwiseSteps(size, rank);
   const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
   await Promise.all(
     steps.map(async (s) => {
       const n = recvCounts[s.from] as number;
-      const payload = await call.recv(s.from, n * bpe);
-      call.copyFrom(recv.subarray(rOff[s.from], (rOff[s.from] as number) + n), payload);
+      await call.recvCopy(s.from, recv.subarray(rOff[s.from], (rOff[s.from] as number) + n));
     }),
   );
   await Promise.all(sent);

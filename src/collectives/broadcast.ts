@@ -7,7 +7,7 @@ import type { Tree } from './graph.js';
 
 export async function broadcastMesh(call: Call, data: DTypeArray, root: number): Promise<void> {
   if (call.rank !== root) {
-    call.copyFrom(data, await call.recv(root, call.wireBytes(data.length)));
+    await call.recvCopy(root, data);
     return;
   }
   const wire = call.encode(data);
@@ -19,11 +19,8 @@ export async function broadcastMesh(call: Call, data: DTypeArray, root: number):
 /** Down a spanning tree rooted at `root` (binomial on a full mesh, BFS over real links otherwise). */
 export async function broadcastTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const parent = tree.parent[call.rank] as number;
-  let wire: Uint8Array;
-  if (parent >= 0) {
-    wire = await call.recv(parent, call.wireBytes(data.length));
-    call.copyFrom(data, wire);
-  } else wire = call.encode(data);
+  if (parent >= 0) await call.recvCopy(parent, data);
+  const wire = call.encode(data);
   await Promise.all((tree.children[call.rank] ?? []).map((c) => call.send(c, wire)));
 }
 
@@ -38,12 +35,8 @@ export async function broadcastRing(call: Call, data: DTypeArray, root: number, 
   const sends: Promise<void>[] = [];
   for (let s = 0; s < segments.length; s++) {
     const seg = segments[s] as (typeof segments)[number];
-    let wire: Uint8Array;
-    if (p > 0) {
-      wire = await call.recv(prev, call.wireBytes(seg.count), 0, s);
-      call.copyFrom(sub(data, seg), wire);
-    } else wire = call.encode(sub(data, seg));
-    if (p < n - 1) sends.push(call.send(next, wire, 0, s));
+    if (p > 0) await call.recvCopy(prev, sub(data, seg), 0, s);
+    if (p < n - 1) sends.push(call.send(next, call.encode(sub(data, seg)), 0, s));
   }
   await Promise.all(sends);
 }

@@ -4,7 +4,7 @@ import { q8Bytes, q8Pack, q8Unpack, q8UnpackAdd } from '../kernels/q8.js';
 import { reduceInto, type ReduceOp } from '../kernels/reduce.js';
 import type { Range } from './chunks.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
-import type { Router } from './router.js';
+import type { Message, Router, Sink } from './router.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
 export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
@@ -82,25 +82,58 @@ export class Call {
     return p;
   }
 
-  /** The next message of this call from `peer`; `bytes` is the payload length the schedule expects. */
-  async recv(peer: number, bytes: number, lane = 0, step = 0): Promise<Uint8Array> {
-    const src = this.comm.members[peer] as number;
-    const m = await this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template));
-    const h = m.header;
+  /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
+  private mismatch(h: Header, peer: number, bytes: number, step: number): TandemError | undefined {
     const t = this.template;
     const same = h.op === t.op && h.dtype === t.dtype && h.reduce === t.reduce && h.algorithm === t.algorithm && h.count === t.count && h.seq === t.seq && h.aux === t.aux;
-    if (!same || h.step !== step || m.payload.byteLength !== bytes) {
-      const mine = describeCall(t);
-      const theirs = describeCall(h);
-      const why = same ? (h.step !== step ? `step ${h.step} where step ${step} was expected` : `${m.payload.byteLength} bytes where ${bytes} were expected`) : theirs;
-      const e = new TandemError('COLL_MISMATCH', `rank ${this.rank} called ${mine} but rank ${peer} sent ${why}`, {
-        hint: 'every rank must make the same collective calls in the same order, with the same count, dtype, op, root and algorithm',
-        details: { rank: this.rank, peer, mine, theirs },
-      });
+    if (same && h.step === step && h.totalBytes === bytes) return undefined;
+    const mine = describeCall(t);
+    const theirs = describeCall(h);
+    const why = same ? (h.step !== step ? `step ${h.step} where step ${step} was expected` : `${h.totalBytes} bytes where ${bytes} were expected`) : theirs;
+    return new TandemError('COLL_MISMATCH', `rank ${this.rank} called ${mine} but rank ${peer} sent ${why}`, {
+      hint: 'every rank must make the same collective calls in the same order, with the same count, dtype, op, root and algorithm',
+      details: { rank: this.rank, peer, mine, theirs },
+    });
+  }
+
+  private wait(peer: number, bytes: number, lane: number, step: number, sink?: Sink): Promise<Message> {
+    const src = this.comm.members[peer] as number;
+    const check: Sink['check'] = (h) => this.mismatch(h, peer, bytes, step);
+    const s: Sink | undefined = sink ? { check, consume: sink.consume } : undefined;
+    return this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template), s);
+  }
+
+  /** The next message of this call from `peer`, whole; `bytes` is the payload length the schedule expects. */
+  async recv(peer: number, bytes: number, lane = 0, step = 0): Promise<Uint8Array> {
+    const m = await this.wait(peer, bytes, lane, step);
+    const e = this.mismatch(m.header, peer, bytes, step);
+    if (e) {
       this.comm.router.abort(e);
       throw e;
     }
     return m.payload;
+  }
+
+  /** acc = acc (op) the values `peer` sends, reduced fragment by fragment as they arrive. */
+  async recvReduce(peer: number, acc: DTypeArray, lane = 0, step = 0): Promise<void> {
+    const bytes = this.wireBytes(acc.length);
+    if (this.spec.q8) return this.reduceFrom(acc, await this.recv(peer, bytes, lane, step));
+    const dtype = this.spec.dtype;
+    const bpe = bytesPerElement(dtype);
+    const consume = (f: Uint8Array, off: number): void => {
+      const at = off / bpe;
+      const aligned = f.byteOffset % bpe === 0 ? f : f.slice(); // slots are aligned; this is a guard
+      reduceInto(this.op, dtype, acc.subarray(at, at + f.byteLength / bpe), viewAs(dtype, aligned));
+    };
+    await this.wait(peer, bytes, lane, step, { check: () => undefined, consume });
+  }
+
+  /** dst = the values `peer` sends, copied fragment by fragment as they arrive. */
+  async recvCopy(peer: number, dst: DTypeArray, lane = 0, step = 0): Promise<void> {
+    const bytes = this.wireBytes(dst.length);
+    if (this.spec.q8) return this.copyFrom(dst, await this.recv(peer, bytes, lane, step));
+    const target = bytesOf(dst);
+    await this.wait(peer, bytes, lane, step, { check: () => undefined, consume: (f, off) => target.set(f, off) });
   }
 
   /** Wire bytes for `n` values of this call (q8 or raw). */

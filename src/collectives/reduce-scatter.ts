@@ -48,7 +48,7 @@ export async function reduceScatterRhd(call: Call, data: DTypeArray): Promise<vo
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, give)), 0, i);
-    call.reduceFrom(sub(data, keep), await call.recv(st.partner, call.wireBytes(keep.count), 0, i));
+    await call.recvReduce(st.partner, sub(data, keep), 0, i);
     await out;
   }
 }

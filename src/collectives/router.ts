@@ -60,18 +60,33 @@ interface Link {
   dead: boolean;
 }
 
+/**
+ * Consumes a message fragment by fragment straight from the receive slots (no reassembly
+ * copy). `check` sees the first fragment's header and may refuse the message.
+ */
+export interface Sink {
+  check(header: Header): TandemError | undefined;
+  /** `fragment` is only valid during the call; `offset` is its byte offset in the message. */
+  consume(fragment: Uint8Array, offset: number): void;
+}
+
 interface Waiter {
   resolve: (m: Message) => void;
   reject: (e: unknown) => void;
   timer: NodeJS.Timeout | undefined;
+  sink: Sink | undefined;
 }
 
 interface Box {
   messages: Message[];
   waiters: Waiter[];
   partial: Message | undefined;
+  /** The waiter a partial message streams into, if it was waiting when the message began. */
+  streaming: Waiter | undefined;
   filled: number;
 }
+
+const EMPTY = new Uint8Array(0);
 
 const NO_RANK = 0xffff;
 
@@ -100,7 +115,7 @@ export class Router {
     this.routes = options.routes;
     this.cq = options.cq;
     this.slots = options.slots ?? 8;
-    this.slotBytes = options.slotBytes ?? 128 * 1024;
+    this.slotBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
     for (const spec of options.links) {
       const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE);
       const link: Link = {
@@ -217,13 +232,13 @@ export class Router {
    * COLL_TIMEOUT after `timeoutMs` (and aborts the world: a late message would desynchronise
    * every later call), or with the abort error.
    */
-  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string): Promise<Message> {
+  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string, sink?: Sink): Promise<Message> {
     if (this.error) return Promise.reject(this.error);
     const box = this.box(boxKey(commId, channel, src, lane));
     const ready = box.messages.shift();
-    if (ready) return Promise.resolve(ready);
+    if (ready) return sink ? this.sinkWhole(sink, ready) : Promise.resolve(ready);
     return new Promise<Message>((resolve, reject) => {
-      const waiter: Waiter = { resolve, reject, timer: undefined };
+      const waiter: Waiter = { resolve, reject, timer: undefined, sink };
       waiter.timer = setTimeout(() => {
         const e = new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
           hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
@@ -238,7 +253,7 @@ export class Router {
   private box(key: string): Box {
     let box = this.boxes.get(key);
     if (box === undefined) {
-      box = { messages: [], waiters: [], partial: undefined, filled: 0 };
+      box = { messages: [], waiters: [], partial: undefined, streaming: undefined, filled: 0 };
       this.boxes.set(key, box);
     }
     return box;
@@ -298,23 +313,53 @@ export class Router {
     this.drain(link);
   }
 
+  /** Hands a complete message to a sink (the message arrived before its receiver asked). */
+  private sinkWhole(sink: Sink, m: Message): Promise<Message> {
+    const e = sink.check(m.header);
+    if (e) {
+      this.abort(e);
+      return Promise.reject(e);
+    }
+    sink.consume(m.payload, 0);
+    return Promise.resolve({ header: m.header, payload: EMPTY });
+  }
+
   private deliver(h: Header, fragment: Uint8Array): void {
     const box = this.box(boxKey(h.commId, h.channel, h.src, h.lane));
     if (h.fragOffset === 0) {
-      box.partial = { header: h, payload: new Uint8Array(h.totalBytes) };
       box.filled = 0;
+      const w = box.waiters[0];
+      if (w?.sink) {
+        const e = w.sink.check(h);
+        if (e) {
+          this.abort(e);
+          return;
+        }
+        box.waiters.shift();
+        box.streaming = w;
+        box.partial = { header: h, payload: EMPTY };
+      } else {
+        box.streaming = undefined;
+        box.partial = { header: h, payload: new Uint8Array(h.totalBytes) };
+      }
     }
     const m = box.partial;
     if (m === undefined) return;
-    m.payload.set(fragment, h.fragOffset);
+    const streaming = box.streaming;
+    if (streaming) streaming.sink?.consume(fragment, h.fragOffset);
+    else m.payload.set(fragment, h.fragOffset);
     box.filled += fragment.byteLength;
     if (box.filled < h.totalBytes) return;
     box.partial = undefined;
-    const w = box.waiters.shift();
-    if (w) {
-      clearTimeout(w.timer);
-      w.resolve(m);
-    } else box.messages.push(m);
+    box.streaming = undefined;
+    const w = streaming ?? box.waiters.shift();
+    if (w === undefined) {
+      box.messages.push(m);
+      return;
+    }
+    clearTimeout(w.timer);
+    if (streaming || w.sink === undefined) w.resolve(m);
+    else this.sinkWhole(w.sink, m).then(w.resolve, w.reject);
   }
 
   private forward(h: Header, fragment: Uint8Array): void {
@@ -378,11 +423,13 @@ export class Router {
       if (link.credits >= 1 && link.freeSend.length > 0) this.post(link, { header: h, payload: body });
     }
     for (const box of this.boxes.values()) {
-      for (const w of box.waiters) {
+      const all = box.streaming ? [box.streaming, ...box.waiters] : box.waiters;
+      for (const w of all) {
         clearTimeout(w.timer);
         w.reject(error);
       }
       box.waiters = [];
+      box.streaming = undefined;
     }
     for (const l of this.abortListeners) l(error);
   }
@@ -410,9 +457,11 @@ export class Router {
     if (this.closing) return;
     if (!this.error) {
       this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, { hint: 'create a new communicator' });
-      for (const box of this.boxes.values()) for (const w of box.waiters) {
-        clearTimeout(w.timer);
-        w.reject(this.error);
+      for (const box of this.boxes.values()) {
+        for (const w of box.streaming ? [box.streaming, ...box.waiters] : box.waiters) {
+          clearTimeout(w.timer);
+          w.reject(this.error);
+        }
       }
     }
     this.closing = true;
