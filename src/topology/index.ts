@@ -32,7 +32,7 @@ export { readLinuxInterfaces, readLinuxRdma } from './probes/linux.js';
 export { DiscoveryAgent, type AgentOptions } from './discovery/agent.js';
 export { loadSecret, minSecretBytes } from './discovery/secret.js';
 export { measureLink, whoIs, startMeasureServer, type LinkFigures } from './discovery/measure.js';
-export { usableInterfaces } from './discovery/interfaces.js';
+export { usableInterfaces, interfaceInfoFrom } from './discovery/interfaces.js';
 export type { LocalLink, HostView } from './discovery/protocol.js';
 export { assignAddresses, hostAddresses, addressCommands, type AddressedLink } from './addressing.js';
 export { defaultConfigPath, readClusterConfig, writeClusterConfig, type ClusterConfig } from './cluster-config.js';

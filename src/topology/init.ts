@@ -3,7 +3,7 @@ import { TandemError } from '../errors/index.js';
 import { addressCommands, assignAddresses, hostAddresses, type AddressedLink } from './addressing.js';
 import { classify, findRing, relayRoutes } from './classify.js';
 import type { ClusterConfig } from './cluster-config.js';
-import { DiscoveryAgent } from './discovery/agent.js';
+import { DiscoveryAgent, type AgentOptions } from './discovery/agent.js';
 import { whoIs } from './discovery/measure.js';
 import { canonicalGraph, toConnectivity, type TopologyGraph } from './model.js';
 import { runCommand, type CommandRunner } from './probes/host.js';
@@ -21,6 +21,8 @@ export interface InitOptions {
   apply: boolean;
   measure: boolean;
   interfaces?: readonly string[];
+  /** Kind and line rate of local interfaces (from `probeHost`), recorded on each link. */
+  interfaceInfo?: AgentOptions['interfaceInfo'];
   os?: string;
   run?: CommandRunner;
   log: (line: string) => void;
@@ -123,7 +125,14 @@ async function waitForAll(agent: DiscoveryAgent, hosts: readonly string[], state
  */
 export async function runInit(opts: InitOptions): Promise<InitResult> {
   const deadline = Date.now() + opts.waitMs;
-  const agent = new DiscoveryAgent({ host: opts.host, secret: opts.secret, port: opts.port, measure: opts.measure, ...(opts.interfaces ? { interfaces: opts.interfaces } : {}) });
+  const agent = new DiscoveryAgent({
+    host: opts.host,
+    secret: opts.secret,
+    port: opts.port,
+    measure: opts.measure,
+    ...(opts.interfaces ? { interfaces: opts.interfaces } : {}),
+    ...(opts.interfaceInfo ? { interfaceInfo: opts.interfaceInfo } : {}),
+  });
   await agent.start();
   try {
     opts.log(`discovering neighbours as '${opts.host}' on port ${opts.port}...`);

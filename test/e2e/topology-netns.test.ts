@@ -73,6 +73,7 @@ test('ring of 3: discovered exactly, measured, a cut cable shows within 3 s and 
     await allSee(agents, full, settleMs, 'the ring');
     const measured = await agents[0]!.waitFor((l) => (l.links as Link[]).length === 3 && (l.links as Link[]).every((x) => x.latencyUs! > 0 && x.bandwidthGBps! > 0), settleMs, 'measured links');
     assert.equal(measured.class, 'full-mesh', 'three hosts in a ring are every pair cabled');
+    for (const l of measured.links as Link[]) assert.deepEqual([l.kind, l.speedGbps], ['ethernet', 10], 'a veth is 10 Gb/s ethernet in sysfs');
     rig.setLink('a', 't-b', false);
     const cut = expected(rig, hosts, ['a-b']);
     const lines = await allSee(agents, cut, 3000, 'the cut cable');

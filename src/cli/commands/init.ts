@@ -6,6 +6,7 @@ import {
   diagnose,
   formatFindings,
   hasErrors,
+  interfaceInfoFrom,
   loadSecret,
   probeHost,
   renderTopology,
@@ -41,7 +42,8 @@ export const command = defineCommand({
     };
     const secret = loadSecret(options['secret-file']);
     const mode = options.mode as 'rdma' | 'tcp';
-    const findings = diagnose({ report: await probeHost(), mode });
+    const report = await probeHost();
+    const findings = diagnose({ report, mode });
     if (hasErrors(findings)) {
       log(formatFindings(findings).trimEnd());
       if (!options.force) {
@@ -63,6 +65,7 @@ export const command = defineCommand({
       apply: options.apply,
       measure: options.measure,
       ...(options.interfaces ? { interfaces: options.interfaces } : {}),
+      interfaceInfo: interfaceInfoFrom(report),
       os: platform(),
       log,
     });

@@ -8,6 +8,8 @@ import {
   defaultConfigPath,
   exportMlxHostfile,
   importMlxHostfile,
+  interfaceInfoFrom,
+  probeHost,
   loadSecret,
   readClusterConfig,
   relayRoutes,
@@ -44,7 +46,8 @@ export const command = defineCommand({
   },
   examples: ['tandem topology', 'tandem topology --discover --secret-file cluster.secret --json', 'tandem topology --hostfile m3-ultra-jaccl.json --export-mlx copy.json'],
   async run({ options }) {
-    const agentOptions = () => ({
+    const agentOptions = async () => ({
+      interfaceInfo: interfaceInfoFrom(await probeHost()),
       host: options.host ?? hostname(),
       secret: loadSecret(options['secret-file']),
       port: options.port,
@@ -52,7 +55,7 @@ export const command = defineCommand({
       ...(options.interfaces ? { interfaces: options.interfaces } : {}),
     });
     if (options.agent) {
-      const agent = new DiscoveryAgent({ ...agentOptions(), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), bridgeLoops: agent.loops(), ts: Date.now() }) + '\n') });
+      const agent = new DiscoveryAgent({ ...(await agentOptions()), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), bridgeLoops: agent.loops(), ts: Date.now() }) + '\n') });
       await agent.start();
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', resolve);
@@ -76,7 +79,7 @@ export const command = defineCommand({
         addresses.set(h, { ssh: h, ips });
       }
     } else if (options.discover) {
-      const agent = new DiscoveryAgent(agentOptions());
+      const agent = new DiscoveryAgent(await agentOptions());
       await agent.start();
       await new Promise((resolve) => setTimeout(resolve, Math.max(0.5, options.wait) * 1000));
       graph = agent.graph();

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import type net from 'node:net';
-import { canonicalGraph, normalizeLinks, type Link, type TopologyGraph } from '../model.js';
+import { canonicalGraph, normalizeLinks, type Link, type LinkKind, type TopologyGraph } from '../model.js';
 import { decodeHello, encodeHello, type Hello, type HostView, type LocalLink } from './protocol.js';
 import { usableInterfaces } from './interfaces.js';
 import { measureLink, startMeasureServer } from './measure.js';
@@ -23,6 +23,8 @@ export interface AgentOptions {
   /** Measure latency and bandwidth of each new link (done by the end with the smaller host name). */
   measure?: boolean;
   measureBytes?: number;
+  /** What each local interface is (kind, line rate), e.g. from `probeHost()`; links are `ethernet` without it. */
+  interfaceInfo?: (iface: string) => { kind?: LinkKind; speedGbps?: number } | undefined;
   /** Restrict to these interfaces. */
   interfaces?: readonly string[];
   /** Called whenever the graph or its measurements change. */
@@ -107,6 +109,9 @@ export class DiscoveryAgent {
     return [...this.neighbours.values()]
       .map((n) => {
         const l: LocalLink = { iface: n.iface, peer: n.peer, peerIface: n.peerIface };
+        const info = this.opts.interfaceInfo?.(n.iface);
+        if (info?.kind !== undefined) l.kind = info.kind;
+        if (info?.speedGbps !== undefined) l.speedGbps = info.speedGbps;
         const f = this.figures.get(linkKey(this.host, n.iface, n.peer, n.peerIface));
         return f ? { ...l, ...f } : l;
       })
@@ -123,7 +128,9 @@ export class DiscoveryAgent {
         const other = byHost.get(l.peer);
         const back = other?.links.find((o) => o.iface === l.peerIface && o.peer === v.host && o.peerIface === l.iface);
         if (!back) continue;
-        const link: Link = { a: v.host, aPort: l.iface, b: l.peer, bPort: l.peerIface, kind: 'ethernet' };
+        const link: Link = { a: v.host, aPort: l.iface, b: l.peer, bPort: l.peerIface, kind: slower(l.kind, back.kind) };
+        const speed = Math.min(l.speedGbps ?? Infinity, back.speedGbps ?? Infinity);
+        if (speed < Infinity) link.speedGbps = speed;
         const lat = l.latencyUs ?? back.latencyUs;
         const bw = l.bandwidthGBps ?? back.bandwidthGBps;
         if (lat !== undefined) link.latencyUs = lat;
@@ -273,6 +280,13 @@ export class DiscoveryAgent {
       this.opts.onChange?.(g);
     }
   }
+}
+
+/** A cable is only as fast as its slower end: a Thunderbolt 5 port cabled to a Thunderbolt 4 one is a Thunderbolt 4 link. */
+function slower(x: LinkKind | undefined, y: LinkKind | undefined): LinkKind {
+  if (x === undefined || y === undefined) return x ?? y ?? 'ethernet';
+  if (x === y) return x;
+  return x === 'tb4' || y === 'tb4' ? 'tb4' : x === 'tb5' ? y : y === 'tb5' ? x : 'ethernet';
 }
 
 const linkKey = (host: string, iface: string, peer: string, peerIface: string): string => `${host}:${iface}-${peer}:${peerIface}`;

@@ -1,3 +1,4 @@
+import type { LinkKind } from '../model.js';
 import { mac, macEqual } from './secret.js';
 
 /** A cable as one end sees it: my interface, and who answers behind it on which of theirs. */
@@ -5,6 +6,9 @@ export interface LocalLink {
   iface: string;
   peer: string;
   peerIface: string;
+  /** What this end's interface is (from the host's probe), and its line rate. */
+  kind?: LinkKind;
+  speedGbps?: number;
   latencyUs?: number;
   bandwidthGBps?: number;
 }
