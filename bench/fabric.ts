@@ -204,7 +204,8 @@ export async function runAnchors(script: string): Promise<Anchors> {
     if (!line.trim().startsWith('{')) continue;
     let o: Record<string, unknown>;
     try {
-      o = JSON.parse(line) as Record<string, unknown>;
+      // the script prints `"key":,` when a tool produced no figure
+      o = JSON.parse(line.replace(/:(?=\s*[,}])/g, ':null')) as Record<string, unknown>;
     } catch {
       continue;
     }

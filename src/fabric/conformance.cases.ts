@@ -79,10 +79,10 @@ async function refused(
     const before = hash(target.buffer);
     const otherPd = b.dev.allocPd();
     const other = otherPd.allocate(4096, ALL);
-    const local = a.pd.allocate(8192, ALL);
+    const local = a.pd.allocate(256 * 1024, ALL);
     const req = build(a, b, target, other);
     const len = req.length ?? 64;
-    a.qp.postSend({ wrId: 1, opcode: req.op, sgl: [local.sge(0, Math.min(len, 8192))], remote: { addr: req.addr, rkey: req.rkey } });
+    a.qp.postSend({ wrId: 1, opcode: req.op, sgl: [local.sge(0, len)], remote: { addr: req.addr, rkey: req.rkey } });
     const wc = await one(a.cq);
     assert.equal(wc.status, status, `expected ${status}, got ${wc.status}`);
     assert.equal(wc.wrId, 1);
@@ -161,6 +161,13 @@ export function conformance(provider: ProviderName): void {
       const r = await one(b.cq);
       assert.deepEqual([r.wrId, r.status, r.opcode, r.imm, r.byteLen], [7, 'success', 'recv_imm', 0xdeadbeef, 20]);
       assert.deepEqual([...rb.buffer.subarray(10, 20)], [...la.buffer.subarray(50, 60)]);
+      // a large write_imm (received in place on streams) still delivers its immediate once
+      b.qp.postRecv({ wrId: 9, sgl: [] });
+      a.qp.postSend({ wrId: 5, opcode: 'write_imm', imm: 42, sgl: [la.sge(0, 3 << 20)], remote: rb.remote(7) });
+      assert.equal((await one(a.cq)).status, 'success');
+      const ri = await one(b.cq);
+      assert.deepEqual([ri.wrId, ri.status, ri.imm, ri.byteLen], [9, 'success', 42, 3 << 20]);
+      assert.equal(hash(rb.buffer.subarray(7, 7 + (3 << 20))), hash(la.buffer.subarray(0, 3 << 20)));
       fill(rb, 9);
       la.buffer.fill(0);
       a.qp.postSend({ wrId: 3, opcode: 'read', sgl: [la.sge(0, 5), la.sge(1000, big - 1000)], remote: rb.remote(1) });
@@ -194,12 +201,15 @@ export function conformance(provider: ProviderName): void {
     ];
     for (const f of forge) {
       await refused(provider, (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o) }), 'remote_key', 'rejectedKey');
+      // large enough to be received in place on streams: refused before any byte lands
+      await refused(provider, (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o), length: 200_000 }), 'remote_key', 'rejectedKey');
       await refused(provider, (a, b, t, o) => ({ op: 'read', addr: t.addr, rkey: f(a, b, t, o) }), 'remote_key', 'rejectedKey');
     }
   });
 
   test(name('ranges: below the base, past the end, wrapping 2^64, length >= 2^31 -> remote_bounds'), { timeout: 30_000 }, async () => {
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr - 1n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
+    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey, length: 200_000 }), 'remote_bounds', 'rejectedBounds');
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr + 8192n - 63n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
     await refused(provider, (_a, _b, t) => ({ op: 'read', addr: t.addr + 8193n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
     await refused(provider, (_a, _b, t) => ({ op: 'write', addr: (1n << 64n) - 16n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');

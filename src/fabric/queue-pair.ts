@@ -138,6 +138,8 @@ export class Qp implements QueuePair {
   /** The SEND message being received in fragments, if any. */
   private inbound: { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean } | undefined;
   private ackDue = false;
+  /** Payload length of the WRITE being received in place (one at a time per connection). */
+  private placing = 0;
   private ackPsn = 0;
 
   constructor(o: QpOptions) {
@@ -158,6 +160,8 @@ export class Qp implements QueuePair {
         if (this.transport.poll === undefined) this.flushAck();
       },
       closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
+      place: (head, bodyLength) => this.place(head, bodyLength),
+      placed: (head) => this.onFrame(head, true),
     });
   }
 
@@ -337,7 +341,21 @@ export class Qp implements QueuePair {
 
   // ---------------------------------------------------------------- responder
 
-  private onFrame(body: Uint8Array): void {
+  /** A large WRITE's target, if the header is in order and the request valid (else the normal path judges and counts it). */
+  private place(head: Uint8Array, bodyLength: number): Uint8Array | undefined {
+    if (this.qpState !== 'ready' || head[2] !== 0 || head[3] !== 0 || (head[1] as number) & ~FLAG_IMM) return undefined;
+    if (getU32(head, 4) !== this.expectPsn) return undefined;
+    const len = bodyLength - WRITE_HEADER;
+    const mr = this.pd.keys.byRkey.get(getU32(head, 8));
+    if (mr === undefined || mr.pd !== this.pd || !mr.live || (mr.access & Access.REMOTE_WRITE) === 0) return undefined;
+    const off = mr.offsetOf(getU32(head, 16), getU32(head, 12), len);
+    if (off < 0) return undefined;
+    this.placing = len;
+    return mr.buffer.subarray(off, off + len);
+  }
+
+  /** `placed`: a WRITE header whose payload the decoder already put in place. */
+  private onFrame(body: Uint8Array, placed = false): void {
     if (this.qpState === 'closed') return;
     const type = body[0];
     const flags = body[1] as number;
@@ -352,7 +370,7 @@ export class Qp implements QueuePair {
     }
     if (type === FrameType.WRITE) {
       if (body.length < WRITE_HEADER || (flags & ~FLAG_IMM) !== 0) return this.malformed('WRITE header truncated or bad flags');
-      return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn);
+      return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn, placed);
     }
     if (type === FrameType.READ_REQ) {
       if (body.length !== READ_REQ_BYTES || flags !== 0) return this.malformed(`READ request of ${body.length} bytes`);
@@ -380,8 +398,20 @@ export class Qp implements QueuePair {
     return mr.buffer.subarray(off, off + len);
   }
 
-  private onWrite(body: Uint8Array, withImm: boolean, psn: number): void {
+  private onWrite(body: Uint8Array, withImm: boolean, psn: number, placed: boolean): void {
     const payload = body.subarray(WRITE_HEADER);
+    if (placed) {
+      // validated by place() before the payload landed; only the immediate is left
+      if (withImm) {
+        const r = this.takeRecv();
+        if (r !== undefined) this.completeRecv(r, 'success', this.placing, getU32(body, 20));
+        else if (!this.stash(getU32(body, 20), this.placing)) {
+          this.stats.rejectedInvalid++;
+          return this.nak(psn, 'remote_invalid');
+        }
+      }
+      return this.ack(psn);
+    }
     const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), payload.length, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
     if (withImm) {

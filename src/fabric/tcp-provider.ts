@@ -15,7 +15,11 @@ const COALESCE_BYTES = 64 * 1024;
 export class TcpTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
-  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly decoder = new FrameDecoder(
+    (body) => this.events?.frame(body),
+    (head, len) => this.events?.place?.(head, len),
+    (head) => this.events?.placed?.(head),
+  );
 
   constructor(
     private readonly socket: Socket,
@@ -99,7 +103,11 @@ const READS_PER_POLL = 64;
 export class PolledTcpTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
-  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly decoder = new FrameDecoder(
+    (body) => this.events?.frame(body),
+    (head, len) => this.events?.place?.(head, len),
+    (head) => this.events?.placed?.(head),
+  );
   private readonly scratch = new Uint8Array(SCRATCH_BYTES);
   private backlog: Uint8Array[] = [];
   private backlogHead = 0;

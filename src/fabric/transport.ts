@@ -8,6 +8,10 @@ export interface TransportEvents {
   frame(body: Uint8Array): void;
   /** A burst of frames ended: a good moment to send a cumulative ACK. */
   batchEnd(): void;
+  /** A large WRITE's header, before its payload: a validated target view, or undefined. */
+  place?(head: Uint8Array, bodyLength: number): Uint8Array | undefined;
+  /** The payload of a placed WRITE has arrived. */
+  placed?(head: Uint8Array): void;
   /** The pipe is gone. `reason` is for messages; `malformed` when a bad frame ended it. */
   closed(reason: string, malformed: boolean): void;
 }

@@ -23,6 +23,8 @@ export const ACK_BYTES = 12;
 /** Payload bytes per frame; larger writes, sends and reads are split. */
 export const MAX_PAYLOAD = 4 << 20;
 export const MAX_BODY = MAX_PAYLOAD + WRITE_HEADER;
+/** WRITE frames above this are received straight into the target region when possible. */
+const DIRECT_MIN = 64 * 1024;
 
 /** Status codes on the wire; index into `wireStatus`. */
 export const wireStatus = [
@@ -52,14 +54,36 @@ export class FrameDecoder {
   private filled = 0;
   private lenBuf = new Uint8Array(4);
   private lenFilled = 0;
+  /** A large WRITE whose payload is received straight into the target region. */
+  private direct: { head: Uint8Array; target: Uint8Array; filled: number } | undefined;
 
-  constructor(private readonly onFrame: (body: Uint8Array) => void) {}
+  /**
+   * `place` may claim a large WRITE from its header (a validated view of the target, or
+   * undefined for the normal path); `placed` then gets the header once the payload is in.
+   */
+  constructor(
+    private readonly onFrame: (body: Uint8Array) => void,
+    private readonly place?: (head: Uint8Array, bodyLength: number) => Uint8Array | undefined,
+    private readonly placed?: (head: Uint8Array) => void,
+  ) {}
 
   /** Throws MalformedFrame on a length outside 8..MAX_BODY. */
   push(chunk: Uint8Array): void {
     let pos = 0;
     const n = chunk.length;
     while (pos < n) {
+      const d = this.direct;
+      if (d) {
+        const take = Math.min(d.target.length - d.filled, n - pos);
+        d.target.set(chunk.subarray(pos, pos + take), d.filled);
+        d.filled += take;
+        pos += take;
+        if (d.filled === d.target.length) {
+          this.direct = undefined;
+          this.placed?.(d.head);
+        }
+        continue;
+      }
       if (this.partial) {
         const take = Math.min(this.partial.length - this.filled, n - pos);
         this.partial.set(chunk.subarray(pos, pos + take), this.filled);
@@ -87,6 +111,16 @@ export class FrameDecoder {
       if (n - pos >= len) {
         this.onFrame(chunk.subarray(pos, pos + len));
         pos += len;
+      } else if (this.place && len > DIRECT_MIN && n - pos >= WRITE_HEADER && chunk[pos] === FrameType.WRITE) {
+        const head = chunk.slice(pos, pos + WRITE_HEADER);
+        const target = this.place(head, len);
+        if (target) {
+          this.direct = { head, target, filled: 0 };
+          pos += WRITE_HEADER;
+        } else {
+          this.partial = new Uint8Array(len);
+          this.filled = 0;
+        }
       } else {
         this.partial = new Uint8Array(len);
         this.filled = 0;
@@ -96,10 +130,20 @@ export class FrameDecoder {
 
   /** The unfilled tail of a half-received frame: a reader may fill it directly, then advance(). */
   partialTarget(): Uint8Array | undefined {
+    if (this.direct) return this.direct.target.subarray(this.direct.filled);
     return this.partial?.subarray(this.filled);
   }
 
   advance(n: number): void {
+    const d = this.direct;
+    if (d) {
+      d.filled += n;
+      if (d.filled === d.target.length) {
+        this.direct = undefined;
+        this.placed?.(d.head);
+      }
+      return;
+    }
     const p = this.partial as Uint8Array;
     this.filled += n;
     if (this.filled === p.length) {
@@ -110,7 +154,7 @@ export class FrameDecoder {
 
   /** True while a frame is half received (a close now truncates it). */
   get midFrame(): boolean {
-    return this.partial !== undefined || this.lenFilled > 0;
+    return this.partial !== undefined || this.direct !== undefined || this.lenFilled > 0;
   }
 }
 
