@@ -7,7 +7,7 @@ export const command = defineCommand({
   name: 'demo',
   summary: 'one model on one node and across two local nodes: tokens, TTFT, tokens/s, and whether they agree',
   description:
-    `Makes (once, cached under ~/.cache/tandem or $TANDEM_CACHE_DIR) an F16 model with the shape of ${demoShapeName} and RANDOM weights, ` +
+    `Makes (once, cached under ~/.cache/tandem or $TANDEM_CACHE_DIR) an F32 model with the shape of ${demoShapeName} and RANDOM weights, ` +
     'then runs the same prompt on one node and split across two local node processes (tensor parallel), and prints both. ' +
     'The text means nothing (the weights are random); the point is that both runs produce the same tokens.',
   options: {
