@@ -83,6 +83,14 @@ test('GGUF written by writeGguf reads back: every value type, tensor infos, row 
       assert.deepEqual(f.readTensor('b.q8', { rows: [2, 4] }), whole.subarray(2 * 68, 4 * 68));
       assert.deepEqual(f.readTensorF32('c.q4k', { rows: [3, 4] }), f.readTensorF32('c.q4k').subarray(768));
       assert.throws(() => f.readTensor('b.q8', { rows: [4, 6] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
+      // Columns: the second 32-value block of rows 1..3 of b.q8 (64 x 5 Q8_0, 68 bytes a row).
+      const cols = f.readTensor('b.q8', { rows: [1, 3], columns: [32, 64] });
+      assert.deepEqual(cols, Uint8Array.from([...whole.subarray(68 + 34, 136), ...whole.subarray(136 + 34, 204)]));
+      const all = f.readTensorF32('b.q8');
+      assert.deepEqual(f.readTensorF32('b.q8', { rows: [1, 3], columns: [32, 64] }), Float32Array.from([...all.subarray(96, 128), ...all.subarray(160, 192)]));
+      assert.deepEqual(f.readTensorF32('a.f32', { columns: [2, 5] }), Float32Array.from([0, 1, 2].flatMap((r) => [...f.readTensorF32('a.f32').subarray(r * 8 + 2, r * 8 + 5)])));
+      assert.throws(() => f.readTensor('b.q8', { columns: [16, 48] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
+      assert.throws(() => f.readTensor('c.q4k', { columns: [0, 512] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
       assert.throws(() => f.readTensor('nope'), { code: 'MODEL_FORMAT_NOT_FOUND' });
     } finally {
       f.close();

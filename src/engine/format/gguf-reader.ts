@@ -291,6 +291,11 @@ export function parseGguf(source: ByteSource): GgufHeader {
 export interface ReadTensorOptions {
   /** Rows [start, end) of the flattened outer dims (dims[1] * dims[2] * ...). */
   rows?: readonly [number, number];
+  /**
+   * Columns [start, end) of each row (values along dims[0]), on block boundaries: a
+   * row-parallel shard (attn_output, ffn_down) reads only its part of every row.
+   */
+  columns?: readonly [number, number];
 }
 
 /**
@@ -368,20 +373,38 @@ export class GgufFile implements GgufHeader {
     return { info, offset: info.fileOffset + start * info.rowBytes, length: (end - start) * info.rowBytes, rows: end - start };
   }
 
-  /** The raw ggml bytes of a tensor, or of rows [start, end) of it. */
-  readTensor(name: string, options: ReadTensorOptions = {}, into?: Uint8Array): Uint8Array {
-    const { offset, length } = this.tensorRange(name, options);
-    const out = into ?? new Uint8Array(length);
-    if (out.length < length) throw new RangeError(`readTensor: buffer of ${out.length} bytes for ${length}`);
-    this.source.readInto(offset, length, out);
-    return out.length === length ? out : out.subarray(0, length);
+  /** Byte range of columns [start, end) within a row; the whole row without `columns`. */
+  private columnBytes(info: GgufTensorInfo, columns: readonly [number, number] | undefined): { skip: number; length: number; count: number } {
+    const width = info.dims[0] as number;
+    if (columns === undefined) return { skip: 0, length: info.rowBytes, count: width };
+    const [start, end] = columns;
+    const block = info.type.blockSize;
+    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end <= start || end > width || start % block !== 0 || end % block !== 0) {
+      throw formatError('MODEL_FORMAT_BAD_RANGE', this.file, `tensor ${info.name} columns`, `columns [${start}, ${end}) are not a block-aligned range inside [0, ${width}) (${info.type.name} blocks of ${block})`, `split rows at multiples of ${block}`, {
+        start,
+        end,
+      });
+    }
+    return { skip: (start / block) * info.type.typeSize, length: ((end - start) / block) * info.type.typeSize, count: end - start };
   }
 
-  /** A tensor (or rows of it) dequantized to f32. */
+  /** The raw ggml bytes of a tensor, or of rows [start, end) of it, or of a column range of those rows. */
+  readTensor(name: string, options: ReadTensorOptions = {}, into?: Uint8Array): Uint8Array {
+    const { info, offset, length, rows } = this.tensorRange(name, options);
+    const cols = this.columnBytes(info, options.columns);
+    const total = options.columns === undefined ? length : rows * cols.length;
+    const out = into ?? new Uint8Array(total);
+    if (out.length < total) throw new RangeError(`readTensor: buffer of ${out.length} bytes for ${total}`);
+    if (options.columns === undefined) this.source.readInto(offset, length, out);
+    else for (let r = 0; r < rows; r++) this.source.readInto(offset + r * info.rowBytes + cols.skip, cols.length, out.subarray(r * cols.length));
+    return out.length === total ? out : out.subarray(0, total);
+  }
+
+  /** A tensor (or rows, or columns of rows, of it) dequantized to f32. */
   readTensorF32(name: string, options: ReadTensorOptions = {}): Float32Array {
     const { info, rows } = this.tensorRange(name, options);
     const bytes = this.readTensor(name, options);
-    return dequantize(info.type.id, bytes, rows * (info.dims[0] as number));
+    return dequantize(info.type.id, bytes, rows * this.columnBytes(info, options.columns).count);
   }
 
   close(): void {
