@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, findRing, relayRoutes, route } from './classify.js';
+import { classify, findRing, relayRoutes, route, toRouting } from './classify.js';
 import { findBridgeLoops } from './loops.js';
 import { canonicalGraph, makeGraph, normalizeLinks, toConnectivity } from './model.js';
 import { graphOf } from './testing.js';
@@ -97,4 +97,18 @@ test('canonical form ignores orientation and order', () => {
   const y = makeGraph(['c', 'b', 'a'], normalizeLinks([...x.links].reverse()));
   assert.equal(canonicalGraph(x), canonicalGraph(y));
   assert.notEqual(canonicalGraph(x), canonicalGraph({ hosts: x.hosts, links: x.links.slice(1) }));
+});
+
+test('next-hop table in rank space for relayed collectives', () => {
+  // ring a-b-c-d-a: two-hop pairs go through the smaller-named neighbour (a->c via b, b->d and d->b via a)
+  assert.deepEqual(toRouting(graphOf('a-b b-c c-d d-a')), {
+    size: 4,
+    nextHop: [
+      [0, 1, 1, 3],
+      [0, 1, 2, 0],
+      [1, 1, 2, 3],
+      [0, 0, 2, 3],
+    ],
+  });
+  assert.deepEqual(toRouting(graphOf('a-b c-d')).nextHop[0], [0, 1, -1, -1]);
 });

@@ -156,3 +156,22 @@ export function findRing(graph: TopologyGraph): string[] | undefined {
   };
   return extend() ? path : undefined;
 }
+
+/**
+ * Next-hop table in rank space (rank = index in `graph.hosts`): `nextHop[src][dst]` is the
+ * neighbour `src` forwards to on the fewest-hop route to `dst` (`dst` itself when cabled, `src`
+ * on the diagonal, -1 when unreachable). Plain data, like `toConnectivity`, for the relayed
+ * collectives; every host computes the same table.
+ */
+export function toRouting(graph: TopologyGraph): { size: number; nextHop: number[][] } {
+  const rank = new Map(graph.hosts.map((h, i) => [h, i]));
+  const nextHop = graph.hosts.map((src, i) => {
+    const reach = hopsFrom(graph, src);
+    return graph.hosts.map((dst, j) => {
+      if (i === j) return i;
+      if (!reach.has(dst)) return -1;
+      return rank.get(route(graph, src, dst)[1] as string) as number;
+    });
+  });
+  return { size: graph.hosts.length, nextHop };
+}

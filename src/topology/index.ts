@@ -10,7 +10,7 @@ export {
   type TopologyGraph,
   type Connectivity,
 } from './model.js';
-export { classify, route, relayRoutes, findRing, diameter, hopsFrom, type Classification, type TopologyClass } from './classify.js';
+export { classify, route, relayRoutes, toRouting, findRing, diameter, hopsFrom, type Classification, type TopologyClass } from './classify.js';
 export { findBridgeLoops, type BridgeLoop, type BridgeMembership } from './loops.js';
 export { macModels, findMacModel, parseMachines, type MacModel, type PlannedMachine } from './machines.js';
 export { planCabling, estimateAllReduce, cablesToGraph, assumedLink, type CablingPlan, type Cable, type PlannedTopology, type LinkAssumption } from './planner.js';
