@@ -29,7 +29,11 @@ const segName = (kind: string): string => `/tandem-${process.pid}-${randomU32().
 class ShmTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
-  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly decoder = new FrameDecoder(
+    (body) => this.events?.frame(body),
+    (head, len) => this.events?.place?.(head, len),
+    (head) => this.events?.placed?.(head),
+  );
   private readonly inCtl: Int32Array;
   private readonly inData: Uint8Array;
   private readonly outCtl: Int32Array;

@@ -10,7 +10,7 @@ export const command = defineCommand({
     '(latency) and a window of RDMA WRITEs (bandwidth) for each size. With --anchors it also runs ' +
     '../shared/anchors/run-anchors.sh fabric and prints the anchor figures and the ratio to the goals.',
   options: {
-    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider to measure' },
+    provider: { type: 'string', choices: ['shm', 'tcp'], default: 'shm', description: 'fabric provider to measure' },
     sizes: { type: 'list', placeholder: 'sizes', description: 'message sizes, e.g. 8,64,4K,4M (default 8 B .. 64 MiB)' },
     iterations: { type: 'number', default: 2000, description: 'latency round trips per small size (fewer for large ones)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"provider","op","bytes","latency_us_p50","latency_us_p99","bandwidth_MBps"}' },
