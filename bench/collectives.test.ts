@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { anchorFor, busFactor, DEFAULT_SIZES, formatRow, toRow } from './collectives.js';
+import { anchorFor, busFactor, DEFAULT_SIZES, formatRow, parseSize, toRow } from './collectives.js';
 
 test('nccl-tests bus factors and row arithmetic', () => {
   assert.equal(busFactor('all-reduce', 4), 1.5);
@@ -16,4 +16,6 @@ test('nccl-tests bus factors and row arithmetic', () => {
   assert.equal(anchorFor(anchors, r)?.time_us, 61);
   assert.equal(anchorFor(anchors, { ...r, provider: 'tcp' }), undefined);
   assert.match(formatRow(r, anchors[0]), /61\.00/);
+  assert.deepEqual(['8', '4K', '1MiB', '64M'].map(parseSize), [8, 4096, 1 << 20, 64 << 20]);
+  assert.throws(() => parseSize('2T'), /cannot read size/);
 });

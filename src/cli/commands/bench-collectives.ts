@@ -1,9 +1,8 @@
-import { anchorFor, anchorsScript, DEFAULT_SIZES, formatRow, header, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../../bench/collectives.js';
-import { parseSize } from '../../../bench/fabric.js';
+import { anchorFor, anchorsScript, DEFAULT_SIZES, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
 import { algorithms, type Algorithm } from '../../collectives/call.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
-import type { BenchOp } from '../../../bench/collectives-rank.js';
+import type { BenchOp } from '../../collectives/bench-rank.js';
 
 export const command = defineCommand({
   name: 'bench collectives',

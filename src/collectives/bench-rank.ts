@@ -1,9 +1,9 @@
 // One rank of `tandem bench collectives`. argv: JSON RankConfig. Rank 0 prints
 // `LISTENING host:port` and then one `ROW {json}` per size; every rank prints `DONE`.
 import { performance } from 'node:perf_hooks';
-import { createCommunicator, type Communicator } from '../src/collectives/communicator.js';
-import type { Algorithm } from '../src/collectives/call.js';
-import type { ProviderName } from '../src/fabric/index.js';
+import { createCommunicator, type Communicator } from './communicator.js';
+import type { Algorithm } from './call.js';
+import type { ProviderName } from '../fabric/index.js';
 
 export type BenchOp = 'all-reduce' | 'all-gather' | 'reduce-scatter' | 'broadcast' | 'all-to-all';
 

@@ -1,0 +1,170 @@
+/**
+ * Collectives benchmark in real processes, nccl-tests style: for each size, the time of one
+ * call (the slowest rank's average), algbw = bytes / time and busbw = algbw x the op's bus
+ * factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast 1).
+ * Sizes follow nccl-tests: all-reduce / reduce-scatter / broadcast: bytes per rank;
+ * all-gather: bytes of the gathered output; all-to-all: bytes each rank sends.
+ * Every rank is a child process (bench-rank.ts); this process only collects. Lives in
+ * src/ so that the CLI may import it (bench/collectives.ts re-exports it).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { TandemError } from '../errors/index.js';
+import type { Algorithm } from './call.js';
+import type { ProviderName } from '../fabric/index.js';
+import type { BenchOp, RankConfig } from './bench-rank.js';
+
+export const DEFAULT_SIZES: number[] = Array.from({ length: 24 }, (_, i) => 8 * 2 ** i); // 8 B .. 64 MiB
+
+export interface CollRow {
+  op: BenchOp;
+  ranks: number;
+  provider: ProviderName;
+  algorithm: string;
+  bytes: number;
+  time_us: number;
+  algbw_GBps: number;
+  busbw_GBps: number;
+}
+
+export interface AnchorRow {
+  anchor: string;
+  btl: string;
+  ranks: number;
+  bytes: number;
+  time_us: number;
+  busbw_GBps: number;
+}
+
+export function busFactor(op: BenchOp, n: number): number {
+  if (n <= 1) return 0;
+  if (op === 'all-reduce') return (2 * (n - 1)) / n;
+  if (op === 'broadcast') return 1;
+  return (n - 1) / n;
+}
+
+export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algorithm: string, bytes: number, timeUs: number): CollRow {
+  const algbw = bytes / timeUs / 1e3;
+  const round = (x: number): number => Math.round(x * 1000) / 1000;
+  return { op, ranks, provider, algorithm, bytes, time_us: round(timeUs), algbw_GBps: round(algbw), busbw_GBps: round(algbw * busFactor(op, ranks)) };
+}
+
+const rankScript = join(import.meta.dirname, 'bench-rank.ts');
+
+function lines(child: ChildProcess, onLine: (l: string) => void): void {
+  let buf = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      onLine(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+    }
+  });
+}
+
+export interface CollBenchOptions {
+  op: BenchOp;
+  ranks: number;
+  provider: ProviderName;
+  algorithm?: Algorithm;
+  sizes: number[];
+  iterations?: number;
+}
+
+/** Spawns the ranks, prints each row through `onRow` as it arrives, returns all rows. */
+export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRow) => void): Promise<CollRow[]> {
+  const base: Omit<RankConfig, 'rank' | 'address'> = { size: o.ranks, provider: o.provider, op: o.op, sizes: o.sizes, ...(o.algorithm ? { algorithm: o.algorithm } : {}), ...(o.iterations ? { iterations: o.iterations } : {}) };
+  const children: ChildProcess[] = [];
+  const rows: CollRow[] = [];
+  const spawnRank = (rank: number, address: string): ChildProcess => {
+    const c = spawn(process.execPath, ['--import', 'tsx', rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(c);
+    return c;
+  };
+  try {
+    const done = new Promise<void>((resolveDone, reject) => {
+      const root = spawnRank(0, '127.0.0.1:0');
+      let finished = 0;
+      const exit = (rank: number) => (code: number | null) => {
+        if (code !== 0) reject(new TandemError('COLL_ABORTED', `bench collectives: rank ${rank} exited with ${code}`, { hint: 'see the rank\'s error above' }));
+        else if (++finished === o.ranks) resolveDone();
+      };
+      root.on('exit', exit(0));
+      lines(root, (l) => {
+        if (l.startsWith('LISTENING ')) {
+          const address = l.slice(10).trim();
+          for (let r = 1; r < o.ranks; r++) spawnRank(r, address).on('exit', exit(r));
+        } else if (l.startsWith('ROW ')) {
+          const raw = JSON.parse(l.slice(4)) as { bytes: number; time_us: number; algorithm: string; chosen: string };
+          const row = toRow(o.op, o.ranks, o.provider, raw.algorithm === 'auto' ? `auto:${raw.chosen}` : raw.algorithm, raw.bytes, raw.time_us);
+          rows.push(row);
+          onRow(row);
+        }
+      });
+    });
+    await done;
+    return rows;
+  } finally {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+  }
+}
+
+export function anchorsScript(): string | undefined {
+  const path = resolve(import.meta.dirname, '..', '..', '..', 'shared', 'anchors', 'run-anchors.sh');
+  return existsSync(path) ? path : undefined;
+}
+
+/** Runs `run-anchors.sh allreduce` (Open MPI, 2 and 4 ranks, vader and tcp) and parses its JSON lines. */
+export async function runAllreduceAnchors(script: string): Promise<AnchorRow[]> {
+  const text = await new Promise<string>((resolveOut, reject) => {
+    const p = spawn('bash', [script, 'allreduce'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const timer = setTimeout(() => p.kill('SIGKILL'), 600_000);
+    p.on('error', reject);
+    p.on('exit', () => {
+      clearTimeout(timer);
+      resolveOut(out);
+    });
+  });
+  const rows: AnchorRow[] = [];
+  for (const line of text.split('\n')) {
+    try {
+      const o = JSON.parse(line) as Partial<AnchorRow>;
+      if (o.anchor === 'openmpi-allreduce' && typeof o.bytes === 'number') rows.push(o as AnchorRow);
+    } catch {
+      /* not a JSON line */
+    }
+  }
+  return rows;
+}
+
+/** The Open MPI row matching ours: same ranks, same kind of transport, same bytes. */
+export function anchorFor(anchors: readonly AnchorRow[], row: CollRow): AnchorRow | undefined {
+  const btl = row.provider === 'tcp' ? 'tcp,self' : 'vader,self';
+  return anchors.find((a) => a.ranks === row.ranks && a.btl === btl && a.bytes === row.bytes);
+}
+
+export function header(withAnchor: boolean): string {
+  const base = `${'bytes'.padStart(12)} ${'algorithm'.padStart(10)} ${'time_us'.padStart(11)} ${'algbw GB/s'.padStart(11)} ${'busbw GB/s'.padStart(11)}`;
+  return withAnchor ? `${base} ${'ompi us'.padStart(10)} ${'ompi busbw'.padStart(11)}` : base;
+}
+
+export function formatRow(r: CollRow, anchor?: AnchorRow | null): string {
+  const base = `${String(r.bytes).padStart(12)} ${r.algorithm.padStart(10)} ${r.time_us.toFixed(2).padStart(11)} ${r.algbw_GBps.toFixed(3).padStart(11)} ${r.busbw_GBps.toFixed(3).padStart(11)}`;
+  if (anchor === undefined) return base;
+  return `${base} ${(anchor ? anchor.time_us.toFixed(2) : '-').padStart(10)} ${(anchor ? anchor.busbw_GBps.toFixed(3) : '-').padStart(11)}`;
+}
+
+/** `8`, `4K`, `4KiB`, `64M`, `1G` -> bytes (1 B .. 1 GiB). */
+export function parseSize(text: string): number {
+  const m = /^(\d+)\s*([kmg]?)(i?b)?$/i.exec(text.trim());
+  const mult = m ? ({ '': 1, k: 1024, m: 1 << 20, g: 1 << 30 }[(m[2] ?? '').toLowerCase()] ?? 1) : 0;
+  const n = m ? Number(m[1]) * mult : NaN;
+  if (!(n >= 1 && n <= 1 << 30)) {
+    throw new TandemError('COLL_BAD_ARGUMENT', `cannot read size '${text}' (1 B .. 1 GiB)`, { hint: 'write sizes like 8, 4K, 1M or 64MiB' });
+  }
+  return n;
+}
