@@ -5,7 +5,7 @@ const PAGE = 65536;
 /** A wasm32 memory holds at most 4 GiB (65536 pages). */
 export const MAX_PAGES = 65536;
 /** Bytes kept free at the bottom for the module's own static data. */
-const BASE = 1 << 20;
+export const BASE = 1 << 20;
 /** Grow in steps of at least this much to keep `memory.grow` calls rare. */
 const GROW_STEP = 64 << 20;
 

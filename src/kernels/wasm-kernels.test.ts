@@ -5,6 +5,7 @@ import { ReferenceKernels } from './reference.js';
 import { GgmlType, type GgmlTypeId, type Kernels } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 import { blockInfo } from './ggml-blocks.js';
+import { isTandemError } from '../errors/index.js';
 import { loadNativeLib, nativeUnavailableReason } from './native-lib.js';
 
 /**
@@ -115,6 +116,15 @@ test('small jobs stay on the calling thread and agree with pooled ones', async (
   } finally {
     await k.close();
   }
+});
+
+test('typed errors: a tensor larger than a memory, use after close', async () => {
+  const k = await createKernels({ backend: 'wasm', threads: 2, arenaBytes: 1 << 20 });
+  const data = randomWeightBytes(GgmlType.Q8_0, 64, 32 * 1024, 5);
+  assert.throws(() => k.uploadWeight({ type: GgmlType.Q8_0, rows: 64, cols: 32 * 1024, data }), (e) => isTandemError(e, 'KERNELS_OUT_OF_MEMORY'));
+  const w = k.uploadWeight({ type: GgmlType.Q8_0, rows: 4, cols: 64, data });
+  await k.close();
+  assert.throws(() => k.matvec(w, new Float32Array(64), new Float32Array(4)), (e) => isTandemError(e, 'KERNELS_CLOSED'));
 });
 
 test('weights past the arena size spill into further memories and still compute', async () => {

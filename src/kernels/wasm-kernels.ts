@@ -1,9 +1,9 @@
 import { TandemError } from '../errors/index.js';
-import { Arena, align } from './wasm-arena.js';
+import { Arena, BASE, align } from './wasm-arena.js';
 import { ThreadPool } from './pool.js';
 import type { NativeLib } from './native-lib.js';
 import { kernelNames, kernelsModule, op } from './wasm-module.js';
-import { resolveSlice } from './weight-source.js';
+import { resolveSlice, type SlicedWeight } from './weight-source.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
 import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
@@ -42,6 +42,17 @@ class WasmKvCache implements KvCache {
     readonly k: number[],
     readonly v: number[],
   ) {}
+}
+
+/** Copies rows r0..r0+rows-1 of a resolved slice to `dst` in the arena, `stride` bytes apart. */
+function copyRows(arena: Arena, s: SlicedWeight, r0: number, rows: number, dst: number, stride: number): void {
+  const u8 = arena.u8;
+  const first = s.rowOffset(r0);
+  if (stride === s.rowBytes && (rows === 1 || s.rowOffset(r0 + 1) - first === s.rowBytes)) {
+    u8.set(s.data.subarray(first, first + rows * s.rowBytes), dst);
+    return;
+  }
+  for (let r = 0; r < rows; r++) u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
 }
 
 const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
@@ -96,7 +107,7 @@ export class WasmKernels implements Kernels {
         details: { bytes },
       });
     }
-    const arena = new Arena(this.slots.length, this.arenaBytes);
+    const arena = new Arena(this.slots.length, BASE + this.arenaBytes);
     const main = this.pool.addMemory(arena.memory) as Record<string, Fn>;
     const slot = { arena, main };
     this.slots.push(slot);
@@ -121,27 +132,13 @@ export class WasmKernels implements Kernels {
       const blockBytes = s.type === GgmlType.Q8_0 ? 34 : 18;
       for (let r0 = 0; r0 < s.rows; r0 += chunk) {
         const rows = Math.min(chunk, s.rows - r0);
-        this.copyRows(s, r0, rows, stage, s.rowBytes);
+        copyRows(a, s, r0, rows, stage, s.rowBytes);
         slot.main.repack_q!(stage, rows, r0, s.cols, blockBytes, blockBytes - 2, ptr, scales);
       }
     } else {
-      this.copyRows(s, 0, s.rows, ptr, rowBytes);
+      copyRows(a, s, 0, s.rows, ptr, rowBytes);
     }
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
-  }
-
-  private copyRows(s: ReturnType<typeof resolveSlice>, r0: number, rows: number, dst: number, stride: number): void {
-    const u8 = this.slotOf(dst, s).arena.u8;
-    const first = s.rowOffset(r0);
-    if (rows === 1 || s.rowOffset(r0 + 1) - first === s.rowBytes) {
-      u8.set(s.data.subarray(first, first + rows * s.rowBytes), dst);
-      return;
-    }
-    for (let r = 0; r < rows; r++) u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
-  }
-
-  private slotOf(_ptr: number, _s: unknown): ArenaSlot {
-    return this.slots[this.slots.length - 1] as ArenaSlot;
   }
 
   matvec(w: Weight, x: Float32Array, y: Float32Array): void {
