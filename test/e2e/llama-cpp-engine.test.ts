@@ -12,6 +12,7 @@ import { generate } from '../../src/engine/generate/generate.js';
 import { GgufModelFile } from '../../src/engine/model/gguf-model-file.js';
 import { Model } from '../../src/engine/model/model.js';
 import type { TinyModelOptions } from '../../src/engine/model/tiny-model.js';
+import { makeModel, type MakeModelOptions } from '../../src/engine/format/make-model.js';
 import { writeTinyGguf, type WeightTypeName } from './llama-cpp-models.js';
 import { runLlamaCpp, type OracleAnswer } from './llama-cpp-oracle.js';
 
@@ -25,19 +26,22 @@ const shape = { vocab: 512, width: 256, layers: 2, heads: 4, kvHeads: 2, ff: 512
  * - F32: only float summation order differs; measured ~3e-7.
  * - F16: tandem's kernels round activations to f16 before the dot (as ggml's vec_dot_f16
  *   does), while this llama.cpp build multiplies F16 weights by f32 activations (an F16 file
- *   and an F32 file of the same values agree there to 4e-6); measured ~7e-4.
+ *   and an F32 file of the same values agree there to 4e-6); measured ~7e-4. BF16 likewise
+ *   with bf16's 8-bit mantissa; measured ~3e-3.
  * - quantised: both engines quantise activations to q8_0 / q8_K blocks and dot in integers,
  *   so most steps agree to ~1e-7. But ops that are not bit-identical (ggml's SIMD exp in
  *   SiLU and softmax) can move one activation across a rounding boundary of that
  *   quantisation; one quant then differs by one step and, once in the KV cache, shifts the
  *   logits of later steps by up to ~1e-2 of their range; measured up to 1.2e-2.
  */
-const tolerance: Record<WeightTypeName, number> = { F32: 1e-4, F16: 2e-3, Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 3e-2, Q6_K: 3e-2 };
+const tolerance: Record<WeightTypeName, number> = { F32: 1e-4, F16: 2e-3, BF16: 1e-2, Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 3e-2, Q6_K: 3e-2 };
 
 interface Case {
   name: string;
   model: TinyModelOptions;
   type: WeightTypeName;
+  /** Written by `tandem make-model` (its 'tiny' shape, a trained vocabulary) instead of the test's writer. */
+  made?: MakeModelOptions;
 }
 
 const cases: Case[] = [
@@ -54,6 +58,12 @@ const cases: Case[] = [
   { name: 'llama Q6_K', model: { arch: 'llama', ...shape }, type: 'Q6_K' },
   { name: 'qwen2 Q8_0', model: { arch: 'qwen2', ...shape }, type: 'Q8_0' },
   { name: 'qwen3moe Q4_K', model: { arch: 'qwen3moe', ...shape, ff: 256, experts: 4, expertsUsed: 2 }, type: 'Q4_K' },
+  // Files from `tandem make-model`: the Q4_K_M and Q5_K_M mixes (Q4_K/Q5_K with Q6_K), BF16, Q4_0.
+  { name: 'make-model llama Q4_K_M', model: { arch: 'llama' }, type: 'Q4_K', made: { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 4, std: 0.08 } },
+  { name: 'make-model qwen2 Q5_K_M (BPE vocabulary)', model: { arch: 'qwen2' }, type: 'Q5_K', made: { arch: 'qwen2', shape: 'tiny', type: 'q5_k_m', seed: 5, std: 0.08 } },
+  { name: 'make-model qwen2moe Q4_0', model: { arch: 'qwen2moe' }, type: 'Q4_0', made: { arch: 'qwen2moe', shape: 'tiny', type: 'q4_0', seed: 6, std: 0.08 } },
+  { name: 'make-model llama BF16', model: { arch: 'llama' }, type: 'BF16', made: { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 7, std: 0.08 } },
+  { name: 'make-model llama Q8_0, Llama 3 rope scaling', model: { arch: 'llama' }, type: 'Q8_0', made: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 8, std: 0.08, ropeScaling: 'llama3' } },
 ];
 
 function argmax(x: ArrayLike<number>): number {
@@ -81,12 +91,13 @@ describe('engine against llama.cpp', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'tandem-llama-cpp-'));
     kernels = await createKernels({ threads: 1, ...(process.env.TANDEM_KERNELS === 'reference' ? { backend: 'reference' as const } : {}) });
-    const jobs = cases.map((c, i) => {
+    const jobs = [];
+    for (const [i, c] of cases.entries()) {
       const path = join(dir, `m${i}.gguf`);
       paths.set(c.name, path);
-      const vocabSize = writeTinyGguf(path, { ...c.model, seed: 100 + i }, c.type);
-      return { modelPath: path, prompt: PROMPT, steps: STEPS, vocabSize, contextSize: 64 };
-    });
+      const vocabSize = c.made ? (await makeModel(path, c.made)).plan.vocab.tokens.length : writeTinyGguf(path, { ...c.model, seed: 100 + i }, c.type);
+      jobs.push({ modelPath: path, prompt: PROMPT, steps: STEPS, vocabSize, contextSize: 64 });
+    }
     const results = await runLlamaCpp(jobs, 110_000);
     cases.forEach((c, i) => answers.set(c.name, results[i]!));
   });

@@ -64,7 +64,7 @@ function encodeGguf(meta: Map<string, GgufValue>, tensors: { name: string; dims:
   return Buffer.concat(parts);
 }
 
-export type WeightTypeName = 'F32' | 'F16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_K' | 'Q6_K';
+export type WeightTypeName = 'F32' | 'F16' | 'BF16' | 'Q8_0' | 'Q4_0' | 'Q4_K' | 'Q5_K' | 'Q6_K';
 
 /** Tensors that stay F32 whatever the weight type (as llama.cpp's quantiser leaves them). */
 function keepF32(name: string, dims: readonly number[]): boolean {

@@ -97,6 +97,6 @@ export function attentionForward(
   }
   k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
   const att = scratch.f32('attn.out', n * layout.heads * hd);
-  k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale: 1 / Math.sqrt(hd) });
+  k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale: Math.fround(1 / Math.fround(Math.sqrt(hd))) });
   project(k, w.o, att, step.out, n);
 }
