@@ -44,8 +44,9 @@ export const command = defineCommand({
     const mode = options.mode as 'rdma' | 'tcp';
     const report = await probeHost();
     const findings = diagnose({ report, mode });
+    const notable = findings.filter((f) => f.severity === 'error' || f.severity === 'warning');
+    if (notable.length > 0) log(formatFindings(notable).trimEnd());
     if (hasErrors(findings)) {
-      log(formatFindings(findings).trimEnd());
       if (!options.force) {
         throw new TandemError('ABORTED', 'init: doctor found errors on this host', {
           hint: 'fix them as each finding says, or pass --force to go on anyway',
