@@ -64,6 +64,13 @@ describe('SentencePiece tokenizer', () => {
     assert.deepEqual(tok.encode('é', { addBos: false }), [259, 3 + 0xc3, 3 + 0xa9]);
   });
 
+  it('defaults to the llama.cpp ids when the file has none: unk 0, BOS 1, EOS 2', () => {
+    const { bosTokenId: _b, eosTokenId: _e, ...bare } = tinySpm();
+    const t = new Tokenizer(bare);
+    assert.deepEqual([t.bosId, t.eosId, t.vocab.unknownId], [1, 2, 0]);
+    assert.deepEqual(t.encode('a', { addEos: true }), [1, 262, 2]);
+  });
+
   it('adds BOS by default and EOS on request', () => {
     assert.deepEqual(tok.encode('a'), [1, 262]);
     assert.deepEqual(tok.encode('a', { addEos: true }), [1, 262, 2]);
@@ -205,11 +212,12 @@ describe('tokenizer errors', () => {
       codeOf(() => tok.streamDecoder().push(1.5)),
       'TOKENIZER_TOKEN_ID',
     );
-    const { bosTokenId: _b, ...noBos } = tinySpm();
+    const { bosTokenId: _b, ...noBos } = trainBpeVocab('llama-bpe');
     assert.equal(
       codeOf(() => new Tokenizer(noBos).encode('a')),
       'TOKENIZER_NO_SPECIAL_TOKEN',
     );
+    assert.equal(new Tokenizer(noBos).encode('a', { addBos: false }).length, 1);
     const noBytes: TokenizerMetadata = { model: 'llama', tokens: ['▁', 'a'], scores: [0, 0] };
     assert.deepEqual(new Tokenizer(noBytes).encode('a', { addBos: false }), [0, 1]);
     assert.equal(

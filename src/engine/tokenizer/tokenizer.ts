@@ -42,6 +42,16 @@ function cleanSpaces(text: string): string {
     .replace(/ '(?=[sm]|re|ve)/g, "'");
 }
 
+/** llama.cpp's SentencePiece defaults when the ids are not in the file: unk 0, BOS 1, EOS 2. */
+function withSpmDefaults(meta: TokenizerMetadata): TokenizerMetadata {
+  const n = meta.tokens.length;
+  const out = { ...meta };
+  if (out.unknownTokenId === undefined && n > 0) out.unknownTokenId = 0;
+  if (out.bosTokenId === undefined && n > 1) out.bosTokenId = 1;
+  if (out.eosTokenId === undefined && n > 2) out.eosTokenId = 2;
+  return out;
+}
+
 /** A tokenizer built from GGUF tokenizer metadata: SentencePiece ('llama') or byte-level BPE ('gpt2'). */
 export class Tokenizer {
   readonly vocab: Vocab;
@@ -50,7 +60,7 @@ export class Tokenizer {
 
   constructor(meta: TokenizerMetadata) {
     if (meta.model === 'llama') {
-      this.vocab = new Vocab(meta, 'spm', true);
+      this.vocab = new Vocab(withSpmDefaults(meta), 'spm', true);
       this.bpe = undefined;
       this.cleanSpacesByDefault = false;
     } else if (meta.model === 'gpt2') {
