@@ -1,4 +1,4 @@
-import { anchorsScript, checkGoals, DEFAULT_SIZES, formatRow, parseSize, runAnchors, runFabricBench, type BenchRow } from '../../../bench/fabric.js';
+import { anchorsScript, checkGoals, DEFAULT_SIZES, formatRow, parseSize, runAnchors, runFabricBench, type BenchRow } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { checkGoals, parseSize, runAnchors, runFabricBench, type BenchRow } from './fabric.js';
+import { checkGoals, parseSize, runAnchors, runFabricBench, type BenchRow } from './bench.js';
 
 test('parseSize reads 8, 4K, 4MiB, 64M and refuses nonsense', () => {
   assert.deepEqual(['8', '4K', '4MiB', '64M', '1g'].map(parseSize), [8, 4096, 4 << 20, 64 << 20, 1 << 30]);

@@ -1,6 +1,6 @@
-// Rank 1 of `tandem bench fabric`: mirrors bench/fabric.ts's measure() step by step.
-import { Access, openDevice, type ProviderName } from '../src/fabric/index.js';
-import { awaitImm, counts, remoteOf, writeImm, type Endpoint, type Plan } from './fabric.js';
+// Rank 1 of `tandem bench fabric`: mirrors bench.ts's measure() step by step.
+import { Access, openDevice, type ProviderName } from './index.js';
+import { awaitImm, counts, remoteOf, writeImm, type Endpoint, type Plan } from './bench.js';
 
 const [provider, port, planJson] = process.argv.slice(2) as [ProviderName, string, string];
 const plan = JSON.parse(planJson) as Plan;

@@ -1,0 +1,245 @@
+/**
+ * Fabric benchmark between two real processes (like ib_write_lat / ib_write_bw):
+ * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip;
+ * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,
+ *   answered by a zero-byte write_imm; bytes / time.
+ * This process is rank 0 (listener); bench-peer.ts is rank 1 (a child process).
+ * Run by `tandem bench fabric` (or `node --import tsx bench/fabric.ts`).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { TandemError } from '../errors/index.js';
+import {
+  Access,
+  expectSuccess,
+  openDevice,
+  type CompletionQueue,
+  type MemoryRegion,
+  type ProviderName,
+  type QueuePair,
+  type RemoteRegion,
+} from './index.js';
+
+export const DEFAULT_SIZES = [8, 64, 512, 4096, 32768, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+
+export interface BenchRow {
+  provider: ProviderName;
+  op: 'latency' | 'bandwidth';
+  bytes: number;
+  latency_us_p50: number | null;
+  latency_us_p99: number | null;
+  bandwidth_MBps: number | null;
+}
+
+export interface Plan {
+  sizes: number[];
+  /** Latency round trips for the smallest sizes (fewer for large ones). */
+  iterations: number;
+}
+
+/** Round trips and writes per size: bounded so every size takes well under a second or two. */
+export function counts(bytes: number, iterations: number): { lat: number; warm: number; bw: number } {
+  const lat = Math.max(5, Math.min(iterations, Math.floor((512 << 20) / bytes)));
+  const bw = Math.max(8, Math.min(20 * iterations, Math.floor((1 << 30) / bytes)));
+  return { lat, warm: Math.max(2, Math.floor(lat / 10)), bw };
+}
+
+/** `8`, `4K`, `4KiB`, `64M`, `1G` -> bytes. */
+export function parseSize(text: string): number {
+  const m = /^(\d+)\s*([kmg]?)(i?b)?$/i.exec(text.trim());
+  if (!m) {
+    throw new TandemError('INVALID_ARGUMENT', `cannot read size '${text}'`, { hint: 'write sizes like 8, 4K, 4M or 64MiB' });
+  }
+  const mult = { '': 1, k: 1024, m: 1 << 20, g: 1 << 30 }[(m[2] ?? '').toLowerCase()] ?? 1;
+  const n = Number(m[1]) * mult;
+  if (n < 1 || n > 1 << 30) throw new TandemError('INVALID_ARGUMENT', `size ${text} is outside 1 B..1 GiB`, { hint: 'pick sizes from 8 B to 64 MiB' });
+  return n;
+}
+
+export interface Endpoint {
+  qp: QueuePair;
+  cq: CompletionQueue;
+  rcq: CompletionQueue;
+  local: MemoryRegion;
+  remote: RemoteRegion;
+}
+
+const WAIT = { timeoutMs: 30_000 };
+
+export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion {
+  const r = info.region as { addr: string; rkey: number; length: number } | undefined;
+  if (r === undefined) throw new TandemError('INTERNAL', 'peer sent no region', { hint: 'a bug in the benchmark' });
+  return { addr: BigInt(r.addr), rkey: r.rkey, length: r.length };
+}
+
+/** Waits for one receive-with-immediate and reposts a receive. */
+export async function awaitImm(e: Endpoint): Promise<number> {
+  const [wc] = expectSuccess(await e.rcq.wait({ ...WAIT, max: 1 }));
+  e.qp.postRecv({ wrId: 0, sgl: [] });
+  return wc?.imm ?? -1;
+}
+
+export function writeImm(e: Endpoint, bytes: number, imm: number): void {
+  e.qp.postSend({ wrId: imm, opcode: 'write_imm', imm, sgl: [e.local.sge(0, bytes)], remote: e.remote, signaled: false });
+}
+
+/** Writes `count` x `bytes`, at most `window` in flight, the last with an immediate. */
+export async function stream(e: Endpoint, bytes: number, count: number): Promise<void> {
+  const window = Math.max(2, Math.min(64, Math.floor((64 << 20) / bytes)));
+  let inFlight = 0;
+  for (let i = 0; i < count; i++) {
+    if (inFlight >= window) inFlight -= expectSuccess(await e.cq.wait({ ...WAIT })).length;
+    const last = i === count - 1;
+    e.qp.postSend({ wrId: i, opcode: last ? 'write_imm' : 'write', imm: 1, sgl: [e.local.sge(0, bytes)], remote: e.remote });
+    inFlight++;
+  }
+  while (inFlight > 0) inFlight -= expectSuccess(await e.cq.wait({ ...WAIT })).length;
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+const round = (x: number, digits: number): number => Number(x.toFixed(digits));
+
+async function measure(provider: ProviderName, e: Endpoint, plan: Plan, onRow: (r: BenchRow) => void): Promise<void> {
+  for (const bytes of plan.sizes) {
+    const n = counts(bytes, plan.iterations);
+    const half: number[] = [];
+    for (let i = 0; i < n.warm + n.lat; i++) {
+      const t0 = performance.now();
+      writeImm(e, bytes, 2);
+      await awaitImm(e);
+      if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
+    }
+    half.sort((a, b) => a - b);
+    onRow({ provider, op: 'latency', bytes, latency_us_p50: round(percentile(half, 50), 2), latency_us_p99: round(percentile(half, 99), 2), bandwidth_MBps: null });
+    await stream(e, bytes, Math.min(n.bw, 4)); // warm-up
+    await awaitImm(e);
+    const t0 = performance.now();
+    await stream(e, bytes, n.bw);
+    await awaitImm(e);
+    const seconds = (performance.now() - t0) / 1000;
+    onRow({ provider, op: 'bandwidth', bytes, latency_us_p50: null, latency_us_p99: null, bandwidth_MBps: Number(((bytes * n.bw) / seconds / 1e6).toPrecision(4)) });
+  }
+}
+
+/** Runs the benchmark: spawns the peer process, measures, returns the rows. */
+export async function runFabricBench(provider: ProviderName, plan: Plan, onRow: (r: BenchRow) => void): Promise<BenchRow[]> {
+  const rows: BenchRow[] = [];
+  const secret = randomBytes(16).toString('hex');
+  const dev = await openDevice(provider);
+  const listener = await dev.listen({ host: '127.0.0.1', port: 0, secret });
+  const maxBytes = Math.max(...plan.sizes);
+  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'bench-peer.ts'), provider, String(listener.port), JSON.stringify(plan)], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, TANDEM_BENCH_SECRET: secret },
+  });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  try {
+    const pd = dev.allocPd();
+    const cq = dev.createCq();
+    const rcq = dev.createCq();
+    const local = pd.allocate(maxBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    const region = { addr: String(local.addr), rkey: local.rkey, length: local.length };
+    const qp = await Promise.race([
+      listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 }),
+      exited.then((code) => {
+        throw new TandemError('FABRIC_CONNECT_FAILED', `the benchmark peer exited (code ${code}) before connecting`, { hint: 'run the peer by hand to see its error' });
+      }),
+    ]);
+    const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
+    for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
+    await measure(provider, e, plan, (r) => {
+      rows.push(r);
+      onRow(r);
+    });
+    await qp.close();
+    return rows;
+  } finally {
+    await listener.close();
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 2000))]);
+    child.kill('SIGKILL');
+    await dev.close();
+  }
+}
+
+export function formatRow(r: BenchRow): string {
+  const size = r.bytes >= 1 << 20 ? `${r.bytes / (1 << 20)} MiB` : r.bytes >= 1024 ? `${r.bytes / 1024} KiB` : `${r.bytes} B`;
+  if (r.op === 'latency') return `${r.provider.padEnd(4)} latency    ${size.padStart(8)}  p50 ${String(r.latency_us_p50).padStart(9)} us  p99 ${String(r.latency_us_p99).padStart(9)} us`;
+  return `${r.provider.padEnd(4)} bandwidth  ${size.padStart(8)}  ${String(r.bandwidth_MBps).padStart(10)} MB/s`;
+}
+
+/** `<repo>/../shared/anchors/run-anchors.sh`, or undefined when absent. */
+export function anchorsScript(): string | undefined {
+  const path = resolve(import.meta.dirname, '..', '..', '..', 'shared', 'anchors', 'run-anchors.sh');
+  return existsSync(path) ? path : undefined;
+}
+
+export interface Anchors {
+  ucxShmLatencyUs?: number | undefined;
+  ucxShmBandwidthMBps?: number | undefined;
+  sockperfLatencyUs?: number | undefined;
+  iperfBandwidthMBps?: number | undefined;
+  raw: Record<string, unknown>[];
+}
+
+/** Runs the anchors script (fabric part) and picks the figures the goals compare with. */
+export async function runAnchors(script: string): Promise<Anchors> {
+  const out = await new Promise<string>((resolveOut, reject) => {
+    const p = spawn('bash', [script, 'fabric'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let text = '';
+    p.stdout.on('data', (d: Buffer) => (text += d.toString()));
+    const timer = setTimeout(() => p.kill('SIGKILL'), 300_000);
+    p.on('error', reject);
+    p.on('exit', () => {
+      clearTimeout(timer);
+      resolveOut(text);
+    });
+  });
+  const a: Anchors = { raw: [] };
+  for (const line of out.split('\n')) {
+    if (!line.trim().startsWith('{')) continue;
+    let o: Record<string, unknown>;
+    try {
+      // the script prints `"key":,` when a tool produced no figure
+      o = JSON.parse(line.replace(/:(?=\s*[,}])/g, ':null')) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    a.raw.push(o);
+    const num = (k: string): number | undefined => (typeof o[k] === 'number' ? (o[k] as number) : undefined);
+    if (o.anchor === 'ucx' && o.transport === 'posix,self') {
+      a.ucxShmLatencyUs = num('latency_us_8B');
+      a.ucxShmBandwidthMBps = num('bandwidth_MBps_4MiB');
+    }
+    if (o.anchor === 'sockperf') a.sockperfLatencyUs = num('latency_us_64B_p50');
+    if (o.anchor === 'iperf3') a.iperfBandwidthMBps = num('bandwidth_MBps');
+  }
+  return a;
+}
+
+export interface GoalCheck {
+  goal: string;
+  ours: number | null;
+  anchor: number | null;
+  ratio: number | null;
+  met: boolean | null;
+}
+
+/** The issue's goals: shm 8 B latency <= 3x UCX posix, shm 4 MiB bw >= 0.5x UCX; tcp 64 B latency <= 1.5x sockperf, 4 MiB bw >= 0.7x iperf3. */
+export function checkGoals(provider: ProviderName, rows: readonly BenchRow[], a: Anchors): GoalCheck[] {
+  const lat = (b: number): number | null => rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
+  const bw = (b: number): number | null => rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
+  const goal = (name: string, ours: number | null, anchor: number | undefined, limit: number, lower: boolean): GoalCheck => {
+    const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
+    return { goal: name, ours, anchor: anchor ?? null, ratio, met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit };
+  };
+  if (provider === 'shm') {
+    return [goal('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true), goal('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false)];
+  }
+  return [goal('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true), goal('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false)];
+}
