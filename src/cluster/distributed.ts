@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
+import type { SamplerOptions } from '../engine/sampling/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
@@ -28,11 +29,10 @@ export interface RunDistributedOptions {
   maxTokens: number;
   stopTokens?: readonly number[];
   /**
-   * Greedy decoding (default true): the vocabulary-parallel head exchanges only each rank's
-   * best logit. Distributed runs decode greedily (nodes pick the argmax); false gathers full
-   * logits, for callers that compare them.
+   * Sampling options (the engine's SamplerOptions); absent or temperature 0 decodes
+   * greedily, and then the vocabulary-parallel head exchanges only each rank's best logit.
    */
-  greedy?: boolean;
+  sampling?: SamplerOptions;
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
   kernels?: 'wasm' | 'reference';
@@ -81,13 +81,14 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
     }
     session = await ClusterSession.connect(hosts, secret);
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
+    const greedy = o.sampling === undefined || o.sampling.temperature === 0;
     const parallel = o.parallel ?? 'tp';
     progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
     const placement = await session.load({
       model: o.model,
       parallel,
       provider,
-      greedy: o.greedy ?? true,
+      greedy,
       ...(o.tpSize ? { tpSize: o.tpSize } : {}),
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
@@ -99,6 +100,7 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       maxTokens: o.maxTokens,
       ...(o.stopTokens ? { stopTokens: o.stopTokens } : {}),
       ...(o.onToken ? { onToken: o.onToken } : {}),
+      ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
     });
     return { ...result, plan: session.planLines(), bytes: placement.bytes, provider, parallel };
   } finally {

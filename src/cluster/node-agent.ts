@@ -5,6 +5,7 @@ import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import { createKernels, type Kernels } from '../kernels/index.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
+import { Sampler, type SamplerOptions } from '../engine/sampling/index.js';
 import { generateOnRank, loadRank, shardBytes, type ParallelPlan, type RankContext, type WireFormat } from '../parallel/index.js';
 import { errorToJson, mac, nonce, parseHostPort, readMessages, sameMac, send, type Message } from './protocol.js';
 
@@ -95,7 +96,14 @@ class Session {
     const prompt = m.prompt as number[];
     const stop = Array.isArray(m.stopTokens) ? new Set(m.stopTokens as number[]) : undefined;
     const streaming = m.stream === true;
+    // Seeded sampling: every rank that picks holds the same logits and the same seed, so picks agree.
+    let sampler: Sampler | undefined;
+    if (typeof m.sampling === 'object' && m.sampling !== null) {
+      sampler = new Sampler(m.sampling as SamplerOptions);
+      sampler.accept(...prompt);
+    }
     const result = await generateOnRank(ctx, prompt, {
+      ...(sampler ? { pick: (logits: Float32Array) => (sampler as Sampler).sample(logits) } : {}),
       maxTokens: Number(m.maxTokens),
       ...(stop ? { stopTokens: stop } : {}),
       ...(typeof m.contextLength === 'number' ? { contextLength: m.contextLength } : {}),

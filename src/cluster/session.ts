@@ -2,6 +2,7 @@ import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import { configFromMetadata } from '../engine/model/config.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
+import type { SamplerOptions } from '../engine/sampling/index.js';
 import { describePlan, placeModel, type NodeSpec, type ParallelKind, type Placement, type RankMetrics, type WireFormat } from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
 import type { LoadRequest } from './node-agent.js';
@@ -30,6 +31,11 @@ export interface GenerateRequest {
   maxTokens: number;
   stopTokens?: readonly number[];
   onToken?: (token: number) => void;
+  /**
+   * Sampling instead of greedy decoding (load with `greedy: false` then). Every picking rank
+   * runs the same seeded sampler on the same logits; a seed is chosen when none is given.
+   */
+  sampling?: SamplerOptions;
   /** Teacher forcing (see RankGenerateOptions.forced): the result then carries `predicted`. */
   forced?: readonly number[];
   /** Deadline for the whole generation (default 600000 ms); a lost node fails it at once. */
@@ -127,7 +133,7 @@ export class ClusterSession {
     this.clients[0]!.onEvent = (m) => {
       if (m.event === 'token' && typeof m.token === 'number') g.onToken?.(m.token);
     };
-    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}), ...(g.forced ? { forced: [...g.forced] } : {}) };
+    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}), ...(g.forced ? { forced: [...g.forced] } : {}), ...(g.sampling ? { sampling: { ...g.sampling, seed: g.sampling.seed ?? Math.floor(Math.random() * 2 ** 31) } } : {}) };
     const results = await Promise.all(this.clients.map((c, r) => c.request('generate', { ...body, stream: r === 0 && g.onToken !== undefined }, timeoutMs)));
     const r0 = results[0] as { tokens: number[]; stopReason: 'length' | 'stop'; metrics: RankMetrics };
     const predicted = results.map((r) => r.predicted as number[] | undefined).find((p) => p !== undefined && p.length > 0);

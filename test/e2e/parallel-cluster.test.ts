@@ -100,6 +100,13 @@ describe('distributed runs give the single-node tokens', { timeout: 300_000 }, (
       const q = r.nodes.map((m) => m.wireBytesPerToken);
       assert.ok(q.every((b) => b > 0), `${wire} bytes per token ${q}`);
     }
+    const sampling = { temperature: 1, topK: 0, topP: 1, minP: 0, seed: 7 };
+    const sampled: number[][] = [];
+    for (const parallel of ['tp', 'tp', 'pp'] as const) {
+      sampled.push((await runDistributed({ model: models.llama.path, hosts, secret, parallel, sampling, prompt: PROMPT, maxTokens: 12, contextLength: 64 })).tokens);
+    }
+    assert.equal(sampled[2]!.length, 12);
+    assert.deepEqual(sampled[0], sampled[1], 'the same seed samples the same tokens');
   });
 
   it('a wrong secret is refused', async () => {
