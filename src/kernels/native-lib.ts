@@ -15,8 +15,9 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
-/** K-quant kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
+/** K-quant and float kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
 const kQuantPrototypes: Readonly<Record<string, string>> = {
+  mm_float: 'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
   mm_k: 'void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 

@@ -315,4 +315,51 @@ void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint3
     }
   }
 }
+
+// ---- F32 / F16 / BF16 weights times f32 activations (already rounded to the dot type) -------
+// type: 0 F32, 1 F16, 30 BF16; rows [rowsPad, cols] raw; one 4-row tile times each token.
+static inline __m512 load_w16(int type, const uint8_t *p) {
+  if (type == 0) return _mm512_loadu_ps((const float *)p);
+  const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+  if (type == 1) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline float load_w1(int type, const uint8_t *p) {
+  if (type == 0) return *(const float *)p;
+  const uint16_t h = rd16(p);
+  if (type == 1) return f16(h);
+  union { uint32_t u; float f; } v;
+  v.u = (uint32_t)h << 16;
+  return v.f;
+}
+
+void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const size_t es = type == 0 ? 4 : 2;
+  const size_t rowBytes = (size_t)cols * es;
+  const int c16 = cols & ~15;
+  const int t0 = part(tiles, tid, nt);
+  const int t1 = part(tiles, tid + 1, nt);
+  for (int tl = t0; tl < t1; tl++) {
+    const uint8_t *w0 = m + w + (size_t)tl * 4 * rowBytes;
+    for (int t = 0; t < n; t++) {
+      const float *xt = (const float *)(m + x) + (size_t)t * cols;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+      for (int c = 0; c < c16; c += 16) {
+        const __m512 xv = _mm512_loadu_ps(xt + c);
+        const uint8_t *wc = w0 + (size_t)c * es;
+        a0 = _mm512_fmadd_ps(load_w16(type, wc), xv, a0);
+        a1 = _mm512_fmadd_ps(load_w16(type, wc + rowBytes), xv, a1);
+        a2 = _mm512_fmadd_ps(load_w16(type, wc + 2 * rowBytes), xv, a2);
+        a3 = _mm512_fmadd_ps(load_w16(type, wc + 3 * rowBytes), xv, a3);
+      }
+      float r[4] = {_mm512_reduce_add_ps(a0), _mm512_reduce_add_ps(a1), _mm512_reduce_add_ps(a2), _mm512_reduce_add_ps(a3)};
+      for (int c = c16; c < cols; c++)
+        for (int k = 0; k < 4; k++) r[k] += load_w1(type, w0 + k * rowBytes + (size_t)c * es) * xt[c];
+      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+      for (int k = 0; k < 4; k++) yt[k] = r[k];
+    }
+  }
+}
 #endif
