@@ -73,3 +73,18 @@ test('ByteBuilder grows across its initial capacity without losing bytes', () =>
   assert.equal(view.getBigUint64(3004, true), 5000n);
   assert.equal(view.getBigUint64(3012 + 5000, true), 2n ** 63n);
 });
+
+test('the chat templates render with @huggingface/jinja', async () => {
+  const { Template } = await import('@huggingface/jinja');
+  const messages = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Hi' },
+    { role: 'assistant', content: 'Hello' },
+  ];
+  const spm = buildSpmVocab(1024);
+  const spmText = new Template(spm.chatTemplate).render({ messages, bos_token: '<s>', eos_token: '</s>', add_generation_prompt: true });
+  assert.equal(spmText, '<s><<SYS>>\nBe brief.\n<</SYS>>\n\n[INST] Hi [/INST] Hello</s>');
+  const bpe = buildBpeVocab(1024);
+  const bpeText = new Template(bpe.chatTemplate).render({ messages: messages.slice(1, 2), add_generation_prompt: true });
+  assert.equal(bpeText, '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n');
+});
