@@ -17,13 +17,16 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const { rank, size } = call;
   const mine = call.settle(data);
   const bytes = call.wireBytes(data.length);
-  const sent = pairwiseSteps(size, rank).map((s) => call.send(s.to, mine));
-  const got = await Promise.all(pairwiseSteps(size, rank).map((s) => call.recv(s.from, bytes)));
-  await Promise.all(sent);
-  const from = new Map(pairwiseSteps(size, rank).map((s, i) => [s.from, got[i] as Uint8Array]));
+  const steps = pairwiseSteps(size, rank);
+  const sent: Promise<void>[] = [];
+  for (const s of steps) sent.push(call.send(s.to, mine));
+  // contributions by rank; this rank's own slot stays undefined
+  const from: (Uint8Array | undefined)[] = new Array<Uint8Array | undefined>(size);
+  for (const s of steps) from[s.from] = await call.recv(s.from, bytes);
+  for (const p of sent) await p;
   const acc = allocate(call.spec.dtype, data.length);
   for (let r = 0; r < size; r++) {
-    const payload = from.get(r);
+    const payload = from[r];
     if (r === 0) {
       if (payload) call.copyFrom(acc, payload);
       else acc.set(data);

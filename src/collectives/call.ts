@@ -55,7 +55,7 @@ export class Call {
       lane: 0,
       step: 0,
       commId: comm.commId,
-      seq: spec.seq,
+      seq: spec.seq >>> 0, // the wire field is 32 bits
       count: spec.count,
       src: comm.members[comm.rank] as number,
       dst: 0,

@@ -80,5 +80,7 @@ export function rhdOwners(n: number): number[] {
 
 /** Pairwise all-to-all order: at step s (1..n-1) rank r sends to r+s and receives from r-s. */
 export function pairwiseSteps(n: number, rank: number): { to: number; from: number }[] {
-  return Array.from({ length: Math.max(0, n - 1) }, (_, i) => ({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) }));
+  const out: { to: number; from: number }[] = [];
+  for (let i = 0; i < n - 1; i++) out.push({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) });
+  return out;
 }
