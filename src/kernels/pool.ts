@@ -40,6 +40,9 @@ export class ThreadPool {
   private readonly workers: Worker[] = [];
   private readonly mainFns: KernelFn[][] = [];
   private closed = false;
+  private native: { addr: (p: Uint8Array) => number; fns: Record<string, KernelFn> } | undefined;
+  /** Jobs below this many multiply-adds stay on the calling thread (see SMALL_JOB). */
+  smallJob = SMALL_JOB;
 
   private constructor(
     private readonly module: WasmModule,
@@ -51,10 +54,6 @@ export class ThreadPool {
     this.ctrl = new Int32Array(control, 0, 16);
     this.args = new Float64Array(control, 64, 32);
   }
-
-  /** Jobs below this many multiply-adds stay on the calling thread (see SMALL_JOB). */
-  smallJob = SMALL_JOB;
-  private native: { addr: (p: Uint8Array) => number; fns: Record<string, KernelFn> } | undefined;
 
   /**
    * `native` (optional): a compiled C library whose functions replace the wasm exports of
