@@ -1,3 +1,4 @@
+import { availableParallelism, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import type { CompletionQueue, WaitOptions, WorkCompletion } from './types.js';
@@ -12,9 +13,27 @@ export interface ProgressEngine {
   sleep?(ms: number): void;
 }
 
-/** Busy-poll in slices of SPIN_SLICE_MS, yielding to the loop between them, for SPIN_WINDOW_MS. */
+/**
+ * Busy-poll for the spin window after the last activity, in slices of at most
+ * SPIN_SLICE_MS with event-loop turns between them, then sleep in the kernel (futex /
+ * poll(2)), which wakes on data. When runnable processes outnumber cores a spinner loses
+ * its timeslices to sleepers (measured here: 8 B shm ping-pong 0.5 ms spinning vs 0.08 ms
+ * sleeping at load 24 on 2 cores), so the window is 0 while the load average exceeds the
+ * core count. TANDEM_FABRIC_SPIN_US fixes the window (e.g. 2000 on a dedicated machine).
+ */
 const SPIN_SLICE_MS = 0.05;
-const SPIN_WINDOW_MS = 2;
+const DEFAULT_SPIN_MS = 0.05;
+const fixedSpin = process.env.TANDEM_FABRIC_SPIN_US;
+let spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
+let loadCheckedAt = -Infinity;
+
+function spinWindow(now: number): number {
+  if (fixedSpin === undefined && now - loadCheckedAt > 1000) {
+    loadCheckedAt = now;
+    spinMs = (loadavg()[0] ?? 0) > availableParallelism() + 0.5 ? 0 : DEFAULT_SPIN_MS;
+  }
+  return spinMs;
+}
 /** A sleeping wait blocks the event loop for at most this long at a time. */
 const SLEEP_SLICE_MS = 1;
 const DEFAULT_TIMEOUT_MS = 30_000;
@@ -89,8 +108,9 @@ export class CQ implements CompletionQueue {
         const now = performance.now();
         if (now >= deadline) throw this.timedOut(timeoutMs, min);
         if (this.engine.spins) {
-          if (this.spin(Math.min(deadline, now + SPIN_SLICE_MS), min)) return this.take(max);
-          if (now - active >= SPIN_WINDOW_MS && this.engine.sleep) this.engine.sleep(Math.min(SLEEP_SLICE_MS, deadline - now));
+          const window = spinWindow(now);
+          if (this.spin(Math.min(deadline, now + Math.min(SPIN_SLICE_MS, window)), min)) return this.take(max);
+          if (now - active >= window && this.engine.sleep) this.engine.sleep(Math.min(SLEEP_SLICE_MS, deadline - now));
           await immediate();
         } else {
           await this.event(Math.max(0, deadline - now));
