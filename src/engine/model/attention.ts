@@ -3,7 +3,7 @@ import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.j
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
 import { kvHeadsFor, rangeLength, type ShardSpec } from './shard.js';
-import type { AttentionWeights } from './weights.js';
+import type { AttentionWeights, Projection } from './weights.js';
 
 /**
  * How this shard's query heads map onto the KV heads it stores. When the query-head range
@@ -36,6 +36,37 @@ export function headLayout(config: ModelConfig, shard: ShardSpec): HeadLayout {
 export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array, n: number): void {
   if (n === 1) k.matvec(w, x, y);
   else k.matmul(w, x, y, n);
+}
+
+/**
+ * Runs a (possibly fused) projection for n tokens and returns each part's output [n, rows_i].
+ * For one token the parts are views of the fused output; for several they are de-interleaved
+ * from its [n, sum(rows)] rows into scratch buffers.
+ */
+export function projectParts(k: Kernels, proj: Projection, x: Float32Array, n: number, scratch: Scratch, tag: string): Float32Array[] {
+  if (proj.separate) {
+    return proj.separate.map((w, i) => {
+      const y = scratch.f32(`${tag}.${i}`, n * w.rows);
+      project(k, w, x, y, n);
+      return y;
+    });
+  }
+  const { weight, parts } = proj.fused!;
+  const total = weight.rows;
+  const y = scratch.f32(`${tag}.fused`, n * total);
+  project(k, weight, x, y, n);
+  const outs: Float32Array[] = [];
+  let offset = 0;
+  for (const [i, rows] of parts.entries()) {
+    if (n === 1) outs.push(y.subarray(offset, offset + rows));
+    else {
+      const out = scratch.f32(`${tag}.${i}`, n * rows);
+      for (let t = 0; t < n; t++) out.set(y.subarray(t * total + offset, t * total + offset + rows), t * rows);
+      outs.push(out);
+    }
+    offset += rows;
+  }
+  return outs;
 }
 
 function expandHeads(src: Float32Array, dst: Float32Array, map: Int32Array, kvHeads: number, hd: number, n: number): void {
@@ -73,12 +104,7 @@ export function attentionForward(
 ): void {
   const { x, n } = step;
   const hd = c.headDim;
-  const q = scratch.f32('attn.q', n * layout.heads * hd);
-  const kk = scratch.f32('attn.k', n * layout.kvProjected * hd);
-  const v = scratch.f32('attn.v', n * layout.kvProjected * hd);
-  project(k, w.q, x, q, n);
-  project(k, w.k, x, kk, n);
-  project(k, w.v, x, v, n);
+  const [q, kk, v] = projectParts(k, w.qkv, x, n, scratch, 'attn.qkv') as [Float32Array, Float32Array, Float32Array];
   if (w.qBias) addBias(q, w.qBias, n);
   if (w.kBias) addBias(kk, w.kBias, n);
   if (w.vBias) addBias(v, w.vBias, n);

@@ -1,16 +1,12 @@
 import type { Kernels } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
-import { project } from './attention.js';
+import { project, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
 import type { FfnWeights, MoeWeights } from './weights.js';
 
 /** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
 export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, tag: string): void {
-  const hidden = w.gate.rows;
-  const g = scratch.f32(`${tag}.gate`, n * hidden);
-  const u = scratch.f32(`${tag}.up`, n * hidden);
-  project(k, w.gate, x, g, n);
-  project(k, w.up, x, u, n);
+  const [g, u] = projectParts(k, w.gateUp, x, n, scratch, tag) as [Float32Array, Float32Array];
   k.swiglu(g, u, g);
   project(k, w.down, g, out, n);
 }

@@ -5,13 +5,25 @@ import type { ModelConfig } from './config.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
 
+/**
+ * Projections that read the same input may be uploaded as one weight (rows stacked), so one
+ * kernel call (one thread hand-off, one copy of the input) computes them all; `parts` gives
+ * the row count of each, in order. Used when their types agree (not, e.g., in Q4_K_M files
+ * where v and down use Q6_K).
+ */
+export interface Projection {
+  fused?: { weight: Weight; parts: readonly number[] };
+  /** The separate weights, when not fused. */
+  separate?: readonly Weight[];
+}
+
 export interface AttentionWeights {
   norm: Float32Array;
-  /** Rows: this shard's query heads; cols: the model width. */
-  q: Weight;
-  /** Rows: the KV heads this shard's query heads use. */
-  k: Weight;
-  v: Weight;
+  /**
+   * q, k, v: rows of q are this shard's query heads, of k and v the KV heads those use;
+   * cols are the model width.
+   */
+  qkv: Projection;
   /** Rows: the model width; cols: this shard's query heads (partial sums across the group). */
   o: Weight;
   qBias?: Float32Array;
@@ -24,9 +36,11 @@ export interface AttentionWeights {
 
 /** A SwiGLU FFN slice: gate/up rows and down cols are this shard's hidden units. */
 export interface FfnWeights {
-  gate: Weight;
-  up: Weight;
+  /** gate then up. */
+  gateUp: Projection;
   down: Weight;
+  /** Hidden units of this slice. */
+  hidden: number;
 }
 
 export interface MoeWeights {
@@ -102,6 +116,38 @@ export class WeightLoader {
     });
   }
 
+  /**
+   * Several matrices with the same type and width as one weight, rows stacked in order
+   * (fused when possible, else uploaded one by one).
+   */
+  async stacked(parts: { name: string; expect: { rows: number; cols: number }; rows: Range; base?: number }[]): Promise<Projection> {
+    const entries = parts.map((p) => this.entry(p.name));
+    const type = entries[0]!.type;
+    if (!entries.every((e) => e.type === type)) {
+      // One after another: every read lands in the one scratch buffer.
+      const separate: Weight[] = [];
+      for (const p of parts) separate.push(await this.matrix(p.name, p.expect, { rows: p.rows, ...(p.base !== undefined ? { base: p.base } : {}) }));
+      return { separate };
+    }
+    const cols = parts[0]!.expect.cols;
+    const stride = rowBytes(type, cols);
+    const total = parts.reduce((n, p) => n + rangeLength(p.rows), 0);
+    if (this.scratch.byteLength < total * stride) this.scratch = new Uint8Array(total * stride);
+    const data = this.scratch.subarray(0, total * stride);
+    let at = 0;
+    for (const [i, p] of parts.entries()) {
+      const shape = matrixShape(entries[i]!);
+      const base = p.base ?? 0;
+      if (shape.cols !== cols || shape.rows < base + p.expect.rows) throw shapeError(p.name, entries[i]!.dims, p.expect);
+      const count = rangeLength(p.rows);
+      const bytes = await this.file.readRows(p.name, base + p.rows.start, count, data.subarray(at * stride));
+      if (bytes.byteOffset !== data.byteOffset + at * stride) data.set(bytes, at * stride);
+      at += count;
+    }
+    const weight = this.kernels.uploadWeight({ type: type as GgmlTypeId, rows: total, cols, data, name: parts.map((p) => p.name).join('+') });
+    return { fused: { weight, parts: parts.map((p) => rangeLength(p.rows)) } };
+  }
+
   /** A vector (norm weight, bias) as f32, elements [range.start, range.end). */
   async vector(name: string, length: number, range: Range = { start: 0, end: length }): Promise<Float32Array> {
     const entry = this.entry(name);
@@ -142,11 +188,14 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
   const kv = kvHeadsFor(c, s.heads);
   const qRows = { start: s.heads.start * hd, end: s.heads.end * hd };
   const kvRows = { start: kv.start * hd, end: kv.end * hd };
+  const width = c.embeddingLength;
   const w: AttentionWeights = {
-    norm: await l.vector(`${p}attn_norm.weight`, c.embeddingLength),
-    q: await l.matrix(`${p}attn_q.weight`, { rows: c.headCount * hd, cols: c.embeddingLength }, { rows: qRows }),
-    k: await l.matrix(`${p}attn_k.weight`, { rows: c.headCountKv * hd, cols: c.embeddingLength }, { rows: kvRows }),
-    v: await l.matrix(`${p}attn_v.weight`, { rows: c.headCountKv * hd, cols: c.embeddingLength }, { rows: kvRows }),
+    norm: await l.vector(`${p}attn_norm.weight`, width),
+    qkv: await l.stacked([
+      { name: `${p}attn_q.weight`, expect: { rows: c.headCount * hd, cols: width }, rows: qRows },
+      { name: `${p}attn_k.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
+      { name: `${p}attn_v.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
+    ]),
     o: await l.matrix(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, { cols: qRows }),
   };
   if (c.hasQkvBias) {
@@ -164,9 +213,12 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
 async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base = 0): Promise<FfnWeights> {
   const [gate, up, down] = names;
   return {
-    gate: await l.matrix(gate, { rows: ff, cols: width }, { rows: hidden, base: base * ff }),
-    up: await l.matrix(up, { rows: ff, cols: width }, { rows: hidden, base: base * ff }),
+    gateUp: await l.stacked([
+      { name: gate, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
+      { name: up, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
+    ]),
     down: await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width }),
+    hidden: rangeLength(hidden),
   };
 }
 
