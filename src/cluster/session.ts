@@ -92,7 +92,9 @@ export class ClusterSession {
       const config = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
       const specs: NodeSpec[] = this.hosts.map((h, r) => {
         const own = this.infos[r]?.memLimit;
-        const memLimit = o.memLimit ?? h.memLimit ?? (typeof own === 'number' ? own : undefined);
+        // The tightest of the run's cap, the hostfile's and the node's own.
+        const caps = [o.memLimit, h.memLimit, typeof own === 'number' ? own : undefined].filter((x): x is number => x !== undefined);
+        const memLimit = caps.length > 0 ? Math.min(...caps) : undefined;
         return { ...(memLimit !== undefined ? { memLimit } : {}), ...(h.speed !== undefined ? { speed: h.speed } : {}) };
       });
       placement = placeModel({ config, tensors: file.tensors }, specs, { kind: o.parallel, ...(o.tpSize ? { tpSize: o.tpSize } : {}), ...(o.contextLength ? { contextLength: o.contextLength } : {}) });

@@ -52,21 +52,22 @@ export function rangesFromCounts(counts: readonly number[]): Range[] {
   return counts.map((c) => ({ start: at, end: (at += c) }));
 }
 
-/** Splits `total` into `weights.length` positive counts proportional to the weights (largest remainder). */
+/** Splits `total` into `weights.length` positive counts as close as can be to proportional to the weights. */
 export function proportionalCounts(total: number, weights: readonly number[]): number[] {
   const n = weights.length;
   if (total < n) throw badPlan(`${total} layers cannot be split over ${n} pipeline stages`, 'use fewer nodes for pipeline parallel, or tensor parallel');
   const sum = weights.reduce((a, b) => a + b, 0);
-  const spare = total - n;
-  const exact = weights.map((w) => (sum > 0 ? (spare * w) / sum : spare / n));
-  const counts = exact.map((e) => 1 + Math.floor(e));
-  let left = total - counts.reduce((a, b) => a + b, 0);
-  const order = exact.map((e, i) => [e - Math.floor(e), i] as const).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
-  for (const [, i] of order) {
-    if (left <= 0) break;
-    counts[i]!++;
-    left--;
-  }
+  const exact = weights.map((w) => (sum > 0 ? (total * w) / sum : total / n));
+  const counts = exact.map((e) => Math.max(1, Math.floor(e)));
+  // Largest shortfall first when adding, largest excess first when removing (ties: lower stage).
+  const pick = (score: (i: number) => number, ok: (i: number) => boolean): number => {
+    let best = -1;
+    for (let i = 0; i < n; i++) if (ok(i) && (best < 0 || score(i) > score(best))) best = i;
+    return best;
+  };
+  let diff = total - counts.reduce((a, b) => a + b, 0);
+  for (; diff > 0; diff--) counts[pick((i) => exact[i]! - counts[i]!, () => true)]!++;
+  for (; diff < 0; diff++) counts[pick((i) => counts[i]! - exact[i]!, (i) => counts[i]! > 1)]!--;
   return counts;
 }
 
