@@ -195,6 +195,19 @@ describe('tokenization matches llama.cpp', { timeout: 120_000 }, () => {
     });
   });
 
+  it('BOS, EOS and the end-of-generation set match llama.cpp for every vocabulary', () => {
+    CASES.forEach((c, i) => {
+      const tok = tokenizers[i] as Tokenizer;
+      const answer = answers[i] as OracleAnswer;
+      assert.equal(tok.bosId ?? null, answer.bos, `${c.name} BOS`);
+      assert.equal(tok.eosId ?? null, answer.eos, `${c.name} EOS`);
+      const ours = Array.from({ length: tok.vocabSize }, (_, id) => id).filter((id) =>
+        tok.isEndOfGeneration(id),
+      );
+      assert.deepEqual(ours, answer.eog, `${c.name} end of generation`);
+    });
+  });
+
   it('the vocabularies exercise merges, byte fallback and special tokens', () => {
     const spm = tokenizers[0] as Tokenizer;
     const ids = spm.encode('中文测试文本和未知字符龘', { addBos: false });

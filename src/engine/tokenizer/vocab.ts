@@ -28,17 +28,27 @@ const END_OF_GENERATION_TEXTS = new Set([
 const USER_DEFINED_TEXTS = new Set(['<|channel|>', '<|message|>', '<|start|>', '<|constrain|>']);
 
 /**
- * Fill-in-the-middle markers, one group per role. llama.cpp makes control the first of a
- * group it meets in hash order, so only a group with exactly one token present is predictable;
- * that is the case we follow (real vocabularies have one spelling each).
+ * Fill-in-the-middle markers, one group per role; pad, repo and file-separator markers also
+ * end generation. llama.cpp takes the first of a group it meets in hash order, so only a
+ * group with exactly one token present is predictable; that is the case we follow (real
+ * vocabularies have one spelling each).
  */
-const FIM_GROUPS: readonly (readonly string[])[] = [
-  ['<|fim_prefix|>', '<fim-prefix>', '<｜fim▁begin｜>', '<PRE>', '▁<PRE>', '<|code_prefix|>'],
-  ['<|fim_suffix|>', '<fim-suffix>', '<｜fim▁hole｜>', '<SUF>', '▁<SUF>', '<|code_suffix|>'],
-  ['<|fim_middle|>', '<fim-middle>', '<｜fim▁end｜>', '<MID>', '▁<MID>', '<|code_middle|>'],
-  ['<|fim_pad|>', '<fim-pad>', '<PAD>'],
-  ['<|fim_repo|>', '<|repo_name|>', '<fim-repo>', '<REPO>'],
-  ['<|file_sep|>'],
+const FIM_GROUPS: readonly { texts: readonly string[]; endsGeneration: boolean }[] = [
+  {
+    texts: ['<|fim_prefix|>', '<fim-prefix>', '<｜fim▁begin｜>', '<PRE>', '▁<PRE>', '<|code_prefix|>'],
+    endsGeneration: false,
+  },
+  {
+    texts: ['<|fim_suffix|>', '<fim-suffix>', '<｜fim▁hole｜>', '<SUF>', '▁<SUF>', '<|code_suffix|>'],
+    endsGeneration: false,
+  },
+  {
+    texts: ['<|fim_middle|>', '<fim-middle>', '<｜fim▁end｜>', '<MID>', '▁<MID>', '<|code_middle|>'],
+    endsGeneration: false,
+  },
+  { texts: ['<|fim_pad|>', '<fim-pad>', '<PAD>'], endsGeneration: true },
+  { texts: ['<|fim_repo|>', '<|repo_name|>', '<fim-repo>', '<REPO>'], endsGeneration: true },
+  { texts: ['<|file_sep|>'], endsGeneration: true },
 ];
 
 function metaError(message: string, key: string): TandemError {
@@ -109,7 +119,7 @@ export class Vocab {
       }
     }
     for (let i = 0; i < n; i++) this.textToId.set(meta.tokens[i] as string, i);
-    this.markControlLooking();
+    const fimEnds = this.markControlLooking();
     this.bosId = checkId(meta.bosTokenId, n, 'tokenizer.ggml.bos_token_id');
     this.eosId = checkId(meta.eosTokenId, n, 'tokenizer.ggml.eos_token_id');
     this.unknownId = checkId(meta.unknownTokenId, n, 'tokenizer.ggml.unknown_token_id');
@@ -117,7 +127,7 @@ export class Vocab {
     this.addEos = meta.addEosToken ?? false;
     this.addSpacePrefix = kind === 'spm' ? (meta.addSpacePrefix ?? true) : false;
     this.specials = this.collectSpecials();
-    const eog = new Set<number>();
+    const eog = new Set<number>(fimEnds);
     if (this.eosId !== undefined) eog.add(this.eosId);
     for (const text of END_OF_GENERATION_TEXTS) {
       const id = this.textToId.get(text);
@@ -134,17 +144,22 @@ export class Vocab {
     return this.types[id] === TokenType.control;
   }
 
-  private markControlLooking(): void {
+  /** Retypes tokens llama.cpp recognises by text; returns the FIM markers that end generation. */
+  private markControlLooking(): number[] {
     const mark = (text: string, type: TokenType = TokenType.control): void => {
       const id = this.textToId.get(text);
       if (id !== undefined) this.types[id] = type;
     };
     for (const text of END_OF_GENERATION_TEXTS) mark(text);
     for (const text of USER_DEFINED_TEXTS) mark(text, TokenType.userDefined);
+    const ends: number[] = [];
     for (const group of FIM_GROUPS) {
-      const present = group.filter((t) => this.textToId.has(t));
-      if (present.length === 1) mark(present[0] as string);
+      const present = group.texts.filter((t) => this.textToId.has(t));
+      if (present.length !== 1) continue;
+      mark(present[0] as string);
+      if (group.endsGeneration) ends.push(this.textToId.get(present[0] as string) as number);
     }
+    return ends;
   }
 
   private collectSpecials(): number[] {

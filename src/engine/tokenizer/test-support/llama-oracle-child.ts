@@ -15,9 +15,14 @@ const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLev
 const answers: OracleAnswer[] = [];
 for (const job of jobs) {
   const model = await llama.loadModel({ modelPath: job.modelPath, vocabOnly: true });
+  const eog: number[] = [];
+  for (const id of model.iterateAllTokens()) if (model.isEogToken(id)) eog.push(id);
   answers.push({
     tokenized: job.tokenize.map((t) => Array.from(model.tokenize(t.text, t.special), Number)),
     detokenized: job.detokenize.map((d) => model.detokenize(d.ids as Token[], d.special)),
+    bos: model.tokens.bos,
+    eos: model.tokens.eos,
+    eog,
   });
   await model.dispose();
 }

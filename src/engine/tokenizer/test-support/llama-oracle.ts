@@ -12,6 +12,10 @@ export interface OracleJob {
 export interface OracleAnswer {
   tokenized: number[][];
   detokenized: string[];
+  bos: number | null;
+  eos: number | null;
+  /** Every id llama.cpp counts as end of generation. */
+  eog: number[];
 }
 
 const childPath = fileURLToPath(new URL('./llama-oracle-child.ts', import.meta.url));
