@@ -9,6 +9,7 @@ import { fullShard, type ShardSpec } from './shard.js';
 import { tinyModelFile, type TinyModelOptions } from './tiny-model.js';
 
 const kernels = new ReferenceKernels();
+const prompt = [1, 8, 30, 2];
 
 function maxRelDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let scale = 0;
@@ -54,6 +55,21 @@ for (const [name, options] of cases) {
     assert.equal(cache.length, tokens.length);
   });
 }
+
+test('an f16 KV cache gives the f32 cache\'s greedy tokens and close logits', async () => {
+  const model = await Model.load(tinyModelFile({ arch: 'qwen3', seed: 9 }), kernels);
+  const f32 = model.newSession();
+  const f16 = model.newSession({ kvType: 'f16' });
+  let a = await model.forward(prompt, f32);
+  let b = await model.forward(prompt, f16);
+  for (let step = 0; step < 6; step++) {
+    assert.ok(maxRelDiff(b, a) < 1e-2, `step ${step}: ${maxRelDiff(b, a)}`);
+    assert.equal(argmax(b), argmax(a));
+    a = await model.forward([argmax(a)], f32);
+    b = await model.forward([argmax(b)], f16);
+  }
+  assert.ok(maxRelDiff(b, a) > 0, 'the f16 cache really rounds');
+});
 
 /** An in-process group: each rank's call resolves once all ranks contributed; sums in rank order. */
 function localGroup(size: number): ShardComm[] {
@@ -120,7 +136,6 @@ async function runSingle(options: TinyModelOptions, tokens: number[]): Promise<n
   return runSharded(options, (full) => [full], tokens);
 }
 
-const prompt = [1, 8, 30, 2];
 
 test('tensor parallel (heads, FFN, vocab split) gives the single-node tokens, on 2 and 3 shards', async () => {
   const options: TinyModelOptions = { arch: 'qwen2', heads: 6, kvHeads: 2, width: 48, ff: 64 };
