@@ -290,6 +290,14 @@ export function conformance(provider: ProviderName): void {
     putU32(unknown, 0, 8);
     unknown[4] = 99;
     bad.push(unknown);
+    // a bad frame followed by more bytes in the same read: nothing after it is executed
+    const write = new Uint8Array(4 + 24 + 8);
+    putU32(write, 0, 32);
+    write[4] = 2;
+    const both = new Uint8Array(unknown.length + write.length);
+    both.set(unknown, 0);
+    both.set(write, unknown.length);
+    bad.push(both);
     for (const bytes of bad) {
       const { a, b, close } = await pair(provider);
       try {

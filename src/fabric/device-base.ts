@@ -35,6 +35,8 @@ export abstract class DeviceBase implements Device {
     authFailures: 0,
   };
   private readonly qps = new Set<Qp>();
+  /** Listeners still open; closed with the device. */
+  private readonly listeners = new Set<Listener>();
   private pollable: Qp[] = [];
   private timer: NodeJS.Timeout | undefined;
   protected closed = false;
@@ -73,6 +75,17 @@ export abstract class DeviceBase implements Device {
   }
 
   abstract listen(options: ListenOptions): Promise<Listener>;
+
+  /** Providers pass every listener they create through here. */
+  protected track(l: Listener): Listener {
+    this.listeners.add(l);
+    const close = l.close.bind(l);
+    l.close = async () => {
+      this.listeners.delete(l);
+      await close();
+    };
+    return l;
+  }
   abstract connect(options: ConnectOptions): Promise<QueuePair>;
 
   stats(): DeviceStats {
@@ -118,6 +131,7 @@ export abstract class DeviceBase implements Device {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    for (const l of [...this.listeners]) await l.close();
     for (const qp of [...this.qps]) await qp.close();
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;

@@ -159,7 +159,7 @@ export class LoopbackDevice extends DeviceBase {
     }
     const l = new LoopbackListener(this, port, secretBytes(options.secret));
     ports.set(port, l);
-    return l;
+    return this.track(l);
   }
 
   qpFor(t: LoopbackTransport, options: AcceptOptions, peerInfo: Record<string, unknown>, sendPsn: number, recvPsn: number): QueuePair {

@@ -356,7 +356,8 @@ export class Qp implements QueuePair {
 
   /** `placed`: a WRITE header whose payload the decoder already put in place. */
   private onFrame(body: Uint8Array, placed = false): void {
-    if (this.qpState === 'closed') return;
+    // after an error nothing more is executed, even frames already in the pipe
+    if (this.qpState !== 'ready') return;
     const type = body[0];
     const flags = body[1] as number;
     const psn = getU32(body, 4);

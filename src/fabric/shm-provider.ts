@@ -170,9 +170,12 @@ class ShmTransport implements Transport {
     this.ring();
     this.socket.destroy();
     this.onClose(this);
-    this.mine.unmap();
-    this.theirs.unmap();
-    if (this.peerBell.length > 0) this.peerBell.unmap();
+    // unmap later: we may be inside decoder.push() reading a view of the ring
+    setImmediate(() => {
+      this.mine.unmap();
+      this.theirs.unmap();
+      this.peerBell.unmap();
+    });
     this.events?.closed(reason, malformed);
   }
 
@@ -251,7 +254,7 @@ export class ShmDevice extends DeviceBase {
     this.checkOpen();
     const side = new SideChannelListener('shm', options.secret, () => this.countAuthFailure());
     await side.start(options.host ?? '127.0.0.1', options.port ?? 0);
-    return new ShmListener(this, side);
+    return this.track(new ShmListener(this, side));
   }
 
   qpOn(peer: Authenticated, psn: number, options: AcceptOptions, mine: ShmSegment, theirs: ShmSegment, bell: ShmSegment): QueuePair {

@@ -293,7 +293,7 @@ export class TcpDevice extends DeviceBase {
     this.checkOpen();
     const side = new SideChannelListener('tcp', options.secret, () => this.countAuthFailure());
     await side.start(options.host ?? '127.0.0.1', options.port ?? 0);
-    return new TcpListener(this, side);
+    return this.track(new TcpListener(this, side));
   }
 
   private readonly lib = socketLib();

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { Access, openDevice, type ProviderName, type WorkCompletion } from '../../src/fabric/index.js';
+import { sweepStale } from '../../src/fabric/shm-ffi.js';
 
 const peerScript = join(import.meta.dirname, 'fabric-peer.ts');
 
@@ -43,9 +44,13 @@ async function killPeer(provider: ProviderName): Promise<void> {
     const later = await cq.wait({ timeoutMs: 2000 });
     assert.deepEqual([later[0]?.wrId, later[0]?.status], [20, 'peer_lost']);
   } finally {
+    const gone = new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)));
     child.kill('SIGKILL');
+    await Promise.race([gone, new Promise((r) => setTimeout(r, 5000))]);
     await l.close();
     await dev.close();
+    // a SIGKILLed shm peer cannot remove its bell segment: the survivor sweeps it
+    if (provider === 'shm') assert.ok(sweepStale() >= 1, 'the dead peer left its bell segment to sweep');
   }
 }
 
