@@ -4,6 +4,11 @@ import { nearestInt } from './rounding.js';
 
 export const GROUP_MAX_EPS = 1e-15;
 
+// Scratch for makeQkx2Quants (n <= 32): values, weights and values minus the minimum, as doubles.
+const xs = new Float64Array(32);
+const ws = new Float64Array(32);
+const xm = new Float64Array(32);
+
 /**
  * Unpacks sub-block j's 6-bit scale and 6-bit min from the 12 packed bytes at `q[o..o+12)`:
  * sub-blocks 0-3 keep them in the low 6 bits of bytes j and j+4; 4-7 split them across the
@@ -64,6 +69,8 @@ export function makeQkx2Quants(
     if (v < min) min = v;
     if (v > max) max = v;
     const w = weights[i] as number;
+    xs[i] = v;
+    ws[i] = w;
     sumW += w;
     sumX += w * v;
     sumX2 += w * v * v;
@@ -73,30 +80,31 @@ export function makeQkx2Quants(
     for (let i = 0; i < n; i++) L[l0 + i] = 0;
     return [0, -min];
   }
+  for (let i = 0; i < n; i++) xm[i] = (xs[i] as number) - min;
   let iscale = nmax / (max - min);
   let scale = 1 / iscale;
   let bestError = 0;
   for (let i = 0; i < n; i++) {
-    const v = x[x0 + i] as number;
-    const l = Math.max(0, Math.min(nmax, nearestInt(iscale * (v - min))));
+    const l = Math.max(0, Math.min(nmax, nearestInt(iscale * (xm[i] as number))));
     L[l0 + i] = l;
-    const diff = scale * l + min - v;
-    bestError += (weights[i] as number) * diff * diff;
+    const diff = scale * l + min - (xs[i] as number);
+    bestError += (ws[i] as number) * diff * diff;
   }
+  const range = max - min;
   for (let is = 0; is <= nstep; is++) {
-    iscale = (rmin + rdelta * is + nmax) / (max - min);
+    iscale = (rmin + rdelta * is + nmax) / range;
     let sumL = 0;
     let sumL2 = 0;
     let sumXL = 0;
     for (let i = 0; i < n; i++) {
-      const v = x[x0 + i] as number;
-      let l = nearestInt(iscale * (v - min));
+      // Round half to even by the 1.5 * 2^52 trick (nearestInt, inlined for this hot loop).
+      let l = iscale * (xm[i] as number) + 6755399441055744 - 6755399441055744;
       l = l < 0 ? 0 : l > nmax ? nmax : l;
       Laux[i] = l;
-      const wl = (weights[i] as number) * l;
+      const wl = (ws[i] as number) * l;
       sumL += wl;
       sumL2 += wl * l;
-      sumXL += wl * v;
+      sumXL += wl * (xs[i] as number);
     }
     const D = sumW * sumL2 - sumL * sumL;
     if (D <= 0) continue;
