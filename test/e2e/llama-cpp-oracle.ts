@@ -10,8 +10,6 @@ export interface OracleJob {
   vocabSize: number;
   contextSize: number;
   threads?: number;
-  /** Feed the prompt one token per evaluation instead of as one batch. */
-  oneByOne?: boolean;
 }
 
 /** As sent by the child: logits base64 f32 [steps, vocab]. */
