@@ -14,7 +14,7 @@ export const command = defineCommand({
     sizes: { type: 'list', placeholder: 'sizes', description: 'message sizes, e.g. 8,64,4K,4M (default 8 B .. 64 MiB)' },
     iterations: { type: 'number', default: 2000, description: 'latency round trips per small size (fewer for large ones)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"provider","op","bytes","latency_us_p50","latency_us_p99","bandwidth_MBps"}' },
-    anchors: { type: 'boolean', description: 'run the anchors script and compare with the goals' },
+    anchors: { type: 'boolean', description: 'run <repo>/../shared/anchors/run-anchors.sh fabric and print its figures and the goal ratios (on stderr with --json)' },
   },
   examples: ['tandem bench fabric --provider shm', 'tandem bench fabric --provider tcp --sizes 64,4M --json', 'tandem bench fabric --provider tcp --anchors'],
   async run({ options }) {
@@ -34,8 +34,11 @@ export const command = defineCommand({
       return 0;
     }
     const anchors = await runAnchors(script);
+    // with --json, stdout keeps exactly the benchmark rows; anchors and goals go to stderr
+    const out = options.json ? process.stderr : process.stdout;
+    for (const a of anchors.raw) out.write(`anchor: ${JSON.stringify(a)}\n`);
     for (const g of checkGoals(provider, rows, anchors)) {
-      if (options.json) process.stdout.write(JSON.stringify({ provider, ...g }) + '\n');
+      if (options.json) out.write(JSON.stringify({ provider, ...g }) + '\n');
       else {
         const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
         process.stdout.write(`goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}\n`);
