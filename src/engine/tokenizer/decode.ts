@@ -39,9 +39,10 @@ function computePiece(vocab: Vocab, id: number, special: boolean): Uint8Array {
         ? Buffer.from(text.replaceAll(SPACE_MARKER, ' '), 'utf8')
         : byteLevelBytes(text);
     case TokenType.byte: {
-      if (vocab.kind === 'bpe') return byteLevelBytes(text);
+      // `<0xNN>` in both kinds of vocabulary (llama.cpp refuses other byte-token texts).
       const m = BYTE_TOKEN.exec(text);
-      return m ? Uint8Array.of(parseInt(m[1] as string, 16)) : Buffer.from(text, 'utf8');
+      if (m) return Uint8Array.of(parseInt(m[1] as string, 16));
+      return vocab.kind === 'bpe' ? byteLevelBytes(text) : Buffer.from(text, 'utf8');
     }
     default:
       return EMPTY;

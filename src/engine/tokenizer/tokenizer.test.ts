@@ -149,6 +149,19 @@ describe('BPE tokenizer', () => {
     assert.ok(!tok.isEndOfGeneration(tok.encode('x', { addBos: false })[0] as number));
   });
 
+  it('decodes <0xNN> byte tokens to their byte, unused and undefined tokens to nothing', () => {
+    const m = trainBpeVocab('qwen2');
+    const n = m.tokens.length;
+    const meta = {
+      ...m,
+      tokens: [...m.tokens, '<0x41>', 'zzunused', 'zzundef'],
+      tokenTypes: [...Array.from(m.tokenTypes ?? []), TokenType.byte, TokenType.unused, TokenType.undefined],
+    };
+    const t = new Tokenizer(meta);
+    assert.equal(t.decode([n]), 'A');
+    assert.equal(t.decode([n + 1, n + 2], { special: true }), '');
+  });
+
   it('cleans spaces before punctuation like llama.cpp, except for Qwen2', () => {
     const ids = tok.encode("a . b ' c 's", { addBos: false });
     assert.equal(tok.decode(ids), "a. b'c's");
