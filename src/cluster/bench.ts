@@ -42,7 +42,12 @@ export function benchPrompt(n: number, vocab: number): number[] {
   return Array.from({ length: n }, (_, i) => 1 + ((i * 7919 + 13) % (vocab - 1)));
 }
 
-async function measure(session: ClusterSession, prompt: number[], tokens: number, forced?: readonly number[]): Promise<ClusterResult> {
+async function measure(
+  session: ClusterSession,
+  prompt: number[],
+  tokens: number,
+  forced?: readonly number[],
+): Promise<ClusterResult> {
   // Warm-up: compiles the hot paths on every node before the timed run.
   await session.generate({ prompt: prompt.slice(0, 8), maxTokens: 4 });
   return session.generate({ prompt, maxTokens: tokens, ...(forced ? { forced } : {}) });
@@ -64,17 +69,33 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
   const rows: BenchClusterRow[] = [];
   try {
     const hosts = local.addresses.map((address) => ({ address }));
-    const runOn = async (n: number): Promise<{ result: ClusterResult; agreement?: number; reference?: number[] }> => {
+    const runOn = async (
+      n: number,
+    ): Promise<{ result: ClusterResult; agreement?: number; reference?: number[] }> => {
       const session = await ClusterSession.connect(hosts.slice(0, n), secret);
       try {
-        progress(`loading ${o.model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`);
-        const placement = await session.load({ model: o.model, parallel: n > 1 ? o.parallel : 'tp', provider: o.provider, greedy: true, wire: n > 1 ? wire : 'f32', ...(o.tpSize ? { tpSize: o.tpSize } : {}), contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8 });
+        progress(
+          `loading ${o.model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
+        );
+        const placement = await session.load({
+          model: o.model,
+          parallel: n > 1 ? o.parallel : 'tp',
+          provider: o.provider,
+          greedy: true,
+          wire: n > 1 ? wire : 'f32',
+          ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+          contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8,
+        });
         const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
         const prompt = benchPrompt(promptTokens, vocab);
         progress(`running ${promptTokens} prompt + ${tokens} decoded tokens on ${n} node(s)`);
         const result = await measure(session, prompt, tokens);
         if (agreementSteps === 0) return { result };
-        if (n === 1) return { result, reference: (await session.generate({ prompt, maxTokens: agreementSteps })).tokens };
+        if (n === 1)
+          return {
+            result,
+            reference: (await session.generate({ prompt, maxTokens: agreementSteps })).tokens,
+          };
         return { result, reference: [] };
       } finally {
         session.close();
@@ -87,10 +108,22 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       const session = await ClusterSession.connect(hosts, secret);
       try {
         progress(`measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire})`);
-        const placement = await session.load({ model: o.model, parallel: o.parallel, provider: o.provider, greedy: true, wire, ...(o.tpSize ? { tpSize: o.tpSize } : {}), contextLength: promptTokens + agreementSteps + 8 });
+        const placement = await session.load({
+          model: o.model,
+          parallel: o.parallel,
+          provider: o.provider,
+          greedy: true,
+          wire,
+          ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+          contextLength: promptTokens + agreementSteps + 8,
+        });
         const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
         const forced = one.reference;
-        const r = await session.generate({ prompt: benchPrompt(promptTokens, vocab), maxTokens: agreementSteps, forced });
+        const r = await session.generate({
+          prompt: benchPrompt(promptTokens, vocab),
+          maxTokens: agreementSteps,
+          forced,
+        });
         const predicted = r.predicted ?? [];
         agreement = predicted.filter((t, i) => t === forced[i]).length / forced.length;
       } finally {

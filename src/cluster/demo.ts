@@ -19,15 +19,32 @@ import { ClusterSession, type ClusterResult } from './session.js';
  * between two tokens flips (measured: Q8_0 and F16 parted from one node within 10 tokens on
  * most prompts, F32 not within 32).
  */
-export const demoShape: ModelShape = { layers: 30, embd: 576, ff: 1536, heads: 9, kvHeads: 3, headDim: 64, vocab: 49152, context: 2048, experts: 0, expertsUsed: 0, expertFf: 0, sharedFf: 0 };
+export const demoShape: ModelShape = {
+  layers: 30,
+  embd: 576,
+  ff: 1536,
+  heads: 9,
+  kvHeads: 3,
+  headDim: 64,
+  vocab: 49152,
+  context: 2048,
+  experts: 0,
+  expertsUsed: 0,
+  expertFf: 0,
+  sharedFf: 0,
+};
 export const demoShapeName = 'SmolLM2-135M';
 
 export function cacheDir(): string {
-  return process.env.TANDEM_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'tandem');
+  return (
+    process.env.TANDEM_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'tandem')
+  );
 }
 
 /** Makes the demo model once (cached); returns its path. */
-export async function demoModel(onProgress: (line: string) => void): Promise<{ path: string; made: boolean }> {
+export async function demoModel(
+  onProgress: (line: string) => void,
+): Promise<{ path: string; made: boolean }> {
   const dir = cacheDir();
   const path = join(dir, 'demo-smollm2-135m-shape-f32-random-std0.1-seed1.gguf');
   if (existsSync(path)) return { path, made: false };
@@ -46,7 +63,9 @@ export async function demoModel(onProgress: (line: string) => void): Promise<{ p
         const now = Date.now();
         if (now - last < 1000 && written < total) return;
         last = now;
-        onProgress(`making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`);
+        onProgress(
+          `making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`,
+        );
       },
     });
     renameSync(tmp, path);
@@ -93,15 +112,34 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
   const runs: DemoRun[] = [];
   try {
     for (const n of [1, 2]) {
-      const session = await ClusterSession.connect(local.addresses.slice(0, n).map((address) => ({ address })), secret);
+      const session = await ClusterSession.connect(
+        local.addresses.slice(0, n).map((address) => ({ address })),
+        secret,
+      );
       try {
         const parallel = n > 1 ? (o.parallel ?? 'tp') : 'tp';
-        o.onProgress(`loading on ${n} node(s)${n > 1 ? `, ${parallel === 'tp' ? 'tensor' : 'pipeline'} parallel over ${o.provider}` : ''}`);
-        await session.load({ model: path, parallel, provider: o.provider, greedy: true, contextLength: prompt.length + o.maxTokens + 8 });
+        o.onProgress(
+          `loading on ${n} node(s)${n > 1 ? `, ${parallel === 'tp' ? 'tensor' : 'pipeline'} parallel over ${o.provider}` : ''}`,
+        );
+        await session.load({
+          model: path,
+          parallel,
+          provider: o.provider,
+          greedy: true,
+          contextLength: prompt.length + o.maxTokens + 8,
+        });
         await session.generate({ prompt: prompt.slice(0, 4), maxTokens: 2 });
         o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s)`);
         const result = await session.generate({ prompt, maxTokens: o.maxTokens });
-        runs.push({ nodes: n, tokens: result.tokens, text: tokenizer.decode(result.tokens), ttftMs: result.ttftMs, decodeTokS: result.decodeTokS, plan: session.planLines(), result });
+        runs.push({
+          nodes: n,
+          tokens: result.tokens,
+          text: tokenizer.decode(result.tokens),
+          ttftMs: result.ttftMs,
+          decodeTokS: result.decodeTokS,
+          plan: session.planLines(),
+          result,
+        });
       } finally {
         session.close();
       }

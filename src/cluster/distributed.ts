@@ -61,20 +61,35 @@ export interface DistributedResult extends ClusterResult {
  */
 export async function runDistributed(o: RunDistributedOptions): Promise<DistributedResult> {
   if ((o.nodes === undefined) === (o.hosts === undefined)) {
-    throw new TandemError('CLI_USAGE', 'pass exactly one of --nodes N or --hosts FILE', { hint: '--nodes starts local node processes; --hosts uses nodes started with `tandem node`' });
+    throw new TandemError('CLI_USAGE', 'pass exactly one of --nodes N or --hosts FILE', {
+      hint: '--nodes starts local node processes; --hosts uses nodes started with `tandem node`',
+    });
   }
   const progress = o.onProgress ?? (() => {});
   let local: LocalNodes | undefined;
   let session: ClusterSession | undefined;
-  const secret = o.secret ?? process.env.TANDEM_SECRET ?? (o.nodes !== undefined ? randomBytes(16).toString('hex') : undefined);
-  if (secret === undefined) throw new TandemError('CLI_USAGE', 'a hostfile run needs the cluster secret', { hint: 'pass --secret or set TANDEM_SECRET to the secret the nodes were started with' });
+  const secret =
+    o.secret ??
+    process.env.TANDEM_SECRET ??
+    (o.nodes !== undefined ? randomBytes(16).toString('hex') : undefined);
+  if (secret === undefined)
+    throw new TandemError('CLI_USAGE', 'a hostfile run needs the cluster secret', {
+      hint: 'pass --secret or set TANDEM_SECRET to the secret the nodes were started with',
+    });
   try {
     let hosts: readonly HostEntry[];
     if (o.nodes !== undefined) {
-      if (!Number.isInteger(o.nodes) || o.nodes < 1 || o.nodes > 64) throw new TandemError('CLI_USAGE', `--nodes must be 1..64, got ${o.nodes}`, { hint: 'for example --nodes 2' });
+      if (!Number.isInteger(o.nodes) || o.nodes < 1 || o.nodes > 64)
+        throw new TandemError('CLI_USAGE', `--nodes must be 1..64, got ${o.nodes}`, {
+          hint: 'for example --nodes 2',
+        });
       const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / o.nodes));
       progress(`starting ${o.nodes} local node(s), ${threads} thread(s) each`);
-      local = await launchLocalNodes(o.nodes, { secret, threads, ...(o.kernels ? { kernels: o.kernels } : {}) });
+      local = await launchLocalNodes(o.nodes, {
+        secret,
+        threads,
+        ...(o.kernels ? { kernels: o.kernels } : {}),
+      });
       hosts = local.addresses.map((address) => ({ address }));
     } else {
       hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);

@@ -4,7 +4,9 @@ import { isTandemError } from '../errors/index.js';
 import { parseHostfile } from './hostfile.js';
 
 test('hostfile: one node per line with optional mem= and speed=, comments ignored', () => {
-  const hosts = parseHostfile('# cluster\n10.0.0.1:7100 mem=12G speed=1.5\n\n[::1]:7101   # local\nmac-2.local:7100 mem=512M\n');
+  const hosts = parseHostfile(
+    '# cluster\n10.0.0.1:7100 mem=12G speed=1.5\n\n[::1]:7101   # local\nmac-2.local:7100 mem=512M\n',
+  );
   assert.deepEqual(hosts, [
     { address: '10.0.0.1:7100', memLimit: 12 * 1024 ** 3, speed: 1.5 },
     { address: '[::1]:7101' },
@@ -21,6 +23,10 @@ test('hostfile: bad lines name the file and line', () => {
     ['a:1 colour=red', 1],
     ['# nothing', 1],
   ] as const) {
-    assert.throws(() => parseHostfile(text, 'hosts.txt'), (e) => isTandemError(e, 'CLUSTER_BAD_HOSTFILE') && e.message.startsWith(`hosts.txt:${line}:`), text);
+    assert.throws(
+      () => parseHostfile(text, 'hosts.txt'),
+      (e) => isTandemError(e, 'CLUSTER_BAD_HOSTFILE') && e.message.startsWith(`hosts.txt:${line}:`),
+      text,
+    );
   }
 });

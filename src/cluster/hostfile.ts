@@ -29,7 +29,8 @@ export function parseHostfile(text: string, file = 'hostfile'): HostEntry[] {
     if (words.length === 0) continue;
     const [address, ...rest] = words as [string, ...string[]];
     const m = /^(\[[^\]]+\]|[^:\s]+):(\d+)$/.exec(address);
-    if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535) throw bad(file, i + 1, `'${address}' is not host:port`);
+    if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535)
+      throw bad(file, i + 1, `'${address}' is not host:port`);
     const entry: HostEntry = { address };
     for (const w of rest) {
       const [key, value = ''] = w.split('=', 2) as [string, string?];
@@ -54,7 +55,9 @@ export function readHostfile(path: string): HostEntry[] {
   try {
     text = readFileSync(path, 'utf8');
   } catch (e) {
-    throw new TandemError('CLUSTER_BAD_HOSTFILE', `cannot read hostfile ${path}: ${(e as Error).message}`, { hint: 'pass an existing file to --hosts' });
+    throw new TandemError('CLUSTER_BAD_HOSTFILE', `cannot read hostfile ${path}: ${(e as Error).message}`, {
+      hint: 'pass an existing file to --hosts',
+    });
   }
   return parseHostfile(text, path);
 }

@@ -4,5 +4,13 @@ export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launche
 export { startNode, type NodeAgentOptions } from './node-agent.js';
 export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';
 export { benchCluster, benchPrompt, type BenchClusterOptions, type BenchClusterRow } from './bench.js';
-export { demoModel, runDemo, cacheDir, demoShape, demoShapeName, type DemoRun, type DemoOptions } from './demo.js';
+export {
+  demoModel,
+  runDemo,
+  cacheDir,
+  demoShape,
+  demoShapeName,
+  type DemoRun,
+  type DemoOptions,
+} from './demo.js';
 export { runDistributedText, type DistributedTextOptions } from './run-text.js';

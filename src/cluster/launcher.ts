@@ -42,12 +42,18 @@ function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address
   if (o.once ?? true) args.push('--once');
   if (o.memLimit !== undefined) args.push('--mem-limit', String(o.memLimit));
   if (o.kernels) args.push('--kernels', o.kernels);
-  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TANDEM_SECRET: o.secret } });
+  const proc = spawn(process.execPath, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, TANDEM_SECRET: o.secret },
+  });
   const timeoutMs = o.timeoutMs ?? 60_000;
   const address = new Promise<string>((resolve, reject) => {
     let out = '';
     let err = '';
-    const timer = setTimeout(() => reject(spawnError(rank, `did not report its address within ${timeoutMs} ms`, err)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(spawnError(rank, `did not report its address within ${timeoutMs} ms`, err)),
+      timeoutMs,
+    );
     proc.stdout?.setEncoding('utf8');
     proc.stdout?.on('data', (chunk: string) => {
       out += chunk;
@@ -77,10 +83,14 @@ function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address
 }
 
 function spawnError(rank: number, why: string, stderr: string): TandemError {
-  return new TandemError('CLUSTER_SPAWN', `local node ${rank} ${why}${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`, {
-    hint: 'run `tandem node --listen 127.0.0.1:0` by hand to see why it fails',
-    details: { rank },
-  });
+  return new TandemError(
+    'CLUSTER_SPAWN',
+    `local node ${rank} ${why}${stderr ? `: ${stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`,
+    {
+      hint: 'run `tandem node --listen 127.0.0.1:0` by hand to see why it fails',
+      details: { rank },
+    },
+  );
 }
 
 /** Starts `n` node processes on 127.0.0.1 and waits until each listens. */

@@ -6,8 +6,24 @@ import type { ProviderName } from '../fabric/index.js';
 import { createKernels, type Kernels } from '../kernels/index.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import { Sampler, type SamplerOptions } from '../engine/sampling/index.js';
-import { generateOnRank, loadRank, shardBytes, type ParallelPlan, type RankContext, type WireFormat } from '../parallel/index.js';
-import { errorToJson, mac, nonce, parseHostPort, readMessages, sameMac, send, type Message } from './protocol.js';
+import {
+  generateOnRank,
+  loadRank,
+  shardBytes,
+  type ParallelPlan,
+  type RankContext,
+  type WireFormat,
+} from '../parallel/index.js';
+import {
+  errorToJson,
+  mac,
+  nonce,
+  parseHostPort,
+  readMessages,
+  sameMac,
+  send,
+  type Message,
+} from './protocol.js';
 
 export interface NodeAgentOptions {
   /** host:port to listen on for coordinators (port 0: any free port). */
@@ -54,7 +70,13 @@ class Session {
   async handle(m: Message): Promise<Message> {
     switch (m.type) {
       case 'hello':
-        return { hostname: hostname(), cores: availableParallelism(), pid: process.pid, memLimit: this.o.memLimit ?? null, threads: this.o.threads ?? null };
+        return {
+          hostname: hostname(),
+          cores: availableParallelism(),
+          pid: process.pid,
+          memLimit: this.o.memLimit ?? null,
+          threads: this.o.threads ?? null,
+        };
       case 'load':
         return this.load(m as unknown as LoadRequest);
       case 'generate':
@@ -63,7 +85,9 @@ class Session {
         await this.unload();
         return {};
       default:
-        throw new TandemError('CLUSTER_PROTOCOL', `unknown request '${String(m.type)}'`, { hint: 'run the same tandem version on the coordinator and the nodes' });
+        throw new TandemError('CLUSTER_PROTOCOL', `unknown request '${String(m.type)}'`, {
+          hint: 'run the same tandem version on the coordinator and the nodes',
+        });
     }
   }
 
@@ -72,8 +96,14 @@ class Session {
     const started = Date.now();
     const file = (this.file = GgufModelFile.open(r.model));
     const me = r.plan.ranks[r.rank];
-    if (!me) throw new TandemError('CLUSTER_PROTOCOL', `rank ${r.rank} is not in the plan`, { hint: 'run the same tandem version everywhere' });
-    this.kernels ??= await createKernels({ backend: this.o.kernels ?? 'wasm', ...(this.o.threads ? { threads: this.o.threads } : {}) });
+    if (!me)
+      throw new TandemError('CLUSTER_PROTOCOL', `rank ${r.rank} is not in the plan`, {
+        hint: 'run the same tandem version everywhere',
+      });
+    this.kernels ??= await createKernels({
+      backend: this.o.kernels ?? 'wasm',
+      ...(this.o.threads ? { threads: this.o.threads } : {}),
+    });
     const root = parseHostPort(r.rendezvous, 'rendezvous');
     this.world = await createCommunicator({
       rank: r.rank,
@@ -82,17 +112,33 @@ class Session {
       secret: this.o.secret,
       timeoutMs: r.timeoutMs,
       connectTimeoutMs: r.timeoutMs,
-      rendezvous: { kind: 'root', address: r.rank === 0 ? `${root.host}:${root.port}` : r.rendezvous, host: r.fabricHost },
+      rendezvous: {
+        kind: 'root',
+        address: r.rank === 0 ? `${root.host}:${root.port}` : r.rendezvous,
+        host: r.fabricHost,
+      },
       onListening: (address) => send(this.socket, { event: 'listening', address }),
     });
-    this.ctx = await loadRank({ file, kernels: this.kernels, plan: r.plan, world: this.world, wire: r.wire, logits: r.logits });
+    this.ctx = await loadRank({
+      file,
+      kernels: this.kernels,
+      plan: r.plan,
+      world: this.world,
+      wire: r.wire,
+      logits: r.logits,
+    });
     const c = this.ctx.model.config;
-    return { rank: r.rank, bytes: shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}), loadMs: Date.now() - started };
+    return {
+      rank: r.rank,
+      bytes: shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}),
+      loadMs: Date.now() - started,
+    };
   }
 
   private async generate(m: Message): Promise<Message> {
     const ctx = this.ctx;
-    if (!ctx) throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
+    if (!ctx)
+      throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
     const prompt = m.prompt as number[];
     const stop = Array.isArray(m.stopTokens) ? new Set(m.stopTokens as number[]) : undefined;
     const streaming = m.stream === true;
@@ -153,14 +199,22 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
     socket,
     (m) => {
       if (!session) {
-        if (m.type !== 'auth' || !sameMac(m.mac, mac(o.secret, 'coordinator', challenge)) || typeof m.nonce !== 'string') {
+        if (
+          m.type !== 'auth' ||
+          !sameMac(m.mac, mac(o.secret, 'coordinator', challenge)) ||
+          typeof m.nonce !== 'string'
+        ) {
           o.log?.('refused a coordinator that failed authentication');
           socket.destroy();
           return;
         }
         clearTimeout(handshake);
         session = new Session(socket, o);
-        send(socket, { type: 'welcome', mac: mac(o.secret, 'node', m.nonce), info: { hostname: hostname(), pid: process.pid } });
+        send(socket, {
+          type: 'welcome',
+          mac: mac(o.secret, 'node', m.nonce),
+          info: { hostname: hostname(), pid: process.pid },
+        });
         return;
       }
       const s = session;
@@ -180,7 +234,9 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
 }
 
 /** Starts a node agent; resolves once it listens. `closed` settles when it stops. */
-export async function startNode(o: NodeAgentOptions): Promise<{ address: string; server: Server; close: () => Promise<void> }> {
+export async function startNode(
+  o: NodeAgentOptions,
+): Promise<{ address: string; server: Server; close: () => Promise<void> }> {
   const { host, port } = parseHostPort(o.listen, '--listen');
   // One coordinator session at a time: a new one starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
@@ -205,7 +261,14 @@ export async function startNode(o: NodeAgentOptions): Promise<{ address: string;
     );
   });
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (e) => reject(new TandemError('CLUSTER_SPAWN', `cannot listen on ${o.listen}: ${e.message}`, { hint: 'pick a free port or another address', details: { listen: o.listen } })));
+    server.once('error', (e) =>
+      reject(
+        new TandemError('CLUSTER_SPAWN', `cannot listen on ${o.listen}: ${e.message}`, {
+          hint: 'pick a free port or another address',
+          details: { listen: o.listen },
+        }),
+      ),
+    );
     server.listen(port, host, () => resolve());
   });
   const a = server.address();

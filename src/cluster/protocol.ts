@@ -27,7 +27,11 @@ export function nonce(): string {
 }
 
 /** Splits a socket's bytes into JSON messages; a malformed or oversized line ends the connection. */
-export function readMessages(socket: Socket, onMessage: (m: Message) => void, onBad: (why: string) => void): void {
+export function readMessages(
+  socket: Socket,
+  onMessage: (m: Message) => void,
+  onBad: (why: string) => void,
+): void {
   let buffered = '';
   socket.setEncoding('utf8');
   socket.on('data', (chunk: string) => {
@@ -63,22 +67,34 @@ export function send(socket: Socket, m: Message): void {
 /** A TandemError as plain JSON for the wire. */
 export function errorToJson(e: unknown): Message {
   if (e instanceof TandemError) return { code: e.code, message: e.message, hint: e.hint, details: e.details };
-  return { code: 'CLUSTER_NODE_FAILED', message: e instanceof Error ? e.message : String(e), hint: 'see the node\'s log', details: {} };
+  return {
+    code: 'CLUSTER_NODE_FAILED',
+    message: e instanceof Error ? e.message : String(e),
+    hint: "see the node's log",
+    details: {},
+  };
 }
 
 /** Rebuilds a node's error on the coordinator, prefixed with where it happened. */
 export function errorFromJson(j: unknown, where: string): TandemError {
   const o = (typeof j === 'object' && j !== null ? j : {}) as Record<string, unknown>;
-  const code = typeof o.code === 'string' && o.code in errorCodes ? (o.code as ErrorCode) : 'CLUSTER_NODE_FAILED';
-  const details = typeof o.details === 'object' && o.details !== null ? (o.details as Record<string, unknown>) : {};
-  return new TandemError(code, `${where}: ${String(o.message ?? 'failed')}`, { hint: String(o.hint ?? 'see the node\'s log'), details: { ...details, node: where } });
+  const code =
+    typeof o.code === 'string' && o.code in errorCodes ? (o.code as ErrorCode) : 'CLUSTER_NODE_FAILED';
+  const details =
+    typeof o.details === 'object' && o.details !== null ? (o.details as Record<string, unknown>) : {};
+  return new TandemError(code, `${where}: ${String(o.message ?? 'failed')}`, {
+    hint: String(o.hint ?? "see the node's log"),
+    details: { ...details, node: where },
+  });
 }
 
 export function parseHostPort(text: string, what: string): { host: string; port: number } {
   const at = text.lastIndexOf(':');
   const port = Number(text.slice(at + 1));
   if (at <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new TandemError('CLI_USAGE', `${what} '${text}' is not host:port`, { hint: 'write it as host:port, e.g. 127.0.0.1:7100' });
+    throw new TandemError('CLI_USAGE', `${what} '${text}' is not host:port`, {
+      hint: 'write it as host:port, e.g. 127.0.0.1:7100',
+    });
   }
   return { host: text.slice(0, at).replace(/^\[(.*)\]$/, '$1'), port };
 }
@@ -124,13 +140,28 @@ export class ControlClient {
   }
 
   /** Connects and authenticates (both ways) within `timeoutMs`. */
-  static async connect(address: string, secret: string, label: string, timeoutMs: number): Promise<ControlClient> {
+  static async connect(
+    address: string,
+    secret: string,
+    label: string,
+    timeoutMs: number,
+  ): Promise<ControlClient> {
     const { host, port } = parseHostPort(address, 'node address');
     return new Promise((resolve, reject) => {
       const socket = connect({ host, port });
       socket.setNoDelay(true);
       const mine = nonce();
-      const timer = setTimeout(() => done(new TandemError('CLUSTER_TIMEOUT', `${label} at ${address} did not complete the handshake within ${timeoutMs} ms`, { hint: 'check that `tandem node` runs there and the port is reachable' })), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          done(
+            new TandemError(
+              'CLUSTER_TIMEOUT',
+              `${label} at ${address} did not complete the handshake within ${timeoutMs} ms`,
+              { hint: 'check that `tandem node` runs there and the port is reachable' },
+            ),
+          ),
+        timeoutMs,
+      );
       const done = (e: unknown, client?: ControlClient): void => {
         clearTimeout(timer);
         if (e) {
@@ -138,7 +169,14 @@ export class ControlClient {
           reject(e);
         } else resolve(client as ControlClient);
       };
-      socket.on('error', (e) => done(new TandemError('CLUSTER_NODE_LOST', `cannot reach ${label} at ${address}: ${e.message}`, { hint: 'start `tandem node --listen` there, or fix the hostfile', details: { address } })));
+      socket.on('error', (e) =>
+        done(
+          new TandemError('CLUSTER_NODE_LOST', `cannot reach ${label} at ${address}: ${e.message}`, {
+            hint: 'start `tandem node --listen` there, or fix the hostfile',
+            details: { address },
+          }),
+        ),
+      );
       let stage = 0;
       readMessages(
         socket,
@@ -151,15 +189,38 @@ export class ControlClient {
             socket.removeAllListeners('error');
             socket.removeAllListeners('data');
             const client = new ControlClient(socket, address, label, (m.info ?? {}) as Message);
-            readMessages(socket, (x) => client.dispatch(x), (why) => client.fail(client.lostError(why)));
+            readMessages(
+              socket,
+              (x) => client.dispatch(x),
+              (why) => client.fail(client.lostError(why)),
+            );
             done(undefined, client);
           } else {
-            done(new TandemError('CLUSTER_AUTH', `${label} at ${address} failed the handshake (${String(m.type)})`, { hint: 'use the same --secret (or TANDEM_SECRET) on every node and the coordinator' }));
+            done(
+              new TandemError(
+                'CLUSTER_AUTH',
+                `${label} at ${address} failed the handshake (${String(m.type)})`,
+                { hint: 'use the same --secret (or TANDEM_SECRET) on every node and the coordinator' },
+              ),
+            );
           }
         },
-        (why) => done(new TandemError('CLUSTER_PROTOCOL', `${label} at ${address}: ${why}`, { hint: 'is that port a tandem node?' })),
+        (why) =>
+          done(
+            new TandemError('CLUSTER_PROTOCOL', `${label} at ${address}: ${why}`, {
+              hint: 'is that port a tandem node?',
+            }),
+          ),
       );
-      socket.on('close', () => done(new TandemError('CLUSTER_AUTH', `${label} at ${address} closed the connection during the handshake`, { hint: 'use the same --secret (or TANDEM_SECRET) everywhere' })));
+      socket.on('close', () =>
+        done(
+          new TandemError(
+            'CLUSTER_AUTH',
+            `${label} at ${address} closed the connection during the handshake`,
+            { hint: 'use the same --secret (or TANDEM_SECRET) everywhere' },
+          ),
+        ),
+      );
     });
   }
 
@@ -183,7 +244,16 @@ export class ControlClient {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
-        reject(new TandemError('CLUSTER_TIMEOUT', `${this.label} did not answer '${type}' within ${timeoutMs} ms`, { hint: 'the node is overloaded or stuck; raise --timeout or check its log', details: { node: this.label, request: type } }));
+        reject(
+          new TandemError(
+            'CLUSTER_TIMEOUT',
+            `${this.label} did not answer '${type}' within ${timeoutMs} ms`,
+            {
+              hint: 'the node is overloaded or stuck; raise --timeout or check its log',
+              details: { node: this.label, request: type },
+            },
+          ),
+        );
       }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       send(this.socket, { ...body, id, type });

@@ -3,7 +3,10 @@ import { Tokenizer, tokenizerMetadataFromGguf } from '../engine/tokenizer/index.
 import { TandemError } from '../errors/index.js';
 import { runDistributed, type DistributedResult, type RunDistributedOptions } from './distributed.js';
 
-export interface DistributedTextOptions extends Omit<RunDistributedOptions, 'prompt' | 'stopTokens' | 'onToken'> {
+export interface DistributedTextOptions extends Omit<
+  RunDistributedOptions,
+  'prompt' | 'stopTokens' | 'onToken'
+> {
   /** Prompt text (tokenized with the model's tokenizer)... */
   prompt?: string;
   /** ...or token ids. */
@@ -16,20 +19,28 @@ export interface DistributedTextOptions extends Omit<RunDistributedOptions, 'pro
  * `tandem run MODEL --nodes N | --hosts FILE` with text in and out: tokenizes the prompt with
  * the model's tokenizer, stops at its end-of-generation tokens, streams the decoded text.
  */
-export async function runDistributedText(o: DistributedTextOptions): Promise<DistributedResult & { text: string; promptTokens: number[] }> {
+export async function runDistributedText(
+  o: DistributedTextOptions,
+): Promise<DistributedResult & { text: string; promptTokens: number[] }> {
   const file = GgufModelFile.open(o.model);
   let tokenizer: Tokenizer | undefined;
   try {
-    tokenizer = file.gguf.metadata.entries.has('tokenizer.ggml.tokens') ? new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries)) : undefined;
+    tokenizer = file.gguf.metadata.entries.has('tokenizer.ggml.tokens')
+      ? new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries))
+      : undefined;
   } finally {
     file.close();
   }
   let prompt: number[];
   if (o.promptTokens !== undefined) prompt = [...o.promptTokens];
   else if (o.prompt !== undefined && tokenizer) prompt = tokenizer.encode(o.prompt);
-  else throw new TandemError('CLI_USAGE', 'run: this model has no tokenizer; pass --prompt-tokens', { hint: 'give the prompt as token ids, e.g. --prompt-tokens 1,2,3' });
+  else
+    throw new TandemError('CLI_USAGE', 'run: this model has no tokenizer; pass --prompt-tokens', {
+      hint: 'give the prompt as token ids, e.g. --prompt-tokens 1,2,3',
+    });
   const stopTokens: number[] = [];
-  if (tokenizer) for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.push(id);
+  if (tokenizer)
+    for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.push(id);
   const stream = tokenizer?.streamDecoder();
   const stops = new Set(stopTokens);
   let text = '';

@@ -3,7 +3,15 @@ import type { ProviderName } from '../fabric/index.js';
 import { configFromMetadata } from '../engine/model/config.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
-import { describePlan, placeModel, type NodeSpec, type ParallelKind, type Placement, type RankMetrics, type WireFormat } from '../parallel/index.js';
+import {
+  describePlan,
+  placeModel,
+  type NodeSpec,
+  type ParallelKind,
+  type Placement,
+  type RankMetrics,
+  type WireFormat,
+} from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
 import type { LoadRequest } from './node-agent.js';
 import { ControlClient, parseHostPort, type Message } from './protocol.js';
@@ -66,8 +74,14 @@ export class ClusterSession {
   ) {}
 
   /** Connects to every node (authenticated) and asks each about itself. */
-  static async connect(hosts: readonly HostEntry[], secret: string, timeoutMs = 30_000): Promise<ClusterSession> {
-    const settled = await Promise.allSettled(hosts.map((h, r) => ControlClient.connect(h.address, secret, `node ${r}`, timeoutMs)));
+  static async connect(
+    hosts: readonly HostEntry[],
+    secret: string,
+    timeoutMs = 30_000,
+  ): Promise<ClusterSession> {
+    const settled = await Promise.allSettled(
+      hosts.map((h, r) => ControlClient.connect(h.address, secret, `node ${r}`, timeoutMs)),
+    );
     const clients = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     const failed = settled.find((s) => s.status === 'rejected');
     if (failed) {
@@ -89,15 +103,27 @@ export class ClusterSession {
     const file = GgufModelFile.open(o.model);
     let placement: Placement;
     try {
-      const config = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+      const config = configFromMetadata(
+        (k) => file.meta(k),
+        new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+      );
       const specs: NodeSpec[] = this.hosts.map((h, r) => {
         const own = this.infos[r]?.memLimit;
         // The tightest of the run's cap, the hostfile's and the node's own.
-        const caps = [o.memLimit, h.memLimit, typeof own === 'number' ? own : undefined].filter((x): x is number => x !== undefined);
+        const caps = [o.memLimit, h.memLimit, typeof own === 'number' ? own : undefined].filter(
+          (x): x is number => x !== undefined,
+        );
         const memLimit = caps.length > 0 ? Math.min(...caps) : undefined;
-        return { ...(memLimit !== undefined ? { memLimit } : {}), ...(h.speed !== undefined ? { speed: h.speed } : {}) };
+        return {
+          ...(memLimit !== undefined ? { memLimit } : {}),
+          ...(h.speed !== undefined ? { speed: h.speed } : {}),
+        };
       });
-      placement = placeModel({ config, tensors: file.tensors }, specs, { kind: o.parallel, ...(o.tpSize ? { tpSize: o.tpSize } : {}), ...(o.contextLength ? { contextLength: o.contextLength } : {}) });
+      placement = placeModel({ config, tensors: file.tensors }, specs, {
+        kind: o.parallel,
+        ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+        ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      });
     } finally {
       file.close();
     }
@@ -122,7 +148,9 @@ export class ClusterSession {
     });
     const load0 = first.request('load', { ...base(0, `${base(0, '').fabricHost}:0`) }, timeoutMs);
     const address = await Promise.race([listening, load0.then(() => '')]);
-    const rest = this.clients.slice(1).map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
+    const rest = this.clients
+      .slice(1)
+      .map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
     await Promise.all([load0, ...rest]);
     this.placement = placement;
     return placement;
@@ -130,15 +158,30 @@ export class ClusterSession {
 
   /** Runs one generation on every node; resolves with rank 0's tokens and every node's metrics. */
   async generate(g: GenerateRequest): Promise<ClusterResult> {
-    if (!this.placement) throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
+    if (!this.placement)
+      throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
     const timeoutMs = g.timeoutMs ?? 600_000;
     this.clients[0]!.onEvent = (m) => {
       if (m.event === 'token' && typeof m.token === 'number') g.onToken?.(m.token);
     };
-    const body = { prompt: [...g.prompt], maxTokens: g.maxTokens, ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}), ...(g.forced ? { forced: [...g.forced] } : {}), ...(g.sampling ? { sampling: { ...g.sampling, seed: g.sampling.seed ?? Math.floor(Math.random() * 2 ** 31) } } : {}) };
-    const results = await Promise.all(this.clients.map((c, r) => c.request('generate', { ...body, stream: r === 0 && g.onToken !== undefined }, timeoutMs)));
+    const body = {
+      prompt: [...g.prompt],
+      maxTokens: g.maxTokens,
+      ...(g.stopTokens ? { stopTokens: [...g.stopTokens] } : {}),
+      ...(g.forced ? { forced: [...g.forced] } : {}),
+      ...(g.sampling
+        ? { sampling: { ...g.sampling, seed: g.sampling.seed ?? Math.floor(Math.random() * 2 ** 31) } }
+        : {}),
+    };
+    const results = await Promise.all(
+      this.clients.map((c, r) =>
+        c.request('generate', { ...body, stream: r === 0 && g.onToken !== undefined }, timeoutMs),
+      ),
+    );
     const r0 = results[0] as { tokens: number[]; stopReason: 'length' | 'stop'; metrics: RankMetrics };
-    const predicted = results.map((r) => r.predicted as number[] | undefined).find((p) => p !== undefined && p.length > 0);
+    const predicted = results
+      .map((r) => r.predicted as number[] | undefined)
+      .find((p) => p !== undefined && p.length > 0);
     return {
       tokens: r0.tokens,
       stopReason: r0.stopReason,

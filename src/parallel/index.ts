@@ -1,7 +1,23 @@
-export { buildPlan, describePlan, parallelKinds, splitRange, proportionalCounts, type ParallelKind, type ParallelPlan, type PlanOptions, type RankPlan } from './plan.js';
+export {
+  buildPlan,
+  describePlan,
+  parallelKinds,
+  splitRange,
+  proportionalCounts,
+  type ParallelKind,
+  type ParallelPlan,
+  type PlanOptions,
+  type RankPlan,
+} from './plan.js';
 export { shardBytes, formatBytes, parseBytes, type MemoryOptions } from './memory.js';
 export { placeModel, type NodeSpec, type PlaceOptions, type Placement } from './placement.js';
 export { CollectiveShardComm, CommMeter, allReduceWireBytes, type ShardCommOptions } from './shard-comm.js';
 export { checkWire, wireFormats, type WireFormat } from './wire.js';
-export { generateOnRank, type RankContext, type RankGenerateOptions, type RankMetrics, type RankResult } from './runner.js';
+export {
+  generateOnRank,
+  type RankContext,
+  type RankGenerateOptions,
+  type RankMetrics,
+  type RankResult,
+} from './runner.js';
 export { loadRank, type LoadRankOptions } from './rank.js';

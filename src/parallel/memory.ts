@@ -12,7 +12,12 @@ export interface MemoryOptions {
  * Bytes a shard holds once loaded: its weight slices (at their file type) plus its KV cache.
  * Mirrors what the engine's loader reads, so a plan can be checked before anything loads.
  */
-export function shardBytes(c: ModelConfig, tensors: ReadonlyMap<string, TensorEntry>, s: ShardSpec, o: MemoryOptions = {}): number {
+export function shardBytes(
+  c: ModelConfig,
+  tensors: ReadonlyMap<string, TensorEntry>,
+  s: ShardSpec,
+  o: MemoryOptions = {},
+): number {
   const bytesOf = (name: string, rows?: Range, cols?: Range, rowsTotal?: number): number => {
     const t = tensors.get(name);
     if (!t) return 0;
@@ -32,23 +37,37 @@ export function shardBytes(c: ModelConfig, tensors: ReadonlyMap<string, TensorEn
   for (let i = s.layers.start; i < s.layers.end; i++) {
     const p = `blk.${i}.`;
     total += 4 * width * 2;
-    total += bytesOf(`${p}attn_q.weight`, qRows) + bytesOf(`${p}attn_k.weight`, kvRows) + bytesOf(`${p}attn_v.weight`, kvRows);
+    total +=
+      bytesOf(`${p}attn_q.weight`, qRows) +
+      bytesOf(`${p}attn_k.weight`, kvRows) +
+      bytesOf(`${p}attn_v.weight`, kvRows);
     total += bytesOf(`${p}attn_output.weight`, undefined, qRows);
     if (c.expertCount > 0) {
       total += bytesOf(`${p}ffn_gate_inp.weight`);
       // One expert's share of a 3-D expert tensor, cut to this shard's hidden units.
-      const perExpert = (name: string): number => (bytesOf(name) / c.expertCount) * (rangeLength(s.expertFfn) / c.expertFeedForwardLength);
-      const one = perExpert(`${p}ffn_gate_exps.weight`) + perExpert(`${p}ffn_up_exps.weight`) + perExpert(`${p}ffn_down_exps.weight`);
+      const perExpert = (name: string): number =>
+        (bytesOf(name) / c.expertCount) * (rangeLength(s.expertFfn) / c.expertFeedForwardLength);
+      const one =
+        perExpert(`${p}ffn_gate_exps.weight`) +
+        perExpert(`${p}ffn_up_exps.weight`) +
+        perExpert(`${p}ffn_down_exps.weight`);
       total += one * s.experts.length;
-      total += bytesOf(`${p}ffn_gate_shexp.weight`, s.sharedFfn) + bytesOf(`${p}ffn_up_shexp.weight`, s.sharedFfn) + bytesOf(`${p}ffn_down_shexp.weight`, undefined, s.sharedFfn);
+      total +=
+        bytesOf(`${p}ffn_gate_shexp.weight`, s.sharedFfn) +
+        bytesOf(`${p}ffn_up_shexp.weight`, s.sharedFfn) +
+        bytesOf(`${p}ffn_down_shexp.weight`, undefined, s.sharedFfn);
     } else {
-      total += bytesOf(`${p}ffn_gate.weight`, s.ffn) + bytesOf(`${p}ffn_up.weight`, s.ffn) + bytesOf(`${p}ffn_down.weight`, undefined, s.ffn);
+      total +=
+        bytesOf(`${p}ffn_gate.weight`, s.ffn) +
+        bytesOf(`${p}ffn_up.weight`, s.ffn) +
+        bytesOf(`${p}ffn_down.weight`, undefined, s.ffn);
     }
   }
   if (s.head) {
     const tied = !tensors.has('output.weight');
     const wholeVocab = s.vocab.start === 0 && s.vocab.end === c.vocabSize;
-    if (!(tied && wholeVocab && s.embed)) total += bytesOf(tied ? 'token_embd.weight' : 'output.weight', s.vocab);
+    if (!(tied && wholeVocab && s.embed))
+      total += bytesOf(tied ? 'token_embd.weight' : 'output.weight', s.vocab);
     total += 4 * width;
   }
   const ctx = Math.min(o.contextLength ?? c.contextLength, c.contextLength);
@@ -57,7 +76,12 @@ export function shardBytes(c: ModelConfig, tensors: ReadonlyMap<string, TensorEn
 }
 
 /** Bytes of the whole model on one node (same accounting). */
-export function modelBytes(c: ModelConfig, tensors: ReadonlyMap<string, TensorEntry>, whole: ShardSpec, o: MemoryOptions = {}): number {
+export function modelBytes(
+  c: ModelConfig,
+  tensors: ReadonlyMap<string, TensorEntry>,
+  whole: ShardSpec,
+  o: MemoryOptions = {},
+): number {
   return shardBytes(c, tensors, whole, o);
 }
 
@@ -72,6 +96,8 @@ export function formatBytes(n: number): string {
 export function parseBytes(text: string): number | undefined {
   const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$/i.exec(text);
   if (!m) return undefined;
-  const scale = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 }[m[2]!.toLowerCase() as '' | 'k' | 'm' | 'g' | 't'];
+  const scale = { '': 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 }[
+    m[2]!.toLowerCase() as '' | 'k' | 'm' | 'g' | 't'
+  ];
   return Math.floor(Number(m[1]) * scale);
 }

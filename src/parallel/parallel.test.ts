@@ -21,10 +21,17 @@ async function single(file: ModelFile): Promise<number[]> {
   return (await generate(model, model.newSession(), prompt, { maxTokens: steps })).tokens;
 }
 
-async function distributed(file: ModelFile, plan: ParallelPlan, wire: WireFormat = 'f32', logits: 'full' | 'argmax' = 'full'): Promise<RankResult[]> {
+async function distributed(
+  file: ModelFile,
+  plan: ParallelPlan,
+  wire: WireFormat = 'f32',
+  logits: 'full' | 'argmax' = 'full',
+): Promise<RankResult[]> {
   const world = await createLocalWorld(plan.nodes, { timeoutMs: 10_000 });
   try {
-    const ranks = await Promise.all(world.map((w) => loadRank({ file, kernels, plan, world: w, wire, logits })));
+    const ranks = await Promise.all(
+      world.map((w) => loadRank({ file, kernels, plan, world: w, wire, logits })),
+    );
     return await Promise.all(ranks.map((ctx) => generateOnRank(ctx, prompt, { maxTokens: steps })));
   } finally {
     await Promise.all(world.map((w) => w.close()));
@@ -50,12 +57,18 @@ for (const [name, options] of models) {
     const file = tinyModelFile(options);
     const expected = await single(file);
     const model = await Model.load(file, kernels);
-    const kinds: [ParallelKind, number, number?][] = model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 4]] : layouts;
+    const kinds: [ParallelKind, number, number?][] =
+      model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 4]] : layouts;
     for (const [kind, nodes, tpSize] of kinds) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes, ...(tpSize ? { tpSize } : {}) });
       const results = await distributed(file, plan);
-      for (const r of results) assert.deepEqual(r.tokens, expected, `${kind} on ${nodes} nodes, rank ${r.metrics.rank}`);
-      if (nodes > 1) assert.ok(results.some((r) => r.metrics.wireBytesPerToken > 0), `${kind}: some rank sends bytes during decode`);
+      for (const r of results)
+        assert.deepEqual(r.tokens, expected, `${kind} on ${nodes} nodes, rank ${r.metrics.rank}`);
+      if (nodes > 1)
+        assert.ok(
+          results.some((r) => r.metrics.wireBytesPerToken > 0),
+          `${kind}: some rank sends bytes during decode`,
+        );
     }
   });
 }
@@ -68,7 +81,10 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
   const argmax = await distributed(file, tp, 'f32', 'argmax');
   for (const r of argmax) assert.deepEqual(r.tokens, expected);
   const full = await distributed(file, tp, 'f32', 'full');
-  assert.ok(argmax[0]!.metrics.wireBytesPerToken < full[0]!.metrics.wireBytesPerToken, 'argmax sends fewer bytes than full logits');
+  assert.ok(
+    argmax[0]!.metrics.wireBytesPerToken < full[0]!.metrics.wireBytesPerToken,
+    'argmax sends fewer bytes than full logits',
+  );
   for (const wire of ['f16', 'q8'] as const) {
     for (const kind of ['tp', 'pp'] as const) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes: 2 });
@@ -83,15 +99,36 @@ test('plans split heads by KV group, FFN by quantisation blocks, experts whole, 
   const file = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 5, heads: 4, kvHeads: 2 });
   return Model.load(file, kernels).then((model) => {
     const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 2 });
-    assert.deepEqual(tp.ranks.map((r) => r.shard.heads), [{ start: 0, end: 2 }, { start: 2, end: 4 }]);
+    assert.deepEqual(
+      tp.ranks.map((r) => r.shard.heads),
+      [
+        { start: 0, end: 2 },
+        { start: 2, end: 4 },
+      ],
+    );
     const ep = buildPlan(model.config, file.tensors, { kind: 'ep', nodes: 2 });
-    assert.deepEqual(ep.ranks.map((r) => r.shard.experts), [[0, 1], [2, 3]]);
+    assert.deepEqual(
+      ep.ranks.map((r) => r.shard.experts),
+      [
+        [0, 1],
+        [2, 3],
+      ],
+    );
     const pp = buildPlan(model.config, file.tensors, { kind: 'pp', nodes: 2, stageLayers: [2, 3] });
-    assert.deepEqual(pp.ranks.map((r) => [r.shard.layers, r.shard.embed, r.shard.head]), [
-      [{ start: 0, end: 2 }, true, false],
-      [{ start: 2, end: 5 }, false, true],
-    ]);
-    assert.throws(() => buildPlan(model.config, file.tensors, { kind: 'pp', nodes: 6 }), (e) => isTandemError(e, 'PAR_BAD_PLAN'));
-    assert.throws(() => buildPlan(model.config, file.tensors, { kind: 'ep', nodes: 8 }), (e) => isTandemError(e, 'PAR_BAD_PLAN'));
+    assert.deepEqual(
+      pp.ranks.map((r) => [r.shard.layers, r.shard.embed, r.shard.head]),
+      [
+        [{ start: 0, end: 2 }, true, false],
+        [{ start: 2, end: 5 }, false, true],
+      ],
+    );
+    assert.throws(
+      () => buildPlan(model.config, file.tensors, { kind: 'pp', nodes: 6 }),
+      (e) => isTandemError(e, 'PAR_BAD_PLAN'),
+    );
+    assert.throws(
+      () => buildPlan(model.config, file.tensors, { kind: 'ep', nodes: 8 }),
+      (e) => isTandemError(e, 'PAR_BAD_PLAN'),
+    );
   });
 });

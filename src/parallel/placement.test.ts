@@ -8,7 +8,15 @@ import { tinyModelFile } from '../engine/model/tiny-model.js';
 import { parseBytes, shardBytes } from './memory.js';
 import { placeModel } from './placement.js';
 
-const file = tinyModelFile({ arch: 'llama', layers: 6, vocab: 256, width: 64, heads: 4, kvHeads: 2, ff: 128 });
+const file = tinyModelFile({
+  arch: 'llama',
+  layers: 6,
+  vocab: 256,
+  width: 64,
+  heads: 4,
+  kvHeads: 2,
+  ff: 128,
+});
 const config = (await Model.load(file, new ReferenceKernels())).config;
 const m = { config, tensors: file.tensors };
 const o = { contextLength: 64 };
@@ -16,22 +24,39 @@ const total = shardBytes(config, file.tensors, fullShard(config), o);
 
 test('memory estimate counts every weight byte of the file once, plus the KV cache', () => {
   let fileBytes = 0;
-  for (const [name, t] of file.tensors) fileBytes += file.readRows(name, 0, t.dims.slice(1).reduce((a, b) => a * b, 1)).byteLength;
+  for (const [name, t] of file.tensors)
+    fileBytes += file.readRows(
+      name,
+      0,
+      t.dims.slice(1).reduce((a, b) => a * b, 1),
+    ).byteLength;
   const kv = 2 * 6 * 2 * 16 * 64 * 4;
   assert.equal(total, fileBytes + kv);
 });
 
 test('a model larger than one node runs when the nodes together hold it', () => {
-  assert.throws(() => placeModel(m, [{ memLimit: Math.floor(total * 0.7) }], { kind: 'tp', ...o }), (e) => isTandemError(e, 'PAR_NO_FIT'));
-  const tp = placeModel(m, [{ memLimit: Math.floor(total * 0.7) }, { memLimit: Math.floor(total * 0.7) }], { kind: 'tp', ...o });
+  assert.throws(
+    () => placeModel(m, [{ memLimit: Math.floor(total * 0.7) }], { kind: 'tp', ...o }),
+    (e) => isTandemError(e, 'PAR_NO_FIT'),
+  );
+  const tp = placeModel(m, [{ memLimit: Math.floor(total * 0.7) }, { memLimit: Math.floor(total * 0.7) }], {
+    kind: 'tp',
+    ...o,
+  });
   assert.ok(tp.bytes.every((b) => b <= total * 0.7));
   assert.ok(tp.bytes.reduce((a, b) => a + b, 0) >= total, 'shards together hold at least the model');
 });
 
 test('pipeline layers follow speed, then move off a node over its memory limit', () => {
   const fast = placeModel(m, [{ speed: 1 }, { speed: 2 }], { kind: 'pp', ...o });
-  assert.deepEqual(fast.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start), [2, 4]);
-  const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: Math.floor(total * 0.45) }], { kind: 'pp', ...o });
+  assert.deepEqual(
+    fast.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start),
+    [2, 4],
+  );
+  const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: Math.floor(total * 0.45) }], {
+    kind: 'pp',
+    ...o,
+  });
   const layers = small.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start);
   assert.ok(layers[1]! < 4 && layers[0]! + layers[1]! === 6, `layers ${layers}`);
   assert.ok(small.bytes[1]! <= total * 0.45);
@@ -41,7 +66,10 @@ test('when nothing fits, the error gives the sizes and a placement that would', 
   const limit = Math.floor(total * 0.4);
   assert.throws(
     () => placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', ...o }),
-    (e) => isTandemError(e, 'PAR_NO_FIT') && /rank 0 needs .* of /.test(e.message) && /--nodes 3 --parallel (tp|pp) would fit/.test(e.hint),
+    (e) =>
+      isTandemError(e, 'PAR_NO_FIT') &&
+      /rank 0 needs .* of /.test(e.message) &&
+      /--nodes 3 --parallel (tp|pp) would fit/.test(e.hint),
   );
 });
 

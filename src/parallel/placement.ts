@@ -44,13 +44,23 @@ function sizes(m: ModelInfo, plan: ParallelPlan, o: MemoryOptions): number[] {
  * Pipeline layer counts: proportional to each stage's speed, then moved off stages over
  * their memory onto stages with room. Undefined when the layers cannot fit at all.
  */
-function stageCounts(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions, tpSize: number): number[] | undefined {
+function stageCounts(
+  m: ModelInfo,
+  nodes: readonly NodeSpec[],
+  o: PlaceOptions,
+  tpSize: number,
+): number[] | undefined {
   const L = m.config.blockCount;
   const stages = nodes.length / tpSize;
   const group = (s: number): NodeSpec[] => nodes.slice(s * tpSize, (s + 1) * tpSize);
   const speed = Array.from({ length: stages }, (_, s) => Math.min(...group(s).map((n) => n.speed ?? 1)));
   let counts = proportionalCounts(L, speed);
-  const base = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length, ...(o.tpSize ? { tpSize: o.tpSize } : {}), stageLayers: counts });
+  const base = buildPlan(m.config, m.tensors, {
+    kind: o.kind,
+    nodes: nodes.length,
+    ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+    stageLayers: counts,
+  });
   // Per-stage bytes are affine in the layer count: fixed part (embed, head) + layers x per-layer part.
   const cap = Array.from({ length: stages }, (_, s) => {
     let best = Infinity;
@@ -70,7 +80,11 @@ function stageCounts(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions, 
     // The stage with room whose time per token grows least by one more layer.
     let pick = -1;
     for (let s = 0; s < stages; s++) {
-      if (counts[s]! < cap[s]! && (pick < 0 || (counts[s]! + 1) / speed[s]! < (counts[pick]! + 1) / speed[pick]!)) pick = s;
+      if (
+        counts[s]! < cap[s]! &&
+        (pick < 0 || (counts[s]! + 1) / speed[s]! < (counts[pick]! + 1) / speed[pick]!)
+      )
+        pick = s;
     }
     counts[pick]!++;
     left--;
@@ -104,7 +118,10 @@ function suggestion(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): 
       const same = n === nodes.length ? nodes : Array.from({ length: n }, () => ({ memLimit: limit }));
       try {
         const p = tryPlace(m, same, { ...o, kind });
-        if (p) return `--nodes ${n} --parallel ${kind} would fit: ${describePlan(p.plan).map((line, r) => `${line} (${formatBytes(p.bytes[r]!)})`).join('; ')}`;
+        if (p)
+          return `--nodes ${n} --parallel ${kind} would fit: ${describePlan(p.plan)
+            .map((line, r) => `${line} (${formatBytes(p.bytes[r]!)})`)
+            .join('; ')}`;
       } catch {
         // this split is impossible for the model (too many ranks); try the next
       }
@@ -127,8 +144,17 @@ export function placeModel(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOpt
   const limits = nodes.map((n) => (n.memLimit === undefined ? 'unlimited' : formatBytes(n.memLimit)));
   const over = need.map((b, r) => `rank ${r} needs ${formatBytes(b)} of ${limits[r]}`).join(', ');
   const hint = suggestion(m, nodes, o);
-  throw new TandemError('PAR_NO_FIT', `the model (${formatBytes(total)} with its KV cache) does not fit ${nodes.length} node(s) with --parallel ${o.kind}: ${over}`, {
-    hint,
-    details: { totalBytes: total, needBytes: need, limits: nodes.map((n) => n.memLimit ?? null), kind: o.kind },
-  });
+  throw new TandemError(
+    'PAR_NO_FIT',
+    `the model (${formatBytes(total)} with its KV cache) does not fit ${nodes.length} node(s) with --parallel ${o.kind}: ${over}`,
+    {
+      hint,
+      details: {
+        totalBytes: total,
+        needBytes: need,
+        limits: nodes.map((n) => n.memLimit ?? null),
+        kind: o.kind,
+      },
+    },
+  );
 }

@@ -55,7 +55,11 @@ export function rangesFromCounts(counts: readonly number[]): Range[] {
 /** Splits `total` into `weights.length` positive counts as close as can be to proportional to the weights. */
 export function proportionalCounts(total: number, weights: readonly number[]): number[] {
   const n = weights.length;
-  if (total < n) throw badPlan(`${total} layers cannot be split over ${n} pipeline stages`, 'use fewer nodes for pipeline parallel, or tensor parallel');
+  if (total < n)
+    throw badPlan(
+      `${total} layers cannot be split over ${n} pipeline stages`,
+      'use fewer nodes for pipeline parallel, or tensor parallel',
+    );
   const sum = weights.reduce((a, b) => a + b, 0);
   const exact = weights.map((w) => (sum > 0 ? (total * w) / sum : total / n));
   const counts = exact.map((e) => Math.max(1, Math.floor(e)));
@@ -66,8 +70,20 @@ export function proportionalCounts(total: number, weights: readonly number[]): n
     return best;
   };
   let diff = total - counts.reduce((a, b) => a + b, 0);
-  for (; diff > 0; diff--) counts[pick((i) => exact[i]! - counts[i]!, () => true)]!++;
-  for (; diff < 0; diff++) counts[pick((i) => counts[i]! - exact[i]!, (i) => counts[i]! > 1)]!--;
+  for (; diff > 0; diff--)
+    counts[
+      pick(
+        (i) => exact[i]! - counts[i]!,
+        () => true,
+      )
+    ]!++;
+  for (; diff < 0; diff++)
+    counts[
+      pick(
+        (i) => counts[i]! - exact[i]!,
+        (i) => counts[i]! > 1,
+      )
+    ]!--;
   return counts;
 }
 
@@ -95,7 +111,13 @@ function headsFor(c: ModelConfig, size: number, r: number, unit: number): Range 
 }
 
 /** The shard of tensor-parallel rank `r` of `size` (experts: split their FFNs, or hold whole ones for `ep`). */
-function tensorShard(c: ModelConfig, tensors: ReadonlyMap<string, TensorEntry>, size: number, r: number, experts: boolean): Omit<ShardSpec, 'layers' | 'embed' | 'head'> {
+function tensorShard(
+  c: ModelConfig,
+  tensors: ReadonlyMap<string, TensorEntry>,
+  size: number,
+  r: number,
+  experts: boolean,
+): Omit<ShardSpec, 'layers' | 'embed' | 'head'> {
   const oBlock = columnBlock(tensors, /attn_output\.weight$/);
   const headUnit = Math.max(1, Math.ceil(oBlock / c.headDim));
   const ffBlock = columnBlock(tensors, /ffn_down\.weight$/);
@@ -107,33 +129,71 @@ function tensorShard(c: ModelConfig, tensors: ReadonlyMap<string, TensorEntry>, 
     heads: headsFor(c, size, r, headUnit),
     ffn: splitRange(c.feedForwardLength, size, r, ffBlock),
     experts: experts ? all.slice(mine.start, mine.end) : all,
-    expertFfn: experts ? { start: 0, end: c.expertFeedForwardLength } : splitRange(c.expertFeedForwardLength, size, r, expBlock),
+    expertFfn: experts
+      ? { start: 0, end: c.expertFeedForwardLength }
+      : splitRange(c.expertFeedForwardLength, size, r, expBlock),
     sharedFfn: splitRange(c.sharedExpertFeedForwardLength, size, r, shBlock),
     vocab: splitRange(c.vocabSize, size, r),
   };
 }
 
-function checkSplit(c: ModelConfig, kind: ParallelKind, size: number, shards: readonly Omit<ShardSpec, 'layers' | 'embed' | 'head'>[]): void {
+function checkSplit(
+  c: ModelConfig,
+  kind: ParallelKind,
+  size: number,
+  shards: readonly Omit<ShardSpec, 'layers' | 'embed' | 'head'>[],
+): void {
   for (const [r, s] of shards.entries()) {
-    const empty = s.heads.end <= s.heads.start || (c.feedForwardLength > 0 && s.ffn.end <= s.ffn.start) || (c.expertCount > 0 && kind === 'ep' && s.experts.length === 0);
+    const empty =
+      s.heads.end <= s.heads.start ||
+      (c.feedForwardLength > 0 && s.ffn.end <= s.ffn.start) ||
+      (c.expertCount > 0 && kind === 'ep' && s.experts.length === 0);
     if (empty) {
-      throw badPlan(`${kind} over ${size} ranks leaves rank ${r} without heads, FFN units or experts (${c.headCount} heads, ${c.headCountKv} KV heads, FFN ${c.feedForwardLength}, ${c.expertCount} experts)`, 'use fewer ranks per tensor-parallel group, or pipeline parallel', { rank: r, size });
+      throw badPlan(
+        `${kind} over ${size} ranks leaves rank ${r} without heads, FFN units or experts (${c.headCount} heads, ${c.headCountKv} KV heads, FFN ${c.feedForwardLength}, ${c.expertCount} experts)`,
+        'use fewer ranks per tensor-parallel group, or pipeline parallel',
+        { rank: r, size },
+      );
     }
   }
 }
 
 /** Builds the plan: what each rank holds. Throws PAR_BAD_PLAN when the model cannot be split that way. */
-export function buildPlan(c: ModelConfig, tensors: ReadonlyMap<string, TensorEntry>, o: PlanOptions): ParallelPlan {
+export function buildPlan(
+  c: ModelConfig,
+  tensors: ReadonlyMap<string, TensorEntry>,
+  o: PlanOptions,
+): ParallelPlan {
   const n = o.nodes;
-  if (!Number.isInteger(n) || n < 1) throw badPlan(`--nodes must be a positive integer, got ${n}`, 'pass --nodes 2 or more');
-  if (o.kind === 'ep' && c.expertCount === 0) throw badPlan('expert parallel needs a mixture-of-experts model; this one has no experts', 'use --parallel tp or pp');
-  if (o.kind === 'ep' && c.expertCount < n) throw badPlan(`expert parallel over ${n} nodes needs at least ${n} experts; the model has ${c.expertCount}`, 'use fewer nodes or --parallel tp');
+  if (!Number.isInteger(n) || n < 1)
+    throw badPlan(`--nodes must be a positive integer, got ${n}`, 'pass --nodes 2 or more');
+  if (o.kind === 'ep' && c.expertCount === 0)
+    throw badPlan(
+      'expert parallel needs a mixture-of-experts model; this one has no experts',
+      'use --parallel tp or pp',
+    );
+  if (o.kind === 'ep' && c.expertCount < n)
+    throw badPlan(
+      `expert parallel over ${n} nodes needs at least ${n} experts; the model has ${c.expertCount}`,
+      'use fewer nodes or --parallel tp',
+    );
   const tpSize = o.kind === 'tp' || o.kind === 'ep' ? n : o.kind === 'pp' ? 1 : (o.tpSize ?? 2);
-  if (n % tpSize !== 0) throw badPlan(`hybrid with groups of ${tpSize} needs a multiple of ${tpSize} nodes, got ${n}`, 'pass --nodes as a multiple of --tp');
+  if (n % tpSize !== 0)
+    throw badPlan(
+      `hybrid with groups of ${tpSize} needs a multiple of ${tpSize} nodes, got ${n}`,
+      'pass --nodes as a multiple of --tp',
+    );
   const stages = n / tpSize;
   const counts = o.stageLayers ?? proportionalCounts(c.blockCount, new Array<number>(stages).fill(1));
-  if (counts.length !== stages || counts.some((x) => !Number.isInteger(x) || x < 1) || counts.reduce((a, b) => a + b, 0) !== c.blockCount) {
-    throw badPlan(`stage layers [${counts.join(', ')}] must be ${stages} positive counts summing to ${c.blockCount}`, 'give one layer count per pipeline stage');
+  if (
+    counts.length !== stages ||
+    counts.some((x) => !Number.isInteger(x) || x < 1) ||
+    counts.reduce((a, b) => a + b, 0) !== c.blockCount
+  ) {
+    throw badPlan(
+      `stage layers [${counts.join(', ')}] must be ${stages} positive counts summing to ${c.blockCount}`,
+      'give one layer count per pipeline stage',
+    );
   }
   const layerRanges = rangesFromCounts(counts);
   const group = Array.from({ length: tpSize }, (_, r) => tensorShard(c, tensors, tpSize, r, o.kind === 'ep'));
@@ -147,7 +207,13 @@ export function buildPlan(c: ModelConfig, tensors: ReadonlyMap<string, TensorEnt
         rank: stage * tpSize + tpRank,
         stage,
         tpRank,
-        shard: { ...split, layers: layerRanges[stage]!, embed: stage === 0, head: last, vocab: last ? split.vocab : { start: 0, end: 0 } },
+        shard: {
+          ...split,
+          layers: layerRanges[stage]!,
+          embed: stage === 0,
+          head: last,
+          vocab: last ? split.vocab : { start: 0, end: 0 },
+        },
       });
     }
   }
@@ -159,7 +225,8 @@ export function describePlan(plan: ParallelPlan): string[] {
   return plan.ranks.map((r) => {
     const s = r.shard;
     const parts = [`rank ${r.rank}: layers ${s.layers.start}-${s.layers.end - 1}`];
-    if (plan.tpSize > 1) parts.push(`heads ${s.heads.start}-${s.heads.end - 1}`, `ffn ${s.ffn.start}-${s.ffn.end}`);
+    if (plan.tpSize > 1)
+      parts.push(`heads ${s.heads.start}-${s.heads.end - 1}`, `ffn ${s.ffn.start}-${s.ffn.end}`);
     if (plan.kind === 'ep') parts.push(`experts ${s.experts.join(',')}`);
     if (s.embed) parts.push('embed');
     if (s.head) parts.push(`head ${s.vocab.start}-${s.vocab.end}`);

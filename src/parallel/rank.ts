@@ -25,8 +25,12 @@ export interface LoadRankOptions {
  */
 export async function loadRank(o: LoadRankOptions): Promise<RankContext & { group: Communicator }> {
   const me = o.plan.ranks[o.world.rank];
-  assert.ok(me && o.world.size === o.plan.nodes, `world of ${o.world.size} ranks does not match a plan for ${o.plan.nodes} nodes`);
-  const group = o.plan.tpSize === o.plan.nodes ? o.world : ((await o.world.split(me.stage, me.tpRank)) as Communicator);
+  assert.ok(
+    me && o.world.size === o.plan.nodes,
+    `world of ${o.world.size} ranks does not match a plan for ${o.plan.nodes} nodes`,
+  );
+  const group =
+    o.plan.tpSize === o.plan.nodes ? o.world : ((await o.world.split(me.stage, me.tpRank)) as Communicator);
   const meter = new CommMeter();
   const wire = o.wire ?? 'f32';
   const comm = new CollectiveShardComm(group, { wire, logits: o.logits ?? 'full', meter });

@@ -59,7 +59,11 @@ export interface RankResult {
   predicted?: number[];
 }
 
-function metricsOf(ctx: RankContext, t: { ttftMs: number; prefillMs: number; decodeMs: number; decodeSteps: number; promptTokens: number }, m: { prefill: { bytes: number; ms: number }; end: { bytes: number; ms: number } }): RankMetrics {
+function metricsOf(
+  ctx: RankContext,
+  t: { ttftMs: number; prefillMs: number; decodeMs: number; decodeSteps: number; promptTokens: number },
+  m: { prefill: { bytes: number; ms: number }; end: { bytes: number; ms: number } },
+): RankMetrics {
   const decodeBytes = m.end.bytes - m.prefill.bytes;
   const decodeComm = m.end.ms - m.prefill.ms;
   return {
@@ -75,7 +79,12 @@ function metricsOf(ctx: RankContext, t: { ttftMs: number; prefillMs: number; dec
 }
 
 /** One stage: every rank of it holds all the layers, so the engine's own loop runs on each, in lockstep. */
-async function generateSingleStage(ctx: RankContext, cache: SequenceCache, prompt: readonly number[], o: RankGenerateOptions): Promise<RankResult> {
+async function generateSingleStage(
+  ctx: RankContext,
+  cache: SequenceCache,
+  prompt: readonly number[],
+  o: RankGenerateOptions,
+): Promise<RankResult> {
   let prefill = ctx.meter.snapshot();
   let firstAt = 0;
   const started = performance.now();
@@ -93,8 +102,18 @@ async function generateSingleStage(ctx: RankContext, cache: SequenceCache, promp
   });
   const end = ctx.meter.snapshot();
   const decodeMs = performance.now() - firstAt;
-  const times = { ttftMs: result.ttftMs, prefillMs: firstAt - started, decodeMs, decodeSteps: result.tokens.length - 1, promptTokens: prompt.length };
-  return { tokens: result.tokens, stopReason: result.stopReason === 'stop' ? 'stop' : 'length', metrics: metricsOf(ctx, times, { prefill, end }) };
+  const times = {
+    ttftMs: result.ttftMs,
+    prefillMs: firstAt - started,
+    decodeMs,
+    decodeSteps: result.tokens.length - 1,
+    promptTokens: prompt.length,
+  };
+  return {
+    tokens: result.tokens,
+    stopReason: result.stopReason === 'stop' ? 'stop' : 'length',
+    metrics: metricsOf(ctx, times, { prefill, end }),
+  };
 }
 
 function microBatches(n: number, stages: number, asked?: number): number {
@@ -107,7 +126,12 @@ function microBatches(n: number, stages: number, asked?: number): number {
  * (or embeds), runs its layers, sends them on. The prompt goes in micro-batches so stage s
  * works on batch i while stage s + 1 works on batch i - 1. Returns logits on the last stage.
  */
-async function stageForward(ctx: RankContext, cache: SequenceCache, tokens: readonly number[], parts: number): Promise<Float32Array | undefined> {
+async function stageForward(
+  ctx: RankContext,
+  cache: SequenceCache,
+  tokens: readonly number[],
+  parts: number,
+): Promise<Float32Array | undefined> {
   const { plan, me, model, world, meter, wire } = ctx;
   const width = model.config.embeddingLength;
   const last = me.stage === plan.stages - 1;
@@ -141,7 +165,12 @@ async function stageForward(ctx: RankContext, cache: SequenceCache, tokens: read
 }
 
 /** Several stages: the last picks each token and broadcasts it to every rank. */
-async function generatePipeline(ctx: RankContext, cache: SequenceCache, prompt: readonly number[], o: RankGenerateOptions): Promise<RankResult> {
+async function generatePipeline(
+  ctx: RankContext,
+  cache: SequenceCache,
+  prompt: readonly number[],
+  o: RankGenerateOptions,
+): Promise<RankResult> {
   const { plan, world, meter } = ctx;
   const pick = o.pick ?? greedy;
   const root = (plan.stages - 1) * plan.tpSize;
@@ -154,7 +183,9 @@ async function generatePipeline(ctx: RankContext, cache: SequenceCache, prompt: 
     return shared[0] as number;
   };
   const started = performance.now();
-  let token = await share(await stageForward(ctx, cache, prompt, microBatches(prompt.length, plan.stages, o.microBatches)));
+  let token = await share(
+    await stageForward(ctx, cache, prompt, microBatches(prompt.length, plan.stages, o.microBatches)),
+  );
   const firstAt = performance.now();
   const prefill = meter.snapshot();
   let stopReason: RankResult['stopReason'] = 'length';
@@ -170,22 +201,36 @@ async function generatePipeline(ctx: RankContext, cache: SequenceCache, prompt: 
     token = await share(await stageForward(ctx, cache, [token], 1));
   }
   const end = meter.snapshot();
-  const times = { ttftMs: firstAt - started, prefillMs: firstAt - started, decodeMs: performance.now() - firstAt, decodeSteps: tokens.length - 1, promptTokens: prompt.length };
+  const times = {
+    ttftMs: firstAt - started,
+    prefillMs: firstAt - started,
+    decodeMs: performance.now() - firstAt,
+    decodeSteps: tokens.length - 1,
+    promptTokens: prompt.length,
+  };
   return { tokens, stopReason, metrics: metricsOf(ctx, times, { prefill, end }) };
 }
 
 function checkRequest(prompt: readonly number[], o: RankGenerateOptions, contextLength: number): void {
   if (prompt.length === 0 || !Number.isInteger(o.maxTokens) || o.maxTokens < 1) {
-    throw new TandemError('GENERATE_PROMPT', `a generation needs at least one prompt token and --max-tokens >= 1 (got ${prompt.length} tokens, ${o.maxTokens})`, {
-      hint: 'pass a prompt and a positive --max-tokens',
-    });
+    throw new TandemError(
+      'GENERATE_PROMPT',
+      `a generation needs at least one prompt token and --max-tokens >= 1 (got ${prompt.length} tokens, ${o.maxTokens})`,
+      {
+        hint: 'pass a prompt and a positive --max-tokens',
+      },
+    );
   }
   const need = prompt.length + o.maxTokens - 1;
   if (need > contextLength) {
-    throw new TandemError('KV_CONTEXT_FULL', `${prompt.length} prompt tokens plus ${o.maxTokens} new ones need ${need} positions; the context holds ${contextLength}`, {
-      hint: 'shorten the prompt or lower --max-tokens',
-      details: { promptTokens: prompt.length, maxTokens: o.maxTokens, contextLength },
-    });
+    throw new TandemError(
+      'KV_CONTEXT_FULL',
+      `${prompt.length} prompt tokens plus ${o.maxTokens} new ones need ${need} positions; the context holds ${contextLength}`,
+      {
+        hint: 'shorten the prompt or lower --max-tokens',
+        details: { promptTokens: prompt.length, maxTokens: o.maxTokens, contextLength },
+      },
+    );
   }
 }
 
@@ -194,18 +239,35 @@ function checkRequest(prompt: readonly number[], o: RankGenerateOptions, context
  * the same prompt and options; all return the same tokens (the engine's reductions and the
  * token broadcast are bit-identical on every rank) and their own metrics.
  */
-export async function generateOnRank(ctx: RankContext, prompt: readonly number[], o: RankGenerateOptions): Promise<RankResult> {
-  const contextLength = Math.min(o.contextLength ?? ctx.model.config.contextLength, ctx.model.config.contextLength);
+export async function generateOnRank(
+  ctx: RankContext,
+  prompt: readonly number[],
+  o: RankGenerateOptions,
+): Promise<RankResult> {
+  const contextLength = Math.min(
+    o.contextLength ?? ctx.model.config.contextLength,
+    ctx.model.config.contextLength,
+  );
   checkRequest(prompt, o, contextLength);
-  if (ctx.cache === undefined || ctx.cache.contextLength !== contextLength) ctx.cache = ctx.model.newSession({ contextLength });
+  if (ctx.cache === undefined || ctx.cache.contextLength !== contextLength)
+    ctx.cache = ctx.model.newSession({ contextLength });
   const cache = ctx.cache;
   cache.reset();
   const forced = o.forced;
-  if (forced === undefined) return ctx.plan.stages === 1 ? generateSingleStage(ctx, cache, prompt, o) : generatePipeline(ctx, cache, prompt, o);
-  if (forced.length < o.maxTokens) throw new TandemError('GENERATE_PROMPT', `${forced.length} forced tokens for ${o.maxTokens} steps`, { hint: 'give one forced token per step' });
+  if (forced === undefined)
+    return ctx.plan.stages === 1
+      ? generateSingleStage(ctx, cache, prompt, o)
+      : generatePipeline(ctx, cache, prompt, o);
+  if (forced.length < o.maxTokens)
+    throw new TandemError('GENERATE_PROMPT', `${forced.length} forced tokens for ${o.maxTokens} steps`, {
+      hint: 'give one forced token per step',
+    });
   const predicted: number[] = [];
   const pick = (logits: Float32Array): number => forced[predicted.push(greedy(logits)) - 1] as number;
   const run = { ...o, pick };
-  const result = ctx.plan.stages === 1 ? await generateSingleStage(ctx, cache, prompt, run) : await generatePipeline(ctx, cache, prompt, run);
+  const result =
+    ctx.plan.stages === 1
+      ? await generateSingleStage(ctx, cache, prompt, run)
+      : await generatePipeline(ctx, cache, prompt, run);
   return { ...result, predicted };
 }

@@ -82,7 +82,11 @@ export class CollectiveShardComm implements ShardComm {
     }
     const q8 = this.wire === 'q8';
     await this.meter.time(0, this.comm.allReduce(x, q8 ? { wire: 'q8' } : {}));
-    this.meter.bytes += allReduceWireBytes(q8 ? wireBuffer('q8', x.length).byteLength : x.byteLength, size, this.comm.lastAlgorithm);
+    this.meter.bytes += allReduceWireBytes(
+      q8 ? wireBuffer('q8', x.length).byteLength : x.byteLength,
+      size,
+      this.comm.lastAlgorithm,
+    );
   }
 
   async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {

@@ -8,7 +8,9 @@ export const wireFormats: readonly WireFormat[] = ['f32', 'f16', 'q8'];
 
 export function checkWire(wire: string): WireFormat {
   if (!(wireFormats as readonly string[]).includes(wire)) {
-    throw new TandemError('PAR_WIRE', `unknown wire format '${wire}'`, { hint: `use one of ${wireFormats.join(', ')}` });
+    throw new TandemError('PAR_WIRE', `unknown wire format '${wire}'`, {
+      hint: `use one of ${wireFormats.join(', ')}`,
+    });
   }
   return wire as WireFormat;
 }
@@ -27,14 +29,24 @@ export function wireBuffer(wire: WireFormat, count: number): Float32Array | Uint
   return new Int32Array(wireLength(wire, count));
 }
 
-export function encodeWire(wire: WireFormat, x: Float32Array, out: Float32Array | Uint16Array | Int32Array): void {
+export function encodeWire(
+  wire: WireFormat,
+  x: Float32Array,
+  out: Float32Array | Uint16Array | Int32Array,
+): void {
   if (wire === 'f32') (out as Float32Array).set(x);
-  else if (wire === 'f16') for (let i = 0; i < x.length; i++) (out as Uint16Array)[i] = f32ToF16(x[i] as number);
+  else if (wire === 'f16')
+    for (let i = 0; i < x.length; i++) (out as Uint16Array)[i] = f32ToF16(x[i] as number);
   else q8Pack(x, new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
 }
 
-export function decodeWire(wire: WireFormat, msg: Float32Array | Uint16Array | Int32Array, x: Float32Array): void {
+export function decodeWire(
+  wire: WireFormat,
+  msg: Float32Array | Uint16Array | Int32Array,
+  x: Float32Array,
+): void {
   if (wire === 'f32') x.set(msg as Float32Array);
-  else if (wire === 'f16') for (let i = 0; i < x.length; i++) x[i] = f16ToF32Table[(msg as Uint16Array)[i] as number] as number;
+  else if (wire === 'f16')
+    for (let i = 0; i < x.length; i++) x[i] = f16ToF32Table[(msg as Uint16Array)[i] as number] as number;
   else q8Unpack(new Uint8Array(msg.buffer, msg.byteOffset, msg.byteLength), x);
 }

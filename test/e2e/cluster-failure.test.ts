@@ -7,12 +7,30 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
 import { makeModel } from '../../src/engine/format/make-model.js';
-import { ClusterSession, launchLocalNodes, runDistributed, type LocalNodes } from '../../src/cluster/index.js';
+import {
+  ClusterSession,
+  launchLocalNodes,
+  runDistributed,
+  type LocalNodes,
+} from '../../src/cluster/index.js';
 import { isTandemError } from '../../src/errors/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tandem-cluster-fail-'));
 const path = join(dir, 'llama.gguf');
-const shape = { layers: 4, embd: 128, ff: 256, heads: 4, kvHeads: 2, headDim: 32, vocab: 512, context: 256, experts: 0, expertsUsed: 0, expertFf: 0, sharedFf: 0 };
+const shape = {
+  layers: 4,
+  embd: 128,
+  ff: 256,
+  heads: 4,
+  kvHeads: 2,
+  headDim: 32,
+  vocab: 512,
+  context: 256,
+  experts: 0,
+  expertsUsed: 0,
+  expertFf: 0,
+  sharedFf: 0,
+};
 let nodes: LocalNodes | undefined;
 
 before(async () => {
@@ -36,43 +54,66 @@ function exited(p: ChildProcess, ms: number): Promise<boolean> {
 }
 
 for (const parallel of ['tp', 'pp'] as const) {
-  it(`${parallel}: killing a node mid-generation fails the run with a typed error and frees the survivors`, { timeout: 120_000 }, async () => {
-    nodes = await launchLocalNodes(3, { secret: 's', threads: 1 });
-    const session = await ClusterSession.connect(nodes.addresses.map((address) => ({ address })), 's');
-    const victim = nodes.processes[2]!;
-    try {
-      await session.load({ model: path, parallel, provider: 'tcp', greedy: true, contextLength: 256, commTimeoutMs: 20_000 });
-      let seen = 0;
-      const started = Date.now();
-      await assert.rejects(
-        session.generate({
-          prompt: [1, 2, 3, 4],
-          maxTokens: 240,
-          onToken: () => {
-            if (++seen === 2) victim.kill('SIGKILL');
-          },
-        }),
-        (e) => {
-          assert.ok(isTandemError(e) && ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED'].includes(e.code), `typed error, got ${String(e)}`);
-          return true;
-        },
+  it(
+    `${parallel}: killing a node mid-generation fails the run with a typed error and frees the survivors`,
+    { timeout: 120_000 },
+    async () => {
+      nodes = await launchLocalNodes(3, { secret: 's', threads: 1 });
+      const session = await ClusterSession.connect(
+        nodes.addresses.map((address) => ({ address })),
+        's',
       );
-      assert.ok(seen >= 2, 'the run was under way when the node died');
-      assert.ok(Date.now() - started < 60_000, 'failed within the bound');
-    } finally {
-      session.close();
-    }
-    const survivors = nodes.processes.slice(0, 2);
-    const ended = await Promise.all(survivors.map((p) => exited(p, 15_000)));
-    assert.deepEqual(ended, [true, true], 'surviving nodes ended once the coordinator left');
-    await nodes.stop();
-    nodes = undefined;
-  });
+      const victim = nodes.processes[2]!;
+      try {
+        await session.load({
+          model: path,
+          parallel,
+          provider: 'tcp',
+          greedy: true,
+          contextLength: 256,
+          commTimeoutMs: 20_000,
+        });
+        let seen = 0;
+        const started = Date.now();
+        await assert.rejects(
+          session.generate({
+            prompt: [1, 2, 3, 4],
+            maxTokens: 240,
+            onToken: () => {
+              if (++seen === 2) victim.kill('SIGKILL');
+            },
+          }),
+          (e) => {
+            assert.ok(
+              isTandemError(e) && ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED'].includes(e.code),
+              `typed error, got ${String(e)}`,
+            );
+            return true;
+          },
+        );
+        assert.ok(seen >= 2, 'the run was under way when the node died');
+        assert.ok(Date.now() - started < 60_000, 'failed within the bound');
+      } finally {
+        session.close();
+      }
+      const survivors = nodes.processes.slice(0, 2);
+      const ended = await Promise.all(survivors.map((p) => exited(p, 15_000)));
+      assert.deepEqual(ended, [true, true], 'surviving nodes ended once the coordinator left');
+      await nodes.stop();
+      nodes = undefined;
+    },
+  );
 }
 
 it('a missing node fails fast with a typed error naming it', { timeout: 30_000 }, async () => {
   await assert.rejects(
-    runDistributed({ model: path, hosts: [{ address: '127.0.0.1:1' }], secret: 's', prompt: [1], maxTokens: 1 }),
+    runDistributed({
+      model: path,
+      hosts: [{ address: '127.0.0.1:1' }],
+      secret: 's',
+      prompt: [1],
+      maxTokens: 1,
+    }),
     (e) => isTandemError(e, 'CLUSTER_NODE_LOST') && e.message.includes('127.0.0.1:1'),
   );
 });

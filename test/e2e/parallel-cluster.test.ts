@@ -6,7 +6,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { ClusterSession, launchLocalNodes, runDistributed, type LocalNodes } from '../../src/cluster/index.js';
+import {
+  ClusterSession,
+  launchLocalNodes,
+  runDistributed,
+  type LocalNodes,
+} from '../../src/cluster/index.js';
 import { isTandemError } from '../../src/errors/index.js';
 import type { ProviderName } from '../../src/fabric/index.js';
 import type { ParallelKind } from '../../src/parallel/index.js';
@@ -19,7 +24,11 @@ let providers: ProviderName[] = [];
 let nodes: LocalNodes;
 
 before(async () => {
-  [models, providers, nodes] = await Promise.all([makeTestModels(dir), availableProviders(), launchLocalNodes(4, { secret, threads: 1, once: false })]);
+  [models, providers, nodes] = await Promise.all([
+    makeTestModels(dir),
+    availableProviders(),
+    launchLocalNodes(4, { secret, threads: 1, once: false }),
+  ]);
 });
 
 after(async () => {
@@ -27,16 +36,45 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function run(model: TestModel, n: number, parallel: ParallelKind, provider: ProviderName, extra: { memLimit?: number; tpSize?: number } = {}): Promise<number[][]> {
-  const session = await ClusterSession.connect(nodes.addresses.slice(0, n).map((address) => ({ address })), secret);
+async function run(
+  model: TestModel,
+  n: number,
+  parallel: ParallelKind,
+  provider: ProviderName,
+  extra: { memLimit?: number; tpSize?: number } = {},
+): Promise<number[][]> {
+  const session = await ClusterSession.connect(
+    nodes.addresses.slice(0, n).map((address) => ({ address })),
+    secret,
+  );
   try {
-    await session.load({ model: model.path, parallel, provider, greedy: true, contextLength: 64, commTimeoutMs: 20_000, ...extra });
+    await session.load({
+      model: model.path,
+      parallel,
+      provider,
+      greedy: true,
+      contextLength: 64,
+      commTimeoutMs: 20_000,
+      ...extra,
+    });
     const streamed: number[] = [];
-    const result = await session.generate({ prompt: PROMPT, maxTokens: STEPS, onToken: (t) => streamed.push(t) });
+    const result = await session.generate({
+      prompt: PROMPT,
+      maxTokens: STEPS,
+      onToken: (t) => streamed.push(t),
+    });
     assert.deepEqual(streamed, result.tokens, 'streamed tokens are the result');
     assert.equal(result.nodes.length, n);
-    for (const m of result.nodes) assert.ok(m.ttftMs > 0 && m.decodeTokS > 0 && m.commShare >= 0 && m.commShare <= 1, `metrics of rank ${m.rank}`);
-    if (n > 1) assert.ok(result.nodes.some((m) => m.wireBytesPerToken > 0), 'bytes travel during decode');
+    for (const m of result.nodes)
+      assert.ok(
+        m.ttftMs > 0 && m.decodeTokS > 0 && m.commShare >= 0 && m.commShare <= 1,
+        `metrics of rank ${m.rank}`,
+      );
+    if (n > 1)
+      assert.ok(
+        result.nodes.some((m) => m.wireBytesPerToken > 0),
+        'bytes travel during decode',
+      );
     return [result.tokens];
   } finally {
     session.close();
@@ -69,19 +107,31 @@ describe('distributed runs give the single-node tokens', { timeout: 300_000 }, (
     }
   });
 
-  it('memory pooling: a model over one node\'s limit runs on two; too little stops before loading with a placement that fits', async () => {
+  it("memory pooling: a model over one node's limit runs on two; too little stops before loading with a placement that fits", async () => {
     const model = models.llama;
     const probe = await ClusterSession.connect([{ address: nodes.addresses[0]! }], secret);
     let total = 0;
     try {
-      await assert.rejects(probe.load({ model: model.path, parallel: 'tp', provider: 'tcp', memLimit: 1000, contextLength: 64 }), (e) => {
-        assert.ok(isTandemError(e, 'PAR_NO_FIT'), String(e));
-        total = (e.details as { totalBytes: number }).totalBytes;
-        assert.match(e.hint, /raise --mem-limit/, 'nothing fits 1000 bytes a node');
-        return true;
-      });
+      await assert.rejects(
+        probe.load({ model: model.path, parallel: 'tp', provider: 'tcp', memLimit: 1000, contextLength: 64 }),
+        (e) => {
+          assert.ok(isTandemError(e, 'PAR_NO_FIT'), String(e));
+          total = (e.details as { totalBytes: number }).totalBytes;
+          assert.match(e.hint, /raise --mem-limit/, 'nothing fits 1000 bytes a node');
+          return true;
+        },
+      );
       const limit = Math.floor(total * 0.7);
-      await assert.rejects(probe.load({ model: model.path, parallel: 'tp', provider: 'tcp', memLimit: limit, contextLength: 64 }), (e) => isTandemError(e, 'PAR_NO_FIT') && /--nodes 2/.test(e.hint));
+      await assert.rejects(
+        probe.load({
+          model: model.path,
+          parallel: 'tp',
+          provider: 'tcp',
+          memLimit: limit,
+          contextLength: 64,
+        }),
+        (e) => isTandemError(e, 'PAR_NO_FIT') && /--nodes 2/.test(e.hint),
+      );
     } finally {
       probe.close();
     }
@@ -91,25 +141,61 @@ describe('distributed runs give the single-node tokens', { timeout: 300_000 }, (
 
   it('runDistributed over a host list, with f16 and q8 wires agreeing across ranks', async () => {
     const hosts = nodes.addresses.slice(0, 2).map((address) => ({ address }));
-    const exact = await runDistributed({ model: models.qwen2.path, hosts, secret, parallel: 'pp', prompt: PROMPT, maxTokens: STEPS, contextLength: 64 });
+    const exact = await runDistributed({
+      model: models.qwen2.path,
+      hosts,
+      secret,
+      parallel: 'pp',
+      prompt: PROMPT,
+      maxTokens: STEPS,
+      contextLength: 64,
+    });
     assert.deepEqual(exact.tokens, models.qwen2.expected);
     assert.equal(exact.plan.length, 2);
     for (const wire of ['f16', 'q8'] as const) {
-      const r = await runDistributed({ model: models.llama.path, hosts, secret, parallel: 'tp', wire, prompt: PROMPT, maxTokens: STEPS, contextLength: 64 });
+      const r = await runDistributed({
+        model: models.llama.path,
+        hosts,
+        secret,
+        parallel: 'tp',
+        wire,
+        prompt: PROMPT,
+        maxTokens: STEPS,
+        contextLength: 64,
+      });
       assert.equal(r.tokens.length, STEPS);
       const q = r.nodes.map((m) => m.wireBytesPerToken);
-      assert.ok(q.every((b) => b > 0), `${wire} bytes per token ${q}`);
+      assert.ok(
+        q.every((b) => b > 0),
+        `${wire} bytes per token ${q}`,
+      );
     }
     const sampling = { temperature: 1, topK: 0, topP: 1, minP: 0, seed: 7 };
     const sampled: number[][] = [];
     for (const parallel of ['tp', 'tp', 'pp'] as const) {
-      sampled.push((await runDistributed({ model: models.llama.path, hosts, secret, parallel, sampling, prompt: PROMPT, maxTokens: 12, contextLength: 64 })).tokens);
+      sampled.push(
+        (
+          await runDistributed({
+            model: models.llama.path,
+            hosts,
+            secret,
+            parallel,
+            sampling,
+            prompt: PROMPT,
+            maxTokens: 12,
+            contextLength: 64,
+          })
+        ).tokens,
+      );
     }
     assert.equal(sampled[2]!.length, 12);
     assert.deepEqual(sampled[0], sampled[1], 'the same seed samples the same tokens');
   });
 
   it('a wrong secret is refused', async () => {
-    await assert.rejects(ClusterSession.connect([{ address: nodes.addresses[0]! }], 'not-the-secret', 5000), (e) => isTandemError(e, 'CLUSTER_AUTH'));
+    await assert.rejects(
+      ClusterSession.connect([{ address: nodes.addresses[0]! }], 'not-the-secret', 5000),
+      (e) => isTandemError(e, 'CLUSTER_AUTH'),
+    );
   });
 });

@@ -12,7 +12,20 @@ import { createKernels } from '../../src/kernels/index.js';
 
 // 4 layers (pipeline over 3), 4 query / 2 KV heads (KV split on 2, replicated on 3 and 4),
 // 4 experts (expert parallel over 2 and 4).
-const shape = { layers: 4, embd: 128, ff: 256, heads: 4, kvHeads: 2, headDim: 32, vocab: 512, context: 128, experts: 4, expertsUsed: 2, expertFf: 128, sharedFf: 128 };
+const shape = {
+  layers: 4,
+  embd: 128,
+  ff: 256,
+  heads: 4,
+  kvHeads: 2,
+  headDim: 32,
+  vocab: 512,
+  context: 128,
+  experts: 4,
+  expertsUsed: 2,
+  expertFf: 128,
+  sharedFf: 128,
+};
 
 export const PROMPT = [1, 20, 31, 42, 53, 64, 75, 86, 97, 108];
 export const STEPS = 6;
@@ -29,7 +42,8 @@ export async function singleNodeTokens(path: string, steps = STEPS): Promise<num
   const file = GgufModelFile.open(path);
   try {
     const model = await Model.load(file, kernels);
-    return (await generate(model, model.newSession({ contextLength: 64 }), PROMPT, { maxTokens: steps })).tokens;
+    return (await generate(model, model.newSession({ contextLength: 64 }), PROMPT, { maxTokens: steps }))
+      .tokens;
   } finally {
     file.close();
     await kernels.close();
@@ -39,7 +53,11 @@ export async function singleNodeTokens(path: string, steps = STEPS): Promise<num
 /** llama (f32), qwen2 (q8_0) and qwen3moe (f32) models in `dir`, with their single-node tokens. */
 export async function makeTestModels(dir: string): Promise<Record<'llama' | 'qwen2' | 'moe', TestModel>> {
   const out: Partial<Record<'llama' | 'qwen2' | 'moe', TestModel>> = {};
-  for (const [key, arch, type] of [['llama', 'llama', 'f32'], ['qwen2', 'qwen2', 'q8_0'], ['moe', 'qwen3moe', 'f32']] as const) {
+  for (const [key, arch, type] of [
+    ['llama', 'llama', 'f32'],
+    ['qwen2', 'qwen2', 'q8_0'],
+    ['moe', 'qwen3moe', 'f32'],
+  ] as const) {
     const path = join(dir, `${key}.gguf`);
     await makeModel(path, { arch, shape, type, std: 0.3, seed: 5 });
     out[key] = { arch, path, expected: await singleNodeTokens(path) };

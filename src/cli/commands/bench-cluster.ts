@@ -5,7 +5,20 @@ import type { ProviderName } from '../../fabric/index.js';
 import { checkWire, parallelKinds, type ParallelKind } from '../../parallel/index.js';
 
 function table(rows: readonly BenchClusterRow[]): string {
-  const head = ['nodes', 'parallel', 'provider', 'wire', 'prefill tok/s', 'decode tok/s', 'TTFT ms', 'comm share', 'wire B/token', 'decode x', 'TTFT x', 'agreement'];
+  const head = [
+    'nodes',
+    'parallel',
+    'provider',
+    'wire',
+    'prefill tok/s',
+    'decode tok/s',
+    'TTFT ms',
+    'comm share',
+    'wire B/token',
+    'decode x',
+    'TTFT x',
+    'agreement',
+  ];
   const body = rows.map((r) => [
     String(r.nodes),
     r.nodes > 1 ? r.parallel : '-',
@@ -21,33 +34,63 @@ function table(rows: readonly BenchClusterRow[]): string {
     r.agreement === undefined ? '-' : `${(100 * r.agreement).toFixed(1)}%`,
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
-  return [head, ...body].map((cells) => cells.map((c, i) => c.padStart(widths[i] as number)).join('  ')).join('\n') + '\n';
+  return (
+    [head, ...body]
+      .map((cells) => cells.map((c, i) => c.padStart(widths[i] as number)).join('  '))
+      .join('\n') + '\n'
+  );
 }
 
 export const command = defineCommand({
   name: 'bench cluster',
-  summary: 'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, TTFT, comm share, speedups',
+  summary:
+    'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, TTFT, comm share, speedups',
   description:
     'Starts N local node processes, runs the prompt on node 0 alone, then across all N with --parallel, and prints both rows with the ratio. ' +
     'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256).',
-  positionals: [{ name: 'model', description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)', required: true }],
+  positionals: [
+    {
+      name: 'model',
+      description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)',
+      required: true,
+    },
+  ],
   options: {
     nodes: { type: 'number', description: 'nodes to split across', default: 2 },
     parallel: { type: 'string', description: 'how to split', choices: parallelKinds, default: 'tp' },
-    provider: { type: 'string', description: 'fabric provider between nodes', choices: ['shm', 'tcp'], default: 'tcp' },
-    wire: { type: 'string', description: 'activations on the wire', choices: ['f32', 'f16', 'q8'], default: 'f32' },
+    provider: {
+      type: 'string',
+      description: 'fabric provider between nodes',
+      choices: ['shm', 'tcp'],
+      default: 'tcp',
+    },
+    wire: {
+      type: 'string',
+      description: 'activations on the wire',
+      choices: ['f32', 'f16', 'q8'],
+      default: 'f32',
+    },
     tp: { type: 'number', description: 'hybrid: nodes per tensor-parallel group', default: 2 },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     tokens: { type: 'number', description: 'tokens to decode', default: 32 },
     threads: { type: 'number', description: 'threads per node', default: 1 },
-    agreement: { type: 'number', description: 'teacher-forced steps for top-1 agreement (default 256 with f16/q8, 0 with f32)' },
+    agreement: {
+      type: 'number',
+      description: 'teacher-forced steps for top-1 agreement (default 256 with f16/q8, 0 with f32)',
+    },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
   },
-  examples: ['tandem bench cluster /tmp/tl.gguf --nodes 2 --parallel tp --provider shm', 'tandem bench cluster /tmp/tl.gguf --wire q8 --json'],
+  examples: [
+    'tandem bench cluster /tmp/tl.gguf --nodes 2 --parallel tp --provider shm',
+    'tandem bench cluster /tmp/tl.gguf --wire q8 --json',
+  ],
   async run({ options, positionals }) {
     for (const key of ['nodes', 'prompt-tokens', 'tokens', 'threads', 'tp'] as const) {
       const v = options[key];
-      if (!Number.isInteger(v) || v < 1) throw new TandemError('CLI_USAGE', `bench cluster: --${key} must be a positive integer, got ${v}`, { hint: `for example --${key} 2` });
+      if (!Number.isInteger(v) || v < 1)
+        throw new TandemError('CLI_USAGE', `bench cluster: --${key} must be a positive integer, got ${v}`, {
+          hint: `for example --${key} 2`,
+        });
     }
     const rows = await benchCluster({
       model: positionals[0] as string,

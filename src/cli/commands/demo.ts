@@ -13,41 +13,88 @@ export const command = defineCommand({
   options: {
     prompt: { type: 'string', description: 'prompt text', default: 'The capital of France is' },
     'max-tokens': { type: 'number', description: 'tokens to generate', default: 32 },
-    provider: { type: 'string', description: 'fabric provider between the nodes', choices: ['shm', 'tcp'], default: 'shm' },
-    parallel: { type: 'string', description: 'how the two nodes split the model: tp (tensor parallel, faster decode) or pp (pipeline, bit-exact)', choices: ['tp', 'pp'], default: 'tp' },
+    provider: {
+      type: 'string',
+      description: 'fabric provider between the nodes',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
+    },
+    parallel: {
+      type: 'string',
+      description:
+        'how the two nodes split the model: tp (tensor parallel, faster decode) or pp (pipeline, bit-exact)',
+      choices: ['tp', 'pp'],
+      default: 'tp',
+    },
     threads: { type: 'number', description: 'threads per node', default: 1 },
     json: { type: 'boolean', description: 'print one JSON object' },
   },
   examples: ['npx tandem demo', 'npx tandem demo --max-tokens 64 --json'],
   async run({ options }) {
     const maxTokens = options['max-tokens'];
-    if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > 1024) throw new TandemError('CLI_USAGE', `demo: --max-tokens must be 1..1024, got ${maxTokens}`, { hint: 'for example --max-tokens 32' });
-    if (!Number.isInteger(options.threads) || options.threads < 1) throw new TandemError('CLI_USAGE', `demo: --threads must be a positive integer, got ${options.threads}`, { hint: 'for example --threads 1' });
+    if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > 1024)
+      throw new TandemError('CLI_USAGE', `demo: --max-tokens must be 1..1024, got ${maxTokens}`, {
+        hint: 'for example --max-tokens 32',
+      });
+    if (!Number.isInteger(options.threads) || options.threads < 1)
+      throw new TandemError(
+        'CLI_USAGE',
+        `demo: --threads must be a positive integer, got ${options.threads}`,
+        { hint: 'for example --threads 1' },
+      );
     const tty = process.stderr.isTTY && !options.json;
     const progress = (line: string): void => {
       if (options.json) return;
       process.stderr.write(tty ? `\r${line}\x1b[K` : `${line}\n`);
     };
     const done = (): void => void (tty && process.stderr.write('\n'));
-    if (!options.json) process.stderr.write(`tandem demo: a ${demoShapeName}-shaped model with RANDOM weights (its text means nothing)\n`);
+    if (!options.json)
+      process.stderr.write(
+        `tandem demo: a ${demoShapeName}-shaped model with RANDOM weights (its text means nothing)\n`,
+      );
     const { path, made } = await demoModel(progress);
     if (made) done();
     progress(made ? `made ${path}` : `using cached ${path}`);
     done();
-    const { prompt, runs } = await runDemo(path, { prompt: options.prompt, maxTokens, provider: options.provider as ProviderName, parallel: options.parallel as 'tp' | 'pp', threads: options.threads, onProgress: (l) => (progress(l), done()) });
+    const { prompt, runs } = await runDemo(path, {
+      prompt: options.prompt,
+      maxTokens,
+      provider: options.provider as ProviderName,
+      parallel: options.parallel as 'tp' | 'pp',
+      threads: options.threads,
+      onProgress: (l) => (progress(l), done()),
+    });
     const [one, two] = runs as [(typeof runs)[0], (typeof runs)[0]];
     const agree = one.tokens.length === two.tokens.length && one.tokens.every((t, i) => t === two.tokens[i]);
     const prefix = agree ? one.tokens.length : one.tokens.findIndex((t, i) => t !== two.tokens[i]);
     if (options.json) {
-      const row = (r: typeof one): Record<string, unknown> => ({ nodes: r.nodes, tokens: r.tokens, text: r.text, ttft_ms: r.ttftMs, decode_tok_s: r.decodeTokS, nodes_metrics: r.result.nodes });
-      process.stdout.write(JSON.stringify({ model: path, random_weights: true, prompt_tokens: prompt, runs: [row(one), row(two)], agree, agreeing_prefix: prefix }) + '\n');
+      const row = (r: typeof one): Record<string, unknown> => ({
+        nodes: r.nodes,
+        tokens: r.tokens,
+        text: r.text,
+        ttft_ms: r.ttftMs,
+        decode_tok_s: r.decodeTokS,
+        nodes_metrics: r.result.nodes,
+      });
+      process.stdout.write(
+        JSON.stringify({
+          model: path,
+          random_weights: true,
+          prompt_tokens: prompt,
+          runs: [row(one), row(two)],
+          agree,
+          agreeing_prefix: prefix,
+        }) + '\n',
+      );
       return agree ? 0 : 1;
     }
     const out: string[] = [];
     out.push(`prompt: ${JSON.stringify(options.prompt)} (${prompt.length} tokens)`);
     for (const r of runs) {
       out.push('');
-      out.push(`${r.nodes} node${r.nodes > 1 ? `s (${options.parallel === 'tp' ? 'tensor' : 'pipeline'} parallel: ${r.plan.join('; ')})` : ''}`);
+      out.push(
+        `${r.nodes} node${r.nodes > 1 ? `s (${options.parallel === 'tp' ? 'tensor' : 'pipeline'} parallel: ${r.plan.join('; ')})` : ''}`,
+      );
       out.push(`  tokens: ${r.tokens.join(' ')}`);
       out.push(`  text:   ${JSON.stringify(r.text)}`);
       out.push(`  TTFT ${r.ttftMs.toFixed(1)} ms, decode ${r.decodeTokS.toFixed(1)} tokens/s`);
@@ -55,10 +102,16 @@ export const command = defineCommand({
     out.push('');
     if (!agree) {
       out.push(`tokens agree: the first ${prefix} of ${one.tokens.length}, then they part.`);
-      out.push('  Tensor-parallel partial sums round differently from one node\'s in the last bit; a random-weight model amplifies that until a');
-      out.push('  near-tie between two tokens flips. `tandem demo --parallel pp` splits by layers and is bit-exact.');
+      out.push(
+        "  Tensor-parallel partial sums round differently from one node's in the last bit; a random-weight model amplifies that until a",
+      );
+      out.push(
+        '  near-tie between two tokens flips. `tandem demo --parallel pp` splits by layers and is bit-exact.',
+      );
     }
-    out.push(`tokens agree: ${agree ? 'yes' : 'no'}; decode speedup ${(two.decodeTokS / one.decodeTokS).toFixed(2)}x, TTFT speedup ${(one.ttftMs / two.ttftMs).toFixed(2)}x`);
+    out.push(
+      `tokens agree: ${agree ? 'yes' : 'no'}; decode speedup ${(two.decodeTokS / one.decodeTokS).toFixed(2)}x, TTFT speedup ${(one.ttftMs / two.ttftMs).toFixed(2)}x`,
+    );
     process.stdout.write(out.join('\n') + '\n');
     return agree ? 0 : 1;
   },

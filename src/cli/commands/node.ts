@@ -8,28 +8,61 @@ export const command = defineCommand({
   summary: 'run a node agent: holds one shard of a model and takes part in distributed runs',
   description:
     'Listens for a coordinator (`tandem run --hosts FILE`, `tandem bench cluster`) on --listen. Only coordinators that hold the cluster secret ' +
-    '(--secret or TANDEM_SECRET) are accepted (mutual HMAC challenge-response). Each load reads only this node\'s slices of the model file, ' +
+    "(--secret or TANDEM_SECRET) are accepted (mutual HMAC challenge-response). Each load reads only this node's slices of the model file, " +
     'which must exist at the same path on every host.',
   options: {
-    listen: { type: 'string', description: 'host:port to listen on (port 0 picks a free one)', default: '0.0.0.0:7100', placeholder: 'HOST:PORT' },
-    secret: { type: 'string', description: 'cluster secret (default: the TANDEM_SECRET environment variable)' },
+    listen: {
+      type: 'string',
+      description: 'host:port to listen on (port 0 picks a free one)',
+      default: '0.0.0.0:7100',
+      placeholder: 'HOST:PORT',
+    },
+    secret: {
+      type: 'string',
+      description: 'cluster secret (default: the TANDEM_SECRET environment variable)',
+    },
     threads: { type: 'number', description: 'compute threads for this node (default: every core)' },
-    'mem-limit': { type: 'string', description: 'bytes this node may hold, e.g. 8G (placement respects it)', placeholder: 'BYTES' },
-    kernels: { type: 'string', description: 'kernels backend', choices: ['wasm', 'reference'], default: 'wasm' },
+    'mem-limit': {
+      type: 'string',
+      description: 'bytes this node may hold, e.g. 8G (placement respects it)',
+      placeholder: 'BYTES',
+    },
+    kernels: {
+      type: 'string',
+      description: 'kernels backend',
+      choices: ['wasm', 'reference'],
+      default: 'wasm',
+    },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
-    announce: { type: 'boolean', description: 'print `listening HOST:PORT` on stdout once listening (for launchers)' },
+    announce: {
+      type: 'boolean',
+      description: 'print `listening HOST:PORT` on stdout once listening (for launchers)',
+    },
   },
-  examples: ['TANDEM_SECRET=s3cret tandem node --listen 0.0.0.0:7100', 'tandem node --listen 10.0.0.2:7100 --secret s3cret --mem-limit 12G'],
+  examples: [
+    'TANDEM_SECRET=s3cret tandem node --listen 0.0.0.0:7100',
+    'tandem node --listen 10.0.0.2:7100 --secret s3cret --mem-limit 12G',
+  ],
   async run({ options }) {
     const secret = options.secret ?? process.env.TANDEM_SECRET;
-    if (!secret) throw new TandemError('CLI_USAGE', 'node: no cluster secret', { hint: 'pass --secret or set TANDEM_SECRET (the same on every node and the coordinator)' });
+    if (!secret)
+      throw new TandemError('CLI_USAGE', 'node: no cluster secret', {
+        hint: 'pass --secret or set TANDEM_SECRET (the same on every node and the coordinator)',
+      });
     let memLimit: number | undefined;
     if (options['mem-limit'] !== undefined) {
       memLimit = parseBytes(options['mem-limit']);
-      if (memLimit === undefined) throw new TandemError('CLI_USAGE', `node: --mem-limit '${options['mem-limit']}' is not a byte size`, { hint: 'for example --mem-limit 8G' });
+      if (memLimit === undefined)
+        throw new TandemError('CLI_USAGE', `node: --mem-limit '${options['mem-limit']}' is not a byte size`, {
+          hint: 'for example --mem-limit 8G',
+        });
     }
     if (options.threads !== undefined && !(Number.isInteger(options.threads) && options.threads >= 1)) {
-      throw new TandemError('CLI_USAGE', `node: --threads must be a positive integer, got ${options.threads}`, { hint: 'for example --threads 1' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `node: --threads must be a positive integer, got ${options.threads}`,
+        { hint: 'for example --threads 1' },
+      );
     }
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
     const node = await startNode({
