@@ -168,6 +168,13 @@ export function conformance(provider: ProviderName): void {
       const ri = await one(b.cq);
       assert.deepEqual([ri.wrId, ri.status, ri.imm, ri.byteLen], [9, 'success', 42, 3 << 20]);
       assert.equal(hash(rb.buffer.subarray(7, 7 + (3 << 20))), hash(la.buffer.subarray(0, 3 << 20)));
+      // a small write then a large one over it, back to back: the large one wins
+      la.buffer.fill(0xaa, 0, 100);
+      la.buffer.fill(0xbb, 100, 100 + 100_000);
+      a.qp.postSend({ wrId: 6, opcode: 'write', sgl: [la.sge(0, 100)], remote: rb.remote(0), signaled: false });
+      a.qp.postSend({ wrId: 7, opcode: 'write', sgl: [la.sge(100, 100_000)], remote: rb.remote(0) });
+      assert.deepEqual((await one(a.cq)).wrId, 7);
+      assert.ok(rb.buffer.subarray(0, 100_000).every((x) => x === 0xbb), 'writes are placed in order');
       fill(rb, 9);
       la.buffer.fill(0);
       a.qp.postSend({ wrId: 3, opcode: 'read', sgl: [la.sge(0, 5), la.sge(1000, big - 1000)], remote: rb.remote(1) });

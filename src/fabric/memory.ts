@@ -89,7 +89,7 @@ export class Region implements MemoryRegion {
   }
 }
 
-export type Allocator = (length: number) => { buffer: Uint8Array; release(): void };
+export type Allocator = (length: number) => { buffer: Uint8Array; release(): void; registered?(region: Region): void };
 
 export class Domain implements ProtectionDomain {
   readonly id: number;
@@ -130,6 +130,7 @@ export class Domain implements ProtectionDomain {
     }
     const mem = this.allocator(length);
     const region = this.register(mem.buffer, access);
+    mem.registered?.(region);
     this.releases.set(region, mem.release);
     return region;
   }

@@ -9,6 +9,7 @@ import { Access } from './types.js';
 import {
   ACK_BYTES,
   FLAG_IMM,
+  FLAG_PLACED,
   FrameType,
   MAX_PAYLOAD,
   READ_REQ_BYTES,
@@ -225,14 +226,16 @@ export class Qp implements QueuePair {
         this.transport.send(h, []);
       } else {
         const imm = last && wr.opcode === 'write_imm';
-        const h = new Uint8Array(WRITE_HEADER);
-        header(h, FrameType.WRITE, imm ? FLAG_IMM : 0, psn);
+        const direct = this.transport.writeDirect?.(remote.rkey >>> 0, hi, lo, parts, len) === true;
+        const h = new Uint8Array(direct ? WRITE_HEADER + 4 : WRITE_HEADER);
+        header(h, FrameType.WRITE, (imm ? FLAG_IMM : 0) | (direct ? FLAG_PLACED : 0), psn);
         putU32(h, 8, remote.rkey >>> 0);
         putU32(h, 12, lo);
         putU32(h, 16, hi);
         putU32(h, 20, imm ? (wr.imm ?? 0) >>> 0 : 0);
+        if (direct) putU32(h, 24, len);
         this.outstanding.push(entry);
-        this.transport.send(h, parts);
+        this.transport.send(h, direct ? [] : parts);
       }
       off += len;
       if (this.ackDue) this.flushAck();
@@ -370,7 +373,11 @@ export class Qp implements QueuePair {
       return this.onSend(body.subarray(SEND_HEADER), (flags & FLAG_MORE) === 0, psn);
     }
     if (type === FrameType.WRITE) {
-      if (body.length < WRITE_HEADER || (flags & ~FLAG_IMM) !== 0) return this.malformed('WRITE header truncated or bad flags');
+      if (body.length < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0) return this.malformed('WRITE header truncated or bad flags');
+      if ((flags & FLAG_PLACED) !== 0) {
+        if (body.length !== WRITE_HEADER + 4 || placed) return this.malformed('placed WRITE of the wrong size');
+        return this.onPlacedWrite(body, (flags & FLAG_IMM) !== 0, psn);
+      }
       return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn, placed);
     }
     if (type === FrameType.READ_REQ) {
@@ -397,6 +404,19 @@ export class Qp implements QueuePair {
       return 'remote_bounds';
     }
     return mr.buffer.subarray(off, off + len);
+  }
+
+  /**
+   * A WRITE the requester already copied into our shared region after validating it against
+   * our published key table. We validate again (and count) so that a refusal is never
+   * reported as success; the immediate, if any, is delivered as usual.
+   */
+  private onPlacedWrite(body: Uint8Array, withImm: boolean, psn: number): void {
+    const len = getU32(body, 24);
+    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), len, Access.REMOTE_WRITE);
+    if (typeof t === 'string') return this.nak(psn, t);
+    this.placing = len;
+    this.onWrite(body.subarray(0, WRITE_HEADER), withImm, psn, true);
   }
 
   private onWrite(body: Uint8Array, withImm: boolean, psn: number, placed: boolean): void {

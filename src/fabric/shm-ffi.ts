@@ -140,6 +140,16 @@ export class ShmSegment {
     this.owner = false;
   }
 
+  /**
+   * For memory handed to users: unlinks now, unmaps only once `view`'s buffer is garbage
+   * collected (an unmapped view would crash the process on access).
+   */
+  releaseWhenUnreachable(view: Uint8Array): void {
+    if (this.owner) this.unlink();
+    this.mapped = false;
+    unmapper.register(view.buffer, { ptr: this.ptr, length: this.length });
+  }
+
   unmap(): void {
     if (!this.mapped) return;
     this.mapped = false;
@@ -147,6 +157,10 @@ export class ShmSegment {
     need().munmap(this.ptr, this.length);
   }
 }
+
+const unmapper = new FinalizationRegistry<{ ptr: bigint; length: number }>((m) => {
+  loadLibc()?.munmap(m.ptr, m.length);
+});
 
 function shmError(message: string): TandemError {
   return new TandemError('FABRIC_SHM_FAILED', message, { hint: 'check /dev/shm (mounted, writable, free space) or use the tcp provider' });

@@ -5,7 +5,9 @@ import { ShmSegment, futexWait, futexWake, sweepStale } from './shm-ffi.js';
 import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { FLAG_PLACED, FrameType, FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { Access } from './types.js';
+import type { Region } from './memory.js';
 
 /**
  * Segment layout (byte offsets): a receive ring is
@@ -20,6 +22,19 @@ const DATA = 4096;
 const RING_BYTES = 16 << 20;
 const BELL_BYTES = 4096;
 const SLEEPING = 0;
+/**
+ * Key table (one per device, read by peers): KEY_SLOTS slots of SLOT_BYTES, open addressing
+ * from rkey % KEY_SLOTS. Slot i32s: 0 state (0 empty, 1 live, 2 removed) | 1 rkey | 2 pd |
+ * 3 access | 4 addrHi | 5 addrLo | 6 length | 7 name length; bytes 32.. the segment name.
+ * Only `allocate`d regions (which live in their own segment) are published.
+ */
+const KEY_SLOTS = 1024;
+const SLOT_BYTES = 128;
+const SLOT_I32 = SLOT_BYTES / 4;
+const NAME_AT = 32;
+/** Writes at least this long are copied straight into a published peer region. */
+const DIRECT_MIN = 64 * 1024;
+const TWO32 = 4294967296;
 /** Rings are polled this often when no wait drives them (acks and reads for a busy peer). */
 const BACKGROUND_POLL_MS = 1;
 
@@ -44,14 +59,24 @@ class ShmTransport implements Transport {
   private writeIdx = 0;
   /** Bytes that did not fit in the peer's ring yet, oldest first. */
   private backlog: Uint8Array[] = [];
+  /** Stream position after everything sent, and after the last frame that touches memory. */
+  private streamPos = 0;
+  private memFrameEnd = 0;
+  private readonly peerKeyI32: Int32Array;
+  private readonly peerKeyBytes: Uint8Array;
+  private readonly peerRegions = new Map<string, ShmSegment>();
 
   constructor(
     private readonly mine: ShmSegment,
     private readonly theirs: ShmSegment,
     private readonly peerBell: ShmSegment,
+    private readonly peerKeys: ShmSegment,
+    private readonly peerPd: number,
     private readonly socket: Socket,
     private readonly onClose: (t: ShmTransport) => void,
   ) {
+    this.peerKeyI32 = new Int32Array(peerKeys.buffer);
+    this.peerKeyBytes = new Uint8Array(peerKeys.buffer);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
     this.inData = new Uint8Array(mine.buffer, DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
@@ -59,6 +84,47 @@ class ShmTransport implements Transport {
     this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
     this.mask = this.inData.length - 1;
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
+    this.streamPos = this.writeIdx;
+    this.memFrameEnd = this.writeIdx;
+  }
+
+  writeDirect(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean {
+    if (length < DIRECT_MIN || this.isClosed) return false;
+    // an earlier request still unread by the peer could touch the same memory: keep order
+    if (((Atomics.load(this.outCtl, R) - this.memFrameEnd) | 0) < 0) return false;
+    const k = this.peerKeyI32;
+    let base = -1;
+    for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
+      const state = Atomics.load(k, slot * SLOT_I32);
+      if (state === 0) return false;
+      if (state === 1 && k[slot * SLOT_I32 + 1] === (rkey | 0)) {
+        base = slot * SLOT_I32;
+        break;
+      }
+    }
+    if (base < 0 || k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0) return false;
+    const regionLength = k[base + 6] as number;
+    const off = ((hi - ((k[base + 4] as number) >>> 0)) * TWO32) + (lo - ((k[base + 5] as number) >>> 0));
+    if (!(off >= 0) || off + length > regionLength) return false;
+    const nameLen = k[base + 7] as number;
+    const name = Buffer.from(this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen)).toString('latin1');
+    let seg = this.peerRegions.get(name);
+    if (seg === undefined) {
+      try {
+        seg = ShmSegment.open(name, regionLength);
+      } catch {
+        return false;
+      }
+      this.peerRegions.set(name, seg);
+    }
+    if (Atomics.load(k, base) !== 1) return false;
+    const dst = new Uint8Array(seg.buffer, off, length);
+    let at = 0;
+    for (const p of parts) {
+      dst.set(p, at);
+      at += p.length;
+    }
+    return true;
   }
 
   bind(events: TransportEvents): void {
@@ -103,6 +169,10 @@ class ShmTransport implements Transport {
     const prefix = new Uint8Array(4 + header.length);
     putU32(prefix, 0, len);
     prefix.set(header, 4);
+    this.streamPos = (this.streamPos + 4 + len) >>> 0;
+    const type = header[0];
+    const placedWrite = type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) !== 0;
+    if (!placedWrite && (type === FrameType.WRITE || type === FrameType.SEND || type === FrameType.READ_REQ)) this.memFrameEnd = this.streamPos;
     if (this.backlog.length === 0) {
       const rest = this.write(prefix, payload);
       if (rest !== undefined) this.backlog = rest;
@@ -114,6 +184,8 @@ class ShmTransport implements Transport {
 
   sendRaw(bytes: Uint8Array): void {
     if (this.isClosed) return;
+    this.streamPos = (this.streamPos + bytes.length) >>> 0;
+    this.memFrameEnd = this.streamPos;
     this.backlog.push(bytes.slice());
     this.flush();
   }
@@ -175,6 +247,8 @@ class ShmTransport implements Transport {
       this.mine.unmap();
       this.theirs.unmap();
       this.peerBell.unmap();
+      this.peerKeys.unmap();
+      for (const seg of this.peerRegions.values()) seg.unmap();
     });
     this.events?.closed(reason, malformed);
   }
@@ -208,10 +282,11 @@ class ShmListener implements Listener {
       const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA);
       theirs.unlink();
       const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
+      const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
       const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA);
       const psn = newPsn();
-      peer.welcome(psn, options.info ?? {}, { ring: mine.name, bell: this.device.bellName });
-      return this.device.qpOn(peer, psn, options, mine, theirs, bell);
+      peer.welcome(psn, options.info ?? {}, { ring: mine.name, bell: this.device.bellName, keys: this.device.keysName, pd: options.pd.id });
+      return this.device.qpOn(peer, psn, options, { mine, theirs, bell, keys, pd: Number(peer.extra.pd) });
     } catch (e) {
       peer.socket.destroy();
       throw e;
@@ -229,6 +304,8 @@ export class ShmDevice extends DeviceBase {
   readonly name = 'shm0';
   private readonly bell: ShmSegment;
   private readonly bellCtl: Int32Array;
+  private readonly keyTable: ShmSegment;
+  private readonly keyI32: Int32Array;
   private readonly transports = new Set<ShmTransport>();
   private poller: NodeJS.Timeout | undefined;
 
@@ -237,10 +314,52 @@ export class ShmDevice extends DeviceBase {
     sweepStale();
     this.bell = ShmSegment.create(segName('bell'), BELL_BYTES);
     this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
+    this.keyTable = ShmSegment.create(segName('keys'), KEY_SLOTS * SLOT_BYTES);
+    this.keyI32 = new Int32Array(this.keyTable.buffer);
+    // allocated regions live in their own segment, published so peers can write them directly
+    this.allocator = (length) => {
+      this.checkOpen();
+      const seg = ShmSegment.create(segName('mr'), length);
+      const buffer = new Uint8Array(seg.buffer);
+      let slot = -1;
+      return {
+        buffer,
+        registered: (r) => (slot = this.publish(r, seg.name)),
+        release: () => {
+          if (slot >= 0 && !this.closed) Atomics.store(this.keyI32, slot * SLOT_I32, 2);
+          seg.releaseWhenUnreachable(buffer);
+        },
+      };
+    };
   }
 
   get bellName(): string {
     return this.bell.name;
+  }
+
+  get keysName(): string {
+    return this.keyTable.name;
+  }
+
+  /** Puts a region in the key table; its slot, or -1 when the table is full (no direct writes then). */
+  private publish(r: Region, name: string): number {
+    const k = this.keyI32;
+    for (let i = 0, slot = r.rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
+      const base = slot * SLOT_I32;
+      if (Atomics.load(k, base) === 1) continue;
+      k[base + 1] = r.rkey | 0;
+      k[base + 2] = r.pd.id;
+      k[base + 3] = r.access;
+      k[base + 4] = r.addrHi;
+      k[base + 5] = r.addrLo | 0;
+      k[base + 6] = r.length;
+      const bytes = Buffer.from(name, 'latin1');
+      k[base + 7] = bytes.length;
+      new Uint8Array(this.keyTable.buffer, base * 4 + NAME_AT, SLOT_BYTES - NAME_AT).set(bytes.subarray(0, SLOT_BYTES - NAME_AT));
+      Atomics.store(k, base, 1);
+      return slot;
+    }
+    return -1;
   }
 
   protected override sleep(ms: number): void {
@@ -257,9 +376,14 @@ export class ShmDevice extends DeviceBase {
     return this.track(new ShmListener(this, side));
   }
 
-  qpOn(peer: Authenticated, psn: number, options: AcceptOptions, mine: ShmSegment, theirs: ShmSegment, bell: ShmSegment): QueuePair {
+  qpOn(
+    peer: Authenticated,
+    psn: number,
+    options: AcceptOptions,
+    s: { mine: ShmSegment; theirs: ShmSegment; bell: ShmSegment; keys: ShmSegment; pd: number },
+  ): QueuePair {
     peer.reader.detach();
-    const t = new ShmTransport(mine, theirs, bell, peer.socket, (x) => {
+    const t = new ShmTransport(s.mine, s.theirs, s.bell, s.keys, s.pd, peer.socket, (x) => {
       this.transports.delete(x);
       if (this.transports.size === 0 && this.poller) {
         clearInterval(this.poller);
@@ -285,7 +409,7 @@ export class ShmDevice extends DeviceBase {
         clientHandshake('shm', options.host, options.port, options.secret, {
           psn,
           info: options.info ?? {},
-          extra: () => ({ ring: mine.name, bell: this.bell.name }),
+          extra: () => ({ ring: mine.name, bell: this.bell.name, keys: this.keyTable.name, pd: options.pd.id }),
         }).then((p) => {
           if (gaveUp) p.socket.destroy();
           return (done = p);
@@ -302,7 +426,8 @@ export class ShmDevice extends DeviceBase {
         const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA);
         theirs.unlink();
         const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
-        return this.qpOn(peer, psn, options, mine, theirs, bell);
+        const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
+        return this.qpOn(peer, psn, options, { mine, theirs, bell, keys, pd: Number(peer.extra.pd) });
       } catch (e) {
         peer.socket.destroy();
         throw e;
@@ -318,5 +443,6 @@ export class ShmDevice extends DeviceBase {
     await super.close();
     if (this.poller) clearInterval(this.poller);
     this.bell.unmap();
+    this.keyTable.unmap();
   }
 }

@@ -22,6 +22,12 @@ export interface Transport {
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
   /** Test hook: puts raw bytes on the wire, bypassing the framing. */
   sendRaw(bytes: Uint8Array): void;
+  /**
+   * Optional one-sided placement (shm): copies `parts` straight into the peer's registered
+   * region when the requester can validate it (live key of the peer's domain, REMOTE_WRITE,
+   * in bounds) and no earlier request frame is still unread; false: send the payload instead.
+   */
+  writeDirect?(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean;
   /** Drives progress without the event loop; true when anything happened. */
   poll?(): boolean;
   close(): void;

@@ -4,7 +4,8 @@
  * On a stream each frame is `u32 LE bodyLength | body`; body layouts (little endian):
  *   common      0 type u8 | 1 flags u8 | 2 reserved u16 (0) | 4 psn u32
  *   SEND        8.. payload
- *   WRITE       8 rkey | 12 addrLo | 16 addrHi | 20 imm | 24.. payload   (flags&1: with imm)
+ *   WRITE       8 rkey | 12 addrLo | 16 addrHi | 20 imm | 24.. payload   (flags&1: with imm;
+ *               flags&4: placed by the requester in shared memory, 24 length u32 and no payload)
  *   READ_REQ    8 rkey | 12 addrLo | 16 addrHi | 20 length               (exactly 24 bytes)
  *   READ_RESP   8 status u8 | 9..11 0 | 12.. payload                     (psn = request's)
  *   ACK         8 status u8 | 9..11 0                                     (exactly 12 bytes)
@@ -14,6 +15,8 @@
 export const FrameType = { SEND: 1, WRITE: 2, READ_REQ: 3, READ_RESP: 4, ACK: 5 } as const;
 
 export const FLAG_IMM = 1;
+/** WRITE flag: the requester already placed the payload (shm); the body ends with u32 length at 24. */
+export const FLAG_PLACED = 4;
 export const SEND_HEADER = 8;
 export const WRITE_HEADER = 24;
 export const READ_REQ_BYTES = 24;
