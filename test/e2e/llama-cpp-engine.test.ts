@@ -62,6 +62,7 @@ const cases: Case[] = [
   { name: 'make-model llama Q4_K_M', model: { arch: 'llama' }, type: 'Q4_K', made: { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 4, std: 0.08 } },
   { name: 'make-model qwen2 Q5_K_M (BPE vocabulary)', model: { arch: 'qwen2' }, type: 'Q5_K', made: { arch: 'qwen2', shape: 'tiny', type: 'q5_k_m', seed: 5, std: 0.08 } },
   { name: 'make-model qwen2moe Q4_0', model: { arch: 'qwen2moe' }, type: 'Q4_0', made: { arch: 'qwen2moe', shape: 'tiny', type: 'q4_0', seed: 6, std: 0.08 } },
+  { name: 'make-model moe (Mixtral) Q8_0', model: { arch: 'llama' }, type: 'Q8_0', made: { arch: 'moe', shape: 'tiny', type: 'q8_0', seed: 9, std: 0.08 } },
   { name: 'make-model llama BF16', model: { arch: 'llama' }, type: 'BF16', made: { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 7, std: 0.08 } },
   { name: 'make-model llama Q8_0, Llama 3 rope scaling', model: { arch: 'llama' }, type: 'Q8_0', made: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 8, std: 0.08, ropeScaling: 'llama3' } },
 ];

@@ -47,6 +47,10 @@ test('llama config: defaults, GQA, tied embeddings and rope freq factors from te
   assert.equal(tied.hasRopeFreqFactors, true);
   assert.equal(tied.ropeFreqBase, 500000);
   assert.equal(tied.ropeFreqScale, 0.25);
+  // Mixtral-style experts (arch llama) are feed_forward_length wide, as llama.cpp reads them.
+  const mixtral = configFromMetadata(lookup({ ...llamaMeta, 'llama.expert_count': 8, 'llama.expert_used_count': 2, 'llama.expert_feed_forward_length': 7 }), denseTensors);
+  assert.equal(mixtral.expertFeedForwardLength, 96);
+  assert.equal(mixtral.expertWeightsNorm, true);
 });
 
 test('qwen2, qwen3 and MoE configs read their arch-specific keys', () => {

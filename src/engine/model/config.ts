@@ -148,9 +148,13 @@ export function configFromMetadata(meta: MetadataLookup, tensors: TensorDims): M
   }
   const feedForwardLength = readInt(meta, k('feed_forward_length'), moe ? 0 : undefined);
   if (!moe) positive(feedForwardLength, k('feed_forward_length'));
-  const expertFeedForwardLength = moe
-    ? positive(readInt(meta, k('expert_feed_forward_length'), Math.floor(feedForwardLength / expertUsedCount)), k('expert_feed_forward_length'))
-    : 0;
+  // llama.cpp sizes Mixtral-style experts (arch llama) by feed_forward_length and the Qwen
+  // MoEs by expert_feed_forward_length (default feed_forward_length / expert_used_count).
+  let expertFeedForwardLength = 0;
+  if (moe && arch === 'llama') expertFeedForwardLength = positive(feedForwardLength, k('feed_forward_length'));
+  else if (moe) {
+    expertFeedForwardLength = positive(readInt(meta, k('expert_feed_forward_length'), Math.floor(feedForwardLength / expertUsedCount)), k('expert_feed_forward_length'));
+  }
   const sharedExpertFeedForwardLength =
     arch === 'qwen2moe' ? positive(readInt(meta, k('expert_shared_feed_forward_length'), feedForwardLength), k('expert_shared_feed_forward_length')) : 0;
   const scalingType = meta(k('rope.scaling.type'));
