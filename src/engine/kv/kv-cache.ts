@@ -39,12 +39,6 @@ export class SequenceCache {
     return this.filled;
   }
 
-  /** Bytes the cache holds (K and V, all layers). */
-  static bytes(options: SequenceCacheOptions): number {
-    const per = options.type === 'f16' ? 2 : 4;
-    return 2 * options.layers * options.kvHeads * options.headDim * options.contextLength * per;
-  }
-
   /** Checks that `n` more positions fit; returns the first of them. */
   reserve(n: number): number {
     if (this.filled + n > this.contextLength) {
