@@ -14,7 +14,16 @@ const cq = dev.createCq();
 const rcq = dev.createCq();
 const local = pd.allocate(Math.max(...plan.sizes), Access.LOCAL_WRITE | Access.REMOTE_WRITE);
 const region = { addr: String(local.addr), rkey: local.rkey, length: local.length };
-const qp = await dev.connect({ host: '127.0.0.1', port: Number(port), secret, pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 });
+const qp = await dev.connect({
+  host: '127.0.0.1',
+  port: Number(port),
+  secret,
+  pd,
+  cq,
+  recvCq: rcq,
+  info: { region },
+  timeoutMs: 30_000,
+});
 const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
 for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
 

@@ -51,11 +51,16 @@ export function counts(bytes: number, iterations: number): { lat: number; warm: 
 export function parseSize(text: string): number {
   const m = /^(\d+)\s*([kmg]?)(i?b)?$/i.exec(text.trim());
   if (!m) {
-    throw new TandemError('INVALID_ARGUMENT', `cannot read size '${text}'`, { hint: 'write sizes like 8, 4K, 4M or 64MiB' });
+    throw new TandemError('INVALID_ARGUMENT', `cannot read size '${text}'`, {
+      hint: 'write sizes like 8, 4K, 4M or 64MiB',
+    });
   }
   const mult = { '': 1, k: 1024, m: 1 << 20, g: 1 << 30 }[(m[2] ?? '').toLowerCase()] ?? 1;
   const n = Number(m[1]) * mult;
-  if (n < 1 || n > 1 << 30) throw new TandemError('INVALID_ARGUMENT', `size ${text} is outside 1 B..1 GiB`, { hint: 'pick sizes from 8 B to 64 MiB' });
+  if (n < 1 || n > 1 << 30)
+    throw new TandemError('INVALID_ARGUMENT', `size ${text} is outside 1 B..1 GiB`, {
+      hint: 'pick sizes from 8 B to 64 MiB',
+    });
   return n;
 }
 
@@ -71,7 +76,8 @@ const WAIT = { timeoutMs: 30_000 };
 
 export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion {
   const r = info.region as { addr: string; rkey: number; length: number } | undefined;
-  if (r === undefined) throw new TandemError('INTERNAL', 'peer sent no region', { hint: 'a bug in the benchmark' });
+  if (r === undefined)
+    throw new TandemError('INTERNAL', 'peer sent no region', { hint: 'a bug in the benchmark' });
   return { addr: BigInt(r.addr), rkey: r.rkey, length: r.length };
 }
 
@@ -83,7 +89,14 @@ export async function awaitImm(e: Endpoint): Promise<number> {
 }
 
 export function writeImm(e: Endpoint, bytes: number, imm: number): void {
-  e.qp.postSend({ wrId: imm, opcode: 'write_imm', imm, sgl: [e.local.sge(0, bytes)], remote: e.remote, signaled: false });
+  e.qp.postSend({
+    wrId: imm,
+    opcode: 'write_imm',
+    imm,
+    sgl: [e.local.sge(0, bytes)],
+    remote: e.remote,
+    signaled: false,
+  });
 }
 
 /** Writes `count` x `bytes`, at most `window` in flight, the last with an immediate. */
@@ -93,7 +106,13 @@ export async function stream(e: Endpoint, bytes: number, count: number): Promise
   for (let i = 0; i < count; i++) {
     if (inFlight >= window) inFlight -= expectSuccess(await e.cq.wait({ ...WAIT })).length;
     const last = i === count - 1;
-    e.qp.postSend({ wrId: i, opcode: last ? 'write_imm' : 'write', imm: 1, sgl: [e.local.sge(0, bytes)], remote: e.remote });
+    e.qp.postSend({
+      wrId: i,
+      opcode: last ? 'write_imm' : 'write',
+      imm: 1,
+      sgl: [e.local.sge(0, bytes)],
+      remote: e.remote,
+    });
     inFlight++;
   }
   while (inFlight > 0) inFlight -= expectSuccess(await e.cq.wait({ ...WAIT })).length;
@@ -105,7 +124,12 @@ function percentile(sorted: number[], p: number): number {
 
 const round = (x: number, digits: number): number => Number(x.toFixed(digits));
 
-async function measure(provider: ProviderName, e: Endpoint, plan: Plan, onRow: (r: BenchRow) => void): Promise<void> {
+async function measure(
+  provider: ProviderName,
+  e: Endpoint,
+  plan: Plan,
+  onRow: (r: BenchRow) => void,
+): Promise<void> {
   for (const bytes of plan.sizes) {
     const n = counts(bytes, plan.iterations);
     const half: number[] = [];
@@ -116,28 +140,57 @@ async function measure(provider: ProviderName, e: Endpoint, plan: Plan, onRow: (
       if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
     }
     half.sort((a, b) => a - b);
-    onRow({ provider, op: 'latency', bytes, latency_us_p50: round(percentile(half, 50), 2), latency_us_p99: round(percentile(half, 99), 2), bandwidth_MBps: null });
+    onRow({
+      provider,
+      op: 'latency',
+      bytes,
+      latency_us_p50: round(percentile(half, 50), 2),
+      latency_us_p99: round(percentile(half, 99), 2),
+      bandwidth_MBps: null,
+    });
     await stream(e, bytes, Math.min(n.bw, 4)); // warm-up
     await awaitImm(e);
     const t0 = performance.now();
     await stream(e, bytes, n.bw);
     await awaitImm(e);
     const seconds = (performance.now() - t0) / 1000;
-    onRow({ provider, op: 'bandwidth', bytes, latency_us_p50: null, latency_us_p99: null, bandwidth_MBps: Number(((bytes * n.bw) / seconds / 1e6).toPrecision(4)) });
+    onRow({
+      provider,
+      op: 'bandwidth',
+      bytes,
+      latency_us_p50: null,
+      latency_us_p99: null,
+      bandwidth_MBps: Number(((bytes * n.bw) / seconds / 1e6).toPrecision(4)),
+    });
   }
 }
 
 /** Runs the benchmark: spawns the peer process, measures, returns the rows. */
-export async function runFabricBench(provider: ProviderName, plan: Plan, onRow: (r: BenchRow) => void): Promise<BenchRow[]> {
+export async function runFabricBench(
+  provider: ProviderName,
+  plan: Plan,
+  onRow: (r: BenchRow) => void,
+): Promise<BenchRow[]> {
   const rows: BenchRow[] = [];
   const secret = randomBytes(16).toString('hex');
   const dev = await openDevice(provider);
   const listener = await dev.listen({ host: '127.0.0.1', port: 0, secret });
   const maxBytes = Math.max(...plan.sizes);
-  const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'bench-peer.ts'), provider, String(listener.port), JSON.stringify(plan)], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-    env: { ...process.env, TANDEM_BENCH_SECRET: secret },
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      join(import.meta.dirname, 'bench-peer.ts'),
+      provider,
+      String(listener.port),
+      JSON.stringify(plan),
+    ],
+    {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...process.env, TANDEM_BENCH_SECRET: secret },
+    },
+  );
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
   try {
     const pd = dev.allocPd();
@@ -148,7 +201,11 @@ export async function runFabricBench(provider: ProviderName, plan: Plan, onRow: 
     const qp = await Promise.race([
       listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 }),
       exited.then((code) => {
-        throw new TandemError('FABRIC_CONNECT_FAILED', `the benchmark peer exited (code ${code}) before connecting`, { hint: 'run the peer by hand to see its error' });
+        throw new TandemError(
+          'FABRIC_CONNECT_FAILED',
+          `the benchmark peer exited (code ${code}) before connecting`,
+          { hint: 'run the peer by hand to see its error' },
+        );
       }),
     ]);
     const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
@@ -168,8 +225,14 @@ export async function runFabricBench(provider: ProviderName, plan: Plan, onRow: 
 }
 
 export function formatRow(r: BenchRow): string {
-  const size = r.bytes >= 1 << 20 ? `${r.bytes / (1 << 20)} MiB` : r.bytes >= 1024 ? `${r.bytes / 1024} KiB` : `${r.bytes} B`;
-  if (r.op === 'latency') return `${r.provider.padEnd(4)} latency    ${size.padStart(8)}  p50 ${String(r.latency_us_p50).padStart(9)} us  p99 ${String(r.latency_us_p99).padStart(9)} us`;
+  const size =
+    r.bytes >= 1 << 20
+      ? `${r.bytes / (1 << 20)} MiB`
+      : r.bytes >= 1024
+        ? `${r.bytes / 1024} KiB`
+        : `${r.bytes} B`;
+  if (r.op === 'latency')
+    return `${r.provider.padEnd(4)} latency    ${size.padStart(8)}  p50 ${String(r.latency_us_p50).padStart(9)} us  p99 ${String(r.latency_us_p99).padStart(9)} us`;
   return `${r.provider.padEnd(4)} bandwidth  ${size.padStart(8)}  ${String(r.bandwidth_MBps).padStart(10)} MB/s`;
 }
 
@@ -232,14 +295,34 @@ export interface GoalCheck {
 
 /** The issue's goals: shm 8 B latency <= 3x UCX posix, shm 4 MiB bw >= 0.5x UCX; tcp 64 B latency <= 1.5x sockperf, 4 MiB bw >= 0.7x iperf3. */
 export function checkGoals(provider: ProviderName, rows: readonly BenchRow[], a: Anchors): GoalCheck[] {
-  const lat = (b: number): number | null => rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
-  const bw = (b: number): number | null => rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
-  const goal = (name: string, ours: number | null, anchor: number | undefined, limit: number, lower: boolean): GoalCheck => {
+  const lat = (b: number): number | null =>
+    rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
+  const bw = (b: number): number | null =>
+    rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
+  const goal = (
+    name: string,
+    ours: number | null,
+    anchor: number | undefined,
+    limit: number,
+    lower: boolean,
+  ): GoalCheck => {
     const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
-    return { goal: name, ours, anchor: anchor ?? null, ratio, met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit };
+    return {
+      goal: name,
+      ours,
+      anchor: anchor ?? null,
+      ratio,
+      met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit,
+    };
   };
   if (provider === 'shm') {
-    return [goal('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true), goal('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false)];
+    return [
+      goal('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true),
+      goal('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false),
+    ];
   }
-  return [goal('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true), goal('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false)];
+  return [
+    goal('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true),
+    goal('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false),
+  ];
 }

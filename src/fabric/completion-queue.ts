@@ -109,8 +109,10 @@ export class CQ implements CompletionQueue {
         if (now >= deadline) throw this.timedOut(timeoutMs, min);
         if (this.engine.spins) {
           const window = spinWindow(now);
-          if (this.spin(Math.min(deadline, now + Math.min(SPIN_SLICE_MS, window)), min)) return this.take(max);
-          if (now - active >= window && this.engine.sleep) this.engine.sleep(Math.min(SLEEP_SLICE_MS, deadline - now));
+          if (this.spin(Math.min(deadline, now + Math.min(SPIN_SLICE_MS, window)), min))
+            return this.take(max);
+          if (now - active >= window && this.engine.sleep)
+            this.engine.sleep(Math.min(SLEEP_SLICE_MS, deadline - now));
           await immediate();
         } else {
           await this.event(Math.max(0, deadline - now));
@@ -150,9 +152,13 @@ export class CQ implements CompletionQueue {
   }
 
   private timedOut(timeoutMs: number, min: number): TandemError {
-    return new TandemError('FABRIC_WAIT_TIMEOUT', `no ${min} completion(s) within ${timeoutMs} ms (have ${this.size})`, {
-      hint: 'check that the peer is alive and posted matching receives, or raise timeoutMs',
-      details: { timeoutMs, have: this.size, min },
-    });
+    return new TandemError(
+      'FABRIC_WAIT_TIMEOUT',
+      `no ${min} completion(s) within ${timeoutMs} ms (have ${this.size})`,
+      {
+        hint: 'check that the peer is alive and posted matching receives, or raise timeoutMs',
+        details: { timeoutMs, have: this.size, min },
+      },
+    );
   }
 }

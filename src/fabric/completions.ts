@@ -13,7 +13,7 @@ export function completionError(wc: WorkCompletion): TandemError {
           ? 'the connection is gone: reconnect to the peer (is its process alive?)'
           : local
             ? 'check the local SGEs: live lkey of this PD, in range, LOCAL_WRITE for receive and read targets'
-            : 'check the remote key, address range and the region\'s access flags on the peer',
+            : "check the remote key, address range and the region's access flags on the peer",
       details: { ...wc },
     },
   );

@@ -40,7 +40,15 @@ async function pair(provider: ProviderName): Promise<{ a: End; b: End; close(): 
   const l = await db.listen({ host: '127.0.0.1', port: 0, secret: SECRET });
   const [qb, qa] = await Promise.all([
     l.accept({ pd: pb, cq: cb, info: { side: 'b' }, timeoutMs: 5000 }),
-    da.connect({ host: '127.0.0.1', port: l.port, secret: SECRET, pd: pa, cq: ca, info: { side: 'a' }, timeoutMs: 5000 }),
+    da.connect({
+      host: '127.0.0.1',
+      port: l.port,
+      secret: SECRET,
+      pd: pa,
+      cq: ca,
+      info: { side: 'a' },
+      timeoutMs: 5000,
+    }),
   ]);
   await l.close();
   return {
@@ -67,7 +75,12 @@ async function one(cq: CompletionQueue): Promise<WorkCompletion> {
 /** Posts a one-sided request from a to b and expects `status`, b's region unchanged, b counting it. */
 async function refused(
   provider: ProviderName,
-  build: (a: End, b: End, target: MemoryRegion, other: MemoryRegion) => { op: 'write' | 'read'; addr: bigint; rkey: number; length?: number },
+  build: (
+    a: End,
+    b: End,
+    target: MemoryRegion,
+    other: MemoryRegion,
+  ) => { op: 'write' | 'read'; addr: bigint; rkey: number; length?: number },
   status: WorkCompletion['status'],
   counter: 'rejectedKey' | 'rejectedAccess' | 'rejectedBounds',
   targetAccess = ALL,
@@ -82,7 +95,12 @@ async function refused(
     const local = a.pd.allocate(256 * 1024, ALL);
     const req = build(a, b, target, other);
     const len = req.length ?? 64;
-    a.qp.postSend({ wrId: 1, opcode: req.op, sgl: [local.sge(0, len)], remote: { addr: req.addr, rkey: req.rkey } });
+    a.qp.postSend({
+      wrId: 1,
+      opcode: req.op,
+      sgl: [local.sge(0, len)],
+      remote: { addr: req.addr, rkey: req.rkey },
+    });
     const wc = await one(a.cq);
     assert.equal(wc.status, status, `expected ${status}, got ${wc.status}`);
     assert.equal(wc.wrId, 1);
@@ -108,12 +126,19 @@ export function conformance(provider: ProviderName): void {
       const dst = b.pd.allocate(4096, Access.LOCAL_WRITE);
       fill(src, 1);
       for (let i = 0; i < 100; i++) b.qp.postRecv({ wrId: 1000 + i, sgl: [dst.sge(0, 3), dst.sge(100, 5)] });
-      for (let i = 0; i < 100; i++) a.qp.postSend({ wrId: i, opcode: 'send', sgl: [src.sge(i, 2), src.sge(2000, 6)] });
+      for (let i = 0; i < 100; i++)
+        a.qp.postSend({ wrId: i, opcode: 'send', sgl: [src.sge(i, 2), src.sge(2000, 6)] });
       const sent = await a.cq.wait({ ...T, min: 100 });
       const recvd = await b.cq.wait({ ...T, min: 100 });
-      assert.deepEqual(sent.map((w) => w.wrId), [...Array(100).keys()]);
+      assert.deepEqual(
+        sent.map((w) => w.wrId),
+        [...Array(100).keys()],
+      );
       assert.ok(sent.every((w) => w.status === 'success' && w.opcode === 'send' && w.byteLen === 8));
-      assert.deepEqual(recvd.map((w) => w.wrId), [...Array(100).keys()].map((i) => 1000 + i));
+      assert.deepEqual(
+        recvd.map((w) => w.wrId),
+        [...Array(100).keys()].map((i) => 1000 + i),
+      );
       assert.ok(recvd.every((w) => w.status === 'success' && w.opcode === 'recv' && w.byteLen === 8));
       // last message: src[99..100] ++ src[2000..2005] scattered as 3 + 5 bytes
       const want = [...src.buffer.subarray(99, 101), ...src.buffer.subarray(2000, 2006)];
@@ -123,26 +148,30 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('a send that arrives before its receive is kept; too long a message is local_length'), { timeout: 30_000 }, async () => {
-    const { a, b, close } = await pair(provider);
-    try {
-      const src = a.pd.allocate(256, Access.NONE);
-      const dst = b.pd.allocate(256, Access.LOCAL_WRITE);
-      fill(src, 3);
-      a.qp.postSend({ wrId: 1, opcode: 'send', sgl: [src.sge(0, 32)] });
-      assert.equal((await one(a.cq)).status, 'success');
-      b.qp.postRecv({ wrId: 2, sgl: [dst.sge(0, 64)] });
-      const wc = await one(b.cq);
-      assert.deepEqual([wc.wrId, wc.status, wc.byteLen], [2, 'success', 32]);
-      assert.deepEqual(dst.buffer.subarray(0, 32), src.buffer.subarray(0, 32));
-      b.qp.postRecv({ wrId: 3, sgl: [dst.sge(0, 8)] });
-      a.qp.postSend({ wrId: 4, opcode: 'send', sgl: [src.sge(0, 100)] });
-      assert.equal((await one(b.cq)).status, 'local_length');
-      assert.equal((await one(a.cq)).status, 'remote_invalid');
-    } finally {
-      await close();
-    }
-  });
+  test(
+    name('a send that arrives before its receive is kept; too long a message is local_length'),
+    { timeout: 30_000 },
+    async () => {
+      const { a, b, close } = await pair(provider);
+      try {
+        const src = a.pd.allocate(256, Access.NONE);
+        const dst = b.pd.allocate(256, Access.LOCAL_WRITE);
+        fill(src, 3);
+        a.qp.postSend({ wrId: 1, opcode: 'send', sgl: [src.sge(0, 32)] });
+        assert.equal((await one(a.cq)).status, 'success');
+        b.qp.postRecv({ wrId: 2, sgl: [dst.sge(0, 64)] });
+        const wc = await one(b.cq);
+        assert.deepEqual([wc.wrId, wc.status, wc.byteLen], [2, 'success', 32]);
+        assert.deepEqual(dst.buffer.subarray(0, 32), src.buffer.subarray(0, 32));
+        b.qp.postRecv({ wrId: 3, sgl: [dst.sge(0, 8)] });
+        a.qp.postSend({ wrId: 4, opcode: 'send', sgl: [src.sge(0, 100)] });
+        assert.equal((await one(b.cq)).status, 'local_length');
+        assert.equal((await one(a.cq)).status, 'remote_invalid');
+      } finally {
+        await close();
+      }
+    },
+  );
 
   test(name('write, write_imm and read, including multi-frame sizes'), { timeout: 30_000 }, async () => {
     const { a, b, close } = await pair(provider);
@@ -156,14 +185,29 @@ export function conformance(provider: ProviderName): void {
       assert.deepEqual([w.status, w.opcode, w.byteLen], ['success', 'write', big]);
       assert.equal(hash(rb.buffer.subarray(100)), hash(la.buffer));
       b.qp.postRecv({ wrId: 7, sgl: [] });
-      a.qp.postSend({ wrId: 2, opcode: 'write_imm', imm: 0xdeadbeef, sgl: [la.sge(0, 10), la.sge(50, 10)], remote: rb.remote(0) });
+      a.qp.postSend({
+        wrId: 2,
+        opcode: 'write_imm',
+        imm: 0xdeadbeef,
+        sgl: [la.sge(0, 10), la.sge(50, 10)],
+        remote: rb.remote(0),
+      });
       assert.equal((await one(a.cq)).status, 'success');
       const r = await one(b.cq);
-      assert.deepEqual([r.wrId, r.status, r.opcode, r.imm, r.byteLen], [7, 'success', 'recv_imm', 0xdeadbeef, 20]);
+      assert.deepEqual(
+        [r.wrId, r.status, r.opcode, r.imm, r.byteLen],
+        [7, 'success', 'recv_imm', 0xdeadbeef, 20],
+      );
       assert.deepEqual([...rb.buffer.subarray(10, 20)], [...la.buffer.subarray(50, 60)]);
       // a large write_imm (received in place on streams) still delivers its immediate once
       b.qp.postRecv({ wrId: 9, sgl: [] });
-      a.qp.postSend({ wrId: 5, opcode: 'write_imm', imm: 42, sgl: [la.sge(0, 3 << 20)], remote: rb.remote(7) });
+      a.qp.postSend({
+        wrId: 5,
+        opcode: 'write_imm',
+        imm: 42,
+        sgl: [la.sge(0, 3 << 20)],
+        remote: rb.remote(7),
+      });
       assert.equal((await one(a.cq)).status, 'success');
       const ri = await one(b.cq);
       assert.deepEqual([ri.wrId, ri.status, ri.imm, ri.byteLen], [9, 'success', 42, 3 << 20]);
@@ -171,13 +215,27 @@ export function conformance(provider: ProviderName): void {
       // a small write then a large one over it, back to back: the large one wins
       la.buffer.fill(0xaa, 0, 100);
       la.buffer.fill(0xbb, 100, 100 + 100_000);
-      a.qp.postSend({ wrId: 6, opcode: 'write', sgl: [la.sge(0, 100)], remote: rb.remote(0), signaled: false });
+      a.qp.postSend({
+        wrId: 6,
+        opcode: 'write',
+        sgl: [la.sge(0, 100)],
+        remote: rb.remote(0),
+        signaled: false,
+      });
       a.qp.postSend({ wrId: 7, opcode: 'write', sgl: [la.sge(100, 100_000)], remote: rb.remote(0) });
       assert.deepEqual((await one(a.cq)).wrId, 7);
-      assert.ok(rb.buffer.subarray(0, 100_000).every((x) => x === 0xbb), 'writes are placed in order');
+      assert.ok(
+        rb.buffer.subarray(0, 100_000).every((x) => x === 0xbb),
+        'writes are placed in order',
+      );
       fill(rb, 9);
       la.buffer.fill(0);
-      a.qp.postSend({ wrId: 3, opcode: 'read', sgl: [la.sge(0, 5), la.sge(1000, big - 1000)], remote: rb.remote(1) });
+      a.qp.postSend({
+        wrId: 3,
+        opcode: 'read',
+        sgl: [la.sge(0, 5), la.sge(1000, big - 1000)],
+        remote: rb.remote(1),
+      });
       const rd = await one(a.cq);
       assert.deepEqual([rd.status, rd.opcode], ['success', 'read']);
       assert.deepEqual([...la.buffer.subarray(0, 5)], [...rb.buffer.subarray(1, 6)]);
@@ -194,140 +252,233 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('forged keys: random, +-0x100, another domain, deregistered -> remote_key'), { timeout: 30_000 }, async () => {
-    const forge: ((a: End, b: End, t: MemoryRegion, o: MemoryRegion) => number)[] = [
-      () => 0x12345678,
-      (_a, _b, t) => (t.rkey + 0x100) >>> 0,
-      (_a, _b, t) => (t.rkey - 0x100) >>> 0,
-      (_a, _b, _t, o) => o.rkey,
-      (_a, b) => {
-        const dead = b.pd.allocate(64, ALL);
-        dead.deregister();
-        return dead.rkey;
-      },
-    ];
-    for (const f of forge) {
-      await refused(provider, (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o) }), 'remote_key', 'rejectedKey');
-      // large enough to be received in place on streams: refused before any byte lands
-      await refused(provider, (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o), length: 200_000 }), 'remote_key', 'rejectedKey');
-      await refused(provider, (a, b, t, o) => ({ op: 'read', addr: t.addr, rkey: f(a, b, t, o) }), 'remote_key', 'rejectedKey');
-    }
-  });
-
-  test(name('ranges: below the base, past the end, wrapping 2^64, length >= 2^31 -> remote_bounds'), { timeout: 30_000 }, async () => {
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr - 1n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey, length: 200_000 }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr + 8192n - 63n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'read', addr: t.addr + 8193n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: (1n << 64n) - 16n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'read', addr: (1n << 64n) - 1n, rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr - (1n << 32n), rkey: t.rkey }), 'remote_bounds', 'rejectedBounds');
-    // a read request whose length field says 2^31: forged on the wire through a raw frame
-    await rawRead(provider, 0x80000000);
-    await rawRead(provider, 0xffffffff);
-  });
-
-  test(name('a write to a read-only region and a read from a write-only one -> remote_access'), { timeout: 30_000 }, async () => {
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.REMOTE_READ);
-    await refused(provider, (_a, _b, t) => ({ op: 'read', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.REMOTE_WRITE);
-    await refused(provider, (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }), 'remote_access', 'rejectedAccess', Access.LOCAL_WRITE);
-  });
-
-  test(name('100,000 registrations: no live duplicate keys, no constant step'), { timeout: 30_000 }, async () => {
-    const dev = await openDevice(provider);
-    try {
-      const pd = dev.allocPd();
-      const buf = new Uint8Array(64);
-      const mrs: MemoryRegion[] = [];
-      const seen = new Set<number>();
-      for (let i = 0; i < 100_000; i++) {
-        const mr = pd.register(buf, Access.REMOTE_WRITE);
-        assert.ok(mr.rkey !== 0 && !seen.has(mr.rkey), `rkey ${mr.rkey} is unique among live regions`);
-        seen.add(mr.rkey);
-        mrs.push(mr);
+  test(
+    name('forged keys: random, +-0x100, another domain, deregistered -> remote_key'),
+    { timeout: 30_000 },
+    async () => {
+      const forge: ((a: End, b: End, t: MemoryRegion, o: MemoryRegion) => number)[] = [
+        () => 0x12345678,
+        (_a, _b, t) => (t.rkey + 0x100) >>> 0,
+        (_a, _b, t) => (t.rkey - 0x100) >>> 0,
+        (_a, _b, _t, o) => o.rkey,
+        (_a, b) => {
+          const dead = b.pd.allocate(64, ALL);
+          dead.deregister();
+          return dead.rkey;
+        },
+      ];
+      for (const f of forge) {
+        await refused(
+          provider,
+          (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o) }),
+          'remote_key',
+          'rejectedKey',
+        );
+        // large enough to be received in place on streams: refused before any byte lands
+        await refused(
+          provider,
+          (a, b, t, o) => ({ op: 'write', addr: t.addr, rkey: f(a, b, t, o), length: 200_000 }),
+          'remote_key',
+          'rejectedKey',
+        );
+        await refused(
+          provider,
+          (a, b, t, o) => ({ op: 'read', addr: t.addr, rkey: f(a, b, t, o) }),
+          'remote_key',
+          'rejectedKey',
+        );
       }
-      const steps = new Set<number>();
-      for (let i = 1; i < 1000; i++) steps.add(((mrs[i] as MemoryRegion).rkey - (mrs[i - 1] as MemoryRegion).rkey) >>> 0);
-      assert.ok(steps.size > 990, `rkeys must not follow a step (${steps.size} distinct steps of 999)`);
-      const lkeys = new Set(mrs.map((m) => m.lkey));
-      assert.equal(lkeys.size, 100_000);
-      for (const mr of mrs) mr.deregister();
-      assert.equal(mrs.filter((m) => m.live).length, 0);
-    } finally {
-      await dev.close();
-    }
-  });
+    },
+  );
 
-  test(name('registration pool: slices are disjoint, reused after release, hits and misses counted'), { timeout: 30_000 }, async () => {
-    const dev = await openDevice(provider);
-    try {
-      const pool = dev.allocPd().createPool({ chunkBytes: 1 << 16 });
-      const s1 = pool.acquire(1000);
-      const s2 = pool.acquire(1000);
-      assert.equal(s1.mr, s2.mr);
-      assert.ok(s1.offset + 1000 <= s2.offset || s2.offset + 1000 <= s1.offset);
-      assert.deepEqual([pool.stats().misses, pool.stats().hits], [1, 1]);
-      s1.release();
-      const s3 = pool.acquire(900);
-      assert.equal(s3.offset, s1.offset);
-      const huge = pool.acquire(1 << 20);
-      assert.ok(huge.mr !== s1.mr && huge.view.length === 1 << 20);
-      assert.deepEqual(pool.stats().misses, 2);
-      assert.equal(pool.stats().slicesInUse, 3);
-      pool.close();
-      assert.equal(s1.mr.live, false);
-    } finally {
-      await dev.close();
-    }
-  });
+  test(
+    name('ranges: below the base, past the end, wrapping 2^64, length >= 2^31 -> remote_bounds'),
+    { timeout: 30_000 },
+    async () => {
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr - 1n, rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey, length: 200_000 }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr + 8192n - 63n, rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'read', addr: t.addr + 8193n, rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: (1n << 64n) - 16n, rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'read', addr: (1n << 64n) - 1n, rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr - (1n << 32n), rkey: t.rkey }),
+        'remote_bounds',
+        'rejectedBounds',
+      );
+      // a read request whose length field says 2^31: forged on the wire through a raw frame
+      await rawRead(provider, 0x80000000);
+      await rawRead(provider, 0xffffffff);
+    },
+  );
 
-  test(name('truncated and oversized frames end the connection; memory untouched, peer sees peer_lost'), { timeout: 30_000 }, async () => {
-    const bad: Uint8Array[] = [];
-    const oversized = new Uint8Array(8);
-    putU32(oversized, 0, 0x7fffffff);
-    bad.push(oversized);
-    const tiny = new Uint8Array(8);
-    putU32(tiny, 0, 3);
-    bad.push(tiny);
-    const shortWrite = new Uint8Array(4 + 12);
-    putU32(shortWrite, 0, 12);
-    shortWrite[4] = 2; // WRITE with a 12-byte body: its header alone needs 24
-    bad.push(shortWrite);
-    const unknown = new Uint8Array(4 + 8);
-    putU32(unknown, 0, 8);
-    unknown[4] = 99;
-    bad.push(unknown);
-    // a bad frame followed by more bytes in the same read: nothing after it is executed
-    const write = new Uint8Array(4 + 24 + 8);
-    putU32(write, 0, 32);
-    write[4] = 2;
-    const both = new Uint8Array(unknown.length + write.length);
-    both.set(unknown, 0);
-    both.set(write, unknown.length);
-    bad.push(both);
-    for (const bytes of bad) {
-      const { a, b, close } = await pair(provider);
+  test(
+    name('a write to a read-only region and a read from a write-only one -> remote_access'),
+    { timeout: 30_000 },
+    async () => {
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }),
+        'remote_access',
+        'rejectedAccess',
+        Access.REMOTE_READ,
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'read', addr: t.addr, rkey: t.rkey }),
+        'remote_access',
+        'rejectedAccess',
+        Access.REMOTE_WRITE,
+      );
+      await refused(
+        provider,
+        (_a, _b, t) => ({ op: 'write', addr: t.addr, rkey: t.rkey }),
+        'remote_access',
+        'rejectedAccess',
+        Access.LOCAL_WRITE,
+      );
+    },
+  );
+
+  test(
+    name('100,000 registrations: no live duplicate keys, no constant step'),
+    { timeout: 30_000 },
+    async () => {
+      const dev = await openDevice(provider);
       try {
-        const target = b.pd.allocate(4096, ALL);
-        fill(target, 11);
-        const before = hash(target.buffer);
-        const dst = a.pd.allocate(64, Access.LOCAL_WRITE);
-        a.qp.postRecv({ wrId: 5, sgl: [dst.sge()] });
-        b.qp.postRecv({ wrId: 6, sgl: [target.sge(0, 64)] });
-        (a.qp as unknown as { sendRaw(b: Uint8Array): void }).sendRaw(bytes);
-        const wb = await one(b.cq);
-        assert.deepEqual([wb.wrId, wb.status], [6, 'peer_lost']);
-        const wa = await one(a.cq);
-        assert.deepEqual([wa.wrId, wa.status], [5, 'peer_lost']);
-        assert.equal(b.dev.stats().malformedFrames, 1);
-        assert.equal(hash(target.buffer), before);
-        a.qp.postSend({ wrId: 9, opcode: 'send', sgl: [] });
-        assert.equal((await one(a.cq)).status, 'peer_lost');
+        const pd = dev.allocPd();
+        const buf = new Uint8Array(64);
+        const mrs: MemoryRegion[] = [];
+        const seen = new Set<number>();
+        for (let i = 0; i < 100_000; i++) {
+          const mr = pd.register(buf, Access.REMOTE_WRITE);
+          assert.ok(mr.rkey !== 0 && !seen.has(mr.rkey), `rkey ${mr.rkey} is unique among live regions`);
+          seen.add(mr.rkey);
+          mrs.push(mr);
+        }
+        const steps = new Set<number>();
+        for (let i = 1; i < 1000; i++)
+          steps.add(((mrs[i] as MemoryRegion).rkey - (mrs[i - 1] as MemoryRegion).rkey) >>> 0);
+        assert.ok(steps.size > 990, `rkeys must not follow a step (${steps.size} distinct steps of 999)`);
+        const lkeys = new Set(mrs.map((m) => m.lkey));
+        assert.equal(lkeys.size, 100_000);
+        for (const mr of mrs) mr.deregister();
+        assert.equal(mrs.filter((m) => m.live).length, 0);
       } finally {
-        await close();
+        await dev.close();
       }
-    }
-  });
+    },
+  );
+
+  test(
+    name('registration pool: slices are disjoint, reused after release, hits and misses counted'),
+    { timeout: 30_000 },
+    async () => {
+      const dev = await openDevice(provider);
+      try {
+        const pool = dev.allocPd().createPool({ chunkBytes: 1 << 16 });
+        const s1 = pool.acquire(1000);
+        const s2 = pool.acquire(1000);
+        assert.equal(s1.mr, s2.mr);
+        assert.ok(s1.offset + 1000 <= s2.offset || s2.offset + 1000 <= s1.offset);
+        assert.deepEqual([pool.stats().misses, pool.stats().hits], [1, 1]);
+        s1.release();
+        const s3 = pool.acquire(900);
+        assert.equal(s3.offset, s1.offset);
+        const huge = pool.acquire(1 << 20);
+        assert.ok(huge.mr !== s1.mr && huge.view.length === 1 << 20);
+        assert.deepEqual(pool.stats().misses, 2);
+        assert.equal(pool.stats().slicesInUse, 3);
+        pool.close();
+        assert.equal(s1.mr.live, false);
+      } finally {
+        await dev.close();
+      }
+    },
+  );
+
+  test(
+    name('truncated and oversized frames end the connection; memory untouched, peer sees peer_lost'),
+    { timeout: 30_000 },
+    async () => {
+      const bad: Uint8Array[] = [];
+      const oversized = new Uint8Array(8);
+      putU32(oversized, 0, 0x7fffffff);
+      bad.push(oversized);
+      const tiny = new Uint8Array(8);
+      putU32(tiny, 0, 3);
+      bad.push(tiny);
+      const shortWrite = new Uint8Array(4 + 12);
+      putU32(shortWrite, 0, 12);
+      shortWrite[4] = 2; // WRITE with a 12-byte body: its header alone needs 24
+      bad.push(shortWrite);
+      const unknown = new Uint8Array(4 + 8);
+      putU32(unknown, 0, 8);
+      unknown[4] = 99;
+      bad.push(unknown);
+      // a bad frame followed by more bytes in the same read: nothing after it is executed
+      const write = new Uint8Array(4 + 24 + 8);
+      putU32(write, 0, 32);
+      write[4] = 2;
+      const both = new Uint8Array(unknown.length + write.length);
+      both.set(unknown, 0);
+      both.set(write, unknown.length);
+      bad.push(both);
+      for (const bytes of bad) {
+        const { a, b, close } = await pair(provider);
+        try {
+          const target = b.pd.allocate(4096, ALL);
+          fill(target, 11);
+          const before = hash(target.buffer);
+          const dst = a.pd.allocate(64, Access.LOCAL_WRITE);
+          a.qp.postRecv({ wrId: 5, sgl: [dst.sge()] });
+          b.qp.postRecv({ wrId: 6, sgl: [target.sge(0, 64)] });
+          (a.qp as unknown as { sendRaw(b: Uint8Array): void }).sendRaw(bytes);
+          const wb = await one(b.cq);
+          assert.deepEqual([wb.wrId, wb.status], [6, 'peer_lost']);
+          const wa = await one(a.cq);
+          assert.deepEqual([wa.wrId, wa.status], [5, 'peer_lost']);
+          assert.equal(b.dev.stats().malformedFrames, 1);
+          assert.equal(hash(target.buffer), before);
+          a.qp.postSend({ wrId: 9, opcode: 'send', sgl: [] });
+          assert.equal((await one(a.cq)).status, 'peer_lost');
+        } finally {
+          await close();
+        }
+      }
+    },
+  );
 
   test(name('a peer without the secret is refused; the listener goes on'), { timeout: 30_000 }, async () => {
     const da = await openDevice(provider);
@@ -355,52 +506,68 @@ export function conformance(provider: ProviderName): void {
     }
   });
 
-  test(name('abort() and AbortSignal end a blocked wait; the deadline throws FABRIC_WAIT_TIMEOUT'), { timeout: 30_000 }, async () => {
-    const { a, close } = await pair(provider);
-    try {
-      const t0 = Date.now();
-      setTimeout(() => a.cq.abort('test'), 30);
-      await assert.rejects(a.cq.wait({ timeoutMs: 10_000 }), (e: unknown) => isTandemError(e, 'ABORTED'));
-      assert.ok(Date.now() - t0 < 5000);
-      const ac = new AbortController();
-      setTimeout(() => ac.abort(), 30);
-      await assert.rejects(a.cq.wait({ timeoutMs: 10_000, signal: ac.signal }), (e: unknown) => isTandemError(e, 'ABORTED'));
-      await assert.rejects(a.cq.wait({ timeoutMs: 50 }), (e: unknown) => isTandemError(e, 'FABRIC_WAIT_TIMEOUT'));
-      assert.deepEqual(a.cq.poll(), []);
-    } finally {
-      await close();
-    }
-  });
+  test(
+    name('abort() and AbortSignal end a blocked wait; the deadline throws FABRIC_WAIT_TIMEOUT'),
+    { timeout: 30_000 },
+    async () => {
+      const { a, close } = await pair(provider);
+      try {
+        const t0 = Date.now();
+        setTimeout(() => a.cq.abort('test'), 30);
+        await assert.rejects(a.cq.wait({ timeoutMs: 10_000 }), (e: unknown) => isTandemError(e, 'ABORTED'));
+        assert.ok(Date.now() - t0 < 5000);
+        const ac = new AbortController();
+        setTimeout(() => ac.abort(), 30);
+        await assert.rejects(a.cq.wait({ timeoutMs: 10_000, signal: ac.signal }), (e: unknown) =>
+          isTandemError(e, 'ABORTED'),
+        );
+        await assert.rejects(a.cq.wait({ timeoutMs: 50 }), (e: unknown) =>
+          isTandemError(e, 'FABRIC_WAIT_TIMEOUT'),
+        );
+        assert.deepEqual(a.cq.poll(), []);
+      } finally {
+        await close();
+      }
+    },
+  );
 
-  test(name('local protection: dead or foreign lkeys and non-writable targets'), { timeout: 30_000 }, async () => {
-    const { a, close } = await pair(provider);
-    try {
-      const ro = a.pd.allocate(64, Access.NONE);
-      a.qp.postRecv({ wrId: 1, sgl: [ro.sge()] });
-      assert.equal((await one(a.cq)).status, 'local_protection');
-      const foreign = a.dev.allocPd().allocate(64, ALL);
-      a.qp.postSend({ wrId: 2, opcode: 'send', sgl: [foreign.sge()] });
-      assert.equal((await one(a.cq)).status, 'local_protection');
-      a.qp.postSend({ wrId: 3, opcode: 'send', sgl: [] });
-      assert.equal((await one(a.cq)).status, 'flushed');
-    } finally {
-      await close();
-    }
-  });
+  test(
+    name('local protection: dead or foreign lkeys and non-writable targets'),
+    { timeout: 30_000 },
+    async () => {
+      const { a, close } = await pair(provider);
+      try {
+        const ro = a.pd.allocate(64, Access.NONE);
+        a.qp.postRecv({ wrId: 1, sgl: [ro.sge()] });
+        assert.equal((await one(a.cq)).status, 'local_protection');
+        const foreign = a.dev.allocPd().allocate(64, ALL);
+        a.qp.postSend({ wrId: 2, opcode: 'send', sgl: [foreign.sge()] });
+        assert.equal((await one(a.cq)).status, 'local_protection');
+        a.qp.postSend({ wrId: 3, opcode: 'send', sgl: [] });
+        assert.equal((await one(a.cq)).status, 'flushed');
+      } finally {
+        await close();
+      }
+    },
+  );
 
-  test(name('closing one side completes the other side\'s pending work with peer_lost'), { timeout: 30_000 }, async () => {
-    const { a, b, close } = await pair(provider);
-    try {
-      const dst = a.pd.allocate(64, Access.LOCAL_WRITE);
-      a.qp.postRecv({ wrId: 1, sgl: [dst.sge()] });
-      await b.qp.close();
-      assert.deepEqual((await one(a.cq)).status, 'peer_lost');
-      a.qp.postSend({ wrId: 2, opcode: 'write', sgl: [dst.sge()], remote: { addr: 0n, rkey: 1 } });
-      assert.deepEqual((await one(a.cq)).status, 'peer_lost');
-    } finally {
-      await close();
-    }
-  });
+  test(
+    name("closing one side completes the other side's pending work with peer_lost"),
+    { timeout: 30_000 },
+    async () => {
+      const { a, b, close } = await pair(provider);
+      try {
+        const dst = a.pd.allocate(64, Access.LOCAL_WRITE);
+        a.qp.postRecv({ wrId: 1, sgl: [dst.sge()] });
+        await b.qp.close();
+        assert.deepEqual((await one(a.cq)).status, 'peer_lost');
+        a.qp.postSend({ wrId: 2, opcode: 'write', sgl: [dst.sge()], remote: { addr: 0n, rkey: 1 } });
+        assert.deepEqual((await one(a.cq)).status, 'peer_lost');
+      } finally {
+        await close();
+      }
+    },
+  );
 }
 
 /** A hand-built READ request whose length field is `len` (the API cannot express >= 2^31). */
@@ -421,7 +588,8 @@ async function rawRead(provider: ProviderName, len: number): Promise<void> {
     qp.sendRaw(f);
     // the responder refuses it (counted, nothing read) and answers for a psn the requester never used
     const deadline = Date.now() + 5000;
-    while (b.dev.stats().rejectedBounds < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    while (b.dev.stats().rejectedBounds < 1 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 5));
     assert.equal(b.dev.stats().rejectedBounds, 1);
   } finally {
     await close();

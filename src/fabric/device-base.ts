@@ -97,7 +97,11 @@ export abstract class DeviceBase implements Device {
   }
 
   /** Builds a queue pair on a ready transport and tracks it for timeouts and polling. */
-  protected makeQp(o: Omit<QpOptions, 'stats' | 'onClosed' | 'pd' | 'cq' | 'recvCq' | 'opTimeoutMs'>, opts: AcceptOptions, pollable: boolean): Qp {
+  protected makeQp(
+    o: Omit<QpOptions, 'stats' | 'onClosed' | 'pd' | 'cq' | 'recvCq' | 'opTimeoutMs'>,
+    opts: AcceptOptions,
+    pollable: boolean,
+  ): Qp {
     const qp = new Qp({
       ...o,
       pd: checkPd(opts.pd, this),
@@ -124,7 +128,9 @@ export abstract class DeviceBase implements Device {
 
   protected checkOpen(): void {
     if (this.closed) {
-      throw new TandemError('FABRIC_CLOSED', `${this.provider} device is closed`, { hint: 'open a new device with openDevice()' });
+      throw new TandemError('FABRIC_CLOSED', `${this.provider} device is closed`, {
+        hint: 'open a new device with openDevice()',
+      });
     }
   }
 
@@ -167,7 +173,13 @@ export function sameProof(a: Uint8Array, b: Uint8Array): boolean {
 }
 
 /** Rejects when `ms` pass or `signal` aborts first. */
-export function withDeadline<T>(work: Promise<T>, ms: number, signal: AbortSignal | undefined, what: string, onGiveUp?: () => void): Promise<T> {
+export function withDeadline<T>(
+  work: Promise<T>,
+  ms: number,
+  signal: AbortSignal | undefined,
+  what: string,
+  onGiveUp?: () => void,
+): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const fail = (e: TandemError): void => {
       cleanup();
@@ -175,10 +187,16 @@ export function withDeadline<T>(work: Promise<T>, ms: number, signal: AbortSigna
       reject(e);
     };
     const timer = setTimeout(
-      () => fail(new TandemError('FABRIC_WAIT_TIMEOUT', `${what} did not finish within ${ms} ms`, { hint: 'check that the peer is running and reachable, or raise the timeout' })),
+      () =>
+        fail(
+          new TandemError('FABRIC_WAIT_TIMEOUT', `${what} did not finish within ${ms} ms`, {
+            hint: 'check that the peer is running and reachable, or raise the timeout',
+          }),
+        ),
       ms,
     );
-    const onAbort = (): void => fail(new TandemError('ABORTED', `${what} aborted`, { hint: 'the caller aborted the operation' }));
+    const onAbort = (): void =>
+      fail(new TandemError('ABORTED', `${what} aborted`, { hint: 'the caller aborted the operation' }));
     const cleanup = (): void => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);

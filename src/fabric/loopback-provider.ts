@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { TandemError } from '../errors/index.js';
-import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, proof, sameProof, secretBytes, withDeadline } from './device-base.js';
+import {
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DeviceBase,
+  proof,
+  sameProof,
+  secretBytes,
+  withDeadline,
+} from './device-base.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
 import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
@@ -155,14 +162,22 @@ export class LoopbackDevice extends DeviceBase {
     let port = options.port ?? 0;
     if (port === 0) while (ports.has((port = nextPort++)));
     if (ports.has(port)) {
-      throw new TandemError('FABRIC_CONNECT_FAILED', `loopback port ${port} is already listening`, { hint: 'use port 0 to pick a free one' });
+      throw new TandemError('FABRIC_CONNECT_FAILED', `loopback port ${port} is already listening`, {
+        hint: 'use port 0 to pick a free one',
+      });
     }
     const l = new LoopbackListener(this, port, secretBytes(options.secret));
     ports.set(port, l);
     return this.track(l);
   }
 
-  qpFor(t: LoopbackTransport, options: AcceptOptions, peerInfo: Record<string, unknown>, sendPsn: number, recvPsn: number): QueuePair {
+  qpFor(
+    t: LoopbackTransport,
+    options: AcceptOptions,
+    peerInfo: Record<string, unknown>,
+    sendPsn: number,
+    recvPsn: number,
+  ): QueuePair {
     return this.makeQp({ transport: t, peerInfo, sendPsn, recvPsn }, options, false);
   }
 
@@ -178,9 +193,13 @@ export class LoopbackDevice extends DeviceBase {
     if (!sameProof(mine, l.proof)) {
       l.authFailures++;
       this.countAuthFailure();
-      throw new TandemError('FABRIC_AUTH_FAILED', `loopback port ${options.port} rejected the cluster secret`, {
-        hint: 'give every rank the same cluster secret',
-      });
+      throw new TandemError(
+        'FABRIC_AUTH_FAILED',
+        `loopback port ${options.port} rejected the cluster secret`,
+        {
+          hint: 'give every rank the same cluster secret',
+        },
+      );
     }
     const client = new LoopbackTransport();
     const psn = randomU32();

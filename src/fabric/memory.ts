@@ -89,7 +89,11 @@ export class Region implements MemoryRegion {
   }
 }
 
-export type Allocator = (length: number) => { buffer: Uint8Array; release(): void; registered?(region: Region): void };
+export type Allocator = (length: number) => {
+  buffer: Uint8Array;
+  release(): void;
+  registered?(region: Region): void;
+};
 
 export class Domain implements ProtectionDomain {
   readonly id: number;
@@ -105,9 +109,13 @@ export class Domain implements ProtectionDomain {
 
   register(buffer: Uint8Array, access: AccessFlags): Region {
     if (!(buffer instanceof Uint8Array)) {
-      throw new TandemError('FABRIC_INVALID_REQUEST', `register: expected a Uint8Array, got ${typeof buffer}`, {
-        hint: 'pass a Uint8Array (or a Buffer) view of the memory to register',
-      });
+      throw new TandemError(
+        'FABRIC_INVALID_REQUEST',
+        `register: expected a Uint8Array, got ${typeof buffer}`,
+        {
+          hint: 'pass a Uint8Array (or a Buffer) view of the memory to register',
+        },
+      );
     }
     if (!Number.isInteger(access) || access < 0 || (access & ~ALL_ACCESS) !== 0) {
       throw new TandemError('FABRIC_INVALID_REQUEST', `register: unknown access flags ${access}`, {

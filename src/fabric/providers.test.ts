@@ -4,7 +4,10 @@ import { probeProviders } from './providers.js';
 
 test('probeProviders lists loopback, shm, tcp and rdma, each with a reason', () => {
   const rows = probeProviders();
-  assert.deepEqual(rows.map((r) => r.provider), ['loopback', 'shm', 'tcp', 'rdma']);
+  assert.deepEqual(
+    rows.map((r) => r.provider),
+    ['loopback', 'shm', 'tcp', 'rdma'],
+  );
   for (const r of rows) assert.ok(r.detail.length > 10, `${r.provider} explains itself`);
   assert.equal(rows[0]?.available, true);
   assert.equal(rows[2]?.available, true);

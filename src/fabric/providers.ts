@@ -8,7 +8,11 @@ export function probeProviders(): ProviderInfo[] {
   return [
     { provider: 'loopback', available: true, detail: 'in-process queues; for tests of every layer above' },
     probeShm(),
-    { provider: 'tcp', available: true, detail: 'software RDMA over TCP; responder validates key, domain, access, bounds' },
+    {
+      provider: 'tcp',
+      available: true,
+      detail: 'software RDMA over TCP; responder validates key, domain, access, bounds',
+    },
     probeRdma(),
   ];
 }
@@ -20,7 +24,11 @@ function probeShm(): ProviderInfo {
     accessSync('/dev/shm', constants.W_OK);
     const fs = statfsSync('/dev/shm');
     const freeMiB = Math.floor((fs.bavail * fs.bsize) / 2 ** 20);
-    return { provider: 'shm', available: true, detail: `POSIX shared memory rings in /dev/shm (${freeMiB} MiB free); one host` };
+    return {
+      provider: 'shm',
+      available: true,
+      detail: `POSIX shared memory rings in /dev/shm (${freeMiB} MiB free); one host`,
+    };
   } catch (e) {
     return { provider: 'shm', available: false, detail: `/dev/shm is not writable: ${(e as Error).message}` };
   }
@@ -39,7 +47,10 @@ export function probeRdma(): ProviderInfo {
   try {
     verbs = koffi.load(lib);
   } catch {
-    const how = process.platform === 'darwin' ? 'needs macOS 26.2+ with `rdma_ctl enable` run from Recovery' : 'install libibverbs1 (rdma-core)';
+    const how =
+      process.platform === 'darwin'
+        ? 'needs macOS 26.2+ with `rdma_ctl enable` run from Recovery'
+        : 'install libibverbs1 (rdma-core)';
     return { provider: 'rdma', available: false, detail: `${lib} not found: ${how}` };
   }
   try {
@@ -50,15 +61,24 @@ export function probeRdma(): ProviderInfo {
     const list = getList(num) as unknown;
     if (list === null || list === 0n) {
       const errno = readErrno(koffi);
-      return { provider: 'rdma', available: false, detail: `ibv_get_device_list returned NULL${errno ? ` (${errno})` : ''}: no RDMA devices or kernel support` };
+      return {
+        provider: 'rdma',
+        available: false,
+        detail: `ibv_get_device_list returned NULL${errno ? ` (${errno})` : ''}: no RDMA devices or kernel support`,
+      };
     }
     const count = num[0] ?? 0;
     const names: string[] = [];
     const ptrs = koffi.decode(list, 'void *', count) as unknown[];
     for (const p of ptrs) names.push(String(getName(p)));
     freeList(list);
-    if (count === 0) return { provider: 'rdma', available: false, detail: 'ibv_get_device_list found no RDMA devices' };
-    return { provider: 'rdma', available: false, detail: `devices ${names.join(', ')} found; tandem's rdma provider is not implemented yet (use tcp)` };
+    if (count === 0)
+      return { provider: 'rdma', available: false, detail: 'ibv_get_device_list found no RDMA devices' };
+    return {
+      provider: 'rdma',
+      available: false,
+      detail: `devices ${names.join(', ')} found; tandem's rdma provider is not implemented yet (use tcp)`,
+    };
   } catch (e) {
     return { provider: 'rdma', available: false, detail: `${lib} is unusable: ${(e as Error).message}` };
   } finally {

@@ -4,7 +4,16 @@ import type { CQ } from './completion-queue.js';
 import type { Domain, Region } from './memory.js';
 import { randomU32 } from './random.js';
 import type { Transport } from './transport.js';
-import type { CompletionOpcode, DeviceStats, QpState, QueuePair, RecvWr, SendWr, Sge, WcStatus } from './types.js';
+import type {
+  CompletionOpcode,
+  DeviceStats,
+  QpState,
+  QueuePair,
+  RecvWr,
+  SendWr,
+  Sge,
+  WcStatus,
+} from './types.js';
 import { Access } from './types.js';
 import {
   ACK_BYTES,
@@ -137,7 +146,9 @@ export class Qp implements QueuePair {
   private unexpected: Unexpected[] = [];
   private unexpectedBytes = 0;
   /** The SEND message being received in fragments, if any. */
-  private inbound: { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean } | undefined;
+  private inbound:
+    | { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean }
+    | undefined;
   private ackDue = false;
   /** Payload length of the WRITE being received in place (one at a time per connection). */
   private placing = 0;
@@ -193,7 +204,13 @@ export class Qp implements QueuePair {
     checkSendWr(wr);
     const signaled = wr.signaled !== false;
     if (this.qpState !== 'ready') {
-      this.cq.push({ wrId: wr.wrId, status: this.errorStatus, opcode: wr.opcode, byteLen: 0, qpNum: this.qpNum });
+      this.cq.push({
+        wrId: wr.wrId,
+        status: this.errorStatus,
+        opcode: wr.opcode,
+        byteLen: 0,
+        qpNum: this.qpNum,
+      });
       return;
     }
     const views = this.resolve(wr.sgl, wr.opcode === 'read');
@@ -212,7 +229,16 @@ export class Qp implements QueuePair {
       const len = Math.min(MAX_PAYLOAD, total - off);
       const last = off + len === total;
       const psn = this.nextPsn();
-      const entry: Outstanding = { psn, group, wrId: wr.wrId, opcode: wr.opcode, last, signaled, byteLen: total, postedAt: now };
+      const entry: Outstanding = {
+        psn,
+        group,
+        wrId: wr.wrId,
+        opcode: wr.opcode,
+        last,
+        signaled,
+        byteLen: total,
+        postedAt: now,
+      };
       const parts = sliceViews(views, off, len);
       if (wr.opcode === 'read') {
         entry.targets = parts;
@@ -246,7 +272,14 @@ export class Qp implements QueuePair {
     } while (off < total);
   }
 
-  private postSendFrames(wr: SendWr, views: Uint8Array[], total: number, group: number, signaled: boolean, now: number): void {
+  private postSendFrames(
+    wr: SendWr,
+    views: Uint8Array[],
+    total: number,
+    group: number,
+    signaled: boolean,
+    now: number,
+  ): void {
     let off = 0;
     do {
       const len = Math.min(MAX_PAYLOAD, total - off);
@@ -254,7 +287,16 @@ export class Qp implements QueuePair {
       const psn = this.nextPsn();
       const h = new Uint8Array(SEND_HEADER);
       header(h, FrameType.SEND, last ? 0 : FLAG_MORE, psn);
-      this.outstanding.push({ psn, group, wrId: wr.wrId, opcode: 'send', last, signaled, byteLen: total, postedAt: now });
+      this.outstanding.push({
+        psn,
+        group,
+        wrId: wr.wrId,
+        opcode: 'send',
+        last,
+        signaled,
+        byteLen: total,
+        postedAt: now,
+      });
       this.transport.send(h, sliceViews(views, off, len));
       off += len;
     } while (off < total);
@@ -275,7 +317,8 @@ export class Qp implements QueuePair {
       if (mr === undefined || mr.pd !== this.pd || !mr.live) return undefined;
       if (mustWrite && (mr.access & Access.LOCAL_WRITE) === 0) return undefined;
       const off = Number(sge.addr - mr.addr);
-      if (!(off >= 0) || !Number.isInteger(sge.length) || sge.length < 0 || off + sge.length > mr.length) return undefined;
+      if (!(off >= 0) || !Number.isInteger(sge.length) || sge.length < 0 || off + sge.length > mr.length)
+        return undefined;
       out.push(mr.buffer.subarray(off, off + sge.length));
     }
     return out;
@@ -291,12 +334,24 @@ export class Qp implements QueuePair {
       throw invalid('postRecv: expected { wrId: number, sgl: Sge[] }');
     }
     if (this.qpState !== 'ready') {
-      this.recvCq.push({ wrId: wr.wrId, status: this.errorStatus, opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+      this.recvCq.push({
+        wrId: wr.wrId,
+        status: this.errorStatus,
+        opcode: 'recv',
+        byteLen: 0,
+        qpNum: this.qpNum,
+      });
       return;
     }
     const targets = this.resolve(wr.sgl, true);
     if (targets === undefined) {
-      this.recvCq.push({ wrId: wr.wrId, status: 'local_protection', opcode: 'recv', byteLen: 0, qpNum: this.qpNum });
+      this.recvCq.push({
+        wrId: wr.wrId,
+        status: 'local_protection',
+        opcode: 'recv',
+        byteLen: 0,
+        qpNum: this.qpNum,
+      });
       return;
     }
     let capacity = 0;
@@ -323,7 +378,13 @@ export class Qp implements QueuePair {
         this.recvHead = 0;
       }
       if (early.imm !== undefined) this.completeRecv(recv, 'success', early.immLen, early.imm);
-      else this.completeRecv(recv, early.bytes > recv.capacity ? 'local_length' : 'success', early.bytes, undefined);
+      else
+        this.completeRecv(
+          recv,
+          early.bytes > recv.capacity ? 'local_length' : 'success',
+          early.bytes,
+          undefined,
+        );
     }
   }
 
@@ -338,7 +399,8 @@ export class Qp implements QueuePair {
   }
 
   private completeRecv(r: PostedRecv, status: WcStatus, byteLen: number, imm: number | undefined): void {
-    if (imm === undefined) this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv', byteLen, qpNum: this.qpNum });
+    if (imm === undefined)
+      this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv', byteLen, qpNum: this.qpNum });
     else this.recvCq.push({ wrId: r.wrId, status, opcode: 'recv_imm', byteLen, imm, qpNum: this.qpNum });
   }
 
@@ -346,11 +408,13 @@ export class Qp implements QueuePair {
 
   /** A large WRITE's target, if the header is in order and the request valid (else the normal path judges and counts it). */
   private place(head: Uint8Array, bodyLength: number): Uint8Array | undefined {
-    if (this.qpState !== 'ready' || head[2] !== 0 || head[3] !== 0 || (head[1] as number) & ~FLAG_IMM) return undefined;
+    if (this.qpState !== 'ready' || head[2] !== 0 || head[3] !== 0 || (head[1] as number) & ~FLAG_IMM)
+      return undefined;
     if (getU32(head, 4) !== this.expectPsn) return undefined;
     const len = bodyLength - WRITE_HEADER;
     const mr = this.pd.keys.byRkey.get(getU32(head, 8));
-    if (mr === undefined || mr.pd !== this.pd || !mr.live || (mr.access & Access.REMOTE_WRITE) === 0) return undefined;
+    if (mr === undefined || mr.pd !== this.pd || !mr.live || (mr.access & Access.REMOTE_WRITE) === 0)
+      return undefined;
     const off = mr.offsetOf(getU32(head, 16), getU32(head, 12), len);
     if (off < 0) return undefined;
     this.placing = len;
@@ -373,15 +437,18 @@ export class Qp implements QueuePair {
       return this.onSend(body.subarray(SEND_HEADER), (flags & FLAG_MORE) === 0, psn);
     }
     if (type === FrameType.WRITE) {
-      if (body.length < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0) return this.malformed('WRITE header truncated or bad flags');
+      if (body.length < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0)
+        return this.malformed('WRITE header truncated or bad flags');
       if ((flags & FLAG_PLACED) !== 0) {
-        if (body.length !== WRITE_HEADER + 4 || placed) return this.malformed('placed WRITE of the wrong size');
+        if (body.length !== WRITE_HEADER + 4 || placed)
+          return this.malformed('placed WRITE of the wrong size');
         return this.onPlacedWrite(body, (flags & FLAG_IMM) !== 0, psn);
       }
       return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn, placed);
     }
     if (type === FrameType.READ_REQ) {
-      if (body.length !== READ_REQ_BYTES || flags !== 0) return this.malformed(`READ request of ${body.length} bytes`);
+      if (body.length !== READ_REQ_BYTES || flags !== 0)
+        return this.malformed(`READ request of ${body.length} bytes`);
       return this.onRead(body, psn);
     }
     this.malformed(`unknown frame type ${type}`);
@@ -433,7 +500,13 @@ export class Qp implements QueuePair {
       }
       return this.ack(psn);
     }
-    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), payload.length, Access.REMOTE_WRITE);
+    const t = this.target(
+      getU32(body, 8),
+      getU32(body, 12),
+      getU32(body, 16),
+      payload.length,
+      Access.REMOTE_WRITE,
+    );
     if (typeof t === 'string') return this.nak(psn, t);
     if (withImm) {
       const r = this.takeRecv();
@@ -450,7 +523,13 @@ export class Qp implements QueuePair {
   }
 
   private onRead(body: Uint8Array, psn: number): void {
-    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), getU32(body, 20), Access.REMOTE_READ);
+    const t = this.target(
+      getU32(body, 8),
+      getU32(body, 12),
+      getU32(body, 16),
+      getU32(body, 20),
+      Access.REMOTE_READ,
+    );
     this.flushAck();
     const h = new Uint8Array(READ_RESP_HEADER);
     header(h, FrameType.READ_RESP, 0, psn);
@@ -495,7 +574,8 @@ export class Qp implements QueuePair {
 
   /** Keeps an early message for a later postRecv; false when the backlog is full. */
   private stash(imm: number | undefined, immLen: number): boolean {
-    if (this.unexpected.length >= MAX_UNEXPECTED_MESSAGES || this.unexpectedBytes >= MAX_UNEXPECTED_BYTES) return false;
+    if (this.unexpected.length >= MAX_UNEXPECTED_MESSAGES || this.unexpectedBytes >= MAX_UNEXPECTED_BYTES)
+      return false;
     this.unexpected.push({ imm, immLen, chunks: [], bytes: 0, complete: imm !== undefined });
     return true;
   }
@@ -525,7 +605,8 @@ export class Qp implements QueuePair {
 
   private onResponse(type: number, body: Uint8Array, psn: number): void {
     const isAck = type === FrameType.ACK;
-    if (isAck ? body.length !== ACK_BYTES : body.length < READ_RESP_HEADER) return this.malformed('truncated response');
+    if (isAck ? body.length !== ACK_BYTES : body.length < READ_RESP_HEADER)
+      return this.malformed('truncated response');
     const code = body[8] as number;
     const status = wireStatus[code];
     if (status === undefined || body[1] !== 0) return this.malformed(`response status ${code}`);
@@ -542,7 +623,8 @@ export class Qp implements QueuePair {
       if (isAck && status === 'success' && (e === undefined || psnBefore(psn, e.psn))) return this.compact();
       return this.malformed(`response for sequence ${psn} matches no request`);
     }
-    if (isAck === (e.opcode === 'read') && status === 'success') return this.malformed(`wrong response type for sequence ${psn}`);
+    if (isAck === (e.opcode === 'read') && status === 'success')
+      return this.malformed(`wrong response type for sequence ${psn}`);
     this.outHead++;
     if (status !== 'success') {
       this.cq.push({ wrId: e.wrId, status, opcode: e.opcode, byteLen: 0, qpNum: this.qpNum });
@@ -562,12 +644,23 @@ export class Qp implements QueuePair {
   }
 
   private succeed(e: Outstanding): void {
-    if (e.last && e.signaled) this.cq.push({ wrId: e.wrId, status: 'success', opcode: e.opcode, byteLen: e.byteLen, qpNum: this.qpNum });
+    if (e.last && e.signaled)
+      this.cq.push({
+        wrId: e.wrId,
+        status: 'success',
+        opcode: e.opcode,
+        byteLen: e.byteLen,
+        qpNum: this.qpNum,
+      });
   }
 
   /** Drops the remaining frames of a failed WR so it completes once. */
   private skipGroup(group: number): void {
-    while (this.outHead < this.outstanding.length && (this.outstanding[this.outHead] as Outstanding).group === group) this.outHead++;
+    while (
+      this.outHead < this.outstanding.length &&
+      (this.outstanding[this.outHead] as Outstanding).group === group
+    )
+      this.outHead++;
   }
 
   private compact(): void {
@@ -668,13 +761,19 @@ function checkSendWr(wr: SendWr): void {
   if (op !== 'send' && op !== 'write' && op !== 'write_imm' && op !== 'read') {
     throw invalid(`postSend: unknown opcode '${String(op)}' (send, write, write_imm, read)`);
   }
-  if (op !== 'send' && (wr.remote === undefined || typeof wr.remote.addr !== 'bigint' || typeof wr.remote.rkey !== 'number')) {
+  if (
+    op !== 'send' &&
+    (wr.remote === undefined || typeof wr.remote.addr !== 'bigint' || typeof wr.remote.rkey !== 'number')
+  ) {
     throw invalid(`postSend: ${op} needs remote: { addr: bigint, rkey: number }`);
   }
   if (op !== 'send' && (wr.remote!.addr < 0n || wr.remote!.addr >= 1n << 64n)) {
     throw invalid(`postSend: remote address ${wr.remote!.addr} is not a 64-bit address`);
   }
-  if (op === 'write_imm' && (!Number.isInteger(wr.imm) || (wr.imm as number) < 0 || (wr.imm as number) > 0xffffffff)) {
+  if (
+    op === 'write_imm' &&
+    (!Number.isInteger(wr.imm) || (wr.imm as number) < 0 || (wr.imm as number) > 0xffffffff)
+  ) {
     throw invalid(`postSend: write_imm needs imm in 0..2^32-1, got ${String(wr.imm)}`);
   }
 }

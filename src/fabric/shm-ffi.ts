@@ -14,7 +14,15 @@ interface Libc {
   mmap(addr: null, len: number, prot: number, flags: number, fd: number, off: number): bigint;
   munmap(addr: bigint, len: number): number;
   close(fd: number): number;
-  futex(nr: number, addr: bigint, op: number, val: number, ts: Buffer | null, addr2: null, val3: number): number;
+  futex(
+    nr: number,
+    addr: bigint,
+    op: number,
+    val: number,
+    ts: Buffer | null,
+    addr2: null,
+    val3: number,
+  ): number;
   view(ptr: bigint, len: number): ArrayBuffer;
 }
 
@@ -64,7 +72,10 @@ export function libcProblem(): string | undefined {
 
 function need(): Libc {
   const c = loadLibc();
-  if (!c) throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `shm provider unavailable: ${loadError}`, { hint: 'use the tcp provider on this machine' });
+  if (!c)
+    throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `shm provider unavailable: ${loadError}`, {
+      hint: 'use the tcp provider on this machine',
+    });
   return c;
 }
 
@@ -105,7 +116,8 @@ export class ShmSegment {
     owned.add(name);
     unlinkOwnedOnExit();
     try {
-      if (c.ftruncate(fd, length) !== 0) throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
+      if (c.ftruncate(fd, length) !== 0)
+        throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
       const ptr = c.mmap(null, length, PROT_RW, MAP_SHARED, fd, 0);
       if (ptr === MAP_FAILED || ptr === 0n) throw shmError(`mmap of ${name} (${length} bytes) failed`);
       return new ShmSegment(name, length, ptr, true);
@@ -121,7 +133,8 @@ export class ShmSegment {
   /** Maps a segment another process created. */
   static open(name: string, length: number): ShmSegment {
     const c = need();
-    if (!/^\/tandem-[0-9]+-[0-9a-f]+(-[a-z]+)?$/.test(name)) throw shmError(`refusing to map '${name}': not a tandem segment name`);
+    if (!/^\/tandem-[0-9]+-[0-9a-f]+(-[a-z]+)?$/.test(name))
+      throw shmError(`refusing to map '${name}': not a tandem segment name`);
     const fd = c.shm_open(name, O_RDWR, 0);
     if (fd < 0) throw shmError(`shm_open(${name}) failed: the peer's segment is gone`);
     try {
@@ -163,7 +176,9 @@ const unmapper = new FinalizationRegistry<{ ptr: bigint; length: number }>((m) =
 });
 
 function shmError(message: string): TandemError {
-  return new TandemError('FABRIC_SHM_FAILED', message, { hint: 'check /dev/shm (mounted, writable, free space) or use the tcp provider' });
+  return new TandemError('FABRIC_SHM_FAILED', message, {
+    hint: 'check /dev/shm (mounted, writable, free space) or use the tcp provider',
+  });
 }
 
 const timespec = Buffer.alloc(16);

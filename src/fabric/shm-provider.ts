@@ -38,7 +38,8 @@ const TWO32 = 4294967296;
 /** Rings are polled this often when no wait drives them (acks and reads for a busy peer). */
 const BACKGROUND_POLL_MS = 1;
 
-const segName = (kind: string): string => `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
+const segName = (kind: string): string =>
+  `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
 
 /** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
 class ShmTransport implements Transport {
@@ -102,12 +103,15 @@ class ShmTransport implements Transport {
         break;
       }
     }
-    if (base < 0 || k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0) return false;
+    if (base < 0 || k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0)
+      return false;
     const regionLength = k[base + 6] as number;
-    const off = ((hi - ((k[base + 4] as number) >>> 0)) * TWO32) + (lo - ((k[base + 5] as number) >>> 0));
+    const off = (hi - ((k[base + 4] as number) >>> 0)) * TWO32 + (lo - ((k[base + 5] as number) >>> 0));
     if (!(off >= 0) || off + length > regionLength) return false;
     const nameLen = k[base + 7] as number;
-    const name = Buffer.from(this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen)).toString('latin1');
+    const name = Buffer.from(
+      this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen),
+    ).toString('latin1');
     let seg = this.peerRegions.get(name);
     if (seg === undefined) {
       try {
@@ -172,7 +176,8 @@ class ShmTransport implements Transport {
     this.streamPos = (this.streamPos + 4 + len) >>> 0;
     const type = header[0];
     const placedWrite = type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) !== 0;
-    if (!placedWrite && (type === FrameType.WRITE || type === FrameType.SEND || type === FrameType.READ_REQ)) this.memFrameEnd = this.streamPos;
+    if (!placedWrite && (type === FrameType.WRITE || type === FrameType.SEND || type === FrameType.READ_REQ))
+      this.memFrameEnd = this.streamPos;
     if (this.backlog.length === 0) {
       const rest = this.write(prefix, payload);
       if (rest !== undefined) this.backlog = rest;
@@ -285,7 +290,12 @@ class ShmListener implements Listener {
       const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
       const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA);
       const psn = newPsn();
-      peer.welcome(psn, options.info ?? {}, { ring: mine.name, bell: this.device.bellName, keys: this.device.keysName, pd: options.pd.id });
+      peer.welcome(psn, options.info ?? {}, {
+        ring: mine.name,
+        bell: this.device.bellName,
+        keys: this.device.keysName,
+        pd: options.pd.id,
+      });
       return this.device.qpOn(peer, psn, options, { mine, theirs, bell, keys, pd: Number(peer.extra.pd) });
     } catch (e) {
       peer.socket.destroy();
@@ -355,7 +365,9 @@ export class ShmDevice extends DeviceBase {
       k[base + 6] = r.length;
       const bytes = Buffer.from(name, 'latin1');
       k[base + 7] = bytes.length;
-      new Uint8Array(this.keyTable.buffer, base * 4 + NAME_AT, SLOT_BYTES - NAME_AT).set(bytes.subarray(0, SLOT_BYTES - NAME_AT));
+      new Uint8Array(this.keyTable.buffer, base * 4 + NAME_AT, SLOT_BYTES - NAME_AT).set(
+        bytes.subarray(0, SLOT_BYTES - NAME_AT),
+      );
       Atomics.store(k, base, 1);
       return slot;
     }
@@ -409,7 +421,12 @@ export class ShmDevice extends DeviceBase {
         clientHandshake('shm', options.host, options.port, options.secret, {
           psn,
           info: options.info ?? {},
-          extra: () => ({ ring: mine.name, bell: this.bell.name, keys: this.keyTable.name, pd: options.pd.id }),
+          extra: () => ({
+            ring: mine.name,
+            bell: this.bell.name,
+            keys: this.keyTable.name,
+            pd: options.pd.id,
+          }),
         }).then((p) => {
           if (gaveUp) p.socket.destroy();
           return (done = p);

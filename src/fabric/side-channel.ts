@@ -58,7 +58,8 @@ export class MessageReader {
       return (this.failure = new Error('side-channel message is not JSON'));
     }
     this.buf = this.buf.subarray(4 + len);
-    if (typeof msg !== 'object' || msg === null) return (this.failure = new Error('side-channel message is not an object'));
+    if (typeof msg !== 'object' || msg === null)
+      return (this.failure = new Error('side-channel message is not an object'));
     return msg as Message;
   }
 
@@ -96,7 +97,8 @@ export function sendMessage(socket: Socket, msg: Message): void {
 }
 
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
-const unhex = (v: unknown): Buffer => (typeof v === 'string' && /^[0-9a-f]*$/.test(v) ? Buffer.from(v, 'hex') : Buffer.alloc(0));
+const unhex = (v: unknown): Buffer =>
+  typeof v === 'string' && /^[0-9a-f]*$/.test(v) ? Buffer.from(v, 'hex') : Buffer.alloc(0);
 
 export interface Authenticated {
   socket: Socket;
@@ -130,7 +132,12 @@ export async function clientHandshake(
     const s = createConnection({ host, port });
     s.once('connect', () => resolve(s));
     s.once('error', (e) =>
-      reject(new TandemError('FABRIC_CONNECT_FAILED', `cannot connect to ${host}:${port}: ${e.message}`, { hint: 'start the listener first and check host and port', cause: e })),
+      reject(
+        new TandemError('FABRIC_CONNECT_FAILED', `cannot connect to ${host}:${port}: ${e.message}`, {
+          hint: 'start the listener first and check host and port',
+          cause: e,
+        }),
+      ),
     );
   });
   socket.setNoDelay(true);
@@ -148,7 +155,13 @@ export async function clientHandshake(
       await reader.next().catch(() => undefined);
       throw authError('the listener does not know the cluster secret', host, port);
     }
-    sendMessage(socket, { t: 'proof', proof: hex(proof(key, `client:${provider}`, sN, cN)), psn: setup.psn, info: setup.info, extra: setup.extra() });
+    sendMessage(socket, {
+      t: 'proof',
+      proof: hex(proof(key, `client:${provider}`, sN, cN)),
+      psn: setup.psn,
+      info: setup.info,
+      extra: setup.extra(),
+    });
     const w = await reader.next().catch((e: Error) => {
       throw authError(`the listener closed the connection (${e.message})`, host, port);
     });
@@ -189,7 +202,12 @@ export class SideChannelListener {
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (e) =>
-        reject(new TandemError('FABRIC_CONNECT_FAILED', `cannot listen on ${host}:${port}: ${e.message}`, { hint: 'pick another port or use 0', cause: e })),
+        reject(
+          new TandemError('FABRIC_CONNECT_FAILED', `cannot listen on ${host}:${port}: ${e.message}`, {
+            hint: 'pick another port or use 0',
+            cause: e,
+          }),
+        ),
       );
       server.listen(port, host, () => resolve());
     });
@@ -205,9 +223,14 @@ export class SideChannelListener {
     try {
       const hello = await reader.next();
       const cN = unhex(hello.nonce);
-      if (hello.t !== 'hello' || hello.provider !== this.provider || cN.length !== 32) throw new Error('bad hello');
+      if (hello.t !== 'hello' || hello.provider !== this.provider || cN.length !== 32)
+        throw new Error('bad hello');
       const sN = randomBytes(32);
-      sendMessage(socket, { t: 'challenge', nonce: hex(sN), proof: hex(proof(this.key, `server:${this.provider}`, cN, sN)) });
+      sendMessage(socket, {
+        t: 'challenge',
+        nonce: hex(sN),
+        proof: hex(proof(this.key, `server:${this.provider}`, cN, sN)),
+      });
       const p = await reader.next();
       if (p.t !== 'proof' || !sameProof(unhex(p.proof), proof(this.key, `client:${this.provider}`, sN, cN))) {
         clearTimeout(timer);
@@ -252,14 +275,22 @@ export class SideChannelListener {
       };
       const onAbort = (): void => {
         cleanup();
-        reject(new TandemError('ABORTED', `accept on ${this.host}:${this.port} aborted`, { hint: 'the caller aborted the accept' }));
+        reject(
+          new TandemError('ABORTED', `accept on ${this.host}:${this.port} aborted`, {
+            hint: 'the caller aborted the accept',
+          }),
+        );
       };
       const timer = setTimeout(() => {
         cleanup();
         reject(
-          new TandemError('FABRIC_WAIT_TIMEOUT', `no authenticated peer connected to ${this.host}:${this.port} within ${timeoutMs} ms`, {
-            hint: 'start the other ranks with the same secret, or raise the timeout',
-          }),
+          new TandemError(
+            'FABRIC_WAIT_TIMEOUT',
+            `no authenticated peer connected to ${this.host}:${this.port} within ${timeoutMs} ms`,
+            {
+              hint: 'start the other ranks with the same secret, or raise the timeout',
+            },
+          ),
         );
       }, timeoutMs);
       if (signal?.aborted) return onAbort();

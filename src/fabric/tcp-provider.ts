@@ -4,7 +4,16 @@ import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
 import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
-import { EAGAIN, EINTR, MSG_DONTWAIT, MSG_NOSIGNAL, POLLIN, POLLOUT, socketLib, type SocketLib } from './socket-ffi.js';
+import {
+  EAGAIN,
+  EINTR,
+  MSG_DONTWAIT,
+  MSG_NOSIGNAL,
+  POLLIN,
+  POLLOUT,
+  socketLib,
+  type SocketLib,
+} from './socket-ffi.js';
 
 /** Connections are polled this often when no wait drives them. */
 const BACKGROUND_POLL_MS = 1;
@@ -304,7 +313,8 @@ export class TcpDevice extends DeviceBase {
   qpOn(peer: Authenticated, psn: number, options: AcceptOptions): QueuePair {
     const early = peer.reader.detach();
     const base = { peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn };
-    if (this.lib === null) return this.makeQp({ ...base, transport: new TcpTransport(peer.socket, early) }, options, false);
+    if (this.lib === null)
+      return this.makeQp({ ...base, transport: new TcpTransport(peer.socket, early) }, options, false);
     const t = new PolledTcpTransport(peer.socket, early, this.lib, (x) => {
       this.polled.delete(x);
       if (this.polled.size === 0 && this.poller) {
@@ -350,7 +360,11 @@ export class TcpDevice extends DeviceBase {
     let done: Authenticated | undefined;
     let gaveUp = false;
     const peer = await withDeadline(
-      clientHandshake('tcp', options.host, options.port, options.secret, { psn, info: options.info ?? {}, extra: () => ({}) }).then((p) => {
+      clientHandshake('tcp', options.host, options.port, options.secret, {
+        psn,
+        info: options.info ?? {},
+        extra: () => ({}),
+      }).then((p) => {
         if (gaveUp) p.socket.destroy();
         return (done = p);
       }),

@@ -101,7 +101,8 @@ export class FrameDecoder {
       }
       let len: number;
       if (this.lenFilled === 0 && n - pos >= 4) {
-        len = (chunk[pos]! | (chunk[pos + 1]! << 8) | (chunk[pos + 2]! << 16) | (chunk[pos + 3]! << 24)) >>> 0;
+        len =
+          (chunk[pos]! | (chunk[pos + 1]! << 8) | (chunk[pos + 2]! << 16) | (chunk[pos + 3]! << 24)) >>> 0;
         pos += 4;
       } else {
         while (this.lenFilled < 4 && pos < n) this.lenBuf[this.lenFilled++] = chunk[pos++]!;
@@ -110,11 +111,17 @@ export class FrameDecoder {
         len = (b[0]! | (b[1]! << 8) | (b[2]! << 16) | (b[3]! << 24)) >>> 0;
         this.lenFilled = 0;
       }
-      if (len < SEND_HEADER || len > MAX_BODY) throw new MalformedFrame(`frame length ${len} outside 8..${MAX_BODY}`);
+      if (len < SEND_HEADER || len > MAX_BODY)
+        throw new MalformedFrame(`frame length ${len} outside 8..${MAX_BODY}`);
       if (n - pos >= len) {
         this.onFrame(chunk.subarray(pos, pos + len));
         pos += len;
-      } else if (this.place && len > DIRECT_MIN && n - pos >= WRITE_HEADER && chunk[pos] === FrameType.WRITE) {
+      } else if (
+        this.place &&
+        len > DIRECT_MIN &&
+        n - pos >= WRITE_HEADER &&
+        chunk[pos] === FrameType.WRITE
+      ) {
         const head = chunk.slice(pos, pos + WRITE_HEADER);
         const target = this.place(head, len);
         if (target) {

@@ -1,4 +1,13 @@
-import { anchorsScript, checkGoals, DEFAULT_SIZES, formatRow, parseSize, runAnchors, runFabricBench, type BenchRow } from '../../fabric/bench.js';
+import {
+  anchorsScript,
+  checkGoals,
+  DEFAULT_SIZES,
+  formatRow,
+  parseSize,
+  runAnchors,
+  runFabricBench,
+  type BenchRow,
+} from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 
@@ -10,17 +19,46 @@ export const command = defineCommand({
     '(latency) and a window of RDMA WRITEs (bandwidth) for each size. With --anchors it also runs ' +
     '../shared/anchors/run-anchors.sh fabric and prints the anchor figures and the ratio to the goals.',
   options: {
-    provider: { type: 'string', choices: ['shm', 'tcp'], default: 'shm', description: 'fabric provider to measure' },
-    sizes: { type: 'list', placeholder: 'sizes', description: 'message sizes, e.g. 8,64,4K,4M (default 8 B .. 64 MiB)' },
-    iterations: { type: 'number', default: 2000, description: 'latency round trips per small size (fewer for large ones)' },
-    json: { type: 'boolean', description: 'one JSON object per line: {"provider","op","bytes","latency_us_p50","latency_us_p99","bandwidth_MBps"}' },
-    anchors: { type: 'boolean', description: 'run <repo>/../shared/anchors/run-anchors.sh fabric and print its figures and the goal ratios (on stderr with --json)' },
+    provider: {
+      type: 'string',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
+      description: 'fabric provider to measure',
+    },
+    sizes: {
+      type: 'list',
+      placeholder: 'sizes',
+      description: 'message sizes, e.g. 8,64,4K,4M (default 8 B .. 64 MiB)',
+    },
+    iterations: {
+      type: 'number',
+      default: 2000,
+      description: 'latency round trips per small size (fewer for large ones)',
+    },
+    json: {
+      type: 'boolean',
+      description:
+        'one JSON object per line: {"provider","op","bytes","latency_us_p50","latency_us_p99","bandwidth_MBps"}',
+    },
+    anchors: {
+      type: 'boolean',
+      description:
+        'run <repo>/../shared/anchors/run-anchors.sh fabric and print its figures and the goal ratios (on stderr with --json)',
+    },
   },
-  examples: ['tandem bench fabric --provider shm', 'tandem bench fabric --provider tcp --sizes 64,4M --json', 'tandem bench fabric --provider tcp --anchors'],
+  examples: [
+    'tandem bench fabric --provider shm',
+    'tandem bench fabric --provider tcp --sizes 64,4M --json',
+    'tandem bench fabric --provider tcp --anchors',
+  ],
   async run({ options }) {
     const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
     if (!Number.isInteger(options.iterations) || options.iterations < 1) {
-      throw new TandemError('CLI_USAGE', `bench fabric: --iterations must be a positive integer, got ${options.iterations}`, { hint: 'e.g. --iterations 1000' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench fabric: --iterations must be a positive integer, got ${options.iterations}`,
+        { hint: 'e.g. --iterations 1000' },
+      );
     }
     const provider = options.provider as 'shm' | 'tcp';
     const print = (r: BenchRow): void => {
@@ -30,7 +68,9 @@ export const command = defineCommand({
     if (!options.anchors) return 0;
     const script = anchorsScript();
     if (script === undefined) {
-      process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no anchor figures to compare with\n');
+      process.stderr.write(
+        'anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no anchor figures to compare with\n',
+      );
       return 0;
     }
     const anchors = await runAnchors(script);
@@ -41,7 +81,9 @@ export const command = defineCommand({
       if (options.json) out.write(JSON.stringify({ provider, ...g }) + '\n');
       else {
         const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
-        process.stdout.write(`goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}\n`);
+        process.stdout.write(
+          `goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}\n`,
+        );
       }
     }
     return 0;
