@@ -24,7 +24,7 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
 
 export async function allGatherRing(call: Call, out: DTypeArray, count: number, order: readonly number[]): Promise<void> {
   const b = blocks(call.size, count);
-  const lanes = ringLanes(order, count * call.size, 1);
+  const lanes = ringLanes(order, count * call.size, 1, call.comm.wires);
   await Promise.all(lanes.map((o, lane) => ringAllGatherLane(call, out, o, laneChunks(b, o, lanes.length, lane, 1), lane, 0)));
 }
 

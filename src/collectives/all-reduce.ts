@@ -36,12 +36,20 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   data.set(acc);
 }
 
-/** The lanes of a ring: lane 0 runs along `order`, lane 1 (when used) the other way round. */
-export function ringLanes(order: readonly number[], count: number, align: number): number[][] {
+/**
+ * The lanes of a ring: with 3+ ranks half the lanes run along `order` and half the other way
+ * round; each direction is striped over `wires` connections. Lane l runs in direction
+ * floor(l / wires) on wire l % wires (the router picks the wire from the lane).
+ */
+export function ringLanes(order: readonly number[], count: number, align: number, wires = 1): number[][] {
   const n = order.length;
-  const twoWay = n >= 3 && count >= 2 * n * align;
-  if (!twoWay) return [[...order]];
-  return [[...order], [order[0] as number, ...order.slice(1).reverse()]];
+  const dirs = n >= 3 ? [[...order], [order[0] as number, ...order.slice(1).reverse()]] : [[...order]];
+  let w = Math.max(1, wires);
+  while (w > 1 && count < dirs.length * w * n * align) w--;
+  if (count < dirs.length * n * align) return [[...order]];
+  const lanes: number[][] = [];
+  for (const d of dirs) for (let i = 0; i < w; i++) lanes.push(d);
+  return lanes;
 }
 
 /** Chunk of each ring position of `lane`: position k owns the data chunk of rank order[k]. */
@@ -93,7 +101,7 @@ export async function ringAllGatherLane(call: Call, data: DTypeArray, order: rea
 export async function allReduceRing(call: Call, data: DTypeArray, order: readonly number[]): Promise<void> {
   const align = call.spec.q8 ? q8BlockSize : 1;
   const chunks = chunkRanges(data.length, call.size, align);
-  const lanes = ringLanes(order, data.length, align);
+  const lanes = ringLanes(order, data.length, align, call.comm.wires);
   await Promise.all(
     lanes.map(async (o, lane) => {
       const mine = laneChunks(chunks, o, lanes.length, lane, align);

@@ -18,6 +18,8 @@ export interface CommCore {
   readonly commId: number;
   readonly router: Router;
   readonly timeoutMs: number;
+  /** Connections per linked pair that ring lanes stripe over. */
+  readonly wires: number;
 }
 
 export interface CallSpec {

@@ -33,6 +33,8 @@ export interface CommunicatorOptions {
   connectTimeoutMs?: number;
   listener?: Listener;
   onListening?: (address: string) => void;
+  /** Connections per linked pair; ring algorithms stripe over them (default 1). */
+  wires?: number;
   /** Receive slots per link and bytes per slot (defaults 8 and 128 KiB). */
   slots?: number;
   slotBytes?: number;
@@ -81,6 +83,7 @@ export class Communicator implements CommCore {
     readonly timeoutMs: number,
     readonly graph: Graph,
     private readonly owned: { device: Device | undefined } | undefined,
+    readonly wires = 1,
   ) {
     let adj: number[][];
     try {
@@ -337,7 +340,7 @@ export class Communicator implements CommCore {
         .sort((a, b) => (table[2 * a + 1] as number) - (table[2 * b + 1] as number) || a - b);
       const commId = (Math.imul(this.commId ^ 0x9e3779b9, 31) + Math.imul(seq + 1, 0x85ebca6b) + Math.imul(color + 1, 0xc2b2ae35)) >>> 0 || 1;
       const members = ranks.map((r) => this.members[r] as number);
-      return new Communicator(ranks.indexOf(this.rank), ranks.length, members, commId, this.router, this.timeoutMs, inducedGraph(this.graph, ranks), undefined);
+      return new Communicator(ranks.indexOf(this.rank), ranks.length, members, commId, this.router, this.timeoutMs, inducedGraph(this.graph, ranks), undefined, this.wires);
     });
   }
 
@@ -372,8 +375,16 @@ export class Communicator implements CommCore {
     if (!this.router.aborted) await this.barrier().catch(() => undefined);
     this.closed = true;
     await this.router.shutdown();
-    await this.owned.device?.close();
+    const device = this.owned.device;
+    if (device) await bounded(device.close(), 2000);
   }
+}
+
+/** Waits for `work` at most `ms` (closing must never hang on a dead peer). */
+async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }
 
 /** Connects rank `rank` of a world of `size` and returns its communicator. */
@@ -386,6 +397,8 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
   if (graph.size !== size) throw new TandemError('COLL_BAD_GRAPH', `graph has ${graph.size} ranks, the world ${size}`, { hint: 'pass a graph of the world size' });
   const adj = adjacency(graph);
   const routes = shortestRoutes(adj);
+  const wires = options.wires ?? 1;
+  if (!Number.isInteger(wires) || wires < 1 || wires > 16) throw badArg(`wires must be an integer in 1..16, got ${wires}`, 'use 1 (default) to 4 connections per linked pair');
   const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
   try {
     const pd = device.allocPd();
@@ -403,6 +416,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
         adj,
         secret: options.secret ?? 'tandem',
         timeoutMs: options.connectTimeoutMs ?? 30_000,
+        wires,
         ...(options.listener ? { listener: options.listener } : {}),
         ...(options.onListening ? { onListening: options.onListening } : {}),
       });
@@ -410,7 +424,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
     const router = new Router({ rank, size, links, routes, cq, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
     router.start();
     const members = Array.from({ length: size }, (_, i) => i);
-    return new Communicator(rank, size, members, 1, router, options.timeoutMs ?? 30_000, graph, { device: options.device ? undefined : device });
+    return new Communicator(rank, size, members, 1, router, options.timeoutMs ?? 30_000, graph, { device: options.device ? undefined : device }, wires);
   } catch (e) {
     if (!options.device) await device.close().catch(() => undefined);
     throw e;

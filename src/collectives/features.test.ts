@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
-import { inputFor } from './collectives.cases.js';
+import { assertReduced, inputFor } from './collectives.cases.js';
 
 test('send/recv between any two ranks, with tags, relayed on a line', async () => {
   const comms = await createLocalWorld(4, { graph: 'line', timeoutMs: 20_000 });
@@ -96,5 +96,23 @@ test('results are deterministic run to run with random floats (fixed reduction o
   }
   const f16 = await Promise.all(comms.map(async (c) => { const d = inputFor('f16', c.rank, 100); await c.allReduce(d, { dtype: 'f16', op: 'mean' }); return d; }));
   for (const d of f16) assert.deepEqual(d, f16[0]);
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('several wires per linked pair: ring lanes stripe over them and results stay exact', async () => {
+  const comms = await createLocalWorld(3, { graph: 'ring', wires: 3, timeoutMs: 20_000 });
+  assert.equal(comms[0]!.router.wiresTo(1), 3);
+  assert.equal(comms[0]!.router.wiresTo(2), 3);
+  const count = 100_003;
+  const out = await Promise.all(
+    comms.map(async (c) => {
+      const d = inputFor('f32', c.rank, count);
+      await c.allReduce(d, { algorithm: 'ring' });
+      return d;
+    }),
+  );
+  assertReduced(out, 'sum', 'f32', 3, 'ring over 3 wires');
+  const gathered = await Promise.all(comms.map((c) => c.allGather(Int32Array.from({ length: 5000 }, (_, i) => i * 3 + c.rank), { algorithm: 'ring' })));
+  for (let i = 0; i < 15000; i++) assert.equal(gathered[2]![i], (i % 5000) * 3 + Math.floor(i / 5000));
   await Promise.all(comms.map((c) => c.close()));
 });

@@ -35,7 +35,7 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
 
 export async function reduceScatterRing(call: Call, data: DTypeArray, order: readonly number[]): Promise<void> {
   const chunks = chunkRanges(data.length, call.size);
-  const lanes = ringLanes(order, data.length, 1);
+  const lanes = ringLanes(order, data.length, 1, call.comm.wires);
   await Promise.all(lanes.map((o, lane) => ringReduceScatterLane(call, data, o, laneChunks(chunks, o, lanes.length, lane, 1), lane)));
 }
 

@@ -21,6 +21,8 @@ export interface ConnectWorldOptions {
   adj: readonly number[][];
   secret: string;
   timeoutMs: number;
+  /** Connections ("wires") per linked pair, for striping; default 1. */
+  wires?: number;
   /** A listener already open for this rank (e.g. rank 0 on port 0 in tests). */
   listener?: Listener;
   onListening?: (address: string) => void;
@@ -63,23 +65,23 @@ function rendezvousError(o: ConnectWorldOptions, what: string, cause: unknown): 
   });
 }
 
-/** Accepts `count` authenticated peers, each identified by the rank it sends as info. */
-async function acceptPeers(o: ConnectWorldOptions, listener: Listener, expected: ReadonlySet<number>, deadline: number): Promise<Map<number, QueuePair>> {
-  const got = new Map<number, QueuePair>();
+/** Accepts the expected peers, each identified by the `rank:wire` it sends as info. */
+async function acceptPeers(o: ConnectWorldOptions, listener: Listener, expected: ReadonlySet<string>, deadline: number): Promise<Map<string, QueuePair>> {
+  const got = new Map<string, QueuePair>();
   while (got.size < expected.size) {
     let qp: QueuePair;
     try {
       qp = await listener.accept({ pd: o.pd, cq: o.cq, info: { rank: o.rank, size: o.size }, timeoutMs: Math.max(1, deadline - Date.now()), ...(o.signal ? { signal: o.signal } : {}) });
     } catch (e) {
-      const missing = [...expected].filter((r) => !got.has(r));
-      throw rendezvousError(o, `ranks ${missing.join(', ')} did not connect within the deadline`, e);
+      const missing = [...expected].filter((k) => !got.has(k)).map((k) => k.split(':')[0]);
+      throw rendezvousError(o, `ranks ${[...new Set(missing)].join(', ')} did not connect within the deadline`, e);
     }
-    const peer = qp.peerInfo.rank;
-    if (typeof peer !== 'number' || !expected.has(peer) || got.has(peer) || qp.peerInfo.size !== o.size) {
+    const key = `${String(qp.peerInfo.rank)}:${String(qp.peerInfo.wire ?? 0)}`;
+    if (!expected.has(key) || got.has(key) || qp.peerInfo.size !== o.size) {
       await qp.close().catch(() => undefined);
-      throw rendezvousError(o, `unexpected peer (rank ${String(peer)}, size ${String(qp.peerInfo.size)})`, new Error('rank or size mismatch'));
+      throw rendezvousError(o, `unexpected peer (rank:wire ${key}, size ${String(qp.peerInfo.size)})`, new Error('rank or size mismatch'));
     }
-    got.set(peer, qp);
+    got.set(key, qp);
   }
   return got;
 }
@@ -124,17 +126,18 @@ async function exchangeTable(o: ConnectWorldOptions, qps: QueuePair[], table: st
  */
 export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> {
   const deadline = Date.now() + o.timeoutMs;
+  const wires = Math.max(1, Math.floor(o.wires ?? 1));
   const neighbours = o.adj[o.rank] ?? [];
   const lower = neighbours.filter((r) => r < o.rank);
-  const higher = new Set(neighbours.filter((r) => r > o.rank));
-  const links = new Map<number, QueuePair>();
+  const higher = neighbours.filter((r) => r > o.rank);
+  const links = new Map<string, QueuePair>();
   let listener = o.listener;
   let table: string[];
   try {
     if (o.rendezvous.kind === 'hosts') {
       table = [...o.rendezvous.addresses];
       if (table.length !== o.size) throw rendezvousError(o, `${table.length} addresses given for ${o.size} ranks`, new Error('size'));
-      if (listener === undefined && higher.size > 0) {
+      if (listener === undefined && higher.length > 0) {
         const { host, port } = parseAddress(table[o.rank] as string);
         listener = await o.device.listen({ host, port, secret: o.secret });
       }
@@ -143,30 +146,39 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
       if (o.rank === 0) {
         listener ??= await o.device.listen({ host: root.host, port: root.port, secret: o.secret });
         o.onListening?.(`${listener.host}:${listener.port}`);
-        const all = new Set(Array.from({ length: o.size - 1 }, (_, i) => i + 1));
-        for (const [peer, qp] of await acceptPeers(o, listener, all, deadline)) links.set(peer, qp);
-        table = Array.from({ length: o.size }, (_, r) => (r === 0 ? `${listener?.host}:${listener?.port}` : `${String(links.get(r)?.peerInfo.host)}:${String(links.get(r)?.peerInfo.port)}`));
+        const all = new Set(Array.from({ length: o.size - 1 }, (_, i) => `${i + 1}:0`));
+        for (const [key, qp] of await acceptPeers(o, listener, all, deadline)) links.set(key, qp);
+        const at = (r: number): string => `${String(links.get(`${r}:0`)?.peerInfo.host)}:${String(links.get(`${r}:0`)?.peerInfo.port)}`;
+        table = Array.from({ length: o.size }, (_, r) => (r === 0 ? `${listener?.host}:${listener?.port}` : at(r)));
         await exchangeTable(o, [...links.values()], table, deadline);
       } else {
-        if (higher.size > 0) listener ??= await o.device.listen({ host: o.rendezvous.host ?? root.host, port: 0, secret: o.secret });
+        if (higher.length > 0) listener ??= await o.device.listen({ host: o.rendezvous.host ?? root.host, port: 0, secret: o.secret });
         const me = { host: listener?.host ?? '', port: listener?.port ?? 0 };
         const qp = await connectRetry(o, o.rendezvous.address, deadline, 0, me);
-        links.set(0, qp);
+        links.set('0:0', qp);
         table = await exchangeTable(o, [qp], undefined, deadline);
       }
     }
-    const accepting = new Set([...higher].filter((r) => !links.has(r)));
+    const accepting = new Set<string>();
+    for (const r of higher) for (let w = 0; w < wires; w++) if (!links.has(`${r}:${w}`)) accepting.add(`${r}:${w}`);
+    const dialing: [number, number][] = [];
+    for (const r of lower) for (let w = 0; w < wires; w++) if (!links.has(`${r}:${w}`)) dialing.push([r, w]);
     const [accepted, connected] = await Promise.all([
-      accepting.size > 0 && listener ? acceptPeers(o, listener, accepting, deadline) : Promise.resolve(new Map<number, QueuePair>()),
-      Promise.all(lower.filter((r) => !links.has(r)).map(async (r) => [r, await connectRetry(o, table[r] as string, deadline, r)] as const)),
+      accepting.size > 0 && listener ? acceptPeers(o, listener, accepting, deadline) : Promise.resolve(new Map<string, QueuePair>()),
+      Promise.all(dialing.map(async ([r, w]) => [`${r}:${w}`, await connectRetry(o, table[r] as string, deadline, r, { wire: w })] as const)),
     ]);
-    for (const [r, qp] of accepted) links.set(r, qp);
-    for (const [r, qp] of connected) links.set(r, qp);
+    for (const [k, qp] of accepted) links.set(k, qp);
+    for (const [k, qp] of connected) links.set(k, qp);
   } catch (e) {
     await Promise.all([...links.values()].map((qp) => qp.close().catch(() => undefined)));
     throw e;
   } finally {
     if (listener && listener !== o.listener) await listener.close().catch(() => undefined);
   }
-  return [...links.entries()].sort((a, b) => a[0] - b[0]).map(([peer, qp]) => ({ peer, qp }));
+  return [...links.entries()]
+    .map(([key, qp]) => {
+      const [peer, wire] = key.split(':').map(Number) as [number, number];
+      return { peer, wire, qp };
+    })
+    .sort((a, b) => a.peer - b.peer || a.wire - b.wire);
 }

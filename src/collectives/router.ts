@@ -16,6 +16,8 @@ import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from '
 
 export interface LinkSpec {
   peer: number;
+  /** Which of the connections to `peer` this is (several "wires" stripe one pair's traffic). */
+  wire: number;
   qp: QueuePair;
 }
 
@@ -97,7 +99,8 @@ export class Router {
   /** Fragments this rank forwarded for others (relaying), for tests and stats. */
   relayed = 0;
   private readonly links: Link[] = [];
-  private readonly linkTo = new Map<number, Link>();
+  /** Every connection to a neighbour, by wire. A message's lane picks the wire (lane % wires). */
+  private readonly linkTo = new Map<number, Link[]>();
   private readonly byQp = new Map<number, Link>();
   private readonly boxes = new Map<string, Box>();
   private readonly slots: number;
@@ -132,7 +135,9 @@ export class Router {
         dead: false,
       };
       this.links.push(link);
-      this.linkTo.set(spec.peer, link);
+      const wires = this.linkTo.get(spec.peer) ?? [];
+      wires.push(link);
+      this.linkTo.set(spec.peer, wires);
       this.byQp.set(spec.qp.qpNum, link);
       for (let s = 0; s < this.slots; s++) this.postRecv(link, s);
     }
@@ -155,6 +160,17 @@ export class Router {
     this.abortListeners.push(listener);
   }
 
+  /** The connection towards `dst` for `lane`: next hop on the route, wire lane % wires. */
+  private hop(dst: number, lane: number): Link | undefined {
+    const wires = this.linkTo.get(this.routes[this.rank]?.[dst] as number);
+    return wires?.[lane % wires.length];
+  }
+
+  /** Connections to each direct neighbour. */
+  wiresTo(peer: number): number {
+    return this.linkTo.get(peer)?.length ?? 0;
+  }
+
   /** Whether `peer` is a direct neighbour. */
   linked(peer: number): boolean {
     return this.linkTo.has(peer);
@@ -170,7 +186,7 @@ export class Router {
    */
   send(header: Header, payload: Uint8Array): Promise<void> {
     if (this.error) return Promise.reject(this.error);
-    const link = this.linkTo.get(this.routes[this.rank]?.[header.dst] as number);
+    const link = this.hop(header.dst, header.lane);
     if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
     return new Promise<void>((resolve, reject) => {
       const total = payload.byteLength;
@@ -363,7 +379,7 @@ export class Router {
   }
 
   private forward(h: Header, fragment: Uint8Array): void {
-    const next = this.linkTo.get(this.routes[this.rank]?.[h.dst] as number);
+    const next = this.hop(h.dst, h.lane);
     if (next === undefined) return;
     this.relayed++;
     next.queue.push({ header: { ...h }, payload: fragment.slice() });
@@ -468,7 +484,10 @@ export class Router {
     this.pumpAbort.abort('closing');
     this.cq.abort('closing');
     await this.pumpDone;
-    await Promise.all(this.links.map((l) => l.qp.close().catch(() => undefined)));
+    let timer: NodeJS.Timeout | undefined;
+    const closing = Promise.all(this.links.map((l) => l.qp.close().catch(() => undefined)));
+    await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, 2000)))]); // never hang on a dead peer
+    clearTimeout(timer);
     for (const l of this.links) {
       try {
         l.mr.deregister();

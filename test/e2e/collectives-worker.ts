@@ -25,6 +25,7 @@ export interface WorkerConfig {
   graph: TopologyKind;
   address: string;
   cases: WorkerCase[];
+  wires?: number;
   /** `loop`: after the cases, all-reduce until the communicator fails, then report the error. */
   mode?: 'cases' | 'loop';
 }
@@ -106,6 +107,7 @@ const comm = await createCommunicator({
   graph: config.graph,
   rendezvous: { kind: 'root', address: config.address },
   secret: 'e2e-collectives',
+  ...(config.wires ? { wires: config.wires } : {}),
   timeoutMs: 20_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });

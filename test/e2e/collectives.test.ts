@@ -56,10 +56,10 @@ function spawnRank(config: Omit<WorkerConfig, 'address'> & { address?: string })
   return { child, lines, waitFor, exited };
 }
 
-async function startWorld(size: number, provider: ProviderName, graph: TopologyKind, cases: WorkerCase[], mode: WorkerConfig['mode'] = 'cases'): Promise<Rank[]> {
-  const root = spawnRank({ rank: 0, size, provider, graph, cases, mode });
+async function startWorld(size: number, provider: ProviderName, graph: TopologyKind, cases: WorkerCase[], mode: WorkerConfig['mode'] = 'cases', wires = 1): Promise<Rank[]> {
+  const root = spawnRank({ rank: 0, size, provider, graph, cases, mode, wires });
   const address = await root.waitFor('LISTENING', 60_000);
-  const rest = Array.from({ length: size - 1 }, (_, i) => spawnRank({ rank: i + 1, size, provider, graph, cases, mode, address }));
+  const rest = Array.from({ length: size - 1 }, (_, i) => spawnRank({ rank: i + 1, size, provider, graph, cases, mode, address, wires }));
   return [root, ...rest];
 }
 
@@ -67,10 +67,13 @@ function results(r: Rank): { i: number; ok: boolean; out?: string; error?: strin
   return r.lines.filter((l) => l.startsWith('RESULT ')).map((l) => JSON.parse(l.slice(7)) as { i: number; ok: boolean; out?: string; error?: string });
 }
 
-async function runWorld(size: number, provider: ProviderName, graph: TopologyKind, cases: WorkerCase[]): Promise<void> {
-  const ranks = await startWorld(size, provider, graph, cases);
+async function runWorld(size: number, provider: ProviderName, graph: TopologyKind, cases: WorkerCase[], wires = 1): Promise<void> {
+  const ranks = await startWorld(size, provider, graph, cases, 'cases', wires);
   try {
-    await Promise.all(ranks.map((r) => r.waitFor('DONE', 120_000)));
+    await Promise.all(ranks.map((r) => r.waitFor('DONE', 150_000))).catch((e: Error) => {
+      const state = ranks.map((r, i) => `rank ${i}: ${results(r).length} results, last line '${r.lines.at(-1) ?? ''}'`).join('\n');
+      throw new Error(`${e.message.split('\n')[0]}\n${state}`);
+    });
     const all = ranks.map(results);
     cases.forEach((k, i) => {
       const what = `${provider} ${graph} x${size} ${JSON.stringify(k)}`;
@@ -103,7 +106,7 @@ function crossSection(big: boolean): WorkerCase[] {
 
 test('shm, 2 processes, full mesh: every dtype, op and algorithm, counts 0..1,000,003', { timeout: 180_000 }, () => runWorld(2, 'shm', 'mesh', crossSection(true)));
 test('shm, 4 processes, ring of links', { timeout: 180_000 }, () => runWorld(4, 'shm', 'ring', crossSection(false)));
-test('tcp, 3 processes, line (the ends talk through the middle)', { timeout: 180_000 }, () => runWorld(3, 'tcp', 'line', crossSection(true)));
+test('tcp, 3 processes, line (the ends talk through the middle), 2 wires per link', { timeout: 180_000 }, () => runWorld(3, 'tcp', 'line', crossSection(true), 2));
 test('tcp, 4 processes, star through rank 0', { timeout: 180_000 }, () => runWorld(4, 'tcp', 'star', crossSection(false)));
 
 async function killMidOperation(provider: ProviderName, size: number, victim: number): Promise<void> {
