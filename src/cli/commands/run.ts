@@ -2,6 +2,8 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
 import { Sampler, generate, openModel, type TokenPicker } from '../../engine/index.js';
+import { runDistributedText } from '../../cluster/index.js';
+import { checkWire, parallelKinds, parseBytes, type ParallelKind } from '../../parallel/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
@@ -37,6 +39,14 @@ export const command = defineCommand({
     context: { type: 'number', description: 'KV cache positions (default: the model\'s context length, at most 4096)' },
     'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
     json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
+    nodes: { type: 'number', description: 'split the model across N local node processes (see docs/parallel.md)' },
+    hosts: { type: 'string', description: 'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)', placeholder: 'FILE' },
+    parallel: { type: 'string', description: 'how --nodes/--hosts split the model', choices: parallelKinds, default: 'tp' },
+    tp: { type: 'number', description: 'hybrid: nodes per tensor-parallel group', default: 2 },
+    provider: { type: 'string', description: 'fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
+    wire: { type: 'string', description: 'activations between nodes', choices: ['f32', 'f16', 'q8'], default: 'f32' },
+    'mem-limit': { type: 'string', description: 'bytes each node may hold, e.g. 8G; stops before loading when the model cannot fit', placeholder: 'BYTES' },
+    secret: { type: 'string', description: 'cluster secret for --hosts (default: TANDEM_SECRET)' },
   },
   examples: ['tandem run model.gguf --prompt "Once upon a time" --max-tokens 64', 'tandem run model.gguf --prompt-tokens 1,450,4996 --temperature 0 --json'],
   async run({ options, positionals }) {
@@ -45,6 +55,7 @@ export const command = defineCommand({
     if ((options.prompt === undefined) === (ids === undefined)) {
       throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
     }
+    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, ids ? parseTokenIds(ids) : undefined);
     const threads = options.threads ?? availableParallelism();
     if (!Number.isInteger(threads) || threads < 1) throw usage(`--threads must be a positive integer, got ${threads}`, 'for example --threads 2');
     const sampler = new Sampler({
@@ -97,6 +108,60 @@ export const command = defineCommand({
     }
   },
 });
+
+interface RunOptions {
+  nodes: number | undefined;
+  hosts: string | undefined;
+  parallel: string;
+  tp: number;
+  provider: string | undefined;
+  wire: string;
+  'mem-limit': string | undefined;
+  secret: string | undefined;
+  threads: number | undefined;
+  context: number | undefined;
+  json: boolean;
+  prompt: string | undefined;
+  'max-tokens': number;
+  temperature: number;
+  'top-k': number;
+  'top-p': number;
+  'min-p': number;
+  'repeat-penalty': number;
+  seed: number | undefined;
+}
+
+/** --nodes / --hosts: the same run split across node processes (src/cluster). */
+async function runOnNodes(model: string, options: RunOptions, promptTokens: number[] | undefined): Promise<number> {
+  const memLimit = options['mem-limit'] === undefined ? undefined : parseBytes(options['mem-limit']);
+  if (memLimit === undefined && options['mem-limit'] !== undefined) throw usage(`--mem-limit '${options['mem-limit']}' is not a byte size`, 'for example --mem-limit 8G');
+  const r = await runDistributedText({
+    model,
+    ...(options.nodes !== undefined ? { nodes: options.nodes } : { hosts: options.hosts as string }),
+    parallel: options.parallel as ParallelKind,
+    tpSize: options.tp,
+    wire: checkWire(options.wire),
+    maxTokens: options['max-tokens'],
+    sampling: { temperature: options.temperature, topK: options['top-k'], topP: options['top-p'], minP: options['min-p'], repeatPenalty: options['repeat-penalty'], ...(options.seed !== undefined ? { seed: options.seed } : {}) },
+    ...(promptTokens ? { promptTokens } : { prompt: options.prompt as string }),
+    ...(options.provider ? { provider: options.provider as 'shm' | 'tcp' } : {}),
+    ...(memLimit !== undefined ? { memLimit } : {}),
+    ...(options.secret ? { secret: options.secret } : {}),
+    ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options.context !== undefined ? { contextLength: options.context } : {}),
+    ...(options.json ? {} : { onText: (piece: string) => void process.stdout.write(piece), onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
+  });
+  if (options.json) {
+    process.stdout.write(JSON.stringify({ tokens: r.tokens, text: r.text, ttft_ms: round(r.ttftMs), decode_tok_s: round(r.decodeTokS), nodes: r.nodes }) + '\n');
+    return 0;
+  }
+  process.stdout.write('\n');
+  process.stderr.write(`\n${r.promptTokens.length} prompt tokens, ${r.tokens.length} generated (${r.stopReason}) on ${r.nodes.length} nodes, --parallel ${r.parallel} over ${r.provider}\n`);
+  for (const m of r.nodes) {
+    process.stderr.write(`  node ${m.rank}: TTFT ${m.ttftMs.toFixed(0)} ms, decode ${m.decodeTokS.toFixed(1)} tok/s, ${m.wireBytesPerToken.toFixed(0)} B/token on the wire, ${(100 * m.commShare).toFixed(0)}% of each token in communication\n`);
+  }
+  return 0;
+}
 
 function round(x: number): number {
   return Math.round(x * 100) / 100;
