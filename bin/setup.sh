@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# A C compiler builds the optional native kernels (AVX2/AVX-512); without one the WebAssembly kernels run.
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${missing[*]}" >&2
