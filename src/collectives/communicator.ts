@@ -374,7 +374,7 @@ export class Communicator implements CommCore {
     }
     if (!this.router.aborted) await this.barrier().catch(() => undefined);
     this.closed = true;
-    await this.router.shutdown();
+    await this.router.shutdown(this.timeoutMs);
     const device = this.owned.device;
     if (device) await bounded(device.close(), 2000);
   }

@@ -35,15 +35,22 @@ test('mismatched count, dtype, op and collective fail with COLL_MISMATCH on ever
   ];
   for (const [what, call] of cases) {
     const comms = await world(3);
-    const errors = await settle(comms.map(call));
+    let errors: (TandemError | undefined)[] = [];
+    let later: (TandemError | undefined)[] = [];
+    try {
+      errors = await settle(comms.map(call));
+      later = await settle(comms.map((c) => c.barrier()));
+    } finally {
+      await closeAll(comms);
+    }
     // ranks that receive a foreign header detect the mismatch; a rank that only sent (a
     // broadcast root) may finish, and its next call fails fast
     for (const e of errors) if (e) assert.equal(e.code, 'COLL_MISMATCH', `${what}: ${e.message}`);
     assert.ok(errors.filter((e) => e).length >= 1, `${what}: detected`);
     assert.ok(errors.some((e) => /called .* but rank \d+ sent/.test(e?.message ?? '')), `${what}: the message names both calls`);
-    const later = await settle(comms.map((c) => c.barrier()));
-    for (const e of later) assert.equal(e?.code, 'COLL_ABORTED');
-    await closeAll(comms);
+    // a rank whose call completed may start the next one before the abort notice arrives:
+    // it then meets the stale message itself and reports the mismatch
+    for (const e of later) assert.ok(e?.code === 'COLL_ABORTED' || e?.code === 'COLL_MISMATCH', `${what}: later call: ${e?.code}`);
   }
 });
 

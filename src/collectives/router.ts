@@ -109,6 +109,8 @@ export class Router {
   private readonly pumpAbort = new AbortController();
   private error: TandemError | undefined;
   private closing = false;
+  /** In shutdown: a neighbour's connection ending now is its own close, not a failure. */
+  private leaving = false;
   private pumpDone: Promise<void> = Promise.resolve();
   private readonly abortListeners: ((e: TandemError) => void)[] = [];
 
@@ -188,6 +190,14 @@ export class Router {
     if (this.error) return Promise.reject(this.error);
     const link = this.hop(header.dst, header.lane);
     if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
+    if (link.dead) {
+      return Promise.reject(
+        new TandemError('COLL_PEER_LOST', `rank ${this.rank}: the link to rank ${link.peer} is closed`, {
+          hint: 'a rank closed (or died) while others still needed it; make the same calls on every rank before close()',
+          details: { rank: link.peer, reportedBy: this.rank },
+        }),
+      );
+    }
     return new Promise<void>((resolve, reject) => {
       const total = payload.byteLength;
       const frag = this.fragmentBytes;
@@ -279,7 +289,8 @@ export class Router {
     while (!this.closing) {
       let wcs: WorkCompletion[];
       try {
-        wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
+        wcs = this.cq.poll(512);
+        if (wcs.length === 0) wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
       } catch (e) {
         if (isTandemError(e, 'FABRIC_WAIT_TIMEOUT')) continue;
         if (this.closing || this.pumpAbort.signal.aborted) return;
@@ -287,6 +298,9 @@ export class Router {
         return;
       }
       for (const wc of wcs) this.complete(wc);
+      // Let the algorithms run what these completions unblocked (and post their next sends)
+      // before the wait starts spinning: the wait's first slice is a synchronous busy-poll.
+      await new Promise<void>((resolve) => setImmediate(resolve));
     }
   }
 
@@ -319,7 +333,7 @@ export class Router {
     } else if (header.kind === MessageKind.abort) {
       this.remoteAbort(header, payload, link.peer);
     } else if (header.kind === MessageKind.bye) {
-      link.dead = true; // the peer closes on purpose: its connection ending is not a failure
+      this.peerLeft(link);
       return;
     }
     if (!link.dead && !this.closing) {
@@ -386,10 +400,25 @@ export class Router {
     this.drain(next);
   }
 
+  /**
+   * The peer closes on purpose: its connection ending is not a failure, but nothing more can
+   * go out on this link, so whatever still waits to go fails instead of hanging.
+   */
+  private peerLeft(link: Link): void {
+    link.dead = true;
+    const e = new TandemError('COLL_PEER_LOST', `rank ${this.rank}: rank ${link.peer} closed its communicator`, {
+      hint: 'every rank must make the same calls before close(); a rank closed while others still needed it',
+      details: { rank: link.peer, reportedBy: this.rank },
+    });
+    for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(e);
+    link.queue = [];
+    link.queueHead = 0;
+  }
+
   private linkFailed(link: Link, cause: unknown, status?: string): void {
     if (link.dead) return;
     link.dead = true;
-    if (this.closing || this.error) return;
+    if (this.closing || this.leaving || this.error) return;
     this.abort(
       new TandemError('COLL_PEER_LOST', `rank ${this.rank} lost its link to rank ${link.peer} (${status ?? 'post failed'})`, {
         hint: `rank ${link.peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
@@ -454,15 +483,18 @@ export class Router {
    * Graceful end: says goodbye on every link (so peers do not mistake the closing connection
    * for a crash), waits up to `timeoutMs` for queued fragments to leave, then closes.
    */
-  async shutdown(timeoutMs = 2000): Promise<void> {
+  async shutdown(timeoutMs = 30_000): Promise<void> {
+    this.leaving = true;
     if (!this.error) {
       for (const link of this.links) {
         if (link.dead) continue;
         link.queue.push({ header: controlHeader(MessageKind.bye, this.rank, link.peer), payload: new Uint8Array(0) });
         this.drain(link);
       }
+      // Linger until every neighbour said goodbye too: meanwhile this rank keeps forwarding,
+      // so ranks that still finish their last call through it (relays) are not cut off.
       const deadline = Date.now() + timeoutMs;
-      const idle = (): boolean => this.links.every((l) => l.dead || (l.queueHead === l.queue.length && l.freeSend.length === this.slots));
+      const idle = (): boolean => this.links.every((l) => l.dead);
       while (!idle() && Date.now() < deadline && !this.error) await new Promise((r) => setTimeout(r, 2));
     }
     await this.close();
