@@ -8,21 +8,78 @@ export interface CommandEntry {
 
 /**
  * Every command, loaded lazily so that `tandem devinfo` does not pull in the engine.
- * One line per command; multi-word names (`bench fabric`) are matched before one-word ones.
+ * One line per command, in the order `tandem --help` lists them; multi-word names (`bench fabric`) are matched before one-word ones.
  */
 export const commands: readonly CommandEntry[] = [
-  { name: 'help', summary: 'list the commands, or write docs/cli.md with --markdown', load: async () => (await import('./commands/help.js')).command },
-  { name: 'topology plan', summary: 'say which Thunderbolt 5 cables to connect for a set of Macs, port by port', load: async () => (await import('./commands/topology-plan.js')).command },
-  { name: 'doctor', summary: 'check this host (and with a hostfile every host) and say how to fix what is wrong', load: async () => (await import('./commands/doctor.js')).command },
-  { name: 'topology', summary: 'show the cluster graph, its class, per-link latency and bandwidth, and a drawing', load: async () => (await import('./commands/topology.js')).command },
-  { name: 'make-model', summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)', load: async () => (await import('./commands/make-model.js')).command },
-  { name: 'init', summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config', load: async () => (await import('./commands/init.js')).command },
-  { name: 'devinfo', summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)', load: async () => (await import('./commands/devinfo.js')).command },
-  { name: 'node', summary: 'run a node agent that holds one shard of a model in distributed runs', load: async () => (await import('./commands/node.js')).command },
-  { name: 'bench cluster', summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup', load: async () => (await import('./commands/bench-cluster.js')).command },
-  { name: 'demo', summary: 'one random-weight model on one node and across two local nodes: tokens, TTFT, tokens/s, agreement', load: async () => (await import('./commands/demo.js')).command },
-  { name: 'bench collectives', summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)', load: async () => (await import('./commands/bench-collectives.js')).command },
-  { name: 'bench fabric', summary: 'fabric latency (p50/p99) and bandwidth between two processes over shm or tcp', load: async () => (await import('./commands/bench-fabric.js')).command },
-  { name: 'run', summary: 'generate text from a GGUF model on this machine (streamed, or --json with TTFT and tokens/s)', load: async () => (await import('./commands/run.js')).command },
-  { name: 'bench model', summary: 'prefill/decode tokens/s, TTFT and peak RSS of one model, with llama.cpp beside it', load: async () => (await import('./commands/bench-model.js')).command },
+  {
+    name: 'help',
+    summary: 'list the commands, or write docs/cli.md with --markdown',
+    load: async () => (await import('./commands/help.js')).command,
+  },
+  {
+    name: 'demo',
+    summary:
+      'one random-weight model on one node and across two local nodes: tokens, TTFT, tokens/s, agreement',
+    load: async () => (await import('./commands/demo.js')).command,
+  },
+  {
+    name: 'run',
+    summary: 'generate text from a GGUF model on this machine (streamed, or --json with TTFT and tokens/s)',
+    load: async () => (await import('./commands/run.js')).command,
+  },
+  {
+    name: 'make-model',
+    summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)',
+    load: async () => (await import('./commands/make-model.js')).command,
+  },
+  {
+    name: 'node',
+    summary: 'run a node agent that holds one shard of a model in distributed runs',
+    load: async () => (await import('./commands/node.js')).command,
+  },
+  {
+    name: 'devinfo',
+    summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)',
+    load: async () => (await import('./commands/devinfo.js')).command,
+  },
+  {
+    name: 'doctor',
+    summary: 'check this host (and with a hostfile every host) and say how to fix what is wrong',
+    load: async () => (await import('./commands/doctor.js')).command,
+  },
+  {
+    name: 'topology',
+    summary: 'show the cluster graph, its class, per-link latency and bandwidth, and a drawing',
+    load: async () => (await import('./commands/topology.js')).command,
+  },
+  {
+    name: 'topology plan',
+    summary: 'say which Thunderbolt 5 cables to connect for a set of Macs, port by port',
+    load: async () => (await import('./commands/topology-plan.js')).command,
+  },
+  {
+    name: 'init',
+    summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config',
+    load: async () => (await import('./commands/init.js')).command,
+  },
+  {
+    name: 'bench fabric',
+    summary: 'fabric latency (p50/p99) and bandwidth between two processes over shm or tcp',
+    load: async () => (await import('./commands/bench-fabric.js')).command,
+  },
+  {
+    name: 'bench collectives',
+    summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)',
+    load: async () => (await import('./commands/bench-collectives.js')).command,
+  },
+  {
+    name: 'bench model',
+    summary: 'prefill/decode tokens/s, TTFT and peak RSS of one model, with llama.cpp beside it',
+    load: async () => (await import('./commands/bench-model.js')).command,
+  },
+  {
+    name: 'bench cluster',
+    summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup',
+    load: async () => (await import('./commands/bench-cluster.js')).command,
+  },
 ];
