@@ -2,7 +2,13 @@ import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import { randomU32 } from './random.js';
 import { ShmSegment, futexWait, futexWake, sweepStale } from './shm-ffi.js';
-import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from './side-channel.js';
+import {
+  clientHandshake,
+  newPsn,
+  SideChannelBackedListener,
+  SideChannelListener,
+  type Authenticated,
+} from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
 import { FLAG_PLACED, FrameType, FrameDecoder, MalformedFrame, putU32 } from './wire.js';
@@ -263,25 +269,15 @@ class ShmTransport implements Transport {
   }
 }
 
-class ShmListener implements Listener {
+class ShmListener extends SideChannelBackedListener {
   constructor(
     private readonly device: ShmDevice,
-    private readonly side: SideChannelListener,
-  ) {}
-
-  get host(): string {
-    return this.side.host;
+    side: SideChannelListener,
+  ) {
+    super(side);
   }
 
-  get port(): number {
-    return this.side.port;
-  }
-
-  get authFailures(): number {
-    return this.side.authFailures;
-  }
-
-  async accept(options: AcceptOptions): Promise<QueuePair> {
+  override async accept(options: AcceptOptions): Promise<QueuePair> {
     const peer = await this.side.next(options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, options.signal);
     try {
       const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA);
@@ -301,10 +297,6 @@ class ShmListener implements Listener {
       peer.socket.destroy();
       throw e;
     }
-  }
-
-  close(): Promise<void> {
-    return this.side.close();
   }
 }
 

@@ -3,7 +3,7 @@ import { Socket, createConnection, createServer, type Server } from 'node:net';
 import { TandemError } from '../errors/index.js';
 import { proof, sameProof, secretBytes } from './device-base.js';
 import { randomU32 } from './random.js';
-import type { ProviderName } from './types.js';
+import type { AcceptOptions, Listener, ProviderName, QueuePair } from './types.js';
 
 /**
  * The authenticated side channel every networked provider sets connections up with.
@@ -308,3 +308,29 @@ export class SideChannelListener {
 }
 
 export const newPsn = randomU32;
+
+/**
+ * A fabric listener whose peers arrive through the authenticated side channel; providers
+ * differ only in how an accepted peer becomes a queue pair.
+ */
+export abstract class SideChannelBackedListener implements Listener {
+  constructor(protected readonly side: SideChannelListener) {}
+
+  get host(): string {
+    return this.side.host;
+  }
+
+  get port(): number {
+    return this.side.port;
+  }
+
+  get authFailures(): number {
+    return this.side.authFailures;
+  }
+
+  abstract accept(options: AcceptOptions): Promise<QueuePair>;
+
+  close(): Promise<void> {
+    return this.side.close();
+  }
+}

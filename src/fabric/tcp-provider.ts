@@ -1,6 +1,12 @@
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
-import { clientHandshake, newPsn, SideChannelListener, type Authenticated } from './side-channel.js';
+import {
+  clientHandshake,
+  newPsn,
+  SideChannelBackedListener,
+  SideChannelListener,
+  type Authenticated,
+} from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
 import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
@@ -263,33 +269,19 @@ export class PolledTcpTransport implements Transport {
   }
 }
 
-class TcpListener implements Listener {
+class TcpListener extends SideChannelBackedListener {
   constructor(
     private readonly device: TcpDevice,
-    private readonly side: SideChannelListener,
-  ) {}
-
-  get host(): string {
-    return this.side.host;
+    side: SideChannelListener,
+  ) {
+    super(side);
   }
 
-  get port(): number {
-    return this.side.port;
-  }
-
-  get authFailures(): number {
-    return this.side.authFailures;
-  }
-
-  async accept(options: AcceptOptions): Promise<QueuePair> {
+  override async accept(options: AcceptOptions): Promise<QueuePair> {
     const peer = await this.side.next(options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, options.signal);
     const psn = newPsn();
     peer.welcome(psn, options.info ?? {}, {});
     return this.device.qpOn(peer, psn, options);
-  }
-
-  close(): Promise<void> {
-    return this.side.close();
   }
 }
 
