@@ -1,4 +1,5 @@
 import { quantize } from '../../kernels/quant/index.js';
+import { Rng as XoshiroRng } from '../sampling/rng.js';
 import { llama3RopeFactors, type PlannedTensor } from './model-plan.js';
 
 /** FNV-1a of a tensor name: each chunk's values depend only on (seed, name, chunk). */
@@ -8,41 +9,14 @@ function hashName(name: string): number {
   return h >>> 0;
 }
 
-/** xoshiro128** seeded through splitmix32: fast, deterministic, good enough for weights. */
-export class Rng {
-  private s0: number;
-  private s1: number;
-  private s2: number;
-  private s3: number;
+/** The sampler's xoshiro128** generator, plus the uniform and normal draws that weights need. */
+export class Rng extends XoshiroRng {
   private spare = 0;
   private hasSpare = false;
 
-  constructor(seed: number) {
-    let x = seed >>> 0;
-    const next = (): number => {
-      x = (x + 0x9e3779b9) >>> 0;
-      let z = x;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
-      return (z ^ (z >>> 16)) >>> 0;
-    };
-    this.s0 = next();
-    this.s1 = next();
-    this.s2 = next();
-    this.s3 = next();
-  }
-
   /** Uniform in (0, 1). */
   uniform(): number {
-    const result = Math.imul(((Math.imul(this.s1, 5) << 7) | (Math.imul(this.s1, 5) >>> 25)) >>> 0, 9) >>> 0;
-    const t = this.s1 << 9;
-    this.s2 ^= this.s0;
-    this.s3 ^= this.s1;
-    this.s1 ^= this.s2;
-    this.s0 ^= this.s3;
-    this.s2 ^= t;
-    this.s3 = (this.s3 << 11) | (this.s3 >>> 21);
-    return (result + 0.5) / 4294967296;
+    return (this.nextU32() + 0.5) / 4294967296;
   }
 
   /** Fills `out` with mean + std * N(0, 1) (Marsaglia's polar method; both values of a pair used). */
@@ -124,6 +98,7 @@ export function chunkBytes(job: ChunkJob, scratch?: Float32Array): Uint8Array {
 export function tensorF32(tensor: PlannedTensor, seed: number, std = 0.02): Float32Array {
   const out = new Float32Array(tensor.dims.reduce((a, b) => a * b, 1));
   const step = chunkRows(tensor) * (tensor.dims[0] as number);
-  for (let c = 0; c < chunkCount(tensor); c++) out.set(chunkValues({ tensor, seed, std, chunk: c }), c * step);
+  for (let c = 0; c < chunkCount(tensor); c++)
+    out.set(chunkValues({ tensor, seed, std, chunk: c }), c * step);
   return out;
 }
