@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
+import type { KernelsBackend } from '../kernels/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
@@ -35,7 +36,7 @@ export interface RunDistributedOptions {
   sampling?: SamplerOptions;
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
-  kernels?: 'wasm' | 'reference';
+  kernels?: KernelsBackend;
   /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
   secret?: string;
   contextLength?: number;

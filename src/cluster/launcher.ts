@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { TandemError } from '../errors/index.js';
+import type { KernelsBackend } from '../kernels/index.js';
 
 /** The CLI entry point next to this source tree (runs TypeScript through tsx). */
 const tandemBin = fileURLToPath(new URL('../../bin/tandem.js', import.meta.url));
@@ -10,7 +11,7 @@ export interface LaunchOptions {
   /** Compute threads per node. */
   threads: number;
   memLimit?: number;
-  kernels?: 'wasm' | 'reference';
+  kernels?: KernelsBackend;
   /** Deadline for every node to report its address (default 60000 ms: startup is slow on a loaded machine). */
   timeoutMs?: number;
   /** Node processes' stderr goes here (default: ignored unless TANDEM_NODE_LOG is set). */

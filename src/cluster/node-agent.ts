@@ -3,7 +3,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { createCommunicator, type Communicator } from '../collectives/communicator.js';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
-import { createKernels, type Kernels } from '../kernels/index.js';
+import { createKernels, type Kernels, type KernelsBackend } from '../kernels/index.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import { Sampler, type SamplerOptions } from '../engine/sampling/index.js';
 import {
@@ -33,8 +33,8 @@ export interface NodeAgentOptions {
   threads?: number;
   /** Bytes this node may hold; a load over it is refused before reading weights. */
   memLimit?: number;
-  /** Kernels backend (default wasm). */
-  kernels?: 'wasm' | 'reference';
+  /** Kernels backend (default: the fastest available, as `tandem run` and `bench model` use). */
+  kernels?: KernelsBackend;
   /** Exit after the first coordinator session ends (nodes a launcher started). */
   once?: boolean;
   log?: (line: string) => void;
@@ -101,7 +101,7 @@ class Session {
         hint: 'run the same tandem version everywhere',
       });
     this.kernels ??= await createKernels({
-      backend: this.o.kernels ?? 'wasm',
+      ...(this.o.kernels ? { backend: this.o.kernels } : {}),
       ...(this.o.threads ? { threads: this.o.threads } : {}),
     });
     const root = parseHostPort(r.rendezvous, 'rendezvous');

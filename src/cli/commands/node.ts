@@ -29,9 +29,8 @@ export const command = defineCommand({
     },
     kernels: {
       type: 'string',
-      description: 'kernels backend',
-      choices: ['wasm', 'reference'],
-      default: 'wasm',
+      description: 'kernels backend (default: native when a C compiler builds it here, else wasm)',
+      choices: ['native', 'wasm', 'reference'],
     },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
     announce: {
@@ -68,7 +67,7 @@ export const command = defineCommand({
     const node = await startNode({
       listen: options.listen,
       secret,
-      kernels: options.kernels as 'wasm' | 'reference',
+      ...(options.kernels ? { kernels: options.kernels as 'native' | 'wasm' | 'reference' } : {}),
       once: options.once,
       log,
       ...(options.threads !== undefined ? { threads: options.threads } : {}),
