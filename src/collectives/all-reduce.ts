@@ -1,6 +1,6 @@
 import { allocate, type DTypeArray } from '../kernels/dtype.js';
 import { q8BlockSize } from '../kernels/q8.js';
-import { reduceInto } from '../kernels/reduce.js';
+import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
 import { span, sub, type Call } from './call.js';
 import type { Tree } from './graph.js';

@@ -1,7 +1,8 @@
 import { TandemError } from '../errors/index.js';
 import { bytesOf, bytesPerElement, dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { q8Bytes, q8Pack, q8Unpack, q8UnpackAdd } from '../kernels/q8.js';
-import { reduceInto, type ReduceOp } from '../kernels/reduce.js';
+import type { ReduceOp } from '../kernels/reduce.js';
+import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
 import type { Message, Router, Sink } from './router.js';

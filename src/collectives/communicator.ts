@@ -2,6 +2,7 @@ import { TandemError } from '../errors/index.js';
 import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
 import { allocate, bytesPerElement, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
+import { loadNativeReduce } from '../kernels/reduce-native.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
 import { allToAllPairwise } from './all-to-all.js';
@@ -120,7 +121,12 @@ export class Communicator implements CommCore {
           cause: e,
         });
       }
-      return work();
+      this.router.busy++;
+      try {
+        return await work();
+      } finally {
+        this.router.busy--;
+      }
     };
     const p = this.chain.then(run, run);
     this.chain = p.catch(() => undefined);
@@ -399,6 +405,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
   const routes = shortestRoutes(adj);
   const wires = options.wires ?? 1;
   if (!Number.isInteger(wires) || wires < 1 || wires > 16) throw badArg(`wires must be an integer in 1..16, got ${wires}`, 'use 1 (default) to 4 connections per linked pair');
+  await loadNativeReduce(); // f32/i32 reductions in C when a compiler is here (else reduce.ts)
   const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
   try {
     const pd = device.allocPd();

@@ -1,5 +1,5 @@
 import { allocate, type DTypeArray } from '../kernels/dtype.js';
-import { reduceInto } from '../kernels/reduce.js';
+import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { laneChunks, ringLanes, ringReduceScatterLane } from './all-reduce.js';
 import { chunkRanges, type Range } from './chunks.js';
 import { span, sub, type Call } from './call.js';

@@ -1,5 +1,7 @@
 import { TandemError, isTandemError } from '../errors/index.js';
 import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type WorkCompletion } from '../fabric/types.js';
+import { performance } from 'node:perf_hooks';
+import { availableParallelism, loadavg } from 'node:os';
 import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
 
 /**
@@ -92,6 +94,24 @@ const EMPTY = new Uint8Array(0);
 
 const NO_RANK = 0xffff;
 
+/**
+ * How long the pump busy-polls after the last completion while a call waits. Spinning only
+ * pays while every spinner has a core: when the load exceeds the cores, 0 (the fabric's
+ * sleeping wait then wakes us). TANDEM_COLL_SPIN_US fixes it.
+ */
+const DEFAULT_SPIN_MS = 0.5;
+const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
+let spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
+let loadCheckedAt = -Infinity;
+function spinWindowMs(): number {
+  const now = performance.now();
+  if (fixedSpin === undefined && now - loadCheckedAt > 1000) {
+    loadCheckedAt = now;
+    spinMs = (loadavg()[0] ?? 0) > availableParallelism() + 0.5 ? 0 : DEFAULT_SPIN_MS;
+  }
+  return spinMs;
+}
+
 export class Router {
   readonly rank: number;
   readonly size: number;
@@ -113,6 +133,10 @@ export class Router {
   private leaving = false;
   private pumpDone: Promise<void> = Promise.resolve();
   private readonly abortListeners: ((e: TandemError) => void)[] = [];
+  /** Receives that wait for a message (the pump spins while there are any). */
+  private waiting = 0;
+  /** Calls in progress on any communicator of this world (marked by the communicators). */
+  busy = 0;
 
   constructor(options: RouterOptions) {
     this.rank = options.rank;
@@ -273,6 +297,7 @@ export class Router {
         this.abort(e);
       }, timeoutMs);
       box.waiters.push(waiter);
+      this.waiting++;
     });
   }
 
@@ -286,11 +311,25 @@ export class Router {
   }
 
   private async pump(): Promise<void> {
+    let idleSince = performance.now();
+    let turns = 0;
     while (!this.closing) {
       let wcs: WorkCompletion[];
       try {
         wcs = this.cq.poll(512);
-        if (wcs.length === 0) wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
+        if (wcs.length === 0) {
+          const now = performance.now();
+          // Spin (polling, yielding only to promise continuations) while something waits and
+          // the spin window since the last completion lasts; every few turns let the event
+          // loop run (timers, sockets). Then fall back to the fabric's sleeping wait.
+          if (this.pending()) idleSince = now;
+          if (now - idleSince < spinWindowMs()) {
+            if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
+            else await undefined;
+            continue;
+          }
+          wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
+        }
       } catch (e) {
         if (isTandemError(e, 'FABRIC_WAIT_TIMEOUT')) continue;
         if (this.closing || this.pumpAbort.signal.aborted) return;
@@ -298,10 +337,17 @@ export class Router {
         return;
       }
       for (const wc of wcs) this.complete(wc);
-      // Let the algorithms run what these completions unblocked (and post their next sends)
-      // before the wait starts spinning: the wait's first slice is a synchronous busy-poll.
-      await new Promise<void>((resolve) => setImmediate(resolve));
+      idleSince = performance.now();
+      // Let the algorithms run what these completions unblocked (and post their next sends).
+      await undefined;
     }
+  }
+
+  /** Whether a call waits for a message or fragments wait to go out. */
+  private pending(): boolean {
+    if (this.waiting > 0 || this.busy > 0) return true;
+    for (const l of this.links) if (l.queueHead < l.queue.length || l.freeSend.length < this.slots) return true;
+    return false;
   }
 
   private complete(wc: WorkCompletion): void {
@@ -388,6 +434,7 @@ export class Router {
       return;
     }
     clearTimeout(w.timer);
+    this.waiting--;
     if (streaming || w.sink === undefined) w.resolve(m);
     else this.sinkWhole(w.sink, m).then(w.resolve, w.reject);
   }
@@ -476,6 +523,7 @@ export class Router {
       box.waiters = [];
       box.streaming = undefined;
     }
+    this.waiting = 0;
     for (const l of this.abortListeners) l(error);
   }
 
