@@ -72,7 +72,7 @@ export async function buildNative({ force = false, quiet = true } = {}) {
   const tmp = `${nativePath}.${process.pid}.${Date.now()}.tmp`;
   const run = promisify(execFile);
   const cc = process.env.CC ?? 'cc';
-  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, nativeSource];
+  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, nativeSource, '-lm'];
   try {
     await run(cc, ['-march=native', ...args], { timeout: 120_000 });
   } catch {

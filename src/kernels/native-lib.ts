@@ -15,15 +15,24 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
-/** K-quant and float kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
+/** K-quant, float, attention and SwiGLU kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
 const kQuantPrototypes: Readonly<Record<string, string>> = {
+  attention:
+    'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
+  swiglu: 'void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt)',
   mm_float: 'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
   mm_k: 'void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
+/** Q8_0 with activations quantised once per matmul (native only): AVX-512 VNNI builds. */
+const vnniPrototypes: Readonly<Record<string, string>> = {
+  q8_prep: 'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
+  mm_q8v: 'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
 export interface NativeLib {
   path: string;
-  /** Instruction set the library was compiled for: avx512, avx2 or scalar. */
+  /** Instruction set the library was compiled for: avx512-vnni, avx512, avx2 or scalar. */
   isa: string;
   prototypes: Readonly<Record<string, string>>;
 }
@@ -44,7 +53,9 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
         nativeUnavailableReason = 'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
         return undefined;
       }
-      return { path, isa, prototypes: isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes } : nativePrototypes };
+      const vnni = isa === 'avx512' && Number(lib.func('int tk_vnni512(void)')()) === 1;
+      const prototypes = isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes, ...(vnni ? vnniPrototypes : {}) } : nativePrototypes;
+      return { path, isa: vnni ? 'avx512-vnni' : isa, prototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';
       return undefined;

@@ -150,10 +150,28 @@ test('weights past the arena size spill into further memories and still compute'
   }
 });
 
+const attentionCases: (readonly ['wasm' | 'native', number])[] = [['wasm', 1], ['wasm', 2], ...(native ? ([['native', 1], ['native', 2]] as const) : [])];
+
+test('swiglu matches the reference (pooled, odd lengths, out aliasing gate)', async () => {
+  for (const [backend, threads] of attentionCases) {
+    const k = await kernels(backend, threads);
+    // an arena exists once a weight is uploaded; before that swiglu runs the reference
+    k.uploadWeight({ type: GgmlType.F32, rows: 1, cols: 7, data: new Uint8Array(28) });
+    for (const len of [1, 37, 5000]) {
+      const g = randomFloats(len, len, 8);
+      const u = randomFloats(len, len + 1, 2);
+      const want = new Float32Array(len);
+      ref.swiglu(g, u, want);
+      k.swiglu(g, u, g);
+      assertClose(g, want, 1e-6, `${backend} swiglu len=${len} threads=${threads}`);
+    }
+  }
+});
+
 for (const cacheType of ['f32', 'f16'] as const) {
   test(`attention over a ${cacheType} KV cache matches the reference (GQA, causal, prefill then decode)`, async () => {
-    for (const threads of [1, 2]) {
-      const k = await wasm(threads);
+    for (const [backend, threads] of attentionCases) {
+      const k = await kernels(backend, threads);
       const opts = { layers: 2, kvHeads: 2, headDim: 12, maxSeq: 40, type: cacheType };
       const cr = ref.createKvCache(opts);
       const cw = k.createKvCache(opts);
@@ -170,7 +188,7 @@ for (const cacheType of ['f32', 'f16'] as const) {
         const got = new Float32Array(q.length);
         ref.attention(cr, q, want, { layer: 1, heads, pos0: pos, n });
         k.attention(cw, q, got, { layer: 1, heads, pos0: pos, n });
-        assertClose(got, want, 1e-5, `attention ${cacheType} pos0=${pos} n=${n} threads=${threads}`);
+        assertClose(got, want, 1e-5, `${backend} attention ${cacheType} pos0=${pos} n=${n} threads=${threads}`);
         pos += n;
       }
     }

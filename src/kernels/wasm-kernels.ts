@@ -79,6 +79,8 @@ export class WasmKernels implements Kernels {
     readonly backend: 'wasm' | 'native',
     /** For 'native': the instruction set the C kernels were compiled for. */
     readonly isa: string,
+    /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
+    private readonly q8v: boolean,
   ) {}
 
   get threads(): number {
@@ -94,7 +96,7 @@ export class WasmKernels implements Kernels {
     const module = await kernelsModule();
     const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames, native);
     if (smallJob !== undefined) pool.smallJob = smallJob;
-    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128');
+    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128', native?.prototypes.mm_q8v !== undefined);
   }
 
   /** The arena to place `bytes` of long-lived data in: the newest one, or a new one. */
@@ -149,6 +151,10 @@ export class WasmKernels implements Kernels {
   matmul(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
     const w = own(weight, WasmWeight, 'weight');
     checkMatmul(w, x, y, n);
+    if (this.q8v && w.type === GgmlType.Q8_0) {
+      this.matmulQ8v(w, x, y, n);
+      return;
+    }
     const { arena, main } = w.slot;
     const cols = w.cols;
     const groups = Math.ceil(cols / 32);
@@ -180,6 +186,29 @@ export class WasmKernels implements Kernels {
       if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
       this.pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
     }
+    this.copyOut(arena, yp, w, y, n);
+  }
+
+  /** Q8_0 on the native VNNI kernels: x quantised once (q8_prep), then all rows x all tokens (mm_q8v). */
+  private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number): void {
+    const { arena } = w.slot;
+    const cols = w.cols;
+    const nbp = 2 * Math.ceil(cols / 64);
+    const xfBytes = align(n * cols * 4, 64);
+    const xuBytes = align(n * nbp * 32, 64);
+    const dxBytes = align(n * nbp * 4, 64);
+    const yBytes = align(n * w.rowsPad * 4, 64);
+    const xf = arena.scratch(xfBytes + xuBytes + dxBytes + yBytes);
+    const xu = xf + xfBytes;
+    const dx = xu + xuBytes;
+    const yp = dx + dxBytes;
+    arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+    this.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
+    this.pool.run(arena.index, op.mm_q8v, [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
+    this.copyOut(arena, yp, w, y, n);
+  }
+
+  private copyOut(arena: Arena, yp: number, w: WasmWeight, y: Float32Array, n: number): void {
     const f32 = arena.f32;
     if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >> 2, (yp >> 2) + (n === 1 ? w.rows : n * w.rows)));
     else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + w.rows), t * w.rows);
@@ -227,7 +256,19 @@ export class WasmKernels implements Kernels {
   }
 
   swiglu(gate: Float32Array, up: Float32Array, out: Float32Array): void {
-    swigluRef(gate, up, out);
+    const slot = this.slots[0];
+    const len = gate.length;
+    if (!slot || up.length !== len || out.length !== len) {
+      swigluRef(gate, up, out);
+      return;
+    }
+    const arena = slot.arena;
+    const bytes = align(len * 4, 64);
+    const g = arena.scratch(2 * bytes);
+    arena.f32.set(gate, g >> 2);
+    arena.f32.set(up, (g + bytes) >> 2);
+    this.pool.run(arena.index, op.swiglu, [g, g + bytes, g, len], len * 8);
+    out.set(arena.f32.subarray(g >> 2, (g >> 2) + len));
   }
 
   createKvCache(options: KvCacheOptions): KvCache {

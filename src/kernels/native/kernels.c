@@ -202,6 +202,9 @@ static inline float f16(uint16_t h) {
   return (h & 0x8000) ? -v : v;
 }
 
+// f32 -> nearest f16 value (round to nearest even), as f32.
+static inline float round_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
+
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 static inline __m512i pair16(int a, int b) {
@@ -360,6 +363,180 @@ void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int
       float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
       for (int k = 0; k < 4; k++) yt[k] = r[k];
     }
+  }
+}
+#endif
+
+// ---- AVX-512 VNNI Q8_0: activations quantised once per matmul, 4 rows x up to 4 tokens ----
+// tk_q8_prep quantises x [n, cols] f32 exactly as quant_q8_0 (wasm) and llama.cpp do (d =
+// f16(amax / 127), q = nearest-even(x * 127 / amax)) and stores q + 128 as u8: xu [n, cp]
+// (cp = cols rounded up to 64 elements, padding q = 0) and d: dx [n, nbp] f32 (nbp = cp / 32,
+// padding 0). tk_mm_q8v multiplies by the repacked Q8_0 weights (layout at the top): per pair
+// of blocks one vpdpbusd of (q + 128) by w per row and token, from which 128 * sum(w) (once per
+// row) is taken back off; lanes 0-7 hold block b, 8-15 block b + 1, scaled by s_row * d_x.
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+int tk_vnni512(void) { return 1; }
+
+void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m128i flip = _mm_set1_epi8((char)0x80);
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *xt = (const float *)(m + x) + (size_t)t * cols;
+    uint8_t *q = m + xu + (size_t)t * cp;
+    float *d = (float *)(m + dx) + (size_t)t * nbp;
+    for (int b = 0; b < nb; b++) {
+      const __m512 a = _mm512_loadu_ps(xt + 32 * (size_t)b);
+      const __m512 c = _mm512_loadu_ps(xt + 32 * (size_t)b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
+      d[b] = round_f16(amax / 127.0f);
+      const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+      const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b), _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
+      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(qc), flip));
+    }
+    for (int b = nb; b < nbp; b++) {
+      d[b] = 0;
+      for (int i = 0; i < 32; i++) q[32 * (size_t)b + i] = 0x80;
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void tile_q8v(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
+                                                           const float *dx, int dxstride, float *y, int ystride, const int T) {
+  __m512 acc[4][4];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < 4; t++) acc[r][t] = _mm512_setzero_ps();
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i k128 = _mm512_set1_epi8((char)0x80);
+  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512i sel[4];
+  for (int r = 0; r < 4; r++) sel[r] = _mm512_add_epi32(_mm512_set1_epi32(r), _mm512_slli_epi32(dsel, 2));
+  for (int b = 0; b < nb; b += 2) {
+    const int tail = b + 1 == nb;
+    const __m512 sv = tail ? _mm512_maskz_loadu_ps(0x0f, s + 4 * (size_t)b) : _mm512_castps256_ps512(_mm256_loadu_ps(s + 4 * (size_t)b));
+    __m512 dx2[4];
+    for (int t = 0; t < T; t++) dx2[t] = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b)))));
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *wb = w + r * rowBytes + 32 * (size_t)b;
+      const __m512i wv = tail ? _mm512_maskz_loadu_epi8(0xffffffffULL, wb) : _mm512_loadu_si512((const void *)wb);
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      const __m512 sr = _mm512_permutexvar_ps(sel[r], sv);
+      for (int t = 0; t < T; t++) {
+        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sr, dx2[t]), acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < 4; r++) y[t * ystride + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
+  const size_t rowBytes = (size_t)cols;
+  const int t0 = part(tiles, tid, nt);
+  const int t1 = part(tiles, tid + 1, nt);
+  for (int tl = t0; tl < t1; tl++) {
+    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+    for (int t = 0; t < n; t += 4) {
+      const uint8_t *xt = m + xu + (size_t)t * cp;
+      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
+      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+      switch (n - t < 4 ? n - t : 4) {
+        case 1: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 1); break;
+        case 2: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
+        case 3: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
+        default: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
+      }
+    }
+  }
+}
+#else
+int tk_vnni512(void) { return 0; }
+#endif
+
+// ---- Attention and SwiGLU (AVX-512), twins of attention.ts / swiglu in the wasm kernels ----
+#if defined(__AVX512BW__)
+#include <math.h>
+
+static inline __m512 load_kv(const uint8_t *p, int half, __mmask16 mk) {
+  if (half) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p));
+  return _mm512_maskz_loadu_ps(mk, p);
+}
+
+// q, out: [n, heads, hd] f32; k, v: [maxSeq, kvHeads, hd] (f32, or f16 when half); scores:
+// per-thread scratch of scratchStride bytes. One (token, head) pair per work item.
+void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
+                  int hd, int pos0, float scale, int half, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int group = heads / kvHeads;
+  const size_t es = half ? 2 : 4;
+  const size_t rowStride = (size_t)kvHeads * hd * es;
+  float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
+  const int nc = (hd + 15) / 16;
+  float qr[nc * 16];
+  float oa[nc * 16];
+  const int items = n * heads;
+  for (int item = part(items, tid, nt); item < part(items, tid + 1, nt); item++) {
+    const int t = item / heads;
+    const int h = item % heads;
+    const int len = pos0 + t + 1;
+    const float *qo = (const float *)(m + q) + (size_t)item * hd;
+    const size_t kvo = (size_t)(h / group) * hd * es;
+    for (int i = 0; i < nc * 16; i++) qr[i] = i < hd ? (half ? round_f16(qo[i]) : qo[i]) : 0.0f;
+    float mx = -INFINITY;
+    for (int p = 0; p < len; p++) {
+      const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < nc; c++) {
+        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), load_kv(kp + 16 * (size_t)c * es, half, mk), acc);
+      }
+      const float s = _mm512_reduce_add_ps(acc) * scale;
+      scores[p] = s;
+      if (s > mx) mx = s;
+    }
+    double sum = 0;
+    for (int p = 0; p < len; p++) {
+      const float e = expf(scores[p] - mx);
+      scores[p] = e;
+      sum += e;
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < nc * 16; i++) oa[i] = 0;
+    for (int p = 0; p < len; p++) {
+      float pv = scores[p] * inv;
+      if (half) pv = round_f16(pv);
+      const __m512 pw = _mm512_set1_ps(pv);
+      const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
+      for (int c = 0; c < nc; c++) {
+        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+        _mm512_storeu_ps(oa + 16 * c, _mm512_fmadd_ps(pw, load_kv(vp + 16 * (size_t)c * es, half, mk), _mm512_loadu_ps(oa + 16 * c)));
+      }
+    }
+    float *oo = (float *)(m + out) + (size_t)item * hd;
+    for (int i = 0; i < hd; i++) oo[i] = oa[i];
+  }
+}
+
+// out = silu(g) * u over count elements (out may alias g).
+void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const float *G = (const float *)(m + g);
+  const float *U = (const float *)(m + u);
+  float *O = (float *)(m + out);
+  for (int i = part(count, tid, nt); i < part(count, tid + 1, nt); i++) {
+    const float x = G[i];
+    O[i] = (x / (1.0f + expf(-x))) * U[i];
   }
 }
 #endif

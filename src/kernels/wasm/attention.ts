@@ -98,3 +98,12 @@ export function round_x(p: usize, count: i32, type: i32): void {
     }
   }
 }
+
+/** out = silu(g) * u for count f32 elements, this thread's share (out may alias g). */
+export function swiglu(g: usize, u: usize, out: usize, count: i32, tid: i32, nt: i32): void {
+  for (let i = part(count, tid, nt); i < part(count, tid + 1, nt); i++) {
+    const x = load<f32>(g + (<usize>i << 2));
+    const s = <f32>(<f64>x / (1.0 + Math.exp(-<f64>x)));
+    store<f32>(out + (<usize>i << 2), s * load<f32>(u + (<usize>i << 2)));
+  }
+}
