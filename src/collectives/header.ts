@@ -7,7 +7,7 @@ import { TandemError } from '../errors/index.js';
  *
  * offset  field
  *  0 u32  magic 'TNDC'
- *  4 u8   kind (data, credit, abort, bye)
+ *  4 u8   kind (data, credit, abort, bye, hello)
  *  5 u8   op          6 u8 dtype      7 u8 reduce | 0x10 q8
  *  8 u8   algorithm   9 u8 lane (concurrent streams between one pair, e.g. both ring directions)
  * 10 u16  step
@@ -23,7 +23,7 @@ import { TandemError } from '../errors/index.js';
 export const headerBytes = 48;
 const MAGIC = 0x43444e54;
 
-export const MessageKind = { data: 1, credit: 2, abort: 3, bye: 4 } as const;
+export const MessageKind = { data: 1, credit: 2, abort: 3, bye: 4, hello: 5 } as const;
 export type MessageKindCode = (typeof MessageKind)[keyof typeof MessageKind];
 
 export const OpCode = {

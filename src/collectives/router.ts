@@ -1,5 +1,5 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type WorkCompletion } from '../fabric/types.js';
+import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { availableParallelism, loadavg } from 'node:os';
 import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
@@ -62,6 +62,11 @@ interface Link {
   queue: Outgoing[];
   queueHead: number;
   dead: boolean;
+  /** The peer's receive slots, once its hello arrived: fragments then go by RDMA WRITE WITH IMMEDIATE. */
+  remote: RemoteAddress | undefined;
+  /** Messages posted / received on this link so far: message k uses slot k % slots on the receiver. */
+  sent: number;
+  received: number;
 }
 
 /**
@@ -146,7 +151,8 @@ export class Router {
     this.slots = options.slots ?? 8;
     this.slotBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
     for (const spec of options.links) {
-      const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE);
+      // receive slots [0, slots) are written by the peer directly; send slots [slots, 2 slots)
+      const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
       const link: Link = {
         index: this.links.length,
         peer: spec.peer,
@@ -159,6 +165,9 @@ export class Router {
         queue: [],
         queueHead: 0,
         dead: false,
+        remote: undefined,
+        sent: 0,
+        received: 0,
       };
       this.links.push(link);
       const wires = this.linkTo.get(spec.peer) ?? [];
@@ -166,6 +175,19 @@ export class Router {
       this.linkTo.set(spec.peer, wires);
       this.byQp.set(spec.qp.qpNum, link);
       for (let s = 0; s < this.slots; s++) this.postRecv(link, s);
+    }
+    // Tell every neighbour where our receive slots are; until its hello arrives, a link sends.
+    for (const link of this.links) {
+      const h = controlHeader(MessageKind.hello, this.rank, link.peer);
+      const payload = new Uint8Array(16);
+      const d = new DataView(payload.buffer);
+      const addr = link.mr.addr;
+      d.setUint32(0, Number(addr & 0xffffffffn), true);
+      d.setUint32(4, Number(addr >> 32n), true);
+      d.setUint32(8, link.mr.rkey >>> 0, true);
+      d.setUint32(12, this.slots * this.slotBytes, true);
+      h.totalBytes = payload.byteLength;
+      this.post(link, { header: h, payload });
     }
   }
 
@@ -270,8 +292,12 @@ export class Router {
     link.credits--;
     writeHeader(link.view, at, out.header);
     link.mr.buffer.set(out.payload, at + headerBytes);
+    const target = link.sent++ % this.slots;
+    const sgl = [link.mr.sge(at, headerBytes + out.payload.byteLength)];
+    const wrId = link.index * 65536 + slot * 2;
     try {
-      link.qp.postSend({ wrId: link.index * 65536 + slot * 2, opcode: 'send', sgl: [link.mr.sge(at, headerBytes + out.payload.byteLength)] });
+      if (link.remote === undefined) link.qp.postSend({ wrId, opcode: 'send', sgl });
+      else link.qp.postSend({ wrId, opcode: 'write_imm', sgl, remote: { addr: link.remote.addr + BigInt(target * this.slotBytes), rkey: link.remote.rkey }, imm: target });
     } catch (e) {
       this.linkFailed(link, e);
     }
@@ -363,7 +389,13 @@ export class Router {
       this.drain(link);
       return;
     }
-    const at = slot * this.slotBytes;
+    // message k lands in slot k % slots: sent there (by an early SEND, in posting order) or written there
+    const into = link.received++ % this.slots;
+    if (wc.opcode === 'recv_imm' && wc.imm !== into) {
+      this.abort(new TandemError('COLL_BAD_MESSAGE', `rank ${link.peer} wrote receive slot ${String(wc.imm)} where slot ${into} was next`, { hint: 'every rank must run the same tandem version', details: { from: link.peer } }));
+      return;
+    }
+    const at = into * this.slotBytes;
     let header: Header;
     try {
       header = readHeader(link.view, at, wc.byteLen, link.peer);
@@ -381,9 +413,14 @@ export class Router {
     } else if (header.kind === MessageKind.bye) {
       this.peerLeft(link);
       return;
+    } else if (header.kind === MessageKind.hello && payload.byteLength >= 16) {
+      const d = new DataView(payload.buffer, payload.byteOffset, 16);
+      if (d.getUint32(12, true) === this.slots * this.slotBytes) {
+        link.remote = { addr: (BigInt(d.getUint32(4, true)) << 32n) | BigInt(d.getUint32(0, true)), rkey: d.getUint32(8, true) };
+      }
     }
     if (!link.dead && !this.closing) {
-      this.postRecv(link, slot);
+      this.postRecv(link, into);
       link.owed++;
     }
     this.drain(link);
