@@ -64,7 +64,7 @@ for (const [backend, threads] of cases) {
           const data = randomWeightBytes(type, rows, cols, seed++);
           const wr = ref.uploadWeight({ type, rows, cols, data });
           const ww = k.uploadWeight({ type, rows, cols, data });
-          for (const n of [1, 3, 6]) {
+          for (const n of [1, 3, 6, 17]) {
             const x = randomFloats(n * cols, seed++, 2);
             if (n > 1) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
             const want = new Float32Array(n * rows);

@@ -9,6 +9,9 @@ import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
 import { GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
 
+/** Tokens from which Q8_0 matmuls on the native VNNI kernels take the GEMM kernel (mm_q8t). */
+const GEMM_TOKENS = 12;
+
 /** Weights and caches per memory before a new one is started (a wasm32 memory holds 4 GiB). */
 export const DEFAULT_ARENA_BYTES = 3 * 1024 ** 3;
 
@@ -189,10 +192,29 @@ export class WasmKernels implements Kernels {
     this.copyOut(arena, yp, w, y, n);
   }
 
-  /** Q8_0 on the native VNNI kernels: x quantised once (q8_prep), then all rows x all tokens (mm_q8v). */
+  /**
+   * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
+   * Few tokens: mm_q8v (4 rows x up to 4 tokens per tile); from GEMM_TOKENS on: mm_q8t
+   * (tokens across the vector lanes, 8 rows x 15 tokens per tile).
+   */
   private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number): void {
     const { arena } = w.slot;
     const cols = w.cols;
+    if (n >= GEMM_TOKENS) {
+      const groups = Math.ceil(n / 15);
+      const xfBytes = align(n * cols * 4, 64);
+      const xtBytes = align(groups * cols * 16, 64);
+      const dtBytes = align(groups * (cols / 32) * 64, 64);
+      const xf = arena.scratch(xfBytes + xtBytes + dtBytes + align(n * w.rowsPad * 4, 64));
+      const xt = xf + xfBytes;
+      const dt = xt + xtBytes;
+      const yp = dt + dtBytes;
+      arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+      this.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
+      this.pool.run(arena.index, op.mm_q8t, [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
+      this.copyOut(arena, yp, w, y, n);
+      return;
+    }
     const nbp = 2 * Math.ceil(cols / 64);
     const xfBytes = align(n * cols * 4, 64);
     const xuBytes = align(n * nbp * 32, 64);

@@ -460,6 +460,101 @@ void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, 
     }
   }
 }
+
+// Prefill GEMM with tokens across the lanes: xt [G][cols/4][16][4] u8 holds, per group of 15
+// tokens, 4 consecutive (q + 128) quants of each token in lanes 0-14 and of a zero token in
+// lane 15 (tokens past n are zero tokens too); dxt [G][nb][16] f32 their block scales (0 for
+// zero tokens). One vpdpbusd with 4 weight bytes broadcast then advances 15 tokens at once;
+// lane 15 comes out as 128 * sum(w) of the block, the correction every lane takes off.
+void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int groups = (n + 14) / 15;
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m128i flip = _mm_set1_epi8((char)0x80);
+  for (int g = part(groups, tid, nt); g < part(groups, tid + 1, nt); g++) {
+    uint32_t *X = (uint32_t *)(m + xt + (size_t)g * cols * 16);
+    float *D = (float *)(m + dxt) + (size_t)g * nb * 16;
+    for (int lane = 0; lane < 16; lane++) {
+      const int t = g * 15 + lane;
+      if (lane == 15 || t >= n) {
+        for (int k = 0; k < cols / 4; k++) X[16 * (size_t)k + lane] = 0x80808080u;
+        for (int b = 0; b < nb; b++) D[16 * b + lane] = 0;
+        continue;
+      }
+      const float *xr = (const float *)(m + x) + (size_t)t * cols;
+      for (int b = 0; b < nb; b++) {
+        const __m512 a = _mm512_loadu_ps(xr + 32 * (size_t)b);
+        const __m512 c = _mm512_loadu_ps(xr + 32 * (size_t)b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
+        D[16 * b + lane] = round_f16(amax / 127.0f);
+        const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+        uint32_t q[8];
+        _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
+        _mm_storeu_si128((__m128i *)(q + 4), _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
+        for (int j = 0; j < 8; j++) X[16 * (size_t)(8 * b + j) + lane] = q[j];
+      }
+    }
+  }
+}
+
+// R rows (R / 4 scale tiles) by one group of 15 tokens.
+static inline __attribute__((always_inline)) void gemm_q8t(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *X, const float *D, float *y,
+                                                           int ystride, int tokens, const int R) {
+  __m512 acc[8];
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  const __m512i last = _mm512_set1_epi32(15);
+  for (int b = 0; b < nb; b++) {
+    __m512i xv[8];
+    for (int j = 0; j < 8; j++) xv[j] = _mm512_loadu_si512((const void *)(X + 64 * (size_t)(8 * b + j)));
+    const __m512 dv = _mm512_loadu_ps(D + 16 * (size_t)b);
+    for (int r = 0; r < R; r++) {
+      const int32_t *wr = (const int32_t *)(w + r * rowBytes + 32 * (size_t)b);
+      __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[0], _mm512_set1_epi32(wr[0]));
+      __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[1], _mm512_set1_epi32(wr[1]));
+      a0 = _mm512_dpbusd_epi32(a0, xv[2], _mm512_set1_epi32(wr[2]));
+      a1 = _mm512_dpbusd_epi32(a1, xv[3], _mm512_set1_epi32(wr[3]));
+      a0 = _mm512_dpbusd_epi32(a0, xv[4], _mm512_set1_epi32(wr[4]));
+      a1 = _mm512_dpbusd_epi32(a1, xv[5], _mm512_set1_epi32(wr[5]));
+      a0 = _mm512_dpbusd_epi32(a0, xv[6], _mm512_set1_epi32(wr[6]));
+      a1 = _mm512_dpbusd_epi32(a1, xv[7], _mm512_set1_epi32(wr[7]));
+      const __m512i ai = _mm512_add_epi32(a0, a1);
+      const __m512i p = _mm512_sub_epi32(ai, _mm512_permutexvar_epi32(last, ai));
+      const float sr = s[(size_t)(r >> 2) * nb * 4 + 4 * (size_t)b + (r & 3)];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(sr)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float o[16];
+    _mm512_storeu_ps(o, acc[r]);
+    for (int t = 0; t < tokens; t++) y[(size_t)t * ystride + r] = o[t];
+  }
+}
+
+void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int groups = (n + 14) / 15;
+  const size_t rowBytes = (size_t)cols;
+  // Thread shares in pairs of tiles (8 rows); the odd last tile goes to the last thread.
+  const int pairs = tiles / 2;
+  const int p0 = part(pairs, tid, nt);
+  const int p1 = part(pairs, tid + 1, nt);
+  for (int pr = p0; pr <= p1; pr++) {
+    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+    if (R == 0) break;
+    const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
+    for (int g = 0; g < groups; g++) {
+      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
+      const uint8_t *X = m + xt + (size_t)g * cols * 16;
+      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
+      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
+      if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
+      else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
+    }
+  }
+}
 #else
 int tk_vnni512(void) { return 0; }
 #endif
