@@ -23,7 +23,7 @@ class LoopbackTransport implements Transport {
   private inbox: Uint8Array[] = [];
   private scheduled = false;
   private isClosed = false;
-  private readonly decoder = new FrameDecoder((body) => this.events?.frame(body));
+  private readonly decoder = new FrameDecoder((buf, off, len) => this.events?.frame(buf, off, len));
 
   bind(events: TransportEvents): void {
     this.events = events;

@@ -1,4 +1,3 @@
-import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import type { CQ } from './completion-queue.js';
 import type { Domain, Region } from './memory.js';
@@ -36,6 +35,27 @@ import {
 const FLAG_MORE = 2;
 const MAX_UNEXPECTED_MESSAGES = 65536;
 const MAX_UNEXPECTED_BYTES = 512 << 20;
+const TWO32 = 4294967296;
+const TWO64 = 1n << 64n;
+/** Splits a 64-bit address into u32 halves without allocating BigInts (hot path). */
+const split = new DataView(new ArrayBuffer(8));
+/** Below this many bytes a plain loop copies faster than TypedArray.set. */
+const SMALL_COPY = 16;
+/** Single-SGE sends and writes up to this size take the no-allocation path (postSmall). */
+const FAST_MAX = 16384;
+
+/** Copies `len` bytes at `from` of `src` to `at` of `dst`. */
+function copyRange(dst: Uint8Array, at: number, src: Uint8Array, from: number, len: number): void {
+  if (len > SMALL_COPY) dst.set(src.subarray(from, from + len), at);
+  else for (let i = 0; i < len; i++) dst[at + i] = src[from + i] as number;
+}
+
+/** Copies `src` into `dst` at `at`. */
+function copyInto(dst: Uint8Array, src: Uint8Array, at: number): void {
+  const n = src.length;
+  if (n > SMALL_COPY) dst.set(src, at);
+  else for (let i = 0; i < n; i++) dst[at + i] = src[i] as number;
+}
 
 /** One frame in flight: a WR is split into frames of at most MAX_PAYLOAD bytes. */
 interface Outstanding {
@@ -46,6 +66,7 @@ interface Outstanding {
   last: boolean;
   signaled: boolean;
   byteLen: number;
+  /** When the timeout check first saw it pending (0 until then: posting reads no clock). */
   postedAt: number;
   /** READ: where the response lands. */
   targets?: Uint8Array[];
@@ -67,7 +88,8 @@ interface Unexpected {
 }
 
 /** Views of `len` bytes starting at byte `from` of the concatenation of `views`. */
-function sliceViews(views: readonly Uint8Array[], from: number, len: number): Uint8Array[] {
+function sliceViews(views: readonly Uint8Array[], from: number, len: number): readonly Uint8Array[] {
+  if (views.length === 1 && from === 0 && (views[0] as Uint8Array).length === len) return views;
   const out: Uint8Array[] = [];
   for (const v of views) {
     if (len === 0) break;
@@ -92,7 +114,7 @@ function scatter(targets: readonly Uint8Array[], at: number, data: Uint8Array): 
       continue;
     }
     const take = Math.min(t.length - at, data.length - src);
-    t.set(src === 0 && take === data.length ? data : data.subarray(src, src + take), at);
+    copyInto(t, src === 0 && take === data.length ? data : data.subarray(src, src + take), at);
     src += take;
     at = 0;
   }
@@ -153,6 +175,12 @@ export class Qp implements QueuePair {
   /** Payload length of the WRITE being received in place (one at a time per connection). */
   private placing = 0;
   private ackPsn = 0;
+  /** Frame headers are built here: every transport copies the header before send() returns. */
+  private readonly scratch = new Uint8Array(32);
+  private readonly h8 = this.scratch.subarray(0, SEND_HEADER);
+  private readonly h12 = this.scratch.subarray(0, ACK_BYTES);
+  private readonly h24 = this.scratch.subarray(0, WRITE_HEADER);
+  private readonly h28 = this.scratch.subarray(0, WRITE_HEADER + 4);
 
   constructor(o: QpOptions) {
     this.pd = o.pd;
@@ -166,14 +194,14 @@ export class Qp implements QueuePair {
     this.opTimeoutMs = o.opTimeoutMs;
     this.onClosed = o.onClosed;
     o.transport.bind({
-      frame: (body) => this.onFrame(body),
+      frame: (buf, off, len) => this.onFrame(buf, off, len),
       // event-driven pipes ack at once; polled ones defer it (see poll)
       batchEnd: () => {
         if (this.transport.poll === undefined) this.flushAck();
       },
       closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
       place: (head, bodyLength) => this.place(head, bodyLength),
-      placed: (head) => this.onFrame(head, true),
+      placed: (head) => this.onFrame(head, 0, head.length, true),
     });
   }
 
@@ -213,17 +241,25 @@ export class Qp implements QueuePair {
       });
       return;
     }
+    if (wr.sgl.length === 1 && wr.opcode !== 'read' && this.transport.sendFrom !== undefined) {
+      // small single-SGE messages: header and payload go straight to the transport, nothing allocated but the tracking entry
+      const sge = wr.sgl[0] as Sge;
+      const off = this.resolveOne(sge, false);
+      if (off < 0) return this.localFailure(wr.wrId, wr.opcode, 'local_protection');
+      if (sge.length <= FAST_MAX)
+        return this.postSmall(wr, (this.smr as Region).buffer, off, sge.length, signaled);
+    }
     const views = this.resolve(wr.sgl, wr.opcode === 'read');
     if (views === undefined) return this.localFailure(wr.wrId, wr.opcode, 'local_protection');
     let total = 0;
     for (const v of views) total += v.length;
     if (total >= 0x80000000) return this.localFailure(wr.wrId, wr.opcode, 'local_length');
     const group = this.groupSeq++;
-    const now = performance.now();
-    if (wr.opcode === 'send') return this.postSendFrames(wr, views, total, group, signaled, now);
+    if (wr.opcode === 'send') return this.postSendFrames(wr, views, total, group, signaled);
     const remote = wr.remote as NonNullable<SendWr['remote']>;
-    let hi = Number(remote.addr >> 32n);
-    let lo = Number(remote.addr & 0xffffffffn);
+    split.setBigUint64(0, remote.addr, true);
+    let hi = split.getUint32(4, true);
+    let lo = split.getUint32(0, true);
     let off = 0;
     do {
       const len = Math.min(MAX_PAYLOAD, total - off);
@@ -237,12 +273,12 @@ export class Qp implements QueuePair {
         last,
         signaled,
         byteLen: total,
-        postedAt: now,
+        postedAt: 0,
       };
       const parts = sliceViews(views, off, len);
       if (wr.opcode === 'read') {
-        entry.targets = parts;
-        const h = new Uint8Array(READ_REQ_BYTES);
+        entry.targets = parts as Uint8Array[];
+        const h = this.h24;
         header(h, FrameType.READ_REQ, 0, psn);
         putU32(h, 8, remote.rkey >>> 0);
         putU32(h, 12, lo);
@@ -253,7 +289,7 @@ export class Qp implements QueuePair {
       } else {
         const imm = last && wr.opcode === 'write_imm';
         const direct = this.transport.writeDirect?.(remote.rkey >>> 0, hi, lo, parts, len) === true;
-        const h = new Uint8Array(direct ? WRITE_HEADER + 4 : WRITE_HEADER);
+        const h = direct ? this.h28 : this.h24;
         header(h, FrameType.WRITE, (imm ? FLAG_IMM : 0) | (direct ? FLAG_PLACED : 0), psn);
         putU32(h, 8, remote.rkey >>> 0);
         putU32(h, 12, lo);
@@ -278,14 +314,13 @@ export class Qp implements QueuePair {
     total: number,
     group: number,
     signaled: boolean,
-    now: number,
   ): void {
     let off = 0;
     do {
       const len = Math.min(MAX_PAYLOAD, total - off);
       const last = off + len === total;
       const psn = this.nextPsn();
-      const h = new Uint8Array(SEND_HEADER);
+      const h = this.h8;
       header(h, FrameType.SEND, last ? 0 : FLAG_MORE, psn);
       this.outstanding.push({
         psn,
@@ -295,11 +330,44 @@ export class Qp implements QueuePair {
         last,
         signaled,
         byteLen: total,
-        postedAt: now,
+        postedAt: 0,
       });
       this.transport.send(h, sliceViews(views, off, len));
       off += len;
     } while (off < total);
+    if (this.ackDue) this.flushAck();
+  }
+
+  /** One frame of at most FAST_MAX bytes from `len` bytes at `off` of `src` (already validated). */
+  private postSmall(wr: SendWr, src: Uint8Array, off: number, len: number, signaled: boolean): void {
+    const psn = this.nextPsn();
+    const op = wr.opcode;
+    this.outstanding.push({
+      psn,
+      group: this.groupSeq++,
+      wrId: wr.wrId,
+      opcode: op,
+      last: true,
+      signaled,
+      byteLen: len,
+      postedAt: 0,
+    });
+    let h: Uint8Array;
+    if (op === 'send') {
+      h = this.h8;
+      header(h, FrameType.SEND, 0, psn);
+    } else {
+      const remote = wr.remote as NonNullable<SendWr['remote']>;
+      split.setBigUint64(0, remote.addr, true);
+      h = this.h24;
+      const imm = op === 'write_imm';
+      header(h, FrameType.WRITE, imm ? FLAG_IMM : 0, psn);
+      putU32(h, 8, remote.rkey >>> 0);
+      putU32(h, 12, split.getUint32(0, true));
+      putU32(h, 16, split.getUint32(4, true));
+      putU32(h, 20, imm ? (wr.imm ?? 0) >>> 0 : 0);
+    }
+    (this.transport.sendFrom as NonNullable<Transport['sendFrom']>).call(this.transport, h, src, off, len);
     if (this.ackDue) this.flushAck();
   }
 
@@ -309,19 +377,34 @@ export class Qp implements QueuePair {
     return psn;
   }
 
+  /** The region resolveOne() found last. */
+  private smr: Region | undefined;
+
   /** Local SGEs to views; undefined when a key is dead, foreign, out of range or not writable. */
   private resolve(sgl: readonly Sge[], mustWrite: boolean): Uint8Array[] | undefined {
     const out: Uint8Array[] = [];
-    for (const sge of sgl) {
-      const mr: Region | undefined = this.pd.keys.byLkey.get(sge.lkey);
-      if (mr === undefined || mr.pd !== this.pd || !mr.live) return undefined;
-      if (mustWrite && (mr.access & Access.LOCAL_WRITE) === 0) return undefined;
-      const off = Number(sge.addr - mr.addr);
-      if (!(off >= 0) || !Number.isInteger(sge.length) || sge.length < 0 || off + sge.length > mr.length)
-        return undefined;
-      out.push(mr.buffer.subarray(off, off + sge.length));
+    for (let i = 0; i < sgl.length; i++) {
+      const sge = sgl[i] as Sge;
+      const off = this.resolveOne(sge, mustWrite);
+      if (off < 0) return undefined;
+      out.push((this.smr as Region).buffer.subarray(off, off + sge.length));
     }
     return out;
+  }
+
+  /** An SGE's offset in its region (left in `smr`), or -1 when the key is dead, foreign, out of range or not writable. */
+  private resolveOne(sge: Sge, mustWrite: boolean): number {
+    const mr: Region | undefined = this.pd.keys.byLkey.get(sge.lkey);
+    if (mr === undefined || mr.pd !== this.pd || !mr.live) return -1;
+    if (mustWrite && (mr.access & Access.LOCAL_WRITE) === 0) return -1;
+    const a = sge.addr;
+    if (typeof a !== 'bigint' || a < 0n || a >= TWO64) return -1;
+    split.setBigUint64(0, a, true);
+    const off = (split.getUint32(4, true) - mr.addrHi) * TWO32 + (split.getUint32(0, true) - mr.addrLo);
+    const len = sge.length;
+    if (!(off >= 0) || !Number.isInteger(len) || len < 0 || off + len > mr.length) return -1;
+    this.smr = mr;
+    return off;
   }
 
   private localFailure(wrId: number, opcode: CompletionOpcode, status: WcStatus): void {
@@ -421,41 +504,49 @@ export class Qp implements QueuePair {
     return mr.buffer.subarray(off, off + len);
   }
 
-  /** `placed`: a WRITE header whose payload the decoder already put in place. */
-  private onFrame(body: Uint8Array, placed = false): void {
+  /**
+   * One frame: bytes `[o, o+n)` of `b` (a view of the ring or stream buffer, valid only during
+   * the call; parsed in place, no views built on the hot path). `placed`: a WRITE header whose
+   * payload the decoder already put in place.
+   */
+  private onFrame(b: Uint8Array, o: number, n: number, placed = false): void {
     // after an error nothing more is executed, even frames already in the pipe
     if (this.qpState !== 'ready') return;
-    const type = body[0];
-    const flags = body[1] as number;
-    const psn = getU32(body, 4);
-    if (body[2] !== 0 || body[3] !== 0) return this.malformed('reserved header bytes are not zero');
-    if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, body, psn);
+    const type = b[o];
+    const flags = b[o + 1] as number;
+    const psn = getU32(b, o + 4);
+    if (b[o + 2] !== 0 || b[o + 3] !== 0) return this.malformed('reserved header bytes are not zero');
+    if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, b, o, n, psn);
     if (psn !== this.expectPsn) return this.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
     this.expectPsn = (psn + 1) >>> 0;
     if (type === FrameType.SEND) {
       if ((flags & ~FLAG_MORE) !== 0) return this.malformed(`SEND flags ${flags}`);
-      return this.onSend(body.subarray(SEND_HEADER), (flags & FLAG_MORE) === 0, psn);
+      return this.onSend(b.subarray(o + SEND_HEADER, o + n), (flags & FLAG_MORE) === 0, psn);
     }
     if (type === FrameType.WRITE) {
-      if (body.length < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0)
+      if (n < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0)
         return this.malformed('WRITE header truncated or bad flags');
       if ((flags & FLAG_PLACED) !== 0) {
-        if (body.length !== WRITE_HEADER + 4 || placed)
-          return this.malformed('placed WRITE of the wrong size');
-        return this.onPlacedWrite(body, (flags & FLAG_IMM) !== 0, psn);
+        if (n !== WRITE_HEADER + 4 || placed) return this.malformed('placed WRITE of the wrong size');
+        return this.onPlacedWrite(b, o, (flags & FLAG_IMM) !== 0, psn);
       }
-      return this.onWrite(body, (flags & FLAG_IMM) !== 0, psn, placed);
+      return this.onWrite(b, o, n, (flags & FLAG_IMM) !== 0, psn, placed);
     }
     if (type === FrameType.READ_REQ) {
-      if (body.length !== READ_REQ_BYTES || flags !== 0)
-        return this.malformed(`READ request of ${body.length} bytes`);
-      return this.onRead(body, psn);
+      if (n !== READ_REQ_BYTES || flags !== 0) return this.malformed(`READ request of ${n} bytes`);
+      return this.onRead(b, o, psn);
     }
     this.malformed(`unknown frame type ${type}`);
   }
 
-  /** Validates a one-sided request; the target view, or the refusal status (counted). */
-  private target(rkey: number, lo: number, hi: number, len: number, flag: number): Uint8Array | WireStatus {
+  /** The region target() validated last. */
+  private tmr: Region | undefined;
+
+  /**
+   * Validates a one-sided request: the offset in the region (left in `tmr`), or the refusal
+   * status (counted).
+   */
+  private target(rkey: number, lo: number, hi: number, len: number, flag: number): number | WireStatus {
     const mr = this.pd.keys.byRkey.get(rkey);
     if (mr === undefined || mr.pd !== this.pd || !mr.live) {
       this.stats.rejectedKey++;
@@ -470,7 +561,8 @@ export class Qp implements QueuePair {
       this.stats.rejectedBounds++;
       return 'remote_bounds';
     }
-    return mr.buffer.subarray(off, off + len);
+    this.tmr = mr;
+    return off;
   }
 
   /**
@@ -478,63 +570,55 @@ export class Qp implements QueuePair {
    * our published key table. We validate again (and count) so that a refusal is never
    * reported as success; the immediate, if any, is delivered as usual.
    */
-  private onPlacedWrite(body: Uint8Array, withImm: boolean, psn: number): void {
-    const len = getU32(body, 24);
-    const t = this.target(getU32(body, 8), getU32(body, 12), getU32(body, 16), len, Access.REMOTE_WRITE);
+  private onPlacedWrite(b: Uint8Array, o: number, withImm: boolean, psn: number): void {
+    const len = getU32(b, o + 24);
+    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
     this.placing = len;
-    this.onWrite(body.subarray(0, WRITE_HEADER), withImm, psn, true);
+    this.onWrite(b, o, WRITE_HEADER, withImm, psn, true);
   }
 
-  private onWrite(body: Uint8Array, withImm: boolean, psn: number, placed: boolean): void {
-    const payload = body.subarray(WRITE_HEADER);
+  private onWrite(b: Uint8Array, o: number, n: number, withImm: boolean, psn: number, placed: boolean): void {
     if (placed) {
       // validated by place() before the payload landed; only the immediate is left
       if (withImm) {
         const r = this.takeRecv();
-        if (r !== undefined) this.completeRecv(r, 'success', this.placing, getU32(body, 20));
-        else if (!this.stash(getU32(body, 20), this.placing)) {
+        if (r !== undefined) this.completeRecv(r, 'success', this.placing, getU32(b, o + 20));
+        else if (!this.stash(getU32(b, o + 20), this.placing)) {
           this.stats.rejectedInvalid++;
           return this.nak(psn, 'remote_invalid');
         }
       }
       return this.ack(psn);
     }
-    const t = this.target(
-      getU32(body, 8),
-      getU32(body, 12),
-      getU32(body, 16),
-      payload.length,
-      Access.REMOTE_WRITE,
-    );
+    const len = n - WRITE_HEADER;
+    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
+    const dst = (this.tmr as Region).buffer;
+    const src = o + WRITE_HEADER;
     if (withImm) {
       const r = this.takeRecv();
-      if (r === undefined && !this.stash(getU32(body, 20), payload.length)) {
+      if (r === undefined && !this.stash(getU32(b, o + 20), len)) {
         this.stats.rejectedInvalid++;
         return this.nak(psn, 'remote_invalid');
       }
-      t.set(payload);
-      if (r !== undefined) this.completeRecv(r, 'success', payload.length, getU32(body, 20));
+      copyRange(dst, t, b, src, len);
+      if (r !== undefined) this.completeRecv(r, 'success', len, getU32(b, o + 20));
     } else {
-      t.set(payload);
+      copyRange(dst, t, b, src, len);
     }
     this.ack(psn);
   }
 
-  private onRead(body: Uint8Array, psn: number): void {
-    const t = this.target(
-      getU32(body, 8),
-      getU32(body, 12),
-      getU32(body, 16),
-      getU32(body, 20),
-      Access.REMOTE_READ,
-    );
+  private onRead(b: Uint8Array, o: number, psn: number): void {
+    const len = getU32(b, o + 20);
+    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_READ);
     this.flushAck();
-    const h = new Uint8Array(READ_RESP_HEADER);
+    const h = this.h12;
     header(h, FrameType.READ_RESP, 0, psn);
-    h[8] = typeof t === 'string' ? StatusCode[t] : 0;
-    this.transport.send(h, typeof t === 'string' ? [] : [t]);
+    setStatus(h, typeof t === 'string' ? StatusCode[t] : 0);
+    if (typeof t === 'string') this.transport.send(h, NO_PAYLOAD);
+    else this.transport.send(h, [(this.tmr as Region).buffer.subarray(t, t + len)]);
   }
 
   private onSend(payload: Uint8Array, last: boolean, psn: number): void {
@@ -588,28 +672,28 @@ export class Qp implements QueuePair {
   private flushAck(): void {
     if (!this.ackDue || this.qpState === 'closed') return;
     this.ackDue = false;
-    const h = new Uint8Array(ACK_BYTES);
+    const h = this.h12;
     header(h, FrameType.ACK, 0, this.ackPsn);
-    this.transport.send(h, []);
+    setStatus(h, 0);
+    this.transport.send(h, NO_PAYLOAD);
   }
 
   private nak(psn: number, status: WireStatus): void {
     this.flushAck();
-    const h = new Uint8Array(ACK_BYTES);
+    const h = this.h12;
     header(h, FrameType.ACK, 0, psn);
-    h[8] = StatusCode[status];
-    this.transport.send(h, []);
+    setStatus(h, StatusCode[status]);
+    this.transport.send(h, NO_PAYLOAD);
   }
 
   // ---------------------------------------------------------------- responses
 
-  private onResponse(type: number, body: Uint8Array, psn: number): void {
+  private onResponse(type: number, b: Uint8Array, o: number, n: number, psn: number): void {
     const isAck = type === FrameType.ACK;
-    if (isAck ? body.length !== ACK_BYTES : body.length < READ_RESP_HEADER)
-      return this.malformed('truncated response');
-    const code = body[8] as number;
+    if (isAck ? n !== ACK_BYTES : n < READ_RESP_HEADER) return this.malformed('truncated response');
+    const code = b[o + 8] as number;
     const status = wireStatus[code];
-    if (status === undefined || body[1] !== 0) return this.malformed(`response status ${code}`);
+    if (status === undefined || b[o + 1] !== 0) return this.malformed(`response status ${code}`);
     // everything before psn is done (the responder answers in order)
     while (this.outHead < this.outstanding.length) {
       const e = this.outstanding[this.outHead] as Outstanding;
@@ -633,7 +717,7 @@ export class Qp implements QueuePair {
       return;
     }
     if (!isAck) {
-      const data = body.subarray(READ_RESP_HEADER);
+      const data = b.subarray(o + READ_RESP_HEADER, o + n);
       let want = 0;
       for (const t of e.targets ?? []) want += t.length;
       if (data.length !== want) return this.malformed(`READ response of ${data.length} bytes for ${want}`);
@@ -675,10 +759,18 @@ export class Qp implements QueuePair {
 
   // ---------------------------------------------------------------- failure
 
-  /** Called by the device's timer: fails the oldest request once it is older than the op timeout. */
+  /**
+   * Called by the device's timer (every 100 ms): fails the oldest request once it has been
+   * pending for the op timeout, counted from the first tick that saw it (so at most one tick late).
+   */
   checkTimeout(now: number): void {
     const e = this.outstanding[this.outHead];
-    if (this.qpState !== 'ready' || e === undefined || now - e.postedAt < this.opTimeoutMs) return;
+    if (this.qpState !== 'ready' || e === undefined) return;
+    if (e.postedAt === 0) {
+      e.postedAt = now;
+      return;
+    }
+    if (now - e.postedAt < this.opTimeoutMs) return;
     this.outHead++;
     this.cq.push({ wrId: e.wrId, status: 'timeout', opcode: e.opcode, byteLen: 0, qpNum: this.qpNum });
     this.skipGroup(e.group);
@@ -741,10 +833,21 @@ export class Qp implements QueuePair {
   }
 }
 
+const NO_PAYLOAD: readonly Uint8Array[] = [];
+
+/** Common header; bytes 2..3 of the scratch header are never written, so they stay 0. */
 function header(h: Uint8Array, type: number, flags: number, psn: number): void {
   h[0] = type;
   h[1] = flags;
   putU32(h, 4, psn);
+}
+
+/** ACK / READ_RESP status byte and its three zero bytes (the scratch may hold an rkey there). */
+function setStatus(h: Uint8Array, code: number): void {
+  h[8] = code;
+  h[9] = 0;
+  h[10] = 0;
+  h[11] = 0;
 }
 
 function invalid(message: string): TandemError {
@@ -767,7 +870,7 @@ function checkSendWr(wr: SendWr): void {
   ) {
     throw invalid(`postSend: ${op} needs remote: { addr: bigint, rkey: number }`);
   }
-  if (op !== 'send' && (wr.remote!.addr < 0n || wr.remote!.addr >= 1n << 64n)) {
+  if (op !== 'send' && (wr.remote!.addr < 0n || wr.remote!.addr >= TWO64)) {
     throw invalid(`postSend: remote address ${wr.remote!.addr} is not a 64-bit address`);
   }
   if (

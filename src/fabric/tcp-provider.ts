@@ -31,7 +31,7 @@ export class TcpTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
   private readonly decoder = new FrameDecoder(
-    (body) => this.events?.frame(body),
+    (buf, off, len) => this.events?.frame(buf, off, len),
     (head, len) => this.events?.place?.(head, len),
     (head) => this.events?.placed?.(head),
   );
@@ -119,7 +119,7 @@ export class PolledTcpTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
   private readonly decoder = new FrameDecoder(
-    (body) => this.events?.frame(body),
+    (buf, off, len) => this.events?.frame(buf, off, len),
     (head, len) => this.events?.place?.(head, len),
     (head) => this.events?.placed?.(head),
   );

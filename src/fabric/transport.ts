@@ -4,8 +4,8 @@
  * does sequencing, validation and completions identically for all of them.
  */
 export interface TransportEvents {
-  /** One whole frame body; the view is only valid during the call. */
-  frame(body: Uint8Array): void;
+  /** One whole frame body: bytes `[off, off+len)` of `buf`, valid only during the call. */
+  frame(buf: Uint8Array, off: number, len: number): void;
   /** A burst of frames ended: a good moment to send a cumulative ACK. */
   batchEnd(): void;
   /** A large WRITE's header, before its payload: a validated target view, or undefined. */
@@ -20,6 +20,8 @@ export interface Transport {
   bind(events: TransportEvents): void;
   /** Sends one frame: body = header ++ payload. Data is copied or sent before completion. */
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
+  /** Optional: send() with one payload given as `len` bytes at `off` of `src` (no view to build). */
+  sendFrom?(header: Uint8Array, src: Uint8Array, off: number, len: number): void;
   /** Test hook: puts raw bytes on the wire, bypassing the framing. */
   sendRaw(bytes: Uint8Array): void;
   /**

@@ -65,15 +65,15 @@ export class FrameDecoder {
    * undefined for the normal path); `placed` then gets the header once the payload is in.
    */
   constructor(
-    private readonly onFrame: (body: Uint8Array) => void,
+    private readonly onFrame: (buf: Uint8Array, off: number, len: number) => void,
     private readonly place?: (head: Uint8Array, bodyLength: number) => Uint8Array | undefined,
     private readonly placed?: (head: Uint8Array) => void,
   ) {}
 
-  /** Throws MalformedFrame on a length outside 8..MAX_BODY. */
-  push(chunk: Uint8Array): void {
-    let pos = 0;
-    const n = chunk.length;
+  /** Bytes `[start, end)` of `chunk` (default: all). Throws MalformedFrame on a length outside 8..MAX_BODY. */
+  push(chunk: Uint8Array, start = 0, end = chunk.length): void {
+    let pos = start;
+    const n = end;
     while (pos < n) {
       const d = this.direct;
       if (d) {
@@ -95,7 +95,7 @@ export class FrameDecoder {
         if (this.filled === this.partial.length) {
           const body = this.partial;
           this.partial = undefined;
-          this.onFrame(body);
+          this.onFrame(body, 0, body.length);
         }
         continue;
       }
@@ -114,7 +114,7 @@ export class FrameDecoder {
       if (len < SEND_HEADER || len > MAX_BODY)
         throw new MalformedFrame(`frame length ${len} outside 8..${MAX_BODY}`);
       if (n - pos >= len) {
-        this.onFrame(chunk.subarray(pos, pos + len));
+        this.onFrame(chunk, pos, len);
         pos += len;
       } else if (
         this.place &&
@@ -158,7 +158,7 @@ export class FrameDecoder {
     this.filled += n;
     if (this.filled === p.length) {
       this.partial = undefined;
-      this.onFrame(p);
+      this.onFrame(p, 0, p.length);
     }
   }
 
