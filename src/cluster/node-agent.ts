@@ -10,8 +10,8 @@ import {
   generateOnRank,
   loadRank,
   shardBytes,
+  type LoadedRank,
   type ParallelPlan,
-  type RankContext,
   type WireFormat,
 } from '../parallel/index.js';
 import {
@@ -58,7 +58,7 @@ export interface LoadRequest {
 /** One coordinator session: at most one loaded model. */
 class Session {
   private world: Communicator | undefined;
-  private ctx: RankContext | undefined;
+  private ctx: LoadedRank | undefined;
   private file: GgufModelFile | undefined;
   private kernels: Kernels | undefined;
 
@@ -126,6 +126,7 @@ class Session {
       world: this.world,
       wire: r.wire,
       logits: r.logits,
+      exchange: { provider: r.provider, host: r.fabricHost, secret: this.o.secret, timeoutMs: r.timeoutMs },
     });
     const c = this.ctx.model.config;
     return {
@@ -161,8 +162,10 @@ class Session {
 
   async unload(): Promise<void> {
     const world = this.world;
+    const exchange = this.ctx?.exchange;
     this.world = undefined;
     this.ctx = undefined;
+    await exchange?.close();
     if (world) await world.close().catch(() => undefined);
     this.file?.close();
     this.file = undefined;
@@ -170,6 +173,7 @@ class Session {
 
   /** The coordinator went away: fail fast on every peer, then free everything. */
   async end(): Promise<void> {
+    this.ctx?.exchange?.abort('the coordinator disconnected');
     this.world?.abort('the coordinator disconnected');
     await this.unload();
     await this.kernels?.close().catch(() => undefined);
@@ -177,6 +181,7 @@ class Session {
   }
 
   abort(reason: string): void {
+    this.ctx?.exchange?.abort(reason);
     this.world?.abort(reason);
   }
 }

@@ -3,6 +3,8 @@ import type { ErrorCategory } from './category.js';
 /** Error codes raised by the parallel layer, each with its category. Keep sorted by prefix. */
 export const parallelCodes = {
   PAR_BAD_PLAN: 'invalid_argument',
+  PAR_EXCHANGE: 'remote',
   PAR_NO_FIT: 'invalid_argument',
+  PAR_PEER_LOST: 'remote',
   PAR_WIRE: 'invalid_argument',
 } as const satisfies Record<string, ErrorCategory>;

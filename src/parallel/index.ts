@@ -20,4 +20,5 @@ export {
   type RankMetrics,
   type RankResult,
 } from './runner.js';
-export { loadRank, type LoadRankOptions } from './rank.js';
+export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
+export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';

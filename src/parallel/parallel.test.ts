@@ -26,14 +26,26 @@ async function distributed(
   plan: ParallelPlan,
   wire: WireFormat = 'f32',
   logits: 'full' | 'argmax' = 'full',
+  direct = false,
 ): Promise<RankResult[]> {
   const world = await createLocalWorld(plan.nodes, { timeoutMs: 10_000 });
+  const exchange = direct
+    ? { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 10_000 }
+    : undefined;
+  const ranks = await Promise.all(
+    world.map((w) =>
+      loadRank({ file, kernels, plan, world: w, wire, logits, ...(exchange ? { exchange } : {}) }),
+    ),
+  );
   try {
-    const ranks = await Promise.all(
-      world.map((w) => loadRank({ file, kernels, plan, world: w, wire, logits })),
-    );
+    if (direct)
+      assert.ok(
+        ranks.every((r) => (r.exchange !== undefined) === r.group.size > 1),
+        'tensor-parallel groups use the direct exchange',
+      );
     return await Promise.all(ranks.map((ctx) => generateOnRank(ctx, prompt, { maxTokens: steps })));
   } finally {
+    await Promise.all(ranks.map((r) => r.exchange?.close()));
     await Promise.all(world.map((w) => w.close()));
   }
 }
@@ -44,12 +56,15 @@ const models: [string, TinyModelOptions][] = [
   ['MoE (Mixtral)', { arch: 'llama', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 5 }],
 ];
 
-const layouts: [ParallelKind, number, number?][] = [
+// The fourth field: tensor-parallel groups exchange partial sums over the fabric directly (TpExchange).
+const layouts: [ParallelKind, number, (number | undefined)?, boolean?][] = [
   ['tp', 2],
-  ['tp', 3],
+  ['tp', 2, undefined, true],
+  ['tp', 3, undefined, true],
   ['pp', 2],
   ['pp', 3],
   ['hybrid', 4, 2],
+  ['hybrid', 4, 2, true],
 ];
 
 for (const [name, options] of models) {
@@ -57,13 +72,17 @@ for (const [name, options] of models) {
     const file = tinyModelFile(options);
     const expected = await single(file);
     const model = await Model.load(file, kernels);
-    const kinds: [ParallelKind, number, number?][] =
-      model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 4]] : layouts;
-    for (const [kind, nodes, tpSize] of kinds) {
+    const kinds: [ParallelKind, number, (number | undefined)?, boolean?][] =
+      model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 4, undefined, true]] : layouts;
+    for (const [kind, nodes, tpSize, direct] of kinds) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes, ...(tpSize ? { tpSize } : {}) });
-      const results = await distributed(file, plan);
+      const results = await distributed(file, plan, 'f32', 'full', direct);
       for (const r of results)
-        assert.deepEqual(r.tokens, expected, `${kind} on ${nodes} nodes, rank ${r.metrics.rank}`);
+        assert.deepEqual(
+          r.tokens,
+          expected,
+          `${kind} on ${nodes} nodes${direct ? ' (direct)' : ''}, rank ${r.metrics.rank}`,
+        );
       if (nodes > 1)
         assert.ok(
           results.some((r) => r.metrics.wireBytesPerToken > 0),
@@ -80,6 +99,7 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
   const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 2 });
   const argmax = await distributed(file, tp, 'f32', 'argmax');
   for (const r of argmax) assert.deepEqual(r.tokens, expected);
+  for (const r of await distributed(file, tp, 'f32', 'argmax', true)) assert.deepEqual(r.tokens, expected);
   const full = await distributed(file, tp, 'f32', 'full');
   assert.ok(
     argmax[0]!.metrics.wireBytesPerToken < full[0]!.metrics.wireBytesPerToken,
@@ -88,7 +108,7 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
   for (const wire of ['f16', 'q8'] as const) {
     for (const kind of ['tp', 'pp'] as const) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes: 2 });
-      const results = await distributed(file, plan, wire);
+      const results = await distributed(file, plan, wire, 'full', kind === 'tp');
       assert.equal(results[0]!.tokens.length, steps);
       for (const r of results) assert.deepEqual(r.tokens, results[0]!.tokens, `${wire} ${kind}: ranks agree`);
     }

@@ -6,6 +6,8 @@ import type { ModelFile } from '../engine/model/model-file.js';
 import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
+import type { ProviderName } from '../fabric/index.js';
+import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
 export interface LoadRankOptions {
@@ -17,13 +19,20 @@ export interface LoadRankOptions {
   wire?: WireFormat;
   /** `argmax` when decoding greedily: the vocabulary-parallel head then exchanges 8 bytes per rank. */
   logits?: 'full' | 'argmax';
+  /**
+   * Tensor-parallel groups of more than one rank exchange their partial sums directly over
+   * the fabric (see TpExchange) rather than through the communicator's router.
+   */
+  exchange?: { provider: ProviderName; host: string; secret: string; timeoutMs?: number };
 }
+
+export type LoadedRank = RankContext & { group: Communicator; exchange?: TpExchange };
 
 /**
  * Collective over `world`: splits it into tensor-parallel groups (one per pipeline stage)
  * and loads this rank's shard, reading only its slices of the file.
  */
-export async function loadRank(o: LoadRankOptions): Promise<RankContext & { group: Communicator }> {
+export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
   const me = o.plan.ranks[o.world.rank];
   assert.ok(
     me && o.world.size === o.plan.nodes,
@@ -33,7 +42,19 @@ export async function loadRank(o: LoadRankOptions): Promise<RankContext & { grou
     o.plan.tpSize === o.plan.nodes ? o.world : ((await o.world.split(me.stage, me.tpRank)) as Communicator);
   const meter = new CommMeter();
   const wire = o.wire ?? 'f32';
-  const comm = new CollectiveShardComm(group, { wire, logits: o.logits ?? 'full', meter });
-  const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
-  return { model, plan: o.plan, me, world: o.world, meter, wire, group };
+  const exchange =
+    o.exchange && group.size > 1 ? await TpExchange.connect({ group, wire, ...o.exchange }) : undefined;
+  try {
+    const comm = new CollectiveShardComm(group, {
+      wire,
+      logits: o.logits ?? 'full',
+      meter,
+      ...(exchange ? { exchange } : {}),
+    });
+    const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
+    return { model, plan: o.plan, me, world: o.world, meter, wire, group, ...(exchange ? { exchange } : {}) };
+  } catch (e) {
+    await exchange?.close();
+    throw e;
+  }
 }

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
 import type { ShardComm } from '../engine/model/comm.js';
+import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, encodeWire, decodeWire, type WireFormat } from './wire.js';
 
 /** Communication counters of one rank: bytes it sent and milliseconds it spent waiting on the group. */
@@ -46,6 +47,8 @@ export interface ShardCommOptions {
    */
   logits?: 'full' | 'argmax';
   meter?: CommMeter;
+  /** The group's direct exchange: all-reduces and the argmax head go through it when given. */
+  exchange?: TpExchange;
 }
 
 /**
@@ -58,6 +61,9 @@ export class CollectiveShardComm implements ShardComm {
   private readonly wire: WireFormat;
   private readonly logitsMode: 'full' | 'argmax';
   private f16: Uint16Array = new Uint16Array(0);
+  private readonly exchange: TpExchange | undefined;
+  private readonly best = new Float32Array(2);
+  private bestAll = new Float32Array(0);
 
   constructor(
     readonly comm: Communicator,
@@ -66,11 +72,18 @@ export class CollectiveShardComm implements ShardComm {
     this.wire = o.wire ?? 'f32';
     this.logitsMode = o.logits ?? 'full';
     this.meter = o.meter ?? new CommMeter();
+    this.exchange = o.exchange;
   }
 
   async allReduceSum(x: Float32Array): Promise<void> {
     const size = this.comm.size;
     if (size === 1) return;
+    const ex = this.exchange;
+    if (ex) {
+      await this.meter.time(0, ex.allReduceSum(x));
+      this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
+      return;
+    }
     if (this.wire === 'f16') {
       if (this.f16.length < x.length) this.f16 = new Uint16Array(x.length);
       const h = this.f16.subarray(0, x.length);
@@ -121,11 +134,16 @@ export class CollectiveShardComm implements ShardComm {
     const start = Math.floor((full.length * rank) / size);
     let best = 0;
     for (let i = 1; i < local.length; i++) if ((local[i] as number) > (local[best] as number)) best = i;
-    const mine = new Float32Array(2);
+    const mine = this.best;
     mine[0] = local.length > 0 ? (local[best] as number) : -Infinity;
     mine[1] = start + best;
-    const all = new Float32Array(2 * size);
-    await this.meter.time(8 * (size - 1), this.comm.allGather(mine, { out: all }));
+    if (this.bestAll.length !== 2 * size) this.bestAll = new Float32Array(2 * size);
+    const all = this.bestAll;
+    const ex = this.exchange;
+    await this.meter.time(
+      8 * (size - 1),
+      ex ? ex.allGather(mine, all) : this.comm.allGather(mine, { out: all }).then(() => undefined),
+    );
     full.fill(-Infinity);
     for (let r = 0; r < size; r++) full[all[2 * r + 1] as number] = all[2 * r] as number;
   }

@@ -85,7 +85,8 @@ for (const parallel of ['tp', 'pp'] as const) {
           }),
           (e) => {
             assert.ok(
-              isTandemError(e) && ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED'].includes(e.code),
+              isTandemError(e) &&
+                ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED', 'PAR_PEER_LOST'].includes(e.code),
               `typed error, got ${String(e)}`,
             );
             return true;
