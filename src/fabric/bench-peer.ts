@@ -29,9 +29,11 @@ for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
 
 for (const bytes of plan.sizes) {
   const n = counts(bytes, plan.iterations);
-  for (let i = 0; i < n.warm + n.lat; i++) {
-    await awaitImm(e);
-    writeImm(e, bytes, 3);
+  for (const poll of [true, false]) {
+    for (let i = 0; i < n.warm + n.lat; i++) {
+      await awaitImm(e, poll);
+      writeImm(e, bytes, 3);
+    }
   }
   await awaitImm(e);
   writeImm(e, 0, 4);

@@ -1,6 +1,9 @@
 /**
  * Fabric benchmark between two real processes (like ib_write_lat / ib_write_bw):
- * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip;
+ * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip. Like
+ *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.poll()`, the
+ *   public API) for the reply; a second pass waits with `await cq.wait()` instead (its spin,
+ *   then futex sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
  * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,
  *   answered by a zero-byte write_imm; bytes / time.
  * This process is rank 0 (listener); bench-peer.ts is rank 1 (a child process).
@@ -21,6 +24,7 @@ import {
   type ProviderName,
   type QueuePair,
   type RemoteRegion,
+  type WorkCompletion,
 } from './index.js';
 
 export const DEFAULT_SIZES = [8, 64, 512, 4096, 32768, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -32,6 +36,9 @@ export interface BenchRow {
   latency_us_p50: number | null;
   latency_us_p99: number | null;
   bandwidth_MBps: number | null;
+  /** Latency rows: the same ping-pong completed through `await cq.wait()` instead of busy `poll()`. */
+  wait_latency_us_p50?: number | null;
+  wait_latency_us_p99?: number | null;
 }
 
 export interface Plan {
@@ -81,10 +88,41 @@ export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion 
   return { addr: BigInt(r.addr), rkey: r.rkey, length: r.length };
 }
 
-/** Waits for one receive-with-immediate and reposts a receive. */
-export async function awaitImm(e: Endpoint): Promise<number> {
-  const [wc] = expectSuccess(await e.rcq.wait({ ...WAIT, max: 1 }));
-  e.qp.postRecv({ wrId: 0, sgl: [] });
+const NO_SGL: [] = [];
+/** Busy-polling yields to the event loop this often (peer-loss events, timers). */
+const YIELD_MS = 2;
+
+/**
+ * Waits for one receive-with-immediate and reposts a receive. `poll`: busy-polls `cq.poll(1)`
+ * (what verbs perftests do), turning the event loop every YIELD_MS; else `await cq.wait()`.
+ */
+export async function awaitImm(e: Endpoint, poll = false): Promise<number> {
+  let wc: WorkCompletion | undefined;
+  if (poll) {
+    wc = e.rcq.poll(1)[0];
+    if (wc === undefined) {
+      const start = performance.now();
+      let turn = start;
+      for (let i = 1; wc === undefined; i++) {
+        wc = e.rcq.poll(1)[0];
+        if ((i & 63) === 0 && wc === undefined) {
+          const now = performance.now();
+          if (now - start > WAIT.timeoutMs)
+            throw new TandemError('FABRIC_WAIT_TIMEOUT', `no reply within ${WAIT.timeoutMs} ms`, {
+              hint: 'the benchmark peer is gone or stuck',
+            });
+          if (now - turn > YIELD_MS) {
+            await new Promise((r) => setImmediate(r));
+            turn = performance.now();
+          }
+        }
+      }
+    }
+    expectSuccess([wc]);
+  } else {
+    [wc] = expectSuccess(await e.rcq.wait({ ...WAIT, max: 1 }));
+  }
+  e.qp.postRecv({ wrId: 0, sgl: NO_SGL });
   return wc?.imm ?? -1;
 }
 
@@ -132,21 +170,27 @@ async function measure(
 ): Promise<void> {
   for (const bytes of plan.sizes) {
     const n = counts(bytes, plan.iterations);
-    const half: number[] = [];
-    for (let i = 0; i < n.warm + n.lat; i++) {
-      const t0 = performance.now();
-      writeImm(e, bytes, 2);
-      await awaitImm(e);
-      if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
+    const passes: number[][] = [];
+    for (const poll of [true, false]) {
+      const half: number[] = [];
+      for (let i = 0; i < n.warm + n.lat; i++) {
+        const t0 = performance.now();
+        writeImm(e, bytes, 2);
+        await awaitImm(e, poll);
+        if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
+      }
+      passes.push(half.sort((a, b) => a - b));
     }
-    half.sort((a, b) => a - b);
+    const [polled, waited] = passes as [number[], number[]];
     onRow({
       provider,
       op: 'latency',
       bytes,
-      latency_us_p50: round(percentile(half, 50), 2),
-      latency_us_p99: round(percentile(half, 99), 2),
+      latency_us_p50: round(percentile(polled, 50), 2),
+      latency_us_p99: round(percentile(polled, 99), 2),
       bandwidth_MBps: null,
+      wait_latency_us_p50: round(percentile(waited, 50), 2),
+      wait_latency_us_p99: round(percentile(waited, 99), 2),
     });
     await stream(e, bytes, Math.min(n.bw, 4)); // warm-up
     await awaitImm(e);
@@ -232,7 +276,12 @@ export function formatRow(r: BenchRow): string {
         ? `${r.bytes / 1024} KiB`
         : `${r.bytes} B`;
   if (r.op === 'latency')
-    return `${r.provider.padEnd(4)} latency    ${size.padStart(8)}  p50 ${String(r.latency_us_p50).padStart(9)} us  p99 ${String(r.latency_us_p99).padStart(9)} us`;
+    return (
+      `${r.provider.padEnd(4)} latency    ${size.padStart(8)}  p50 ${String(r.latency_us_p50).padStart(9)} us  p99 ${String(r.latency_us_p99).padStart(9)} us` +
+      (r.wait_latency_us_p50 == null
+        ? ''
+        : `   (await wait(): p50 ${String(r.wait_latency_us_p50)} us  p99 ${String(r.wait_latency_us_p99)} us)`)
+    );
   return `${r.provider.padEnd(4)} bandwidth  ${size.padStart(8)}  ${String(r.bandwidth_MBps).padStart(10)} MB/s`;
 }
 
