@@ -57,40 +57,68 @@ function laneChunks(chunks: readonly Range[], order: readonly number[], lanes: n
   return order.map((r) => splitRange(chunks[r] as Range, lanes, align)[lane] as Range);
 }
 
+/** A receive posted ahead of its turn: its rejection (an abort) is seen when awaited, not as unhandled. */
+function early<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => undefined);
+  return p;
+}
+
+/**
+ * The receives of a ring reduce-scatter lane, posted at once: fragments that arrive before
+ * their step is reached stream straight into their sinks instead of waiting in a copy.
+ * (Safe: a step's chunk is never the one being sent, and the mailbox serves steps in order.)
+ */
+export function prepostReduceScatter(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number): Promise<void>[] {
+  const n = order.length;
+  const p = order.indexOf(call.rank);
+  const prev = order[(p - 1 + n) % n] as number;
+  return ringReduceScatterSteps(n, p).map((st, s) => early(call.recvReduce(prev, sub(data, chunks[st.recv] as Range), lane, s)));
+}
+
+/** The receives of a ring all-gather lane, posted at once (raw wire only; q8 forwards whole payloads). */
+export function prepostAllGather(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number): Promise<void>[] | undefined {
+  if (call.spec.q8) return undefined;
+  const n = order.length;
+  const p = order.indexOf(call.rank);
+  const prev = order[(p - 1 + n) % n] as number;
+  return ringAllGatherSteps(n, p).map((st, s) => early(call.recvCopy(prev, sub(data, chunks[st.recv] as Range), lane, stepBase + s)));
+}
+
 /** Ring reduce-scatter on one lane: afterwards this rank holds its chunk fully reduced. */
-export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number): Promise<void> {
+export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, pre?: Promise<void>[]): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
-  const prev = order[(p - 1 + n) % n] as number;
+  const recvs = pre ?? prepostReduceScatter(call, data, order, chunks, lane);
   const steps = ringReduceScatterSteps(n, p);
   for (let s = 0; s < steps.length; s++) {
     const st = steps[s] as (typeof steps)[number];
     const out = call.send(next, call.encode(sub(data, chunks[st.send] as Range)), lane, s);
-    await call.recvReduce(prev, sub(data, chunks[st.recv] as Range), lane, s);
+    await recvs[s];
     await out;
   }
 }
 
 /** Ring all-gather on one lane: forwards what arrived, so q8 payloads travel unchanged. */
-export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number): Promise<void> {
+export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number, pre?: Promise<void>[]): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
   const prev = order[(p - 1 + n) % n] as number;
+  const recvs = pre ?? prepostAllGather(call, data, order, chunks, lane, stepBase);
   let carry = call.settle(sub(data, chunks[p] as Range));
   const steps = ringAllGatherSteps(n, p);
   for (let s = 0; s < steps.length; s++) {
     const st = steps[s] as (typeof steps)[number];
     const out = call.send(next, carry, lane, stepBase + s);
     const into = sub(data, chunks[st.recv] as Range);
-    if (call.spec.q8) {
-      // forward the received packing unchanged: re-quantising decoded values could differ
+    if (recvs === undefined) {
+      // q8: forward the received packing unchanged: re-quantising decoded values could differ
       const payload = await call.recv(prev, call.wireBytes(into.length), lane, stepBase + s);
       call.copyFrom(into, payload);
       carry = payload;
     } else {
-      await call.recvCopy(prev, into, lane, stepBase + s);
+      await recvs[s];
       carry = call.encode(into);
     }
     await out;
@@ -105,8 +133,10 @@ export async function allReduceRing(call: Call, data: DTypeArray, order: readonl
   await Promise.all(
     lanes.map(async (o, lane) => {
       const mine = laneChunks(chunks, o, lanes.length, lane, align);
-      await ringReduceScatterLane(call, data, o, mine, lane);
-      await ringAllGatherLane(call, data, o, mine, lane, call.size);
+      const rs = prepostReduceScatter(call, data, o, mine, lane);
+      const ag = prepostAllGather(call, data, o, mine, lane, call.size);
+      await ringReduceScatterLane(call, data, o, mine, lane, rs);
+      await ringAllGatherLane(call, data, o, mine, lane, call.size, ag);
     }),
   );
 }

@@ -45,10 +45,24 @@ export interface Message {
 interface Outgoing {
   header: Header;
   payload: Uint8Array;
-  /** Resolves the sender once its last fragment is copied into a send slot. */
+  /** Resolves the sender once its last fragment is copied out (or, zero-copy, written). */
   done?: () => void;
   fail?: (e: unknown) => void;
+  /** The payload is the caller's memory and may be written from in place (not a relay's copy). */
+  own?: boolean;
 }
+
+/** A registration of a caller's buffer, reused while the buffer comes back (LRU, bounded). */
+interface Registered {
+  mr: MemoryRegion;
+  inflight: number;
+  used: number;
+}
+
+/** Payloads at least this long are written from the caller's memory without a copy. */
+const ZERO_COPY_MIN = 64 * 1024;
+/** Caller buffers kept registered at most (RDMA hardware caps regions per device). */
+const MAX_REGISTERED = 16;
 
 interface Link {
   index: number;
@@ -64,6 +78,8 @@ interface Link {
   dead: boolean;
   /** The peer's receive slots, once its hello arrived: fragments then go by RDMA WRITE WITH IMMEDIATE. */
   remote: RemoteAddress | undefined;
+  /** Per send slot: the zero-copy fragment it carries (settled when the write completes). */
+  inFlight: (Outgoing | undefined)[];
   /** Messages posted / received on this link so far: message k uses slot k % slots on the receiver. */
   sent: number;
   received: number;
@@ -108,8 +124,7 @@ const DEFAULT_SPIN_MS = 0.5;
 const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
 let spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
 let loadCheckedAt = -Infinity;
-function spinWindowMs(): number {
-  const now = performance.now();
+function spinWindowMs(now: number): number {
   if (fixedSpin === undefined && now - loadCheckedAt > 1000) {
     loadCheckedAt = now;
     spinMs = (loadavg()[0] ?? 0) > availableParallelism() + 0.5 ? 0 : DEFAULT_SPIN_MS;
@@ -138,6 +153,8 @@ export class Router {
   private leaving = false;
   private pumpDone: Promise<void> = Promise.resolve();
   private readonly abortListeners: ((e: TandemError) => void)[] = [];
+  private readonly regs = new Map<ArrayBufferLike, Registered>();
+  private regClock = 0;
   /** Receives that wait for a message (the pump spins while there are any). */
   private waiting = 0;
   /** Calls in progress on any communicator of this world (marked by the communicators). */
@@ -166,6 +183,7 @@ export class Router {
         queueHead: 0,
         dead: false,
         remote: undefined,
+        inFlight: new Array<Outgoing | undefined>(2 * this.slots),
         sent: 0,
         received: 0,
       };
@@ -257,6 +275,7 @@ export class Router {
           out.done = resolve;
           out.fail = reject;
         }
+        out.own = true;
         link.queue.push(out);
       }
       this.drain(link);
@@ -270,8 +289,7 @@ export class Router {
       const control = out.header.kind !== MessageKind.data;
       if (link.credits < (control ? 1 : 2)) break;
       link.queueHead++;
-      this.post(link, out);
-      out.done?.();
+      if (!this.post(link, out)) out.done?.();
     }
     if (link.queueHead > 1024 && link.queueHead * 2 > link.queue.length) {
       link.queue = link.queue.slice(link.queueHead);
@@ -284,16 +302,26 @@ export class Router {
     }
   }
 
-  private post(link: Link, out: Outgoing): void {
+  /** Posts one fragment; true when it goes zero-copy (it is settled on its completion, not now). */
+  private post(link: Link, out: Outgoing): boolean {
     const slot = link.freeSend.pop() as number;
     const at = slot * this.slotBytes;
     out.header.credits = link.owed;
     link.owed = 0;
     link.credits--;
     writeHeader(link.view, at, out.header);
-    link.mr.buffer.set(out.payload, at + headerBytes);
+    const len = out.payload.byteLength;
+    const reg = out.own && link.remote !== undefined && len >= ZERO_COPY_MIN ? this.registered(out.payload) : undefined;
+    let sgl;
+    if (reg) {
+      reg.inflight++;
+      link.inFlight[slot] = out;
+      sgl = [link.mr.sge(at, headerBytes), reg.mr.sge(out.payload.byteOffset, len)];
+    } else {
+      link.mr.buffer.set(out.payload, at + headerBytes);
+      sgl = [link.mr.sge(at, headerBytes + len)];
+    }
     const target = link.sent++ % this.slots;
-    const sgl = [link.mr.sge(at, headerBytes + out.payload.byteLength)];
     const wrId = link.index * 65536 + slot * 2;
     try {
       if (link.remote === undefined) link.qp.postSend({ wrId, opcode: 'send', sgl });
@@ -301,6 +329,43 @@ export class Router {
     } catch (e) {
       this.linkFailed(link, e);
     }
+    return reg !== undefined;
+  }
+
+  /** The registration of the buffer under `bytes` (registered on first use, evicted LRU when idle). */
+  private registered(bytes: Uint8Array): Registered | undefined {
+    const buffer = bytes.buffer;
+    let r = this.regs.get(buffer);
+    if (r === undefined) {
+      if (this.regs.size >= MAX_REGISTERED) {
+        let oldest: [ArrayBufferLike, Registered] | undefined;
+        for (const e of this.regs) if (e[1].inflight === 0 && (oldest === undefined || e[1].used < oldest[1].used)) oldest = e;
+        if (oldest === undefined) return undefined;
+        this.regs.delete(oldest[0]);
+        oldest[1].mr.deregister();
+      }
+      const pd = this.links[0]?.qp.pd;
+      if (pd === undefined) return undefined;
+      try {
+        r = { mr: pd.register(new Uint8Array(buffer), Access.NONE), inflight: 0, used: 0 };
+      } catch {
+        return undefined;
+      }
+      this.regs.set(buffer, r);
+    }
+    r.used = ++this.regClock;
+    return r;
+  }
+
+  /** A zero-copy fragment's write completed (or failed): the caller's memory is free again. */
+  private settle(link: Link, slot: number, error?: unknown): void {
+    const out = link.inFlight[slot];
+    if (out === undefined) return;
+    link.inFlight[slot] = undefined;
+    const r = this.regs.get(out.payload.buffer);
+    if (r) r.inflight--;
+    if (error === undefined) out.done?.();
+    else out.fail?.(error);
   }
 
   /**
@@ -344,12 +409,13 @@ export class Router {
       try {
         wcs = this.cq.poll(512);
         if (wcs.length === 0) {
-          const now = performance.now();
-          // Spin (polling, yielding only to promise continuations) while something waits and
-          // the spin window since the last completion lasts; every few turns let the event
-          // loop run (timers, sockets). Then fall back to the fabric's sleeping wait.
-          if (this.pending()) idleSince = now;
-          if (now - idleSince < spinWindowMs()) {
+          // Spin (polling, yielding only to promise continuations) while a call is active and
+          // for the spin window after; every few turns let the event loop run (timers,
+          // sockets). Then fall back to the fabric's sleeping wait.
+          const busy = this.pending();
+          const now = busy && (turns & 15) !== 0 ? idleSince : performance.now();
+          if (busy) idleSince = now;
+          if (now - idleSince < spinWindowMs(now) || (busy && spinMs > 0)) {
             if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
             else await undefined;
             continue;
@@ -382,9 +448,11 @@ export class Router {
     const slot = (wc.wrId % 65536) >> 1;
     if (wc.status !== 'success') {
       this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
+      if ((wc.wrId & 1) === 0) this.settle(link, slot, this.error ?? new Error(`work completion ${wc.status}`));
       return;
     }
     if ((wc.wrId & 1) === 0) {
+      this.settle(link, slot);
       link.freeSend.push(slot);
       this.drain(link);
       return;
@@ -494,6 +562,7 @@ export class Router {
       hint: 'every rank must make the same calls before close(); a rank closed while others still needed it',
       details: { rank: link.peer, reportedBy: this.rank },
     });
+    for (let slot = 0; slot < link.inFlight.length; slot++) this.settle(link, slot, e);
     for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(e);
     link.queue = [];
     link.queueHead = 0;
@@ -542,6 +611,7 @@ export class Router {
     const lost = error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number' ? error.details.rank : NO_RANK;
     const body = new TextEncoder().encode(JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, 4000));
     for (const link of this.links) {
+      for (let slot = 0; slot < link.inFlight.length; slot++) this.settle(link, slot, error);
       for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(error);
       link.queue = [];
       link.queueHead = 0;
@@ -605,6 +675,15 @@ export class Router {
     const closing = Promise.all(this.links.map((l) => l.qp.close().catch(() => undefined)));
     await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, 2000)))]); // never hang on a dead peer
     clearTimeout(timer);
+    for (const l of this.links) for (let slot = 0; slot < l.inFlight.length; slot++) this.settle(l, slot, this.error);
+    for (const r of this.regs.values()) {
+      try {
+        r.mr.deregister();
+      } catch {
+        /* already gone with its device */
+      }
+    }
+    this.regs.clear();
     for (const l of this.links) {
       try {
         l.mr.deregister();
