@@ -195,3 +195,23 @@ for (const cacheType of ['f32', 'f16'] as const) {
     }
   });
 }
+
+test('rope with the cached angle table equals the reference bit for bit (normal, neox, partial, freq factors, growing positions)', async () => {
+  const k = await wasm(1);
+  const params = [
+    { headDim: 16, style: 'normal', freqBase: 10000 },
+    { headDim: 16, ropeDim: 8, style: 'neox', freqBase: 1000000, freqScale: 0.5 },
+    { headDim: 8, style: 'normal', freqBase: 500000, freqFactors: new Float32Array([1, 2, 4, 8]) },
+  ] as const;
+  for (const p of params) {
+    let seed = 300;
+    for (const positions of [[0, 1, 2], [3], [200, 7, 90], [5000]]) {
+      const pos = new Int32Array(positions);
+      const x = randomFloats(positions.length * 3 * p.headDim, seed++, 4);
+      const want = x.slice();
+      ref.rope(want, pos, 3, p);
+      k.rope(x, pos, 3, p);
+      assert.deepEqual(x, want, `${p.style} ${positions.join(',')}`);
+    }
+  }
+});

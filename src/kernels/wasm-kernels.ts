@@ -6,7 +6,7 @@ import { kernelNames, kernelsModule, op } from './wasm-module.js';
 import { resolveSlice, type SlicedWeight } from './weight-source.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
 import { dequantRow } from './ref/quant-ref.js';
-import { rmsNormRef, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
+import { rmsNormRef, ropeAngles, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
 import { GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
 
 /** Tokens from which Q8_0 matmuls on the native VNNI kernels take the GEMM kernel (mm_q8t). */
@@ -16,6 +16,16 @@ const GEMM_TOKENS = 12;
 export const DEFAULT_ARENA_BYTES = 3 * 1024 ** 3;
 
 type Fn = (...args: number[]) => number;
+
+/** Rotary angles for positions 0..positions-1: [positions, ropeDim/2] each. */
+interface RopeTable {
+  positions: number;
+  cos: Float32Array;
+  sin: Float32Array;
+}
+
+/** Positions beyond this are rotated without the cached angle table. */
+const ROPE_TABLE_MAX = 1 << 20;
 
 interface ArenaSlot {
   arena: Arena;
@@ -75,6 +85,7 @@ function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
  */
 export class WasmKernels implements Kernels {
   private readonly slots: ArenaSlot[] = [];
+  private readonly ropeTables = new WeakMap<RopeParams, RopeTable>();
 
   private constructor(
     private readonly pool: ThreadPool,
@@ -270,7 +281,59 @@ export class WasmKernels implements Kernels {
   }
 
   rope(x: Float32Array, positions: Int32Array, heads: number, params: RopeParams): void {
-    ropeRef(x, positions, heads, params);
+    const hd = params.headDim;
+    const half = (params.ropeDim ?? hd) / 2;
+    const neox = params.style === 'neox';
+    const table = this.ropeTable(params, positions);
+    if (!table) {
+      ropeRef(x, positions, heads, params);
+      return;
+    }
+    const fr = Math.fround;
+    for (let t = 0; t < positions.length; t++) {
+      const at = (positions[t] as number) * half;
+      for (let h = 0; h < heads; h++) {
+        const o = (t * heads + h) * hd;
+        for (let i = 0; i < half; i++) {
+          const a = neox ? o + i : o + 2 * i;
+          const b = neox ? o + i + half : o + 2 * i + 1;
+          const x0 = x[a] as number;
+          const x1 = x[b] as number;
+          const c = table.cos[at + i] as number;
+          const s = table.sin[at + i] as number;
+          x[a] = fr(x0 * c) - fr(x1 * s);
+          x[b] = fr(x0 * s) + fr(x1 * c);
+        }
+      }
+    }
+  }
+
+  /**
+   * cos/sin per position for one RopeParams object (the model passes the same one to every
+   * layer), computed once by ropeAngles and grown as positions grow; undefined for positions
+   * outside 0..ROPE_TABLE_MAX (the reference then computes them per call).
+   */
+  private ropeTable(params: RopeParams, positions: Int32Array): RopeTable | undefined {
+    let top = 0;
+    for (const p of positions) {
+      if (!(p >= 0 && p < ROPE_TABLE_MAX)) return undefined;
+      top = Math.max(top, p + 1);
+    }
+    const half = (params.ropeDim ?? params.headDim) / 2;
+    let table = this.ropeTables.get(params);
+    if (!table || table.positions < top) {
+      const size = Math.max(top, 2 * (table?.positions ?? 0), 64);
+      const next: RopeTable = { positions: size, cos: new Float32Array(size * half), sin: new Float32Array(size * half) };
+      const from = table?.positions ?? 0;
+      if (table) {
+        next.cos.set(table.cos);
+        next.sin.set(table.sin);
+      }
+      for (let p = from; p < size; p++) ropeAngles(p, params, next.cos.subarray(p * half, (p + 1) * half), next.sin.subarray(p * half, (p + 1) * half));
+      this.ropeTables.set(params, next);
+      table = next;
+    }
+    return table;
   }
 
   softmax(x: Float32Array, n: number, len: number): void {
