@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { f16ToF32Table } from './half.js';
 
 /**
  * Element types the collectives move and reduce. f16 and bf16 travel as raw 16-bit patterns
@@ -125,12 +126,8 @@ export function toBf16(x: number): number {
   return toNarrow(x, 7, 127, 8);
 }
 
-/** Decoded value of every 16-bit pattern: decoding is a table lookup on the hot path. */
-export const f16Table: Float32Array = (() => {
-  const t = new Float32Array(65536);
-  for (let i = 0; i < 65536; i++) t[i] = fromNarrow(i, 10, 15, 5);
-  return t;
-})();
+/** Decoded value of every 16-bit pattern: decoding is a table lookup on the hot path (the kernels' f16 table). */
+export const f16Table: Float32Array = f16ToF32Table;
 
 export const bf16Table: Float32Array = (() => {
   const t = new Float32Array(65536);
