@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { makeModel } from '../../engine/format/make-model.js';
-import { generate, openModel } from '../../engine/index.js';
+import { ChatTemplate, generate, openModel } from '../../engine/index.js';
 
 const bin = resolve(import.meta.dirname, '../../../bin/tandem.js');
 let dir: string;
@@ -39,6 +39,30 @@ test('tandem run --json: greedy tokens equal the engine\'s, with text and timing
   } finally {
     await opened.close();
   }
+});
+
+test('tandem run --chat renders the model\'s chat template around the prompt (greedy tokens equal the engine\'s on the rendered prompt)', async () => {
+  const r = tandem('run', path, '--chat', '--system', 'Be brief.', '--prompt', 'Hello there', '--max-tokens', '6', '--temperature', '0', '--threads', '1', '--json');
+  assert.equal(r.code, 0, r.stderr);
+  const out = JSON.parse(r.stdout) as { tokens: number[] };
+  const opened = await openModel(path, { threads: 1 });
+  try {
+    const tokenizer = opened.tokenizer!;
+    const source = opened.file.meta('tokenizer.chat_template') as string;
+    const prompt = ChatTemplate.fromModel(source).encode(tokenizer, [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hello there' },
+    ]);
+    assert.notDeepEqual(prompt, tokenizer.encode('Hello there'), 'the template adds turn markers');
+    const expected = await generate(opened.model, opened.model.newSession({ contextLength: 128 }), prompt, { maxTokens: 6 });
+    const eog = expected.tokens.findIndex((t) => tokenizer.isEndOfGeneration(t));
+    assert.deepEqual(out.tokens, eog < 0 ? expected.tokens : expected.tokens.slice(0, eog + 1));
+  } finally {
+    await opened.close();
+  }
+  const noPrompt = tandem('run', path, '--chat', '--prompt-tokens', '1,2');
+  assert.equal(noPrompt.code, 3);
+  assert.match(noPrompt.stderr, /CLI_USAGE/);
 });
 
 test('tandem run streams text from a text prompt, and reports usage errors and context limits', () => {

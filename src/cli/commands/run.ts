@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
-import { Sampler, generate, openModel, type TokenPicker } from '../../engine/index.js';
+import { ChatTemplate, Sampler, generate, openModel, type ChatMessage, type TokenPicker } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { checkWire, parallelKinds, parseBytes, type ParallelKind } from '../../parallel/index.js';
 
@@ -28,6 +28,8 @@ export const command = defineCommand({
   options: {
     prompt: { type: 'string', description: 'prompt text (tokenized with the model\'s tokenizer, BOS added as the model asks)', placeholder: 'text' },
     'prompt-tokens': { type: 'list', description: 'prompt as comma-separated token ids instead of text', placeholder: 'ids' },
+    chat: { type: 'boolean', description: 'render --prompt as a user turn in the model\'s chat template (tokenizer.chat_template), ready for the assistant\'s reply' },
+    system: { type: 'string', description: 'with --chat: a system message before the user turn', placeholder: 'text' },
     'max-tokens': { type: 'number', description: 'tokens to generate at most', default: 128 },
     temperature: { type: 'number', description: 'sampling temperature; 0 is greedy', default: 0.8 },
     'top-k': { type: 'number', description: 'keep the k most likely tokens (0 disables)', default: 40 },
@@ -48,12 +50,23 @@ export const command = defineCommand({
     'mem-limit': { type: 'string', description: 'bytes each node may hold, e.g. 8G; stops before loading when the model cannot fit', placeholder: 'BYTES' },
     secret: { type: 'string', description: 'cluster secret for --hosts (default: TANDEM_SECRET)' },
   },
-  examples: ['tandem run model.gguf --prompt "Once upon a time" --max-tokens 64', 'tandem run model.gguf --prompt-tokens 1,450,4996 --temperature 0 --json'],
+  examples: [
+    'tandem run model.gguf --prompt "Once upon a time" --max-tokens 64',
+    'tandem run model.gguf --chat --prompt "Name three colours." --temperature 0',
+    'tandem run model.gguf --prompt-tokens 1,450,4996 --temperature 0 --json',
+  ],
   async run({ options, positionals }) {
     const path = positionals[0] as string;
     const ids = options['prompt-tokens'];
     if ((options.prompt === undefined) === (ids === undefined)) {
       throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
+    }
+    if ((options.chat || options.system !== undefined) && options.prompt === undefined) {
+      throw usage('--chat and --system need a text --prompt', 'for example --chat --prompt "Hello"');
+    }
+    if (options.system !== undefined && !options.chat) throw usage('--system needs --chat', 'add --chat');
+    if (options.chat && (options.nodes !== undefined || options.hosts !== undefined)) {
+      throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
     }
     if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, ids ? parseTokenIds(ids) : undefined);
     const threads = options.threads ?? availableParallelism();
@@ -69,7 +82,15 @@ export const command = defineCommand({
     const opened = await openModel(path, { threads });
     try {
       const { model, tokenizer } = opened;
-      const prompt = ids ? parseTokenIds(ids) : (tokenizer?.encode(options.prompt as string) ?? []);
+      let prompt: number[];
+      if (options.chat) {
+        if (!tokenizer) throw usage('--chat needs the tokenizer in the model file', 'pass a GGUF file with tokenizer metadata');
+        const messages: ChatMessage[] = [...(options.system !== undefined ? [{ role: 'system', content: options.system }] : []), { role: 'user', content: options.prompt as string }];
+        const source = opened.file.meta('tokenizer.chat_template');
+        prompt = ChatTemplate.fromModel(typeof source === 'string' ? source : undefined).encode(tokenizer, messages);
+      } else {
+        prompt = ids ? parseTokenIds(ids) : (tokenizer?.encode(options.prompt as string) ?? []);
+      }
       const contextLength = Math.min(options.context ?? Math.min(4096, model.config.contextLength), model.config.contextLength);
       const cache = model.newSession({ contextLength, kvType: options['kv-type'] as 'f32' | 'f16' });
       sampler.accept(...prompt);
