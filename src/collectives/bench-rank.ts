@@ -75,14 +75,22 @@ for (const bytes of config.sizes) {
   const iters = iterationsFor(bytes, config.iterations);
   for (let w = 0; w < Math.max(2, Math.floor(iters / 10)); w++) await run();
   await comm.barrier();
+  const each = new Float64Array(iters);
   const t0 = performance.now();
-  for (let i = 0; i < iters; i++) await run();
+  for (let i = 0, t = t0; i < iters; i++) {
+    await run();
+    const now = performance.now();
+    each[i] = now - t;
+    t = now;
+  }
   const us = ((performance.now() - t0) * 1000) / iters;
+  each.sort();
+  const p50 = (each[Math.floor(iters / 2)] as number) * 1000;
   const chosen = comm.lastAlgorithm ?? 'mesh';
-  // the slowest rank's time, like nccl-tests
-  const worst = Float32Array.of(us);
+  // the slowest rank's mean (nccl-tests' and Open MPI's statistic) and median
+  const worst = Float32Array.of(us, p50);
   await comm.allReduce(worst, { op: 'max', algorithm: 'mesh' });
-  if (config.rank === 0) print(`ROW ${JSON.stringify({ bytes, time_us: worst[0], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`);
+  if (config.rank === 0) print(`ROW ${JSON.stringify({ bytes, time_us: worst[0], p50_us: worst[1], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`);
 }
 await comm.close();
 print('DONE');

@@ -26,6 +26,8 @@ export interface CollRow {
   time_us: number;
   algbw_GBps: number;
   busbw_GBps: number;
+  /** Median time of one call (the slowest rank's), beside the mean that nccl-tests and Open MPI report. */
+  p50_us?: number;
 }
 
 export interface AnchorRow {
@@ -44,10 +46,13 @@ export function busFactor(op: BenchOp, n: number): number {
   return (n - 1) / n;
 }
 
-export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algorithm: string, bytes: number, timeUs: number): CollRow {
+/** `timeUs` is the mean time per call (the statistic of nccl-tests and of the Open MPI anchor); algbw and busbw derive from it. */
+export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algorithm: string, bytes: number, timeUs: number, p50Us?: number): CollRow {
   const algbw = bytes / timeUs / 1e3;
   const round = (x: number): number => Math.round(x * 1000) / 1000;
-  return { op, ranks, provider, algorithm, bytes, time_us: round(timeUs), algbw_GBps: round(algbw), busbw_GBps: round(algbw * busFactor(op, ranks)) };
+  const row: CollRow = { op, ranks, provider, algorithm, bytes, time_us: round(timeUs), algbw_GBps: round(algbw), busbw_GBps: round(algbw * busFactor(op, ranks)) };
+  if (p50Us !== undefined) row.p50_us = round(p50Us);
+  return row;
 }
 
 const rankScript = join(import.meta.dirname, 'bench-rank.ts');
@@ -97,8 +102,8 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
           const address = l.slice(10).trim();
           for (let r = 1; r < o.ranks; r++) spawnRank(r, address).on('exit', exit(r));
         } else if (l.startsWith('ROW ')) {
-          const raw = JSON.parse(l.slice(4)) as { bytes: number; time_us: number; algorithm: string; chosen: string };
-          const row = toRow(o.op, o.ranks, o.provider, raw.algorithm === 'auto' ? `auto:${raw.chosen}` : raw.algorithm, raw.bytes, raw.time_us);
+          const raw = JSON.parse(l.slice(4)) as { bytes: number; time_us: number; p50_us?: number; algorithm: string; chosen: string };
+          const row = toRow(o.op, o.ranks, o.provider, raw.algorithm === 'auto' ? `auto:${raw.chosen}` : raw.algorithm, raw.bytes, raw.time_us, raw.p50_us);
           rows.push(row);
           onRow(row);
         }
@@ -148,12 +153,12 @@ export function anchorFor(anchors: readonly AnchorRow[], row: CollRow): AnchorRo
 }
 
 export function header(withAnchor: boolean): string {
-  const base = `${'bytes'.padStart(12)} ${'algorithm'.padStart(10)} ${'time_us'.padStart(11)} ${'algbw GB/s'.padStart(11)} ${'busbw GB/s'.padStart(11)}`;
+  const base = `${'bytes'.padStart(12)} ${'algorithm'.padStart(10)} ${'time_us'.padStart(11)} ${'algbw GB/s'.padStart(11)} ${'busbw GB/s'.padStart(11)} ${'p50_us'.padStart(10)}`;
   return withAnchor ? `${base} ${'ompi us'.padStart(10)} ${'ompi busbw'.padStart(11)}` : base;
 }
 
 export function formatRow(r: CollRow, anchor?: AnchorRow | null): string {
-  const base = `${String(r.bytes).padStart(12)} ${r.algorithm.padStart(10)} ${r.time_us.toFixed(2).padStart(11)} ${r.algbw_GBps.toFixed(3).padStart(11)} ${r.busbw_GBps.toFixed(3).padStart(11)}`;
+  const base = `${String(r.bytes).padStart(12)} ${r.algorithm.padStart(10)} ${r.time_us.toFixed(2).padStart(11)} ${r.algbw_GBps.toFixed(3).padStart(11)} ${r.busbw_GBps.toFixed(3).padStart(11)} ${(r.p50_us === undefined ? '-' : r.p50_us.toFixed(2)).padStart(10)}`;
   if (anchor === undefined) return base;
   return `${base} ${(anchor ? anchor.time_us.toFixed(2) : '-').padStart(10)} ${(anchor ? anchor.busbw_GBps.toFixed(3) : '-').padStart(11)}`;
 }

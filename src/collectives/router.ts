@@ -404,6 +404,7 @@ export class Router {
   private async pump(): Promise<void> {
     let idleSince = performance.now();
     let turns = 0;
+    let settled = false;
     while (!this.closing) {
       let wcs: WorkCompletion[];
       try {
@@ -420,6 +421,14 @@ export class Router {
             else await undefined;
             continue;
           }
+          // The fabric's wait may block the thread in the kernel before it first yields: let
+          // everything runnable here run first (it may be about to post the send the peer
+          // waits for), then poll once more before sleeping.
+          if (!settled) {
+            settled = true;
+            await new Promise<void>((resolve) => setImmediate(resolve));
+            continue;
+          }
           wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
         }
       } catch (e) {
@@ -428,6 +437,7 @@ export class Router {
         this.abort(new TandemError('COLL_ABORTED', `rank ${this.rank}: waiting for completions failed: ${(e as Error).message}`, { hint: 'see the cause', cause: e }));
         return;
       }
+      settled = false;
       for (const wc of wcs) this.complete(wc);
       idleSince = performance.now();
       // Let the algorithms run what these completions unblocked (and post their next sends).
