@@ -47,12 +47,23 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
   try {
     const comm = new CollectiveShardComm(group, {
       wire,
+      reducesPerForward: 2 * (me.shard.layers.end - me.shard.layers.start),
       logits: o.logits ?? 'full',
       meter,
       ...(exchange ? { exchange } : {}),
     });
     const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
-    return { model, plan: o.plan, me, world: o.world, meter, wire, group, ...(exchange ? { exchange } : {}) };
+    return {
+      model,
+      plan: o.plan,
+      me,
+      world: o.world,
+      meter,
+      wire,
+      group,
+      shardComm: comm,
+      ...(exchange ? { exchange } : {}),
+    };
   } catch (e) {
     await exchange?.close();
     throw e;

@@ -20,6 +20,8 @@ export interface RankContext {
   wire: WireFormat;
   /** Reused across generations (reset at the start of each). */
   cache?: SequenceCache;
+  /** The model's ShardComm, told when a generation starts (its per-forward state restarts). */
+  shardComm?: { reset(): void };
 }
 
 export interface RankGenerateOptions {
@@ -253,6 +255,7 @@ export async function generateOnRank(
     ctx.cache = ctx.model.newSession({ contextLength });
   const cache = ctx.cache;
   cache.reset();
+  ctx.shardComm?.reset();
   const forced = o.forced;
   if (forced === undefined)
     return ctx.plan.stages === 1

@@ -49,6 +49,12 @@ export interface ShardCommOptions {
   meter?: CommMeter;
   /** The group's direct exchange: all-reduces and the argmax head go through it when given. */
   exchange?: TpExchange;
+  /**
+   * All-reduces per forward pass of this shard (2 per layer). With an f16/q8 exchange, each
+   * rank's rounding error is fed into its next part within a forward pass (see
+   * TpExchange.allReduceSum); 0 turns that off.
+   */
+  reducesPerForward?: number;
 }
 
 /**
@@ -62,6 +68,9 @@ export class CollectiveShardComm implements ShardComm {
   private readonly logitsMode: 'full' | 'argmax';
   private f16: Uint16Array = new Uint16Array(0);
   private readonly exchange: TpExchange | undefined;
+  private readonly perForward: number;
+  private reduces = 0;
+  private carry = new Float32Array(0);
   private readonly best = new Float32Array(2);
   private bestAll = new Float32Array(0);
 
@@ -73,6 +82,22 @@ export class CollectiveShardComm implements ShardComm {
     this.logitsMode = o.logits ?? 'full';
     this.meter = o.meter ?? new CommMeter();
     this.exchange = o.exchange;
+    this.perForward = o.reducesPerForward ?? 0;
+  }
+
+  /** A new generation starts: the next all-reduce opens a forward pass. */
+  reset(): void {
+    this.reduces = 0;
+  }
+
+  /** The error-feedback buffer for this call: zeroed at the first all-reduce of each forward pass. */
+  private carryFor(x: Float32Array): Float32Array | undefined {
+    if (this.perForward <= 0 || this.wire === 'f32') return undefined;
+    if (this.reduces++ % this.perForward === 0 || this.carry.length !== x.length) {
+      if (this.carry.length !== x.length) this.carry = new Float32Array(x.length);
+      else this.carry.fill(0);
+    }
+    return this.carry;
   }
 
   async allReduceSum(x: Float32Array): Promise<void> {
@@ -80,7 +105,7 @@ export class CollectiveShardComm implements ShardComm {
     if (size === 1) return;
     const ex = this.exchange;
     if (ex) {
-      await this.meter.time(0, ex.allReduceSum(x));
+      await this.meter.time(0, ex.allReduceSum(x, this.carryFor(x)));
       this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
       return;
     }

@@ -208,12 +208,22 @@ export class TpExchange {
     return wire === 'f32' ? 4 * count : wire === 'f16' ? 2 * count : q8Bytes(count);
   }
 
-  /** In place: x becomes the sum over the group (every part rounded to the wire format first). */
-  async allReduceSum(x: Float32Array): Promise<void> {
+  /**
+   * In place: x becomes the sum over the group (every part rounded to the wire format first).
+   * With `carry` (same length as x; f16/q8 wires): error feedback. This rank's rounding error
+   * of the previous call is added to its part before rounding, and `carry` receives the new
+   * error. For the all-reduces of one forward pass, which all add into the same residual
+   * stream, the rounding errors then no longer pile up layer after layer: the stream misses
+   * only the last call's error, not the sum of every call's.
+   */
+  async allReduceSum(x: Float32Array, carry?: Float32Array): Promise<void> {
+    const feedback = carry !== undefined && this.wire !== 'f32';
     for (let at = 0; at < x.length; at += this.chunk) {
       const piece = x.subarray(at, Math.min(x.length, at + this.chunk));
+      const c = feedback ? carry.subarray(at, at + piece.length) : undefined;
+      if (c) for (let i = 0; i < piece.length; i++) piece[i] = (piece[i] as number) + (c[i] as number);
       await this.exchange(piece, this.wire);
-      this.sum(piece, this.wire);
+      this.sum(piece, this.wire, c);
     }
   }
 
@@ -296,11 +306,12 @@ export class TpExchange {
   }
 
   /** x = sum over ranks in rank order of each part (own part rounded like the others). */
-  private sum(x: Float32Array, wire: WireFormat): void {
+  private sum(x: Float32Array, wire: WireFormat, carry?: Float32Array): void {
     const n = x.length;
     const slot = (this.seq - 1) & 1;
     const own = this.own.subarray(0, n);
     this.decode(this.outViews[slot]!, own, x, wire);
+    if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
     const part = this.part.subarray(0, n);
     for (let r = 0; r < this.size; r++) {
       const src = r === this.rank ? own : this.decode(this.inViews[r]![slot]!, part, undefined, wire);
