@@ -98,7 +98,9 @@ export interface Sink {
 interface Waiter {
   resolve: (m: Message) => void;
   reject: (e: unknown) => void;
-  timer: NodeJS.Timeout | undefined;
+  /** performance.now() past which the wait fails with COLL_TIMEOUT (checked by the sweep). */
+  deadline: number;
+  timeout: () => TandemError;
   sink: Sink | undefined;
 }
 
@@ -114,6 +116,9 @@ interface Box {
 const EMPTY = new Uint8Array(0);
 
 const NO_RANK = 0xffff;
+
+/** How often waiting receives are checked against their deadlines (at most). */
+const SWEEP_MS = 50;
 
 /**
  * How long the pump busy-polls after the last completion while a call waits. Spinning only
@@ -155,6 +160,7 @@ export class Router {
   private readonly abortListeners: ((e: TandemError) => void)[] = [];
   private readonly regs = new Map<ArrayBufferLike, Registered>();
   private regClock = 0;
+  private sweeper: NodeJS.Timeout | undefined;
   /** Receives that wait for a message (the pump spins while there are any). */
   private waiting = 0;
   /** Calls in progress on any communicator of this world (marked by the communicators). */
@@ -379,17 +385,30 @@ export class Router {
     const ready = box.messages.shift();
     if (ready) return sink ? this.sinkWhole(sink, ready) : Promise.resolve(ready);
     return new Promise<Message>((resolve, reject) => {
-      const waiter: Waiter = { resolve, reject, timer: undefined, sink };
-      waiter.timer = setTimeout(() => {
-        const e = new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
+      const timeout = (): TandemError =>
+        new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
           hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
           details: { rank: this.rank, peer: src, timeoutMs },
         });
-        this.abort(e);
-      }, timeoutMs);
-      box.waiters.push(waiter);
+      box.waiters.push({ resolve, reject, deadline: performance.now() + timeoutMs, timeout, sink });
       this.waiting++;
+      // one sweep timer checks every deadline (a timer per receive costs more than the receive)
+      this.sweeper ??= setInterval(() => this.sweep(), Math.max(1, Math.min(SWEEP_MS, timeoutMs / 4)));
     });
+  }
+
+  /** Fails the world with COLL_TIMEOUT when a receive waited past its deadline; stops when nothing waits. */
+  private sweep(): void {
+    if (this.waiting <= 0 || this.error) {
+      clearInterval(this.sweeper);
+      this.sweeper = undefined;
+      return;
+    }
+    const now = performance.now();
+    for (const box of this.boxes.values()) {
+      const late = [box.streaming, ...box.waiters].find((w) => w !== undefined && now > w.deadline);
+      if (late) return this.abort(late.timeout());
+    }
   }
 
   private box(key: string): Box {
@@ -548,7 +567,6 @@ export class Router {
       box.messages.push(m);
       return;
     }
-    clearTimeout(w.timer);
     this.waiting--;
     if (streaming || w.sink === undefined) w.resolve(m);
     else this.sinkWhole(w.sink, m).then(w.resolve, w.reject);
@@ -633,10 +651,7 @@ export class Router {
     }
     for (const box of this.boxes.values()) {
       const all = box.streaming ? [box.streaming, ...box.waiters] : box.waiters;
-      for (const w of all) {
-        clearTimeout(w.timer);
-        w.reject(error);
-      }
+      for (const w of all) w.reject(error);
       box.waiters = [];
       box.streaming = undefined;
     }
@@ -671,14 +686,13 @@ export class Router {
     if (!this.error) {
       this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, { hint: 'create a new communicator' });
       for (const box of this.boxes.values()) {
-        for (const w of box.streaming ? [box.streaming, ...box.waiters] : box.waiters) {
-          clearTimeout(w.timer);
-          w.reject(this.error);
-        }
+        for (const w of box.streaming ? [box.streaming, ...box.waiters] : box.waiters) w.reject(this.error);
       }
     }
     this.closing = true;
     this.pumpAbort.abort('closing');
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
     this.cq.abort('closing');
     await this.pumpDone;
     let timer: NodeJS.Timeout | undefined;
