@@ -8,6 +8,7 @@ export { blockInfo, rowBytes, supportedTypes, typeName, isSupportedType } from '
 export { llama3FreqFactors, type Llama3Scaling } from './rope.js';
 export { f16ToF32, f32ToF16, bf16ToF32, f32ToBf16 } from './half.js';
 export { dequantRow } from './ref/quant-ref.js';
+export { rmsNormRef } from './ref/ops-ref.js';
 export { ReferenceKernels } from './reference.js';
 
 /**

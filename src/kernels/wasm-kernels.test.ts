@@ -215,3 +215,22 @@ test('rope with the cached angle table equals the reference bit for bit (normal,
     }
   }
 });
+
+test('rmsNorm equals the reference bit for bit (llama.cpp\'s float chain; odd widths, in place)', async () => {
+  for (const [backend, threads] of attentionCases) {
+    const k = await kernels(backend, threads);
+    k.uploadWeight({ type: GgmlType.F32, rows: 1, cols: 7, data: new Uint8Array(28) });
+    let seed = 500;
+    for (const [n, dim] of [[1, 7], [3, 64], [5, 2048], [2, 100]] as const) {
+      const x = randomFloats(n * dim, seed++, 3);
+      const w = randomFloats(dim, seed++, 1);
+      const want = new Float32Array(n * dim);
+      ref.rmsNorm(x, w, 1e-5, want, n);
+      const got = new Float32Array(n * dim);
+      k.rmsNorm(x, w, 1e-5, got, n);
+      assert.deepEqual(got, want, `${backend} n=${n} dim=${dim} threads=${threads}`);
+      k.rmsNorm(x, w, 1e-5, x, n);
+      assert.deepEqual(x, want, `${backend} in place n=${n} dim=${dim}`);
+    }
+  }
+});

@@ -95,6 +95,8 @@ export class WasmKernels implements Kernels {
     readonly isa: string,
     /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
     private readonly q8v: boolean,
+    /** rmsNorm runs the native (bit-identical) kernel. */
+    private readonly nativeNorm: boolean,
   ) {}
 
   get threads(): number {
@@ -110,7 +112,7 @@ export class WasmKernels implements Kernels {
     const module = await kernelsModule();
     const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames, native);
     if (smallJob !== undefined) pool.smallJob = smallJob;
-    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128', native?.prototypes.mm_q8v !== undefined);
+    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128', native?.prototypes.mm_q8v !== undefined, native?.prototypes.rms_norm !== undefined);
   }
 
   /** The arena to place `bytes` of long-lived data in: the newest one, or a new one. */
@@ -277,7 +279,20 @@ export class WasmKernels implements Kernels {
   }
 
   rmsNorm(x: Float32Array, weight: Float32Array, eps: number, out: Float32Array, n: number): void {
-    rmsNormRef(x, weight, eps, out, n);
+    const slot = this.slots[0];
+    const dim = weight.length;
+    if (!this.nativeNorm || !slot || x.length < n * dim || out.length < n * dim) {
+      rmsNormRef(x, weight, eps, out, n);
+      return;
+    }
+    const arena = slot.arena;
+    const xBytes = align(n * dim * 4, 64);
+    const xp = arena.scratch(xBytes + align(dim * 4, 64));
+    const wp = xp + xBytes;
+    arena.f32.set(x.subarray(0, n * dim), xp >> 2);
+    arena.f32.set(weight, wp >> 2);
+    this.pool.run(arena.index, op.rms_norm, [xp, wp, xp, n, dim, Math.fround(eps)], n * dim * 8);
+    out.set(arena.f32.subarray(xp >> 2, (xp >> 2) + n * dim));
   }
 
   rope(x: Float32Array, positions: Int32Array, heads: number, params: RopeParams): void {

@@ -1,4 +1,3 @@
-import { rmsNorm } from './norm.js';
 import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
@@ -109,8 +108,8 @@ export function attentionForward(
   if (w.kBias) addBias(kk, w.kBias, n);
   if (w.vBias) addBias(v, w.vBias, n);
   // qwen3: RMSNorm over each head, treating [n, heads, hd] as [n * heads, hd] rows.
-  if (w.qNorm) rmsNorm(q, w.qNorm, c.rmsEps, q, n * layout.heads);
-  if (w.kNorm) rmsNorm(kk, w.kNorm, c.rmsEps, kk, n * layout.kvProjected);
+  if (w.qNorm) k.rmsNorm(q, w.qNorm, c.rmsEps, q, n * layout.heads);
+  if (w.kNorm) k.rmsNorm(kk, w.kNorm, c.rmsEps, kk, n * layout.kvProjected);
   k.rope(q, step.positions, layout.heads, rope);
   k.rope(kk, step.positions, layout.kvProjected, rope);
   let kStore = kk;

@@ -7,7 +7,6 @@ import { singleNodeComm, type ShardComm } from './comm.js';
 import { configFromMetadata, type ModelConfig } from './config.js';
 import { moeFfn, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
-import { rmsNorm } from './norm.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
 import { loadShardWeights, type ShardWeights } from './weights.js';
@@ -104,13 +103,13 @@ export class Model {
     const out = this.scratch.f32('out', n * width);
     for (let l = 0; l < this.weights.layers.length; l++) {
       const w = this.weights.layers[l]!;
-      rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
+      k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
       if (this.layout.heads > 0) {
         attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, pos0, positions, cache: cache.cache, layer: l, out });
       } else out.fill(0);
       await reduce(this.comm, out);
       addInPlace(x, out);
-      rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
+      k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
       if (w.moe) moeFfn(k, c, w.moe, this.scratch, xn, out, n);
       else if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
       else out.fill(0);
@@ -124,7 +123,7 @@ export class Model {
     const { outputNorm, output } = this.weights;
     assert.ok(outputNorm && output, 'this shard does not hold the output head');
     const xn = this.scratch.f32('head.xn', this.config.embeddingLength);
-    rmsNorm(hidden, outputNorm, this.config.rmsEps, xn, 1);
+    this.kernels.rmsNorm(hidden, outputNorm, this.config.rmsEps, xn, 1);
     const full = out ?? new Float32Array(this.config.vocabSize);
     const local = rangeLength(this.shard.vocab) === this.config.vocabSize ? full : this.scratch.f32('head.local', rangeLength(this.shard.vocab));
     this.kernels.matvec(output, xn, local);

@@ -722,6 +722,32 @@ void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t o
   }
 }
 
+// RMSNorm bit-identical to rmsNormRef (ops-ref.ts): f32 squares summed in f64 in order, each
+// step of the scale rounded to f32, then (x * scale) rounded before the weight multiplies
+// it. No FMA contraction here. x, out: [n, dim] (out may be x); w: [dim]; tokens split.
+__attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const float *W = (const float *)(m + w);
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *X = (const float *)(m + x) + (size_t)t * dim;
+    float *O = (float *)(m + out) + (size_t)t * dim;
+    double sum = 0;
+    for (int i = 0; i < dim; i++) {
+      const float sq = X[i] * X[i];
+      sum += (double)sq;
+    }
+    const float mean = (float)(sum / dim);
+    const float s = (float)sqrt((double)(float)((double)mean + (double)eps));
+    const __m512 scale = _mm512_set1_ps((float)(1.0 / (double)s));
+    int i = 0;
+    for (; i + 16 <= dim; i += 16) _mm512_storeu_ps(O + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(X + i), scale), _mm512_loadu_ps(W + i)));
+    if (i < dim) {
+      const __mmask16 mk = (__mmask16)((1u << (dim - i)) - 1);
+      _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, X + i), scale), _mm512_maskz_loadu_ps(mk, W + i)));
+    }
+  }
+}
+
 // out = silu(g) * u over count elements (out may alias g).
 void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
