@@ -197,7 +197,11 @@ for (const cacheType of ['f32', 'f16'] as const) {
 }
 
 test('rope with the cached angle table equals the reference bit for bit (normal, neox, partial, freq factors, growing positions)', async () => {
-  const k = await wasm(1);
+  for (const [backend, threads] of attentionCases) await ropeMatches(await kernels(backend, threads), `${backend}/${threads}`);
+});
+
+async function ropeMatches(k: Kernels, what: string): Promise<void> {
+  k.uploadWeight({ type: GgmlType.F32, rows: 1, cols: 7, data: new Uint8Array(28) });
   const params = [
     { headDim: 16, style: 'normal', freqBase: 10000 },
     { headDim: 16, ropeDim: 8, style: 'neox', freqBase: 1000000, freqScale: 0.5 },
@@ -211,10 +215,10 @@ test('rope with the cached angle table equals the reference bit for bit (normal,
       const want = x.slice();
       ref.rope(want, pos, 3, p);
       k.rope(x, pos, 3, p);
-      assert.deepEqual(x, want, `${p.style} ${positions.join(',')}`);
+      assert.deepEqual(x, want, `${what} ${p.style} ${positions.join(',')}`);
     }
   }
-});
+}
 
 test('rmsNorm equals the reference bit for bit (llama.cpp\'s float chain; odd widths, in place)', async () => {
   for (const [backend, threads] of attentionCases) {

@@ -95,7 +95,7 @@ export class WasmKernels implements Kernels {
     readonly isa: string,
     /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
     private readonly q8v: boolean,
-    /** rmsNorm runs the native (bit-identical) kernel. */
+    /** rmsNorm and rope run the native (bit-identical) kernels. */
     private readonly nativeNorm: boolean,
   ) {}
 
@@ -302,6 +302,25 @@ export class WasmKernels implements Kernels {
     const table = this.ropeTable(params, positions);
     if (!table) {
       ropeRef(x, positions, heads, params);
+      return;
+    }
+    const slot = this.slots[0];
+    const n = positions.length;
+    if (this.nativeNorm && slot && x.length >= n * heads * hd) {
+      // native twin (same products and roundings): x and each token's cos/sin row in the arena
+      const arena = slot.arena;
+      const xBytes = align(n * heads * hd * 4, 64);
+      const xp = arena.scratch(xBytes + n * 2 * half * 4);
+      const cp = (xp + xBytes) >> 2;
+      const f32 = arena.f32;
+      f32.set(x.subarray(0, n * heads * hd), xp >> 2);
+      for (let t = 0; t < n; t++) {
+        const at = (positions[t] as number) * half;
+        f32.set(table.cos.subarray(at, at + half), cp + 2 * t * half);
+        f32.set(table.sin.subarray(at, at + half), cp + (2 * t + 1) * half);
+      }
+      this.pool.run(arena.index, op.rope, [xp, xp + xBytes, n, heads, hd, half, neox ? 1 : 0], n * heads * half * 8);
+      x.set(f32.subarray(xp >> 2, (xp >> 2) + n * heads * hd));
       return;
     }
     const fr = Math.fround;

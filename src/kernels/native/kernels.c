@@ -748,6 +748,29 @@ __attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, ui
   }
 }
 
+// RoPE in place, bit-identical to ropeRef: x [n, heads, hd]; cs [n, 2, half] f32 (cos then
+// sin of each token's position, from the caller's angle table); neox pairs (i, i + half),
+// else (2i, 2i + 1). Each product rounded to f32, the difference rounded once more (as JS
+// does in f64). Tokens split across threads.
+__attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *C = (const float *)(m + cs) + (size_t)t * 2 * half;
+    const float *S = C + half;
+    for (int h = 0; h < heads; h++) {
+      float *X = (float *)(m + x) + ((size_t)t * heads + h) * hd;
+      for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half : 2 * i + 1;
+        const float x0 = X[a], x1 = X[b], c = C[i], sn = S[i];
+        const float p0 = x0 * c, p1 = x1 * sn, p2 = x0 * sn, p3 = x1 * c;
+        X[a] = (float)((double)p0 - (double)p1);
+        X[b] = (float)((double)p2 + (double)p3);
+      }
+    }
+  }
+}
+
 // out = silu(g) * u over count elements (out may alias g).
 void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
