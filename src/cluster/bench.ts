@@ -145,6 +145,8 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
     });
     rows.push(row(1, one.result, one.result), row(o.nodes, many.result, one.result));
+  } catch (e) {
+    throw await local.explain(e);
   } finally {
     await local.stop();
   }

@@ -144,6 +144,8 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
         session.close();
       }
     }
+  } catch (e) {
+    throw await local.explain(e);
   } finally {
     await local.stop();
   }

@@ -119,6 +119,8 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
     });
     return { ...result, plan: session.planLines(), bytes: placement.bytes, provider, parallel };
+  } catch (e) {
+    throw local ? await local.explain(e) : e;
   } finally {
     session?.close();
     await local?.stop();

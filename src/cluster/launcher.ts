@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { TandemError } from '../errors/index.js';
+import { isTandemError, TandemError } from '../errors/index.js';
 import type { KernelsBackend } from '../kernels/index.js';
 
 /** The CLI entry point next to this source tree (runs TypeScript through tsx). */
@@ -23,6 +23,16 @@ export interface LaunchOptions {
 export interface LocalNodes {
   addresses: string[];
   processes: ChildProcess[];
+  /**
+   * Why local node `rank` is gone: its exit code or signal and the last lines it wrote to
+   * stderr (waits up to `waitMs` for the exit); undefined while it runs.
+   */
+  exitCause(rank: number, waitMs?: number): Promise<string | undefined>;
+  /**
+   * `e` with the cause added when it is CLUSTER_NODE_LOST for one of these nodes (a node
+   * that ran out of memory or crashed says why); any other error unchanged.
+   */
+  explain(e: unknown): Promise<unknown>;
   /** Ends every node process this launcher started (SIGTERM, then SIGKILL after 2 s). */
   stop(): Promise<void>;
 }
@@ -38,7 +48,10 @@ function waitExit(p: ChildProcess, ms: number): Promise<boolean> {
   });
 }
 
-function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address: Promise<string> } {
+function startOne(
+  rank: number,
+  o: LaunchOptions,
+): { proc: ChildProcess; address: Promise<string>; stderr: () => string } {
   const args = [tandemBin, 'node', '--listen', '127.0.0.1:0', '--threads', String(o.threads), '--announce'];
   if (o.once ?? true) args.push('--once');
   if (o.memLimit !== undefined) args.push('--mem-limit', String(o.memLimit));
@@ -48,9 +61,9 @@ function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address
     env: { ...process.env, TANDEM_SECRET: o.secret },
   });
   const timeoutMs = o.timeoutMs ?? 60_000;
+  let err = '';
   const address = new Promise<string>((resolve, reject) => {
     let out = '';
-    let err = '';
     const timer = setTimeout(
       () => reject(spawnError(rank, `did not report its address within ${timeoutMs} ms`, err)),
       timeoutMs,
@@ -66,7 +79,7 @@ function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address
     });
     proc.stderr?.setEncoding('utf8');
     proc.stderr?.on('data', (chunk: string) => {
-      if (err.length < 8192) err += chunk;
+      err = (err + chunk).slice(-8192);
       if (o.log) {
         for (const line of chunk.split('\n')) if (line) o.log(rank, line);
       } else if (process.env.TANDEM_NODE_LOG) process.stderr.write(`[node ${rank}] ${chunk}`);
@@ -80,7 +93,7 @@ function startOne(rank: number, o: LaunchOptions): { proc: ChildProcess; address
       reject(spawnError(rank, `exited (${signal ?? code}) before listening`, err));
     });
   });
-  return { proc, address };
+  return { proc, address, stderr: () => err };
 }
 
 function spawnError(rank: number, why: string, stderr: string): TandemError {
@@ -109,9 +122,29 @@ export async function launchLocalNodes(n: number, o: LaunchOptions): Promise<Loc
       }),
     );
   };
+  const exitCause = async (rank: number, waitMs = 1000): Promise<string | undefined> => {
+    const p = processes[rank];
+    if (!p || !(await waitExit(p, waitMs))) return undefined;
+    const how = p.signalCode
+      ? `was killed by ${p.signalCode}${p.signalCode === 'SIGKILL' ? ' (out of memory?)' : ''}`
+      : `exited with code ${p.exitCode}`;
+    const tail = started[rank]!.stderr().trim().split('\n').slice(-4).join(' | ');
+    return tail ? `${how}: ${tail}` : how;
+  };
+  const explain = async (e: unknown): Promise<unknown> => {
+    if (!isTandemError(e, 'CLUSTER_NODE_LOST')) return e;
+    const m = /^node (\d+)$/.exec(String(e.details?.node ?? ''));
+    const cause = m ? await exitCause(Number(m[1])) : undefined;
+    if (!cause) return e;
+    return new TandemError('CLUSTER_NODE_LOST', `${e.message}; the node process ${cause}`, {
+      hint: e.hint ?? '',
+      details: { ...e.details, cause },
+      cause: e,
+    });
+  };
   try {
     const addresses = await Promise.all(started.map((s) => s.address));
-    return { addresses, processes, stop };
+    return { addresses, processes, stop, exitCause, explain };
   } catch (e) {
     await stop();
     throw e;

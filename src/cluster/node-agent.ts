@@ -61,6 +61,8 @@ class Session {
   private ctx: LoadedRank | undefined;
   private file: GgufModelFile | undefined;
   private kernels: Kernels | undefined;
+  /** The coordinator left: a load still under way frees what it built instead of keeping it. */
+  private ended = false;
 
   constructor(
     private readonly socket: Socket,
@@ -105,7 +107,7 @@ class Session {
       ...(this.o.threads ? { threads: this.o.threads } : {}),
     });
     const root = parseHostPort(r.rendezvous, 'rendezvous');
-    this.world = await createCommunicator({
+    const world = await createCommunicator({
       rank: r.rank,
       size: r.plan.nodes,
       provider: r.provider,
@@ -119,15 +121,33 @@ class Session {
       },
       onListening: (address) => send(this.socket, { event: 'listening', address }),
     });
-    this.ctx = await loadRank({
+    if (this.ended) {
+      world.abort('the coordinator left during the load');
+      await world.close().catch(() => undefined);
+      throw new TandemError('CLUSTER_PROTOCOL', 'the coordinator left during the load', {
+        hint: 'nothing to do: the node freed what it had loaded',
+      });
+    }
+    // A failed load below leaves the world here: the failed request aborts it (see serve).
+    this.world = world;
+    const loaded = await loadRank({
       file,
       kernels: this.kernels,
       plan: r.plan,
-      world: this.world,
+      world,
       wire: r.wire,
       logits: r.logits,
       exchange: { provider: r.provider, host: r.fabricHost, secret: this.o.secret, timeoutMs: r.timeoutMs },
     });
+    if (this.ended) {
+      world.abort('the coordinator left during the load');
+      await loaded.exchange?.close();
+      await world.close().catch(() => undefined);
+      throw new TandemError('CLUSTER_PROTOCOL', 'the coordinator left during the load', {
+        hint: 'nothing to do: the node freed what it had loaded',
+      });
+    }
+    this.ctx = loaded;
     const c = this.ctx.model.config;
     return {
       rank: r.rank,
@@ -173,6 +193,7 @@ class Session {
 
   /** The coordinator went away: fail fast on every peer, then free everything. */
   async end(): Promise<void> {
+    this.ended = true;
     this.ctx?.exchange?.abort('the coordinator disconnected');
     this.world?.abort('the coordinator disconnected');
     await this.unload();

@@ -76,16 +76,20 @@ export function errorToJson(e: unknown): Message {
 }
 
 /** Rebuilds a node's error on the coordinator, prefixed with where it happened. */
-export function errorFromJson(j: unknown, where: string): TandemError {
+export function errorFromJson(j: unknown, where: string, address?: string): TandemError {
   const o = (typeof j === 'object' && j !== null ? j : {}) as Record<string, unknown>;
   const code =
     typeof o.code === 'string' && o.code in errorCodes ? (o.code as ErrorCode) : 'CLUSTER_NODE_FAILED';
   const details =
     typeof o.details === 'object' && o.details !== null ? (o.details as Record<string, unknown>) : {};
-  return new TandemError(code, `${where}: ${String(o.message ?? 'failed')}`, {
-    hint: String(o.hint ?? "see the node's log"),
-    details: { ...details, node: where },
-  });
+  return new TandemError(
+    code,
+    `${where}${address ? ` (${address})` : ''}: ${String(o.message ?? 'failed')}`,
+    {
+      hint: String(o.hint ?? "see the node's log"),
+      details: { ...details, node: where, ...(address ? { address } : {}) },
+    },
+  );
 }
 
 export function parseHostPort(text: string, what: string): { host: string; port: number } {
@@ -234,7 +238,7 @@ export class ControlClient {
     this.pending.delete(m.id);
     clearTimeout(p.timer);
     if (m.ok === true) p.resolve((m.result ?? {}) as Message);
-    else p.reject(errorFromJson(m.error, this.label));
+    else p.reject(errorFromJson(m.error, this.label, this.address));
   }
 
   /** Sends a request and waits for its reply, at most `timeoutMs`. */

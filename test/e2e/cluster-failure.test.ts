@@ -1,8 +1,8 @@
 // A node killed in the middle of a distributed generation must make the run fail with a typed
 // error (never hang), and the surviving node processes must end on their own.
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, it } from 'node:test';
@@ -14,6 +14,8 @@ import {
   type LocalNodes,
 } from '../../src/cluster/index.js';
 import { isTandemError } from '../../src/errors/index.js';
+
+const tandemBin = new URL('../../bin/tandem.js', import.meta.url).pathname;
 
 const dir = mkdtempSync(join(tmpdir(), 'tandem-cluster-fail-'));
 const path = join(dir, 'llama.gguf');
@@ -118,3 +120,101 @@ it('a missing node fails fast with a typed error naming it', { timeout: 30_000 }
     (e) => isTandemError(e, 'CLUSTER_NODE_LOST') && e.message.includes('127.0.0.1:1'),
   );
 });
+
+it(
+  'a node that cannot open the model fails the load at once, naming the node and the cause',
+  { timeout: 60_000 },
+  async (t) => {
+    // The second node runs in its own mount namespace with an empty tmpfs over the model's folder.
+    if (spawnSync('unshare', ['-m', 'true']).status !== 0) {
+      t.skip('unshare -m is not available (needs root)');
+      return;
+    }
+    const hiddenDir = join(dir, 'hidden');
+    mkdirSync(hiddenDir, { recursive: true });
+    const model = join(hiddenDir, 'llama.gguf');
+    await makeModel(model, { arch: 'llama', shape, type: 'f32', std: 0.3, seed: 9 });
+    const local = await launchLocalNodes(1, { secret: 's', threads: 1 });
+    const blind = spawn(
+      'unshare',
+      [
+        '-m',
+        'sh',
+        '-c',
+        `mount -t tmpfs none '${hiddenDir}' && exec '${process.execPath}' '${tandemBin}' node --listen 127.0.0.1:0 --announce --threads 1 --once`,
+      ],
+      { env: { ...process.env, TANDEM_SECRET: 's' }, stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    try {
+      const address = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error('the namespaced node did not start within 30 s')),
+          30_000,
+        );
+        let out = '';
+        blind.stdout!.on('data', (d: Buffer) => {
+          out += String(d);
+          const m = /listening (\S+)/.exec(out);
+          if (m) {
+            clearTimeout(timer);
+            resolve(m[1]!);
+          }
+        });
+        blind.once('exit', () => reject(new Error('the namespaced node exited before listening')));
+      });
+      const started = Date.now();
+      await assert.rejects(
+        runDistributed({
+          model,
+          hosts: [{ address: local.addresses[0]! }, { address }],
+          secret: 's',
+          prompt: [1, 2],
+          maxTokens: 2,
+        }),
+        (e) =>
+          isTandemError(e, 'MODEL_FORMAT_IO') &&
+          e.message.startsWith(`node 1 (${address})`) &&
+          e.message.includes('llama.gguf'),
+      );
+      // Not the communicator's 30 s join timeout: the failure is reported as it happens.
+      assert.ok(Date.now() - started < 10_000, `reported within 10 s (took ${Date.now() - started} ms)`);
+    } finally {
+      blind.kill('SIGKILL');
+      await local.stop();
+    }
+  },
+);
+
+it(
+  'a local node that dies says how (signal, last log lines) in CLUSTER_NODE_LOST',
+  { timeout: 60_000 },
+  async () => {
+    const local = await launchLocalNodes(2, { secret: 's', threads: 1 });
+    try {
+      const session = await ClusterSession.connect(
+        local.addresses.map((address) => ({ address })),
+        's',
+      );
+      try {
+        local.processes[1]!.kill('SIGKILL');
+        const err = await session
+          .load({ model: path, parallel: 'tp', provider: 'tcp', greedy: true, contextLength: 64 })
+          .then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+        assert.ok(isTandemError(err, 'CLUSTER_NODE_LOST'), `node lost, got ${String(err)}`);
+        const explained = await local.explain(err);
+        assert.ok(
+          isTandemError(explained, 'CLUSTER_NODE_LOST') &&
+            /node 1 .*killed by SIGKILL/.test(explained.message),
+          String(explained),
+        );
+      } finally {
+        session.close();
+      }
+    } finally {
+      await local.stop();
+    }
+  },
+);
