@@ -14,3 +14,4 @@ export {
   type DemoOptions,
 } from './demo.js';
 export { runDistributedText, type DistributedTextOptions } from './run-text.js';
+export { probeSpeed, nodeSpeeds } from './speed.js';

@@ -58,7 +58,8 @@ function startOne(
   if (o.kernels) args.push('--kernels', o.kernels);
   const proc = spawn(process.execPath, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TANDEM_SECRET: o.secret },
+    // Local nodes share one machine: no speed probe (their coordinator treats them as alike).
+    env: { ...process.env, TANDEM_SECRET: o.secret, TANDEM_SPEED_PROBE: '0' },
   });
   const timeoutMs = o.timeoutMs ?? 60_000;
   let err = '';

@@ -14,6 +14,7 @@ import {
   type ParallelPlan,
   type WireFormat,
 } from '../parallel/index.js';
+import { probeSpeed } from './speed.js';
 import {
   errorToJson,
   mac,
@@ -37,6 +38,12 @@ export interface NodeAgentOptions {
   kernels?: KernelsBackend;
   /** Exit after the first coordinator session ends (nodes a launcher started). */
   once?: boolean;
+  /**
+   * Compute speed reported to coordinators (pipeline placement). Default: measured at start
+   * by a short matvec probe (probeSpeed), unless `probe` is false.
+   */
+  speed?: number;
+  probe?: boolean;
   log?: (line: string) => void;
 }
 
@@ -78,6 +85,7 @@ class Session {
           pid: process.pid,
           memLimit: this.o.memLimit ?? null,
           threads: this.o.threads ?? null,
+          speed: this.o.speed ?? null,
         };
       case 'load':
         return this.load(m as unknown as LoadRequest);
@@ -264,6 +272,16 @@ export async function startNode(
   o: NodeAgentOptions,
 ): Promise<{ address: string; server: Server; close: () => Promise<void> }> {
   const { host, port } = parseHostPort(o.listen, '--listen');
+  if (o.speed === undefined && (o.probe ?? process.env.TANDEM_SPEED_PROBE !== '0')) {
+    const speed = await probeSpeed({
+      ...(o.threads ? { threads: o.threads } : {}),
+      ...(o.kernels ? { kernels: o.kernels } : {}),
+    }).catch((e: unknown) => {
+      o.log?.(`speed probe failed (placement treats this node as average): ${(e as Error).message}`);
+      return undefined;
+    });
+    if (speed !== undefined) o = { ...o, speed };
+  }
   // One coordinator session at a time: a new one starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
   let closed = false;

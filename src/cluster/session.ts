@@ -15,6 +15,7 @@ import {
 import type { HostEntry } from './hostfile.js';
 import type { LoadRequest } from './node-agent.js';
 import { ControlClient, parseHostPort, type Message } from './protocol.js';
+import { nodeSpeeds } from './speed.js';
 
 export interface LoadOptions {
   model: string;
@@ -32,6 +33,11 @@ export interface LoadOptions {
   commTimeoutMs?: number;
   /** Deadline for the whole load (default 300000 ms). */
   timeoutMs?: number;
+  /**
+   * Pipeline placement follows the nodes' measured speeds where the hostfile gives none
+   * (default true; local nodes on one machine are alike, so their launchers turn it off).
+   */
+  measuredSpeed?: boolean;
 }
 
 export interface GenerateRequest {
@@ -107,6 +113,12 @@ export class ClusterSession {
         (k) => file.meta(k),
         new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
       );
+      const speeds = nodeSpeeds(
+        this.hosts.map((h) => h.speed),
+        this.infos.map((i) =>
+          o.measuredSpeed !== false && typeof i.speed === 'number' ? i.speed : undefined,
+        ),
+      );
       const specs: NodeSpec[] = this.hosts.map((h, r) => {
         const own = this.infos[r]?.memLimit;
         // The tightest of the run's cap, the hostfile's and the node's own.
@@ -116,7 +128,7 @@ export class ClusterSession {
         const memLimit = caps.length > 0 ? Math.min(...caps) : undefined;
         return {
           ...(memLimit !== undefined ? { memLimit } : {}),
-          ...(h.speed !== undefined ? { speed: h.speed } : {}),
+          ...(speeds[r] !== undefined ? { speed: speeds[r] } : {}),
         };
       });
       placement = placeModel({ config, tensors: file.tensors }, specs, {
