@@ -37,6 +37,7 @@ import type { WireFormat } from './wire.js';
 /** Elements per exchange; longer vectors (prefill: [tokens, width]) go in several. */
 const DEFAULT_CHUNK = 1 << 19;
 const RECVS_PER_PEER = 4;
+const profiling = process.env.TANDEM_TP_PROFILE === '1';
 
 interface Peer {
   rank: number;
@@ -122,7 +123,8 @@ export class TpExchange {
     const chunk = o.chunk ?? DEFAULT_CHUNK;
     const wire = o.wire ?? 'f32';
     const timeoutMs = o.timeoutMs ?? 30_000;
-    const slotBytes = Math.ceil((4 * chunk) / 64) * 64;
+    // 64 bytes past the largest payload: room for the profiling timestamp (see TANDEM_TP_PROFILE).
+    const slotBytes = Math.ceil((4 * chunk) / 64) * 64 + 64;
     const device = await openDevice(o.provider);
     let listener: Listener | undefined;
     const qps: QueuePair[] = [];
@@ -263,7 +265,15 @@ export class TpExchange {
     if (wire === 'f32') out.f32.set(x);
     else if (wire === 'f16') for (let i = 0; i < n; i++) out.u16[i] = f32ToF16(x[i] as number);
     else q8Pack(x, out.u8.subarray(0, q8Bytes(n)));
-    const bytes = this.payloadBytes(n, wire);
+    let bytes = this.payloadBytes(n, wire);
+    const sentAt = performance.timeOrigin + performance.now();
+    if (profiling) {
+      // Profiling: the send time travels after the payload, so the receiver can tell waiting
+      // for a late peer from transfer and wake-up time.
+      const at = Math.ceil(bytes / 8) * 8;
+      new DataView(out.u8.buffer, out.u8.byteOffset + at, 8).setFloat64(0, sentAt, true);
+      bytes = at + 8;
+    }
     const imm = seq >>> 0;
     for (const p of this.peers) {
       if (!p) continue;
@@ -303,6 +313,34 @@ export class TpExchange {
       this.calls++;
     }
     this.arrived[slot] = 0;
+    if (profiling) this.profile(slot, sentAt, Math.ceil(this.payloadBytes(n, wire) / 8) * 8);
+  }
+
+  private prof = { calls: 0, wait: 0, late: 0, since: 0 };
+
+  /** TANDEM_TP_PROFILE=1: every 1000 exchanges, one stderr line splitting the wait. */
+  private profile(slot: number, sentAt: number, at: number): void {
+    const done = performance.timeOrigin + performance.now();
+    let lastPeer = sentAt;
+    for (let r = 0; r < this.size; r++) {
+      if (r === this.rank) continue;
+      const u8 = this.inViews[r]![slot]!.u8;
+      lastPeer = Math.max(lastPeer, new DataView(u8.buffer, u8.byteOffset + at, 8).getFloat64(0, true));
+    }
+    const p = this.prof;
+    if (p.calls === 0) p.since = sentAt;
+    p.calls++;
+    p.wait += done - sentAt;
+    p.late += lastPeer - sentAt;
+    if (p.calls === 1000) {
+      const wall = done - p.since;
+      process.stderr.write(
+        `tp-exchange rank ${this.rank}/${this.size}: ${p.calls} exchanges in ${wall.toFixed(1)} ms: ` +
+          `waiting ${p.wait.toFixed(1)} ms (for the slower rank ${p.late.toFixed(1)} ms, ` +
+          `transfer and wake-up ${(p.wait - p.late).toFixed(1)} ms), the rest ${(wall - p.wait).toFixed(1)} ms\n`,
+      );
+      this.prof = { calls: 0, wait: 0, late: 0, since: 0 };
+    }
   }
 
   /** x = sum over ranks in rank order of each part (own part rounded like the others). */
