@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
 import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
 import { allocate, bytesPerElement, type DType, type DTypeArray } from '../kernels/dtype.js';
@@ -386,6 +387,17 @@ export class Communicator implements CommCore {
   }
 }
 
+/** How many ranks of the world run on this host, as far as the addresses tell (at least 1). */
+function ranksOnThisHost(provider: string, rendezvous: Rendezvous | undefined, rank: number, size: number): number {
+  if (provider !== 'tcp' || rendezvous === undefined) return size; // loopback and shm worlds are one host
+  const hostOf = (a: string): string => a.slice(0, Math.max(0, a.lastIndexOf(':')));
+  if (rendezvous.kind === 'hosts') {
+    const mine = hostOf(rendezvous.addresses[rank] ?? '');
+    return rendezvous.addresses.filter((a) => hostOf(a) === mine).length || 1;
+  }
+  return /^(127\.|localhost$|\[?::1\]?$)/.test(rendezvous.host ?? hostOf(rendezvous.address)) ? size : 1;
+}
+
 /** Waits for `work` at most `ms` (closing must never hang on a dead peer). */
 async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
@@ -428,7 +440,8 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
         ...(options.onListening ? { onListening: options.onListening } : {}),
       });
     }
-    const router = new Router({ rank, size, links, routes, cq, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
+    const spin = ranksOnThisHost(device.provider, options.rendezvous, rank, size) <= availableParallelism();
+    const router = new Router({ rank, size, links, routes, cq, spin, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
     router.start();
     const members = Array.from({ length: size }, (_, i) => i);
     return new Communicator(rank, size, members, 1, router, options.timeoutMs ?? 30_000, graph, { device: options.device ? undefined : device }, wires);

@@ -34,6 +34,11 @@ export interface RouterOptions {
   slots?: number;
   /** Bytes per slot including the header; default 128 KiB. */
   slotBytes?: number;
+  /**
+   * Whether the pump may busy-poll while a call is active (default true). False when this
+   * host runs more ranks than it has cores: spinners then take the cores their peers need.
+   */
+  spin?: boolean;
 }
 
 /** A message delivered to a mailbox: the header of its first fragment and the whole payload. */
@@ -161,6 +166,7 @@ export class Router {
   private readonly regs = new Map<ArrayBufferLike, Registered>();
   private regClock = 0;
   private sweeper: NodeJS.Timeout | undefined;
+  private readonly spin: boolean;
   /** Receives that wait for a message (the pump spins while there are any). */
   private waiting = 0;
   /** Calls in progress on any communicator of this world (marked by the communicators). */
@@ -172,6 +178,7 @@ export class Router {
     this.routes = options.routes;
     this.cq = options.cq;
     this.slots = options.slots ?? 8;
+    this.spin = options.spin ?? true;
     this.slotBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
     for (const spec of options.links) {
       // receive slots [0, slots) are written by the peer directly; send slots [slots, 2 slots)
@@ -435,7 +442,7 @@ export class Router {
           const busy = this.pending();
           const now = busy && (turns & 15) !== 0 ? idleSince : performance.now();
           if (busy) idleSince = now;
-          if (now - idleSince < spinWindowMs(now) || (busy && spinMs > 0)) {
+          if (this.spin && (now - idleSince < spinWindowMs(now) || (busy && spinMs > 0))) {
             if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
             else await undefined;
             continue;
