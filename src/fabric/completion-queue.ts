@@ -1,6 +1,6 @@
-import { availableParallelism, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
+import { SpinPolicy } from './spin-policy.js';
 import type { CompletionQueue, WaitOptions, WorkCompletion } from './types.js';
 
 /** How a device makes progress outside the event loop (shm rings, busy-polled sockets). */
@@ -9,33 +9,31 @@ export interface ProgressEngine {
   progress(): boolean;
   /** True when busy-polling can find work that no event will announce. */
   readonly spins: boolean;
-  /** Sleeps up to `ms` or until a peer rings the doorbell (blocks the loop for at most `ms`). */
+  /** The application polls or spins right now: peers need not ring the doorbell. */
+  active?(): void;
+  /**
+   * Announces a sleep: asks peers to ring the doorbell (which drives progress from the event
+   * loop, so completions wake event waiters). False when work turned up meanwhile (no sleep).
+   */
+  readonly arm?: (() => boolean) | undefined;
+  /** Waits asleep on the doorbell (a knock ends their sleep so they poll and see the activity). */
+  readonly sleepers?: Set<CQ>;
+  /** Sleeps up to `ms` or until a peer's data arrives (blocks the loop for at most `ms`). */
   sleep?(ms: number): void;
 }
 
 /**
- * Busy-poll for the spin window after the last activity, in slices of at most
- * SPIN_SLICE_MS with event-loop turns between them, then sleep in the kernel (futex /
- * poll(2)), which wakes on data. When runnable processes outnumber cores a spinner loses
- * its timeslices to sleepers (measured here: 8 B shm ping-pong 0.5 ms spinning vs 0.08 ms
- * sleeping at load 24 on 2 cores), so the window is 0 while the load average exceeds the
- * core count. TANDEM_FABRIC_SPIN_US fixes the window (e.g. 2000 on a dedicated machine).
+ * A wait busy-polls for the spin window (SpinPolicy: adaptive, 0 on an overloaded machine,
+ * TANDEM_FABRIC_SPIN_US to fix it) in slices of at most SPIN_SLICE_MS with event-loop turns
+ * between them. Then it sleeps: with a doorbell (shm) the event loop stays free and the
+ * peer's doorbell (or a completion, abort, or the deadline) ends the sleep; otherwise (tcp)
+ * in the kernel (poll(2)) at most SLEEP_SLICE_MS at a time, waking at once on data.
  */
 const SPIN_SLICE_MS = 0.05;
-const DEFAULT_SPIN_MS = 0.05;
-const fixedSpin = process.env.TANDEM_FABRIC_SPIN_US;
-let spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
-let loadCheckedAt = -Infinity;
-
-function spinWindow(now: number): number {
-  if (fixedSpin === undefined && now - loadCheckedAt > 1000) {
-    loadCheckedAt = now;
-    spinMs = (loadavg()[0] ?? 0) > availableParallelism() + 0.5 ? 0 : DEFAULT_SPIN_MS;
-  }
-  return spinMs;
-}
-/** A sleeping wait blocks the event loop for at most this long at a time. */
+/** A blocking sleep holds the event loop at most this long at a time. */
 const SLEEP_SLICE_MS = 1;
+/** A doorbell sleep re-checks this often anyway (a lost wake-up costs at most this). */
+const ARMED_SLICE_MS = 50;
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 const immediate = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -46,6 +44,7 @@ export class CQ implements CompletionQueue {
   private readonly waiters = new Set<() => void>();
   private abortGen = 0;
   private abortReason = '';
+  private readonly policy = new SpinPolicy();
 
   constructor(
     private readonly engine: ProgressEngine,
@@ -73,6 +72,7 @@ export class CQ implements CompletionQueue {
   }
 
   poll(max = Infinity): WorkCompletion[] {
+    this.engine.active?.();
     this.engine.progress();
     return this.size === 0 ? [] : this.take(max);
   }
@@ -100,22 +100,43 @@ export class CQ implements CompletionQueue {
     const onAbort = (): void => this.wake();
     signal?.addEventListener('abort', onAbort);
     try {
-      let active = start;
+      // the spin window counts from the last activity (frames moved), not from the start: a
+      // stream of frames keeps a wait spinning, a silent peer sends it to sleep
+      let idleSince = start;
       for (;;) {
         if (this.abortGen !== gen || signal?.aborted) throw this.aborted(signal);
-        if (this.engine.progress()) active = performance.now();
-        if (this.size >= min) return this.take(max);
-        const now = performance.now();
+        let now = performance.now();
+        if (this.engine.progress()) idleSince = this.activity(idleSince, now);
+        if (this.size >= min) {
+          // acks for what was received go out on the device's next tick
+          this.engine.active?.();
+          return this.take(max);
+        }
+        now = performance.now();
         if (now >= deadline) throw this.timedOut(timeoutMs, min);
-        if (this.engine.spins) {
-          const window = spinWindow(now);
-          if (this.spin(Math.min(deadline, now + Math.min(SPIN_SLICE_MS, window)), min))
-            return this.take(max);
-          if (now - active >= window && this.engine.sleep)
-            this.engine.sleep(Math.min(SLEEP_SLICE_MS, deadline - now));
-          await immediate();
-        } else {
+        if (!this.engine.spins) {
           await this.event(Math.max(0, deadline - now));
+          continue;
+        }
+        const window = this.policy.windowMs(now);
+        if (now - idleSince < window) {
+          this.engine.active?.();
+          if (this.spin(Math.min(deadline, idleSince + window, now + SPIN_SLICE_MS), min)) {
+            idleSince = this.activity(idleSince, performance.now());
+            continue;
+          }
+          await immediate();
+        } else if (this.engine.arm !== undefined) {
+          const sleepers = this.engine.sleepers as Set<CQ>;
+          sleepers.add(this);
+          try {
+            if (this.engine.arm()) await this.event(Math.min(ARMED_SLICE_MS, deadline - now));
+          } finally {
+            sleepers.delete(this);
+          }
+        } else {
+          this.engine.sleep?.(Math.min(SLEEP_SLICE_MS, deadline - now));
+          await immediate();
         }
       }
     } finally {
@@ -123,11 +144,22 @@ export class CQ implements CompletionQueue {
     }
   }
 
+  /** Frames moved at `now` after a quiet spell since `idleSince`: teaches the spin policy. */
+  private activity(idleSince: number, now: number): number {
+    this.policy.record((now - idleSince) * 1000);
+    return now;
+  }
+
+  /** Ends a doorbell sleep: the device was knocked (the wait polls itself and sees the activity). */
+  knocked(): void {
+    if (this.waiters.size > 0) this.wake();
+  }
+
+  /** Busy-polls until `until`; true as soon as frames moved (or enough completions are there). */
   private spin(until: number, min: number): boolean {
     let i = 0;
     for (;;) {
-      this.engine.progress();
-      if (this.size >= min) return true;
+      if (this.engine.progress() || this.size >= min) return true;
       if ((++i & 15) === 0 && performance.now() >= until) return false;
     }
   }

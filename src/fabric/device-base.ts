@@ -44,9 +44,13 @@ export abstract class DeviceBase implements Device {
 
   readonly engine: ProgressEngine;
 
+  /** Set by providers with a doorbell (shm): see ProgressEngine.active / arm. */
+  protected doorbell: { active(): void; arm(): boolean } | undefined;
+
   constructor() {
     const pollable = (): Qp[] => this.pollable;
     const sleep = (ms: number): void => this.sleep(ms);
+    const bell = (): { active(): void; arm(): boolean } | undefined => this.doorbell;
     this.engine = {
       progress(): boolean {
         const list = pollable();
@@ -57,11 +61,19 @@ export abstract class DeviceBase implements Device {
       get spins(): boolean {
         return pollable().length > 0;
       },
+      active(): void {
+        bell()?.active();
+      },
+      get arm(): (() => boolean) | undefined {
+        const b = bell();
+        return b === undefined ? undefined : () => b.arm();
+      },
+      sleepers: new Set<CQ>(),
       sleep,
     };
   }
 
-  /** Blocks at most `ms` until a peer signals (shm futex); default: no sleep. */
+  /** Blocks at most `ms` until a peer's data arrives (tcp poll(2)); default: no sleep. */
   protected sleep(_ms: number): void {}
 
   allocPd(): ProtectionDomain {

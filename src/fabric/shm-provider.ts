@@ -1,7 +1,8 @@
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import { randomU32 } from './random.js';
-import { ShmSegment, futexWait, futexWake, sweepStale } from './shm-ffi.js';
+import { ShmSegment, sweepStale } from './shm-ffi.js';
+import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
 import {
   clientHandshake,
   newPsn,
@@ -19,7 +20,10 @@ import type { Region } from './memory.js';
  * Segment layout (byte offsets): a receive ring is
  *   0 write index (i32, producer) | 64 read index (i32, consumer) | 128 closed flag | 4096.. data
  * indices count bytes mod 2^32; the data size is a power of two. A device's bell segment holds
- *   0 sleeping flag (i32): set by a consumer about to futex-sleep, cleared by the producer that wakes it.
+ *   0 doorbell flag (i32): set by a device about to sleep (or gone idle), then it re-checks its
+ *     rings; a producer that publishes a frame and finds it set exchanges it to 0 and knocks: one
+ *     byte on the side-channel socket, which wakes the sleeper's event loop (no lost wake-up:
+ *     either the re-check sees the frame or the producer sees the flag).
  */
 const W = 0;
 const R = 16;
@@ -43,8 +47,9 @@ const DIRECT_MIN = 64 * 1024;
 const TWO32 = 4294967296;
 /** Below this many bytes a plain loop copies faster than TypedArray.set. */
 const SMALL_COPY = 16;
-/** Rings are polled this often when no wait drives them (acks and reads for a busy peer). */
-const BACKGROUND_POLL_MS = 1;
+/** While the application is active, rings are also polled this often (acks, reads for a busy peer). */
+const TICK_MS = 1;
+const KNOCK = new Uint8Array([1]);
 
 const segName = (kind: string): string =>
   `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
@@ -76,6 +81,8 @@ class ShmTransport implements Transport {
   private readonly peerKeyI32: Int32Array;
   private readonly peerKeyBytes: Uint8Array;
   private readonly peerRegions = new Map<string, ShmSegment>();
+  /** The side-channel socket's fd, for knocking without the event loop (-1: use socket.write). */
+  private fd = -1;
 
   constructor(
     private readonly mine: ShmSegment,
@@ -85,6 +92,7 @@ class ShmTransport implements Transport {
     private readonly peerPd: number,
     private readonly socket: Socket,
     private readonly onClose: (t: ShmTransport) => void,
+    private readonly onKnock: () => void,
   ) {
     this.peerKeyI32 = new Int32Array(peerKeys.buffer);
     this.peerKeyBytes = new Uint8Array(peerKeys.buffer);
@@ -146,7 +154,8 @@ class ShmTransport implements Transport {
     this.events = events;
     this.socket.on('close', () => this.shut('the peer closed the connection', false));
     this.socket.on('error', () => undefined);
-    this.socket.on('data', () => undefined);
+    this.socket.on('data', () => this.onKnock());
+    this.fd = (this.socket as unknown as { _handle?: { fd?: number } })._handle?.fd ?? -1;
   }
 
   poll(): boolean {
@@ -314,12 +323,17 @@ class ShmTransport implements Transport {
     return this.writeIdx !== before;
   }
 
-  /** Wakes the peer if it sleeps. */
+  /** Wakes the peer if it sleeps: it armed its doorbell, we disarm it and knock once. */
   private ring(): void {
-    if (Atomics.load(this.bellCtl, SLEEPING) !== 0) {
-      Atomics.store(this.bellCtl, SLEEPING, 0);
-      futexWake(this.peerBell, SLEEPING * 4);
-    }
+    const b = this.bellCtl;
+    if (Atomics.load(b, SLEEPING) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0) this.knock();
+  }
+
+  private knock(): void {
+    const lib = this.fd >= 0 ? rawSocketLib() : null;
+    // EAGAIN means unread knocks are queued: the peer wakes anyway
+    if (lib !== null) lib.send(this.fd, KNOCK, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    else if (!this.socket.destroyed) this.socket.write(KNOCK);
   }
 
   private shut(reason: string, malformed: boolean): void {
@@ -376,7 +390,7 @@ class ShmListener extends SideChannelBackedListener {
   }
 }
 
-/** Processes on one host: frames through shared-memory rings, busy-polled, then futex sleep. */
+/** Processes on one host: frames through shared-memory rings, busy-polled, then a doorbell sleep. */
 export class ShmDevice extends DeviceBase {
   readonly provider = 'shm' as const;
   readonly name = 'shm0';
@@ -385,7 +399,11 @@ export class ShmDevice extends DeviceBase {
   private readonly keyTable: ShmSegment;
   private readonly keyI32: Int32Array;
   private readonly transports = new Set<ShmTransport>();
-  private poller: NodeJS.Timeout | undefined;
+  /** Polls every TICK_MS while the application polls or waits; stops (doorbell armed) once idle. */
+  private ticker: NodeJS.Timeout | undefined;
+  /** poll()/wait() ran since the last tick. */
+  private busy = false;
+  private knocksReceived = 0;
 
   constructor() {
     super();
@@ -394,6 +412,7 @@ export class ShmDevice extends DeviceBase {
     this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
     this.keyTable = ShmSegment.create(segName('keys'), KEY_SLOTS * SLOT_BYTES);
     this.keyI32 = new Int32Array(this.keyTable.buffer);
+    this.doorbell = { active: () => this.markActive(), arm: () => this.arm() };
     // allocated regions live in their own segment, published so peers can write them directly
     this.allocator = (length) => {
       this.checkOpen();
@@ -442,11 +461,60 @@ export class ShmDevice extends DeviceBase {
     return -1;
   }
 
-  protected override sleep(ms: number): void {
-    if (this.closed) return;
+  /** For tests and diagnostics: knocks received, whether the 1 ms tick runs, whether the doorbell is armed. */
+  doorbellState(): { knocksReceived: number; ticking: boolean; armed: boolean } {
+    return {
+      knocksReceived: this.knocksReceived,
+      ticking: this.ticker !== undefined,
+      armed: Atomics.load(this.bellCtl, SLEEPING) !== 0,
+    };
+  }
+
+  /** The application polls or spins: peers need not knock; keep the tick going. */
+  private markActive(): void {
+    this.busy = true;
+    if (Atomics.load(this.bellCtl, SLEEPING) !== 0) Atomics.store(this.bellCtl, SLEEPING, 0);
+    if (this.ticker === undefined && this.transports.size > 0) this.startTicker();
+  }
+
+  /** Arms the doorbell, then re-checks the rings; false when work turned up (do not sleep). */
+  private arm(): boolean {
+    if (this.closed) return false;
     Atomics.store(this.bellCtl, SLEEPING, 1);
-    if (!this.engine.progress()) futexWait(this.bell, SLEEPING * 4, 1, ms);
-    Atomics.store(this.bellCtl, SLEEPING, 0);
+    return !this.engine.progress();
+  }
+
+  private startTicker(): void {
+    this.ticker = setInterval(() => this.tick(), TICK_MS);
+    this.ticker.unref();
+  }
+
+  private stopTicker(): void {
+    if (this.ticker !== undefined) clearInterval(this.ticker);
+    this.ticker = undefined;
+  }
+
+  private tick(): void {
+    this.engine.progress();
+    if (this.busy) {
+      this.busy = false;
+      return;
+    }
+    // idle for a whole tick: from now on the peers' knocks drive progress
+    if (this.arm()) this.stopTicker();
+  }
+
+  /** A peer knocked: its frames are in our rings. Sleeping waits poll them; else we do. */
+  private onKnock(): void {
+    if (this.closed) return;
+    this.knocksReceived++;
+    const sleepers = this.engine.sleepers;
+    if (sleepers !== undefined && sleepers.size > 0) {
+      for (const cq of sleepers) cq.knocked();
+      return;
+    }
+    this.engine.progress();
+    if (this.ticker === undefined && !this.arm()) this.startTicker();
   }
 
   async listen(options: ListenOptions): Promise<Listener> {
@@ -463,18 +531,22 @@ export class ShmDevice extends DeviceBase {
     s: { mine: ShmSegment; theirs: ShmSegment; bell: ShmSegment; keys: ShmSegment; pd: number },
   ): QueuePair {
     peer.reader.detach();
-    const t = new ShmTransport(s.mine, s.theirs, s.bell, s.keys, s.pd, peer.socket, (x) => {
-      this.transports.delete(x);
-      if (this.transports.size === 0 && this.poller) {
-        clearInterval(this.poller);
-        this.poller = undefined;
-      }
-    });
+    const t = new ShmTransport(
+      s.mine,
+      s.theirs,
+      s.bell,
+      s.keys,
+      s.pd,
+      peer.socket,
+      (x) => {
+        this.transports.delete(x);
+        if (this.transports.size === 0) this.stopTicker();
+      },
+      () => this.onKnock(),
+    );
     this.transports.add(t);
-    if (this.poller === undefined) {
-      this.poller = setInterval(() => this.engine.progress(), BACKGROUND_POLL_MS);
-      this.poller.unref();
-    }
+    this.busy = true;
+    if (this.ticker === undefined) this.startTicker();
     return this.makeQp({ transport: t, peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn }, options, true);
   }
 
@@ -526,7 +598,7 @@ export class ShmDevice extends DeviceBase {
   override async close(): Promise<void> {
     if (this.closed) return;
     await super.close();
-    if (this.poller) clearInterval(this.poller);
+    this.stopTicker();
     this.bell.unmap();
     this.keyTable.unmap();
   }

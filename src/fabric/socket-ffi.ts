@@ -8,6 +8,8 @@ export interface SocketLib {
   recv(fd: number, buf: Uint8Array, len: number, flags: number): number;
   send(fd: number, buf: Uint8Array, len: number, flags: number): number;
   poll(fds: Uint8Array, n: number, timeoutMs: number): number;
+  /** setsockopt(SOL_SOCKET, opt, int value); 0 or -1. */
+  setIntOption(fd: number, opt: number, value: number): number;
   /** errno of the last failed call (this thread's). */
   errno(): number;
 }
@@ -18,14 +20,22 @@ export const EAGAIN = 11;
 export const EINTR = 4;
 export const POLLIN = 1;
 export const POLLOUT = 4;
+export const SO_SNDBUF = 7;
+export const SO_RCVBUF = 8;
+const SOL_SOCKET = 1;
 
 let lib: SocketLib | null | undefined;
 
 /** The socket calls, or null where koffi or libc cannot provide them (then tcp uses node:net). */
 export function socketLib(): SocketLib | null {
+  return process.env.TANDEM_TCP_DATAPATH === 'net' ? null : rawSocketLib();
+}
+
+/** The socket calls regardless of TANDEM_TCP_DATAPATH (e.g. for the shm doorbell). */
+export function rawSocketLib(): SocketLib | null {
   if (lib !== undefined) return lib;
   lib = null;
-  if (process.platform !== 'linux' || process.env.TANDEM_TCP_DATAPATH === 'net') return lib;
+  if (process.platform !== 'linux') return lib;
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
     const c = koffi.load('libc.so.6');
@@ -33,12 +43,18 @@ export function socketLib(): SocketLib | null {
     const send = c.func('long send(int fd, const void *buf, size_t len, int flags)');
     const poll = c.func('int poll(void *fds, unsigned long n, int timeout)');
     const loc = c.func('int *__errno_location(void)');
+    const setsockopt = c.func('int setsockopt(int fd, int level, int opt, void *val, uint32_t len)');
+    const intBuf = new Int32Array(1);
     const errnoView = new Int32Array(koffi.view(loc(), 4));
     lib = {
       recv: (fd, buf, len, flags) => Number(recv(fd, buf, len, flags)),
       send: (fd, buf, len, flags) => Number(send(fd, buf, len, flags)),
       poll: (fds, n, t) => poll(fds, n, t) as number,
       errno: () => errnoView[0] as number,
+      setIntOption: (fd, opt, value) => {
+        intBuf[0] = value;
+        return setsockopt(fd, SOL_SOCKET, opt, intBuf, 4) as number;
+      },
     };
   } catch {
     lib = null;

@@ -17,6 +17,8 @@ import {
   MSG_NOSIGNAL,
   POLLIN,
   POLLOUT,
+  SO_RCVBUF,
+  SO_SNDBUF,
   socketLib,
   type SocketLib,
 } from './socket-ffi.js';
@@ -137,6 +139,11 @@ export class PolledTcpTransport implements Transport {
     const handle = (socket as unknown as { _handle: { fd: number; readStop(): number } })._handle;
     handle.readStop();
     this.fd = handle.fd;
+    const buf = Number(process.env.TANDEM_TCP_SOCKBUF ?? 0);
+    if (buf > 0) {
+      lib.setIntOption(this.fd, SO_SNDBUF, buf);
+      lib.setIntOption(this.fd, SO_RCVBUF, buf);
+    }
   }
 
   get wantsWrite(): boolean {
