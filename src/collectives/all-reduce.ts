@@ -172,15 +172,27 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
   if (plan.role === 'folded') await call.send(plan.foldPartner, call.encode(data), 0, 1000);
 }
 
-/** tree: reduce up a spanning tree (children in fixed order), then broadcast down. */
+/**
+ * tree: reduce up a spanning tree (children in fixed order), then broadcast down. With q8 the
+ * root settles its values to what receivers decode, and every rank forwards the packing it
+ * received unchanged (re-quantising decoded values could differ), so all ranks end identical.
+ */
 export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const me = call.rank;
   for (const child of tree.children[me] ?? []) await call.recvReduce(child, data, 0, 0);
   const parent = tree.parent[me] as number;
+  let wire: Uint8Array;
   if (parent >= 0) {
     await call.send(parent, call.encode(data), 0, 0);
-    await call.recvCopy(parent, data, 0, 1);
+    if (call.spec.q8) {
+      wire = await call.recv(parent, call.wireBytes(data.length), 0, 1);
+      call.copyFrom(data, wire);
+    } else {
+      await call.recvCopy(parent, data, 0, 1);
+      wire = call.encode(data);
+    }
+  } else {
+    wire = call.settle(data);
   }
-  const wire = call.encode(data);
   await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, wire, 0, 1)));
 }

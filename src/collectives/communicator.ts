@@ -148,7 +148,7 @@ export class Communicator implements CommCore {
   private pick(op: CollectiveOp, bytes: number, o: CallOptions, q8: boolean): Algorithm {
     if (o.algorithm !== undefined) {
       if (!algorithms.includes(o.algorithm)) throw badArg(`unknown algorithm '${String(o.algorithm)}'`, `use one of ${algorithms.join(', ')}`);
-      if (q8 && (o.algorithm === 'rhd' || o.algorithm === 'tree')) throw badArg(`q8 wire format works with mesh and ring, not ${o.algorithm}`, 'use algorithm mesh or ring, or drop wire: q8');
+      if (q8 && o.algorithm === 'rhd') throw badArg('q8 wire format works with mesh, ring and tree, not rhd', 'use algorithm mesh, ring or tree, or drop wire: q8');
       return this.size === 1 ? 'mesh' : o.algorithm;
     }
     return chooseAlgorithm(op, bytes, { size: this.size, fullMesh: this.fullMesh, hasRing: this.hasRing }, q8);

@@ -51,7 +51,7 @@ test('q8 wire format: identical on every rank, deterministic, error within the d
   const comms = await createLocalWorld(4, { timeoutMs: 20_000 });
   const n = 10_007;
   const input = (r: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + r) * (1 + (i % 5)));
-  for (const algorithm of ['mesh', 'ring'] as const) {
+  for (const algorithm of ['mesh', 'ring', 'tree'] as const) {
     const runs: Float32Array[][] = [];
     for (let run = 0; run < 2; run++) {
       runs.push(
@@ -78,6 +78,13 @@ test('q8 wire format: identical on every rank, deterministic, error within the d
     assert.deepEqual(runs[1]![0], runs[0]![0], `${algorithm}: deterministic`);
   }
   await Promise.all(comms.map((c) => c.close()));
+  // on a star (no ring of links) q8 runs over the tree of real links, still identical everywhere
+  const star = await createLocalWorld(4, { graph: 'star', timeoutMs: 20_000 });
+  const got = await Promise.all(star.map(async (c) => { const d = input(c.rank); await c.allReduce(d, { wire: 'q8' }); return d; }));
+  assert.equal(star[0]!.lastAlgorithm, 'tree');
+  for (const d of got) assert.deepEqual(d, got[0]);
+  assert.equal(star.reduce((a, c) => a + c.relayed, 0), 0, 'nothing relayed');
+  await Promise.all(star.map((c) => c.close()));
 });
 
 test('results are deterministic run to run with random floats (fixed reduction order)', async () => {

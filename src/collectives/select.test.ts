@@ -14,6 +14,8 @@ test('algorithm choice follows size and topology', () => {
   const star = { size: 5, fullMesh: false, hasRing: false };
   assert.equal(chooseAlgorithm('all-reduce', 1 << 24, star, false), 'tree');
   assert.equal(chooseAlgorithm('all-to-all', 1 << 24, star, false), 'mesh');
-  assert.equal(chooseAlgorithm('all-reduce', 1 << 24, star, true), 'ring', 'q8 only runs on mesh or ring');
+  assert.equal(chooseAlgorithm('all-reduce', 1 << 24, star, true), 'tree', 'q8 on a star: tree over real links');
+  assert.equal(chooseAlgorithm('all-reduce', 64 * 1024, mesh4, true), 'mesh', 'q8: never rhd');
+  assert.equal(chooseAlgorithm('all-reduce', 1 << 24, ring, true), 'ring');
   assert.equal(chooseAlgorithm('all-reduce', 1 << 24, { size: 1, fullMesh: true, hasRing: true }, false), 'mesh');
 });

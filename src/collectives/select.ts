@@ -22,10 +22,11 @@ const MEDIUM = 256 * 1024;
  *   (log-depth); ring for large ones (bandwidth-optimal).
  * - a ring of links: tree (over real links) for small, ring for large.
  * - anything else (line, star, partial): tree over real links; all-to-all is relayed.
+ * - q8 wire: never rhd (mesh, ring or tree as above).
  */
 export function chooseAlgorithm(op: CollectiveOp, bytes: number, t: TopologyFacts, q8: boolean): Algorithm {
   if (t.size <= 1 || op === 'all-to-all' || op === 'barrier' || op === 'send-recv') return 'mesh';
-  if (q8) return t.fullMesh && bytes <= MEDIUM ? 'mesh' : 'ring';
+  if (q8) return t.fullMesh && bytes <= MEDIUM ? 'mesh' : t.fullMesh || t.hasRing ? 'ring' : 'tree'; // no rhd for q8
   if (t.fullMesh) {
     if (op === 'broadcast') return bytes <= MEDIUM ? (t.size <= 4 ? 'mesh' : 'tree') : 'ring';
     if (bytes <= SMALL) return t.size <= 8 ? 'mesh' : 'rhd';
