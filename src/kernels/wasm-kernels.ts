@@ -178,7 +178,12 @@ export class WasmKernels implements Kernels {
     const x16Bytes = align(n * cols * 2, 64);
     const xdBytes = align(n * groups * 4, 64);
     const yBytes = align(n * w.rowsPad * 4, 64);
-    const base = arena.scratch(xfBytes + x16Bytes + 2 * xdBytes + yBytes);
+    const ktGemm = isK(w.type) && this.q8v && n >= GEMM_TOKENS;
+    const tgroups = Math.ceil(n / 15);
+    const xtBytes = ktGemm ? align(tgroups * cols * 16, 64) : 0;
+    const dtBytes = ktGemm ? align(tgroups * (cols / 256) * 64, 64) : 0;
+    const btBytes = ktGemm ? align(tgroups * (cols / 32) * 64, 64) : 0;
+    const base = arena.scratch(xfBytes + x16Bytes + 2 * xdBytes + yBytes + xtBytes + dtBytes + btBytes);
     const xf = base;
     const x16 = xf + xfBytes;
     const xd = x16 + x16Bytes;
@@ -196,6 +201,11 @@ export class WasmKernels implements Kernels {
     }
     if (isQ32(w.type)) {
       this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
+    } else if (ktGemm) {
+      // K-quant GEMM (native VNNI): the q8_K activations transposed into 15-token groups
+      const xt = yp + yBytes;
+      this.pool.run(arena.index, op.kt_prep, [x16, xd, xs, n, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes], n * cols);
+      this.pool.run(arena.index, op.mm_kt, [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, w.rowsPad, tiles], work);
     } else if (isK(w.type)) {
       this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
     } else {

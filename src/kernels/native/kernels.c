@@ -7,6 +7,7 @@
 // [part(tiles, tid), part(tiles, tid + 1)).
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 #if defined(__AVX2__) || defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
@@ -590,6 +591,182 @@ void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, 
       else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
     }
   }
+}
+
+// ---- K-quant prefill GEMM (tokens across the lanes, as mm_q8t) ------------------------------
+// tk_kt_prep transposes the q8_K activations of quant_q8_k (x16 [n, cols] i16, xd [n, nb] f32,
+// xs [n, cols/32] i32 sums) into groups of 15 tokens + a zero token: xt [G][cols/4][16] u32
+// (q + 128), dxt [G][nb][16] f32, bst [G][cols/32][16] f32 (the sums, exact in f32).
+void tk_kt_prep(uintptr_t base, uint32_t x16, uint32_t xd, uint32_t xs, int n, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 256;
+  const int ng = cols / 32;
+  const int groups = (n + 14) / 15;
+  for (int g = part(groups, tid, nt); g < part(groups, tid + 1, nt); g++) {
+    uint32_t *X = (uint32_t *)(m + xt + (size_t)g * cols * 16);
+    float *D = (float *)(m + dxt) + (size_t)g * nb * 16;
+    float *B = (float *)(m + bst) + (size_t)g * ng * 16;
+    for (int lane = 0; lane < 16; lane++) {
+      const int t = g * 15 + lane;
+      if (lane == 15 || t >= n) {
+        for (int k = 0; k < cols / 4; k++) X[16 * (size_t)k + lane] = 0x80808080u;
+        for (int b = 0; b < nb; b++) D[16 * b + lane] = 0;
+        for (int j = 0; j < ng; j++) B[16 * j + lane] = 0;
+        continue;
+      }
+      const int16_t *q = (const int16_t *)(m + x16) + (size_t)t * cols;
+      for (int k = 0; k < cols / 4; k++) {
+        const uint32_t b0 = (uint8_t)(q[4 * k] + 128), b1 = (uint8_t)(q[4 * k + 1] + 128), b2 = (uint8_t)(q[4 * k + 2] + 128), b3 = (uint8_t)(q[4 * k + 3] + 128);
+        X[16 * (size_t)k + lane] = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+      }
+      for (int b = 0; b < nb; b++) D[16 * b + lane] = ((const float *)(m + xd))[(size_t)t * nb + b];
+      for (int j = 0; j < ng; j++) B[16 * j + lane] = (float)((const int32_t *)(m + xs))[(size_t)t * ng + j];
+    }
+  }
+}
+
+// One row unpacked: q [cols] i8, sc [cols/16] i32 (scale of each 16 elements), mn [cols/32]
+// f32 (Q4_K/Q5_K mins, 0 for Q6_K), d / dmin [nb] f32.
+typedef struct {
+  int8_t *q;
+  int32_t *sc;
+  float *mn;
+  float *d;
+  float *dmin;
+} krow;
+
+static void unpack_krow(int type, const uint8_t *w, int nb, krow r) {
+  const size_t bytes = type == 14 ? 210 : type == 13 ? 176 : 144;
+  for (int b = 0; b < nb; b++) {
+    const uint8_t *p = w + (size_t)b * bytes;
+    int8_t *q = r.q + 256 * (size_t)b;
+    if (type == 14) {
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = p + 64 * h;
+        const uint8_t *qh = p + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+          q[128 * h + l] = (int8_t)(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+          q[128 * h + 32 + l] = (int8_t)(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+          q[128 * h + 64 + l] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+          q[128 * h + 96 + l] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+      }
+      for (int s = 0; s < 16; s++) r.sc[16 * b + s] = ((const int8_t *)(p + 192))[s];
+      for (int j = 0; j < 8; j++) r.mn[8 * b + j] = 0;
+      r.d[b] = f16(rd16(p + 208));
+      r.dmin[b] = 0;
+    } else {
+      const uint8_t *sq = p + 4;
+      for (int j = 0; j < 4; j++) {
+        const int s0 = sq[j] & 63, m0 = sq[j + 4] & 63;
+        const int s1 = (sq[j + 8] & 0xf) | ((sq[j] >> 6) << 4), m1 = (sq[j + 8] >> 4) | ((sq[j + 4] >> 6) << 4);
+        r.sc[16 * b + 2 * j] = r.sc[16 * b + 2 * j + 1] = s0;
+        r.sc[16 * b + 8 + 2 * j] = r.sc[16 * b + 8 + 2 * j + 1] = s1;
+        r.mn[8 * b + j] = (float)m0;
+        r.mn[8 * b + j + 4] = (float)m1;
+      }
+      const int five = type == 13;
+      const uint8_t *qs = p + (five ? 48 : 16);
+      const uint8_t *qh = p + 16;
+      for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 32; l++) {
+          int lo = qs[32 * j + l] & 15, hi = qs[32 * j + l] >> 4;
+          if (five) {
+            lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+            hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+          }
+          q[64 * j + l] = (int8_t)lo;
+          q[64 * j + 32 + l] = (int8_t)hi;
+        }
+      r.d[b] = f16(rd16(p));
+      r.dmin[b] = f16(rd16(p + 2));
+    }
+  }
+}
+
+static inline __attribute__((always_inline)) void gemm_kt(const krow *rows, int nb, const uint8_t *X, const float *D, const float *B, float *y, int ystride, int tokens, const int R,
+                                                          const int SUB) {
+  const __m512i last = _mm512_set1_epi32(15);
+  __m512 acc[8];
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    const __m512 dv = _mm512_loadu_ps(D + 16 * (size_t)b);
+    for (int r = 0; r < R; r++) {
+      const int32_t *wq = (const int32_t *)(rows[r].q + 256 * (size_t)b);
+      const int32_t *sc = rows[r].sc + 16 * (size_t)b;
+      __m512i ai = _mm512_setzero_si512();
+      // Q4_K/Q5_K scales cover 32 elements (two 16s with one scale), Q6_K's 16.
+      for (int s = 0; s < 16; s += SUB) {
+        const uint8_t *xs = X + 64 * (size_t)(64 * b + 4 * s);
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)xs), _mm512_set1_epi32(wq[4 * s]));
+        __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512((const void *)(xs + 64)), _mm512_set1_epi32(wq[4 * s + 1]));
+        p = _mm512_dpbusd_epi32(p, _mm512_loadu_si512((const void *)(xs + 128)), _mm512_set1_epi32(wq[4 * s + 2]));
+        p1 = _mm512_dpbusd_epi32(p1, _mm512_loadu_si512((const void *)(xs + 192)), _mm512_set1_epi32(wq[4 * s + 3]));
+        if (SUB == 2) {
+          p = _mm512_dpbusd_epi32(p, _mm512_loadu_si512((const void *)(xs + 256)), _mm512_set1_epi32(wq[4 * s + 4]));
+          p1 = _mm512_dpbusd_epi32(p1, _mm512_loadu_si512((const void *)(xs + 320)), _mm512_set1_epi32(wq[4 * s + 5]));
+          p = _mm512_dpbusd_epi32(p, _mm512_loadu_si512((const void *)(xs + 384)), _mm512_set1_epi32(wq[4 * s + 6]));
+          p1 = _mm512_dpbusd_epi32(p1, _mm512_loadu_si512((const void *)(xs + 448)), _mm512_set1_epi32(wq[4 * s + 7]));
+        }
+        p = _mm512_add_epi32(p, p1);
+        p = _mm512_sub_epi32(p, _mm512_permutexvar_epi32(last, p));
+        ai = _mm512_add_epi32(ai, _mm512_mullo_epi32(p, _mm512_set1_epi32(sc[s])));
+      }
+      __m512 mins = _mm512_setzero_ps();
+      if (rows[r].dmin[b] != 0)
+        for (int j = 0; j < 8; j++) mins = _mm512_fmadd_ps(_mm512_loadu_ps(B + 16 * (size_t)(8 * b + j)), _mm512_set1_ps(rows[r].mn[8 * b + j]), mins);
+      const __m512 v = _mm512_fnmadd_ps(mins, _mm512_set1_ps(rows[r].dmin[b]), _mm512_mul_ps(_mm512_cvtepi32_ps(ai), _mm512_set1_ps(rows[r].d[b])));
+      acc[r] = _mm512_fmadd_ps(v, dv, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float o[16];
+    _mm512_storeu_ps(o, acc[r]);
+    for (int t = 0; t < tokens; t++) y[(size_t)t * ystride + r] = o[t];
+  }
+}
+
+void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles,
+              int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 256;
+  const int groups = (n + 14) / 15;
+  const int pairs = tiles / 2;
+  const int p0 = part(pairs, tid, nt);
+  const int p1 = part(pairs, tid + 1, nt);
+  // Unpacked rows of one 8-row tile: q, sc, mn, d, dmin per row.
+  const size_t per = (size_t)cols + (size_t)cols / 16 * 4 + (size_t)cols / 32 * 4 + (size_t)nb * 8;
+  uint8_t *buf = (uint8_t *)malloc(8 * per + 64);
+  if (!buf) return;
+  krow rows[8];
+  for (int r = 0; r < 8; r++) {
+    uint8_t *b0 = buf + r * per;
+    rows[r].q = (int8_t *)b0;
+    rows[r].sc = (int32_t *)(b0 + cols);
+    rows[r].mn = (float *)(b0 + cols + cols / 16 * 4);
+    rows[r].d = (float *)(b0 + cols + cols / 16 * 4 + cols / 32 * 4);
+    rows[r].dmin = rows[r].d + nb;
+  }
+  for (int pr = p0; pr <= p1; pr++) {
+    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+    if (R == 0) break;
+    for (int r = 0; r < R; r++) unpack_krow(type, m + w + (size_t)(8 * pr + r) * rowBytes, nb, rows[r]);
+    for (int g = 0; g < groups; g++) {
+      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
+      const uint8_t *X = m + xt + (size_t)g * cols * 16;
+      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
+      const float *B = (const float *)(m + bst) + (size_t)g * (cols / 32) * 16;
+      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
+      if (type == 14) {
+        if (R == 8) gemm_kt(rows, nb, X, D, B, yt, ystride, tokens, 8, 1);
+        else gemm_kt(rows, nb, X, D, B, yt, ystride, tokens, 4, 1);
+      } else {
+        if (R == 8) gemm_kt(rows, nb, X, D, B, yt, ystride, tokens, 8, 2);
+        else gemm_kt(rows, nb, X, D, B, yt, ystride, tokens, 4, 2);
+      }
+    }
+  }
+  free(buf);
 }
 #else
 int tk_vnni512(void) { return 0; }
