@@ -98,12 +98,14 @@ function columnBlock(tensors: ReadonlyMap<string, TensorEntry>, pattern: RegExp)
 
 /**
  * The query-head range of tensor-parallel rank `r` of `size`: split by KV-head groups when
- * there are at least as many KV heads as ranks (KV heads then split too), else by heads
- * (KV heads replicated). Ranges are multiples of `unit` heads (quantisation blocks of o).
+ * the KV heads divide evenly among the ranks (KV heads then split too), else by heads (KV
+ * heads replicated), so that no rank does much more attention work than another (3 KV
+ * heads on 2 ranks would otherwise be 1 : 2). Ranges are multiples of `unit` heads
+ * (quantisation blocks of o).
  */
 function headsFor(c: ModelConfig, size: number, r: number, unit: number): Range {
   const group = c.headCount / c.headCountKv;
-  if (c.headCountKv >= size && (group * c.headDim) % (unit * c.headDim) === 0) {
+  if (c.headCountKv % size === 0 && (group * c.headDim) % (unit * c.headDim) === 0) {
     const kv = splitRange(c.headCountKv, size, r);
     return { start: kv.start * group, end: kv.end * group };
   }
