@@ -17,7 +17,8 @@ import { writeTinyGguf, type WeightTypeName } from './llama-cpp-models.js';
 import { runLlamaCpp, type OracleAnswer } from './llama-cpp-oracle.js';
 
 const STEPS = 32;
-const PROMPT = [5, 77, 301, 12, 260, 9, 488, 143];
+// 20 tokens: prefill runs the GEMM kernels (12 tokens and more), decode the matvec ones.
+const PROMPT = [5, 77, 301, 12, 260, 9, 488, 143, 33, 401, 7, 250, 61, 199, 3, 444, 120, 18, 305, 91];
 // K-quants need rows of whole 256-element super-blocks, so the width and FFN are 256 wide.
 const shape = { vocab: 512, width: 256, layers: 2, heads: 4, kvHeads: 2, ff: 512, context: 128 };
 
