@@ -122,6 +122,10 @@ const EMPTY = new Uint8Array(0);
 
 const NO_RANK = 0xffff;
 
+/** Early messages at least this long are received into kept buffers; at most MAX_SPARES are kept. */
+const SPARE_MIN = 64 * 1024;
+const MAX_SPARES = 4;
+
 /** How often waiting receives are checked against their deadlines (at most). */
 const SWEEP_MS = 50;
 
@@ -166,6 +170,7 @@ export class Router {
   private readonly regs = new Map<ArrayBufferLike, Registered>();
   private regClock = 0;
   private sweeper: NodeJS.Timeout | undefined;
+  private readonly spares: Uint8Array[] = [];
   private readonly spin: boolean;
   /** Receives that wait for a message (the pump spins while there are any). */
   private waiting = 0;
@@ -538,7 +543,25 @@ export class Router {
       return Promise.reject(e);
     }
     sink.consume(m.payload, 0);
+    this.spare(m.payload);
     return Promise.resolve({ header: m.header, payload: EMPTY });
+  }
+
+  /**
+   * A buffer for a message that arrived before its receive was posted: large ones come from a
+   * few kept buffers (a fresh zero-filled one per early message costs more than the copy).
+   */
+  private early(bytes: number): Uint8Array {
+    if (bytes >= SPARE_MIN) {
+      const i = this.spares.findIndex((b) => b.byteLength >= bytes && b.byteLength <= 4 * bytes);
+      if (i >= 0) return (this.spares.splice(i, 1)[0] as Uint8Array).subarray(0, bytes);
+    }
+    return new Uint8Array(bytes);
+  }
+
+  /** Keeps a consumed early message's buffer for the next one. */
+  private spare(payload: Uint8Array): void {
+    if (payload.byteLength >= SPARE_MIN && this.spares.length < MAX_SPARES) this.spares.push(new Uint8Array(payload.buffer));
   }
 
   private deliver(h: Header, fragment: Uint8Array): void {
@@ -557,7 +580,7 @@ export class Router {
         box.partial = { header: h, payload: EMPTY };
       } else {
         box.streaming = undefined;
-        box.partial = { header: h, payload: new Uint8Array(h.totalBytes) };
+        box.partial = { header: h, payload: this.early(h.totalBytes) };
       }
     }
     const m = box.partial;
