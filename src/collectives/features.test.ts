@@ -123,3 +123,22 @@ test('several wires per linked pair: ring lanes stripe over them and results sta
   for (let i = 0; i < 15000; i++) assert.equal(gathered[2]![i], (i % 5000) * 3 + Math.floor(i / 5000));
   await Promise.all(comms.map((c) => c.close()));
 });
+
+test('large sends go zero-copy from the caller\'s buffer: registered once while reused, at most 16 kept', async () => {
+  const comms = await createLocalWorld(2, { timeoutMs: 20_000 });
+  const n = 300_000; // 1.2 MB: fragments of 128 KiB, written from the caller's memory
+  const bufs = comms.map((c) => Float32Array.from({ length: n }, (_, i) => c.rank + (i % 13)));
+  for (let k = 0; k < 3; k++) {
+    for (const b of bufs) b.forEach((_, i) => (b[i] = i % 13));
+    await Promise.all(comms.map((c, r) => c.allReduce(bufs[r]!, { algorithm: 'ring' })));
+    for (const b of bufs) assert.ok(b.every((v, i) => v === 2 * (i % 13)), `call ${k}`);
+  }
+  for (const c of comms) assert.equal(c.router.registrations, 1, 'one registration for the reused buffer');
+  for (let k = 0; k < 20; k++) {
+    const fresh = comms.map((c) => new Float32Array(n).fill(c.rank + 1));
+    await Promise.all(comms.map((c, r) => c.allReduce(fresh[r]!, { algorithm: 'ring' })));
+    for (const f of fresh) assert.ok(f.every((v) => v === 3));
+  }
+  for (const c of comms) assert.equal(c.router.registrations, 16, 'the LRU stays bounded');
+  await Promise.all(comms.map((c) => c.close()));
+});

@@ -227,6 +227,11 @@ export class Router {
     }
   }
 
+  /** Caller buffers registered for zero-copy sends right now (bounded LRU), for tests and stats. */
+  get registrations(): number {
+    return this.regs.size;
+  }
+
   /** Largest payload that fits one fragment. */
   get fragmentBytes(): number {
     return this.slotBytes - headerBytes;
