@@ -426,7 +426,7 @@ export class Qp implements QueuePair {
       });
       return;
     }
-    const targets = this.resolve(wr.sgl, true);
+    const targets = wr.sgl.length === 0 ? NO_TARGETS : this.resolve(wr.sgl, true);
     if (targets === undefined) {
       this.recvCq.push({
         wrId: wr.wrId,
@@ -834,6 +834,8 @@ export class Qp implements QueuePair {
 }
 
 const NO_PAYLOAD: readonly Uint8Array[] = [];
+/** Targets of a zero-length receive (never written to). */
+const NO_TARGETS: Uint8Array[] = [];
 
 /** Common header; bytes 2..3 of the scratch header are never written, so they stay 0. */
 function header(h: Uint8Array, type: number, flags: number, psn: number): void {
