@@ -2,6 +2,8 @@
 export declare const wasmSourceDir: string;
 export declare const wasmPath: string;
 export declare const nativeSource: string;
+export declare const nativeDir: string;
+export declare const nativeSources: string[];
 export declare const nativePath: string;
 export declare const ascFlags: readonly string[];
 export declare function isStale(): boolean;

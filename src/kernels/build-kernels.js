@@ -1,6 +1,6 @@
 // Builds tandem's kernels: the AssemblyScript sources (src/kernels/wasm/*.ts) into
 // build/wasm/kernels.wasm, and, when a C compiler is present, the optional native kernels
-// (src/kernels/native/kernels.c, -O3 -march=native) into build/native/kernels.so. Plain JS so
+// (src/kernels/native/*.c, -O3 -march=native) into build/native/kernels.so. Plain JS so
 // that `node bin/build.js` runs it without tsx; the kernels call it lazily at first use too.
 import { execFile } from 'node:child_process';
 import { mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
@@ -58,8 +58,19 @@ export async function buildKernels({ force = false, quiet = true } = {}) {
   return wasmPath;
 }
 
-export const nativeSource = join(root, 'src', 'kernels', 'native', 'kernels.c');
+export const nativeDir = join(root, 'src', 'kernels', 'native');
+export const nativeSource = join(nativeDir, 'kernels.c');
+/** The C sources compiled together into the native library (headers: common.h). */
+export const nativeSources = ['kernels.c', 'gemm-vnni.c', 'ops.c'].map((f) => join(nativeDir, f));
 export const nativePath = join(root, 'build', 'native', 'kernels.so');
+
+function newestNativeSource() {
+  let newest = statSync(fileURLToPath(import.meta.url)).mtimeMs; // flags live here
+  for (const name of readdirSync(nativeDir)) {
+    if (name.endsWith('.c') || name.endsWith('.h')) newest = Math.max(newest, statSync(join(nativeDir, name)).mtimeMs);
+  }
+  return newest;
+}
 
 /**
  * Builds the native kernels if stale (or forced) with $CC (default cc); returns the shared
@@ -67,12 +78,12 @@ export const nativePath = join(root, 'build', 'native', 'kernels.so');
  */
 export async function buildNative({ force = false, quiet = true } = {}) {
   const out = statSync(nativePath, { throwIfNoEntry: false });
-  if (!force && out && out.mtimeMs >= statSync(nativeSource).mtimeMs) return nativePath;
+  if (!force && out && out.mtimeMs >= newestNativeSource()) return nativePath;
   mkdirSync(dirname(nativePath), { recursive: true });
   const tmp = `${nativePath}.${process.pid}.${Date.now()}.tmp`;
   const run = promisify(execFile);
   const cc = process.env.CC ?? 'cc';
-  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, nativeSource, '-lm'];
+  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, ...nativeSources, '-lm'];
   try {
     await run(cc, ['-march=native', ...args], { timeout: 120_000 });
   } catch {

@@ -1,0 +1,195 @@
+// Element-wise and attention kernels (AVX-512): attention, SwiGLU, RMSNorm and RoPE, twins
+// of the wasm and TypeScript kernels (RMSNorm and RoPE bit-identical to the reference).
+#include "common.h"
+
+// ---- Attention and SwiGLU (AVX-512), twins of attention.ts / swiglu in the wasm kernels ----
+#if defined(__AVX512BW__)
+#include <math.h>
+
+// e^x for 16 lanes: Cephes' expf polynomial on x - n ln2, scaled by 2^n (max error ~2 ulp,
+// like ggml's own vector expf that llama.cpp's softmax and SiLU use); 0 far below, inf above.
+static inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.72283935546875f)), _mm512_set1_ps(-103.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+static inline __m512 load_kv(const uint8_t *p, int half, __mmask16 mk) {
+  if (half) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, p));
+  return _mm512_maskz_loadu_ps(mk, p);
+}
+
+static inline __m512 load_kv16(const uint8_t *p, int half) {
+  return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)) : _mm512_loadu_ps((const float *)p);
+}
+
+// Softmax of scores[0..len) in place (max, e^(s - max) summed in f64 as llama.cpp); returns 1 / sum.
+static inline float softmax_scores(float *scores, int len) {
+  __m512 vmx = _mm512_set1_ps(-INFINITY);
+  for (int p = 0; p < len; p += 16) {
+    const __mmask16 mk = len - p >= 16 ? 0xffff : (__mmask16)((1u << (len - p)) - 1);
+    vmx = _mm512_mask_max_ps(vmx, mk, vmx, _mm512_maskz_loadu_ps(mk, scores + p));
+  }
+  vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vmx));
+  __m512d sum2 = _mm512_setzero_pd();
+  for (int p = 0; p < len; p += 16) {
+    const __mmask16 mk = len - p >= 16 ? 0xffff : (__mmask16)((1u << (len - p)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(mk, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, scores + p), vmx)));
+    _mm512_mask_storeu_ps(scores + p, mk, e);
+    sum2 = _mm512_add_pd(sum2, _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)), _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)))));
+  }
+  return (float)(1.0 / _mm512_reduce_add_pd(sum2));
+}
+
+// One (token, head) item with hd = 16 * NC: q and the output accumulators stay in registers.
+static inline __attribute__((always_inline)) void att_item(const float *qo, const uint8_t *kb, const uint8_t *vb, size_t rowStride, int len, float scale,
+                                                           int half, float *scores, float *oo, const int NC) {
+  const size_t cs = half ? 32 : 64;
+  __m512 qv[NC];
+  for (int c = 0; c < NC; c++) {
+    qv[c] = _mm512_loadu_ps(qo + 16 * c);
+    if (half) qv[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(qv[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (int p = 0; p < len; p++) {
+    const uint8_t *kp = kb + (size_t)p * rowStride;
+    __m512 acc = _mm512_mul_ps(qv[0], load_kv16(kp, half));
+    for (int c = 1; c < NC; c++) acc = _mm512_fmadd_ps(qv[c], load_kv16(kp + c * cs, half), acc);
+    scores[p] = _mm512_reduce_add_ps(acc) * scale;
+  }
+  const float inv = softmax_scores(scores, len);
+  __m512 o[NC];
+  for (int c = 0; c < NC; c++) o[c] = _mm512_setzero_ps();
+  for (int p = 0; p < len; p++) {
+    float pv = scores[p] * inv;
+    if (half) pv = round_f16(pv);
+    const __m512 pw = _mm512_set1_ps(pv);
+    const uint8_t *vp = vb + (size_t)p * rowStride;
+    for (int c = 0; c < NC; c++) o[c] = _mm512_fmadd_ps(pw, load_kv16(vp + c * cs, half), o[c]);
+  }
+  for (int c = 0; c < NC; c++) _mm512_storeu_ps(oo + 16 * c, o[c]);
+}
+
+// q, out: [n, heads, hd] f32; k, v: [maxSeq, kvHeads, hd] (f32, or f16 when half); scores:
+// per-thread scratch of scratchStride bytes. One (token, head) pair per work item.
+void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
+                  int hd, int pos0, float scale, int half, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int group = heads / kvHeads;
+  const size_t es = half ? 2 : 4;
+  const size_t rowStride = (size_t)kvHeads * hd * es;
+  float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
+  const int nc = (hd + 15) / 16;
+  float qr[nc * 16];
+  float oa[nc * 16];
+  const int items = n * heads;
+  for (int item = part(items, tid, nt); item < part(items, tid + 1, nt); item++) {
+    const int t = item / heads;
+    const int h = item % heads;
+    const int len = pos0 + t + 1;
+    const float *qo = (const float *)(m + q) + (size_t)item * hd;
+    const size_t kvo = (size_t)(h / group) * hd * es;
+    float *oo = (float *)(m + out) + (size_t)item * hd;
+    if (hd == 64 || hd == 128) {
+      if (hd == 64) att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 4);
+      else att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 8);
+      continue;
+    }
+    for (int i = 0; i < nc * 16; i++) qr[i] = i < hd ? (half ? round_f16(qo[i]) : qo[i]) : 0.0f;
+    for (int p = 0; p < len; p++) {
+      const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < nc; c++) {
+        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), load_kv(kp + 16 * (size_t)c * es, half, mk), acc);
+      }
+      scores[p] = _mm512_reduce_add_ps(acc) * scale;
+    }
+    const float inv = softmax_scores(scores, len);
+    for (int i = 0; i < nc * 16; i++) oa[i] = 0;
+    for (int p = 0; p < len; p++) {
+      float pv = scores[p] * inv;
+      if (half) pv = round_f16(pv);
+      const __m512 pw = _mm512_set1_ps(pv);
+      const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
+      for (int c = 0; c < nc; c++) {
+        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+        _mm512_storeu_ps(oa + 16 * c, _mm512_fmadd_ps(pw, load_kv(vp + 16 * (size_t)c * es, half, mk), _mm512_loadu_ps(oa + 16 * c)));
+      }
+    }
+    for (int i = 0; i < hd; i++) oo[i] = oa[i];
+  }
+}
+
+// RMSNorm bit-identical to rmsNormRef (ops-ref.ts): f32 squares summed in f64 in order, each
+// step of the scale rounded to f32, then (x * scale) rounded before the weight multiplies
+// it. No FMA contraction here. x, out: [n, dim] (out may be x); w: [dim]; tokens split.
+__attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const float *W = (const float *)(m + w);
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *X = (const float *)(m + x) + (size_t)t * dim;
+    float *O = (float *)(m + out) + (size_t)t * dim;
+    double sum = 0;
+    for (int i = 0; i < dim; i++) {
+      const float sq = X[i] * X[i];
+      sum += (double)sq;
+    }
+    const float mean = (float)(sum / dim);
+    const float s = (float)sqrt((double)(float)((double)mean + (double)eps));
+    const __m512 scale = _mm512_set1_ps((float)(1.0 / (double)s));
+    int i = 0;
+    for (; i + 16 <= dim; i += 16) _mm512_storeu_ps(O + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(X + i), scale), _mm512_loadu_ps(W + i)));
+    if (i < dim) {
+      const __mmask16 mk = (__mmask16)((1u << (dim - i)) - 1);
+      _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, X + i), scale), _mm512_maskz_loadu_ps(mk, W + i)));
+    }
+  }
+}
+
+// RoPE in place, bit-identical to ropeRef: x [n, heads, hd]; cs [n, 2, half] f32 (cos then
+// sin of each token's position, from the caller's angle table); neox pairs (i, i + half),
+// else (2i, 2i + 1). Each product rounded to f32, the difference rounded once more (as JS
+// does in f64). Tokens split across threads.
+__attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *C = (const float *)(m + cs) + (size_t)t * 2 * half;
+    const float *S = C + half;
+    for (int h = 0; h < heads; h++) {
+      float *X = (float *)(m + x) + ((size_t)t * heads + h) * hd;
+      for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half : 2 * i + 1;
+        const float x0 = X[a], x1 = X[b], c = C[i], sn = S[i];
+        const float p0 = x0 * c, p1 = x1 * sn, p2 = x0 * sn, p3 = x1 * c;
+        X[a] = (float)((double)p0 - (double)p1);
+        X[b] = (float)((double)p2 + (double)p3);
+      }
+    }
+  }
+}
+
+// out = silu(g) * u over count elements (out may alias g).
+void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const float *G = (const float *)(m + g);
+  const float *U = (const float *)(m + u);
+  float *O = (float *)(m + out);
+  const int i1 = part(count, tid + 1, nt);
+  for (int i = part(count, tid, nt); i < i1; i += 16) {
+    const __mmask16 mk = i1 - i >= 16 ? 0xffff : (__mmask16)((1u << (i1 - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(mk, G + i);
+    const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mk, U + i)));
+  }
+}
+#endif
