@@ -24,6 +24,7 @@ import {
   type ProviderName,
   type QueuePair,
   type RemoteRegion,
+  type SendWr,
   type WorkCompletion,
 } from './index.js';
 
@@ -152,15 +153,26 @@ async function awaitImmSlow(e: Endpoint, poll: boolean): Promise<number> {
   return wc?.imm ?? -1;
 }
 
+/** Work requests built once per (endpoint, size, immediate), as verbs perftests do. */
+const prebuilt = new WeakMap<Endpoint, Map<number, SendWr>>();
+
 export function writeImm(e: Endpoint, bytes: number, imm: number): void {
-  e.qp.postSend({
-    wrId: imm,
-    opcode: 'write_imm',
-    imm,
-    sgl: [e.local.sge(0, bytes)],
-    remote: e.remote,
-    signaled: false,
-  });
+  let m = prebuilt.get(e);
+  if (m === undefined) prebuilt.set(e, (m = new Map()));
+  const key = bytes * 16 + imm;
+  let wr = m.get(key);
+  if (wr === undefined) {
+    wr = {
+      wrId: imm,
+      opcode: 'write_imm',
+      imm,
+      sgl: [e.local.sge(0, bytes)],
+      remote: e.remote,
+      signaled: false,
+    };
+    m.set(key, wr);
+  }
+  e.qp.postSend(wr);
 }
 
 /** Writes `count` x `bytes`, at most `window` in flight, the last with an immediate. */

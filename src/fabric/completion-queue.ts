@@ -61,6 +61,11 @@ export class CQ implements CompletionQueue {
   }
 
   private take(max: number): WorkCompletion[] {
+    if (this.head === 0 && this.items.length <= max) {
+      const all = this.items;
+      this.items = [];
+      return all;
+    }
     const end = Math.min(this.items.length, this.head + max);
     const out = this.items.slice(this.head, end);
     this.head = end;
