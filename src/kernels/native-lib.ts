@@ -20,6 +20,7 @@ const kQuantPrototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
   swiglu: 'void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt)',
+  swiglu_rows: 'void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt)',
   rms_norm: 'void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt)',
   rope: 'void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt)',
   mm_float: 'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',

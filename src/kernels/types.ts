@@ -138,6 +138,12 @@ export interface Kernels {
   softmax(x: Float32Array, n: number, len: number): void;
   /** out = silu(gate) * up elementwise; out may alias gate. All [len]. */
   swiglu(gate: Float32Array, up: Float32Array, out: Float32Array): void;
+  /**
+   * Optional fused SwiGLU projection: w stacks the gate rows over the up rows ([2 * half,
+   * cols]); out[t] = silu(gate x_t) * (up x_t). x: [n, cols], out: [n, half]. Saves moving
+   * the [n, 2 * half] projection out of the kernels' memory and back.
+   */
+  matmulSwiglu?(w: Weight, x: Float32Array, out: Float32Array, n: number): void;
 
   createKvCache(options: KvCacheOptions): KvCache;
   /** Stores k, v for n tokens at positions pos0..pos0+n-1 of `layer`. k, v: [n, kvHeads, headDim]. */

@@ -238,3 +238,27 @@ test('rmsNorm equals the reference bit for bit (llama.cpp\'s float chain; odd wi
     }
   }
 });
+
+test('matmulSwiglu equals the matmul then SwiGLU of the reference (stacked gate/up rows, odd halves, 1 and 17 tokens)', async () => {
+  for (const [backend, threads] of attentionCases) {
+    const k = await kernels(backend, threads);
+    let seed = 700;
+    for (const [type, cols] of [[GgmlType.Q8_0, 96], [GgmlType.Q4_K, 256], [GgmlType.F16, 40]] as const) {
+      for (const half of [5, 8]) {
+        const data = randomWeightBytes(type, 2 * half, cols, seed++);
+        const wr = ref.uploadWeight({ type, rows: 2 * half, cols, data });
+        const ww = k.uploadWeight({ type, rows: 2 * half, cols, data });
+        for (const n of [1, 17]) {
+          const x = randomFloats(n * cols, seed++, 2);
+          const y = new Float32Array(n * 2 * half);
+          ref.matmul(wr, x, y, n);
+          const want = new Float32Array(n * half);
+          for (let t = 0; t < n; t++) ref.swiglu(y.subarray(2 * t * half, (2 * t + 1) * half), y.subarray((2 * t + 1) * half, (2 * t + 2) * half), want.subarray(t * half, (t + 1) * half));
+          const got = new Float32Array(n * half);
+          k.matmulSwiglu!(ww, x, got, n);
+          assertClose(got, want, TOL, `${backend}/${threads} type ${type} half=${half} n=${n}`);
+        }
+      }
+    }
+  }
+});

@@ -86,6 +86,8 @@ function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
 export class WasmKernels implements Kernels {
   private readonly slots: ArenaSlot[] = [];
   private readonly ropeTables = new WeakMap<RopeParams, RopeTable>();
+  /** Set during matmulSwiglu: where copyOut puts the SwiGLU rows. */
+  private swigluOut: Float32Array | undefined;
 
   private constructor(
     private readonly pool: ThreadPool,
@@ -167,6 +169,33 @@ export class WasmKernels implements Kernels {
   matmul(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
     const w = own(weight, WasmWeight, 'weight');
     checkMatmul(w, x, y, n);
+    this.matmulChecked(w, x, y, n);
+  }
+
+  // w: [2 * half, cols] (gate rows, then up rows); x: [n, cols], out: [n, half]
+  matmulSwiglu(weight: Weight, x: Float32Array, out: Float32Array, n: number): void {
+    const w = own(weight, WasmWeight, 'weight');
+    const half = w.rows / 2;
+    if (!Number.isInteger(half) || !(Number.isInteger(n) && n >= 1) || x.length < n * w.cols || out.length < n * half) {
+      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${n} tokens got x of ${x.length} and out of ${out.length} elements`, {
+        hint: 'stack gate and up rows (an even row count); x holds n * cols values, out n * rows / 2',
+      });
+    }
+    if (!this.nativeNorm) {
+      const y = new Float32Array(n * w.rows);
+      this.matmulChecked(w, x, y, n);
+      for (let t = 0; t < n; t++) swigluRef(y.subarray(t * w.rows, t * w.rows + half), y.subarray(t * w.rows + half, (t + 1) * w.rows), out.subarray(t * half, (t + 1) * half));
+      return;
+    }
+    this.swigluOut = out;
+    try {
+      this.matmulChecked(w, x, out, n);
+    } finally {
+      this.swigluOut = undefined;
+    }
+  }
+
+  private matmulChecked(w: WasmWeight, x: Float32Array, y: Float32Array, n: number): void {
     if (this.q8v && w.type === GgmlType.Q8_0) {
       this.matmulQ8v(w, x, y, n);
       return;
@@ -253,8 +282,16 @@ export class WasmKernels implements Kernels {
     this.copyOut(arena, yp, w, y, n);
   }
 
+  /** Copies the result rows out of the arena; for matmulSwiglu first applies SwiGLU to them there. */
   private copyOut(arena: Arena, yp: number, w: WasmWeight, y: Float32Array, n: number): void {
     const f32 = arena.f32;
+    const out = this.swigluOut;
+    if (out) {
+      const half = w.rows / 2;
+      this.pool.run(arena.index, op.swiglu_rows, [yp, w.rowsPad, half, n], n * half * 8);
+      for (let t = 0; t < n; t++) out.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + half), t * half);
+      return;
+    }
     if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >> 2, (yp >> 2) + (n === 1 ? w.rows : n * w.rows)));
     else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + w.rows), t * w.rows);
   }

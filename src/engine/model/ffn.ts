@@ -6,6 +6,14 @@ import type { FfnWeights, MoeWeights } from './weights.js';
 
 /** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
 export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, tag: string): void {
+  const fused = w.gateUp.fused;
+  if (fused && k.matmulSwiglu && fused.parts.length === 2 && fused.parts[0] === fused.parts[1]) {
+    // gate and up stacked in one weight: the kernels apply SwiGLU before handing rows back
+    const g = scratch.f32(`${tag}.act`, n * (fused.parts[0] as number));
+    k.matmulSwiglu(fused.weight, x, g, n);
+    project(k, w.down, g, out, n);
+    return;
+  }
   const [g, u] = projectParts(k, w.gateUp, x, n, scratch, tag) as [Float32Array, Float32Array];
   k.swiglu(g, u, g);
   project(k, w.down, g, out, n);

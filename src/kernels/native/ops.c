@@ -178,6 +178,22 @@ __attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32
   }
 }
 
+// Rows y [n, ystride] holding [gate (half), up (half)] each: row t's first `half` values
+// become silu(gate) * up in place (the fused gate/up projection's SwiGLU). Tokens split.
+void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    float *G = (float *)(m + y) + (size_t)t * ystride;
+    const float *U = G + half;
+    for (int i = 0; i < half; i += 16) {
+      const __mmask16 mk = half - i >= 16 ? 0xffff : (__mmask16)((1u << (half - i)) - 1);
+      const __m512 x = _mm512_maskz_loadu_ps(mk, G + i);
+      const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+      _mm512_mask_storeu_ps(G + i, mk, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mk, U + i)));
+    }
+  }
+}
+
 // out = silu(g) * u over count elements (out may alias g).
 void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
