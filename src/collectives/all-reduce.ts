@@ -1,4 +1,4 @@
-import { allocate, type DTypeArray } from '../kernels/dtype.js';
+import { allocate, bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
 import { q8BlockSize } from '../kernels/q8.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
@@ -173,24 +173,62 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
 }
 
 /**
- * tree: reduce up a spanning tree (children in fixed order), then broadcast down. With q8 the
- * root settles its values to what receivers decode, and every rank forwards the packing it
- * received unchanged (re-quantising decoded values could differ), so all ranks end identical.
+ * tree: reduce up a spanning tree (children in fixed order), then broadcast down; pipelined
+ * in segments of one fragment: segment k goes up (step 2k) while segment k-1 comes down
+ * (step 2k+1), so a deep tree (a line) costs about one message time plus depth segment times
+ * instead of depth message times. Each element is still reduced in the same fixed order.
  */
 export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
+  if (call.spec.q8) return allReduceTreeQ8(call, data, tree);
+  const me = call.rank;
+  const kids = tree.children[me] ?? [];
+  const parent = tree.parent[me] as number;
+  const segs = treeSegments(call, data.length);
+  const sends: Promise<void>[] = [];
+  const down = (k: number, seg: DTypeArray): void => {
+    const wire = call.encode(seg);
+    for (const c of kids) sends.push(call.send(c, wire, 0, 2 * k + 1));
+  };
+  const up = async (): Promise<void> => {
+    for (let k = 0; k < segs.length; k++) {
+      const seg = sub(data, segs[k] as Range);
+      for (const c of kids) await call.recvReduce(c, seg, 0, 2 * k);
+      if (parent >= 0) sends.push(call.send(parent, call.encode(seg), 0, 2 * k));
+      else down(k, seg); // the root turns each segment around at once
+    }
+  };
+  const fromParent = async (): Promise<void> => {
+    for (let k = 0; k < segs.length; k++) {
+      const seg = sub(data, segs[k] as Range);
+      await call.recvCopy(parent, seg, 0, 2 * k + 1);
+      down(k, seg);
+    }
+  };
+  await Promise.all(parent >= 0 ? [up(), fromParent()] : [up()]);
+  await Promise.all(sends);
+}
+
+/** Segments of at most one fragment each (fewer when the u16 step field would overflow). */
+function treeSegments(call: Call, count: number): Range[] {
+  const perFragment = Math.max(1, Math.floor(call.comm.router.fragmentBytes / bytesPerElement(call.spec.dtype)));
+  const parts = Math.max(1, Math.min(Math.ceil(count / perFragment), 32_000));
+  return chunkRanges(count, parts);
+}
+
+/**
+ * tree with the q8 wire (not pipelined): the root settles its values to what receivers
+ * decode, and every rank forwards the packing it received unchanged (re-quantising decoded
+ * values could differ), so all ranks end identical.
+ */
+async function allReduceTreeQ8(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const me = call.rank;
   for (const child of tree.children[me] ?? []) await call.recvReduce(child, data, 0, 0);
   const parent = tree.parent[me] as number;
   let wire: Uint8Array;
   if (parent >= 0) {
     await call.send(parent, call.encode(data), 0, 0);
-    if (call.spec.q8) {
-      wire = await call.recv(parent, call.wireBytes(data.length), 0, 1);
-      call.copyFrom(data, wire);
-    } else {
-      await call.recvCopy(parent, data, 0, 1);
-      wire = call.encode(data);
-    }
+    wire = await call.recv(parent, call.wireBytes(data.length), 0, 1);
+    call.copyFrom(data, wire);
   } else {
     wire = call.settle(data);
   }
