@@ -229,6 +229,18 @@ export class Qp implements QueuePair {
   // ---------------------------------------------------------------- requester
 
   postSend(wr: SendWr): void {
+    const t = this.transport;
+    if (t.cork === undefined) return this.post(wr);
+    // tcp: the request's frames and a due ACK leave in one syscall
+    t.cork();
+    try {
+      this.post(wr);
+    } finally {
+      t.uncork?.();
+    }
+  }
+
+  private post(wr: SendWr): void {
     checkSendWr(wr);
     const signaled = wr.signaled !== false;
     if (this.qpState !== 'ready') {

@@ -110,6 +110,8 @@ export class TcpTransport implements Transport {
 
 const SCRATCH_BYTES = 256 * 1024;
 const READS_PER_POLL = 64;
+/** Small frames of one post (and its ACK) are gathered up to this many bytes and sent at once. */
+const STAGING_BYTES = 64 * 1024;
 
 /**
  * The busy-polled data path: after the handshake the socket's fd is read and written with
@@ -126,6 +128,9 @@ export class PolledTcpTransport implements Transport {
     (head) => this.events?.placed?.(head),
   );
   private readonly scratch = new Uint8Array(SCRATCH_BYTES);
+  private readonly staging = new Uint8Array(STAGING_BYTES);
+  private staged = 0;
+  private corked = false;
   private backlog: Uint8Array[] = [];
   private backlogHead = 0;
   readonly fd: number;
@@ -203,10 +208,72 @@ export class PolledTcpTransport implements Transport {
     return did || got;
   }
 
+  /** While corked (one post: its frames and a due ACK), small frames gather in `staging`. */
+  cork(): void {
+    this.corked = true;
+  }
+
+  uncork(): void {
+    this.corked = false;
+    this.flushStaged();
+  }
+
+  /** Sends what gathered in `staging` with one syscall (the rest, if any, joins the backlog). */
+  private flushStaged(): void {
+    const n = this.staged;
+    if (n === 0 || this.isClosed) return;
+    this.staged = 0;
+    if (this.backlogHead < this.backlog.length) {
+      this.backlog.push(this.staging.slice(0, n));
+      this.flush();
+      return;
+    }
+    let sent = this.lib.send(this.fd, this.staging, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent === n) return;
+    if (sent < 0) {
+      const errno = this.lib.errno();
+      if (errno !== EAGAIN && errno !== EINTR) return this.shut(`connection lost (errno ${errno})`, false);
+      sent = 0;
+    }
+    this.backlog.push(this.staging.slice(sent, n));
+  }
+
+  sendFrom(header: Uint8Array, src: Uint8Array, off: number, len: number): void {
+    if (this.isClosed) return;
+    const total = header.length + len;
+    if (!this.corked || this.staged + 4 + total > STAGING_BYTES) {
+      this.send(header, [src.subarray(off, off + len)]);
+      return;
+    }
+    const st = this.staging;
+    let at = this.staged;
+    putU32(st, at, total);
+    st.set(header, at + 4);
+    at += 4 + header.length;
+    if (len <= 16) for (let i = 0; i < len; i++) st[at + i] = src[off + i] as number;
+    else st.set(src.subarray(off, off + len), at);
+    this.staged = at + len;
+  }
+
   send(header: Uint8Array, payload: readonly Uint8Array[]): void {
     if (this.isClosed) return;
     let len = header.length;
     for (const p of payload) len += p.length;
+    if (this.corked && this.staged + 4 + len <= STAGING_BYTES) {
+      const st = this.staging;
+      let at = this.staged;
+      putU32(st, at, len);
+      st.set(header, at + 4);
+      at += 4 + header.length;
+      for (const p of payload) {
+        st.set(p, at);
+        at += p.length;
+      }
+      this.staged = at;
+      return;
+    }
+    // keep the order: what gathered so far goes first
+    this.flushStaged();
     if (len <= 64 * 1024) {
       const frame = new Uint8Array(4 + len);
       putU32(frame, 0, len);

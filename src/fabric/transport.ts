@@ -22,6 +22,9 @@ export interface Transport {
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
   /** Optional: send() with one payload given as `len` bytes at `off` of `src` (no view to build). */
   sendFrom?(header: Uint8Array, src: Uint8Array, off: number, len: number): void;
+  /** Optional: gather the frames sent until uncork() (one post and its ACK) into one write. */
+  cork?(): void;
+  uncork?(): void;
   /** Test hook: puts raw bytes on the wire, bypassing the framing. */
   sendRaw(bytes: Uint8Array): void;
   /**
