@@ -112,8 +112,51 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
       assert.equal(results[0]!.tokens.length, steps);
       for (const r of results) assert.deepEqual(r.tokens, results[0]!.tokens, `${wire} ${kind}: ranks agree`);
     }
+    // The communicator path (tcp nodes) rounds and sums exactly as the direct exchange (shm nodes).
+    const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 3 });
+    const prompt2 = { prompt: [5, 6, 7], maxTokens: 12 };
+    const viaExchange = await distributedWith(file, tp, wire, true, prompt2);
+    const viaComm = await distributedWith(file, tp, wire, false, prompt2);
+    assert.deepEqual(viaComm.logits, viaExchange.logits, `${wire}: same logits both ways`);
   }
 });
+
+/** Greedy run on every rank recording rank 0's logits at every step. */
+async function distributedWith(
+  file: ModelFile,
+  plan: ParallelPlan,
+  wire: WireFormat,
+  direct: boolean,
+  o: { prompt: number[]; maxTokens: number },
+): Promise<{ logits: number[][] }> {
+  const world = await createLocalWorld(plan.nodes, { timeoutMs: 10_000 });
+  const exchange = direct
+    ? { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 10_000 }
+    : undefined;
+  const ranks = await Promise.all(
+    world.map((w) => loadRank({ file, kernels, plan, world: w, wire, ...(exchange ? { exchange } : {}) })),
+  );
+  const logits: number[][] = [];
+  try {
+    await Promise.all(
+      ranks.map((ctx, r) =>
+        generateOnRank(ctx, o.prompt, {
+          maxTokens: o.maxTokens,
+          pick: (l) => {
+            if (r === 0) logits.push([...l]);
+            let best = 0;
+            for (let i = 1; i < l.length; i++) if ((l[i] as number) > (l[best] as number)) best = i;
+            return best;
+          },
+        }),
+      ),
+    );
+    return { logits };
+  } finally {
+    await Promise.all(ranks.map((r) => r.exchange?.close()));
+    await Promise.all(world.map((w) => w.close()));
+  }
+}
 
 test('plans split heads by KV group, FFN by quantisation blocks, experts whole, layers by stage', () => {
   const file = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 5, heads: 4, kvHeads: 2 });

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
 import type { ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
-import { wireBuffer, encodeWire, decodeWire, type WireFormat } from './wire.js';
+import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
 
 /** Communication counters of one rank: bytes it sent and milliseconds it spent waiting on the group. */
 export class CommMeter {
@@ -66,7 +66,10 @@ export class CollectiveShardComm implements ShardComm {
   readonly meter: CommMeter;
   private readonly wire: WireFormat;
   private readonly logitsMode: 'full' | 'argmax';
-  private f16: Uint16Array = new Uint16Array(0);
+  private mine: Float32Array | Uint16Array | Int32Array | undefined;
+  private gathered: Uint16Array | Int32Array | undefined;
+  private own: Float32Array | undefined;
+  private part: Float32Array | undefined;
   private readonly exchange: TpExchange | undefined;
   private readonly perForward: number;
   private reduces = 0;
@@ -109,22 +112,47 @@ export class CollectiveShardComm implements ShardComm {
       this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
       return;
     }
-    if (this.wire === 'f16') {
-      if (this.f16.length < x.length) this.f16 = new Uint16Array(x.length);
-      const h = this.f16.subarray(0, x.length);
-      encodeWire('f16', x, h);
-      await this.meter.time(0, this.comm.allReduce(h, { dtype: 'f16' }));
-      this.meter.bytes += allReduceWireBytes(h.byteLength, size, this.comm.lastAlgorithm);
-      decodeWire('f16', h, x);
+    if (this.wire !== 'f32') {
+      await this.gatherReduce(x, this.carryFor(x));
       return;
     }
-    const q8 = this.wire === 'q8';
-    await this.meter.time(0, this.comm.allReduce(x, q8 ? { wire: 'q8' } : {}));
-    this.meter.bytes += allReduceWireBytes(
-      q8 ? wireBuffer('q8', x.length).byteLength : x.byteLength,
-      size,
-      this.comm.lastAlgorithm,
-    );
+    await this.meter.time(0, this.comm.allReduce(x));
+    this.meter.bytes += allReduceWireBytes(x.byteLength, size, this.comm.lastAlgorithm);
+  }
+
+  /**
+   * f16/q8 through the communicator, with the direct exchange's semantics: each rank rounds
+   * its own part once (after adding its carried error), the rounded parts are gathered, and
+   * every rank sums all of them in rank order in f32. No partial sum is rounded again (a
+   * reduction on f16 or q8 data would round at every step), and every rank ends identical.
+   */
+  private async gatherReduce(x: Float32Array, carry: Float32Array | undefined): Promise<void> {
+    const size = this.comm.size;
+    const n = x.length;
+    if (carry) for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (carry[i] as number);
+    const words = wireLength(this.wire, n);
+    if (this.mine === undefined || this.mine.length !== words) {
+      this.mine = wireBuffer(this.wire, n);
+      this.gathered = this.wire === 'f16' ? new Uint16Array(words * size) : new Int32Array(words * size);
+      this.own = new Float32Array(n);
+      this.part = new Float32Array(n);
+    }
+    const mine = this.mine;
+    const all = this.gathered!;
+    encodeWire(this.wire, x, mine);
+    const dtype = this.wire === 'f16' ? ({ dtype: 'f16' } as const) : {};
+    await this.meter.time(0, this.comm.allGather(mine, { out: all, ...dtype }));
+    this.meter.bytes += (size - 1) * mine.byteLength;
+    const own = this.own!;
+    decodeWire(this.wire, mine, own);
+    if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
+    const part = this.part!;
+    for (let r = 0; r < size; r++) {
+      const src = r === this.comm.rank ? own : part;
+      if (r !== this.comm.rank) decodeWire(this.wire, all.subarray(r * words, (r + 1) * words), part);
+      if (r === 0) x.set(src);
+      else for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (src[i] as number);
+    }
   }
 
   async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {
