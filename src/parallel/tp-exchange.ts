@@ -151,8 +151,26 @@ export class TpExchange {
       };
       const adopt = (qp: QueuePair, inbox: MemoryRegion): void => {
         qps.push(qp);
-        const peer = qp.peerInfo.rank as number;
-        const r = qp.peerInfo.region as { addr: string; rkey: number; length: number };
+        const peer = qp.peerInfo.rank;
+        const r = qp.peerInfo.region as { addr?: unknown; rkey?: unknown; length?: unknown } | undefined;
+        if (
+          typeof peer !== 'number' ||
+          !Number.isInteger(peer) ||
+          peer < 0 ||
+          peer >= group.size ||
+          peer === group.rank ||
+          peers[peer] !== undefined ||
+          typeof r?.addr !== 'string' ||
+          !/^\d+$/.test(r.addr) ||
+          typeof r.rkey !== 'number' ||
+          typeof r.length !== 'number' ||
+          r.length < 2 * slotBytes
+        )
+          throw new TandemError(
+            'PAR_EXCHANGE',
+            `rank ${group.rank}: a peer introduced itself as rank ${String(peer)} with an unusable inbox`,
+            { hint: 'run the same tandem version on every node (and one run per set of nodes)' },
+          );
         peers[peer] = {
           rank: peer,
           qp,
