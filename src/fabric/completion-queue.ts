@@ -108,6 +108,7 @@ export class CQ implements CompletionQueue {
       // the spin window counts from the last activity (frames moved), not from the start: a
       // stream of frames keeps a wait spinning, a silent peer sends it to sleep
       let idleSince = start;
+      let turned = start;
       for (;;) {
         if (this.abortGen !== gen || signal?.aborted) throw this.aborted(signal);
         let now = performance.now();
@@ -128,9 +129,11 @@ export class CQ implements CompletionQueue {
           this.engine.active?.();
           if (this.spin(Math.min(deadline, idleSince + window, now + SPIN_SLICE_MS), min)) {
             idleSince = this.activity(idleSince, performance.now());
-            continue;
+            // a steady stream of frames must not starve timers, sockets and abort()
+            if (idleSince - turned < SPIN_SLICE_MS) continue;
           }
           await immediate();
+          turned = performance.now();
         } else if (this.engine.arm !== undefined) {
           const sleepers = this.engine.sleepers as Set<CQ>;
           sleepers.add(this);
