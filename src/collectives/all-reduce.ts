@@ -174,8 +174,8 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
 
 /**
  * tree: reduce up a spanning tree (children in fixed order), then broadcast down; pipelined
- * in segments of one fragment: segment k goes up (step 2k) while segment k-1 comes down
- * (step 2k+1), so a deep tree (a line) costs about one message time plus depth segment times
+ * in up to 8 segments: segment k goes up (step 2k) while earlier segments come down (step
+ * 2k+1), so a deep tree (a line) costs about one message time plus depth segment times
  * instead of depth message times. Each element is still reduced in the same fixed order.
  */
 export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
@@ -189,31 +189,42 @@ export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): P
     const wire = call.encode(seg);
     for (const c of kids) sends.push(call.send(c, wire, 0, 2 * k + 1));
   };
+  // Posted ahead (so segments stream into their sinks): the first child's contributions and
+  // the parent's results. Later children's receives wait for the first one of their segment,
+  // which keeps every element's reduction order fixed.
+  const first = kids[0];
+  const firstUp = first === undefined ? [] : segs.map((r, k) => early(call.recvReduce(first, sub(data, r), 0, 2 * k)));
+  const fromParent = parent < 0 ? [] : segs.map((r, k) => early(call.recvCopy(parent, sub(data, r), 0, 2 * k + 1)));
   const up = async (): Promise<void> => {
     for (let k = 0; k < segs.length; k++) {
       const seg = sub(data, segs[k] as Range);
-      for (const c of kids) await call.recvReduce(c, seg, 0, 2 * k);
+      await firstUp[k];
+      for (let i = 1; i < kids.length; i++) await call.recvReduce(kids[i] as number, seg, 0, 2 * k);
       if (parent >= 0) sends.push(call.send(parent, call.encode(seg), 0, 2 * k));
       else down(k, seg); // the root turns each segment around at once
     }
   };
-  const fromParent = async (): Promise<void> => {
+  const relay = async (): Promise<void> => {
     for (let k = 0; k < segs.length; k++) {
-      const seg = sub(data, segs[k] as Range);
-      await call.recvCopy(parent, seg, 0, 2 * k + 1);
-      down(k, seg);
+      await fromParent[k];
+      down(k, sub(data, segs[k] as Range));
     }
   };
-  await Promise.all(parent >= 0 ? [up(), fromParent()] : [up()]);
+  await Promise.all(parent >= 0 ? [up(), relay()] : [up()]);
   await Promise.all(sends);
 }
 
-/** Segments of at most one fragment each (fewer when the u16 step field would overflow). */
+/**
+ * At most TREE_SEGMENTS segments of at least one fragment each: enough to overlap the hops
+ * (a depth-d tree then costs about (1 + d / 8) message times), few enough that per-message
+ * costs stay small.
+ */
 function treeSegments(call: Call, count: number): Range[] {
   const perFragment = Math.max(1, Math.floor(call.comm.router.fragmentBytes / bytesPerElement(call.spec.dtype)));
-  const parts = Math.max(1, Math.min(Math.ceil(count / perFragment), 32_000));
-  return chunkRanges(count, parts);
+  return chunkRanges(count, Math.max(1, Math.min(Math.ceil(count / perFragment), TREE_SEGMENTS)));
 }
+
+const TREE_SEGMENTS = 8;
 
 /**
  * tree with the q8 wire (not pipelined): the root settles its values to what receivers
