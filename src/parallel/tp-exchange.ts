@@ -38,6 +38,7 @@ import type { WireFormat } from './wire.js';
 const DEFAULT_CHUNK = 1 << 19;
 const RECVS_PER_PEER = 4;
 const profiling = process.env.TANDEM_TP_PROFILE === '1';
+const profileEvery = Number(process.env.TANDEM_TP_PROFILE_EVERY ?? 1000) || 1000;
 
 interface Peer {
   rank: number;
@@ -350,7 +351,7 @@ export class TpExchange {
     p.calls++;
     p.wait += done - sentAt;
     p.late += lastPeer - sentAt;
-    if (p.calls === 1000) {
+    if (p.calls === profileEvery) {
       const wall = done - p.since;
       process.stderr.write(
         `tp-exchange rank ${this.rank}/${this.size}: ${p.calls} exchanges in ${wall.toFixed(1)} ms: ` +
