@@ -52,7 +52,9 @@ export interface Plan {
 export function counts(bytes: number, iterations: number): { lat: number; warm: number; bw: number } {
   const lat = Math.max(5, Math.min(iterations, Math.floor((512 << 20) / bytes)));
   const bw = Math.max(8, Math.min(20 * iterations, Math.floor((1 << 30) / bytes)));
-  return { lat, warm: Math.max(2, Math.floor(lat / 10)), bw };
+  // Warm-up as perftests' -w: enough round trips for V8 to optimise the loop and for the
+  // adaptive spin window to settle, but never more than the timed count.
+  return { lat, warm: Math.max(2, Math.min(lat, Math.max(Math.floor(lat / 10), 1000))), bw };
 }
 
 /** `8`, `4K`, `4KiB`, `64M`, `1G` -> bytes. */

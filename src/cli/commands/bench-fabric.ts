@@ -32,7 +32,7 @@ export const command = defineCommand({
     },
     iterations: {
       type: 'number',
-      default: 2000,
+      default: 20000,
       description: 'latency round trips per small size (fewer for large ones)',
     },
     json: {
