@@ -1,5 +1,6 @@
 // One rank of `tandem bench collectives`. argv: JSON RankConfig. Rank 0 prints
 // `LISTENING host:port` and then one `ROW {json}` per size; every rank prints `DONE`.
+import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { createCommunicator, type Communicator } from './communicator.js';
 import type { Algorithm } from './call.js';
@@ -23,6 +24,18 @@ export interface RankConfig {
 export function iterationsFor(bytes: number, max = 200): number {
   return Math.max(3, Math.min(max, Math.floor((64 << 20) / Math.max(bytes, 1))));
 }
+
+/**
+ * Untimed calls before the timed ones: enough (up to 1,000, like perftests' -w) that V8 has
+ * compiled the call path; over the first few thousand calls of a fresh rank a small
+ * all-reduce costs 2-3x what it costs later. Capped at ~128 MiB of payload per size.
+ */
+export function warmupsFor(bytes: number, iterations: number): number {
+  return Math.max(2, Math.floor(iterations / 10), Math.min(1000, Math.floor((128 << 20) / Math.max(bytes, 1))));
+}
+
+/** TANDEM_BENCH_TRACE=<prefix>: each rank writes every timed call's duration (us), in call order, to <prefix>.<rank>.<bytes>. */
+const tracePrefix = process.env.TANDEM_BENCH_TRACE;
 
 /** One call of `op` whose nccl-tests size is `bytes` (f32 values). */
 function operation(c: Communicator, op: BenchOp, bytes: number, algorithm: Algorithm | undefined): () => Promise<unknown> {
@@ -73,7 +86,7 @@ const comm = await createCommunicator({
 for (const bytes of config.sizes) {
   const run = operation(comm, config.op, bytes, config.algorithm);
   const iters = iterationsFor(bytes, config.iterations);
-  for (let w = 0; w < Math.max(2, Math.floor(iters / 10)); w++) await run();
+  for (let w = 0, n = warmupsFor(bytes, iters); w < n; w++) await run();
   await comm.barrier();
   const each = new Float64Array(iters);
   const t0 = performance.now();
@@ -84,6 +97,7 @@ for (const bytes of config.sizes) {
     t = now;
   }
   const us = ((performance.now() - t0) * 1000) / iters;
+  if (tracePrefix) writeFileSync(`${tracePrefix}.${config.rank}.${bytes}`, Array.from(each, (x) => (x * 1000).toFixed(1)).join('\n') + '\n');
   each.sort();
   const p50 = (each[Math.floor(iters / 2)] as number) * 1000;
   const chosen = comm.lastAlgorithm ?? 'mesh';

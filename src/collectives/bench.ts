@@ -56,6 +56,8 @@ export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algori
 }
 
 const rankScript = join(import.meta.dirname, 'bench-rank.ts');
+/** TANDEM_BENCH_NODE_ARGS: extra node flags for every rank process (e.g. `--single-threaded`, `--cpu-prof`), for diagnosis. */
+const rankNodeArgs = (process.env.TANDEM_BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
 
 function lines(child: ChildProcess, onLine: (l: string) => void): void {
   let buf = '';
@@ -84,7 +86,7 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
   const children: ChildProcess[] = [];
   const rows: CollRow[] = [];
   const spawnRank = (rank: number, address: string): ChildProcess => {
-    const c = spawn(process.execPath, ['--import', 'tsx', rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const c = spawn(process.execPath, [...rankNodeArgs, '--import', 'tsx', rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
     children.push(c);
     return c;
   };
