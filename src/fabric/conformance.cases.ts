@@ -149,6 +149,41 @@ export function conformance(provider: ProviderName): void {
   });
 
   test(
+    name('a receiver that always keeps receives posted holds a bounded queue'),
+    { timeout: 60_000 },
+    async () => {
+      const { a, b, close } = await pair(provider);
+      try {
+        const src = a.pd.allocate(64, Access.NONE);
+        const dst = b.pd.allocate(64, Access.LOCAL_WRITE);
+        const DEPTH = 8;
+        const N = 3000;
+        for (let i = 0; i < DEPTH; i++) b.qp.postRecv({ wrId: i, sgl: [dst.sge(0, 8)] });
+        // the queue's private array of posted receives: it must not keep every receive ever posted
+        const posted = (): number => {
+          const recvs = (b.qp as unknown as { recvs?: unknown }).recvs;
+          assert.ok(Array.isArray(recvs), 'the queue pair keeps its posted receives in `recvs`');
+          return recvs.length;
+        };
+        let most = 0;
+        for (let i = 0; i < N; i++) {
+          a.qp.postSend({ wrId: i, opcode: 'send', sgl: [src.sge(0, 8)], signaled: false });
+          const wc = await one(b.cq);
+          assert.deepEqual([wc.wrId, wc.status], [i, 'success']);
+          b.qp.postRecv({ wrId: i + DEPTH, sgl: [dst.sge(0, 8)] });
+          most = Math.max(most, posted());
+        }
+        assert.ok(
+          most <= 2 * 1024 + DEPTH,
+          `posted-receive array grew to ${most} entries over ${N} messages`,
+        );
+      } finally {
+        await close();
+      }
+    },
+  );
+
+  test(
     name('a send that arrives before its receive is kept; too long a message is local_length'),
     { timeout: 30_000 },
     async () => {

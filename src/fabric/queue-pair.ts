@@ -460,17 +460,13 @@ export class Qp implements QueuePair {
     for (;;) {
       const early = this.unexpected[0];
       if (early === undefined || !early.complete || this.recvHead === this.recvs.length) return;
-      const recv = this.recvs[this.recvHead++] as PostedRecv;
+      const recv = this.shiftRecv();
       this.unexpected.shift();
       this.unexpectedBytes -= early.bytes;
       let at = 0;
       for (const c of early.chunks) {
         if (at + c.length <= recv.capacity) scatter(recv.targets, at, c);
         at += c.length;
-      }
-      if (this.recvHead === this.recvs.length) {
-        this.recvs = [];
-        this.recvHead = 0;
       }
       if (early.imm !== undefined) this.completeRecv(recv, 'success', early.immLen, early.imm);
       else
@@ -485,9 +481,21 @@ export class Qp implements QueuePair {
 
   private takeRecv(): PostedRecv | undefined {
     if (this.unexpected.length > 0 || this.recvHead === this.recvs.length) return undefined;
-    const r = this.recvs[this.recvHead++];
+    return this.shiftRecv();
+  }
+
+  /**
+   * Removes the oldest posted receive. The consumed prefix is dropped when the queue empties
+   * or, for a consumer that always keeps receives posted, once it is most of the array (as
+   * for `outstanding`), so a long-lived queue pair does not keep every receive it ever had.
+   */
+  private shiftRecv(): PostedRecv {
+    const r = this.recvs[this.recvHead++] as PostedRecv;
     if (this.recvHead === this.recvs.length) {
       this.recvs = [];
+      this.recvHead = 0;
+    } else if (this.recvHead > 1024 && this.recvHead * 2 > this.recvs.length) {
+      this.recvs = this.recvs.slice(this.recvHead);
       this.recvHead = 0;
     }
     return r;
