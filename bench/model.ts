@@ -1,11 +1,11 @@
 // `tandem bench model`: prefill tok/s (a 128-token prompt), decode tok/s, TTFT and peak RSS
 // of tandem's engine, with llama.cpp (node-llama-cpp, CPU) on the same file and threads
 // beside it. Each engine runs in its own child process.
-import { spawn } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { TandemError } from '../src/errors/index.js';
 import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
+import { JsonChildError, runJsonChild } from '../src/engine/testing/json-child.js';
 
 export interface ModelBenchJob {
   engine: 'tandem' | 'llama.cpp';
@@ -48,44 +48,41 @@ export function benchPrompt(vocab: number, length: number): number[] {
   });
 }
 
-function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBenchResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', childPath], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new TandemError('TIMEOUT', `bench model: ${job.engine} did not finish within ${timeoutMs} ms`, { hint: 'use a smaller model or fewer --tokens, or raise --timeout' }));
-    }, timeoutMs);
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
+async function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBenchResult> {
+  try {
+    return await runJsonChild<ModelBenchResult>(childPath, job, {
+      timeoutMs,
+      what: `bench model: the ${job.engine} run`,
     });
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      const line = stdout.trim().split('\n').pop() ?? '';
-      if (code === 0 && line.startsWith('{')) {
-        resolve(JSON.parse(line) as ModelBenchResult);
-        return;
-      }
-      reject(
-        new TandemError('INTERNAL', `bench model: the ${job.engine} run exited with ${code ?? signal}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`, {
-          hint: job.engine === 'llama.cpp' ? 'llama.cpp could not run this file; try --no-llama-cpp' : 'run `tandem run MODEL --prompt-tokens 1,2,3` to see the error',
-        }),
-      );
+  } catch (e) {
+    if (e instanceof JsonChildError && e.reason === 'timeout') {
+      throw new TandemError('TIMEOUT', `bench model: ${job.engine} did not finish within ${timeoutMs} ms`, {
+        hint: 'use a smaller model or fewer --tokens, or raise --timeout',
+      });
+    }
+    const detail =
+      e instanceof JsonChildError ? e.stderr.trim().split('\n').slice(-3).join(' | ') : String(e);
+    throw new TandemError('INTERNAL', `bench model: the ${job.engine} run failed: ${detail}`, {
+      hint:
+        job.engine === 'llama.cpp'
+          ? 'llama.cpp could not run this file; try --no-llama-cpp'
+          : 'run `tandem run MODEL --prompt-tokens 1,2,3` to see the error',
+      cause: e,
     });
-    child.stdin.end(JSON.stringify(job));
-  });
+  }
 }
 
 /** Runs tandem, then llama.cpp, one after the other (never at once: they would share the cores). */
-export async function benchModel(o: ModelBenchOptions): Promise<{ rows: ModelBenchResult[]; fileMb: number }> {
+export async function benchModel(
+  o: ModelBenchOptions,
+): Promise<{ rows: ModelBenchResult[]; fileMb: number }> {
   const file = GgufModelFile.open(o.model);
   let vocab: number;
   try {
-    vocab = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims]))).vocabSize;
+    vocab = configFromMetadata(
+      (k) => file.meta(k),
+      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+    ).vocabSize;
   } finally {
     file.close();
   }
@@ -100,7 +97,14 @@ export async function benchModel(o: ModelBenchOptions): Promise<{ rows: ModelBen
 /** The JSON line of a result, in the issue's field order. */
 export function jsonLine(r: ModelBenchResult): string {
   const round = (x: number): number => Math.round(x * 100) / 100;
-  return JSON.stringify({ engine: r.engine, threads: r.threads, prefill_tok_s: round(r.prefill_tok_s), decode_tok_s: round(r.decode_tok_s), ttft_ms: round(r.ttft_ms), peak_rss_mb: round(r.peak_rss_mb) });
+  return JSON.stringify({
+    engine: r.engine,
+    threads: r.threads,
+    prefill_tok_s: round(r.prefill_tok_s),
+    decode_tok_s: round(r.decode_tok_s),
+    ttft_ms: round(r.ttft_ms),
+    peak_rss_mb: round(r.peak_rss_mb),
+  });
 }
 
 export function table(rows: readonly ModelBenchResult[], fileMb: number): string {
@@ -117,8 +121,24 @@ export function table(rows: readonly ModelBenchResult[], fileMb: number): string
     (r.peak_rss_mb / fileMb).toFixed(2),
   ]);
   if (ours && theirs) {
-    body.push(['tandem / llama.cpp', '', (ours.prefill_tok_s / theirs.prefill_tok_s).toFixed(2), (ours.decode_tok_s / theirs.decode_tok_s).toFixed(2), (ours.ttft_ms / theirs.ttft_ms).toFixed(2), (ours.peak_rss_mb / theirs.peak_rss_mb).toFixed(2), '']);
+    body.push([
+      'tandem / llama.cpp',
+      '',
+      (ours.prefill_tok_s / theirs.prefill_tok_s).toFixed(2),
+      (ours.decode_tok_s / theirs.decode_tok_s).toFixed(2),
+      (ours.ttft_ms / theirs.ttft_ms).toFixed(2),
+      (ours.peak_rss_mb / theirs.peak_rss_mb).toFixed(2),
+      '',
+    ]);
   }
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
-  return [head, ...body].map((cells) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ')).join('\n') + '\n';
+  return (
+    [head, ...body]
+      .map((cells) =>
+        cells
+          .map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number)))
+          .join('  '),
+      )
+      .join('\n') + '\n'
+  );
 }

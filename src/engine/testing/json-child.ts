@@ -6,6 +6,19 @@ import { spawn } from 'node:child_process';
 // Resolved here so the child finds tsx whatever the working directory.
 const tsxLoader = import.meta.resolve('tsx');
 
+/** Why a child failed: it ran out of time, exited badly, or printed no JSON. */
+export class JsonChildError extends Error {
+  constructor(
+    message: string,
+    readonly reason: 'timeout' | 'exit' | 'no-json',
+    /** The tail of the child's stderr. */
+    readonly stderr: string,
+  ) {
+    super(message);
+    this.name = 'JsonChildError';
+  }
+}
+
 export interface JsonChildOptions {
   /** Kill the child and reject after this long (default 90 s). */
   timeoutMs?: number;
@@ -16,18 +29,26 @@ export interface JsonChildOptions {
 /**
  * Spawns `script`, writes `request` as JSON to its stdin and resolves with the JSON value of
  * its stdout (the last line that parses, so stray log lines before it are ignored). Rejects
- * with the tail of stderr when the child fails, prints no JSON or times out.
+ * with a JsonChildError (the reason and the tail of stderr) when the child fails, prints no
+ * JSON or times out.
  */
-export function runJsonChild<T>(script: string, request: unknown, options: JsonChildOptions = {}): Promise<T> {
+export function runJsonChild<T>(
+  script: string,
+  request: unknown,
+  options: JsonChildOptions = {},
+): Promise<T> {
   const timeoutMs = options.timeoutMs ?? 90_000;
   const what = options.what ?? script;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', tsxLoader, script], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', tsxLoader, script], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${what} timed out after ${timeoutMs} ms; stderr: ${stderr.slice(-2000)}`));
+      const tail = stderr.slice(-2000);
+      reject(new JsonChildError(`${what} timed out after ${timeoutMs} ms; stderr: ${tail}`, 'timeout', tail));
     }, timeoutMs);
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
@@ -38,7 +59,8 @@ export function runJsonChild<T>(script: string, request: unknown, options: JsonC
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       if (code !== 0) {
-        reject(new Error(`${what} exited with ${code ?? signal}; stderr: ${stderr.slice(-2000)}`));
+        const tail = stderr.slice(-2000);
+        reject(new JsonChildError(`${what} exited with ${code ?? signal}; stderr: ${tail}`, 'exit', tail));
         return;
       }
       const text = stdout.trim();
@@ -51,7 +73,13 @@ export function runJsonChild<T>(script: string, request: unknown, options: JsonC
           // try the last line alone
         }
       }
-      reject(new Error(`${what} printed no JSON: ${stdout.slice(0, 500)}`));
+      reject(
+        new JsonChildError(
+          `${what} printed no JSON: ${stdout.slice(0, 500)}`,
+          'no-json',
+          stderr.slice(-2000),
+        ),
+      );
     });
     child.stdin.end(JSON.stringify(request));
   });
