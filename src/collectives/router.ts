@@ -1,7 +1,7 @@
 import { TandemError, isTandemError } from '../errors/index.js';
+import { machineOverloaded } from '../fabric/spin-policy.js';
 import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
-import { availableParallelism, loadavg } from 'node:os';
 import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
 
 /**
@@ -131,19 +131,16 @@ const SWEEP_MS = 50;
 
 /**
  * How long the pump busy-polls after the last completion while a call waits. Spinning only
- * pays while every spinner has a core: when the load exceeds the cores, 0 (the fabric's
- * sleeping wait then wakes us). TANDEM_COLL_SPIN_US fixes it.
+ * pays while every spinner has a core: while runnable tasks outnumber the cores (the fabric's
+ * own test for its waits), 0, and the fabric's sleeping wait then wakes us.
+ * TANDEM_COLL_SPIN_US fixes it.
  */
 const DEFAULT_SPIN_MS = 0.5;
 const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
-let spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
-let loadCheckedAt = -Infinity;
+const fixedSpinMs = fixedSpin === undefined ? undefined : Math.max(0, Number(fixedSpin) || 0) / 1000;
 function spinWindowMs(now: number): number {
-  if (fixedSpin === undefined && now - loadCheckedAt > 1000) {
-    loadCheckedAt = now;
-    spinMs = (loadavg()[0] ?? 0) > availableParallelism() + 0.5 ? 0 : DEFAULT_SPIN_MS;
-  }
-  return spinMs;
+  if (fixedSpinMs !== undefined) return fixedSpinMs;
+  return machineOverloaded(now) ? 0 : DEFAULT_SPIN_MS;
 }
 
 export class Router {
@@ -452,7 +449,8 @@ export class Router {
           const busy = this.pending();
           const now = busy && (turns & 15) !== 0 ? idleSince : performance.now();
           if (busy) idleSince = now;
-          if (this.spin && (now - idleSince < spinWindowMs(now) || (busy && spinMs > 0))) {
+          const window = this.spin ? spinWindowMs(now) : 0;
+          if (now - idleSince < window || (busy && window > 0)) {
             if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
             else await undefined;
             continue;
