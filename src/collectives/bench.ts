@@ -8,12 +8,14 @@
  * src/ so that the CLI may import it (bench/collectives.ts re-exports it).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { TandemError } from '../errors/index.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
+import { anchorLines } from '../fabric/bench.js';
 import type { BenchOp, RankConfig } from './bench-rank.js';
+
+export { anchorsScript, parseSize } from '../fabric/bench.js';
 
 export const DEFAULT_SIZES: number[] = Array.from({ length: 24 }, (_, i) => 8 * 2 ** i); // 8 B .. 64 MiB
 
@@ -118,34 +120,10 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
   }
 }
 
-export function anchorsScript(): string | undefined {
-  const path = resolve(import.meta.dirname, '..', '..', '..', 'shared', 'anchors', 'run-anchors.sh');
-  return existsSync(path) ? path : undefined;
-}
-
 /** Runs `run-anchors.sh allreduce` (Open MPI, 2 and 4 ranks, vader and tcp) and parses its JSON lines. */
 export async function runAllreduceAnchors(script: string): Promise<AnchorRow[]> {
-  const text = await new Promise<string>((resolveOut, reject) => {
-    const p = spawn('bash', [script, 'allreduce'], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    const timer = setTimeout(() => p.kill('SIGKILL'), 600_000);
-    p.on('error', reject);
-    p.on('exit', () => {
-      clearTimeout(timer);
-      resolveOut(out);
-    });
-  });
-  const rows: AnchorRow[] = [];
-  for (const line of text.split('\n')) {
-    try {
-      const o = JSON.parse(line) as Partial<AnchorRow>;
-      if (o.anchor === 'openmpi-allreduce' && typeof o.bytes === 'number') rows.push(o as AnchorRow);
-    } catch {
-      /* not a JSON line */
-    }
-  }
-  return rows;
+  const lines = await anchorLines(script, 'allreduce', 600_000);
+  return lines.filter((o): o is AnchorRow & Record<string, unknown> => o.anchor === 'openmpi-allreduce' && typeof o.bytes === 'number');
 }
 
 /** The Open MPI row matching ours: same ranks, same kind of transport, same bytes. */
@@ -165,13 +143,3 @@ export function formatRow(r: CollRow, anchor?: AnchorRow | null): string {
   return `${base} ${(anchor ? anchor.time_us.toFixed(2) : '-').padStart(10)} ${(anchor ? anchor.busbw_GBps.toFixed(3) : '-').padStart(11)}`;
 }
 
-/** `8`, `4K`, `4KiB`, `64M`, `1G` -> bytes (1 B .. 1 GiB). */
-export function parseSize(text: string): number {
-  const m = /^(\d+)\s*([kmg]?)(i?b)?$/i.exec(text.trim());
-  const mult = m ? ({ '': 1, k: 1024, m: 1 << 20, g: 1 << 30 }[(m[2] ?? '').toLowerCase()] ?? 1) : 0;
-  const n = m ? Number(m[1]) * mult : NaN;
-  if (!(n >= 1 && n <= 1 << 30)) {
-    throw new TandemError('COLL_BAD_ARGUMENT', `cannot read size '${text}' (1 B .. 1 GiB)`, { hint: 'write sizes like 8, 4K, 1M or 64MiB' });
-  }
-  return n;
-}

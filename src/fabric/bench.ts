@@ -339,29 +339,42 @@ export interface Anchors {
   raw: Record<string, unknown>[];
 }
 
-/** Runs the anchors script (fabric part) and picks the figures the goals compare with. */
-export async function runAnchors(script: string): Promise<Anchors> {
+/**
+ * Runs one part of `run-anchors.sh` (`fabric`, `allreduce`) and returns its JSON lines; the
+ * script prints `"key":,` when a tool produced no figure, read here as null.
+ */
+export async function anchorLines(
+  script: string,
+  part: string,
+  timeoutMs: number,
+): Promise<Record<string, unknown>[]> {
   const out = await new Promise<string>((resolveOut, reject) => {
-    const p = spawn('bash', [script, 'fabric'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const p = spawn('bash', [script, part], { stdio: ['ignore', 'pipe', 'inherit'] });
     let text = '';
     p.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    const timer = setTimeout(() => p.kill('SIGKILL'), 300_000);
+    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
     p.on('error', reject);
     p.on('exit', () => {
       clearTimeout(timer);
       resolveOut(text);
     });
   });
-  const a: Anchors = { raw: [] };
+  const lines: Record<string, unknown>[] = [];
   for (const line of out.split('\n')) {
     if (!line.trim().startsWith('{')) continue;
-    let o: Record<string, unknown>;
     try {
-      // the script prints `"key":,` when a tool produced no figure
-      o = JSON.parse(line.replace(/:(?=\s*[,}])/g, ':null')) as Record<string, unknown>;
+      lines.push(JSON.parse(line.replace(/:(?=\s*[,}])/g, ':null')) as Record<string, unknown>);
     } catch {
-      continue;
+      // not an anchor line
     }
+  }
+  return lines;
+}
+
+/** Runs the anchors script (fabric part) and picks the figures the goals compare with. */
+export async function runAnchors(script: string): Promise<Anchors> {
+  const a: Anchors = { raw: [] };
+  for (const o of await anchorLines(script, 'fabric', 300_000)) {
     a.raw.push(o);
     const num = (k: string): number | undefined => (typeof o[k] === 'number' ? (o[k] as number) : undefined);
     if (o.anchor === 'ucx' && o.transport === 'posix,self') {
