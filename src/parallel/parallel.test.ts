@@ -54,6 +54,7 @@ const models: [string, TinyModelOptions][] = [
   ['llama', { arch: 'llama', heads: 4, kvHeads: 2, width: 32, ff: 48, layers: 3, vocab: 96, seed: 3 }],
   ['qwen2', { arch: 'qwen2', heads: 6, kvHeads: 2, width: 48, ff: 64, layers: 3, vocab: 96, seed: 4 }],
   ['MoE (Mixtral)', { arch: 'llama', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 5 }],
+  ['MoE (Qwen2-MoE, shared expert)', { arch: 'qwen2moe', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 6 }],
 ];
 
 // The fourth field: tensor-parallel groups exchange partial sums over the fabric directly (TpExchange).
@@ -68,12 +69,14 @@ const layouts: [ParallelKind, number, (number | undefined)?, boolean?][] = [
 ];
 
 for (const [name, options] of models) {
-  test(`${name}: tp, pp and hybrid give the single-node tokens on every rank`, async () => {
+  test(`${name}: every split gives the single-node tokens on every rank`, async () => {
     const file = tinyModelFile(options);
     const expected = await single(file);
     const model = await Model.load(file, kernels);
     const kinds: [ParallelKind, number, (number | undefined)?, boolean?][] =
-      model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 4, undefined, true]] : layouts;
+      model.config.expertCount > 0
+        ? [...layouts, ['ep', 2], ['ep', 3, undefined, true], ['ep', 4, undefined, true]]
+        : layouts;
     for (const [kind, nodes, tpSize, direct] of kinds) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes, ...(tpSize ? { tpSize } : {}) });
       const results = await distributed(file, plan, 'f32', 'full', direct);
@@ -112,6 +115,13 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
       assert.equal(results[0]!.tokens.length, steps);
       for (const r of results) assert.deepEqual(r.tokens, results[0]!.tokens, `${wire} ${kind}: ranks agree`);
     }
+    // Expert parallel: tokens travel to their experts as f32 whatever the wire; the combine rounds.
+    const moe = tinyModelFile(models[2]![1]);
+    const moeConfig = (await Model.load(moe, kernels)).config;
+    const ep = buildPlan(moeConfig, moe.tensors, { kind: 'ep', nodes: 3 });
+    const epResults = await distributed(moe, ep, wire, 'full', true);
+    assert.equal(epResults[0]!.tokens.length, steps);
+    for (const r of epResults) assert.deepEqual(r.tokens, epResults[0]!.tokens, `${wire} ep: ranks agree`);
     // The communicator path (tcp nodes) rounds and sums exactly as the direct exchange (shm nodes).
     const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 3 });
     const prompt2 = { prompt: [5, 6, 7], maxTokens: 12 };

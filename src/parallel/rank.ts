@@ -5,6 +5,7 @@ import { Model } from '../engine/model/model.js';
 import type { ModelFile } from '../engine/model/model-file.js';
 import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
+import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
 import type { ProviderName } from '../fabric/index.js';
 import { TpExchange } from './tp-exchange.js';
@@ -45,12 +46,14 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
   const exchange =
     o.exchange && group.size > 1 ? await TpExchange.connect({ group, wire, ...o.exchange }) : undefined;
   try {
+    const owners = expertOwners(o.plan, me.stage);
     const comm = new CollectiveShardComm(group, {
       wire,
       reducesPerForward: 2 * (me.shard.layers.end - me.shard.layers.start),
       logits: o.logits ?? 'full',
       meter,
       ...(exchange ? { exchange } : {}),
+      ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter) } : {}),
     });
     const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
     return {

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
-import type { ShardComm } from '../engine/model/comm.js';
+import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
 
@@ -55,6 +55,8 @@ export interface ShardCommOptions {
    * TpExchange.allReduceSum); 0 turns that off.
    */
   reducesPerForward?: number;
+  /** Expert parallel: the MoE layers send tokens to their experts through it. */
+  experts?: ExpertDispatch;
 }
 
 /**
@@ -64,6 +66,7 @@ export interface ShardCommOptions {
  */
 export class CollectiveShardComm implements ShardComm {
   readonly meter: CommMeter;
+  readonly experts: ExpertDispatch | undefined;
   private readonly wire: WireFormat;
   private readonly logitsMode: 'full' | 'argmax';
   private mine: Float32Array | Uint16Array | Int32Array | undefined;
@@ -86,6 +89,7 @@ export class CollectiveShardComm implements ShardComm {
     this.meter = o.meter ?? new CommMeter();
     this.exchange = o.exchange;
     this.perForward = o.reducesPerForward ?? 0;
+    this.experts = o.experts;
   }
 
   /** A new generation starts: the next all-reduce opens a forward pass. */

@@ -1,5 +1,5 @@
 // Distributed inference in real node processes on 127.0.0.1: every split (tensor parallel on
-// 2, 3 and 4 nodes, pipeline on 2 and 3, expert parallel on 2 and 4, hybrid 2x2) over every
+// 2, 3 and 4 nodes, pipeline on 2 and 3, expert parallel on 2, 3 and 4, hybrid 2x2) over every
 // available fabric provider must produce exactly the greedy tokens of a single-node run.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -15,7 +15,14 @@ import {
 import { isTandemError } from '../../src/errors/index.js';
 import type { ProviderName } from '../../src/fabric/index.js';
 import type { ParallelKind } from '../../src/parallel/index.js';
-import { PROMPT, STEPS, availableProviders, makeTestModels, type TestModel } from './parallel-models.js';
+import {
+  PROMPT,
+  STEPS,
+  availableProviders,
+  makeTestModels,
+  type TestModel,
+  type TestModelKey,
+} from './parallel-models.js';
 
 const secret = 'parallel-e2e-secret';
 const dir = mkdtempSync(join(tmpdir(), 'tandem-parallel-'));
@@ -81,7 +88,9 @@ async function run(
   }
 }
 
-const matrix: ['llama' | 'qwen2' | 'moe', ParallelKind, number][] = [
+// Expert parallel sends tokens to their experts' nodes by all-to-all and back (qwen3moe: routed
+// experts only; qwen2moe: plus a shared expert split by units).
+const matrix: [TestModelKey, ParallelKind, number][] = [
   ['llama', 'tp', 2],
   ['llama', 'tp', 3],
   ['llama', 'tp', 4],
@@ -93,6 +102,8 @@ const matrix: ['llama' | 'qwen2' | 'moe', ParallelKind, number][] = [
   ['moe', 'ep', 2],
   ['moe', 'ep', 4],
   ['moe', 'tp', 2],
+  ['moeShared', 'ep', 2],
+  ['moeShared', 'ep', 3],
 ];
 
 describe('distributed runs give the single-node tokens', { timeout: 300_000 }, () => {

@@ -50,19 +50,25 @@ export async function singleNodeTokens(path: string, steps = STEPS): Promise<num
   }
 }
 
-/** llama (f32), qwen2 (q8_0) and qwen3moe (f32) models in `dir`, with their single-node tokens. */
-export async function makeTestModels(dir: string): Promise<Record<'llama' | 'qwen2' | 'moe', TestModel>> {
-  const out: Partial<Record<'llama' | 'qwen2' | 'moe', TestModel>> = {};
+export type TestModelKey = 'llama' | 'qwen2' | 'moe' | 'moeShared';
+
+/**
+ * llama (f32), qwen2 (q8_0), qwen3moe (f32) and qwen2moe (f32, with a shared expert) models
+ * in `dir`, with their single-node tokens.
+ */
+export async function makeTestModels(dir: string): Promise<Record<TestModelKey, TestModel>> {
+  const out: Partial<Record<TestModelKey, TestModel>> = {};
   for (const [key, arch, type] of [
     ['llama', 'llama', 'f32'],
     ['qwen2', 'qwen2', 'q8_0'],
     ['moe', 'qwen3moe', 'f32'],
+    ['moeShared', 'qwen2moe', 'f32'],
   ] as const) {
     const path = join(dir, `${key}.gguf`);
     await makeModel(path, { arch, shape, type, std: 0.3, seed: 5 });
     out[key] = { arch, path, expected: await singleNodeTokens(path) };
   }
-  return out as Record<'llama' | 'qwen2' | 'moe', TestModel>;
+  return out as Record<TestModelKey, TestModel>;
 }
 
 /** The fabric providers this checkout has (shm arrives after tcp). */

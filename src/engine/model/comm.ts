@@ -7,7 +7,7 @@
 export interface ShardComm {
   /**
    * Sums `x` element-wise across the group, in place (tensor-parallel partial outputs of
-   * attention and FFN; expert-parallel partial MoE outputs).
+   * attention and FFN; expert-parallel MoE outputs).
    */
   allReduceSum(x: Float32Array): Promise<void> | void;
   /**
@@ -15,6 +15,45 @@ export interface ShardComm {
    * head; `full` receives every rank's rows in vocabulary order.
    */
   allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> | void;
+  /**
+   * Present when the routed experts are spread whole over the group (expert parallel): the
+   * MoE layer then sends tokens to their experts through it instead of running the experts
+   * it holds on every token.
+   */
+  readonly experts?: ExpertDispatch | undefined;
+}
+
+/** Runs routed expert `expert` (held by this rank) on rows [m, width] into out [m, width]. */
+export type RunExpert = (expert: number, rows: Float32Array, out: Float32Array, m: number) => void;
+
+/** One rank's part of an expert dispatch: its share of a batch and what it routed them to. */
+export interface ExpertRequest {
+  /** The share's hidden rows [tokens, width]. */
+  rows: Float32Array;
+  /** The experts each of them goes to: [tokens, used], ascending token order. */
+  ids: Int32Array;
+  tokens: number;
+  used: number;
+  width: number;
+}
+
+/**
+ * Expert parallel. Every rank of the group holds the same hidden states; a batch of n tokens
+ * is cut into contiguous shares, one per rank, in rank order. Each rank routes its share,
+ * hands the routing to `dispatch`, and combines the outputs it gets back for its tokens.
+ */
+export interface ExpertDispatch {
+  /** This rank's share [start, end) of a batch of n tokens (every rank calls with the same n). */
+  share(n: number): { start: number; end: number };
+  /**
+   * Collective. Sends the row of every (token, expert) choice in `request` to the rank that
+   * holds the expert, runs this rank's experts on the rows every rank sent (`run` once per
+   * expert that got rows, ascending expert id, with its rows in ascending token order of the
+   * batch: exactly the rows, in the order, one node would run it on), and returns the outputs
+   * of this rank's choices: [tokens, used, width], row (t, j) the output of expert ids[t, j]
+   * on row t. The result is valid until the next call.
+   */
+  dispatch(request: ExpertRequest, run: RunExpert): Promise<Float32Array>;
 }
 
 /** One node holds everything: nothing to exchange. */

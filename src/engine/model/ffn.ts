@@ -1,4 +1,6 @@
+import assert from 'node:assert/strict';
 import type { Kernels } from '../../kernels/types.js';
+import type { ExpertDispatch } from './comm.js';
 import type { ModelConfig } from './config.js';
 import { project, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
@@ -44,25 +46,39 @@ export function route(probs: Float32Array, k: number, norm: boolean, ids: Int32A
   }
 }
 
-/**
- * The mixture-of-experts FFN for n tokens: every shard routes every token (the router is
- * replicated), runs the selected experts it holds on the tokens routed to them, and sums
- * their weighted outputs into `out` (a partial sum across an expert-parallel group). The
- * shared expert of qwen2moe is added with its sigmoid gate.
- */
-export function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number): void {
-  const width = c.embeddingLength;
+/** Router probabilities of n tokens x [n, width] and their top-k choices: ids and weights [n, used]. */
+function routeTokens(
+  k: Kernels,
+  c: ModelConfig,
+  w: MoeWeights,
+  scratch: Scratch,
+  x: Float32Array,
+  n: number,
+): { ids: Int32Array; weights: Float32Array } {
   const experts = c.expertCount;
   const used = c.expertUsedCount;
   const probs = scratch.f32('moe.probs', n * experts);
   project(k, w.router, x, probs, n);
   k.softmax(probs, n, experts);
-  // Per token: the selected expert ids and weights.
   const ids = new Int32Array(n * used);
   const weights = new Float32Array(n * used);
   for (let t = 0; t < n; t++) {
     route(probs.subarray(t * experts, (t + 1) * experts), used, c.expertWeightsNorm, ids.subarray(t * used, (t + 1) * used), weights.subarray(t * used, (t + 1) * used));
   }
+  return { ids, weights };
+}
+
+/**
+ * The mixture-of-experts FFN for n tokens: every shard routes every token (the router is
+ * replicated), runs the selected experts it holds on the tokens routed to them, and sums
+ * their weighted outputs into `out` (a partial sum across a tensor-parallel group). Experts
+ * run in ascending id (the shard's order), so each token's outputs are added in ascending
+ * expert id. The shared expert of qwen2moe is added with its sigmoid gate.
+ */
+export function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number): void {
+  const width = c.embeddingLength;
+  const used = c.expertUsedCount;
+  const { ids, weights } = routeTokens(k, c, w, scratch, x, n);
   out.fill(0);
   const rows = new Int32Array(n);
   const rowWeights = new Float32Array(n);
@@ -91,6 +107,74 @@ export function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scrat
     }
   }
   if (w.shared) addSharedExpert(k, w.shared, scratch, x, out, n, width);
+}
+
+/**
+ * The mixture-of-experts FFN under expert parallel: the routed experts live whole on the
+ * ranks of the group. This rank routes its share of the tokens, `dispatch` sends them to
+ * their experts' ranks and brings the outputs back, and this rank combines its tokens; `out`
+ * holds them (zero elsewhere) plus this rank's part of the shared expert, and the group's
+ * all-reduce after the FFN completes it on every rank. A token's routed output is the
+ * single-node value bit for bit: the same routing, each expert run on the same rows in the
+ * same order, and the weighted outputs added in the same order.
+ */
+export async function moeFfnDispatched(
+  k: Kernels,
+  c: ModelConfig,
+  w: MoeWeights,
+  scratch: Scratch,
+  x: Float32Array,
+  out: Float32Array,
+  n: number,
+  dispatch: ExpertDispatch,
+): Promise<void> {
+  const width = c.embeddingLength;
+  const used = c.expertUsedCount;
+  const { start, end } = dispatch.share(n);
+  const m = end - start;
+  // A rank with tokens routes the whole batch, as one node does, and keeps its share's
+  // choices: kernels may round a row differently in a batch of another size (matvec for one
+  // token, GEMM tiles for more), and a last-bit change can flip a near-tie between experts.
+  // The router costs experts x width per token, under 1% of the experts' work.
+  const routed = m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
+  const ids = routed.ids.subarray(start * used, end * used);
+  const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width };
+  const y = await dispatch.dispatch(request, (e, rows, o, r) => {
+    const ffn = w.experts.get(e);
+    assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);
+    swigluFfn(k, ffn, scratch, rows, o, r, 'moe');
+  });
+  out.fill(0);
+  combineRouted(out.subarray(start * width, end * width), y, ids, routed.weights.subarray(start * used, end * used), m, used, width);
+  if (w.shared) addSharedExpert(k, w.shared, scratch, x, out, n, width);
+}
+
+/**
+ * out [m, width] = per token, the sum of weight x output of its experts, added in ascending
+ * expert id: the order (and the float expression) of moeFfn, so the sums are bit-identical.
+ * y: [m, used, width] the output of expert ids[t, j] on token t. A slot without an expert
+ * (-1: routing over NaN probabilities) adds nothing, as in moeFfn.
+ */
+function combineRouted(out: Float32Array, y: Float32Array, ids: Int32Array, weights: Float32Array, m: number, used: number, width: number): void {
+  const order = new Int32Array(used);
+  for (let t = 0; t < m; t++) {
+    const base = t * used;
+    // the token's slots by ascending expert id (insertion sort: used is a handful)
+    for (let j = 0; j < used; j++) {
+      const e = ids[base + j] as number;
+      let i = j;
+      for (; i > 0 && (ids[base + (order[i - 1] as number)] as number) > e; i--) order[i] = order[i - 1] as number;
+      order[i] = j;
+    }
+    const o = t * width;
+    for (let q = 0; q < used; q++) {
+      const j = order[q] as number;
+      if ((ids[base + j] as number) < 0) continue;
+      const s = weights[base + j] as number;
+      const yo = (base + j) * width;
+      for (let i = 0; i < width; i++) out[o + i] = (out[o + i] as number) + s * (y[yo + i] as number);
+    }
+  }
 }
 
 function addSharedExpert(

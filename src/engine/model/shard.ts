@@ -16,7 +16,9 @@ export interface Range {
  *   `ffn` a range of FFN hidden units: q/k/v/gate/up are sliced by output rows, o/down by
  *   input columns, and the partial outputs are summed across the group;
  * - expert parallel: `experts` lists the routed experts held (each whole, or sliced by
- *   `expertFfn`); the router runs everywhere, and outputs of the experts held are summed;
+ *   `expertFfn`). With a ShardComm that dispatches experts, tokens travel to the ranks
+ *   holding their experts and back; without one, the router runs everywhere and the outputs
+ *   of the experts held are summed across the group;
  * - vocabulary parallel: `vocab` is a range of output-head rows.
  */
 export interface ShardSpec {

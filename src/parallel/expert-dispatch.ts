@@ -1,0 +1,188 @@
+import type { Communicator } from '../collectives/communicator.js';
+import type { ExpertDispatch, ExpertRequest, RunExpert } from '../engine/model/comm.js';
+import { TandemError } from '../errors/index.js';
+import type { ParallelPlan } from './plan.js';
+import type { CommMeter } from './shard-comm.js';
+
+/**
+ * Which rank of its expert-parallel group holds each routed expert (indexed by expert id),
+ * or undefined when the stage's ranks do not hold whole experts spread over the group
+ * (tensor parallel slices every expert instead).
+ */
+export function expertOwners(plan: ParallelPlan, stage: number): Int32Array | undefined {
+  const ranks = plan.ranks.filter((r) => r.stage === stage);
+  const count = Math.max(0, ...ranks.flatMap((r) => r.shard.experts.map((e) => e + 1)));
+  if (plan.kind !== 'ep' || ranks.length < 2 || count === 0) return undefined;
+  const owners = new Int32Array(count).fill(-1);
+  for (const r of ranks) for (const e of r.shard.experts) owners[e] = r.tpRank;
+  return owners;
+}
+
+/**
+ * Expert parallel over a communicator: tokens travel to the ranks holding their experts and
+ * their outputs travel back, by all-to-all. One dispatch (one MoE layer) is three calls:
+ *
+ * 1. counts: an all-to-all of one i32 per pair of ranks (the rows one sends the other);
+ * 2. tokens: an all-to-all of one row per (token, expert) choice, width + 1 f32 (the expert
+ *    id, then the hidden row), to the expert's rank; rows for this rank's own experts are
+ *    copied locally and never touch the wire;
+ * 3. outputs: an all-to-all back of width f32 per row, in the order the rows came, so the
+ *    sender knows each one's (token, expert) without ids.
+ *
+ * A sender orders its rows by expert, then token, and the shares are contiguous in rank
+ * order; so a receiver that takes, per expert, the rows of rank 0, then rank 1, ... runs the
+ * expert on its tokens in ascending order: the rows and order one node runs it on, hence the
+ * same outputs bit for bit. Rows travel as f32 whatever the all-reduce wire (exact).
+ */
+export class CollectiveExpertDispatch implements ExpertDispatch {
+  /** Every expert, ordered by (owner rank, id): the order rows are laid out in a send buffer. */
+  private readonly byOwner: Int32Array;
+  private rowsIn = new Float32Array(0);
+  private rowsOut = new Float32Array(0);
+  private result = new Float32Array(0);
+
+  constructor(
+    private readonly comm: Communicator,
+    private readonly owners: Int32Array,
+    private readonly meter: CommMeter,
+  ) {
+    const held = [...owners.keys()].filter((e) => (owners[e] as number) >= 0);
+    this.byOwner = Int32Array.from(held.sort((a, b) => (owners[a] as number) - (owners[b] as number) || a - b));
+  }
+
+  share(n: number): { start: number; end: number } {
+    const { rank, size } = this.comm;
+    // ceil: a single token (decode) belongs to rank 0
+    return { start: Math.ceil((n * rank) / size), end: Math.ceil((n * (rank + 1)) / size) };
+  }
+
+  async dispatch(request: ExpertRequest, run: RunExpert): Promise<Float32Array> {
+    const { rows, ids, tokens, used, width } = request;
+    const rank = this.comm.rank;
+    const row = width + 1;
+    const { slotPair, sendRows } = this.layout(ids, tokens * used);
+    const total = slotPair.length;
+    const send = new Float32Array(total * row);
+    for (let q = 0; q < total; q++) {
+      const p = slotPair[q] as number;
+      const t = Math.floor(p / used);
+      send[q * row] = ids[p] as number;
+      send.set(rows.subarray(t * width, (t + 1) * width), q * row + 1);
+    }
+    const recvRows = await this.exchangeCounts(sendRows);
+    const remote = (counts: number[], per: number): number => 4 * per * counts.reduce((a, c, r) => a + (r === rank ? 0 : c), 0);
+    const recv = (await this.meter.time(
+      remote(sendRows, row),
+      this.comm.allToAll(send, sendRows.map((c) => c * row), recvRows.map((c) => c * row)),
+    )) as Float32Array;
+    const back = this.runExperts(recv, recvRows, width, run);
+    const ret = (await this.meter.time(
+      remote(recvRows, width),
+      this.comm.allToAll(back, recvRows.map((c) => c * width), sendRows.map((c) => c * width)),
+    )) as Float32Array;
+    if (this.result.length < tokens * used * width) this.result = new Float32Array(tokens * used * width);
+    const out = this.result.subarray(0, tokens * used * width);
+    out.fill(0);
+    for (let q = 0; q < total; q++) out.set(ret.subarray(q * width, (q + 1) * width), (slotPair[q] as number) * width);
+    return out;
+  }
+
+  /**
+   * The send order of this rank's choices: slotPair[q] is the choice (t * used + j) in slot
+   * q, sorted by (owner, expert, token); sendRows[r] the choices going to rank r. Slots
+   * without an expert (-1) are left out.
+   */
+  private layout(ids: Int32Array, pairs: number): { slotPair: Int32Array; sendRows: number[] } {
+    const experts = this.owners.length;
+    const count = new Int32Array(experts);
+    for (let p = 0; p < pairs; p++) {
+      const e = ids[p] as number;
+      if (e < 0) continue;
+      if (e >= experts || (this.owners[e] as number) < 0) {
+        throw this.fail(`expert ${e} was routed to, but no rank of the group holds it (${experts} experts)`, {
+          hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
+          details: { expert: e, experts },
+        });
+      }
+      count[e]!++;
+    }
+    const next = new Int32Array(experts);
+    const sendRows = new Array<number>(this.comm.size).fill(0);
+    let at = 0;
+    for (const e of this.byOwner) {
+      next[e] = at;
+      at += count[e] as number;
+      sendRows[this.owners[e] as number]! += count[e] as number;
+    }
+    const slotPair = new Int32Array(at);
+    for (let p = 0; p < pairs; p++) {
+      const e = ids[p] as number;
+      if (e >= 0) slotPair[next[e]!++] = p;
+    }
+    return { slotPair, sendRows };
+  }
+
+  /**
+   * The group cannot go on (the others would wait on this rank's rows until their deadline):
+   * aborts the communicator so they fail at once, and returns the error to throw.
+   */
+  private fail(message: string, o: { hint: string; details: Record<string, unknown> }): TandemError {
+    const e = new TandemError('PAR_EXCHANGE', message, o);
+    this.comm.abort(message);
+    return e;
+  }
+
+  /** Rows each rank sends this one, given the rows this one sends each rank. */
+  private async exchangeCounts(sendRows: number[]): Promise<number[]> {
+    const size = this.comm.size;
+    const ones = new Array<number>(size).fill(1);
+    const got = (await this.meter.time(4 * (size - 1), this.comm.allToAll(Int32Array.from(sendRows), ones, ones))) as Int32Array;
+    return [...got];
+  }
+
+  /**
+   * Runs this rank's experts on the rows received (recv: [rows, width + 1], each its expert
+   * id then its hidden row; rank order, each rank's rows by expert then token) and returns
+   * their outputs [rows, width] in the same order.
+   */
+  private runExperts(recv: Float32Array, recvRows: number[], width: number, run: RunExpert): Float32Array {
+    const row = width + 1;
+    const total = recvRows.reduce((a, b) => a + b, 0);
+    const experts = this.owners.length;
+    // per expert, its rows in arrival order (a counting sort by expert)
+    const count = new Int32Array(experts + 1);
+    for (let q = 0; q < total; q++) {
+      const e = recv[q * row] as number;
+      if (!Number.isInteger(e) || e < 0 || e >= experts || this.owners[e] !== this.comm.rank) {
+        throw this.fail(`rank ${this.comm.rank} received a token for expert ${e}, which it does not hold`, {
+          hint: 'run the same tandem version and plan on every node',
+          details: { expert: e, rank: this.comm.rank },
+        });
+      }
+      count[e + 1]!++;
+    }
+    for (let e = 0; e < experts; e++) count[e + 1]! += count[e] as number;
+    const order = new Int32Array(total);
+    const fill = count.slice(0, experts);
+    for (let q = 0; q < total; q++) order[fill[recv[q * row] as number]!++] = q;
+    const back = new Float32Array(total * width);
+    for (let e = 0; e < experts; e++) {
+      const from = count[e] as number;
+      const m = (count[e + 1] as number) - from;
+      if (m === 0) continue;
+      if (this.rowsIn.length < m * width) {
+        this.rowsIn = new Float32Array(m * width);
+        this.rowsOut = new Float32Array(m * width);
+      }
+      const xs = this.rowsIn.subarray(0, m * width);
+      const ys = this.rowsOut.subarray(0, m * width);
+      for (let i = 0; i < m; i++) {
+        const q = order[from + i] as number;
+        xs.set(recv.subarray(q * row + 1, (q + 1) * row), i * width);
+      }
+      run(e, xs, ys, m);
+      for (let i = 0; i < m; i++) back.set(ys.subarray(i * width, (i + 1) * width), (order[from + i] as number) * width);
+    }
+    return back;
+  }
+}
