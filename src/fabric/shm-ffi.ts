@@ -1,29 +1,25 @@
 import { readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { TandemError } from '../errors/index.js';
+import { wasmApi } from '../kernels/wasm-api.js';
 
 /**
- * POSIX shared memory through koffi: shm_open + ftruncate + mmap, viewed as an ArrayBuffer on
- * which Atomics work across processes, and the futex syscall to sleep and wake (Atomics.wait
- * does not work on a non-shared ArrayBuffer). Linux x86_64/arm64 only.
+ * POSIX shared memory through koffi: shm_open + ftruncate, then mmap MAP_FIXED over the pages
+ * of a shared WebAssembly.Memory, so each segment is a real SharedArrayBuffer. On it V8
+ * compiles Atomics as the sequentially consistent accesses they are (on the plain ArrayBuffer
+ * that koffi.view returns they are only promised to be atomic), and the views stay valid for
+ * as long as JavaScript holds them: V8 unmaps the pages when it frees the memory, and
+ * unmap() puts private zero pages over the shared ones instead of leaving a hole.
+ * Linux x86_64/arm64 only.
  */
 interface Libc {
   shm_open(name: string, oflag: number, mode: number): number;
   shm_unlink(name: string): number;
   ftruncate(fd: number, len: number): number;
-  mmap(addr: null, len: number, prot: number, flags: number, fd: number, off: number): bigint;
-  munmap(addr: bigint, len: number): number;
+  mmap(addr: bigint, len: number, prot: number, flags: number, fd: number, off: number): bigint;
+  /** memset(s, 0, 0) does nothing and returns s: the address of a buffer's memory. */
+  addressOf(s: Uint8Array, c: number, n: number): bigint;
   close(fd: number): number;
-  futex(
-    nr: number,
-    addr: bigint,
-    op: number,
-    val: number,
-    ts: Buffer | null,
-    addr2: null,
-    val3: number,
-  ): number;
-  view(ptr: bigint, len: number): ArrayBuffer;
 }
 
 const O_RDWR = 2;
@@ -31,10 +27,12 @@ const O_CREAT = 0o100;
 const O_EXCL = 0o200;
 const PROT_RW = 3;
 const MAP_SHARED = 1;
-const MAP_FAILED = (1n << 64n) - 1n;
-const FUTEX_WAIT = 0;
-const FUTEX_WAKE = 1;
-const SYS_FUTEX = process.arch === 'arm64' ? 98 : 202;
+const MAP_PRIVATE = 2;
+const MAP_FIXED = 0x10;
+const MAP_ANONYMOUS = 0x20;
+const WASM_PAGE = 65536;
+/** A wasm32 memory holds at most 2^16 pages. */
+const MAX_SEGMENT = 65536 * WASM_PAGE;
 
 let libc: Libc | undefined;
 let loadError: string | undefined;
@@ -53,12 +51,11 @@ export function loadLibc(): Libc | undefined {
       shm_open: lib.func('int shm_open(const char *name, int oflag, uint32_t mode)'),
       shm_unlink: lib.func('int shm_unlink(const char *name)'),
       ftruncate: lib.func('int ftruncate(int fd, int64_t len)'),
-      mmap: lib.func('void *mmap(void *addr, size_t len, int prot, int flags, int fd, int64_t off)'),
-      munmap: lib.func('int munmap(void *addr, size_t len)'),
+      mmap: lib.func('uintptr_t mmap(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)'),
+      addressOf: lib.func('uintptr_t memset(void *s, int c, size_t n)'),
       close: lib.func('int close(int fd)'),
-      futex: lib.func('long syscall(long nr, void *addr, int op, int val, void *ts, void *addr2, int val3)'),
     };
-    libc = { ...f, view: (ptr, len) => koffi.view(ptr, len) } as Libc;
+    libc = f as Libc;
   } catch (e) {
     loadError = `koffi could not load libc: ${(e as Error).message}`;
   }
@@ -92,24 +89,34 @@ function unlinkOwnedOnExit(): void {
   });
 }
 
-/** A mapped POSIX shared-memory segment. */
+/** A mapped POSIX shared-memory segment: `buffer` holds it at offset 0 (and is longer: whole wasm pages). */
 export class ShmSegment {
-  readonly buffer: ArrayBuffer;
-  readonly ptr: bigint;
+  readonly buffer: SharedArrayBuffer;
+  private readonly address: bigint;
   private mapped = true;
 
   private constructor(
     readonly name: string,
     readonly length: number,
-    ptr: bigint,
+    fd: number,
     private owner: boolean,
   ) {
-    this.ptr = ptr;
-    this.buffer = need().view(ptr, length);
+    const c = need();
+    const pages = Math.ceil(length / WASM_PAGE);
+    // the memory object is reachable from its buffer; V8 frees (unmaps) it with the buffer
+    try {
+      this.buffer = new wasmApi.Memory({ initial: pages, maximum: pages, shared: true }).buffer;
+    } catch (e) {
+      throw shmError(`no address space for ${name} (${length} bytes): ${(e as Error).message}`);
+    }
+    this.address = c.addressOf(new Uint8Array(this.buffer, 0, 1), 0, 0);
+    if (c.mmap(this.address, length, PROT_RW, MAP_SHARED | MAP_FIXED, fd, 0) !== this.address)
+      throw shmError(`mmap of ${name} (${length} bytes) failed`);
   }
 
   /** Creates a new segment (name must not exist) and maps it. */
   static create(name: string, length: number): ShmSegment {
+    checkLength(length);
     const c = need();
     const fd = c.shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0o600);
     if (fd < 0) throw shmError(`shm_open(${name}) failed`);
@@ -118,9 +125,7 @@ export class ShmSegment {
     try {
       if (c.ftruncate(fd, length) !== 0)
         throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
-      const ptr = c.mmap(null, length, PROT_RW, MAP_SHARED, fd, 0);
-      if (ptr === MAP_FAILED || ptr === 0n) throw shmError(`mmap of ${name} (${length} bytes) failed`);
-      return new ShmSegment(name, length, ptr, true);
+      return new ShmSegment(name, length, fd, true);
     } catch (e) {
       c.shm_unlink(name);
       owned.delete(name);
@@ -132,15 +137,14 @@ export class ShmSegment {
 
   /** Maps a segment another process created. */
   static open(name: string, length: number): ShmSegment {
+    checkLength(length);
     const c = need();
     if (!/^\/tandem-[0-9]+-[0-9a-f]+(-[a-z]+)?$/.test(name))
       throw shmError(`refusing to map '${name}': not a tandem segment name`);
     const fd = c.shm_open(name, O_RDWR, 0);
     if (fd < 0) throw shmError(`shm_open(${name}) failed: the peer's segment is gone`);
     try {
-      const ptr = c.mmap(null, length, PROT_RW, MAP_SHARED, fd, 0);
-      if (ptr === MAP_FAILED || ptr === 0n) throw shmError(`mmap of ${name} failed`);
-      return new ShmSegment(name, length, ptr, false);
+      return new ShmSegment(name, length, fd, false);
     } finally {
       c.close(fd);
     }
@@ -154,45 +158,27 @@ export class ShmSegment {
   }
 
   /**
-   * For memory handed to users: unlinks now, unmaps only once `view`'s buffer is garbage
-   * collected (an unmapped view would crash the process on access).
+   * Stops sharing now: the name goes and private zero pages replace the shared ones, so views
+   * of `buffer` stay safe to touch (they read zeros) and nothing written reaches the peer.
+   * For memory still handed out to users, unlink() alone: V8 unmaps it with its buffer.
    */
-  releaseWhenUnreachable(view: Uint8Array): void {
-    if (this.owner) this.unlink();
-    this.mapped = false;
-    unmapper.register(view.buffer, { ptr: this.ptr, length: this.length });
-  }
-
   unmap(): void {
     if (!this.mapped) return;
     this.mapped = false;
     if (this.owner) this.unlink();
-    need().munmap(this.ptr, this.length);
+    need().mmap(this.address, this.length, PROT_RW, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   }
 }
 
-const unmapper = new FinalizationRegistry<{ ptr: bigint; length: number }>((m) => {
-  loadLibc()?.munmap(m.ptr, m.length);
-});
+function checkLength(length: number): void {
+  if (!(Number.isInteger(length) && length > 0 && length <= MAX_SEGMENT))
+    throw shmError(`a shared-memory segment of ${length} bytes is not possible (1 byte to 4 GiB)`);
+}
 
 function shmError(message: string): TandemError {
   return new TandemError('FABRIC_SHM_FAILED', message, {
     hint: 'check /dev/shm (mounted, writable, free space) or use the tcp provider',
   });
-}
-
-const timespec = Buffer.alloc(16);
-
-/** Sleeps while the i32 at byte `offset` of `seg` equals `expected`, at most `ms`. */
-export function futexWait(seg: ShmSegment, offset: number, expected: number, ms: number): void {
-  const ns = Math.max(0, Math.floor(ms * 1e6));
-  timespec.writeBigInt64LE(BigInt(Math.floor(ns / 1e9)), 0);
-  timespec.writeBigInt64LE(BigInt(ns % 1e9), 8);
-  need().futex(SYS_FUTEX, seg.ptr + BigInt(offset), FUTEX_WAIT, expected, timespec, null, 0);
-}
-
-export function futexWake(seg: ShmSegment, offset: number): void {
-  need().futex(SYS_FUTEX, seg.ptr + BigInt(offset), FUTEX_WAKE, 0x7fffffff, null, null, 0);
 }
 
 /** Removes segments left by tandem processes that died without cleaning up (e.g. SIGKILL). */

@@ -94,12 +94,12 @@ class ShmTransport implements Transport {
     private readonly onClose: (t: ShmTransport) => void,
     private readonly onKnock: () => void,
   ) {
-    this.peerKeyI32 = new Int32Array(peerKeys.buffer);
-    this.peerKeyBytes = new Uint8Array(peerKeys.buffer);
+    this.peerKeyI32 = new Int32Array(peerKeys.buffer, 0, peerKeys.length / 4);
+    this.peerKeyBytes = new Uint8Array(peerKeys.buffer, 0, peerKeys.length);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
-    this.inData = new Uint8Array(mine.buffer, DATA);
+    this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
-    this.outData = new Uint8Array(theirs.buffer, DATA);
+    this.outData = new Uint8Array(theirs.buffer, DATA, theirs.length - DATA);
     this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
     this.mask = this.inData.length - 1;
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
@@ -411,20 +411,20 @@ export class ShmDevice extends DeviceBase {
     this.bell = ShmSegment.create(segName('bell'), BELL_BYTES);
     this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
     this.keyTable = ShmSegment.create(segName('keys'), KEY_SLOTS * SLOT_BYTES);
-    this.keyI32 = new Int32Array(this.keyTable.buffer);
+    this.keyI32 = new Int32Array(this.keyTable.buffer, 0, this.keyTable.length / 4);
     this.doorbell = { active: () => this.markActive(), arm: () => this.arm() };
     // allocated regions live in their own segment, published so peers can write them directly
     this.allocator = (length) => {
       this.checkOpen();
       const seg = ShmSegment.create(segName('mr'), length);
-      const buffer = new Uint8Array(seg.buffer);
+      const buffer = new Uint8Array(seg.buffer, 0, length);
       let slot = -1;
       return {
         buffer,
         registered: (r) => (slot = this.publish(r, seg.name)),
         release: () => {
           if (slot >= 0 && !this.closed) Atomics.store(this.keyI32, slot * SLOT_I32, 2);
-          seg.releaseWhenUnreachable(buffer);
+          seg.unlink(); // the pages go with the last view of `buffer`
         },
       };
     };
