@@ -20,6 +20,7 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const steps = pairwiseSteps(size, rank);
   const sent: Promise<void>[] = [];
   for (const s of steps) sent.push(call.send(s.to, mine));
+  call.spinFor(steps.map((s) => s.from));
   // contributions by rank; this rank's own slot stays undefined
   const from: (Uint8Array | undefined)[] = new Array<Uint8Array | undefined>(size);
   for (const s of steps) from[s.from] = await call.recv(s.from, bytes);

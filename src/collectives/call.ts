@@ -85,6 +85,11 @@ export class Call {
     return p;
   }
 
+  /** Small calls: drives progress synchronously until every peer in `peers` has sent (bounded). */
+  spinFor(peers: readonly number[], budgetMs = 0.2): boolean {
+    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, peers.map((p) => this.comm.members[p] as number), budgetMs);
+  }
+
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
   private mismatch(h: Header, peer: number, bytes: number, step: number): TandemError | undefined {
     const t = this.template;

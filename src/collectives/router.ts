@@ -1,5 +1,4 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { machineOverloaded } from '../fabric/spin-policy.js';
 import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
@@ -130,18 +129,15 @@ const MAX_SPARES = 4;
 const SWEEP_MS = 50;
 
 /**
- * How long the pump busy-polls after the last completion while a call waits. Spinning only
- * pays while every spinner has a core: while runnable tasks outnumber the cores (the fabric's
- * own test for its waits), 0, and the fabric's sleeping wait then wakes us.
- * TANDEM_COLL_SPIN_US fixes it.
+ * How long the pump busy-polls after the last completion while no call waits (while one does,
+ * it spins throughout). Only when the router may spin at all (RouterOptions.spin: no more
+ * ranks on this host than cores). TANDEM_COLL_SPIN_US fixes it.
  */
 const DEFAULT_SPIN_MS = 0.5;
 const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
-const fixedSpinMs = fixedSpin === undefined ? undefined : Math.max(0, Number(fixedSpin) || 0) / 1000;
-function spinWindowMs(now: number): number {
-  if (fixedSpinMs !== undefined) return fixedSpinMs;
-  return machineOverloaded(now) ? 0 : DEFAULT_SPIN_MS;
-}
+const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
+/** Polls in one synchronous burst of the pump's spin (a poll of idle rings costs ~0.1 us). */
+const SPIN_BURST = 32;
 
 export class Router {
   readonly rank: number;
@@ -411,6 +407,27 @@ export class Router {
     });
   }
 
+  /**
+   * Progress driven by the caller: polls the completion queue and handles what completed, in
+   * a synchronous loop, until a message from every rank in `srcs` waits in its mailbox on
+   * (commId, channel, lane 0), or `budgetMs` passed. For a small call whose sends are all
+   * posted, this replaces a pump wake-up and a promise hop per message by a few polls.
+   * Returns whether they all arrived.
+   */
+  spinFor(commId: number, channel: number, srcs: readonly number[], budgetMs: number): boolean {
+    if (this.error || !this.spin || budgetMs <= 0) return false;
+    const boxes = srcs.map((s) => this.box(boxKey(commId, channel, s, 0)));
+    const ready = (): boolean => boxes.every((b) => b.messages.length > 0);
+    const until = performance.now() + budgetMs;
+    for (let i = 1; !ready(); i++) {
+      const wcs = this.cq.poll(512);
+      for (const wc of wcs) this.complete(wc);
+      if (this.error) return false;
+      if ((i & 15) === 0 && performance.now() > until) return ready();
+    }
+    return true;
+  }
+
   /** Fails the world with COLL_TIMEOUT when a receive waited past its deadline; stops when nothing waits. */
   private sweep(): void {
     if (this.waiting <= 0 || this.error) {
@@ -439,7 +456,7 @@ export class Router {
     let turns = 0;
     let settled = false;
     while (!this.closing) {
-      let wcs: WorkCompletion[];
+      let wcs: readonly WorkCompletion[];
       try {
         wcs = this.cq.poll(512);
         if (wcs.length === 0) {
@@ -449,21 +466,24 @@ export class Router {
           const busy = this.pending();
           const now = busy && (turns & 15) !== 0 ? idleSince : performance.now();
           if (busy) idleSince = now;
-          const window = this.spin ? spinWindowMs(now) : 0;
+          const window = this.spin ? spinMs : 0;
           if (now - idleSince < window || (busy && window > 0)) {
-            if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
-            else await undefined;
-            continue;
-          }
-          // The fabric's wait may block the thread in the kernel before it first yields: let
-          // everything runnable here run first (it may be about to post the send the peer
-          // waits for), then poll once more before sleeping.
-          if (!settled) {
+            wcs = this.pollBurst();
+            if (wcs.length === 0) {
+              if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
+              else await undefined;
+              continue;
+            }
+          } else if (!settled) {
+            // The fabric's wait may block the thread in the kernel before it first yields: let
+            // everything runnable here run first (it may be about to post the send the peer
+            // waits for), then poll once more before sleeping.
             settled = true;
             await new Promise<void>((resolve) => setImmediate(resolve));
             continue;
+          } else {
+            wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512, spin: this.spin });
           }
-          wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512 });
         }
       } catch (e) {
         if (isTandemError(e, 'FABRIC_WAIT_TIMEOUT')) continue;
@@ -477,6 +497,16 @@ export class Router {
       // Let the algorithms run what these completions unblocked (and post their next sends).
       await undefined;
     }
+  }
+
+  /**
+   * Up to SPIN_BURST polls in one synchronous stretch: spinning through an await per poll made
+   * a promise of garbage at every turn (scavenges every few ms, each stalling both ranks).
+   */
+  private pollBurst(): readonly WorkCompletion[] {
+    let wcs = this.cq.poll(512);
+    for (let i = 1; i < SPIN_BURST && wcs.length === 0; i++) wcs = this.cq.poll(512);
+    return wcs;
   }
 
   /** Whether a call waits for a message or fragments wait to go out. */

@@ -264,7 +264,7 @@ export async function runFabricBench(
     process.execPath,
     [
       '--import',
-      'tsx',
+      import.meta.resolve('tsx'),
       join(import.meta.dirname, 'bench-peer.ts'),
       provider,
       String(listener.port),

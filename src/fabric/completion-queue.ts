@@ -23,7 +23,7 @@ export interface ProgressEngine {
 }
 
 /**
- * A wait busy-polls for the spin window (SpinPolicy: adaptive, 0 on an overloaded machine,
+ * A wait busy-polls for the spin window (SpinPolicy: adaptive; none with `spin: false`;
  * TANDEM_FABRIC_SPIN_US to fix it) in slices of at most SPIN_SLICE_MS with event-loop turns
  * between them. Then it sleeps: with a doorbell (shm) the event loop stays free and the
  * peer's doorbell (or a completion, abort, or the deadline) ends the sleep; otherwise (tcp)
@@ -35,6 +35,9 @@ const SLEEP_SLICE_MS = 1;
 /** A doorbell sleep re-checks this often anyway (a lost wake-up costs at most this). */
 const ARMED_SLICE_MS = 50;
 const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** What poll() returns when nothing completed: shared, so an idle poll allocates nothing. */
+const NONE: readonly WorkCompletion[] = Object.freeze([]);
 
 const immediate = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -76,10 +79,10 @@ export class CQ implements CompletionQueue {
     return out;
   }
 
-  poll(max = Infinity): WorkCompletion[] {
+  poll(max = Infinity): readonly WorkCompletion[] {
     this.engine.active?.();
     this.engine.progress();
-    return this.size === 0 ? [] : this.take(max);
+    return this.size === 0 ? NONE : this.take(max);
   }
 
   abort(reason = 'aborted'): void {
@@ -99,6 +102,7 @@ export class CQ implements CompletionQueue {
     const min = options.min ?? 1;
     const max = options.max ?? Infinity;
     const signal = options.signal;
+    const spin = options.spin ?? true;
     const gen = this.abortGen;
     const start = performance.now();
     const deadline = start + timeoutMs;
@@ -124,7 +128,7 @@ export class CQ implements CompletionQueue {
           await this.event(Math.max(0, deadline - now));
           continue;
         }
-        const window = this.policy.windowMs(now);
+        const window = spin ? this.policy.windowMs() : 0;
         if (now - idleSince < window) {
           this.engine.active?.();
           if (this.spin(Math.min(deadline, idleSince + window, now + SPIN_SLICE_MS), min)) {

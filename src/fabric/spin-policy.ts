@@ -1,16 +1,19 @@
-import { readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
-
 /**
  * How long a completion-queue wait busy-polls before it sleeps.
  *
  * Spinning only pays when frames come soon and the peer that produces them has a core to run
  * on. So the window (counted from the last time frames moved) is twice the average quiet
  * spell this queue's waits saw before frames moved, between MIN_SPIN_US and MAX_SPIN_US; it
- * is 0 when that average exceeds MAX_SPIN_US (spinning would only burn the core) and when more
- * tasks are runnable than there are cores (a spinner then takes the timeslices of the very
- * process it waits for: NOTES.md measured 3 spinners on 2 cores at ms per barrier). One in
+ * is 0 when that average exceeds MAX_SPIN_US (spinning would only burn the core). One in
  * PROBE_EVERY decisions spins anyway, so the average can come back down.
+ *
+ * Whether to spin at all is the caller's static decision (WaitOptions.spin), as in MPI: a job
+ * that runs more busy processes on a host than it has cores must not spin (a spinner takes
+ * the timeslices of the very process it waits for: NOTES.md measured 3 spinners on 2 cores at
+ * ms per barrier). A dynamic test was tried and dropped: /proc/loadavg's runnable count and a
+ * thread's run-queue wait both read "overloaded" for two ranks on two cores, because V8 runs
+ * GC and compiler threads beside each main thread; spinning then stopped at random and a
+ * 2-rank 64 KiB all-reduce took 941 us instead of 293 us.
  * `TANDEM_FABRIC_SPIN_US` fixes the window (0: never spin), e.g. for benchmarks.
  */
 export const MAX_SPIN_US = 200;
@@ -20,8 +23,6 @@ const CLIP_US = 2 * MAX_SPIN_US;
 /** Weight of the newest wait in the running average. */
 const ALPHA = 0.125;
 const PROBE_EVERY = 32;
-/** The runnable count is read from /proc/loadavg at most this often. */
-const LOAD_CHECK_MS = 50;
 
 function fixedFromEnv(): number | undefined {
   const v = process.env.TANDEM_FABRIC_SPIN_US;
@@ -31,25 +32,6 @@ function fixedFromEnv(): number | undefined {
 }
 
 const fixedUs = fixedFromEnv();
-const cores = availableParallelism();
-let overloaded = false;
-let loadCheckedAt = -Infinity;
-
-/**
- * True while runnable tasks outnumber cores: the 4th field of /proc/loadavg ("running/total")
- * is the instantaneous count (this process included). Elsewhere: never.
- */
-export function machineOverloaded(now: number): boolean {
-  if (now - loadCheckedAt < LOAD_CHECK_MS) return overloaded;
-  loadCheckedAt = now;
-  try {
-    const field = readFileSync('/proc/loadavg', 'latin1').split(' ')[3] ?? '';
-    overloaded = Number(field.split('/')[0]) > cores;
-  } catch {
-    overloaded = false;
-  }
-  return overloaded;
-}
 
 export class SpinPolicy {
   /** Running average of the quiet spells before frames moved, in us (clipped at CLIP_US). */
@@ -57,15 +39,11 @@ export class SpinPolicy {
   private seen = 0;
   private asked = 0;
 
-  constructor(
-    private readonly fixed: number | undefined = fixedUs,
-    private readonly overloaded: (now: number) => boolean = machineOverloaded,
-  ) {}
+  constructor(private readonly fixed: number | undefined = fixedUs) {}
 
   /** The spin window (after the last activity) for the next stretch of a wait, in ms. */
-  windowMs(now: number): number {
+  windowMs(): number {
     if (this.fixed !== undefined) return this.fixed / 1000;
-    if (this.overloaded(now)) return 0;
     if (this.avgUs > MAX_SPIN_US && ++this.asked % PROBE_EVERY !== 0) return 0;
     return Math.min(MAX_SPIN_US, Math.max(MIN_SPIN_US, 2 * this.avgUs)) / 1000;
   }

@@ -172,11 +172,16 @@ export interface WaitOptions {
   min?: number;
   /** At most this many completions returned (default unlimited). */
   max?: number;
+  /**
+   * Whether the wait may busy-poll before it sleeps (default true: for an adaptive window).
+   * False when this host runs more busy processes than it has cores.
+   */
+  spin?: boolean;
 }
 
 export interface CompletionQueue {
   /** Non-blocking: drives progress once and returns up to `max` completions. */
-  poll(max?: number): WorkCompletion[];
+  poll(max?: number): readonly WorkCompletion[];
   /**
    * Busy-polls for a bounded time, then sleeps, always letting timers and sockets run.
    * Throws FABRIC_WAIT_TIMEOUT at the deadline and ABORTED on abort()/signal.
