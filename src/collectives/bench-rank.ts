@@ -34,6 +34,15 @@ export function warmupsFor(bytes: number, iterations: number): number {
   return Math.max(2, Math.floor(iterations / 10), Math.min(1000, Math.floor((128 << 20) / Math.max(bytes, 1))));
 }
 
+/**
+ * Warm-up by time as well as by count: V8 keeps compiling a fresh rank's call path for
+ * seconds. Measured here (2 ranks over shm, 8 B all-reduce, 1,000 warm-up calls first): the
+ * mean per call over the next 20,000 calls fell decile by decile from 254 us to 10 us; with
+ * 2 s of warm-up first it started near 40 us. The first size warms up for WARMUP_MS, later
+ * sizes (which share most of the path) for an eighth of it. TANDEM_BENCH_WARMUP_MS sets it.
+ */
+const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 3000);
+
 /** TANDEM_BENCH_TRACE=<prefix>: each rank writes every timed call's duration (us), in call order, to <prefix>.<rank>.<bytes>. */
 const tracePrefix = process.env.TANDEM_BENCH_TRACE;
 
@@ -70,6 +79,18 @@ function operation(c: Communicator, op: BenchOp, bytes: number, algorithm: Algor
   }
 }
 
+/** `calls` calls, then rounds of them until `ms` have passed on rank 0 (the ranks agree on when to stop). */
+async function warmUp(run: () => Promise<unknown>, calls: number, ms: number): Promise<void> {
+  const t0 = performance.now();
+  const more = new Float32Array(1);
+  for (;;) {
+    for (let w = 0; w < calls; w++) await run();
+    more[0] = comm.rank === 0 && performance.now() - t0 < ms ? 1 : 0;
+    await comm.allReduce(more, { op: 'max', algorithm: 'mesh' });
+    if (more[0] === 0) return;
+  }
+}
+
 const config = JSON.parse(process.argv[2] as string) as RankConfig;
 const print = (line: string): void => void process.stdout.write(line + '\n');
 const comm = await createCommunicator({
@@ -86,7 +107,7 @@ const comm = await createCommunicator({
 for (const bytes of config.sizes) {
   const run = operation(comm, config.op, bytes, config.algorithm);
   const iters = iterationsFor(bytes, config.iterations);
-  for (let w = 0, n = warmupsFor(bytes, iters); w < n; w++) await run();
+  await warmUp(run, warmupsFor(bytes, iters), bytes === config.sizes[0] ? WARMUP_MS : WARMUP_MS / 8);
   await comm.barrier();
   const each = new Float64Array(iters);
   const t0 = performance.now();

@@ -58,6 +58,8 @@ export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algori
 }
 
 const rankScript = join(import.meta.dirname, 'bench-rank.ts');
+/** Resolved here, so the ranks find tsx whatever the working directory. */
+const tsxLoader = import.meta.resolve('tsx');
 /** TANDEM_BENCH_NODE_ARGS: extra node flags for every rank process (e.g. `--single-threaded`, `--cpu-prof`), for diagnosis. */
 const rankNodeArgs = (process.env.TANDEM_BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
 
@@ -88,7 +90,7 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
   const children: ChildProcess[] = [];
   const rows: CollRow[] = [];
   const spawnRank = (rank: number, address: string): ChildProcess => {
-    const c = spawn(process.execPath, [...rankNodeArgs, '--import', 'tsx', rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const c = spawn(process.execPath, [...rankNodeArgs, '--import', tsxLoader, rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
     children.push(c);
     return c;
   };
