@@ -136,8 +136,10 @@ const SWEEP_MS = 50;
 const DEFAULT_SPIN_MS = 0.5;
 const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
 const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
-/** Polls in one synchronous burst of the pump's spin (a poll of idle rings costs ~0.1 us). */
-const SPIN_BURST = 32;
+/** Longest synchronous stretch of the pump's spin (between turns of the event loop). */
+const SPIN_SLICE_MS = 0.02;
+/** After the microtasks queued now, and any they queue in turn, have run. */
+const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class Router {
   readonly rank: number;
@@ -417,13 +419,12 @@ export class Router {
   spinFor(commId: number, channel: number, srcs: readonly number[], budgetMs: number): boolean {
     if (this.error || !this.spin || budgetMs <= 0) return false;
     const boxes = srcs.map((s) => this.box(boxKey(commId, channel, s, 0)));
-    const ready = (): boolean => boxes.every((b) => b.messages.length > 0);
     const until = performance.now() + budgetMs;
-    for (let i = 1; !ready(); i++) {
+    for (let i = 1; !allHaveMail(boxes); i++) {
       const wcs = this.cq.poll(512);
-      for (const wc of wcs) this.complete(wc);
+      for (let k = 0; k < wcs.length; k++) this.complete(wcs[k] as WorkCompletion);
       if (this.error) return false;
-      if ((i & 15) === 0 && performance.now() > until) return ready();
+      if ((i & 15) === 0 && performance.now() > until) return allHaveMail(boxes);
     }
     return true;
   }
@@ -453,25 +454,21 @@ export class Router {
 
   private async pump(): Promise<void> {
     let idleSince = performance.now();
-    let turns = 0;
     let settled = false;
     while (!this.closing) {
       let wcs: readonly WorkCompletion[];
       try {
         wcs = this.cq.poll(512);
         if (wcs.length === 0) {
-          // Spin (polling, yielding only to promise continuations) while a call is active and
-          // for the spin window after; every few turns let the event loop run (timers,
-          // sockets). Then fall back to the fabric's sleeping wait.
-          const busy = this.pending();
-          const now = busy && (turns & 15) !== 0 ? idleSince : performance.now();
-          if (busy) idleSince = now;
-          const window = this.spin ? spinMs : 0;
-          if (now - idleSince < window || (busy && window > 0)) {
+          // Spin in slices, with a turn of the event loop between them (continuations, timers,
+          // sockets), while a call is active and for the spin window after; then fall back to
+          // the fabric's sleeping wait.
+          const now = performance.now();
+          if (this.pending()) idleSince = now;
+          if (this.spin && now - idleSince <= spinMs) {
             wcs = this.pollBurst();
             if (wcs.length === 0) {
-              if ((++turns & 63) === 0) await new Promise<void>((resolve) => setImmediate(resolve));
-              else await undefined;
+              await nextTurn();
               continue;
             }
           } else if (!settled) {
@@ -479,7 +476,7 @@ export class Router {
             // everything runnable here run first (it may be about to post the send the peer
             // waits for), then poll once more before sleeping.
             settled = true;
-            await new Promise<void>((resolve) => setImmediate(resolve));
+            await nextTurn();
             continue;
           } else {
             wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512, spin: this.spin });
@@ -494,18 +491,25 @@ export class Router {
       settled = false;
       for (const wc of wcs) this.complete(wc);
       idleSince = performance.now();
-      // Let the algorithms run what these completions unblocked (and post their next sends).
-      await undefined;
+      // Let the algorithms run what these completions unblocked (and post their next sends):
+      // a whole chain of continuations, not just the first link of each.
+      await nextTurn();
     }
   }
 
   /**
-   * Up to SPIN_BURST polls in one synchronous stretch: spinning through an await per poll made
-   * a promise of garbage at every turn (scavenges every few ms, each stalling both ranks).
+   * Polls in one synchronous stretch of up to SPIN_SLICE_MS, until something completes.
+   * Spinning through an await per poll made a promise of garbage at every turn (a scavenge
+   * every few ms, each stalling both ranks) and slipped between the links of every chain of
+   * continuations the algorithms run.
    */
   private pollBurst(): readonly WorkCompletion[] {
+    const until = performance.now() + SPIN_SLICE_MS;
     let wcs = this.cq.poll(512);
-    for (let i = 1; i < SPIN_BURST && wcs.length === 0; i++) wcs = this.cq.poll(512);
+    for (let i = 1; wcs.length === 0; i++) {
+      if ((i & 15) === 0 && performance.now() > until) break;
+      wcs = this.cq.poll(512);
+    }
     return wcs;
   }
 
@@ -779,6 +783,11 @@ export class Router {
       }
     }
   }
+}
+
+function allHaveMail(boxes: readonly Box[]): boolean {
+  for (let i = 0; i < boxes.length; i++) if ((boxes[i] as Box).messages.length === 0) return false;
+  return true;
 }
 
 function boxKey(commId: number, channel: number, src: number, lane: number): string {
