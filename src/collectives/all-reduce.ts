@@ -1,4 +1,4 @@
-import { allocate, bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
+import { bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
 import { q8BlockSize } from '../kernels/q8.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
@@ -25,7 +25,7 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const from: (Uint8Array | undefined)[] = new Array<Uint8Array | undefined>(size);
   for (const s of steps) from[s.from] = await call.recv(s.from, bytes);
   for (const p of sent) await p;
-  const acc = allocate(call.spec.dtype, data.length);
+  const acc = call.comm.scratch(call.spec.dtype, data.length);
   for (let r = 0; r < size; r++) {
     const payload = from[r];
     if (r === 0) {

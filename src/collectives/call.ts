@@ -21,6 +21,8 @@ export interface CommCore {
   readonly timeoutMs: number;
   /** Connections per linked pair that ring lanes stripe over. */
   readonly wires: number;
+  /** A scratch array of `count` elements, valid until the next call on this communicator (contents undefined). */
+  scratch(dtype: DType, count: number): DTypeArray;
 }
 
 export interface CallSpec {

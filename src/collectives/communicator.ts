@@ -55,6 +55,9 @@ export interface AllReduceOptions extends CallOptions {
   wire?: 'raw' | 'q8';
 }
 
+/** The reusable scratch of a communicator grows up to this many bytes. */
+const SCRATCH_KEEP = 16 << 20;
+
 const badArg = (message: string, hint: string): TandemError => new TandemError('COLL_BAD_ARGUMENT', message, { hint });
 
 /**
@@ -75,6 +78,7 @@ export class Communicator implements CommCore {
   private readonly fullMesh: boolean;
   private readonly trees = new Map<number, Tree>();
   private closed = false;
+  private scratchBuffer = new ArrayBuffer(0);
 
   constructor(
     readonly rank: number,
@@ -98,6 +102,16 @@ export class Communicator implements CommCore {
     const ring = findRing(adj);
     this.hasRing = ring !== undefined;
     this.ring = ring ?? Array.from({ length: size }, (_, i) => i);
+  }
+
+  scratch(dtype: DType, count: number): DTypeArray {
+    const bytes = count * bytesPerElement(dtype);
+    // kept for the next call up to SCRATCH_KEEP bytes; larger ones are the call's own
+    if (bytes > this.scratchBuffer.byteLength) {
+      if (bytes > SCRATCH_KEEP) return allocate(dtype, count);
+      this.scratchBuffer = new ArrayBuffer(bytes);
+    }
+    return dtype === 'f32' ? new Float32Array(this.scratchBuffer, 0, count) : dtype === 'i32' ? new Int32Array(this.scratchBuffer, 0, count) : new Uint16Array(this.scratchBuffer, 0, count);
   }
 
   /** Fragments this rank forwarded for other ranks so far (the relaying at work). */

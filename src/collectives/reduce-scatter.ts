@@ -1,4 +1,4 @@
-import { allocate, type DTypeArray } from '../kernels/dtype.js';
+import type { DTypeArray } from '../kernels/dtype.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { laneChunks, ringLanes, ringReduceScatterLane } from './all-reduce.js';
 import { chunkRanges, type Range } from './chunks.js';
@@ -20,7 +20,7 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
   const got = new Map<number, Uint8Array>();
   for (let r = 0; r < size; r++) if (r !== rank) got.set(r, await call.recv(r, call.wireBytes(own.count)));
   await Promise.all(sent);
-  const acc = allocate(call.spec.dtype, own.count);
+  const acc = call.comm.scratch(call.spec.dtype, own.count);
   const mine = sub(data, own);
   for (let r = 0; r < size; r++) {
     const payload = got.get(r);
