@@ -54,7 +54,10 @@ const models: [string, TinyModelOptions][] = [
   ['llama', { arch: 'llama', heads: 4, kvHeads: 2, width: 32, ff: 48, layers: 3, vocab: 96, seed: 3 }],
   ['qwen2', { arch: 'qwen2', heads: 6, kvHeads: 2, width: 48, ff: 64, layers: 3, vocab: 96, seed: 4 }],
   ['MoE (Mixtral)', { arch: 'llama', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 5 }],
-  ['MoE (Qwen2-MoE, shared expert)', { arch: 'qwen2moe', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 6 }],
+  [
+    'MoE (Qwen2-MoE, shared expert)',
+    { arch: 'qwen2moe', experts: 4, expertsUsed: 2, layers: 3, vocab: 96, seed: 6 },
+  ],
 ];
 
 // The fourth field: tensor-parallel groups exchange partial sums over the fabric directly (TpExchange).

@@ -53,7 +53,7 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
       logits: o.logits ?? 'full',
       meter,
       ...(exchange ? { exchange } : {}),
-      ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter) } : {}),
+      ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter, exchange) } : {}),
     });
     const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
     return {
