@@ -137,6 +137,7 @@ describe('engine against llama.cpp', () => {
         const diffs: number[] = [];
         const mismatches: string[] = [];
         const ties: number[] = [];
+        let close = 0;
         // Teacher-forced: we feed llama.cpp's greedy tokens and check that ours would pick the
         // same at every step. With no step differing this is exactly "the same greedy tokens",
         // and a difference cannot cascade into later steps' logits.
@@ -146,6 +147,7 @@ describe('engine against llama.cpp', () => {
           onLogits: (logits, step) => {
             const theirs = answer.steps[step]!;
             diffs.push(relDiff(logits, theirs));
+            if (topGap(theirs) <= tolerance[c.type] * maxAbs(theirs)) close++;
             if (argmax(logits) === theirTokens[step]) return;
             // A top-2 gap inside the tolerance band is a tie that this precision cannot decide.
             if (topGap(theirs) <= tolerance[c.type] * maxAbs(theirs)) ties.push(step);
@@ -153,8 +155,13 @@ describe('engine against llama.cpp', () => {
           },
         });
         assert.deepEqual(mismatches, [], `greedy choices differ; per-step logit differences ${diffs.map((d) => d.toExponential(1)).join(' ')}`);
-        // Undecidable ties are allowed only where rounding differs (never with F32 weights), and rarely.
-        assert.ok(ties.length <= (c.type === 'F32' ? 0 : 1), `near-ties at steps ${ties.join(', ')}`);
+        // Undecidable ties are allowed only where rounding differs (never with F32 weights), and
+        // only as a few of the steps whose top two logits lie inside the tolerance band (random
+        // weights give flat logits: several such steps in 32). Which of them flip depends on
+        // how llama.cpp's kernels round on this CPU: 0-1 on an Intel Xeon, 2 of 16 for qwen2
+        // Q5_K_M on an AMD EPYC.
+        const allowed = c.type === 'F32' ? 0 : Math.min(Math.ceil(close / 2), STEPS / 8);
+        assert.ok(ties.length <= allowed, `near-ties at steps ${ties.join(', ')} (${close} steps inside the tolerance band)`);
         const worst = Math.max(...diffs);
         assert.ok(worst <= tolerance[c.type], `worst relative logit difference ${worst.toExponential(2)} over ${STEPS} steps`);
         // Tied random embeddings make a model echo its input token; the others must vary.

@@ -132,8 +132,11 @@ test('generated models load, tokenize and run in llama.cpp; quantized layouts ma
         assert.ok(corr < 0.9, `logits of different weights correlate at ${corr}`);
         continue;
       }
-      // llama.cpp quantizes activations for quantized matmuls (~1e-2 noise); F16 weights are exact.
-      const tol = t.o.type === 'f16' ? 1e-4 : 0.06;
+      // llama.cpp quantizes activations for quantized matmuls (~1e-2 noise). F16 weights are
+      // exact, but depending on the CPU llama.cpp rounds the activations to f16 for them
+      // (2^-11 relative): under 1e-4 on an Intel Xeon, 9e-4 on an AMD EPYC with AVX512-BF16.
+      // A misplaced block or row differs by whole units, as the wrong-seed twin shows.
+      const tol = t.o.type === 'f16' ? 4e-3 : 0.06;
       assert.ok(corr > 0.999, `${t.twinOf}: correlation with its F32 twin ${corr}`);
       assert.ok(maxDiff < tol, `${t.twinOf}: max logit difference to its F32 twin ${maxDiff} >= ${tol}`);
     }
