@@ -49,3 +49,25 @@ test(
     }
   },
 );
+
+test('shm: a direct write waits only for unread writes that overlap it (64-bit addresses, exact)', async () => {
+  const { UnreadWrites } = await import('./shm-provider.js');
+  const u = new UnreadWrites(0);
+  // addresses far above 2^53 (regions get random 64-bit addresses), one write crossing a 2^32 boundary
+  const hi = 0x9f3a_1c07;
+  u.write(100, 7, hi, 0xffff_ff00, 0x200); // [hi:ffffff00, hi+1:00000100)
+  u.write(200, 7, hi + 1, 0x1000, 64);
+  assert.equal(u.allows(0, 7, hi + 1, 0x0000_00ff, 1 << 20), false, 'overlaps the tail of the first');
+  assert.equal(u.allows(0, 7, hi + 1, 0x100, 0xf00), true, 'between the two');
+  assert.equal(u.allows(0, 7, hi + 1, 0x100, 0xf01), false, 'touches the second');
+  assert.equal(u.allows(0, 7, hi, 0xffff_fe00, 0x100), true, 'ends where the first begins');
+  assert.equal(u.allows(0, 7, hi, 0xffff_fe00, 0x101), false);
+  assert.equal(u.allows(0, 8, hi + 1, 0x1000, 64), true, 'another key');
+  assert.equal(u.allows(100, 7, hi + 1, 0, 64), true, 'the first was read');
+  assert.equal(u.allows(100, 7, hi + 1, 0x1000, 1), false);
+  assert.equal(u.allows(200, 7, hi + 1, 0x1000, 1), true, 'both were read');
+  // a SEND lands wherever the peer posted a receive: nothing goes direct until it is read
+  u.barrier(300);
+  assert.equal(u.allows(299, 9, 0, 0, 1), false);
+  assert.equal(u.allows(300, 9, 0, 0, 1), true);
+});

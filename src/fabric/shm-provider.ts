@@ -12,7 +12,7 @@ import {
 } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FLAG_PLACED, FrameType, FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { FLAG_PLACED, FrameType, FrameDecoder, getU32, MalformedFrame, putU32 } from './wire.js';
 import { Access } from './types.js';
 import type { Region } from './memory.js';
 
@@ -54,6 +54,76 @@ const KNOCK = new Uint8Array([1]);
 const segName = (kind: string): string =>
   `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
 
+/** Unread WRITE frames tracked by range; more than this and a direct write waits for all of them. */
+const UNREAD_CAP = 64;
+
+/**
+ * The frames in the peer's ring that place data in its memory and that it has not read yet:
+ * a direct write must not overtake one that touches the same bytes. WRITEs are known by key
+ * and byte range, so a direct write waits only for those it overlaps (the router's small
+ * control writes to other slots no longer send half its large fragments through the ring). A
+ * SEND (it lands in whatever receive the peer posted) or a READ request is a barrier: no
+ * direct write until the peer has read it. Stream positions are ring indices (mod 2^32).
+ */
+export class UnreadWrites {
+  private readonly end = new Uint32Array(UNREAD_CAP);
+  private readonly rkey = new Uint32Array(UNREAD_CAP);
+  private readonly hi = new Uint32Array(UNREAD_CAP);
+  private readonly lo = new Uint32Array(UNREAD_CAP);
+  private readonly len = new Uint32Array(UNREAD_CAP);
+  private head = 0;
+  private count = 0;
+  /** Stream position after the last barrier frame. */
+  private barrierEnd: number;
+
+  constructor(pos: number) {
+    this.barrierEnd = pos;
+  }
+
+  /** A WRITE of `len` bytes at (hi, lo) under `rkey` ends at stream position `end`. */
+  write(end: number, rkey: number, hi: number, lo: number, len: number): void {
+    if (this.count === UNREAD_CAP) return this.barrier(end);
+    const i = (this.head + this.count++) % UNREAD_CAP;
+    this.end[i] = end;
+    this.rkey[i] = rkey;
+    this.hi[i] = hi;
+    this.lo[i] = lo;
+    this.len[i] = len;
+  }
+
+  barrier(end: number): void {
+    this.barrierEnd = end;
+  }
+
+  /** Whether a direct write of `len` bytes at (hi, lo) under `rkey` may go now that the peer has read up to `read`. */
+  allows(read: number, rkey: number, hi: number, lo: number, len: number): boolean {
+    if (((read - this.barrierEnd) | 0) < 0) return false;
+    while (this.count > 0 && ((read - (this.end[this.head] as number)) | 0) >= 0) {
+      this.head = (this.head + 1) % UNREAD_CAP;
+      this.count--;
+    }
+    for (let k = 0; k < this.count; k++) {
+      const i = (this.head + k) % UNREAD_CAP;
+      if (this.rkey[i] !== rkey) continue;
+      const h = this.hi[i] as number;
+      const l = this.lo[i] as number;
+      const into = distance(h, l, hi, lo); // from the unread write's start to ours
+      const back = distance(hi, lo, h, l);
+      if ((into >= 0 && into < (this.len[i] as number)) || (back >= 0 && back < len)) return false;
+    }
+    return true;
+  }
+}
+
+/**
+ * (toHi, toLo) - (fromHi, fromLo) as 64-bit unsigned addresses, when it is below 2^32; else -1.
+ * (Addresses are random 64-bit values: doubles would round them.)
+ */
+function distance(fromHi: number, fromLo: number, toHi: number, toLo: number): number {
+  const borrow = toLo < fromLo ? 1 : 0;
+  return ((toHi - fromHi - borrow) >>> 0) === 0 ? (toLo - fromLo) >>> 0 : -1;
+}
+
 /** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
 class ShmTransport implements Transport {
   private events: TransportEvents | undefined;
@@ -75,9 +145,9 @@ class ShmTransport implements Transport {
   private peerRead = 0;
   /** Bytes that did not fit in the peer's ring yet, oldest first. */
   private backlog: Uint8Array[] = [];
-  /** Stream position after everything sent, and after the last frame that touches memory. */
+  /** Stream position after everything sent. */
   private streamPos = 0;
-  private memFrameEnd = 0;
+  private readonly unread: UnreadWrites;
   private readonly peerKeyI32: Int32Array;
   private readonly peerKeyBytes: Uint8Array;
   private readonly peerRegions = new Map<string, ShmSegment>();
@@ -105,13 +175,13 @@ class ShmTransport implements Transport {
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
     this.peerRead = Atomics.load(this.outCtl, R) >>> 0;
     this.streamPos = this.writeIdx;
-    this.memFrameEnd = this.writeIdx;
+    this.unread = new UnreadWrites(this.writeIdx);
   }
 
   writeDirect(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean {
     if (length < DIRECT_MIN || this.isClosed) return false;
     // an earlier request still unread by the peer could touch the same memory: keep order
-    if (((Atomics.load(this.outCtl, R) - this.memFrameEnd) | 0) < 0) return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
     const k = this.peerKeyI32;
     let base = -1;
     for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
@@ -191,10 +261,7 @@ class ShmTransport implements Transport {
     let len = header.length;
     for (let i = 0; i < payload.length; i++) len += (payload[i] as Uint8Array).length;
     this.streamPos = (this.streamPos + 4 + len) >>> 0;
-    const type = header[0];
-    const placedWrite = type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) !== 0;
-    if (!placedWrite && (type === FrameType.WRITE || type === FrameType.SEND || type === FrameType.READ_REQ))
-      this.memFrameEnd = this.streamPos;
+    this.track(header, len - header.length);
     if (this.backlog.length === 0 && this.room(4 + len)) {
       // the whole frame fits: copy it straight into the ring and publish it with one store
       let w = this.put32(this.writeIdx, len);
@@ -225,8 +292,7 @@ class ShmTransport implements Transport {
       return;
     }
     this.streamPos = (this.streamPos + 4 + total) >>> 0;
-    const type = header[0];
-    if (type === FrameType.WRITE || type === FrameType.SEND) this.memFrameEnd = this.streamPos;
+    this.track(header, len);
     let w = this.put32(this.writeIdx, total);
     w = this.put(w, header);
     const data = this.outData;
@@ -245,9 +311,17 @@ class ShmTransport implements Transport {
   sendRaw(bytes: Uint8Array): void {
     if (this.isClosed) return;
     this.streamPos = (this.streamPos + bytes.length) >>> 0;
-    this.memFrameEnd = this.streamPos;
+    this.unread.barrier(this.streamPos);
     this.backlog.push(bytes.slice());
     this.flush();
+  }
+
+  /** Notes a frame that ends at the current stream position and carries `payload` bytes. */
+  private track(header: Uint8Array, payload: number): void {
+    const type = header[0];
+    if (type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) === 0)
+      this.unread.write(this.streamPos, getU32(header, 8), getU32(header, 16), getU32(header, 12), payload);
+    else if (type === FrameType.SEND || type === FrameType.READ_REQ) this.unread.barrier(this.streamPos);
   }
 
   /**
