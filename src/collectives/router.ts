@@ -1,6 +1,7 @@
 import { TandemError, isTandemError } from '../errors/index.js';
 import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
+import { yieldCore } from '../fabric/shm-ffi.js';
 import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
 
 /**
@@ -129,9 +130,9 @@ const MAX_SPARES = 4;
 const SWEEP_MS = 50;
 
 /**
- * How long the pump busy-polls after the last completion while no call waits (while one does,
- * it spins throughout). Only when the router may spin at all (RouterOptions.spin: no more
- * ranks on this host than cores). TANDEM_COLL_SPIN_US fixes it.
+ * How long the pump polls after the last completion while no call waits (while one does, it
+ * polls throughout): busy when the router may spin (RouterOptions.spin: no more ranks on
+ * this host than cores), else giving its core away between polls. TANDEM_COLL_SPIN_US fixes it.
  */
 const DEFAULT_SPIN_MS = 0.5;
 const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
@@ -465,8 +466,8 @@ export class Router {
           // the fabric's sleeping wait.
           const now = performance.now();
           if (this.pending()) idleSince = now;
-          if (this.spin && now - idleSince <= spinMs) {
-            wcs = this.pollBurst();
+          if (spinMs > 0 && now - idleSince <= spinMs) {
+            wcs = this.spin ? this.pollBurst() : this.pollYielding();
             if (wcs.length === 0) {
               await nextTurn();
               continue;
@@ -508,6 +509,22 @@ export class Router {
     let wcs = this.cq.poll(512);
     for (let i = 1; wcs.length === 0; i++) {
       if ((i & 15) === 0 && performance.now() > until) break;
+      wcs = this.cq.poll(512);
+    }
+    return wcs;
+  }
+
+  /**
+   * The same for a host with more ranks than cores: between polls the core goes to whoever
+   * is runnable (sched_yield, as Open MPI does when oversubscribed), so a peer that has work
+   * runs at once instead of after a knock and a wake-up (4 ranks on 2 cores, 8 B all-reduce:
+   * 760 -> 217 us).
+   */
+  private pollYielding(): readonly WorkCompletion[] {
+    const until = performance.now() + SPIN_SLICE_MS;
+    let wcs = this.cq.poll(512);
+    while (wcs.length === 0 && performance.now() < until) {
+      yieldCore();
       wcs = this.cq.poll(512);
     }
     return wcs;

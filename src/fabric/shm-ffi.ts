@@ -20,6 +20,7 @@ interface Libc {
   /** memset(s, 0, 0) does nothing and returns s: the address of a buffer's memory. */
   addressOf(s: Uint8Array, c: number, n: number): bigint;
   close(fd: number): number;
+  sched_yield(): number;
 }
 
 const O_RDWR = 2;
@@ -54,6 +55,7 @@ export function loadLibc(): Libc | undefined {
       mmap: lib.func('uintptr_t mmap(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)'),
       addressOf: lib.func('uintptr_t memset(void *s, int c, size_t n)'),
       close: lib.func('int close(int fd)'),
+      sched_yield: lib.func('int sched_yield(void)'),
     };
     libc = f as Libc;
   } catch (e) {
@@ -179,6 +181,18 @@ function shmError(message: string): TandemError {
   return new TandemError('FABRIC_SHM_FAILED', message, {
     hint: 'check /dev/shm (mounted, writable, free space) or use the tcp provider',
   });
+}
+
+/**
+ * Gives this thread's core to another runnable task, if any (sched_yield). For polling on an
+ * oversubscribed host: a peer that is runnable gets the core at once, where a sleep would
+ * wait for a knock and a wake-up. False where libc cannot be reached (nothing happened).
+ */
+export function yieldCore(): boolean {
+  const c = loadLibc();
+  if (c === undefined) return false;
+  c.sched_yield();
+  return true;
 }
 
 /** Removes segments left by tandem processes that died without cleaning up (e.g. SIGKILL). */
