@@ -23,7 +23,7 @@ export interface ProgressEngine {
 }
 
 /**
- * A wait busy-polls for the spin window (SpinPolicy: adaptive; none with `spin: false`;
+ * A wait busy-polls for the spin window (SpinPolicy: adaptive; fixed with `spin: us`; none with `spin: false`;
  * TANDEM_FABRIC_SPIN_US to fix it) in slices of at most SPIN_SLICE_MS with event-loop turns
  * between them. Then it sleeps: with a doorbell (shm) the event loop stays free and the
  * peer's doorbell (or a completion, abort, or the deadline) ends the sleep; otherwise (tcp)
@@ -128,7 +128,7 @@ export class CQ implements CompletionQueue {
           await this.event(Math.max(0, deadline - now));
           continue;
         }
-        const window = spin ? this.policy.windowMs() : 0;
+        const window = spin === true ? this.policy.windowMs() : spin === false ? 0 : Math.max(0, spin) / 1000;
         if (now - idleSince < window) {
           this.engine.active?.();
           if (this.spin(Math.min(deadline, idleSince + window, now + SPIN_SLICE_MS), min)) {

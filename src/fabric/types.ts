@@ -173,10 +173,12 @@ export interface WaitOptions {
   /** At most this many completions returned (default unlimited). */
   max?: number;
   /**
-   * Whether the wait may busy-poll before it sleeps (default true: for an adaptive window).
-   * False when this host runs more busy processes than it has cores.
+   * Whether the wait may busy-poll before it sleeps: true (default) for an adaptive window
+   * (see SpinPolicy), a number for a fixed window of that many microseconds after the last
+   * activity (when the caller knows its peer answers within it and the core is its own),
+   * false never (when this host runs more busy threads than it has cores).
    */
-  spin?: boolean;
+  spin?: boolean | number;
 }
 
 export interface CompletionQueue {

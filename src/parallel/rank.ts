@@ -24,7 +24,7 @@ export interface LoadRankOptions {
    * Tensor-parallel groups of more than one rank exchange their partial sums directly over
    * the fabric (see TpExchange) rather than through the communicator's router.
    */
-  exchange?: { provider: ProviderName; host: string; secret: string; timeoutMs?: number };
+  exchange?: { provider: ProviderName; host: string; secret: string; timeoutMs?: number; spin?: boolean | number };
 }
 
 export type LoadedRank = RankContext & { group: Communicator; exchange?: TpExchange };
