@@ -21,8 +21,11 @@ export interface CommCore {
   readonly timeoutMs: number;
   /** Connections per linked pair that ring lanes stripe over. */
   readonly wires: number;
-  /** A scratch array of `count` elements, valid until the next call on this communicator (contents undefined). */
-  scratch(dtype: DType, count: number): DTypeArray;
+  /**
+   * Scratch array `slot` (0, 1, ...) of `count` elements, valid until the next call on this
+   * communicator (contents undefined); different slots never overlap.
+   */
+  scratch(dtype: DType, count: number, slot?: number): DTypeArray;
 }
 
 export interface CallSpec {

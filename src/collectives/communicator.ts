@@ -78,7 +78,7 @@ export class Communicator implements CommCore {
   private readonly fullMesh: boolean;
   private readonly trees = new Map<number, Tree>();
   private closed = false;
-  private scratchBuffer = new ArrayBuffer(0);
+  private readonly scratchBuffers: ArrayBuffer[] = [];
 
   constructor(
     readonly rank: number,
@@ -104,14 +104,15 @@ export class Communicator implements CommCore {
     this.ring = ring ?? Array.from({ length: size }, (_, i) => i);
   }
 
-  scratch(dtype: DType, count: number): DTypeArray {
+  scratch(dtype: DType, count: number, slot = 0): DTypeArray {
     const bytes = count * bytesPerElement(dtype);
+    let buffer = this.scratchBuffers[slot];
     // kept for the next call up to SCRATCH_KEEP bytes; larger ones are the call's own
-    if (bytes > this.scratchBuffer.byteLength) {
+    if (buffer === undefined || bytes > buffer.byteLength) {
       if (bytes > SCRATCH_KEEP) return allocate(dtype, count);
-      this.scratchBuffer = new ArrayBuffer(bytes);
+      this.scratchBuffers[slot] = buffer = new ArrayBuffer(bytes);
     }
-    return dtype === 'f32' ? new Float32Array(this.scratchBuffer, 0, count) : dtype === 'i32' ? new Int32Array(this.scratchBuffer, 0, count) : new Uint16Array(this.scratchBuffer, 0, count);
+    return dtype === 'f32' ? new Float32Array(buffer, 0, count) : dtype === 'i32' ? new Int32Array(buffer, 0, count) : new Uint16Array(buffer, 0, count);
   }
 
   /** Fragments this rank forwarded for other ranks so far (the relaying at work). */
