@@ -467,7 +467,7 @@ export class Router {
           const now = performance.now();
           if (this.pending()) idleSince = now;
           if (spinMs > 0 && now - idleSince <= spinMs) {
-            wcs = this.spin ? this.pollBurst() : this.pollYielding();
+            wcs = this.pollSlice();
             if (wcs.length === 0) {
               await nextTurn();
               continue;
@@ -502,29 +502,17 @@ export class Router {
    * Polls in one synchronous stretch of up to SPIN_SLICE_MS, until something completes.
    * Spinning through an await per poll made a promise of garbage at every turn (a scavenge
    * every few ms, each stalling both ranks) and slipped between the links of every chain of
-   * continuations the algorithms run.
+   * continuations the algorithms run. On a host with more ranks than cores (`spin` off) the
+   * core goes to whoever is runnable between polls (sched_yield, as Open MPI does when
+   * oversubscribed), so a peer that has work runs at once instead of after a knock and a
+   * wake-up (4 ranks on 2 cores, 8 B all-reduce: 760 -> 217 us).
    */
-  private pollBurst(): readonly WorkCompletion[] {
+  private pollSlice(): readonly WorkCompletion[] {
     const until = performance.now() + SPIN_SLICE_MS;
     let wcs = this.cq.poll(512);
     for (let i = 1; wcs.length === 0; i++) {
-      if ((i & 15) === 0 && performance.now() > until) break;
-      wcs = this.cq.poll(512);
-    }
-    return wcs;
-  }
-
-  /**
-   * The same for a host with more ranks than cores: between polls the core goes to whoever
-   * is runnable (sched_yield, as Open MPI does when oversubscribed), so a peer that has work
-   * runs at once instead of after a knock and a wake-up (4 ranks on 2 cores, 8 B all-reduce:
-   * 760 -> 217 us).
-   */
-  private pollYielding(): readonly WorkCompletion[] {
-    const until = performance.now() + SPIN_SLICE_MS;
-    let wcs = this.cq.poll(512);
-    while (wcs.length === 0 && performance.now() < until) {
-      yieldCore();
+      if (!this.spin) yieldCore();
+      if ((!this.spin || (i & 15) === 0) && performance.now() > until) break;
       wcs = this.cq.poll(512);
     }
     return wcs;
