@@ -19,6 +19,13 @@ import { ClusterSession, type ClusterResult } from './session.js';
  * between two tokens flips (measured: Q8_0 and F16 parted from one node within 10 tokens on
  * most prompts, F32 not within 32).
  */
+/**
+ * Untimed tokens before each timed generation: V8 compiles the decode path (and the
+ * tensor-parallel exchange) over the first tokens: with 2 of them the 2-node run of the demo
+ * model decoded at 0.56-0.69x one node's rate, with 16 at 0.78-0.87x (2-core VM, 2026-11-24).
+ */
+const WARMUP_TOKENS = 16;
+
 export const demoShape: ModelShape = {
   layers: 30,
   embd: 576,
@@ -126,10 +133,10 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
           parallel,
           provider: o.provider,
           greedy: true,
-          contextLength: prompt.length + o.maxTokens + 8,
+          contextLength: Math.max(prompt.length + o.maxTokens, 4 + WARMUP_TOKENS) + 8,
         });
-        await session.generate({ prompt: prompt.slice(0, 4), maxTokens: 2 });
-        o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s)`);
+        await session.generate({ prompt: prompt.slice(0, 4), maxTokens: WARMUP_TOKENS });
+        o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s) (after ${WARMUP_TOKENS} untimed ones)`);
         const result = await session.generate({ prompt, maxTokens: o.maxTokens });
         runs.push({
           nodes: n,
