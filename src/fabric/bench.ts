@@ -3,7 +3,7 @@
  * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip. Like
  *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.poll()`, the
  *   public API) for the reply; a second pass waits with `await cq.wait()` instead (its spin,
- *   then futex sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
+ *   then doorbell sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
  * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,
  *   answered by a zero-byte write_imm; bytes / time.
  * This process is rank 0 (listener); bench-peer.ts is rank 1 (a child process).
