@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
 import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
-import { allocate, bytesPerElement, type DType, type DTypeArray } from '../kernels/dtype.js';
+import { allocate, bytesPerElement, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
 import { loadNativeReduce } from '../kernels/reduce-native.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
@@ -112,7 +112,7 @@ export class Communicator implements CommCore {
       if (bytes > SCRATCH_KEEP) return allocate(dtype, count);
       this.scratchBuffers[slot] = buffer = new ArrayBuffer(bytes);
     }
-    return dtype === 'f32' ? new Float32Array(buffer, 0, count) : dtype === 'i32' ? new Int32Array(buffer, 0, count) : new Uint16Array(buffer, 0, count);
+    return viewAs(dtype, new Uint8Array(buffer, 0, bytes));
   }
 
   /** Fragments this rank forwarded for other ranks so far (the relaying at work). */
