@@ -32,7 +32,7 @@ export interface RouterOptions {
   cq: CompletionQueue;
   /** Receive slots (and send slots) per link; default 8. */
   slots?: number;
-  /** Bytes per slot including the header; default 128 KiB. */
+  /** Payload bytes per fragment (a slot holds one fragment and its header); default 128 KiB. */
   slotBytes?: number;
   /**
    * Whether the pump may busy-poll while a call is active (default true). False when this
@@ -154,7 +154,10 @@ export class Router {
   private readonly byQp = new Map<number, Link>();
   private readonly boxes = new Map<string, Box>();
   private readonly slots: number;
+  /** Bytes from one slot to the next: a header and a whole fragment, 64-byte aligned. */
   private readonly slotBytes: number;
+  /** Payload bytes per fragment: a power of two by default, so power-of-two chunks need no runt fragment. */
+  readonly fragmentBytes: number;
   private readonly cq: CompletionQueue;
   private readonly pumpAbort = new AbortController();
   private error: TandemError | undefined;
@@ -180,7 +183,8 @@ export class Router {
     this.cq = options.cq;
     this.slots = options.slots ?? 8;
     this.spin = options.spin ?? true;
-    this.slotBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
+    this.fragmentBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
+    this.slotBytes = this.fragmentBytes + Math.ceil(headerBytes / 64) * 64;
     for (const spec of options.links) {
       // receive slots [0, slots) are written by the peer directly; send slots [slots, 2 slots)
       const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
@@ -226,11 +230,6 @@ export class Router {
   /** Caller buffers registered for zero-copy sends right now (bounded LRU), for tests and stats. */
   get registrations(): number {
     return this.regs.size;
-  }
-
-  /** Largest payload that fits one fragment. */
-  get fragmentBytes(): number {
-    return this.slotBytes - headerBytes;
   }
 
   get aborted(): TandemError | undefined {
