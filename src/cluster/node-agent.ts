@@ -7,9 +7,11 @@ import { createKernels, type Kernels, type KernelsBackend } from '../kernels/ind
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import { Sampler, type SamplerOptions } from '../engine/sampling/index.js';
 import {
+  commBytes,
   generateOnRank,
   loadRank,
   shardBytes,
+  usesDirectExchange,
   type LoadedRank,
   type ParallelPlan,
   type WireFormat,
@@ -145,10 +147,7 @@ class Session {
       world,
       wire: r.wire,
       logits: r.logits,
-      // The direct exchange over shm only: over tcp its write-with-immediate round trip
-      // measured ~1.6 ms (p50, 2 ranks, any size) against ~0.1-0.3 ms for the communicator's
-      // sends, so tcp groups all-reduce through the communicator.
-      ...(r.provider === 'shm'
+      ...(usesDirectExchange(r.provider)
         ? {
             exchange: {
               provider: r.provider,
@@ -172,7 +171,9 @@ class Session {
     const c = this.ctx.model.config;
     return {
       rank: r.rank,
-      bytes: shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}),
+      bytes:
+        shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}) +
+        commBytes(r.plan, r.provider),
       loadMs: Date.now() - started,
     };
   }

@@ -133,6 +133,7 @@ export class ClusterSession {
       });
       placement = placeModel({ config, tensors: file.tensors }, specs, {
         kind: o.parallel,
+        provider: o.provider,
         ...(o.tpSize ? { tpSize: o.tpSize } : {}),
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       });

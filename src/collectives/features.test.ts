@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
 import { assertReduced, inputFor } from './collectives.cases.js';
+import { linkBufferBytes } from './router.js';
 
 test('send/recv between any two ranks, with tags, relayed on a line', async () => {
   const comms = await createLocalWorld(4, { graph: 'line', timeoutMs: 20_000 });
@@ -110,6 +111,8 @@ test('several wires per linked pair: ring lanes stripe over them and results sta
   const comms = await createLocalWorld(3, { graph: 'ring', wires: 3, timeoutMs: 20_000 });
   assert.equal(comms[0]!.router.wiresTo(1), 3);
   assert.equal(comms[0]!.router.wiresTo(2), 3);
+  // two neighbours x three wires, each link with its default slot regions (what placement counts)
+  assert.equal(comms[0]!.router.bufferBytes, 6 * linkBufferBytes());
   const count = 100_003;
   const out = await Promise.all(
     comms.map(async (c) => {
@@ -121,6 +124,28 @@ test('several wires per linked pair: ring lanes stripe over them and results sta
   assertReduced(out, 'sum', 'f32', 3, 'ring over 3 wires');
   const gathered = await Promise.all(comms.map((c) => c.allGather(Int32Array.from({ length: 5000 }, (_, i) => i * 3 + c.rank), { algorithm: 'ring' })));
   for (let i = 0; i < 15000; i++) assert.equal(gathered[2]![i], (i % 5000) * 3 + Math.floor(i / 5000));
+  await Promise.all(comms.map((c) => c.close()));
+});
+
+test('slotBytes is the fragment payload: a 4 KiB request carries 4 KiB per fragment, and the regions are what linkBufferBytes says', async () => {
+  const comms = await createLocalWorld(2, { slots: 4, slotBytes: 4096, timeoutMs: 20_000 });
+  assert.equal(comms[0]!.router.fragmentBytes, 4096);
+  assert.equal(comms[0]!.router.bufferBytes, linkBufferBytes(4, 4096));
+  assert.ok(linkBufferBytes(4, 4096) >= 2 * 4 * (4096 + 48), 'every slot holds a header and a whole fragment');
+  // a message of exactly 3 fragments, and one a byte over, arrive whole
+  const out = await Promise.all(
+    comms.map(async (c) => {
+      const a = Int32Array.from({ length: 3072 }, (_, i) => i + c.rank);
+      const b = Int32Array.from({ length: 3073 }, (_, i) => i * 2 + c.rank);
+      await c.allReduce(a, { algorithm: 'mesh' });
+      await c.allReduce(b, { algorithm: 'ring' });
+      return [a, b] as const;
+    }),
+  );
+  for (const [a, b] of out) {
+    assert.ok(a.every((v, i) => v === 2 * i + 1));
+    assert.ok(b.every((v, i) => v === 4 * i + 1));
+  }
   await Promise.all(comms.map((c) => c.close()));
 });
 

@@ -140,6 +140,24 @@ const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fi
 /** Longest synchronous stretch of the pump's spin (between turns of the event loop). */
 const SPIN_SLICE_MS = 0.02;
 /** After the microtasks queued now, and any they queue in turn, have run. */
+const DEFAULT_SLOTS = 8;
+const DEFAULT_FRAGMENT_BYTES = 128 * 1024;
+
+/** Fragment payload for a requested size: at least 1 KiB, a multiple of 64 (element-aligned). */
+function fragmentSize(requested = DEFAULT_FRAGMENT_BYTES): number {
+  return Math.max(1024, Math.floor(requested / 64) * 64);
+}
+
+/** One slot: the header, padded to 64 bytes, then a whole fragment. */
+function slotStride(fragment: number): number {
+  return fragment + Math.ceil(headerBytes / 64) * 64;
+}
+
+/** Bytes the router registers per link (its receive slots and its send slots). */
+export function linkBufferBytes(slots = DEFAULT_SLOTS, slotBytes?: number): number {
+  return 2 * slots * slotStride(fragmentSize(slotBytes));
+}
+
 const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class Router {
@@ -181,10 +199,10 @@ export class Router {
     this.size = options.size;
     this.routes = options.routes;
     this.cq = options.cq;
-    this.slots = options.slots ?? 8;
+    this.slots = options.slots ?? DEFAULT_SLOTS;
     this.spin = options.spin ?? true;
-    this.fragmentBytes = Math.max(1024, Math.floor((options.slotBytes ?? 128 * 1024) / 64) * 64); // keeps fragments element-aligned
-    this.slotBytes = this.fragmentBytes + Math.ceil(headerBytes / 64) * 64;
+    this.fragmentBytes = fragmentSize(options.slotBytes);
+    this.slotBytes = slotStride(this.fragmentBytes);
     for (const spec of options.links) {
       // receive slots [0, slots) are written by the peer directly; send slots [slots, 2 slots)
       const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
@@ -225,6 +243,11 @@ export class Router {
       h.totalBytes = payload.byteLength;
       this.post(link, { header: h, payload });
     }
+  }
+
+  /** Bytes of the links' slot regions (what `linkBufferBytes` predicts per link). */
+  get bufferBytes(): number {
+    return this.links.reduce((sum, l) => sum + l.mr.length, 0);
   }
 
   /** Caller buffers registered for zero-copy sends right now (bounded LRU), for tests and stats. */

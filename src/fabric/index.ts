@@ -21,3 +21,4 @@ export async function openDevice(provider: ProviderName): Promise<Device> {
   }
 }
 export { probeProviders } from './providers.js';
+export { fabricFootprint, type FabricFootprint } from './footprint.js';

@@ -71,3 +71,40 @@ test('shm: a direct write waits only for unread writes that overlap it (64-bit a
   assert.equal(u.allows(299, 9, 0, 0, 1), false);
   assert.equal(u.allows(300, 9, 0, 0, 1), true);
 });
+
+test('shm: the segments a device and a connection create are what fabricFootprint counts', async () => {
+  const { readFileSync } = await import('node:fs');
+  const { fabricFootprint } = await import('./footprint.js');
+  // the shm segments this process maps, by name (rings are unlinked once both sides mapped
+  // them, and a ring is mapped by both ends), other than the callers' memory regions
+  const mapped = (): Map<string, number> => {
+    const seen = new Map<string, number>();
+    for (const line of readFileSync('/proc/self/maps', 'utf8').split('\n')) {
+      const f = line.split(/\s+/);
+      const name = f[5] ?? '';
+      if (!name.startsWith(`/dev/shm/tandem-${process.pid}-`) || name.endsWith('-mr')) continue;
+      const [lo, hi] = (f[0] as string).split('-').map((x) => BigInt(`0x${x}`));
+      seen.set(name, Number((hi as bigint) - (lo as bigint)));
+    }
+    return seen;
+  };
+  // other tests' devices may still be closing: count only segments that are new
+  const earlier = new Set(mapped().keys());
+  const ours = (): number => [...mapped()].filter(([n]) => !earlier.has(n)).reduce((a, [, b]) => a + b, 0);
+  const [da, db] = [await openDevice('shm'), await openDevice('shm')];
+  try {
+    const fp = fabricFootprint('shm');
+    assert.equal(ours(), 2 * fp.device, 'two devices');
+    const [pa, pb] = [da.allocPd(), db.allocPd()];
+    const l = await da.listen({ port: 0, secret: 's' });
+    await Promise.all([
+      l.accept({ pd: pa, cq: da.createCq() }),
+      db.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pb, cq: db.createCq() }),
+    ]);
+    assert.equal(ours(), 2 * fp.device + 2 * fp.perConnection, 'and one connection on each side');
+    await l.close();
+  } finally {
+    await da.close();
+    await db.close();
+  }
+});

@@ -1,3 +1,4 @@
+import { SHM_BELL_BYTES, SHM_KEY_SLOT_BYTES, SHM_KEY_SLOTS, SHM_RING_BYTES, SHM_RING_HEADER_BYTES } from './footprint.js';
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import { randomU32 } from './random.js';
@@ -28,9 +29,9 @@ import type { Region } from './memory.js';
 const W = 0;
 const R = 16;
 const CLOSED = 32;
-const DATA = 4096;
-const RING_BYTES = 16 << 20;
-const BELL_BYTES = 4096;
+const DATA = SHM_RING_HEADER_BYTES;
+const RING_BYTES = SHM_RING_BYTES;
+const BELL_BYTES = SHM_BELL_BYTES;
 const SLEEPING = 0;
 /**
  * Key table (one per device, read by peers): KEY_SLOTS slots of SLOT_BYTES, open addressing
@@ -38,8 +39,8 @@ const SLEEPING = 0;
  * 3 access | 4 addrHi | 5 addrLo | 6 length | 7 name length; bytes 32.. the segment name.
  * Only `allocate`d regions (which live in their own segment) are published.
  */
-const KEY_SLOTS = 1024;
-const SLOT_BYTES = 128;
+const KEY_SLOTS = SHM_KEY_SLOTS;
+const SLOT_BYTES = SHM_KEY_SLOT_BYTES;
 const SLOT_I32 = SLOT_BYTES / 4;
 const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */

@@ -1,3 +1,4 @@
+import { TCP_SCRATCH_BYTES, TCP_STAGING_BYTES } from './footprint.js';
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import {
@@ -108,10 +109,10 @@ export class TcpTransport implements Transport {
   }
 }
 
-const SCRATCH_BYTES = 256 * 1024;
+const SCRATCH_BYTES = TCP_SCRATCH_BYTES;
 const READS_PER_POLL = 64;
 /** Small frames of one post (and its ACK) are gathered up to this many bytes and sent at once. */
-const STAGING_BYTES = 64 * 1024;
+const STAGING_BYTES = TCP_STAGING_BYTES;
 
 /**
  * The busy-polled data path: after the handshake the socket's fd is read and written with

@@ -9,7 +9,7 @@ export {
   type PlanOptions,
   type RankPlan,
 } from './plan.js';
-export { shardBytes, formatBytes, parseBytes, type MemoryOptions } from './memory.js';
+export { commBytes, shardBytes, formatBytes, parseBytes, type MemoryOptions } from './memory.js';
 export { placeModel, type NodeSpec, type PlaceOptions, type Placement } from './placement.js';
 export { CollectiveShardComm, CommMeter, allReduceWireBytes, type ShardCommOptions } from './shard-comm.js';
 export { checkWire, wireFormats, type WireFormat } from './wire.js';
@@ -21,4 +21,4 @@ export {
   type RankResult,
 } from './runner.js';
 export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
-export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
+export { TpExchange, exchangeBufferBytes, usesDirectExchange, type TpExchangeOptions } from './tp-exchange.js';

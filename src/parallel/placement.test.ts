@@ -5,7 +5,7 @@ import { ReferenceKernels } from '../kernels/index.js';
 import { Model } from '../engine/model/model.js';
 import { fullShard } from '../engine/model/shard.js';
 import { tinyModelFile } from '../engine/model/tiny-model.js';
-import { parseBytes, shardBytes } from './memory.js';
+import { commBytes, parseBytes, shardBytes } from './memory.js';
 import { placeModel } from './placement.js';
 
 const file = tinyModelFile({
@@ -78,4 +78,22 @@ test('byte sizes parse with binary suffixes', () => {
   assert.equal(parseBytes('1.5GiB'), 1.5 * 1024 ** 3);
   assert.equal(parseBytes('1000'), 1000);
   assert.equal(parseBytes('lots'), undefined);
+});
+
+test('communication buffers count against the limit: shm needs its rings and the direct exchange, tcp far less', () => {
+  const shm = commBytes({ nodes: 2, tpSize: 2 }, 'shm');
+  const tcp = commBytes({ nodes: 2, tpSize: 2 }, 'tcp');
+  assert.equal(commBytes({ nodes: 1, tpSize: 1 }, 'shm'), 0, 'one node has no links');
+  assert.ok(shm > tcp && tcp > 0, `shm ${shm} B, tcp ${tcp} B`);
+  // pipeline stages have groups of one: no direct exchange, only the world's links
+  assert.ok(commBytes({ nodes: 2, tpSize: 1 }, 'shm') < shm);
+  const bare = placeModel(m, [{}, {}], { kind: 'tp', ...o });
+  const limit = Math.max(...bare.bytes) + tcp;
+  const overTcp = placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', provider: 'tcp', ...o });
+  assert.equal(overTcp.commBytes, tcp);
+  assert.deepEqual(overTcp.bytes, bare.bytes.map((b) => b + tcp));
+  assert.throws(
+    () => placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', provider: 'shm', ...o }),
+    (e) => isTandemError(e, 'PAR_NO_FIT') && /of shm buffers/.test(e.message) && (e.details as { commBytes: number }).commBytes === shm,
+  );
 });

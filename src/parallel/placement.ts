@@ -2,7 +2,8 @@ import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import type { TensorEntry } from '../engine/model/model-file.js';
 import { fullShard } from '../engine/model/shard.js';
-import { formatBytes, shardBytes, type MemoryOptions } from './memory.js';
+import type { ProviderName } from '../fabric/index.js';
+import { commBytes, formatBytes, shardBytes, type MemoryOptions } from './memory.js';
 import { buildPlan, describePlan, proportionalCounts, type ParallelKind, type ParallelPlan } from './plan.js';
 
 /** What the solver knows of a node: its memory cap and relative speed (both optional). */
@@ -17,12 +18,16 @@ export interface PlaceOptions extends MemoryOptions {
   kind: ParallelKind;
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
+  /** The fabric between the nodes: its buffers count against each node's limit (none when absent). */
+  provider?: ProviderName;
 }
 
 export interface Placement {
   plan: ParallelPlan;
-  /** Bytes each rank will hold. */
+  /** Bytes each rank will hold: its shard, its KV cache and its communication buffers. */
   bytes: number[];
+  /** Of those, the communication buffers (the same on every rank). */
+  commBytes: number;
   /** The whole model on one node (same accounting). */
   totalBytes: number;
 }
@@ -36,8 +41,13 @@ function fits(bytes: readonly number[], nodes: readonly NodeSpec[]): boolean {
   return bytes.every((b, r) => b <= (nodes[r]?.memLimit ?? Infinity));
 }
 
-function sizes(m: ModelInfo, plan: ParallelPlan, o: MemoryOptions): number[] {
-  return plan.ranks.map((r) => shardBytes(m.config, m.tensors, r.shard, o));
+function comm(nodes: number, tpSize: number, o: PlaceOptions): number {
+  return o.provider ? commBytes({ nodes, tpSize }, o.provider) : 0;
+}
+
+function sizes(m: ModelInfo, plan: ParallelPlan, o: PlaceOptions): number[] {
+  const buffers = comm(plan.nodes, plan.tpSize, o);
+  return plan.ranks.map((r) => shardBytes(m.config, m.tensors, r.shard, o) + buffers);
 }
 
 /**
@@ -67,7 +77,7 @@ function stageCounts(
     for (let t = 0; t < tpSize; t++) {
       const r = base.ranks[s * tpSize + t]!;
       const one = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 1 } }, o);
-      const none = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 0 } }, o);
+      const none = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 0 } }, o) + comm(nodes.length, tpSize, o);
       const limit = nodes[s * tpSize + t]?.memLimit ?? Infinity;
       best = Math.min(best, Math.floor((limit - none) / Math.max(1, one - none)));
     }
@@ -104,7 +114,7 @@ function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): Pl
     plan = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length });
   }
   const bytes = sizes(m, plan, o);
-  return fits(bytes, nodes) ? { plan, bytes, totalBytes: total } : undefined;
+  return fits(bytes, nodes) ? { plan, bytes, totalBytes: total, commBytes: comm(plan.nodes, plan.tpSize, o) } : undefined;
 }
 
 /** A placement that would fit nodes like these (same smallest limit), for the error message. */
@@ -142,16 +152,19 @@ export function placeModel(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOpt
   const need = sizes(m, even, o);
   const total = shardBytes(m.config, m.tensors, fullShard(m.config), o);
   const limits = nodes.map((n) => (n.memLimit === undefined ? 'unlimited' : formatBytes(n.memLimit)));
+  const buffers = comm(even.nodes, even.tpSize, o);
   const over = need.map((b, r) => `rank ${r} needs ${formatBytes(b)} of ${limits[r]}`).join(', ');
+  const ofWhich = buffers > 0 ? ` (each including ${formatBytes(buffers)} of ${o.provider} buffers)` : '';
   const hint = suggestion(m, nodes, o);
   throw new TandemError(
     'PAR_NO_FIT',
-    `the model (${formatBytes(total)} with its KV cache) does not fit ${nodes.length} node(s) with --parallel ${o.kind}: ${over}`,
+    `the model (${formatBytes(total)} with its KV cache) does not fit ${nodes.length} node(s) with --parallel ${o.kind}: ${over}${ofWhich}`,
     {
       hint,
       details: {
         totalBytes: total,
         needBytes: need,
+        commBytes: buffers,
         limits: nodes.map((n) => n.memLimit ?? null),
         kind: o.kind,
       },

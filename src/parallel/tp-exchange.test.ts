@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createLocalWorld } from '../collectives/local-world.js';
 import { isTandemError } from '../errors/index.js';
 import { f16ToF32, f32ToF16 } from '../kernels/half.js';
-import { TpExchange } from './tp-exchange.js';
+import { exchangeBufferBytes, TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
 /** Deterministic values in [-scale, scale). */
@@ -65,6 +65,8 @@ for (const size of [2, 3, 4]) {
         await Promise.all(w.ex.map((e, r) => e.allReduceSum(xs[r]!)));
         for (let r = 0; r < size; r++) assert.deepEqual(xs[r], expected, `call ${call}, rank ${r}`);
       }
+      // what placement counts against a node's memory limit is what the exchange registered
+      for (const e of w.ex) assert.equal(e.bufferBytes, exchangeBufferBytes(size, 1000));
     } finally {
       await w.close();
     }

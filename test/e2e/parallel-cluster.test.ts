@@ -19,6 +19,7 @@ import {
   PROMPT,
   STEPS,
   availableProviders,
+  makePoolingModel,
   makeTestModels,
   type TestModel,
   type TestModelKey,
@@ -119,7 +120,7 @@ describe('distributed runs give the single-node tokens', { timeout: 300_000 }, (
   });
 
   it("memory pooling: a model over one node's limit runs on two; too little stops before loading with a placement that fits", async () => {
-    const model = models.llama;
+    const model = await makePoolingModel(dir);
     const probe = await ClusterSession.connect([{ address: nodes.addresses[0]! }], secret);
     let total = 0;
     try {

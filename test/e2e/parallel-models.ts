@@ -71,6 +71,22 @@ export async function makeTestModels(dir: string): Promise<Record<TestModelKey, 
   return out as Record<TestModelKey, TestModel>;
 }
 
+/**
+ * A wider llama (f32, about 24 MiB) for memory pooling: large enough that half of it plus a
+ * node's communication buffers (2.3 MiB on 2 tcp nodes) stays well under the whole.
+ */
+export async function makePoolingModel(dir: string): Promise<TestModel> {
+  const path = join(dir, 'pooling.gguf');
+  await makeModel(path, {
+    arch: 'llama',
+    shape: { ...shape, embd: 256, ff: 1024, heads: 8, vocab: 4096 },
+    type: 'f32',
+    std: 0.3,
+    seed: 5,
+  });
+  return { arch: 'llama', path, expected: await singleNodeTokens(path) };
+}
+
 /** The fabric providers this checkout has (shm arrives after tcp). */
 export async function availableProviders(): Promise<ProviderName[]> {
   const out: ProviderName[] = [];
