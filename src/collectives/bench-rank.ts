@@ -102,7 +102,6 @@ const comm = await createCommunicator({
   timeoutMs: 120_000,
   connectTimeoutMs: 60_000,
   onListening: (a) => print(`LISTENING ${a}`),
-  slotBytes: 256 * 1024,
 });
 for (const bytes of config.sizes) {
   const run = operation(comm, config.op, bytes, config.algorithm);

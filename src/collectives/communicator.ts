@@ -37,7 +37,7 @@ export interface CommunicatorOptions {
   onListening?: (address: string) => void;
   /** Connections per linked pair; ring algorithms stripe over them (default 1). */
   wires?: number;
-  /** Receive slots per link and payload bytes per fragment (defaults 8 and 128 KiB). */
+  /** Receive slots per link and payload bytes per fragment (defaults 8 and 256 KiB). */
   slots?: number;
   slotBytes?: number;
 }

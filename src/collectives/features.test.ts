@@ -151,7 +151,7 @@ test('slotBytes is the fragment payload: a 4 KiB request carries 4 KiB per fragm
 
 test('large sends go zero-copy from the caller\'s buffer: registered once while reused, at most 16 kept', async () => {
   const comms = await createLocalWorld(2, { timeoutMs: 20_000 });
-  const n = 300_000; // 1.2 MB: fragments of 128 KiB, written from the caller's memory
+  const n = 300_000; // 1.2 MB: fragments of 256 KiB, written from the caller's memory
   const bufs = comms.map((c) => Float32Array.from({ length: n }, (_, i) => c.rank + (i % 13)));
   for (let k = 0; k < 3; k++) {
     for (const b of bufs) b.forEach((_, i) => (b[i] = i % 13));

@@ -32,7 +32,7 @@ export interface RouterOptions {
   cq: CompletionQueue;
   /** Receive slots (and send slots) per link; default 8. */
   slots?: number;
-  /** Payload bytes per fragment (a slot holds one fragment and its header); default 128 KiB. */
+  /** Payload bytes per fragment (a slot holds one fragment and its header); default 256 KiB. */
   slotBytes?: number;
   /**
    * Whether the pump may busy-poll while a call is active (default true). False when this
@@ -141,7 +141,7 @@ const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fi
 const SPIN_SLICE_MS = 0.02;
 /** After the microtasks queued now, and any they queue in turn, have run. */
 const DEFAULT_SLOTS = 8;
-const DEFAULT_FRAGMENT_BYTES = 128 * 1024;
+const DEFAULT_FRAGMENT_BYTES = 256 * 1024;
 
 /** Fragment payload for a requested size: at least 1 KiB, a multiple of 64 (element-aligned). */
 function fragmentSize(requested = DEFAULT_FRAGMENT_BYTES): number {

@@ -72,14 +72,14 @@ export async function makeTestModels(dir: string): Promise<Record<TestModelKey, 
 }
 
 /**
- * A wider llama (f32, about 24 MiB) for memory pooling: large enough that half of it plus a
- * node's communication buffers (2.3 MiB on 2 tcp nodes) stays well under the whole.
+ * A wider llama (f32, about 35 MiB) for memory pooling: large enough that half of it plus a
+ * node's communication buffers (4.3 MiB on 2 tcp nodes) stays well under the whole.
  */
 export async function makePoolingModel(dir: string): Promise<TestModel> {
   const path = join(dir, 'pooling.gguf');
   await makeModel(path, {
     arch: 'llama',
-    shape: { ...shape, embd: 256, ff: 1024, heads: 8, vocab: 4096 },
+    shape: { ...shape, embd: 256, ff: 2048, heads: 8, vocab: 4096 },
     type: 'f32',
     std: 0.3,
     seed: 5,
