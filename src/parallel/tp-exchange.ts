@@ -40,9 +40,8 @@ const RECVS_PER_PEER = 4;
 
 /**
  * Whether tensor-parallel groups on this provider get the direct exchange: over shm only.
- * Over tcp its write-with-immediate round trip measured ~1.6 ms (p50, 2 ranks, any size)
- * against ~0.1-0.3 ms for the communicator's sends, so tcp groups all-reduce through the
- * communicator.
+ * Over tcp the communicator decoded faster (TinyLlama tp, 2 nodes: 1.65-1.69x against
+ * 1.09-1.33x through the exchange; prefill the other way round, docs/parallel.md).
  */
 export function usesDirectExchange(provider: ProviderName): boolean {
   return provider === 'shm';
