@@ -332,7 +332,8 @@ export class Router {
       link.queueHead++;
       if (!this.post(link, out)) out.done?.();
     }
-    if (link.queueHead > 1024 && link.queueHead * 2 > link.queue.length) {
+    // drop sent fragments early: kept longer they are promoted and die in old space (see COMPACT_AFTER in fabric/queue-pair.ts)
+    if (link.queueHead > 32 && link.queueHead * 2 > link.queue.length) {
       link.queue = link.queue.slice(link.queueHead);
       link.queueHead = 0;
     }
