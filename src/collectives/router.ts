@@ -139,7 +139,6 @@ const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
 const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
 /** Longest synchronous stretch of the pump's spin (between turns of the event loop). */
 const SPIN_SLICE_MS = 0.02;
-/** After the microtasks queued now, and any they queue in turn, have run. */
 const DEFAULT_SLOTS = 8;
 const DEFAULT_FRAGMENT_BYTES = 256 * 1024;
 
@@ -158,6 +157,7 @@ export function linkBufferBytes(slots = DEFAULT_SLOTS, slotBytes?: number): numb
   return 2 * slots * slotStride(fragmentSize(slotBytes));
 }
 
+/** After the microtasks queued now, and any they queue in turn, have run. */
 const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class Router {

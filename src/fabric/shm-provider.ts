@@ -1,6 +1,12 @@
-import { SHM_BELL_BYTES, SHM_KEY_SLOT_BYTES, SHM_KEY_SLOTS, SHM_RING_BYTES, SHM_RING_HEADER_BYTES } from './footprint.js';
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
+import {
+  SHM_BELL_BYTES as BELL_BYTES,
+  SHM_KEY_SLOT_BYTES as SLOT_BYTES,
+  SHM_KEY_SLOTS as KEY_SLOTS,
+  SHM_RING_BYTES as RING_BYTES,
+  SHM_RING_HEADER_BYTES as DATA,
+} from './footprint.js';
 import { randomU32 } from './random.js';
 import { ShmSegment, sweepStale } from './shm-ffi.js';
 import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
@@ -29,9 +35,6 @@ import type { Region } from './memory.js';
 const W = 0;
 const R = 16;
 const CLOSED = 32;
-const DATA = SHM_RING_HEADER_BYTES;
-const RING_BYTES = SHM_RING_BYTES;
-const BELL_BYTES = SHM_BELL_BYTES;
 const SLEEPING = 0;
 /**
  * Key table (one per device, read by peers): KEY_SLOTS slots of SLOT_BYTES, open addressing
@@ -39,8 +42,6 @@ const SLEEPING = 0;
  * 3 access | 4 addrHi | 5 addrLo | 6 length | 7 name length; bytes 32.. the segment name.
  * Only `allocate`d regions (which live in their own segment) are published.
  */
-const KEY_SLOTS = SHM_KEY_SLOTS;
-const SLOT_BYTES = SHM_KEY_SLOT_BYTES;
 const SLOT_I32 = SLOT_BYTES / 4;
 const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */

@@ -1,6 +1,6 @@
-import { TCP_SCRATCH_BYTES, TCP_STAGING_BYTES } from './footprint.js';
 import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
+import { TCP_SCRATCH_BYTES as SCRATCH_BYTES, TCP_STAGING_BYTES as STAGING_BYTES } from './footprint.js';
 import {
   clientHandshake,
   newPsn,
@@ -109,10 +109,7 @@ export class TcpTransport implements Transport {
   }
 }
 
-const SCRATCH_BYTES = TCP_SCRATCH_BYTES;
 const READS_PER_POLL = 64;
-/** Small frames of one post (and its ACK) are gathered up to this many bytes and sent at once. */
-const STAGING_BYTES = TCP_STAGING_BYTES;
 
 /**
  * The busy-polled data path: after the handshake the socket's fd is read and written with
