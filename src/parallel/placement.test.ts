@@ -97,3 +97,13 @@ test('communication buffers count against the limit: shm needs its rings and the
     (e) => isTandemError(e, 'PAR_NO_FIT') && /of shm buffers/.test(e.message) && (e.details as { commBytes: number }).commBytes === shm,
   );
 });
+
+test('pipeline layers move off a node over its limit when the limit also holds the buffers', () => {
+  const tcp = commBytes({ nodes: 2, tpSize: 1 }, 'tcp');
+  const limit = Math.floor(total * 0.45) + tcp;
+  const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: limit }], { kind: 'pp', provider: 'tcp', ...o });
+  const layers = small.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start);
+  assert.ok(layers[1]! < 4 && layers[0]! + layers[1]! === 6, `layers ${layers}`);
+  assert.ok(small.bytes[1]! <= limit, `${small.bytes[1]} B over ${limit}`);
+  assert.equal(small.commBytes, tcp);
+});

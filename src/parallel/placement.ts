@@ -45,8 +45,7 @@ function comm(nodes: number, tpSize: number, o: PlaceOptions): number {
   return o.provider ? commBytes({ nodes, tpSize }, o.provider) : 0;
 }
 
-function sizes(m: ModelInfo, plan: ParallelPlan, o: PlaceOptions): number[] {
-  const buffers = comm(plan.nodes, plan.tpSize, o);
+function sizes(m: ModelInfo, plan: ParallelPlan, buffers: number, o: PlaceOptions): number[] {
   return plan.ranks.map((r) => shardBytes(m.config, m.tensors, r.shard, o) + buffers);
 }
 
@@ -71,14 +70,15 @@ function stageCounts(
     ...(o.tpSize ? { tpSize: o.tpSize } : {}),
     stageLayers: counts,
   });
-  // Per-stage bytes are affine in the layer count: fixed part (embed, head) + layers x per-layer part.
+  // Per-stage bytes are affine in the layer count: fixed part (embed, head, buffers) + layers x per-layer part.
+  const buffers = comm(nodes.length, tpSize, o);
   const cap = Array.from({ length: stages }, (_, s) => {
     let best = Infinity;
     for (let t = 0; t < tpSize; t++) {
       const r = base.ranks[s * tpSize + t]!;
       const one = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 1 } }, o);
-      const none = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 0 } }, o) + comm(nodes.length, tpSize, o);
-      const limit = nodes[s * tpSize + t]?.memLimit ?? Infinity;
+      const none = shardBytes(m.config, m.tensors, { ...r.shard, layers: { start: 0, end: 0 } }, o);
+      const limit = (nodes[s * tpSize + t]?.memLimit ?? Infinity) - buffers;
       best = Math.min(best, Math.floor((limit - none) / Math.max(1, one - none)));
     }
     return best;
@@ -113,8 +113,9 @@ function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): Pl
   } else {
     plan = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length });
   }
-  const bytes = sizes(m, plan, o);
-  return fits(bytes, nodes) ? { plan, bytes, totalBytes: total, commBytes: comm(plan.nodes, plan.tpSize, o) } : undefined;
+  const buffers = comm(plan.nodes, plan.tpSize, o);
+  const bytes = sizes(m, plan, buffers, o);
+  return fits(bytes, nodes) ? { plan, bytes, totalBytes: total, commBytes: buffers } : undefined;
 }
 
 /** A placement that would fit nodes like these (same smallest limit), for the error message. */
@@ -149,10 +150,10 @@ export function placeModel(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOpt
   if (got) return got;
   const tpSize = o.kind === 'pp' ? 1 : o.kind === 'hybrid' ? (o.tpSize ?? 2) : nodes.length;
   const even = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length, tpSize });
-  const need = sizes(m, even, o);
+  const buffers = comm(even.nodes, even.tpSize, o);
+  const need = sizes(m, even, buffers, o);
   const total = shardBytes(m.config, m.tensors, fullShard(m.config), o);
   const limits = nodes.map((n) => (n.memLimit === undefined ? 'unlimited' : formatBytes(n.memLimit)));
-  const buffers = comm(even.nodes, even.tpSize, o);
   const over = need.map((b, r) => `rank ${r} needs ${formatBytes(b)} of ${limits[r]}`).join(', ');
   const ofWhich = buffers > 0 ? ` (each including ${formatBytes(buffers)} of ${o.provider} buffers)` : '';
   const hint = suggestion(m, nodes, o);
