@@ -108,3 +108,63 @@ test('shm: the segments a device and a connection create are what fabricFootprin
     await db.close();
   }
 });
+
+test('shm: a write the requester placed itself completes without the responder running; a small one waits for its ACK', async () => {
+  const [da, db] = [await openDevice('shm'), await openDevice('shm')];
+  try {
+    const [pa, pb] = [da.allocPd(), db.allocPd()];
+    const [ca, cb] = [da.createCq(), db.createCq()];
+    const src = pa.allocate(256 * 1024, Access.NONE);
+    const dst = pb.allocate(256 * 1024, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    const l = await da.listen({ port: 0, secret: 's' });
+    const [qa, qb] = await Promise.all([
+      l.accept({ pd: pa, cq: ca }),
+      db.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pb, cq: cb }),
+    ]);
+    qb.postRecv({ wrId: 5, sgl: [] });
+    src.buffer.fill(7);
+    // No await between posting and polling: B's side cannot run, so only the requester can
+    // have completed these.
+    qa.postSend({
+      wrId: 1,
+      opcode: 'write_imm',
+      imm: 3,
+      sgl: [src.sge(0, 128 * 1024)],
+      remote: dst.remote(0),
+    });
+    qa.postSend({ wrId: 2, opcode: 'write', sgl: [src.sge(0, 64 * 1024)], remote: dst.remote(128 * 1024) });
+    const now = ca.poll(8);
+    assert.deepEqual(
+      now.map((w) => [w.wrId, w.status]),
+      [
+        [1, 'success'],
+        [2, 'success'],
+      ],
+    );
+    assert.equal(
+      dst.buffer[128 * 1024 + 64 * 1024 - 1],
+      7,
+      'the data is in place when the completion says so',
+    );
+    // the responder still delivers the immediate
+    const [rc] = expectSuccess(await cb.wait({ timeoutMs: 5000 }));
+    assert.deepEqual([rc?.wrId, rc?.imm], [5, 3]);
+    // a small write goes through the ring: its completion is the responder's ACK
+    qa.postSend({ wrId: 3, opcode: 'write', sgl: [src.sge(0, 64)], remote: dst.remote(0) });
+    assert.equal(ca.poll(8).length, 0, 'not before the responder ran');
+    const [wc] = expectSuccess(await ca.wait({ timeoutMs: 5000 }));
+    assert.equal(wc?.wrId, 3);
+    // completions stay in posting order: a placed write behind an unacknowledged one waits for it
+    qa.postSend({ wrId: 4, opcode: 'write', sgl: [src.sge(0, 64)], remote: dst.remote(0) });
+    qa.postSend({ wrId: 5, opcode: 'write', sgl: [src.sge(0, 64 * 1024)], remote: dst.remote(64 * 1024) });
+    assert.equal(ca.poll(8).length, 0);
+    const ids: number[] = [];
+    while (ids.length < 2)
+      for (const w of expectSuccess(await ca.wait({ timeoutMs: 5000 }))) ids.push(w.wrId);
+    assert.deepEqual(ids, [4, 5]);
+    await l.close();
+  } finally {
+    await da.close();
+    await db.close();
+  }
+});
