@@ -1,4 +1,5 @@
 import { TandemError } from '../errors/index.js';
+import { copyBytes } from '../kernels/copy.js';
 import type { CQ } from './completion-queue.js';
 import type { Domain, Region } from './memory.js';
 import { randomU32 } from './random.js';
@@ -53,14 +54,14 @@ const COMPACT_AFTER = 32;
 
 /** Copies `len` bytes at `from` of `src` to `at` of `dst`. */
 function copyRange(dst: Uint8Array, at: number, src: Uint8Array, from: number, len: number): void {
-  if (len > SMALL_COPY) dst.set(src.subarray(from, from + len), at);
+  if (len > SMALL_COPY) copyBytes(dst, at, src.subarray(from, from + len));
   else for (let i = 0; i < len; i++) dst[at + i] = src[from + i] as number;
 }
 
 /** Copies `src` into `dst` at `at`. */
 function copyInto(dst: Uint8Array, src: Uint8Array, at: number): void {
   const n = src.length;
-  if (n > SMALL_COPY) dst.set(src, at);
+  if (n > SMALL_COPY) copyBytes(dst, at, src);
   else for (let i = 0; i < n; i++) dst[at + i] = src[i] as number;
 }
 

@@ -22,6 +22,7 @@ import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair 
 import { FLAG_PLACED, FrameType, FrameDecoder, getU32, MalformedFrame, putU32 } from './wire.js';
 import { Access } from './types.js';
 import type { Region } from './memory.js';
+import { copyBytes } from '../kernels/copy.js';
 
 /**
  * Segment layout (byte offsets): a receive ring is
@@ -123,7 +124,7 @@ export class UnreadWrites {
  */
 function distance(fromHi: number, fromLo: number, toHi: number, toLo: number): number {
   const borrow = toLo < fromLo ? 1 : 0;
-  return ((toHi - fromHi - borrow) >>> 0) === 0 ? (toLo - fromLo) >>> 0 : -1;
+  return (toHi - fromHi - borrow) >>> 0 === 0 ? (toLo - fromLo) >>> 0 : -1;
 }
 
 /** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
@@ -183,7 +184,8 @@ class ShmTransport implements Transport {
   writeDirect(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean {
     if (length < DIRECT_MIN || this.isClosed) return false;
     // an earlier request still unread by the peer could touch the same memory: keep order
-    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length))
+      return false;
     const k = this.peerKeyI32;
     let base = -1;
     for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
@@ -216,7 +218,7 @@ class ShmTransport implements Transport {
     const dst = new Uint8Array(seg.buffer, off, length);
     let at = 0;
     for (const p of parts) {
-      dst.set(p, at);
+      copyBytes(dst, at, p);
       at += p.length;
     }
     return true;
@@ -346,8 +348,8 @@ class ShmTransport implements Transport {
       for (let i = 0; i < n; i++) data[pos + i] = src[i] as number;
     } else {
       const first = Math.min(n, data.length - pos);
-      data.set(first === n ? src : src.subarray(0, first), pos);
-      if (n > first) data.set(src.subarray(first), 0);
+      copyBytes(data, pos, first === n ? src : src.subarray(0, first));
+      if (n > first) copyBytes(data, 0, src.subarray(first));
     }
     return (w + n) >>> 0;
   }
@@ -375,8 +377,8 @@ class ShmTransport implements Transport {
       if (n > 0) {
         const pos = w & this.mask;
         const first = Math.min(n, this.outData.length - pos);
-        this.outData.set(first === p.length ? p : p.subarray(0, first), pos);
-        if (n > first) this.outData.set(p.subarray(first, n), 0);
+        copyBytes(this.outData, pos, first === p.length ? p : p.subarray(0, first));
+        if (n > first) copyBytes(this.outData, 0, p.subarray(first, n));
         w = (w + n) >>> 0;
         free -= n;
       }

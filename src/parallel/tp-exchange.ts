@@ -13,6 +13,8 @@ import {
   type QueuePair,
   type RemoteRegion,
 } from '../fabric/index.js';
+import { copyBytes } from '../kernels/copy.js';
+import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
 import type { WireFormat } from './wire.js';
@@ -290,7 +292,7 @@ export class TpExchange {
     const slot = (this.seq - 1) & 1;
     for (let r = 0; r < this.size; r++) {
       const src = r === this.rank ? mine : (this.inViews[r]![slot]!.f32.subarray(0, n) as Float32Array);
-      out.set(src, r * n);
+      copyBytes(bytesOf(out), r * n * 4, bytesOf(src));
     }
   }
 
@@ -308,7 +310,7 @@ export class TpExchange {
     const slot = seq & 1;
     const n = x.length;
     const out = this.outViews[slot]!;
-    if (wire === 'f32') out.f32.set(x);
+    if (wire === 'f32') copyBytes(out.u8, 0, bytesOf(x));
     else if (wire === 'f16') for (let i = 0; i < n; i++) out.u16[i] = f32ToF16(x[i] as number);
     else q8Pack(x, out.u8.subarray(0, q8Bytes(n)));
     let bytes = this.payloadBytes(n, wire);
@@ -399,7 +401,7 @@ export class TpExchange {
     const part = this.part.subarray(0, n);
     for (let r = 0; r < this.size; r++) {
       const src = r === this.rank ? own : this.decode(this.inViews[r]![slot]!, part, undefined, wire);
-      if (r === 0) x.set(src);
+      if (r === 0) copyBytes(bytesOf(x), 0, bytesOf(src));
       else for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (src[i] as number);
     }
   }
