@@ -7,6 +7,10 @@ test('algorithm choice follows size and topology', () => {
   assert.equal(chooseAlgorithm('all-reduce', 8, mesh4, false), 'mesh');
   assert.equal(chooseAlgorithm('all-reduce', 64 * 1024, mesh4, false), 'rhd');
   assert.equal(chooseAlgorithm('all-reduce', 1 << 20, mesh4, false), 'ring');
+  const pair = { size: 2, fullMesh: true, hasRing: true };
+  assert.equal(chooseAlgorithm('all-reduce', 256 * 1024, pair, false), 'mesh', '2 ranks: one step sends what the ring sends');
+  assert.equal(chooseAlgorithm('all-reduce', 256 * 1024 + 4, pair, false), 'ring');
+  assert.equal(chooseAlgorithm('all-gather', 256 * 1024, pair, false), 'ring');
   assert.equal(chooseAlgorithm('all-reduce', 8, { size: 16, fullMesh: true, hasRing: true }, false), 'rhd');
   const ring = { size: 6, fullMesh: false, hasRing: true };
   assert.equal(chooseAlgorithm('all-reduce', 8, ring, false), 'tree');
