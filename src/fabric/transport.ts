@@ -31,6 +31,8 @@ export interface Transport {
    * Optional one-sided placement (shm): copies `parts` straight into the peer's registered
    * region when the requester can validate it (live key of the peer's domain, REMOTE_WRITE,
    * in bounds) and no earlier request frame is still unread; false: send the payload instead.
+   * True means the data is in place: the queue pair completes the write without the
+   * responder's ACK (in posting order).
    */
   writeDirect?(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean;
   /** Drives progress without the event loop; true when anything happened. */
