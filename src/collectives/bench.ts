@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { TandemError } from '../errors/index.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
-import { anchorLines } from '../fabric/bench.js';
+import { anchorLines, goalCheck, type GoalCheck } from '../fabric/bench.js';
 import type { BenchOp, RankConfig } from './bench-rank.js';
 
 export { anchorsScript, parseSize } from '../fabric/bench.js';
@@ -132,6 +132,22 @@ export async function runAllreduceAnchors(script: string): Promise<AnchorRow[]> 
 export function anchorFor(anchors: readonly AnchorRow[], row: CollRow): AnchorRow | undefined {
   const btl = row.provider === 'tcp' ? 'tcp,self' : 'vader,self';
   return anchors.find((a) => a.ranks === row.ranks && a.btl === btl && a.bytes === row.bytes);
+}
+
+/**
+ * Issue 3's goals, for the rows a 2-rank all-reduce run measured: over shm, 8 B within 3x
+ * Open MPI's time and 1 MiB busbw at least Open MPI's; over tcp, 1 MiB busbw at least 0.8x.
+ * Goals whose size was not run are left out; other runs have none.
+ */
+export function checkCollectiveGoals(rows: readonly CollRow[], anchors: readonly AnchorRow[]): GoalCheck[] {
+  const row = (bytes: number): CollRow | undefined => rows.find((r) => r.op === 'all-reduce' && r.ranks === 2 && r.bytes === bytes);
+  const out: GoalCheck[] = [];
+  const small = row(8);
+  if (small?.provider === 'shm') out.push(goalCheck('shm 2-rank 8 B all-reduce time <= 3x Open MPI', small.time_us, anchorFor(anchors, small)?.time_us, 3, true));
+  const big = row(1 << 20);
+  if (big?.provider === 'shm') out.push(goalCheck('shm 2-rank 1 MiB all-reduce busbw >= Open MPI', big.busbw_GBps, anchorFor(anchors, big)?.busbw_GBps, 1, false));
+  if (big?.provider === 'tcp') out.push(goalCheck('tcp 2-rank 1 MiB all-reduce busbw >= 0.8x Open MPI', big.busbw_GBps, anchorFor(anchors, big)?.busbw_GBps, 0.8, false));
+  return out;
 }
 
 export function header(withAnchor: boolean): string {

@@ -395,28 +395,28 @@ export interface GoalCheck {
   met: boolean | null;
 }
 
+/**
+ * One goal: `ours` against the anchor's figure, met when the ratio is at most `limit`
+ * (`lower`: times) or at least it (rates); met is null when either figure is missing.
+ */
+export function goalCheck(name: string, ours: number | null, anchor: number | undefined | null, limit: number, lower: boolean): GoalCheck {
+  const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
+  return { goal: name, ours, anchor: anchor ?? null, ratio, met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit };
+}
+
+/** The line `--anchors` prints for a goal. */
+export function formatGoal(g: GoalCheck): string {
+  const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
+  return `goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}`;
+}
+
 /** The issue's goals: shm 8 B latency <= 3x UCX posix, shm 4 MiB bw >= 0.5x UCX; tcp 64 B latency <= 1.5x sockperf, 4 MiB bw >= 0.7x iperf3. */
 export function checkGoals(provider: ProviderName, rows: readonly BenchRow[], a: Anchors): GoalCheck[] {
   const lat = (b: number): number | null =>
     rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
   const bw = (b: number): number | null =>
     rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
-  const goal = (
-    name: string,
-    ours: number | null,
-    anchor: number | undefined,
-    limit: number,
-    lower: boolean,
-  ): GoalCheck => {
-    const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
-    return {
-      goal: name,
-      ours,
-      anchor: anchor ?? null,
-      ratio,
-      met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit,
-    };
-  };
+  const goal = goalCheck;
   if (provider === 'shm') {
     return [
       goal('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true),

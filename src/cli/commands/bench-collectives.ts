@@ -1,5 +1,6 @@
-import { anchorFor, anchorsScript, DEFAULT_SIZES, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
+import { anchorFor, anchorsScript, checkCollectiveGoals, DEFAULT_SIZES, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
 import { algorithms, type Algorithm } from '../../collectives/call.js';
+import { formatGoal } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 import type { BenchOp } from '../../collectives/bench-rank.js';
@@ -10,7 +11,8 @@ export const command = defineCommand({
   description:
     'Starts N rank processes over the chosen provider and times one collective per size (f32, sum), ' +
     'nccl-tests style: time is the slowest rank\'s average, busbw = algbw x the bus factor. With --anchors ' +
-    'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) first and prints its figures beside ours.',
+    'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) first and prints its figures beside ours, ' +
+    'then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI\'s time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least 0.8x).',
   options: {
     op: { type: 'string', choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'], default: 'all-reduce', description: 'the collective to time' },
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
@@ -19,7 +21,7 @@ export const command = defineCommand({
     sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
     iterations: { type: 'number', default: 1000, description: 'timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor\'s 1000 / 50 / 10)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
-    anchors: { type: 'boolean', description: 'also run Open MPI\'s all-reduce (run-anchors.sh allreduce) and print it beside ours' },
+    anchors: { type: 'boolean', description: 'also run Open MPI\'s all-reduce (run-anchors.sh allreduce), print it beside ours and, for 2 ranks, the goal ratios (on stderr with --json)' },
   },
   examples: ['tandem bench collectives --op all-reduce --ranks 2 --provider shm', 'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json', 'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors'],
   async run({ options }) {
@@ -51,10 +53,15 @@ export const command = defineCommand({
       if (options.json) process.stdout.write(JSON.stringify(r) + '\n');
       else process.stdout.write(formatRow(r, compare ? (anchorFor(anchors ?? [], r) ?? null) : undefined) + '\n');
     };
-    await runCollectivesBench(
+    const rows = await runCollectivesBench(
       { op, ranks, provider: options.provider as 'shm' | 'tcp', sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm as Algorithm } : {}) },
       print,
     );
+    // with --json, stdout keeps exactly the benchmark rows; the goals go to stderr
+    for (const g of anchors ? checkCollectiveGoals(rows, anchors) : []) {
+      if (options.json) process.stderr.write(JSON.stringify(g) + '\n');
+      else process.stdout.write(formatGoal(g) + '\n');
+    }
     return 0;
   },
 });

@@ -1,6 +1,7 @@
 import {
   anchorsScript,
   checkGoals,
+  formatGoal,
   DEFAULT_SIZES,
   formatRow,
   parseSize,
@@ -79,12 +80,7 @@ export const command = defineCommand({
     for (const a of anchors.raw) out.write(`anchor: ${JSON.stringify(a)}\n`);
     for (const g of checkGoals(provider, rows, anchors)) {
       if (options.json) out.write(JSON.stringify({ provider, ...g }) + '\n');
-      else {
-        const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
-        process.stdout.write(
-          `goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}\n`,
-        );
-      }
+      else process.stdout.write(formatGoal(g) + '\n');
     }
     return 0;
   },
