@@ -1,27 +1,12 @@
 import { TandemError } from '../errors/index.js';
-import {
-  bytesOf,
-  bytesPerElement,
-  dtypeCodes,
-  viewAs,
-  type DType,
-  type DTypeArray,
-} from '../kernels/dtype.js';
+import { bytesOf, bytesPerElement, dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { q8Bytes, q8Pack, q8Unpack, q8UnpackAdd } from '../kernels/q8.js';
+import { copyBytes } from '../kernels/copy.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
-import {
-  AlgorithmCode,
-  describeCall,
-  MessageKind,
-  OpCode,
-  ReduceCode,
-  type CollectiveOp,
-  type Header,
-} from './header.js';
+import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
 import type { Message, Router, Sink } from './router.js';
-import { copyBytes } from '../kernels/copy.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
 export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
@@ -101,43 +86,24 @@ export class Call {
 
   /** Resolves once `payload` is copied out; a failure is also seen by whoever awaits later. */
   send(peer: number, payload: Uint8Array, lane = 0, step = 0): Promise<void> {
-    const p = this.comm.router.send(
-      { ...this.template, dst: this.comm.members[peer] as number, lane, step },
-      payload,
-    );
+    const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload);
     p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
     return p;
   }
 
   /** Small calls: drives progress synchronously until every peer in `peers` has sent (bounded). */
   spinFor(peers: readonly number[], budgetMs = 0.2): boolean {
-    return this.comm.router.spinFor(
-      this.comm.commId,
-      this.spec.channel,
-      peers.map((p) => this.comm.members[p] as number),
-      budgetMs,
-    );
+    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, peers.map((p) => this.comm.members[p] as number), budgetMs);
   }
 
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
   private mismatch(h: Header, peer: number, bytes: number, step: number): TandemError | undefined {
     const t = this.template;
-    const same =
-      h.op === t.op &&
-      h.dtype === t.dtype &&
-      h.reduce === t.reduce &&
-      h.algorithm === t.algorithm &&
-      h.count === t.count &&
-      h.seq === t.seq &&
-      h.aux === t.aux;
+    const same = h.op === t.op && h.dtype === t.dtype && h.reduce === t.reduce && h.algorithm === t.algorithm && h.count === t.count && h.seq === t.seq && h.aux === t.aux;
     if (same && h.step === step && h.totalBytes === bytes) return undefined;
     const mine = describeCall(t);
     const theirs = describeCall(h);
-    const why = same
-      ? h.step !== step
-        ? `step ${h.step} where step ${step} was expected`
-        : `${h.totalBytes} bytes where ${bytes} were expected`
-      : theirs;
+    const why = same ? (h.step !== step ? `step ${h.step} where step ${step} was expected` : `${h.totalBytes} bytes where ${bytes} were expected`) : theirs;
     return new TandemError('COLL_MISMATCH', `rank ${this.rank} called ${mine} but rank ${peer} sent ${why}`, {
       hint: 'every rank must make the same collective calls in the same order, with the same count, dtype, op, root and algorithm',
       details: { rank: this.rank, peer, mine, theirs },
@@ -148,15 +114,7 @@ export class Call {
     const src = this.comm.members[peer] as number;
     const check: Sink['check'] = (h) => this.mismatch(h, peer, bytes, step);
     const s: Sink | undefined = sink ? { check, consume: sink.consume } : undefined;
-    return this.comm.router.recv(
-      this.comm.commId,
-      this.spec.channel,
-      src,
-      lane,
-      this.comm.timeoutMs,
-      () => describeCall(this.template),
-      s,
-    );
+    return this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template), s);
   }
 
   /** The next message of this call from `peer`, whole; `bytes` is the payload length the schedule expects. */
@@ -189,10 +147,7 @@ export class Call {
     const bytes = this.wireBytes(dst.length);
     if (this.spec.q8) return this.copyFrom(dst, await this.recv(peer, bytes, lane, step));
     const target = bytesOf(dst);
-    await this.wait(peer, bytes, lane, step, {
-      check: () => undefined,
-      consume: (f, off) => copyBytes(target, off, f),
-    });
+    await this.wait(peer, bytes, lane, step, { check: () => undefined, consume: (f, off) => copyBytes(target, off, f) });
   }
 
   /** Wire bytes for `n` values of this call (q8 or raw). */

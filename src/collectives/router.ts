@@ -1,16 +1,9 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import {
-  Access,
-  type CompletionQueue,
-  type MemoryRegion,
-  type QueuePair,
-  type RemoteAddress,
-  type WorkCompletion,
-} from '../fabric/types.js';
+import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { yieldCore } from '../fabric/shm-ffi.js';
-import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
 import { copyBytes } from '../kernels/copy.js';
+import { headerBytes, MessageKind, readHeader, writeHeader, type Header } from './header.js';
 
 /**
  * The message layer under every communicator of one world: one queue pair per linked
@@ -213,10 +206,7 @@ export class Router {
     this.slotBytes = slotStride(this.fragmentBytes);
     for (const spec of options.links) {
       // receive slots [0, slots) are written by the peer directly; send slots [slots, 2 slots)
-      const mr = spec.qp.pd.allocate(
-        2 * this.slots * this.slotBytes,
-        Access.LOCAL_WRITE | Access.REMOTE_WRITE,
-      );
+      const mr = spec.qp.pd.allocate(2 * this.slots * this.slotBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
       const link: Link = {
         index: this.links.length,
         peer: spec.peer,
@@ -295,10 +285,7 @@ export class Router {
   }
 
   private postRecv(link: Link, slot: number): void {
-    link.qp.postRecv({
-      wrId: link.index * 65536 + slot * 2 + 1,
-      sgl: [link.mr.sge(slot * this.slotBytes, this.slotBytes)],
-    });
+    link.qp.postRecv({ wrId: link.index * 65536 + slot * 2 + 1, sgl: [link.mr.sge(slot * this.slotBytes, this.slotBytes)] });
   }
 
   /**
@@ -354,10 +341,7 @@ export class Router {
     // Return credits without data when enough are owed; this may use the reserved credit,
     // so two ranks both blocked on credits can always unblock each other.
     if (link.owed >= this.slots / 2 && link.credits >= 1 && link.freeSend.length > 0 && !link.dead) {
-      this.post(link, {
-        header: controlHeader(MessageKind.credit, this.rank, link.peer),
-        payload: new Uint8Array(0),
-      });
+      this.post(link, { header: controlHeader(MessageKind.credit, this.rank, link.peer), payload: new Uint8Array(0) });
     }
   }
 
@@ -370,8 +354,7 @@ export class Router {
     link.credits--;
     writeHeader(link.view, at, out.header);
     const len = out.payload.byteLength;
-    const reg =
-      out.own && link.remote !== undefined && len >= ZERO_COPY_MIN ? this.registered(out.payload) : undefined;
+    const reg = out.own && link.remote !== undefined && len >= ZERO_COPY_MIN ? this.registered(out.payload) : undefined;
     let sgl;
     if (reg) {
       reg.inflight++;
@@ -385,14 +368,7 @@ export class Router {
     const wrId = link.index * 65536 + slot * 2;
     try {
       if (link.remote === undefined) link.qp.postSend({ wrId, opcode: 'send', sgl });
-      else
-        link.qp.postSend({
-          wrId,
-          opcode: 'write_imm',
-          sgl,
-          remote: { addr: link.remote.addr + BigInt(target * this.slotBytes), rkey: link.remote.rkey },
-          imm: target,
-        });
+      else link.qp.postSend({ wrId, opcode: 'write_imm', sgl, remote: { addr: link.remote.addr + BigInt(target * this.slotBytes), rkey: link.remote.rkey }, imm: target });
     } catch (e) {
       this.linkFailed(link, e);
     }
@@ -406,8 +382,7 @@ export class Router {
     if (r === undefined) {
       if (this.regs.size >= MAX_REGISTERED) {
         let oldest: [ArrayBufferLike, Registered] | undefined;
-        for (const e of this.regs)
-          if (e[1].inflight === 0 && (oldest === undefined || e[1].used < oldest[1].used)) oldest = e;
+        for (const e of this.regs) if (e[1].inflight === 0 && (oldest === undefined || e[1].used < oldest[1].used)) oldest = e;
         if (oldest === undefined) return undefined;
         this.regs.delete(oldest[0]);
         oldest[1].mr.deregister();
@@ -441,29 +416,17 @@ export class Router {
    * COLL_TIMEOUT after `timeoutMs` (and aborts the world: a late message would desynchronise
    * every later call), or with the abort error.
    */
-  recv(
-    commId: number,
-    channel: number,
-    src: number,
-    lane: number,
-    timeoutMs: number,
-    what: () => string,
-    sink?: Sink,
-  ): Promise<Message> {
+  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string, sink?: Sink): Promise<Message> {
     if (this.error) return Promise.reject(this.error);
     const box = this.box(boxKey(commId, channel, src, lane));
     const ready = box.messages.shift();
     if (ready) return sink ? this.sinkWhole(sink, ready) : Promise.resolve(ready);
     return new Promise<Message>((resolve, reject) => {
       const timeout = (): TandemError =>
-        new TandemError(
-          'COLL_TIMEOUT',
-          `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`,
-          {
-            hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
-            details: { rank: this.rank, peer: src, timeoutMs },
-          },
-        );
+        new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
+          hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
+          details: { rank: this.rank, peer: src, timeoutMs },
+        });
       box.waiters.push({ resolve, reject, deadline: performance.now() + timeoutMs, timeout, sink });
       this.waiting++;
       // one sweep timer checks every deadline (a timer per receive costs more than the receive)
@@ -541,24 +504,13 @@ export class Router {
             await nextTurn();
             continue;
           } else {
-            wcs = await this.cq.wait({
-              timeoutMs: 1000,
-              signal: this.pumpAbort.signal,
-              max: 512,
-              spin: this.spin,
-            });
+            wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512, spin: this.spin });
           }
         }
       } catch (e) {
         if (isTandemError(e, 'FABRIC_WAIT_TIMEOUT')) continue;
         if (this.closing || this.pumpAbort.signal.aborted) return;
-        this.abort(
-          new TandemError(
-            'COLL_ABORTED',
-            `rank ${this.rank}: waiting for completions failed: ${(e as Error).message}`,
-            { hint: 'see the cause', cause: e },
-          ),
-        );
+        this.abort(new TandemError('COLL_ABORTED', `rank ${this.rank}: waiting for completions failed: ${(e as Error).message}`, { hint: 'see the cause', cause: e }));
         return;
       }
       settled = false;
@@ -593,8 +545,7 @@ export class Router {
   /** Whether a call waits for a message or fragments wait to go out. */
   private pending(): boolean {
     if (this.waiting > 0 || this.busy > 0) return true;
-    for (const l of this.links)
-      if (l.queueHead < l.queue.length || l.freeSend.length < this.slots) return true;
+    for (const l of this.links) if (l.queueHead < l.queue.length || l.freeSend.length < this.slots) return true;
     return false;
   }
 
@@ -604,8 +555,7 @@ export class Router {
     const slot = (wc.wrId % 65536) >> 1;
     if (wc.status !== 'success') {
       this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
-      if ((wc.wrId & 1) === 0)
-        this.settle(link, slot, this.error ?? new Error(`work completion ${wc.status}`));
+      if ((wc.wrId & 1) === 0) this.settle(link, slot, this.error ?? new Error(`work completion ${wc.status}`));
       return;
     }
     if ((wc.wrId & 1) === 0) {
@@ -617,13 +567,7 @@ export class Router {
     // message k lands in slot k % slots: sent there (by an early SEND, in posting order) or written there
     const into = link.received++ % this.slots;
     if (wc.opcode === 'recv_imm' && wc.imm !== into) {
-      this.abort(
-        new TandemError(
-          'COLL_BAD_MESSAGE',
-          `rank ${link.peer} wrote receive slot ${String(wc.imm)} where slot ${into} was next`,
-          { hint: 'every rank must run the same tandem version', details: { from: link.peer } },
-        ),
-      );
+      this.abort(new TandemError('COLL_BAD_MESSAGE', `rank ${link.peer} wrote receive slot ${String(wc.imm)} where slot ${into} was next`, { hint: 'every rank must run the same tandem version', details: { from: link.peer } }));
       return;
     }
     const at = into * this.slotBytes;
@@ -647,10 +591,7 @@ export class Router {
     } else if (header.kind === MessageKind.hello && payload.byteLength >= 16) {
       const d = new DataView(payload.buffer, payload.byteOffset, 16);
       if (d.getUint32(12, true) === this.slots * this.slotBytes) {
-        link.remote = {
-          addr: (BigInt(d.getUint32(4, true)) << 32n) | BigInt(d.getUint32(0, true)),
-          rkey: d.getUint32(8, true),
-        };
+        link.remote = { addr: (BigInt(d.getUint32(4, true)) << 32n) | BigInt(d.getUint32(0, true)), rkey: d.getUint32(8, true) };
       }
     }
     if (!link.dead && !this.closing) {
@@ -686,8 +627,7 @@ export class Router {
 
   /** Keeps a consumed early message's buffer for the next one. */
   private spare(payload: Uint8Array): void {
-    if (payload.byteLength >= SPARE_MIN && this.spares.length < MAX_SPARES)
-      this.spares.push(new Uint8Array(payload.buffer));
+    if (payload.byteLength >= SPARE_MIN && this.spares.length < MAX_SPARES) this.spares.push(new Uint8Array(payload.buffer));
   }
 
   private deliver(h: Header, fragment: Uint8Array): void {
@@ -742,14 +682,10 @@ export class Router {
    */
   private peerLeft(link: Link): void {
     link.dead = true;
-    const e = new TandemError(
-      'COLL_PEER_LOST',
-      `rank ${this.rank}: rank ${link.peer} closed its communicator`,
-      {
-        hint: 'every rank must make the same calls before close(); a rank closed while others still needed it',
-        details: { rank: link.peer, reportedBy: this.rank },
-      },
-    );
+    const e = new TandemError('COLL_PEER_LOST', `rank ${this.rank}: rank ${link.peer} closed its communicator`, {
+      hint: 'every rank must make the same calls before close(); a rank closed while others still needed it',
+      details: { rank: link.peer, reportedBy: this.rank },
+    });
     for (let slot = 0; slot < link.inFlight.length; slot++) this.settle(link, slot, e);
     for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(e);
     link.queue = [];
@@ -761,15 +697,11 @@ export class Router {
     link.dead = true;
     if (this.closing || this.leaving || this.error) return;
     this.abort(
-      new TandemError(
-        'COLL_PEER_LOST',
-        `rank ${this.rank} lost its link to rank ${link.peer} (${status ?? 'post failed'})`,
-        {
-          hint: `rank ${link.peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
-          details: { rank: link.peer, reportedBy: this.rank, status },
-          cause,
-        },
-      ),
+      new TandemError('COLL_PEER_LOST', `rank ${this.rank} lost its link to rank ${link.peer} (${status ?? 'post failed'})`, {
+        hint: `rank ${link.peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
+        details: { rank: link.peer, reportedBy: this.rank, status },
+        cause,
+      }),
     );
   }
 
@@ -781,21 +713,12 @@ export class Router {
     } catch {
       info = {};
     }
-    const code =
-      info.code === 'COLL_PEER_LOST' || info.code === 'COLL_MISMATCH' || info.code === 'COLL_TIMEOUT'
-        ? info.code
-        : 'COLL_ABORTED';
+    const code = info.code === 'COLL_PEER_LOST' || info.code === 'COLL_MISMATCH' || info.code === 'COLL_TIMEOUT' ? info.code : 'COLL_ABORTED';
     const lost = h.aux === NO_RANK ? undefined : h.aux;
-    const text =
-      code === 'COLL_PEER_LOST' && lost !== undefined
-        ? `rank ${lost} was lost (reported by rank ${h.src} via rank ${from}): ${info.message ?? ''}`
-        : `rank ${h.src} aborted the communicator: ${info.message ?? 'no reason given'}`;
+    const text = code === 'COLL_PEER_LOST' && lost !== undefined ? `rank ${lost} was lost (reported by rank ${h.src} via rank ${from}): ${info.message ?? ''}` : `rank ${h.src} aborted the communicator: ${info.message ?? 'no reason given'}`;
     this.abort(
       new TandemError(code, text, {
-        hint:
-          code === 'COLL_MISMATCH'
-            ? 'make every rank call the same collectives in the same order with the same count, dtype and op'
-            : 'the communicator is aborted on every rank; create a new one',
+        hint: code === 'COLL_MISMATCH' ? 'make every rank call the same collectives in the same order with the same count, dtype and op' : 'the communicator is aborted on every rank; create a new one',
         details: { rank: lost ?? h.src, reportedBy: h.src },
       }),
     );
@@ -809,13 +732,8 @@ export class Router {
   abort(error: TandemError): void {
     if (this.error) return;
     this.error = error;
-    const lost =
-      error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number'
-        ? error.details.rank
-        : NO_RANK;
-    const body = new TextEncoder().encode(
-      JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, 4000),
-    );
+    const lost = error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number' ? error.details.rank : NO_RANK;
+    const body = new TextEncoder().encode(JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, 4000));
     for (const link of this.links) {
       for (let slot = 0; slot < link.inFlight.length; slot++) this.settle(link, slot, error);
       for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(error);
@@ -846,10 +764,7 @@ export class Router {
     if (!this.error) {
       for (const link of this.links) {
         if (link.dead) continue;
-        link.queue.push({
-          header: controlHeader(MessageKind.bye, this.rank, link.peer),
-          payload: new Uint8Array(0),
-        });
+        link.queue.push({ header: controlHeader(MessageKind.bye, this.rank, link.peer), payload: new Uint8Array(0) });
         this.drain(link);
       }
       // Linger until every neighbour said goodbye too: meanwhile this rank keeps forwarding,
@@ -865,9 +780,7 @@ export class Router {
   async close(): Promise<void> {
     if (this.closing) return;
     if (!this.error) {
-      this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, {
-        hint: 'create a new communicator',
-      });
+      this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, { hint: 'create a new communicator' });
       for (const box of this.boxes.values()) {
         for (const w of box.streaming ? [box.streaming, ...box.waiters] : box.waiters) w.reject(this.error);
       }
@@ -882,8 +795,7 @@ export class Router {
     const closing = Promise.all(this.links.map((l) => l.qp.close().catch(() => undefined)));
     await Promise.race([closing, new Promise((r) => (timer = setTimeout(r, 2000)))]); // never hang on a dead peer
     clearTimeout(timer);
-    for (const l of this.links)
-      for (let slot = 0; slot < l.inFlight.length; slot++) this.settle(l, slot, this.error);
+    for (const l of this.links) for (let slot = 0; slot < l.inFlight.length; slot++) this.settle(l, slot, this.error);
     for (const r of this.regs.values()) {
       try {
         r.mr.deregister();
@@ -912,23 +824,5 @@ function boxKey(commId: number, channel: number, src: number, lane: number): str
 }
 
 function controlHeader(kind: number, src: number, dst: number): Header {
-  return {
-    kind,
-    op: 0,
-    dtype: 0,
-    reduce: 0,
-    algorithm: 0,
-    lane: 0,
-    step: 0,
-    commId: 0,
-    seq: 0,
-    count: 0,
-    src,
-    dst,
-    totalBytes: 0,
-    fragOffset: 0,
-    credits: 0,
-    aux: 0,
-    channel: 0,
-  };
+  return { kind, op: 0, dtype: 0, reduce: 0, algorithm: 0, lane: 0, step: 0, commId: 0, seq: 0, count: 0, src, dst, totalBytes: 0, fragOffset: 0, credits: 0, aux: 0, channel: 0 };
 }

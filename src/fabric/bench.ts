@@ -416,15 +416,14 @@ export function checkGoals(provider: ProviderName, rows: readonly BenchRow[], a:
     rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
   const bw = (b: number): number | null =>
     rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
-  const goal = goalCheck;
   if (provider === 'shm') {
     return [
-      goal('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true),
-      goal('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false),
+      goalCheck('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true),
+      goalCheck('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false),
     ];
   }
   return [
-    goal('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true),
-    goal('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false),
+    goalCheck('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true),
+    goalCheck('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false),
   ];
 }

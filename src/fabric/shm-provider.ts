@@ -124,7 +124,7 @@ export class UnreadWrites {
  */
 function distance(fromHi: number, fromLo: number, toHi: number, toLo: number): number {
   const borrow = toLo < fromLo ? 1 : 0;
-  return (toHi - fromHi - borrow) >>> 0 === 0 ? (toLo - fromLo) >>> 0 : -1;
+  return ((toHi - fromHi - borrow) >>> 0) === 0 ? (toLo - fromLo) >>> 0 : -1;
 }
 
 /** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
@@ -184,8 +184,7 @@ class ShmTransport implements Transport {
   writeDirect(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean {
     if (length < DIRECT_MIN || this.isClosed) return false;
     // an earlier request still unread by the peer could touch the same memory: keep order
-    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length))
-      return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
     const k = this.peerKeyI32;
     let base = -1;
     for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
