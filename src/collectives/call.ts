@@ -128,6 +128,18 @@ export class Call {
     return m.payload;
   }
 
+  /** The next message of this call from `peer` if it is already here whole (see spinFor), else undefined. */
+  take(peer: number, bytes: number, lane = 0, step = 0): Uint8Array | undefined {
+    const m = this.comm.router.take(this.comm.commId, this.spec.channel, this.comm.members[peer] as number, lane);
+    if (m === undefined) return undefined;
+    const e = this.mismatch(m.header, peer, bytes, step);
+    if (e) {
+      this.comm.router.abort(e);
+      throw e;
+    }
+    return m.payload;
+  }
+
   /** acc = acc (op) the values `peer` sends, reduced fragment by fragment as they arrive. */
   async recvReduce(peer: number, acc: DTypeArray, lane = 0, step = 0): Promise<void> {
     const bytes = this.wireBytes(acc.length);

@@ -1,5 +1,5 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
+import { Access, type CompletionQueue, type MemoryRegion, type QueuePair, type RecvWr, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { yieldCore } from '../fabric/shm-ffi.js';
 import { copyBytes } from '../kernels/copy.js';
@@ -76,14 +76,21 @@ interface Link {
   qp: QueuePair;
   mr: MemoryRegion;
   view: DataView;
+  /** Address of each slot of `mr` (computed once: a BigInt sum per message is garbage per message). */
+  slotAddr: bigint[];
+  /** The receive request of each receive slot, reposted as is. */
+  recvWr: RecvWr[];
   freeSend: number[];
   credits: number;
   owed: number;
   queue: Outgoing[];
   queueHead: number;
   dead: boolean;
-  /** The peer's receive slots, once its hello arrived: fragments then go by RDMA WRITE WITH IMMEDIATE. */
-  remote: RemoteAddress | undefined;
+  /**
+   * The address of each of the peer's receive slots, once its hello arrived: fragments then go
+   * by RDMA WRITE WITH IMMEDIATE (computed once: a BigInt sum per post is garbage per message).
+   */
+  remote: RemoteAddress[] | undefined;
   /** Per send slot: the zero-copy fragment it carries (settled when the write completes). */
   inFlight: (Outgoing | undefined)[];
   /** Messages posted / received on this link so far: message k uses slot k % slots on the receiver. */
@@ -171,7 +178,10 @@ export class Router {
   /** Every connection to a neighbour, by wire. A message's lane picks the wire (lane % wires). */
   private readonly linkTo = new Map<number, Link[]>();
   private readonly byQp = new Map<number, Link>();
-  private readonly boxes = new Map<string, Box>();
+  /** Every mailbox, for sweeps and aborts. */
+  private readonly boxes: Box[] = [];
+  /** Mailboxes by (commId, channel), then by (src, lane): numeric keys, no string per lookup. */
+  private readonly boxIndex = new Map<number, Map<number, Box>>();
   private readonly slots: number;
   /** Bytes from one slot to the next: a header and a whole fragment, 64-byte aligned. */
   private readonly slotBytes: number;
@@ -213,6 +223,8 @@ export class Router {
         qp: spec.qp,
         mr,
         view: new DataView(mr.buffer.buffer, mr.buffer.byteOffset, mr.buffer.byteLength),
+        slotAddr: Array.from({ length: 2 * this.slots }, (_, s) => mr.addr + BigInt(s * this.slotBytes)),
+        recvWr: Array.from({ length: this.slots }, (_, s) => ({ wrId: this.links.length * 65536 + s * 2 + 1, sgl: [mr.sge(s * this.slotBytes, this.slotBytes)] })),
         freeSend: Array.from({ length: this.slots }, (_, i) => this.slots + i),
         credits: this.slots,
         owed: 0,
@@ -285,12 +297,13 @@ export class Router {
   }
 
   private postRecv(link: Link, slot: number): void {
-    link.qp.postRecv({ wrId: link.index * 65536 + slot * 2 + 1, sgl: [link.mr.sge(slot * this.slotBytes, this.slotBytes)] });
+    link.qp.postRecv(link.recvWr[slot] as RecvWr);
   }
 
   /**
    * Queues a message for `header.dst`; resolves when every fragment has been copied out of
-   * `payload` (the caller may then reuse it). Rejects once the router is aborted.
+   * `payload` (the caller may then reuse it). Rejects once the router is aborted. The router
+   * owns `header` from then on (it fills in the fragment fields).
    */
   send(header: Header, payload: Uint8Array): Promise<void> {
     if (this.error) return Promise.reject(this.error);
@@ -309,8 +322,12 @@ export class Router {
       const frag = this.fragmentBytes;
       for (let off = 0; off === 0 || off < total; off += frag) {
         const last = off + frag >= total;
+        // a lone fragment takes the header as is; several need one each
+        const h = last && off === 0 ? header : { ...header };
+        h.totalBytes = total;
+        h.fragOffset = off;
         const out: Outgoing = {
-          header: { ...header, totalBytes: total, fragOffset: off },
+          header: h,
           payload: payload.subarray(off, Math.min(total, off + frag)),
         };
         if (last) {
@@ -359,16 +376,16 @@ export class Router {
     if (reg) {
       reg.inflight++;
       link.inFlight[slot] = out;
-      sgl = [link.mr.sge(at, headerBytes), reg.mr.sge(out.payload.byteOffset, len)];
+      sgl = [{ addr: link.slotAddr[slot] as bigint, length: headerBytes, lkey: link.mr.lkey }, reg.mr.sge(out.payload.byteOffset, len)];
     } else {
       copyBytes(link.mr.buffer, at + headerBytes, out.payload);
-      sgl = [link.mr.sge(at, headerBytes + len)];
+      sgl = [{ addr: link.slotAddr[slot] as bigint, length: headerBytes + len, lkey: link.mr.lkey }];
     }
     const target = link.sent++ % this.slots;
     const wrId = link.index * 65536 + slot * 2;
     try {
       if (link.remote === undefined) link.qp.postSend({ wrId, opcode: 'send', sgl });
-      else link.qp.postSend({ wrId, opcode: 'write_imm', sgl, remote: { addr: link.remote.addr + BigInt(target * this.slotBytes), rkey: link.remote.rkey }, imm: target });
+      else link.qp.postSend({ wrId, opcode: 'write_imm', sgl, remote: link.remote[target] as RemoteAddress, imm: target });
     } catch (e) {
       this.linkFailed(link, e);
     }
@@ -418,7 +435,7 @@ export class Router {
    */
   recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string, sink?: Sink): Promise<Message> {
     if (this.error) return Promise.reject(this.error);
-    const box = this.box(boxKey(commId, channel, src, lane));
+    const box = this.box(commId, channel, src, lane);
     const ready = box.messages.shift();
     if (ready) return sink ? this.sinkWhole(sink, ready) : Promise.resolve(ready);
     return new Promise<Message>((resolve, reject) => {
@@ -435,6 +452,15 @@ export class Router {
   }
 
   /**
+   * The next message from `src` on (commId, channel, lane) if it has arrived whole, without
+   * waiting (and without a promise): what a small call takes after spinFor.
+   */
+  take(commId: number, channel: number, src: number, lane: number): Message | undefined {
+    if (this.error) throw this.error;
+    return this.box(commId, channel, src, lane).messages.shift();
+  }
+
+  /**
    * Progress driven by the caller: polls the completion queue and handles what completed, in
    * a synchronous loop, until a message from every rank in `srcs` waits in its mailbox on
    * (commId, channel, lane 0), or `budgetMs` passed. For a small call whose sends are all
@@ -443,7 +469,7 @@ export class Router {
    */
   spinFor(commId: number, channel: number, srcs: readonly number[], budgetMs: number): boolean {
     if (this.error || !this.spin || budgetMs <= 0) return false;
-    const boxes = srcs.map((s) => this.box(boxKey(commId, channel, s, 0)));
+    const boxes = srcs.map((s) => this.box(commId, channel, s, 0));
     const until = performance.now() + budgetMs;
     for (let i = 1; !allHaveMail(boxes); i++) {
       const wcs = this.cq.poll(512);
@@ -462,17 +488,21 @@ export class Router {
       return;
     }
     const now = performance.now();
-    for (const box of this.boxes.values()) {
+    for (const box of this.boxes) {
       const late = [box.streaming, ...box.waiters].find((w) => w !== undefined && now > w.deadline);
       if (late) return this.abort(late.timeout());
     }
   }
 
-  private box(key: string): Box {
-    let box = this.boxes.get(key);
+  private box(commId: number, channel: number, src: number, lane: number): Box {
+    const k = commId * 2 + channel;
+    let byPeer = this.boxIndex.get(k);
+    if (byPeer === undefined) this.boxIndex.set(k, (byPeer = new Map()));
+    let box = byPeer.get(src * 256 + lane);
     if (box === undefined) {
       box = { messages: [], waiters: [], partial: undefined, streaming: undefined, filled: 0 };
-      this.boxes.set(key, box);
+      byPeer.set(src * 256 + lane, box);
+      this.boxes.push(box);
     }
     return box;
   }
@@ -591,7 +621,9 @@ export class Router {
     } else if (header.kind === MessageKind.hello && payload.byteLength >= 16) {
       const d = new DataView(payload.buffer, payload.byteOffset, 16);
       if (d.getUint32(12, true) === this.slots * this.slotBytes) {
-        link.remote = { addr: (BigInt(d.getUint32(4, true)) << 32n) | BigInt(d.getUint32(0, true)), rkey: d.getUint32(8, true) };
+        const base = (BigInt(d.getUint32(4, true)) << 32n) | BigInt(d.getUint32(0, true));
+        const rkey = d.getUint32(8, true);
+        link.remote = Array.from({ length: this.slots }, (_, k) => ({ addr: base + BigInt(k * this.slotBytes), rkey }));
       }
     }
     if (!link.dead && !this.closing) {
@@ -631,7 +663,7 @@ export class Router {
   }
 
   private deliver(h: Header, fragment: Uint8Array): void {
-    const box = this.box(boxKey(h.commId, h.channel, h.src, h.lane));
+    const box = this.box(h.commId, h.channel, h.src, h.lane);
     if (h.fragOffset === 0) {
       box.filled = 0;
       const w = box.waiters[0];
@@ -745,7 +777,7 @@ export class Router {
       h.totalBytes = body.byteLength;
       if (link.credits >= 1 && link.freeSend.length > 0) this.post(link, { header: h, payload: body });
     }
-    for (const box of this.boxes.values()) {
+    for (const box of this.boxes) {
       const all = box.streaming ? [box.streaming, ...box.waiters] : box.waiters;
       for (const w of all) w.reject(error);
       box.waiters = [];
@@ -781,7 +813,7 @@ export class Router {
     if (this.closing) return;
     if (!this.error) {
       this.error = new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is closed`, { hint: 'create a new communicator' });
-      for (const box of this.boxes.values()) {
+      for (const box of this.boxes) {
         for (const w of box.streaming ? [box.streaming, ...box.waiters] : box.waiters) w.reject(this.error);
       }
     }
@@ -819,9 +851,6 @@ function allHaveMail(boxes: readonly Box[]): boolean {
   return true;
 }
 
-function boxKey(commId: number, channel: number, src: number, lane: number): string {
-  return `${commId}:${channel}:${src}:${lane}`;
-}
 
 function controlHeader(kind: number, src: number, dst: number): Header {
   return { kind, op: 0, dtype: 0, reduce: 0, algorithm: 0, lane: 0, step: 0, commId: 0, seq: 0, count: 0, src, dst, totalBytes: 0, fragOffset: 0, credits: 0, aux: 0, channel: 0 };
