@@ -3,6 +3,7 @@ import { q8BlockSize } from '../kernels/q8.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
 import { span, sub, type Call } from './call.js';
+import { SENT } from './router.js';
 import type { Tree } from './graph.js';
 import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
 
@@ -25,14 +26,17 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const mine = call.settle(data);
   const bytes = call.wireBytes(data.length);
   const steps = pairwiseSteps(size, rank);
-  const sent: Promise<void>[] = [];
-  for (const s of steps) sent.push(call.send(s.to, mine));
+  let sent: Promise<void>[] | undefined; // sends still in progress (a small one is copied out at once)
+  for (const s of steps) {
+    const p = call.send(s.to, mine);
+    if (p !== SENT) (sent ??= []).push(p);
+  }
   // contributions by rank; this rank's own stays undefined
   const parts = new Array<DTypeArray | undefined>(size);
   const from = new Array<Uint8Array | undefined>(size);
   if (call.spec.q8 || bytes <= MESH_WHOLE_MAX) {
     // small: drive progress here until every part is in, then take them whole
-    call.spinFor(steps.map((s) => s.from));
+    call.spinForAll();
     for (const s of steps) from[s.from] = call.take(s.from, bytes) ?? (await call.recv(s.from, bytes));
   } else {
     // large: each part streams from the receive slots into a kept scratch array (a whole
@@ -40,7 +44,7 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
     const got = steps.map((s) => call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from))));
     for (const g of got) await g;
   }
-  for (const p of sent) await p;
+  if (sent) for (const p of sent) await p;
   const acc = call.comm.scratch(call.spec.dtype, data.length, 0);
   for (let r = 0; r < size; r++) {
     const part = parts[r];

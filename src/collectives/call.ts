@@ -6,7 +6,7 @@ import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
-import type { Message, Router, Sink } from './router.js';
+import { SENT, type Message, type Router, type Sink } from './router.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
 export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
@@ -87,13 +87,13 @@ export class Call {
   /** Resolves once `payload` is copied out; a failure is also seen by whoever awaits later. */
   send(peer: number, payload: Uint8Array, lane = 0, step = 0): Promise<void> {
     const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload);
-    p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
+    if (p !== SENT) p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
     return p;
   }
 
-  /** Small calls: drives progress synchronously until every peer in `peers` has sent (bounded). */
-  spinFor(peers: readonly number[], budgetMs = 0.2): boolean {
-    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, peers.map((p) => this.comm.members[p] as number), budgetMs);
+  /** Small calls: drives progress synchronously until every other rank has sent (bounded). */
+  spinForAll(budgetMs = 0.2): boolean {
+    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs);
   }
 
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
@@ -128,7 +128,7 @@ export class Call {
     return m.payload;
   }
 
-  /** The next message of this call from `peer` if it is already here whole (see spinFor), else undefined. */
+  /** The next message of this call from `peer` if it is already here whole (see spinForAll), else undefined. */
   take(peer: number, bytes: number, lane = 0, step = 0): Uint8Array | undefined {
     const m = this.comm.router.take(this.comm.commId, this.spec.channel, this.comm.members[peer] as number, lane);
     if (m === undefined) return undefined;

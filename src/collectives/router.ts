@@ -52,11 +52,16 @@ interface Outgoing {
   header: Header;
   payload: Uint8Array;
   /** Resolves the sender once its last fragment is copied out (or, zero-copy, written). */
-  done?: () => void;
-  fail?: (e: unknown) => void;
+  done?: (() => void) | undefined;
+  fail?: ((e: unknown) => void) | undefined;
   /** The payload is the caller's memory and may be written from in place (not a relay's copy). */
   own?: boolean;
+  /** Posted by copy: the caller's memory is free already. */
+  copied?: boolean;
 }
+
+/** What send() returns for a message that went out by copy at once (no promise per small send). */
+export const SENT: Promise<void> = Promise.resolve();
 
 /** A registration of a caller's buffer, reused while the buffer comes back (LRU, bounded). */
 interface Registered {
@@ -182,6 +187,7 @@ export class Router {
   private readonly boxes: Box[] = [];
   /** Mailboxes by (commId, channel), then by (src, lane): numeric keys, no string per lookup. */
   private readonly boxIndex = new Map<number, Map<number, Box>>();
+  private readonly peerBoxCache = new Map<number, Box[]>();
   private readonly slots: number;
   /** Bytes from one slot to the next: a header and a whole fragment, 64-byte aligned. */
   private readonly slotBytes: number;
@@ -317,27 +323,26 @@ export class Router {
         }),
       );
     }
+    const total = payload.byteLength;
+    const frag = this.fragmentBytes;
+    let out: Outgoing | undefined;
+    for (let off = 0; off === 0 || off < total; off += frag) {
+      // a lone fragment takes the header as is; several need one each
+      const h = off === 0 && total <= frag ? header : { ...header };
+      h.totalBytes = total;
+      h.fragOffset = off;
+      const o: Outgoing = { header: h, payload: total <= frag ? payload : payload.subarray(off, Math.min(total, off + frag)), done: undefined, fail: undefined, own: true, copied: false };
+      link.queue.push(o);
+      out = o;
+    }
+    this.drain(link);
+    const lastOut = out as Outgoing;
+    if (lastOut.copied) return SENT;
+    if (this.error) return Promise.reject(this.error);
+    // still queued or being written from in place: settled by drain() or its completion
     return new Promise<void>((resolve, reject) => {
-      const total = payload.byteLength;
-      const frag = this.fragmentBytes;
-      for (let off = 0; off === 0 || off < total; off += frag) {
-        const last = off + frag >= total;
-        // a lone fragment takes the header as is; several need one each
-        const h = last && off === 0 ? header : { ...header };
-        h.totalBytes = total;
-        h.fragOffset = off;
-        const out: Outgoing = {
-          header: h,
-          payload: payload.subarray(off, Math.min(total, off + frag)),
-        };
-        if (last) {
-          out.done = resolve;
-          out.fail = reject;
-        }
-        out.own = true;
-        link.queue.push(out);
-      }
-      this.drain(link);
+      lastOut.done = resolve;
+      lastOut.fail = reject;
     });
   }
 
@@ -348,7 +353,10 @@ export class Router {
       const control = out.header.kind !== MessageKind.data;
       if (link.credits < (control ? 1 : 2)) break;
       link.queueHead++;
-      if (!this.post(link, out)) out.done?.();
+      if (!this.post(link, out)) {
+        out.copied = true;
+        out.done?.();
+      }
     }
     // drop sent fragments early: kept longer they are promoted and die in old space (see COMPACT_AFTER in fabric/queue-pair.ts)
     if (link.queueHead > 32 && link.queueHead * 2 > link.queue.length) {
@@ -462,14 +470,14 @@ export class Router {
 
   /**
    * Progress driven by the caller: polls the completion queue and handles what completed, in
-   * a synchronous loop, until a message from every rank in `srcs` waits in its mailbox on
+   * a synchronous loop, until a message from every rank of `members` but this one waits in its mailbox on
    * (commId, channel, lane 0), or `budgetMs` passed. For a small call whose sends are all
    * posted, this replaces a pump wake-up and a promise hop per message by a few polls.
    * Returns whether they all arrived.
    */
-  spinFor(commId: number, channel: number, srcs: readonly number[], budgetMs: number): boolean {
+  spinFor(commId: number, channel: number, members: readonly number[], budgetMs: number): boolean {
     if (this.error || !this.spin || budgetMs <= 0) return false;
-    const boxes = srcs.map((s) => this.box(commId, channel, s, 0));
+    const boxes = this.peerBoxes(commId, channel, members);
     const until = performance.now() + budgetMs;
     for (let i = 1; !allHaveMail(boxes); i++) {
       const wcs = this.cq.poll(512);
@@ -492,6 +500,14 @@ export class Router {
       const late = [box.streaming, ...box.waiters].find((w) => w !== undefined && now > w.deadline);
       if (late) return this.abort(late.timeout());
     }
+  }
+
+  /** The lane-0 mailboxes of (commId, channel) from every rank of `members` but this one (kept per communicator). */
+  private peerBoxes(commId: number, channel: number, members: readonly number[]): Box[] {
+    const k = commId * 2 + channel;
+    let boxes = this.peerBoxCache.get(k);
+    if (boxes === undefined) this.peerBoxCache.set(k, (boxes = members.filter((m) => m !== this.rank).map((m) => this.box(commId, channel, m, 0))));
+    return boxes;
   }
 
   private box(commId: number, channel: number, src: number, lane: number): Box {

@@ -78,9 +78,24 @@ export function rhdOwners(n: number): number[] {
   return Array.from({ length: p }, (_, v) => (v < rem ? 2 * v + 1 : v + rem));
 }
 
-/** Pairwise all-to-all order: at step s (1..n-1) rank r sends to r+s and receives from r-s. */
-export function pairwiseSteps(n: number, rank: number): { to: number; from: number }[] {
-  const out: { to: number; from: number }[] = [];
-  for (let i = 0; i < n - 1; i++) out.push({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) });
+export interface PairwiseStep {
+  readonly to: number;
+  readonly from: number;
+}
+
+const pairwise = new Map<number, readonly PairwiseStep[]>();
+
+/**
+ * Pairwise all-to-all order: at step s (1..n-1) rank r sends to r+s and receives from r-s.
+ * Computed once per (n, rank): small calls take it on every call.
+ */
+export function pairwiseSteps(n: number, rank: number): readonly PairwiseStep[] {
+  const key = n * 65536 + rank;
+  let out = pairwise.get(key);
+  if (out === undefined) {
+    const steps: PairwiseStep[] = [];
+    for (let i = 0; i < n - 1; i++) steps.push(Object.freeze({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) }));
+    pairwise.set(key, (out = Object.freeze(steps)));
+  }
   return out;
 }
