@@ -92,8 +92,8 @@ export class Call {
   }
 
   /** Small calls: drives progress synchronously until every other rank has sent (bounded). */
-  spinForAll(budgetMs = 0.2): boolean {
-    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs);
+  spinForAll(budgetMs = 0.2, streamed = false): boolean {
+    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs, streamed);
   }
 
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
@@ -138,6 +138,11 @@ export class Call {
       throw e;
     }
     return m.payload;
+  }
+
+  /** Hands back a payload from take/recv that nothing refers to any more (its buffer is reused). */
+  release(payload: Uint8Array): void {
+    this.comm.router.release(payload);
   }
 
   /** acc = acc (op) the values `peer` sends, reduced fragment by fragment as they arrive. */
