@@ -21,8 +21,6 @@ import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } fr
  * 12.7 / 20.7 us, without it 21.8 / 30.9 us.
  */
 const MESH_WHOLE_MAX = 16 * 1024;
-/** How long a streamed mesh receive drives progress itself before it waits for the pump. */
-const STREAM_SPIN_MS = 0.5;
 
 /** mesh: one step, everyone sends its whole vector to everyone; everyone folds ranks 0..n-1. */
 export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void> {
@@ -46,10 +44,9 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
     // large: each part streams from the receive slots into a kept scratch array (a whole
     // message received into a fresh buffer cost page faults on every call: 1 MiB took ~4 ms)
     const got = steps.map((s) => call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from))));
-    call.spinForAll(STREAM_SPIN_MS, true);
-    for (const g of got) await g;
+    for (const g of got) await call.drive(g);
   }
-  if (sent) for (const p of sent) await p;
+  if (sent) for (const p of sent) await call.drive(p);
   const acc = call.comm.scratch(call.spec.dtype, data.length, 0);
   for (let r = 0; r < size; r++) {
     const part = parts[r];
@@ -118,7 +115,7 @@ export function prepostAllGather(call: Call, data: DTypeArray, order: readonly n
 }
 
 /** Ring reduce-scatter on one lane: afterwards this rank holds its chunk fully reduced. */
-export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, pre?: Promise<void>[]): Promise<void> {
+export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, pre?: Promise<void>[], drive = false): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
@@ -127,13 +124,14 @@ export async function ringReduceScatterLane(call: Call, data: DTypeArray, order:
   for (let s = 0; s < steps.length; s++) {
     const st = steps[s] as (typeof steps)[number];
     const out = call.send(next, call.encode(sub(data, chunks[st.send] as Range)), lane, s);
-    await recvs[s];
-    await out;
+    const got = recvs[s] as Promise<void>;
+    await (drive ? call.drive(got) : got);
+    await (drive ? call.drive(out) : out);
   }
 }
 
 /** Ring all-gather on one lane: forwards what arrived, so q8 payloads travel unchanged. */
-export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number, pre?: Promise<void>[]): Promise<void> {
+export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number, pre?: Promise<void>[], drive = false): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
@@ -147,14 +145,16 @@ export async function ringAllGatherLane(call: Call, data: DTypeArray, order: rea
     const into = sub(data, chunks[st.recv] as Range);
     if (recvs === undefined) {
       // q8: forward the received packing unchanged: re-quantising decoded values could differ
-      const payload = await call.recv(prev, call.wireBytes(into.length), lane, stepBase + s);
+      const got = call.recv(prev, call.wireBytes(into.length), lane, stepBase + s);
+      const payload = await (drive ? call.drive(got) : got);
       call.copyFrom(into, payload);
       carry = payload;
     } else {
-      await recvs[s];
+      const got = recvs[s] as Promise<void>;
+      await (drive ? call.drive(got) : got);
       carry = call.encode(into);
     }
-    await out;
+    await (drive ? call.drive(out) : out);
   }
 }
 
@@ -163,13 +163,16 @@ export async function allReduceRing(call: Call, data: DTypeArray, order: readonl
   const align = call.spec.q8 ? q8BlockSize : 1;
   const chunks = chunkRanges(data.length, call.size, align);
   const lanes = ringLanes(order, data.length, align, call.comm.wires);
+  // a lone lane drives progress itself while it waits; concurrent lanes leave it to the pump
+  // (one spinning would hold back the others' next sends, and the peers' lanes wait for them)
+  const drive = lanes.length === 1;
   await Promise.all(
     lanes.map(async (o, lane) => {
       const mine = laneChunks(chunks, o, lanes.length, lane, align);
       const rs = prepostReduceScatter(call, data, o, mine, lane);
       const ag = prepostAllGather(call, data, o, mine, lane, call.size);
-      await ringReduceScatterLane(call, data, o, mine, lane, rs);
-      await ringAllGatherLane(call, data, o, mine, lane, call.size, ag);
+      await ringReduceScatterLane(call, data, o, mine, lane, rs, drive);
+      await ringAllGatherLane(call, data, o, mine, lane, call.size, ag, drive);
     }),
   );
 }
@@ -191,16 +194,16 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, give)), 0, 1 + i);
-    await call.recvReduce(st.partner, sub(data, keep), 0, 1 + i);
-    await out;
+    await call.drive(call.recvReduce(st.partner, sub(data, keep), 0, 1 + i));
+    await call.drive(out);
   }
   for (let i = plan.steps.length - 1; i >= 0; i--) {
     const st = plan.steps[i] as (typeof plan.steps)[number];
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, keep)), 0, 100 + i);
-    await call.recvCopy(st.partner, sub(data, give), 0, 100 + i);
-    await out;
+    await call.drive(call.recvCopy(st.partner, sub(data, give), 0, 100 + i));
+    await call.drive(out);
   }
   if (plan.role === 'folded') await call.send(plan.foldPartner, call.encode(data), 0, 1000);
 }

@@ -6,9 +6,12 @@ import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
-import { SENT, type Message, type Router, type Sink } from './router.js';
+import { SENT, type Message, type Router, type Settled, type Sink } from './router.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
+
+/** How long Call.drive polls for one send or receive before it leaves the wait to the pump. */
+const DRIVE_MS = 1;
 export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
 
 /** What the algorithms need to know about the communicator they run on. */
@@ -48,6 +51,8 @@ export interface CallSpec {
  */
 export class Call {
   private readonly template: Header;
+  /** This call's sends and receives still in progress, with the flags the router sets as they settle. */
+  private readonly pending = new WeakMap<Promise<unknown>, Settled>();
   readonly op: ReduceOp;
 
   constructor(
@@ -86,14 +91,32 @@ export class Call {
 
   /** Resolves once `payload` is copied out; a failure is also seen by whoever awaits later. */
   send(peer: number, payload: Uint8Array, lane = 0, step = 0): Promise<void> {
-    const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload);
-    if (p !== SENT) p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
+    const flag: Settled = { settled: false };
+    const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload, flag);
+    if (p === SENT) return p;
+    p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
+    return this.track(p, flag);
+  }
+
+  /**
+   * `p` (a send or receive of this call), once this rank has driven progress itself until
+   * it settled, for up to `budgetMs`: a wait handed to the pump costs a turn of the event
+   * loop per completion (2 ranks over shm, 1 MiB ring all-reduce: see docs/collectives.md).
+   */
+  drive<T>(p: Promise<T>, budgetMs = DRIVE_MS): Promise<T> {
+    const flag = this.pending.get(p);
+    if (flag !== undefined && !flag.settled) this.comm.router.spinUntil(() => flag.settled, budgetMs);
+    return p;
+  }
+
+  private track<T>(p: Promise<T>, flag: Settled): Promise<T> {
+    if (!flag.settled) this.pending.set(p, flag);
     return p;
   }
 
   /** Small calls: drives progress synchronously until every other rank has sent (bounded). */
-  spinForAll(budgetMs = 0.2, streamed = false): boolean {
-    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs, streamed);
+  spinForAll(budgetMs = 0.2): boolean {
+    return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs);
   }
 
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
@@ -110,16 +133,21 @@ export class Call {
     });
   }
 
-  private wait(peer: number, bytes: number, lane: number, step: number, sink?: Sink): Promise<Message> {
+  private wait(peer: number, bytes: number, lane: number, step: number, flag: Settled, sink?: Sink): Promise<Message> {
     const src = this.comm.members[peer] as number;
     const check: Sink['check'] = (h) => this.mismatch(h, peer, bytes, step);
     const s: Sink | undefined = sink ? { check, consume: sink.consume } : undefined;
-    return this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template), s);
+    return this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template), s, flag);
   }
 
   /** The next message of this call from `peer`, whole; `bytes` is the payload length the schedule expects. */
-  async recv(peer: number, bytes: number, lane = 0, step = 0): Promise<Uint8Array> {
-    const m = await this.wait(peer, bytes, lane, step);
+  recv(peer: number, bytes: number, lane = 0, step = 0): Promise<Uint8Array> {
+    const flag: Settled = { settled: false };
+    return this.track(this.recvWhole(peer, bytes, lane, step, flag), flag);
+  }
+
+  private async recvWhole(peer: number, bytes: number, lane: number, step: number, flag: Settled): Promise<Uint8Array> {
+    const m = await this.wait(peer, bytes, lane, step, flag);
     const e = this.mismatch(m.header, peer, bytes, step);
     if (e) {
       this.comm.router.abort(e);
@@ -146,9 +174,14 @@ export class Call {
   }
 
   /** acc = acc (op) the values `peer` sends, reduced fragment by fragment as they arrive. */
-  async recvReduce(peer: number, acc: DTypeArray, lane = 0, step = 0): Promise<void> {
+  recvReduce(peer: number, acc: DTypeArray, lane = 0, step = 0): Promise<void> {
+    const flag: Settled = { settled: false };
+    return this.track(this.recvReduceInto(peer, acc, lane, step, flag), flag);
+  }
+
+  private async recvReduceInto(peer: number, acc: DTypeArray, lane: number, step: number, flag: Settled): Promise<void> {
     const bytes = this.wireBytes(acc.length);
-    if (this.spec.q8) return this.reduceFrom(acc, await this.recv(peer, bytes, lane, step));
+    if (this.spec.q8) return this.reduceFrom(acc, await this.recvWhole(peer, bytes, lane, step, flag));
     const dtype = this.spec.dtype;
     const bpe = bytesPerElement(dtype);
     const consume = (f: Uint8Array, off: number): void => {
@@ -156,15 +189,20 @@ export class Call {
       const aligned = f.byteOffset % bpe === 0 ? f : f.slice(); // slots are aligned; this is a guard
       reduceInto(this.op, dtype, acc.subarray(at, at + f.byteLength / bpe), viewAs(dtype, aligned));
     };
-    await this.wait(peer, bytes, lane, step, { check: () => undefined, consume });
+    await this.wait(peer, bytes, lane, step, flag, { check: () => undefined, consume });
   }
 
   /** dst = the values `peer` sends, copied fragment by fragment as they arrive. */
-  async recvCopy(peer: number, dst: DTypeArray, lane = 0, step = 0): Promise<void> {
+  recvCopy(peer: number, dst: DTypeArray, lane = 0, step = 0): Promise<void> {
+    const flag: Settled = { settled: false };
+    return this.track(this.recvCopyInto(peer, dst, lane, step, flag), flag);
+  }
+
+  private async recvCopyInto(peer: number, dst: DTypeArray, lane: number, step: number, flag: Settled): Promise<void> {
     const bytes = this.wireBytes(dst.length);
-    if (this.spec.q8) return this.copyFrom(dst, await this.recv(peer, bytes, lane, step));
+    if (this.spec.q8) return this.copyFrom(dst, await this.recvWhole(peer, bytes, lane, step, flag));
     const target = bytesOf(dst);
-    await this.wait(peer, bytes, lane, step, { check: () => undefined, consume: (f, off) => copyBytes(target, off, f) });
+    await this.wait(peer, bytes, lane, step, flag, { check: () => undefined, consume: (f, off) => copyBytes(target, off, f) });
   }
 
   /** Wire bytes for `n` values of this call (q8 or raw). */

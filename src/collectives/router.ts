@@ -60,6 +60,14 @@ interface Outgoing {
   copied?: boolean;
 }
 
+/**
+ * Set (synchronously, inside the router's progress) when a send's or receive's promise is
+ * settled, so a caller that drives progress itself knows when to stop (Router.spinUntil).
+ */
+export interface Settled {
+  settled: boolean;
+}
+
 /** What send() returns for a message that went out by copy at once (no promise per small send). */
 export const SENT: Promise<void> = Promise.resolve();
 
@@ -316,7 +324,7 @@ export class Router {
    * `payload` (the caller may then reuse it). Rejects once the router is aborted. The router
    * owns `header` from then on (it fills in the fragment fields).
    */
-  send(header: Header, payload: Uint8Array): Promise<void> {
+  send(header: Header, payload: Uint8Array, flag?: Settled): Promise<void> {
     if (this.error) return Promise.reject(this.error);
     const link = this.hop(header.dst, header.lane);
     if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
@@ -346,8 +354,8 @@ export class Router {
     if (this.error) return Promise.reject(this.error);
     // still queued or being written from in place: settled by drain() or its completion
     return new Promise<void>((resolve, reject) => {
-      lastOut.done = resolve;
-      lastOut.fail = reject;
+      lastOut.done = flag ? () => ((flag.settled = true), resolve()) : resolve;
+      lastOut.fail = flag ? (e) => ((flag.settled = true), reject(e)) : reject;
     });
   }
 
@@ -446,12 +454,19 @@ export class Router {
    * COLL_TIMEOUT after `timeoutMs` (and aborts the world: a late message would desynchronise
    * every later call), or with the abort error.
    */
-  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string, sink?: Sink): Promise<Message> {
+  recv(commId: number, channel: number, src: number, lane: number, timeoutMs: number, what: () => string, sink?: Sink, flag?: Settled): Promise<Message> {
     if (this.error) return Promise.reject(this.error);
     const box = this.box(commId, channel, src, lane);
     const ready = box.messages.shift();
-    if (ready) return sink ? this.sinkWhole(sink, ready) : Promise.resolve(ready);
-    return new Promise<Message>((resolve, reject) => {
+    if (ready) {
+      if (flag) flag.settled = true;
+      if (sink === undefined) return Promise.resolve(ready);
+      const e = this.sinkWhole(sink, ready);
+      return e ? Promise.reject(e) : Promise.resolve({ header: ready.header, payload: EMPTY });
+    }
+    return new Promise<Message>((done, failed) => {
+      const resolve = flag ? (m: Message): void => ((flag.settled = true), done(m)) : done;
+      const reject = flag ? (e: unknown): void => ((flag.settled = true), failed(e)) : failed;
       const timeout = (): TandemError =>
         new TandemError('COLL_TIMEOUT', `rank ${this.rank} waited ${timeoutMs} ms for rank ${src} in ${what()}`, {
           hint: `check that rank ${src} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
@@ -480,16 +495,23 @@ export class Router {
    * posted, this replaces a pump wake-up and a promise hop per message by a few polls.
    * Returns whether they all arrived.
    */
-  spinFor(commId: number, channel: number, members: readonly number[], budgetMs: number, streamed = false): boolean {
-    if (this.error || !this.spin || budgetMs <= 0) return false;
+  spinFor(commId: number, channel: number, members: readonly number[], budgetMs: number): boolean {
     const boxes = this.peerBoxes(commId, channel, members);
-    const done = streamed ? allDrained : allHaveMail;
+    return this.spinUntil(() => allHaveMail(boxes), budgetMs);
+  }
+
+  /**
+   * Progress driven by the caller, in a synchronous loop, until `done()` or `budgetMs` passed
+   * (never on a host with more ranks than cores: see RouterOptions.spin). Returns done().
+   */
+  spinUntil(done: () => boolean, budgetMs: number): boolean {
+    if (this.error || !this.spin || budgetMs <= 0) return false;
     const until = performance.now() + budgetMs;
-    for (let i = 1; !done(boxes); i++) {
+    for (let i = 1; !done(); i++) {
       const wcs = this.cq.poll(512);
       for (let k = 0; k < wcs.length; k++) this.complete(wcs[k] as WorkCompletion);
       if (this.error) return false;
-      if ((i & 15) === 0 && performance.now() > until) return done(boxes);
+      if ((i & 15) === 0 && performance.now() > until) return done();
     }
     return true;
   }
@@ -655,16 +677,19 @@ export class Router {
     this.drain(link);
   }
 
-  /** Hands a complete message to a sink (the message arrived before its receiver asked). */
-  private sinkWhole(sink: Sink, m: Message): Promise<Message> {
+  /**
+   * Hands a complete message to a sink (the message arrived before its receiver asked, or
+   * began before it did); the error, when the sink refuses it (the world is then aborted).
+   */
+  private sinkWhole(sink: Sink, m: Message): TandemError | undefined {
     const e = sink.check(m.header);
     if (e) {
       this.abort(e);
-      return Promise.reject(e);
+      return e;
     }
     sink.consume(m.payload, 0);
     this.spare(m.payload);
-    return Promise.resolve({ header: m.header, payload: EMPTY });
+    return undefined;
   }
 
   /**
@@ -732,8 +757,10 @@ export class Router {
       return;
     }
     this.waiting--;
-    if (streaming || w.sink === undefined) w.resolve(m);
-    else this.sinkWhole(w.sink, m).then(w.resolve, w.reject);
+    if (streaming || w.sink === undefined) return w.resolve(m);
+    const e = this.sinkWhole(w.sink, m);
+    if (e) w.reject(e);
+    else w.resolve({ header: m.header, payload: EMPTY });
   }
 
   private forward(h: Header, fragment: Uint8Array): void {
@@ -880,15 +907,6 @@ export class Router {
       }
     }
   }
-}
-
-/** Every receive posted into these mailboxes has its whole message (streamed into its sink or taken). */
-function allDrained(boxes: readonly Box[]): boolean {
-  for (let i = 0; i < boxes.length; i++) {
-    const b = boxes[i] as Box;
-    if (b.waiters.length > 0 || b.streaming !== undefined) return false;
-  }
-  return true;
 }
 
 function allHaveMail(boxes: readonly Box[]): boolean {
