@@ -18,14 +18,14 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const mine = call.encode(sub(out, { offset: call.rank * count, count }));
   const steps = pairwiseSteps(call.size, call.rank);
   const sent = steps.map((s) => call.send(s.to, mine));
-  await Promise.all(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
-  await Promise.all(sent);
+  await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
+  await call.driveAll(sent);
 }
 
 export async function allGatherRing(call: Call, out: DTypeArray, count: number, order: readonly number[]): Promise<void> {
   const b = blocks(call.size, count);
   const lanes = ringLanes(order, count * call.size, 1, call.comm.wires);
-  await Promise.all(lanes.map((o, lane) => ringAllGatherLane(call, out, o, laneChunks(b, o, lanes.length, lane, 1), lane, 0)));
+  await Promise.all(lanes.map((o, lane) => ringAllGatherLane(call, out, o, laneChunks(b, o, lanes.length, lane, 1), lane, 0, undefined, lanes.length === 1)));
 }
 
 /** Recursive doubling; needs a power-of-two size (the communicator falls back to ring otherwise). */
@@ -36,8 +36,8 @@ export async function allGatherRhd(call: Call, out: DTypeArray, count: number): 
     const mine = { offset: (r & ~(d - 1)) * count, count: d * count };
     const theirs = { offset: (partner & ~(d - 1)) * count, count: d * count };
     const sent = call.send(partner, call.encode(sub(out, mine)), 0, step);
-    await call.recvCopy(partner, sub(out, theirs), 0, step);
-    await sent;
+    await call.drive(call.recvCopy(partner, sub(out, theirs), 0, step));
+    await call.drive(sent);
   }
 }
 
@@ -52,7 +52,7 @@ export async function allGatherTree(call: Call, out: DTypeArray, count: number, 
   const me = call.rank;
   for (const child of tree.children[me] ?? []) {
     const ranks = subtree(tree, child);
-    const payload = await call.recv(child, call.wireBytes(count) * ranks.length, 0, 0);
+    const payload = await call.drive(call.recv(child, call.wireBytes(count) * ranks.length, 0, 0));
     const per = call.wireBytes(count);
     ranks.forEach((r, i) => call.copyFrom(sub(out, { offset: r * count, count }), payload.subarray(i * per, (i + 1) * per)));
   }
@@ -62,11 +62,11 @@ export async function allGatherTree(call: Call, out: DTypeArray, count: number, 
     const per = call.wireBytes(count);
     const packed = new Uint8Array(per * ranks.length);
     ranks.forEach((r, i) => packed.set(call.encode(sub(out, { offset: r * count, count })), i * per));
-    await call.send(parent, packed, 0, 0);
-    await call.recvCopy(parent, out, 0, 1);
+    await call.drive(call.send(parent, packed, 0, 0));
+    await call.drive(call.recvCopy(parent, out, 0, 1));
   }
   const all = call.encode(out);
-  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, all, 0, 1)));
+  await call.driveAll((tree.children[me] ?? []).map((c) => call.send(c, all, 0, 1)));
 }
 
 export { chunkRanges };

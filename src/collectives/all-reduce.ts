@@ -43,10 +43,9 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   } else {
     // large: each part streams from the receive slots into a kept scratch array (a whole
     // message received into a fresh buffer cost page faults on every call: 1 MiB took ~4 ms)
-    const got = steps.map((s) => call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from))));
-    for (const g of got) await call.drive(g);
+    await call.driveAll(steps.map((s) => call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from)))));
   }
-  if (sent) for (const p of sent) await call.drive(p);
+  if (sent) await call.driveAll(sent);
   const acc = call.comm.scratch(call.spec.dtype, data.length, 0);
   for (let r = 0; r < size; r++) {
     const part = parts[r];
@@ -183,11 +182,11 @@ export { laneChunks };
 export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> {
   const plan = rhdPlan(call.size, call.rank);
   if (plan.role === 'extra') {
-    await call.send(plan.foldPartner, call.encode(data), 0, 0);
-    await call.recvCopy(plan.foldPartner, data, 0, 1000);
+    await call.drive(call.send(plan.foldPartner, call.encode(data), 0, 0));
+    await call.drive(call.recvCopy(plan.foldPartner, data, 0, 1000));
     return;
   }
-  if (plan.role === 'folded') await call.recvReduce(plan.foldPartner, data, 0, 0);
+  if (plan.role === 'folded') await call.drive(call.recvReduce(plan.foldPartner, data, 0, 0));
   const chunks = chunkRanges(data.length, plan.p);
   for (let i = 0; i < plan.steps.length; i++) {
     const st = plan.steps[i] as (typeof plan.steps)[number];
@@ -205,7 +204,7 @@ export async function allReduceRhd(call: Call, data: DTypeArray): Promise<void> 
     await call.drive(call.recvCopy(st.partner, sub(data, give), 0, 100 + i));
     await call.drive(out);
   }
-  if (plan.role === 'folded') await call.send(plan.foldPartner, call.encode(data), 0, 1000);
+  if (plan.role === 'folded') await call.drive(call.send(plan.foldPartner, call.encode(data), 0, 1000));
 }
 
 /**
@@ -269,15 +268,15 @@ const TREE_SEGMENTS = 8;
  */
 async function allReduceTreeQ8(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const me = call.rank;
-  for (const child of tree.children[me] ?? []) await call.recvReduce(child, data, 0, 0);
+  for (const child of tree.children[me] ?? []) await call.drive(call.recvReduce(child, data, 0, 0));
   const parent = tree.parent[me] as number;
   let wire: Uint8Array;
   if (parent >= 0) {
-    await call.send(parent, call.encode(data), 0, 0);
-    wire = await call.recv(parent, call.wireBytes(data.length), 0, 1);
+    await call.drive(call.send(parent, call.encode(data), 0, 0));
+    wire = await call.drive(call.recv(parent, call.wireBytes(data.length), 0, 1));
     call.copyFrom(data, wire);
   } else {
     wire = call.settle(data);
   }
-  await Promise.all((tree.children[me] ?? []).map((c) => call.send(c, wire, 0, 1)));
+  await call.driveAll((tree.children[me] ?? []).map((c) => call.send(c, wire, 0, 1)));
 }

@@ -14,13 +14,8 @@ export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts:
   recv.set(send.subarray(sOff[rank], (sOff[rank] as number) + (sendCounts[rank] as number)), rOff[rank]);
   const steps = pairwiseSteps(size, rank);
   const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
-  await Promise.all(
-    steps.map(async (s) => {
-      const n = recvCounts[s.from] as number;
-      await call.recvCopy(s.from, recv.subarray(rOff[s.from], (rOff[s.from] as number) + n));
-    }),
-  );
-  await Promise.all(sent);
+  await call.driveAll(steps.map((s) => call.recvCopy(s.from, recv.subarray(rOff[s.from], (rOff[s.from] as number) + (recvCounts[s.from] as number)))));
+  await call.driveAll(sent);
 }
 
 export function offsets(counts: readonly number[]): number[] {

@@ -7,21 +7,21 @@ import type { Tree } from './graph.js';
 
 export async function broadcastMesh(call: Call, data: DTypeArray, root: number): Promise<void> {
   if (call.rank !== root) {
-    await call.recvCopy(root, data);
+    await call.drive(call.recvCopy(root, data));
     return;
   }
   const wire = call.encode(data);
   const sends: Promise<void>[] = [];
   for (let i = 1; i < call.size; i++) sends.push(call.send((root + i) % call.size, wire));
-  await Promise.all(sends);
+  await call.driveAll(sends);
 }
 
 /** Down a spanning tree rooted at `root` (binomial on a full mesh, BFS over real links otherwise). */
 export async function broadcastTree(call: Call, data: DTypeArray, tree: Tree): Promise<void> {
   const parent = tree.parent[call.rank] as number;
-  if (parent >= 0) await call.recvCopy(parent, data);
+  if (parent >= 0) await call.drive(call.recvCopy(parent, data));
   const wire = call.encode(data);
-  await Promise.all((tree.children[call.rank] ?? []).map((c) => call.send(c, wire)));
+  await call.driveAll((tree.children[call.rank] ?? []).map((c) => call.send(c, wire)));
 }
 
 /** A pipelined chain along the ring from the root: segments flow while later ones arrive. */
@@ -35,8 +35,8 @@ export async function broadcastRing(call: Call, data: DTypeArray, root: number, 
   const sends: Promise<void>[] = [];
   for (let s = 0; s < segments.length; s++) {
     const seg = segments[s] as (typeof segments)[number];
-    if (p > 0) await call.recvCopy(prev, sub(data, seg), 0, s);
+    if (p > 0) await call.drive(call.recvCopy(prev, sub(data, seg), 0, s));
     if (p < n - 1) sends.push(call.send(next, call.encode(sub(data, seg)), 0, s));
   }
-  await Promise.all(sends);
+  await call.driveAll(sends);
 }

@@ -109,6 +109,12 @@ export class Call {
     return p;
   }
 
+  /** Every promise of `ps`, in order, each driven as by drive(); fails with the first failure in that order. */
+  async driveAll(ps: readonly Promise<unknown>[]): Promise<void> {
+    for (const p of ps) p.catch(() => undefined); // one failing while an earlier one is awaited is seen in its turn
+    for (const p of ps) await this.drive(p);
+  }
+
   private track<T>(p: Promise<T>, flag: Settled): Promise<T> {
     if (!flag.settled) this.pending.set(p, flag);
     return p;

@@ -18,8 +18,8 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
   const sent: Promise<void>[] = [];
   for (let r = 0; r < size; r++) if (r !== rank) sent.push(call.send(r, call.encode(sub(data, chunks[r] as Range))));
   const got = new Map<number, Uint8Array>();
-  for (let r = 0; r < size; r++) if (r !== rank) got.set(r, await call.recv(r, call.wireBytes(own.count)));
-  await Promise.all(sent);
+  for (let r = 0; r < size; r++) if (r !== rank) got.set(r, await call.drive(call.recv(r, call.wireBytes(own.count))));
+  await call.driveAll(sent);
   const acc = call.comm.scratch(call.spec.dtype, own.count);
   const mine = sub(data, own);
   for (let r = 0; r < size; r++) {
@@ -36,7 +36,7 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
 export async function reduceScatterRing(call: Call, data: DTypeArray, order: readonly number[]): Promise<void> {
   const chunks = chunkRanges(data.length, call.size);
   const lanes = ringLanes(order, data.length, 1, call.comm.wires);
-  await Promise.all(lanes.map((o, lane) => ringReduceScatterLane(call, data, o, laneChunks(chunks, o, lanes.length, lane, 1), lane)));
+  await Promise.all(lanes.map((o, lane) => ringReduceScatterLane(call, data, o, laneChunks(chunks, o, lanes.length, lane, 1), lane, undefined, lanes.length === 1)));
 }
 
 /** Recursive halving; needs a power-of-two size (the communicator falls back otherwise). */
@@ -48,7 +48,7 @@ export async function reduceScatterRhd(call: Call, data: DTypeArray): Promise<vo
     const give = span(chunks, st.give[0], st.give[1]);
     const keep = span(chunks, st.keep[0], st.keep[1]);
     const out = call.send(st.partner, call.encode(sub(data, give)), 0, i);
-    await call.recvReduce(st.partner, sub(data, keep), 0, i);
-    await out;
+    await call.drive(call.recvReduce(st.partner, sub(data, keep), 0, i));
+    await call.drive(out);
   }
 }
