@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dtypes, type DType } from '../kernels/dtype.js';
 import { algorithms, type Algorithm } from './call.js';
-import type { Communicator } from './communicator.js';
+import { mayBusyPoll, type Communicator } from './communicator.js';
 import { assertReduced, checkAllGather, checkAllToAll, checkBroadcast, checkReduceScatter, runAllReduce, type ReduceName } from './collectives.cases.js';
 import type { TopologyKind } from './graph.js';
 import { createLocalWorld } from './local-world.js';
@@ -97,4 +97,12 @@ test('large reduce-scatter, all-gather and broadcast of 1,000,003 values', async
     await checkAllGather(comms, 'f32', 1_000_003, 'ring', 'all-gather ring');
     for (const algorithm of ['ring', 'tree'] as const) await checkBroadcast(comms, 'f32', 1_000_003, 2, algorithm, `broadcast ${algorithm}`);
   });
+});
+
+test('waits busy-poll only when every compute thread of the host has a core', () => {
+  assert.equal(mayBusyPoll(2, 1, 2), true);
+  assert.equal(mayBusyPoll(1, 2, 2), true);
+  assert.equal(mayBusyPoll(3, 1, 2), false, 'more ranks than cores');
+  assert.equal(mayBusyPoll(2, 2, 2), false, 'two nodes whose threads default to every core oversubscribe');
+  assert.equal(mayBusyPoll(2, 0, 2), true, 'no thread count counts as one');
 });

@@ -40,6 +40,20 @@ export interface CommunicatorOptions {
   /** Receive slots per link and payload bytes per fragment (defaults 8 and 256 KiB). */
   slots?: number;
   slotBytes?: number;
+  /**
+   * Compute threads each rank of this host runs (default 1). Waits busy-poll only when
+   * ranks on this host x threads <= cores: a spinner would take a core a peer computes on.
+   */
+  threadsPerRank?: number;
+}
+
+/**
+ * Whether waits may busy-poll on a host running `ranks` ranks of `threads` compute threads
+ * each: only when every thread has a core of its own (a spinner would take a core a peer
+ * computes on, and then wait the longer for it).
+ */
+export function mayBusyPoll(ranks: number, threads: number, cores = availableParallelism()): boolean {
+  return ranks * Math.max(1, threads) <= cores;
 }
 
 export interface CallOptions {
@@ -464,7 +478,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
         ...(options.onListening ? { onListening: options.onListening } : {}),
       });
     }
-    const spin = ranksOnThisHost(device.provider, options.rendezvous, rank, size) <= availableParallelism();
+    const spin = mayBusyPoll(ranksOnThisHost(device.provider, options.rendezvous, rank, size), options.threadsPerRank ?? 1);
     const router = new Router({ rank, size, links, routes, cq, spin, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
     router.start();
     const members = Array.from({ length: size }, (_, i) => i);

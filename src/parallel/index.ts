@@ -21,4 +21,3 @@ export {
   type RankResult,
 } from './runner.js';
 export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
-export { TpExchange, exchangeBufferBytes, usesDirectExchange, type TpExchangeOptions } from './tp-exchange.js';
