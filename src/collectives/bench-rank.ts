@@ -41,11 +41,14 @@ export function warmupsFor(bytes: number, iterations: number): number {
 }
 
 /**
- * Warm-up by time as well as by count: V8 keeps compiling a fresh rank's call path for
- * seconds. Measured here (2 ranks over shm, 8 B all-reduce, 1,000 warm-up calls first): the
- * mean per call over the next 20,000 calls fell decile by decile from 254 us to 10 us; with
- * 2 s of warm-up first it started near 40 us. The first size warms up for WARMUP_MS, later
- * sizes (which share most of the path) for an eighth of it. TANDEM_BENCH_WARMUP_MS sets it.
+ * Warm-up by time as well as by count, at every size: V8 keeps compiling a rank's call path
+ * for seconds, and each compile on a background thread takes a core from one of the two
+ * spinning ranks. Measured here (2 ranks over shm): after 1,000 8 B warm-up calls the mean
+ * per call over the next 20,000 fell decile by decile from 254 us to 10 us; a 1 MiB size
+ * after 8 B (the ring's code compiles then) with 375 ms of warm-up averaged ~1,000 us per
+ * call (p50 156 us, 1-30 ms stalls), with 2 s ~130 us; per 100 calls, the first windows took
+ * 100-120 ms and the steady ones 12 ms. With `--no-opt` (no optimising compiler) the stalls
+ * went, so they are the JIT's. TANDEM_BENCH_WARMUP_MS sets it.
  */
 const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 3000);
 
@@ -112,7 +115,7 @@ const comm = await createCommunicator({
 for (const bytes of config.sizes) {
   const run = operation(comm, config.op, bytes, config.algorithm);
   const iters = iterationsFor(bytes, config.iterations);
-  await warmUp(run, warmupsFor(bytes, iters), bytes === config.sizes[0] ? WARMUP_MS : WARMUP_MS / 8);
+  await warmUp(run, warmupsFor(bytes, iters), WARMUP_MS);
   await comm.barrier();
   const each = new Float64Array(iters);
   const t0 = performance.now();
