@@ -9,10 +9,10 @@ import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type Coll
 import { SENT, type Message, type Router, type Settled, type Sink } from './router.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
+export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
 
 /** How long Call.drive polls for one send or receive before it leaves the wait to the pump. */
 const DRIVE_MS = 1;
-export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
 
 /** What the algorithms need to know about the communicator they run on. */
 export interface CommCore {

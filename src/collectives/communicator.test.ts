@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dtypes, type DType } from '../kernels/dtype.js';
-import { algorithms, type Algorithm } from './call.js';
-import { mayBusyPoll, type Communicator } from './communicator.js';
+import { algorithms, Call, type Algorithm } from './call.js';
+import { createCommunicator, mayBusyPoll, type Communicator } from './communicator.js';
 import { assertReduced, checkAllGather, checkAllToAll, checkBroadcast, checkReduceScatter, runAllReduce, type ReduceName } from './collectives.cases.js';
 import type { TopologyKind } from './graph.js';
 import { createLocalWorld } from './local-world.js';
@@ -105,4 +105,33 @@ test('waits busy-poll only when every compute thread of the host has a core', ()
   assert.equal(mayBusyPoll(3, 1, 2), false, 'more ranks than cores');
   assert.equal(mayBusyPoll(2, 2, 2), false, 'two nodes whose threads default to every core oversubscribe');
   assert.equal(mayBusyPoll(2, 0, 2), true, 'no thread count counts as one');
+});
+
+test('a call that drives progress has its receive delivered before it yields (no turn of the event loop)', async (t) => {
+  if (!mayBusyPoll(2, 1)) return t.skip('the router drives progress only with a core per rank');
+  // two ranks over shm in this process: a shm ring is read by polling, as on separate hosts
+  let listening: (address: string) => void = () => undefined;
+  const address = new Promise<string>((resolve) => (listening = resolve));
+  const root = createCommunicator({ rank: 0, size: 2, provider: 'shm', rendezvous: { kind: 'root', address: '127.0.0.1:0' }, timeoutMs: 5_000, onListening: listening });
+  const other = address.then((a) => createCommunicator({ rank: 1, size: 2, provider: 'shm', rendezvous: { kind: 'root', address: a }, timeoutMs: 5_000 }));
+  const world = await Promise.all([root, other]);
+  try {
+    const spec = { op: 'send-recv', dtype: 'f32', reduce: 'none', q8: false, algorithm: 'none', count: 4, seq: 7, aux: 0, channel: 0 } as const;
+    const [a, b] = world.map((c) => new Call(c, spec)) as [Call, Call];
+    const bytes = (...v: number[]): Uint8Array => new Uint8Array(Float32Array.from(v).buffer);
+    const first = new Float32Array(4);
+    void b.send(0, bytes(1, 2, 3, 4));
+    await a.recvCopy(1, first); // delivered by the pump
+    assert.deepEqual([...first], [1, 2, 3, 4]);
+    // from here to the checks nothing yields, so nothing but this call can poll
+    void b.send(0, bytes(5, 6, 7, 8));
+    const driven = new Float32Array(4);
+    const p = a.recvCopy(1, driven);
+    assert.deepEqual([...driven], [0, 0, 0, 0], 'not delivered before anyone polls');
+    void a.drive(p);
+    assert.deepEqual([...driven], [5, 6, 7, 8], 'delivered inside drive()');
+    await p;
+  } finally {
+    await Promise.all(world.map((w) => w.close()));
+  }
 });
