@@ -5,5 +5,6 @@ export const parallelCodes = {
   PAR_BAD_PLAN: 'invalid_argument',
   PAR_EXCHANGE: 'remote',
   PAR_NO_FIT: 'invalid_argument',
+  PAR_PEER_LOST: 'remote',
   PAR_WIRE: 'invalid_argument',
 } as const satisfies Record<string, ErrorCategory>;

@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { Communicator } from '../collectives/communicator.js';
 import { createLocalWorld } from '../collectives/local-world.js';
 import { isTandemError } from '../errors/index.js';
 import { ReferenceKernels, createKernels, type Kernels } from '../kernels/index.js';
@@ -13,6 +14,7 @@ import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
 import { buildPlan } from './plan.js';
 import { loadRank } from './rank.js';
 import { CommMeter } from './shard-comm.js';
+import { TpExchange } from './tp-exchange.js';
 
 /** Deterministic values in [-2, 2). */
 function randomRows(count: number, seed: number): Float32Array {
@@ -23,6 +25,13 @@ function randomRows(count: number, seed: number): Float32Array {
     out[i] = (a / 4294967296) * 4 - 2;
   }
   return out;
+}
+
+/** The group's direct exchanges (as shm nodes have), or none (the communicator's all-to-all). */
+async function exchanges(world: Communicator[], direct: boolean): Promise<(TpExchange | undefined)[]> {
+  if (!direct) return world.map(() => undefined);
+  const o = { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 10_000 };
+  return Promise.all(world.map((group) => TpExchange.connect({ group, ...o })));
 }
 
 // Mixtral-style (4 experts, 2 used) and qwen3moe-style (8 experts, 3 used), no shared expert:
@@ -41,13 +50,19 @@ async function checkBitExact(kernels: Kernels, what: string): Promise<void> {
     const c = (await Model.load(file, kernels)).config;
     const width = c.embeddingLength;
     const whole = await loadShardWeights(file, kernels, c, fullShard(c));
-    for (const nodes of [2, 3, 4]) {
+    for (const [nodes, direct] of [
+      [2, false],
+      [2, true],
+      [3, false],
+      [4, true],
+    ] as const) {
       const plan = buildPlan(c, file.tensors, { kind: 'ep', nodes });
       const owners = expertOwners(plan, 0)!;
       const world = await createLocalWorld(nodes, { timeoutMs: 10_000 });
+      const ex = await exchanges(world, direct);
       try {
         const shards = await Promise.all(plan.ranks.map((r) => loadShardWeights(file, kernels, c, r.shard)));
-        const dispatch = world.map((w) => new CollectiveExpertDispatch(w, owners, new CommMeter()));
+        const dispatch = world.map((w, r) => new CollectiveExpertDispatch(w, owners, new CommMeter(), ex[r]));
         for (const n of [1, 2, 5, 10]) {
           const x = randomRows(n * width, 100 * nodes + n);
           for (let l = 0; l < c.blockCount; l++) {
@@ -78,18 +93,19 @@ async function checkBitExact(kernels: Kernels, what: string): Promise<void> {
               assert.deepEqual(
                 out,
                 want,
-                `${what} ${name}: ep on ${nodes}, ${n} tokens, layer ${l}, rank ${r}`,
+                `${what} ${name}: ep on ${nodes}${direct ? ' (direct)' : ''}, ${n} tokens, layer ${l}, rank ${r}`,
               );
           }
         }
       } finally {
+        await Promise.all(ex.map((e) => e?.close()));
         await Promise.all(world.map((w) => w.close()));
       }
     }
   }
 }
 
-test('expert-parallel MoE output is the single-node output bit for bit (reference kernels; 2, 3, 4 ranks; 1 to 10 tokens)', () =>
+test('expert-parallel MoE output is the single-node output bit for bit (reference kernels; 2, 3, 4 ranks, all-to-all and direct exchange; 1 to 10 tokens)', () =>
   checkBitExact(new ReferenceKernels(), 'reference'));
 
 test('expert-parallel MoE output is the single-node output bit for bit (fast kernels, 2 threads)', async () => {
@@ -101,87 +117,96 @@ test('expert-parallel MoE output is the single-node output bit for bit (fast ker
   }
 });
 
-test(`dispatch: each expert runs once on every token routed to it, ascending; outputs come back to their tokens; bytes are metered`, async () => {
-  // 3 ranks, 6 experts (2 each), width 4; global tokens 0..6 (shares 3, 2, 2 -> see share()).
-  const size = 3;
-  const width = 4;
-  const used = 2;
-  const owners = Int32Array.of(0, 0, 1, 1, 2, 2);
-  const n = 7;
-  // token t goes to experts (t % 6) and ((t * 5 + 1) % 6), distinct for every t here
-  const choice = (t: number): number[] => [t % 6, (t * 5 + 1) % 6];
-  const world = await createLocalWorld(size, { timeoutMs: 10_000 });
-  try {
-    const calls: { rank: number; expert: number; tokens: number[] }[] = [];
-    const meters = world.map(() => new CommMeter());
-    const results = await Promise.all(
-      world.map(async (w, r) => {
-        const d = new CollectiveExpertDispatch(w, owners, meters[r]!);
-        const { start, end } = d.share(n);
-        const m = end - start;
-        const rows = new Float32Array(m * width);
-        const ids = new Int32Array(m * used);
-        for (let t = start; t < end; t++) {
-          for (let i = 0; i < width; i++) rows[(t - start) * width + i] = t + i / 8;
-          ids.set(choice(t), (t - start) * used);
-        }
-        const y = await d.dispatch({ rows, ids, tokens: m, used, width }, (e, xs, out, count) => {
-          calls.push({
-            rank: r,
-            expert: e,
-            tokens: Array.from({ length: count }, (_, i) => xs[i * width] as number),
+for (const direct of [false, true])
+  test(`dispatch${direct ? ' (direct exchange)' : ''}: each expert runs once on every token routed to it, ascending; outputs come back to their tokens; bytes are metered`, async () => {
+    // 3 ranks, 6 experts (2 each), width 4; global tokens 0..6 (shares 3, 2, 2 -> see share()).
+    const size = 3;
+    const width = 4;
+    const used = 2;
+    const owners = Int32Array.of(0, 0, 1, 1, 2, 2);
+    const n = 7;
+    // token t goes to experts (t % 6) and ((t * 5 + 1) % 6), distinct for every t here
+    const choice = (t: number): number[] => [t % 6, (t * 5 + 1) % 6];
+    const world = await createLocalWorld(size, { timeoutMs: 10_000 });
+    const ex = await exchanges(world, direct);
+    try {
+      const calls: { rank: number; expert: number; tokens: number[] }[] = [];
+      const meters = world.map(() => new CommMeter());
+      const results = await Promise.all(
+        world.map(async (w, r) => {
+          const d = new CollectiveExpertDispatch(w, owners, meters[r]!, ex[r]);
+          const { start, end } = d.share(n);
+          const m = end - start;
+          const rows = new Float32Array(m * width);
+          const ids = new Int32Array(m * used);
+          for (let t = start; t < end; t++) {
+            for (let i = 0; i < width; i++) rows[(t - start) * width + i] = t + i / 8;
+            ids.set(choice(t), (t - start) * used);
+          }
+          const y = await d.dispatch({ rows, ids, tokens: m, used, width }, (e, xs, out, count) => {
+            calls.push({
+              rank: r,
+              expert: e,
+              tokens: Array.from({ length: count }, (_, i) => xs[i * width] as number),
+            });
+            for (let i = 0; i < count * width; i++) out[i] = (xs[i] as number) * 10 + e;
           });
-          for (let i = 0; i < count * width; i++) out[i] = (xs[i] as number) * 10 + e;
-        });
-        return { start, end, y: Float32Array.from(y), ids };
-      }),
-    );
-    assert.deepEqual(
-      results.map((r) => [r.start, r.end]),
-      [
-        [0, 3],
-        [3, 5],
-        [5, 7],
-      ],
-    );
-    for (let e = 0; e < 6; e++) {
-      const mine = calls.filter((c) => c.expert === e);
-      const want = Array.from({ length: n }, (_, t) => t).filter((t) => choice(t).includes(e));
-      assert.equal(mine.length, want.length > 0 ? 1 : 0, `expert ${e} runs once`);
-      if (want.length > 0) {
-        assert.equal(mine[0]!.rank, owners[e], `expert ${e} runs on its owner`);
-        assert.deepEqual(mine[0]!.tokens, want, `expert ${e} gets its tokens in ascending order`);
+          return { start, end, y: Float32Array.from(y), ids };
+        }),
+      );
+      assert.deepEqual(
+        results.map((r) => [r.start, r.end]),
+        [
+          [0, 3],
+          [3, 5],
+          [5, 7],
+        ],
+      );
+      for (let e = 0; e < 6; e++) {
+        const mine = calls.filter((c) => c.expert === e);
+        const want = Array.from({ length: n }, (_, t) => t).filter((t) => choice(t).includes(e));
+        assert.equal(mine.length, want.length > 0 ? 1 : 0, `expert ${e} runs once`);
+        if (want.length > 0) {
+          assert.equal(mine[0]!.rank, owners[e], `expert ${e} runs on its owner`);
+          assert.deepEqual(mine[0]!.tokens, want, `expert ${e} gets its tokens in ascending order`);
+        }
       }
-    }
-    let remoteOut = [0, 0, 0];
-    let remoteBack = [0, 0, 0];
-    for (const [r, res] of results.entries()) {
-      for (let t = res.start; t < res.end; t++) {
-        for (let j = 0; j < used; j++) {
-          const e = res.ids[(t - res.start) * used + j] as number;
-          for (let i = 0; i < width; i++)
-            assert.equal(
-              res.y[((t - res.start) * used + j) * width + i],
-              Math.fround(Math.fround(t + i / 8) * 10 + e),
-            );
-          if (owners[e] !== r) {
-            remoteOut = remoteOut.map((v, k) => (k === r ? v + 1 : v));
-            remoteBack = remoteBack.map((v, k) => (k === owners[e] ? v + 1 : v));
+      let remoteOut = [0, 0, 0];
+      let remoteBack = [0, 0, 0];
+      for (const [r, res] of results.entries()) {
+        for (let t = res.start; t < res.end; t++) {
+          for (let j = 0; j < used; j++) {
+            const e = res.ids[(t - res.start) * used + j] as number;
+            for (let i = 0; i < width; i++)
+              assert.equal(
+                res.y[((t - res.start) * used + j) * width + i],
+                Math.fround(Math.fround(t + i / 8) * 10 + e),
+              );
+            if (owners[e] !== r) {
+              remoteOut = remoteOut.map((v, k) => (k === r ? v + 1 : v));
+              remoteBack = remoteBack.map((v, k) => (k === owners[e] ? v + 1 : v));
+            }
           }
         }
       }
+      // counts to every peer, then rows out and outputs back: only a peer's own through the
+      // all-to-all; all of them, padded to the largest rank's, to every peer through the exchange
+      const mostOut = Math.max(...remoteOut);
+      const mostBack = Math.max(...remoteBack);
+      for (let r = 0; r < size; r++)
+        assert.equal(
+          meters[r]!.bytes,
+          4 * size * (size - 1) +
+            (direct
+              ? 4 * (size - 1) * ((width + 1) * mostOut + width * mostBack)
+              : 4 * (width + 1) * remoteOut[r]! + 4 * width * remoteBack[r]!),
+          `rank ${r}: counts, rows sent and outputs returned`,
+        );
+    } finally {
+      await Promise.all(ex.map((e) => e?.close()));
+      await Promise.all(world.map((w) => w.close()));
     }
-    // counts to every peer, then rows out and outputs back: only a peer's own, by all-to-all
-    for (let r = 0; r < size; r++)
-      assert.equal(
-        meters[r]!.bytes,
-        4 * size * (size - 1) + 4 * (width + 1) * remoteOut[r]! + 4 * width * remoteBack[r]!,
-        `rank ${r}: counts, rows sent and outputs returned`,
-      );
-  } finally {
-    await Promise.all(world.map((w) => w.close()));
-  }
-});
+  });
 
 test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE / COLL_ABORTED, never hang', async () => {
   const world = await createLocalWorld(2, { timeoutMs: 20_000 });

@@ -3,6 +3,7 @@ import type { ExpertDispatch, ExpertRequest, RunExpert } from '../engine/model/c
 import { TandemError } from '../errors/index.js';
 import type { ParallelPlan } from './plan.js';
 import type { CommMeter } from './shard-comm.js';
+import type { TpExchange } from './tp-exchange.js';
 
 /**
  * Which rank of its expert-parallel group holds each routed expert (indexed by expert id),
@@ -31,7 +32,12 @@ export function expertOwners(plan: ParallelPlan, stage: number): Int32Array | un
  *    came, so the sender knows each one's (token, expert) without ids.
  *
  * Steps 2 and 3 are skipped when no rank has a row for another (every rank knows). They run
- * through the communicator's all-to-all (only the rows for a peer go to it).
+ * through the communicator's all-to-all (only the rows for a peer go to it), or, when the
+ * group has a direct exchange (shm nodes) and the largest part fits its chunk, through the
+ * exchange: each rank writes all its outgoing rows, padded to the group's largest, to every
+ * peer in one RDMA write, and each peer keeps the rows addressed to it. That is the same
+ * bytes as an all-to-all on 2 ranks and up to (size - 1) x on more, for a fraction of the
+ * router's latency.
  *
  * A sender orders its rows by expert, then token, and the shares are contiguous in rank
  * order; so a receiver that takes, per expert, the rows of rank 0, then rank 1, ... runs the
@@ -52,6 +58,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     private readonly comm: Communicator,
     private readonly owners: Int32Array,
     private readonly meter: CommMeter,
+    private readonly exchange?: TpExchange,
   ) {
     const held = [...owners.keys()].filter((e) => (owners[e] as number) >= 0);
     this.byOwner = Int32Array.from(
@@ -136,17 +143,25 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   private fail(message: string, o: { hint: string; details: Record<string, unknown> }): TandemError {
     const e = new TandemError('PAR_EXCHANGE', message, o);
     this.comm.abort(message);
+    this.exchange?.abort(message);
     return e;
   }
 
   /** Collective: every rank's rows per destination; [s * size + d] is what rank s sends rank d. */
   private async gatherCounts(sendRows: number[]): Promise<Int32Array> {
     const size = this.comm.size;
-    const all = new Int32Array(size * size);
-    await this.meter.time(
-      4 * size * (size - 1),
-      this.comm.allGather(Int32Array.from(sendRows), { out: all }),
-    );
+    const ex = this.exchange;
+    const bytes = 4 * size * (size - 1);
+    let all: Int32Array;
+    if (ex) {
+      const got = new Float32Array(size * size);
+      await this.meter.time(bytes, ex.allGather(Float32Array.from(sendRows), got));
+      all = Int32Array.from(got);
+      if (got.some((c, i) => c !== all[i])) all.fill(-1); // not integers: rejected below
+    } else {
+      all = new Int32Array(size * size);
+      await this.meter.time(bytes, this.comm.allGather(Int32Array.from(sendRows), { out: all }));
+    }
     const bad = all.findIndex((c) => c < 0 || c > MAX_ROWS);
     if (bad >= 0) {
       throw this.fail(`rank ${Math.floor(bad / size)} announced ${all[bad]} rows for rank ${bad % size}`, {
@@ -178,8 +193,34 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     }
     const ownAt = sendCounts.slice(0, rank).reduce((a, b) => a + b, 0);
     if (most === 0) return send.subarray(ownAt, ownAt + (sendCounts[rank] as number));
-    const bytes = 4 * sendCounts.reduce((a, c, d) => a + (d === rank ? 0 : c), 0);
-    return (await this.meter.time(bytes, this.comm.allToAll(send, sendCounts, recvCounts))) as Float32Array;
+    const ex = this.exchange;
+    if (!ex || most * per > ex.chunk) {
+      const bytes = 4 * sendCounts.reduce((a, c, d) => a + (d === rank ? 0 : c), 0);
+      return (await this.meter.time(bytes, this.comm.allToAll(send, sendCounts, recvCounts))) as Float32Array;
+    }
+    // Through the direct exchange: this rank's outgoing rows (destination order, its own left
+    // out) padded to `most`, written to every peer; each keeps its own part.
+    const part = most * per;
+    const mine = new Float32Array(part);
+    for (let d = 0, from = 0, at = 0; d < size; from += sendCounts[d]!, d++) {
+      if (d === rank) continue;
+      mine.set(send.subarray(from, from + (sendCounts[d] as number)), at);
+      at += sendCounts[d] as number;
+    }
+    const all = new Float32Array(size * part);
+    await this.meter.time(4 * part * (size - 1), ex.allGather(mine, all));
+    const recv = new Float32Array(recvCounts.reduce((a, b) => a + b, 0));
+    for (let s = 0, at = 0; s < size; at += recvCounts[s]!, s++) {
+      const n = recvCounts[s] as number;
+      if (s === rank) {
+        recv.set(send.subarray(ownAt, ownAt + n), at);
+        continue;
+      }
+      let skip = 0; // rows s wrote before those for this rank
+      for (let d = 0; d < rank; d++) if (d !== s) skip += rows(s, d) * per;
+      recv.set(all.subarray(s * part + skip, s * part + skip + n), at);
+    }
+    return recv;
   }
 
   /**

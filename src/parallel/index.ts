@@ -21,3 +21,4 @@ export {
   type RankResult,
 } from './runner.js';
 export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
+export { TpExchange, exchangeBufferBytes, usesDirectExchange, type TpExchangeOptions } from './tp-exchange.js';

@@ -4,6 +4,7 @@ import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from '../engine/m
 import { linkBufferBytes } from '../collectives/router.js';
 import { fabricFootprint, type ProviderName } from '../fabric/index.js';
 import type { ParallelPlan } from './plan.js';
+import { exchangeBufferBytes, usesDirectExchange } from './tp-exchange.js';
 
 export interface MemoryOptions {
   /** Positions of KV cache per sequence (default the model's context length). */
@@ -80,14 +81,17 @@ export function shardBytes(
 
 /**
  * Bytes of a node's communication buffers in a plan over `provider`: its fabric device and
- * one connection and one pair of slot regions per other node (the world is a full mesh;
- * tensor-parallel groups are sub-communicators on the same links). Kernel socket buffers
- * are not counted.
+ * one connection and one pair of slot regions per other node (the world is a full mesh),
+ * and, where groups use the direct exchange, a second device with a connection per group
+ * peer and the exchange's inboxes and outbox. Kernel socket buffers are not counted.
  */
-export function commBytes(plan: Pick<ParallelPlan, 'nodes'>, provider: ProviderName): number {
+export function commBytes(plan: Pick<ParallelPlan, 'nodes' | 'tpSize'>, provider: ProviderName): number {
   if (plan.nodes <= 1) return 0;
   const fab = fabricFootprint(provider);
-  return fab.device + (plan.nodes - 1) * (fab.perConnection + linkBufferBytes());
+  let bytes = fab.device + (plan.nodes - 1) * (fab.perConnection + linkBufferBytes());
+  if (usesDirectExchange(provider) && plan.tpSize > 1)
+    bytes += fab.device + (plan.tpSize - 1) * fab.perConnection + exchangeBufferBytes(plan.tpSize);
+  return bytes;
 }
 
 /** Bytes of the whole model on one node (same accounting). */

@@ -26,14 +26,26 @@ async function distributed(
   plan: ParallelPlan,
   wire: WireFormat = 'f32',
   logits: 'full' | 'argmax' = 'full',
+  direct = false,
 ): Promise<RankResult[]> {
   const world = await createLocalWorld(plan.nodes, { timeoutMs: 10_000 });
+  const exchange = direct
+    ? { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 10_000 }
+    : undefined;
   const ranks = await Promise.all(
-    world.map((w) => loadRank({ file, kernels, plan, world: w, wire, logits })),
+    world.map((w) =>
+      loadRank({ file, kernels, plan, world: w, wire, logits, ...(exchange ? { exchange } : {}) }),
+    ),
   );
   try {
+    if (direct)
+      assert.ok(
+        ranks.every((r) => (r.exchange !== undefined) === r.group.size > 1),
+        'tensor-parallel groups use the direct exchange',
+      );
     return await Promise.all(ranks.map((ctx) => generateOnRank(ctx, prompt, { maxTokens: steps })));
   } finally {
+    await Promise.all(ranks.map((r) => r.exchange?.close()));
     await Promise.all(world.map((w) => w.close()));
   }
 }
@@ -48,12 +60,15 @@ const models: [string, TinyModelOptions][] = [
   ],
 ];
 
-const layouts: [ParallelKind, number, (number | undefined)?][] = [
+// The fourth field: tensor-parallel groups exchange partial sums over the fabric directly (TpExchange).
+const layouts: [ParallelKind, number, (number | undefined)?, boolean?][] = [
   ['tp', 2],
-  ['tp', 3],
+  ['tp', 2, undefined, true],
+  ['tp', 3, undefined, true],
   ['pp', 2],
   ['pp', 3],
   ['hybrid', 4, 2],
+  ['hybrid', 4, 2, true],
 ];
 
 for (const [name, options] of models) {
@@ -61,13 +76,19 @@ for (const [name, options] of models) {
     const file = tinyModelFile(options);
     const expected = await single(file);
     const model = await Model.load(file, kernels);
-    const kinds: [ParallelKind, number, (number | undefined)?][] =
-      model.config.expertCount > 0 ? [...layouts, ['ep', 2], ['ep', 3], ['ep', 4]] : layouts;
-    for (const [kind, nodes, tpSize] of kinds) {
+    const kinds: [ParallelKind, number, (number | undefined)?, boolean?][] =
+      model.config.expertCount > 0
+        ? [...layouts, ['ep', 2], ['ep', 3, undefined, true], ['ep', 4, undefined, true]]
+        : layouts;
+    for (const [kind, nodes, tpSize, direct] of kinds) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes, ...(tpSize ? { tpSize } : {}) });
-      const results = await distributed(file, plan, 'f32', 'full');
+      const results = await distributed(file, plan, 'f32', 'full', direct);
       for (const r of results)
-        assert.deepEqual(r.tokens, expected, `${kind} on ${nodes} nodes, rank ${r.metrics.rank}`);
+        assert.deepEqual(
+          r.tokens,
+          expected,
+          `${kind} on ${nodes} nodes${direct ? ' (direct)' : ''}, rank ${r.metrics.rank}`,
+        );
       if (nodes > 1)
         assert.ok(
           results.some((r) => r.metrics.wireBytesPerToken > 0),
@@ -84,6 +105,7 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
   const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 2 });
   const argmax = await distributed(file, tp, 'f32', 'argmax');
   for (const r of argmax) assert.deepEqual(r.tokens, expected);
+  for (const r of await distributed(file, tp, 'f32', 'argmax', true)) assert.deepEqual(r.tokens, expected);
   const full = await distributed(file, tp, 'f32', 'full');
   assert.ok(
     argmax[0]!.metrics.wireBytesPerToken < full[0]!.metrics.wireBytesPerToken,
@@ -92,7 +114,7 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
   for (const wire of ['f16', 'q8'] as const) {
     for (const kind of ['tp', 'pp'] as const) {
       const plan = buildPlan(model.config, file.tensors, { kind, nodes: 2 });
-      const results = await distributed(file, plan, wire, 'full');
+      const results = await distributed(file, plan, wire, 'full', kind === 'tp');
       assert.equal(results[0]!.tokens.length, steps);
       for (const r of results) assert.deepEqual(r.tokens, results[0]!.tokens, `${wire} ${kind}: ranks agree`);
     }
@@ -100,11 +122,54 @@ test('argmax logits exchange and f16/q8 wires still decode greedily on every ran
     const moe = tinyModelFile(models[2]![1]);
     const moeConfig = (await Model.load(moe, kernels)).config;
     const ep = buildPlan(moeConfig, moe.tensors, { kind: 'ep', nodes: 3 });
-    const epResults = await distributed(moe, ep, wire, 'full');
+    const epResults = await distributed(moe, ep, wire, 'full', true);
     assert.equal(epResults[0]!.tokens.length, steps);
     for (const r of epResults) assert.deepEqual(r.tokens, epResults[0]!.tokens, `${wire} ep: ranks agree`);
+    // The communicator path (tcp nodes) rounds and sums exactly as the direct exchange (shm nodes).
+    const tp = buildPlan(model.config, file.tensors, { kind: 'tp', nodes: 3 });
+    const prompt2 = { prompt: [5, 6, 7], maxTokens: 12 };
+    const viaExchange = await distributedWith(file, tp, wire, true, prompt2);
+    const viaComm = await distributedWith(file, tp, wire, false, prompt2);
+    assert.deepEqual(viaComm.logits, viaExchange.logits, `${wire}: same logits both ways`);
   }
 });
+
+/** Greedy run on every rank recording rank 0's logits at every step. */
+async function distributedWith(
+  file: ModelFile,
+  plan: ParallelPlan,
+  wire: WireFormat,
+  direct: boolean,
+  o: { prompt: number[]; maxTokens: number },
+): Promise<{ logits: number[][] }> {
+  const world = await createLocalWorld(plan.nodes, { timeoutMs: 10_000 });
+  const exchange = direct
+    ? { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 10_000 }
+    : undefined;
+  const ranks = await Promise.all(
+    world.map((w) => loadRank({ file, kernels, plan, world: w, wire, ...(exchange ? { exchange } : {}) })),
+  );
+  const logits: number[][] = [];
+  try {
+    await Promise.all(
+      ranks.map((ctx, r) =>
+        generateOnRank(ctx, o.prompt, {
+          maxTokens: o.maxTokens,
+          pick: (l) => {
+            if (r === 0) logits.push([...l]);
+            let best = 0;
+            for (let i = 1; i < l.length; i++) if ((l[i] as number) > (l[best] as number)) best = i;
+            return best;
+          },
+        }),
+      ),
+    );
+    return { logits };
+  } finally {
+    await Promise.all(ranks.map((r) => r.exchange?.close()));
+    await Promise.all(world.map((w) => w.close()));
+  }
+}
 
 test('plans split heads by KV group, FFN by quantisation blocks, experts whole, layers by stage', () => {
   const file = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 5, heads: 4, kvHeads: 2 });

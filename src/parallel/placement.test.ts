@@ -80,13 +80,13 @@ test('byte sizes parse with binary suffixes', () => {
   assert.equal(parseBytes('lots'), undefined);
 });
 
-test('communication buffers count against the limit: shm needs its rings, tcp far less', () => {
-  const shm = commBytes({ nodes: 2 }, 'shm');
-  const tcp = commBytes({ nodes: 2 }, 'tcp');
-  assert.equal(commBytes({ nodes: 1 }, 'shm'), 0, 'one node has no links');
+test('communication buffers count against the limit: shm needs its rings and the direct exchange, tcp far less', () => {
+  const shm = commBytes({ nodes: 2, tpSize: 2 }, 'shm');
+  const tcp = commBytes({ nodes: 2, tpSize: 2 }, 'tcp');
+  assert.equal(commBytes({ nodes: 1, tpSize: 1 }, 'shm'), 0, 'one node has no links');
   assert.ok(shm > tcp && tcp > 0, `shm ${shm} B, tcp ${tcp} B`);
-  // a link to every other node
-  assert.ok(commBytes({ nodes: 3 }, 'shm') > shm);
+  // pipeline stages have groups of one: no direct exchange, only the world's links
+  assert.ok(commBytes({ nodes: 2, tpSize: 1 }, 'shm') < shm);
   const bare = placeModel(m, [{}, {}], { kind: 'tp', ...o });
   const limit = Math.max(...bare.bytes) + tcp;
   const overTcp = placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', provider: 'tcp', ...o });
@@ -99,7 +99,7 @@ test('communication buffers count against the limit: shm needs its rings, tcp fa
 });
 
 test('pipeline layers move off a node over its limit when the limit also holds the buffers', () => {
-  const tcp = commBytes({ nodes: 2 }, 'tcp');
+  const tcp = commBytes({ nodes: 2, tpSize: 1 }, 'tcp');
   const limit = Math.floor(total * 0.45) + tcp;
   const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: limit }], { kind: 'pp', provider: 'tcp', ...o });
   const layers = small.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start);

@@ -41,8 +41,8 @@ function fits(bytes: readonly number[], nodes: readonly NodeSpec[]): boolean {
   return bytes.every((b, r) => b <= (nodes[r]?.memLimit ?? Infinity));
 }
 
-function comm(nodes: number, o: PlaceOptions): number {
-  return o.provider ? commBytes({ nodes }, o.provider) : 0;
+function comm(nodes: number, tpSize: number, o: PlaceOptions): number {
+  return o.provider ? commBytes({ nodes, tpSize }, o.provider) : 0;
 }
 
 function sizes(m: ModelInfo, plan: ParallelPlan, buffers: number, o: PlaceOptions): number[] {
@@ -71,7 +71,7 @@ function stageCounts(
     stageLayers: counts,
   });
   // Per-stage bytes are affine in the layer count: fixed part (embed, head, buffers) + layers x per-layer part.
-  const buffers = comm(nodes.length, o);
+  const buffers = comm(nodes.length, tpSize, o);
   const cap = Array.from({ length: stages }, (_, s) => {
     let best = Infinity;
     for (let t = 0; t < tpSize; t++) {
@@ -113,7 +113,7 @@ function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): Pl
   } else {
     plan = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length });
   }
-  const buffers = comm(plan.nodes, o);
+  const buffers = comm(plan.nodes, plan.tpSize, o);
   const bytes = sizes(m, plan, buffers, o);
   return fits(bytes, nodes) ? { plan, bytes, totalBytes: total, commBytes: buffers } : undefined;
 }
@@ -150,7 +150,7 @@ export function placeModel(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOpt
   if (got) return got;
   const tpSize = o.kind === 'pp' ? 1 : o.kind === 'hybrid' ? (o.tpSize ?? 2) : nodes.length;
   const even = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length, tpSize });
-  const buffers = comm(even.nodes, o);
+  const buffers = comm(even.nodes, even.tpSize, o);
   const need = sizes(m, even, buffers, o);
   const total = shardBytes(m.config, m.tensors, fullShard(m.config), o);
   const limits = nodes.map((n) => (n.memLimit === undefined ? 'unlimited' : formatBytes(n.memLimit)));

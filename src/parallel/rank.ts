@@ -7,6 +7,8 @@ import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
 import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
+import type { ProviderName } from '../fabric/index.js';
+import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
 export interface LoadRankOptions {
@@ -18,9 +20,14 @@ export interface LoadRankOptions {
   wire?: WireFormat;
   /** `argmax` when decoding greedily: the vocabulary-parallel head then exchanges 8 bytes per rank. */
   logits?: 'full' | 'argmax';
+  /**
+   * Tensor-parallel groups of more than one rank exchange their partial sums directly over
+   * the fabric (see TpExchange) rather than through the communicator's router.
+   */
+  exchange?: { provider: ProviderName; host: string; secret: string; timeoutMs?: number; spin?: boolean | number };
 }
 
-export type LoadedRank = RankContext & { group: Communicator };
+export type LoadedRank = RankContext & { group: Communicator; exchange?: TpExchange };
 
 /**
  * Collective over `world`: splits it into tensor-parallel groups (one per pipeline stage)
@@ -36,14 +43,32 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
     o.plan.tpSize === o.plan.nodes ? o.world : ((await o.world.split(me.stage, me.tpRank)) as Communicator);
   const meter = new CommMeter();
   const wire = o.wire ?? 'f32';
-  const owners = expertOwners(o.plan, me.stage);
-  const comm = new CollectiveShardComm(group, {
-    wire,
-    reducesPerForward: 2 * (me.shard.layers.end - me.shard.layers.start),
-    logits: o.logits ?? 'full',
-    meter,
-    ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter) } : {}),
-  });
-  const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
-  return { model, plan: o.plan, me, world: o.world, meter, wire, group, shardComm: comm };
+  const exchange =
+    o.exchange && group.size > 1 ? await TpExchange.connect({ group, wire, ...o.exchange }) : undefined;
+  try {
+    const owners = expertOwners(o.plan, me.stage);
+    const comm = new CollectiveShardComm(group, {
+      wire,
+      reducesPerForward: 2 * (me.shard.layers.end - me.shard.layers.start),
+      logits: o.logits ?? 'full',
+      meter,
+      ...(exchange ? { exchange } : {}),
+      ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter, exchange) } : {}),
+    });
+    const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
+    return {
+      model,
+      plan: o.plan,
+      me,
+      world: o.world,
+      meter,
+      wire,
+      group,
+      shardComm: comm,
+      ...(exchange ? { exchange } : {}),
+    };
+  } catch (e) {
+    await exchange?.close();
+    throw e;
+  }
 }

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
 import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
+import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
 
 /** Communication counters of one rank: bytes it sent and milliseconds it spent waiting on the group. */
@@ -46,10 +47,12 @@ export interface ShardCommOptions {
    */
   logits?: 'full' | 'argmax';
   meter?: CommMeter;
+  /** The group's direct exchange: all-reduces and the argmax head go through it when given. */
+  exchange?: TpExchange;
   /**
-   * All-reduces per forward pass of this shard (2 per layer). With an f16/q8 wire, each
+   * All-reduces per forward pass of this shard (2 per layer). With an f16/q8 exchange, each
    * rank's rounding error is fed into its next part within a forward pass (see
-   * gatherReduce); 0 turns that off.
+   * TpExchange.allReduceSum); 0 turns that off.
    */
   reducesPerForward?: number;
   /** Expert parallel: the MoE layers send tokens to their experts through it. */
@@ -70,6 +73,7 @@ export class CollectiveShardComm implements ShardComm {
   private gathered: Uint16Array | Int32Array | undefined;
   private own: Float32Array | undefined;
   private part: Float32Array | undefined;
+  private readonly exchange: TpExchange | undefined;
   private readonly perForward: number;
   private reduces = 0;
   private carry = new Float32Array(0);
@@ -83,6 +87,7 @@ export class CollectiveShardComm implements ShardComm {
     this.wire = o.wire ?? 'f32';
     this.logitsMode = o.logits ?? 'full';
     this.meter = o.meter ?? new CommMeter();
+    this.exchange = o.exchange;
     this.perForward = o.reducesPerForward ?? 0;
     this.experts = o.experts;
   }
@@ -105,6 +110,12 @@ export class CollectiveShardComm implements ShardComm {
   async allReduceSum(x: Float32Array): Promise<void> {
     const size = this.comm.size;
     if (size === 1) return;
+    const ex = this.exchange;
+    if (ex) {
+      await this.meter.time(0, ex.allReduceSum(x, this.carryFor(x)));
+      this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
+      return;
+    }
     if (this.wire !== 'f32') {
       await this.gatherReduce(x, this.carryFor(x));
       return;
@@ -114,8 +125,9 @@ export class CollectiveShardComm implements ShardComm {
   }
 
   /**
-   * f16/q8: each rank rounds its own part once (after adding its carried error), the rounded
-   * parts are gathered, and every rank sums all of them in rank order in f32. No partial sum is rounded again (a
+   * f16/q8 through the communicator, with the direct exchange's semantics: each rank rounds
+   * its own part once (after adding its carried error), the rounded parts are gathered, and
+   * every rank sums all of them in rank order in f32. No partial sum is rounded again (a
    * reduction on f16 or q8 data would round at every step), and every rank ends identical.
    */
   private async gatherReduce(x: Float32Array, carry: Float32Array | undefined): Promise<void> {
@@ -184,7 +196,11 @@ export class CollectiveShardComm implements ShardComm {
     mine[1] = start + best;
     if (this.bestAll.length !== 2 * size) this.bestAll = new Float32Array(2 * size);
     const all = this.bestAll;
-    await this.meter.time(8 * (size - 1), this.comm.allGather(mine, { out: all }));
+    const ex = this.exchange;
+    await this.meter.time(
+      8 * (size - 1),
+      ex ? ex.allGather(mine, all) : this.comm.allGather(mine, { out: all }).then(() => undefined),
+    );
     full.fill(-Infinity);
     for (let r = 0; r < size; r++) full[all[2 * r + 1] as number] = all[2 * r] as number;
   }

@@ -88,7 +88,7 @@ for (const parallel of ['tp', 'pp'] as const) {
           (e) => {
             assert.ok(
               isTandemError(e) &&
-                ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED'].includes(e.code),
+                ['CLUSTER_NODE_LOST', 'COLL_PEER_LOST', 'COLL_ABORTED', 'PAR_PEER_LOST'].includes(e.code),
               `typed error, got ${String(e)}`,
             );
             return true;
