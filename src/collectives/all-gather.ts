@@ -1,5 +1,5 @@
 import type { DTypeArray } from '../kernels/dtype.js';
-import { laneChunks, ringAllGatherLane, ringLanes } from './all-reduce.js';
+import { laneChunks, MESH_WHOLE_MAX, ringAllGatherLane, ringLanes } from './all-reduce.js';
 import { chunkRanges, type Range } from './chunks.js';
 import { sub, type Call } from './call.js';
 import type { Tree } from './graph.js';
@@ -18,7 +18,14 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const mine = call.encode(sub(out, { offset: call.rank * count, count }));
   const steps = pairwiseSteps(call.size, call.rank);
   const sent = steps.map((s) => call.send(s.to, mine));
-  await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
+  const bytes = call.wireBytes(count);
+  if (bytes <= MESH_WHOLE_MAX) {
+    // small: as the mesh all-reduce, poll until every block is in, then take them whole
+    await call.takeAll(steps, () => bytes, (peer, payload) => {
+      call.copyFrom(sub(out, { offset: peer * count, count }), payload);
+      call.release(payload);
+    });
+  } else await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
   await call.driveAll(sent);
 }
 

@@ -15,12 +15,12 @@ import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } fr
 
 /**
  * Mesh parts up to this size are taken whole; larger ones stream into scratch. Either way
- * the caller drives progress itself while it waits (Call.spinForAll, Call.driveAll), instead
+ * the caller drives progress itself while it waits (Call.takeAll, Call.driveAll), instead
  * of handing over to the pump through the event loop. 2 ranks over shm, p50 / mean: 8 KiB 5.9 / 9.6 us
  * whole, 7.7 / 11.8 us streamed; 32 KiB about even; 64 KiB streamed with the caller's spin
  * 12.7 / 20.7 us, without it 21.8 / 30.9 us.
  */
-const MESH_WHOLE_MAX = 16 * 1024;
+export const MESH_WHOLE_MAX = 16 * 1024;
 
 /** mesh: one step, everyone sends its whole vector to everyone; everyone folds ranks 0..n-1. */
 export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void> {
@@ -38,8 +38,8 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const from = new Array<Uint8Array | undefined>(size);
   if (call.spec.q8 || bytes <= MESH_WHOLE_MAX) {
     // small: drive progress here until every part is in, then take them whole
-    call.spinForAll();
-    for (const s of steps) from[s.from] = call.take(s.from, bytes) ?? (await call.recv(s.from, bytes));
+    const rest = call.takeAll(steps, () => bytes, (peer, payload) => (from[peer] = payload));
+    if (rest) await rest;
   } else {
     // large: each part streams from the receive slots into a kept scratch array (a whole
     // message received into a fresh buffer cost page faults on every call: 1 MiB took ~4 ms)

@@ -1,5 +1,6 @@
 import type { DTypeArray } from '../kernels/dtype.js';
 import type { Call } from './call.js';
+import { MESH_WHOLE_MAX } from './all-reduce.js';
 import { pairwiseSteps } from './schedules.js';
 
 /**
@@ -14,7 +15,15 @@ export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts:
   recv.set(send.subarray(sOff[rank], (sOff[rank] as number) + (sendCounts[rank] as number)), rOff[rank]);
   const steps = pairwiseSteps(size, rank);
   const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
-  await call.driveAll(steps.map((s) => call.recvCopy(s.from, recv.subarray(rOff[s.from], (rOff[s.from] as number) + (recvCounts[s.from] as number)))));
+  const into = (from: number): DTypeArray => recv.subarray(rOff[from], (rOff[from] as number) + (recvCounts[from] as number));
+  const bytes = (peer: number): number => call.wireBytes(recvCounts[peer] as number);
+  if (steps.every((s) => bytes(s.from) <= MESH_WHOLE_MAX)) {
+    // small: as the mesh all-reduce, poll until every part is in, then take them whole
+    await call.takeAll(steps, bytes, (peer, payload) => {
+      call.copyFrom(into(peer), payload);
+      call.release(payload);
+    });
+  } else await call.driveAll(steps.map((s) => call.recvCopy(s.from, into(s.from))));
   await call.driveAll(sent);
 }
 

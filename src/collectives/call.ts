@@ -5,6 +5,7 @@ import { copyBytes } from '../kernels/copy.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
+import type { PairwiseStep } from './schedules.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
 import { SENT, type Message, type Router, type Settled, type Sink } from './router.js';
 
@@ -172,6 +173,31 @@ export class Call {
       throw e;
     }
     return m.payload;
+  }
+
+  /**
+   * Small calls: one whole message from each step's `from` rank (`bytes(from)` long), handed
+   * to `use` in step order. Polls first until every other rank's message is in
+   * (spinForAll), so they are usually all taken at once: then it returns undefined, without
+   * a promise; else a promise for the rest. `use` may keep a payload; release() it when done.
+   */
+  takeAll(steps: readonly PairwiseStep[], bytes: (peer: number) => number, use: (peer: number, payload: Uint8Array) => void): Promise<void> | undefined {
+    this.spinForAll();
+    for (let i = 0; i < steps.length; i++) {
+      const peer = (steps[i] as PairwiseStep).from;
+      const payload = this.take(peer, bytes(peer));
+      if (payload === undefined) return this.takeRest(steps, i, bytes, use);
+      use(peer, payload);
+    }
+    return undefined;
+  }
+
+  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: (peer: number) => number, use: (peer: number, payload: Uint8Array) => void): Promise<void> {
+    for (let i = first; i < steps.length; i++) {
+      const peer = (steps[i] as PairwiseStep).from;
+      const n = bytes(peer);
+      use(peer, this.take(peer, n) ?? (await this.recv(peer, n)));
+    }
   }
 
   /** Hands back a payload from take/recv that nothing refers to any more (its buffer is reused). */
