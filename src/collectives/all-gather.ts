@@ -1,7 +1,7 @@
 import type { DTypeArray } from '../kernels/dtype.js';
-import { laneChunks, MESH_WHOLE_MAX, ringAllGatherLane, ringLanes } from './all-reduce.js';
+import { laneChunks, ringAllGatherLane, ringLanes } from './all-reduce.js';
 import { chunkRanges, type Range } from './chunks.js';
-import { sub, type Call } from './call.js';
+import { sub, WHOLE_MAX, type Call } from './call.js';
 import type { Tree } from './graph.js';
 import { pairwiseSteps } from './schedules.js';
 
@@ -19,7 +19,7 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const steps = pairwiseSteps(call.size, call.rank);
   const sent = steps.map((s) => call.send(s.to, mine));
   const bytes = call.wireBytes(count);
-  if (bytes <= MESH_WHOLE_MAX) {
+  if (bytes <= WHOLE_MAX) {
     // small: as the mesh all-reduce, poll until every block is in, then take them whole
     await call.takeAll(steps, () => bytes, (peer, payload) => {
       call.copyFrom(sub(out, { offset: peer * count, count }), payload);

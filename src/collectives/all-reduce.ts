@@ -2,7 +2,7 @@ import { bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
 import { q8BlockSize } from '../kernels/q8.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
-import { span, sub, type Call } from './call.js';
+import { span, sub, WHOLE_MAX, type Call } from './call.js';
 import { SENT } from './router.js';
 import type { Tree } from './graph.js';
 import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
@@ -12,15 +12,6 @@ import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } fr
  * folds the same operands in rank order (mesh), or one rank reduces each element in a fixed
  * order and the result is copied to the others (ring, rhd, tree).
  */
-
-/**
- * Mesh parts up to this size are taken whole; larger ones stream into scratch. Either way
- * the caller drives progress itself while it waits (Call.takeAll, Call.driveAll), instead
- * of handing over to the pump through the event loop. 2 ranks over shm, p50 / mean: 8 KiB 5.9 / 9.6 us
- * whole, 7.7 / 11.8 us streamed; 32 KiB about even; 64 KiB streamed with the caller's spin
- * 12.7 / 20.7 us, without it 21.8 / 30.9 us.
- */
-export const MESH_WHOLE_MAX = 16 * 1024;
 
 /** mesh: one step, everyone sends its whole vector to everyone; everyone folds ranks 0..n-1. */
 export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void> {
@@ -36,7 +27,7 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   // contributions by rank; this rank's own stays undefined
   const parts = new Array<DTypeArray | undefined>(size);
   const from = new Array<Uint8Array | undefined>(size);
-  if (call.spec.q8 || bytes <= MESH_WHOLE_MAX) {
+  if (call.spec.q8 || bytes <= WHOLE_MAX) {
     // small: drive progress here until every part is in, then take them whole
     const rest = call.takeAll(steps, () => bytes, (peer, payload) => (from[peer] = payload));
     if (rest) await rest;

@@ -1,6 +1,5 @@
 import type { DTypeArray } from '../kernels/dtype.js';
-import type { Call } from './call.js';
-import { MESH_WHOLE_MAX } from './all-reduce.js';
+import { WHOLE_MAX, type Call } from './call.js';
 import { pairwiseSteps } from './schedules.js';
 
 /**
@@ -17,7 +16,7 @@ export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts:
   const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
   const into = (from: number): DTypeArray => recv.subarray(rOff[from], (rOff[from] as number) + (recvCounts[from] as number));
   const bytes = (peer: number): number => call.wireBytes(recvCounts[peer] as number);
-  if (steps.every((s) => bytes(s.from) <= MESH_WHOLE_MAX)) {
+  if (steps.every((s) => bytes(s.from) <= WHOLE_MAX)) {
     // small: as the mesh all-reduce, poll until every part is in, then take them whole
     await call.takeAll(steps, bytes, (peer, payload) => {
       call.copyFrom(into(peer), payload);

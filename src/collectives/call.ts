@@ -15,6 +15,15 @@ export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];
 /** How long Call.drive polls for one send or receive before it leaves the wait to the pump. */
 const DRIVE_MS = 1;
 
+/**
+ * Mesh parts up to this size are taken whole (Call.takeAll); larger ones stream into their
+ * destination (Call.driveAll). Either way the caller drives progress itself while it waits,
+ * instead of handing over to the pump through the event loop. 2-rank all-reduce over shm,
+ * p50 / mean: 8 KiB 5.9 / 9.6 us whole, 7.7 / 11.8 us streamed; 32 KiB about even; 64 KiB
+ * streamed with the caller's spin 12.7 / 20.7 us, without it 21.8 / 30.9 us.
+ */
+export const WHOLE_MAX = 16 * 1024;
+
 /** What the algorithms need to know about the communicator they run on. */
 export interface CommCore {
   readonly rank: number;
@@ -122,7 +131,7 @@ export class Call {
   }
 
   /** Small calls: drives progress synchronously until every other rank has sent (bounded). */
-  spinForAll(budgetMs = 0.2): boolean {
+  private spinForAll(budgetMs = 0.2): boolean {
     return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs);
   }
 
@@ -164,7 +173,7 @@ export class Call {
   }
 
   /** The next message of this call from `peer` if it is already here whole (see spinForAll), else undefined. */
-  take(peer: number, bytes: number, lane = 0, step = 0): Uint8Array | undefined {
+  private take(peer: number, bytes: number, lane = 0, step = 0): Uint8Array | undefined {
     const m = this.comm.router.take(this.comm.commId, this.spec.channel, this.comm.members[peer] as number, lane);
     if (m === undefined) return undefined;
     const e = this.mismatch(m.header, peer, bytes, step);
