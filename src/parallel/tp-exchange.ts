@@ -17,6 +17,7 @@ import { copyBytes } from '../kernels/copy.js';
 import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
+import { loadNativeReduce, reduceFast } from '../kernels/reduce-native.js';
 import type { WireFormat } from './wire.js';
 
 /**
@@ -154,6 +155,7 @@ export class TpExchange {
     const wire = o.wire ?? 'f32';
     const timeoutMs = o.timeoutMs ?? 30_000;
     const slotBytes = exchangeSlotBytes(chunk);
+    await loadNativeReduce();
     const device = await openDevice(o.provider);
     let listener: Listener | undefined;
     const qps: QueuePair[] = [];
@@ -391,10 +393,21 @@ export class TpExchange {
     }
   }
 
-  /** x = sum over ranks in rank order of each part (own part rounded like the others). */
+  /**
+   * x = sum over ranks in rank order of each part (own part rounded like the others), added
+   * by the native reduce kernel (a 1 MiB part: ~0.5 ms in a TypeScript loop). On ranks 0 and
+   * 1 with the exact f32 wire, x already holds this rank's part and the others are added to
+   * it in place: p1 + p0 is bit for bit p0 + p1 (IEEE addition commutes), so the sum is the
+   * same as every other rank's without copying x first.
+   */
   private sum(x: Float32Array, wire: WireFormat, carry?: Float32Array): void {
     const n = x.length;
     const slot = (this.seq - 1) & 1;
+    if (wire === 'f32' && this.rank <= 1) {
+      for (let r = 0; r < this.size; r++)
+        if (r !== this.rank) reduceFast('sum', 'f32', x, this.inViews[r]![slot]!.f32.subarray(0, n));
+      return;
+    }
     const own = this.own.subarray(0, n);
     this.decode(this.outViews[slot]!, own, x, wire);
     if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
@@ -402,7 +415,7 @@ export class TpExchange {
     for (let r = 0; r < this.size; r++) {
       const src = r === this.rank ? own : this.decode(this.inViews[r]![slot]!, part, undefined, wire);
       if (r === 0) copyBytes(bytesOf(x), 0, bytesOf(src));
-      else for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (src[i] as number);
+      else reduceFast('sum', 'f32', x, src);
     }
   }
 
