@@ -47,32 +47,26 @@ export function benchPrompt(n: number, vocab: number): number[] {
   return Array.from({ length: n }, (_, i) => 1 + ((i * 7919 + 13) % (vocab - 1)));
 }
 
-async function measure(
-  session: ClusterSession,
-  prompt: number[],
-  tokens: number,
-  repeat: number,
-): Promise<ClusterResult> {
-  // Warm-up: compiles the hot paths on every node before the timed runs.
-  await session.generate({ prompt: prompt.slice(0, 8), maxTokens: 4 });
-  let best = await session.generate({ prompt, maxTokens: tokens });
-  for (let i = 1; i < repeat; i++) {
-    const r = await session.generate({ prompt, maxTokens: tokens });
-    best = {
-      ...best,
-      ttftMs: Math.min(best.ttftMs, r.ttftMs),
-      prefillTokS: Math.max(best.prefillTokS, r.prefillTokS),
-      decodeTokS: Math.max(best.decodeTokS, r.decodeTokS),
-      // comm share and bytes of the run with the best decode
-      nodes: r.decodeTokS > best.decodeTokS ? r.nodes : best.nodes,
-    };
-  }
-  return best;
+/** The better of two results: highest tokens/s, lowest TTFT; comm share and bytes of the better decode. */
+function best(a: ClusterResult | undefined, r: ClusterResult): ClusterResult {
+  if (a === undefined) return r;
+  return {
+    ...a,
+    ttftMs: Math.min(a.ttftMs, r.ttftMs),
+    prefillTokS: Math.max(a.prefillTokS, r.prefillTokS),
+    decodeTokS: Math.max(a.decodeTokS, r.decodeTokS),
+    nodes: r.decodeTokS > a.decodeTokS ? r.nodes : a.nodes,
+  };
 }
 
 /**
  * Runs the same prompt on one node and on `nodes` nodes (local processes, `threads` each)
  * and returns both rows, the second with its speedups over the first.
+ *
+ * The single-node reference runs in a node process of its own (N + 1 processes), loaded
+ * side by side with the N-node split, and the timed runs alternate between the two. On a
+ * machine whose speed drifts (a shared VM), both figures then come from the same minutes:
+ * run one after the other, a drift between them went straight into the speedup.
  */
 export async function benchCluster(o: BenchClusterOptions): Promise<BenchClusterRow[]> {
   const progress = o.onProgress ?? (() => {});
@@ -80,74 +74,55 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
   const wire = o.wire ?? 'f32';
   const promptTokens = o.promptTokens ?? 128;
   const tokens = o.tokens ?? 32;
+  const repeat = Math.max(1, o.repeat ?? 3);
   const agreementSteps = o.agreementSteps ?? (wire === 'f32' ? 0 : 256);
-  progress(`starting ${o.nodes} local node(s), ${o.threads ?? 1} thread(s) each`);
-  const local = await launchLocalNodes(o.nodes, { secret, threads: o.threads ?? 1, once: false });
-  const rows: BenchClusterRow[] = [];
+  progress(`starting ${o.nodes} local node(s) and a single-node reference, ${o.threads ?? 1} thread(s) each`);
+  const local = await launchLocalNodes(o.nodes + 1, { secret, threads: o.threads ?? 1, once: false });
+  const sessions: ClusterSession[] = [];
   try {
     const hosts = local.addresses.map((address) => ({ address }));
-    const runOn = async (
-      n: number,
-    ): Promise<{ result: ClusterResult; agreement?: number; reference?: number[] }> => {
-      const session = await ClusterSession.connect(hosts.slice(0, n), secret);
-      try {
-        progress(
-          `loading ${o.model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
-        );
-        const placement = await session.load({
-          model: o.model,
-          parallel: n > 1 ? o.parallel : 'tp',
-          provider: o.provider,
-          greedy: true,
-          wire: n > 1 ? wire : 'f32',
-          ...(o.tpSize ? { tpSize: o.tpSize } : {}),
-          contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8,
-        });
-        const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
-        const prompt = benchPrompt(promptTokens, vocab);
-        progress(
-          `running ${promptTokens} prompt + ${tokens} decoded tokens on ${n} node(s), best of ${Math.max(1, o.repeat ?? 3)}`,
-        );
-        const result = await measure(session, prompt, tokens, Math.max(1, o.repeat ?? 3));
-        if (agreementSteps === 0) return { result };
-        if (n === 1)
-          return {
-            result,
-            reference: (await session.generate({ prompt, maxTokens: agreementSteps })).tokens,
-          };
-        return { result, reference: [] };
-      } finally {
-        session.close();
-      }
+    const open = async (n: number): Promise<{ session: ClusterSession; prompt: number[] }> => {
+      const session = await ClusterSession.connect(
+        n === 1 ? hosts.slice(o.nodes) : hosts.slice(0, n),
+        secret,
+      );
+      sessions.push(session);
+      progress(
+        `loading ${o.model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
+      );
+      const placement = await session.load({
+        model: o.model,
+        parallel: n > 1 ? o.parallel : 'tp',
+        provider: o.provider,
+        greedy: true,
+        wire: n > 1 ? wire : 'f32',
+        ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+        contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8,
+      });
+      const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
+      const prompt = benchPrompt(promptTokens, vocab);
+      // Warm-up: compiles the hot paths on every node before the timed runs.
+      await session.generate({ prompt: prompt.slice(0, 8), maxTokens: 4 });
+      return { session, prompt };
     };
-    const one = await runOn(1);
-    const many = await runOn(o.nodes);
+    const one = await open(1);
+    const many = await open(o.nodes);
+    let oneBest: ClusterResult | undefined;
+    let manyBest: ClusterResult | undefined;
+    for (let i = 0; i < repeat; i++) {
+      progress(
+        `run ${i + 1} of ${repeat}: ${promptTokens} prompt + ${tokens} decoded tokens on 1 node, then on ${o.nodes}`,
+      );
+      oneBest = best(oneBest, await one.session.generate({ prompt: one.prompt, maxTokens: tokens }));
+      manyBest = best(manyBest, await many.session.generate({ prompt: many.prompt, maxTokens: tokens }));
+    }
     let agreement: number | undefined;
-    if (agreementSteps > 0 && one.reference) {
-      const session = await ClusterSession.connect(hosts, secret);
-      try {
-        progress(`measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire})`);
-        const placement = await session.load({
-          model: o.model,
-          parallel: o.parallel,
-          provider: o.provider,
-          greedy: true,
-          wire,
-          ...(o.tpSize ? { tpSize: o.tpSize } : {}),
-          contextLength: promptTokens + agreementSteps + 8,
-        });
-        const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
-        const forced = one.reference;
-        const r = await session.generate({
-          prompt: benchPrompt(promptTokens, vocab),
-          maxTokens: agreementSteps,
-          forced,
-        });
-        const predicted = r.predicted ?? [];
-        agreement = predicted.filter((t, i) => t === forced[i]).length / forced.length;
-      } finally {
-        session.close();
-      }
+    if (agreementSteps > 0) {
+      progress(`measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire})`);
+      const forced = (await one.session.generate({ prompt: one.prompt, maxTokens: agreementSteps })).tokens;
+      const r = await many.session.generate({ prompt: many.prompt, maxTokens: agreementSteps, forced });
+      const predicted = r.predicted ?? [];
+      agreement = predicted.filter((t, i) => t === forced[i]).length / forced.length;
     }
     const row = (n: number, r: ClusterResult, base: ClusterResult): BenchClusterRow => ({
       nodes: n,
@@ -163,11 +138,11 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       speedup_ttft: base.ttftMs / r.ttftMs,
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
     });
-    rows.push(row(1, one.result, one.result), row(o.nodes, many.result, one.result));
+    return [row(1, oneBest!, oneBest!), row(o.nodes, manyBest!, oneBest!)];
   } catch (e) {
     throw await local.explain(e);
   } finally {
+    for (const s of sessions) s.close();
     await local.stop();
   }
-  return rows;
 }

@@ -52,6 +52,18 @@ export async function singleNodeTokens(path: string, steps = STEPS): Promise<num
 
 export type TestModelKey = 'llama' | 'qwen2' | 'moe' | 'moeShared';
 
+/** One of the small models in `dir` (the file only; its single-node tokens are not computed). */
+export async function makeTestModelFile(
+  dir: string,
+  key: string,
+  arch: ModelArch,
+  type: 'f32' | 'q8_0',
+): Promise<string> {
+  const path = join(dir, `${key}.gguf`);
+  await makeModel(path, { arch, shape, type, std: 0.3, seed: 5 });
+  return path;
+}
+
 /**
  * llama (f32), qwen2 (q8_0), qwen3moe (f32) and qwen2moe (f32, with a shared expert) models
  * in `dir`, with their single-node tokens.
@@ -64,8 +76,7 @@ export async function makeTestModels(dir: string): Promise<Record<TestModelKey, 
     ['moe', 'qwen3moe', 'f32'],
     ['moeShared', 'qwen2moe', 'f32'],
   ] as const) {
-    const path = join(dir, `${key}.gguf`);
-    await makeModel(path, { arch, shape, type, std: 0.3, seed: 5 });
+    const path = await makeTestModelFile(dir, key, arch, type);
     out[key] = { arch, path, expected: await singleNodeTokens(path) };
   }
   return out as Record<TestModelKey, TestModel>;

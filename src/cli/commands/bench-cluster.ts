@@ -46,7 +46,7 @@ export const command = defineCommand({
   summary:
     'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, TTFT, comm share, speedups',
   description:
-    'Starts N local node processes, runs the prompt on node 0 alone, then across all N with --parallel, and prints both rows with the ratio. ' +
+    'Starts N local node processes plus one for the single-node reference, loads the model on both, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
     'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256).',
   positionals: [
     {
@@ -74,6 +74,11 @@ export const command = defineCommand({
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     tokens: { type: 'number', description: 'tokens to decode', default: 32 },
     threads: { type: 'number', description: 'threads per node', default: 1 },
+    repeat: {
+      type: 'number',
+      description: 'timed runs of each configuration, alternated; the best counts',
+      default: 3,
+    },
     agreement: {
       type: 'number',
       description: 'teacher-forced steps for top-1 agreement (default 256 with f16/q8, 0 with f32)',
@@ -85,7 +90,7 @@ export const command = defineCommand({
     'tandem bench cluster /tmp/tl.gguf --wire q8 --json',
   ],
   async run({ options, positionals }) {
-    for (const key of ['nodes', 'prompt-tokens', 'tokens', 'threads', 'tp'] as const) {
+    for (const key of ['nodes', 'prompt-tokens', 'tokens', 'threads', 'tp', 'repeat'] as const) {
       const v = options[key];
       if (!Number.isInteger(v) || v < 1)
         throw new TandemError('CLI_USAGE', `bench cluster: --${key} must be a positive integer, got ${v}`, {
@@ -102,6 +107,7 @@ export const command = defineCommand({
       promptTokens: options['prompt-tokens'],
       tokens: options.tokens,
       threads: options.threads,
+      repeat: options.repeat,
       ...(options.agreement !== undefined ? { agreementSteps: options.agreement } : {}),
       onProgress: (line) => {
         if (!options.json) process.stderr.write(`${line}\n`);

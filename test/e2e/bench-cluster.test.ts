@@ -1,0 +1,60 @@
+// `tandem bench cluster` in real node processes on 127.0.0.1: the single-node reference and
+// the N-node split are loaded side by side and their timed runs alternate; the rows and their
+// ratios come from those runs. (Only relations are asserted here: timings belong to benchmarks.)
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { benchCluster } from '../../src/cluster/index.js';
+import { makeTestModelFile } from './parallel-models.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'tandem-bench-cluster-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+test(
+  'bench cluster: one row per configuration, speedups are their ratios, runs alternate',
+  { timeout: 120_000 },
+  async () => {
+    const model = await makeTestModelFile(dir, 'llama', 'llama', 'f32');
+    const lines: string[] = [];
+    const rows = await benchCluster({
+      model,
+      nodes: 2,
+      parallel: 'tp',
+      provider: 'tcp',
+      promptTokens: 8,
+      tokens: 4,
+      repeat: 2,
+      wire: 'f16',
+      agreementSteps: 6,
+      onProgress: (l) => lines.push(l),
+    });
+    assert.equal(rows.length, 2);
+    const [one, two] = rows as [(typeof rows)[0], (typeof rows)[0]];
+    assert.deepEqual([one.nodes, two.nodes], [1, 2]);
+    assert.deepEqual([one.wire, two.wire], ['f32', 'f16']);
+    for (const r of rows) {
+      assert.ok(
+        r.decode_tok_s > 0 && r.prefill_tok_s > 0 && r.ttft_ms > 0,
+        `row ${r.nodes}: ${JSON.stringify(r)}`,
+      );
+      assert.ok(r.comm_share >= 0 && r.comm_share <= 1);
+    }
+    assert.equal(one.comm_share, 0);
+    assert.equal(one.wire_bytes_per_token, 0);
+    assert.ok(two.wire_bytes_per_token > 0, 'the split sends activations every token');
+    assert.equal(two.speedup_decode, two.decode_tok_s / one.decode_tok_s);
+    assert.equal(two.speedup_ttft, one.ttft_ms / two.ttft_ms);
+    assert.equal(one.agreement, undefined);
+    assert.ok(two.agreement !== undefined && two.agreement >= 0 && two.agreement <= 1);
+    // both configurations were loaded before the first timed run, and the timed runs alternate
+    const firstRun = lines.findIndex((l) => l.startsWith('run 1 of 2'));
+    assert.ok(firstRun > 0, lines.join('\n'));
+    assert.equal(lines.filter((l, i) => i < firstRun && l.startsWith('loading')).length, 2, lines.join('\n'));
+    assert.ok(
+      lines.some((l) => l.startsWith('run 2 of 2')),
+      lines.join('\n'),
+    );
+  },
+);
