@@ -184,6 +184,98 @@ export function conformance(provider: ProviderName): void {
   );
 
   test(
+    name('unsignaled requests are acknowledged in batches, signaled ones at once, the rest within a tick'),
+    { timeout: 30_000 },
+    async () => {
+      const { a, b, close } = await pair(provider);
+      try {
+        const src = a.pd.allocate(64, Access.NONE);
+        fill(src, 5);
+        const dst = b.pd.allocate(64 * 64, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+        const back = a.pd.allocate(64, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+        const acks = (): number => b.dev.stats().acksSent + a.dev.stats().acksSent;
+        const before = acks();
+        // a ping-pong of unsignaled writes with immediate: each end handles one request per poll
+        for (let i = 0; i < 64; i++) {
+          b.qp.postRecv({ wrId: i, sgl: [] });
+          a.qp.postRecv({ wrId: i, sgl: [] });
+          a.qp.postSend({
+            wrId: i,
+            opcode: 'write_imm',
+            imm: i,
+            sgl: [src.sge(0, 8)],
+            remote: dst.remote(8 * i),
+            signaled: false,
+          });
+          assert.equal((await one(b.cq)).imm, i);
+          b.qp.postSend({
+            wrId: i,
+            opcode: 'write_imm',
+            imm: i,
+            sgl: [dst.sge(8 * i, 8)],
+            remote: back.remote(0),
+            signaled: false,
+          });
+          assert.equal((await one(a.cq)).imm, i);
+        }
+        for (let i = 0; i < 64; i++)
+          assert.deepEqual(dst.buffer.subarray(8 * i, 8 * i + 8), src.buffer.subarray(0, 8));
+        const batched = acks() - before;
+        // one ACK per 16 unasked frames each way, where every request used to get its own
+        assert.ok(batched <= 2 * (64 / 16 + 1), `${batched} ACKs for 128 writes`);
+        // a signaled write completes on its asked-for ACK, well before a timeout tick would send it
+        b.qp.postRecv({ wrId: 99, sgl: [] });
+        a.qp.postSend({
+          wrId: 64,
+          opcode: 'write_imm',
+          imm: 7,
+          sgl: [src.sge(0, 8)],
+          remote: dst.remote(512),
+        });
+        const wc = await one(a.cq);
+        assert.deepEqual([wc.wrId, wc.status], [64, 'success']);
+        assert.equal((await one(b.cq)).imm, 7);
+        // unsignaled writes with nothing after them: the responder's timer acknowledges them
+        const quiet = b.dev.stats().acksSent;
+        for (let i = 0; i < 3; i++)
+          a.qp.postSend({
+            wrId: 100 + i,
+            opcode: 'write',
+            sgl: [src.sge(0, 8)],
+            remote: dst.remote(8 * i),
+            signaled: false,
+          });
+        const deadline = Date.now() + 5000;
+        while (b.dev.stats().acksSent === quiet && Date.now() < deadline) {
+          b.cq.poll(); // drives progress on providers that poll
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        assert.equal(
+          b.dev.stats().acksSent,
+          quiet + 1,
+          'the three writes were acknowledged by the timer, once',
+        );
+        // and the requester holds nothing for them any more
+        const outstanding = (): number => {
+          const q = a.qp as unknown as { outstanding?: unknown[]; outHead?: number };
+          assert.ok(
+            Array.isArray(q.outstanding),
+            'the requester keeps its unacknowledged frames in `outstanding`',
+          );
+          return q.outstanding.length - (q.outHead ?? 0);
+        };
+        while (outstanding() > 0 && Date.now() < deadline) {
+          a.cq.poll();
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        assert.equal(outstanding(), 0);
+      } finally {
+        await close();
+      }
+    },
+  );
+
+  test(
     name('a send that arrives before its receive is kept; too long a message is local_length'),
     { timeout: 30_000 },
     async () => {

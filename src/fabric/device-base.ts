@@ -33,6 +33,7 @@ export abstract class DeviceBase implements Device {
     rejectedInvalid: 0,
     malformedFrames: 0,
     authFailures: 0,
+    acksSent: 0,
   };
   private readonly qps = new Set<Qp>();
   /** Listeners still open; closed with the device. */

@@ -17,6 +17,8 @@ import type {
 import { Access } from './types.js';
 import {
   ACK_BYTES,
+  ACK_EVERY,
+  FLAG_ACKREQ,
   FLAG_IMM,
   FLAG_PLACED,
   FrameType,
@@ -181,7 +183,14 @@ export class Qp implements QueuePair {
   private inbound:
     | { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean }
     | undefined;
+  /** An ACK was asked for (FLAG_ACKREQ): it goes out on the next post or poll. */
   private ackDue = false;
+  /** Requests were received whose ACK was not asked for: it goes out with the next one, or on the timeout tick. */
+  private ackLazy = false;
+  /** Whether the frame being handled asked for an ACK. */
+  private frameAsks = false;
+  /** Frames sent since the last one that asked for an ACK. */
+  private unasked = 0;
   /** Payload length of the WRITE being received in place (one at a time per connection). */
   private placing = 0;
   private ackPsn = 0;
@@ -209,7 +218,7 @@ export class Qp implements QueuePair {
       frame: (buf, off, len) => this.onFrame(buf, off, len),
       // event-driven pipes ack at once; polled ones defer it (see poll)
       batchEnd: () => {
-        if (this.transport.poll === undefined) this.flushAck();
+        if (this.transport.poll === undefined && this.ackDue) this.flushAck();
       },
       closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
       place: (head, bodyLength) => this.place(head, bodyLength),
@@ -304,6 +313,7 @@ export class Qp implements QueuePair {
         entry.targets = parts as Uint8Array[];
         const h = this.h24;
         header(h, FrameType.READ_REQ, 0, psn);
+        this.unasked = 0; // its response acknowledges every earlier request
         putU32(h, 8, remote.rkey >>> 0);
         putU32(h, 12, lo);
         putU32(h, 16, hi);
@@ -314,7 +324,12 @@ export class Qp implements QueuePair {
         const imm = last && wr.opcode === 'write_imm';
         const direct = this.transport.writeDirect?.(remote.rkey >>> 0, hi, lo, parts, len) === true;
         const h = direct ? this.h28 : this.h24;
-        header(h, FrameType.WRITE, (imm ? FLAG_IMM : 0) | (direct ? FLAG_PLACED : 0), psn);
+        header(
+          h,
+          FrameType.WRITE,
+          (imm ? FLAG_IMM : 0) | (direct ? FLAG_PLACED : 0) | this.asks(signaled && last),
+          psn,
+        );
         putU32(h, 8, remote.rkey >>> 0);
         putU32(h, 12, lo);
         putU32(h, 16, hi);
@@ -347,7 +362,7 @@ export class Qp implements QueuePair {
       const last = off + len === total;
       const psn = this.nextPsn();
       const h = this.h8;
-      header(h, FrameType.SEND, last ? 0 : FLAG_MORE, psn);
+      header(h, FrameType.SEND, (last ? 0 : FLAG_MORE) | this.asks(signaled && last), psn);
       this.outstanding.push({
         psn,
         group,
@@ -381,13 +396,13 @@ export class Qp implements QueuePair {
     let h: Uint8Array;
     if (op === 'send') {
       h = this.h8;
-      header(h, FrameType.SEND, 0, psn);
+      header(h, FrameType.SEND, this.asks(signaled), psn);
     } else {
       const remote = wr.remote as NonNullable<SendWr['remote']>;
       split.setBigUint64(0, remote.addr, true);
       h = this.h24;
       const imm = op === 'write_imm';
-      header(h, FrameType.WRITE, imm ? FLAG_IMM : 0, psn);
+      header(h, FrameType.WRITE, (imm ? FLAG_IMM : 0) | this.asks(signaled), psn);
       putU32(h, 8, remote.rkey >>> 0);
       putU32(h, 12, split.getUint32(0, true));
       putU32(h, 16, split.getUint32(4, true));
@@ -525,7 +540,12 @@ export class Qp implements QueuePair {
 
   /** A large WRITE's target, if the header is in order and the request valid (else the normal path judges and counts it). */
   private place(head: Uint8Array, bodyLength: number): Uint8Array | undefined {
-    if (this.qpState !== 'ready' || head[2] !== 0 || head[3] !== 0 || (head[1] as number) & ~FLAG_IMM)
+    if (
+      this.qpState !== 'ready' ||
+      head[2] !== 0 ||
+      head[3] !== 0 ||
+      (head[1] as number) & ~(FLAG_IMM | FLAG_ACKREQ)
+    )
       return undefined;
     if (getU32(head, 4) !== this.expectPsn) return undefined;
     const len = bodyLength - WRITE_HEADER;
@@ -553,12 +573,13 @@ export class Qp implements QueuePair {
     if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, b, o, n, psn);
     if (psn !== this.expectPsn) return this.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
     this.expectPsn = (psn + 1) >>> 0;
+    this.frameAsks = (flags & FLAG_ACKREQ) !== 0;
     if (type === FrameType.SEND) {
-      if ((flags & ~FLAG_MORE) !== 0) return this.malformed(`SEND flags ${flags}`);
+      if ((flags & ~(FLAG_MORE | FLAG_ACKREQ)) !== 0) return this.malformed(`SEND flags ${flags}`);
       return this.onSend(b.subarray(o + SEND_HEADER, o + n), (flags & FLAG_MORE) === 0, psn);
     }
     if (type === FrameType.WRITE) {
-      if (n < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED)) !== 0)
+      if (n < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED | FLAG_ACKREQ)) !== 0)
         return this.malformed('WRITE header truncated or bad flags');
       if ((flags & FLAG_PLACED) !== 0) {
         if (n !== WRITE_HEADER + 4 || placed) return this.malformed('placed WRITE of the wrong size');
@@ -699,13 +720,26 @@ export class Qp implements QueuePair {
   }
 
   private ack(psn: number): void {
-    this.ackDue = true;
+    if (this.frameAsks) this.ackDue = true;
+    else this.ackLazy = true;
     this.ackPsn = psn;
   }
 
+  /** The flags a request frame carries for its ACK: FLAG_ACKREQ when `signaled` (its WR's last frame) or every ACK_EVERY-th frame. */
+  private asks(signaled: boolean): number {
+    if (signaled || ++this.unasked >= ACK_EVERY) {
+      this.unasked = 0;
+      return FLAG_ACKREQ;
+    }
+    return 0;
+  }
+
+  /** Sends the cumulative ACK of every request handled so far, asked for or not. */
   private flushAck(): void {
-    if (!this.ackDue || this.qpState === 'closed') return;
+    if (!(this.ackDue || this.ackLazy) || this.qpState === 'closed') return;
     this.ackDue = false;
+    this.ackLazy = false;
+    this.stats.acksSent++;
     const h = this.h12;
     header(h, FrameType.ACK, 0, this.ackPsn);
     setStatus(h, 0);
@@ -714,6 +748,7 @@ export class Qp implements QueuePair {
 
   private nak(psn: number, status: WireStatus): void {
     this.flushAck();
+    this.stats.acksSent++;
     const h = this.h12;
     header(h, FrameType.ACK, 0, psn);
     setStatus(h, StatusCode[status]);
@@ -820,10 +855,13 @@ export class Qp implements QueuePair {
   // ---------------------------------------------------------------- failure
 
   /**
-   * Called by the device's timer (every 100 ms): fails the oldest request once it has been
-   * pending for the op timeout, counted from the first tick that saw it (so at most one tick late).
+   * Called by the device's timer (every 100 ms): sends the ACK of requests that did not ask
+   * for one (so a requester's unsignaled work is acknowledged within a tick), and fails the
+   * oldest request once it has been pending for the op timeout, counted from the first tick
+   * that saw it (so at most one tick late).
    */
   checkTimeout(now: number): void {
+    if (this.ackLazy && this.qpState === 'ready') this.flushAck();
     const e = this.outstanding[this.outHead];
     if (this.qpState !== 'ready' || e === undefined) return;
     if (e.postedAt === 0) {

@@ -255,6 +255,8 @@ export interface DeviceStats {
   rejectedInvalid: number;
   malformedFrames: number;
   authFailures: number;
+  /** ACK frames sent (cumulative ACKs and refusals): one per asked-for request at most (FLAG_ACKREQ in wire.ts). */
+  acksSent: number;
 }
 
 export interface Device {
