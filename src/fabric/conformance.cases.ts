@@ -12,6 +12,7 @@ import {
   type ProviderName,
   type QueuePair,
   type WorkCompletion,
+  MAX_INLINE,
 } from './types.js';
 import { putU32 } from './wire.js';
 
@@ -269,6 +270,45 @@ export function conformance(provider: ProviderName): void {
           await new Promise((r) => setTimeout(r, 5));
         }
         assert.equal(outstanding(), 0);
+      } finally {
+        await close();
+      }
+    },
+  );
+
+  test(
+    name(
+      'an inline write may reuse its buffer at once, even behind a full pipe; inline limits are typed errors',
+    ),
+    { timeout: 60_000 },
+    async () => {
+      const { a, b, close } = await pair(provider);
+      try {
+        // fill the pipe first (shm: 4 x 5 MiB of sends do not fit its 16 MiB ring unread)
+        const big = a.pd.allocate(5 << 20, Access.NONE);
+        const sink = b.pd.allocate(5 << 20, Access.LOCAL_WRITE);
+        for (let i = 0; i < 4; i++) b.qp.postRecv({ wrId: 10 + i, sgl: [sink.sge()] });
+        for (let i = 0; i < 4; i++)
+          a.qp.postSend({ wrId: 10 + i, opcode: 'send', sgl: [big.sge()], signaled: false });
+        const src = a.pd.allocate(MAX_INLINE, Access.NONE);
+        const dst = b.pd.allocate(MAX_INLINE, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+        src.buffer.fill(0x5a);
+        a.qp.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge()], remote: dst.remote(0), inline: true });
+        src.buffer.fill(0xa5); // reused before the peer could have read anything
+        assert.equal((await one(a.cq)).wrId, 1);
+        for (let i = 0; i < 4; i++) assert.equal((await one(b.cq)).status, 'success');
+        assert.ok(
+          dst.buffer.every((x) => x === 0x5a),
+          'the peer got the bytes as they were when posted',
+        );
+        const refusedPost = (wr: Parameters<QueuePair['postSend']>[0]): void =>
+          assert.throws(
+            () => a.qp.postSend(wr),
+            (e: unknown) => isTandemError(e) && e.code === 'FABRIC_INVALID_REQUEST',
+          );
+        const over = a.pd.allocate(MAX_INLINE + 1, Access.NONE);
+        refusedPost({ wrId: 2, opcode: 'write', sgl: [over.sge()], remote: dst.remote(0), inline: true });
+        refusedPost({ wrId: 3, opcode: 'read', sgl: [over.sge(0, 8)], remote: dst.remote(0), inline: true });
       } finally {
         await close();
       }

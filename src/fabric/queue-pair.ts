@@ -14,7 +14,7 @@ import type {
   Sge,
   WcStatus,
 } from './types.js';
-import { Access } from './types.js';
+import { Access, MAX_INLINE } from './types.js';
 import {
   ACK_BYTES,
   ACK_EVERY,
@@ -978,5 +978,12 @@ function checkSendWr(wr: SendWr): void {
     (!Number.isInteger(wr.imm) || (wr.imm as number) < 0 || (wr.imm as number) > 0xffffffff)
   ) {
     throw invalid(`postSend: write_imm needs imm in 0..2^32-1, got ${String(wr.imm)}`);
+  }
+  if (wr.inline === true) {
+    if (op === 'read') throw invalid('postSend: a read cannot be inline (inline is for send, write and write_imm)');
+    let total = 0;
+    for (const sge of wr.sgl) total += sge.length;
+    if (total > MAX_INLINE)
+      throw invalid(`postSend: an inline payload of ${total} bytes is over MAX_INLINE (${MAX_INLINE}); post it without inline`);
   }
 }

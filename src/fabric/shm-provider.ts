@@ -20,7 +20,7 @@ import {
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
 import { FLAG_PLACED, FrameType, FrameDecoder, getU32, MalformedFrame, putU32 } from './wire.js';
-import { Access } from './types.js';
+import { Access, MAX_INLINE } from './types.js';
 import type { Region } from './memory.js';
 import { copyBytes } from '../kernels/copy.js';
 
@@ -275,14 +275,16 @@ class ShmTransport implements Transport {
       this.ring();
       return;
     }
+    // no room: what waits in the backlog is copied if it is small (inline, see Transport.send)
+    const parts = len - header.length <= MAX_INLINE ? payload.map((p) => p.slice()) : payload;
     const prefix = new Uint8Array(4 + header.length);
     putU32(prefix, 0, len);
     prefix.set(header, 4);
     if (this.backlog.length === 0) {
-      const rest = this.write(prefix, payload);
+      const rest = this.write(prefix, parts);
       if (rest !== undefined) this.backlog = rest;
     } else {
-      this.backlog.push(prefix, ...payload);
+      this.backlog.push(prefix, ...parts);
     }
     this.ring();
   }

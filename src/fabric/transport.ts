@@ -18,7 +18,10 @@ export interface TransportEvents {
 
 export interface Transport {
   bind(events: TransportEvents): void;
-  /** Sends one frame: body = header ++ payload. Data is copied or sent before completion. */
+  /**
+   * Sends one frame: body = header ++ payload. Data is copied or sent before completion; a
+   * payload of at most MAX_INLINE bytes (types.ts) is copied before send returns.
+   */
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
   /** Optional: send() with one payload given as `len` bytes at `off` of `src` (no view to build). */
   sendFrom?(header: Uint8Array, src: Uint8Array, off: number, len: number): void;

@@ -122,7 +122,16 @@ export interface SendWr {
   imm?: number;
   /** false: no completion on success (errors always complete). Default true. */
   signaled?: boolean;
+  /**
+   * The payload is copied before postSend returns, so its buffer may be reused at once (verbs'
+   * IBV_SEND_INLINE). Sends and writes of at most MAX_INLINE bytes; postSend throws
+   * FABRIC_INVALID_REQUEST for a longer one or a read.
+   */
+  inline?: boolean;
 }
+
+/** The longest inline send or write (SendWr.inline), in bytes. */
+export const MAX_INLINE = 16 * 1024;
 
 export interface RecvWr {
   wrId: number;
