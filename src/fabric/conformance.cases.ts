@@ -276,6 +276,54 @@ export function conformance(provider: ProviderName): void {
     },
   );
 
+  if (provider !== 'loopback')
+    test(
+      name(
+        'an asked-for ACK leaves with the poll that received its request (the responder may not poll again)',
+      ),
+      { timeout: 30_000 },
+      async () => {
+        const { a, b, close } = await pair(provider);
+        try {
+          const src = a.pd.allocate(64, Access.NONE);
+          const dst = b.pd.allocate(64, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+          b.qp.postRecv({ wrId: 1, sgl: [] });
+          a.qp.postSend({
+            wrId: 2,
+            opcode: 'write_imm',
+            imm: 3,
+            sgl: [src.sge(0, 8)],
+            remote: dst.remote(0),
+          });
+          // b handles the request in one poll, then computes (no poll, no event-loop turn)
+          let got: readonly WorkCompletion[] = [];
+          const until = Date.now() + 5000;
+          while (got.length === 0 && Date.now() < until) {
+            got = b.cq.poll(1);
+            if (got.length === 0) await new Promise((r) => setImmediate(r));
+          }
+          assert.equal(got[0]?.imm, 3, 'b received the write');
+          let sent: readonly WorkCompletion[] = [];
+          // polled pipes (shm, tcp through koffi) are read by poll() itself: spin with no
+          // event-loop turn at all; event-driven ones (loopback, node:net) deliver from it
+          const transport = (a.qp as unknown as { transport?: { poll?: unknown } }).transport;
+          if (typeof transport?.poll === 'function') {
+            const spinUntil = Date.now() + 2000;
+            while (sent.length === 0 && Date.now() < spinUntil) sent = a.cq.poll(1);
+          } else {
+            sent = await a.cq.wait({ timeoutMs: 2000, max: 1 });
+          }
+          assert.deepEqual(
+            [sent[0]?.wrId, sent[0]?.status],
+            [2, 'success'],
+            'the requester completed while the responder did nothing more',
+          );
+        } finally {
+          await close();
+        }
+      },
+    );
+
   test(
     name(
       'an inline write may reuse its buffer at once, even behind a full pipe; inline limits are typed errors',
