@@ -50,6 +50,7 @@ export interface RankMetrics {
   wireBytesPerToken: number;
   /** Share of each decode step's time this rank spent in (or waiting on) communication. */
   commShare: number;
+  /** Milliseconds this rank spent in (or waiting on) communication during this generation's prefill. */
   prefillCommMs: number;
 }
 
@@ -64,7 +65,7 @@ export interface RankResult {
 function metricsOf(
   ctx: RankContext,
   t: { ttftMs: number; prefillMs: number; decodeMs: number; decodeSteps: number; promptTokens: number },
-  m: { prefill: { bytes: number; ms: number }; end: { bytes: number; ms: number } },
+  m: { start: { ms: number }; prefill: { bytes: number; ms: number }; end: { bytes: number; ms: number } },
 ): RankMetrics {
   const decodeBytes = m.end.bytes - m.prefill.bytes;
   const decodeComm = m.end.ms - m.prefill.ms;
@@ -76,7 +77,7 @@ function metricsOf(
     decodeTokS: t.decodeSteps > 0 ? t.decodeSteps / (t.decodeMs / 1000) : 0,
     wireBytesPerToken: t.decodeSteps > 0 ? decodeBytes / t.decodeSteps : 0,
     commShare: t.decodeMs > 0 ? Math.min(1, decodeComm / t.decodeMs) : 0,
-    prefillCommMs: m.prefill.ms,
+    prefillCommMs: m.prefill.ms - m.start.ms,
   };
 }
 
@@ -87,7 +88,8 @@ async function generateSingleStage(
   prompt: readonly number[],
   o: RankGenerateOptions,
 ): Promise<RankResult> {
-  let prefill = ctx.meter.snapshot();
+  const start = ctx.meter.snapshot();
+  let prefill = start;
   let firstAt = 0;
   const started = performance.now();
   const result = await generate(ctx.model, cache, prompt, {
@@ -114,7 +116,7 @@ async function generateSingleStage(
   return {
     tokens: result.tokens,
     stopReason: result.stopReason === 'stop' ? 'stop' : 'length',
-    metrics: metricsOf(ctx, times, { prefill, end }),
+    metrics: metricsOf(ctx, times, { start, prefill, end }),
   };
 }
 
@@ -185,6 +187,7 @@ async function generatePipeline(
     return shared[0] as number;
   };
   const started = performance.now();
+  const start = meter.snapshot();
   let token = await share(
     await stageForward(ctx, cache, prompt, microBatches(prompt.length, plan.stages, o.microBatches)),
   );
@@ -210,7 +213,7 @@ async function generatePipeline(
     decodeSteps: tokens.length - 1,
     promptTokens: prompt.length,
   };
-  return { tokens, stopReason, metrics: metricsOf(ctx, times, { prefill, end }) };
+  return { tokens, stopReason, metrics: metricsOf(ctx, times, { start, prefill, end }) };
 }
 
 function checkRequest(prompt: readonly number[], o: RankGenerateOptions, contextLength: number): void {

@@ -75,7 +75,12 @@ async function run(
     assert.equal(result.nodes.length, n);
     for (const m of result.nodes)
       assert.ok(
-        m.ttftMs > 0 && m.decodeTokS > 0 && m.commShare >= 0 && m.commShare <= 1,
+        m.ttftMs > 0 &&
+          m.decodeTokS > 0 &&
+          m.commShare >= 0 &&
+          m.commShare <= 1 &&
+          m.prefillCommMs >= 0 &&
+          m.prefillCommMs <= m.ttftMs,
         `metrics of rank ${m.rank}`,
       );
     if (n > 1)
