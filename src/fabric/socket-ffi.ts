@@ -7,6 +7,10 @@ import { createRequire } from 'node:module';
 export interface SocketLib {
   recv(fd: number, buf: Uint8Array, len: number, flags: number): number;
   send(fd: number, buf: Uint8Array, len: number, flags: number): number;
+  /** writev(2) of whole views (Node ignores SIGPIPE, so a dead peer is an EPIPE errno). */
+  writev(fd: number, parts: readonly Uint8Array[]): number;
+  /** Whether the descriptor is in non-blocking mode (O_NONBLOCK; libuv puts its sockets there). */
+  nonBlocking(fd: number): boolean;
   poll(fds: Uint8Array, n: number, timeoutMs: number): number;
   /** setsockopt(SOL_SOCKET, opt, int value); 0 or -1. */
   setIntOption(fd: number, opt: number, value: number): number;
@@ -23,6 +27,8 @@ export const POLLOUT = 4;
 export const SO_SNDBUF = 7;
 export const SO_RCVBUF = 8;
 const SOL_SOCKET = 1;
+const F_GETFL = 3;
+const O_NONBLOCK = 0o4000;
 
 let lib: SocketLib | null | undefined;
 
@@ -44,12 +50,27 @@ export function rawSocketLib(): SocketLib | null {
     const poll = c.func('int poll(void *fds, unsigned long n, int timeout)');
     const loc = c.func('int *__errno_location(void)');
     const setsockopt = c.func('int setsockopt(int fd, int level, int opt, void *val, uint32_t len)');
+    koffi.struct('tandem_iovec', { base: 'void *', len: 'size_t' });
+    const fcntl = c.func('int fcntl(int fd, int cmd, ...)');
+    const writev = c.func('long writev(int fd, const tandem_iovec *iov, int cnt)');
     const intBuf = new Int32Array(1);
     const errnoView = new Int32Array(koffi.view(loc(), 4));
     lib = {
       recv: (fd, buf, len, flags) => Number(recv(fd, buf, len, flags)),
       send: (fd, buf, len, flags) => Number(send(fd, buf, len, flags)),
+      writev: (fd, parts) =>
+        Number(
+          writev(
+            fd,
+            parts.map((p) => ({ base: p, len: p.length })),
+            parts.length,
+          ),
+        ),
       poll: (fds, n, t) => poll(fds, n, t) as number,
+      nonBlocking: (fd) => {
+        const flags = fcntl(fd, F_GETFL) as number;
+        return flags >= 0 && (flags & O_NONBLOCK) !== 0;
+      },
       errno: () => errnoView[0] as number,
       setIntOption: (fd, opt, value) => {
         intBuf[0] = value;

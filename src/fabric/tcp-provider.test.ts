@@ -87,3 +87,37 @@ test('tcp: a wait asleep on one device wakes for data on another device of the p
     for (const d of [a, b, c]) await d.close();
   }
 });
+
+test(
+  'tcp: the polled data path gathers queued pieces into one writev (its sockets are non-blocking)',
+  { timeout: 20_000 },
+  async () => {
+    const { rawSocketLib } = await import('./socket-ffi.js');
+    if (rawSocketLib() === null || process.env.TANDEM_TCP_DATAPATH === 'net') return; // node:net path
+    const a = await openDevice('tcp');
+    const b = await openDevice('tcp');
+    try {
+      const l = await b.listen({ host: '127.0.0.1', port: 0, secret: 's' });
+      const [qb, qa] = await Promise.all([
+        l.accept({ pd: b.allocPd(), cq: b.createCq(), timeoutMs: 5000 }),
+        a.connect({
+          host: '127.0.0.1',
+          port: l.port,
+          secret: 's',
+          pd: a.allocPd(),
+          cq: a.createCq(),
+          timeoutMs: 5000,
+        }),
+      ]);
+      for (const qp of [qa, qb]) {
+        const t = (qp as unknown as { transport: { gather?: unknown; fd?: unknown } }).transport;
+        assert.equal(typeof t.fd, 'number', 'a polled transport');
+        assert.equal(t.gather, true, 'the socket is non-blocking, so flush() may use writev');
+      }
+      await l.close();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  },
+);

@@ -110,6 +110,8 @@ export class TcpTransport implements Transport {
 }
 
 const READS_PER_POLL = 64;
+/** Queued pieces sent by one writev(2). */
+const WRITEV_PARTS = 8;
 
 /**
  * The busy-polled data path: after the handshake the socket's fd is read and written with
@@ -131,6 +133,8 @@ export class PolledTcpTransport implements Transport {
   private corked = false;
   private backlog: Uint8Array[] = [];
   private backlogHead = 0;
+  /** Whether flush() may gather pieces into one writev (the socket is non-blocking). */
+  private readonly gather: boolean;
   readonly fd: number;
 
   constructor(
@@ -142,6 +146,8 @@ export class PolledTcpTransport implements Transport {
     const handle = (socket as unknown as { _handle: { fd: number; readStop(): number } })._handle;
     handle.readStop();
     this.fd = handle.fd;
+    // writev has no MSG_DONTWAIT: gather only on a non-blocking socket (libuv's always are)
+    this.gather = lib.nonBlocking(this.fd);
     const buf = Number(process.env.TANDEM_TCP_SOCKBUF ?? 0);
     if (buf > 0) {
       lib.setIntOption(this.fd, SO_SNDBUF, buf);
@@ -298,12 +304,26 @@ export class PolledTcpTransport implements Transport {
     this.flush();
   }
 
-  /** Sends queued bytes until the socket buffer is full; true when anything went out. */
+  /**
+   * Sends queued bytes until the socket buffer is full; true when anything went out. Up to
+   * WRITEV_PARTS queued pieces leave in one writev(2) (a large frame is queued as its
+   * header and its payload views: two send() calls before, and a lone header segment).
+   */
   private flush(): boolean {
     let sent = false;
     while (this.backlogHead < this.backlog.length) {
-      const b = this.backlog[this.backlogHead] as Uint8Array;
-      const n = this.lib.send(this.fd, b, b.length, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const count = this.gather ? Math.min(WRITEV_PARTS, this.backlog.length - this.backlogHead) : 1;
+      let total = 0;
+      let n: number;
+      if (count === 1) {
+        const b = this.backlog[this.backlogHead] as Uint8Array;
+        total = b.length;
+        n = this.lib.send(this.fd, b, b.length, MSG_DONTWAIT | MSG_NOSIGNAL);
+      } else {
+        const parts = this.backlog.slice(this.backlogHead, this.backlogHead + count);
+        for (const p of parts) total += p.length;
+        n = this.lib.writev(this.fd, parts);
+      }
       if (n < 0) {
         const errno = this.lib.errno();
         if (errno === EAGAIN || errno === EINTR) break;
@@ -311,11 +331,19 @@ export class PolledTcpTransport implements Transport {
         return true;
       }
       sent = true;
-      if (n < b.length) {
-        this.backlog[this.backlogHead] = b.subarray(n);
-        break;
+      // drop what went out: whole pieces, then the front of a partly sent one
+      let left = n;
+      while (left > 0) {
+        const b = this.backlog[this.backlogHead] as Uint8Array;
+        if (left >= b.length) {
+          left -= b.length;
+          this.backlogHead++;
+        } else {
+          this.backlog[this.backlogHead] = b.subarray(left);
+          left = 0;
+        }
       }
-      this.backlogHead++;
+      if (n < total) break;
     }
     if (this.backlogHead === this.backlog.length) {
       this.backlog = [];
