@@ -183,7 +183,7 @@ export class Qp implements QueuePair {
   private inbound:
     | { recv: PostedRecv | undefined; into: Unexpected | undefined; offset: number; failed: boolean }
     | undefined;
-  /** An ACK was asked for (FLAG_ACKREQ): it goes out on the next post or poll. */
+  /** An ACK was asked for (FLAG_ACKREQ): it goes out at the end of this poll (or batch), or with the next post. */
   private ackDue = false;
   /** Requests were received whose ACK was not asked for: it goes out with the next one, or on the timeout tick. */
   private ackLazy = false;
@@ -216,7 +216,7 @@ export class Qp implements QueuePair {
     this.onClosed = o.onClosed;
     o.transport.bind({
       frame: (buf, off, len) => this.onFrame(buf, off, len),
-      // event-driven pipes ack at once; polled ones defer it (see poll)
+      // event-driven pipes send an asked-for ACK at the end of each batch; polled ones at the end of the poll
       batchEnd: () => {
         if (this.transport.poll === undefined && this.ackDue) this.flushAck();
       },
@@ -983,10 +983,13 @@ function checkSendWr(wr: SendWr): void {
     throw invalid(`postSend: write_imm needs imm in 0..2^32-1, got ${String(wr.imm)}`);
   }
   if (wr.inline === true) {
-    if (op === 'read') throw invalid('postSend: a read cannot be inline (inline is for send, write and write_imm)');
+    if (op === 'read')
+      throw invalid('postSend: a read cannot be inline (inline is for send, write and write_imm)');
     let total = 0;
     for (const sge of wr.sgl) total += sge.length;
     if (total > MAX_INLINE)
-      throw invalid(`postSend: an inline payload of ${total} bytes is over MAX_INLINE (${MAX_INLINE}); post it without inline`);
+      throw invalid(
+        `postSend: an inline payload of ${total} bytes is over MAX_INLINE (${MAX_INLINE}); post it without inline`,
+      );
   }
 }
