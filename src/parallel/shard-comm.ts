@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
+import { reduceFast } from '../kernels/reduce-native.js';
 import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
@@ -155,7 +156,7 @@ export class CollectiveShardComm implements ShardComm {
       const src = r === this.comm.rank ? own : part;
       if (r !== this.comm.rank) decodeWire(this.wire, all.subarray(r * words, (r + 1) * words), part);
       if (r === 0) x.set(src);
-      else for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (src[i] as number);
+      else reduceFast('sum', 'f32', x, src);
     }
   }
 
