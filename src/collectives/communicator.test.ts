@@ -135,3 +135,33 @@ test('a call that drives progress has its receive delivered before it yields (no
     await Promise.all(world.map((w) => w.close()));
   }
 });
+
+test('over tcp an idle pump parks on a timer; a call wakes it and completes, even when its peer starts later', async () => {
+  let listening: (address: string) => void = () => undefined;
+  const address = new Promise<string>((resolve) => (listening = resolve));
+  const root = createCommunicator({ rank: 0, size: 2, provider: 'tcp', rendezvous: { kind: 'root', address: '127.0.0.1:0' }, timeoutMs: 10_000, onListening: listening });
+  const other = address.then((a) => createCommunicator({ rank: 1, size: 2, provider: 'tcp', rendezvous: { kind: 'root', address: a }, timeoutMs: 10_000 }));
+  const world = await Promise.all([root, other]);
+  const parked = (c: Communicator): boolean => (c as unknown as { router: { parked?: unknown } }).router.parked !== undefined;
+  try {
+    const vec = (rank: number): Float32Array => Float32Array.from({ length: 100_000 }, (_, i) => rank + (i % 7));
+    const check = (x: Float32Array): void => {
+      for (let i = 0; i < x.length; i++) if (x[i] !== 1 + 2 * (i % 7)) assert.fail(`element ${i} is ${x[i]}`);
+    };
+    const xs = [vec(0), vec(1)];
+    await Promise.all(world.map((c, r) => c.allReduce(xs[r]!)));
+    xs.forEach(check);
+    const deadline = Date.now() + 10_000;
+    while (!world.every(parked) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(world.every(parked), 'both pumps parked after a second of idleness');
+    // rank 0 calls while rank 1 is still parked and idle; rank 1 joins 100 ms later
+    const ys = [vec(0), vec(1)];
+    const first = world[0]!.allReduce(ys[0]!);
+    assert.ok(!parked(world[0]!), 'the call woke its pump');
+    await new Promise((r) => setTimeout(r, 100));
+    await Promise.all([first, world[1]!.allReduce(ys[1]!)]);
+    ys.forEach(check);
+  } finally {
+    await Promise.all(world.map((w) => w.close()));
+  }
+});

@@ -165,6 +165,15 @@ const fixedSpin = process.env.TANDEM_COLL_SPIN_US;
 const spinMs = fixedSpin === undefined ? DEFAULT_SPIN_MS : Math.max(0, Number(fixedSpin) || 0) / 1000;
 /** Longest synchronous stretch of the pump's spin (between turns of the event loop). */
 const SPIN_SLICE_MS = 0.02;
+/**
+ * After this long with no call active and nothing received, a pump whose fabric wait blocks
+ * the thread (tcp: poll(2) 1 ms at a time with an event-loop turn between, as libuv needs the
+ * thread; CompletionQueue.sleepBlocks) polls from a PARK_MS timer instead, until a call, a
+ * send or an abort wakes it: ~1,000 wake-ups a second kept an idle rank at ~5% of a core.
+ * shm's doorbell sleep costs nothing while idle and is kept.
+ */
+const PARK_AFTER_MS = 1000;
+const PARK_MS = 10;
 const DEFAULT_SLOTS = 8;
 const DEFAULT_FRAGMENT_BYTES = 256 * 1024;
 
@@ -210,6 +219,8 @@ export class Router {
   private readonly pumpAbort = new AbortController();
   private error: TandemError | undefined;
   private closing = false;
+  /** Wakes the pump while it is parked (see PARK_AFTER_MS). */
+  private parked: (() => void) | undefined;
   /** In shutdown: a neighbour's connection ending now is its own close, not a failure. */
   private leaving = false;
   private pumpDone: Promise<void> = Promise.resolve();
@@ -349,6 +360,7 @@ export class Router {
       out = o;
     }
     this.drain(link);
+    this.unpark();
     const lastOut = out as Outgoing;
     if (lastOut.copied) return SENT;
     if (this.error) return Promise.reject(this.error);
@@ -479,6 +491,7 @@ export class Router {
         });
       box.waiters.push({ resolve, reject, deadline: performance.now() + timeoutMs, timeout, sink });
       this.waiting++;
+      this.unpark();
       // one sweep timer checks every deadline (a timer per receive costs more than the receive)
       this.sweeper ??= setInterval(() => this.sweep(), Math.max(1, Math.min(SWEEP_MS, timeoutMs / 4)));
     });
@@ -556,6 +569,29 @@ export class Router {
     return box;
   }
 
+  /** Ends the pump's parked poll at once: a call or send needs it. */
+  private unpark(): void {
+    const wake = this.parked;
+    if (wake === undefined) return;
+    this.parked = undefined;
+    wake();
+  }
+
+  /** Resolves after PARK_MS, or sooner on unpark(). */
+  private park(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        if (this.parked === wake) this.parked = undefined;
+        resolve();
+      }, PARK_MS);
+      this.parked = wake;
+    });
+  }
+
   private async pump(): Promise<void> {
     let idleSince = performance.now();
     let settled = false;
@@ -581,6 +617,9 @@ export class Router {
             // waits for), then poll once more before sleeping.
             settled = true;
             await nextTurn();
+            continue;
+          } else if (this.cq.sleepBlocks && now - idleSince > PARK_AFTER_MS) {
+            await this.park();
             continue;
           } else {
             wcs = await this.cq.wait({ timeoutMs: 1000, signal: this.pumpAbort.signal, max: 512, spin: this.spin });
@@ -832,6 +871,7 @@ export class Router {
   abort(error: TandemError): void {
     if (this.error) return;
     this.error = error;
+    this.unpark();
     const lost = error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number' ? error.details.rank : NO_RANK;
     const body = new TextEncoder().encode(JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, 4000));
     for (const link of this.links) {
@@ -887,6 +927,7 @@ export class Router {
     }
     this.closing = true;
     this.pumpAbort.abort('closing');
+    this.unpark();
     clearInterval(this.sweeper);
     this.sweeper = undefined;
     this.cq.abort('closing');

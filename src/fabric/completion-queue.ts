@@ -58,6 +58,10 @@ export class CQ implements CompletionQueue {
     return this.items.length - this.head;
   }
 
+  get sleepBlocks(): boolean {
+    return this.engine.spins && this.engine.arm === undefined && this.engine.sleep !== undefined;
+  }
+
   push(wc: WorkCompletion): void {
     this.items.push(wc);
     if (this.waiters.size > 0) this.wake();

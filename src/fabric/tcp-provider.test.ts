@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createConnection } from 'node:net';
 import { isTandemError } from '../errors/index.js';
 import { conformance } from './conformance.cases.js';
-import { openDevice } from './index.js';
+import { Access, openDevice } from './index.js';
 import { putU32 } from './wire.js';
 
 conformance('tcp');
@@ -115,6 +115,41 @@ test(
         assert.equal(t.gather, true, 'the socket is non-blocking, so flush() may use writev');
       }
       await l.close();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  },
+);
+
+test(
+  'tcp: the background poller slows down once idle and speeds up when a frame comes',
+  { timeout: 30_000 },
+  async () => {
+    const { rawSocketLib } = await import('./socket-ffi.js');
+    if (rawSocketLib() === null || process.env.TANDEM_TCP_DATAPATH === 'net') return; // node:net path
+    const a = await openDevice('tcp');
+    const b = await openDevice('tcp');
+    try {
+      const l = await b.listen({ host: '127.0.0.1', port: 0, secret: 's' });
+      const [bpd, apd, bcq] = [b.allocPd(), a.allocPd(), b.createCq()];
+      const [qb, qa] = await Promise.all([
+        l.accept({ pd: bpd, cq: bcq, timeoutMs: 5000 }),
+        a.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: apd, cq: a.createCq(), timeoutMs: 5000 }),
+      ]);
+      await l.close();
+      const period = (): number => (b as unknown as { backgroundPollMs: number }).backgroundPollMs;
+      const until = async (want: number): Promise<void> => {
+        const deadline = Date.now() + 10_000;
+        while (period() !== want && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        assert.equal(period(), want);
+      };
+      await until(10); // nothing arrived for a while
+      qb.postRecv({ wrId: 7, sgl: [bpd.allocate(8, Access.LOCAL_WRITE).sge()] });
+      qa.postSend({ wrId: 1, opcode: 'send', sgl: [apd.allocate(8, 0).sge()] });
+      await until(1); // b's application never polled: its background poller found the frame
+      const [wc] = bcq.poll(1);
+      assert.deepEqual([wc?.wrId, wc?.status], [7, 'success']);
     } finally {
       await a.close();
       await b.close();

@@ -26,6 +26,15 @@ import {
 
 /** Connections are polled this often when no wait drives them. */
 const BACKGROUND_POLL_MS = 1;
+/**
+ * After this many background polls in a row found nothing, the poller slows to IDLE_POLL_MS
+ * until one finds something again. The application's own waits poll for themselves, so only
+ * a passive peer's one-sided work and the EOF of a dead peer wait on it, for up to
+ * IDLE_POLL_MS. (Polling every 1 ms, with the collectives' pump, kept an idle rank at ~5%
+ * of a core.)
+ */
+const IDLE_AFTER_POLLS = 200;
+const IDLE_POLL_MS = 10;
 /** Frames up to this size are copied into one buffer and written at once. */
 const COALESCE_BYTES = 64 * 1024;
 
@@ -408,7 +417,22 @@ export class TcpDevice extends DeviceBase {
    */
   private static readonly everywhere = new Set<PolledTcpTransport>();
   private poller: NodeJS.Timeout | undefined;
+  /** Background polls in a row that found nothing (see IDLE_AFTER_POLLS). */
+  private idlePolls = 0;
   private pollfds = new Uint8Array(0);
+
+  /** The background poller's current period: 1 ms while there is traffic, IDLE_POLL_MS once idle. */
+  get backgroundPollMs(): number {
+    return this.idlePolls >= IDLE_AFTER_POLLS ? IDLE_POLL_MS : BACKGROUND_POLL_MS;
+  }
+
+  private schedulePoll(ms: number): void {
+    this.poller = setTimeout(() => {
+      this.idlePolls = this.engine.progress() ? 0 : this.idlePolls + 1;
+      if (this.polled.size > 0 && this.poller !== undefined) this.schedulePoll(this.backgroundPollMs);
+    }, ms);
+    this.poller.unref();
+  }
 
   qpOn(peer: Authenticated, psn: number, options: AcceptOptions): QueuePair {
     const early = peer.reader.detach();
@@ -419,17 +443,14 @@ export class TcpDevice extends DeviceBase {
       this.polled.delete(x);
       TcpDevice.everywhere.delete(x);
       if (this.polled.size === 0 && this.poller) {
-        clearInterval(this.poller);
+        clearTimeout(this.poller);
         this.poller = undefined;
       }
     });
     this.polled.add(t);
     TcpDevice.everywhere.add(t);
     // background progress when nobody waits: acks, read responses, peer death (recv sees EOF)
-    if (this.poller === undefined) {
-      this.poller = setInterval(() => this.engine.progress(), BACKGROUND_POLL_MS);
-      this.poller.unref();
-    }
+    if (this.poller === undefined) this.schedulePoll(BACKGROUND_POLL_MS);
     return this.makeQp({ ...base, transport: t }, options, true);
   }
 
@@ -453,7 +474,7 @@ export class TcpDevice extends DeviceBase {
 
   override async close(): Promise<void> {
     await super.close();
-    if (this.poller) clearInterval(this.poller);
+    if (this.poller) clearTimeout(this.poller);
     this.poller = undefined;
   }
 

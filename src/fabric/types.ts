@@ -201,6 +201,13 @@ export interface CompletionQueue {
   /** Ends every blocked wait on this queue with ABORTED (within 200 ms). */
   abort(reason?: string): void;
   readonly depth: number;
+  /**
+   * True when a sleeping wait() blocks the thread in the kernel in slices of about 1 ms, with
+   * an event-loop turn between them (tcp); false when it leaves the event loop free until a
+   * peer or a completion wakes it (shm's doorbell, event-driven pipes). Where it is true, a
+   * waiter idle for long is cheaper polling from a timer (1,000 wake-ups a second otherwise).
+   */
+  readonly sleepBlocks: boolean;
 }
 
 export type QpState = 'ready' | 'error' | 'closed';
