@@ -340,17 +340,16 @@ export class PolledTcpTransport implements Transport {
         return true;
       }
       sent = true;
-      // drop what went out: whole pieces, then the front of a partly sent one
+      // drop what went out: whole pieces (empty ones too), then the front of a partly sent one
       let left = n;
-      while (left > 0) {
+      while (this.backlogHead < this.backlog.length) {
         const b = this.backlog[this.backlogHead] as Uint8Array;
-        if (left >= b.length) {
-          left -= b.length;
-          this.backlogHead++;
-        } else {
-          this.backlog[this.backlogHead] = b.subarray(left);
-          left = 0;
+        if (left < b.length) {
+          if (left > 0) this.backlog[this.backlogHead] = b.subarray(left);
+          break;
         }
+        left -= b.length;
+        this.backlogHead++;
       }
       if (n < total) break;
     }
