@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createConnection } from 'node:net';
 import { isTandemError } from '../errors/index.js';
 import { conformance } from './conformance.cases.js';
-import { Access, openDevice } from './index.js';
+import { Access, openDevice, type CompletionQueue, type Device, type ProtectionDomain, type QueuePair } from './index.js';
 import { putU32 } from './wire.js';
 
 conformance('tcp');
@@ -88,36 +88,43 @@ test('tcp: a wait asleep on one device wakes for data on another device of the p
   }
 });
 
+/**
+ * Two tcp devices with one polled connection between them (a connects to b), or undefined
+ * where the tcp data path is node:net (no koffi, or TANDEM_TCP_DATAPATH=net).
+ */
+async function polledPair(): Promise<
+  | { a: Device; b: Device; qa: QueuePair; qb: QueuePair; apd: ProtectionDomain; bpd: ProtectionDomain; bcq: CompletionQueue }
+  | undefined
+> {
+  const { rawSocketLib } = await import('./socket-ffi.js');
+  if (rawSocketLib() === null || process.env.TANDEM_TCP_DATAPATH === 'net') return undefined;
+  const a = await openDevice('tcp');
+  const b = await openDevice('tcp');
+  const l = await b.listen({ host: '127.0.0.1', port: 0, secret: 's' });
+  const [bpd, apd, bcq] = [b.allocPd(), a.allocPd(), b.createCq()];
+  const [qb, qa] = await Promise.all([
+    l.accept({ pd: bpd, cq: bcq, timeoutMs: 5000 }),
+    a.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: apd, cq: a.createCq(), timeoutMs: 5000 }),
+  ]);
+  await l.close();
+  return { a, b, qa, qb, apd, bpd, bcq };
+}
+
 test(
   'tcp: the polled data path gathers queued pieces into one writev (its sockets are non-blocking)',
   { timeout: 20_000 },
   async () => {
-    const { rawSocketLib } = await import('./socket-ffi.js');
-    if (rawSocketLib() === null || process.env.TANDEM_TCP_DATAPATH === 'net') return; // node:net path
-    const a = await openDevice('tcp');
-    const b = await openDevice('tcp');
+    const p = await polledPair();
+    if (p === undefined) return; // node:net path
     try {
-      const l = await b.listen({ host: '127.0.0.1', port: 0, secret: 's' });
-      const [qb, qa] = await Promise.all([
-        l.accept({ pd: b.allocPd(), cq: b.createCq(), timeoutMs: 5000 }),
-        a.connect({
-          host: '127.0.0.1',
-          port: l.port,
-          secret: 's',
-          pd: a.allocPd(),
-          cq: a.createCq(),
-          timeoutMs: 5000,
-        }),
-      ]);
-      for (const qp of [qa, qb]) {
+      for (const qp of [p.qa, p.qb]) {
         const t = (qp as unknown as { transport: { gather?: unknown; fd?: unknown } }).transport;
         assert.equal(typeof t.fd, 'number', 'a polled transport');
         assert.equal(t.gather, true, 'the socket is non-blocking, so flush() may use writev');
       }
-      await l.close();
     } finally {
-      await a.close();
-      await b.close();
+      await p.a.close();
+      await p.b.close();
     }
   },
 );
@@ -126,18 +133,10 @@ test(
   'tcp: the background poller slows down once idle and speeds up when a frame comes',
   { timeout: 30_000 },
   async () => {
-    const { rawSocketLib } = await import('./socket-ffi.js');
-    if (rawSocketLib() === null || process.env.TANDEM_TCP_DATAPATH === 'net') return; // node:net path
-    const a = await openDevice('tcp');
-    const b = await openDevice('tcp');
+    const p = await polledPair();
+    if (p === undefined) return; // node:net path
+    const { b, qa, qb, apd, bpd, bcq } = p;
     try {
-      const l = await b.listen({ host: '127.0.0.1', port: 0, secret: 's' });
-      const [bpd, apd, bcq] = [b.allocPd(), a.allocPd(), b.createCq()];
-      const [qb, qa] = await Promise.all([
-        l.accept({ pd: bpd, cq: bcq, timeoutMs: 5000 }),
-        a.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: apd, cq: a.createCq(), timeoutMs: 5000 }),
-      ]);
-      await l.close();
       const period = (): number => (b as unknown as { backgroundPollMs: number }).backgroundPollMs;
       const until = async (want: number): Promise<void> => {
         const deadline = Date.now() + 10_000;
@@ -151,7 +150,7 @@ test(
       const [wc] = bcq.poll(1);
       assert.deepEqual([wc?.wrId, wc?.status], [7, 'success']);
     } finally {
-      await a.close();
+      await p.a.close();
       await b.close();
     }
   },
