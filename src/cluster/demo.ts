@@ -20,11 +20,13 @@ import { ClusterSession, type ClusterResult } from './session.js';
  * most prompts, F32 not within 32).
  */
 /**
- * Untimed tokens before each timed generation: V8 compiles the decode path (and the
- * tensor-parallel exchange) over the first tokens: with 2 of them the 2-node run of the demo
- * model decoded at 0.56-0.69x one node's rate, with 16 at 0.78-0.87x (2-core VM, 2026-11-24).
+ * Untimed tokens before each timed generation, from the same prompt: V8 compiles the prefill
+ * and decode paths (and the tensor-parallel exchange) over the first tokens, and the second
+ * node starts cold. With 2 of them the 2-node run of the demo model decoded at 0.56-0.69x one
+ * node's rate, with 16 (after a 4-token prompt) at 0.78-0.87x and a TTFT of 0.33-0.87x, with
+ * 64 at 1.16-1.23x (2-core VM, 2026-11-24).
  */
-const WARMUP_TOKENS = 16;
+const WARMUP_TOKENS = 64;
 
 export const demoShape: ModelShape = {
   layers: 30,
@@ -133,9 +135,9 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
           parallel,
           provider: o.provider,
           greedy: true,
-          contextLength: Math.max(prompt.length + o.maxTokens, 4 + WARMUP_TOKENS) + 8,
+          contextLength: prompt.length + Math.max(o.maxTokens, WARMUP_TOKENS) + 8,
         });
-        await session.generate({ prompt: prompt.slice(0, 4), maxTokens: WARMUP_TOKENS });
+        await session.generate({ prompt, maxTokens: WARMUP_TOKENS });
         o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s) (after ${WARMUP_TOKENS} untimed ones)`);
         const result = await session.generate({ prompt, maxTokens: o.maxTokens });
         runs.push({
