@@ -151,6 +151,8 @@ const NO_RANK = 0xffff;
  */
 const SPARE_MIN = 1024;
 const MAX_SPARES = 8;
+/** Early messages under SPARE_MIN bytes are carved from slabs of this size (see Router.early). */
+const SLAB_BYTES = 64 * 1024;
 
 /** How often waiting receives are checked against their deadlines (at most). */
 const SWEEP_MS = 50;
@@ -229,6 +231,8 @@ export class Router {
   private regClock = 0;
   private sweeper: NodeJS.Timeout | undefined;
   private readonly spares: Uint8Array[] = [];
+  private slab = new Uint8Array(0);
+  private slabUsed = 0;
   private readonly spin: boolean;
   /** Receives that wait for a message (the pump spins while there are any). */
   private waiting = 0;
@@ -737,19 +741,31 @@ export class Router {
   }
 
   /**
-   * A buffer for a message that arrived before its receive was posted: large ones come from a
-   * few kept buffers (a fresh zero-filled one per early message costs more than the copy).
+   * A buffer for a message that arrived before its receive was posted. Large ones come from a
+   * few kept buffers (a fresh zero-filled one per early message costs more than the copy);
+   * small ones are carved from a slab: views of one buffer, each handed out once (a full slab
+   * is dropped, and freed with its last view). A small typed array of its own gets an
+   * ArrayBuffer of its own once a kernel views its bytes as another type, and each dead one
+   * costs the next scavenge: 2-rank 8 B all-reduce over shm, p50 4.0 -> 2.8 us, scavenges
+   * 0.8 -> 0.2 ms. spare() never keeps a slab: it takes only payloads of SPARE_MIN or more.
    */
   private early(bytes: number): Uint8Array {
-    if (bytes >= SPARE_MIN) {
-      const spares = this.spares;
-      for (let i = 0; i < spares.length; i++) {
-        const b = spares[i] as Uint8Array;
-        if (b.byteLength < bytes || b.byteLength > 4 * bytes) continue;
-        spares[i] = spares[spares.length - 1] as Uint8Array;
-        spares.pop();
-        return b.subarray(0, bytes);
+    if (bytes < SPARE_MIN) {
+      let at = this.slabUsed;
+      if (at + bytes > this.slab.byteLength) {
+        this.slab = new Uint8Array(SLAB_BYTES);
+        at = 0;
       }
+      this.slabUsed = (at + bytes + 7) & ~7; // 8-byte aligned for any element type
+      return this.slab.subarray(at, at + bytes);
+    }
+    const spares = this.spares;
+    for (let i = 0; i < spares.length; i++) {
+      const b = spares[i] as Uint8Array;
+      if (b.byteLength < bytes || b.byteLength > 4 * bytes) continue;
+      spares[i] = spares[spares.length - 1] as Uint8Array;
+      spares.pop();
+      return b.subarray(0, bytes);
     }
     return new Uint8Array(bytes);
   }

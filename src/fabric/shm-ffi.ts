@@ -31,6 +31,7 @@ const MAP_SHARED = 1;
 const MAP_PRIVATE = 2;
 const MAP_FIXED = 0x10;
 const MAP_ANONYMOUS = 0x20;
+const MAP_POPULATE = 0x8000;
 const WASM_PAGE = 65536;
 /** A wasm32 memory holds at most 2^16 pages. */
 const MAX_SEGMENT = 65536 * WASM_PAGE;
@@ -92,6 +93,16 @@ function unlinkOwnedOnExit(): void {
 }
 
 /** A mapped POSIX shared-memory segment: `buffer` holds it at offset 0 (and is longer: whole wasm pages). */
+export interface MapOptions {
+  /**
+   * Map (and, for a new segment, allocate) every page now. A page touched first mid-stream
+   * costs a fault in each process that maps it, 10-50 us on a virtual machine: a ring that
+   * streams small frames through fresh pages paid one every 4 KiB (every 48th 8-byte
+   * all-reduce, docs/collectives.md).
+   */
+  populate?: boolean;
+}
+
 export class ShmSegment {
   readonly buffer: SharedArrayBuffer;
   private readonly address: bigint;
@@ -102,6 +113,7 @@ export class ShmSegment {
     readonly length: number,
     fd: number,
     private owner: boolean,
+    populate: boolean,
   ) {
     const c = need();
     const pages = Math.ceil(length / WASM_PAGE);
@@ -112,12 +124,16 @@ export class ShmSegment {
       throw shmError(`no address space for ${name} (${length} bytes): ${(e as Error).message}`);
     }
     this.address = c.addressOf(new Uint8Array(this.buffer, 0, 1), 0, 0);
-    if (c.mmap(this.address, length, PROT_RW, MAP_SHARED | MAP_FIXED, fd, 0) !== this.address)
+    const flags = MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0);
+    if (c.mmap(this.address, length, PROT_RW, flags, fd, 0) !== this.address)
       throw shmError(`mmap of ${name} (${length} bytes) failed`);
   }
 
-  /** Creates a new segment (name must not exist) and maps it. */
-  static create(name: string, length: number): ShmSegment {
+  /**
+   * Creates a new segment (name must not exist) and maps it. `populate` maps every page at
+   * once (MAP_POPULATE) instead of at its first touch: see MapOptions.
+   */
+  static create(name: string, length: number, options: MapOptions = {}): ShmSegment {
     checkLength(length);
     const c = need();
     const fd = c.shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0o600);
@@ -127,7 +143,7 @@ export class ShmSegment {
     try {
       if (c.ftruncate(fd, length) !== 0)
         throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
-      return new ShmSegment(name, length, fd, true);
+      return new ShmSegment(name, length, fd, true, options.populate === true);
     } catch (e) {
       c.shm_unlink(name);
       owned.delete(name);
@@ -138,7 +154,7 @@ export class ShmSegment {
   }
 
   /** Maps a segment another process created. */
-  static open(name: string, length: number): ShmSegment {
+  static open(name: string, length: number, options: MapOptions = {}): ShmSegment {
     checkLength(length);
     const c = need();
     if (!/^\/tandem-[0-9]+-[0-9a-f]+(-[a-z]+)?$/.test(name))
@@ -146,7 +162,7 @@ export class ShmSegment {
     const fd = c.shm_open(name, O_RDWR, 0);
     if (fd < 0) throw shmError(`shm_open(${name}) failed: the peer's segment is gone`);
     try {
-      return new ShmSegment(name, length, fd, false);
+      return new ShmSegment(name, length, fd, false, options.populate === true);
     } finally {
       c.close(fd);
     }
