@@ -119,6 +119,15 @@ export class TcpTransport implements Transport {
 }
 
 const READS_PER_POLL = 64;
+/**
+ * SO_SNDBUF and SO_RCVBUF of a polled connection (the kernel caps them at wmem_max/rmem_max
+ * and doubles them; they are limits, not allocations). Fixed sizes turn off the kernel's
+ * autotuning, under which a connection settled, run by run, into one of two speeds: 2 ranks,
+ * 1 MiB all-reduce, p50 ~720 us in 6 of 9 runs and ~390-520 us in 3; with 4 MiB buffers
+ * 370-525 us in 12 of 13 (docs/collectives.md). TANDEM_TCP_SOCKBUF sets them (0: autotune).
+ */
+const SOCKET_BUFFER_BYTES = 4 << 20;
+
 /** Queued pieces sent by one writev(2). */
 const WRITEV_PARTS = 8;
 
@@ -157,7 +166,7 @@ export class PolledTcpTransport implements Transport {
     this.fd = handle.fd;
     // writev has no MSG_DONTWAIT: gather only on a non-blocking socket (libuv's always are)
     this.gather = lib.nonBlocking(this.fd);
-    const buf = Number(process.env.TANDEM_TCP_SOCKBUF ?? 0);
+    const buf = Number(process.env.TANDEM_TCP_SOCKBUF ?? SOCKET_BUFFER_BYTES);
     if (buf > 0) {
       lib.setIntOption(this.fd, SO_SNDBUF, buf);
       lib.setIntOption(this.fd, SO_RCVBUF, buf);
