@@ -16,6 +16,8 @@ interface Libc {
   shm_open(name: string, oflag: number, mode: number): number;
   shm_unlink(name: string): number;
   ftruncate(fd: number, len: number): number;
+  /** 0, or the error number (it does not set errno). */
+  posix_fallocate(fd: number, offset: number, len: number): number;
   mmap(addr: bigint, len: number, prot: number, flags: number, fd: number, off: number): bigint;
   /** memset(s, 0, 0) does nothing and returns s: the address of a buffer's memory. */
   addressOf(s: Uint8Array, c: number, n: number): bigint;
@@ -53,6 +55,7 @@ export function loadLibc(): Libc | undefined {
       shm_open: lib.func('int shm_open(const char *name, int oflag, uint32_t mode)'),
       shm_unlink: lib.func('int shm_unlink(const char *name)'),
       ftruncate: lib.func('int ftruncate(int fd, int64_t len)'),
+      posix_fallocate: lib.func('int posix_fallocate(int fd, int64_t offset, int64_t len)'),
       mmap: lib.func('uintptr_t mmap(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)'),
       addressOf: lib.func('uintptr_t memset(void *s, int c, size_t n)'),
       close: lib.func('int close(int fd)'),
@@ -95,7 +98,8 @@ function unlinkOwnedOnExit(): void {
 /** A mapped POSIX shared-memory segment: `buffer` holds it at offset 0 (and is longer: whole wasm pages). */
 export interface MapOptions {
   /**
-   * Map (and, for a new segment, allocate) every page now. A page touched first mid-stream
+   * Allocate (posix_fallocate: a /dev/shm without room fails here with FABRIC_SHM_FAILED,
+   * not with a SIGBUS at a later first touch) and map every page now. A page touched first mid-stream
    * costs a fault in each process that maps it, 10-50 us on a virtual machine: a ring that
    * streams small frames through fresh pages paid one every 4 KiB (every 48th 8-byte
    * all-reduce, docs/collectives.md).
@@ -143,6 +147,10 @@ export class ShmSegment {
     try {
       if (c.ftruncate(fd, length) !== 0)
         throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
+      // A page that does not fit in /dev/shm kills the process (SIGBUS) when first touched:
+      // a segment mapped whole is allocated whole first, so a short /dev/shm is an error here.
+      const err = options.populate === true ? c.posix_fallocate(fd, 0, length) : 0;
+      if (err !== 0) throw shmError(`/dev/shm has no room for ${name} (${length} bytes; error ${err})`);
       return new ShmSegment(name, length, fd, true, options.populate === true);
     } catch (e) {
       c.shm_unlink(name);

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { conformance } from './conformance.cases.js';
@@ -168,3 +169,46 @@ test('shm: a write the requester placed itself completes without the responder r
     await db.close();
   }
 });
+
+test(
+  'shm: a /dev/shm too small for a ring fails the connection with FABRIC_SHM_FAILED (it does not kill the process)',
+  { timeout: 60_000 },
+  async (t) => {
+    if (spawnSync('unshare', ['-m', 'true']).status !== 0) {
+      t.skip('unshare -m is not available (needs root)');
+      return;
+    }
+    // In a mount namespace of its own, /dev/shm is a 2 MiB tmpfs: room for the devices'
+    // doorbells and key tables, not for a 16 MiB ring (whose pages would SIGBUS when touched).
+    const index = new URL('./index.ts', import.meta.url).href;
+    const script = `
+      import { openDevice } from ${JSON.stringify(index)};
+      const [a, b] = [await openDevice('shm'), await openDevice('shm')];
+      const l = await a.listen({ port: 0, secret: 's' });
+      try {
+        await b.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: b.allocPd(), cq: b.createCq(), timeoutMs: 5000 });
+        console.log('RESULT connected');
+      } catch (e) {
+        console.log('RESULT ' + JSON.stringify({ code: e.code, message: e.message }));
+      }
+      await Promise.all([a.close(), b.close()]);`;
+    const run = spawnSync(
+      'unshare',
+      [
+        '-m',
+        'sh',
+        '-c',
+        `mount -t tmpfs -o size=2m tmpfs /dev/shm && exec "$0" --import tsx --input-type=module -e "$1"`,
+        process.execPath,
+        script,
+      ],
+      { encoding: 'utf8', timeout: 45_000 },
+    );
+    assert.equal(run.signal, null, `the process died of ${run.signal}: ${run.stderr}`);
+    const line = /^RESULT (.*)$/m.exec(run.stdout)?.[1];
+    assert.ok(line !== undefined, `no result (exit ${run.status}): ${run.stderr}`);
+    const result = JSON.parse(line) as { code: string; message: string };
+    assert.equal(result.code, 'FABRIC_SHM_FAILED');
+    assert.match(result.message, /\/dev\/shm has no room/);
+  },
+);
