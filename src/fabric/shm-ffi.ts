@@ -95,18 +95,18 @@ function unlinkOwnedOnExit(): void {
   });
 }
 
-/** A mapped POSIX shared-memory segment: `buffer` holds it at offset 0 (and is longer: whole wasm pages). */
 export interface MapOptions {
   /**
-   * Allocate (posix_fallocate: a /dev/shm without room fails here with FABRIC_SHM_FAILED,
-   * not with a SIGBUS at a later first touch) and map every page now. A page touched first mid-stream
-   * costs a fault in each process that maps it, 10-50 us on a virtual machine: a ring that
-   * streams small frames through fresh pages paid one every 4 KiB (every 48th 8-byte
-   * all-reduce, docs/collectives.md).
+   * Allocate every page now (posix_fallocate, for a new segment: a /dev/shm without room
+   * fails here with FABRIC_SHM_FAILED, not with a SIGBUS at a later first touch) and map
+   * them all (MAP_POPULATE: no page fault at a first touch). For segments that will be used
+   * whole, such as the shm provider's rings (which also touch every page once: see
+   * ShmTransport.touchRings).
    */
   populate?: boolean;
 }
 
+/** A mapped POSIX shared-memory segment: `buffer` holds it at offset 0 (and is longer: whole wasm pages). */
 export class ShmSegment {
   readonly buffer: SharedArrayBuffer;
   private readonly address: bigint;
@@ -134,8 +134,7 @@ export class ShmSegment {
   }
 
   /**
-   * Creates a new segment (name must not exist) and maps it. `populate` maps every page at
-   * once (MAP_POPULATE) instead of at its first touch: see MapOptions.
+   * Creates a new segment (name must not exist) and maps it (`populate`: see MapOptions).
    */
   static create(name: string, length: number, options: MapOptions = {}): ShmSegment {
     checkLength(length);

@@ -123,8 +123,9 @@ const READS_PER_POLL = 64;
  * SO_SNDBUF and SO_RCVBUF of a polled connection (the kernel caps them at wmem_max/rmem_max
  * and doubles them; they are limits, not allocations). Fixed sizes turn off the kernel's
  * autotuning, under which a connection settled, run by run, into one of two speeds: 2 ranks,
- * 1 MiB all-reduce, p50 ~720 us in 6 of 9 runs and ~390-520 us in 3; with 4 MiB buffers
- * 370-525 us in 12 of 13 (docs/collectives.md). TANDEM_TCP_SOCKBUF sets them (0: autotune).
+ * 1 MiB all-reduce, p50 ~700-950 us in 6 of 9 runs and ~390-530 us in 3; with fixed buffers
+ * the slow speed did not appear in 13 runs (docs/collectives.md). TANDEM_TCP_SOCKBUF sets
+ * them (0: autotune).
  */
 const SOCKET_BUFFER_BYTES = 4 << 20;
 
