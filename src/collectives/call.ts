@@ -62,7 +62,7 @@ export interface CallSpec {
 export class Call {
   private readonly template: Header;
   /** This call's sends and receives still in progress, with the flags the router sets as they settle. */
-  private readonly pending = new WeakMap<Promise<unknown>, Settled>();
+  private pending: WeakMap<Promise<unknown>, Settled> | undefined;
   readonly op: ReduceOp;
 
   constructor(
@@ -114,7 +114,7 @@ export class Call {
    * loop per completion (2 ranks over shm, 1 MiB ring all-reduce: see docs/collectives.md).
    */
   drive<T>(p: Promise<T>, budgetMs = DRIVE_MS): Promise<T> {
-    const flag = this.pending.get(p);
+    const flag = this.pending?.get(p);
     if (flag !== undefined && !flag.settled) this.comm.router.spinUntil(() => flag.settled, budgetMs);
     return p;
   }
@@ -126,13 +126,28 @@ export class Call {
   }
 
   private track<T>(p: Promise<T>, flag: Settled): Promise<T> {
-    if (!flag.settled) this.pending.set(p, flag);
+    if (!flag.settled) (this.pending ??= new WeakMap()).set(p, flag);
     return p;
   }
 
   /** Small calls: drives progress synchronously until every other rank has sent (bounded). */
   private spinForAll(budgetMs = 0.2): boolean {
     return this.comm.router.spinFor(this.comm.commId, this.spec.channel, this.comm.members, budgetMs);
+  }
+
+  /** The header this call's messages carry (its data fields; the routing fields vary per message). */
+  get header(): Readonly<Header> {
+    return this.template;
+  }
+
+  /**
+   * COLL_MISMATCH, with the world aborted, when what `peer` sent (`h`, for a message of
+   * `bytes` at `step`) does not belong to this call; else undefined.
+   */
+  verify(h: Header, peer: number, bytes: number, step = 0): TandemError | undefined {
+    const e = this.mismatch(h, peer, bytes, step);
+    if (e) this.comm.router.abort(e);
+    return e;
   }
 
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */

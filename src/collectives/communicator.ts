@@ -6,6 +6,7 @@ import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
 import { loadNativeReduce } from '../kernels/reduce-native.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
+import { Board, BOARD_MAX } from './board.js';
 import { allToAllPairwise } from './all-to-all.js';
 import { broadcastMesh, broadcastRing, broadcastTree } from './broadcast.js';
 import { algorithms, Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';
@@ -71,6 +72,8 @@ export interface AllReduceOptions extends CallOptions {
 
 /** The reusable scratch of a communicator grows up to this many bytes. */
 const SCRATCH_KEEP = 16 << 20;
+/** What a call that finished synchronously returns. */
+const DONE: Promise<void> = Promise.resolve();
 
 const badArg = (message: string, hint: string): TandemError => new TandemError('COLL_BAD_ARGUMENT', message, { hint });
 
@@ -95,6 +98,8 @@ export class Communicator implements CommCore {
   private readonly trees = new Map<number, Tree>();
   private closed = false;
   private readonly scratchBuffers: ArrayBuffer[] = [];
+  /** One-sided small all-reduces (see Board): opened by the first call that can use one; null when it cannot be had. */
+  private board: Board | null | undefined;
 
   constructor(
     readonly rank: number,
@@ -134,6 +139,11 @@ export class Communicator implements CommCore {
   /** Fragments this rank forwarded for other ranks so far (the relaying at work). */
   get relayed(): number {
     return this.router.relayed;
+  }
+
+  /** One-sided writes this rank made so far (small all-reduces on a direct full mesh: see Board). */
+  get puts(): number {
+    return this.router.puts;
   }
 
   private tree(root: number): Tree {
@@ -203,23 +213,76 @@ export class Communicator implements CommCore {
 
   /** In place: every rank's `data` becomes the reduction over all ranks (op sum by default). */
   allReduce(data: DTypeArray, options: AllReduceOptions = {}): Promise<void> {
+    // A small all-reduce on an idle communicator whose board is open runs synchronously to the
+    // end (no promise chain, no turn of the event loop), like an MPI call: see boardNow().
+    if (this.board && this.calls === 0 && data.byteLength <= BOARD_MAX) {
+      const done = this.boardNow(data, options);
+      if (done !== undefined) return done;
+    }
     return this.serial(async () => {
-      const dtype = this.dtypeOf(data, options);
-      const reduce = options.op ?? 'sum';
-      if (!['sum', 'max', 'min', 'mean'].includes(reduce)) throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
-      const q8 = options.wire === 'q8';
-      if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean'))) throw badArg(`q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`, 'drop wire: q8 for this call');
-      this.checkCount(data.length);
-      const algorithm = this.pick('all-reduce', data.byteLength, options, q8);
+      const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
+      const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
+      const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
       const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
       if (this.size > 1) {
-        if (algorithm === 'mesh') await allReduceMesh(call, data);
+        if (board) {
+          const rest = board.allReduce(call, data);
+          if (rest) await rest;
+        } else if (algorithm === 'mesh') await allReduceMesh(call, data);
         else if (algorithm === 'ring') await allReduceRing(call, data, this.ring);
         else if (algorithm === 'rhd') await allReduceRhd(call, data);
         else await allReduceTree(call, data, this.tree(0));
       }
       if (reduce === 'mean') divideInPlace(dtype, data, this.size);
     });
+  }
+
+  /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */
+  private allReduceSpec(data: DTypeArray, options: AllReduceOptions): { dtype: DType; reduce: ReduceOp | 'mean'; q8: boolean; algorithm: Algorithm } {
+    const dtype = this.dtypeOf(data, options);
+    const reduce = options.op ?? 'sum';
+    if (reduce !== 'sum' && reduce !== 'max' && reduce !== 'min' && reduce !== 'mean') throw badArg(`unknown reduce op '${String(reduce)}'`, 'use sum, max, min or mean');
+    const q8 = options.wire === 'q8';
+    if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean'))) throw badArg(`q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`, 'drop wire: q8 for this call');
+    this.checkCount(data.length);
+    return { dtype, reduce, q8, algorithm: this.pick('all-reduce', data.byteLength, options, q8) };
+  }
+
+  /**
+   * The all-reduce by the board, begun at once (the communicator is idle): a settled promise
+   * when it finished synchronously (the usual case), the rest's promise (the communicator
+   * busy until it settles) when a peer is late, or undefined when the board is not for this
+   * call (another algorithm or the q8 wire). What serial() checks and counts, it does here.
+   */
+  private boardNow(data: DTypeArray, options: AllReduceOptions): Promise<void> | undefined {
+    const board = this.board as Board;
+    let rest: Promise<void> | undefined;
+    this.calls++;
+    this.router.busy++;
+    try {
+      if (this.closed || this.router.aborted) return undefined; // serial() says why
+      const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
+      if (algorithm !== 'mesh' || q8) return undefined;
+      const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
+      rest = board.allReduce(call, data);
+      if (rest === undefined) {
+        if (reduce === 'mean') divideInPlace(dtype, data, this.size);
+        return DONE;
+      }
+      const p = rest.then(() => (reduce === 'mean' ? divideInPlace(dtype, data, this.size) : undefined)).finally(() => {
+        this.router.busy--;
+        this.calls--;
+      });
+      this.last = p;
+      return p;
+    } catch (e) {
+      return Promise.reject(e);
+    } finally {
+      if (rest === undefined) {
+        this.router.busy--;
+        this.calls--;
+      }
+    }
   }
 
   /** Every rank's `data` ([count]) gathered in rank order into a new [size * count] array (or `out`). */
@@ -323,6 +386,24 @@ export class Communicator implements CommCore {
     return out;
   }
 
+  /**
+   * The board, opened by every rank at the same call (collectively: the regions' addresses
+   * are exchanged), or null when one cannot be had: members not all linked directly to each
+   * other (decided from the world's routes, which every rank knows alike), or a rank whose
+   * fabric refused the regions.
+   */
+  private async openBoard(): Promise<Board | null> {
+    const routes = this.router.routes;
+    const direct = this.members.every((a) => this.members.every((b) => a === b || routes[a]?.[b] === b));
+    if (!direct) return (this.board = null);
+    const regions = Board.allocate(this.router, this.size);
+    const table = new Int32Array(4 * this.size);
+    table.set(Board.describe(regions), 4 * this.rank);
+    const call = this.call({ op: 'all-gather', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 4, aux: 2 });
+    await allGatherMesh(call, table, 4);
+    return (this.board = Board.open(this.router, this.rank, this.members, regions, table) ?? null);
+  }
+
   /** Point to point: `data` to `peer`; resolves once copied out. The peer calls recv(rank, ...). */
   send(peer: number, data: DTypeArray, options: CallOptions & { tag?: number } = {}): Promise<void> {
     return this.serial(async () => {
@@ -413,6 +494,7 @@ export class Communicator implements CommCore {
    */
   async close(): Promise<void> {
     if (this.closed) return;
+    this.board?.close();
     if (this.owned === undefined) {
       this.closed = true;
       return;

@@ -167,3 +167,41 @@ test('large sends go zero-copy from the caller\'s buffer: registered once while 
   for (const c of comms) assert.equal(c.router.registrations, 16, 'the LRU stays bounded');
   await Promise.all(comms.map((c) => c.close()));
 });
+
+test('small all-reduces on a direct full mesh go by one-sided writes (the board), others by messages', async () => {
+  const mesh = await createLocalWorld(3, { timeoutMs: 20_000 });
+  const run = (comms: typeof mesh, count: number, op: 'sum' | 'max'): Promise<number[][]> =>
+    Promise.all(
+      comms.map(async (c) => {
+        const d = Float32Array.from({ length: count }, (_, i) => (c.rank + 1) * (i + 1) * (c.rank === 1 ? -1 : 1));
+        await c.allReduce(d, { op });
+        return [...d];
+      }),
+    );
+  // every rank folds ranks 0..2 in order: (1 - 2 + 3) * (i + 1) for sum, 3 * (i + 1) for max
+  for (let k = 0; k < 5; k++) {
+    for (const got of await run(mesh, 7, 'sum')) assert.deepEqual(got, [2, 4, 6, 8, 10, 12, 14]);
+    for (const got of await run(mesh, 64, 'max')) assert.deepEqual(got, Array.from({ length: 64 }, (_, i) => 3 * (i + 1)));
+  }
+  // mean divides after the fold; a bad option is a typed error on the board's path too, and the world goes on
+  for (const got of await Promise.all(mesh.map(async (c) => {
+    const d = Int32Array.of(3 * (c.rank + 1));
+    await c.allReduce(d, { op: 'mean' });
+    return [...d];
+  }))) assert.deepEqual(got, [6]);
+  await assert.rejects(mesh[0]!.allReduce(new Float32Array(2), { op: 'median' as never }), { code: 'COLL_BAD_ARGUMENT' });
+  const puts = mesh.map((c) => c.puts);
+  assert.deepEqual(puts, [22, 22, 22], 'each of the 11 calls wrote once to each of the 2 peers');
+  await run(mesh, 65, 'sum'); // 260 bytes: past BOARD_MAX, by messages
+  assert.deepEqual(mesh.map((c) => c.puts), puts);
+  // different counts on different ranks, both small enough for the board: COLL_MISMATCH, not a hang
+  const bad = await Promise.allSettled(mesh.map((c) => c.allReduce(new Float32Array(c.rank === 2 ? 3 : 2))));
+  assert.ok(bad.some((r) => r.status === 'rejected' && (r.reason as { code: string }).code === 'COLL_MISMATCH'), JSON.stringify(bad.map((r) => r.status === 'rejected' && (r.reason as { code: string }).code)));
+  await Promise.all(mesh.map((c) => c.close()));
+
+  // on a line, ranks 0 and 2 are not linked: no board, and the same results by messages
+  const line = await createLocalWorld(3, { graph: 'line', timeoutMs: 20_000 });
+  for (const got of await run(line, 7, 'sum')) assert.deepEqual(got, [2, 4, 6, 8, 10, 12, 14]);
+  assert.deepEqual(line.map((c) => c.puts), [0, 0, 0]);
+  await Promise.all(line.map((c) => c.close()));
+});

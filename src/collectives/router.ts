@@ -1,5 +1,5 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { Access, MAX_INLINE, type CompletionQueue, type MemoryRegion, type QueuePair, type RecvWr, type RemoteAddress, type WorkCompletion } from '../fabric/types.js';
+import { Access, MAX_INLINE, type CompletionQueue, type MemoryRegion, type QueuePair, type RecvWr, type RemoteAddress, type SendWr, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { yieldCore } from '../fabric/shm-ffi.js';
 import { copyBytes } from '../kernels/copy.js';
@@ -177,6 +177,8 @@ const SPIN_SLICE_MS = 0.02;
 const PARK_AFTER_MS = 1000;
 const PARK_MS = 10;
 const DEFAULT_SLOTS = 8;
+/** The send-slot number in the work request id of a put() (no send slot has it). */
+const PUT_SLOT = 32767;
 const DEFAULT_FRAGMENT_BYTES = 256 * 1024;
 
 /** Fragment payload for a requested size: at least 1 KiB, a multiple of 64 (element-aligned). */
@@ -203,6 +205,8 @@ export class Router {
   readonly routes: number[][];
   /** Fragments this rank forwarded for others (relaying), for tests and stats. */
   relayed = 0;
+  /** One-sided writes this rank made (put()), for tests and stats. */
+  puts = 0;
   private readonly links: Link[] = [];
   /** Every connection to a neighbour, by wire. A message's lane picks the wire (lane % wires). */
   private readonly linkTo = new Map<number, Link[]>();
@@ -325,6 +329,57 @@ export class Router {
     return this.linkTo.get(peer)?.length ?? 0;
   }
 
+  /**
+   * A region of `bytes` that linked ranks may write one-sidedly (see put()); allocated
+   * through the fabric, so on shm it lives in shared memory. The caller deregisters it.
+   */
+  allocate(bytes: number): MemoryRegion {
+    const pd = this.links[0]?.qp.pd;
+    if (pd === undefined) throw new Error(`rank ${this.rank} has no links to allocate a region for`);
+    return pd.allocate(bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+  }
+
+  /** Registers this process's own `buffer` as a source of put()s (a plain buffer: V8 writes shared memory slowly). */
+  register(buffer: Uint8Array): MemoryRegion {
+    const pd = this.links[0]?.qp.pd;
+    if (pd === undefined) throw new Error(`rank ${this.rank} has no links to register a buffer for`);
+    return pd.register(buffer, Access.LOCAL_WRITE);
+  }
+
+  /**
+   * A one-sided write of `length` bytes of `local` from `offset` to `remote` on the direct
+   * neighbour `peer`, for put(): inline (copied out when posted) and unsignaled (only a
+   * failure completes). Built once and posted again and again, as verbs programs keep theirs.
+   */
+  putRequest(peer: number, local: MemoryRegion, offset: number, length: number, remote: RemoteAddress): SendWr {
+    const link = this.linkTo.get(peer)?.[0];
+    if (link === undefined) throw new Error(`rank ${peer} is not linked to rank ${this.rank}`);
+    return { wrId: link.index * 65536 + PUT_SLOT * 2, opcode: 'write', sgl: [local.sge(offset, length)], remote, inline: true, signaled: false };
+  }
+
+  /**
+   * One-sided: the write `wr` (from putRequest) posted to `peer`. The peer sees the bytes in
+   * its memory once its fabric has made progress (at once over shm), after everything this
+   * link carried before.
+   */
+  put(peer: number, wr: SendWr): void {
+    if (this.error) throw this.error;
+    const link = (this.linkTo.get(peer) as Link[])[0] as Link;
+    if (link.dead) throw this.lostLink(link);
+    try {
+      link.qp.postSend(wr);
+      this.puts++;
+    } catch (e) {
+      this.linkFailed(link, e);
+      throw this.error ?? e;
+    }
+  }
+
+  /** The header of the next message waiting whole from `src` on (commId, channel, lane), left in place. */
+  peek(commId: number, channel: number, src: number, lane: number): Header | undefined {
+    return this.box(commId, channel, src, lane).messages[0]?.header;
+  }
+
   /** Whether `peer` is a direct neighbour. */
   linked(peer: number): boolean {
     return this.linkTo.has(peer);
@@ -343,14 +398,7 @@ export class Router {
     if (this.error) return Promise.reject(this.error);
     const link = this.hop(header.dst, header.lane);
     if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
-    if (link.dead) {
-      return Promise.reject(
-        new TandemError('COLL_PEER_LOST', `rank ${this.rank}: the link to rank ${link.peer} is closed`, {
-          hint: 'a rank closed (or died) while others still needed it; make the same calls on every rank before close()',
-          details: { rank: link.peer, reportedBy: this.rank },
-        }),
-      );
-    }
+    if (link.dead) return Promise.reject(this.lostLink(link));
     const total = payload.byteLength;
     const frag = this.fragmentBytes;
     let out: Outgoing | undefined;
@@ -372,6 +420,13 @@ export class Router {
     return new Promise<void>((resolve, reject) => {
       lastOut.done = flag ? () => ((flag.settled = true), resolve()) : resolve;
       lastOut.fail = flag ? (e) => ((flag.settled = true), reject(e)) : reject;
+    });
+  }
+
+  private lostLink(link: Link): TandemError {
+    return new TandemError('COLL_PEER_LOST', `rank ${this.rank}: the link to rank ${link.peer} is closed`, {
+      hint: 'a rank closed (or died) while others still needed it; make the same calls on every rank before close()',
+      details: { rank: link.peer, reportedBy: this.rank },
     });
   }
 
@@ -524,15 +579,19 @@ export class Router {
 
   /**
    * Progress driven by the caller, in a synchronous loop, until `done()` or `budgetMs` passed
-   * (never on a host with more ranks than cores: see RouterOptions.spin). Returns done().
+   * (never on a host with more ranks than cores: see RouterOptions.spin), polling the fabric
+   * every `pollEvery` checks of done() (a caller waiting for memory a peer writes one-sidedly
+   * needs it only now and then). Returns done().
    */
-  spinUntil(done: () => boolean, budgetMs: number): boolean {
+  spinUntil(done: () => boolean, budgetMs: number, pollEvery = 1): boolean {
     if (this.error || !this.spin || budgetMs <= 0) return false;
     const until = performance.now() + budgetMs;
     for (let i = 1; !done(); i++) {
-      const wcs = this.cq.poll(512);
-      for (let k = 0; k < wcs.length; k++) this.complete(wcs[k] as WorkCompletion);
-      if (this.error) return false;
+      if (i % pollEvery === 0) {
+        const wcs = this.cq.poll(512);
+        for (let k = 0; k < wcs.length; k++) this.complete(wcs[k] as WorkCompletion);
+        if (this.error) return false;
+      }
       if ((i & 15) === 0 && performance.now() > until) return done();
     }
     return true;
@@ -675,6 +734,11 @@ export class Router {
     const link = this.byQp.get(wc.qpNum) ?? this.links[Math.floor(wc.wrId / 65536)];
     if (link === undefined) return;
     const slot = (wc.wrId % 65536) >> 1;
+    if (slot === PUT_SLOT) {
+      // a put() (unsignaled: only a failure completes)
+      if (wc.status !== 'success') this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
+      return;
+    }
     if (wc.status !== 'success') {
       this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
       if ((wc.wrId & 1) === 0) this.settle(link, slot, this.error ?? new Error(`work completion ${wc.status}`));

@@ -384,8 +384,16 @@ export class Qp implements QueuePair {
 
   /** One frame of at most FAST_MAX bytes from `len` bytes at `off` of `src` (already validated). */
   private postSmall(wr: SendWr, src: Uint8Array, off: number, len: number, signaled: boolean): void {
-    const psn = this.nextPsn();
     const op = wr.opcode;
+    if (op === 'write' && !signaled && this.transport.placeSmall !== undefined) {
+      // placed by the requester with no frame: no sequence number, nothing to complete or ACK
+      split.setBigUint64(0, (wr.remote as NonNullable<SendWr['remote']>).addr, true);
+      if (this.transport.placeSmall((wr.remote as NonNullable<SendWr['remote']>).rkey >>> 0, split.getUint32(4, true), split.getUint32(0, true), src, off, len)) {
+        if (this.ackDue) this.flushAck();
+        return;
+      }
+    }
+    const psn = this.nextPsn();
     this.outstanding.push({
       psn,
       group: this.groupSeq++,

@@ -47,6 +47,8 @@ const SLOT_I32 = SLOT_BYTES / 4;
 const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */
 const DIRECT_MIN = 64 * 1024;
+/** The longest unsignaled WRITE placed with no frame at all (Transport.placeSmall). */
+const PLACE_SMALL_MAX = 1024;
 const TWO32 = 4294967296;
 /** Below this many bytes a plain loop copies faster than TypedArray.set. */
 const SMALL_COPY = 16;
@@ -209,42 +211,98 @@ class ShmTransport implements Transport {
     if (length < DIRECT_MIN || this.isClosed) return false;
     // an earlier request still unread by the peer could touch the same memory: keep order
     if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
-    const k = this.peerKeyI32;
-    let base = -1;
-    for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
-      const state = Atomics.load(k, slot * SLOT_I32);
-      if (state === 0) return false;
-      if (state === 1 && k[slot * SLOT_I32 + 1] === (rkey | 0)) {
-        base = slot * SLOT_I32;
-        break;
-      }
-    }
-    if (base < 0 || k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0)
-      return false;
-    const regionLength = k[base + 6] as number;
-    const off = (hi - ((k[base + 4] as number) >>> 0)) * TWO32 + (lo - ((k[base + 5] as number) >>> 0));
-    if (!(off >= 0) || off + length > regionLength) return false;
-    const nameLen = k[base + 7] as number;
-    const name = Buffer.from(
-      this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen),
-    ).toString('latin1');
-    let seg = this.peerRegions.get(name);
-    if (seg === undefined) {
-      try {
-        seg = ShmSegment.open(name, regionLength);
-      } catch {
-        return false;
-      }
-      this.peerRegions.set(name, seg);
-    }
-    if (Atomics.load(k, base) !== 1) return false;
-    const dst = new Uint8Array(seg.buffer, off, length);
-    let at = 0;
+    const at = this.peerRegion(rkey, hi, lo, length);
+    if (at < 0) return false;
+    const dst = new Uint8Array((this.target as ShmSegment).buffer, at, length);
+    let pos = 0;
     for (const p of parts) {
-      copyBytes(dst, at, p);
-      at += p.length;
+      copyBytes(dst, pos, p);
+      pos += p.length;
     }
     return true;
+  }
+
+  placeSmall(rkey: number, hi: number, lo: number, src: Uint8Array, off: number, length: number): boolean {
+    if (length > PLACE_SMALL_MAX || this.isClosed) return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
+    const at = this.peerRegion(rkey, hi, lo, length);
+    if (at < 0) return false;
+    // in ascending order, so the last bytes land last (what a poller of them relies on)
+    const dst = this.targetBytes as Uint8Array;
+    for (let i = 0; i < length; i++) dst[at + i] = src[off + i] as number;
+    this.ring(); // a peer asleep on its doorbell wakes to look (it may be polling for these bytes)
+    return true;
+  }
+
+  /** The peer's region the last direct write went to: its key-table entry, as validated then, and its segment. */
+  private target: ShmSegment | undefined;
+  private targetBytes: Uint8Array | undefined;
+  private targetBase = -1;
+  private targetKey = 0;
+  private targetHi = 0;
+  private targetLo = 0;
+  private targetLength = 0;
+
+  /**
+   * Where `length` bytes at (hi, lo) under `rkey` start in the peer's region (this.target,
+   * mapped here on first use), or -1 when the requester cannot validate the write itself: the
+   * key is not live in the peer's key table, belongs to another domain, lacks REMOTE_WRITE,
+   * or the range is out of bounds. The entry of the last region is remembered, and re-checked
+   * (state, key, address, length) on every use.
+   */
+  private peerRegion(rkey: number, hi: number, lo: number, length: number): number {
+    const k = this.peerKeyI32;
+    let base = this.targetBase;
+    if (
+      base < 0 ||
+      this.targetKey !== (rkey | 0) ||
+      Atomics.load(k, base) !== 1 ||
+      k[base + 1] !== (rkey | 0) ||
+      k[base + 4] !== this.targetHi ||
+      k[base + 5] !== this.targetLo ||
+      k[base + 6] !== this.targetLength
+    ) {
+      base = this.findPeerKey(rkey);
+      if (base < 0) return -1;
+    }
+    if (k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0) return -1;
+    const off = (hi - ((k[base + 4] as number) >>> 0)) * TWO32 + (lo - ((k[base + 5] as number) >>> 0));
+    if (!(off >= 0) || off + length > this.targetLength) return -1;
+    return off;
+  }
+
+  /** Looks `rkey` up in the peer's key table and maps its segment; the entry's index, or -1. */
+  private findPeerKey(rkey: number): number {
+    const k = this.peerKeyI32;
+    this.targetBase = -1;
+    for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
+      const base = slot * SLOT_I32;
+      const state = Atomics.load(k, base);
+      if (state === 0) return -1;
+      if (state !== 1 || k[base + 1] !== (rkey | 0)) continue;
+      const regionLength = k[base + 6] as number;
+      const nameLen = k[base + 7] as number;
+      const name = Buffer.from(this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen)).toString('latin1');
+      let seg = this.peerRegions.get(name);
+      if (seg === undefined) {
+        try {
+          seg = ShmSegment.open(name, regionLength);
+        } catch {
+          return -1;
+        }
+        this.peerRegions.set(name, seg);
+      }
+      if (Atomics.load(k, base) !== 1) return -1;
+      this.target = seg;
+      this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
+      this.targetBase = base;
+      this.targetKey = rkey | 0;
+      this.targetHi = k[base + 4] as number;
+      this.targetLo = k[base + 5] as number;
+      this.targetLength = regionLength;
+      return base;
+    }
+    return -1;
   }
 
   bind(events: TransportEvents): void {

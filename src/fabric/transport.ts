@@ -38,6 +38,14 @@ export interface Transport {
    * responder's ACK (in posting order).
    */
   writeDirect?(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean;
+  /**
+   * Optional (shm): an unsignaled WRITE of at most a few hundred bytes (`length` bytes of `src`
+   * from `off`) placed in the peer's region with no frame at all, when the requester can
+   * validate it as for writeDirect and no unread request touches the same bytes; false: frame
+   * it as usual. Nothing completes and the responder never hears of it: the bytes are simply
+   * there, in ascending order, as an RDMA WRITE's are for a peer that polls its memory.
+   */
+  placeSmall?(rkey: number, hi: number, lo: number, src: Uint8Array, off: number, length: number): boolean;
   /** Drives progress without the event loop; true when anything happened. */
   poll?(): boolean;
   close(): void;
