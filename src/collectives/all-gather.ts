@@ -21,7 +21,7 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const bytes = call.wireBytes(count);
   if (bytes <= WHOLE_MAX) {
     // small: as the mesh all-reduce, poll until every block is in, then take them whole
-    await call.takeAll(steps, () => bytes, (peer, payload) => {
+    await call.takeAll(steps, bytes, (peer, payload) => {
       call.copyFrom(sub(out, { offset: peer * count, count }), payload);
       call.release(payload);
     });

@@ -24,6 +24,9 @@ const DRIVE_MS = 1;
  */
 export const WHOLE_MAX = 16 * 1024;
 
+/** Where takeAll() puts each peer's payload: a function of (peer, payload), or an array by peer. */
+type Use = ((peer: number, payload: Uint8Array) => void) | (Uint8Array | undefined)[];
+
 /** What the algorithms need to know about the communicator they run on. */
 export interface CommCore {
   readonly rank: number;
@@ -205,22 +208,25 @@ export class Call {
    * (spinForAll), so they are usually all taken at once: then it returns undefined, without
    * a promise; else a promise for the rest. `use` may keep a payload; release() it when done.
    */
-  takeAll(steps: readonly PairwiseStep[], bytes: (peer: number) => number, use: (peer: number, payload: Uint8Array) => void): Promise<void> | undefined {
+  takeAll(steps: readonly PairwiseStep[], bytes: number | ((peer: number) => number), use: Use): Promise<void> | undefined {
     this.spinForAll();
     for (let i = 0; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
-      const payload = this.take(peer, bytes(peer));
+      const payload = this.take(peer, typeof bytes === 'number' ? bytes : bytes(peer));
       if (payload === undefined) return this.takeRest(steps, i, bytes, use);
-      use(peer, payload);
+      if (typeof use === 'function') use(peer, payload);
+      else use[peer] = payload;
     }
     return undefined;
   }
 
-  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: (peer: number) => number, use: (peer: number, payload: Uint8Array) => void): Promise<void> {
+  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: number | ((peer: number) => number), use: Use): Promise<void> {
     for (let i = first; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
-      const n = bytes(peer);
-      use(peer, this.take(peer, n) ?? (await this.recv(peer, n)));
+      const n = typeof bytes === 'number' ? bytes : bytes(peer);
+      const payload = this.take(peer, n) ?? (await this.recv(peer, n));
+      if (typeof use === 'function') use(peer, payload);
+      else use[peer] = payload;
     }
   }
 

@@ -156,30 +156,33 @@ export class Communicator implements CommCore {
    * Runs calls one at a time, in call order; fails fast once aborted. With no call in
    * progress the work starts at once, without a promise hop (a small all-reduce pays each).
    */
-  private serial<T>(work: () => Promise<T>): Promise<T> {
-    const run = async (): Promise<T> => {
-      let started = false;
-      try {
-        const e = this.router.aborted;
-        if (this.closed || e) {
-          throw new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is ${this.closed ? 'closed' : `aborted (${e?.message})`}`, {
-            hint: 'create a new communicator (with the surviving ranks if one was lost)',
-            details: { cause: e?.code },
-            cause: e,
-          });
-        }
-        this.router.busy++;
-        started = true;
-        return await work();
-      } finally {
-        if (started) this.router.busy--;
-        this.calls--;
-      }
-    };
+  private serial<A extends unknown[], T>(work: (this: Communicator, ...args: A) => Promise<T>, ...args: A): Promise<T> {
     this.calls++;
-    const p = this.calls === 1 ? run() : this.last.then(run, run);
+    // a method and its arguments rather than a closure per call: see docs/architecture.md, "Hot paths under tsx"
+    const p = this.calls === 1 ? this.enter(work, args) : this.last.then(() => this.enter(work, args), () => this.enter(work, args));
     this.last = p;
     return p;
+  }
+
+  /** One call of serial(), in its turn. */
+  private async enter<A extends unknown[], T>(work: (this: Communicator, ...args: A) => Promise<T>, args: A): Promise<T> {
+    let started = false;
+    try {
+      const e = this.router.aborted;
+      if (this.closed || e) {
+        throw new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is ${this.closed ? 'closed' : `aborted (${e?.message})`}`, {
+          hint: 'create a new communicator (with the surviving ranks if one was lost)',
+          details: { cause: e?.code },
+          cause: e,
+        });
+      }
+      this.router.busy++;
+      started = true;
+      return await work.apply(this, args);
+    } finally {
+      if (started) this.router.busy--;
+      this.calls--;
+    }
   }
 
   private dtypeOf(data: DTypeArray, o: CallOptions): DType {
@@ -219,22 +222,25 @@ export class Communicator implements CommCore {
       const done = this.boardNow(data, options);
       if (done !== undefined) return done;
     }
-    return this.serial(async () => {
-      const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
-      const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
-      const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
-      const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
-      if (this.size > 1) {
-        if (board) {
-          const rest = board.allReduce(call, data);
-          if (rest) await rest;
-        } else if (algorithm === 'mesh') await allReduceMesh(call, data);
-        else if (algorithm === 'ring') await allReduceRing(call, data, this.ring);
-        else if (algorithm === 'rhd') await allReduceRhd(call, data);
-        else await allReduceTree(call, data, this.tree(0));
-      }
-      if (reduce === 'mean') divideInPlace(dtype, data, this.size);
-    });
+    return this.serial(this.allReduceNow, data, options);
+  }
+
+  /** allReduce(), in its turn. */
+  private async allReduceNow(data: DTypeArray, options: AllReduceOptions): Promise<void> {
+    const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
+    const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
+    const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
+    const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
+    if (this.size > 1) {
+      if (board) {
+        const rest = board.allReduce(call, data);
+        if (rest) await rest;
+      } else if (algorithm === 'mesh') await allReduceMesh(call, data);
+      else if (algorithm === 'ring') await allReduceRing(call, data, this.ring);
+      else if (algorithm === 'rhd') await allReduceRhd(call, data);
+      else await allReduceTree(call, data, this.tree(0));
+    }
+    if (reduce === 'mean') divideInPlace(dtype, data, this.size);
   }
 
   /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */

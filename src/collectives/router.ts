@@ -573,9 +573,13 @@ export class Router {
    * Returns whether they all arrived.
    */
   spinFor(commId: number, channel: number, members: readonly number[], budgetMs: number): boolean {
-    const boxes = this.peerBoxes(commId, channel, members);
-    return this.spinUntil(() => allHaveMail(boxes), budgetMs);
+    this.mailFrom = this.peerBoxes(commId, channel, members);
+    return this.spinUntil(this.allMail, budgetMs);
   }
+
+  /** What spinFor() waits for: one predicate for the router's life (no closure per call). */
+  private mailFrom: readonly Box[] = [];
+  private readonly allMail = (): boolean => allHaveMail(this.mailFrom);
 
   /**
    * Progress driven by the caller, in a synchronous loop, until `done()` or `budgetMs` passed
