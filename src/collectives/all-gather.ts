@@ -21,10 +21,13 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
   const bytes = call.wireBytes(count);
   if (bytes <= WHOLE_MAX) {
     // small: as the mesh all-reduce, poll until every block is in, then take them whole
-    await call.takeAll(steps, bytes, (peer, payload) => {
-      call.copyFrom(sub(out, { offset: peer * count, count }), payload);
+    const from = new Array<Uint8Array | undefined>(call.size);
+    await call.takeAll(steps, bytes, from);
+    for (const s of steps) {
+      const payload = from[s.from] as Uint8Array;
+      call.copyFrom(sub(out, { offset: s.from * count, count }), payload);
       call.release(payload);
-    });
+    }
   } else await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
   await call.driveAll(sent);
 }

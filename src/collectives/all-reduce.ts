@@ -29,7 +29,7 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   const from = new Array<Uint8Array | undefined>(size);
   if (call.spec.q8 || bytes <= WHOLE_MAX) {
     // small: drive progress here until every part is in, then take them whole
-    const rest = call.takeAll(steps, bytes, from); // no closures per call: docs/architecture.md
+    const rest = call.takeAll(steps, bytes, from);
     if (rest) await rest;
   } else {
     // large: each part streams from the receive slots into a kept scratch array (a whole

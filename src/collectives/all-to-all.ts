@@ -15,13 +15,16 @@ export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts:
   const steps = pairwiseSteps(size, rank);
   const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
   const into = (from: number): DTypeArray => recv.subarray(rOff[from], (rOff[from] as number) + (recvCounts[from] as number));
-  const bytes = (peer: number): number => call.wireBytes(recvCounts[peer] as number);
-  if (steps.every((s) => bytes(s.from) <= WHOLE_MAX)) {
+  const bytes = recvCounts.map((c) => call.wireBytes(c));
+  if (steps.every((s) => (bytes[s.from] as number) <= WHOLE_MAX)) {
     // small: as the mesh all-reduce, poll until every part is in, then take them whole
-    await call.takeAll(steps, bytes, (peer, payload) => {
-      call.copyFrom(into(peer), payload);
+    const from = new Array<Uint8Array | undefined>(size);
+    await call.takeAll(steps, bytes, from);
+    for (const s of steps) {
+      const payload = from[s.from] as Uint8Array;
+      call.copyFrom(into(s.from), payload);
       call.release(payload);
-    });
+    }
   } else await call.driveAll(steps.map((s) => call.recvCopy(s.from, into(s.from))));
   await call.driveAll(sent);
 }

@@ -24,9 +24,6 @@ const DRIVE_MS = 1;
  */
 export const WHOLE_MAX = 16 * 1024;
 
-/** Where takeAll() puts each peer's payload: a function of (peer, payload), or an array by peer. */
-type Use = ((peer: number, payload: Uint8Array) => void) | (Uint8Array | undefined)[];
-
 /** What the algorithms need to know about the communicator they run on. */
 export interface CommCore {
   readonly rank: number;
@@ -203,30 +200,27 @@ export class Call {
   }
 
   /**
-   * Small calls: one whole message from each step's `from` rank (`bytes(from)` long), handed
-   * to `use` in step order. Polls first until every other rank's message is in
+   * Small calls: one whole message from each step's `from` rank (`bytes` long, or
+   * `bytes[from]`), put in `into[from]`. Polls first until every other rank's message is in
    * (spinForAll), so they are usually all taken at once: then it returns undefined, without
-   * a promise; else a promise for the rest. `use` may keep a payload; release() it when done.
+   * a promise; else a promise for the rest. release() each payload when done with it.
    */
-  takeAll(steps: readonly PairwiseStep[], bytes: number | ((peer: number) => number), use: Use): Promise<void> | undefined {
+  takeAll(steps: readonly PairwiseStep[], bytes: number | readonly number[], into: (Uint8Array | undefined)[]): Promise<void> | undefined {
     this.spinForAll();
     for (let i = 0; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
-      const payload = this.take(peer, typeof bytes === 'number' ? bytes : bytes(peer));
-      if (payload === undefined) return this.takeRest(steps, i, bytes, use);
-      if (typeof use === 'function') use(peer, payload);
-      else use[peer] = payload;
+      const payload = this.take(peer, typeof bytes === 'number' ? bytes : (bytes[peer] as number));
+      if (payload === undefined) return this.takeRest(steps, i, bytes, into);
+      into[peer] = payload;
     }
     return undefined;
   }
 
-  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: number | ((peer: number) => number), use: Use): Promise<void> {
+  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: number | readonly number[], into: (Uint8Array | undefined)[]): Promise<void> {
     for (let i = first; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
-      const n = typeof bytes === 'number' ? bytes : bytes(peer);
-      const payload = this.take(peer, n) ?? (await this.recv(peer, n));
-      if (typeof use === 'function') use(peer, payload);
-      else use[peer] = payload;
+      const n = typeof bytes === 'number' ? bytes : (bytes[peer] as number);
+      into[peer] = this.take(peer, n) ?? (await this.recv(peer, n));
     }
   }
 

@@ -1,5 +1,5 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { Access, MAX_INLINE, type CompletionQueue, type MemoryRegion, type QueuePair, type RecvWr, type RemoteAddress, type SendWr, type WorkCompletion } from '../fabric/types.js';
+import { Access, MAX_INLINE, type CompletionQueue, type MemoryRegion, type ProtectionDomain, type QueuePair, type RecvWr, type RemoteAddress, type SendWr, type WorkCompletion } from '../fabric/types.js';
 import { performance } from 'node:perf_hooks';
 import { yieldCore } from '../fabric/shm-ffi.js';
 import { copyBytes } from '../kernels/copy.js';
@@ -334,16 +334,19 @@ export class Router {
    * through the fabric, so on shm it lives in shared memory. The caller deregisters it.
    */
   allocate(bytes: number): MemoryRegion {
-    const pd = this.links[0]?.qp.pd;
-    if (pd === undefined) throw new Error(`rank ${this.rank} has no links to allocate a region for`);
-    return pd.allocate(bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    return this.pd().allocate(bytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
   }
 
   /** Registers this process's own `buffer` as a source of put()s (a plain buffer: V8 writes shared memory slowly). */
   register(buffer: Uint8Array): MemoryRegion {
+    return this.pd().register(buffer, Access.LOCAL_WRITE);
+  }
+
+  /** The protection domain of this rank's links (all share one). */
+  private pd(): ProtectionDomain {
     const pd = this.links[0]?.qp.pd;
-    if (pd === undefined) throw new Error(`rank ${this.rank} has no links to register a buffer for`);
-    return pd.register(buffer, Access.LOCAL_WRITE);
+    if (pd === undefined) throw new Error(`rank ${this.rank} has no links to register memory for`);
+    return pd;
   }
 
   /**

@@ -39,7 +39,7 @@ export interface Transport {
    */
   writeDirect?(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean;
   /**
-   * Optional (shm): an unsignaled WRITE of at most a few hundred bytes (`length` bytes of `src`
+   * Optional (shm): an unsignaled WRITE of at most 1 KiB (`length` bytes of `src`
    * from `off`) placed in the peer's region with no frame at all, when the requester can
    * validate it as for writeDirect and no unread request touches the same bytes; false: frame
    * it as usual. Nothing completes and the responder never hears of it: the bytes are simply
