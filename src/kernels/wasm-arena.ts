@@ -1,4 +1,5 @@
 import { TandemError } from '../errors/index.js';
+import { adviseHugePages } from './huge-pages.js';
 import { wasmApi, type WasmMemory } from './wasm-api.js';
 
 const PAGE = 65536;
@@ -28,6 +29,8 @@ export class Arena {
     readonly capacity: number,
   ) {
     this.memory = new wasmApi.Memory({ initial: BASE / PAGE + 1, maximum: MAX_PAGES, shared: true });
+    // a shared memory reserves its maximum up front and never moves: one advice covers it
+    adviseHugePages(this.memory.buffer, MAX_PAGES * PAGE);
     this.u8View = new Uint8Array(this.memory.buffer);
     this.f32View = new Float32Array(this.memory.buffer);
   }

@@ -1,0 +1,45 @@
+import { createRequire } from 'node:module';
+
+/**
+ * Transparent huge pages for the kernel arenas (Linux). Weights are written once into a
+ * shared wasm memory and then read in full for every token; with 4 KiB pages a 1.1 GB model
+ * is ~290,000 page faults when it loads and a TLB miss every 4 KiB while it runs. On a
+ * kernel whose THP mode is `madvise` (Debian's default) an anonymous mapping gets 2 MiB pages
+ * only when asked. Measured here (a 2-vCPU VM whose page faults cost ~15 us each): touching
+ * 1.2 GB of a shared wasm memory took 4.5-4.7 s with 4 KiB pages and 2.8-3.2 s with 2 MiB
+ * ones (docs/engine.md, "Huge pages"). TANDEM_HUGE_PAGES=0 turns the advice off.
+ */
+const MADV_HUGEPAGE = 14;
+
+type Madvise = (addr: Uint8Array, len: number, advice: number) => number;
+
+let madvise: Madvise | null | undefined;
+
+function load(): Madvise | null {
+  if (madvise !== undefined) return madvise;
+  madvise = null;
+  if (process.platform !== 'linux' || process.env.TANDEM_HUGE_PAGES === '0') return madvise;
+  try {
+    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    madvise = koffi.load('libc.so.6').func('int madvise(void *addr, size_t len, int advice)') as Madvise;
+  } catch {
+    madvise = null;
+  }
+  return madvise;
+}
+
+/**
+ * Asks for huge pages over `bytes` from the start of `memory` (its whole reservation, grown
+ * or not: the advice stays with the mapping as it grows). True when the kernel took it; false
+ * where it cannot be asked (not Linux, no koffi, THP off, TANDEM_HUGE_PAGES=0). The memory
+ * works the same either way.
+ */
+export function adviseHugePages(memory: ArrayBufferLike, bytes: number): boolean {
+  const fn = load();
+  if (fn === null || memory.byteLength === 0) return false;
+  try {
+    return fn(new Uint8Array(memory, 0, 1), bytes, MADV_HUGEPAGE) === 0;
+  } catch {
+    return false;
+  }
+}
