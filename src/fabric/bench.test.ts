@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { checkGoals, parseSize, runAnchors, runFabricBench, type BenchRow } from './bench.js';
@@ -67,21 +67,25 @@ test(
   { timeout: 20_000 },
   async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tandem-anchors-'));
-    const script = join(dir, 'run-anchors.sh');
-    writeFileSync(
-      script,
-      [
-        'echo \'{"anchor":"ucx","transport":"posix,self","latency_us_8B":0.1,"bandwidth_MBps_4MiB":40000}\'',
-        'echo \'{"anchor":"ucx","transport":"tcp","latency_us_8B":,"bandwidth_MBps_4MiB":}\'',
-        'echo \'{"anchor":"sockperf","transport":"kernel-tcp","latency_us_64B_p50":3.1}\'',
-        'echo \'{"anchor":"iperf3","transport":"kernel-tcp","bandwidth_MBps":15700}\'',
-      ].join('\n'),
-    );
-    const a = await runAnchors(script);
-    assert.deepEqual(
-      [a.ucxShmLatencyUs, a.ucxShmBandwidthMBps, a.sockperfLatencyUs, a.iperfBandwidthMBps],
-      [0.1, 40000, 3.1, 15700],
-    );
-    assert.equal(a.raw.length, 4);
+    try {
+      const script = join(dir, 'run-anchors.sh');
+      writeFileSync(
+        script,
+        [
+          'echo \'{"anchor":"ucx","transport":"posix,self","latency_us_8B":0.1,"bandwidth_MBps_4MiB":40000}\'',
+          'echo \'{"anchor":"ucx","transport":"tcp","latency_us_8B":,"bandwidth_MBps_4MiB":}\'',
+          'echo \'{"anchor":"sockperf","transport":"kernel-tcp","latency_us_64B_p50":3.1}\'',
+          'echo \'{"anchor":"iperf3","transport":"kernel-tcp","bandwidth_MBps":15700}\'',
+        ].join('\n'),
+      );
+      const a = await runAnchors(script);
+      assert.deepEqual(
+        [a.ucxShmLatencyUs, a.ucxShmBandwidthMBps, a.sockperfLatencyUs, a.iperfBandwidthMBps],
+        [0.1, 40000, 3.1, 15700],
+      );
+      assert.equal(a.raw.length, 4);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   },
 );
