@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { existsSync, readFileSync } from 'node:fs';
 import { Arena } from './wasm-arena.js';
+import { wasmApi } from './wasm-api.js';
 
 /** The flags of the mapping that holds `addr` in this process (/proc/self/smaps "VmFlags"). */
 function vmFlags(addr: bigint): string[] {
@@ -43,7 +44,7 @@ test(
     // VM_HUGEPAGE shows as "hg": on the grown part and on the reserved part not grown yet
     assert.ok(vmFlags(base + BigInt(ptr)).includes('hg'), 'grown part');
     assert.ok(vmFlags(base + (3n << 30n)).includes('hg'), 'reserved part');
-    const plain = new WebAssembly.Memory({ initial: 160, maximum: 65536, shared: true });
+    const plain = new wasmApi.Memory({ initial: 160, maximum: 65536, shared: true });
     assert.ok(!vmFlags(addressOf(new Uint8Array(plain.buffer))).includes('hg'), 'plain memory');
   },
 );
