@@ -31,8 +31,9 @@ function load(): Madvise | null {
 /**
  * Asks for huge pages over `bytes` from the start of `memory` (its whole reservation, grown
  * or not: the advice stays with the mapping as it grows). True when the kernel took it; false
- * where it cannot be asked (not Linux, no koffi, THP off, TANDEM_HUGE_PAGES=0). The memory
- * works the same either way.
+ * where it cannot be asked (not Linux, no koffi, a kernel built without THP,
+ * TANDEM_HUGE_PAGES=0). Where THP is `never` the kernel takes the advice and ignores it.
+ * The memory works the same either way.
  */
 export function adviseHugePages(memory: ArrayBufferLike, bytes: number): boolean {
   const fn = load();
