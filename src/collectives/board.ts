@@ -6,7 +6,7 @@ import { bytesOf, viewAs, type DTypeArray } from '../kernels/dtype.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Call } from './call.js';
 import type { Header } from './header.js';
-import type { Router } from './router.js';
+import { nextTurn, type Router } from './router.js';
 
 /** Payload bytes a board carries per rank and call: all-reduces up to this long use it. */
 export const BOARD_MAX = 256;
@@ -281,4 +281,3 @@ function codesOf(h: Readonly<Header>): number {
   return (h.op | (h.dtype << 8) | (h.reduce << 16) | (h.algorithm << 24)) >>> 0;
 }
 
-const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));

@@ -197,7 +197,7 @@ export function linkBufferBytes(slots = DEFAULT_SLOTS, slotBytes?: number): numb
 }
 
 /** After the microtasks queued now, and any they queue in turn, have run. */
-const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
+export const nextTurn = (): Promise<void> => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class Router {
   readonly rank: number;

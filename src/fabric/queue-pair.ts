@@ -387,8 +387,9 @@ export class Qp implements QueuePair {
     const op = wr.opcode;
     if (op === 'write' && !signaled && this.transport.placeSmall !== undefined) {
       // placed by the requester with no frame: no sequence number, nothing to complete or ACK
-      split.setBigUint64(0, (wr.remote as NonNullable<SendWr['remote']>).addr, true);
-      if (this.transport.placeSmall((wr.remote as NonNullable<SendWr['remote']>).rkey >>> 0, split.getUint32(4, true), split.getUint32(0, true), src, off, len)) {
+      const remote = wr.remote as NonNullable<SendWr['remote']>;
+      split.setBigUint64(0, remote.addr, true);
+      if (this.transport.placeSmall(remote.rkey >>> 0, split.getUint32(4, true), split.getUint32(0, true), src, off, len)) {
         if (this.ackDue) this.flushAck();
         return;
       }
