@@ -1,7 +1,12 @@
+import { statSync } from 'node:fs';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
 import { launchLocalNodes } from './launcher.js';
 import { ClusterSession, type ClusterResult } from './session.js';
+import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
+
+/** How long each node streams weights for the memory ceiling, per round. */
+const CEILING_PROBE_MS = 500;
 
 export interface BenchClusterOptions {
   model: string;
@@ -22,6 +27,11 @@ export interface BenchClusterOptions {
   repeat?: number;
   /** Teacher-forced steps for top-1 agreement with one node (default 256 when the wire is not f32, else 0). */
   agreementSteps?: number;
+  /**
+   * Tensor parallel only: also measure the decode speedup the machine's memory allows
+   * (default true; see BenchClusterRow.decode_ceiling). A few seconds per repeat.
+   */
+  ceiling?: boolean;
   onProgress?: (line: string) => void;
 }
 
@@ -40,6 +50,14 @@ export interface BenchClusterRow {
   speedup_ttft: number;
   /** Share of teacher-forced steps whose greedy pick matches one node's (when measured). */
   agreement?: number;
+  /**
+   * The decode speedup the nodes' memory allows (tensor parallel, N-node row): the time one
+   * node takes to stream the model's bytes through its Q8_0 matvec, over the time the
+   * slowest of N nodes takes to stream its 1/N share while all N stream at once, measured
+   * in the same run, alternated and best of --repeat rounds each (decode is memory-bound;
+   * local nodes share one memory system).
+   */
+  decode_ceiling?: number;
 }
 
 /** A fixed prompt of ids spread over the vocabulary (no tokenizer needed). */
@@ -116,6 +134,29 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       oneBest = best(oneBest, await one.session.generate({ prompt: one.prompt, maxTokens: tokens }));
       manyBest = best(manyBest, await many.session.generate({ prompt: many.prompt, maxTokens: tokens }));
     }
+    let ceiling: number | undefined;
+    if (o.ceiling !== false && o.parallel === 'tp' && o.nodes > 1) {
+      // alternated like the timed runs, best of each, as the machine's speed drifts
+      const bytes = Math.min(
+        STREAM_PROBE_MAX_BYTES,
+        Math.max(STREAM_PROBE_MIN_BYTES * o.nodes, statSync(o.model).size),
+      );
+      const mb = (b: number): string => `${(b / 1e6).toFixed(0)} MB`;
+      const gbs = (r: number): string => `${(r / 1e9).toFixed(1)} GB/s`;
+      let alone = 0;
+      let together = 0;
+      for (let i = 0; i < repeat; i++) {
+        progress(
+          `memory ceiling ${i + 1} of ${repeat}: a Q8_0 matvec over ${mb(bytes)} on 1 node, then over ${mb(bytes / o.nodes)} on each of ${o.nodes} at once`,
+        );
+        const [a] = await one.session.streamRates(bytes, CEILING_PROBE_MS);
+        const t = await many.session.streamRates(Math.round(bytes / o.nodes), CEILING_PROBE_MS);
+        progress(`  1 node ${gbs(a as number)}; ${o.nodes} at once ${t.map(gbs).join(', ')}`);
+        alone = Math.max(alone, a as number);
+        together = Math.max(together, Math.min(...t));
+      }
+      ceiling = (o.nodes * together) / alone;
+    }
     let agreement: number | undefined;
     if (agreementSteps > 0) {
       progress(`measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire})`);
@@ -137,6 +178,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       speedup_decode: r.decodeTokS / base.decodeTokS,
       speedup_ttft: base.ttftMs / r.ttftMs,
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
+      ...(n > 1 && ceiling !== undefined ? { decode_ceiling: ceiling } : {}),
     });
     return [row(1, oneBest!, oneBest!), row(o.nodes, manyBest!, oneBest!)];
   } catch (e) {

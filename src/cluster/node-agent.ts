@@ -16,7 +16,7 @@ import {
   type ParallelPlan,
   type WireFormat,
 } from '../parallel/index.js';
-import { probeSpeed } from './speed.js';
+import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
   errorToJson,
   mac,
@@ -96,6 +96,8 @@ class Session {
       case 'unload':
         await this.unload();
         return {};
+      case 'stream':
+        return this.stream(m);
       default:
         throw new TandemError('CLUSTER_PROTOCOL', `unknown request '${String(m.type)}'`, {
           hint: 'run the same tandem version on the coordinator and the nodes',
@@ -201,6 +203,30 @@ class Session {
       ...(streaming ? { onToken: (token: number) => send(this.socket, { event: 'token', token }) } : {}),
     });
     return { ...result };
+  }
+
+  /** Weight bytes per second streamed by a Q8_0 matvec over `bytes` for `ms` (probeStream), on this node's kernels and threads. */
+  private async stream(m: Message): Promise<Message> {
+    const bytes = Number(m.bytes);
+    const ms = Number(m.ms);
+    if (
+      !(Number.isInteger(bytes) && bytes >= STREAM_PROBE_MIN_BYTES && bytes <= STREAM_PROBE_MAX_BYTES) ||
+      !(ms >= 10 && ms <= 10_000)
+    )
+      throw new TandemError(
+        'CLUSTER_PROTOCOL',
+        `stream probe of ${String(m.bytes)} bytes for ${String(m.ms)} ms is out of range`,
+        {
+          hint: `ask for ${STREAM_PROBE_MIN_BYTES}..${STREAM_PROBE_MAX_BYTES} bytes and 10..10000 ms`,
+        },
+      );
+    const bytesPerSecond = await probeStream({
+      bytes,
+      ms,
+      ...(this.o.threads ? { threads: this.o.threads } : {}),
+      ...(this.o.kernels ? { kernels: this.o.kernels } : {}),
+    });
+    return { bytesPerSecond };
   }
 
   async unload(): Promise<void> {

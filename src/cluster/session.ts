@@ -206,6 +206,17 @@ export class ClusterSession {
     };
   }
 
+  /**
+   * Every node streams `bytes` of Q8_0 weights through its matvec for `ms`, all at once
+   * (probeStream); resolves with each node's weight bytes per second.
+   */
+  async streamRates(bytes: number, ms: number): Promise<number[]> {
+    const results = await Promise.all(
+      this.clients.map((c) => c.request('stream', { bytes, ms }, 60_000 + 2 * ms)),
+    );
+    return results.map((r) => Number(r.bytesPerSecond));
+  }
+
   planLines(): string[] {
     return this.placement ? describePlan(this.placement.plan) : [];
   }

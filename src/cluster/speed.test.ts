@@ -6,7 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ClusterSession } from './session.js';
 import { startNode } from './node-agent.js';
-import { nodeSpeeds, probeSpeed } from './speed.js';
+import { isTandemError } from '../errors/index.js';
+import { nodeSpeeds, probeSpeed, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 
 test('the probe measures a positive matvec speed on the reference and default kernels', async () => {
   const fast = await probeSpeed({ threads: 1 });
@@ -68,5 +69,30 @@ test('nodes report their measured speed and pipeline layers follow it', async ()
   } finally {
     await Promise.all([a.close(), b.close(), c.close()]);
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a node streams weights for the memory ceiling on request and refuses a request out of range', async () => {
+  const node = await startNode({ listen: '127.0.0.1:0', secret: 's', threads: 1, probe: false });
+  const session = await ClusterSession.connect([{ address: node.address }], 's');
+  try {
+    const [rate] = await session.streamRates(STREAM_PROBE_MIN_BYTES, 20);
+    assert.ok(typeof rate === 'number' && Number.isFinite(rate) && rate > 0, `${rate} bytes/s`);
+    for (const [bytes, ms] of [
+      [STREAM_PROBE_MAX_BYTES + 1, 20],
+      [STREAM_PROBE_MIN_BYTES - 1, 20],
+      [STREAM_PROBE_MIN_BYTES, 0],
+    ] as const) {
+      await assert.rejects(session.streamRates(bytes, ms), (e: unknown) => {
+        assert.ok(isTandemError(e) && e.code === 'CLUSTER_PROTOCOL', String(e));
+        assert.match((e as Error).message, /out of range/);
+        return true;
+      });
+    }
+    const [again] = await session.streamRates(STREAM_PROBE_MIN_BYTES, 20);
+    assert.ok(again! > 0, 'the node still serves after refusing');
+  } finally {
+    session.close();
+    await node.close();
   }
 });

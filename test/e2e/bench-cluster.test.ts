@@ -48,6 +48,18 @@ test(
     assert.equal(two.speedup_ttft, one.ttft_ms / two.ttft_ms);
     assert.equal(one.agreement, undefined);
     assert.ok(two.agreement !== undefined && two.agreement >= 0 && two.agreement <= 1);
+    // tensor parallel: the memory ceiling, from rounds alternated after the timed runs
+    assert.equal(one.decode_ceiling, undefined);
+    assert.ok(
+      two.decode_ceiling !== undefined && Number.isFinite(two.decode_ceiling) && two.decode_ceiling > 0,
+      JSON.stringify(two),
+    );
+    const ceilingRounds = lines.filter((l) => l.startsWith('memory ceiling'));
+    assert.equal(ceilingRounds.length, 2, lines.join('\n'));
+    assert.ok(
+      lines.indexOf(ceilingRounds[0]!) > lines.findIndex((l) => l.startsWith('run 2 of 2')),
+      lines.join('\n'),
+    );
     // both configurations were loaded before the first timed run, and the timed runs alternate
     const firstRun = lines.findIndex((l) => l.startsWith('run 1 of 2'));
     assert.ok(firstRun > 0, lines.join('\n'));

@@ -18,6 +18,7 @@ function table(rows: readonly BenchClusterRow[]): string {
     'decode x',
     'TTFT x',
     'agreement',
+    'ceiling x',
   ];
   const body = rows.map((r) => [
     String(r.nodes),
@@ -32,6 +33,7 @@ function table(rows: readonly BenchClusterRow[]): string {
     r.speedup_decode.toFixed(2),
     r.speedup_ttft.toFixed(2),
     r.agreement === undefined ? '-' : `${(100 * r.agreement).toFixed(1)}%`,
+    r.decode_ceiling === undefined ? '-' : r.decode_ceiling.toFixed(2),
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
   return (
@@ -47,7 +49,8 @@ export const command = defineCommand({
     'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, TTFT, comm share, speedups',
   description:
     'Starts N local node processes plus one for the single-node reference, loads the model on both, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
-    'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256).',
+    'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256). ' +
+    "With --parallel tp it also measures the decode speedup the machine's memory allows ('ceiling x'): one node streams the model's bytes of Q8_0 weights through its matvec, then every node streams its share at once; decode is memory-bound and local nodes share one memory system (--no-ceiling skips it).",
   positionals: [
     {
       name: 'model',
@@ -83,6 +86,11 @@ export const command = defineCommand({
       type: 'number',
       description: 'teacher-forced steps for top-1 agreement (default 256 with f16/q8, 0 with f32)',
     },
+    ceiling: {
+      type: 'boolean',
+      description: 'measure the decode speedup the memory allows (tp; --no-ceiling skips it)',
+      default: true,
+    },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
   },
   examples: [
@@ -108,6 +116,7 @@ export const command = defineCommand({
       tokens: options.tokens,
       threads: options.threads,
       repeat: options.repeat,
+      ceiling: options.ceiling,
       ...(options.agreement !== undefined ? { agreementSteps: options.agreement } : {}),
       onProgress: (line) => {
         if (!options.json) process.stderr.write(`${line}\n`);
