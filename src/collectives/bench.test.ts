@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkCollectiveGoals, toRow, type AnchorRow } from './bench.js';
+import { checkCollectiveGoals, fasterRows, toRow, type AnchorRow } from './bench.js';
 
 const ompi = (btl: string, bytes: number, time_us: number, busbw_GBps: number): AnchorRow => ({ anchor: 'openmpi-allreduce', btl, ranks: 2, bytes, time_us, busbw_GBps });
 
@@ -21,4 +21,19 @@ test('the collectives goals compare 2-rank all-reduce rows with the matching Ope
   // a missing anchor row leaves the verdict open; other ops, rank counts and sizes have no goals
   assert.equal(checkCollectiveGoals([toRow('all-reduce', 2, 'shm', 'ring', 1 << 20, 250)], [])[0]?.met, null);
   assert.deepEqual(checkCollectiveGoals([toRow('all-gather', 2, 'shm', 'ring', 1 << 20, 250), toRow('all-reduce', 4, 'shm', 'mesh', 8, 2), toRow('all-reduce', 2, 'shm', 'mesh', 64, 2)], anchors), []);
+});
+
+test('rounds keep, per size, the faster row, in the first round\'s order, and add sizes a round brings', () => {
+  const r1 = [toRow('all-reduce', 2, 'tcp', 'ring', 8, 10), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 500)];
+  const r2 = [toRow('all-reduce', 2, 'tcp', 'ring', 8, 12), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 400), toRow('all-reduce', 2, 'tcp', 'ring', 64, 11)];
+  const kept = fasterRows(fasterRows([], r1, (r) => String(r.bytes)), r2, (r) => String(r.bytes));
+  assert.deepEqual(
+    kept.map((r) => [r.bytes, r.time_us]),
+    [
+      [8, 10],
+      [1 << 20, 400],
+      [64, 11],
+    ],
+  );
+  assert.equal(kept[1], r2[1], 'the faster round\'s row itself, with its algbw and busbw');
 });

@@ -122,6 +122,22 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
   }
 }
 
+/**
+ * The faster of two rounds, row by row: for each key the row with the lower time. `bench
+ * collectives --repeat K` keeps the best of K alternated rounds for our rows and for the
+ * anchor's alike, as a machine whose speed drifts only ever slows a round (one round each,
+ * run one after the other, put the drift between them into the ratio).
+ */
+export function fasterRows<T extends { time_us: number }>(kept: readonly T[], round: readonly T[], key: (r: T) => string): T[] {
+  const out = [...kept];
+  for (const r of round) {
+    const i = out.findIndex((k) => key(k) === key(r));
+    if (i < 0) out.push(r);
+    else if (r.time_us < (out[i] as T).time_us) out[i] = r;
+  }
+  return out;
+}
+
 /** Runs `run-anchors.sh allreduce` (Open MPI, 2 and 4 ranks, vader and tcp) and parses its JSON lines. */
 export async function runAllreduceAnchors(script: string): Promise<AnchorRow[]> {
   const lines = await anchorLines(script, 'allreduce', 600_000);

@@ -1,4 +1,4 @@
-import { anchorFor, anchorsScript, checkCollectiveGoals, DEFAULT_SIZES, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
+import { anchorFor, anchorsScript, checkCollectiveGoals, DEFAULT_SIZES, fasterRows, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
 import { algorithms, type Algorithm } from '../../collectives/call.js';
 import { formatGoal } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
@@ -21,9 +21,10 @@ export const command = defineCommand({
     sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
     iterations: { type: 'number', default: 1000, description: 'timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor\'s 1000 / 50 / 10)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
+    repeat: { type: 'number', default: 1, description: 'rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine\'s speed drifts)' },
     anchors: { type: 'boolean', description: 'also run Open MPI\'s all-reduce (run-anchors.sh allreduce), print it beside ours and, for 2 ranks, the goal ratios (on stderr with --json)' },
   },
-  examples: ['tandem bench collectives --op all-reduce --ranks 2 --provider shm', 'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json', 'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors'],
+  examples: ['tandem bench collectives --op all-reduce --ranks 2 --provider shm', 'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json', 'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors', 'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --repeat 3'],
   async run({ options }) {
     const ranks = options.ranks;
     if (!Number.isInteger(ranks) || ranks < 1 || ranks > 64) {
@@ -32,31 +33,50 @@ export const command = defineCommand({
     if (!Number.isInteger(options.iterations) || options.iterations < 1) {
       throw new TandemError('CLI_USAGE', `bench collectives: --iterations must be a positive integer, got ${options.iterations}`, { hint: 'e.g. --iterations 100' });
     }
+    const repeat = options.repeat;
+    if (!Number.isInteger(repeat) || repeat < 1) {
+      throw new TandemError('CLI_USAGE', `bench collectives: --repeat must be a positive integer, got ${repeat}`, { hint: 'e.g. --repeat 3' });
+    }
     const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
     const op = options.op as BenchOp;
-    let anchors: AnchorRow[] | undefined;
-    if (options.anchors) {
-      const script = anchorsScript();
-      if (script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');
-      else {
-        process.stderr.write('anchors: running Open MPI all-reduce (run-anchors.sh allreduce)...\n');
-        anchors = await runAllreduceAnchors(script);
-        if (options.json) for (const a of anchors) process.stdout.write(JSON.stringify(a) + '\n');
-      }
-    }
-    const compare = anchors !== undefined && op === 'all-reduce';
-    if (!options.json) {
-      process.stdout.write(`# ${op}, ${ranks} ranks, ${options.provider}, f32 sum${compare ? ', Open MPI beside (same ranks, same transport kind)' : ''}\n`);
+    const script = options.anchors ? anchorsScript() : undefined;
+    if (options.anchors && script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');
+    const compare = script !== undefined && op === 'all-reduce';
+    const printHeader = (): void => {
+      if (options.json) return;
+      process.stdout.write(`# ${op}, ${ranks} ranks, ${options.provider}, f32 sum${compare ? ', Open MPI beside (same ranks, same transport kind)' : ''}${repeat > 1 ? `, best of ${repeat} alternated rounds each` : ''}\n`);
       process.stdout.write(header(compare) + '\n');
-    }
-    const print = (r: CollRow): void => {
-      if (options.json) process.stdout.write(JSON.stringify(r) + '\n');
-      else process.stdout.write(formatRow(r, compare ? (anchorFor(anchors ?? [], r) ?? null) : undefined) + '\n');
     };
-    const rows = await runCollectivesBench(
-      { op, ranks, provider: options.provider as 'shm' | 'tcp', sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm as Algorithm } : {}) },
-      print,
-    );
+    const print = (r: CollRow, anchorRows: readonly AnchorRow[] | undefined): void => {
+      if (options.json) process.stdout.write(JSON.stringify(r) + '\n');
+      else process.stdout.write(formatRow(r, compare ? (anchorFor(anchorRows ?? [], r) ?? null) : undefined) + '\n');
+    };
+    let anchors: AnchorRow[] | undefined;
+    let rows: CollRow[] = [];
+    for (let round = 1; round <= repeat; round++) {
+      const of = repeat > 1 ? ` (round ${round} of ${repeat})` : '';
+      if (script !== undefined) {
+        process.stderr.write(`anchors: running Open MPI all-reduce (run-anchors.sh allreduce)${of}...\n`);
+        const got = await runAllreduceAnchors(script);
+        anchors = fasterRows(anchors ?? [], got, (a) => `${a.btl}/${a.ranks}/${a.bytes}`);
+      }
+      if (repeat > 1) process.stderr.write(`ours${of}...\n`);
+      else printHeader();
+      const got = await runCollectivesBench(
+        { op, ranks, provider: options.provider as 'shm' | 'tcp', sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm as Algorithm } : {}) },
+        // one round: each row as it arrives; more: the best rows at the end
+        (r) => {
+          if (repeat === 1) print(r, anchors);
+          else if (!options.json) process.stderr.write(`  ${r.bytes} B: ${r.time_us.toFixed(2)} us\n`);
+        },
+      );
+      rows = fasterRows(rows, got, (r) => String(r.bytes));
+    }
+    if (options.json) for (const a of anchors ?? []) process.stdout.write(JSON.stringify(a) + '\n');
+    if (repeat > 1) {
+      printHeader();
+      for (const r of rows) print(r, anchors);
+    }
     // with --json, stdout keeps exactly the benchmark rows; the goals go to stderr
     for (const g of anchors ? checkCollectiveGoals(rows, anchors) : []) {
       if (options.json) process.stderr.write(JSON.stringify(g) + '\n');
