@@ -5,7 +5,7 @@ import { launchLocalNodes } from './launcher.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 
-/** How long each node streams weights for the memory ceiling, per round. */
+/** How long each node streams weights for the ceiling, per round. */
 const CEILING_PROBE_MS = 500;
 
 export interface BenchClusterOptions {
@@ -28,7 +28,7 @@ export interface BenchClusterOptions {
   /** Teacher-forced steps for top-1 agreement with one node (default 256 when the wire is not f32, else 0). */
   agreementSteps?: number;
   /**
-   * Tensor parallel only: also measure the decode speedup the machine's memory allows
+   * Tensor parallel only: also measure the decode speedup the machine allows with free communication
    * (default true; see BenchClusterRow.decode_ceiling). A few seconds per repeat.
    */
   ceiling?: boolean;
@@ -51,11 +51,11 @@ export interface BenchClusterRow {
   /** Share of teacher-forced steps whose greedy pick matches one node's (when measured). */
   agreement?: number;
   /**
-   * The decode speedup the nodes' memory allows (tensor parallel, N-node row): the time one
+   * The decode speedup the machine allows (tensor parallel, N-node row): the time one
    * node takes to stream the model's bytes through its Q8_0 matvec, over the time the
    * slowest of N nodes takes to stream its 1/N share while all N stream at once, measured
-   * in the same run, alternated and best of --repeat rounds each (decode is memory-bound;
-   * local nodes share one memory system).
+   * in the same run, alternated and best of --repeat rounds each (local nodes share one
+   * machine's memory and cores; the matvec is bound by one or the other).
    */
   decode_ceiling?: number;
 }

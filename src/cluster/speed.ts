@@ -74,7 +74,8 @@ export const STREAM_PROBE_MAX_BYTES = 3 * 2 ** 30;
 
 /**
  * The weight bytes per second a node's Q8_0 matvec streams when the weights are `bytes` in
- * all, far more than any cache holds: the memory-bound rate that decode runs at. The working
+ * all, far more than any cache holds: the rate decode streams them at (bound by memory or by
+ * the matvec's arithmetic, whichever is slower on the machine at the time). The working
  * set is uploaded as 16 MiB matrices of 2048 columns (TinyLlama's width) and each pass
  * multiplies by every one of them, as a token's decode passes over every weight once.
  * `bench cluster` runs it on one node alone and then on every node of a split at once: the

@@ -50,7 +50,7 @@ export const command = defineCommand({
   description:
     'Starts N local node processes plus one for the single-node reference, loads the model on both, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
     'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256). ' +
-    "With --parallel tp it also measures the decode speedup the machine's memory allows ('ceiling x'): one node streams the model's bytes of Q8_0 weights through its matvec, then every node streams its share at once; decode is memory-bound and local nodes share one memory system (--no-ceiling skips it).",
+    "With --parallel tp it also measures the decode speedup the machine allows with free communication ('ceiling x'): one node streams the model's bytes of Q8_0 weights through its matvec, then every node streams its share at once; local nodes share one machine's memory and cores, and the matvec is bound by one or the other (--no-ceiling skips it).",
   positionals: [
     {
       name: 'model',
@@ -88,7 +88,7 @@ export const command = defineCommand({
     },
     ceiling: {
       type: 'boolean',
-      description: 'measure the decode speedup the memory allows (tp; --no-ceiling skips it)',
+      description: 'measure the decode speedup the machine allows with free communication (tp; --no-ceiling skips it)',
       default: true,
     },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
