@@ -262,3 +262,57 @@ test('matmulSwiglu equals the matmul then SwiGLU of the reference (stacked gate/
     }
   }
 });
+
+test('memory past its 2^31st byte: weights, KV caches and scratch there compute like the reference', async () => {
+  for (const [backend, threads] of attentionCases) {
+    const k = await createKernels({ backend, threads, smallJob: 0 });
+    try {
+      // 2 GiB of KV cache first (never written: the pages stay untouched), so that everything
+      // after it sits above 2^31, where a signed shift of an address turns negative
+      k.createKvCache({ layers: 1, kvHeads: 16, headDim: 128, maxSeq: 1 << 17, type: 'f32' });
+      let seed = 3000;
+      for (const [name, type, cols] of [['Q8_0', GgmlType.Q8_0, 288], ['Q4_K', GgmlType.Q4_K, 512], ['F16', GgmlType.F16, 130]] as const) {
+        const rows = 13;
+        const data = randomWeightBytes(type, rows, cols, seed++);
+        const wr = ref.uploadWeight({ type, rows, cols, data });
+        const ww = k.uploadWeight({ type, rows, cols, data });
+        for (const n of [1, 17]) {
+          const x = randomFloats(n * cols, seed++, 2);
+          const want = new Float32Array(n * rows);
+          const got = new Float32Array(n * rows);
+          ref.matmul(wr, x, want, n);
+          k.matmul(ww, x, got, n);
+          assertClose(got, want, TOL, `${backend} ${name} n=${n} above 2 GiB`);
+        }
+        const er = new Float32Array(cols);
+        const ew = new Float32Array(cols);
+        ref.embedRow(wr, rows - 1, er);
+        k.embedRow(ww, rows - 1, ew);
+        assert.deepEqual(ew, er, `${backend} ${name} embedRow above 2 GiB`);
+      }
+      const opts = { layers: 1, kvHeads: 2, headDim: 64, maxSeq: 32, type: 'f32' } as const;
+      const cr = ref.createKvCache(opts);
+      const cw = k.createKvCache(opts);
+      const n = 5;
+      const kv = randomFloats(n * 2 * 64, seed++);
+      const vv = randomFloats(n * 2 * 64, seed++);
+      ref.kvStore(cr, 0, 0, kv, vv, n);
+      k.kvStore(cw, 0, 0, kv, vv, n);
+      const q = randomFloats(n * 4 * 64, seed++, 3);
+      const want = new Float32Array(q.length);
+      const got = new Float32Array(q.length);
+      ref.attention(cr, q, want, { layer: 0, heads: 4, pos0: 0, n });
+      k.attention(cw, q, got, { layer: 0, heads: 4, pos0: 0, n });
+      assertClose(got, want, 1e-5, `${backend} attention above 2 GiB`);
+      const x = randomFloats(3 * 64, seed++, 3);
+      const w = randomFloats(64, seed++);
+      const normWant = new Float32Array(x.length);
+      const normGot = new Float32Array(x.length);
+      ref.rmsNorm(x, w, 1e-5, normWant, 3);
+      k.rmsNorm(x, w, 1e-5, normGot, 3);
+      assert.deepEqual(normGot, normWant, `${backend} rmsNorm above 2 GiB`);
+    } finally {
+      await k.close();
+    }
+  }
+});

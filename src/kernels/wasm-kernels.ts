@@ -218,7 +218,7 @@ export class WasmKernels implements Kernels {
     const xd = x16 + x16Bytes;
     const xs = xd + xdBytes;
     const yp = xs + xdBytes;
-    arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+    arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
     const tiles = w.rowsPad / 4;
     const work = n * w.rowsPad * cols;
     if (n > 1 && (isQ32(w.type) || isK(w.type))) {
@@ -261,7 +261,7 @@ export class WasmKernels implements Kernels {
       const xt = xf + xfBytes;
       const dt = xt + xtBytes;
       const yp = dt + dtBytes;
-      arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+      arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
       this.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
       this.pool.run(arena.index, op.mm_q8t, [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
       this.copyOut(arena, yp, w, y, n);
@@ -276,7 +276,7 @@ export class WasmKernels implements Kernels {
     const xu = xf + xfBytes;
     const dx = xu + xuBytes;
     const yp = dx + dxBytes;
-    arena.f32.set(x.subarray(0, n * cols), xf >> 2);
+    arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
     this.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
     this.pool.run(arena.index, op.mm_q8v, [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
     this.copyOut(arena, yp, w, y, n);
@@ -289,11 +289,11 @@ export class WasmKernels implements Kernels {
     if (out) {
       const half = w.rows / 2;
       this.pool.run(arena.index, op.swiglu_rows, [yp, w.rowsPad, half, n], n * half * 8);
-      for (let t = 0; t < n; t++) out.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + half), t * half);
+      for (let t = 0; t < n; t++) out.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + half), t * half);
       return;
     }
-    if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >> 2, (yp >> 2) + (n === 1 ? w.rows : n * w.rows)));
-    else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >> 2) + t * w.rowsPad, (yp >> 2) + t * w.rowsPad + w.rows), t * w.rows);
+    if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >>> 2, (yp >>> 2) + (n === 1 ? w.rows : n * w.rows)));
+    else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + w.rows), t * w.rows);
   }
 
   embedRow(weight: Weight, row: number, out: Float32Array): void {
@@ -310,7 +310,7 @@ export class WasmKernels implements Kernels {
     const f32 = arena.f32;
     const nb = w.cols / 32;
     const q = w.ptr + row * w.rowBytes;
-    const sc = (w.scales >> 2) + (row >> 2) * nb * 4 + (row & 3);
+    const sc = (w.scales >>> 2) + (row >>> 2) * nb * 4 + (row & 3);
     for (let b = 0; b < nb; b++) {
       const d = f32[sc + 4 * b] as number;
       if (w.type === GgmlType.Q8_0) {
@@ -336,10 +336,10 @@ export class WasmKernels implements Kernels {
     const xBytes = align(n * dim * 4, 64);
     const xp = arena.scratch(xBytes + align(dim * 4, 64));
     const wp = xp + xBytes;
-    arena.f32.set(x.subarray(0, n * dim), xp >> 2);
-    arena.f32.set(weight, wp >> 2);
+    arena.f32.set(x.subarray(0, n * dim), xp >>> 2);
+    arena.f32.set(weight, wp >>> 2);
     this.pool.run(arena.index, op.rms_norm, [xp, wp, xp, n, dim, Math.fround(eps)], n * dim * 8);
-    out.set(arena.f32.subarray(xp >> 2, (xp >> 2) + n * dim));
+    out.set(arena.f32.subarray(xp >>> 2, (xp >>> 2) + n * dim));
   }
 
   rope(x: Float32Array, positions: Int32Array, heads: number, params: RopeParams): void {
@@ -358,16 +358,16 @@ export class WasmKernels implements Kernels {
       const arena = slot.arena;
       const xBytes = align(n * heads * hd * 4, 64);
       const xp = arena.scratch(xBytes + n * 2 * half * 4);
-      const cp = (xp + xBytes) >> 2;
+      const cp = (xp + xBytes) >>> 2;
       const f32 = arena.f32;
-      f32.set(x.subarray(0, n * heads * hd), xp >> 2);
+      f32.set(x.subarray(0, n * heads * hd), xp >>> 2);
       for (let t = 0; t < n; t++) {
         const at = (positions[t] as number) * half;
         f32.set(table.cos.subarray(at, at + half), cp + 2 * t * half);
         f32.set(table.sin.subarray(at, at + half), cp + (2 * t + 1) * half);
       }
       this.pool.run(arena.index, op.rope, [xp, xp + xBytes, n, heads, hd, half, neox ? 1 : 0], n * heads * half * 8);
-      x.set(f32.subarray(xp >> 2, (xp >> 2) + n * heads * hd));
+      x.set(f32.subarray(xp >>> 2, (xp >>> 2) + n * heads * hd));
       return;
     }
     const fr = Math.fround;
@@ -431,10 +431,10 @@ export class WasmKernels implements Kernels {
     const arena = slot.arena;
     const bytes = align(len * 4, 64);
     const g = arena.scratch(2 * bytes);
-    arena.f32.set(gate, g >> 2);
-    arena.f32.set(up, (g + bytes) >> 2);
+    arena.f32.set(gate, g >>> 2);
+    arena.f32.set(up, (g + bytes) >>> 2);
     this.pool.run(arena.index, op.swiglu, [g, g + bytes, g, len], len * 8);
-    out.set(arena.f32.subarray(g >> 2, (g >> 2) + len));
+    out.set(arena.f32.subarray(g >>> 2, (g >>> 2) + len));
   }
 
   createKvCache(options: KvCacheOptions): KvCache {
@@ -462,14 +462,14 @@ export class WasmKernels implements Kernels {
     const row = c.options.kvHeads * c.options.headDim;
     const len = n * row;
     if (c.options.type === 'f32') {
-      arena.f32.set(k.subarray(0, len), (c.k[layer]! >> 2) + pos0 * row);
-      arena.f32.set(v.subarray(0, len), (c.v[layer]! >> 2) + pos0 * row);
+      arena.f32.set(k.subarray(0, len), (c.k[layer]! >>> 2) + pos0 * row);
+      arena.f32.set(v.subarray(0, len), (c.v[layer]! >>> 2) + pos0 * row);
       return;
     }
     const tmp = arena.scratch(len * 4);
-    arena.f32.set(k.subarray(0, len), tmp >> 2);
+    arena.f32.set(k.subarray(0, len), tmp >>> 2);
     main.store_f16!(tmp, c.k[layer]! + pos0 * row * 2, len);
-    arena.f32.set(v.subarray(0, len), tmp >> 2);
+    arena.f32.set(v.subarray(0, len), tmp >>> 2);
     main.store_f16!(tmp, c.v[layer]! + pos0 * row * 2, len);
   }
 
@@ -482,7 +482,7 @@ export class WasmKernels implements Kernels {
     const stride = align((p.pos0 + p.n) * 4, 64);
     const qBytes = align(len * 4, 64);
     const base = arena.scratch(2 * qBytes + stride * this.threads);
-    arena.f32.set(q.subarray(0, len), base >> 2);
+    arena.f32.set(q.subarray(0, len), base >>> 2);
     const scale = p.scale ?? 1 / Math.sqrt(headDim);
     const half = c.options.type === 'f16' ? 1 : 0;
     this.pool.run(
@@ -491,7 +491,7 @@ export class WasmKernels implements Kernels {
       [base, c.k[p.layer]!, c.v[p.layer]!, base + qBytes, base + 2 * qBytes, stride, p.n, p.heads, kvHeads, headDim, p.pos0, scale, half],
       2 * p.n * p.heads * headDim * (p.pos0 + p.n),
     );
-    out.set(arena.f32.subarray((base + qBytes) >> 2, ((base + qBytes) >> 2) + len));
+    out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
   }
 
   async close(): Promise<void> {
