@@ -14,10 +14,12 @@ import { ClusterSession, type ClusterResult } from './session.js';
  * and 3 KV heads, tied embeddings, 49152-token vocabulary) in F32, with RANDOM weights.
  * Weights drawn with std 0.1 make the tokens move step to step (at 0.02 a random model
  * repeats one token). F32 rather than Q8_0 or F16: those kernels round activations to int8
- * blocks or halves, which turns the last-bit differences of tensor-parallel sums into whole
- * rounding steps, and a random model (unlike a trained one) amplifies them until a near-tie
- * between two tokens flips (measured: Q8_0 and F16 parted from one node within 10 tokens on
- * most prompts, F32 not within 32).
+ * blocks or halves, which turns a last-bit difference of a tensor-parallel sum into a whole
+ * rounding step, and a random model (unlike a trained one) amplifies it until a near-tie
+ * between two tokens flips. Splits add their sums in one node's order only where the
+ * projections divide into leaves (docs/parallel.md, "Exact tensor parallel"), and this
+ * shape's 9 heads do not: its attn_output sums differ in the last bits (measured: Q8_0 and F16
+ * parted from one node within 10 tokens on most prompts, F32 not within 32).
  */
 /**
  * Untimed tokens before each timed generation, from the same prompt: V8 compiles the prefill

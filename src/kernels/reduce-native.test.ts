@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { reduceInto, reduceOps } from './reduce.js';
-import { loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast } from './reduce-native.js';
+import { loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, treeSum } from './reduce-native.js';
 
 function hasCompiler(): boolean {
   try {
@@ -94,4 +94,38 @@ test('reduceFast falls back to reduce.ts for f16/bf16 and short arrays, and chec
   assert.deepEqual([...s], [2, 0]);
   assert.ok(Object.is(s[1], 0));
   assert.throws(() => reduceFast('sum', 'f32', new Float32Array(300), new Float32Array(299)));
+});
+
+test('treeSum adds in the fixed pairwise tree: a subtree sums alike alone or inside the whole, halves in either order', async () => {
+  await loadNativeReduce();
+  const rand = xorshift(4242);
+  // values of very different magnitudes, so that a different order gives different bits
+  const vec = (n: number): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
+  for (const n of [3, 300, 1000]) {
+    const p = Array.from({ length: 8 }, () => vec(n));
+    const add = (a: Float32Array, b: Float32Array): Float32Array => a.map((v, i) => Math.fround(v + (b[i] as number)));
+    const spare = [new Float32Array(n), new Float32Array(n), new Float32Array(n)];
+    const sum = (parts: Float32Array[]): Float32Array => {
+      const out = new Float32Array(n);
+      treeSum(parts, out, spare);
+      return out;
+    };
+    const [p0, p1, p2, p3, p4, p5, p6, p7] = p as [Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array];
+    assert.deepEqual(sum([p0]), p0);
+    assert.deepEqual(sum([p0, p1, p2]), add(add(p0, p1), p2));
+    assert.deepEqual(sum([p0, p1, p2, p3]), add(add(p0, p1), add(p2, p3)));
+    const eight = sum(p);
+    assert.deepEqual(eight, add(add(add(p0, p1), add(p2, p3)), add(add(p4, p5), add(p6, p7))));
+    // the ranks of a 2- or 4-way split each sum their own subtree, then the group sums those
+    assert.deepEqual(sum([sum([p0, p1, p2, p3]), sum([p4, p5, p6, p7])]), eight);
+    assert.deepEqual(sum([sum([p0, p1]), sum([p2, p3]), sum([p4, p5]), sum([p6, p7])]), eight);
+    assert.deepEqual(sum([sum([p4, p5, p6, p7]), sum([p0, p1, p2, p3])]), eight, 'the two halves in the other order');
+    // ... which a sum in rank order is not (the test's values make the orders differ)
+    assert.notDeepEqual(p.slice(1).reduce(add, p0), eight);
+    // out may be the first part
+    const first = p0.slice();
+    treeSum([first, p1, p2, p3], first, spare);
+    assert.deepEqual(first, add(add(p0, p1), add(p2, p3)));
+  }
+  assert.throws(() => treeSum([new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)], new Float32Array(4), []), /spare buffer/);
 });

@@ -77,3 +77,36 @@ export function reduceFast(op: ReduceOp, dtype: DType, acc: DTypeArray, other: D
   }
   reduceInto(op, dtype, acc, other);
 }
+
+/**
+ * out = the sum of `parts` in a fixed pairwise tree: the first half (the largest power of two
+ * below the count) and the rest are summed alike and then added, so 4 parts are (p0 + p1) +
+ * (p2 + p3). A run of parts that is a whole subtree of a larger tree sums to the same bits in
+ * both, and IEEE addition commutes, so ranks that hold different subtrees (or the halves of
+ * one pair) get bit-identical totals: the order tensor-parallel sums are pinned to (see
+ * docs/parallel.md, "Exact tensor parallel"). `out` may be parts[0] and nothing else;
+ * `spare` needs one buffer (of out's length at least) per level below the top.
+ */
+export function treeSum(parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
+  sumRange(parts, 0, parts.length, out, spare, 0);
+}
+
+function sumRange(parts: readonly Float32Array[], lo: number, hi: number, dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
+  const n = dst.length;
+  if (hi - lo === 1) {
+    if (parts[lo] !== dst) dst.set((parts[lo] as Float32Array).subarray(0, n));
+    return;
+  }
+  let half = 1;
+  while (2 * half < hi - lo) half *= 2;
+  sumRange(parts, lo, lo + half, dst, spare, depth);
+  if (hi - (lo + half) === 1) {
+    reduceFast('sum', 'f32', dst, parts[lo + half] as Float32Array);
+    return;
+  }
+  const t = spare[depth];
+  if (t === undefined || t.length < n) throw new RangeError(`treeSum: ${hi - lo} parts need a spare buffer at depth ${depth}`);
+  const tmp = t.subarray(0, n);
+  sumRange(parts, lo + half, hi, tmp, spare, depth + 1);
+  reduceFast('sum', 'f32', dst, tmp);
+}

@@ -173,3 +173,13 @@ export interface KernelsOptions {
    */
   smallJob?: number;
 }
+
+/**
+ * Tokens from which a matmul may take a batched (GEMM) kernel: Q8_0 and the K-quants on the
+ * native VNNI kernels (mm_q8t, mm_kt). A token's outputs from the two kernels can differ in
+ * the last bits (their sums run in different orders), while either kernel gives a token the
+ * same bits in any batch of its size class. Code that cuts a batch into pieces and wants the
+ * whole batch's results (the pipeline's prefill micro-batches) keeps every piece at or above
+ * this size, or does not cut.
+ */
+export const GEMM_TOKENS = 12;

@@ -7,10 +7,8 @@ import { resolveSlice, type SlicedWeight } from './weight-source.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
 import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, ropeAngles, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
-import { GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
+import { GEMM_TOKENS, GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
 
-/** Tokens from which Q8_0 matmuls on the native VNNI kernels take the GEMM kernel (mm_q8t). */
-const GEMM_TOKENS = 12;
 
 /** Weights and caches per memory before a new one is started (a wasm32 memory holds 4 GiB). */
 export const DEFAULT_ARENA_BYTES = 3 * 1024 ** 3;

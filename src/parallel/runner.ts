@@ -4,6 +4,7 @@ import { TandemError } from '../errors/index.js';
 import { generate, greedy, type TokenPicker } from '../engine/generate/generate.js';
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
 import type { Model } from '../engine/model/model.js';
+import { GEMM_TOKENS } from '../kernels/types.js';
 import type { CommMeter } from './shard-comm.js';
 import type { ParallelPlan, RankPlan } from './plan.js';
 import { decodeWire, encodeWire, wireBuffer, type WireFormat } from './wire.js';
@@ -28,7 +29,7 @@ export interface RankGenerateOptions {
   maxTokens: number;
   stopTokens?: ReadonlySet<number>;
   pick?: TokenPicker;
-  /** Pipeline prefill: micro-batches the prompt is cut into (default 2 per stage, at least 8 tokens each). */
+  /** Pipeline prefill: micro-batches the prompt is cut into (default 2 per stage, at least GEMM_TOKENS tokens each). */
   microBatches?: number;
   contextLength?: number;
   onToken?: (token: number) => void;
@@ -120,8 +121,13 @@ async function generateSingleStage(
   };
 }
 
+/**
+ * Micro-batches of an n-token prompt over `stages`: 2 per stage, each of at least
+ * GEMM_TOKENS tokens (a smaller piece of a larger prompt would take the kernels' one-token
+ * path and part from one node's prefill in the last bits), at most 256 tokens each.
+ */
 function microBatches(n: number, stages: number, asked?: number): number {
-  const m = asked ?? Math.max(1, Math.min(2 * stages, Math.ceil(n / 8)));
+  const m = asked ?? Math.max(1, Math.min(2 * stages, Math.floor(n / GEMM_TOKENS)));
   return Math.max(1, Math.min(n, Math.max(m, Math.ceil(n / 256))));
 }
 

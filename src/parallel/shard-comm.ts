@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
-import { reduceFast } from '../kernels/reduce-native.js';
+import { treeSum } from '../kernels/reduce-native.js';
 import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
@@ -62,8 +62,8 @@ export interface ShardCommOptions {
 
 /**
  * The engine's ShardComm over a collectives communicator (the tensor-parallel group). Sums
- * run in the communicator's fixed order, so every rank gets bit-identical activations and
- * logits, and therefore picks the same token.
+ * run in one fixed order (the pairwise tree of treeSum), so every rank gets bit-identical
+ * activations and logits, and therefore picks the same token.
  */
 export class CollectiveShardComm implements ShardComm {
   readonly meter: CommMeter;
@@ -71,9 +71,10 @@ export class CollectiveShardComm implements ShardComm {
   private readonly wire: WireFormat;
   private readonly logitsMode: 'full' | 'argmax';
   private mine: Float32Array | Uint16Array | Int32Array | undefined;
-  private gathered: Uint16Array | Int32Array | undefined;
+  private gathered: Float32Array | Uint16Array | Int32Array | undefined;
   private own: Float32Array | undefined;
-  private part: Float32Array | undefined;
+  private decoded: Float32Array[] = [];
+  private spare: Float32Array[] = [];
   private readonly exchange: TpExchange | undefined;
   private readonly perForward: number;
   private reduces = 0;
@@ -117,19 +118,22 @@ export class CollectiveShardComm implements ShardComm {
       this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
       return;
     }
-    if (this.wire !== 'f32') {
+    if (this.wire !== 'f32' || size > 2) {
       await this.gatherReduce(x, this.carryFor(x));
       return;
     }
+    // 2 ranks: the communicator's sum is p0 + p1 on both (IEEE addition commutes)
     await this.meter.time(0, this.comm.allReduce(x));
     this.meter.bytes += allReduceWireBytes(x.byteLength, size, this.comm.lastAlgorithm);
   }
 
   /**
-   * f16/q8 through the communicator, with the direct exchange's semantics: each rank rounds
-   * its own part once (after adding its carried error), the rounded parts are gathered, and
-   * every rank sums all of them in rank order in f32. No partial sum is rounded again (a
-   * reduction on f16 or q8 data would round at every step), and every rank ends identical.
+   * Every rank's part gathered and summed by each rank in the fixed pairwise tree (treeSum),
+   * with the direct exchange's semantics: (p0 + p1) + (p2 + p3), the order one node adds its
+   * leaves in, so 4 ranks give one node's sums bit for bit (the communicator's own all-reduce
+   * adds in an order of its algorithm's). With f16/q8 each rank rounds its own part once
+   * (after adding its carried error) and every rank sums the same rounded parts in f32: no
+   * partial sum is rounded again (a reduction on f16 or q8 data would round at every step).
    */
   private async gatherReduce(x: Float32Array, carry: Float32Array | undefined): Promise<void> {
     const size = this.comm.size;
@@ -138,9 +142,20 @@ export class CollectiveShardComm implements ShardComm {
     const words = wireLength(this.wire, n);
     if (this.mine === undefined || this.mine.length !== words) {
       this.mine = wireBuffer(this.wire, n);
-      this.gathered = this.wire === 'f16' ? new Uint16Array(words * size) : new Int32Array(words * size);
+      this.gathered =
+        this.wire === 'f32'
+          ? new Float32Array(words * size)
+          : this.wire === 'f16'
+            ? new Uint16Array(words * size)
+            : new Int32Array(words * size);
       this.own = new Float32Array(n);
-      this.part = new Float32Array(n);
+      this.decoded = Array.from({ length: size }, () =>
+        this.wire === 'f32' ? new Float32Array(0) : new Float32Array(n),
+      );
+      this.spare = Array.from(
+        { length: Math.max(0, Math.ceil(Math.log2(size)) - 1) },
+        () => new Float32Array(n),
+      );
     }
     const mine = this.mine;
     const all = this.gathered!;
@@ -151,13 +166,17 @@ export class CollectiveShardComm implements ShardComm {
     const own = this.own!;
     decodeWire(this.wire, mine, own);
     if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
-    const part = this.part!;
+    const parts: Float32Array[] = [];
     for (let r = 0; r < size; r++) {
-      const src = r === this.comm.rank ? own : part;
-      if (r !== this.comm.rank) decodeWire(this.wire, all.subarray(r * words, (r + 1) * words), part);
-      if (r === 0) x.set(src);
-      else reduceFast('sum', 'f32', x, src);
+      const msg = all.subarray(r * words, (r + 1) * words);
+      if (r === this.comm.rank) parts.push(own);
+      else if (this.wire === 'f32') parts.push(msg as Float32Array);
+      else {
+        decodeWire(this.wire, msg, this.decoded[r]!);
+        parts.push(this.decoded[r]!);
+      }
     }
+    treeSum(parts, x, this.spare);
   }
 
   async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {

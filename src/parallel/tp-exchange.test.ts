@@ -48,7 +48,7 @@ async function world(
 }
 
 for (const size of [2, 3, 4]) {
-  test(`${size} ranks: f32 all-reduce is the rank-order sum, bit-identical on every rank, over many calls and chunks`, async () => {
+  test(`${size} ranks: f32 all-reduce is the pairwise-tree sum, bit-identical on every rank, over many calls and chunks`, async () => {
     const w = await world(size, 'f32', 1000);
     try {
       for (let call = 0; call < 40; call++) {
@@ -56,10 +56,12 @@ for (const size of [2, 3, 4]) {
         const n = [1, 7, 2048, 2500][call % 4]!;
         const parts = w.ex.map((_, r) => values(n, 1 + call * 31 + r));
         const expected = new Float32Array(n);
+        // (p0 + p1) + p2 and (p0 + p1) + (p2 + p3): the order one node adds its leaves in
+        const at = (r: number, i: number): number => parts[r]![i] as number;
         for (let i = 0; i < n; i++) {
-          let acc = parts[0]![i] as number;
-          for (let r = 1; r < size; r++) acc = Math.fround(acc + (parts[r]![i] as number));
-          expected[i] = acc;
+          const low = Math.fround(at(0, i) + at(1, i));
+          const high = size === 4 ? Math.fround(at(2, i) + at(3, i)) : size === 3 ? at(2, i) : 0;
+          expected[i] = size === 2 ? low : Math.fround(low + high);
         }
         const xs = parts.map((p) => p.slice());
         await Promise.all(w.ex.map((e, r) => e.allReduceSum(xs[r]!)));

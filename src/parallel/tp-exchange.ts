@@ -17,15 +17,16 @@ import { copyBytes } from '../kernels/copy.js';
 import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
-import { loadNativeReduce, reduceFast } from '../kernels/reduce-native.js';
+import { loadNativeReduce, reduceFast, treeSum } from '../kernels/reduce-native.js';
 import type { WireFormat } from './wire.js';
 
 /**
  * The tensor-parallel group's hot path: every all-reduce of a decode step (two per layer) and
  * the vocabulary head's argmax exchange. Each rank writes its whole part straight into a
  * registered inbox on every peer (one RDMA write with immediate per peer, no router, no
- * per-call allocation), then sums every rank's part in rank order: the same additions in the
- * same order on every rank, so the results are bit-identical everywhere.
+ * per-call allocation), then sums every rank's part in the fixed pairwise tree (treeSum): the
+ * same additions in the same order on every rank, so the results are bit-identical everywhere,
+ * and the order one node adds its leaves in, so 2 and 4 ranks give one node's sums.
  *
  * With `f16` or `q8` every part (the rank's own included) is rounded once, by its owner, and
  * every rank sums the same rounded parts: there is no re-quantisation of partial sums and the
@@ -120,7 +121,11 @@ export class TpExchange {
   private readonly outViews: { f32: Float32Array; u16: Uint16Array; u8: Uint8Array }[];
   private readonly inViews: { f32: Float32Array; u16: Uint16Array; u8: Uint8Array }[][];
   private readonly own: Float32Array;
-  private readonly part: Float32Array;
+  /** Each peer's part decoded from f16/q8 (unused for f32, whose parts are read in place). */
+  private readonly decoded: Float32Array[];
+  /** treeSum's spare buffers (a tree of `size` parts needs one per level below the top). */
+  private readonly spare: Float32Array[];
+  private readonly parts: Float32Array[];
   private aborted: string | undefined;
 
   private constructor(
@@ -145,7 +150,10 @@ export class TpExchange {
     this.outViews = [view(outbox.buffer, 0), view(outbox.buffer, slotBytes)];
     this.inViews = peers.map((p) => (p ? [view(p.inbox.buffer, 0), view(p.inbox.buffer, slotBytes)] : []));
     this.own = new Float32Array(chunk);
-    this.part = new Float32Array(chunk);
+    this.decoded = peers.map((p) => (p && wire !== 'f32' ? new Float32Array(chunk) : new Float32Array(0)));
+    this.spare =
+      size > 2 ? Array.from({ length: Math.ceil(Math.log2(size)) - 1 }, () => new Float32Array(chunk)) : [];
+    this.parts = Array.from({ length: size }, () => this.own);
   }
 
   /** Collective over `group`: every member listens, learns the others' addresses and connects to each. */
@@ -394,29 +402,35 @@ export class TpExchange {
   }
 
   /**
-   * x = sum over ranks in rank order of each part (own part rounded like the others), added
-   * by the native reduce kernel (a 1 MiB part: ~0.5 ms in a TypeScript loop). On ranks 0 and
-   * 1 with the exact f32 wire, x already holds this rank's part and the others are added to
-   * it in place: p1 + p0 is bit for bit p0 + p1 (IEEE addition commutes), so the sum is the
-   * same as every other rank's without copying x first.
+   * x = the sum of every rank's part (own part rounded like the others) in the fixed pairwise
+   * tree (treeSum: (p0 + p1) + (p2 + p3) for 4), the order one node adds its leaves in, so
+   * that a split into 2 or 4 gives one node's sums bit for bit (docs/parallel.md, "Exact
+   * tensor parallel"). The adds run in the native reduce kernel (a 1 MiB part: ~0.5 ms in a
+   * TypeScript loop). With 2 ranks and the exact f32 wire, x already holds this rank's part
+   * and the other's is added to it in place: p1 + p0 is bit for bit p0 + p1 (IEEE addition
+   * commutes).
    */
   private sum(x: Float32Array, wire: WireFormat, carry?: Float32Array): void {
     const n = x.length;
     const slot = (this.seq - 1) & 1;
-    if (wire === 'f32' && this.rank <= 1) {
-      for (let r = 0; r < this.size; r++)
-        if (r !== this.rank) reduceFast('sum', 'f32', x, this.inViews[r]![slot]!.f32.subarray(0, n));
+    if (wire === 'f32' && this.size === 2) {
+      reduceFast('sum', 'f32', x, this.inViews[1 - this.rank]![slot]!.f32.subarray(0, n));
       return;
     }
     const own = this.own.subarray(0, n);
     this.decode(this.outViews[slot]!, own, x, wire);
     if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
-    const part = this.part.subarray(0, n);
+    const parts = this.parts;
     for (let r = 0; r < this.size; r++) {
-      const src = r === this.rank ? own : this.decode(this.inViews[r]![slot]!, part, undefined, wire);
-      if (r === 0) copyBytes(bytesOf(x), 0, bytesOf(src));
-      else reduceFast('sum', 'f32', x, src);
+      const view = this.inViews[r]![slot];
+      parts[r] =
+        r === this.rank
+          ? own
+          : wire === 'f32'
+            ? view!.f32.subarray(0, n)
+            : this.decode(view!, this.decoded[r]!.subarray(0, n), undefined, wire);
     }
+    treeSum(parts, x, this.spare);
   }
 
   private decode(

@@ -37,13 +37,18 @@ export interface TestModel {
   expected: number[];
 }
 
-export async function singleNodeTokens(path: string, steps = STEPS): Promise<number[]> {
+export async function singleNodeTokens(
+  path: string,
+  steps = STEPS,
+  prompt: readonly number[] = PROMPT,
+): Promise<number[]> {
   const kernels = await createKernels({ threads: 1 });
   const file = GgufModelFile.open(path);
   try {
     const model = await Model.load(file, kernels);
-    return (await generate(model, model.newSession({ contextLength: 64 }), PROMPT, { maxTokens: steps }))
-      .tokens;
+    return (
+      await generate(model, model.newSession({ contextLength: 128 }), [...prompt], { maxTokens: steps })
+    ).tokens;
   } finally {
     file.close();
     await kernels.close();
@@ -96,6 +101,37 @@ export async function makePoolingModel(dir: string): Promise<TestModel> {
     seed: 5,
   });
   return { arch: 'llama', path, expected: await singleNodeTokens(path) };
+}
+
+/**
+ * A deeper, wider Q8_0 llama (8 layers of width 256, 8 heads, FFN 768; about 7 MiB) whose
+ * greedy tokens part from one node's within 40 steps under tensor parallel on 2 and 4 nodes
+ * when the ranks add their partial sums in any order but one node's (measured: at step 22).
+ */
+export async function makeExactnessModel(dir: string): Promise<string> {
+  const path = join(dir, 'exact.gguf');
+  await makeModel(path, {
+    arch: 'llama',
+    shape: {
+      ...shape,
+      layers: 8,
+      embd: 256,
+      ff: 768,
+      heads: 8,
+      kvHeads: 4,
+      headDim: 32,
+      vocab: 2048,
+      context: 256,
+      experts: 0,
+      expertsUsed: 0,
+      expertFf: 0,
+      sharedFf: 0,
+    },
+    type: 'q8_0',
+    std: 0.3,
+    seed: 5,
+  });
+  return path;
 }
 
 /** The fabric providers this checkout has (shm arrives after tcp). */

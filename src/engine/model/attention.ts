@@ -1,8 +1,9 @@
+import { treeSum } from '../../kernels/reduce-native.js';
 import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
 import { kvHeadsFor, rangeLength, type ShardSpec } from './shard.js';
-import type { AttentionWeights, Projection } from './weights.js';
+import type { AttentionWeights, Leaves, Projection } from './weights.js';
 
 /**
  * How this shard's query heads map onto the KV heads it stores. When the query-head range
@@ -35,6 +36,33 @@ export function headLayout(config: ModelConfig, shard: ShardSpec): HeadLayout {
 export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array, n: number): void {
   if (n === 1) k.matvec(w, x, y);
   else k.matmul(w, x, y, n);
+}
+
+/**
+ * y = W x for n tokens of a row-parallel projection held as leaves (leaves.ts): each leaf
+ * multiplies its run of x's columns and the partial outputs are added in the fixed tree.
+ */
+export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Float32Array, n: number, scratch: Scratch, tag: string): void {
+  const first = leaves[0] as Weight;
+  if (leaves.length === 1) return project(k, first, x, y, n);
+  const cols = leaves.reduce((c, w) => c + w.cols, 0);
+  const out = y.subarray(0, n * first.rows);
+  const parts: Float32Array[] = [];
+  const spare: Float32Array[] = [];
+  let at = 0;
+  for (const [j, w] of leaves.entries()) {
+    let xj = x.subarray(at, at + w.cols);
+    if (n > 1) {
+      xj = scratch.f32(`${tag}.x`, n * w.cols);
+      for (let t = 0; t < n; t++) xj.set(x.subarray(t * cols + at, t * cols + at + w.cols), t * w.cols);
+    }
+    const yj = j === 0 ? out : scratch.f32(`${tag}.${j}`, n * w.rows);
+    project(k, w, xj, yj, n);
+    parts.push(yj);
+    if (j >= 2) spare.push(scratch.f32(`${tag}.t${j}`, n * w.rows));
+    at += w.cols;
+  }
+  treeSum(parts, out, spare);
 }
 
 /**
@@ -123,5 +151,5 @@ export function attentionForward(
   k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
   const att = scratch.f32('attn.out', n * layout.heads * hd);
   k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale: Math.fround(1 / Math.fround(Math.sqrt(hd))) });
-  project(k, w.o, att, step.out, n);
+  projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o');
 }

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import type { Kernels } from '../../kernels/types.js';
 import type { ExpertDispatch } from './comm.js';
 import type { ModelConfig } from './config.js';
-import { project, projectParts } from './attention.js';
+import { project, projectLeaves, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
 import type { FfnWeights, MoeWeights } from './weights.js';
 
@@ -13,12 +13,12 @@ export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float3
     // gate and up stacked in one weight: the kernels apply SwiGLU before handing rows back
     const g = scratch.f32(`${tag}.act`, n * (fused.parts[0] as number));
     k.matmulSwiglu(fused.weight, x, g, n);
-    project(k, w.down, g, out, n);
+    projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`);
     return;
   }
   const [g, u] = projectParts(k, w.gateUp, x, n, scratch, tag) as [Float32Array, Float32Array];
   k.swiglu(g, u, g);
-  project(k, w.down, g, out, n);
+  projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ReferenceKernels } from '../../kernels/index.js';
+import { treeSum } from '../../kernels/reduce-native.js';
 import { isTandemError } from '../../errors/index.js';
 import type { ShardComm } from './comm.js';
 import { Model } from './model.js';
@@ -71,7 +72,7 @@ test('an f16 KV cache gives the f32 cache\'s greedy tokens and close logits', as
   assert.ok(maxRelDiff(b, a) > 0, 'the f16 cache really rounds');
 });
 
-/** An in-process group: each rank's call resolves once all ranks contributed; sums in rank order. */
+/** An in-process group: each rank's call resolves once all ranks contributed; sums in the pairwise tree (as the real exchange). */
 function localGroup(size: number): ShardComm[] {
   let pending: { x: Float32Array; resolve: () => void }[] = [];
   let gathered: { local: Float32Array; full: Float32Array; resolve: () => void }[] = [];
@@ -81,7 +82,11 @@ function localGroup(size: number): ShardComm[] {
         pending[rank] = { x, resolve };
         if (pending.filter(Boolean).length < size) return;
         const sum = new Float32Array(x.length);
-        for (const p of pending) for (let i = 0; i < sum.length; i++) sum[i]! += p.x[i]!;
+        treeSum(
+          pending.map((p) => p.x),
+          sum,
+          [new Float32Array(x.length), new Float32Array(x.length)],
+        );
         const done = pending;
         pending = [];
         for (const p of done) {
@@ -113,7 +118,8 @@ function split(total: number, parts: number, i: number): { start: number; end: n
   return { start: Math.floor((total * i) / parts), end: Math.floor((total * (i + 1)) / parts) };
 }
 
-async function runSharded(options: TinyModelOptions, shards: (full: ShardSpec) => ShardSpec[], tokens: number[]): Promise<number[]> {
+/** Greedy steps on the shards of a group; returns the tokens and each step's logits (every rank's, checked alike). */
+async function runShardedLogits(options: TinyModelOptions, shards: (full: ShardSpec) => ShardSpec[], tokens: number[]): Promise<{ tokens: number[]; logits: Float32Array[] }> {
   const file = tinyModelFile({ ...options, seed: 11 });
   const base = (await Model.load(file, kernels)).shard;
   const specs = shards(base);
@@ -121,15 +127,21 @@ async function runSharded(options: TinyModelOptions, shards: (full: ShardSpec) =
   const models = await Promise.all(specs.map((shard, r) => Model.load(file, kernels, { shard, comm: comms[r]! })));
   const caches = models.map((m) => m.newSession());
   const out = [...tokens];
+  const steps: Float32Array[] = [];
   let input = tokens;
   for (let step = 0; step < 6; step++) {
     const logits = await Promise.all(models.map((m, r) => m.forward(input, caches[r]!)));
     for (const l of logits) assert.deepEqual(l, logits[0], 'every rank ends with the same logits');
+    steps.push(logits[0]!.slice());
     const next = argmax(logits[0]!);
     out.push(next);
     input = [next];
   }
-  return out;
+  return { tokens: out, logits: steps };
+}
+
+async function runSharded(options: TinyModelOptions, shards: (full: ShardSpec) => ShardSpec[], tokens: number[]): Promise<number[]> {
+  return (await runShardedLogits(options, shards, tokens)).tokens;
 }
 
 async function runSingle(options: TinyModelOptions, tokens: number[]): Promise<number[]> {
@@ -153,6 +165,19 @@ test('tensor parallel (heads, FFN, vocab split) gives the single-node tokens, on
       prompt,
     );
     assert.deepEqual(tp, single, `${parts} shards`);
+  }
+});
+
+test('tensor parallel on 2 and 4 shards gives one node\'s logits bit for bit (row-parallel sums in the leaf tree)', async () => {
+  // attn_output and ffn_down in 4 leaves (8 heads, FFN 128): each shard of 2 or 4 holds a subtree
+  const options: TinyModelOptions = { arch: 'llama', heads: 8, kvHeads: 4, width: 64, ff: 128 };
+  const tp = (parts: number) => (full: ShardSpec) =>
+    Array.from({ length: parts }, (_, r) => ({ ...full, heads: split(8, parts, r), ffn: split(128, parts, r), vocab: split(64, parts, r) }));
+  const single = await runShardedLogits(options, (full) => [full], prompt);
+  for (const parts of [2, 4]) {
+    const got = await runShardedLogits(options, tp(parts), prompt);
+    assert.deepEqual(got.tokens, single.tokens, `${parts} shards`);
+    for (const [step, logits] of got.logits.entries()) assert.deepEqual(logits, single.logits[step], `${parts} shards, step ${step}: logits bit for bit`);
   }
 });
 

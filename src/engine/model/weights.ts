@@ -1,7 +1,9 @@
 import { TandemError } from '../../errors/index.js';
 import { f16Table } from '../../kernels/dtype.js';
+import { ggmlTypeInfo } from '../../kernels/quant/types.js';
 import type { GgmlTypeId, Kernels, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
+import { leafCount, leafRanges } from './leaves.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
 
@@ -17,6 +19,12 @@ export interface Projection {
   separate?: readonly Weight[];
 }
 
+/**
+ * A row-parallel projection (attn_output, ffn_down) as its leaves: column slices multiplied
+ * separately and summed in the fixed pairwise tree (leaves.ts). One leaf is the plain matrix.
+ */
+export type Leaves = readonly Weight[];
+
 export interface AttentionWeights {
   norm: Float32Array;
   /**
@@ -25,7 +33,7 @@ export interface AttentionWeights {
    */
   qkv: Projection;
   /** Rows: the model width; cols: this shard's query heads (partial sums across the group). */
-  o: Weight;
+  o: Leaves;
   qBias?: Float32Array;
   kBias?: Float32Array;
   vBias?: Float32Array;
@@ -38,7 +46,7 @@ export interface AttentionWeights {
 export interface FfnWeights {
   /** gate then up. */
   gateUp: Projection;
-  down: Weight;
+  down: Leaves;
   /** Hidden units of this slice. */
   hidden: number;
 }
@@ -117,6 +125,19 @@ export class WeightLoader {
   }
 
   /**
+   * A row-parallel projection (rows [0, rows) of `rows` x `cols`, offset by `base` rows)
+   * restricted to the input columns `cols` of this shard, as its leaves: the model's leaf
+   * count comes from the tensor's block size and `unit` (columns a leaf must hold whole).
+   */
+  async leaves(name: string, expect: { rows: number; cols: number }, cols: Range, unit: number, base = 0): Promise<Leaves> {
+    const block = ggmlTypeInfo(this.entry(name).type)?.blockSize ?? 1;
+    const count = leafCount(expect.cols, lcm(block, unit));
+    const out: Weight[] = [];
+    for (const range of leafRanges(expect.cols, count, cols)) out.push(await this.matrix(name, expect, { cols: range, base }));
+    return out;
+  }
+
+  /**
    * Several matrices with the same type and width as one weight, rows stacked in order
    * (fused when possible, else uploaded one by one).
    */
@@ -175,6 +196,12 @@ export class WeightLoader {
   }
 }
 
+function lcm(a: number, b: number): number {
+  let [x, y] = [a, b];
+  while (y !== 0) [x, y] = [y, x % y];
+  return (a / x) * b;
+}
+
 function shapeError(name: string, dims: readonly number[], expect: { rows: number; cols: number }): TandemError {
   return new TandemError('MODEL_TENSOR', `tensor '${name}' has dims [${dims.join(', ')}], expected ${expect.cols} columns and ${expect.rows} rows`, {
     hint: 'the tensor does not match the hyperparameters in the metadata; re-export the model',
@@ -196,7 +223,7 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
       { name: `${p}attn_k.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
       { name: `${p}attn_v.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
     ]),
-    o: await l.matrix(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, { cols: qRows }),
+    o: await l.leaves(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, qRows, hd),
   };
   if (c.hasQkvBias) {
     w.qBias = await l.vector(`${p}attn_q.bias`, c.headCount * hd, qRows);
@@ -210,14 +237,19 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
   return w;
 }
 
-async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base = 0): Promise<FfnWeights> {
+/**
+ * A SwiGLU FFN slice. `leaves`: down in the model's leaves (dense FFNs). Experts keep one
+ * leaf: a split MoE layer sums its experts' weighted outputs per rank before the group adds
+ * them, an order no leaf tree can make one node's (docs/parallel.md, "Exact tensor parallel").
+ */
+async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, leaves: boolean): Promise<FfnWeights> {
   const [gate, up, down] = names;
   return {
     gateUp: await l.stacked([
       { name: gate, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
       { name: up, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
     ]),
-    down: await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width }),
+    down: leaves ? await l.leaves(down, { rows: width, cols: ff }, hidden, 1, base * width) : [await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width })],
     hidden: rangeLength(hidden),
   };
 }
@@ -228,7 +260,7 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
   const experts = new Map<number, FfnWeights>();
   const names: [string, string, string] = [`${p}ffn_gate_exps.weight`, `${p}ffn_up_exps.weight`, `${p}ffn_down_exps.weight`];
   for (const e of s.experts) {
-    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e));
+    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, false));
   }
   const moe: MoeWeights = {
     router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
@@ -236,7 +268,7 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
   };
   if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
     const shNames: [string, string, string] = [`${p}ffn_gate_shexp.weight`, `${p}ffn_up_shexp.weight`, `${p}ffn_down_shexp.weight`];
-    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn);
+    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0, false);
     moe.shared = { ...ffn, gate_inp: await l.vector(`${p}ffn_gate_inp_shexp.weight`, width) };
   }
   return moe;
@@ -257,7 +289,7 @@ export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: Mod
     if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i);
     else if (rangeLength(s.ffn) > 0) {
       const p = `blk.${i}.`;
-      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn);
+      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, true);
     }
     out.layers.push(layer);
   }
