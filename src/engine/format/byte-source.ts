@@ -1,4 +1,4 @@
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, statSync, type Stats } from 'node:fs';
 import { TandemError } from '../../errors/index.js';
 
 /**
@@ -33,16 +33,19 @@ export class FileSource implements ByteSource {
   private fd: number | undefined;
 
   constructor(readonly name: string) {
+    // Stat before open: opening a FIFO blocks until a writer appears, and a directory opens
+    // fine but fails on the first read with EISDIR.
+    notRegularFile(name, statOrThrow(name));
     try {
       this.fd = openSync(name, 'r');
-      this.size = fstatSync(this.fd).size;
+      const stats = fstatSync(this.fd);
+      notRegularFile(name, stats);
+      this.size = stats.size;
     } catch (error) {
       if (this.fd !== undefined) closeSync(this.fd);
-      throw new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: ${(error as Error).message}`, {
-        hint: 'check the path and that the file is readable',
-        details: { file: name },
-        cause: error,
-      });
+      this.fd = undefined;
+      if (error instanceof TandemError) throw error;
+      throw openError(name, error);
     }
   }
 
@@ -67,4 +70,38 @@ export class FileSource implements ByteSource {
     if (this.fd !== undefined) closeSync(this.fd);
     this.fd = undefined;
   }
+}
+
+function openError(name: string, error: unknown): TandemError {
+  return new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: ${(error as Error).message}`, {
+    hint: 'check the path and that the file is readable',
+    details: { file: name },
+    cause: error,
+  });
+}
+
+function statOrThrow(name: string): Stats {
+  try {
+    return statSync(name);
+  } catch (error) {
+    throw openError(name, error);
+  }
+}
+
+/** Throws unless `stats` is a regular file (a model is never a directory, FIFO, socket or device). */
+function notRegularFile(name: string, stats: Stats): void {
+  if (stats.isFile()) return;
+  const kind = stats.isDirectory()
+    ? 'a directory'
+    : stats.isFIFO()
+      ? 'a FIFO (named pipe)'
+      : stats.isSocket()
+        ? 'a socket'
+        : stats.isCharacterDevice() || stats.isBlockDevice()
+          ? 'a device'
+          : 'not a regular file';
+  throw new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: it is ${kind}, not a regular file`, {
+    hint: stats.isDirectory() ? 'pass the path of the model file inside the directory (for example model.gguf)' : 'pass the path of a regular model file (.gguf or .safetensors)',
+    details: { file: name, kind },
+  });
 }
