@@ -51,6 +51,11 @@ export interface BenchClusterRow {
   /** Share of teacher-forced steps whose greedy pick matches one node's (when measured). */
   agreement?: number;
   /**
+   * N-node row: whether every timed run generated one node's tokens exactly (greedy; see
+   * docs/parallel.md, "Exact tensor parallel", for the splits that guarantee it).
+   */
+  same_tokens?: boolean;
+  /**
    * The decode speedup the machine allows (tensor parallel, N-node row): the time one
    * node takes to stream the model's bytes through its Q8_0 matvec, over the time the
    * slowest of N nodes takes to stream its 1/N share while all N stream at once, measured
@@ -127,12 +132,16 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
     const many = await open(o.nodes);
     let oneBest: ClusterResult | undefined;
     let manyBest: ClusterResult | undefined;
+    let sameTokens = true;
     for (let i = 0; i < repeat; i++) {
       progress(
         `run ${i + 1} of ${repeat}: ${promptTokens} prompt + ${tokens} decoded tokens on 1 node, then on ${o.nodes}`,
       );
-      oneBest = best(oneBest, await one.session.generate({ prompt: one.prompt, maxTokens: tokens }));
-      manyBest = best(manyBest, await many.session.generate({ prompt: many.prompt, maxTokens: tokens }));
+      const a = await one.session.generate({ prompt: one.prompt, maxTokens: tokens });
+      const b = await many.session.generate({ prompt: many.prompt, maxTokens: tokens });
+      sameTokens &&= a.tokens.length === b.tokens.length && a.tokens.every((t, j) => t === b.tokens[j]);
+      oneBest = best(oneBest, a);
+      manyBest = best(manyBest, b);
     }
     let ceiling: number | undefined;
     if (o.ceiling !== false && o.parallel === 'tp' && o.nodes > 1) {
@@ -178,6 +187,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       speedup_decode: r.decodeTokS / base.decodeTokS,
       speedup_ttft: base.ttftMs / r.ttftMs,
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
+      ...(n > 1 ? { same_tokens: sameTokens } : {}),
       ...(n > 1 && ceiling !== undefined ? { decode_ceiling: ceiling } : {}),
     });
     return [row(1, oneBest!, oneBest!), row(o.nodes, manyBest!, oneBest!)];

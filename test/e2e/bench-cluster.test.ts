@@ -48,6 +48,9 @@ test(
     assert.equal(two.speedup_ttft, one.ttft_ms / two.ttft_ms);
     assert.equal(one.agreement, undefined);
     assert.ok(two.agreement !== undefined && two.agreement >= 0 && two.agreement <= 1);
+    // the N-node row says whether its timed runs generated one node's tokens (f16 wire: either)
+    assert.equal(one.same_tokens, undefined);
+    assert.equal(typeof two.same_tokens, 'boolean');
     // tensor parallel: the memory ceiling, from rounds alternated after the timed runs
     assert.equal(one.decode_ceiling, undefined);
     assert.ok(
