@@ -1,6 +1,6 @@
-import { open } from 'node:fs/promises';
 import { TandemError } from '../../errors/index.js';
 import { byteSize, ggmlTypeInfo, type GgmlTypeInfo } from '../../kernels/quant/index.js';
+import { writeFileAtomically } from './atomic-file.js';
 import { ByteBuilder } from './byte-builder.js';
 import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufValueType, type GgufArray, type GgufValue } from './gguf-types.js';
 
@@ -122,7 +122,8 @@ export interface WriteGgufOptions {
 
 /**
  * Streams a GGUF v3 file: header first, then each tensor's bytes as `data(tensor)` produces
- * them, so no more than one tensor (or one chunk of it) is in memory at a time.
+ * them, so no more than one tensor (or one chunk of it) is in memory at a time. Writes through
+ * a temporary file renamed on success, so `path` is never left truncated (writeFileAtomically).
  */
 export async function writeGguf(
   path: string,
@@ -139,10 +140,10 @@ export async function writeGguf(
   const header = encodeHeader(metadata, layout, alignment);
   const last = layout[layout.length - 1];
   const total = header.length + (last ? last.offset + Math.ceil(last.byteLength / alignment) * alignment : 0);
-  const file = await open(path, 'w');
-  try {
+  return writeFileAtomically(path, async (file, signal) => {
     let pos = 0;
     const write = async (b: Uint8Array): Promise<void> => {
+      signal.throwIfAborted();
       let done = 0;
       while (done < b.length) done += (await file.write(b, done, b.length - done, pos + done)).bytesWritten;
       pos += b.length;
@@ -161,9 +162,7 @@ export async function writeGguf(
       options.onProgress?.(pos, total, t.name);
     }
     return { bytes: pos };
-  } finally {
-    await file.close();
-  }
+  });
 }
 
 /** The same file in memory (tests and small fixtures). */

@@ -1,0 +1,124 @@
+import { lstatSync, realpathSync, rmSync, statSync, type Stats } from 'node:fs';
+import { open, rename, type FileHandle } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { TandemError } from '../../errors/index.js';
+
+/** Signals that end the process while a file is written; the temporary file goes with them. */
+const SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+
+/**
+ * Writes `path` through a temporary file in the same directory, renamed over `path` only once
+ * `write` has succeeded: a failed, interrupted or killed write never leaves a truncated file
+ * at `path` (a later load would fail on it). The temporary file is removed on error and on
+ * SIGINT/SIGTERM; the signal then takes its default course (exit 130/143) unless another
+ * listener handles it, in which case `signal` aborts the write. Only SIGKILL leaves
+ * `<path>.<pid>.tmp` behind.
+ */
+export async function writeFileAtomically<T>(path: string, write: (file: FileHandle, signal: AbortSignal) => Promise<T>): Promise<T> {
+  const target = destination(path);
+  const tmp = `${target}.${process.pid}.tmp`;
+  const aborter = new AbortController();
+  const onSignal = (signal: NodeJS.Signals): void => {
+    rmSync(tmp, { force: true });
+    removeHandlers();
+    aborter.abort(new TandemError('ABORTED', `writing ${path} was interrupted by ${signal}; removed the partial file`, { hint: 'run the command again', details: { file: path, signal } }));
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  };
+  const removeHandlers = (): void => {
+    for (const s of SIGNALS) process.removeListener(s, onSignal);
+  };
+  for (const s of SIGNALS) process.on(s, onSignal);
+  let file: FileHandle | undefined;
+  try {
+    file = await open(tmp, 'w').catch((e: unknown) => {
+      throw writeError(path, e, `cannot create the temporary file ${tmp}`);
+    });
+    const result = await write(file, aborter.signal).catch((e: unknown) => {
+      throw writeError(path, e, 'cannot write it');
+    });
+    await file.close();
+    file = undefined;
+    aborter.signal.throwIfAborted();
+    await rename(tmp, target).catch((e: unknown) => {
+      throw writeError(path, e, `cannot rename ${tmp} to it`);
+    });
+    return result;
+  } catch (error) {
+    await file?.close().catch(() => undefined);
+    rmSync(tmp, { force: true });
+    throw error;
+  } finally {
+    removeHandlers();
+  }
+}
+
+/**
+ * The file to replace: `path` itself, or the file a symlink at `path` points to. Refuses an
+ * empty path, a missing or non-directory parent, and anything but a regular file at `path`
+ * (renaming over a directory fails late, and over a device such as /dev/full would replace it).
+ */
+function destination(path: string): string {
+  if (path === '') {
+    throw new TandemError('INVALID_ARGUMENT', 'the output path is empty', { hint: 'give the path of the file to write, for example /tmp/model.gguf' });
+  }
+  const existing = statOf(path);
+  if (existing !== undefined) {
+    if (!existing.isFile()) {
+      throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: it exists and is ${kindOf(existing)}, not a regular file`, {
+        hint: existing.isDirectory() ? `give a file path inside it, for example ${path.replace(/\/+$/, '')}/model.gguf` : 'give the path of a regular file to write',
+        details: { file: path },
+      });
+    }
+    return lstatSync(path).isSymbolicLink() ? realpathSync(path) : path;
+  }
+  const dir = dirname(path);
+  const parent = statOf(dir);
+  if (parent === undefined || !parent.isDirectory()) {
+    throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: ${dir} ${parent === undefined ? 'does not exist' : `is ${kindOf(parent)}, not a directory`}`, {
+      hint: parent === undefined ? `create the directory first (mkdir -p ${dir}) or write elsewhere` : 'give a path inside an existing directory',
+      details: { file: path, dir },
+    });
+  }
+  return path;
+}
+
+function statOf(path: string): Stats | undefined {
+  try {
+    return statSync(path);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return undefined;
+    throw writeError(path, error, 'cannot inspect it');
+  }
+}
+
+function kindOf(s: Stats): string {
+  if (s.isDirectory()) return 'a directory';
+  if (s.isFIFO()) return 'a FIFO (named pipe)';
+  if (s.isSocket()) return 'a socket';
+  if (s.isCharacterDevice() || s.isBlockDevice()) return 'a device';
+  return 'a special file';
+}
+
+const HINTS: Record<string, string> = {
+  ENOSPC: 'free space on that filesystem or write the file to another one',
+  EDQUOT: 'free space within your disk quota or write the file elsewhere',
+  EFBIG: 'the file is larger than that filesystem or a ulimit allows; write it elsewhere',
+  EACCES: 'choose a directory you can write to',
+  EPERM: 'choose a directory you can write to',
+  EROFS: 'that filesystem is read-only; choose a writable directory',
+  ENOENT: 'check that the directory exists and accepts new files (/proc and /sys do not)',
+  ENOTDIR: 'a component of the path is not a directory; check the path',
+};
+
+/** A system call's error while writing `path` as a typed error naming it; any other error passes through. */
+export function writeError(path: string, error: unknown, what: string): unknown {
+  if (error instanceof TandemError) return error;
+  const { code, syscall } = error as NodeJS.ErrnoException;
+  if (typeof code !== 'string' || syscall === undefined) return error;
+  return new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: ${what}: ${(error as Error).message}`, {
+    hint: HINTS[code] ?? 'check the path and that its directory is writable',
+    details: { file: path, errno: code },
+    cause: error,
+  });
+}
