@@ -1,6 +1,7 @@
-import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { TandemError } from '../errors/index.js';
 import { makeModel } from '../engine/format/make-model.js';
 import type { ModelShape } from '../engine/format/model-plan.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
@@ -52,38 +53,77 @@ export function cacheDir(): string {
   );
 }
 
+function cacheDirError(dir: string, problem: string, cause?: unknown): TandemError {
+  return new TandemError('INVALID_ARGUMENT', `cannot use the cache directory ${dir}: ${problem}`, {
+    hint: 'set TANDEM_CACHE_DIR (or XDG_CACHE_HOME) to a writable directory, for example TANDEM_CACHE_DIR=/tmp/tandem-cache',
+    details: { dir },
+    ...(cause === undefined ? {} : { cause }),
+  });
+}
+
+/**
+ * Creates `dir` and its missing parents one at a time. Checked first: the nearest existing
+ * ancestor must be a writable directory. Not `mkdirSync(dir, { recursive: true })`: a regular
+ * file in the way gives a bare EEXIST, and under /proc (where mkdir fails with ENOENT even
+ * though the parent exists) Node's recursive mkdir loops forever.
+ */
+export function ensureCacheDir(dir: string): void {
+  const missing: string[] = [];
+  let at = resolve(dir);
+  for (;;) {
+    let stats;
+    try {
+      stats = statSync(at);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw cacheDirError(dir, `${at}: ${(e as Error).message}`, e);
+      missing.unshift(at);
+      at = dirname(at);
+      continue;
+    }
+    if (!stats.isDirectory()) throw cacheDirError(dir, `${at} exists and is not a directory`);
+    break;
+  }
+  if (missing.length === 0) return;
+  try {
+    accessSync(at, constants.W_OK);
+  } catch (e) {
+    throw cacheDirError(dir, `${at} is not writable`, e);
+  }
+  for (const d of missing) {
+    try {
+      mkdirSync(d);
+    } catch (e) {
+      throw cacheDirError(dir, `cannot create ${d}: ${(e as Error).message}`, e);
+    }
+  }
+}
+
 /** Makes the demo model once (cached); returns its path. */
 export async function demoModel(
   onProgress: (line: string) => void,
 ): Promise<{ path: string; made: boolean }> {
   const dir = cacheDir();
   const path = join(dir, 'demo-smollm2-135m-shape-f32-random-std0.1-seed1.gguf');
+  ensureCacheDir(dir);
   if (existsSync(path)) return { path, made: false };
-  mkdirSync(dir, { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
   let last = 0;
-  try {
-    await makeModel(tmp, {
-      arch: 'llama',
-      shape: demoShape,
-      type: 'f32',
-      tied: true,
-      seed: 1,
-      std: 0.1,
-      onProgress: (written, total) => {
-        const now = Date.now();
-        if (now - last < 1000 && written < total) return;
-        last = now;
-        onProgress(
-          `making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`,
-        );
-      },
-    });
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
+  // makeModel writes through a temporary file that it removes on error and on SIGINT/SIGTERM,
+  // so `path` exists only once complete.
+  await makeModel(path, {
+    arch: 'llama',
+    shape: demoShape,
+    type: 'f32',
+    tied: true,
+    seed: 1,
+    std: 0.1,
+    onProgress: (written, total) => {
+      const now = Date.now();
+      if (now - last < 1000 && written < total) return;
+      last = now;
+      onProgress(`making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`);
+    },
+  });
   return { path, made: true };
 }
 
