@@ -4,6 +4,7 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createServer, type AddressInfo } from 'node:net';
 
 /* The topology commands as a user runs them: real processes, exit codes, text and JSON. */
 
@@ -76,6 +77,41 @@ test('doctor --json: findings with severity, evidence and fix; exit code 1 on an
     assert.equal(clean.code, 0, clean.stdout + clean.stderr);
     assert.match(clean.stdout, /0 error\(s\)/);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('discovery options are checked before any socket opens; a taken port is a usage error, not a hang', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tandem-topo-cli-'));
+  const blocker = createServer();
+  try {
+    const secretFile = join(dir, 'secret');
+    writeFileSync(secretFile, 'a-cluster-secret-of-forty-characters-xx\n');
+    const discover = ['topology', '--discover', '--secret-file', secretFile, '--wait', '1', '--no-measure'];
+    for (const [args, pattern] of [
+      [[...discover, '--port', '70000', '--json'], /--port must be an integer in 1\.\.65535, got 70000/],
+      [[...discover, '--port', '0'], /--port must be an integer in 1\.\.65535, got 0/],
+      [[...discover, '--wait', '1e9'], /--wait must be > 0 and at most 2147483 seconds/],
+      [[...discover, '--wait', '-1'], /--wait must be > 0/],
+      [['init', '--secret-file', secretFile, '--expect', '0'], /--expect must be a positive integer, got 0/],
+      [['init', '--secret-file', secretFile, '--expect', '2.5'], /--expect must be a positive integer, got 2.5/],
+      [['init', '--secret-file', secretFile, '--port', '65536'], /--port must be an integer in 1\.\.65535/],
+      [['init', '--secret-file', secretFile, '--wait', '1e12'], /--wait must be > 0 and at most 2147483 seconds/],
+    ] as const) {
+      const r = await tandem([...args]);
+      assert.equal(r.code, 3, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, /CLI_USAGE/, args.join(' '));
+      assert.match(r.stderr, pattern, args.join(' '));
+    }
+    await new Promise<void>((done) => blocker.listen({ port: 0, host: '::' }, done));
+    const port = String((blocker.address() as AddressInfo).port);
+    const started = Date.now();
+    const taken = await tandem([...discover, '--port', port]);
+    assert.equal(taken.code, 3, taken.stderr);
+    assert.match(taken.stderr, new RegExp(`discovery port ${port} is in use[\\s\\S]*hint: stop the other agent`));
+    assert.ok(Date.now() - started < 15_000, 'the failed start exits at once');
+  } finally {
+    blocker.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });

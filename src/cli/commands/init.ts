@@ -1,6 +1,7 @@
 import { hostname, platform } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
+import { checkInteger, checkPort, checkSeconds, portBindError } from '../checks.js';
 import {
   defaultConfigPath,
   diagnose,
@@ -24,10 +25,10 @@ export const command = defineCommand({
     topology: { type: 'string', description: 'what the collectives need from the cables (auto: mesh if every pair is cabled, else ring, else relayed)', choices: ['ring', 'mesh', 'auto'], default: 'auto' },
     'secret-file': { type: 'string', description: 'cluster secret, the same file on every host (else TANDEM_SECRET)', placeholder: 'file' },
     host: { type: 'string', description: 'this host\'s name in the cluster (default: the hostname)' },
-    expect: { type: 'number', description: 'wait until this many hosts are seen' },
-    wait: { type: 'number', description: 'seconds to wait for discovery, agreement and verification', default: 30 },
+    expect: { type: 'number', description: 'wait until this many hosts are seen (a positive integer)' },
+    wait: { type: 'number', description: 'seconds to wait for discovery, agreement and verification (at most 2147483)', default: 30 },
     subnet: { type: 'string', description: 'IPv4 network the per-cable /30 subnets are taken from', default: '10.99.0.0/16', placeholder: 'cidr' },
-    port: { type: 'number', description: 'discovery port (UDP hellos, TCP checks)', default: 47600 },
+    port: { type: 'number', description: 'discovery port (UDP hellos, TCP checks), 1..65535', default: 47600 },
     interfaces: { type: 'list', description: 'only use these interfaces' },
     apply: { type: 'boolean', description: 'run the address commands and verify each cable' },
     force: { type: 'boolean', description: 'go on although doctor found errors' },
@@ -40,6 +41,9 @@ export const command = defineCommand({
     const log = (line: string): void => {
       process.stderr.write(line + '\n');
     };
+    checkPort('init', options.port);
+    checkSeconds('init', 'wait', options.wait);
+    if (options.expect !== undefined) checkInteger('init', 'expect', options.expect, 1);
     const secret = loadSecret(options['secret-file']);
     const mode = options.mode as 'rdma' | 'tcp';
     const report = await probeHost();
@@ -53,7 +57,6 @@ export const command = defineCommand({
         });
       }
     }
-    if (options.wait <= 0) throw new TandemError('CLI_USAGE', `init: --wait must be positive, got ${options.wait}`, { hint: 'pass --wait in seconds, e.g. --wait 30' });
     const result = await runInit({
       host: options.host ?? hostname(),
       secret,
@@ -69,6 +72,8 @@ export const command = defineCommand({
       interfaceInfo: interfaceInfoFrom(report),
       os: platform(),
       log,
+    }).catch((error: unknown) => {
+      throw portBindError('init', options.port, error);
     });
     const path = options.config ?? defaultConfigPath();
     writeClusterConfig(path, result.config);

@@ -2,6 +2,7 @@ import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
+import { checkPort, checkSeconds, portBindError } from '../checks.js';
 import {
   DiscoveryAgent,
   classify,
@@ -33,19 +34,26 @@ export const command = defineCommand({
   options: {
     discover: { type: 'boolean', description: 'run discovery for --wait seconds and show what it finds' },
     agent: { type: 'boolean', description: 'run a discovery agent until stopped; print the graph as a JSON line on every change' },
-    wait: { type: 'number', description: 'seconds to listen with --discover', default: 3 },
+    wait: { type: 'number', description: 'seconds to listen with --discover (at least 0.5, at most 2147483)', default: 3 },
     hostfile: { type: 'string', description: 'read the graph from an MLX hostfile', placeholder: 'file' },
     config: { type: 'string', description: 'cluster config written by `tandem init`', placeholder: 'file' },
     'export-mlx': { type: 'string', description: 'write the graph as an MLX hostfile', placeholder: 'file' },
     'secret-file': { type: 'string', description: 'cluster secret (else TANDEM_SECRET)', placeholder: 'file' },
     host: { type: 'string', description: 'this host\'s name in the cluster (default: the hostname)' },
-    port: { type: 'number', description: 'discovery port (UDP hellos, TCP measurements)', default: 47600 },
+    port: { type: 'number', description: 'discovery port (UDP hellos, TCP measurements), 1..65535', default: 47600 },
     interfaces: { type: 'list', description: 'only use these interfaces' },
     measure: { type: 'boolean', description: 'measure latency and bandwidth of each link (--no-measure to skip)', default: true },
     json: { type: 'boolean', description: 'print JSON' },
   },
   examples: ['tandem topology', 'tandem topology --discover --secret-file cluster.secret --json', 'tandem topology --hostfile m3-ultra-jaccl.json --export-mlx copy.json'],
   async run({ options }) {
+    checkPort('topology', options.port);
+    checkSeconds('topology', 'wait', options.wait);
+    const start = async (agent: DiscoveryAgent): Promise<void> => {
+      await agent.start().catch((error: unknown) => {
+        throw portBindError('topology', options.port, error);
+      });
+    };
     const agentOptions = async () => ({
       interfaceInfo: interfaceInfoFrom(await probeHost()),
       host: options.host ?? hostname(),
@@ -56,7 +64,7 @@ export const command = defineCommand({
     });
     if (options.agent) {
       const agent = new DiscoveryAgent({ ...(await agentOptions()), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), bridgeLoops: agent.loops(), ts: Date.now() }) + '\n') });
-      await agent.start();
+      await start(agent);
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', resolve);
         process.once('SIGINT', resolve);
@@ -80,7 +88,7 @@ export const command = defineCommand({
       }
     } else if (options.discover) {
       const agent = new DiscoveryAgent(await agentOptions());
-      await agent.start();
+      await start(agent);
       await new Promise((resolve) => setTimeout(resolve, Math.max(0.5, options.wait) * 1000));
       graph = agent.graph();
       await agent.stop();

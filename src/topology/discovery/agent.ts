@@ -86,12 +86,18 @@ export class DiscoveryAgent {
     this.socket = socket;
     socket.on('message', (msg, rinfo) => this.receive(msg, rinfo.address));
     socket.on('error', () => undefined); // per-packet send errors are handled at the send; nothing else is fatal
-    await new Promise<void>((resolve, reject) => {
-      socket.once('error', reject);
-      socket.bind(this.port, '::', () => resolve());
-    });
-    socket.setMulticastLoopback(false);
-    this.server = await startMeasureServer(this.port, this.secret, this.host);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        socket.once('error', reject);
+        socket.bind(this.port, '::', () => resolve());
+      });
+      socket.setMulticastLoopback(false);
+      this.server = await startMeasureServer(this.port, this.secret, this.host);
+    } catch (error) {
+      // A bound UDP socket would keep the process alive after the failure is reported.
+      await this.stop();
+      throw error;
+    }
     this.tick();
     this.timer = setInterval(() => this.tick(), this.opts.intervalMs ?? 250);
   }

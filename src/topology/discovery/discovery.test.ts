@@ -8,6 +8,9 @@ import { decodeHello, encodeHello, type Hello } from './protocol.js';
 import { loadSecret } from './secret.js';
 import { measureLink, startMeasureServer, whoIs } from './measure.js';
 import { isTandemError } from '../../errors/index.js';
+import { createServer } from 'node:net';
+import { createSocket } from 'node:dgram';
+import { DiscoveryAgent } from './agent.js';
 
 const secret = Buffer.from('unit-test-secret-0123456789');
 const hello: Hello = { v: 1, host: 'a', iface: 'en2', ts: 1, views: [{ host: 'a', boot: 'x', seq: 3, graphHash: 'h', links: [] }] };
@@ -58,4 +61,23 @@ test('a measurement against a dead port fails within its deadline', async () => 
   const port = (server.address() as AddressInfo).port;
   await new Promise((r) => server.close(r));
   await assert.rejects(whoIs('127.0.0.1', port, secret, 1000));
+});
+
+test('an agent that fails to start (its TCP port taken) closes its UDP socket', async () => {
+  const blocker = createServer();
+  await new Promise<void>((resolve) => blocker.listen({ port: 0, host: '::' }, resolve));
+  const port = (blocker.address() as AddressInfo).port;
+  try {
+    const agent = new DiscoveryAgent({ host: 'a', secret, port, measure: false });
+    await assert.rejects(agent.start(), (e: NodeJS.ErrnoException) => e.code === 'EADDRINUSE');
+    // Without reuseAddr this bind fails while the agent's UDP socket is still open.
+    const probe = createSocket('udp6');
+    await new Promise<void>((resolve, reject) => {
+      probe.once('error', reject);
+      probe.bind(port, '::', resolve);
+    });
+    probe.close();
+  } finally {
+    blocker.close();
+  }
 });
