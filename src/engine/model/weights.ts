@@ -151,15 +151,19 @@ export class WeightLoader {
       return { separate };
     }
     const cols = parts[0]!.expect.cols;
+    // Every part's shape is checked before the buffer is sized from the metadata's row counts:
+    // a bad hyperparameter (feed_forward_length 2^31-1) must give MODEL_TENSOR, not a RangeError.
+    for (const [i, p] of parts.entries()) {
+      const shape = matrixShape(entries[i]!);
+      if (shape.cols !== cols || p.expect.cols !== cols || shape.rows < (p.base ?? 0) + p.expect.rows) throw shapeError(p.name, entries[i]!.dims, p.expect);
+    }
     const stride = rowBytes(type, cols);
     const total = parts.reduce((n, p) => n + rangeLength(p.rows), 0);
     if (this.scratch.byteLength < total * stride) this.scratch = new Uint8Array(total * stride);
     const data = this.scratch.subarray(0, total * stride);
     let at = 0;
-    for (const [i, p] of parts.entries()) {
-      const shape = matrixShape(entries[i]!);
+    for (const p of parts) {
       const base = p.base ?? 0;
-      if (shape.cols !== cols || shape.rows < base + p.expect.rows) throw shapeError(p.name, entries[i]!.dims, p.expect);
       const count = rangeLength(p.rows);
       const bytes = await this.file.readRows(p.name, base + p.rows.start, count, data.subarray(at * stride));
       if (bytes.byteOffset !== data.byteOffset + at * stride) data.set(bytes, at * stride);
