@@ -30,3 +30,22 @@ test('hostfile: bad lines name the file and line', () => {
     );
   }
 });
+
+test('hostfile: a node listed twice is rejected, naming both lines', () => {
+  for (const [text, first, second] of [
+    ['a:7000\nb:7000\na:7000', 1, 3],
+    ['# c\nHost.local:7000 mem=1G\n\nhost.LOCAL:07000 speed=2', 2, 4],
+    ['[::1]:7001\n[::1]:7001', 1, 2],
+  ] as const) {
+    assert.throws(
+      () => parseHostfile(text, 'hosts.txt'),
+      (e) =>
+        isTandemError(e, 'CLUSTER_BAD_HOSTFILE') &&
+        e.message.startsWith(`hosts.txt:${second}: `) &&
+        e.message.includes(`is already listed on line ${first}; each node must appear once`) &&
+        e.hint.includes('its own port'),
+      text,
+    );
+  }
+  assert.equal(parseHostfile('a:7000\na:7001\nb:7000').length, 3);
+});

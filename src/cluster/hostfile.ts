@@ -23,6 +23,8 @@ function bad(file: string, line: number, why: string): TandemError {
  */
 export function parseHostfile(text: string, file = 'hostfile'): HostEntry[] {
   const out: HostEntry[] = [];
+  // Line of each host:port seen; host case-insensitive, port as a number (07000 is 7000).
+  const seen = new Map<string, number>();
   const lines = text.split(/\r?\n/);
   for (let i = 0; i < lines.length; i++) {
     const words = (lines[i] as string).replace(/#.*/, '').trim().split(/\s+/).filter(Boolean);
@@ -31,6 +33,21 @@ export function parseHostfile(text: string, file = 'hostfile'): HostEntry[] {
     const m = /^(\[[^\]]+\]|[^:\s]+):(\d+)$/.exec(address);
     if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535)
       throw bad(file, i + 1, `'${address}' is not host:port`);
+    // Two ranks at one address would both connect to the same agent, which serves one
+    // session: the launch would wait for the missing rank until the handshake timed out.
+    const node = `${(m[1] as string).toLowerCase()}:${Number(m[2])}`;
+    const first = seen.get(node);
+    if (first !== undefined) {
+      throw new TandemError(
+        'CLUSTER_BAD_HOSTFILE',
+        `${file}:${i + 1}: '${address}' is already listed on line ${first}; each node must appear once`,
+        {
+          hint: 'remove the duplicate line; to run two nodes on one host, start each `tandem node --listen` on its own port and list both ports',
+          details: { file, line: i + 1, firstLine: first, address },
+        },
+      );
+    }
+    seen.set(node, i + 1);
     const entry: HostEntry = { address };
     for (const w of rest) {
       const [key, value = ''] = w.split('=', 2) as [string, string?];
