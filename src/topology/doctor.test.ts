@@ -117,3 +117,31 @@ test('bridged cables between hosts that close a loop are found across the cluste
   assert.equal(loops.length, 1);
   assert.match(loops[0]?.title ?? '', /loop: (\w -> ){3}\w/);
 });
+
+test('a peer report of the wrong shape is INVALID_ARGUMENT naming the report and the field, not a TypeError', () => {
+  const cases: [unknown, RegExp][] = [
+    [{ a: 1 }, /^peer report 1 is not a host report: host must be a string \(it is missing\)$/],
+    [null, /^peer report 1 is not a host report: the report must be an object \(got null\)$/],
+    [[1], /the report must be an object \(got an array\)/],
+    [{ ...plainHost('b'), rdma: {} }, /^peer report 1 \(host 'b'\) is not a host report: rdma\.devices must be an array \(it is missing\)$/],
+    [{ ...plainHost('b'), interfaces: [{ name: 'e', up: 'yes' }] }, /interfaces\[0\]\.up must be true or false \(got "yes"\)/],
+    [{ ...plainHost('b'), thunderbolt: [{ receptacle: '1', peer: { name: 'x' } }] }, /thunderbolt\[0\]\.peer\.domainUuid must be a string/],
+  ];
+  for (const [peer, message] of cases) {
+    assert.throws(
+      () => diagnose({ report: plainHost('a'), peers: [peer as HostReport], mode: 'tcp' }),
+      (e: Error & { code?: string; hint?: string }) => {
+        assert.equal(e.code, 'INVALID_ARGUMENT');
+        assert.match(e.message, message);
+        assert.match(e.hint ?? '', /tandem doctor --report/);
+        return true;
+      },
+    );
+  }
+  assert.doesNotThrow(() => diagnose({ report: plainHost('a'), peers: [plainHost('b'), JSON.parse(JSON.stringify(plainHost('c'))) as HostReport], mode: 'tcp' }));
+});
+
+test('a probed report passes the peer shape check after a JSON round trip', async () => {
+  const peer = JSON.parse(JSON.stringify({ ...(await studio()), host: 'studio-b' })) as HostReport;
+  assert.doesNotThrow(() => diagnose({ report: plainHost('a'), peers: [peer], mode: 'rdma' }));
+});

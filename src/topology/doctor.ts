@@ -1,6 +1,7 @@
 import { classify, findRing } from './classify.js';
 import { findBridgeLoops } from './loops.js';
 import type { TopologyGraph } from './model.js';
+import { checkHostReport } from './probes/check-report.js';
 import type { HostReport, NetInterface } from './probes/types.js';
 
 export type Severity = 'error' | 'warning' | 'info' | 'ok';
@@ -217,6 +218,11 @@ function probeNotes(r: HostReport): Finding[] {
 /** Every check on one host (and its peers, when given). Pure: it reads only the reports. */
 export function diagnose(input: DoctorInput): Finding[] {
   const r = input.report;
+  // Peers' reports come from files or other hosts: check their shape before any check reads them.
+  input.peers?.forEach((p, i) => {
+    const host = (p as { host?: unknown } | null)?.host;
+    checkHostReport(p, `peer report ${i + 1}${typeof host === 'string' ? ` (host '${host}')` : ''}`);
+  });
   return [
     ...probeNotes(r),
     ...checkRdma(r, input.mode),
