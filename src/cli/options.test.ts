@@ -37,3 +37,16 @@ test('help lists every option with its default', () => {
   assert.match(help, /--iterations <number>/);
   assert.match(help, /usage: tandem bench fabric \[MODEL\]/);
 });
+
+test('a list option refuses an empty list and empty items instead of falling back to the default', () => {
+  for (const [raw, pattern] of [
+    ['', /--sizes is empty/],
+    [' ', /--sizes is empty/],
+    ['8,,64', /--sizes has an empty item in '8,,64'/],
+    ['8,64,', /--sizes has an empty item in '8,64,'/],
+    [',8', /--sizes has an empty item/],
+  ] as const) {
+    assert.throws(() => parseArgs(spec, ['--sizes', raw]), (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message), raw);
+  }
+  assert.deepEqual(parseArgs(spec, ['--sizes', ' 8 , 64 ']).options.sizes, ['8', '64']);
+});

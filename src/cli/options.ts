@@ -59,10 +59,8 @@ export function defineCommand<T extends OptionTable>(spec: CommandSpec<T>): Comm
   return spec;
 }
 
-function usageError(command: string, message: string): TandemError {
-  return new TandemError('CLI_USAGE', `${command}: ${message}`, {
-    hint: `run \`tandem ${command} --help\` to see the options`,
-  });
+function usageError(command: string, message: string, hint = `run \`tandem ${command} --help\` to see the options`): TandemError {
+  return new TandemError('CLI_USAGE', `${command}: ${message}`, { hint });
 }
 
 function convert(command: string, name: string, spec: OptionSpec, raw: string): string | number | string[] {
@@ -74,10 +72,12 @@ function convert(command: string, name: string, spec: OptionSpec, raw: string): 
     return value;
   }
   if (spec.type === 'list') {
-    const items = raw
-      .split(',')
-      .map((s) => s.trim())
-      .filter((s) => s.length > 0);
+    const items = raw.split(',').map((s) => s.trim());
+    // An empty item ('1,,2', '8,') is a typo, and an empty list would silently mean the default.
+    if (items.some((s) => s.length === 0)) {
+      const what = raw.trim() === '' ? 'is empty' : `has an empty item in '${raw}'`;
+      throw usageError(command, `--${name} ${what}`, `pass comma-separated values without empty items; \`tandem ${command} --help\` shows an example`);
+    }
     if (spec.choices) for (const item of items) checkChoice(command, name, spec.choices, item);
     return items;
   }

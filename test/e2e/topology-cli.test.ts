@@ -34,6 +34,11 @@ test('topology plan --json has the documented shape; the text says when a full m
   const bad = await tandem(['topology', 'plan', '--machines', '2x mac-toaster']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /TOPOLOGY_UNKNOWN_MACHINE[\s\S]*hint: use one of: macbook-pro-m4-pro/);
+  for (const machines of ['', '0x mac-mini-m4-pro', ',,,', '1000x mac-mini-m4-pro']) {
+    const refused = await tandem(['topology', 'plan', '--machines', machines]);
+    assert.equal(refused.code, 2, `'${machines}': ${refused.stderr}`);
+    assert.match(refused.stderr, /INVALID_ARGUMENT[\s\S]*hint: write 1 to 64 machines/);
+  }
 });
 
 test('topology reads an MLX hostfile, draws it, and exports it back', async () => {

@@ -16,9 +16,9 @@ export const command = defineCommand({
   options: {
     op: { type: 'string', choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'], default: 'all-reduce', description: 'the collective to time' },
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
-    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider between the ranks' },
+    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider between the ranks (loopback: in-process, --ranks 1 only)' },
     algorithm: { type: 'string', choices: [...algorithms], description: 'force an algorithm (default: chosen per size and topology)' },
-    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
+    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, multiples of 4 B (f32 values), e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
     iterations: { type: 'number', default: 1000, description: 'timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor\'s 1000 / 50 / 10)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
     repeat: { type: 'number', default: 1, description: 'rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine\'s speed drifts)' },
@@ -37,7 +37,19 @@ export const command = defineCommand({
     if (!Number.isInteger(repeat) || repeat < 1) {
       throw new TandemError('CLI_USAGE', `bench collectives: --repeat must be a positive integer, got ${repeat}`, { hint: 'e.g. --repeat 3' });
     }
-    const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
+    if (options.provider === 'loopback' && ranks !== 1) {
+      throw new TandemError('CLI_USAGE', `bench collectives: --provider loopback connects ranks inside one process only, so it cannot run ${ranks} rank processes`, {
+        hint: 'pass --ranks 1 with loopback, or --provider shm (or tcp) for more ranks',
+      });
+    }
+    const sizes = options.sizes ? options.sizes.map(parseSize) : DEFAULT_SIZES;
+    // Every size is a whole number of f32 values (bench-rank.ts allocates bytes / 4 of them).
+    const ragged = sizes.find((b) => b % 4 !== 0);
+    if (ragged !== undefined) {
+      throw new TandemError('CLI_USAGE', `bench collectives: size ${ragged} B is not a whole number of f32 values (4 B each)`, {
+        hint: 'pass sizes that are multiples of 4 B, e.g. --sizes 8,1K,1M',
+      });
+    }
     const op = options.op as BenchOp;
     const script = options.anchors ? anchorsScript() : undefined;
     if (options.anchors && script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');

@@ -53,7 +53,7 @@ export const command = defineCommand({
     'tandem bench fabric --provider tcp --anchors',
   ],
   async run({ options }) {
-    const sizes = options.sizes?.length ? options.sizes.map(parseSize) : DEFAULT_SIZES;
+    const sizes = options.sizes ? options.sizes.map(parseSize) : DEFAULT_SIZES;
     if (!Number.isInteger(options.iterations) || options.iterations < 1) {
       throw new TandemError(
         'CLI_USAGE',

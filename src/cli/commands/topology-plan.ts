@@ -1,5 +1,6 @@
 import { defineCommand } from '../options.js';
 import { assumedLink, parseMachines, planCabling, type CablingPlan, type LinkAssumption } from '../../topology/index.js';
+import { maxPlannedMachines } from '../../topology/machines.js';
 import { TandemError } from '../../errors/index.js';
 
 function formatBytes(n: number): string {
@@ -28,7 +29,7 @@ export const command = defineCommand({
   description:
     'A full mesh when every machine has a port for every other, else a ring with chords; prints the hops and the expected all-reduce time.',
   options: {
-    machines: { type: 'string', description: 'machines, e.g. "3x macbook-pro-m4-max, 2x mac-studio-m3-ultra"', required: true, placeholder: 'list' },
+    machines: { type: 'string', description: `1 to ${maxPlannedMachines} machines, e.g. "3x macbook-pro-m4-max, 2x mac-studio-m3-ultra"`, required: true, placeholder: 'list' },
     bandwidth: { type: 'number', description: 'usable GB/s per cable and direction for the estimate', default: assumedLink.gbps },
     latency: { type: 'number', description: 'microseconds per hop for the estimate', default: assumedLink.hopMicros },
     json: { type: 'boolean', description: 'print the plan as JSON' },
