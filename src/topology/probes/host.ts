@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { hostname, networkInterfaces, platform } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { parseHardwarePorts, parseIbvDevinfo, parseIfconfig, parseRdmaCtlStatus, parseThunderbolt } from './macos.js';
@@ -8,12 +8,85 @@ import type { HostReport, NetInterface } from './types.js';
 /** Runs a command and returns its stdout, or throws; injected in tests. */
 export type CommandRunner = (file: string, args: readonly string[]) => Promise<string>;
 
-/** Runs a probe command with a 5 s deadline, so a wedged tool cannot hang doctor. */
-export const runCommand: CommandRunner = (file, args) =>
+const PROBE_TIMEOUT_MS = 5000;
+const PROBE_MAX_OUTPUT = 8 << 20;
+
+/** Process groups of probe commands still running: ended if this process is interrupted. */
+const liveGroups = new Set<number>();
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // The group is already gone.
+  }
+}
+
+/**
+ * A probe runs in its own process group (detached), so it no longer gets the terminal's
+ * Ctrl-C: this listener ends the groups on SIGINT/SIGTERM, then lets the signal take its
+ * default course unless another listener handles it.
+ */
+function onSignal(signal: NodeJS.Signals): void {
+  for (const pid of liveGroups) killGroup(pid);
+  liveGroups.clear();
+  unwatchSignals();
+  if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+}
+function unwatchSignals(): void {
+  process.removeListener('SIGINT', onSignal);
+  process.removeListener('SIGTERM', onSignal);
+}
+
+/**
+ * Runs a probe command with a 5 s deadline, so a wedged tool cannot hang doctor. The command
+ * runs in its own process group and the deadline kills the whole group: killing only the
+ * direct child left what it started (ssh's remote command, a shell's `sleep`) running.
+ */
+export const runCommand: CommandRunner = (file, args) => runWithin(PROBE_TIMEOUT_MS, file, args);
+
+/** runCommand with another deadline (tests). */
+export const runWithin = (timeoutMs: number, file: string, args: readonly string[]): Promise<string> =>
   new Promise((resolve, reject) => {
-    execFile(file, [...args], { timeout: 5000, maxBuffer: 8 << 20, encoding: 'utf8' }, (error, stdout) => {
-      if (error) reject(error);
-      else resolve(stdout);
+    const child = spawn(file, [...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let size = 0;
+    let failure: Error | undefined;
+    const stop = (why: Error): void => {
+      failure ??= why;
+      if (child.pid !== undefined) killGroup(child.pid);
+    };
+    const collect = (into: Buffer[]) => (d: Buffer) => {
+      size += d.length;
+      if (size > PROBE_MAX_OUTPUT) stop(new Error(`${file}: output exceeded ${PROBE_MAX_OUTPUT} bytes`));
+      else into.push(d);
+    };
+    child.stdout.on('data', collect(out));
+    child.stderr.on('data', collect(err));
+    const timer = setTimeout(() => stop(new Error(`${file} ${args.join(' ')}: no answer within ${timeoutMs} ms (killed it and what it started)`)), timeoutMs);
+    if (child.pid !== undefined) {
+      if (liveGroups.size === 0) {
+        process.on('SIGINT', onSignal);
+        process.on('SIGTERM', onSignal);
+      }
+      liveGroups.add(child.pid);
+    }
+    const done = (): void => {
+      clearTimeout(timer);
+      if (child.pid !== undefined && liveGroups.delete(child.pid) && liveGroups.size === 0) unwatchSignals();
+    };
+    child.on('error', (e) => {
+      done();
+      reject(e);
+    });
+    // 'close': the exit and every holder of the pipes gone (a grandchild keeps them open).
+    child.on('close', (code, signal) => {
+      done();
+      const stderr = Buffer.concat(err).toString('utf8').trim();
+      if (failure) reject(failure);
+      else if (code !== 0) reject(new Error(`Command failed: ${file} ${args.join(' ')} (${signal ?? `exit ${code}`})${stderr ? `\n${stderr}` : ''}`));
+      else resolve(Buffer.concat(out).toString('utf8'));
     });
   });
 

@@ -13,7 +13,7 @@ import {
   parseThunderbolt,
 } from './macos.js';
 import { readLinuxInterfaces, readLinuxRdma } from './linux.js';
-import { probeHost } from './host.js';
+import { probeHost, runCommand, runWithin } from './host.js';
 import { isTandemError } from '../../errors/index.js';
 
 const dir = new URL('../../../test/fixtures/topology/macos/', import.meta.url);
@@ -153,4 +153,37 @@ test('Linux: the real /sys/class/net has a loopback', () => {
   if (process.platform !== 'linux') return;
   const lo = readLinuxInterfaces().find((i) => i.name === 'lo');
   assert.equal(lo?.kind, 'loopback');
+});
+
+/** Whether `pid` still runs (a killed process may linger as a zombie until reaped). */
+function running(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+test('a probe past its deadline is killed with everything it started', { skip: process.platform !== 'linux' }, async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-'));
+  const pidFile = join(tmp, 'pid');
+  try {
+    const started = Date.now();
+    // The shell starts a long sleep that keeps stdout open, as ssh's remote command would.
+    await assert.rejects(runWithin(300, 'sh', ['-c', `sleep 200 & echo $! > ${pidFile}; wait`]), /sh -c .*: no answer within 300 ms \(killed it and what it started\)/);
+    assert.ok(Date.now() - started < 3000);
+    const sleeper = Number(readFileSync(pidFile, 'utf8'));
+    const deadline = Date.now() + 2000;
+    while (running(sleeper) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(running(sleeper), false, `the grandchild sleep (pid ${sleeper}) was left running`);
+    assert.equal(process.listenerCount('SIGINT'), 0);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('runCommand returns stdout, and a failing command rejects with its stderr', async () => {
+  assert.equal(await runCommand('sh', ['-c', 'echo hi']), 'hi\n');
+  await assert.rejects(runCommand('sh', ['-c', 'echo oops >&2; exit 3']), /^Error: Command failed: sh -c .*\(exit 3\)\noops$/);
+  await assert.rejects(runCommand('/nonexistent/tool', []), /ENOENT/);
 });
