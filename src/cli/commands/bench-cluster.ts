@@ -1,5 +1,5 @@
 import { defineCommand } from '../options.js';
-import { TandemError } from '../../errors/index.js';
+import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
 import type { ProviderName } from '../../fabric/index.js';
 import { checkWire, parallelKinds, type ParallelKind } from '../../parallel/index.js';
@@ -59,7 +59,7 @@ export const command = defineCommand({
     },
   ],
   options: {
-    nodes: { type: 'number', description: 'nodes to split across', default: 2 },
+    nodes: { type: 'number', description: 'nodes to split across, 1..64', default: 2 },
     parallel: { type: 'string', description: 'how to split', choices: parallelKinds, default: 'tp' },
     provider: {
       type: 'string',
@@ -76,7 +76,7 @@ export const command = defineCommand({
     tp: { type: 'number', description: 'hybrid: nodes per tensor-parallel group', default: 2 },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     tokens: { type: 'number', description: 'tokens to decode', default: 32 },
-    threads: { type: 'number', description: 'threads per node', default: 1 },
+    threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
     repeat: {
       type: 'number',
       description: 'timed runs of each configuration, alternated; the best counts',
@@ -84,7 +84,7 @@ export const command = defineCommand({
     },
     agreement: {
       type: 'number',
-      description: 'teacher-forced steps for top-1 agreement (default 256 with f16/q8, 0 with f32)',
+      description: 'teacher-forced steps for top-1 agreement, >= 0 (default 256 with f16/q8, 0 with f32)',
     },
     ceiling: {
       type: 'boolean',
@@ -98,13 +98,11 @@ export const command = defineCommand({
     'tandem bench cluster /tmp/tl.gguf --wire q8 --json',
   ],
   async run({ options, positionals }) {
-    for (const key of ['nodes', 'prompt-tokens', 'tokens', 'threads', 'tp', 'repeat'] as const) {
-      const v = options[key];
-      if (!Number.isInteger(v) || v < 1)
-        throw new TandemError('CLI_USAGE', `bench cluster: --${key} must be a positive integer, got ${v}`, {
-          hint: `for example --${key} 2`,
-        });
-    }
+    for (const key of ['prompt-tokens', 'tokens', 'tp', 'repeat'] as const) checkInteger('bench cluster', key, options[key], 1);
+    // The same cap as `tandem run --nodes`: each node is a process on this machine.
+    checkInteger('bench cluster', 'nodes', options.nodes, 1, 64, 2);
+    checkThreads('bench cluster', options.threads);
+    if (options.agreement !== undefined) checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
     const rows = await benchCluster({
       model: positionals[0] as string,
       nodes: options.nodes,

@@ -1,4 +1,5 @@
 import { defineCommand } from '../options.js';
+import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { demoModel, demoShapeName, runDemo } from '../../cluster/index.js';
 import type { ProviderName } from '../../fabric/index.js';
@@ -26,7 +27,7 @@ export const command = defineCommand({
       choices: ['tp', 'pp'],
       default: 'tp',
     },
-    threads: { type: 'number', description: 'threads per node', default: 1 },
+    threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
     json: { type: 'boolean', description: 'print one JSON object' },
   },
   examples: ['npx tandem demo', 'npx tandem demo --max-tokens 64 --json'],
@@ -36,12 +37,7 @@ export const command = defineCommand({
       throw new TandemError('CLI_USAGE', `demo: --max-tokens must be 1..1024, got ${maxTokens}`, {
         hint: 'for example --max-tokens 32',
       });
-    if (!Number.isInteger(options.threads) || options.threads < 1)
-      throw new TandemError(
-        'CLI_USAGE',
-        `demo: --threads must be a positive integer, got ${options.threads}`,
-        { hint: 'for example --threads 1' },
-      );
+    checkThreads('demo', options.threads);
     const tty = process.stderr.isTTY && !options.json;
     const progress = (line: string): void => {
       if (options.json) return;

@@ -1,6 +1,7 @@
 import { statSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
+import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { makeModel, planFor } from '../../engine/format/make-model.js';
 import { fileTypes, modelArchs, modelShapes, type FileTypeName, type ModelArch } from '../../engine/format/model-plan.js';
@@ -26,12 +27,13 @@ export const command = defineCommand({
     tied: { type: 'boolean', description: 'tie the output matrix to the token embeddings (no output.weight)' },
     'rope-scaling': { type: 'string', description: 'llama3: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only', choices: ['none', 'llama3'], default: 'none' },
     std: { type: 'number', description: 'standard deviation of the random weights', default: 0.02 },
-    threads: { type: 'number', description: 'worker threads generating and quantizing weights (default: one per core)' },
+    threads: { type: 'number', description: `worker threads generating and quantizing weights, ${threadsBound} (default: one per core)` },
     json: { type: 'boolean', description: 'print a JSON summary instead of text' },
   },
   examples: ['tandem make-model /tmp/tiny.gguf --arch qwen3 --type q8_0', 'tandem make-model /tmp/tl.gguf --shape tinyllama-1.1b --type q4_k_m'],
   async run({ options, positionals }) {
     const out = positionals[0] as string;
+    const threads = checkThreads('make-model', options.threads ?? availableParallelism());
     if (!(options.std > 0 && options.std < 10)) {
       throw new TandemError('CLI_USAGE', `make-model: --std must be in (0, 10), got ${options.std}`, { hint: 'use a small value such as 0.02' });
     }
@@ -56,10 +58,6 @@ export const command = defineCommand({
     const started = Date.now();
     let lastShown = 0;
     const tty = process.stderr.isTTY;
-    const threads = options.threads ?? availableParallelism();
-    if (!Number.isInteger(threads) || threads < 1) {
-      throw new TandemError('CLI_USAGE', `make-model: --threads must be a positive integer, got ${threads}`, { hint: 'for example --threads 2' });
-    }
     const { bytes } = await makeModel(out, {
       ...opts,
       threads,

@@ -1,4 +1,5 @@
 import { defineCommand } from '../options.js';
+import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
@@ -21,7 +22,10 @@ export const command = defineCommand({
       type: 'string',
       description: 'cluster secret (default: the TANDEM_SECRET environment variable)',
     },
-    threads: { type: 'number', description: 'compute threads for this node (default: every core)' },
+    threads: {
+      type: 'number',
+      description: `compute threads for this node, ${threadsBound} (default: every core)`,
+    },
     'mem-limit': {
       type: 'string',
       description: 'bytes this node may hold, e.g. 8G (placement respects it)',
@@ -56,13 +60,7 @@ export const command = defineCommand({
           hint: 'for example --mem-limit 8G',
         });
     }
-    if (options.threads !== undefined && !(Number.isInteger(options.threads) && options.threads >= 1)) {
-      throw new TandemError(
-        'CLI_USAGE',
-        `node: --threads must be a positive integer, got ${options.threads}`,
-        { hint: 'for example --threads 1' },
-      );
-    }
+    if (options.threads !== undefined) checkThreads('node', options.threads);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
     const node = await startNode({
       listen: options.listen,

@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
+import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { ChatTemplate, Sampler, generate, openModel, type ChatMessage, type TokenPicker } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
@@ -37,7 +38,7 @@ export const command = defineCommand({
     'min-p': { type: 'number', description: 'drop tokens less likely than min-p x the most likely (0 disables)', default: 0.05 },
     'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
     seed: { type: 'number', description: 'random seed for sampling (default: random)' },
-    threads: { type: 'number', description: 'compute threads (default: all cores)' },
+    threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
     context: { type: 'number', description: 'KV cache positions (default: the model\'s context length, at most 4096)' },
     'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
     json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
@@ -69,8 +70,7 @@ export const command = defineCommand({
       throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
     }
     if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, ids ? parseTokenIds(ids) : undefined);
-    const threads = options.threads ?? availableParallelism();
-    if (!Number.isInteger(threads) || threads < 1) throw usage(`--threads must be a positive integer, got ${threads}`, 'for example --threads 2');
+    const threads = checkThreads('run', options.threads ?? availableParallelism());
     const sampler = new Sampler({
       temperature: options.temperature,
       topK: options['top-k'],
