@@ -50,3 +50,36 @@ test('a list option refuses an empty list and empty items instead of falling bac
   }
   assert.deepEqual(parseArgs(spec, ['--sizes', ' 8 , 64 ']).options.sizes, ['8', '64']);
 });
+
+test('a value-taking option refuses one of the command\'s own options as its value, but takes other dashed text', () => {
+  const run = defineCommand({
+    name: 'run',
+    summary: 'generate',
+    positionals: [{ name: 'model', description: 'model', required: true }],
+    options: {
+      prompt: { type: 'string', description: 'text' },
+      'max-tokens': { type: 'number', description: 'n', default: 128 },
+      json: { type: 'boolean', description: 'json', short: 'j' },
+    },
+    async run() {},
+  });
+  for (const [argv, pattern] of [
+    [['m', '--prompt', '--max-tokens', '2'], /--prompt needs a value, but the next argument is the option '--max-tokens'/],
+    [['m', '--prompt', '--no-json'], /the next argument is the option '--no-json'/],
+    [['m', '--prompt', '-j'], /the next argument is the option '-j'/],
+    [['m', '--prompt', '--max-tokens=2'], /the next argument is the option '--max-tokens=2'/],
+  ] as const) {
+    assert.throws(() => parseArgs(run, argv), (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message), argv.join(' '));
+  }
+  assert.equal(parseArgs(run, ['m', '--prompt', '-5 degrees']).options.prompt, '-5 degrees');
+  assert.equal(parseArgs(run, ['m', '--prompt', '--unknown-text']).options.prompt, '--unknown-text');
+  assert.equal(parseArgs(run, ['m', '--prompt=--max-tokens']).options.prompt, '--max-tokens');
+  assert.equal(parseArgs(run, ['m', '--max-tokens', '-1']).options['max-tokens'], -1);
+});
+
+test('extra positional arguments are a usage error naming them', () => {
+  const none = defineCommand({ name: 'devinfo', summary: 'list', options: { json: { type: 'boolean', description: 'json' } }, async run() {} });
+  assert.throws(() => parseArgs(none, ['extra']), (e) => isTandemError(e, 'CLI_USAGE') && /devinfo: unexpected argument 'extra' \(devinfo takes no arguments\)/.test(e.message));
+  assert.throws(() => parseArgs(spec, ['m.gguf', 'one', 'two']), (e) => isTandemError(e, 'CLI_USAGE') && /unexpected argument 'one' 'two' \(bench fabric takes MODEL only\)/.test(e.message));
+  assert.deepEqual(parseArgs(spec, ['m.gguf']).positionals, ['m.gguf']);
+});

@@ -91,6 +91,16 @@ function checkChoice(command: string, name: string, choices: readonly string[], 
   }
 }
 
+/** Whether `arg` names one of the command's options (`--max-tokens`, `--max-tokens=2`, `--no-json`, `-h`, `--help`). */
+function isOwnOption(spec: CommandSpec, arg: string): boolean {
+  if (arg === '--help' || arg === '-h') return true;
+  if (arg.startsWith('--')) {
+    const name = arg.slice(2).split('=')[0] as string;
+    return name in spec.options || (name.startsWith('no-') && spec.options[name.slice(3)]?.type === 'boolean');
+  }
+  return arg.length > 1 && Object.values(spec.options).some((o) => o.short === arg.slice(1));
+}
+
 /** Parses argv (after the command name) against a command's option table. */
 export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: readonly string[]): ParsedArgs<T> {
   const values: Record<string, unknown> = {};
@@ -136,6 +146,11 @@ export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: rea
     }
     const raw = inline ?? argv[++i];
     if (raw === undefined) throw usageError(spec.name, `--${name} needs a value`);
+    // `--prompt --max-tokens 2`: the value was forgotten. Only the command's own options count,
+    // so a value that merely starts with '-' ('-5 degrees', '-1') is still taken.
+    if (inline === undefined && isOwnOption(spec, raw)) {
+      throw usageError(spec.name, `--${name} needs a value, but the next argument is the option '${raw}'`, `give --${name} a value, or write --${name}=${raw} if you meant that text`);
+    }
     values[name] = convert(spec.name, name, opt, raw);
   }
 
@@ -145,9 +160,15 @@ export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: rea
     else if (opt.type === 'boolean') values[name] = false;
     else if (opt.required) throw usageError(spec.name, `--${name} is required`);
   }
-  const required = (spec.positionals ?? []).filter((p) => p.required);
+  const declared = spec.positionals ?? [];
+  const required = declared.filter((p) => p.required);
   if (positionals.length < required.length) {
     throw usageError(spec.name, `missing ${required.map((p) => p.name.toUpperCase()).join(' ')}`);
+  }
+  if (positionals.length > declared.length) {
+    const extra = positionals.slice(declared.length).map((p) => `'${p}'`).join(' ');
+    const takes = declared.length === 0 ? 'takes no arguments' : `takes ${declared.map((p) => p.name.toUpperCase()).join(' ')} only`;
+    throw usageError(spec.name, `unexpected argument ${extra} (${spec.name} ${takes})`, `quote a value that contains spaces, or run \`tandem ${spec.name} --help\` to see the options`);
   }
   return { options: values as ParsedOptions<T>, positionals };
 }

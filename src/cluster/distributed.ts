@@ -66,6 +66,10 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       hint: '--nodes starts local node processes; --hosts uses nodes started with `tandem node`',
     });
   }
+  if (o.tpSize !== undefined && !(Number.isInteger(o.tpSize) && o.tpSize >= 1))
+    throw new TandemError('CLI_USAGE', `--tp must be a positive integer, got ${o.tpSize}`, {
+      hint: 'for example --tp 2 (nodes per tensor-parallel group with --parallel hybrid)',
+    });
   const progress = o.onProgress ?? (() => {});
   let local: LocalNodes | undefined;
   let session: ClusterSession | undefined;
@@ -105,7 +109,7 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       parallel,
       provider,
       greedy,
-      ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+      ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),

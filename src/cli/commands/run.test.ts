@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { makeModel } from '../../engine/format/make-model.js';
 import { ChatTemplate, generate, openModel } from '../../engine/index.js';
+import { runDistributed } from '../../cluster/index.js';
+import { isTandemError } from '../../errors/index.js';
 
 const bin = resolve(import.meta.dirname, '../../../bin/tandem.js');
 let dir: string;
@@ -90,4 +92,48 @@ test('tandem bench model --json prints one line per engine with the issue\'s fie
     assert.equal(l.threads, 1);
     for (const k of ['prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb']) assert.ok((l[k] as number) > 0, `${String(l.engine)} ${k}`);
   }
+});
+
+test('tandem run refuses conflicting, ignored and malformed options with a usage error naming them', () => {
+  const base = [path, '--prompt-tokens', '5,6', '--max-tokens', '2', '--threads', '1'];
+  for (const [extra, pattern] of [
+    [['--nodes', '2', '--hosts', 'hosts.txt'], /--nodes and --hosts both given/],
+    [['--context', '0'], /--context must be a positive integer, got 0/],
+    [['--context', '-5'], /--context must be a positive integer, got -5/],
+    [['--context', '1.5'], /--context must be a positive integer, got 1.5/],
+    [['--nodes', '2', '--context', '64'], /--context applies to runs on this machine only/],
+    [['--nodes', '2', '--parallel', 'hybrid', '--tp', '0'], /--tp must be an integer in 1\.\.64, got 0/],
+    [['--nodes', '2', '--tp', '2'], /--tp 2 needs --parallel hybrid/],
+    [['--wire', 'f16'], /--wire applies only with --nodes or --hosts/],
+    [['--parallel', 'pp', '--secret', 's', '--provider', 'tcp'], /--parallel, --secret, --provider apply only with --nodes or --hosts/],
+    [['--mem-limit', '0'], /--mem-limit '0' is not a positive byte size/],
+    [['extra'], /unexpected argument 'extra' \(run takes MODEL only\)/],
+    [['--prompt-tokens', '1,,2'], /--prompt-tokens has an empty item in '1,,2'/],
+    [['--prompt-tokens', '1,2,'], /--prompt-tokens has an empty item/],
+    [['--prompt-tokens', '1e3'], /--prompt-tokens item '1e3' is not a token id/],
+    [['--prompt-tokens', '0x10'], /--prompt-tokens item '0x10' is not a token id/],
+  ] as const) {
+    const r = tandem('run', ...base, ...extra);
+    assert.equal(r.code, 3, `${extra.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, /CLI_USAGE/, extra.join(' '));
+    assert.match(r.stderr, pattern, extra.join(' '));
+  }
+  const forgot = tandem('run', path, '--prompt', '--max-tokens', '2');
+  assert.equal(forgot.code, 3);
+  assert.match(forgot.stderr, /--prompt needs a value, but the next argument is the option '--max-tokens'/);
+});
+
+test('tandem run --mem-limit on one machine stops before loading when the model and its KV cache do not fit', () => {
+  const small = tandem('run', path, '--prompt-tokens', '5,6', '--max-tokens', '2', '--threads', '1', '--mem-limit', '64K');
+  assert.equal(small.code, 2, small.stderr);
+  assert.match(small.stderr, /PAR_NO_FIT.*the model needs .* with a f32 KV cache of \d+ positions, more than --mem-limit 64\.0 KiB/);
+  const roomy = tandem('run', path, '--prompt-tokens', '5,6', '--max-tokens', '2', '--threads', '1', '--mem-limit', '1G', '--json');
+  assert.equal(roomy.code, 0, roomy.stderr);
+});
+
+test('runDistributed refuses --tp 0 instead of reading it as the default', async () => {
+  await assert.rejects(
+    runDistributed({ model: path, nodes: 2, parallel: 'hybrid', tpSize: 0, prompt: [5], maxTokens: 1 }),
+    (e) => isTandemError(e, 'CLI_USAGE') && /--tp must be a positive integer, got 0/.test(e.message),
+  );
 });

@@ -1,10 +1,10 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
-import { checkThreads, threadsBound } from '../checks.js';
+import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ChatTemplate, Sampler, generate, openModel, type ChatMessage, type TokenPicker } from '../../engine/index.js';
+import { ChatTemplate, GgufModelFile, Sampler, configFromMetadata, fullShard, generate, openModel, type ChatMessage, type TokenPicker } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
-import { checkWire, parallelKinds, parseBytes, type ParallelKind } from '../../parallel/index.js';
+import { checkWire, formatBytes, parallelKinds, parseBytes, shardBytes, type ParallelKind } from '../../parallel/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
@@ -12,8 +12,9 @@ function usage(message: string, hint: string): TandemError {
 
 function parseTokenIds(items: readonly string[]): number[] {
   return items.map((s) => {
-    const id = Number(s);
-    if (!Number.isSafeInteger(id) || id < 0) throw usage(`--prompt-tokens item '${s}' is not a token id`, 'pass comma-separated non-negative integers, e.g. --prompt-tokens 1,15043,3186');
+    // Decimal digits only: Number() would also take '1e3', '0x10' and ' '.
+    const id = /^\d+$/.test(s) ? Number(s) : NaN;
+    if (!Number.isSafeInteger(id)) throw usage(`--prompt-tokens item '${s}' is not a token id`, 'pass comma-separated non-negative integers, e.g. --prompt-tokens 1,15043,3186');
     return id;
   });
 }
@@ -39,17 +40,17 @@ export const command = defineCommand({
     'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
     seed: { type: 'number', description: 'random seed for sampling (default: random)' },
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
-    context: { type: 'number', description: 'KV cache positions (default: the model\'s context length, at most 4096)' },
+    context: { type: 'number', description: 'KV cache positions, a positive integer (default: the model\'s context length, at most 4096); this machine only, not with --nodes/--hosts' },
     'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
     json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
     nodes: { type: 'number', description: 'split the model across N local node processes (see docs/parallel.md)' },
     hosts: { type: 'string', description: 'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)', placeholder: 'FILE' },
-    parallel: { type: 'string', description: 'how --nodes/--hosts split the model', choices: parallelKinds, default: 'tp' },
-    tp: { type: 'number', description: 'hybrid: nodes per tensor-parallel group', default: 2 },
-    provider: { type: 'string', description: 'fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
-    wire: { type: 'string', description: 'activations between nodes', choices: ['f32', 'f16', 'q8'], default: 'f32' },
-    'mem-limit': { type: 'string', description: 'bytes each node may hold, e.g. 8G; stops before loading when the model cannot fit', placeholder: 'BYTES' },
-    secret: { type: 'string', description: 'cluster secret for --hosts (default: TANDEM_SECRET)' },
+    parallel: { type: 'string', description: 'how --nodes/--hosts split the model (default tp)', choices: parallelKinds },
+    tp: { type: 'number', description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)' },
+    provider: { type: 'string', description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
+    wire: { type: 'string', description: 'with --nodes/--hosts: activations between nodes (default f32)', choices: ['f32', 'f16', 'q8'] },
+    'mem-limit': { type: 'string', description: 'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit', placeholder: 'BYTES' },
+    secret: { type: 'string', description: 'with --hosts: cluster secret (default: TANDEM_SECRET)' },
   },
   examples: [
     'tandem run model.gguf --prompt "Once upon a time" --max-tokens 64',
@@ -69,7 +70,10 @@ export const command = defineCommand({
     if (options.chat && (options.nodes !== undefined || options.hosts !== undefined)) {
       throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
     }
-    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, ids ? parseTokenIds(ids) : undefined);
+    checkRunOptions(options);
+    const memLimit = parseMemLimit(options['mem-limit']);
+    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, memLimit, ids ? parseTokenIds(ids) : undefined);
+    if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type'] as 'f32' | 'f16');
     const threads = checkThreads('run', options.threads ?? availableParallelism());
     const sampler = new Sampler({
       temperature: options.temperature,
@@ -133,10 +137,10 @@ export const command = defineCommand({
 interface RunOptions {
   nodes: number | undefined;
   hosts: string | undefined;
-  parallel: string;
-  tp: number;
+  parallel: string | undefined;
+  tp: number | undefined;
   provider: string | undefined;
-  wire: string;
+  wire: string | undefined;
   'mem-limit': string | undefined;
   secret: string | undefined;
   threads: number | undefined;
@@ -153,15 +157,13 @@ interface RunOptions {
 }
 
 /** --nodes / --hosts: the same run split across node processes (src/cluster). */
-async function runOnNodes(model: string, options: RunOptions, promptTokens: number[] | undefined): Promise<number> {
-  const memLimit = options['mem-limit'] === undefined ? undefined : parseBytes(options['mem-limit']);
-  if (memLimit === undefined && options['mem-limit'] !== undefined) throw usage(`--mem-limit '${options['mem-limit']}' is not a byte size`, 'for example --mem-limit 8G');
+async function runOnNodes(model: string, options: RunOptions, memLimit: number | undefined, promptTokens: number[] | undefined): Promise<number> {
   const r = await runDistributedText({
     model,
     ...(options.nodes !== undefined ? { nodes: options.nodes } : { hosts: options.hosts as string }),
-    parallel: options.parallel as ParallelKind,
-    tpSize: options.tp,
-    wire: checkWire(options.wire),
+    ...(options.parallel !== undefined ? { parallel: options.parallel as ParallelKind } : {}),
+    ...(options.tp !== undefined ? { tpSize: options.tp } : {}),
+    ...(options.wire !== undefined ? { wire: checkWire(options.wire) } : {}),
     maxTokens: options['max-tokens'],
     sampling: { temperature: options.temperature, topK: options['top-k'], topP: options['top-p'], minP: options['min-p'], repeatPenalty: options['repeat-penalty'], ...(options.seed !== undefined ? { seed: options.seed } : {}) },
     ...(promptTokens ? { promptTokens } : { prompt: options.prompt as string }),
@@ -169,7 +171,6 @@ async function runOnNodes(model: string, options: RunOptions, promptTokens: numb
     ...(memLimit !== undefined ? { memLimit } : {}),
     ...(options.secret ? { secret: options.secret } : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
-    ...(options.context !== undefined ? { contextLength: options.context } : {}),
     ...(options.json ? {} : { onText: (piece: string) => void process.stdout.write(piece), onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
   });
   if (options.json) {
@@ -182,6 +183,57 @@ async function runOnNodes(model: string, options: RunOptions, promptTokens: numb
     process.stderr.write(`  node ${m.rank}: TTFT ${m.ttftMs.toFixed(0)} ms, decode ${m.decodeTokS.toFixed(1)} tok/s, ${m.wireBytesPerToken.toFixed(0)} B/token on the wire, ${(100 * m.commShare).toFixed(0)}% of each token in communication\n`);
   }
   return 0;
+}
+
+/**
+ * Options that contradict each other or would be ignored. --context is refused with
+ * --nodes/--hosts because the nodes size their KV cache to the model's context length
+ * (src/cluster/session.ts sends no context length with a generate request).
+ */
+function checkRunOptions(options: RunOptions): void {
+  const onNodes = options.nodes !== undefined || options.hosts !== undefined;
+  if (options.nodes !== undefined && options.hosts !== undefined) {
+    throw usage('--nodes and --hosts both given', 'pass --nodes N to start local node processes, or --hosts FILE to use nodes started with `tandem node`, not both');
+  }
+  if (options.context !== undefined) checkInteger('run', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
+  if (options.tp !== undefined) checkInteger('run', 'tp', options.tp, 1, 64, 2);
+  if (onNodes && options.context !== undefined) {
+    throw usage('--context applies to runs on this machine only', 'drop --context: with --nodes/--hosts every node sizes its KV cache to the model\'s context length');
+  }
+  if (options.tp !== undefined && options.parallel !== 'hybrid') {
+    throw usage(`--tp ${options.tp} needs --parallel hybrid`, 'add --parallel hybrid (with --nodes or --hosts), or drop --tp');
+  }
+  if (!onNodes) {
+    const given = (['parallel', 'wire', 'secret', 'provider'] as const).filter((k) => options[k] !== undefined);
+    if (given.length > 0) {
+      throw usage(`${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes or --hosts`, 'add --nodes N (local node processes) or --hosts FILE, or drop them to run on this machine');
+    }
+  }
+}
+
+function parseMemLimit(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const bytes = parseBytes(text);
+  if (bytes === undefined || bytes <= 0) throw usage(`--mem-limit '${text}' is not a positive byte size`, 'for example --mem-limit 8G');
+  return bytes;
+}
+
+/** --mem-limit on this machine: the model's weights and KV cache, counted as the loader will hold them, checked before loading. */
+function checkFits(path: string, memLimit: number, context: number | undefined, kvType: 'f32' | 'f16'): void {
+  const file = GgufModelFile.open(path);
+  try {
+    const config = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+    const contextLength = Math.min(context ?? Math.min(4096, config.contextLength), config.contextLength);
+    const need = shardBytes(config, file.tensors, fullShard(config), { contextLength, kvType });
+    if (need > memLimit) {
+      throw new TandemError('PAR_NO_FIT', `run: the model needs ${formatBytes(need)} with a ${kvType} KV cache of ${contextLength} positions, more than --mem-limit ${formatBytes(memLimit)}`, {
+        hint: 'raise --mem-limit, lower --context, use --kv-type f16, or split the model with --nodes/--hosts',
+        details: { needBytes: need, memLimit, contextLength },
+      });
+    }
+  } finally {
+    file.close();
+  }
 }
 
 function round(x: number): number {
