@@ -18,4 +18,9 @@ test('a command that leaves a handle open still exits with its code, its output 
   assert.equal(bad.signal, null, 'killed by the timeout: the process hung');
   assert.equal(bad.status, 3);
   assert.match(bad.stderr, /CLI_UNKNOWN_COMMAND/);
+  const script = join(resolve(import.meta.dirname, '..', '..'), 'bench', 'fabric.ts');
+  const bench = spawnSync(process.execPath, ['--import', 'tsx', '--import', leak, script, '--sizes', ''], { encoding: 'utf8', timeout: 10_000 });
+  assert.equal(bench.signal, null, 'bench/fabric.ts: killed by the timeout: the process hung');
+  assert.equal(bench.status, 3, bench.stderr);
+  assert.match(bench.stderr, /--sizes is empty/);
 });
