@@ -23,6 +23,9 @@ export async function main(argv: readonly string[]): Promise<number> {
     process.stdout.write(`tandem ${pkg.version}\n`);
     return 0;
   }
+  // `tandem help run` is `tandem run --help` (an unknown name gets the unknown-command error)
+  if (argv[0] === 'help' && argv.length > 1 && !(argv[1] as string).startsWith('-'))
+    return main(findCommand(argv.slice(1)) ? [...argv.slice(1), '--help'] : argv.slice(1));
   const json = argv.includes('--json');
   try {
     const found = findCommand(argv);

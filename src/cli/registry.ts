@@ -13,7 +13,7 @@ export interface CommandEntry {
 export const commands: readonly CommandEntry[] = [
   {
     name: 'help',
-    summary: 'list the commands, or write docs/cli.md with --markdown',
+    summary: 'list the commands (`tandem help COMMAND`: its options), or write docs/cli.md with --markdown',
     load: async () => (await import('./commands/help.js')).command,
   },
   {

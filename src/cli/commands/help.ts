@@ -3,7 +3,7 @@ import { commands } from '../registry.js';
 
 export const command = defineCommand({
   name: 'help',
-  summary: 'list the commands, or print every command\'s help as Markdown (docs/cli.md)',
+  summary: 'list the commands (`tandem help COMMAND` shows one\'s options), or print every command\'s help as Markdown (docs/cli.md)',
   options: {
     markdown: { type: 'boolean', description: 'print the full reference of every command as Markdown' },
   },
