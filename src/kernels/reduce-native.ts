@@ -85,10 +85,15 @@ export function reduceFast(op: ReduceOp, dtype: DType, acc: DTypeArray, other: D
  * both, and IEEE addition commutes, so ranks that hold different subtrees (or the halves of
  * one pair) get bit-identical totals: the order tensor-parallel sums are pinned to (see
  * docs/parallel.md, "Exact tensor parallel"). `out` may be parts[0] and nothing else;
- * `spare` needs one buffer (of out's length at least) per level below the top.
+ * `spare` needs treeSpares(parts.length) buffers of out's length at least.
  */
 export function treeSum(parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
   sumRange(parts, 0, parts.length, out, spare, 0);
+}
+
+/** Spare buffers treeSum needs for `parts` parts: one per level below the top. */
+export function treeSpares(parts: number): number {
+  return Math.max(0, Math.ceil(Math.log2(parts)) - 1);
 }
 
 function sumRange(parts: readonly Float32Array[], lo: number, hi: number, dst: Float32Array, spare: readonly Float32Array[], depth: number): void {

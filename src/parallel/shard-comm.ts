@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
-import { treeSum } from '../kernels/reduce-native.js';
+import { treeSpares, treeSum } from '../kernels/reduce-native.js';
 import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
@@ -152,10 +152,7 @@ export class CollectiveShardComm implements ShardComm {
       this.decoded = Array.from({ length: size }, () =>
         this.wire === 'f32' ? new Float32Array(0) : new Float32Array(n),
       );
-      this.spare = Array.from(
-        { length: Math.max(0, Math.ceil(Math.log2(size)) - 1) },
-        () => new Float32Array(n),
-      );
+      this.spare = Array.from({ length: treeSpares(size) }, () => new Float32Array(n));
     }
     const mine = this.mine;
     const all = this.gathered!;

@@ -17,7 +17,7 @@ import { copyBytes } from '../kernels/copy.js';
 import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
-import { loadNativeReduce, reduceFast, treeSum } from '../kernels/reduce-native.js';
+import { loadNativeReduce, reduceFast, treeSpares, treeSum } from '../kernels/reduce-native.js';
 import type { WireFormat } from './wire.js';
 
 /**
@@ -151,8 +151,7 @@ export class TpExchange {
     this.inViews = peers.map((p) => (p ? [view(p.inbox.buffer, 0), view(p.inbox.buffer, slotBytes)] : []));
     this.own = new Float32Array(chunk);
     this.decoded = peers.map((p) => (p && wire !== 'f32' ? new Float32Array(chunk) : new Float32Array(0)));
-    this.spare =
-      size > 2 ? Array.from({ length: Math.ceil(Math.log2(size)) - 1 }, () => new Float32Array(chunk)) : [];
+    this.spare = Array.from({ length: treeSpares(size) }, () => new Float32Array(chunk));
     this.parts = Array.from({ length: size }, () => this.own);
   }
 

@@ -2,6 +2,7 @@ import { lstatSync, realpathSync, rmSync, statSync, type Stats } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { TandemError } from '../../errors/index.js';
+import { fileKind } from './byte-source.js';
 
 /** Signals that end the process while a file is written; the temporary file goes with them. */
 const SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -64,7 +65,7 @@ function destination(path: string): string {
   const existing = statOf(path);
   if (existing !== undefined) {
     if (!existing.isFile()) {
-      throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: it exists and is ${kindOf(existing)}, not a regular file`, {
+      throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: it exists and is ${fileKind(existing)}, not a regular file`, {
         hint: existing.isDirectory() ? `give a file path inside it, for example ${path.replace(/\/+$/, '')}/model.gguf` : 'give the path of a regular file to write',
         details: { file: path },
       });
@@ -74,7 +75,7 @@ function destination(path: string): string {
   const dir = dirname(path);
   const parent = statOf(dir);
   if (parent === undefined || !parent.isDirectory()) {
-    throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: ${dir} ${parent === undefined ? 'does not exist' : `is ${kindOf(parent)}, not a directory`}`, {
+    throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: ${dir} ${parent === undefined ? 'does not exist' : `is ${fileKind(parent)}, not a directory`}`, {
       hint: parent === undefined ? `create the directory first (mkdir -p ${dir}) or write elsewhere` : 'give a path inside an existing directory',
       details: { file: path, dir },
     });
@@ -90,14 +91,6 @@ function statOf(path: string): Stats | undefined {
     if (code === 'ENOENT') return undefined;
     throw writeError(path, error, 'cannot inspect it');
   }
-}
-
-function kindOf(s: Stats): string {
-  if (s.isDirectory()) return 'a directory';
-  if (s.isFIFO()) return 'a FIFO (named pipe)';
-  if (s.isSocket()) return 'a socket';
-  if (s.isCharacterDevice() || s.isBlockDevice()) return 'a device';
-  return 'a special file';
 }
 
 const HINTS: Record<string, string> = {

@@ -91,17 +91,18 @@ function statOrThrow(name: string): Stats {
 /** Throws unless `stats` is a regular file (a model is never a directory, FIFO, socket or device). */
 function notRegularFile(name: string, stats: Stats): void {
   if (stats.isFile()) return;
-  const kind = stats.isDirectory()
-    ? 'a directory'
-    : stats.isFIFO()
-      ? 'a FIFO (named pipe)'
-      : stats.isSocket()
-        ? 'a socket'
-        : stats.isCharacterDevice() || stats.isBlockDevice()
-          ? 'a device'
-          : 'not a regular file';
+  const kind = fileKind(stats);
   throw new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: it is ${kind}, not a regular file`, {
     hint: stats.isDirectory() ? 'pass the path of the model file inside the directory (for example model.gguf)' : 'pass the path of a regular model file (.gguf or .safetensors)',
     details: { file: name, kind },
   });
+}
+
+/** What a path that is not a regular file is, for messages: 'a directory', 'a FIFO (named pipe)', ... */
+export function fileKind(s: Stats): string {
+  if (s.isDirectory()) return 'a directory';
+  if (s.isFIFO()) return 'a FIFO (named pipe)';
+  if (s.isSocket()) return 'a socket';
+  if (s.isCharacterDevice() || s.isBlockDevice()) return 'a device';
+  return 'a special file';
 }

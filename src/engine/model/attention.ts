@@ -1,4 +1,4 @@
-import { treeSum } from '../../kernels/reduce-native.js';
+import { treeSpares, treeSum } from '../../kernels/reduce-native.js';
 import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
@@ -59,9 +59,9 @@ export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Fl
     const yj = j === 0 ? out : scratch.f32(`${tag}.${j}`, n * w.rows);
     project(k, w, xj, yj, n);
     parts.push(yj);
-    if (j >= 2) spare.push(scratch.f32(`${tag}.t${j}`, n * w.rows));
     at += w.cols;
   }
+  for (let d = 0; d < treeSpares(leaves.length); d++) spare.push(scratch.f32(`${tag}.t${d}`, n * first.rows));
   treeSum(parts, out, spare);
 }
 

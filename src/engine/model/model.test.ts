@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ReferenceKernels } from '../../kernels/index.js';
-import { treeSum } from '../../kernels/reduce-native.js';
+import { treeSpares, treeSum } from '../../kernels/reduce-native.js';
 import { isTandemError } from '../../errors/index.js';
 import type { ShardComm } from './comm.js';
 import { Model } from './model.js';
@@ -85,7 +85,7 @@ function localGroup(size: number): ShardComm[] {
         treeSum(
           pending.map((p) => p.x),
           sum,
-          [new Float32Array(x.length), new Float32Array(x.length)],
+          Array.from({ length: treeSpares(size) }, () => new Float32Array(x.length)),
         );
         const done = pending;
         pending = [];
