@@ -4,6 +4,7 @@
 // parent).
 import { performance } from 'node:perf_hooks';
 import type { ModelBenchJob, ModelBenchResult } from './model.js';
+import { report } from '../src/cli/main.js';
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -61,5 +62,10 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
 }
 
 const job = JSON.parse(await readStdin()) as ModelBenchJob;
-const result = job.engine === 'tandem' ? await runTandem(job) : await runLlamaCpp(job);
-process.stdout.write(JSON.stringify(result) + '\n');
+try {
+  const result = job.engine === 'tandem' ? await runTandem(job) : await runLlamaCpp(job);
+  process.stdout.write(JSON.stringify(result) + '\n');
+} catch (error) {
+  // A typed error goes to stderr as the CLI's --json error line, which the parent rebuilds.
+  process.exitCode = report(error, true);
+}

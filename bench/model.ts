@@ -3,7 +3,7 @@
 // beside it. Each engine runs in its own child process.
 import { statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { TandemError } from '../src/errors/index.js';
+import { TandemError, errorCodes, type ErrorCode } from '../src/errors/index.js';
 import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
 import { JsonChildError, runJsonChild } from '../src/engine/testing/json-child.js';
 
@@ -48,6 +48,38 @@ export function benchPrompt(vocab: number, length: number): number[] {
   });
 }
 
+/**
+ * The typed error a failed child reported: the last stderr line that is the CLI's `--json`
+ * error (`{"error":{"code",...}}`, written by model-child.ts), rebuilt with the same code,
+ * message and hint. Undefined when the child died some other way.
+ */
+export function childError(
+  stderr: string,
+  engine: ModelBenchJob['engine'],
+  cause?: unknown,
+): TandemError | undefined {
+  for (const line of stderr.trim().split('\n').reverse()) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const e = (parsed as { error?: Record<string, unknown> } | null)?.error;
+    if (typeof e !== 'object' || e === null) continue;
+    if (typeof e.code !== 'string' || !Object.hasOwn(errorCodes, e.code) || typeof e.message !== 'string')
+      continue;
+    const details =
+      typeof e.details === 'object' && e.details !== null ? (e.details as Record<string, unknown>) : {};
+    return new TandemError(e.code as ErrorCode, e.message, {
+      hint: typeof e.hint === 'string' ? e.hint : 'see the error above',
+      details: { ...details, engine },
+      ...(cause === undefined ? {} : { cause }),
+    });
+  }
+  return undefined;
+}
+
 async function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBenchResult> {
   try {
     return await runJsonChild<ModelBenchResult>(childPath, job, {
@@ -60,6 +92,9 @@ async function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBen
         hint: 'use a smaller model or fewer --tokens, or raise --timeout',
       });
     }
+    const typed =
+      e instanceof JsonChildError && e.reason === 'exit' ? childError(e.stderr, job.engine, e) : undefined;
+    if (typed) throw typed;
     const detail =
       e instanceof JsonChildError ? e.stderr.trim().split('\n').slice(-3).join(' | ') : String(e);
     throw new TandemError('INTERNAL', `bench model: the ${job.engine} run failed: ${detail}`, {

@@ -1,0 +1,86 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { makeModel } from '../src/engine/format/make-model.js';
+import { isTandemError } from '../src/errors/index.js';
+import { childError } from './model.js';
+
+const bin = resolve(import.meta.dirname, '../bin/tandem.js');
+let dir: string;
+let path: string;
+
+function tandem(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tandem-bench-model-'));
+  path = join(dir, 'tiny.gguf');
+  await makeModel(path, { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
+});
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+// The tiny model's context holds 512 positions: the engine's child refuses a 1000-token
+// prompt with KV_CONTEXT_FULL, which the parent must report as that error, not as stderr scraps.
+const tooLong = [
+  'bench',
+  'model',
+  '--no-llama-cpp',
+  '--threads',
+  '1',
+  '--tokens',
+  '2',
+  '--prompt-tokens',
+  '1000',
+];
+
+test('bench model reports a typed error of its child with the same code, message and hint', () => {
+  const r = tandem(...tooLong.slice(0, 2), path, ...tooLong.slice(2));
+  assert.equal(r.code, 3, r.stderr); // invalid_usage, the category of KV_CONTEXT_FULL
+  assert.equal(
+    r.stderr,
+    'error [KV_CONTEXT_FULL]: 1000 prompt tokens plus 2 new ones need 1001 positions; the context holds 512\n' +
+      "  hint: shorten the prompt or lower --max-tokens (or raise --context up to the model's context length)\n",
+  );
+  assert.equal(r.stdout, '');
+});
+
+test("bench model --json reports the child's typed error as the CLI's JSON error line", () => {
+  const r = tandem(...tooLong.slice(0, 2), path, ...tooLong.slice(2), '--json');
+  assert.equal(r.code, 3, r.stderr);
+  const { error } = JSON.parse(r.stderr) as { error: Record<string, unknown> };
+  assert.equal(error.code, 'KV_CONTEXT_FULL');
+  assert.equal(error.category, 'invalid_usage');
+  assert.equal(
+    error.message,
+    '1000 prompt tokens plus 2 new ones need 1001 positions; the context holds 512',
+  );
+  assert.deepEqual(error.details, {
+    promptTokens: 1000,
+    maxTokens: 2,
+    contextLength: 512,
+    used: 0,
+    engine: 'tandem',
+  });
+});
+
+test('childError reads only a well-formed error line with a known code', () => {
+  const line = JSON.stringify({
+    error: { code: 'MODEL_TENSOR', message: 'm', hint: 'h', details: { a: 1 } },
+  });
+  const e = childError(`some log\n${line}\n`, 'llama.cpp');
+  assert.ok(isTandemError(e, 'MODEL_TENSOR'));
+  assert.equal(e.message, 'm');
+  assert.equal(e.hint, 'h');
+  assert.deepEqual(e.details, { a: 1, engine: 'llama.cpp' });
+  assert.equal(childError('TypeError: x\n    at y\n\nNode.js v20.20.2\n', 'tandem'), undefined);
+  assert.equal(
+    childError(JSON.stringify({ error: { code: 'NO_SUCH_CODE', message: 'm' } }), 'tandem'),
+    undefined,
+  );
+});
