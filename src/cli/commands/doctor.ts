@@ -14,6 +14,7 @@ import {
   type HostReport,
   type TopologyGraph,
 } from '../../topology/index.js';
+import { checkHostReport } from '../../topology/probes/check-report.js';
 
 function readJson(path: string, what: string): unknown {
   try {
@@ -23,6 +24,11 @@ function readJson(path: string, what: string): unknown {
       hint: `pass a JSON file written by \`tandem doctor --report\` or an MLX hostfile`,
     });
   }
+}
+
+/** A report file of another host, its shape checked so that a bad one is refused by its path. */
+function readReport(path: string): HostReport {
+  return checkHostReport(readJson(path, 'report'), path);
 }
 
 /** Asks a remote host for its report over ssh (what a hostfile's `ssh` names are for). */
@@ -58,7 +64,7 @@ export const command = defineCommand({
       process.stdout.write(JSON.stringify(report) + '\n');
       return 0;
     }
-    const peers: HostReport[] = (options.reports ?? []).map((p) => readJson(p, 'report') as HostReport);
+    const peers: HostReport[] = (options.reports ?? []).map(readReport);
     let graph: TopologyGraph | undefined;
     const configPath = options.config ?? defaultConfigPath();
     if (options.config !== undefined || existsSync(configPath)) graph = readClusterConfig(configPath).graph;
