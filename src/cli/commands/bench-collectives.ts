@@ -5,6 +5,46 @@ import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 import type { BenchOp } from '../../collectives/bench-rank.js';
 
+/**
+ * The step every size of `op` must be a multiple of: 4 B (one f32) for every op, and 4 B x ranks
+ * for all-gather and all-to-all, whose size (nccl-tests' bytes) is split into one whole share
+ * of f32 values per rank (bench-rank.ts); a ragged size would time a different size than its row reports.
+ */
+export function sizeStep(op: BenchOp, ranks: number): number {
+  return op === 'all-gather' || op === 'all-to-all' ? 4 * ranks : 4;
+}
+
+/** The default sizes (8 B .. 64 MiB, doubling), each rounded up to a multiple of sizeStep. */
+export function defaultSizes(op: BenchOp, ranks: number): number[] {
+  const step = sizeStep(op, ranks);
+  return [...new Set(DEFAULT_SIZES.map((b) => Math.ceil(b / step) * step))];
+}
+
+/** Refuses the first size that is not a whole number of f32 values, or of them per rank for the ops that split it. */
+export function checkSizes(op: BenchOp, ranks: number, sizes: readonly number[]): void {
+  // Every size is a whole number of f32 values (bench-rank.ts allocates bytes / 4 of them).
+  const ragged = sizes.find((b) => b % 4 !== 0);
+  if (ragged !== undefined) {
+    throw new TandemError('CLI_USAGE', `bench collectives: size ${ragged} B is not a whole number of f32 values (4 B each)`, {
+      hint: 'pass sizes that are multiples of 4 B, e.g. --sizes 8,1K,1M',
+    });
+  }
+  const step = sizeStep(op, ranks);
+  const uneven = sizes.find((b) => b % step !== 0);
+  if (uneven !== undefined) {
+    const down = Math.floor(uneven / step) * step;
+    const up = down + step;
+    throw new TandemError(
+      'CLI_USAGE',
+      `bench collectives: size ${uneven} B does not split into whole f32 values over ${ranks} ranks: --op ${op} needs sizes that are multiples of ${step} B (4 B x ${ranks} ranks)`,
+      {
+        hint: `use ${down > 0 ? `${down} or ${up}` : up} instead of ${uneven} (sizes for --op ${op} --ranks ${ranks} are multiples of ${step} B)`,
+        details: { size: uneven, op, ranks, multipleOf: step },
+      },
+    );
+  }
+}
+
 export const command = defineCommand({
   name: 'bench collectives',
   summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)',
@@ -18,7 +58,7 @@ export const command = defineCommand({
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
     provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider between the ranks (loopback: in-process, --ranks 1 only)' },
     algorithm: { type: 'string', choices: [...algorithms], description: 'force an algorithm (default: chosen per size and topology)' },
-    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, multiples of 4 B (f32 values), e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling)' },
+    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, multiples of 4 B (f32 values), and of 4 B x ranks for all-gather and all-to-all (whole values per rank), e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling, rounded up to such multiples)' },
     iterations: { type: 'number', default: 1000, description: 'timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor\'s 1000 / 50 / 10)' },
     json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
     repeat: { type: 'number', default: 1, description: 'rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine\'s speed drifts)' },
@@ -42,15 +82,9 @@ export const command = defineCommand({
         hint: 'pass --ranks 1 with loopback, or --provider shm (or tcp) for more ranks',
       });
     }
-    const sizes = options.sizes ? options.sizes.map(parseSize) : DEFAULT_SIZES;
-    // Every size is a whole number of f32 values (bench-rank.ts allocates bytes / 4 of them).
-    const ragged = sizes.find((b) => b % 4 !== 0);
-    if (ragged !== undefined) {
-      throw new TandemError('CLI_USAGE', `bench collectives: size ${ragged} B is not a whole number of f32 values (4 B each)`, {
-        hint: 'pass sizes that are multiples of 4 B, e.g. --sizes 8,1K,1M',
-      });
-    }
     const op = options.op as BenchOp;
+    const sizes = options.sizes ? options.sizes.map(parseSize) : defaultSizes(op, ranks);
+    checkSizes(op, ranks, sizes);
     const script = options.anchors ? anchorsScript() : undefined;
     if (options.anchors && script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');
     const compare = script !== undefined && op === 'all-reduce';
