@@ -6,18 +6,20 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
 /**
  * DESIGN.md's layer rule: each layer imports only the layers below it. `engine/` never
  * touches the network (no fabric, collectives or topology); `fabric/` knows nothing above it.
+ * `util/` (process helpers every layer shares) lies below them all and imports none.
  */
 export const allowed: Record<string, readonly string[]> = {
-  errors: [],
-  kernels: ['errors'],
-  fabric: ['errors', 'kernels'],
-  topology: ['errors', 'kernels', 'fabric'],
-  collectives: ['errors', 'kernels', 'fabric', 'topology'],
-  engine: ['errors', 'kernels'],
-  parallel: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine'],
-  cluster: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel'],
-  api: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster'],
-  cli: ['errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster', 'api'],
+  util: [],
+  errors: ['util'],
+  kernels: ['util', 'errors'],
+  fabric: ['util', 'errors', 'kernels'],
+  topology: ['util', 'errors', 'kernels', 'fabric'],
+  collectives: ['util', 'errors', 'kernels', 'fabric', 'topology'],
+  engine: ['util', 'errors', 'kernels'],
+  parallel: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine'],
+  cluster: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel'],
+  api: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster'],
+  cli: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster', 'api'],
 };
 
 const srcRoot = resolve(import.meta.dirname, '..', 'src');

@@ -2,10 +2,8 @@ import { lstatSync, realpathSync, rmSync, statSync, type Stats } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { TandemError } from '../../errors/index.js';
+import { onInterrupt } from '../../util/on-interrupt.js';
 import { fileKind } from './byte-source.js';
-
-/** Signals that end the process while a file is written; the temporary file goes with them. */
-const SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
 /**
  * Writes `path` through a temporary file in the same directory, renamed over `path` only once
@@ -19,16 +17,10 @@ export async function writeFileAtomically<T>(path: string, write: (file: FileHan
   const target = destination(path);
   const tmp = `${target}.${process.pid}.tmp`;
   const aborter = new AbortController();
-  const onSignal = (signal: NodeJS.Signals): void => {
+  const removeHandlers = onInterrupt((signal) => {
     rmSync(tmp, { force: true });
-    removeHandlers();
     aborter.abort(new TandemError('ABORTED', `writing ${path} was interrupted by ${signal}; removed the partial file`, { hint: 'run the command again', details: { file: path, signal } }));
-    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
-  };
-  const removeHandlers = (): void => {
-    for (const s of SIGNALS) process.removeListener(s, onSignal);
-  };
-  for (const s of SIGNALS) process.on(s, onSignal);
+  });
   let file: FileHandle | undefined;
   try {
     file = await open(tmp, 'w').catch((e: unknown) => {

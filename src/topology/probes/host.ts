@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { parseHardwarePorts, parseIbvDevinfo, parseIfconfig, parseRdmaCtlStatus, parseThunderbolt } from './macos.js';
 import { readLinuxInterfaces, readLinuxRdma } from './linux.js';
 import type { HostReport, NetInterface } from './types.js';
+import { onInterrupt } from '../../util/on-interrupt.js';
 
 /** Runs a command and returns its stdout, or throws; injected in tests. */
 export type CommandRunner = (file: string, args: readonly string[]) => Promise<string>;
@@ -24,19 +25,17 @@ function killGroup(pid: number): void {
 
 /**
  * A probe runs in its own process group (detached), so it no longer gets the terminal's
- * Ctrl-C: this listener ends the groups on SIGINT/SIGTERM, then lets the signal take its
- * default course unless another listener handles it.
+ * Ctrl-C: while any runs, an onInterrupt listener ends the groups on SIGINT/SIGTERM, then
+ * lets the signal take its default course unless another listener handles it.
  */
-function onSignal(signal: NodeJS.Signals): void {
-  for (const pid of liveGroups) killGroup(pid);
-  liveGroups.clear();
-  unwatchSignals();
-  if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+function watchSignals(): () => void {
+  return onInterrupt(() => {
+    for (const pid of liveGroups) killGroup(pid);
+    liveGroups.clear();
+  });
 }
-function unwatchSignals(): void {
-  process.removeListener('SIGINT', onSignal);
-  process.removeListener('SIGTERM', onSignal);
-}
+/** Unregisters the listener of the running probes (a no-op when none is registered). */
+let unwatchSignals = (): void => {};
 
 /**
  * Runs a probe command with a 5 s deadline, so a wedged tool cannot hang doctor. The command
@@ -66,10 +65,7 @@ export const runWithin = (timeoutMs: number, file: string, args: readonly string
     child.stderr.on('data', collect(err));
     const timer = setTimeout(() => stop(new Error(`${file} ${args.join(' ')}: no answer within ${timeoutMs} ms (killed it and what it started)`)), timeoutMs);
     if (child.pid !== undefined) {
-      if (liveGroups.size === 0) {
-        process.on('SIGINT', onSignal);
-        process.on('SIGTERM', onSignal);
-      }
+      if (liveGroups.size === 0) unwatchSignals = watchSignals();
       liveGroups.add(child.pid);
     }
     const done = (): void => {

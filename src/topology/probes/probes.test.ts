@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -181,6 +182,41 @@ test('a probe past its deadline is killed with everything it started', { skip: p
     rmSync(tmp, { recursive: true, force: true });
   }
 });
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  test(`${signal} while a probe runs kills the probe with everything it started, and still ends the process by ${signal}`, { skip: process.platform !== 'linux' }, async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-signal-'));
+    const pidFile = join(tmp, 'pid');
+    const host = new URL('./host.ts', import.meta.url).href;
+    const code = `
+      const { runWithin } = await import(${JSON.stringify(host)});
+      await runWithin(20000, 'sh', ['-c', 'sleep 200 & echo $! > ${pidFile}.part && mv ${pidFile}.part ${pidFile}; wait']);`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { stdio: 'ignore' });
+    try {
+      const ended = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, s) => resolve(s)));
+      const deadline = Date.now() + 15000;
+      let sleeper = 0;
+      while (Date.now() < deadline && child.exitCode === null) {
+        try {
+          sleeper = Number(readFileSync(pidFile, 'utf8'));
+          break;
+        } catch {
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
+      assert.ok(sleeper > 0, 'the probe did not start its sleep within 15 s');
+      child.kill(signal);
+      const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the process did not end within 10 s')), 10000).unref());
+      assert.equal(await Promise.race([ended, timeout]), signal);
+      const gone = Date.now() + 2000;
+      while (running(sleeper) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(running(sleeper), false, `the probe's sleep (pid ${sleeper}) was left running`);
+    } finally {
+      child.kill('SIGKILL');
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+}
 
 test('runCommand returns stdout, and a failing command rejects with its stderr', async () => {
   assert.equal(await runCommand('sh', ['-c', 'echo hi']), 'hi\n');
