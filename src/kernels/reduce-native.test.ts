@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { reduceInto, reduceOps } from './reduce.js';
-import { loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, treeSum } from './reduce-native.js';
+import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, sumTree, treeSpares, treeSum, type SumTree } from './reduce-native.js';
 
 function hasCompiler(): boolean {
   try {
@@ -129,3 +129,42 @@ test('treeSum adds in the fixed pairwise tree: a subtree sums alike alone or ins
   }
   assert.throws(() => treeSum([new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)], new Float32Array(4), []), /spare buffer/);
 });
+
+test('sumTree: a nested tree sums alike from its leaves or from the sums of any of its subtrees', async () => {
+  await loadNativeReduce();
+  const rand = xorshift(777);
+  const n = 500;
+  const vec = (): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
+  const add = (a: Float32Array, b: Float32Array): Float32Array => a.map((v, i) => Math.fround(v + (b[i] as number)));
+  const p = Array.from({ length: 6 }, vec);
+  const sum = (tree: SumTree, parts: Float32Array[]): Float32Array => {
+    const out = new Float32Array(n);
+    sumTree(tree, parts, out, Array.from({ length: treeSpares(tree) }, () => new Float32Array(n)));
+    return out;
+  };
+  // the leaf tree of 32 heads cut for 2, 4 and 3 ranks: ((l0 + (l1 + l2)) + ((l3 + l4) + l5))
+  const tree: SumTree = [[0, [1, 2]], [[3, 4], 5]];
+  const [p0, p1, p2, p3, p4, p5] = p as [Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array];
+  const whole = sum(tree, p);
+  assert.deepEqual(whole, add(add(p0, add(p1, p2)), add(add(p3, p4), p5)));
+  // ranks holding [l0 l1 l2], [l3 l4] and [l5] each send the subtree they hold; the group adds them in the tree's top
+  const a = sum([0, [1, 2]], [p0, p1, p2]);
+  const b = sum([0, 1], [p3, p4]);
+  assert.deepEqual(sum([0, [1, 2]], [a, b, p5]), whole);
+  // ... but not in the flat order of the three
+  assert.notDeepEqual(treeSumOf([a, b, p5]), whole);
+  // four children in pairs are the flat tree of 4
+  assert.deepEqual(sum([[0, 1], [2, 3]], p.slice(0, 4)), treeSumOf(p.slice(0, 4)));
+  assert.equal(treeSpares(tree), 1);
+  assert.equal(treeSpares([[0, 1], [[2, 3], [4, 5]]]), 2);
+  assert.equal(treeSpares([0, 1, 2]), 0);
+  assert.equal(treeSpares(flatTree(4)), 1);
+  assert.equal(treeSpares(3), 0, 'a lone part');
+  assert.throws(() => sumTree(tree, p, new Float32Array(n), []), /spare buffer/);
+});
+
+function treeSumOf(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts[0]!.length);
+  treeSum(parts, out, [new Float32Array(out.length), new Float32Array(out.length)]);
+  return out;
+}

@@ -79,39 +79,80 @@ export function reduceFast(op: ReduceOp, dtype: DType, acc: DTypeArray, other: D
 }
 
 /**
- * out = the sum of `parts` in a fixed pairwise tree: the first half (the largest power of two
- * below the count) and the rest are summed alike and then added, so 4 parts are (p0 + p1) +
- * (p2 + p3). A run of parts that is a whole subtree of a larger tree sums to the same bits in
- * both, and IEEE addition commutes, so ranks that hold different subtrees (or the halves of
- * one pair) get bit-identical totals: the order tensor-parallel sums are pinned to (see
- * docs/parallel.md, "Exact tensor parallel"). `out` may be parts[0] and nothing else;
- * `spare` needs treeSpares(parts.length) buffers of out's length at least.
+ * A fixed order of summation: a part's index, or a node whose children are added pairwise: the
+ * first half (the largest power of two below the count) and the rest are summed alike and
+ * then added, so 4 children are (c0 + c1) + (c2 + c3). A subtree sums to the same bits alone
+ * or inside the whole, and IEEE addition commutes, so ranks that hold different subtrees (or
+ * the halves of one pair) get bit-identical totals: the order tensor-parallel sums are
+ * pinned to (see src/engine/model/leaves.ts and docs/parallel.md, "Exact tensor parallel").
  */
+export type SumTree = number | readonly SumTree[];
+
+const flatTrees: SumTree[] = [];
+
+/** The flat tree over parts 0..n-1 (treeSum's order). */
+export function flatTree(n: number): SumTree {
+  return (flatTrees[n] ??= Array.from({ length: n }, (_, i) => i));
+}
+
+/**
+ * out = the sum of `parts` in the order of `tree` (every index of `parts` it names once).
+ * `out` may be the tree's first (leftmost) part and no other; `spare` needs treeSpares(tree)
+ * buffers of out's length at least.
+ */
+export function sumTree(tree: SumTree, parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
+  sumNode(tree, parts, out, spare, 0);
+}
+
+/** out = the sum of `parts` in the flat pairwise tree (flatTree): (p0 + p1) + (p2 + p3) for 4. */
 export function treeSum(parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
-  sumRange(parts, 0, parts.length, out, spare, 0);
+  sumNode(flatTree(parts.length), parts, out, spare, 0);
 }
 
-/** Spare buffers treeSum needs for `parts` parts: one per level below the top. */
-export function treeSpares(parts: number): number {
-  return Math.max(0, Math.ceil(Math.log2(parts)) - 1);
+/** Spare buffers sumTree needs for `tree`. */
+export function treeSpares(tree: SumTree): number {
+  return typeof tree === 'number' ? 0 : sparesOf(tree, 0, tree.length, 0);
 }
 
-function sumRange(parts: readonly Float32Array[], lo: number, hi: number, dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
-  const n = dst.length;
+function sparesOf(kids: readonly SumTree[], lo: number, hi: number, depth: number): number {
   if (hi - lo === 1) {
-    if (parts[lo] !== dst) dst.set((parts[lo] as Float32Array).subarray(0, n));
+    const only = kids[lo] as SumTree;
+    return typeof only === 'number' ? 0 : sparesOf(only, 0, only.length, depth);
+  }
+  const half = halfOf(hi - lo);
+  const left = sparesOf(kids, lo, lo + half, depth);
+  if (hi - (lo + half) === 1 && typeof kids[lo + half] === 'number') return left;
+  return Math.max(left, depth + 1, sparesOf(kids, lo + half, hi, depth + 1));
+}
+
+/** The largest power of two below n (n >= 2). */
+function halfOf(n: number): number {
+  let half = 1;
+  while (2 * half < n) half *= 2;
+  return half;
+}
+
+function sumNode(node: SumTree, parts: readonly Float32Array[], dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
+  if (typeof node === 'number') {
+    const part = parts[node] as Float32Array;
+    if (part !== dst) dst.set(part.subarray(0, dst.length));
     return;
   }
-  let half = 1;
-  while (2 * half < hi - lo) half *= 2;
-  sumRange(parts, lo, lo + half, dst, spare, depth);
-  if (hi - (lo + half) === 1) {
-    reduceFast('sum', 'f32', dst, parts[lo + half] as Float32Array);
+  sumKids(node, 0, node.length, parts, dst, spare, depth);
+}
+
+function sumKids(kids: readonly SumTree[], lo: number, hi: number, parts: readonly Float32Array[], dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
+  if (hi - lo === 1) return sumNode(kids[lo] as SumTree, parts, dst, spare, depth);
+  const half = halfOf(hi - lo);
+  sumKids(kids, lo, lo + half, parts, dst, spare, depth);
+  const right = kids[lo + half] as SumTree;
+  if (hi - (lo + half) === 1 && typeof right === 'number') {
+    reduceFast('sum', 'f32', dst, parts[right] as Float32Array);
     return;
   }
   const t = spare[depth];
-  if (t === undefined || t.length < n) throw new RangeError(`treeSum: ${hi - lo} parts need a spare buffer at depth ${depth}`);
-  const tmp = t.subarray(0, n);
-  sumRange(parts, lo + half, hi, tmp, spare, depth + 1);
+  if (t === undefined || t.length < dst.length) throw new RangeError(`sumTree: a tree of ${kids.length} parts needs a spare buffer at depth ${depth}`);
+  const tmp = t.subarray(0, dst.length);
+  sumKids(kids, lo + half, hi, parts, tmp, spare, depth + 1);
   reduceFast('sum', 'f32', dst, tmp);
 }

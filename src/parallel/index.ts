@@ -2,7 +2,6 @@ export {
   buildPlan,
   describePlan,
   parallelKinds,
-  splitRange,
   proportionalCounts,
   type ParallelKind,
   type ParallelPlan,

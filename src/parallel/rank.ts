@@ -55,7 +55,8 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
       ...(exchange ? { exchange } : {}),
       ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter, exchange) } : {}),
     });
-    const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm });
+    const shards = o.plan.ranks.filter((r) => r.stage === me.stage).sort((a, b) => a.tpRank - b.tpRank).map((r) => r.shard);
+    const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm, group: shards });
     return {
       model,
       plan: o.plan,

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
-import { treeSpares, treeSum } from '../kernels/reduce-native.js';
+import { flatTree, sumTree, treeSpares } from '../kernels/reduce-native.js';
+import type { GroupSum } from '../engine/model/leaves.js';
 import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
@@ -109,37 +110,47 @@ export class CollectiveShardComm implements ShardComm {
     return this.carry;
   }
 
-  async allReduceSum(x: Float32Array): Promise<void> {
+  async allReduceSum(x: Float32Array, group?: GroupSum): Promise<void> {
     const size = this.comm.size;
     if (size === 1) return;
     const ex = this.exchange;
     if (ex) {
-      await this.meter.time(0, ex.allReduceSum(x, this.carryFor(x)));
+      await this.meter.time(0, ex.allReduceSum(x, this.carryFor(x), group));
       this.meter.bytes += (size - 1) * ex.payloadBytes(x.length);
       return;
     }
-    if (this.wire !== 'f32' || size > 2) {
-      await this.gatherReduce(x, this.carryFor(x));
+    if (this.wire !== 'f32' || size > 2 || (group && group.counts.some((c) => c !== 1))) {
+      await this.gatherReduce(x, this.carryFor(x), group);
       return;
     }
-    // 2 ranks: the communicator's sum is p0 + p1 on both (IEEE addition commutes)
+    // 2 ranks of one part each: the communicator's sum is p0 + p1 on both (IEEE addition commutes)
     await this.meter.time(0, this.comm.allReduce(x));
     this.meter.bytes += allReduceWireBytes(x.byteLength, size, this.comm.lastAlgorithm);
   }
 
   /**
-   * Every rank's part gathered and summed by each rank in the fixed pairwise tree (treeSum),
-   * with the direct exchange's semantics: (p0 + p1) + (p2 + p3), the order one node adds its
-   * leaves in, so 4 ranks give one node's sums bit for bit (the communicator's own all-reduce
-   * adds in an order of its algorithm's). With f16/q8 each rank rounds its own part once
-   * (after adding its carried error) and every rank sums the same rounded parts in f32: no
-   * partial sum is rounded again (a reduction on f16 or q8 data would round at every step).
+   * Every rank's part (or pieces, with `group`) gathered and summed by each rank in the fixed
+   * tree (group.tree, else the flat pairwise tree over the ranks: (p0 + p1) + (p2 + p3)), with
+   * the direct exchange's semantics: the order one node adds its leaves in, so 3 and 4 ranks
+   * give one node's sums bit for bit (the communicator's own all-reduce adds in an order of
+   * its algorithm's). Ranks with fewer pieces than the most pad their message. With f16/q8
+   * each rank rounds its own part once (after adding its carried error) and every rank sums
+   * the same rounded parts in f32: no partial sum is rounded again (a reduction on f16 or q8
+   * data would round at every step).
    */
-  private async gatherReduce(x: Float32Array, carry: Float32Array | undefined): Promise<void> {
+  private async gatherReduce(
+    x: Float32Array,
+    carry: Float32Array | undefined,
+    group: GroupSum | undefined,
+  ): Promise<void> {
     const size = this.comm.size;
-    const n = x.length;
-    if (carry) for (let i = 0; i < n; i++) x[i] = (x[i] as number) + (carry[i] as number);
+    const rank = this.comm.rank;
+    const counts = group?.counts ?? this.ones(size);
+    const m = x.length / counts[rank]!;
+    const n = Math.max(...counts) * m;
+    if (carry) for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) + (carry[i] as number);
     const words = wireLength(this.wire, n);
+    const tree = group?.tree ?? flatTree(size);
     if (this.mine === undefined || this.mine.length !== words) {
       this.mine = wireBuffer(this.wire, n);
       this.gathered =
@@ -152,28 +163,39 @@ export class CollectiveShardComm implements ShardComm {
       this.decoded = Array.from({ length: size }, () =>
         this.wire === 'f32' ? new Float32Array(0) : new Float32Array(n),
       );
-      this.spare = Array.from({ length: treeSpares(size) }, () => new Float32Array(n));
     }
+    const spares = treeSpares(tree);
+    if (this.spare.length < spares || (spares > 0 && this.spare[0]!.length < m))
+      this.spare = Array.from({ length: spares }, () => new Float32Array(m));
     const mine = this.mine;
     const all = this.gathered!;
     encodeWire(this.wire, x, mine);
     const dtype = this.wire === 'f16' ? ({ dtype: 'f16' } as const) : {};
     await this.meter.time(0, this.comm.allGather(mine, { out: all, ...dtype }));
     this.meter.bytes += (size - 1) * mine.byteLength;
-    const own = this.own!;
+    const own = this.own!.subarray(0, x.length);
     decodeWire(this.wire, mine, own);
-    if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
+    if (carry) for (let i = 0; i < x.length; i++) carry[i] = (x[i] as number) - (own[i] as number);
     const parts: Float32Array[] = [];
     for (let r = 0; r < size; r++) {
       const msg = all.subarray(r * words, (r + 1) * words);
-      if (r === this.comm.rank) parts.push(own);
-      else if (this.wire === 'f32') parts.push(msg as Float32Array);
+      let values: Float32Array;
+      if (r === rank) values = own;
+      else if (this.wire === 'f32') values = msg as Float32Array;
       else {
-        decodeWire(this.wire, msg, this.decoded[r]!);
-        parts.push(this.decoded[r]!);
+        values = this.decoded[r]!.subarray(0, counts[r]! * m);
+        decodeWire(this.wire, msg, values);
       }
+      for (let q = 0; q < counts[r]!; q++) parts.push(values.subarray(q * m, (q + 1) * m));
     }
-    treeSum(parts, x, this.spare);
+    sumTree(tree, parts, x.subarray(0, m), this.spare);
+  }
+
+  private onesCache: number[] = [];
+  /** One part per rank. */
+  private ones(size: number): readonly number[] {
+    if (this.onesCache.length !== size) this.onesCache = new Array<number>(size).fill(1);
+    return this.onesCache;
   }
 
   async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {

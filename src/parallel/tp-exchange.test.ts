@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import { createLocalWorld } from '../collectives/local-world.js';
 import { isTandemError } from '../errors/index.js';
 import { f16ToF32, f32ToF16 } from '../kernels/half.js';
+import { sumTree, treeSpares, type SumTree } from '../kernels/reduce-native.js';
+import { CollectiveShardComm } from './shard-comm.js';
 import { exchangeBufferBytes, TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
@@ -74,6 +76,61 @@ for (const size of [2, 3, 4]) {
     }
   });
 }
+
+test("group sums: ranks hand over several pieces and every rank adds them in the group's tree, through the exchange and the communicator alike", async () => {
+  // 3 ranks holding 2, 2 and 1 pieces (SmolLM2's 9 heads over 3 ranks): the leaf tree's top over the 5
+  const group = {
+    counts: [2, 2, 1],
+    tree: [
+      [0, [1, 2]],
+      [3, 4],
+    ] as SumTree,
+  };
+  for (const wire of ['f32', 'f16', 'q8'] as const) {
+    const w = await world(3, wire, 1000);
+    const comms = await createLocalWorld(3, { timeoutMs: 10_000 });
+    const viaComm = comms.map((c) => new CollectiveShardComm(c, { wire }));
+    try {
+      for (const m of [5, 2048, 2500]) {
+        // 2500 values of 2 pieces cross the 1000-value chunk: runs of 500 per piece
+        const xs = group.counts.map((count, r) => values(count * m, 900 + m + r, 8));
+        const pieces = xs.flatMap((x, r) =>
+          Array.from({ length: group.counts[r]! }, (_, q) => x.slice(q * m, (q + 1) * m)),
+        );
+        const expected = new Float32Array(m);
+        sumTree(
+          group.tree,
+          pieces,
+          expected,
+          Array.from({ length: treeSpares(group.tree) }, () => new Float32Array(m)),
+        );
+        const a = xs.map((x) => x.slice());
+        const b = xs.map((x) => x.slice());
+        await Promise.all(w.ex.map((e, r) => e.allReduceSum(a[r]!, undefined, group)));
+        await Promise.all(viaComm.map((c, r) => c.allReduceSum(b[r]!, group)));
+        for (let r = 0; r < 3; r++) {
+          const gotA = a[r]!.subarray(0, m);
+          const gotB = b[r]!.subarray(0, m);
+          if (wire === 'f32')
+            assert.deepEqual(gotA, expected, `m ${m}, rank ${r}: the tree over every piece`);
+          assert.deepEqual(gotA, a[0]!.subarray(0, m), `${wire}, m ${m}: rank ${r} equals rank 0`);
+          if (m <= 1000 || wire === 'f32')
+            assert.deepEqual(gotB, gotA, `${wire}, m ${m}, rank ${r}: the communicator sums as the exchange`);
+        }
+        if (wire !== 'f32')
+          for (let i = 0; i < m; i++)
+            assert.ok(
+              Math.abs((a[0]![i] as number) - (expected[i] as number)) <=
+                5 * 8 * (wire === 'f16' ? 2 ** -10 : 1 / 127),
+              `${wire} value ${i}`,
+            );
+      }
+    } finally {
+      await w.close();
+      await Promise.all(comms.map((c) => c.close()));
+    }
+  }
+});
 
 test('f16 and q8 wires: every rank sums the same rounded parts (identical results, within the rounding bound)', async () => {
   for (const wire of ['f16', 'q8'] as const) {

@@ -17,7 +17,8 @@ import { copyBytes } from '../kernels/copy.js';
 import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
-import { loadNativeReduce, reduceFast, treeSpares, treeSum } from '../kernels/reduce-native.js';
+import { flatTree, loadNativeReduce, reduceFast, sumTree, treeSpares } from '../kernels/reduce-native.js';
+import type { GroupSum } from '../engine/model/leaves.js';
 import type { WireFormat } from './wire.js';
 
 /**
@@ -125,7 +126,10 @@ export class TpExchange {
   private readonly decoded: Float32Array[];
   /** treeSum's spare buffers (a tree of `size` parts needs one per level below the top). */
   private readonly spare: Float32Array[];
-  private readonly parts: Float32Array[];
+  private readonly parts: Float32Array[] = [];
+  /** A chunk's runs of this rank's pieces, and of their carried errors (group sums; allocated on first use). */
+  private packedRuns: Float32Array | undefined;
+  private packedErrors: Float32Array | undefined;
   private aborted: string | undefined;
 
   private constructor(
@@ -151,8 +155,7 @@ export class TpExchange {
     this.inViews = peers.map((p) => (p ? [view(p.inbox.buffer, 0), view(p.inbox.buffer, slotBytes)] : []));
     this.own = new Float32Array(chunk);
     this.decoded = peers.map((p) => (p && wire !== 'f32' ? new Float32Array(chunk) : new Float32Array(0)));
-    this.spare = Array.from({ length: treeSpares(size) }, () => new Float32Array(chunk));
-    this.parts = Array.from({ length: size }, () => this.own);
+    this.spare = Array.from({ length: treeSpares(flatTree(size)) }, () => new Float32Array(chunk));
   }
 
   /** Collective over `group`: every member listens, learns the others' addresses and connects to each. */
@@ -269,21 +272,56 @@ export class TpExchange {
 
   /**
    * In place: x becomes the sum over the group (every part rounded to the wire format first).
+   * With `group` (exact row-parallel sums, leaves.ts), x holds this rank's pieces [pieces, m]
+   * and x[0, m) becomes the sum of every rank's pieces in the order of `group.tree`.
    * With `carry` (same length as x; f16/q8 wires): error feedback. This rank's rounding error
    * of the previous call is added to its part before rounding, and `carry` receives the new
    * error. For the all-reduces of one forward pass, which all add into the same residual
    * stream, the rounding errors then no longer pile up layer after layer: the stream misses
    * only the last call's error, not the sum of every call's.
    */
-  async allReduceSum(x: Float32Array, carry?: Float32Array): Promise<void> {
+  async allReduceSum(x: Float32Array, carry?: Float32Array, group?: GroupSum): Promise<void> {
     const feedback = carry !== undefined && this.wire !== 'f32';
-    for (let at = 0; at < x.length; at += this.chunk) {
-      const piece = x.subarray(at, Math.min(x.length, at + this.chunk));
-      const c = feedback ? carry.subarray(at, at + piece.length) : undefined;
-      if (c) for (let i = 0; i < piece.length; i++) piece[i] = (piece[i] as number) + (c[i] as number);
-      await this.exchange(piece, this.wire);
-      this.sum(piece, this.wire, c);
+    const counts = group?.counts;
+    const pieces = counts ? counts[this.rank]! : 1;
+    const m = x.length / pieces;
+    // a chunk carries every piece's run [at, at + step) of every rank
+    const step = counts ? Math.floor(this.chunk / Math.max(...counts)) : this.chunk;
+    for (let at = 0; at < m; at += step) {
+      const len = Math.min(m - at, step);
+      let part = x.subarray(at, at + len);
+      if (pieces > 1) {
+        part = (this.packedRuns ??= new Float32Array(this.chunk)).subarray(0, pieces * len);
+        for (let q = 0; q < pieces; q++) part.set(x.subarray(q * m + at, q * m + at + len), q * len);
+      }
+      const c = feedback ? this.carryRun(carry, m, at, len, pieces) : undefined;
+      if (c) for (let i = 0; i < part.length; i++) part[i] = (part[i] as number) + (c[i] as number);
+      await this.exchange(part, this.wire);
+      this.sum(part, len, this.wire, c, group);
+      if (pieces > 1) {
+        x.set(part.subarray(0, len), at);
+        if (c) this.unpackCarry(c, carry!, m, at, len, pieces);
+      }
     }
+  }
+
+  /** The carried errors of a chunk's runs, packed like the chunk (the carry itself for one piece). */
+  private carryRun(carry: Float32Array, m: number, at: number, len: number, pieces: number): Float32Array {
+    if (pieces === 1) return carry.subarray(at, at + len);
+    const c = (this.packedErrors ??= new Float32Array(this.chunk)).subarray(0, pieces * len);
+    for (let q = 0; q < pieces; q++) c.set(carry.subarray(q * m + at, q * m + at + len), q * len);
+    return c;
+  }
+
+  private unpackCarry(
+    c: Float32Array,
+    carry: Float32Array,
+    m: number,
+    at: number,
+    len: number,
+    pieces: number,
+  ): void {
+    for (let q = 0; q < pieces; q++) carry.set(c.subarray(q * len, (q + 1) * len), q * m + at);
   }
 
   /** Every rank's `mine` (same length on all, f32 exact) into `out` [size, mine.length] in rank order. */
@@ -401,35 +439,49 @@ export class TpExchange {
   }
 
   /**
-   * x = the sum of every rank's part (own part rounded like the others) in the fixed pairwise
-   * tree (treeSum: (p0 + p1) + (p2 + p3) for 4), the order one node adds its leaves in, so
-   * that a split into 2 or 4 gives one node's sums bit for bit (docs/parallel.md, "Exact
-   * tensor parallel"). The adds run in the native reduce kernel (a 1 MiB part: ~0.5 ms in a
-   * TypeScript loop). With 2 ranks and the exact f32 wire, x already holds this rank's part
-   * and the other's is added to it in place: p1 + p0 is bit for bit p0 + p1 (IEEE addition
-   * commutes).
+   * x[0, len) = the sum of every rank's part (own part rounded like the others) in the fixed
+   * tree: group.tree over every rank's pieces, else the flat pairwise tree over the ranks
+   * ((p0 + p1) + (p2 + p3) for 4). That is the order one node adds its leaves in, so a split
+   * into 2, 3 or 4 gives one node's sums bit for bit (docs/parallel.md, "Exact tensor
+   * parallel"). x holds this rank's part [pieces, len]. The adds run in the native reduce
+   * kernel (a 1 MiB part: ~0.5 ms in a TypeScript loop). With 2 ranks of one piece each and
+   * the exact f32 wire, x already holds this rank's part and the other's is added to it in
+   * place: p1 + p0 is bit for bit p0 + p1 (IEEE addition commutes).
    */
-  private sum(x: Float32Array, wire: WireFormat, carry?: Float32Array): void {
-    const n = x.length;
+  private sum(
+    x: Float32Array,
+    len: number,
+    wire: WireFormat,
+    carry: Float32Array | undefined,
+    group: GroupSum | undefined,
+  ): void {
     const slot = (this.seq - 1) & 1;
-    if (wire === 'f32' && this.size === 2) {
-      reduceFast('sum', 'f32', x, this.inViews[1 - this.rank]![slot]!.f32.subarray(0, n));
+    const counts = group?.counts;
+    if (wire === 'f32' && this.size === 2 && (!counts || (counts[0] === 1 && counts[1] === 1))) {
+      reduceFast('sum', 'f32', x, this.inViews[1 - this.rank]![slot]!.f32.subarray(0, len));
       return;
     }
+    const n = x.length;
     const own = this.own.subarray(0, n);
     this.decode(this.outViews[slot]!, own, x, wire);
     if (carry) for (let i = 0; i < n; i++) carry[i] = (x[i] as number) - (own[i] as number);
     const parts = this.parts;
+    parts.length = 0;
     for (let r = 0; r < this.size; r++) {
+      const count = counts ? counts[r]! : 1;
       const view = this.inViews[r]![slot];
-      parts[r] =
+      const values =
         r === this.rank
           ? own
           : wire === 'f32'
-            ? view!.f32.subarray(0, n)
-            : this.decode(view!, this.decoded[r]!.subarray(0, n), undefined, wire);
+            ? view!.f32.subarray(0, count * len)
+            : this.decode(view!, this.decoded[r]!.subarray(0, count * len), undefined, wire);
+      for (let q = 0; q < count; q++) parts.push(values.subarray(q * len, (q + 1) * len));
     }
-    treeSum(parts, x, this.spare);
+    const tree = group?.tree ?? flatTree(this.size);
+    const spares = treeSpares(tree);
+    while (this.spare.length < spares) this.spare.push(new Float32Array(this.chunk));
+    sumTree(tree, parts, x.subarray(0, len), this.spare);
   }
 
   private decode(

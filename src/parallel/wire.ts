@@ -40,12 +40,13 @@ export function encodeWire(
   else q8Pack(x, new Uint8Array(out.buffer, out.byteOffset, out.byteLength));
 }
 
+/** Decodes the first x.length activations of a message (a rank with fewer pieces than the most sends a shorter one). */
 export function decodeWire(
   wire: WireFormat,
   msg: Float32Array | Uint16Array | Int32Array,
   x: Float32Array,
 ): void {
-  if (wire === 'f32') x.set(msg as Float32Array);
+  if (wire === 'f32') x.set((msg as Float32Array).subarray(0, x.length));
   else if (wire === 'f16')
     for (let i = 0; i < x.length; i++) x[i] = f16ToF32Table[(msg as Uint16Array)[i] as number] as number;
   else q8Unpack(new Uint8Array(msg.buffer, msg.byteOffset, msg.byteLength), x);

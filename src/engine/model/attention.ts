@@ -1,4 +1,4 @@
-import { treeSpares, treeSum } from '../../kernels/reduce-native.js';
+import { sumTree, treeSpares, type SumTree } from '../../kernels/reduce-native.js';
 import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
@@ -40,29 +40,38 @@ export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array,
 
 /**
  * y = W x for n tokens of a row-parallel projection held as leaves (leaves.ts): each leaf
- * multiplies its run of x's columns and the partial outputs are added in the fixed tree.
+ * multiplies its run of x's columns and the partial outputs are added in the fixed tree. With
+ * a group sum, y receives this shard's pieces [pieces, n, rows] for the group to add (see
+ * leafParts); else their sum [n, rows]. The leftmost leaf of each piece writes straight into
+ * the piece's place.
  */
 export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Float32Array, n: number, scratch: Scratch, tag: string): void {
-  const first = leaves[0] as Weight;
-  if (leaves.length === 1) return project(k, first, x, y, n);
-  const cols = leaves.reduce((c, w) => c + w.cols, 0);
-  const out = y.subarray(0, n * first.rows);
-  const parts: Float32Array[] = [];
-  const spare: Float32Array[] = [];
+  const { weights, pieces } = leaves;
+  const first = weights[0] as Weight;
+  if (weights.length === 1) return project(k, first, x, y, n);
+  const m = n * first.rows;
+  const roots: readonly SumTree[] = leaves.group ? pieces : [pieces.length === 1 ? (pieces[0] as SumTree) : pieces];
+  const outs = roots.map((_, q) => y.subarray(q * m, (q + 1) * m));
+  const parts = weights.map((_, j) => scratch.f32(`${tag}.${j}`, m));
+  for (const [q, root] of roots.entries()) parts[leftmost(root)] = outs[q] as Float32Array;
+  const cols = weights.reduce((c, w) => c + w.cols, 0);
   let at = 0;
-  for (const [j, w] of leaves.entries()) {
+  for (const [j, w] of weights.entries()) {
     let xj = x.subarray(at, at + w.cols);
     if (n > 1) {
       xj = scratch.f32(`${tag}.x`, n * w.cols);
       for (let t = 0; t < n; t++) xj.set(x.subarray(t * cols + at, t * cols + at + w.cols), t * w.cols);
     }
-    const yj = j === 0 ? out : scratch.f32(`${tag}.${j}`, n * w.rows);
-    project(k, w, xj, yj, n);
-    parts.push(yj);
+    project(k, w, xj, parts[j] as Float32Array, n);
     at += w.cols;
   }
-  for (let d = 0; d < treeSpares(leaves.length); d++) spare.push(scratch.f32(`${tag}.t${d}`, n * first.rows));
-  treeSum(parts, out, spare);
+  const spare: Float32Array[] = [];
+  for (let d = 0; d < Math.max(...roots.map((r) => treeSpares(r))); d++) spare.push(scratch.f32(`${tag}.t${d}`, m));
+  for (const [q, root] of roots.entries()) sumTree(root, parts, outs[q] as Float32Array, spare);
+}
+
+function leftmost(node: SumTree): number {
+  return typeof node === 'number' ? node : leftmost(node[0] as SumTree);
 }
 
 /**

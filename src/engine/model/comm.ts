@@ -1,3 +1,5 @@
+import type { GroupSum } from './leaves.js';
+
 /**
  * The communication a sharded model needs, implemented by the parallel layer over
  * collectives (the engine never imports them). Every rank of a group calls each method in
@@ -7,9 +9,11 @@
 export interface ShardComm {
   /**
    * Sums `x` element-wise across the group, in place (tensor-parallel partial outputs of
-   * attention and FFN; expert-parallel MoE outputs).
+   * attention and FFN; expert-parallel MoE outputs). With `group` (exact row-parallel sums,
+   * leaves.ts), x holds this rank's `group.counts[rank]` pieces of m values each, [pieces, m],
+   * and x[0, m) receives the sum of every rank's pieces in the order of `group.tree`.
    */
-  allReduceSum(x: Float32Array): Promise<void> | void;
+  allReduceSum(x: Float32Array, group?: GroupSum): Promise<void> | void;
   /**
    * Gathers vocabulary slices of the logits: `local` holds this rank's rows of the output
    * head; `full` receives every rank's rows in vocabulary order.

@@ -1,24 +1,61 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { leafCount, leafRanges, MAX_LEAVES } from './leaves.js';
+import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves } from './leaves.js';
 
-test('a projection gets the most leaves (a power of two) that hold whole units', () => {
-  assert.equal(MAX_LEAVES, 4);
-  assert.equal(leafCount(2048, 64), 4); // TinyLlama attn_output: 32 heads of 64, Q8_0
-  assert.equal(leafCount(5632, 32), 4); // TinyLlama ffn_down, Q8_0
-  assert.equal(leafCount(5632, 256), 2); // the same in a K-quant: 22 super-blocks
-  assert.equal(leafCount(576, 64), 1); // SmolLM2-135M attn_output: 9 heads
-  assert.equal(leafCount(1536, 32), 4);
-  assert.equal(leafCount(96, 32), 1); // 3 blocks
+const r = (start: number, end: number) => ({ start, end });
+
+// TinyLlama's attn_output: 32 heads of 64 columns, cut by 2, 4 and 3 ranks (heads 10 and 21 for 3)
+const tinyLlamaHeads = leafPlan(2048, [[1024], [512, 1024, 1536], [640, 1344]], 64);
+
+test("leaf edges are the cuts of 2, 4 and 3 ranks; the tree splits at 2's, then 4's, then 3's", () => {
+  assert.deepEqual(EXACT_GROUP_SIZES, [2, 4, 3]);
+  assert.deepEqual(tinyLlamaHeads.edges, [0, 512, 640, 1024, 1344, 1536, 2048]);
+  assert.deepEqual(tinyLlamaHeads.tree, [
+    [0, [1, 2]],
+    [[3, 4], 5],
+  ]);
+  // cuts off the alignment (a K-quant's 256-column blocks here) are not edges
+  assert.deepEqual(
+    leafPlan(2048, [[1024], [512, 1024, 1536], [640, 1344]], 256).edges,
+    [0, 512, 1024, 1536, 2048],
+  );
+  assert.deepEqual(leafPlan(2048, [[1024], [512, 1024, 1536], [640, 1344]], 256).tree, [
+    [0, 1],
+    [2, 3],
+  ]);
+  // one leaf when nothing cuts
+  assert.deepEqual(leafPlan(96, [[], [], []], 32), { edges: [0, 96], tree: 0 });
 });
 
-test('a shard multiplies its leaves when it holds a whole subtree of them, else its range as one', () => {
-  const r = (start: number, end: number) => ({ start, end });
-  assert.deepEqual(leafRanges(2048, 4, r(0, 2048)), [r(0, 512), r(512, 1024), r(1024, 1536), r(1536, 2048)]);
-  assert.deepEqual(leafRanges(2048, 4, r(1024, 2048)), [r(1024, 1536), r(1536, 2048)]); // rank 1 of 2
-  assert.deepEqual(leafRanges(2048, 4, r(512, 1024)), [r(512, 1024)]); // rank 1 of 4
-  assert.deepEqual(leafRanges(2048, 4, r(683, 1365)), [r(683, 1365)]); // rank 1 of 3: not on leaf edges
-  assert.deepEqual(leafRanges(2048, 4, r(512, 1536)), [r(512, 1536)]); // two leaves, but not one subtree
-  assert.deepEqual(leafRanges(2048, 4, r(0, 1536)), [r(0, 1536)]); // three leaves
-  assert.deepEqual(leafRanges(576, 1, r(0, 576)), [r(0, 576)]);
+test("a shard multiplies its leaves and sends its largest subtrees; the group adds them in the tree's top", () => {
+  assert.deepEqual(shardLeaves(tinyLlamaHeads, r(0, 2048)), {
+    ranges: [r(0, 512), r(512, 640), r(640, 1024), r(1024, 1344), r(1344, 1536), r(1536, 2048)],
+    pieces: [tinyLlamaHeads.tree],
+  });
+  // 2 ranks: one subtree each
+  assert.deepEqual(shardLeaves(tinyLlamaHeads, r(1024, 2048)).pieces, [[[0, 1], 2]]);
+  assert.deepEqual(groupSum(tinyLlamaHeads, [r(0, 1024), r(1024, 2048)]), { counts: [1, 1], tree: [0, 1] });
+  // 4 ranks: one subtree each, added in pairs
+  assert.deepEqual(shardLeaves(tinyLlamaHeads, r(512, 1024)).pieces, [[0, 1]]);
+  assert.deepEqual(groupSum(tinyLlamaHeads, [r(0, 512), r(512, 1024), r(1024, 1536), r(1536, 2048)]), {
+    counts: [1, 1, 1, 1],
+    tree: [
+      [0, 1],
+      [2, 3],
+    ],
+  });
+  // 3 ranks: two pieces each, and the whole tree over the six
+  const three = [r(0, 640), r(640, 1344), r(1344, 2048)];
+  assert.deepEqual(shardLeaves(tinyLlamaHeads, three[1]!), {
+    ranges: [r(640, 1024), r(1024, 1344)],
+    pieces: [0, 1],
+  });
+  assert.deepEqual(groupSum(tinyLlamaHeads, three), { counts: [2, 2, 2], tree: tinyLlamaHeads.tree });
+  // a split off the edges (5 ranks): the range as one leaf, and no exact group sum
+  assert.deepEqual(shardLeaves(tinyLlamaHeads, r(384, 832)), { ranges: [r(384, 832)], pieces: [0] });
+  assert.equal(groupSum(tinyLlamaHeads, [r(0, 384), r(384, 832), r(832, 2048)]), undefined);
+  // ranges that leave a gap or come out of order are no group either
+  assert.equal(groupSum(tinyLlamaHeads, [r(0, 512), r(1024, 2048)]), undefined);
+  assert.equal(groupSum(tinyLlamaHeads, [r(1024, 2048), r(0, 1024)]), undefined);
+  assert.equal(groupSum(tinyLlamaHeads, [r(0, 2048)]), undefined);
 });

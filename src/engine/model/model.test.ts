@@ -1,13 +1,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ReferenceKernels } from '../../kernels/index.js';
-import { treeSpares, treeSum } from '../../kernels/reduce-native.js';
+import { flatTree, sumTree, treeSpares } from '../../kernels/reduce-native.js';
 import { isTandemError } from '../../errors/index.js';
 import type { ShardComm } from './comm.js';
 import { Model } from './model.js';
+import type { ModelFile } from './model-file.js';
 import { referenceLogits } from './reference-forward.js';
 import { fullShard, type ShardSpec } from './shard.js';
 import { tinyModelFile, type TinyModelOptions } from './tiny-model.js';
+import type { GroupSum } from './leaves.js';
+import { tensorSplit } from './tp-split.js';
 
 const kernels = new ReferenceKernels();
 const prompt = [1, 8, 30, 2];
@@ -72,21 +75,24 @@ test('an f16 KV cache gives the f32 cache\'s greedy tokens and close logits', as
   assert.ok(maxRelDiff(b, a) > 0, 'the f16 cache really rounds');
 });
 
-/** An in-process group: each rank's call resolves once all ranks contributed; sums in the pairwise tree (as the real exchange). */
+/**
+ * An in-process group: each rank's call resolves once all ranks contributed; sums every rank's
+ * pieces in the group sum's tree (or one part per rank in the flat tree), as the real exchange.
+ */
 function localGroup(size: number): ShardComm[] {
   let pending: { x: Float32Array; resolve: () => void }[] = [];
   let gathered: { local: Float32Array; full: Float32Array; resolve: () => void }[] = [];
   return Array.from({ length: size }, (_, rank) => ({
-    allReduceSum(x: Float32Array): Promise<void> {
+    allReduceSum(x: Float32Array, group?: GroupSum): Promise<void> {
       return new Promise((resolve) => {
         pending[rank] = { x, resolve };
         if (pending.filter(Boolean).length < size) return;
-        const sum = new Float32Array(x.length);
-        treeSum(
-          pending.map((p) => p.x),
-          sum,
-          Array.from({ length: treeSpares(size) }, () => new Float32Array(x.length)),
-        );
+        const counts = group?.counts ?? new Array<number>(size).fill(1);
+        const m = pending[0]!.x.length / counts[0]!;
+        const parts = pending.flatMap((p, r) => Array.from({ length: counts[r]! }, (_, q) => p.x.slice(q * m, (q + 1) * m)));
+        const tree = group?.tree ?? flatTree(size);
+        const sum = new Float32Array(m);
+        sumTree(tree, parts, sum, Array.from({ length: treeSpares(tree) }, () => new Float32Array(m)));
         const done = pending;
         pending = [];
         for (const p of done) {
@@ -119,12 +125,16 @@ function split(total: number, parts: number, i: number): { start: number; end: n
 }
 
 /** Greedy steps on the shards of a group; returns the tokens and each step's logits (every rank's, checked alike). */
-async function runShardedLogits(options: TinyModelOptions, shards: (full: ShardSpec) => ShardSpec[], tokens: number[]): Promise<{ tokens: number[]; logits: Float32Array[] }> {
+async function runShardedLogits(
+  options: TinyModelOptions,
+  shards: (full: ShardSpec, whole: Model, file: ModelFile) => ShardSpec[],
+  tokens: number[],
+): Promise<{ tokens: number[]; logits: Float32Array[] }> {
   const file = tinyModelFile({ ...options, seed: 11 });
-  const base = (await Model.load(file, kernels)).shard;
-  const specs = shards(base);
+  const whole = await Model.load(file, kernels);
+  const specs = shards(whole.shard, whole, file);
   const comms = localGroup(specs.length);
-  const models = await Promise.all(specs.map((shard, r) => Model.load(file, kernels, { shard, comm: comms[r]! })));
+  const models = await Promise.all(specs.map((shard, r) => Model.load(file, kernels, { shard, comm: comms[r]!, group: specs })));
   const caches = models.map((m) => m.newSession());
   const out = [...tokens];
   const steps: Float32Array[] = [];
@@ -168,13 +178,13 @@ test('tensor parallel (heads, FFN, vocab split) gives the single-node tokens, on
   }
 });
 
-test('tensor parallel on 2 and 4 shards gives one node\'s logits bit for bit (row-parallel sums in the leaf tree)', async () => {
-  // attn_output and ffn_down in 4 leaves (8 heads, FFN 128): each shard of 2 or 4 holds a subtree
+test('tensor parallel on 2, 3 and 4 shards gives one node\'s logits bit for bit (row-parallel sums in the leaf tree)', async () => {
+  // 8 heads, FFN 128, cut where the planner cuts: leaves at the cuts of 2, 4 and 3 ranks
   const options: TinyModelOptions = { arch: 'llama', heads: 8, kvHeads: 4, width: 64, ff: 128 };
-  const tp = (parts: number) => (full: ShardSpec) =>
-    Array.from({ length: parts }, (_, r) => ({ ...full, heads: split(8, parts, r), ffn: split(128, parts, r), vocab: split(64, parts, r) }));
+  const tp = (parts: number) => (full: ShardSpec, whole: Model, file: ModelFile) =>
+    Array.from({ length: parts }, (_, r) => ({ ...full, ...tensorSplit(whole.config, file.tensors, parts, r, false) }));
   const single = await runShardedLogits(options, (full) => [full], prompt);
-  for (const parts of [2, 4]) {
+  for (const parts of [2, 3, 4]) {
     const got = await runShardedLogits(options, tp(parts), prompt);
     assert.deepEqual(got.tokens, single.tokens, `${parts} shards`);
     for (const [step, logits] of got.logits.entries()) assert.deepEqual(logits, single.logits[step], `${parts} shards, step ${step}: logits bit for bit`);

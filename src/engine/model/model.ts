@@ -9,13 +9,18 @@ import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
-import { loadShardWeights, type ShardWeights } from './weights.js';
+import { leafParts, loadShardWeights, type Leaves, type ShardWeights } from './weights.js';
 
 export interface LoadOptions {
   /** The part of the model to hold; default the whole model. */
   shard?: ShardSpec;
   /** Communication with the other shards; default single node (no-op). */
   comm?: ShardComm;
+  /**
+   * The shards of this shard's tensor-parallel group, in rank order (this one among them):
+   * the group then adds its row-parallel sums in one node's order (leaves.ts).
+   */
+  group?: readonly ShardSpec[];
 }
 
 export interface SessionOptions {
@@ -37,6 +42,8 @@ export class Model {
   private readonly scratch = new Scratch();
   private readonly layout: HeadLayout;
   private readonly rope: RopeParams;
+  /** The most pieces a row-parallel projection of this shard hands its group (leafParts). */
+  private readonly parts: number;
 
   private constructor(
     readonly kernels: Kernels,
@@ -46,6 +53,7 @@ export class Model {
     private readonly comm: ShardComm,
   ) {
     this.layout = headLayout(config, shard);
+    this.parts = Math.max(1, ...weights.layers.flatMap((l) => [leafParts(l.attention.o), ...(l.ffn ? [leafParts(l.ffn.down)] : [])]));
     this.rope = {
       headDim: config.headDim,
       style: config.ropeStyle,
@@ -60,7 +68,7 @@ export class Model {
     const config = configFromMetadata((key) => file.meta(key), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
-    const weights = await loadShardWeights(file, kernels, config, shard);
+    const weights = await loadShardWeights(file, kernels, config, shard, options.group);
     return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm);
   }
 
@@ -100,22 +108,24 @@ export class Model {
     const positions = new Int32Array(n);
     for (let i = 0; i < n; i++) positions[i] = pos0 + i;
     const xn = this.scratch.f32('xn', n * width);
-    const out = this.scratch.f32('out', n * width);
+    const m = n * width;
+    // a row-parallel projection hands the group up to `parts` pieces of [n, width]
+    const out = this.scratch.f32('out', this.parts * m);
     for (let l = 0; l < this.weights.layers.length; l++) {
       const w = this.weights.layers[l]!;
       k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
       if (this.layout.heads > 0) {
         attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, pos0, positions, cache: cache.cache, layer: l, out });
       } else out.fill(0);
-      await reduce(this.comm, out);
+      await reduce(this.comm, out, m, w.attention.o);
       addInPlace(x, out);
       k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
       const experts = this.comm.experts;
-      if (w.moe && experts) await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out, n, experts);
-      else if (w.moe) moeFfn(k, c, w.moe, this.scratch, xn, out, n);
+      if (w.moe && experts) await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts);
+      else if (w.moe) moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n);
       else if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
       else out.fill(0);
-      await reduce(this.comm, out);
+      await reduce(this.comm, out, m, w.ffn?.down);
       addInPlace(x, out);
     }
   }
@@ -155,8 +165,10 @@ export class Model {
   }
 }
 
-async function reduce(comm: ShardComm, x: Float32Array): Promise<void> {
-  const p = comm.allReduceSum(x);
+/** Sums out[0, m) across the group: from this shard's pieces of `leaves` when the group adds those (leafParts). */
+async function reduce(comm: ShardComm, out: Float32Array, m: number, leaves?: Leaves): Promise<void> {
+  const group = leaves?.group;
+  const p = group ? comm.allReduceSum(out.subarray(0, leaves.pieces.length * m), group) : comm.allReduceSum(out.subarray(0, m));
   if (p) await p;
 }
 

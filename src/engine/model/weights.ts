@@ -3,9 +3,11 @@ import { f16Table } from '../../kernels/dtype.js';
 import { ggmlTypeInfo } from '../../kernels/quant/types.js';
 import type { GgmlTypeId, Kernels, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
-import { leafCount, leafRanges } from './leaves.js';
+import type { SumTree } from '../../kernels/reduce-native.js';
+import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves, type GroupSum } from './leaves.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
+import { tensorSplit } from './tp-split.js';
 
 /**
  * Projections that read the same input may be uploaded as one weight (rows stacked), so one
@@ -21,9 +23,29 @@ export interface Projection {
 
 /**
  * A row-parallel projection (attn_output, ffn_down) as its leaves: column slices multiplied
- * separately and summed in the fixed pairwise tree (leaves.ts). One leaf is the plain matrix.
+ * separately and summed in the fixed tree (leaves.ts). One leaf is the plain matrix.
  */
-export type Leaves = readonly Weight[];
+export interface Leaves {
+  /** This shard's leaves, in column order. */
+  weights: readonly Weight[];
+  /** The subtrees over `weights` this shard adds up and sends, in column order. */
+  pieces: readonly SumTree[];
+  /** How the tensor-parallel group adds every rank's pieces (absent: one part per rank, added in the flat tree). */
+  group?: GroupSum;
+}
+
+/** The parts a shard hands to the group's all-reduce for `leaves`: its pieces, or one sum of them. */
+export function leafParts(leaves: Leaves): number {
+  return leaves.group ? leaves.pieces.length : 1;
+}
+
+/** Where the tensor-parallel splits cut a row-parallel projection's input columns. */
+export interface ColumnCuts {
+  /** The cuts of each group size in EXACT_GROUP_SIZES, in that order. */
+  sets: number[][];
+  /** The column ranges of the shard's tensor-parallel group, in rank order (absent: unknown). */
+  group?: Range[];
+}
 
 export interface AttentionWeights {
   norm: Float32Array;
@@ -126,15 +148,17 @@ export class WeightLoader {
 
   /**
    * A row-parallel projection (rows [0, rows) of `rows` x `cols`, offset by `base` rows)
-   * restricted to the input columns `cols` of this shard, as its leaves: the model's leaf
-   * count comes from the tensor's block size and `unit` (columns a leaf must hold whole).
+   * restricted to the input columns `cols` of this shard, as its leaves: edges at the `cuts`
+   * that hold whole blocks of the tensor's type and whole `unit`s of columns (heads).
    */
-  async leaves(name: string, expect: { rows: number; cols: number }, cols: Range, unit: number, base = 0): Promise<Leaves> {
+  async leaves(name: string, expect: { rows: number; cols: number }, cols: Range, unit: number, cuts: ColumnCuts, base = 0): Promise<Leaves> {
     const block = ggmlTypeInfo(this.entry(name).type)?.blockSize ?? 1;
-    const count = leafCount(expect.cols, lcm(block, unit));
-    const out: Weight[] = [];
-    for (const range of leafRanges(expect.cols, count, cols)) out.push(await this.matrix(name, expect, { cols: range, base }));
-    return out;
+    const plan = leafPlan(expect.cols, cuts.sets, lcm(block, unit));
+    const mine = shardLeaves(plan, cols);
+    const weights: Weight[] = [];
+    for (const range of mine.ranges) weights.push(await this.matrix(name, expect, { cols: range, base }));
+    const group = cuts.group && groupSum(plan, cuts.group);
+    return { weights, pieces: mine.pieces, ...(group ? { group } : {}) };
   }
 
   /**
@@ -213,7 +237,7 @@ function shapeError(name: string, dims: readonly number[], expect: { rows: numbe
   });
 }
 
-async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number): Promise<AttentionWeights> {
+async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number, cuts: ColumnCuts): Promise<AttentionWeights> {
   const p = `blk.${i}.`;
   const hd = c.headDim;
   const kv = kvHeadsFor(c, s.heads);
@@ -227,7 +251,7 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
       { name: `${p}attn_k.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
       { name: `${p}attn_v.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
     ]),
-    o: await l.leaves(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, qRows, hd),
+    o: await l.leaves(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, qRows, hd, cuts),
   };
   if (c.hasQkvBias) {
     w.qBias = await l.vector(`${p}attn_q.bias`, c.headCount * hd, qRows);
@@ -242,18 +266,20 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
 }
 
 /**
- * A SwiGLU FFN slice. `leaves`: down in the model's leaves (dense FFNs). Experts keep one
+ * A SwiGLU FFN slice. `cuts`: down in leaves on those cuts (dense FFNs). Experts keep one
  * leaf: a split MoE layer sums its experts' weighted outputs per rank before the group adds
  * them, an order no leaf tree can make one node's (docs/parallel.md, "Exact tensor parallel").
  */
-async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, leaves: boolean): Promise<FfnWeights> {
+async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, cuts?: ColumnCuts): Promise<FfnWeights> {
   const [gate, up, down] = names;
   return {
     gateUp: await l.stacked([
       { name: gate, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
       { name: up, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
     ]),
-    down: leaves ? await l.leaves(down, { rows: width, cols: ff }, hidden, 1, base * width) : [await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width })],
+    down: cuts
+      ? await l.leaves(down, { rows: width, cols: ff }, hidden, 1, cuts, base * width)
+      : { weights: [await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width })], pieces: [0] },
     hidden: rangeLength(hidden),
   };
 }
@@ -264,7 +290,7 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
   const experts = new Map<number, FfnWeights>();
   const names: [string, string, string] = [`${p}ffn_gate_exps.weight`, `${p}ffn_up_exps.weight`, `${p}ffn_down_exps.weight`];
   for (const e of s.experts) {
-    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, false));
+    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e));
   }
   const moe: MoeWeights = {
     router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
@@ -272,28 +298,43 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
   };
   if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
     const shNames: [string, string, string] = [`${p}ffn_gate_shexp.weight`, `${p}ffn_up_shexp.weight`, `${p}ffn_down_shexp.weight`];
-    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0, false);
+    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0);
     moe.shared = { ...ffn, gate_inp: await l.vector(`${p}ffn_gate_inp_shexp.weight`, width) };
   }
   return moe;
 }
 
-/** Loads everything a shard needs. */
-export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: ModelConfig, s: ShardSpec): Promise<ShardWeights> {
+/**
+ * Where the exact tensor-parallel group sizes cut attn_output's and ffn_down's input columns
+ * (the planner's splits, tp-split.ts), and this shard's group's ranges when `group` (the
+ * shards of its tensor-parallel group, in rank order) is given.
+ */
+function columnCuts(file: ModelFile, c: ModelConfig, group: readonly ShardSpec[] | undefined): { heads: ColumnCuts; ffn: ColumnCuts } {
+  const splits = EXACT_GROUP_SIZES.map((size) => Array.from({ length: size }, (_, r) => tensorSplit(c, file.tensors, size, r, false)).slice(1));
+  const heads = (r: Range): Range => ({ start: r.start * c.headDim, end: r.end * c.headDim });
+  return {
+    heads: { sets: splits.map((ranks) => ranks.map((r) => heads(r.heads).start)), ...(group ? { group: group.map((g) => heads(g.heads)) } : {}) },
+    ffn: { sets: splits.map((ranks) => ranks.map((r) => r.ffn.start)), ...(group ? { group: group.map((g) => g.ffn) } : {}) },
+  };
+}
+
+/** Loads everything a shard needs; `group`: the shards of its tensor-parallel group, in rank order (for exact sums). */
+export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: ModelConfig, s: ShardSpec, group?: readonly ShardSpec[]): Promise<ShardWeights> {
   const l = new WeightLoader(file, kernels);
+  const cuts = columnCuts(file, c, group);
   const width = c.embeddingLength;
   const out: ShardWeights = { layers: [] };
   if (c.hasRopeFreqFactors) out.ropeFreqFactors = await l.vector('rope_freqs.weight', c.headDim / 2);
   if (s.embed) out.embed = await l.matrix('token_embd.weight', { rows: c.vocabSize, cols: width });
   for (let i = s.layers.start; i < s.layers.end; i++) {
     const layer: LayerWeights = {
-      attention: await loadAttention(l, c, s, i),
+      attention: await loadAttention(l, c, s, i, cuts.heads),
       ffnNorm: await l.vector(`blk.${i}.ffn_norm.weight`, width),
     };
     if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i);
     else if (rangeLength(s.ffn) > 0) {
       const p = `blk.${i}.`;
-      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, true);
+      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, cuts.ffn);
     }
     out.layers.push(layer);
   }
