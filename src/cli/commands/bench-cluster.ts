@@ -4,7 +4,8 @@ import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
 import type { ProviderName } from '../../fabric/index.js';
 import { checkWire, parallelKinds, type ParallelKind } from '../../parallel/index.js';
 
-function table(rows: readonly BenchClusterRow[]): string {
+/** The rows as a text table (one line per configuration). */
+export function clusterTable(rows: readonly BenchClusterRow[]): string {
   const head = [
     'nodes',
     'parallel',
@@ -17,6 +18,7 @@ function table(rows: readonly BenchClusterRow[]): string {
     'wire B/token',
     'decode x',
     'TTFT x',
+    'same tokens',
     'agreement',
     'ceiling x',
   ];
@@ -32,6 +34,7 @@ function table(rows: readonly BenchClusterRow[]): string {
     r.wire_bytes_per_token.toFixed(0),
     r.speedup_decode.toFixed(2),
     r.speedup_ttft.toFixed(2),
+    r.same_tokens === undefined ? '-' : r.same_tokens ? 'yes' : 'no',
     r.agreement === undefined ? '-' : `${(100 * r.agreement).toFixed(1)}%`,
     r.decode_ceiling === undefined ? '-' : r.decode_ceiling.toFixed(2),
   ]);
@@ -121,7 +124,7 @@ export const command = defineCommand({
       },
     });
     if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
-    else process.stdout.write(table(rows));
+    else process.stdout.write(clusterTable(rows));
     return 0;
   },
 });
