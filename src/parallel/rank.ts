@@ -49,7 +49,6 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
     const owners = expertOwners(o.plan, me.stage);
     const comm = new CollectiveShardComm(group, {
       wire,
-      reducesPerForward: 2 * (me.shard.layers.end - me.shard.layers.start),
       logits: o.logits ?? 'full',
       meter,
       ...(exchange ? { exchange } : {}),

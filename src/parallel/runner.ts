@@ -4,6 +4,7 @@ import { TandemError } from '../errors/index.js';
 import { generate, greedy, type TokenPicker } from '../engine/generate/generate.js';
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
 import type { Model } from '../engine/model/model.js';
+import type { ShardComm } from '../engine/model/comm.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
 import type { CommMeter } from './shard-comm.js';
 import type { ParallelPlan, RankPlan } from './plan.js';
@@ -21,8 +22,8 @@ export interface RankContext {
   wire: WireFormat;
   /** Reused across generations (reset at the start of each). */
   cache?: SequenceCache;
-  /** The model's ShardComm, told when a generation starts (its per-forward state restarts). */
-  shardComm?: { reset(): void };
+  /** The model's ShardComm. */
+  shardComm?: ShardComm;
 }
 
 export interface RankGenerateOptions {
@@ -264,7 +265,6 @@ export async function generateOnRank(
     ctx.cache = ctx.model.newSession({ contextLength });
   const cache = ctx.cache;
   cache.reset();
-  ctx.shardComm?.reset();
   const forced = o.forced;
   if (forced === undefined)
     return ctx.plan.stages === 1

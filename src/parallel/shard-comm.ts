@@ -51,12 +51,6 @@ export interface ShardCommOptions {
   meter?: CommMeter;
   /** The group's direct exchange: all-reduces and the argmax head go through it when given. */
   exchange?: TpExchange;
-  /**
-   * All-reduces per forward pass of this shard (2 per layer). With an f16/q8 exchange, each
-   * rank's rounding error is fed into its next part within a forward pass (see
-   * TpExchange.allReduceSum); 0 turns that off.
-   */
-  reducesPerForward?: number;
   /** Expert parallel: the MoE layers send tokens to their experts through it. */
   experts?: ExpertDispatch;
 }
@@ -77,9 +71,7 @@ export class CollectiveShardComm implements ShardComm {
   private decoded: Float32Array[] = [];
   private spare: Float32Array[] = [];
   private readonly exchange: TpExchange | undefined;
-  private readonly perForward: number;
-  private reduces = 0;
-  private carry = new Float32Array(0);
+  private readonly carries = new Map<number, Float32Array>();
   private readonly best = new Float32Array(2);
   private bestAll = new Float32Array(0);
 
@@ -91,23 +83,24 @@ export class CollectiveShardComm implements ShardComm {
     this.logitsMode = o.logits ?? 'full';
     this.meter = o.meter ?? new CommMeter();
     this.exchange = o.exchange;
-    this.perForward = o.reducesPerForward ?? 0;
     this.experts = o.experts;
   }
 
-  /** A new generation starts: the next all-reduce opens a forward pass. */
-  reset(): void {
-    this.reduces = 0;
+  /** A pass over the shard's layers starts: every carried rounding error is dropped. */
+  beginForward(): void {
+    for (const c of this.carries.values()) c.fill(0);
   }
 
-  /** The error-feedback buffer for this call: zeroed at the first all-reduce of each forward pass. */
+  /**
+   * The error-feedback buffer for this call (f16/q8): one per payload length, so the error of
+   * each kind of all-reduce (attention, FFN, routed experts, each in its pieces) goes into the
+   * next of the same kind, element by element; zeroed when a forward pass begins.
+   */
   private carryFor(x: Float32Array): Float32Array | undefined {
-    if (this.perForward <= 0 || this.wire === 'f32') return undefined;
-    if (this.reduces++ % this.perForward === 0 || this.carry.length !== x.length) {
-      if (this.carry.length !== x.length) this.carry = new Float32Array(x.length);
-      else this.carry.fill(0);
-    }
-    return this.carry;
+    if (this.wire === 'f32') return undefined;
+    let carry = this.carries.get(x.length);
+    if (!carry) this.carries.set(x.length, (carry = new Float32Array(x.length)));
+    return carry;
   }
 
   async allReduceSum(x: Float32Array, group?: GroupSum): Promise<void> {

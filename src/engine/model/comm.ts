@@ -20,11 +20,34 @@ export interface ShardComm {
    */
   allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> | void;
   /**
+   * A pass over the shard's layers begins (Model.forwardLayers): an implementation that
+   * feeds each rank's rounding error into its next part (f16/q8 wires) starts afresh.
+   */
+  beginForward?(): void;
+  /**
    * Present when the routed experts are spread whole over the group (expert parallel): the
    * MoE layer then sends tokens to their experts through it instead of running the experts
    * it holds on every token.
    */
   readonly experts?: ExpertDispatch | undefined;
+}
+
+/**
+ * Sums out[0, m) across the group, in place: from this shard's pieces of a row-parallel
+ * projection when its group adds those (`leaves.group`, leaves.ts; out then holds
+ * [pieces, m]), else out[0, m) as one part.
+ */
+export async function reduceAcross(
+  comm: ShardComm,
+  out: Float32Array,
+  m: number,
+  leaves?: { group?: GroupSum; pieces: readonly unknown[] },
+): Promise<void> {
+  const group = leaves?.group;
+  const p = group
+    ? comm.allReduceSum(out.subarray(0, leaves.pieces.length * m), group)
+    : comm.allReduceSum(out.subarray(0, m));
+  if (p) await p;
 }
 
 /** Runs routed expert `expert` (held by this rank) on rows [m, width] into out [m, width]. */

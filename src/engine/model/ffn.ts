@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import type { Kernels } from '../../kernels/types.js';
-import type { ExpertDispatch } from './comm.js';
+import { reduceAcross, type ExpertDispatch, type ShardComm } from './comm.js';
 import type { ModelConfig } from './config.js';
 import { project, projectLeaves, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
-import type { FfnWeights, MoeWeights } from './weights.js';
+import { leafParts, type FfnWeights, type MoeWeights } from './weights.js';
 
 /** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
 export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, tag: string): void {
@@ -69,54 +69,59 @@ function routeTokens(
 }
 
 /**
- * The mixture-of-experts FFN for n tokens: every shard routes every token (the router is
- * replicated), runs the selected experts it holds on the tokens routed to them, and sums
- * their weighted outputs into `out` (a partial sum across a tensor-parallel group). Experts
- * run in ascending id (the shard's order), so each token's outputs are added in ascending
- * expert id. The shared expert of qwen2moe is added with its sigmoid gate.
+ * The mixture-of-experts FFN for n tokens into `out` [n, width], complete on every rank of
+ * the group. Every shard routes every token (the router is replicated) and runs every
+ * selected expert on the tokens routed to it, over its slice of the experts' hidden units.
+ * The group sums each expert's output on each token (from every rank's pieces of the
+ * experts' down projection, in the leaf tree when the split follows the leaves: one node's
+ * outputs bit for bit), then every rank adds a token's weighted outputs in ascending expert
+ * id (combineRouted), as one node does. The shared expert of qwen2moe is added with its
+ * sigmoid gate (addSharedExpert). One node: `comm` is singleNodeComm and the sums are no-ops.
  */
-export function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number): void {
+export async function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, comm: ShardComm): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
   const { ids, weights } = routeTokens(k, c, w, scratch, x, n);
-  out.fill(0);
-  const rows = new Int32Array(n);
-  const rowWeights = new Float32Array(n);
+  // every slot's output [n, used, width], in this shard's pieces of the experts' down projection
+  const first = w.experts.values().next().value as FfnWeights | undefined;
+  const pieces = first ? leafParts(first.down) : 1;
+  const slots = n * used * width;
+  const y = scratch.f32('moe.slots', pieces * slots);
+  y.fill(0);
+  const rows = new Int32Array(n * used);
   for (const [e, ffn] of w.experts) {
     let m = 0;
-    for (let t = 0; t < n; t++) {
-      for (let j = 0; j < used; j++) {
-        if (ids[t * used + j] === e) {
-          rows[m] = t;
-          rowWeights[m++] = weights[t * used + j] as number;
-        }
-      }
-    }
+    for (let s = 0; s < n * used; s++) if (ids[s] === e) rows[m++] = s;
     if (m === 0) continue;
     const xg = scratch.f32('moe.x', m * width);
     for (let r = 0; r < m; r++) {
-      const t = rows[r] as number;
+      const t = ((rows[r] as number) / used) | 0;
       xg.set(x.subarray(t * width, (t + 1) * width), r * width);
     }
-    const y = scratch.f32('moe.y', m * width);
-    swigluFfn(k, ffn, scratch, xg, y, m, 'moe');
-    for (let r = 0; r < m; r++) {
-      const o = (rows[r] as number) * width;
-      const s = rowWeights[r] as number;
-      for (let i = 0; i < width; i++) out[o + i] = (out[o + i] as number) + s * (y[r * width + i] as number);
+    const ye = scratch.f32('moe.y', pieces * m * width);
+    swigluFfn(k, ffn, scratch, xg, ye, m, 'moe');
+    for (let q = 0; q < pieces; q++) {
+      for (let r = 0; r < m; r++) {
+        const from = (q * m + r) * width;
+        y.set(ye.subarray(from, from + width), q * slots + (rows[r] as number) * width);
+      }
     }
   }
-  if (w.shared) addSharedExpert(k, w.shared, scratch, x, out, n, width);
+  await reduceAcross(comm, y, slots, first?.down);
+  out.fill(0);
+  combineRouted(out, y, ids, weights, n, used, width);
+  if (w.shared) await addSharedExpert(k, w.shared, scratch, x, out, n, width, comm);
 }
 
 /**
- * The mixture-of-experts FFN under expert parallel: the routed experts live whole on the
- * ranks of the group. This rank routes its share of the tokens, `dispatch` sends them to
- * their experts' ranks and brings the outputs back, and this rank combines its tokens; `out`
- * holds them (zero elsewhere) plus this rank's part of the shared expert, and the group's
- * all-reduce after the FFN completes it on every rank. A token's routed output is the
- * single-node value bit for bit: the same routing, each expert run on the same rows in the
- * same order, and the weighted outputs added in the same order.
+ * The mixture-of-experts FFN under expert parallel, into `out` [n, width] complete on every
+ * rank: the routed experts live whole on the ranks of the group. This rank routes its share
+ * of the tokens, `dispatch` sends them to their experts' ranks and brings the outputs back,
+ * and this rank combines its tokens; the group's sum then puts every rank's tokens in every
+ * `out` (the other ranks add zeros there: exact), and the shared expert is added as in
+ * moeFfn. A token's output is the single-node value bit for bit: the same routing, each
+ * expert run on the same rows in the same order, and the weighted outputs added in the same
+ * order.
  */
 export async function moeFfnDispatched(
   k: Kernels,
@@ -127,6 +132,7 @@ export async function moeFfnDispatched(
   out: Float32Array,
   n: number,
   dispatch: ExpertDispatch,
+  comm: ShardComm,
 ): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
@@ -146,7 +152,8 @@ export async function moeFfnDispatched(
   });
   out.fill(0);
   combineRouted(out.subarray(start * width, end * width), y, ids, routed.weights.subarray(start * used, end * used), m, used, width);
-  if (w.shared) addSharedExpert(k, w.shared, scratch, x, out, n, width);
+  await reduceAcross(comm, out, n * width);
+  if (w.shared) await addSharedExpert(k, w.shared, scratch, x, out, n, width, comm);
 }
 
 /**
@@ -177,7 +184,12 @@ function combineRouted(out: Float32Array, y: Float32Array, ids: Int32Array, weig
   }
 }
 
-function addSharedExpert(
+/**
+ * out += sigmoid(gate . x) * shared(x) per token: the shared expert's output summed across the
+ * group first (in the leaf tree from every rank's pieces, when its split follows the leaves),
+ * so every rank adds the same values as one node, after the routed experts.
+ */
+async function addSharedExpert(
   k: Kernels,
   shared: NonNullable<MoeWeights['shared']>,
   scratch: Scratch,
@@ -185,9 +197,11 @@ function addSharedExpert(
   out: Float32Array,
   n: number,
   width: number,
-): void {
-  const y = scratch.f32('moe.shared', n * width);
+  comm: ShardComm,
+): Promise<void> {
+  const y = scratch.f32('moe.shared', leafParts(shared.down) * n * width);
   swigluFfn(k, shared, scratch, x, y, n, 'moe.shexp');
+  await reduceAcross(comm, y, n * width, shared.down);
   for (let t = 0; t < n; t++) {
     let dot = 0;
     for (let i = 0; i < width; i++) dot += (x[t * width + i] as number) * (shared.gate_inp[i] as number);

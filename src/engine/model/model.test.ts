@@ -191,6 +191,21 @@ test('tensor parallel on 2, 3 and 4 shards gives one node\'s logits bit for bit 
   }
 });
 
+test('tensor parallel over MoE models on 2, 3 and 4 shards gives one node\'s logits bit for bit (each expert\'s output summed in its leaf tree)', async () => {
+  for (const options of [
+    { arch: 'llama', experts: 4, expertsUsed: 2, heads: 8, kvHeads: 4, width: 64, ff: 96 },
+    { arch: 'qwen2moe', experts: 4, expertsUsed: 2, heads: 8, kvHeads: 4, width: 64, ff: 96, sharedFf: 128 },
+  ] as TinyModelOptions[]) {
+    const tp = (parts: number) => (full: ShardSpec, whole: Model, file: ModelFile) =>
+      Array.from({ length: parts }, (_, r) => ({ ...full, ...tensorSplit(whole.config, file.tensors, parts, r, false) }));
+    const single = await runShardedLogits(options, (full) => [full], prompt);
+    for (const parts of [2, 3, 4]) {
+      const got = await runShardedLogits(options, tp(parts), prompt);
+      for (const [step, logits] of got.logits.entries()) assert.deepEqual(logits, single.logits[step], `${options.arch} on ${parts} shards, step ${step}: logits bit for bit`);
+    }
+  }
+});
+
 test('expert parallel and shared-expert split give the single-node tokens', async () => {
   const options: TinyModelOptions = { arch: 'qwen2moe', experts: 4, expertsUsed: 2 };
   const single = await runSingle(options, prompt);

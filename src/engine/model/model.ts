@@ -3,13 +3,13 @@ import { TandemError } from '../../errors/index.js';
 import type { Kernels, KvCacheType, RopeParams } from '../../kernels/types.js';
 import { SequenceCache } from '../kv/kv-cache.js';
 import { attentionForward, headLayout, type HeadLayout } from './attention.js';
-import { singleNodeComm, type ShardComm } from './comm.js';
+import { reduceAcross, singleNodeComm, type ShardComm } from './comm.js';
 import { configFromMetadata, type ModelConfig } from './config.js';
 import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
-import { leafParts, loadShardWeights, type Leaves, type ShardWeights } from './weights.js';
+import { leafParts, loadShardWeights, type ShardWeights } from './weights.js';
 
 export interface LoadOptions {
   /** The part of the model to hold; default the whole model. */
@@ -111,21 +111,25 @@ export class Model {
     const m = n * width;
     // a row-parallel projection hands the group up to `parts` pieces of [n, width]
     const out = this.scratch.f32('out', this.parts * m);
+    this.comm.beginForward?.();
     for (let l = 0; l < this.weights.layers.length; l++) {
       const w = this.weights.layers[l]!;
       k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
       if (this.layout.heads > 0) {
         attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, pos0, positions, cache: cache.cache, layer: l, out });
       } else out.fill(0);
-      await reduce(this.comm, out, m, w.attention.o);
+      await reduceAcross(this.comm, out, m, w.attention.o);
       addInPlace(x, out);
       k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
       const experts = this.comm.experts;
-      if (w.moe && experts) await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts);
-      else if (w.moe) moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n);
-      else if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
-      else out.fill(0);
-      await reduce(this.comm, out, m, w.ffn?.down);
+      // the MoE layers sum across the group themselves (each expert's output, then the shared expert's)
+      if (w.moe && experts) await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
+      else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm);
+      else {
+        if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
+        else out.fill(0);
+        await reduceAcross(this.comm, out, m, w.ffn?.down);
+      }
       addInPlace(x, out);
     }
   }
@@ -163,13 +167,6 @@ export class Model {
     assert.ok(last, 'forward needs at least one token');
     return this.logits(last);
   }
-}
-
-/** Sums out[0, m) across the group: from this shard's pieces of `leaves` when the group adds those (leafParts). */
-async function reduce(comm: ShardComm, out: Float32Array, m: number, leaves?: Leaves): Promise<void> {
-  const group = leaves?.group;
-  const p = group ? comm.allReduceSum(out.subarray(0, leaves.pieces.length * m), group) : comm.allReduceSum(out.subarray(0, m));
-  if (p) await p;
 }
 
 function checkToken(id: number, vocab: number): void {

@@ -265,32 +265,26 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
   return w;
 }
 
-/**
- * A SwiGLU FFN slice. `cuts`: down in leaves on those cuts (dense FFNs). Experts keep one
- * leaf: a split MoE layer sums its experts' weighted outputs per rank before the group adds
- * them, an order no leaf tree can make one node's (docs/parallel.md, "Exact tensor parallel").
- */
-async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, cuts?: ColumnCuts): Promise<FfnWeights> {
+/** A SwiGLU FFN slice (a dense FFN, a routed expert `base`, or the shared expert), down in leaves on `cuts`. */
+async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, cuts: ColumnCuts): Promise<FfnWeights> {
   const [gate, up, down] = names;
   return {
     gateUp: await l.stacked([
       { name: gate, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
       { name: up, expect: { rows: ff, cols: width }, rows: hidden, base: base * ff },
     ]),
-    down: cuts
-      ? await l.leaves(down, { rows: width, cols: ff }, hidden, 1, cuts, base * width)
-      : { weights: [await l.matrix(down, { rows: width, cols: ff }, { cols: hidden, base: base * width })], pieces: [0] },
+    down: await l.leaves(down, { rows: width, cols: ff }, hidden, 1, cuts, base * width),
     hidden: rangeLength(hidden),
   };
 }
 
-async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number): Promise<MoeWeights> {
+async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number, cuts: Record<'experts' | 'shared', ColumnCuts>): Promise<MoeWeights> {
   const p = `blk.${i}.`;
   const width = c.embeddingLength;
   const experts = new Map<number, FfnWeights>();
   const names: [string, string, string] = [`${p}ffn_gate_exps.weight`, `${p}ffn_up_exps.weight`, `${p}ffn_down_exps.weight`];
   for (const e of s.experts) {
-    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e));
+    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, cuts.experts));
   }
   const moe: MoeWeights = {
     router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
@@ -298,7 +292,7 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
   };
   if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
     const shNames: [string, string, string] = [`${p}ffn_gate_shexp.weight`, `${p}ffn_up_shexp.weight`, `${p}ffn_down_shexp.weight`];
-    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0);
+    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0, cuts.shared);
     moe.shared = { ...ffn, gate_inp: await l.vector(`${p}ffn_gate_inp_shexp.weight`, width) };
   }
   return moe;
@@ -309,12 +303,17 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number)
  * (the planner's splits, tp-split.ts), and this shard's group's ranges when `group` (the
  * shards of its tensor-parallel group, in rank order) is given.
  */
-function columnCuts(file: ModelFile, c: ModelConfig, group: readonly ShardSpec[] | undefined): { heads: ColumnCuts; ffn: ColumnCuts } {
+function columnCuts(file: ModelFile, c: ModelConfig, group: readonly ShardSpec[] | undefined): Record<'heads' | 'ffn' | 'experts' | 'shared', ColumnCuts> {
   const splits = EXACT_GROUP_SIZES.map((size) => Array.from({ length: size }, (_, r) => tensorSplit(c, file.tensors, size, r, false)).slice(1));
-  const heads = (r: Range): Range => ({ start: r.start * c.headDim, end: r.end * c.headDim });
+  const cuts = (range: (s: Omit<ShardSpec, 'layers' | 'embed' | 'head'>) => Range): ColumnCuts => ({
+    sets: splits.map((ranks) => ranks.map((r) => range(r).start)),
+    ...(group ? { group: group.map(range) } : {}),
+  });
   return {
-    heads: { sets: splits.map((ranks) => ranks.map((r) => heads(r.heads).start)), ...(group ? { group: group.map((g) => heads(g.heads)) } : {}) },
-    ffn: { sets: splits.map((ranks) => ranks.map((r) => r.ffn.start)), ...(group ? { group: group.map((g) => g.ffn) } : {}) },
+    heads: cuts((s) => ({ start: s.heads.start * c.headDim, end: s.heads.end * c.headDim })),
+    ffn: cuts((s) => s.ffn),
+    experts: cuts((s) => s.expertFfn),
+    shared: cuts((s) => s.sharedFfn),
   };
 }
 
@@ -331,7 +330,7 @@ export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: Mod
       attention: await loadAttention(l, c, s, i, cuts.heads),
       ffnNorm: await l.vector(`blk.${i}.ffn_norm.weight`, width),
     };
-    if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i);
+    if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i, cuts);
     else if (rangeLength(s.ffn) > 0) {
       const p = `blk.${i}.`;
       layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, cuts.ffn);
