@@ -1,4 +1,4 @@
-import { sumTree, treeSpares, type SumTree } from '../../kernels/reduce-native.js';
+import { sumTree, type SumTree } from '../../kernels/reduce-native.js';
 import type { Kernels, KvCache, RopeParams, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { addBias, type Scratch } from './scratch.js';
@@ -46,32 +46,45 @@ export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array,
  * the piece's place.
  */
 export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Float32Array, n: number, scratch: Scratch, tag: string): void {
-  const { weights, pieces } = leaves;
+  const { weights } = leaves;
   const first = weights[0] as Weight;
   if (weights.length === 1) return project(k, first, x, y, n);
+  const { roots, first: starts, spares, cols } = leaves.sums;
+  const names = scratchNames(tag, weights.length, spares);
   const m = n * first.rows;
-  const roots: readonly SumTree[] = leaves.group ? pieces : [pieces.length === 1 ? (pieces[0] as SumTree) : pieces];
-  const outs = roots.map((_, q) => y.subarray(q * m, (q + 1) * m));
-  const parts = weights.map((_, j) => scratch.f32(`${tag}.${j}`, m));
-  for (const [q, root] of roots.entries()) parts[leftmost(root)] = outs[q] as Float32Array;
-  const cols = weights.reduce((c, w) => c + w.cols, 0);
+  const parts: Float32Array[] = [];
+  for (let j = 0; j < weights.length; j++) parts.push(scratch.f32(names.leaf[j] as string, m));
+  for (let q = 0; q < roots.length; q++) parts[starts[q] as number] = y.subarray(q * m, (q + 1) * m);
   let at = 0;
-  for (const [j, w] of weights.entries()) {
+  for (let j = 0; j < weights.length; j++) {
+    const w = weights[j] as Weight;
     let xj = x.subarray(at, at + w.cols);
     if (n > 1) {
-      xj = scratch.f32(`${tag}.x`, n * w.cols);
+      xj = scratch.f32(names.x, n * w.cols);
       for (let t = 0; t < n; t++) xj.set(x.subarray(t * cols + at, t * cols + at + w.cols), t * w.cols);
     }
     project(k, w, xj, parts[j] as Float32Array, n);
     at += w.cols;
   }
   const spare: Float32Array[] = [];
-  for (let d = 0; d < Math.max(...roots.map((r) => treeSpares(r))); d++) spare.push(scratch.f32(`${tag}.t${d}`, m));
-  for (const [q, root] of roots.entries()) sumTree(root, parts, outs[q] as Float32Array, spare);
+  for (let d = 0; d < spares; d++) spare.push(scratch.f32(names.tree[d] as string, m));
+  for (let q = 0; q < roots.length; q++) sumTree(roots[q] as SumTree, parts, parts[starts[q] as number] as Float32Array, spare);
 }
 
-function leftmost(node: SumTree): number {
-  return typeof node === 'number' ? node : leftmost(node[0] as SumTree);
+const names = new Map<string, { leaf: string[]; tree: string[]; x: string }>();
+
+/** projectLeaves' scratch buffer names for `tag` (made once, not per call). */
+function scratchNames(tag: string, leaves: number, spares: number): { leaf: string[]; tree: string[]; x: string } {
+  let got = names.get(tag);
+  if (!got || got.leaf.length < leaves || got.tree.length < spares) {
+    got = {
+      leaf: Array.from({ length: Math.max(leaves, got?.leaf.length ?? 0) }, (_, j) => `${tag}.${j}`),
+      tree: Array.from({ length: Math.max(spares, got?.tree.length ?? 0) }, (_, d) => `${tag}.t${d}`),
+      x: `${tag}.x`,
+    };
+    names.set(tag, got);
+  }
+  return got;
 }
 
 /**

@@ -3,7 +3,7 @@ import { f16Table } from '../../kernels/dtype.js';
 import { ggmlTypeInfo } from '../../kernels/quant/types.js';
 import type { GgmlTypeId, Kernels, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
-import type { SumTree } from '../../kernels/reduce-native.js';
+import { treeSpares, type SumTree } from '../../kernels/reduce-native.js';
 import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves, type GroupSum } from './leaves.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
@@ -32,6 +32,31 @@ export interface Leaves {
   pieces: readonly SumTree[];
   /** How the tensor-parallel group adds every rank's pieces (absent: one part per rank, added in the flat tree). */
   group?: GroupSum;
+  /** What projectLeaves sums, fixed at load (see leafSums). */
+  sums: LeafSums;
+}
+
+/**
+ * The trees projectLeaves sums into this shard's parts (its pieces with a group sum, else one
+ * tree over all of them), the leaf each starts from (multiplied straight into the part), the
+ * spare buffers they need, and the input columns.
+ */
+export interface LeafSums {
+  roots: readonly SumTree[];
+  first: readonly number[];
+  spares: number;
+  cols: number;
+}
+
+function leafSums(weights: readonly Weight[], pieces: readonly SumTree[], group: GroupSum | undefined): LeafSums {
+  const roots = group || pieces.length === 1 ? pieces : [pieces];
+  const leftmost = (node: SumTree): number => (typeof node === 'number' ? node : leftmost(node[0]!));
+  return {
+    roots,
+    first: roots.map(leftmost),
+    spares: Math.max(0, ...roots.map(treeSpares)),
+    cols: weights.reduce((c, w) => c + w.cols, 0),
+  };
 }
 
 /** The parts a shard hands to the group's all-reduce for `leaves`: its pieces, or one sum of them. */
@@ -158,7 +183,7 @@ export class WeightLoader {
     const weights: Weight[] = [];
     for (const range of mine.ranges) weights.push(await this.matrix(name, expect, { cols: range, base }));
     const group = cuts.group && groupSum(plan, cuts.group);
-    return { weights, pieces: mine.pieces, ...(group ? { group } : {}) };
+    return { weights, pieces: mine.pieces, ...(group ? { group } : {}), sums: leafSums(weights, mine.pieces, group) };
   }
 
   /**
