@@ -1,21 +1,17 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { makeModel } from '../src/engine/format/make-model.js';
 import { isTandemError } from '../src/errors/index.js';
 import { childError } from './model.js';
+import { runTandem } from '../src/cli/testing.js';
 
-const bin = resolve(import.meta.dirname, '../bin/tandem.js');
 let dir: string;
 let path: string;
 
-function tandem(...args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 120_000 });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const tandem = (...args: string[]) => runTandem(args);
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'tandem-bench-model-'));

@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { untilOutput } from './child-output.js';
 
 const helper = new URL('./on-interrupt.ts', import.meta.url).href;
 
@@ -32,19 +33,7 @@ async function interrupt(
     const ended = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
       child.on('exit', (c, s) => resolve({ code: c, signal: s })),
     );
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the child was not ready within 15 s')), 15000);
-      child.stdout?.on('data', (d: Buffer) => {
-        if (d.toString().includes('ready')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      child.on('exit', () => {
-        clearTimeout(timer);
-        reject(new Error('the child exited before it was ready'));
-      });
-    });
+    await untilOutput(child, 'ready', 15000, 'get ready');
     child.kill(signal);
     const end = await Promise.race([
       ended,

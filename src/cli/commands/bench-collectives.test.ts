@@ -1,16 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { resolve } from 'node:path';
 import { isTandemError } from '../../errors/index.js';
 import { checkSizes, defaultSizes } from './bench-collectives.js';
+import { runTandem } from '../testing.js';
 
-const bin = resolve(import.meta.dirname, '..', '..', '..', 'bin', 'tandem.js');
 
-function tandem(...args: string[]): { code: number | null; stderr: string } {
-  const r = spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 30_000 });
-  return { code: r.status, stderr: r.stderr };
-}
+const tandem = (...args: string[]) => runTandem(args, { timeoutMs: 30_000 });
 
 test('bench collectives and bench fabric refuse what they cannot run, before starting any rank', () => {
   for (const [args, pattern] of [
@@ -31,8 +26,8 @@ test('bench collectives and bench fabric refuse what they cannot run, before sta
 });
 
 test('bench collectives over loopback runs with one rank', () => {
-  const r = spawnSync(process.execPath, [bin, 'bench', 'collectives', '--provider', 'loopback', '--ranks', '1', '--sizes', '8', '--iterations', '5', '--json'], { encoding: 'utf8', timeout: 30_000 });
-  assert.equal(r.status, 0, r.stderr);
+  const r = tandem('bench', 'collectives', '--provider', 'loopback', '--ranks', '1', '--sizes', '8', '--iterations', '5', '--json');
+  assert.equal(r.code, 0, r.stderr);
   assert.equal((JSON.parse(r.stdout) as { bytes: number }).bytes, 8);
 });
 

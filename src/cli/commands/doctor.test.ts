@@ -1,23 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
+import { runTandem } from '../testing.js';
 
-const bin = resolve(import.meta.dirname, '../../../bin/tandem.js');
-
-function tandem(
-  env: NodeJS.ProcessEnv,
-  ...args: string[]
-): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [bin, ...args], {
-    encoding: 'utf8',
-    timeout: 120_000,
-    env: { ...process.env, ...env },
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+const tandem = (env: NodeJS.ProcessEnv, ...args: string[]) =>
+  runTandem(args, { env: { ...process.env, ...env } });
 
 test('doctor --reports refuses a report file of the wrong shape by its path and the field', () => {
   const dir = mkdtempSync(join(tmpdir(), 'tandem-doctor-reports-'));

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { writeError } from './atomic-file.js';
 import { GgufFile } from './gguf-reader.js';
 import { gv, writeGguf, type TensorSpec } from './gguf-writer.js';
+import { untilOutput } from '../../util/child-output.js';
 
 const F32 = 0;
 const meta = new Map([['general.architecture', gv.str('llama')]]);
@@ -98,19 +99,7 @@ function stalledWriter(path: string): { child: ReturnType<typeof spawn>; ready: 
       return new Uint8Array(16);
     });`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const ready = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('the child did not start writing within 15 s')), 15000);
-    child.stdout?.on('data', (d: Buffer) => {
-      if (d.toString().includes('ready')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    child.on('exit', () => {
-      clearTimeout(timer);
-      reject(new Error('the child exited before it started writing'));
-    });
-  });
+  const ready = untilOutput(child, 'ready', 15000, 'start writing');
   return { child, ready };
 }
 
