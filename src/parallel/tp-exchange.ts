@@ -124,7 +124,7 @@ export class TpExchange {
   private readonly own: Float32Array;
   /** Each peer's part decoded from f16/q8 (unused for f32, whose parts are read in place). */
   private readonly decoded: Float32Array[];
-  /** treeSum's spare buffers (a tree of `size` parts needs one per level below the top). */
+  /** sumTree's spare buffers (grown to what a group's tree needs). */
   private readonly spare: Float32Array[];
   private readonly parts: Float32Array[] = [];
   /** A chunk's runs of this rank's pieces, and of their carried errors (group sums; allocated on first use). */
