@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { reduceInto, reduceOps } from './reduce.js';
-import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, sumTree, treeSpares, treeSum, type SumTree } from './reduce-native.js';
+import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, sumTree, treeSpares, type SumTree } from './reduce-native.js';
 
 function hasCompiler(): boolean {
   try {
@@ -96,7 +96,7 @@ test('reduceFast falls back to reduce.ts for f16/bf16 and short arrays, and chec
   assert.throws(() => reduceFast('sum', 'f32', new Float32Array(300), new Float32Array(299)));
 });
 
-test('treeSum adds in the fixed pairwise tree: a subtree sums alike alone or inside the whole, halves in either order', async () => {
+test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone or inside the whole, halves in either order', async () => {
   await loadNativeReduce();
   const rand = xorshift(4242);
   // values of very different magnitudes, so that a different order gives different bits
@@ -107,7 +107,7 @@ test('treeSum adds in the fixed pairwise tree: a subtree sums alike alone or ins
     const spare = [new Float32Array(n), new Float32Array(n), new Float32Array(n)];
     const sum = (parts: Float32Array[]): Float32Array => {
       const out = new Float32Array(n);
-      treeSum(parts, out, spare);
+      sumTree(flatTree(parts.length), parts, out, spare);
       return out;
     };
     const [p0, p1, p2, p3, p4, p5, p6, p7] = p as [Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array];
@@ -124,10 +124,10 @@ test('treeSum adds in the fixed pairwise tree: a subtree sums alike alone or ins
     assert.notDeepEqual(p.slice(1).reduce(add, p0), eight);
     // out may be the first part
     const first = p0.slice();
-    treeSum([first, p1, p2, p3], first, spare);
+    sumTree(flatTree(4), [first, p1, p2, p3], first, spare);
     assert.deepEqual(first, add(add(p0, p1), add(p2, p3)));
   }
-  assert.throws(() => treeSum([new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)], new Float32Array(4), []), /spare buffer/);
+  assert.throws(() => sumTree(flatTree(4), [new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)], new Float32Array(4), []), /spare buffer/);
 });
 
 test('sumTree: a nested tree sums alike from its leaves or from the sums of any of its subtrees', async () => {
@@ -152,9 +152,9 @@ test('sumTree: a nested tree sums alike from its leaves or from the sums of any 
   const b = sum([0, 1], [p3, p4]);
   assert.deepEqual(sum([0, [1, 2]], [a, b, p5]), whole);
   // ... but not in the flat order of the three
-  assert.notDeepEqual(treeSumOf([a, b, p5]), whole);
+  assert.notDeepEqual(flatSumOf([a, b, p5]), whole);
   // four children in pairs are the flat tree of 4
-  assert.deepEqual(sum([[0, 1], [2, 3]], p.slice(0, 4)), treeSumOf(p.slice(0, 4)));
+  assert.deepEqual(sum([[0, 1], [2, 3]], p.slice(0, 4)), flatSumOf(p.slice(0, 4)));
   assert.equal(treeSpares(tree), 1);
   assert.equal(treeSpares([[0, 1], [[2, 3], [4, 5]]]), 2);
   assert.equal(treeSpares([0, 1, 2]), 0);
@@ -163,8 +163,8 @@ test('sumTree: a nested tree sums alike from its leaves or from the sums of any 
   assert.throws(() => sumTree(tree, p, new Float32Array(n), []), /spare buffer/);
 });
 
-function treeSumOf(parts: Float32Array[]): Float32Array {
+function flatSumOf(parts: Float32Array[]): Float32Array {
   const out = new Float32Array(parts[0]!.length);
-  treeSum(parts, out, [new Float32Array(out.length), new Float32Array(out.length)]);
+  sumTree(flatTree(parts.length), parts, out, [new Float32Array(out.length), new Float32Array(out.length)]);
   return out;
 }

@@ -90,7 +90,7 @@ export type SumTree = number | readonly SumTree[];
 
 const flatTrees: SumTree[] = [];
 
-/** The flat tree over parts 0..n-1 (treeSum's order). */
+/** The flat tree over parts 0..n-1: (p0 + p1) + (p2 + p3) for 4. */
 export function flatTree(n: number): SumTree {
   return (flatTrees[n] ??= Array.from({ length: n }, (_, i) => i));
 }
@@ -102,11 +102,6 @@ export function flatTree(n: number): SumTree {
  */
 export function sumTree(tree: SumTree, parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
   sumNode(tree, parts, out, spare, 0);
-}
-
-/** out = the sum of `parts` in the flat pairwise tree (flatTree): (p0 + p1) + (p2 + p3) for 4. */
-export function treeSum(parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
-  sumNode(flatTree(parts.length), parts, out, spare, 0);
 }
 
 /** Spare buffers sumTree needs for `tree`. */

@@ -57,7 +57,7 @@ export interface ShardCommOptions {
 
 /**
  * The engine's ShardComm over a collectives communicator (the tensor-parallel group). Sums
- * run in one fixed order (the pairwise tree of treeSum), so every rank gets bit-identical
+ * run in one fixed order (sumTree's), so every rank gets bit-identical
  * activations and logits, and therefore picks the same token.
  */
 export class CollectiveShardComm implements ShardComm {

@@ -25,7 +25,7 @@ import type { WireFormat } from './wire.js';
  * The tensor-parallel group's hot path: every all-reduce of a decode step (two per layer) and
  * the vocabulary head's argmax exchange. Each rank writes its whole part straight into a
  * registered inbox on every peer (one RDMA write with immediate per peer, no router, no
- * per-call allocation), then sums every rank's part in the fixed pairwise tree (treeSum): the
+ * per-call allocation), then sums every rank's part in the fixed tree (sumTree): the
  * same additions in the same order on every rank, so the results are bit-identical everywhere,
  * and the order one node adds its leaves in, so 2 and 4 ranks give one node's sums.
  *

@@ -71,18 +71,18 @@ export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Fl
   for (let q = 0; q < roots.length; q++) sumTree(roots[q] as SumTree, parts, parts[starts[q] as number] as Float32Array, spare);
 }
 
-const names = new Map<string, { leaf: string[]; tree: string[]; x: string }>();
+const scratchNameCache = new Map<string, { leaf: string[]; tree: string[]; x: string }>();
 
 /** projectLeaves' scratch buffer names for `tag` (made once, not per call). */
 function scratchNames(tag: string, leaves: number, spares: number): { leaf: string[]; tree: string[]; x: string } {
-  let got = names.get(tag);
+  let got = scratchNameCache.get(tag);
   if (!got || got.leaf.length < leaves || got.tree.length < spares) {
     got = {
       leaf: Array.from({ length: Math.max(leaves, got?.leaf.length ?? 0) }, (_, j) => `${tag}.${j}`),
       tree: Array.from({ length: Math.max(spares, got?.tree.length ?? 0) }, (_, d) => `${tag}.t${d}`),
       x: `${tag}.x`,
     };
-    names.set(tag, got);
+    scratchNameCache.set(tag, got);
   }
   return got;
 }

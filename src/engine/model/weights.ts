@@ -61,7 +61,7 @@ function leafSums(weights: readonly Weight[], pieces: readonly SumTree[], group:
 
 /** The parts a shard hands to the group's all-reduce for `leaves`: its pieces, or one sum of them. */
 export function leafParts(leaves: Leaves): number {
-  return leaves.group ? leaves.pieces.length : 1;
+  return leaves.sums.roots.length;
 }
 
 /** Where the tensor-parallel splits cut a row-parallel projection's input columns. */
