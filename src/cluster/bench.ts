@@ -1,4 +1,5 @@
 import { statSync } from 'node:fs';
+import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
 import { launchLocalNodes } from './launcher.js';
@@ -27,6 +28,13 @@ export interface BenchClusterOptions {
   repeat?: number;
   /** Teacher-forced steps for top-1 agreement with one node (default 256 when the wire is not f32, else 0). */
   agreementSteps?: number;
+  /**
+   * Token ids to teacher-force the agreement on (a text's tokens, prompt first): both runs are
+   * fed `promptTokens` of them as the prompt and the next `agreementSteps` one by one, and their
+   * greedy picks are compared step by step. Without it, the prompt is benchPrompt's and both
+   * are fed one node's own greedy tokens.
+   */
+  agreementText?: readonly number[];
   /**
    * Tensor parallel only: also measure the decode speedup the machine allows with free communication
    * (default true; see BenchClusterRow.decode_ceiling). A few seconds per repeat.
@@ -99,6 +107,14 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
   const tokens = o.tokens ?? 32;
   const repeat = Math.max(1, o.repeat ?? 3);
   const agreementSteps = o.agreementSteps ?? (wire === 'f32' ? 0 : 256);
+  const textNeeded = promptTokens + agreementSteps;
+  if (o.agreementText !== undefined && agreementSteps > 0 && o.agreementText.length < textNeeded) {
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `the agreement text has ${o.agreementText.length} tokens; ${promptTokens} prompt tokens and ${agreementSteps} steps need ${textNeeded}`,
+      { hint: 'give a longer text, or lower --prompt-tokens or --agreement' },
+    );
+  }
   progress(`starting ${o.nodes} local node(s) and a single-node reference, ${o.threads ?? 1} thread(s) each`);
   const local = await launchLocalNodes(o.nodes + 1, { secret, threads: o.threads ?? 1, once: false });
   const sessions: ClusterSession[] = [];
@@ -168,11 +184,21 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
     }
     let agreement: number | undefined;
     if (agreementSteps > 0) {
-      progress(`measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire})`);
-      const forced = (await one.session.generate({ prompt: one.prompt, maxTokens: agreementSteps })).tokens;
-      const r = await many.session.generate({ prompt: many.prompt, maxTokens: agreementSteps, forced });
-      const predicted = r.predicted ?? [];
-      agreement = predicted.filter((t, i) => t === forced[i]).length / forced.length;
+      const text = o.agreementText;
+      progress(
+        `measuring top-1 agreement over ${agreementSteps} teacher-forced steps (wire ${wire}) on ${text ? 'the given text' : "one node's greedy tokens"}`,
+      );
+      const prompt = text ? text.slice(0, promptTokens) : one.prompt;
+      // one node's picks: fed its own greedy tokens, they are those tokens
+      const forced = text
+        ? text.slice(promptTokens, promptTokens + agreementSteps)
+        : (await one.session.generate({ prompt, maxTokens: agreementSteps })).tokens;
+      const reference = text
+        ? ((await one.session.generate({ prompt, maxTokens: forced.length, forced })).predicted ?? [])
+        : forced;
+      const predicted =
+        (await many.session.generate({ prompt, maxTokens: forced.length, forced })).predicted ?? [];
+      agreement = predicted.filter((t, i) => t === reference[i]).length / reference.length;
     }
     const row = (n: number, r: ClusterResult, base: ClusterResult): BenchClusterRow => ({
       nodes: n,

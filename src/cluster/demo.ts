@@ -4,8 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import { TandemError } from '../errors/index.js';
 import { makeModel } from '../engine/format/make-model.js';
 import type { ModelShape } from '../engine/format/model-plan.js';
-import { GgufModelFile } from '../engine/model/gguf-model-file.js';
-import { Tokenizer, tokenizerMetadataFromGguf } from '../engine/tokenizer/index.js';
+import { readTokenizer } from '../engine/model/gguf-model-file.js';
 import type { ProviderName } from '../fabric/index.js';
 import { launchLocalNodes } from './launcher.js';
 import { ClusterSession, type ClusterResult } from './session.js';
@@ -149,12 +148,9 @@ export interface DemoOptions {
 
 /** Runs the prompt on one node, then across two (tensor or pipeline parallel), each node one local process. */
 export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
-  const file = GgufModelFile.open(path);
-  let tokenizer: Tokenizer;
-  try {
-    tokenizer = new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries));
-  } finally {
-    file.close();
+  const tokenizer = readTokenizer(path);
+  if (tokenizer === undefined) {
+    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `${path} has no tokenizer (tokenizer.ggml.tokens)`, { hint: 'the demo prints text: use a GGUF file with tokenizer metadata' });
   }
   const prompt = tokenizer.encode(o.prompt);
   const secret = `demo-${process.pid}-${Date.now()}`;

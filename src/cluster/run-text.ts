@@ -1,5 +1,4 @@
-import { GgufModelFile } from '../engine/model/gguf-model-file.js';
-import { Tokenizer, tokenizerMetadataFromGguf } from '../engine/tokenizer/index.js';
+import { readTokenizer } from '../engine/model/gguf-model-file.js';
 import { TandemError } from '../errors/index.js';
 import { runDistributed, type DistributedResult, type RunDistributedOptions } from './distributed.js';
 
@@ -22,15 +21,7 @@ export interface DistributedTextOptions extends Omit<
 export async function runDistributedText(
   o: DistributedTextOptions,
 ): Promise<DistributedResult & { text: string; promptTokens: number[] }> {
-  const file = GgufModelFile.open(o.model);
-  let tokenizer: Tokenizer | undefined;
-  try {
-    tokenizer = file.gguf.metadata.entries.has('tokenizer.ggml.tokens')
-      ? new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries))
-      : undefined;
-  } finally {
-    file.close();
-  }
+  const tokenizer = readTokenizer(o.model);
   let prompt: number[];
   if (o.promptTokens !== undefined) prompt = [...o.promptTokens];
   else if (o.prompt !== undefined && tokenizer) prompt = tokenizer.encode(o.prompt);

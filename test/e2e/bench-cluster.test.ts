@@ -73,3 +73,40 @@ test(
     );
   },
 );
+
+test(
+  "bench cluster: agreement teacher-forced on a given text compares both runs' picks, not the text",
+  { timeout: 120_000 },
+  async () => {
+    const model = await makeTestModelFile(dir, 'llama', 'llama', 'f32');
+    // ids the random model would not predict: compared with the text itself, agreement would be ~0
+    const text = Array.from({ length: 40 }, (_, i) => 3 + ((i * 37) % 200));
+    const base = {
+      model,
+      nodes: 2,
+      parallel: 'tp' as const,
+      provider: 'shm' as const,
+      promptTokens: 8,
+      tokens: 2,
+      repeat: 1,
+      ceiling: false,
+    };
+    await assert.rejects(
+      benchCluster({ ...base, agreementSteps: 33, agreementText: text }),
+      (e: Error & { code?: string }) => e.code === 'INVALID_ARGUMENT' && /40 tokens.*need 41/.test(e.message),
+    );
+    const lines: string[] = [];
+    const rows = await benchCluster({
+      ...base,
+      agreementSteps: 32,
+      agreementText: text,
+      onProgress: (l) => lines.push(l),
+    });
+    // the f32 wire gives one node's sums bit for bit, so every pick agrees
+    assert.equal(rows[1]?.agreement, 1, JSON.stringify(rows[1]));
+    assert.ok(
+      lines.some((l) => l.includes('on the given text')),
+      lines.join('\n'),
+    );
+  },
+);

@@ -1,6 +1,9 @@
+import { readFileSync } from 'node:fs';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
+import { readTokenizer } from '../../engine/model/gguf-model-file.js';
+import { TandemError } from '../../errors/index.js';
 import type { ProviderName } from '../../fabric/index.js';
 import { checkWire, parallelKinds, type ParallelKind } from '../../parallel/index.js';
 
@@ -89,6 +92,12 @@ export const command = defineCommand({
       type: 'number',
       description: 'teacher-forced steps for top-1 agreement, >= 0 (default 256 with f16/q8, 0 with f32)',
     },
+    'agreement-text': {
+      type: 'string',
+      description:
+        "teacher-force the agreement on this text file, tokenized with the model's tokenizer (its first --prompt-tokens are the prompt), and compare both runs' greedy picks; default: one node's own greedy tokens after a fixed prompt",
+      placeholder: 'file',
+    },
     ceiling: {
       type: 'boolean',
       description: 'measure the decode speedup the machine allows with free communication (tp; --no-ceiling skips it)',
@@ -99,6 +108,7 @@ export const command = defineCommand({
   examples: [
     'tandem bench cluster /tmp/tl.gguf --nodes 2 --parallel tp --provider shm',
     'tandem bench cluster /tmp/tl.gguf --wire q8 --json',
+    'tandem bench cluster /tmp/tl.gguf --wire q8 --agreement-text README.md --repeat 1 --no-ceiling',
   ],
   async run({ options, positionals }) {
     for (const key of ['prompt-tokens', 'tokens', 'tp', 'repeat'] as const) checkInteger('bench cluster', key, options[key], 1);
@@ -106,8 +116,28 @@ export const command = defineCommand({
     checkInteger('bench cluster', 'nodes', options.nodes, 1, 64, 2);
     checkThreads('bench cluster', options.threads);
     if (options.agreement !== undefined) checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
+    const model = positionals[0] as string;
+    const textPath = options['agreement-text'];
+    let agreementText: number[] | undefined;
+    if (textPath !== undefined) {
+      let text: string;
+      try {
+        text = readFileSync(textPath, 'utf8');
+      } catch (e) {
+        throw new TandemError('INVALID_ARGUMENT', `bench cluster: cannot read --agreement-text '${textPath}': ${(e as Error).message}`, {
+          hint: 'give the path of a text file',
+        });
+      }
+      const tokenizer = readTokenizer(model);
+      if (tokenizer === undefined) {
+        throw new TandemError('INVALID_ARGUMENT', `bench cluster: ${model} has no tokenizer to read --agreement-text with`, {
+          hint: 'use a GGUF file with tokenizer metadata, or leave --agreement-text out',
+        });
+      }
+      agreementText = tokenizer.encode(text);
+    }
     const rows = await benchCluster({
-      model: positionals[0] as string,
+      model,
       nodes: options.nodes,
       parallel: options.parallel as ParallelKind,
       provider: options.provider as ProviderName,
@@ -119,6 +149,7 @@ export const command = defineCommand({
       repeat: options.repeat,
       ceiling: options.ceiling,
       ...(options.agreement !== undefined ? { agreementSteps: options.agreement } : {}),
+      ...(agreementText ? { agreementText } : {}),
       onProgress: (line) => {
         if (!options.json) process.stderr.write(`${line}\n`);
       },

@@ -1,5 +1,6 @@
 import { GgufFile } from '../format/gguf-reader.js';
 import type { GgufArray } from '../format/gguf-types.js';
+import { Tokenizer, tokenizerMetadataFromGguf } from '../tokenizer/index.js';
 import type { ModelFile, TensorEntry } from './model-file.js';
 
 /** A GGUF file as the model code sees it: metadata values, tensor dims, row-range reads. */
@@ -33,5 +34,18 @@ export class GgufModelFile implements ModelFile {
 
   close(): void {
     this.gguf.close();
+  }
+}
+
+/** The tokenizer in a GGUF model file, or undefined when the file has none. */
+export function readTokenizer(path: string): Tokenizer | undefined {
+  const file = GgufModelFile.open(path);
+  try {
+    const entries = file.gguf.metadata.entries;
+    return entries.has('tokenizer.ggml.tokens')
+      ? new Tokenizer(tokenizerMetadataFromGguf(entries))
+      : undefined;
+  } finally {
+    file.close();
   }
 }
