@@ -10,7 +10,7 @@ export const TRAINED_SHAPE: ModelShape = {
   kvHeads: 4,
   headDim: 32,
   vocab: 2048,
-  context: 256,
+  context: 512,
   experts: 0,
   expertsUsed: 0,
   expertFf: 0,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-SHAPE = dict(layers=4, embd=256, ff=768, heads=8, kv_heads=4, head_dim=32, vocab=2048, context=256)
+SHAPE = dict(layers=4, embd=256, ff=768, heads=8, kv_heads=4, head_dim=32, vocab=2048, context=512)
 EPS = 1e-5
 ROPE_BASE = 10000.0
 
@@ -104,8 +104,8 @@ def main():
     ap.add_argument('out')
     ap.add_argument('--minutes', type=float, default=10)
     ap.add_argument('--seed', type=int, default=0)
-    ap.add_argument('--batch', type=int, default=16)
-    ap.add_argument('--tokens', type=int, default=128)
+    ap.add_argument('--batch', type=int, default=8)
+    ap.add_argument('--tokens', type=int, default=320)
     ap.add_argument('--lr', type=float, default=3e-3)
     ap.add_argument('--threads', type=int, default=os.cpu_count())
     a = ap.parse_args()
