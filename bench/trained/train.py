@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+# bench/trained/shape.ts's TRAINED_SHAPE (to-gguf.ts refuses weights of any other shape)
 SHAPE = dict(layers=4, embd=256, ff=768, heads=8, kv_heads=4, head_dim=32, vocab=2048, context=512)
 EPS = 1e-5
 ROPE_BASE = 10000.0
