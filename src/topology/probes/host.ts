@@ -47,7 +47,12 @@ export const runCommand: CommandRunner = (file, args) => runWithin(PROBE_TIMEOUT
 /** runCommand with another deadline (tests). */
 export const runWithin = (timeoutMs: number, file: string, args: readonly string[]): Promise<string> =>
   new Promise((resolve, reject) => {
+    // Watch the signals before the probe exists: it can run, and be seen running, before
+    // spawn() returns, and a signal then would end this process and leave the probe behind.
+    if (liveGroups.size === 0) unwatchSignals = watchSignals();
     const child = spawn(file, [...args], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    if (child.pid !== undefined) liveGroups.add(child.pid);
+    else if (liveGroups.size === 0) unwatchSignals();
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let size = 0;
@@ -64,10 +69,6 @@ export const runWithin = (timeoutMs: number, file: string, args: readonly string
     child.stdout.on('data', collect(out));
     child.stderr.on('data', collect(err));
     const timer = setTimeout(() => stop(new Error(`${file} ${args.join(' ')}: no answer within ${timeoutMs} ms (killed it and what it started)`)), timeoutMs);
-    if (child.pid !== undefined) {
-      if (liveGroups.size === 0) unwatchSignals = watchSignals();
-      liveGroups.add(child.pid);
-    }
     const done = (): void => {
       clearTimeout(timer);
       if (child.pid !== undefined && liveGroups.delete(child.pid) && liveGroups.size === 0) unwatchSignals();
