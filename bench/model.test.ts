@@ -1,25 +1,12 @@
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { makeModel } from '../src/engine/format/make-model.js';
 import { isTandemError } from '../src/errors/index.js';
 import { childError } from './model.js';
-import { runTandem } from '../src/cli/testing.js';
+import { runTandem, tempModel } from '../src/cli/testing.js';
 
-let dir: string;
-let path: string;
+const path = tempModel('tandem-bench-model-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
 const tandem = (...args: string[]) => runTandem(args);
-
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'tandem-bench-model-'));
-  path = join(dir, 'tiny.gguf');
-  await makeModel(path, { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
-});
-
-after(() => rmSync(dir, { recursive: true, force: true }));
 
 // The tiny model's context holds 512 positions: the engine's child refuses a 1000-token
 // prompt with KV_CONTEXT_FULL, which the parent must report as that error, not as stderr scraps.
@@ -36,7 +23,7 @@ const tooLong = [
 ];
 
 test('bench model reports a typed error of its child with the same code, message and hint', () => {
-  const r = tandem(...tooLong.slice(0, 2), path, ...tooLong.slice(2));
+  const r = tandem(...tooLong.slice(0, 2), path(), ...tooLong.slice(2));
   assert.equal(r.code, 3, r.stderr); // invalid_usage, the category of KV_CONTEXT_FULL
   assert.equal(
     r.stderr,
@@ -47,7 +34,7 @@ test('bench model reports a typed error of its child with the same code, message
 });
 
 test("bench model --json reports the child's typed error as the CLI's JSON error line", () => {
-  const r = tandem(...tooLong.slice(0, 2), path, ...tooLong.slice(2), '--json');
+  const r = tandem(...tooLong.slice(0, 2), path(), ...tooLong.slice(2), '--json');
   assert.equal(r.code, 3, r.stderr);
   const { error } = JSON.parse(r.stderr) as { error: Record<string, unknown> };
   assert.equal(error.code, 'KV_CONTEXT_FULL');
