@@ -8,8 +8,11 @@ import type { Call } from './call.js';
 import type { Header } from './header.js';
 import { nextTurn, type Router } from './router.js';
 
-/** Payload bytes a board carries per rank and call: all-reduces up to this long use it. */
-export const BOARD_MAX = 256;
+/**
+ * Payload bytes a board carries per rank and call: all-reduces up to this long use it (the
+ * mesh's range, select.ts; a decode step's activations of a 4096-wide model in f32).
+ */
+export const BOARD_MAX = 16 * 1024;
 /**
  * An entry: a head of four words (the call's seq, its codes: op | dtype << 8 | reduce << 16 |
  * algorithm << 24, its count, then the tag), the payload, then the tag again right after the

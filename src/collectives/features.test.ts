@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
 import { assertReduced, inputFor } from './collectives.cases.js';
 import { linkBufferBytes } from './router.js';
+import { BOARD_MAX } from './board.js';
 
 test('send/recv between any two ranks, with tags, relayed on a line', async () => {
   const comms = await createLocalWorld(4, { graph: 'line', timeoutMs: 20_000 });
@@ -182,6 +183,8 @@ test('small all-reduces on a direct full mesh go by one-sided writes (the board)
   for (let k = 0; k < 5; k++) {
     for (const got of await run(mesh, 7, 'sum')) assert.deepEqual(got, [2, 4, 6, 8, 10, 12, 14]);
     for (const got of await run(mesh, 64, 'max')) assert.deepEqual(got, Array.from({ length: 64 }, (_, i) => 3 * (i + 1)));
+    // the largest the board carries: BOARD_MAX bytes of f32
+    for (const got of await run(mesh, BOARD_MAX / 4, 'sum')) assert.deepEqual(got, Array.from({ length: BOARD_MAX / 4 }, (_, i) => 2 * (i + 1)));
   }
   // mean divides after the fold; a bad option is a typed error on the board's path too, and the world goes on
   for (const got of await Promise.all(mesh.map(async (c) => {
@@ -191,8 +194,8 @@ test('small all-reduces on a direct full mesh go by one-sided writes (the board)
   }))) assert.deepEqual(got, [6]);
   await assert.rejects(mesh[0]!.allReduce(new Float32Array(2), { op: 'median' as never }), { code: 'COLL_BAD_ARGUMENT' });
   const puts = mesh.map((c) => c.puts);
-  assert.deepEqual(puts, [22, 22, 22], 'each of the 11 calls wrote once to each of the 2 peers');
-  await run(mesh, 65, 'sum'); // 260 bytes: past BOARD_MAX, by messages
+  assert.deepEqual(puts, [32, 32, 32], 'each of the 16 calls wrote once to each of the 2 peers');
+  for (const got of await run(mesh, BOARD_MAX / 4 + 1, 'sum')) assert.equal(got[BOARD_MAX / 4], 2 * (BOARD_MAX / 4 + 1)); // past BOARD_MAX: by messages
   assert.deepEqual(mesh.map((c) => c.puts), puts);
   // different counts on different ranks, both small enough for the board: COLL_MISMATCH, not a hang
   const bad = await Promise.allSettled(mesh.map((c) => c.allReduce(new Float32Array(c.rank === 2 ? 3 : 2))));

@@ -44,8 +44,11 @@ const TWO64 = 1n << 64n;
 const split = new DataView(new ArrayBuffer(8));
 /** Below this many bytes a plain loop copies faster than TypedArray.set. */
 const SMALL_COPY = 16;
-/** Single-SGE sends and writes up to this size take the no-allocation path (postSmall). */
-const FAST_MAX = 16384;
+/**
+ * Single-SGE sends and writes up to this size take the no-allocation path (postSmall): a
+ * board entry of a 16 KiB all-reduce (head, payload, tail) among them.
+ */
+const FAST_MAX = 32 * 1024;
 /**
  * Consumed entries of `recvs` and `outstanding` are dropped once more than this many lead the
  * array and they are most of it. Kept longer, they outlive young-generation collections and

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { conformance } from './conformance.cases.js';
 import { Access, expectSuccess, openDevice } from './index.js';
-import type { ShmDevice } from './shm-provider.js';
+import { PLACE_SMALL_MAX, type ShmDevice } from './shm-provider.js';
 
 conformance('shm');
 
@@ -173,32 +173,34 @@ test('shm: a write the requester placed itself completes without the responder r
 test('shm: a small unsignaled write is placed with no frame, except behind an unread request', async () => {
   const [da, db] = [await openDevice('shm'), await openDevice('shm')];
   try {
+    const max = PLACE_SMALL_MAX;
     const [pa, pb] = [da.allocPd(), db.allocPd()];
     const [ca, cb] = [da.createCq(), db.createCq()];
-    const src = pa.allocate(4096, Access.NONE);
-    const dst = pb.allocate(4096, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    const src = pa.allocate(4 * max, Access.NONE);
+    const dst = pb.allocate(4 * max, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
     const l = await da.listen({ port: 0, secret: 's' });
     const [qa, qb] = await Promise.all([
       l.accept({ pd: pa, cq: ca }),
       db.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pb, cq: cb }),
     ]);
-    src.buffer.fill(9, 0, 1024);
-    src.buffer.fill(4, 1024, 2048);
+    for (let i = 0; i < max; i++) src.buffer[i] = 1 + (i % 251);
+    src.buffer.fill(4, max, 2 * max + 1);
     // no await and no poll on B's side: the bytes are there because A put them there
-    qa.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge(0, 1024)], remote: dst.remote(0), signaled: false });
-    assert.deepEqual([dst.buffer[0], dst.buffer[1023], dst.buffer[1024]], [9, 9, 0], 'placed at once, exactly its bytes');
+    qa.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge(0, max)], remote: dst.remote(0), signaled: false });
+    assert.deepEqual(dst.buffer.subarray(0, max), src.buffer.subarray(0, max), 'placed at once, exactly its bytes');
+    assert.equal(dst.buffer[max], 0, 'and nothing past them');
     // one byte more than the limit goes as a frame: B must run before it lands
-    qa.postSend({ wrId: 2, opcode: 'write', sgl: [src.sge(1024, 1025)], remote: dst.remote(2048), signaled: false });
-    assert.equal(dst.buffer[2048], 0, 'a longer write is framed');
+    qa.postSend({ wrId: 2, opcode: 'write', sgl: [src.sge(max, max + 1)], remote: dst.remote(2 * max), signaled: false });
+    assert.equal(dst.buffer[2 * max], 0, 'a longer write is framed');
     // a SEND B has not read yet is a barrier: a small write after it is framed too and lands after it
     const got = pb.allocate(64, Access.LOCAL_WRITE);
     qb.postRecv({ wrId: 7, sgl: [got.sge(0, 8)] });
     qa.postSend({ wrId: 3, opcode: 'send', sgl: [src.sge(0, 8)], signaled: false });
-    qa.postSend({ wrId: 4, opcode: 'write', sgl: [src.sge(1024, 8)], remote: dst.remote(1024), signaled: false });
-    assert.equal(dst.buffer[1024], 0, 'not placed past the unread send');
+    qa.postSend({ wrId: 4, opcode: 'write', sgl: [src.sge(max, 8)], remote: dst.remote(max), signaled: false });
+    assert.equal(dst.buffer[max], 0, 'not placed past the unread send');
     const [rc] = expectSuccess(await cb.wait({ timeoutMs: 5000 }));
     assert.equal(rc?.wrId, 7);
-    for (const at of [2048, 1024]) {
+    for (const at of [2 * max, max]) {
       const deadline = Date.now() + 5000;
       while (dst.buffer[at] !== 4 && Date.now() < deadline) {
         cb.poll();
@@ -207,7 +209,7 @@ test('shm: a small unsignaled write is placed with no frame, except behind an un
       assert.equal(dst.buffer[at], 4, `the framed write to ${at} landed`);
     }
     // the placed write's bytes are still what it wrote (nothing framed rewrote them)
-    assert.equal(dst.buffer[1023], 9);
+    assert.equal(dst.buffer[max - 1], src.buffer[max - 1]);
     // and a write to memory B no longer exposes is framed, and fails there, not placed
     dst.deregister();
     qa.postSend({ wrId: 5, opcode: 'write', sgl: [src.sge(0, 8)], remote: dst.remote(0), signaled: false });

@@ -47,8 +47,13 @@ const SLOT_I32 = SLOT_BYTES / 4;
 const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */
 const DIRECT_MIN = 64 * 1024;
-/** The longest unsignaled WRITE placed with no frame at all (Transport.placeSmall). */
-const PLACE_SMALL_MAX = 1024;
+/**
+ * The longest unsignaled WRITE placed with no frame at all (Transport.placeSmall): a board
+ * entry of a 16 KiB all-reduce (docs/collectives.md) with its head and tail.
+ */
+export const PLACE_SMALL_MAX = 32 * 1024;
+/** placeSmall() copies this many bytes at each end of a write one by one, in ascending order. */
+const PLACE_EDGE = 64;
 const TWO32 = 4294967296;
 /** Below this many bytes a plain loop copies faster than TypedArray.set. */
 const SMALL_COPY = 16;
@@ -227,9 +232,15 @@ class ShmTransport implements Transport {
     if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
     const at = this.peerRegion(rkey, hi, lo, length);
     if (at < 0) return false;
-    // in ascending order, so the last bytes land last (what a poller of them relies on)
+    // the first bytes land first and the last bytes last, each edge in ascending order (what a
+    // poller of them relies on); the middle goes in one copy, in whatever order it takes
+    // (plain stores: x86 makes them visible in program order)
     const dst = this.targetBytes as Uint8Array;
-    for (let i = 0; i < length; i++) dst[at + i] = src[off + i] as number;
+    const head = Math.min(length, PLACE_EDGE);
+    const tail = Math.max(head, length - PLACE_EDGE);
+    for (let i = 0; i < head; i++) dst[at + i] = src[off + i] as number;
+    if (tail > head) dst.set(src.subarray(off + head, off + tail), at + head);
+    for (let i = tail; i < length; i++) dst[at + i] = src[off + i] as number;
     this.ring(); // a peer asleep on its doorbell wakes to look (it may be polling for these bytes)
     return true;
   }

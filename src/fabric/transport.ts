@@ -39,11 +39,12 @@ export interface Transport {
    */
   writeDirect?(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean;
   /**
-   * Optional (shm): an unsignaled WRITE of at most 1 KiB (`length` bytes of `src`
-   * from `off`) placed in the peer's region with no frame at all, when the requester can
-   * validate it as for writeDirect and no unread request touches the same bytes; false: frame
-   * it as usual. Nothing completes and the responder never hears of it: the bytes are simply
-   * there, in ascending order, as an RDMA WRITE's are for a peer that polls its memory.
+   * Optional (shm): a small unsignaled WRITE (`length` bytes of `src` from `off`, at most
+   * the provider's limit) placed in the peer's region with no frame at all, when the requester
+   * can validate it as for writeDirect and no unread request touches the same bytes; false:
+   * frame it as usual. Nothing completes and the responder never hears of it: the bytes are
+   * simply there, the first ones first and the last ones last, as an RDMA WRITE's land for a
+   * peer that polls its memory.
    */
   placeSmall?(rkey: number, hi: number, lo: number, src: Uint8Array, off: number, length: number): boolean;
   /** Drives progress without the event loop; true when anything happened. */

@@ -130,8 +130,11 @@ export interface SendWr {
   inline?: boolean;
 }
 
-/** The longest inline send or write (SendWr.inline), in bytes. */
-export const MAX_INLINE = 16 * 1024;
+/**
+ * The longest inline send or write (SendWr.inline), in bytes: room for a 16 KiB all-reduce's
+ * board entry (its payload with a head and a tail, docs/collectives.md).
+ */
+export const MAX_INLINE = 32 * 1024;
 
 export interface RecvWr {
   wrId: number;
