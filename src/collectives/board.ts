@@ -2,10 +2,11 @@ import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import { yieldCore } from '../fabric/shm-ffi.js';
 import type { MemoryRegion, RemoteAddress, SendWr } from '../fabric/types.js';
-import { bytesOf, viewAs, type DTypeArray } from '../kernels/dtype.js';
+import { dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
+import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Call } from './call.js';
-import type { Header } from './header.js';
+import { AlgorithmCode, OpCode, ReduceCode, type Header } from './header.js';
 import { nextTurn, type Router } from './router.js';
 
 /**
@@ -32,6 +33,16 @@ const SPIN_MS = 0.2;
  * 8 B, p50: 1.68 us polling every 8th time, 1.58 every 64th, 1.59 never.
  */
 const POLL_EVERY = 64;
+
+/**
+ * The communicator a board serves. A board call makes no Call (a Call per 8 B all-reduce was
+ * ~15% of the call: its spec, header template and their garbage); it asks for one only when
+ * it needs one: to wait for a late peer, or to report a mismatch.
+ */
+export interface BoardOwner {
+  /** The Call an all-reduce over messages would have made for board call `seq`. */
+  boardCall(seq: number, dtype: DType, reduce: ReduceOp | 'mean', count: number): Call;
+}
 
 /**
  * Small all-reduces on a direct full mesh by one-sided writes, the way RDMA eager paths and
@@ -61,6 +72,8 @@ export class Board {
   private seq = 0;
   private codes = 0;
   private count = 0;
+  private dtype: DType = 'f32';
+  private reduce: ReduceOp | 'mean' = 'sum';
   private readonly words: Uint32Array;
   /** The puts of the current write length (see prepare()). */
   private requests: (SendWr | undefined)[][] = [];
@@ -69,12 +82,14 @@ export class Board {
   private views: (DTypeArray | undefined)[][] = [];
   private viewDtype = '';
   private viewBytes = -1;
-  /** The fold's accumulator, as an array of the last call's dtype and length. */
+  /** The fold's accumulator, and the payload's place in `out`, as arrays of the last call's dtype and length. */
   private acc: DTypeArray = new Uint8Array(0) as unknown as DTypeArray;
+  private outPayload: DTypeArray = new Uint8Array(0) as unknown as DTypeArray;
   private readonly accBuffer = new ArrayBuffer(BOARD_MAX);
 
   private constructor(
     private readonly router: Router,
+    private readonly owner: BoardOwner,
     private readonly rank: number,
     private readonly members: readonly number[],
     /** Entries written by peers: from communicator rank r, parity p at (2r + p) * ENTRY. */
@@ -111,7 +126,7 @@ export class Board {
   }
 
   /** Every rank's [ok, addr low, addr high, rkey] gathered: the board, or undefined (regions released) unless all have one. */
-  static open(router: Router, rank: number, members: readonly number[], regions: { mine: MemoryRegion; out: MemoryRegion } | undefined, table: Int32Array): Board | undefined {
+  static open(router: Router, owner: BoardOwner, rank: number, members: readonly number[], regions: { mine: MemoryRegion; out: MemoryRegion } | undefined, table: Int32Array): Board | undefined {
     const size = members.length;
     const all = Array.from({ length: size }, (_, r) => table[4 * r] === 1).every(Boolean);
     if (!all || regions === undefined) {
@@ -126,7 +141,7 @@ export class Board {
       return [0, 1].map((p) => ({ addr: base + BigInt((2 * rank + p) * ENTRY), rkey }));
     });
     const o = regions.out.buffer;
-    return new Board(router, rank, members, regions.mine, regions.out, new Uint32Array(o.buffer, o.byteOffset, ENTRY >>> 2), remotes);
+    return new Board(router, owner, rank, members, regions.mine, regions.out, new Uint32Array(o.buffer, o.byteOffset, ENTRY >>> 2), remotes);
   }
 
   /** What this rank contributes to the exchange open() consumes. */
@@ -137,23 +152,26 @@ export class Board {
   }
 
   /**
-   * In place, `data` (at most BOARD_MAX bytes) becomes the reduction over all ranks. Returns
-   * undefined when done synchronously (the usual case), else a promise for the rest.
+   * In place, `data` (at most BOARD_MAX bytes) becomes the reduction over all ranks: the
+   * all-reduce numbered `seq` on this communicator. Returns undefined when done synchronously
+   * (the usual case), else a promise for the rest. A `mean` is left summed (the caller divides).
    */
-  allReduce(call: Call, data: DTypeArray): Promise<void> | undefined {
+  allReduce(seq: number, dtype: DType, reduce: ReduceOp | 'mean', data: DTypeArray): Promise<void> | undefined {
     let tag = (this.calls + 1) >>> 0;
     if (tag === 0) tag = 1;
     this.calls = tag;
     const parity = (this.parity = tag & 1);
-    const h = call.header;
     const bytes = data.byteLength;
+    if (dtype !== this.viewDtype || bytes !== this.viewBytes) this.view(dtype, bytes);
     const tail = (this.tail = tailWord(bytes));
+    this.dtype = dtype;
+    this.reduce = reduce;
     const ow = this.outWords;
-    ow[0] = this.seq = h.seq >>> 0;
-    ow[1] = this.codes = codesOf(h);
-    ow[2] = this.count = h.count >>> 0;
+    ow[0] = this.seq = seq >>> 0;
+    ow[1] = this.codes = codesOf(dtype, reduce);
+    ow[2] = this.count = data.length >>> 0;
     ow[3] = tag;
-    this.out.buffer.set(bytesOf(data), HEAD);
+    this.outPayload.set(data);
     ow[tail] = tag;
     const length = 4 * tail + 4;
     if (length !== this.length) this.prepare(length);
@@ -162,9 +180,25 @@ export class Board {
       const wr = wrs[r];
       if (wr !== undefined) this.router.put(this.members[r] as number, wr);
     }
-    if (!this.arrived() && !this.router.spinUntil(this.here, SPIN_MS, POLL_EVERY)) return this.finishLater(call, data);
-    this.fold(call, data, parity);
+    if (!this.arrived() && !this.router.spinUntil(this.here, SPIN_MS, POLL_EVERY)) return this.finishLater(this.call(), data);
+    this.fold(data, parity);
     return undefined;
+  }
+
+  /** The running board call's Call (made on demand). */
+  private call(): Call {
+    return this.owner.boardCall(this.seq, this.dtype, this.reduce, this.count);
+  }
+
+  /** The peers' payloads, the accumulator and the out payload as arrays of `dtype` over `bytes`. */
+  private view(dtype: DType, bytes: number): void {
+    this.views = [0, 1].map((p) =>
+      this.members.map((_, r) => (r === this.rank ? undefined : viewAs(dtype, this.mine.buffer.subarray((2 * r + p) * ENTRY + HEAD, (2 * r + p) * ENTRY + HEAD + bytes)))),
+    );
+    this.acc = viewAs(dtype, new Uint8Array(this.accBuffer, 0, bytes));
+    this.outPayload = viewAs(dtype, this.out.buffer.subarray(HEAD, HEAD + bytes));
+    this.viewDtype = dtype;
+    this.viewBytes = bytes;
   }
 
   /** The writes of `length` bytes to every peer's entries (requests[parity][r]), built once per length. */
@@ -216,7 +250,7 @@ export class Board {
         throw e;
       }
     }
-    this.fold(call, data, parity);
+    this.fold(data, parity);
   }
 
   /** A message of this very call from a peer means it made another kind of call: COLL_MISMATCH. */
@@ -232,35 +266,32 @@ export class Board {
   }
 
   /** Checks every entry against this call, then folds ranks 0..n-1 into `data`. */
-  private fold(call: Call, data: DTypeArray, parity: number): void {
+  private fold(data: DTypeArray, parity: number): void {
     const w = this.words;
-    const bytes = data.byteLength;
-    const dtype = call.spec.dtype;
-    if (dtype !== this.viewDtype || bytes !== this.viewBytes) {
-      this.views = [0, 1].map((p) =>
-        this.members.map((_, r) => (r === this.rank ? undefined : viewAs(dtype, this.mine.buffer.subarray((2 * r + p) * ENTRY + HEAD, (2 * r + p) * ENTRY + HEAD + bytes)))),
-      );
-      this.acc = viewAs(dtype, new Uint8Array(this.accBuffer, 0, bytes));
-      this.viewDtype = dtype;
-      this.viewBytes = bytes;
-    }
+    const dtype = this.dtype;
+    const op = this.reduce === 'mean' ? 'sum' : this.reduce;
     const views = this.views[parity] as (DTypeArray | undefined)[];
     const acc = this.acc;
     for (let r = 0; r < this.members.length; r++) {
       let part: DTypeArray = data;
       if (r !== this.rank) {
         const t = ((2 * r + parity) * ENTRY) >>> 2;
-        if (w[t] !== this.seq || w[t + 1] !== this.codes || w[t + 2] !== this.count) {
-          const c = w[t + 1] as number;
-          const theirs: Header = { ...call.header, seq: w[t] as number, op: c & 255, dtype: (c >>> 8) & 255, reduce: (c >>> 16) & 255, algorithm: c >>> 24, count: w[t + 2] as number, totalBytes: bytes };
-          throw call.verify(theirs, r, bytes) ?? new Error('unreachable: a differing entry passed the check');
-        }
+        if (w[t] !== this.seq || w[t + 1] !== this.codes || w[t + 2] !== this.count) throw this.mismatch(r, t, data.byteLength);
         part = views[r] as DTypeArray;
       }
       if (r === 0) acc.set(part);
-      else reduceInto(call.op, dtype, acc, part);
+      else reduceInto(op, dtype, acc, part);
     }
     data.set(acc);
+  }
+
+  /** COLL_MISMATCH for rank r's entry at word t, which shows another call than this one. */
+  private mismatch(r: number, t: number, bytes: number): Error {
+    const w = this.words;
+    const call = this.call();
+    const c = w[t + 1] as number;
+    const theirs: Header = { ...call.header, seq: w[t] as number, op: c & 255, dtype: (c >>> 8) & 255, reduce: (c >>> 16) & 255, algorithm: c >>> 24, count: w[t + 2] as number, totalBytes: bytes };
+    return call.verify(theirs, r, bytes) ?? new Error('unreachable: a differing entry passed the check');
   }
 
   /** Releases the regions (the communicator is closing). */
@@ -280,7 +311,8 @@ function tailWord(bytes: number): number {
   return (HEAD + ((bytes + 3) & ~3)) >>> 2;
 }
 
-function codesOf(h: Readonly<Header>): number {
-  return (h.op | (h.dtype << 8) | (h.reduce << 16) | (h.algorithm << 24)) >>> 0;
+/** An all-reduce's op, dtype, reduce and algorithm codes, as its message headers carry them. */
+function codesOf(dtype: DType, reduce: ReduceOp | 'mean'): number {
+  return (OpCode['all-reduce'] | (dtypeCodes[dtype] << 8) | (ReduceCode[reduce] << 16) | (AlgorithmCode.mesh << 24)) >>> 0;
 }
 

@@ -230,17 +230,27 @@ export class Communicator implements CommCore {
     const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
     const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
     const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
-    const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
-    if (this.size > 1) {
-      if (board) {
-        const rest = board.allReduce(call, data);
-        if (rest) await rest;
-      } else if (algorithm === 'mesh') await allReduceMesh(call, data);
-      else if (algorithm === 'ring') await allReduceRing(call, data, this.ring);
-      else if (algorithm === 'rhd') await allReduceRhd(call, data);
-      else await allReduceTree(call, data, this.tree(0));
+    if (board) {
+      this.lastAlgorithm = 'mesh';
+      const rest = board.allReduce(this.seq++, dtype, reduce, data);
+      if (rest) await rest;
+    } else {
+      const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
+      if (this.size > 1) await this.allReduceBy(algorithm, call, data);
     }
     if (reduce === 'mean') divideInPlace(dtype, data, this.size);
+  }
+
+  private allReduceBy(algorithm: Algorithm, call: Call, data: DTypeArray): Promise<void> {
+    if (algorithm === 'mesh') return allReduceMesh(call, data);
+    if (algorithm === 'ring') return allReduceRing(call, data, this.ring);
+    if (algorithm === 'rhd') return allReduceRhd(call, data);
+    return allReduceTree(call, data, this.tree(0));
+  }
+
+  /** The Call an all-reduce by messages makes, for a board call that needs one (Board.call). */
+  boardCall(seq: number, dtype: DType, reduce: ReduceOp | 'mean', count: number): Call {
+    return new Call(this, { channel: 0, seq, op: 'all-reduce', dtype, reduce, q8: false, algorithm: 'mesh', count, aux: 0 });
   }
 
   /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */
@@ -269,8 +279,8 @@ export class Communicator implements CommCore {
       if (this.closed || this.router.aborted) return undefined; // serial() says why
       const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
       if (algorithm !== 'mesh' || q8) return undefined;
-      const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
-      rest = board.allReduce(call, data);
+      this.lastAlgorithm = 'mesh';
+      rest = board.allReduce(this.seq++, dtype, reduce, data);
       if (rest === undefined) {
         if (reduce === 'mean') divideInPlace(dtype, data, this.size);
         return DONE;
@@ -407,7 +417,7 @@ export class Communicator implements CommCore {
     table.set(Board.describe(regions), 4 * this.rank);
     const call = this.call({ op: 'all-gather', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 4, aux: 2 });
     await allGatherMesh(call, table, 4);
-    return (this.board = Board.open(this.router, this.rank, this.members, regions, table) ?? null);
+    return (this.board = Board.open(this.router, this, this.rank, this.members, regions, table) ?? null);
   }
 
   /** Point to point: `data` to `peer`; resolves once copied out. The peer calls recv(rank, ...). */
