@@ -164,11 +164,12 @@ export class Board {
     const bytes = data.byteLength;
     if (dtype !== this.viewDtype || bytes !== this.viewBytes) this.view(dtype, bytes);
     const tail = (this.tail = tailWord(bytes));
-    this.dtype = dtype;
-    this.reduce = reduce;
     const ow = this.outWords;
     ow[0] = this.seq = seq >>> 0;
-    ow[1] = this.codes = codesOf(dtype, reduce);
+    if (dtype !== this.dtype || reduce !== this.reduce || this.codes === 0) this.codes = codesOf(dtype, reduce);
+    ow[1] = this.codes;
+    this.dtype = dtype;
+    this.reduce = reduce;
     ow[2] = this.count = data.length >>> 0;
     ow[3] = tag;
     this.outPayload.set(data);

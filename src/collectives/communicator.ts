@@ -16,7 +16,7 @@ import type { CollectiveOp } from './header.js';
 import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
 import { connectWorld, type Rendezvous } from './rendezvous.js';
 import { Router } from './router.js';
-import { chooseAlgorithm } from './select.js';
+import { chooseAlgorithm, type TopologyFacts } from './select.js';
 
 export interface CommunicatorOptions {
   rank: number;
@@ -93,8 +93,8 @@ export class Communicator implements CommCore {
   private readonly recvSeq = new Map<number, number>();
   private readonly adj: number[][];
   private readonly ring: number[];
-  private readonly hasRing: boolean;
-  private readonly fullMesh: boolean;
+  /** What the choice of algorithm looks at (one object for the communicator's life: none per call). */
+  private readonly facts: TopologyFacts;
   private readonly trees = new Map<number, Tree>();
   private closed = false;
   private readonly scratchBuffers: ArrayBuffer[] = [];
@@ -119,9 +119,9 @@ export class Communicator implements CommCore {
       adj = adjacency(fullMeshGraph(size)); // members not linked among themselves: everything is relayed
     }
     this.adj = adj;
-    this.fullMesh = isFullMesh(adj);
+    const fullMesh = isFullMesh(adj);
     const ring = findRing(adj);
-    this.hasRing = ring !== undefined;
+    this.facts = { size, fullMesh, hasRing: ring !== undefined };
     this.ring = ring ?? Array.from({ length: size }, (_, i) => i);
   }
 
@@ -202,7 +202,7 @@ export class Communicator implements CommCore {
       if (q8 && o.algorithm === 'rhd') throw badArg('q8 wire format works with mesh, ring and tree, not rhd', 'use algorithm mesh, ring or tree, or drop wire: q8');
       return this.size === 1 ? 'mesh' : o.algorithm;
     }
-    return chooseAlgorithm(op, bytes, { size: this.size, fullMesh: this.fullMesh, hasRing: this.hasRing }, q8);
+    return chooseAlgorithm(op, bytes, this.facts, q8);
   }
 
   private call(spec: Omit<CallSpec, 'seq' | 'channel'> & { channel?: 0 | 1; seq?: number }): Call {
