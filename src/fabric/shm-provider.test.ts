@@ -189,6 +189,18 @@ test('shm: a small unsignaled write is placed with no frame, except behind an un
     qa.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge(0, max)], remote: dst.remote(0), signaled: false });
     assert.deepEqual(dst.buffer.subarray(0, max), src.buffer.subarray(0, max), 'placed at once, exactly its bytes');
     assert.equal(dst.buffer[max], 0, 'and nothing past them');
+    // short writes, in whole words when both ends are 4-byte aligned, else byte by byte: exactly their bytes
+    const area = 3 * max;
+    for (const [from, to] of [[0, 0], [4, 8], [1, 0], [0, 2], [3, 5]] as const) {
+      for (let len = 1; len <= 132; len++) {
+        dst.buffer.fill(0, area, area + 256);
+        qa.postSend({ wrId: 9, opcode: 'write', sgl: [src.sge(from, len)], remote: dst.remote(area + 16 + to), signaled: false });
+        const got = dst.buffer.subarray(area + 16 + to, area + 16 + to + len);
+        assert.deepEqual(got, src.buffer.subarray(from, from + len), `${len} bytes from ${from} to ${to}`);
+        assert.equal(dst.buffer[area + 15 + to], 0, `nothing before ${len} bytes from ${from} to ${to}`);
+        assert.equal(dst.buffer[area + 16 + to + len], 0, `nothing past ${len} bytes from ${from} to ${to}`);
+      }
+    }
     // one byte more than the limit goes as a frame: B must run before it lands
     qa.postSend({ wrId: 2, opcode: 'write', sgl: [src.sge(max, max + 1)], remote: dst.remote(2 * max), signaled: false });
     assert.equal(dst.buffer[2 * max], 0, 'a longer write is framed');

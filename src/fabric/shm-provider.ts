@@ -235,6 +235,14 @@ class ShmTransport implements Transport {
     // the first bytes land first and the last bytes last, each edge in ascending order (what a
     // poller of them relies on); the middle goes in one copy, in whatever order it takes
     // (plain stores: x86 makes them visible in program order)
+    if (length <= 2 * PLACE_EDGE && ((at | off | length | src.byteOffset) & 3) === 0) {
+      // whole words, ascending: a board entry's 28 bytes in 7 stores instead of 28
+      const to = this.targetWords as Int32Array;
+      const from = this.wordsOf(src);
+      for (let i = 0, d = at >>> 2, o = off >>> 2, n = length >>> 2; i < n; i++) to[d + i] = from[o + i] as number;
+      this.ring();
+      return true;
+    }
     const dst = this.targetBytes as Uint8Array;
     const head = Math.min(length, PLACE_EDGE);
     const tail = Math.max(head, length - PLACE_EDGE);
@@ -245,9 +253,22 @@ class ShmTransport implements Transport {
     return true;
   }
 
+  /** `src` (4-byte aligned) as words; the view of the last source is kept (one per write was garbage per write). */
+  private wordsOf(src: Uint8Array): Int32Array<ArrayBufferLike> {
+    if (src !== this.lastSrc) {
+      this.lastSrc = src;
+      this.lastSrcWords = new Int32Array(src.buffer, src.byteOffset, src.byteLength >>> 2);
+    }
+    return this.lastSrcWords;
+  }
+
+  private lastSrc: Uint8Array | undefined;
+  private lastSrcWords: Int32Array<ArrayBufferLike> = new Int32Array(0);
+
   /** The peer's region the last direct write went to: its key-table entry, as validated then, and its segment. */
   private target: ShmSegment | undefined;
   private targetBytes: Uint8Array | undefined;
+  private targetWords: Int32Array | undefined;
   private targetBase = -1;
   private targetKey = 0;
   private targetHi = 0;
@@ -306,6 +327,7 @@ class ShmTransport implements Transport {
       if (Atomics.load(k, base) !== 1) return -1;
       this.target = seg;
       this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
+      this.targetWords = new Int32Array(seg.buffer, 0, regionLength >>> 2);
       this.targetBase = base;
       this.targetKey = rkey | 0;
       this.targetHi = k[base + 4] as number;
