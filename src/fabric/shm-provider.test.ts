@@ -189,11 +189,11 @@ test('shm: a small unsignaled write is placed with no frame, except behind an un
     qa.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge(0, max)], remote: dst.remote(0), signaled: false });
     assert.deepEqual(dst.buffer.subarray(0, max), src.buffer.subarray(0, max), 'placed at once, exactly its bytes');
     assert.equal(dst.buffer[max], 0, 'and nothing past them');
-    // short writes, in whole words when both ends are 4-byte aligned, else byte by byte: exactly their bytes
+    // short writes, their edges in whole words when both ends are 4-byte aligned, else byte by byte: exactly their bytes
     const area = 3 * max;
     for (const [from, to] of [[0, 0], [4, 8], [1, 0], [0, 2], [3, 5]] as const) {
-      for (let len = 1; len <= 132; len++) {
-        dst.buffer.fill(0, area, area + 256);
+      for (const len of [...Array.from({ length: 132 }, (_, i) => i + 1), 200, 1024, 1027, 4100]) {
+        dst.buffer.fill(0, area, area + len + 32);
         qa.postSend({ wrId: 9, opcode: 'write', sgl: [src.sge(from, len)], remote: dst.remote(area + 16 + to), signaled: false });
         const got = dst.buffer.subarray(area + 16 + to, area + 16 + to + len);
         assert.deepEqual(got, src.buffer.subarray(from, from + len), `${len} bytes from ${from} to ${to}`);

@@ -235,22 +235,25 @@ class ShmTransport implements Transport {
     // the first bytes land first and the last bytes last, each edge in ascending order (what a
     // poller of them relies on); the middle goes in one copy, in whatever order it takes
     // (plain stores: x86 makes them visible in program order)
-    if (length <= 2 * PLACE_EDGE && ((at | off | length | src.byteOffset) & 3) === 0) {
-      // whole words, ascending: a board entry's 28 bytes in 7 stores instead of 28
-      const to = this.targetWords as Int32Array;
-      const from = this.wordsOf(src);
-      for (let i = 0, d = at >>> 2, o = off >>> 2, n = length >>> 2; i < n; i++) to[d + i] = from[o + i] as number;
-      this.ring();
-      return true;
-    }
     const dst = this.targetBytes as Uint8Array;
     const head = Math.min(length, PLACE_EDGE);
     const tail = Math.max(head, length - PLACE_EDGE);
-    for (let i = 0; i < head; i++) dst[at + i] = src[off + i] as number;
+    // the edges in whole words when both ends are 4-byte aligned (a board entry's 28 bytes in 7 stores)
+    const words = ((at | off | length | src.byteOffset) & 3) === 0;
+    if (words) this.copyWords(src, off, at, 0, head);
+    else for (let i = 0; i < head; i++) dst[at + i] = src[off + i] as number;
     if (tail > head) dst.set(src.subarray(off + head, off + tail), at + head);
-    for (let i = tail; i < length; i++) dst[at + i] = src[off + i] as number;
+    if (words) this.copyWords(src, off, at, tail, length);
+    else for (let i = tail; i < length; i++) dst[at + i] = src[off + i] as number;
     this.ring(); // a peer asleep on its doorbell wakes to look (it may be polling for these bytes)
     return true;
+  }
+
+  /** Bytes [from, to) of a write from `src` at `off` to the target at `at`, as words in ascending order (all 4-byte aligned). */
+  private copyWords(src: Uint8Array, off: number, at: number, from: number, to: number): void {
+    const dst = this.targetWords as Int32Array;
+    const words = this.wordsOf(src);
+    for (let i = from >>> 2, d = at >>> 2, o = off >>> 2, n = to >>> 2; i < n; i++) dst[d + i] = words[o + i] as number;
   }
 
   /** `src` (4-byte aligned) as words; the view of the last source is kept (one per write was garbage per write). */
