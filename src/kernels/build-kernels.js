@@ -1,7 +1,8 @@
 // Builds tandem's kernels: the AssemblyScript sources (src/kernels/wasm/*.ts) into
-// build/wasm/kernels.wasm, and, when a C compiler is present, the optional native kernels
-// (src/kernels/native/*.c, -O3 -march=native) into build/native/kernels.so. Plain JS so
-// that `node bin/build.js` runs it without tsx; the kernels call it lazily at first use too.
+// build/wasm/kernels.wasm and build/wasm/reduce.wasm (the collectives' reductions), and,
+// when a C compiler is present, the optional native kernels (src/kernels/native/*.c,
+// -O3 -march=native) into build/native/kernels.so. Plain JS so that `node bin/build.js` runs
+// it without tsx; the kernels call it lazily at first use too.
 import { execFile } from 'node:child_process';
 import { mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
 import { promisify } from 'node:util';
@@ -11,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const wasmSourceDir = join(root, 'src', 'kernels', 'wasm');
 export const wasmPath = join(root, 'build', 'wasm', 'kernels.wasm');
+export const reduceWasmPath = join(root, 'build', 'wasm', 'reduce.wasm');
 
 /** asc flags: SIMD, shared memory imported from the host (every thread instantiates on it). */
 export const ascFlags = [
@@ -25,6 +27,9 @@ export const ascFlags = [
   '--maximumMemory', '65536',
 ];
 
+/** asc flags of the reduce module: SIMD on its own unshared memory, which it exports (see wasm/reduce.ts). */
+export const reduceAscFlags = ['-O3', '--runtime', 'stub', '--noAssert', '--enable', 'simd'];
+
 function newestSource() {
   let newest = 0;
   for (const name of readdirSync(wasmSourceDir)) {
@@ -34,28 +39,40 @@ function newestSource() {
   return newest;
 }
 
-export function isStale() {
-  const st = statSync(wasmPath, { throwIfNoEntry: false });
+export function isStale(path = wasmPath) {
+  const st = statSync(path, { throwIfNoEntry: false });
   return !st || st.mtimeMs < newestSource();
 }
 
-/** Builds the kernels if stale (or forced); returns the .wasm path. Throws with asc's output on failure. */
-export async function buildKernels({ force = false, quiet = true } = {}) {
-  if (!force && !isStale()) return wasmPath;
-  mkdirSync(dirname(wasmPath), { recursive: true });
+/** Compiles one AssemblyScript entry of wasmSourceDir to `out` if stale (or forced). */
+async function buildWasm(entry, flags, out, { force, quiet }) {
+  if (!force && !isStale(out)) return;
+  mkdirSync(dirname(out), { recursive: true });
   // A unique temporary name then rename: concurrent builds (parallel tests) never see half a file.
-  const tmp = `${wasmPath}.${process.pid}.${Date.now()}.tmp`;
+  const tmp = `${out}.${process.pid}.${Date.now()}.tmp`;
   const { default: asc } = await import('assemblyscript/asc');
   let errors = '';
   const sink = (collect) => ({ write: (s) => { if (collect) errors += String(s); return true; } });
-  const { error } = await asc.main([join(wasmSourceDir, 'kernels.ts'), ...ascFlags, '-o', tmp], {
+  const { error } = await asc.main([join(wasmSourceDir, entry), ...flags, '-o', tmp], {
     stdout: sink(false),
     stderr: sink(true),
   });
-  if (error) throw new Error(`asc failed to compile ${wasmSourceDir}: ${error.message}\n${errors}`);
-  renameSync(tmp, wasmPath);
-  if (!quiet) console.log(`built ${wasmPath}`);
+  if (error) throw new Error(`asc failed to compile ${join(wasmSourceDir, entry)}: ${error.message}\n${errors}`);
+  renameSync(tmp, out);
+  if (!quiet) console.log(`built ${out}`);
+}
+
+/** Builds both modules (kernels.wasm, reduce.wasm) if stale (or forced); returns kernels.wasm's path. Throws with asc's output on failure. */
+export async function buildKernels({ force = false, quiet = true } = {}) {
+  await buildWasm('kernels.ts', ascFlags, wasmPath, { force, quiet });
+  await buildReduceWasm({ force, quiet });
   return wasmPath;
+}
+
+/** Builds reduce.wasm alone if stale (or forced); returns its path. */
+export async function buildReduceWasm({ force = false, quiet = true } = {}) {
+  await buildWasm('reduce.ts', reduceAscFlags, reduceWasmPath, { force, quiet });
+  return reduceWasmPath;
 }
 
 export const nativeDir = join(root, 'src', 'kernels', 'native');

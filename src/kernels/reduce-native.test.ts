@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { reduceInto, reduceOps } from './reduce.js';
-import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, sumTree, treeSpares, type SumTree } from './reduce-native.js';
+import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, reducePath, sumTree, treeSpares, type SumTree } from './reduce-native.js';
+import { reduceConformance, xorshift, type FastReduce } from './reduce-fast.cases.js';
 
 function hasCompiler(): boolean {
   try {
@@ -13,29 +13,6 @@ function hasCompiler(): boolean {
   }
 }
 
-function xorshift(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return s >>> 0;
-  };
-}
-
-/** f32 bit patterns with NaNs (several payloads), infinities, +-0, subnormals and equal pairs mixed in. */
-function f32Bits(rand: () => number, n: number, partner?: Uint32Array): Uint32Array {
-  const special = [0x7fc00000, 0xffc00000, 0x7fa00001, 0x7f800000, 0xff800000, 0, 0x80000000, 1, 0x80000001, 0x3f800000];
-  const out = new Uint32Array(n);
-  for (let i = 0; i < n; i++) {
-    const r = rand() % 16;
-    if (r < 3) out[i] = special[rand() % special.length] as number;
-    else if (r === 3 && partner) out[i] = partner[i] as number;
-    else out[i] = rand();
-  }
-  return out;
-}
-
 test('the native reduce kernels build here when a C compiler is present', async () => {
   const ok = await loadNativeReduce();
   if (process.env.TANDEM_NATIVE_REDUCE === '0' || !hasCompiler()) assert.equal(ok, false);
@@ -43,49 +20,25 @@ test('the native reduce kernels build here when a C compiler is present', async 
   assert.equal(nativeReduceLoaded(), ok);
 });
 
-test('native f32 reductions equal reduce.ts bit for bit (NaN, -0, inf, subnormals; odd lengths and offsets)', async () => {
-  await loadNativeReduce();
-  const rand = xorshift(12345);
-  for (const op of reduceOps) {
-    for (const n of [256, 257, 1000, 4099]) {
-      for (const offset of [0, 1, 3]) {
-        const b = f32Bits(rand, n + offset);
-        const a = f32Bits(rand, n + offset, b);
-        const ref = new Float32Array(a.slice().buffer).subarray(offset);
-        const got = new Float32Array(a.slice().buffer).subarray(offset);
-        const other = new Float32Array(b.buffer).subarray(offset);
-        reduceInto(op, 'f32', ref, other);
-        reduceFast(op, 'f32', got, other);
-        const rb = new Uint32Array(ref.buffer, ref.byteOffset, n);
-        const gb = new Uint32Array(got.buffer, got.byteOffset, n);
-        for (let i = 0; i < n; i++) {
-          const bothNaN = Number.isNaN(new Float32Array(a.buffer)[offset + i]) && Number.isNaN(other[i]);
-          // two NaN operands of a sum: either payload is IEEE-correct (V8 and C differ in operand order)
-          if (op === 'sum' && bothNaN) assert.ok(Number.isNaN(got[i]), `${op} n=${n} #${i}`);
-          else assert.equal(gb[i], rb[i], `${op} n=${n} offset=${offset} #${i}: ${(a[offset + i] as number).toString(16)} ${(b[offset + i] as number).toString(16)}`);
-        }
-      }
-    }
-  }
-});
+/** reduceFast, asserted to run the native kernel (the lengths below are all past its thresholds). */
+async function loadNative(): Promise<FastReduce | string> {
+  if (!(await loadNativeReduce())) return nativeReduceReason;
+  return (op, dtype, acc, other) => {
+    assert.equal(reducePath(dtype, acc.length), 'native');
+    reduceFast(op, dtype, acc, other);
+  };
+}
 
-test('native i32 reductions equal reduce.ts (sum wraps modulo 2^32)', async () => {
-  await loadNativeReduce();
-  const rand = xorshift(777);
-  for (const op of reduceOps) {
-    for (const n of [256, 999, 5000]) {
-      const a = new Int32Array(n).map(() => rand() | 0);
-      const b = new Int32Array(n).map(() => (rand() % 4 === 0 ? 0x7fffffff : rand() | 0));
-      const ref = a.slice();
-      reduceInto(op, 'i32', ref, b);
-      reduceFast(op, 'i32', a, b);
-      assert.deepEqual(a, ref, `${op} n=${n}`);
-    }
-  }
-});
+reduceConformance('native', loadNative, [256, 257, 1000, 4099]);
 
-test('reduceFast falls back to reduce.ts for f16/bf16 and short arrays, and checks lengths', async () => {
+test('reduceFast runs reduce.ts below the thresholds (f32/i32 256, f16/bf16 32 elements), and checks lengths', async () => {
   await loadNativeReduce();
+  const fast = reducePath('f32', 1 << 20);
+  assert.equal(fast === 'native', nativeReduceLoaded());
+  assert.equal(reducePath('f32', 255), 'ts');
+  assert.equal(reducePath('i32', 256), fast);
+  assert.equal(reducePath('f16', 31), 'ts');
+  assert.equal(reducePath('bf16', 32), fast);
   const a = Uint16Array.of(0x3c00, 0x4000); // f16 1, 2
   reduceFast('sum', 'f16', a, Uint16Array.of(0x3c00, 0x3c00));
   assert.deepEqual([...a], [0x4000, 0x4200]); // 2, 3
@@ -94,6 +47,7 @@ test('reduceFast falls back to reduce.ts for f16/bf16 and short arrays, and chec
   assert.deepEqual([...s], [2, 0]);
   assert.ok(Object.is(s[1], 0));
   assert.throws(() => reduceFast('sum', 'f32', new Float32Array(300), new Float32Array(299)));
+  assert.throws(() => reduceFast('sum', 'bf16', new Uint16Array(40), new Uint16Array(39)));
 });
 
 test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone or inside the whole, halves in either order', async () => {

@@ -5,75 +5,127 @@ import { dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import type { DType, DTypeArray } from './dtype.js';
 import { reduceInto, type ReduceOp } from './reduce.js';
+import { loadWasmReduce, type WasmReduce } from './reduce-wasm.js';
 
 /**
- * The fast reductions of the collectives: native C twins (reduce-native.c) of reduce.ts's f32
- * and i32 kernels, compiled lazily on this machine and called through koffi on the caller's
- * typed arrays in place. Native rather than WebAssembly because a wasm kernel can only read
- * its own linear memory: every reduction of a received fragment (which lives in a shared-
- * memory receive slot) would first be copied in and the result copied out, which costs more
- * than the reduction itself; koffi hands C the typed array's own pointer. Measured here:
- * 128 Ki f32 sums 30 us native vs 490 us in the TypeScript loop. Without a C compiler (or
- * with TANDEM_NATIVE_REDUCE=0) everything runs in reduce.ts; f16/bf16 always do.
+ * The fast reductions of the collectives, reduce.ts's semantics bit for bit. First choice:
+ * native C twins (reduce-native.c) of every dtype, compiled lazily on this machine and called
+ * through koffi on the caller's typed arrays in place: a received fragment lives in a shared-
+ * memory receive slot, which C reads directly. Where no C compiler works (a Mac without the
+ * Command Line Tools) or with TANDEM_NATIVE_REDUCE=0: the WebAssembly SIMD kernels
+ * (reduce-wasm.ts), which must copy both operands into their memory and the result out, and
+ * still beat the TypeScript loop from the lengths in MIN_FAST*. Else, and for shorter arrays,
+ * reduce.ts. Measured on a 2-core AMD EPYC VM, 128 Ki f32 sums: ~10 us native, ~35 us wasm
+ * (with its copies), ~130-200 us in reduce.ts; docs/collectives.md has the table.
  */
 
 type Kernel = (op: number, acc: DTypeArray, other: DTypeArray, n: number) => void;
 
+/** The kernels reduceFast runs once loaded: native ones for every dtype, or the wasm reduction. */
+type Fast = { path: 'native'; kernels: Readonly<Record<DType, Kernel>> } | { path: 'wasm'; reduce: WasmReduce };
+
+/** Which implementation reduceFast runs for a given dtype and length (reducePath). */
+export type ReducePath = 'native' | 'wasm' | 'ts';
+
 const root = resolve(import.meta.dirname, '..', '..');
 const source = join(import.meta.dirname, 'reduce-native.c');
 const flags = ['-O3', '-march=native', '-fno-strict-aliasing', '-shared', '-fPIC'];
-/** Below this many elements the FFI call (~0.2 us) costs more than the loop it replaces. */
-const MIN_NATIVE = 256;
+/**
+ * Shortest arrays handed to a fast kernel. f32/i32: from 256 elements (the TypeScript loop
+ * takes ~1 ns an element; a wasm call with its copies ~0.1 us plus ~0.25 ns an element, so
+ * wasm wins from 128-256 depending on the op; a koffi call costs ~0.1 us). f16/bf16, whose
+ * TypeScript loop decodes and re-encodes every element (~6 ns each): from 32.
+ */
+const MIN_FAST = 256;
+const MIN_FAST_HALF = 32;
+
+/** Whether `n` elements of `dtype` go to a fast kernel; the smallest threshold first, so tiny arrays cost one comparison. */
+function worthFast(dtype: DType, n: number): boolean {
+  return n >= MIN_FAST_HALF && (n >= MIN_FAST || dtype === 'f16' || dtype === 'bf16');
+}
+
 const opCode: Record<ReduceOp, number> = { sum: 0, max: 1, min: 2 };
 
-let f32: Kernel | undefined;
-let i32: Kernel | undefined;
+let fast: Fast | undefined;
 let loading: Promise<boolean> | undefined;
 /** Why the native kernels are not in use (empty when they are). */
 export let nativeReduceReason = 'not loaded yet';
+/** Why the wasm kernels are not in use as the fallback (empty when they are, or when native ones are). */
+export let wasmReduceReason = '';
 
-/** Builds (once per source version) and loads the native kernels; false when impossible here. */
+/**
+ * Loads the fast reductions: builds (once per source version) and loads the native kernels,
+ * else the wasm ones. True when the native kernels run; reducePath says what runs.
+ */
 export function loadNativeReduce(): Promise<boolean> {
   loading ??= (async () => {
-    if (process.env.TANDEM_NATIVE_REDUCE === '0') {
-      nativeReduceReason = 'disabled by TANDEM_NATIVE_REDUCE=0';
-      return false;
+    const kernels = await loadNative();
+    if (kernels) {
+      fast = { path: 'native', kernels };
+      return true;
     }
     try {
-      const hash = createHash('sha256').update(readFileSync(source)).update(flags.join(' ')).digest('hex').slice(0, 12);
-      const lib = join(root, 'build', 'native', `reduce-${hash}.so`);
-      if (!existsSync(lib)) {
-        mkdirSync(dirname(lib), { recursive: true });
-        // a unique temporary name, then rename: concurrent builds never load half a file
-        const tmp = `${lib}.${process.pid}.${Date.now()}.tmp`;
-        await promisify(execFile)(process.env.CC ?? 'cc', [...flags, '-o', tmp, source], { timeout: 60_000 });
-        renameSync(tmp, lib);
-      }
-      const { default: koffi } = await import('koffi');
-      const l = koffi.load(lib);
-      f32 = l.func('void tr_f32(int op, float *acc, const float *other, int n)') as Kernel;
-      i32 = l.func('void tr_i32(int op, int32_t *acc, const int32_t *other, int n)') as Kernel;
-      nativeReduceReason = '';
-      return true;
+      fast = { path: 'wasm', reduce: await loadWasmReduce() };
     } catch (e) {
-      nativeReduceReason = `native reduce kernels unavailable: ${((e as Error).message.split('\n')[0] ?? '').slice(0, 200)}`;
-      return false;
+      wasmReduceReason = `wasm reduce kernels unavailable: ${firstLine(e)}`;
     }
+    return false;
   })();
   return loading;
 }
 
-/** Whether reduceFast runs native code for f32/i32 (after loadNativeReduce resolved true). */
-export function nativeReduceLoaded(): boolean {
-  return f32 !== undefined;
+async function loadNative(): Promise<Record<DType, Kernel> | undefined> {
+  if (process.env.TANDEM_NATIVE_REDUCE === '0') {
+    nativeReduceReason = 'disabled by TANDEM_NATIVE_REDUCE=0';
+    return undefined;
+  }
+  try {
+    const hash = createHash('sha256').update(readFileSync(source)).update(flags.join(' ')).digest('hex').slice(0, 12);
+    const lib = join(root, 'build', 'native', `reduce-${hash}.so`);
+    if (!existsSync(lib)) {
+      mkdirSync(dirname(lib), { recursive: true });
+      // a unique temporary name, then rename: concurrent builds never load half a file
+      const tmp = `${lib}.${process.pid}.${Date.now()}.tmp`;
+      await promisify(execFile)(process.env.CC ?? 'cc', [...flags, '-o', tmp, source], { timeout: 60_000 });
+      renameSync(tmp, lib);
+    }
+    const { default: koffi } = await import('koffi');
+    const l = koffi.load(lib);
+    const half = (name: string): Kernel => l.func(`void ${name}(int op, uint16_t *acc, const uint16_t *other, int n)`) as Kernel;
+    nativeReduceReason = '';
+    return {
+      f32: l.func('void tr_f32(int op, float *acc, const float *other, int n)') as Kernel,
+      i32: l.func('void tr_i32(int op, int32_t *acc, const int32_t *other, int n)') as Kernel,
+      f16: half('tr_f16'),
+      bf16: half('tr_bf16'),
+    };
+  } catch (e) {
+    nativeReduceReason = `native reduce kernels unavailable: ${firstLine(e)}`;
+    return undefined;
+  }
 }
 
-/** reduceInto (reduce.ts semantics, bit for bit) through the native kernel when it is loaded. */
+function firstLine(e: unknown): string {
+  return ((e as Error).message.split('\n')[0] ?? '').slice(0, 200);
+}
+
+/** Whether reduceFast runs native code (after loadNativeReduce resolved true). */
+export function nativeReduceLoaded(): boolean {
+  return fast?.path === 'native';
+}
+
+/** The implementation reduceFast runs for `n` elements of `dtype`, as loaded now. */
+export function reducePath(dtype: DType, n: number): ReducePath {
+  return fast && worthFast(dtype, n) ? fast.path : 'ts';
+}
+
+/** reduceInto (reduce.ts semantics, bit for bit) through the fastest kernel loaded for this dtype and length. */
 export function reduceFast(op: ReduceOp, dtype: DType, acc: DTypeArray, other: DTypeArray): void {
   const n = acc.length;
-  if (n >= MIN_NATIVE && other.length >= n) {
-    if (dtype === 'f32' && f32) return f32(opCode[op], acc, other, n);
-    if (dtype === 'i32' && i32) return i32(opCode[op], acc, other, n);
+  const f = fast;
+  if (f && worthFast(dtype, n) && other.length >= n) {
+    if (f.path === 'native') return f.kernels[dtype](opCode[op], acc, other, n);
+    return f.reduce(op, dtype, acc, other);
   }
   reduceInto(op, dtype, acc, other);
 }
