@@ -101,6 +101,11 @@ interface Link {
   queueHead: number;
   dead: boolean;
   /**
+   * The peer said goodbye: it sends nothing of its own any more, but it still forwards (it
+   * lingers until every neighbour has said goodbye), so only messages for it are refused.
+   */
+  left: boolean;
+  /**
    * The address of each of the peer's receive slots, once its hello arrived: fragments then go
    * by RDMA WRITE WITH IMMEDIATE (computed once: a BigInt sum per post is garbage per message).
    */
@@ -270,6 +275,7 @@ export class Router {
         queue: [],
         queueHead: 0,
         dead: false,
+        left: false,
         remote: undefined,
         inFlight: new Array<Outgoing | undefined>(2 * this.slots),
         sent: 0,
@@ -369,7 +375,7 @@ export class Router {
   put(peer: number, wr: SendWr): void {
     if (this.error) throw this.error;
     const link = (this.linkTo.get(peer) as Link[])[0] as Link;
-    if (link.dead) throw this.lostLink(link);
+    if (link.dead || link.left) throw this.lostLink(link);
     try {
       link.qp.postSend(wr);
       this.puts++;
@@ -402,7 +408,7 @@ export class Router {
     if (this.error) return Promise.reject(this.error);
     const link = this.hop(header.dst, header.lane);
     if (link === undefined) throw new Error(`no route from ${this.rank} to ${header.dst}`);
-    if (link.dead) return Promise.reject(this.lostLink(link));
+    if (link.dead || (link.left && header.dst === link.peer)) return Promise.reject(this.lostLink(link));
     const total = payload.byteLength;
     const frag = this.fragmentBytes;
     let out: Outgoing | undefined;
@@ -428,7 +434,8 @@ export class Router {
   }
 
   private lostLink(link: Link): TandemError {
-    return new TandemError('COLL_PEER_LOST', `rank ${this.rank}: the link to rank ${link.peer} is closed`, {
+    const why = link.left ? `rank ${link.peer} closed its communicator` : `the link to rank ${link.peer} is closed`;
+    return new TandemError('COLL_PEER_LOST', `rank ${this.rank}: ${why}`, {
       hint: 'a rank closed (or died) while others still needed it; make the same calls on every rank before close()',
       details: { rank: link.peer, reportedBy: this.rank },
     });
@@ -785,8 +792,7 @@ export class Router {
     } else if (header.kind === MessageKind.abort) {
       this.remoteAbort(header, payload, link.peer);
     } else if (header.kind === MessageKind.bye) {
-      this.peerLeft(link);
-      return;
+      this.peerLeft(link); // and receive on: the peer may still forward others' messages to this rank
     } else if (header.kind === MessageKind.hello && payload.byteLength >= 16) {
       const d = new DataView(payload.buffer, payload.byteOffset, 16);
       if (d.getUint32(12, true) === this.slots * this.slotBytes) {
@@ -909,25 +915,29 @@ export class Router {
   }
 
   /**
-   * The peer closes on purpose: its connection ending is not a failure, but nothing more can
-   * go out on this link, so whatever still waits to go fails instead of hanging.
+   * The peer closes on purpose (its goodbye): messages for it can no longer be read, so those
+   * still queued fail instead of hanging; the link itself stays up, since the peer goes on
+   * forwarding for ranks that still finish their last call through it (close()'s barrier on a
+   * line or a star) until every neighbour has said goodbye too.
    */
   private peerLeft(link: Link): void {
-    link.dead = true;
-    const e = new TandemError('COLL_PEER_LOST', `rank ${this.rank}: rank ${link.peer} closed its communicator`, {
-      hint: 'every rank must make the same calls before close(); a rank closed while others still needed it',
-      details: { rank: link.peer, reportedBy: this.rank },
-    });
-    for (let slot = 0; slot < link.inFlight.length; slot++) this.settle(link, slot, e);
-    for (let i = link.queueHead; i < link.queue.length; i++) link.queue[i]?.fail?.(e);
-    link.queue = [];
+    link.left = true;
+    const e = this.lostLink(link);
+    const keep: Outgoing[] = [];
+    for (let i = link.queueHead; i < link.queue.length; i++) {
+      const out = link.queue[i] as Outgoing;
+      if (out.header.dst === link.peer && out.header.kind === MessageKind.data) out.fail?.(e);
+      else keep.push(out);
+    }
+    link.queue = keep;
     link.queueHead = 0;
   }
 
   private linkFailed(link: Link, cause: unknown, status?: string): void {
     if (link.dead) return;
     link.dead = true;
-    if (this.closing || this.leaving || this.error) return;
+    // after the peer's goodbye its connection ends when it is done: not a failure
+    if (this.closing || this.leaving || this.error || link.left) return;
     this.abort(
       new TandemError('COLL_PEER_LOST', `rank ${this.rank} lost its link to rank ${link.peer} (${status ?? 'post failed'})`, {
         hint: `rank ${link.peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
@@ -1003,7 +1013,7 @@ export class Router {
       // Linger until every neighbour said goodbye too: meanwhile this rank keeps forwarding,
       // so ranks that still finish their last call through it (relays) are not cut off.
       const deadline = Date.now() + timeoutMs;
-      const idle = (): boolean => this.links.every((l) => l.dead);
+      const idle = (): boolean => this.links.every((l) => l.dead || l.left);
       while (!idle() && Date.now() < deadline && !this.error) await new Promise((r) => setTimeout(r, 2));
     }
     await this.close();

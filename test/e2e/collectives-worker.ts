@@ -1,8 +1,11 @@
 // One rank of a multi-process collectives test. argv: JSON WorkerConfig. Prints
-// `LISTENING host:port` (rank 0), then one `RESULT {json}` line per case, then `DONE`.
+// `LISTENING host:port` (rank 0 of a world of 2 or more), then one `RESULT {json}` line per
+// case, then `DONE {"closeMs": n}`.
+// Expected values come from the closed-form inputs (collectives.cases.ts: inputValue, and
+// expectedReduce summing them in float64) and from the chunk rule written out below, never
+// from src/collectives' own routines; only the dtype conversions (kernels/dtype.ts) are shared.
 import { createHash } from 'node:crypto';
 import { createCommunicator, type Communicator } from '../../src/collectives/communicator.js';
-import { chunkRanges } from '../../src/collectives/chunks.js';
 import { expectedReduce, inputFor, inputValue, type ReduceName } from '../../src/collectives/collectives.cases.js';
 import type { Algorithm } from '../../src/collectives/call.js';
 import type { TopologyKind } from '../../src/collectives/graph.js';
@@ -36,6 +39,21 @@ function digest(a: DTypeArray): string {
   return createHash('sha256').update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).digest('hex').slice(0, 16);
 }
 
+/**
+ * Rank `rank`'s share of a reduce-scatter of `count` values over `n` ranks, as documented (not
+ * through chunkRanges, the code under test): contiguous, in rank order, sizes differing by at
+ * most one, the first `count % n` ranks taking the extra value.
+ */
+function myChunk(count: number, n: number, rank: number): { offset: number; count: number } {
+  const base = Math.floor(count / n);
+  const extra = count % n;
+  return { offset: rank * base + Math.min(rank, extra), count: base + (rank < extra ? 1 : 0) };
+}
+
+function checkLength(got: { length: number }, want: number, what: string): void {
+  if (got.length !== want) throw new Error(`${what}: got ${got.length} values, expected ${want}`);
+}
+
 function check(got: number[] | Float64Array, want: (i: number) => number, what: string): void {
   for (let i = 0; i < got.length; i++) if (got[i] !== want(i)) throw new Error(`${what}: element ${i} is ${got[i]}, expected ${want(i)}`);
 }
@@ -44,7 +62,7 @@ async function run(c: Communicator, k: WorkerCase): Promise<string> {
   const dtype = k.dtype ?? 'f32';
   const count = k.count ?? 0;
   const alg = k.algorithm ? { algorithm: k.algorithm } : {};
-  const n = c.size;
+  const n = config.size; // the world as launched, not as the communicator reports it
   switch (k.op) {
     case 'all-reduce': {
       const d = inputFor(dtype, c.rank, count);
@@ -54,12 +72,14 @@ async function run(c: Communicator, k: WorkerCase): Promise<string> {
     }
     case 'all-gather': {
       const out = await c.allGather(inputFor(dtype, c.rank, count), { dtype, ...alg });
+      checkLength(out, n * count, 'all-gather');
       check(toNumbers(dtype, out), (i) => inputValue(Math.floor(i / count), i % count), 'all-gather');
       return digest(out);
     }
     case 'reduce-scatter': {
-      const r = chunkRanges(count, n)[c.rank] as { offset: number; count: number };
+      const r = myChunk(count, n, c.rank);
       const out = await c.reduceScatter(inputFor(dtype, c.rank, count), { dtype, op: k.reduce ?? 'sum', ...alg });
+      checkLength(out, r.count, 'reduce-scatter');
       check(toNumbers(dtype, out), (i) => expectedReduce(k.reduce ?? 'sum', dtype, n, r.offset + i), 'reduce-scatter');
       return `len ${out.length}`;
     }
@@ -78,8 +98,8 @@ async function run(c: Communicator, k: WorkerCase): Promise<string> {
       const out = await c.allToAll(send, counts);
       const want: number[] = [];
       for (let j = 0; j < n; j++) for (let i = 0; i < ((j + c.rank) % 3) * count; i++) want.push(j * 1_000_000 + c.rank * 10_000 + i);
+      checkLength(out, want.length, 'all-to-all');
       check([...out], (i) => want[i] as number, 'all-to-all');
-      if (out.length !== want.length) throw new Error(`all-to-all: got ${out.length} values, expected ${want.length}`);
       return `len ${out.length}`;
     }
     case 'barrier':
@@ -108,9 +128,13 @@ const comm = await createCommunicator({
   rendezvous: { kind: 'root', address: config.address },
   secret: 'e2e-collectives',
   ...(config.wires ? { wires: config.wires } : {}),
-  timeoutMs: 20_000,
+  // Every wait's deadline, and the bound on close()'s barrier and linger. Ample for any one
+  // message here; kept at 10 s because on relayed topologies close() can wait it out in full
+  // (the src bug noted at runWorld in collectives.test.ts).
+  timeoutMs: 10_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });
+if (comm.rank !== config.rank || comm.size !== config.size) throw new Error(`the communicator says rank ${comm.rank} of ${comm.size}, launched as ${config.rank} of ${config.size}`);
 for (const [i, k] of config.cases.entries()) {
   try {
     print(`RESULT ${JSON.stringify({ i, ok: true, out: await run(comm, k) })}`);
@@ -134,5 +158,7 @@ if (config.mode === 'loop') {
     }
   }
 }
+// close() is timed: the test bounds it (a goodbye must not cut off relays; its linger is bounded by timeoutMs)
+const closing = performance.now();
 await comm.close();
-print('DONE');
+print(`DONE ${JSON.stringify({ closeMs: Math.round(performance.now() - closing) })}`);
