@@ -6,7 +6,10 @@ test('algorithm choice follows size and topology', () => {
   const mesh4 = { size: 4, fullMesh: true, hasRing: true };
   assert.equal(chooseAlgorithm('all-reduce', 8, mesh4, false), 'mesh');
   assert.equal(chooseAlgorithm('all-reduce', 64 * 1024, mesh4, false), 'rhd');
-  assert.equal(chooseAlgorithm('all-reduce', 1 << 20, mesh4, false), 'ring');
+  assert.equal(chooseAlgorithm('all-reduce', 1 << 20, mesh4, false), 'rhd', 'a power of two: rhd moves the ring\'s bytes in fewer steps');
+  assert.equal(chooseAlgorithm('all-reduce', 4 << 20, mesh4, false), 'ring');
+  assert.equal(chooseAlgorithm('all-reduce', 1 << 20, { size: 6, fullMesh: true, hasRing: true }, false), 'ring', 'not a power of two: rhd folds');
+  assert.equal(chooseAlgorithm('all-gather', 1 << 20, mesh4, false), 'ring');
   const pair = { size: 2, fullMesh: true, hasRing: true };
   assert.equal(chooseAlgorithm('all-reduce', 256 * 1024, pair, false), 'mesh', '2 ranks: one step sends what the ring sends');
   assert.equal(chooseAlgorithm('all-reduce', 256 * 1024 + 4, pair, false), 'ring');
