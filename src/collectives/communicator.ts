@@ -3,7 +3,7 @@ import { TandemError } from '../errors/index.js';
 import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
 import { allocate, bytesPerElement, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
-import { loadNativeReduce } from '../kernels/reduce-native.js';
+import { loadFastReduce } from '../kernels/reduce-native.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
 import { Board, BOARD_MAX } from './board.js';
@@ -231,8 +231,7 @@ export class Communicator implements CommCore {
     const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
     const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
     if (board) {
-      this.lastAlgorithm = 'mesh';
-      const rest = board.allReduce(this.seq++, dtype, reduce, data);
+      const rest = this.onBoard(board, dtype, reduce, data);
       if (rest) await rest;
     } else {
       const call = this.call({ op: 'all-reduce', dtype, reduce, q8, algorithm, count: data.length, aux: 0 });
@@ -248,9 +247,15 @@ export class Communicator implements CommCore {
     return allReduceTree(call, data, this.tree(0));
   }
 
+  /** An all-reduce by the board: it takes the call's seq, as a Call would, but makes none (Board.allReduce). */
+  private onBoard(board: Board, dtype: DType, reduce: ReduceOp | 'mean', data: DTypeArray): Promise<void> | undefined {
+    this.lastAlgorithm = 'mesh';
+    return board.allReduce(this.seq++, dtype, reduce, data);
+  }
+
   /** The Call an all-reduce by messages makes, for a board call that needs one (Board.call). */
   boardCall(seq: number, dtype: DType, reduce: ReduceOp | 'mean', count: number): Call {
-    return new Call(this, { channel: 0, seq, op: 'all-reduce', dtype, reduce, q8: false, algorithm: 'mesh', count, aux: 0 });
+    return this.call({ op: 'all-reduce', dtype, reduce, q8: false, algorithm: 'mesh', count, aux: 0, seq });
   }
 
   /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */
@@ -279,8 +284,7 @@ export class Communicator implements CommCore {
       if (this.closed || this.router.aborted) return undefined; // serial() says why
       const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
       if (algorithm !== 'mesh' || q8) return undefined;
-      this.lastAlgorithm = 'mesh';
-      rest = board.allReduce(this.seq++, dtype, reduce, data);
+      rest = this.onBoard(board, dtype, reduce, data);
       if (rest === undefined) {
         if (reduce === 'mean') divideInPlace(dtype, data, this.size);
         return DONE;
@@ -553,7 +557,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
   const routes = shortestRoutes(adj);
   const wires = options.wires ?? 1;
   if (!Number.isInteger(wires) || wires < 1 || wires > 16) throw badArg(`wires must be an integer in 1..16, got ${wires}`, 'use 1 (default) to 4 connections per linked pair');
-  await loadNativeReduce(); // f32/i32 reductions in C when a compiler is here (else reduce.ts)
+  await loadFastReduce(); // reductions in C when a compiler is here, else WebAssembly (else reduce.ts)
   const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
   try {
     const pd = device.allocPd();

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { flatTree, loadNativeReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, reducePath, sumTree, treeSpares, type SumTree } from './reduce-native.js';
+import { flatTree, loadFastReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, reducePath, sumTree, treeSpares, type SumTree } from './reduce-native.js';
 import { reduceConformance, xorshift, type FastReduce } from './reduce-fast.cases.js';
 
 function hasCompiler(): boolean {
@@ -14,7 +14,7 @@ function hasCompiler(): boolean {
 }
 
 test('the native reduce kernels build here when a C compiler is present', async () => {
-  const ok = await loadNativeReduce();
+  const ok = await loadFastReduce();
   if (process.env.TANDEM_NATIVE_REDUCE === '0' || !hasCompiler()) assert.equal(ok, false);
   else assert.equal(ok, true, nativeReduceReason);
   assert.equal(nativeReduceLoaded(), ok);
@@ -22,7 +22,7 @@ test('the native reduce kernels build here when a C compiler is present', async 
 
 /** reduceFast, asserted to run the native kernel (the lengths below are all past its thresholds). */
 async function loadNative(): Promise<FastReduce | string> {
-  if (!(await loadNativeReduce())) return nativeReduceReason;
+  if (!(await loadFastReduce())) return nativeReduceReason;
   return (op, dtype, acc, other) => {
     assert.equal(reducePath(dtype, acc.length), 'native');
     reduceFast(op, dtype, acc, other);
@@ -32,7 +32,7 @@ async function loadNative(): Promise<FastReduce | string> {
 reduceConformance('native', loadNative, [256, 257, 1000, 4099]);
 
 test('reduceFast runs reduce.ts below the thresholds (f32/i32 256, f16/bf16 32 elements), and checks lengths', async () => {
-  await loadNativeReduce();
+  await loadFastReduce();
   const fast = reducePath('f32', 1 << 20);
   assert.equal(fast === 'native', nativeReduceLoaded());
   assert.equal(reducePath('f32', 255), 'ts');
@@ -51,7 +51,7 @@ test('reduceFast runs reduce.ts below the thresholds (f32/i32 256, f16/bf16 32 e
 });
 
 test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone or inside the whole, halves in either order', async () => {
-  await loadNativeReduce();
+  await loadFastReduce();
   const rand = xorshift(4242);
   // values of very different magnitudes, so that a different order gives different bits
   const vec = (n: number): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
@@ -85,7 +85,7 @@ test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone
 });
 
 test('sumTree: a nested tree sums alike from its leaves or from the sums of any of its subtrees', async () => {
-  await loadNativeReduce();
+  await loadFastReduce();
   const rand = xorshift(777);
   const n = 500;
   const vec = (): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));

@@ -57,7 +57,7 @@ export let wasmReduceReason = '';
  * Loads the fast reductions: builds (once per source version) and loads the native kernels,
  * else the wasm ones. True when the native kernels run; reducePath says what runs.
  */
-export function loadNativeReduce(): Promise<boolean> {
+export function loadFastReduce(): Promise<boolean> {
   loading ??= (async () => {
     const kernels = await loadNative();
     if (kernels) {
@@ -109,7 +109,7 @@ function firstLine(e: unknown): string {
   return ((e as Error).message.split('\n')[0] ?? '').slice(0, 200);
 }
 
-/** Whether reduceFast runs native code (after loadNativeReduce resolved true). */
+/** Whether reduceFast runs native code (after loadFastReduce resolved true). */
 export function nativeReduceLoaded(): boolean {
   return fast?.path === 'native';
 }

@@ -12,10 +12,10 @@ reduceConformance('wasm', loadWasmReduce, [1, 3, 9, 8191, 8193, 16385, 20001]);
 
 test('with TANDEM_NATIVE_REDUCE=0, reduceFast runs the wasm kernels from the thresholds up and reduce.ts below', async () => {
   const module = pathToFileURL(join(import.meta.dirname, 'reduce-native.ts')).href;
-  // a process of its own: the environment is read once, at the first loadNativeReduce
+  // a process of its own: the environment is read once, at the first loadFastReduce
   const script = `
     const m = await import(${JSON.stringify(module)});
-    const native = await m.loadNativeReduce();
+    const native = await m.loadFastReduce();
     const a = Float32Array.from({ length: 1000 }, (_, i) => i / 7);
     m.reduceFast('sum', 'f32', a, Float32Array.from({ length: 1000 }, (_, i) => 1 - i));
     const paths = ['f32', 'i32', 'f16', 'bf16'].flatMap((d) => [m.reducePath(d, 31), m.reducePath(d, 256)]);

@@ -17,7 +17,7 @@ import { copyBytes } from '../kernels/copy.js';
 import { bytesOf } from '../kernels/dtype.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
-import { flatTree, loadNativeReduce, reduceFast, sumTree, treeSpares } from '../kernels/reduce-native.js';
+import { flatTree, loadFastReduce, reduceFast, sumTree, treeSpares } from '../kernels/reduce-native.js';
 import type { GroupSum } from '../engine/model/leaves.js';
 import type { WireFormat } from './wire.js';
 
@@ -165,7 +165,7 @@ export class TpExchange {
     const wire = o.wire ?? 'f32';
     const timeoutMs = o.timeoutMs ?? 30_000;
     const slotBytes = exchangeSlotBytes(chunk);
-    await loadNativeReduce();
+    await loadFastReduce();
     const device = await openDevice(o.provider);
     let listener: Listener | undefined;
     const qps: QueuePair[] = [];

@@ -128,9 +128,8 @@ const comm = await createCommunicator({
   rendezvous: { kind: 'root', address: config.address },
   secret: 'e2e-collectives',
   ...(config.wires ? { wires: config.wires } : {}),
-  // Every wait's deadline, and the bound on close()'s barrier and linger. Ample for any one
-  // message here; kept at 10 s because on relayed topologies close() can wait it out in full
-  // (the src bug noted at runWorld in collectives.test.ts).
+  // Every wait's deadline, and the bound on close()'s barrier and linger: ample for any one
+  // message here, and twice the bound collectives.test.ts puts on close()
   timeoutMs: 10_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });
