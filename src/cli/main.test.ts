@@ -16,6 +16,13 @@ test('`tandem help COMMAND` prints that command\'s help; an unknown name is the 
   const bad = tandem('help', 'bogus');
   assert.equal(bad.status, 3);
   assert.match(bad.stderr, /unknown command 'bogus'/);
+  for (const args of [['bench'], ['bench', '--help'], ['help', 'bench']]) {
+    const group = tandem(...args);
+    assert.equal(group.status, 0, group.stderr);
+    assert.match(group.stdout, /usage: tandem bench <command>/);
+    assert.match(group.stdout, /bench fabric .*\n.*bench collectives/);
+    assert.doesNotMatch(group.stdout, /make-model/);
+  }
   const list = tandem('help');
   assert.equal(list.status, 0);
   assert.match(list.stdout, /tandem help COMMAND/);

@@ -31,6 +31,11 @@ export async function main(argv: readonly string[]): Promise<number> {
     const found = findCommand(argv);
     if (!found) {
       const group = commands.filter((c) => c.name.startsWith(`${argv[0]} `)).map((c) => c.name);
+      // `tandem bench` and `tandem bench --help` list the group's commands.
+      if (group.length && (argv.length === 1 || argv[1] === '--help' || argv[1] === '-h')) {
+        process.stdout.write(overview(argv[0]));
+        return 0;
+      }
       throw new TandemError('CLI_UNKNOWN_COMMAND', `unknown command '${argv.slice(0, 2).join(' ')}'`, {
         hint: group.length
           ? `did you mean one of: ${group.join(', ')}?`
