@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { defineCommand, formatHelp, parseArgs } from './options.js';
+import { defineCommand, formatHelp, parseArgs, type OptionTable, type ParsedOptions } from './options.js';
 import { isTandemError } from '../errors/index.js';
 
 const spec = defineCommand({
@@ -82,4 +82,27 @@ test('extra positional arguments are a usage error naming them', () => {
   assert.throws(() => parseArgs(none, ['extra']), (e) => isTandemError(e, 'CLI_USAGE') && /devinfo: unexpected argument 'extra' \(devinfo takes no arguments\)/.test(e.message));
   assert.throws(() => parseArgs(spec, ['m.gguf', 'one', 'two']), (e) => isTandemError(e, 'CLI_USAGE') && /unexpected argument 'one' 'two' \(bench fabric takes MODEL only\)/.test(e.message));
   assert.deepEqual(parseArgs(spec, ['m.gguf']).positionals, ['m.gguf']);
+});
+
+test('choices narrow the parsed types (checked by tsc: each @ts-expect-error must be an error)', () => {
+  const { options } = parseArgs(spec, ['--provider', 'tcp']);
+  const provider: 'shm' | 'tcp' = options.provider;
+  assert.equal(provider, 'tcp');
+  // @ts-expect-error: 'udp' is not one of the choices
+  const udp: typeof options.provider = 'udp';
+  const table = {
+    kv: { type: 'string', description: 'kv', choices: ['f32', 'f16'] },
+    ops: { type: 'list', description: 'ops', choices: ['sum', 'max'], default: ['sum'] },
+    name: { type: 'string', description: 'any text' },
+  } as const satisfies OptionTable;
+  const apart = defineCommand({ name: 'x', summary: 'x', options: table, async run() {} });
+  const parsed: ParsedOptions<typeof table> = parseArgs(apart, ['--kv', 'f16', '--ops', 'max', '--name', 'x']).options;
+  const kv: 'f32' | 'f16' | undefined = parsed.kv;
+  const ops: ('sum' | 'max')[] = parsed.ops;
+  const name: string | undefined = parsed.name;
+  // @ts-expect-error: an option without a default may be absent
+  const given: 'f32' | 'f16' = parsed.kv;
+  // @ts-expect-error: 'min' is not one of the list's choices
+  parsed.ops = ['min'];
+  assert.deepEqual([kv, ops, name, udp, given], ['f16', ['max'], 'x', 'udp', 'f16']);
 });

@@ -19,18 +19,23 @@ export interface OptionSpec {
 
 export type OptionTable = Record<string, OptionSpec>;
 
+/** A string option's value: its `choices` as literal types when the table lists them as literals, else any string. */
+type ChoiceOf<S> = S extends { choices: readonly (infer C extends string)[] } ? C : string;
+
 type ValueOf<S extends { type: OptionType }> = S['type'] extends 'number'
   ? number
   : S['type'] extends 'boolean'
     ? boolean
     : S['type'] extends 'list'
-      ? string[]
-      : string;
+      ? ChoiceOf<S>[]
+      : ChoiceOf<S>;
 
+/**
+ * What parseArgs gives for a table: `choices: ['f32', 'f16']` types the value `'f32' | 'f16'`
+ * (defineCommand infers its table as literals; a table written apart needs `as const`).
+ */
 export type ParsedOptions<T extends OptionTable> = {
-  [K in keyof T]: T[K] extends { default: unknown } | { required: true } | { type: 'boolean' }
-    ? ValueOf<T[K] & OptionSpec>
-    : ValueOf<T[K] & OptionSpec> | undefined;
+  [K in keyof T]: T[K] extends { default: unknown } | { required: true } | { type: 'boolean' } ? ValueOf<T[K]> : ValueOf<T[K]> | undefined;
 };
 
 export interface PositionalSpec {
@@ -55,7 +60,8 @@ export interface CommandSpec<T extends OptionTable = OptionTable> {
   run(args: ParsedArgs<T>): Promise<number | void>;
 }
 
-export function defineCommand<T extends OptionTable>(spec: CommandSpec<T>): CommandSpec<T> {
+/** `const T`: the option table is inferred with literal types, so `choices` narrow the parsed values. */
+export function defineCommand<const T extends OptionTable>(spec: CommandSpec<T>): CommandSpec<T> {
   return spec;
 }
 

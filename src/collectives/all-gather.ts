@@ -2,7 +2,7 @@ import type { DTypeArray } from '../kernels/dtype.js';
 import { laneChunks, ringAllGatherLane, ringLanes } from './all-reduce.js';
 import { chunkRanges, type Range } from './chunks.js';
 import { sub, WHOLE_MAX, type Call } from './call.js';
-import type { Tree } from './graph.js';
+import type { Tree } from '../topology/routing.js';
 import { pairwiseSteps } from './schedules.js';
 
 /**

@@ -4,7 +4,7 @@ import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
 import { span, sub, WHOLE_MAX, type Call } from './call.js';
 import { SENT } from './router.js';
-import type { Tree } from './graph.js';
+import type { Tree } from '../topology/routing.js';
 import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
 
 /**

@@ -1,7 +1,7 @@
 import type { DTypeArray } from '../kernels/dtype.js';
 import { chunkRanges } from './chunks.js';
 import { sub, type Call } from './call.js';
-import type { Tree } from './graph.js';
+import type { Tree } from '../topology/routing.js';
 
 /** Broadcast: `data` on `root` is copied into `data` on every rank. */
 

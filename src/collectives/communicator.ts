@@ -4,6 +4,8 @@ import { openDevice, type Device, type Listener, type ProviderName } from '../fa
 import { allocate, bytesPerElement, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
 import { loadFastReduce } from '../kernels/reduce-native.js';
+import { fullMeshGraph, inducedGraph, isFullMesh } from '../topology/rank-graph.js';
+import { findRing, shortestRoutes, spanningTree, type Tree } from '../topology/routing.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
 import { Board, BOARD_MAX } from './board.js';
@@ -11,7 +13,7 @@ import { allToAllPairwise } from './all-to-all.js';
 import { broadcastMesh, broadcastRing, broadcastTree } from './broadcast.js';
 import { algorithms, Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';
 import { chunkRanges, type Range } from './chunks.js';
-import { adjacency, findRing, fullMeshGraph, graphOf, inducedGraph, isFullMesh, shortestRoutes, spanningTree, type Graph, type TopologyKind, type Tree } from './graph.js';
+import { adjacency, graphOf, type Graph, type TopologyKind } from './graph.js';
 import type { CollectiveOp } from './header.js';
 import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
 import { connectWorld, type Rendezvous } from './rendezvous.js';

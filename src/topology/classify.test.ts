@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, findRing, relayRoutes, route, toRouting } from './classify.js';
+import { classify, findRing, hopsFrom, relayRoutes, route, toRouting } from './classify.js';
+import { neighbourLists } from './rank-graph.js';
+import { shortestRoutes } from './routing.js';
 import { findBridgeLoops } from './loops.js';
 import { canonicalGraph, makeGraph, normalizeLinks, toConnectivity } from './model.js';
 import { graphOf } from './testing.js';
@@ -111,4 +113,14 @@ test('next-hop table in rank space for relayed collectives', () => {
     ],
   });
   assert.deepEqual(toRouting(graphOf('a-b c-d')).nextHop[0], [0, 1, -1, -1]);
+});
+
+test('routes break ties by host name, toRouting by rank (the routes of a communicator over toConnectivity)', () => {
+  const g = graphOf('a-b b-c c-d d-a', ['d', 'c', 'b', 'a']);
+  assert.deepEqual(route(g, 'a', 'c'), ['a', 'b', 'c']);
+  assert.deepEqual(findRing(g), ['a', 'b', 'c', 'd']);
+  const table = toRouting(g);
+  assert.equal(table.nextHop[3]?.[1], 0); // a (rank 3) -> c (rank 1) via d (rank 0), the smaller rank
+  assert.deepEqual(table.nextHop, shortestRoutes(neighbourLists(toConnectivity(g))));
+  assert.deepEqual(hopsFrom(g, 'a'), new Map([['a', 0], ['b', 1], ['c', 2], ['d', 1]]));
 });

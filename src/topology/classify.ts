@@ -1,5 +1,7 @@
 import { TandemError } from '../errors/index.js';
-import { adjacency, type TopologyGraph } from './model.js';
+import { adjacency, toConnectivity, type TopologyGraph } from './model.js';
+import { neighbourLists } from './rank-graph.js';
+import { findRing as findRankRing, hopCounts, shortestPath, shortestRoutes } from './routing.js';
 
 /**
  * Shapes a cluster can have. `full-mesh`: every pair cabled (what JACCL needs); `ring`: a
@@ -21,28 +23,39 @@ export interface Classification {
   missingPairs: [string, string][];
 }
 
-/** Breadth-first hop counts from `start`; unreachable hosts are absent. */
-export function hopsFrom(graph: TopologyGraph, start: string): Map<string, number> {
-  const adj = adjacency(graph);
-  const dist = new Map<string, number>([[start, 0]]);
-  const queue = [start];
-  for (let i = 0; i < queue.length; i++) {
-    const h = queue[i] as string;
-    for (const n of [...(adj.get(h) ?? [])].sort()) {
-      if (dist.has(n)) continue;
-      dist.set(n, (dist.get(h) as number) + 1);
-      queue.push(n);
-    }
+/** Hosts numbered by name (the order routes and rings break ties in) and their neighbour lists. */
+function byName(graph: TopologyGraph): { names: string[]; adj: number[][] } {
+  const names = [...graph.hosts].sort();
+  const index = new Map(names.map((h, i) => [h, i]));
+  const edges: [number, number][] = [];
+  for (const l of graph.links) {
+    const i = index.get(l.a);
+    const j = index.get(l.b);
+    if (i !== undefined && j !== undefined && i !== j) edges.push([i, j]);
   }
+  return { names, adj: neighbourLists({ size: names.length, edges }) };
+}
+
+/** Fewest hops from `start` to every host it reaches; unreachable hosts are absent. */
+export function hopsFrom(graph: TopologyGraph, start: string): Map<string, number> {
+  const { names, adj } = byName(graph);
+  const from = names.indexOf(start);
+  const dist = new Map<string, number>([[start, 0]]);
+  if (from < 0) return dist;
+  hopCounts(adj, from).forEach((d, i) => {
+    if (d >= 0) dist.set(names[i] as string, d);
+  });
   return dist;
 }
 
 export function diameter(graph: TopologyGraph): number {
+  const { adj } = byName(graph);
   let worst = 0;
-  for (const h of graph.hosts) {
-    const d = hopsFrom(graph, h);
-    if (d.size < graph.hosts.length) return Infinity;
-    for (const v of d.values()) worst = Math.max(worst, v);
+  for (let i = 0; i < adj.length; i++) {
+    for (const d of hopCounts(adj, i)) {
+      if (d < 0) return Infinity;
+      worst = Math.max(worst, d);
+    }
   }
   return worst;
 }
@@ -93,31 +106,21 @@ export function classify(graph: TopologyGraph): Classification {
 
 /**
  * Shortest route (fewest hops) from `from` to `to`, both ends included; ties are broken by
- * host name so every host computes the same route. Throws when no route exists.
+ * host name (routing.ts's rule over hosts numbered by name) so every host computes the same
+ * route. Throws when no route exists.
  */
 export function route(graph: TopologyGraph, from: string, to: string): string[] {
-  const adj = adjacency(graph);
-  const back = new Map<string, string>();
-  const seen = new Set([from]);
-  const queue = [from];
-  for (let i = 0; i < queue.length && !seen.has(to); i++) {
-    const h = queue[i] as string;
-    for (const n of [...(adj.get(h) ?? [])].sort()) {
-      if (seen.has(n)) continue;
-      seen.add(n);
-      back.set(n, h);
-      queue.push(n);
-    }
-  }
-  if (!seen.has(to)) {
+  if (from === to) return [from];
+  const { names, adj } = byName(graph);
+  const [src, dst] = [names.indexOf(from), names.indexOf(to)];
+  const path = src < 0 || dst < 0 ? undefined : shortestPath(adj, src, dst);
+  if (path === undefined) {
     throw new TandemError('TOPOLOGY_NO_ROUTE', `topology: no route from '${from}' to '${to}' over ${graph.links.length} links`, {
       hint: 'connect a cable so that every host can reach every other, then run `tandem topology` again',
       details: { from, to },
     });
   }
-  const path = [to];
-  while (path[0] !== from) path.unshift(back.get(path[0] as string) as string);
-  return path;
+  return path.map((i) => names[i] as string);
 }
 
 /** Relay routes for every pair without a direct cable (what the relayed collective algorithm uses). */
@@ -130,48 +133,21 @@ export function relayRoutes(graph: TopologyGraph): { from: string; to: string; v
 
 /**
  * A cycle through every host (a Hamiltonian ring), if the cables allow one; starts at the
- * smallest host name. Backtracking is fine for cluster sizes (a handful to a few dozen hosts).
+ * smallest host name and is routing.ts's ring over hosts numbered by name. A cycle needs
+ * three hosts at least.
  */
 export function findRing(graph: TopologyGraph): string[] | undefined {
-  const n = graph.hosts.length;
-  if (n < 3) return undefined;
-  const adj = adjacency(graph);
-  const start = [...graph.hosts].sort()[0] as string;
-  const path = [start];
-  const used = new Set(path);
-  let budget = 200_000;
-  const extend = (): boolean => {
-    if (--budget < 0) return false;
-    const last = path[path.length - 1] as string;
-    if (path.length === n) return adj.get(last)?.has(start) ?? false;
-    for (const next of [...(adj.get(last) ?? [])].sort()) {
-      if (used.has(next)) continue;
-      path.push(next);
-      used.add(next);
-      if (extend()) return true;
-      path.pop();
-      used.delete(next);
-    }
-    return false;
-  };
-  return extend() ? path : undefined;
+  if (graph.hosts.length < 3) return undefined;
+  const { names, adj } = byName(graph);
+  return findRankRing(adj)?.map((i) => names[i] as string);
 }
 
 /**
  * Next-hop table in rank space (rank = index in `graph.hosts`): `nextHop[src][dst]` is the
  * neighbour `src` forwards to on the fewest-hop route to `dst` (`dst` itself when cabled, `src`
- * on the diagonal, -1 when unreachable). Plain data, like `toConnectivity`, for the relayed
- * collectives; every host computes the same table.
+ * on the diagonal, -1 when unreachable). Ties go to the smaller rank: the table a communicator
+ * created with `toConnectivity(graph)` routes by. Plain data, like `toConnectivity`.
  */
 export function toRouting(graph: TopologyGraph): { size: number; nextHop: number[][] } {
-  const rank = new Map(graph.hosts.map((h, i) => [h, i]));
-  const nextHop = graph.hosts.map((src, i) => {
-    const reach = hopsFrom(graph, src);
-    return graph.hosts.map((dst, j) => {
-      if (i === j) return i;
-      if (!reach.has(dst)) return -1;
-      return rank.get(route(graph, src, dst)[1] as string) as number;
-    });
-  });
-  return { size: graph.hosts.length, nextHop };
+  return { size: graph.hosts.length, nextHop: shortestRoutes(neighbourLists(toConnectivity(graph))) };
 }

@@ -4,8 +4,7 @@ import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
 import { readTokenizer } from '../../engine/model/gguf-model-file.js';
 import { TandemError } from '../../errors/index.js';
-import type { ProviderName } from '../../fabric/index.js';
-import { checkWire, parallelKinds, type ParallelKind } from '../../parallel/index.js';
+import { checkWire, parallelKinds } from '../../parallel/index.js';
 
 /** The rows as a text table (one line per configuration). */
 export function clusterTable(rows: readonly BenchClusterRow[]): string {
@@ -139,8 +138,8 @@ export const command = defineCommand({
     const rows = await benchCluster({
       model,
       nodes: options.nodes,
-      parallel: options.parallel as ParallelKind,
-      provider: options.provider as ProviderName,
+      parallel: options.parallel,
+      provider: options.provider,
       wire: checkWire(options.wire),
       tpSize: options.tp,
       promptTokens: options['prompt-tokens'],

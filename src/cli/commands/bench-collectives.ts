@@ -1,5 +1,5 @@
 import { anchorFor, anchorsScript, checkCollectiveGoals, DEFAULT_SIZES, fasterRows, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
-import { algorithms, type Algorithm } from '../../collectives/call.js';
+import { algorithms } from '../../collectives/call.js';
 import { formatGoal } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
@@ -82,7 +82,7 @@ export const command = defineCommand({
         hint: 'pass --ranks 1 with loopback, or --provider shm (or tcp) for more ranks',
       });
     }
-    const op = options.op as BenchOp;
+    const op = options.op;
     const sizes = options.sizes ? options.sizes.map(parseSize) : defaultSizes(op, ranks);
     checkSizes(op, ranks, sizes);
     const script = options.anchors ? anchorsScript() : undefined;
@@ -109,7 +109,7 @@ export const command = defineCommand({
       if (repeat > 1) process.stderr.write(`ours${of}...\n`);
       else printHeader();
       const got = await runCollectivesBench(
-        { op, ranks, provider: options.provider as 'shm' | 'tcp', sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm as Algorithm } : {}) },
+        { op, ranks, provider: options.provider, sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm } : {}) },
         // one round: each row as it arrives; more: the best rows at the end
         (r) => {
           if (repeat === 1) print(r, anchors);

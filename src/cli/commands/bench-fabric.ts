@@ -61,7 +61,7 @@ export const command = defineCommand({
         { hint: 'e.g. --iterations 1000' },
       );
     }
-    const provider = options.provider as 'shm' | 'tcp';
+    const provider = options.provider;
     const print = (r: BenchRow): void => {
       process.stdout.write((options.json ? JSON.stringify(r) : formatRow(r)) + '\n');
     };

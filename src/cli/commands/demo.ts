@@ -2,7 +2,6 @@ import { defineCommand } from '../options.js';
 import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { demoModel, demoShapeName, runDemo } from '../../cluster/index.js';
-import type { ProviderName } from '../../fabric/index.js';
 
 export const command = defineCommand({
   name: 'demo',
@@ -55,8 +54,8 @@ export const command = defineCommand({
     const { prompt, runs } = await runDemo(path, {
       prompt: options.prompt,
       maxTokens,
-      provider: options.provider as ProviderName,
-      parallel: options.parallel as 'tp' | 'pp',
+      provider: options.provider,
+      parallel: options.parallel,
       threads: options.threads,
       onProgress: (l) => (progress(l), done()),
     });

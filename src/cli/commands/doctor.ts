@@ -78,8 +78,8 @@ export const command = defineCommand({
         else peers.push(r);
       }
     }
-    const mode = options.mode === 'auto' ? (platform() === 'darwin' ? 'rdma' : 'tcp') : (options.mode as 'rdma' | 'tcp');
-    const findings = diagnose({ report, peers, mode, topology: options.topology as 'auto' | 'ring' | 'mesh', ...(graph ? { graph } : {}) });
+    const mode = options.mode === 'auto' ? (platform() === 'darwin' ? 'rdma' : 'tcp') : options.mode;
+    const findings = diagnose({ report, peers, mode, topology: options.topology, ...(graph ? { graph } : {}) });
     for (const u of unreachable) {
       findings.push({ check: 'reach', host: u.split(':')[0] ?? u, severity: 'error', title: 'host could not be checked', evidence: u, fix: 'make password-less ssh work to it and install tandem there' });
     }

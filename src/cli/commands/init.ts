@@ -45,7 +45,7 @@ export const command = defineCommand({
     checkSeconds('init', 'wait', options.wait);
     if (options.expect !== undefined) checkInteger('init', 'expect', options.expect, 1);
     const secret = loadSecret(options['secret-file']);
-    const mode = options.mode as 'rdma' | 'tcp';
+    const mode = options.mode;
     const report = await probeHost();
     const findings = diagnose({ report, mode });
     const notable = findings.filter((f) => f.severity === 'error' || f.severity === 'warning');
@@ -61,7 +61,7 @@ export const command = defineCommand({
       host: options.host ?? hostname(),
       secret,
       mode,
-      topology: options.topology as 'ring' | 'mesh' | 'auto',
+      topology: options.topology,
       port: options.port,
       subnet: options.subnet,
       ...(options.expect !== undefined ? { expect: options.expect } : {}),

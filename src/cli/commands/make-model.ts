@@ -4,7 +4,7 @@ import { defineCommand } from '../options.js';
 import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { makeModel, planFor } from '../../engine/format/make-model.js';
-import { fileTypes, modelArchs, modelShapes, type FileTypeName, type ModelArch } from '../../engine/format/model-plan.js';
+import { fileTypes, modelArchs, modelShapes, type FileTypeName } from '../../engine/format/model-plan.js';
 
 function mib(n: number): string {
   return `${(n / 1048576).toFixed(1)} MiB`;
@@ -41,14 +41,14 @@ export const command = defineCommand({
       throw new TandemError('CLI_USAGE', `make-model: --seed must be a non-negative integer, got ${options.seed}`, { hint: 'for example --seed 1' });
     }
     const opts = {
-      arch: options.arch as ModelArch,
+      arch: options.arch,
       shape: options.shape,
       type: options.type as FileTypeName,
       seed: options.seed,
       tied: options.tied,
       std: options.std,
-      ropeScaling: options['rope-scaling'] as 'none' | 'llama3',
-      ...(options.vocab ? { vocab: options.vocab as 'spm' | 'bpe' } : {}),
+      ropeScaling: options['rope-scaling'],
+      ...(options.vocab ? { vocab: options.vocab } : {}),
     };
     const plan = planFor(opts);
     const log = (s: string): void => {
@@ -75,7 +75,7 @@ export const command = defineCommand({
       file: out,
       arch: options.arch,
       shape: options.shape,
-      type: options.type,
+      type: options.type as FileTypeName,
       seed: options.seed,
       params: plan.params,
       bytes: statSync(out).size,

@@ -65,7 +65,7 @@ export const command = defineCommand({
     const node = await startNode({
       listen: options.listen,
       secret,
-      ...(options.kernels ? { kernels: options.kernels as 'native' | 'wasm' | 'reference' } : {}),
+      ...(options.kernels ? { kernels: options.kernels } : {}),
       once: options.once,
       log,
       ...(options.threads !== undefined ? { threads: options.threads } : {}),

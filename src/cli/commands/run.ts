@@ -1,10 +1,10 @@
 import { availableParallelism } from 'node:os';
-import { defineCommand } from '../options.js';
+import { defineCommand, type OptionTable, type ParsedOptions } from '../options.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ChatTemplate, GgufModelFile, Sampler, configFromMetadata, fullShard, generate, openModel, type ChatMessage, type TokenPicker } from '../../engine/index.js';
+import { ChatTemplate, GgufModelFile, Sampler, configFromMetadata, fullShard, generate, openModel, type ChatMessage, type OpenedModel, type TokenPicker } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
-import { checkWire, formatBytes, parallelKinds, parseBytes, shardBytes, type ParallelKind } from '../../parallel/index.js';
+import { formatBytes, parallelKinds, parseBytes, shardBytes, wireFormats } from '../../parallel/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
@@ -19,6 +19,60 @@ function parseTokenIds(items: readonly string[]): number[] {
   });
 }
 
+/** The option table, apart so that the helpers below take its parsed type (`RunOptions`). */
+const runOptions = {
+  prompt: { type: 'string', description: 'prompt text (tokenized with the model\'s tokenizer, BOS added as the model asks)', placeholder: 'text' },
+  'prompt-tokens': { type: 'list', description: 'prompt as comma-separated token ids instead of text', placeholder: 'ids' },
+  chat: { type: 'boolean', description: 'render --prompt as a user turn in the model\'s chat template (tokenizer.chat_template), ready for the assistant\'s reply' },
+  system: { type: 'string', description: 'with --chat: a system message before the user turn', placeholder: 'text' },
+  'max-tokens': { type: 'number', description: 'tokens to generate at most', default: 128 },
+  temperature: { type: 'number', description: 'sampling temperature; 0 is greedy', default: 0.8 },
+  'top-k': { type: 'number', description: 'keep the k most likely tokens (0 disables)', default: 40 },
+  'top-p': { type: 'number', description: 'nucleus sampling threshold (1 disables)', default: 0.95 },
+  'min-p': { type: 'number', description: 'drop tokens less likely than min-p x the most likely (0 disables)', default: 0.05 },
+  'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
+  seed: { type: 'number', description: 'random seed for sampling (default: random)' },
+  threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
+  context: { type: 'number', description: 'KV cache positions, a positive integer (default: the model\'s context length, at most 4096); this machine only, not with --nodes/--hosts' },
+  'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
+  json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
+  nodes: { type: 'number', description: 'split the model across N local node processes (see docs/parallel.md)' },
+  hosts: { type: 'string', description: 'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)', placeholder: 'FILE' },
+  parallel: { type: 'string', description: 'how --nodes/--hosts split the model (default tp)', choices: parallelKinds },
+  tp: { type: 'number', description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)' },
+  provider: { type: 'string', description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
+  wire: { type: 'string', description: 'with --nodes/--hosts: activations between nodes (default f32)', choices: wireFormats },
+  'mem-limit': { type: 'string', description: 'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit', placeholder: 'BYTES' },
+  secret: { type: 'string', description: 'with --hosts: cluster secret (default: TANDEM_SECRET)' },
+} as const satisfies OptionTable;
+
+type RunOptions = ParsedOptions<typeof runOptions>;
+
+/** The prompt to run: token ids, or text (rendered in the model's chat template when `chat`). */
+type Prompt = { ids: number[] } | { text: string; chat: boolean; system: string | undefined };
+
+/**
+ * The prompt options, checked in one place: exactly one of --prompt and --prompt-tokens (ids
+ * parsed here); --chat and --system only with a text prompt, --system only with --chat, and
+ * --chat only on this machine.
+ */
+function checkPrompt(options: RunOptions): Prompt {
+  const { prompt: text, chat, system } = options;
+  const ids = options['prompt-tokens'];
+  if (ids !== undefined && text === undefined) {
+    if (chat || system !== undefined) throw usage('--chat and --system need a text --prompt', 'for example --chat --prompt "Hello"');
+    return { ids: parseTokenIds(ids) };
+  }
+  if (text === undefined || ids !== undefined) {
+    throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
+  }
+  if (system !== undefined && !chat) throw usage('--system needs --chat', 'add --chat');
+  if (chat && (options.nodes !== undefined || options.hosts !== undefined)) {
+    throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
+  }
+  return { text, chat, system };
+}
+
 export const command = defineCommand({
   name: 'run',
   summary: 'generate text from a GGUF model on this machine, streaming it to stdout',
@@ -27,31 +81,7 @@ export const command = defineCommand({
     'tokenizes the prompt with the tokenizer in the file (or takes token ids), and samples up to --max-tokens tokens, stopping at an end-of-generation token. ' +
     '--temperature 0 is greedy decoding, token for token what llama.cpp produces.',
   positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
-  options: {
-    prompt: { type: 'string', description: 'prompt text (tokenized with the model\'s tokenizer, BOS added as the model asks)', placeholder: 'text' },
-    'prompt-tokens': { type: 'list', description: 'prompt as comma-separated token ids instead of text', placeholder: 'ids' },
-    chat: { type: 'boolean', description: 'render --prompt as a user turn in the model\'s chat template (tokenizer.chat_template), ready for the assistant\'s reply' },
-    system: { type: 'string', description: 'with --chat: a system message before the user turn', placeholder: 'text' },
-    'max-tokens': { type: 'number', description: 'tokens to generate at most', default: 128 },
-    temperature: { type: 'number', description: 'sampling temperature; 0 is greedy', default: 0.8 },
-    'top-k': { type: 'number', description: 'keep the k most likely tokens (0 disables)', default: 40 },
-    'top-p': { type: 'number', description: 'nucleus sampling threshold (1 disables)', default: 0.95 },
-    'min-p': { type: 'number', description: 'drop tokens less likely than min-p x the most likely (0 disables)', default: 0.05 },
-    'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
-    seed: { type: 'number', description: 'random seed for sampling (default: random)' },
-    threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
-    context: { type: 'number', description: 'KV cache positions, a positive integer (default: the model\'s context length, at most 4096); this machine only, not with --nodes/--hosts' },
-    'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
-    json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
-    nodes: { type: 'number', description: 'split the model across N local node processes (see docs/parallel.md)' },
-    hosts: { type: 'string', description: 'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)', placeholder: 'FILE' },
-    parallel: { type: 'string', description: 'how --nodes/--hosts split the model (default tp)', choices: parallelKinds },
-    tp: { type: 'number', description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)' },
-    provider: { type: 'string', description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
-    wire: { type: 'string', description: 'with --nodes/--hosts: activations between nodes (default f32)', choices: ['f32', 'f16', 'q8'] },
-    'mem-limit': { type: 'string', description: 'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit', placeholder: 'BYTES' },
-    secret: { type: 'string', description: 'with --hosts: cluster secret (default: TANDEM_SECRET)' },
-  },
+  options: runOptions,
   examples: [
     'tandem run model.gguf --prompt "Once upon a time" --max-tokens 64',
     'tandem run model.gguf --chat --prompt "Name three colours." --temperature 0',
@@ -59,21 +89,11 @@ export const command = defineCommand({
   ],
   async run({ options, positionals }) {
     const path = positionals[0] as string;
-    const ids = options['prompt-tokens'];
-    if ((options.prompt === undefined) === (ids === undefined)) {
-      throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
-    }
-    if ((options.chat || options.system !== undefined) && options.prompt === undefined) {
-      throw usage('--chat and --system need a text --prompt', 'for example --chat --prompt "Hello"');
-    }
-    if (options.system !== undefined && !options.chat) throw usage('--system needs --chat', 'add --chat');
-    if (options.chat && (options.nodes !== undefined || options.hosts !== undefined)) {
-      throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
-    }
+    const prompt = checkPrompt(options);
     checkRunOptions(options);
     const memLimit = parseMemLimit(options['mem-limit']);
-    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, memLimit, ids ? parseTokenIds(ids) : undefined);
-    if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type'] as 'f32' | 'f16');
+    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, memLimit, prompt);
+    if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type']);
     const threads = checkThreads('run', options.threads ?? availableParallelism());
     const sampler = new Sampler({
       temperature: options.temperature,
@@ -86,24 +106,16 @@ export const command = defineCommand({
     const opened = await openModel(path, { threads });
     try {
       const { model, tokenizer } = opened;
-      let prompt: number[];
-      if (options.chat) {
-        if (!tokenizer) throw usage('--chat needs the tokenizer in the model file', 'pass a GGUF file with tokenizer metadata');
-        const messages: ChatMessage[] = [...(options.system !== undefined ? [{ role: 'system', content: options.system }] : []), { role: 'user', content: options.prompt as string }];
-        const source = opened.file.meta('tokenizer.chat_template');
-        prompt = ChatTemplate.fromModel(typeof source === 'string' ? source : undefined).encode(tokenizer, messages);
-      } else {
-        prompt = ids ? parseTokenIds(ids) : (tokenizer?.encode(options.prompt as string) ?? []);
-      }
+      const tokens = promptTokens(opened, prompt);
       const contextLength = Math.min(options.context ?? Math.min(4096, model.config.contextLength), model.config.contextLength);
-      const cache = model.newSession({ contextLength, kvType: options['kv-type'] as 'f32' | 'f16' });
-      sampler.accept(...prompt);
+      const cache = model.newSession({ contextLength, kvType: options['kv-type'] });
+      sampler.accept(...tokens);
       const pick: TokenPicker = (logits) => sampler.sample(logits);
       const stream = tokenizer?.streamDecoder();
       let text = '';
       const stopTokens = new Set<number>();
       if (tokenizer) for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
-      const result = await generate(model, cache, prompt, {
+      const result = await generate(model, cache, tokens, {
         maxTokens: options['max-tokens'],
         pick,
         stopTokens,
@@ -134,40 +146,29 @@ export const command = defineCommand({
   },
 });
 
-interface RunOptions {
-  nodes: number | undefined;
-  hosts: string | undefined;
-  parallel: string | undefined;
-  tp: number | undefined;
-  provider: string | undefined;
-  wire: string | undefined;
-  'mem-limit': string | undefined;
-  secret: string | undefined;
-  threads: number | undefined;
-  context: number | undefined;
-  json: boolean;
-  prompt: string | undefined;
-  'max-tokens': number;
-  temperature: number;
-  'top-k': number;
-  'top-p': number;
-  'min-p': number;
-  'repeat-penalty': number;
-  seed: number | undefined;
+/** The prompt as token ids: given, rendered in the chat template, or encoded with the model's tokenizer. */
+function promptTokens(opened: OpenedModel, prompt: Prompt): number[] {
+  if ('ids' in prompt) return prompt.ids;
+  const { tokenizer } = opened;
+  if (!prompt.chat) return tokenizer?.encode(prompt.text) ?? [];
+  if (!tokenizer) throw usage('--chat needs the tokenizer in the model file', 'pass a GGUF file with tokenizer metadata');
+  const messages: ChatMessage[] = [...(prompt.system !== undefined ? [{ role: 'system', content: prompt.system }] : []), { role: 'user', content: prompt.text }];
+  const source = opened.file.meta('tokenizer.chat_template');
+  return ChatTemplate.fromModel(typeof source === 'string' ? source : undefined).encode(tokenizer, messages);
 }
 
 /** --nodes / --hosts: the same run split across node processes (src/cluster). */
-async function runOnNodes(model: string, options: RunOptions, memLimit: number | undefined, promptTokens: number[] | undefined): Promise<number> {
+async function runOnNodes(model: string, options: RunOptions, memLimit: number | undefined, prompt: Prompt): Promise<number> {
   const r = await runDistributedText({
     model,
     ...(options.nodes !== undefined ? { nodes: options.nodes } : { hosts: options.hosts as string }),
-    ...(options.parallel !== undefined ? { parallel: options.parallel as ParallelKind } : {}),
+    ...(options.parallel !== undefined ? { parallel: options.parallel } : {}),
     ...(options.tp !== undefined ? { tpSize: options.tp } : {}),
-    ...(options.wire !== undefined ? { wire: checkWire(options.wire) } : {}),
+    ...(options.wire !== undefined ? { wire: options.wire } : {}),
     maxTokens: options['max-tokens'],
     sampling: { temperature: options.temperature, topK: options['top-k'], topP: options['top-p'], minP: options['min-p'], repeatPenalty: options['repeat-penalty'], ...(options.seed !== undefined ? { seed: options.seed } : {}) },
-    ...(promptTokens ? { promptTokens } : { prompt: options.prompt as string }),
-    ...(options.provider ? { provider: options.provider as 'shm' | 'tcp' } : {}),
+    ...('ids' in prompt ? { promptTokens: prompt.ids } : { prompt: prompt.text }),
+    ...(options.provider ? { provider: options.provider } : {}),
     ...(memLimit !== undefined ? { memLimit } : {}),
     ...(options.secret ? { secret: options.secret } : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
