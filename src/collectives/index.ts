@@ -5,3 +5,7 @@ export { chunkRanges, type Range } from './chunks.js';
 export { fullMeshGraph, ringGraph, lineGraph, starGraph, graphOf, shortestRoutes, routePath, adjacency, type Graph, type TopologyKind } from './graph.js';
 export type { Rendezvous } from './rendezvous.js';
 export { chooseAlgorithm } from './select.js';
+export { linkBufferBytes } from './router.js';
+export * from './one-sided/index.js';
+/** The fabric under a communicator as the layers above name and count it (providers, the memory a device and a connection take). */
+export { fabricFootprint, type FabricFootprint, type ProviderName } from '../fabric/index.js';
