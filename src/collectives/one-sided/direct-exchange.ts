@@ -20,9 +20,10 @@ import {
   type SumTree,
 } from '../../kernels/reduce-native.js';
 import type { Communicator } from '../communicator.js';
-import { connectExchange, type ExchangePeer } from './exchange-connect.js';
+import { connectExchange, DEFAULT_CHUNK, exchangeSlotBytes, type ExchangePeer } from './exchange-connect.js';
 import { SlotLayout, SlotWrites, type Pair } from './slots.js';
 import { exactF32, type PartCodec, type SlotViews } from './part-codec.js';
+import { ExchangeProfile, profiling, stamp, stampAt } from './exchange-profile.js';
 
 /**
  * A group's direct exchange: every all-reduce of a tensor-parallel decode step (two per
@@ -42,9 +43,6 @@ import { exactF32, type PartCodec, type SlotViews } from './part-codec.js';
  * exchange k uses slot k % 2, and its write carries k as the immediate.
  */
 
-/** Elements per exchange; longer vectors (prefill: [tokens, width]) go in several. */
-const DEFAULT_CHUNK = 1 << 19;
-
 /**
  * How a group adds its ranks' pieces: pieces per rank, and the tree over all of them in rank
  * order (leaf i is the i-th piece counting rank 0's first). Without one, each rank hands over
@@ -54,26 +52,6 @@ export interface PiecesSum {
   counts: readonly number[];
   tree: SumTree;
 }
-
-/**
- * Whether groups on this provider get the direct exchange: over shm only. Over tcp the
- * communicator decoded faster, and prefill the other way round (docs/parallel.md).
- */
-export function usesDirectExchange(provider: ProviderName): boolean {
-  return provider === 'shm';
-}
-
-/** One exchange slot: the largest payload plus 64 bytes (room for the profiling timestamp, see TANDEM_TP_PROFILE). */
-function exchangeSlotBytes(chunk: number): number {
-  return Math.ceil((4 * chunk) / 64) * 64 + 64;
-}
-
-/** Bytes an exchange registers on each member of a group of `size`: two outbox slots and two inbox slots per peer. */
-export function exchangeBufferBytes(size: number, chunk = DEFAULT_CHUNK): number {
-  return size > 1 ? 2 * size * exchangeSlotBytes(chunk) : 0;
-}
-const profiling = process.env.TANDEM_TP_PROFILE === '1';
-const profileEvery = Number(process.env.TANDEM_TP_PROFILE_EVERY ?? 1000) || 1000;
 
 export interface DirectExchangeOptions {
   /** The group (its collectives are used only to set up the exchange). */
@@ -125,6 +103,7 @@ export class DirectExchange {
   private packedRuns: Float32Array | undefined;
   private packedErrors: Float32Array | undefined;
   private aborted: string | undefined;
+  private readonly profile: ExchangeProfile;
 
   private constructor(
     readonly rank: number,
@@ -161,6 +140,7 @@ export class DirectExchange {
       };
     };
     this.writes = new SlotWrites(size, write, (r, wr) => (peers[r] as ExchangePeer).qp.postSend(wr));
+    this.profile = new ExchangeProfile(rank, size);
     this.own = new Float32Array(chunk);
     this.decoded = peers.map((p) => (p && !codec.exact ? new Float32Array(chunk) : new Float32Array(0)));
     this.spare = Array.from({ length: treeSpares(flatTree(size)) }, () => new Float32Array(chunk));
@@ -273,15 +253,8 @@ export class DirectExchange {
     const n = x.length;
     const out = this.outViews[slot as 0 | 1];
     codec.encode(x, out);
-    let bytes = codec.bytes(n);
     const sentAt = performance.timeOrigin + performance.now();
-    if (profiling) {
-      // Profiling: the send time travels after the payload, so the receiver can tell waiting
-      // for a late peer from transfer and wake-up time.
-      const at = Math.ceil(bytes / 8) * 8;
-      new DataView(out.u8.buffer, out.u8.byteOffset + at, 8).setFloat64(0, sentAt, true);
-      bytes = at + 8;
-    }
+    const bytes = profiling ? stamp(out, codec.bytes(n), sentAt) : codec.bytes(n);
     const imm = seq >>> 0;
     this.writes.writeAll(slot, bytes, imm);
     const t0 = performance.now();
@@ -314,34 +287,7 @@ export class DirectExchange {
       this.calls++;
     }
     this.arrived[slot] = 0;
-    if (profiling) this.profile(slot, sentAt, Math.ceil(codec.bytes(n) / 8) * 8);
-  }
-
-  private prof = { calls: 0, wait: 0, late: 0, since: 0 };
-
-  /** TANDEM_TP_PROFILE=1: every 1000 exchanges, one stderr line splitting the wait. */
-  private profile(slot: number, sentAt: number, at: number): void {
-    const done = performance.timeOrigin + performance.now();
-    let lastPeer = sentAt;
-    for (let r = 0; r < this.size; r++) {
-      if (r === this.rank) continue;
-      const u8 = this.inViews[r]![slot as 0 | 1].u8;
-      lastPeer = Math.max(lastPeer, new DataView(u8.buffer, u8.byteOffset + at, 8).getFloat64(0, true));
-    }
-    const p = this.prof;
-    if (p.calls === 0) p.since = sentAt;
-    p.calls++;
-    p.wait += done - sentAt;
-    p.late += lastPeer - sentAt;
-    if (p.calls === profileEvery) {
-      const wall = done - p.since;
-      process.stderr.write(
-        `tp-exchange rank ${this.rank}/${this.size}: ${p.calls} exchanges in ${wall.toFixed(1)} ms: ` +
-          `waiting ${p.wait.toFixed(1)} ms (for the slower rank ${p.late.toFixed(1)} ms, ` +
-          `transfer and wake-up ${(p.wait - p.late).toFixed(1)} ms), the rest ${(wall - p.wait).toFixed(1)} ms\n`,
-      );
-      this.prof = { calls: 0, wait: 0, late: 0, since: 0 };
-    }
+    if (profiling) this.profile.record(this.inViews, slot as 0 | 1, sentAt, stampAt(codec.bytes(n)));
   }
 
   /**

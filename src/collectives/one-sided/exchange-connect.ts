@@ -12,8 +12,29 @@ import {
 } from '../../fabric/index.js';
 import type { Communicator } from '../communicator.js';
 
+/** Elements per exchange; longer vectors (prefill: [tokens, width]) go in several. */
+export const DEFAULT_CHUNK = 1 << 19;
+
+/**
+ * Whether groups on this provider get the direct exchange: over shm only. Over tcp the
+ * communicator decoded faster, and prefill the other way round (docs/parallel.md).
+ */
+export function usesDirectExchange(provider: ProviderName): boolean {
+  return provider === 'shm';
+}
+
+/** One exchange slot: the largest payload plus 64 bytes (room for the profiling timestamp, see TANDEM_TP_PROFILE). */
+export function exchangeSlotBytes(chunk: number): number {
+  return Math.ceil((4 * chunk) / 64) * 64 + 64;
+}
+
+/** Bytes an exchange registers on each member of a group of `size`: two outbox slots and two inbox slots per peer. */
+export function exchangeBufferBytes(size: number, chunk = DEFAULT_CHUNK): number {
+  return size > 1 ? 2 * size * exchangeSlotBytes(chunk) : 0;
+}
+
 /** Receives posted per peer: a write with immediate consumes one, and the exchange posts it again at once. */
-export const RECVS_PER_PEER = 4;
+const RECVS_PER_PEER = 4;
 
 /** One peer of a direct exchange: its connection, its inbox here, and this rank's inbox on it. */
 export interface ExchangePeer {
