@@ -1,14 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { isTandemError, TandemError } from '../../errors/index.js';
-import {
-  completionError,
-  type CompletionQueue,
-  type Device,
-  type Listener,
-  type MemoryRegion,
-  type ProviderName,
-  type SendWr,
-} from '../../fabric/index.js';
+import { completionError, type CompletionQueue, type ProviderName, type SendWr } from '../../fabric/index.js';
 import { copyBytes } from '../../kernels/copy.js';
 import { bytesOf } from '../../kernels/dtype.js';
 import {
@@ -20,7 +12,13 @@ import {
   type SumTree,
 } from '../../kernels/reduce-native.js';
 import type { Communicator } from '../communicator.js';
-import { connectExchange, DEFAULT_CHUNK, exchangeSlotBytes, type ExchangePeer } from './exchange-connect.js';
+import {
+  connectExchange,
+  DEFAULT_CHUNK,
+  exchangeSlotBytes,
+  type ExchangeLinks,
+  type ExchangePeer,
+} from './exchange-connect.js';
 import { SlotLayout, SlotWrites, type Pair } from './slots.js';
 import { exactF32, type PartCodec, type SlotViews } from './part-codec.js';
 import { ExchangeProfile, profiling, stamp, stampAt } from './exchange-profile.js';
@@ -105,20 +103,23 @@ export class DirectExchange {
   private aborted: string | undefined;
   private readonly profile: ExchangeProfile;
 
+  private readonly cq: CompletionQueue;
+  private readonly peers: (ExchangePeer | undefined)[];
+
   private constructor(
     readonly rank: number,
     readonly size: number,
-    private readonly device: Device,
-    private readonly listener: Listener,
-    private readonly cq: CompletionQueue,
-    private readonly outbox: MemoryRegion,
-    private readonly peers: (ExchangePeer | undefined)[],
+    /** The exchange's own device, listener, completion queue, outbox and connections (exchange-connect.ts). */
+    private readonly links: ExchangeLinks,
     slotBytes: number,
     readonly chunk: number,
     readonly codec: PartCodec,
     private readonly timeoutMs: number,
     private readonly spin: boolean | number,
   ) {
+    const { cq, outbox, peers } = links;
+    this.cq = cq;
+    this.peers = peers;
     const layout = new SlotLayout(slotBytes);
     const views = (region: Uint8Array): Pair<SlotViews> => {
       const [a, b] = layout.local(region, 0);
@@ -153,16 +154,12 @@ export class DirectExchange {
     const slotBytes = exchangeSlotBytes(chunk);
     await loadFastReduce();
     const { group, provider, host, secret } = o;
-    const l = await connectExchange({ group, provider, host, secret, timeoutMs, slotBytes });
+    const links = await connectExchange({ group, provider, host, secret, timeoutMs, slotBytes });
     const codec = o.codec ?? exactF32;
     return new DirectExchange(
       group.rank,
       group.size,
-      l.device,
-      l.listener,
-      l.cq,
-      l.outbox,
-      l.peers,
+      links,
       slotBytes,
       chunk,
       codec,
@@ -362,7 +359,7 @@ export class DirectExchange {
 
   /** Bytes of the outbox and inboxes (what `exchangeBufferBytes` predicts). */
   get bufferBytes(): number {
-    return this.peers.reduce((sum, p) => sum + (p ? p.inbox.length : 0), this.outbox.length);
+    return this.peers.reduce((sum, p) => sum + (p ? p.inbox.length : 0), this.links.outbox.length);
   }
 
   /** Ends every wait at once (a peer was lost elsewhere). */
@@ -374,7 +371,7 @@ export class DirectExchange {
   async close(): Promise<void> {
     this.aborted ??= 'closed';
     for (const p of this.peers) if (p) await p.qp.close().catch(() => undefined);
-    await this.listener.close().catch(() => undefined);
-    await this.device.close().catch(() => undefined);
+    await this.links.listener.close().catch(() => undefined);
+    await this.links.device.close().catch(() => undefined);
   }
 }
