@@ -7,6 +7,8 @@ import { dirname, join, relative, resolve, sep } from 'node:path';
  * DESIGN.md's layer rule: each layer imports only the layers below it. `engine/` never
  * touches the network (no fabric, collectives or topology); `fabric/` knows nothing above it.
  * `util/` (process helpers every layer shares) lies below them all and imports none.
+ * `parallel/` reaches the fabric only through collectives: its one-sided exchange, the
+ * provider names and the footprint figures all come through collectives' exports.
  */
 export const allowed: Record<string, readonly string[]> = {
   util: [],
@@ -16,7 +18,7 @@ export const allowed: Record<string, readonly string[]> = {
   topology: ['util', 'errors', 'kernels', 'fabric'],
   collectives: ['util', 'errors', 'kernels', 'fabric', 'topology'],
   engine: ['util', 'errors', 'kernels'],
-  parallel: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine'],
+  parallel: ['util', 'errors', 'kernels', 'topology', 'collectives', 'engine'],
   cluster: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel'],
   api: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster'],
   cli: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster', 'api'],
@@ -75,6 +77,19 @@ test('imports point down the layer order', () => {
     }
   }
   assert.deepEqual(violations, []);
+});
+
+test('parallel/ does not import fabric/: no module of parallel names a fabric module', () => {
+  assert.ok(!allowed.parallel?.includes('fabric'));
+  const fabricRoot = join(srcRoot, 'fabric');
+  const reached: string[] = [];
+  for (const file of sources(join(srcRoot, 'parallel'))) {
+    for (const spec of importsOf(readFileSync(file, 'utf8'))) {
+      const target = resolve(dirname(file), spec);
+      if (target === fabricRoot || target.startsWith(fabricRoot + sep)) reached.push(`${relative(srcRoot, file)} imports ${spec}`);
+    }
+  }
+  assert.deepEqual(reached, []);
 });
 
 test('the import scanner sees static, dynamic and re-export imports', () => {

@@ -8,7 +8,7 @@ import { fullMeshGraph, inducedGraph, isFullMesh } from '../topology/rank-graph.
 import { findRing, shortestRoutes, spanningTree, type Tree } from '../topology/routing.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
-import { Board, BOARD_MAX } from './board.js';
+import { Board, BOARD_MAX } from './one-sided/board.js';
 import { allToAllPairwise } from './all-to-all.js';
 import { broadcastMesh, broadcastRing, broadcastTree } from './broadcast.js';
 import { algorithms, Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
 import { assertReduced, inputFor } from './collectives.cases.js';
 import { linkBufferBytes } from './router.js';
-import { BOARD_MAX } from './board.js';
+import { BOARD_MAX } from './one-sided/board.js';
 
 test('send/recv between any two ranks, with tags, relayed on a line', async () => {
   const comms = await createLocalWorld(4, { graph: 'line', timeoutMs: 20_000 });

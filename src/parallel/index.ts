@@ -20,4 +20,5 @@ export {
   type RankResult,
 } from './runner.js';
 export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
-export { TpExchange, exchangeBufferBytes, usesDirectExchange, type TpExchangeOptions } from './tp-exchange.js';
+export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
+export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';

@@ -1,10 +1,14 @@
 import type { ModelConfig } from '../engine/model/config.js';
 import { matrixShape, rowBytes, type TensorEntry } from '../engine/model/model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from '../engine/model/shard.js';
-import { linkBufferBytes } from '../collectives/router.js';
-import { fabricFootprint, type ProviderName } from '../fabric/index.js';
+import {
+  exchangeBufferBytes,
+  fabricFootprint,
+  linkBufferBytes,
+  usesDirectExchange,
+  type ProviderName,
+} from '../collectives/index.js';
 import type { ParallelPlan } from './plan.js';
-import { exchangeBufferBytes, usesDirectExchange } from './tp-exchange.js';
 
 export interface MemoryOptions {
   /** Positions of KV cache per sequence (default the model's context length). */

@@ -2,7 +2,7 @@ import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import type { TensorEntry } from '../engine/model/model-file.js';
 import { fullShard } from '../engine/model/shard.js';
-import type { ProviderName } from '../fabric/index.js';
+import type { ProviderName } from '../collectives/index.js';
 import { commBytes, formatBytes, shardBytes, type MemoryOptions } from './memory.js';
 import { buildPlan, describePlan, proportionalCounts, type ParallelKind, type ParallelPlan } from './plan.js';
 

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import type { Communicator } from '../collectives/communicator.js';
+import type { Communicator, ProviderName } from '../collectives/index.js';
 import type { Kernels } from '../kernels/types.js';
 import { Model } from '../engine/model/model.js';
 import type { ModelFile } from '../engine/model/model-file.js';
@@ -7,7 +7,6 @@ import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
 import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
-import type { ProviderName } from '../fabric/index.js';
 import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 

@@ -5,7 +5,8 @@ import { isTandemError } from '../errors/index.js';
 import { f16ToF32, f32ToF16 } from '../kernels/half.js';
 import { sumTree, treeSpares, type SumTree } from '../kernels/reduce-native.js';
 import { CollectiveShardComm } from './shard-comm.js';
-import { exchangeBufferBytes, TpExchange } from './tp-exchange.js';
+import { exchangeBufferBytes } from '../collectives/index.js';
+import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
 /** Deterministic values in [-scale, scale). */

@@ -1,3 +1,4 @@
+import { exactF32, type PartCodec } from '../collectives/index.js';
 import { TandemError } from '../errors/index.js';
 import { f16ToF32Table, f32ToF16 } from '../kernels/half.js';
 import { q8Bytes, q8Pack, q8Unpack } from '../kernels/q8.js';
@@ -51,3 +52,29 @@ export function decodeWire(
     for (let i = 0; i < x.length; i++) x[i] = f16ToF32Table[(msg as Uint16Array)[i] as number] as number;
   else q8Unpack(new Uint8Array(msg.buffer, msg.byteOffset, msg.byteLength), x);
 }
+
+/**
+ * The wire formats as the direct exchange's part codecs (collectives' PartCodec): each part is
+ * encoded once by its owner into its slot, and every rank decodes the same bytes.
+ */
+export const wireCodecs: Readonly<Record<WireFormat, PartCodec>> = {
+  f32: exactF32,
+  f16: {
+    exact: false,
+    bytes: (count) => 2 * count,
+    encode: (x, slot) => {
+      const u16 = slot.u16;
+      for (let i = 0; i < x.length; i++) u16[i] = f32ToF16(x[i] as number);
+    },
+    decode: (slot, into) => {
+      const u16 = slot.u16;
+      for (let i = 0; i < into.length; i++) into[i] = f16ToF32Table[u16[i] as number] as number;
+    },
+  },
+  q8: {
+    exact: false,
+    bytes: (count) => q8Bytes(count),
+    encode: (x, slot) => q8Pack(x, slot.u8.subarray(0, q8Bytes(x.length))),
+    decode: (slot, into) => q8Unpack(slot.u8.subarray(0, q8Bytes(into.length)), into),
+  },
+};

@@ -1,13 +1,14 @@
 import { performance } from 'node:perf_hooks';
-import { TandemError } from '../errors/index.js';
-import { yieldCore } from '../fabric/shm-ffi.js';
-import type { MemoryRegion, RemoteAddress, SendWr } from '../fabric/types.js';
-import { dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
-import type { ReduceOp } from '../kernels/reduce.js';
-import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
-import type { Call } from './call.js';
-import { AlgorithmCode, OpCode, ReduceCode, type Header } from './header.js';
-import { nextTurn, type Router } from './router.js';
+import { TandemError } from '../../errors/index.js';
+import { yieldCore } from '../../fabric/shm-ffi.js';
+import type { MemoryRegion, RemoteAddress } from '../../fabric/types.js';
+import { dtypeCodes, viewAs, type DType, type DTypeArray } from '../../kernels/dtype.js';
+import type { ReduceOp } from '../../kernels/reduce.js';
+import { reduceFast as reduceInto } from '../../kernels/reduce-native.js';
+import type { Call } from '../call.js';
+import { AlgorithmCode, OpCode, ReduceCode, type Header } from '../header.js';
+import { nextTurn, type Router } from '../router.js';
+import { SlotLayout, SlotWrites, type Pair } from './slots.js';
 
 /**
  * Payload bytes a board carries per rank and call: all-reduces up to this long use it (the
@@ -25,6 +26,8 @@ export const BOARD_MAX = 16 * 1024;
 const HEAD = 16;
 /** Bytes per entry (64-byte aligned; payloads start 16-byte aligned for any element type). */
 const ENTRY = Math.ceil((HEAD + BOARD_MAX + 4) / 64) * 64;
+/** A region holds one pair of entries (slots.ts) per communicator rank: the pair written by rank r is pair r. */
+const layout = new SlotLayout(ENTRY);
 /** How long a call polls synchronously for the others' entries before it waits through the event loop. */
 const SPIN_MS = 0.2;
 /**
@@ -47,15 +50,13 @@ export interface BoardOwner {
 /**
  * Small all-reduces on a direct full mesh by one-sided writes, the way RDMA eager paths and
  * Open MPI's shared-memory "fast boxes" do it: every rank owns a region with two entries
- * (alternating call by call) per other rank, and each call writes its payload with a trailer
- * straight into its entry on every peer (one RDMA WRITE each, unsignaled), then polls its own
- * region until every peer's tag is there and folds ranks 0..n-1 in order, exactly as the
- * mesh algorithm does (same bits on every rank and as mesh over messages). No message,
- * receive, completion, mailbox or credit is involved: 2-rank 8 B all-reduce over shm, see
- * docs/collectives.md.
+ * (alternating call by call: the registered slots per peer of slots.ts) per other rank, and
+ * each call writes its payload with a trailer straight into its entry on every peer (one RDMA
+ * WRITE each, unsignaled), then polls its own region until every peer's tag is there and
+ * folds ranks 0..n-1 in order, exactly as the mesh algorithm does (same bits on every rank
+ * and as mesh over messages). No message, receive, completion, mailbox or credit is
+ * involved: 2-rank 8 B all-reduce over shm, see docs/collectives.md.
  *
- * Two entries suffice: a peer writes an entry again two board calls later, and it can only
- * finish the call in between once this rank has sent its part of it, after reading this one.
  * Entries carry the call's seq and codes, so ranks that disagree (another op, count, dtype)
  * fail with COLL_MISMATCH; a peer that made a call of another kind instead is seen by the
  * message it sends meanwhile (same seq), or else by the timeout.
@@ -75,9 +76,8 @@ export class Board {
   private dtype: DType = 'f32';
   private reduce: ReduceOp | 'mean' = 'sum';
   private readonly words: Uint32Array;
-  /** The puts of the current write length (see prepare()). */
-  private requests: (SendWr | undefined)[][] = [];
-  private length = -1;
+  /** The puts of this rank's entry to every peer, by parity. */
+  private readonly writes: SlotWrites;
   /** The peers' payloads as arrays of the last call's dtype and length: views[parity][r]. */
   private views: (DTypeArray | undefined)[][] = [];
   private viewDtype = '';
@@ -92,21 +92,26 @@ export class Board {
     private readonly owner: BoardOwner,
     private readonly rank: number,
     private readonly members: readonly number[],
-    /** Entries written by peers: from communicator rank r, parity p at (2r + p) * ENTRY. */
+    /** Entries written by peers: from communicator rank r, parity p at layout.offset(r, p). */
     private readonly mine: MemoryRegion,
     /** What this rank writes out (staged here, then put to every peer). */
     private readonly out: MemoryRegion,
     private readonly outWords: Uint32Array,
     /** remotes[r][p]: this rank's parity-p entry in rank r's region (undefined for this rank). */
-    private readonly remotes: (RemoteAddress[] | undefined)[],
+    remotes: (Pair<RemoteAddress> | undefined)[],
   ) {
     const b = mine.buffer;
     this.words = new Uint32Array(b.buffer, b.byteOffset, b.byteLength >>> 2);
+    const put = (r: number, p: number): ReturnType<Router['putRequest']> | undefined => {
+      const remote = remotes[r];
+      return remote === undefined ? undefined : router.putRequest(members[r] as number, out, 0, HEAD, remote[p as 0 | 1]);
+    };
+    this.writes = new SlotWrites(members.length, put, (r, wr) => router.put(members[r] as number, wr));
   }
 
   /** Bytes of the region each rank registers for a board of `size` ranks. */
   static regionBytes(size: number): number {
-    return 2 * size * ENTRY;
+    return layout.regionBytes(size);
   }
 
   /**
@@ -138,7 +143,7 @@ export class Board {
       if (r === rank) return undefined;
       const base = (BigInt(table[4 * r + 2] as number >>> 0) << 32n) | BigInt(table[4 * r + 1] as number >>> 0);
       const rkey = (table[4 * r + 3] as number) >>> 0;
-      return [0, 1].map((p) => ({ addr: base + BigInt((2 * rank + p) * ENTRY), rkey }));
+      return layout.remote(base, rkey, rank);
     });
     const o = regions.out.buffer;
     return new Board(router, owner, rank, members, regions.mine, regions.out, new Uint32Array(o.buffer, o.byteOffset, ENTRY >>> 2), remotes);
@@ -174,13 +179,7 @@ export class Board {
     ow[3] = tag;
     this.outPayload.set(data);
     ow[tail] = tag;
-    const length = 4 * tail + 4;
-    if (length !== this.length) this.prepare(length);
-    const wrs = this.requests[parity] as (SendWr | undefined)[];
-    for (let r = 0; r < this.members.length; r++) {
-      const wr = wrs[r];
-      if (wr !== undefined) this.router.put(this.members[r] as number, wr);
-    }
+    this.writes.writeAll(parity, 4 * tail + 4);
     if (!this.arrived() && !this.router.spinUntil(this.here, SPIN_MS, POLL_EVERY)) return this.finishLater(this.call(), data);
     this.fold(data, parity);
     return undefined;
@@ -194,20 +193,12 @@ export class Board {
   /** The peers' payloads, the accumulator and the out payload as arrays of `dtype` over `bytes`. */
   private view(dtype: DType, bytes: number): void {
     this.views = [0, 1].map((p) =>
-      this.members.map((_, r) => (r === this.rank ? undefined : viewAs(dtype, this.mine.buffer.subarray((2 * r + p) * ENTRY + HEAD, (2 * r + p) * ENTRY + HEAD + bytes)))),
+      this.members.map((_, r) => (r === this.rank ? undefined : viewAs(dtype, layout.local(this.mine.buffer, r)[p as 0 | 1].subarray(HEAD, HEAD + bytes)))),
     );
     this.acc = viewAs(dtype, new Uint8Array(this.accBuffer, 0, bytes));
     this.outPayload = viewAs(dtype, this.out.buffer.subarray(HEAD, HEAD + bytes));
     this.viewDtype = dtype;
     this.viewBytes = bytes;
-  }
-
-  /** The writes of `length` bytes to every peer's entries (requests[parity][r]), built once per length. */
-  private prepare(length: number): void {
-    this.requests = [0, 1].map((p) =>
-      this.remotes.map((remote, r) => (remote === undefined ? undefined : this.router.putRequest(this.members[r] as number, this.out, 0, length, remote[p] as RemoteAddress))),
-    );
-    this.length = length;
   }
 
   /**
@@ -221,7 +212,7 @@ export class Board {
     const tail = this.tail;
     for (let r = 0; r < this.members.length; r++) {
       if (r === this.rank) continue;
-      const at = ((2 * r + parity) * ENTRY) >>> 2;
+      const at = layout.offset(r, parity) >>> 2;
       // atomic loads: another process writes these words, and a plain load may be hoisted out of a polling loop
       if (Atomics.load(w, at + 3) !== tag || (Atomics.load(w, at + tail) !== tag && w[at] === this.seq && w[at + 1] === this.codes && w[at + 2] === this.count)) return false;
     }
@@ -242,7 +233,7 @@ export class Board {
       if (router.aborted) throw router.aborted;
       this.checkMessages(call);
       if (performance.now() > deadline) {
-        const missing = this.members.filter((_, r) => r !== this.rank && this.words[(((2 * r + parity) * ENTRY) >>> 2) + 3] !== tag);
+        const missing = this.members.filter((_, r) => r !== this.rank && this.words[(layout.offset(r, parity) >>> 2) + 3] !== tag);
         const e = new TandemError('COLL_TIMEOUT', `rank ${this.members[this.rank]} waited ${call.comm.timeoutMs} ms for rank ${missing.join(', ')} in all-reduce #${call.spec.seq}`, {
           hint: `check that rank ${missing.join(', ')} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
           details: { rank: this.members[this.rank], peer: missing[0], timeoutMs: call.comm.timeoutMs },
@@ -276,7 +267,7 @@ export class Board {
     for (let r = 0; r < this.members.length; r++) {
       let part: DTypeArray = data;
       if (r !== this.rank) {
-        const t = ((2 * r + parity) * ENTRY) >>> 2;
+        const t = layout.offset(r, parity) >>> 2;
         if (w[t] !== this.seq || w[t + 1] !== this.codes || w[t + 2] !== this.count) throw this.mismatch(r, t, data.byteLength);
         part = views[r] as DTypeArray;
       }
