@@ -15,7 +15,7 @@ import { adjacency, findRing, fullMeshGraph, graphOf, inducedGraph, isFullMesh, 
 import type { CollectiveOp } from './header.js';
 import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
 import { connectWorld, type Rendezvous } from './rendezvous.js';
-import { Router } from './router.js';
+import { Router } from './router/index.js';
 import { chooseAlgorithm, type TopologyFacts } from './select.js';
 
 export interface CommunicatorOptions {

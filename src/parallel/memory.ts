@@ -1,7 +1,7 @@
 import type { ModelConfig } from '../engine/model/config.js';
 import { matrixShape, rowBytes, type TensorEntry } from '../engine/model/model-file.js';
 import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from '../engine/model/shard.js';
-import { linkBufferBytes } from '../collectives/router.js';
+import { linkBufferBytes } from '../collectives/router/index.js';
 import { fabricFootprint, type ProviderName } from '../fabric/index.js';
 import type { ParallelPlan } from './plan.js';
 import { exchangeBufferBytes, usesDirectExchange } from './tp-exchange.js';
