@@ -3,7 +3,7 @@ import { q8BlockSize } from '../kernels/q8.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import { chunkRanges, splitRange, type Range } from './chunks.js';
 import { span, sub, WHOLE_MAX, type Call } from './call.js';
-import { SENT } from './router.js';
+import { SENT } from './router/index.js';
 import type { Tree } from '../topology/routing.js';
 import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
 

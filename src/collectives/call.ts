@@ -7,7 +7,7 @@ import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
 import type { PairwiseStep } from './schedules.js';
 import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
-import { SENT, type Message, type Router, type Settled, type Sink } from './router.js';
+import { SENT, type Message, type Router, type Settled, type Sink } from './router/index.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
 export const algorithms: readonly Algorithm[] = ['mesh', 'ring', 'rhd', 'tree'];

@@ -17,7 +17,7 @@ import { adjacency, graphOf, type Graph, type TopologyKind } from './graph.js';
 import type { CollectiveOp } from './header.js';
 import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
 import { connectWorld, type Rendezvous } from './rendezvous.js';
-import { Router } from './router.js';
+import { Router } from './router/index.js';
 import { chooseAlgorithm, type TopologyFacts } from './select.js';
 
 export interface CommunicatorOptions {

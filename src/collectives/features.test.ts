@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
 import { assertReduced, inputFor } from './collectives.cases.js';
-import { linkBufferBytes } from './router.js';
+import { linkBufferBytes } from './router/index.js';
 import { BOARD_MAX } from './one-sided/board.js';
 
 test('send/recv between any two ranks, with tags, relayed on a line', async () => {

@@ -7,7 +7,7 @@ export { fullMeshGraph, ringGraph, lineGraph, starGraph } from '../topology/rank
 export { shortestRoutes, routePath } from '../topology/routing.js';
 export type { Rendezvous } from './rendezvous.js';
 export { chooseAlgorithm } from './select.js';
-export { linkBufferBytes } from './router.js';
+export { linkBufferBytes } from './router/index.js';
 export * from './one-sided/index.js';
 /** The fabric under a communicator as the layers above name and count it (providers, the memory a device and a connection take). */
 export { fabricFootprint, type FabricFootprint, type ProviderName } from '../fabric/index.js';

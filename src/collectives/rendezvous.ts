@@ -1,6 +1,6 @@
 import { TandemError, isTandemError } from '../errors/index.js';
 import { Access, type CompletionQueue, type Device, type Listener, type ProtectionDomain, type QueuePair } from '../fabric/index.js';
-import type { LinkSpec } from './router.js';
+import type { LinkSpec } from './router/index.js';
 
 /**
  * Who is where. `hosts`: every rank listens at addresses[rank] (host:port) and the links of

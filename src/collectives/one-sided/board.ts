@@ -7,7 +7,7 @@ import type { ReduceOp } from '../../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../../kernels/reduce-native.js';
 import type { Call } from '../call.js';
 import { AlgorithmCode, OpCode, ReduceCode, type Header } from '../header.js';
-import { nextTurn, type Router } from '../router.js';
+import { nextTurn, type Router } from '../router/index.js';
 import { SlotLayout, SlotWrites, type Pair } from './slots.js';
 
 /**
