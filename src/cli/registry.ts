@@ -28,6 +28,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/run.js')).command,
   },
   {
+    name: 'serve',
+    summary: 'serve a GGUF model over an OpenAI-compatible HTTP API (chat, completions, streaming, /metrics)',
+    load: async () => (await import('./commands/serve.js')).command,
+  },
+  {
     name: 'make-model',
     summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)',
     load: async () => (await import('./commands/make-model.js')).command,
