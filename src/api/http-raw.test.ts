@@ -24,6 +24,7 @@ beforeEach(async () => {
   engine = await openModel(path(), { threads: 1 });
   server = await startTestServer(path(), {
     name: 'tiny',
+    slots: 8,
     maxBodyBytes: 64 * 1024,
     stepHook: (generated) => {
       if (generated === failAt) {
@@ -146,7 +147,7 @@ test('a failure after streaming began is one error event, then the stream closes
   assert.equal(ok.status, 200);
 });
 
-test('8 concurrent greedy streams (4 slots, the rest queued) each equal the same prompt run alone', async () => {
+test('8 concurrent greedy streams (8 slots: one batched decode step for all) each equal the same prompt run alone', async () => {
   const prompts = Array.from({ length: 8 }, (_, i) => Array.from({ length: 3 + i * 23 }, (_, j) => (i * 131 + j * 17) % 4000));
   const runs = prompts.map(async (prompt) => {
     const res = await post('/v1/completions', { prompt, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } });

@@ -6,6 +6,8 @@ import type { Metrics } from './metrics.js';
 /** What the scheduler needs of a model: forwards against a cache, and caches to give slots. */
 export interface SlotModel extends Forwarder {
   newSession(options: SessionOptions): SequenceCache;
+  /** One decode step of several sequences (token t at the next position of caches[t]); each row's logits. */
+  forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]>;
 }
 
 /** One sequence to run: its prompt, how it picks tokens, and where its tokens go. */
@@ -69,11 +71,11 @@ interface Slot {
 const RETRY_AFTER_S = 1;
 
 /**
- * Runs sequences in slots. Each round runs one decode step for every decoding sequence, then
- * one prefill chunk of the oldest sequence still prefilling; new requests take a free slot
- * between rounds (first come, first served). Forwards run one at a time, one sequence each: a
- * sequence's tokens do not depend on what else runs. A finished slot keeps its KV cache for
- * the next sequence.
+ * Runs sequences in slots. Each round runs one decode step for every decoding sequence as one
+ * batched forward (the model's forwardBatch: its rows get the bits a lone forward would give,
+ * so a sequence's tokens do not depend on what runs beside it), then one prefill chunk of the
+ * oldest sequence still prefilling; new requests take a free slot between rounds (first come,
+ * first served). A finished slot keeps its KV cache for the next sequence.
  */
 export class Scheduler {
   private readonly slots: Slot[];
@@ -175,36 +177,68 @@ export class Scheduler {
   }
 
   private async round(): Promise<void> {
-    for (const slot of this.slots) {
-      const seq = slot.seq;
-      if (seq && seq.prefilled === seq.request.prompt.length) await this.step(slot, seq, [seq.next]);
-    }
-    const prefilling = this.slots.filter((s) => s.seq && s.seq.prefilled < s.seq.request.prompt.length);
-    const oldest = prefilling[0];
-    if (oldest?.seq) {
-      const seq = oldest.seq;
-      const chunk = seq.request.prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
-      await this.step(oldest, seq, chunk);
-    }
+    await this.decodeRound();
+    const oldest = this.slots.find((s) => s.seq && s.seq.prefilled < s.seq.request.prompt.length);
+    if (oldest?.seq) await this.prefillStep(oldest, oldest.seq);
   }
 
-  /** One forward of `tokens` for the sequence in `slot`; picks a token when the prompt is all in. */
-  private async step(slot: Slot, seq: Sequence, tokens: readonly number[]): Promise<void> {
-    if (seq.request.signal.aborted) return this.endSlot(slot, undefined, cancelled('the client went away'));
+  /** One batched decode step of every sequence whose prompt is in. */
+  private async decodeRound(): Promise<void> {
+    const rows: [Slot, Sequence][] = [];
+    for (const slot of this.slots) {
+      const seq = slot.seq;
+      if (!seq || seq.prefilled < seq.request.prompt.length) continue;
+      if (await this.mayStep(slot, seq)) rows.push([slot, seq]);
+    }
+    if (rows.length === 0) return;
+    let logits: Float32Array[];
+    try {
+      logits = await this.model.forwardBatch(
+        rows.map(([, seq]) => seq.next),
+        rows.map(([slot]) => slot.cache as SequenceCache),
+      );
+    } catch (error) {
+      for (const [slot] of rows) this.endSlot(slot, undefined, error);
+      return;
+    }
+    for (const [i, [slot, seq]] of rows.entries()) if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
+  }
+
+  /** The next chunk of a sequence's prompt; after the last one, its first token. */
+  private async prefillStep(slot: Slot, seq: Sequence): Promise<void> {
+    if (!(await this.mayStep(slot, seq))) return;
+    const { prompt } = seq.request;
+    const chunk = prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
     let logits: Float32Array;
     try {
-      await this.options.stepHook?.(seq.generated);
-      logits = await this.model.forward(tokens, slot.cache as SequenceCache);
+      logits = await this.model.forward(chunk, slot.cache as SequenceCache);
     } catch (error) {
       return this.endSlot(slot, undefined, error);
     }
     if (slot.seq !== seq) return; // cancelled while the forward ran (close)
-    const { request } = seq;
-    if (seq.prefilled < request.prompt.length) {
-      seq.prefilled += tokens.length;
-      this.options.metrics.promptTokens += tokens.length;
-      if (seq.prefilled < request.prompt.length) return;
+    seq.prefilled += chunk.length;
+    this.options.metrics.promptTokens += chunk.length;
+    if (seq.prefilled === prompt.length) this.emit(slot, seq, logits);
+  }
+
+  /** Whether the sequence takes its next forward: not when its client went away or the step hook threw. */
+  private async mayStep(slot: Slot, seq: Sequence): Promise<boolean> {
+    if (seq.request.signal.aborted) {
+      this.endSlot(slot, undefined, cancelled('the client went away'));
+      return false;
     }
+    try {
+      await this.options.stepHook?.(seq.generated);
+    } catch (error) {
+      this.endSlot(slot, undefined, error);
+      return false;
+    }
+    return slot.seq === seq;
+  }
+
+  /** Picks the sequence's next token from its logits, hands it on, and ends the sequence if it is done. */
+  private emit(slot: Slot, seq: Sequence, logits: Float32Array): void {
+    const { request } = seq;
     let token: number;
     let more: boolean;
     try {
