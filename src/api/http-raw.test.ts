@@ -167,6 +167,16 @@ test('statuses: 413 past the body limit, 400 for a prompt past the context (both
   const big = await post('/v1/completions', { prompt: 'x'.repeat(100 * 1024) });
   assert.equal(big.status, 413);
   assert.match(((await big.json()) as ErrorJson).error.message, /65536 bytes/);
+  // without a Content-Length (chunked): refused once the bytes read pass the limit
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (let i = 0; i < 10; i++) controller.enqueue(new Uint8Array(10 * 1024).fill(0x20));
+      controller.close();
+    },
+  });
+  const chunked = await fetch(`${server.url}/v1/completions`, { method: 'POST', body, duplex: 'half' } as RequestInit);
+  assert.equal(chunked.status, 413);
+  assert.equal(((await chunked.json()) as ErrorJson).error.code, 'request_too_large');
   const long = await post('/v1/completions', { prompt: Array.from({ length: 600 }, () => 7) });
   assert.equal(long.status, 400);
   const e = ((await long.json()) as ErrorJson).error;

@@ -194,28 +194,34 @@ export class ApiServer {
     }
   }
 
-  /** The JSON body, refused with 413 past --max-body (before reading it when Content-Length says so). */
+  /**
+   * The JSON body, refused with 413 past --max-body: before reading it when Content-Length
+   * says so, else once the bytes read pass the limit. The rest is read and dropped (not the
+   * connection cut), so that the client gets the answer.
+   */
   private async readBody(req: IncomingMessage): Promise<unknown> {
     const limit = this.options.maxBodyBytes;
-    const tooLarge = (): TandemError => {
-      // the rest of the body is read and dropped so that the client gets the answer
+    const tooLarge = new TandemError('API_BODY_TOO_LARGE', `the request body is longer than the limit of ${limit} bytes`, {
+      hint: 'send a shorter request, or start the server with a larger --max-body',
+      details: { limit },
+    });
+    if (Number(req.headers['content-length'] ?? 0) > limit) {
       req.resume();
-      return new TandemError('API_BODY_TOO_LARGE', `the request body is longer than the limit of ${limit} bytes`, {
-        hint: 'send a shorter request, or start the server with a larger --max-body',
-        details: { limit },
-      });
-    };
-    if (Number(req.headers['content-length'] ?? 0) > limit) throw tooLarge();
-    const chunks: Buffer[] = [];
-    let length = 0;
-    for await (const chunk of req as AsyncIterable<Buffer>) {
-      length += chunk.length;
-      if (length > limit) throw tooLarge();
-      chunks.push(chunk);
+      throw tooLarge;
     }
-    const text = Buffer.concat(chunks).toString('utf8');
+    const bytes = await new Promise<Buffer>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let length = 0;
+      req.on('data', (chunk: Buffer) => {
+        length += chunk.length;
+        if (length > limit) reject(tooLarge);
+        else chunks.push(chunk);
+      });
+      req.on('end', () => resolve(Buffer.concat(chunks)));
+      req.on('error', reject);
+    });
     try {
-      return JSON.parse(text) as unknown;
+      return JSON.parse(bytes.toString('utf8')) as unknown;
     } catch (error) {
       throw badRequest(null, `the request body is not JSON: ${(error as Error).message}`, 'send a JSON object with content-type application/json');
     }

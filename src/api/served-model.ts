@@ -42,7 +42,14 @@ export async function loadServedModel(path: string, options: LoadServedOptions =
   const log = options.log ?? (() => {});
   const start = performance.now();
   log(`loading ${path} (${(statSync(path).size / 2 ** 20).toFixed(1)} MiB)${options.threads !== undefined ? ` on ${options.threads} thread(s)` : ''}`);
-  const opened = await openModel(path, options.threads !== undefined ? { threads: options.threads } : {});
+  // a line per tenth of the layers: a model of several GB takes a while
+  let shown = 0;
+  const onLayer = (loaded: number, total: number): void => {
+    if (loaded < total && Math.floor((10 * loaded) / total) === shown) return;
+    shown = Math.floor((10 * loaded) / total);
+    log(`weights: ${loaded}/${total} layers (${((performance.now() - start) / 1000).toFixed(1)} s)`);
+  };
+  const opened = await openModel(path, { onLayer, ...(options.threads !== undefined ? { threads: options.threads } : {}) });
   try {
     const { model, tokenizer } = opened;
     if (!tokenizer) throw new TandemError('TOKENIZER_METADATA', `${path} has no tokenizer`, { hint: 'serve a GGUF file with tokenizer metadata' });

@@ -21,6 +21,8 @@ export interface LoadOptions {
    * the group then adds its row-parallel sums in one node's order (leaves.ts).
    */
   group?: readonly ShardSpec[];
+  /** Called after each layer's weights are uploaded (load progress for a large model). */
+  onLayer?: (loaded: number, total: number) => void;
 }
 
 export interface SessionOptions {
@@ -71,7 +73,7 @@ export class Model {
     const config = configFromMetadata((key) => file.meta(key), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
-    const weights = await loadShardWeights(file, kernels, config, shard, options.group);
+    const weights = await loadShardWeights(file, kernels, config, shard, options.group, options.onLayer);
     return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm);
   }
 
