@@ -1,7 +1,7 @@
 import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ChatTemplate, generate, openModel, type OpenedModel } from '../engine/index.js';
-import { tempModel } from '../cli/testing.js';
+import { tempModel } from '../engine/testing/temp-model.js';
 import { ApiServer } from './http-server.js';
 import { loadServedModel, type ServedModel } from './served-model.js';
 import { startTestServer } from './testing.js';

@@ -2,7 +2,7 @@ import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
-import { tempModel } from '../cli/testing.js';
+import { tempModel } from '../engine/testing/temp-model.js';
 import type { ApiServer } from './http-server.js';
 import { metric, startTestServer, until } from './testing.js';
 
