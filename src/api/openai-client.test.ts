@@ -96,6 +96,21 @@ test('openai client: logprobs with top_logprobs, greedy picks the most likely to
   assert.equal(none.choices[0]?.logprobs, null);
 });
 
+test('openai client: a seed fixes the sampled text; penalties change a greedy text that repeats', async () => {
+  const ask = (o: { seed?: number; temperature?: number; frequency_penalty?: number; presence_penalty?: number }) =>
+    client.chat.completions.create({ model: 'tiny', messages, max_tokens: 24, ...o }).then((r) => r.choices[0]?.message.content ?? '');
+  const a = await ask({ seed: 7, temperature: 1 });
+  assert.equal(await ask({ seed: 7, temperature: 1 }), a);
+  assert.notEqual(await ask({ seed: 8, temperature: 1 }), a);
+  // this random-weight model repeats itself when greedy; a frequency penalty breaks the repeats
+  const words = (text: string): number => new Set(text.split(' ')).size;
+  const greedy = await ask({ temperature: 0 });
+  const penalised = await ask({ temperature: 0, frequency_penalty: 2 });
+  assert.notEqual(penalised, greedy);
+  assert.ok(words(penalised) > words(greedy), `${words(penalised)} distinct words against ${words(greedy)}`);
+  assert.notEqual(await ask({ temperature: 0, presence_penalty: 2 }), greedy);
+});
+
 test('openai client: aborting a stream cancels it (the server stops generating its tokens)', async () => {
   slowMs = 10;
   try {
