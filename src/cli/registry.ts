@@ -83,6 +83,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/bench-model.js')).command,
   },
   {
+    name: 'bench serve',
+    summary: 'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',
+    load: async () => (await import('./commands/bench-serve.js')).command,
+  },
+  {
     name: 'bench cluster',
     summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup',
     load: async () => (await import('./commands/bench-cluster.js')).command,
