@@ -1,7 +1,8 @@
 import { Sampler } from '../engine/index.js';
+import { TandemError, isTandemError } from '../errors/index.js';
 import { tokenLogprob, type TokenLogprob } from './logprobs.js';
 import type { GenerationParams } from './openai-types.js';
-import type { Scheduler } from './scheduler.js';
+import type { Scheduler, SequenceEnd } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
 import { StopText } from './stop-text.js';
 
@@ -65,8 +66,7 @@ export function startGeneration(
     }
     return !stop.stopped;
   };
-  const ended = scheduler.submit({ prompt, maxTokens, pick: (logits) => sampler.sample(logits), stopTokens: served.stopTokens, onToken, signal });
-  return ended.then((end) => {
+  const onEnd = (end: SequenceEnd): GenerationOutcome => {
     const tail = stop.push(decoder.flush()) + stop.flush();
     if (tail !== '' || pending.length > 0) onDelta({ text: tail, logprobs: pending });
     return {
@@ -74,5 +74,19 @@ export function startGeneration(
       promptTokens: prompt.length,
       completionTokens: end.generated,
     };
+  };
+  const ended = scheduler.submit({ prompt, maxTokens, pick: (logits) => sampler.sample(logits), stopTokens: served.stopTokens, onToken, signal });
+  return ended.then(onEnd, (error: unknown) => {
+    throw generationFailure(error);
   });
+}
+
+/**
+ * What a client is told when a generation fails after it was accepted: the api layer's own
+ * errors (cancelled, shutting down) as they are; an engine error here is not the request's
+ * fault (the request was checked before it was queued), so it is a 500, never a 400.
+ */
+function generationFailure(error: unknown): unknown {
+  if (!isTandemError(error) || error.code.startsWith('API_')) return error;
+  return new TandemError('INTERNAL', `the generation failed: ${error.message}`, { hint: error.hint, details: { ...error.details, code: error.code }, cause: error });
 }

@@ -6,6 +6,7 @@ import { ApiServer } from './http-server.js';
 import { loadServedModel, type ServedModel } from './served-model.js';
 import { startTestServer } from './testing.js';
 import type { OpenAiErrorBody } from './errors.js';
+import { TandemError } from '../errors/index.js';
 
 /*
  * Raw HTTP against an in-process server: what a client library hides (chunk order and
@@ -16,8 +17,9 @@ import type { OpenAiErrorBody } from './errors.js';
 const path = tempModel('tandem-serve-raw-', { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 5 });
 let server: ApiServer;
 let engine: OpenedModel;
-/** The step at which the step hook throws (once), or -1. */
+/** The step at which the step hook throws (once), or -1; and what it throws. */
 let failAt = -1;
+let failWith: Error = new Error('injected fault');
 
 beforeEach(async () => {
   if (engine) return;
@@ -29,7 +31,7 @@ beforeEach(async () => {
     stepHook: (generated) => {
       if (generated === failAt) {
         failAt = -1;
-        throw new Error('injected fault');
+        throw failWith;
       }
     },
   });
@@ -142,6 +144,14 @@ test('a failure after streaming began is one error event, then the stream closes
   const content = data.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
   assert.deepEqual(content[0]!.choices[0]!.delta.role, 'assistant');
   assert.ok(content.every((c) => c.choices[0]!.finish_reason === null), 'no finish_reason before the error');
+  // an engine error after the request was accepted is the server's failure (500), not the request's (400)
+  failAt = 1;
+  failWith = new TandemError('SAMPLER_LOGITS', 'logit 7 is NaN', { hint: 'check the kernels' });
+  const failed = await post('/v1/completions', { prompt: 'x', max_tokens: 5 });
+  assert.equal(failed.status, 500);
+  const e = ((await failed.json()) as ErrorJson).error;
+  assert.equal(e.type, 'server_error');
+  assert.match(e.message, /the generation failed: logit 7 is NaN/);
   // the server goes on serving
   const ok = await post('/v1/completions', { prompt: 'x', max_tokens: 2 });
   assert.equal(ok.status, 200);
