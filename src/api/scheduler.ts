@@ -170,7 +170,13 @@ export class Scheduler {
       if (slot.seq) continue;
       const seq = this.queue.shift();
       if (!seq) return;
-      slot.cache ??= this.model.newSession({ contextLength: this.options.contextLength, ...(this.options.kvType ? { kvType: this.options.kvType } : {}) });
+      try {
+        slot.cache ??= this.model.newSession({ contextLength: this.options.contextLength, ...(this.options.kvType ? { kvType: this.options.kvType } : {}) });
+      } catch (error) {
+        // no memory for this slot's cache: this request fails, the loop goes on
+        this.fail(seq, error);
+        continue;
+      }
       slot.cache.reset();
       slot.seq = seq;
     }
