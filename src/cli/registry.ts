@@ -28,6 +28,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/run.js')).command,
   },
   {
+    name: 'serve',
+    summary: 'serve a GGUF model over an OpenAI-compatible HTTP API (chat, completions, streaming, /metrics)',
+    load: async () => (await import('./commands/serve.js')).command,
+  },
+  {
     name: 'make-model',
     summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)',
     load: async () => (await import('./commands/make-model.js')).command,
@@ -76,6 +81,11 @@ export const commands: readonly CommandEntry[] = [
     name: 'bench model',
     summary: 'prefill/decode tokens/s, TTFT and peak RSS of one model, with llama.cpp beside it',
     load: async () => (await import('./commands/bench-model.js')).command,
+  },
+  {
+    name: 'bench serve',
+    summary: 'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',
+    load: async () => (await import('./commands/bench-serve.js')).command,
   },
   {
     name: 'bench cluster',

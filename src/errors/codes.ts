@@ -8,6 +8,7 @@ import { topologyCodes } from './codes-topology.js';
 import { engineCodes } from './codes-engine.js';
 import { parallelCodes } from './codes-parallel.js';
 import { clusterCodes } from './codes-cluster.js';
+import { apiCodes } from './codes-api.js';
 import { cliCodes } from './codes-cli.js';
 
 /**
@@ -24,6 +25,7 @@ export const errorCodes = {
   ...engineCodes,
   ...parallelCodes,
   ...clusterCodes,
+  ...apiCodes,
   ...cliCodes,
 } as const satisfies Record<string, ErrorCategory>;
 
@@ -39,5 +41,6 @@ export const codeTables: Readonly<Record<string, Readonly<Record<string, ErrorCa
   engine: engineCodes,
   parallel: parallelCodes,
   cluster: clusterCodes,
+  api: apiCodes,
   cli: cliCodes,
 };

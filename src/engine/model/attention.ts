@@ -137,6 +137,11 @@ export interface AttentionStep {
   cache: KvCache;
   /** Layer index inside the cache (local to the shard). */
   layer: number;
+  /**
+   * Rows of different sequences (a batched decode step): row t's K/V go to rowCaches[t] at
+   * positions[t] and it attends to that cache alone; `cache` and `pos0` are then unused.
+   */
+  rowCaches?: readonly KvCache[];
   /** Output [n, width]: this shard's partial sum of the attention output projection. */
   out: Float32Array;
 }
@@ -170,8 +175,21 @@ export function attentionForward(
     expandHeads(kk, kStore, layout.expand, layout.kvProjected, hd, n);
     expandHeads(v, vStore, layout.expand, layout.kvProjected, hd, n);
   }
-  k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
   const att = scratch.f32('attn.out', n * layout.heads * hd);
-  k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale: Math.fround(1 / Math.fround(Math.sqrt(hd))) });
+  const scale = Math.fround(1 / Math.fround(Math.sqrt(hd)));
+  if (step.rowCaches) {
+    // one query row per sequence: [kvStored * hd] of K/V and [heads * hd] of q/out per row
+    const kvw = layout.kvStored * hd;
+    const qw = layout.heads * hd;
+    for (let t = 0; t < n; t++) {
+      const cache = step.rowCaches[t] as KvCache;
+      const pos = step.positions[t] as number;
+      k.kvStore(cache, step.layer, pos, kStore.subarray(t * kvw, (t + 1) * kvw), vStore.subarray(t * kvw, (t + 1) * kvw), 1);
+      k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), { layer: step.layer, heads: layout.heads, pos0: pos, n: 1, scale });
+    }
+  } else {
+    k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
+    k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale });
+  }
   projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o');
 }

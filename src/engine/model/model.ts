@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { TandemError } from '../../errors/index.js';
-import type { Kernels, KvCacheType, RopeParams } from '../../kernels/types.js';
+import { GEMM_TOKENS, type Kernels, type KvCache, type KvCacheType, type RopeParams } from '../../kernels/types.js';
 import { SequenceCache } from '../kv/kv-cache.js';
 import { attentionForward, headLayout, type HeadLayout } from './attention.js';
 import { reduceAcross, singleNodeComm, type ShardComm } from './comm.js';
@@ -21,6 +21,8 @@ export interface LoadOptions {
    * the group then adds its row-parallel sums in one node's order (leaves.ts).
    */
   group?: readonly ShardSpec[];
+  /** Called after each layer's weights are uploaded (load progress for a large model). */
+  onLayer?: (loaded: number, total: number) => void;
 }
 
 export interface SessionOptions {
@@ -32,6 +34,9 @@ export interface SessionOptions {
 
 /** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
 const PREFILL_CHUNK = 256;
+
+/** Rows per batched decode forward: below GEMM_TOKENS, so each row gets a lone token's bits. */
+const DECODE_BATCH = GEMM_TOKENS - 1;
 
 /**
  * A loaded model (or shard of one) on one kernels backend. The forward pass is split into
@@ -68,7 +73,7 @@ export class Model {
     const config = configFromMetadata((key) => file.meta(key), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
-    const weights = await loadShardWeights(file, kernels, config, shard, options.group);
+    const weights = await loadShardWeights(file, kernels, config, shard, options.group, options.onLayer);
     return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm);
   }
 
@@ -102,11 +107,20 @@ export class Model {
    * pos0..pos0+n-1, storing their K/V in `cache` (which must already have reserved them).
    */
   async forwardLayers(x: Float32Array, n: number, pos0: number, cache: SequenceCache): Promise<void> {
+    const positions = new Int32Array(n);
+    for (let i = 0; i < n; i++) positions[i] = pos0 + i;
+    await this.runLayers(x, n, positions, { cache: cache.cache, pos0 });
+  }
+
+  /**
+   * The layers over x [n, width] at `positions`: the rows of one sequence (`cache` from
+   * `pos0` on), or each row its own sequence (`rowCaches`, see AttentionStep).
+   */
+  private async runLayers(x: Float32Array, n: number, positions: Int32Array, kv: { cache: KvCache; pos0: number } | { rowCaches: readonly KvCache[] }): Promise<void> {
     const c = this.config;
     const k = this.kernels;
     const width = c.embeddingLength;
-    const positions = new Int32Array(n);
-    for (let i = 0; i < n; i++) positions[i] = pos0 + i;
+    const target = 'rowCaches' in kv ? { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches } : kv;
     const xn = this.scratch.f32('xn', n * width);
     const m = n * width;
     // a row-parallel projection hands the group up to `parts` pieces of [n, width]
@@ -116,7 +130,7 @@ export class Model {
       const w = this.weights.layers[l]!;
       k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
       if (this.layout.heads > 0) {
-        attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, pos0, positions, cache: cache.cache, layer: l, out });
+        attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, positions, layer: l, out, ...target });
       } else out.fill(0);
       await reduceAcross(this.comm, out, m, w.attention.o);
       addInPlace(x, out);
@@ -146,6 +160,33 @@ export class Model {
     const p = this.comm.allGatherLogits(local, full);
     if (p) await p;
     return full;
+  }
+
+  /**
+   * One decode step of several sequences: tokens[t] runs at the next position of caches[t].
+   * The projections and FFNs run over the rows together (one matmul of n rows instead of n
+   * matvecs); attention runs per row against its own cache. Returns each row's logits.
+   * Batch-invariant: a row's logits are bit for bit those of `forward([token], cache)`, since
+   * the rows go through the kernels in batches below GEMM_TOKENS, the size class in which
+   * the kernels give a token the same bits in any batch (kernels/types.ts).
+   */
+  async forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]> {
+    assert.equal(tokens.length, caches.length, 'forwardBatch takes one cache per token');
+    assert.equal(new Set(caches).size, caches.length, 'forwardBatch takes one token per sequence');
+    for (const cache of caches) cache.reserve(1);
+    const out: Float32Array[] = [];
+    const width = this.config.embeddingLength;
+    for (let s = 0; s < tokens.length; s += DECODE_BATCH) {
+      const rows = caches.slice(s, s + DECODE_BATCH);
+      const n = rows.length;
+      const x = this.embed(tokens.slice(s, s + n), this.scratch.f32('x', n * width));
+      await this.runLayers(x, n, Int32Array.from(rows, (cache) => cache.length), { rowCaches: rows.map((cache) => cache.cache) });
+      for (let t = 0; t < n; t++) {
+        (rows[t] as SequenceCache).advance(1);
+        out.push(await this.logits(x.subarray(t * width, (t + 1) * width)));
+      }
+    }
+    return out;
   }
 
   /**

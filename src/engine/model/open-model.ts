@@ -13,6 +13,8 @@ export interface OpenModelOptions {
   comm?: ShardComm;
   /** Also build the tokenizer from the file's metadata (default true). */
   tokenizer?: boolean;
+  /** Called after each layer's weights are uploaded. */
+  onLayer?: (loaded: number, total: number) => void;
 }
 
 /** A model file opened and loaded on its own kernels, with its tokenizer. */
@@ -34,6 +36,7 @@ export async function openModel(path: string, options: OpenModelOptions = {}): P
     const model = await Model.load(file, kernels, {
       ...(options.shard ? { shard: options.shard } : {}),
       ...(options.comm ? { comm: options.comm } : {}),
+      ...(options.onLayer ? { onLayer: options.onLayer } : {}),
     });
     const tokenizer = options.tokenizer === false ? undefined : new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries));
     const k = kernels;

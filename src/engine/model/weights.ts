@@ -343,7 +343,14 @@ function columnCuts(file: ModelFile, c: ModelConfig, group: readonly ShardSpec[]
 }
 
 /** Loads everything a shard needs; `group`: the shards of its tensor-parallel group, in rank order (for exact sums). */
-export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: ModelConfig, s: ShardSpec, group?: readonly ShardSpec[]): Promise<ShardWeights> {
+export async function loadShardWeights(
+  file: ModelFile,
+  kernels: Kernels,
+  c: ModelConfig,
+  s: ShardSpec,
+  group?: readonly ShardSpec[],
+  onLayer?: (loaded: number, total: number) => void,
+): Promise<ShardWeights> {
   const l = new WeightLoader(file, kernels);
   const cuts = columnCuts(file, c, group);
   const width = c.embeddingLength;
@@ -361,6 +368,7 @@ export async function loadShardWeights(file: ModelFile, kernels: Kernels, c: Mod
       layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, cuts.ffn);
     }
     out.layers.push(layer);
+    onLayer?.(out.layers.length, rangeLength(s.layers));
   }
   if (s.head) {
     out.outputNorm = await l.vector('output_norm.weight', width);

@@ -135,6 +135,33 @@ describe('Sampler', () => {
     assert.equal(u.sample(Float32Array.of(-1, -1.1, -0.9, -1.3)), 2);
   });
 
+  it('presence and frequency penalties subtract per token seen and per occurrence, within the window', () => {
+    const logits = Float32Array.of(2, 1.5, 1.2, -1);
+    const presence = new Sampler({ temperature: 0, presencePenalty: 0.6 });
+    presence.accept(0, 0, 0);
+    assert.equal(presence.sample(logits), 1); // 2 - 0.6 < 1.5, once however often 0 occurred
+    const once = new Sampler({ temperature: 0, frequencyPenalty: 0.4 });
+    once.accept(0);
+    assert.equal(once.sample(logits), 0); // 2 - 0.4 > 1.5
+    const twice = new Sampler({ temperature: 0, frequencyPenalty: 0.4 });
+    twice.accept(0, 0);
+    assert.equal(twice.sample(logits), 1); // 2 - 0.8 < 1.5
+    const both = new Sampler({ temperature: 0, presencePenalty: 0.5, frequencyPenalty: 0.5 });
+    both.accept(0, 1);
+    assert.equal(both.sample(logits), 2); // 1.0 and 0.5 against 1.2
+    const negative = new Sampler({ temperature: 0, presencePenalty: -1 });
+    negative.accept(2);
+    assert.equal(negative.sample(logits), 2); // a negative penalty favours what was seen
+    const window = new Sampler({ temperature: 0, frequencyPenalty: 2, repeatLastN: 1 });
+    window.accept(0, 3);
+    assert.equal(window.sample(logits), 0); // 0 fell out of the window
+    const d = new Sampler({ temperature: 1, topK: 0, topP: 1, minP: 0, frequencyPenalty: 1, seed: 1 });
+    d.accept(1);
+    const dist = d.distribution(Float32Array.of(0, 1));
+    assert.deepEqual(dist.ids, [0, 1]);
+    assert.ok(Math.abs((dist.probs[0] as number) - 0.5) < 1e-12, 'logit 1 - 1 ties logit 0');
+  });
+
   it('the same seed gives the same sequence, another seed another', () => {
     const logits = randomLogits(new Rng(5), 500);
     const opts = { temperature: 1.2, topK: 0, topP: 1, minP: 0 };
@@ -156,6 +183,9 @@ describe('Sampler', () => {
       { minP: 2 },
       { repeatPenalty: 0 },
       { repeatLastN: -1 },
+      { presencePenalty: 2.5 },
+      { frequencyPenalty: -3 },
+      { frequencyPenalty: NaN },
       { seed: -1 },
       { seed: 0.5 },
     ])

@@ -13,8 +13,18 @@ export interface SamplerOptions {
   minP?: number;
   /** Divide positive logits (multiply negative ones) of recent tokens by this; 1 disables. Default 1. */
   repeatPenalty?: number;
-  /** How many recent tokens the penalty looks at. Default 64. */
+  /** How many recent tokens the penalties look at. Default 64. */
   repeatLastN?: number;
+  /**
+   * Subtracted from the logit of every token seen in the window (OpenAI's presence_penalty);
+   * in [-2, 2], 0 disables. Default 0.
+   */
+  presencePenalty?: number;
+  /**
+   * Subtracted from a token's logit once per time it occurs in the window (OpenAI's
+   * frequency_penalty); in [-2, 2], 0 disables. Default 0.
+   */
+  frequencyPenalty?: number;
   /** Fixes the random sequence; default a random seed (see `seed`). */
   seed?: number;
 }
@@ -42,8 +52,8 @@ function check(name: string, v: number, ok: boolean, want: string): number {
 }
 
 /**
- * Picks the next token from logits. Order as llama.cpp's default chain: repetition penalty,
- * top-k, top-p, min-p, temperature, then a draw from the softmax (or argmax at temperature 0).
+ * Picks the next token from logits. Order as llama.cpp's default chain: penalties (repetition,
+ * then frequency and presence on the same window, as llama.cpp's penalties sampler), top-k, top-p, min-p, temperature, then a draw from the softmax (or argmax at temperature 0).
  * `sample` records the token it returns in the penalty window; `accept` records others
  * (e.g. the prompt).
  */
@@ -54,6 +64,8 @@ export class Sampler {
   readonly minP: number;
   readonly repeatPenalty: number;
   readonly repeatLastN: number;
+  readonly presencePenalty: number;
+  readonly frequencyPenalty: number;
   readonly seed: number;
   private readonly rng: Rng;
   private history: number[] = [];
@@ -75,6 +87,10 @@ export class Sampler {
     this.repeatPenalty = check('repeatPenalty', r, r > 0, 'a number > 0');
     const n = options.repeatLastN ?? 64;
     this.repeatLastN = check('repeatLastN', n, Number.isInteger(n) && n >= 0, 'an integer >= 0');
+    const pp = options.presencePenalty ?? 0;
+    this.presencePenalty = check('presencePenalty', pp, pp >= -2 && pp <= 2, 'a number in [-2, 2]');
+    const fp = options.frequencyPenalty ?? 0;
+    this.frequencyPenalty = check('frequencyPenalty', fp, fp >= -2 && fp <= 2, 'a number in [-2, 2]');
     const seed = options.seed ?? randomInt(2 ** 32);
     this.seed = check('seed', seed, Number.isSafeInteger(seed) && seed >= 0, 'an integer >= 0');
     this.rng = new Rng(seed % 2 ** 32);
@@ -135,7 +151,7 @@ export class Sampler {
     return { ids, probs: softmax(ids, z, this.temperature) };
   }
 
-  /** Logits with the repetition penalty applied, validated (a copy when changed). */
+  /** Logits with the penalties applied, validated (a copy when changed). */
   private penalized(logits: Float32Array): Float32Array {
     if (logits.length === 0)
       throw new TandemError('SAMPLER_LOGITS', 'the sampler got an empty logits array', {
@@ -155,13 +171,16 @@ export class Sampler {
       throw new TandemError('SAMPLER_LOGITS', `all ${logits.length} logits are -Infinity`, {
         hint: 'nothing can be sampled; check masking applied before sampling',
       });
-    if (this.repeatPenalty === 1 || this.repeatLastN === 0 || this.history.length === 0) return logits;
+    const none = this.repeatPenalty === 1 && this.presencePenalty === 0 && this.frequencyPenalty === 0;
+    if (none || this.repeatLastN === 0 || this.history.length === 0) return logits;
     const out = Float32Array.from(logits);
-    const seen = new Set(this.history.slice(-this.repeatLastN));
-    for (const id of seen) {
+    const counts = new Map<number, number>();
+    for (const id of this.history.slice(-this.repeatLastN)) counts.set(id, (counts.get(id) ?? 0) + 1);
+    for (const [id, count] of counts) {
       if (id < 0 || id >= out.length) continue;
       const v = out[id] as number;
-      out[id] = v <= 0 ? v * this.repeatPenalty : v / this.repeatPenalty;
+      const repeated = v <= 0 ? v * this.repeatPenalty : v / this.repeatPenalty;
+      out[id] = repeated - count * this.frequencyPenalty - this.presencePenalty;
     }
     return out;
   }

@@ -1,0 +1,190 @@
+// `tandem bench serve`: a `tandem serve` process driven over HTTP by C concurrent streaming
+// clients per concurrency level (TTFT, inter-token latency, total and per-stream tokens/s),
+// with llama.cpp (node-llama-cpp, CPU) beside it on the same file, threads and as many
+// sequences in one context (--anchors).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+import { TandemError } from '../src/errors/index.js';
+import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
+import { runJsonChild } from '../src/engine/testing/json-child.js';
+import { benchPrompt } from './model.js';
+
+export interface ServeBenchOptions {
+  model: string;
+  threads: number;
+  /** Concurrency levels: that many clients, each with its own stream at a time. */
+  concurrency: readonly number[];
+  promptTokens: number;
+  maxTokens: number;
+  /** Requests each client sends, one after the other, per level. */
+  rounds: number;
+  /** Also run llama.cpp with as many sequences in one context. */
+  anchors: boolean;
+  timeoutMs: number;
+  onProgress?: (line: string) => void;
+}
+
+/** One JSON line of `--json`, in the issue's field order. */
+export interface ServeBenchRow {
+  engine: 'tandem' | 'llama.cpp';
+  concurrency: number;
+  requests: number;
+  ttft_ms_p50: number;
+  ttft_ms_p99: number;
+  itl_ms_p50: number;
+  /** Completion tokens of all requests over the level's wall time. */
+  tok_s_total: number;
+  /** Mean over requests of its completion tokens over its time (TTFT included). */
+  tok_s_per_stream: number;
+}
+
+/** What one request measured: when it started, when each token came, how many it got. */
+export interface RequestTiming {
+  startMs: number;
+  tokenMs: number[];
+  endMs: number;
+  tokens: number;
+}
+
+/** The job the llama.cpp child runs (serve-llama-child.ts). */
+export interface LlamaServeJob {
+  model: string;
+  threads: number;
+  prompt: number[];
+  maxTokens: number;
+  concurrency: number;
+  rounds: number;
+}
+
+const llamaChild = fileURLToPath(new URL('./serve-llama-child.ts', import.meta.url));
+const tandemBin = fileURLToPath(new URL('../bin/tandem.js', import.meta.url));
+
+function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] as number;
+}
+
+/** The row of one level from its requests' timings and its wall time. */
+export function summarize(engine: ServeBenchRow['engine'], concurrency: number, timings: readonly RequestTiming[], wallMs: number): ServeBenchRow {
+  const round = (x: number): number => Math.round(x * 100) / 100;
+  const gaps = timings.flatMap((t) => t.tokenMs.slice(1).map((ms, i) => ms - (t.tokenMs[i] as number)));
+  const tokens = timings.reduce((a, t) => a + t.tokens, 0);
+  const perStream = timings.map((t) => t.tokens / ((t.endMs - t.startMs) / 1000));
+  return {
+    engine,
+    concurrency,
+    requests: timings.length,
+    ttft_ms_p50: round(percentile(timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs), 0.5)),
+    ttft_ms_p99: round(percentile(timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs), 0.99)),
+    itl_ms_p50: round(percentile(gaps, 0.5)),
+    tok_s_total: round(tokens / (wallMs / 1000)),
+    tok_s_per_stream: round(perStream.reduce((a, b) => a + b, 0) / Math.max(1, perStream.length)),
+  };
+}
+
+/** Starts `tandem serve` on a free port; resolves with its URL once it says it is listening. */
+function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: ChildProcess; url: string }> {
+  const slots = Math.max(...o.concurrency);
+  const args = ['serve', o.model, '--port', '0', '--threads', String(o.threads), '--slots', String(slots), '--max-queue', String(slots), '--context', String(o.promptTokens + o.maxTokens + 8)];
+  const child = spawn(process.execPath, [tandemBin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let text = '';
+    const fail = (why: string): void => {
+      child.kill('SIGKILL');
+      reject(new TandemError('INTERNAL', `bench serve: tandem serve ${why}: ${text.trim().split('\n').slice(-3).join(' | ')}`, { hint: 'run `tandem serve MODEL` to see the error' }));
+    };
+    const timer = setTimeout(() => fail(`did not listen within ${timeoutMs} ms`), timeoutMs);
+    child.stderr?.setEncoding('utf8').on('data', (d: string) => {
+      text += d;
+      const m = /listening on (http:\/\/\S+)/.exec(text);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1] as string });
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      fail(`exited with ${code}`);
+    });
+  });
+}
+
+/** One streamed completion: the time of each content chunk, and the usage's token count. */
+async function streamOnce(url: string, prompt: readonly number[], maxTokens: number): Promise<RequestTiming> {
+  const startMs = performance.now();
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+  });
+  if (!res.ok || !res.body) throw new TandemError('INTERNAL', `bench serve: the server answered ${res.status}: ${await res.text()}`, { hint: 'see the server\'s error above' });
+  const tokenMs: number[] = [];
+  let tokens = 0;
+  let pending = '';
+  const decoder = new TextDecoder();
+  for await (const bytes of res.body) {
+    pending += decoder.decode(bytes, { stream: true });
+    const events = pending.split('\n\n');
+    pending = events.pop() ?? '';
+    for (const event of events) {
+      const data = event.replace(/^data: /, '');
+      if (data === '[DONE]') continue;
+      const chunk = JSON.parse(data) as { choices: { text: string }[]; usage?: { completion_tokens: number } | null };
+      if (chunk.choices[0]?.text) tokenMs.push(performance.now());
+      if (chunk.usage) tokens = chunk.usage.completion_tokens;
+    }
+  }
+  return { startMs, tokenMs, endMs: performance.now(), tokens };
+}
+
+async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<ServeBenchRow[]> {
+  const { child, url } = await startServer(o, o.timeoutMs);
+  const rows: ServeBenchRow[] = [];
+  try {
+    await streamOnce(url, prompt, 2); // warm-up: the first forward pays one-time costs
+    for (const c of o.concurrency) {
+      const start = performance.now();
+      const clients = Array.from({ length: c }, async () => {
+        const timings: RequestTiming[] = [];
+        for (let r = 0; r < o.rounds; r++) timings.push(await streamOnce(url, prompt, o.maxTokens));
+        return timings;
+      });
+      const timings = (await Promise.all(clients)).flat();
+      rows.push(summarize('tandem', c, timings, performance.now() - start));
+      o.onProgress?.(`tandem, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
+    }
+  } finally {
+    child.kill('SIGTERM');
+  }
+  return rows;
+}
+
+/** Runs tandem's server at each level, then llama.cpp (never at once: they would share the cores). */
+export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]> {
+  const file = GgufModelFile.open(o.model);
+  let vocab: number;
+  try {
+    vocab = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims]))).vocabSize;
+  } finally {
+    file.close();
+  }
+  const prompt = benchPrompt(vocab, o.promptTokens);
+  const rows = await benchTandem(o, prompt);
+  if (!o.anchors) return rows;
+  for (const c of o.concurrency) {
+    const job: LlamaServeJob = { model: o.model, threads: o.threads, prompt, maxTokens: o.maxTokens, concurrency: c, rounds: o.rounds };
+    const r = await runJsonChild<{ timings: RequestTiming[]; wallMs: number }>(llamaChild, job, { timeoutMs: o.timeoutMs, what: `bench serve: llama.cpp at concurrency ${c}` });
+    rows.push(summarize('llama.cpp', c, r.timings, r.wallMs));
+    o.onProgress?.(`llama.cpp, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
+  }
+  return rows;
+}
+
+export function table(rows: readonly ServeBenchRow[]): string {
+  const head = ['engine', 'conc', 'requests', 'TTFT p50 ms', 'TTFT p99 ms', 'ITL p50 ms', 'tok/s total', 'tok/s/stream'];
+  const body = rows.map((r) => [r.engine, String(r.concurrency), String(r.requests), r.ttft_ms_p50.toFixed(1), r.ttft_ms_p99.toFixed(1), r.itl_ms_p50.toFixed(2), r.tok_s_total.toFixed(1), r.tok_s_per_stream.toFixed(1)]);
+  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
+  return [head, ...body].map((cells) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ')).join('\n') + '\n';
+}

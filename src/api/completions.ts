@@ -1,0 +1,76 @@
+import { toHttpError } from './errors.js';
+import { startGeneration, type Delta, type GenerationOutcome } from './generation.js';
+import type { TokenLogprob } from './logprobs.js';
+import { parseCompletionRequest } from './openai-types.js';
+import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
+import { completionPrompt, tokenBudget } from './served-model.js';
+import { EventStream } from './sse.js';
+
+/** The legacy route's logprobs: parallel arrays, alternatives as {token: logprob} maps. */
+interface LegacyLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Record<string, number>[];
+  text_offset: number[];
+}
+
+/** `offset`: characters of the completion before these tokens. */
+function legacyLogprobs(entries: readonly TokenLogprob[], offset: number): LegacyLogprobs {
+  const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for (const e of entries) {
+    out.tokens.push(e.token);
+    out.token_logprobs.push(e.logprob);
+    out.top_logprobs.push(Object.fromEntries(e.top_logprobs.map((t) => [t.token, t.logprob])));
+    out.text_offset.push(offset);
+    offset += e.token.length;
+  }
+  return out;
+}
+
+function usage(o: GenerationOutcome): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
+  return { prompt_tokens: o.promptTokens, completion_tokens: o.completionTokens, total_tokens: o.promptTokens + o.completionTokens };
+}
+
+/** POST /v1/completions: a `text_completion`, or a stream of them (one choice each). */
+export async function completions(ctx: RouteContext): Promise<void> {
+  const request = parseCompletionRequest(ctx.body);
+  checkModelName(ctx.served, request.model);
+  const prompt = completionPrompt(ctx.served, request.prompt);
+  const maxTokens = tokenBudget(ctx.served, prompt.length, request.maxTokens, 'prompt');
+  const head = { id: completionId('cmpl'), object: 'text_completion', created: unixNow(), model: ctx.served.name };
+  const wantLogprobs = request.logprobs !== undefined;
+  if (!request.stream) {
+    let text = '';
+    const entries: TokenLogprob[] = [];
+    const outcome = await startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, (d) => {
+      text += d.text;
+      entries.push(...d.logprobs);
+    });
+    sendJson(ctx.res, 200, {
+      ...head,
+      choices: [{ text, index: 0, logprobs: wantLogprobs ? legacyLogprobs(entries, 0) : null, finish_reason: outcome.finishReason }],
+      usage: usage(outcome),
+    });
+    return;
+  }
+  const extra = request.includeUsage ? { usage: null } : {};
+  let offset = 0;
+  const onDelta = (d: Delta): void => {
+    const logprobs = wantLogprobs ? legacyLogprobs(d.logprobs, offset) : null;
+    offset += d.text.length;
+    stream.send({ ...head, choices: [{ text: d.text, index: 0, logprobs, finish_reason: null }], ...extra });
+  };
+  const generation = startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, onDelta);
+  // deltas come from the scheduler's loop in a later turn, once the stream exists
+  const stream = new EventStream(ctx.res);
+  let outcome: GenerationOutcome;
+  try {
+    outcome = await generation;
+  } catch (error) {
+    stream.fail(toHttpError(error).body);
+    return;
+  }
+  stream.send({ ...head, choices: [{ text: '', index: 0, logprobs: null, finish_reason: outcome.finishReason }], ...extra });
+  if (request.includeUsage) stream.send({ ...head, choices: [], usage: usage(outcome) });
+  stream.done();
+}

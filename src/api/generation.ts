@@ -1,0 +1,92 @@
+import { Sampler } from '../engine/index.js';
+import { TandemError, isTandemError } from '../errors/index.js';
+import { tokenLogprob, type TokenLogprob } from './logprobs.js';
+import type { GenerationParams } from './openai-types.js';
+import type { Scheduler, SequenceEnd } from './scheduler.js';
+import type { ServedModel } from './served-model.js';
+import { StopText } from './stop-text.js';
+
+/** A piece of the completion's text, with the logprobs of the tokens that made it (when asked for). */
+export interface Delta {
+  text: string;
+  logprobs: TokenLogprob[];
+}
+
+export interface GenerationOutcome {
+  finishReason: 'stop' | 'length';
+  promptTokens: number;
+  /** Every token generated, the end-of-generation token and a stop string's tokens included. */
+  completionTokens: number;
+}
+
+/** The sampler for OpenAI's parameters: no top-k or min-p, penalties over the generated tokens only. */
+export function samplerFor(params: GenerationParams, contextLength: number): Sampler {
+  return new Sampler({
+    temperature: params.topP === 0 ? 0 : params.temperature,
+    topP: params.topP === 0 ? 1 : params.topP,
+    topK: 0,
+    minP: 0,
+    repeatPenalty: 1,
+    repeatLastN: contextLength,
+    presencePenalty: params.presencePenalty,
+    frequencyPenalty: params.frequencyPenalty,
+    ...(params.seed !== undefined ? { seed: params.seed } : {}),
+  });
+}
+
+/**
+ * Queues one completion and turns its tokens into text deltas: decoded whole characters, stop
+ * strings cut off (never sent), end-of-generation tokens not rendered. Throws at once when
+ * the scheduler refuses it (429 queue full, 503 closing), before anything was sent; the
+ * promise rejects when the generation fails later.
+ */
+export function startGeneration(
+  served: ServedModel,
+  scheduler: Scheduler,
+  prompt: readonly number[],
+  maxTokens: number,
+  params: GenerationParams,
+  signal: AbortSignal,
+  onDelta: (delta: Delta) => void,
+): Promise<GenerationOutcome> {
+  const { tokenizer } = served;
+  const sampler = samplerFor(params, served.contextLength);
+  const decoder = tokenizer.streamDecoder();
+  const stop = new StopText(params.stop);
+  let pending: TokenLogprob[] = [];
+  const onToken = (token: number, logits: Float32Array): boolean => {
+    if (served.stopTokens.has(token)) return true;
+    if (params.logprobs !== undefined) pending.push(tokenLogprob(tokenizer, logits, token, params.logprobs));
+    const text = stop.push(decoder.push(token));
+    // the tokens that completed a stop string wrote text that is not sent: so are their logprobs
+    if (stop.stopped) pending = [];
+    if (text !== '' || stop.stopped) {
+      if (text !== '') onDelta({ text, logprobs: pending });
+      pending = [];
+    }
+    return !stop.stopped;
+  };
+  const onEnd = (end: SequenceEnd): GenerationOutcome => {
+    const tail = stop.push(decoder.flush()) + stop.flush();
+    if (tail !== '' || pending.length > 0) onDelta({ text: tail, logprobs: pending });
+    return {
+      finishReason: stop.stopped ? 'stop' : end.reason,
+      promptTokens: prompt.length,
+      completionTokens: end.generated,
+    };
+  };
+  const ended = scheduler.submit({ prompt, maxTokens, pick: (logits) => sampler.sample(logits), stopTokens: served.stopTokens, onToken, signal });
+  return ended.then(onEnd, (error: unknown) => {
+    throw generationFailure(error);
+  });
+}
+
+/**
+ * What a client is told when a generation fails after it was accepted: the api layer's own
+ * errors (cancelled, shutting down) as they are; an engine error here is not the request's
+ * fault (the request was checked before it was queued), so it is a 500, never a 400.
+ */
+function generationFailure(error: unknown): unknown {
+  if (!isTandemError(error) || error.code.startsWith('API_')) return error;
+  return new TandemError('INTERNAL', `the generation failed: ${error.message}`, { hint: error.hint, details: { ...error.details, code: error.code }, cause: error });
+}

@@ -1,0 +1,229 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { TandemError } from '../errors/index.js';
+import { chatCompletions } from './chat.js';
+import { completions } from './completions.js';
+import { badRequest, retryLater, toHttpError } from './errors.js';
+import { detokenize, modelList, tokenize } from './info-routes.js';
+import { Metrics } from './metrics.js';
+import { sendJson, type RouteHandler } from './route-context.js';
+import { Scheduler, type SchedulerOptions } from './scheduler.js';
+import type { ServedModel } from './served-model.js';
+
+export interface ApiServerOptions {
+  host: string;
+  /** 0 picks a free port (`url` says which). */
+  port: number;
+  /** When set, every route but /health needs `Authorization: Bearer KEY` or `X-Api-Key: KEY`. */
+  apiKey?: string;
+  /** Request bodies longer than this are refused with 413. */
+  maxBodyBytes: number;
+  slots: number;
+  maxQueue: number;
+  /** Loads the model, called once the port is bound: /health answers 503 until it resolves. */
+  load: () => Promise<ServedModel>;
+  /** Called with the bound URL before the model starts loading. */
+  onBound?: (url: string) => void;
+  /** Tests only: see SchedulerOptions.stepHook. */
+  stepHook?: SchedulerOptions['stepHook'];
+}
+
+/** Routes that run on the model, by method and path. */
+const modelRoutes: Record<string, RouteHandler> = {
+  'POST /v1/chat/completions': chatCompletions,
+  'POST /v1/completions': completions,
+  'POST /tokenize': tokenize,
+  'POST /detokenize': detokenize,
+};
+const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics']);
+
+type State = { kind: 'loading' } | { kind: 'ready'; served: ServedModel; scheduler: Scheduler } | { kind: 'failed'; error: unknown } | { kind: 'closing' };
+
+const LOADING_RETRY_S = 2;
+
+function digest(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+/**
+ * The HTTP server: routing, the body limit, authentication, and the server's life (loading,
+ * ready, closing). It listens before the model is loaded so that /health can say it is loading.
+ */
+export class ApiServer {
+  readonly metrics = new Metrics();
+  private state: State = { kind: 'loading' };
+  private readonly keyDigest: Buffer | undefined;
+  private loading: Promise<ServedModel> | undefined;
+  private loaded: Promise<void> | undefined;
+
+  private constructor(
+    private readonly server: Server,
+    private readonly options: ApiServerOptions,
+  ) {
+    this.keyDigest = options.apiKey !== undefined ? digest(options.apiKey) : undefined;
+  }
+
+  /** Binds host:port, starts answering (503 on the model's routes) and starts loading the model. */
+  static async start(options: ApiServerOptions): Promise<ApiServer> {
+    const server = createServer();
+    const api = new ApiServer(server, options);
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => void api.handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port, options.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    options.onBound?.(api.url);
+    api.startLoading();
+    return api;
+  }
+
+  /** Resolves once the model is loaded and the routes answer; rejects if loading failed. */
+  get ready(): Promise<void> {
+    return this.loaded as Promise<void>;
+  }
+
+  private startLoading(): void {
+    this.loading = this.options.load();
+    this.loaded = this.loading.then(
+      (served) => {
+        if (this.state.kind === 'closing') return;
+        const scheduler = new Scheduler(served.model, {
+          slots: this.options.slots,
+          maxQueue: this.options.maxQueue,
+          contextLength: served.contextLength,
+          metrics: this.metrics,
+          ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
+        });
+        this.state = { kind: 'ready', served, scheduler };
+      },
+      (error: unknown) => {
+        this.state = { kind: 'failed', error };
+        throw error;
+      },
+    );
+    // the caller awaits `ready`; this keeps a failed load from being an unhandled rejection meanwhile
+    this.loaded.catch(() => {});
+  }
+
+  get url(): string {
+    const { address, port } = this.server.address() as AddressInfo;
+    return `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
+  }
+
+  /**
+   * Stops accepting, lets running requests finish for up to `graceMs`, cancels the rest
+   * (streams get an error event), then closes every connection and releases the model.
+   */
+  async close(graceMs = 5000): Promise<void> {
+    const before = this.state;
+    this.state = { kind: 'closing' };
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    if (before.kind === 'ready') await before.scheduler.close(graceMs);
+    this.server.closeAllConnections();
+    await closed;
+    if (before.kind === 'ready') await before.served.close();
+    else if (before.kind === 'loading') await this.loading?.then((m) => m.close(), () => {});
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? '/').split('?')[0] as string;
+    const route = `${req.method ?? 'GET'} ${path}`;
+    const known = route in modelRoutes || infoRoutes.has(route);
+    res.once('close', () => this.metrics.countRequest(known ? path : 'unknown', res.statusCode));
+    const controller = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    try {
+      if (route === 'GET /health') return this.health(res);
+      this.authenticate(req);
+      if (!known) throw new TandemError('API_NOT_FOUND', `no route ${req.method} ${path}`, { hint: 'see docs/serve.md for the routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, ...' });
+      if (route === 'GET /v1/models') return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
+      if (route === 'GET /metrics') return this.sendMetrics(res);
+      const body = await this.readBody(req);
+      const state = this.requireReady();
+      await (modelRoutes[route] as RouteHandler)({ req, res, body, served: state.served, scheduler: state.scheduler, metrics: this.metrics, signal: controller.signal });
+    } catch (error) {
+      const e = toHttpError(error);
+      sendJson(res, e.status, e.body, e.headers);
+    }
+  }
+
+  private health(res: ServerResponse): void {
+    if (this.state.kind === 'ready') return sendJson(res, 200, { status: 'ok' });
+    const e = toHttpError(this.notReady());
+    sendJson(res, e.status, e.body, e.headers);
+  }
+
+  private notReady(): TandemError {
+    switch (this.state.kind) {
+      case 'failed':
+        return new TandemError('API_LOADING', 'the model failed to load', { hint: 'see the server\'s log', details: { retryAfterS: LOADING_RETRY_S } });
+      case 'closing':
+        return retryLater('API_SHUTTING_DOWN', 'the server is shutting down', 1, 'send the request after the restart');
+      default:
+        return retryLater('API_LOADING', 'the model is loading', LOADING_RETRY_S, 'retry after the Retry-After seconds; GET /health answers 200 once it is loaded');
+    }
+  }
+
+  private requireReady(): Extract<State, { kind: 'ready' }> {
+    if (this.state.kind !== 'ready') throw this.notReady();
+    return this.state;
+  }
+
+  private sendMetrics(res: ServerResponse): void {
+    const s = this.state.kind === 'ready' ? this.state.scheduler : undefined;
+    const text = this.metrics.render({ queueDepth: s?.queueDepth ?? 0, activeSlots: s?.activeSlots ?? 0, slots: s?.slotCount ?? this.options.slots });
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+    res.end(text);
+  }
+
+  private authenticate(req: IncomingMessage): void {
+    if (!this.keyDigest) return;
+    const bearer = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1];
+    const given = bearer ?? (typeof req.headers['x-api-key'] === 'string' ? req.headers['x-api-key'] : undefined);
+    if (given === undefined || !timingSafeEqual(digest(given.trim()), this.keyDigest)) {
+      throw new TandemError('API_AUTH', given === undefined ? 'no API key given' : 'the API key is not valid', {
+        hint: 'send the server\'s key as `Authorization: Bearer KEY` or `X-Api-Key: KEY`',
+      });
+    }
+  }
+
+  /**
+   * The JSON body, refused with 413 past --max-body: before reading it when Content-Length
+   * says so, else once the bytes read pass the limit. The rest is read and dropped (not the
+   * connection cut), so that the client gets the answer.
+   */
+  private async readBody(req: IncomingMessage): Promise<unknown> {
+    const limit = this.options.maxBodyBytes;
+    const tooLarge = new TandemError('API_BODY_TOO_LARGE', `the request body is longer than the limit of ${limit} bytes`, {
+      hint: 'send a shorter request, or start the server with a larger --max-body',
+      details: { limit },
+    });
+    if (Number(req.headers['content-length'] ?? 0) > limit) {
+      req.resume();
+      throw tooLarge;
+    }
+    const bytes = await new Promise<Buffer>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let length = 0;
+      req.on('data', (chunk: Buffer) => {
+        length += chunk.length;
+        if (length > limit) reject(tooLarge);
+        else chunks.push(chunk);
+      });
+      req.on('end', () => resolve(Buffer.concat(chunks)));
+      req.on('error', reject);
+    });
+    try {
+      return JSON.parse(bytes.toString('utf8')) as unknown;
+    } catch (error) {
+      throw badRequest(null, `the request body is not JSON: ${(error as Error).message}`, 'send a JSON object with content-type application/json');
+    }
+  }
+}

@@ -1,0 +1,179 @@
+import { after, beforeEach, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI from 'openai';
+import { tempModel } from '../engine/testing/temp-model.js';
+import type { ApiServer } from './http-server.js';
+import { metric, startTestServer, until } from './testing.js';
+
+/*
+ * The official `openai` client against an in-process server on a generated model: what a
+ * user's script sees. A step hook slows decoding down when a test needs to act mid-stream.
+ */
+
+const path = tempModel('tandem-serve-client-', { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 3 });
+const messages = [{ role: 'user' as const, content: 'Tell me a story.' }];
+let slowMs = 0;
+let server: ApiServer;
+let client: OpenAI;
+
+// made in the first test: the generated model exists only once the tests run (tempModel)
+async function setUp(): Promise<void> {
+  if (client) return;
+  server = await startTestServer(path(), {
+    name: 'tiny',
+    apiKey: 'k1',
+    stepHook: async () => {
+      if (slowMs > 0) await sleep(slowMs);
+    },
+  });
+  await server.ready;
+  client = new OpenAI({ apiKey: 'k1', baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 20_000 });
+}
+beforeEach(setUp);
+after(() => server?.close(0));
+
+test('openai client: a chat completion, and the same tokens streamed with usage', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+  const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 12, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0]?.message.role, 'assistant');
+  assert.equal(r.choices[0]?.finish_reason, 'length');
+  assert.ok((r.choices[0]?.message.content ?? '').length > 0);
+  assert.equal(r.usage?.completion_tokens, 12);
+  assert.equal(r.usage?.total_tokens, (r.usage?.prompt_tokens ?? 0) + 12);
+
+  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage: OpenAI.CompletionUsage | null | undefined;
+  let finish: string | null | undefined;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+    usage = chunk.usage ?? usage;
+  }
+  assert.equal(text, r.choices[0]?.message.content);
+  assert.equal(finish, 'length');
+  assert.deepEqual(usage, r.usage);
+
+  const legacy = await client.completions.create({ model: 'tiny', prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
+  assert.equal(legacy.object, 'text_completion');
+  assert.equal(legacy.usage?.completion_tokens, 5);
+});
+
+test('openai client: stop strings end the text before them, with finish_reason stop', async () => {
+  const full = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0 });
+  const text = full.choices[0]?.message.content ?? '';
+  // a stop string from the middle of the greedy text: its first occurrence ends the answer
+  const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 3);
+  assert.equal(stop.length, 3);
+  const cut = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0, stop: [stop, 'never-seen'] });
+  assert.equal(cut.choices[0]?.finish_reason, 'stop');
+  assert.equal(cut.choices[0]?.message.content, text.slice(0, text.indexOf(stop)));
+  assert.ok((cut.usage?.completion_tokens ?? 0) < 16);
+  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0, stop, stream: true });
+  let streamed = '';
+  for await (const chunk of stream) streamed += chunk.choices[0]?.delta.content ?? '';
+  assert.equal(streamed, cut.choices[0]?.message.content);
+});
+
+test('openai client: logprobs with top_logprobs, greedy picks the most likely token', async () => {
+  const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const content = r.choices[0]?.logprobs?.content ?? [];
+  assert.equal(content.length, 6);
+  assert.equal(content.map((c) => c.token).join(''), r.choices[0]?.message.content);
+  for (const c of content) {
+    assert.equal(c.top_logprobs.length, 3);
+    assert.ok(c.logprob < 0);
+    assert.equal(c.top_logprobs[0]?.token, c.token);
+    assert.equal(c.top_logprobs[0]?.logprob, c.logprob);
+    assert.ok(c.top_logprobs[0]!.logprob >= c.top_logprobs[1]!.logprob && c.top_logprobs[1]!.logprob >= c.top_logprobs[2]!.logprob);
+    assert.deepEqual(Buffer.from(c.bytes ?? []).toString('utf8'), c.token);
+  }
+  const none = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, temperature: 0 });
+  assert.equal(none.choices[0]?.logprobs, null);
+});
+
+test('openai client: a seed fixes the sampled text; penalties change a greedy text that repeats', async () => {
+  const ask = (o: { seed?: number; temperature?: number; frequency_penalty?: number; presence_penalty?: number }) =>
+    client.chat.completions.create({ model: 'tiny', messages, max_tokens: 24, ...o }).then((r) => r.choices[0]?.message.content ?? '');
+  const a = await ask({ seed: 7, temperature: 1 });
+  assert.equal(await ask({ seed: 7, temperature: 1 }), a);
+  assert.notEqual(await ask({ seed: 8, temperature: 1 }), a);
+  // this random-weight model repeats itself when greedy; a frequency penalty breaks the repeats
+  const words = (text: string): number => new Set(text.split(' ')).size;
+  const greedy = await ask({ temperature: 0 });
+  const penalised = await ask({ temperature: 0, frequency_penalty: 2 });
+  assert.notEqual(penalised, greedy);
+  assert.ok(words(penalised) > words(greedy), `${words(penalised)} distinct words against ${words(greedy)}`);
+  assert.notEqual(await ask({ temperature: 0, presence_penalty: 2 }), greedy);
+});
+
+test('openai client: aborting a stream cancels it (the server stops generating its tokens)', async () => {
+  slowMs = 10;
+  try {
+    const before = await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' });
+    const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 400, temperature: 0, stream: true });
+    let chunks = 0;
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta.content !== undefined && ++chunks === 3) stream.controller.abort();
+    }
+    await until(async () => (await metric(server.url, 'tandem_active_slots', { 'x-api-key': 'k1' })) === 0, 'the slot freed');
+    const generated = (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before;
+    await sleep(100);
+    assert.equal((await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before, generated, 'no token after the cancel');
+    assert.ok(generated < 20, `${generated} tokens generated for a stream aborted after 3`);
+    assert.ok((await metric(server.url, 'tandem_cancelled_total', { 'x-api-key': 'k1' })) >= 1);
+  } finally {
+    slowMs = 0;
+  }
+});
+
+test('openai client: a bad key is a 401, a bad field a 400 naming it, an unknown model a 404', async () => {
+  const wrong = new OpenAI({ apiKey: 'nope', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  await assert.rejects(wrong.models.list(), (e: unknown) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+  await assert.rejects(
+    client.chat.completions.create({ model: 'tiny', messages, temperature: 'hot' as unknown as number }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === 'temperature' && /temperature/.test(e.message),
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model: 'tiny', messages, n: 2 }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === 'n' && /one choice/.test(e.message),
+  );
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages }), (e: unknown) => e instanceof OpenAI.NotFoundError && e.param === 'model');
+});
+
+test('openai client: past the queue a 429 with Retry-After, which the client\'s own retry honours until it succeeds', async () => {
+  const small = await startTestServer(path(), {
+    name: 'tiny',
+    slots: 1,
+    maxQueue: 1,
+    stepHook: async () => {
+      if (slowMs > 0) await sleep(slowMs);
+    },
+  });
+  slowMs = 20;
+  try {
+    await small.ready;
+    const c = new OpenAI({ apiKey: 'none', baseURL: `${small.url}/v1`, maxRetries: 0 });
+    const running = await c.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0, stream: true });
+    const first = running[Symbol.asyncIterator]();
+    await first.next(); // in its slot
+    const queued = c.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });
+    await until(async () => (await metric(small.url, 'tandem_queue_depth')) === 1, 'the second request queued');
+    await assert.rejects(c.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 }), (e: unknown) => e instanceof OpenAI.RateLimitError && e.headers.get('retry-after') === '1');
+    const retrying = new OpenAI({ apiKey: 'none', baseURL: `${small.url}/v1`, maxRetries: 5 });
+    const started = Date.now();
+    const late = retrying.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, temperature: 0 });
+    for (let r = await first.next(); !r.done; r = await first.next());
+    assert.equal((await queued).choices[0]?.finish_reason, 'length');
+    assert.equal((await late).usage?.completion_tokens, 2);
+    assert.ok(Date.now() - started >= 900, 'the retry waited for Retry-After');
+    assert.ok((await metric(small.url, 'tandem_requests_total{route="/v1/chat/completions",status="429"}')) >= 2);
+  } finally {
+    slowMs = 0;
+    await small.close(0);
+  }
+});

@@ -1,0 +1,275 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { Forwarder, SequenceCache, SessionOptions } from '../engine/index.js';
+import { cancelled, retryLater } from './errors.js';
+import type { Metrics } from './metrics.js';
+
+/** What the scheduler needs of a model: forwards against a cache, and caches to give slots. */
+export interface SlotModel extends Forwarder {
+  newSession(options: SessionOptions): SequenceCache;
+  /** One decode step of several sequences (token t at the next position of caches[t]); each row's logits. */
+  forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]>;
+}
+
+/** One sequence to run: its prompt, how it picks tokens, and where its tokens go. */
+export interface SequenceRequest {
+  prompt: readonly number[];
+  /** Tokens to generate at most (the caller has checked that prompt + maxTokens fit the context). */
+  maxTokens: number;
+  pick: (logits: Float32Array) => number;
+  /** Tokens that end the sequence once generated (end of generation). */
+  stopTokens: ReadonlySet<number>;
+  /**
+   * Called with each generated token and the logits it was picked from (valid during the
+   * call only); returns false to end the sequence there (a stop string was found).
+   */
+  onToken: (token: number, logits: Float32Array) => boolean;
+  /** Aborting cancels the sequence: in the queue at once, in a slot before its next forward. */
+  signal: AbortSignal;
+}
+
+export interface SequenceEnd {
+  reason: 'stop' | 'length';
+  generated: number;
+}
+
+export interface SchedulerOptions {
+  /** Sequences that run at once, each in a slot with its own KV cache. */
+  slots: number;
+  /** Requests that may wait for a slot; one more is refused with 429. */
+  maxQueue: number;
+  /** Positions each slot's KV cache holds. */
+  contextLength: number;
+  kvType?: 'f32' | 'f16';
+  /** Prompt tokens prefilled per round: a long prompt is spread over rounds so running streams keep flowing. */
+  prefillChunk?: number;
+  metrics: Metrics;
+  /**
+   * Tests only: runs before every forward of a sequence, with how many tokens it has
+   * generated. Throwing fails that sequence as a forward that failed would; awaiting slows the
+   * round (so that a test can act while a sequence runs).
+   */
+  stepHook?: (generated: number) => void | Promise<void>;
+}
+
+interface Sequence {
+  request: SequenceRequest;
+  resolve: (end: SequenceEnd) => void;
+  reject: (error: unknown) => void;
+  /** Prompt tokens prefilled so far; the sequence decodes once all are. */
+  prefilled: number;
+  generated: number;
+  /** The last generated token: the next decode step's input. */
+  next: number;
+}
+
+interface Slot {
+  cache: SequenceCache | undefined;
+  seq: Sequence | undefined;
+}
+
+/** What waits in a slot or the queue, and when the server may answer again with a free place. */
+const RETRY_AFTER_S = 1;
+
+/**
+ * Runs sequences in slots. Each round runs one decode step for every decoding sequence as one
+ * batched forward (the model's forwardBatch: its rows get the bits a lone forward would give,
+ * so a sequence's tokens do not depend on what runs beside it), then one prefill chunk of the
+ * oldest sequence still prefilling; new requests take a free slot between rounds (first come,
+ * first served). A finished slot keeps its KV cache for the next sequence.
+ */
+export class Scheduler {
+  private readonly slots: Slot[];
+  private readonly queue: Sequence[] = [];
+  private running = false;
+  private closing = false;
+  private idle: (() => void) | undefined;
+
+  constructor(
+    private readonly model: SlotModel,
+    private readonly options: SchedulerOptions,
+  ) {
+    this.slots = Array.from({ length: options.slots }, () => ({ cache: undefined, seq: undefined }));
+  }
+
+  get queueDepth(): number {
+    return this.queue.length;
+  }
+
+  get activeSlots(): number {
+    return this.slots.filter((s) => s.seq).length;
+  }
+
+  get slotCount(): number {
+    return this.slots.length;
+  }
+
+  /**
+   * Queues a sequence and returns when it ends; throws at once (a 429) when the queue is full
+   * or (a 503) when the scheduler is closing, so that the caller can answer before streaming.
+   */
+  submit(request: SequenceRequest): Promise<SequenceEnd> {
+    if (this.closing) throw retryLater('API_SHUTTING_DOWN', 'the server is shutting down', RETRY_AFTER_S, 'send the request to another server or after the restart');
+    // queued requests take the free slots first (at the next round), then the queue's places
+    const freeSlots = this.slots.length - this.activeSlots;
+    if (this.queue.length >= freeSlots + this.options.maxQueue) {
+      throw retryLater(
+        'API_QUEUE_FULL',
+        `all ${this.slots.length} slots are busy and ${this.queue.length} requests wait (--max-queue ${this.options.maxQueue})`,
+        RETRY_AFTER_S,
+        'retry after the Retry-After seconds, or start the server with more --slots or a longer --max-queue',
+      );
+    }
+    return new Promise<SequenceEnd>((resolve, reject) => {
+      const seq: Sequence = { request, resolve, reject, prefilled: 0, generated: 0, next: -1 };
+      this.queue.push(seq);
+      request.signal.addEventListener('abort', () => this.dropQueued(seq), { once: true });
+      if (!this.running) void this.loop();
+    });
+  }
+
+  /**
+   * Stops taking requests, lets what runs finish for up to `graceMs`, then cancels the rest
+   * (their callers get API_CANCELLED). Resolves once nothing runs.
+   */
+  async close(graceMs: number): Promise<void> {
+    this.closing = true;
+    if (!this.running) return;
+    const stopped = new Promise<void>((resolve) => (this.idle = resolve));
+    const timer = setTimeout(() => {
+      for (const seq of this.queue.splice(0)) this.fail(seq, cancelled('the server is shutting down'));
+      for (const slot of this.slots) if (slot.seq) this.endSlot(slot, undefined, cancelled('the server is shutting down'));
+    }, graceMs);
+    await stopped;
+    clearTimeout(timer);
+  }
+
+  private dropQueued(seq: Sequence): void {
+    const at = this.queue.indexOf(seq);
+    if (at < 0) return;
+    this.queue.splice(at, 1);
+    this.fail(seq, cancelled('the client went away'));
+  }
+
+  private async loop(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.queue.length > 0 || this.activeSlots > 0) {
+        this.admit();
+        await this.round();
+        // let HTTP I/O, aborts and new requests in between rounds
+        await nextTurn();
+      }
+    } finally {
+      this.running = false;
+      this.idle?.();
+    }
+  }
+
+  private admit(): void {
+    for (const slot of this.slots) {
+      if (slot.seq) continue;
+      const seq = this.queue.shift();
+      if (!seq) return;
+      try {
+        slot.cache ??= this.model.newSession({ contextLength: this.options.contextLength, ...(this.options.kvType ? { kvType: this.options.kvType } : {}) });
+      } catch (error) {
+        // no memory for this slot's cache: this request fails, the loop goes on
+        this.fail(seq, error);
+        continue;
+      }
+      slot.cache.reset();
+      slot.seq = seq;
+    }
+  }
+
+  private async round(): Promise<void> {
+    await this.decodeRound();
+    const oldest = this.slots.find((s) => s.seq && s.seq.prefilled < s.seq.request.prompt.length);
+    if (oldest?.seq) await this.prefillStep(oldest, oldest.seq);
+  }
+
+  /** One batched decode step of every sequence whose prompt is in. */
+  private async decodeRound(): Promise<void> {
+    const rows: [Slot, Sequence][] = [];
+    for (const slot of this.slots) {
+      const seq = slot.seq;
+      if (!seq || seq.prefilled < seq.request.prompt.length) continue;
+      if (await this.mayStep(slot, seq)) rows.push([slot, seq]);
+    }
+    if (rows.length === 0) return;
+    let logits: Float32Array[];
+    try {
+      logits = await this.model.forwardBatch(
+        rows.map(([, seq]) => seq.next),
+        rows.map(([slot]) => slot.cache as SequenceCache),
+      );
+    } catch (error) {
+      for (const [slot] of rows) this.endSlot(slot, undefined, error);
+      return;
+    }
+    for (const [i, [slot, seq]] of rows.entries()) if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
+  }
+
+  /** The next chunk of a sequence's prompt; after the last one, its first token. */
+  private async prefillStep(slot: Slot, seq: Sequence): Promise<void> {
+    if (!(await this.mayStep(slot, seq))) return;
+    const { prompt } = seq.request;
+    const chunk = prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
+    let logits: Float32Array;
+    try {
+      logits = await this.model.forward(chunk, slot.cache as SequenceCache);
+    } catch (error) {
+      return this.endSlot(slot, undefined, error);
+    }
+    if (slot.seq !== seq) return; // cancelled while the forward ran (close)
+    seq.prefilled += chunk.length;
+    this.options.metrics.promptTokens += chunk.length;
+    if (seq.prefilled === prompt.length) this.emit(slot, seq, logits);
+  }
+
+  /** Whether the sequence takes its next forward: not when its client went away or the step hook threw. */
+  private async mayStep(slot: Slot, seq: Sequence): Promise<boolean> {
+    if (seq.request.signal.aborted) {
+      this.endSlot(slot, undefined, cancelled('the client went away'));
+      return false;
+    }
+    try {
+      await this.options.stepHook?.(seq.generated);
+    } catch (error) {
+      this.endSlot(slot, undefined, error);
+      return false;
+    }
+    return slot.seq === seq;
+  }
+
+  /** Picks the sequence's next token from its logits, hands it on, and ends the sequence if it is done. */
+  private emit(slot: Slot, seq: Sequence, logits: Float32Array): void {
+    const { request } = seq;
+    let token: number;
+    let more: boolean;
+    try {
+      token = request.pick(logits);
+      seq.generated++;
+      this.options.metrics.generatedTokens++;
+      more = request.onToken(token, logits);
+    } catch (error) {
+      return this.endSlot(slot, undefined, error);
+    }
+    if (request.stopTokens.has(token) || !more) return this.endSlot(slot, 'stop');
+    if (seq.generated >= request.maxTokens) return this.endSlot(slot, 'length');
+    seq.next = token;
+  }
+
+  private endSlot(slot: Slot, reason: SequenceEnd['reason'] | undefined, error?: unknown): void {
+    const seq = slot.seq;
+    if (!seq) return;
+    slot.seq = undefined;
+    if (reason) seq.resolve({ reason, generated: seq.generated });
+    else this.fail(seq, error);
+  }
+
+  private fail(seq: Sequence, error: unknown): void {
+    if ((error as { code?: unknown } | null)?.code === 'API_CANCELLED') this.options.metrics.cancelled++;
+    seq.reject(error);
+  }
+}

@@ -1,0 +1,102 @@
+import { availableParallelism } from 'node:os';
+import { defineCommand } from '../options.js';
+import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.js';
+import { TandemError } from '../../errors/index.js';
+import { ApiServer, loadServedModel, type ServedModel } from '../../api/index.js';
+import { parseBytes } from '../../parallel/index.js';
+
+function usage(message: string, hint: string): TandemError {
+  return new TandemError('CLI_USAGE', `serve: ${message}`, { hint });
+}
+
+/** Hosts that only this machine can reach: serving on them without a key is safe. */
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
+}
+
+/** How long running requests may go on after SIGINT/SIGTERM before they are cancelled. */
+const SHUTDOWN_GRACE_MS = 5000;
+
+export const command = defineCommand({
+  name: 'serve',
+  summary: 'serve a GGUF model over an OpenAI-compatible HTTP API on this machine',
+  description:
+    'Loads the model and answers POST /v1/chat/completions (messages through the model\'s chat template), POST /v1/completions, ' +
+    'GET /v1/models, GET /health, POST /tokenize, POST /detokenize and GET /metrics (Prometheus), streaming with server-sent events as OpenAI does. ' +
+    '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
+    'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
+    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them) and exit 0. See docs/serve.md.',
+  positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
+  options: {
+    host: { type: 'string', description: 'address to listen on; a non-loopback address without --api-key prints a warning', default: '127.0.0.1' },
+    port: { type: 'number', description: 'TCP port; 0 picks a free one (the printed line says which)', default: 8080 },
+    threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
+    slots: { type: 'number', description: 'sequences generated at once, each with its own KV cache', default: 4 },
+    'max-queue': { type: 'number', description: 'requests that may wait for a slot; more get 429 with Retry-After', default: 64 },
+    context: { type: 'number', description: 'KV cache positions per slot: prompt plus generated tokens (default: the model\'s context length, at most 4096)' },
+    'api-key': { type: 'string', description: 'require this key on every route but /health (Authorization: Bearer KEY or X-Api-Key: KEY); default: TANDEM_API_KEY', placeholder: 'KEY' },
+    'model-name': { type: 'string', description: 'the model id clients pass and /v1/models lists (default: the file name without .gguf)', placeholder: 'NAME' },
+    'max-body': { type: 'string', description: 'longest request body in bytes (e.g. 4M); longer ones get 413', placeholder: 'BYTES', default: '4M' },
+  },
+  examples: [
+    'tandem serve model.gguf',
+    'tandem serve model.gguf --port 8000 --slots 8 --context 2048 --model-name tiny',
+    'TANDEM_API_KEY=secret tandem serve model.gguf --host 0.0.0.0',
+    'curl http://127.0.0.1:8080/v1/chat/completions -H "content-type: application/json" -d \'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":32}\'',
+  ],
+  async run({ options, positionals }) {
+    const path = positionals[0] as string;
+    const port = options.port === 0 ? 0 : checkPort('serve', options.port);
+    const threads = checkThreads('serve', options.threads ?? availableParallelism());
+    const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);
+    const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
+    if (options.context !== undefined) checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
+    const maxBody = parseBytes(options['max-body']);
+    if (maxBody === undefined || maxBody < 1) throw usage(`--max-body '${options['max-body']}' is not a positive byte size`, 'for example --max-body 4M');
+    const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
+    const log = (line: string): void => void process.stderr.write(`tandem serve: ${line}\n`);
+    if (!apiKey && !isLoopback(options.host)) {
+      log(`warning: listening on ${options.host} without an API key: anyone who can reach this port can use the model; pass --api-key KEY or set TANDEM_API_KEY`);
+    }
+    let name = '';
+    const load = async (): Promise<ServedModel> => {
+      const served = await loadServedModel(path, {
+        threads,
+        log,
+        ...(options.context !== undefined ? { context: options.context } : {}),
+        ...(options['model-name'] !== undefined ? { name: options['model-name'] } : {}),
+      });
+      name = served.name;
+      return served;
+    };
+    const server = await ApiServer.start({ host: options.host, port, maxBodyBytes: maxBody, slots, maxQueue, load,
+      onBound: (url) => log(`bound ${url} (GET /health answers 503 until the model is loaded)`),
+      ...(apiKey ? { apiKey } : {}),
+    });
+    let stopping = false;
+    let stopped!: () => void;
+    const done = new Promise<void>((resolve) => (stopped = resolve));
+    const stop = (signal: NodeJS.Signals): void => {
+      if (stopping) return;
+      stopping = true;
+      log(`${signal}: finishing running requests (at most ${SHUTDOWN_GRACE_MS / 1000} s), then exiting`);
+      void server.close(SHUTDOWN_GRACE_MS).then(stopped);
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+    try {
+      await server.ready;
+    } catch (error) {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      await server.close(0);
+      throw error;
+    }
+    if (!stopping) log(`listening on ${server.url} as model '${name}' with ${slots} slot(s)`);
+    await done;
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    log('stopped');
+    return 0;
+  },
+});
