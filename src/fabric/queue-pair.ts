@@ -16,10 +16,26 @@ import type {
 } from './types.js';
 import { Access, MAX_INLINE } from './types.js';
 import {
+  frameAddrHi,
+  frameAddrLo,
+  frameFlags,
+  frameImm,
+  framePlacedLength,
+  framePsn,
+  frameReadLength,
+  frameReservedZero,
+  frameRkey,
+  frameStatus,
+  frameType,
+  HeaderWriter,
+  PLACED_WRITE_BYTES,
+} from './frame-header.js';
+import {
   ACK_BYTES,
   ACK_EVERY,
   FLAG_ACKREQ,
   FLAG_IMM,
+  FLAG_MORE,
   FLAG_PLACED,
   FrameType,
   MAX_PAYLOAD,
@@ -28,14 +44,10 @@ import {
   SEND_HEADER,
   StatusCode,
   WRITE_HEADER,
-  getU32,
-  putU32,
   wireStatus,
   type WireStatus,
 } from './wire.js';
 
-/** SEND flag: more fragments of the same message follow. */
-const FLAG_MORE = 2;
 const MAX_UNEXPECTED_MESSAGES = 65536;
 const MAX_UNEXPECTED_BYTES = 512 << 20;
 const TWO32 = 4294967296;
@@ -199,12 +211,7 @@ export class Qp implements QueuePair {
   private ackPsn = 0;
   /** The last frame completed without its ACK (a placed WRITE); a refusal of it can only fail the QP. */
   private placedPsn: number | undefined;
-  /** Frame headers are built here: every transport copies the header before send() returns. */
-  private readonly scratch = new Uint8Array(32);
-  private readonly h8 = this.scratch.subarray(0, SEND_HEADER);
-  private readonly h12 = this.scratch.subarray(0, ACK_BYTES);
-  private readonly h24 = this.scratch.subarray(0, WRITE_HEADER);
-  private readonly h28 = this.scratch.subarray(0, WRITE_HEADER + 4);
+  private readonly headers = new HeaderWriter();
 
   constructor(o: QpOptions) {
     this.pd = o.pd;
@@ -317,31 +324,18 @@ export class Qp implements QueuePair {
       const parts = sliceViews(views, off, len);
       if (wr.opcode === 'read') {
         entry.targets = parts as Uint8Array[];
-        const h = this.h24;
-        header(h, FrameType.READ_REQ, 0, psn);
         this.unasked = 0; // its response acknowledges every earlier request
-        putU32(h, 8, remote.rkey >>> 0);
-        putU32(h, 12, lo);
-        putU32(h, 16, hi);
-        putU32(h, 20, len);
         this.outstanding.push(entry);
-        this.transport.send(h, []);
+        this.transport.send(this.headers.readRequest(psn, remote.rkey >>> 0, lo, hi, len), []);
       } else {
         const imm = last && wr.opcode === 'write_imm';
-        const direct = this.transport.writeDirect?.(remote.rkey >>> 0, hi, lo, parts, len) === true;
-        const h = direct ? this.h28 : this.h24;
-        header(
-          h,
-          FrameType.WRITE,
-          (imm ? FLAG_IMM : 0) | (direct ? FLAG_PLACED : 0) | this.asks(signaled && last),
-          psn,
-        );
-        putU32(h, 8, remote.rkey >>> 0);
-        putU32(h, 12, lo);
-        putU32(h, 16, hi);
-        putU32(h, 20, imm ? (wr.imm ?? 0) >>> 0 : 0);
-        if (direct) putU32(h, 24, len);
-        this.transport.send(h, direct ? [] : parts);
+        const rkey = remote.rkey >>> 0;
+        const direct = this.transport.writeDirect?.(rkey, hi, lo, parts, len) === true;
+        const flags = (imm ? FLAG_IMM : 0) | this.asks(signaled && last);
+        const immValue = imm ? (wr.imm ?? 0) >>> 0 : 0;
+        if (direct)
+          this.transport.send(this.headers.placedWrite(flags | FLAG_PLACED, psn, rkey, lo, hi, immValue, len), []);
+        else this.transport.send(this.headers.write(flags, psn, rkey, lo, hi, immValue), parts);
         if (!direct) this.outstanding.push(entry);
         else if (this.outHead < this.outstanding.length) this.outstanding.push({ ...entry, placed: true });
         else this.completePlaced(entry);
@@ -367,8 +361,7 @@ export class Qp implements QueuePair {
       const len = Math.min(MAX_PAYLOAD, total - off);
       const last = off + len === total;
       const psn = this.nextPsn();
-      const h = this.h8;
-      header(h, FrameType.SEND, (last ? 0 : FLAG_MORE) | this.asks(signaled && last), psn);
+      const h = this.headers.send((last ? 0 : FLAG_MORE) | this.asks(signaled && last), psn);
       this.outstanding.push({
         psn,
         group,
@@ -410,18 +403,15 @@ export class Qp implements QueuePair {
     });
     let h: Uint8Array;
     if (op === 'send') {
-      h = this.h8;
-      header(h, FrameType.SEND, this.asks(signaled), psn);
+      h = this.headers.send(this.asks(signaled), psn);
     } else {
       const remote = wr.remote as NonNullable<SendWr['remote']>;
       split.setBigUint64(0, remote.addr, true);
-      h = this.h24;
       const imm = op === 'write_imm';
-      header(h, FrameType.WRITE, (imm ? FLAG_IMM : 0) | this.asks(signaled), psn);
-      putU32(h, 8, remote.rkey >>> 0);
-      putU32(h, 12, split.getUint32(0, true));
-      putU32(h, 16, split.getUint32(4, true));
-      putU32(h, 20, imm ? (wr.imm ?? 0) >>> 0 : 0);
+      const flags = (imm ? FLAG_IMM : 0) | this.asks(signaled);
+      const lo = split.getUint32(0, true);
+      const hi = split.getUint32(4, true);
+      h = this.headers.write(flags, psn, remote.rkey >>> 0, lo, hi, imm ? (wr.imm ?? 0) >>> 0 : 0);
     }
     (this.transport.sendFrom as NonNullable<Transport['sendFrom']>).call(this.transport, h, src, off, len);
     if (this.ackDue) this.flushAck();
@@ -557,17 +547,16 @@ export class Qp implements QueuePair {
   private place(head: Uint8Array, bodyLength: number): Uint8Array | undefined {
     if (
       this.qpState !== 'ready' ||
-      head[2] !== 0 ||
-      head[3] !== 0 ||
-      (head[1] as number) & ~(FLAG_IMM | FLAG_ACKREQ)
+      !frameReservedZero(head, 0) ||
+      frameFlags(head, 0) & ~(FLAG_IMM | FLAG_ACKREQ)
     )
       return undefined;
-    if (getU32(head, 4) !== this.expectPsn) return undefined;
+    if (framePsn(head, 0) !== this.expectPsn) return undefined;
     const len = bodyLength - WRITE_HEADER;
-    const mr = this.pd.keys.byRkey.get(getU32(head, 8));
+    const mr = this.pd.keys.byRkey.get(frameRkey(head, 0));
     if (mr === undefined || mr.pd !== this.pd || !mr.live || (mr.access & Access.REMOTE_WRITE) === 0)
       return undefined;
-    const off = mr.offsetOf(getU32(head, 16), getU32(head, 12), len);
+    const off = mr.offsetOf(frameAddrHi(head, 0), frameAddrLo(head, 0), len);
     if (off < 0) return undefined;
     this.placing = len;
     return mr.buffer.subarray(off, off + len);
@@ -581,10 +570,10 @@ export class Qp implements QueuePair {
   private onFrame(b: Uint8Array, o: number, n: number, placed = false): void {
     // after an error nothing more is executed, even frames already in the pipe
     if (this.qpState !== 'ready') return;
-    const type = b[o];
-    const flags = b[o + 1] as number;
-    const psn = getU32(b, o + 4);
-    if (b[o + 2] !== 0 || b[o + 3] !== 0) return this.malformed('reserved header bytes are not zero');
+    const type = frameType(b, o);
+    const flags = frameFlags(b, o);
+    const psn = framePsn(b, o);
+    if (!frameReservedZero(b, o)) return this.malformed('reserved header bytes are not zero');
     if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, b, o, n, psn);
     if (psn !== this.expectPsn) return this.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
     this.expectPsn = (psn + 1) >>> 0;
@@ -597,7 +586,7 @@ export class Qp implements QueuePair {
       if (n < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED | FLAG_ACKREQ)) !== 0)
         return this.malformed('WRITE header truncated or bad flags');
       if ((flags & FLAG_PLACED) !== 0) {
-        if (n !== WRITE_HEADER + 4 || placed) return this.malformed('placed WRITE of the wrong size');
+        if (n !== PLACED_WRITE_BYTES || placed) return this.malformed('placed WRITE of the wrong size');
         return this.onPlacedWrite(b, o, (flags & FLAG_IMM) !== 0, psn);
       }
       return this.onWrite(b, o, n, (flags & FLAG_IMM) !== 0, psn, placed);
@@ -641,8 +630,8 @@ export class Qp implements QueuePair {
    * reported as success; the immediate, if any, is delivered as usual.
    */
   private onPlacedWrite(b: Uint8Array, o: number, withImm: boolean, psn: number): void {
-    const len = getU32(b, o + 24);
-    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_WRITE);
+    const len = framePlacedLength(b, o);
+    const t = this.target(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
     this.placing = len;
     this.onWrite(b, o, WRITE_HEADER, withImm, psn, true);
@@ -653,8 +642,8 @@ export class Qp implements QueuePair {
       // validated by place() before the payload landed; only the immediate is left
       if (withImm) {
         const r = this.takeRecv();
-        if (r !== undefined) this.completeRecv(r, 'success', this.placing, getU32(b, o + 20));
-        else if (!this.stash(getU32(b, o + 20), this.placing)) {
+        if (r !== undefined) this.completeRecv(r, 'success', this.placing, frameImm(b, o));
+        else if (!this.stash(frameImm(b, o), this.placing)) {
           this.stats.rejectedInvalid++;
           return this.nak(psn, 'remote_invalid');
         }
@@ -662,18 +651,18 @@ export class Qp implements QueuePair {
       return this.ack(psn);
     }
     const len = n - WRITE_HEADER;
-    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_WRITE);
+    const t = this.target(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
     const dst = (this.tmr as Region).buffer;
     const src = o + WRITE_HEADER;
     if (withImm) {
       const r = this.takeRecv();
-      if (r === undefined && !this.stash(getU32(b, o + 20), len)) {
+      if (r === undefined && !this.stash(frameImm(b, o), len)) {
         this.stats.rejectedInvalid++;
         return this.nak(psn, 'remote_invalid');
       }
       copyRange(dst, t, b, src, len);
-      if (r !== undefined) this.completeRecv(r, 'success', len, getU32(b, o + 20));
+      if (r !== undefined) this.completeRecv(r, 'success', len, frameImm(b, o));
     } else {
       copyRange(dst, t, b, src, len);
     }
@@ -681,12 +670,10 @@ export class Qp implements QueuePair {
   }
 
   private onRead(b: Uint8Array, o: number, psn: number): void {
-    const len = getU32(b, o + 20);
-    const t = this.target(getU32(b, o + 8), getU32(b, o + 12), getU32(b, o + 16), len, Access.REMOTE_READ);
+    const len = frameReadLength(b, o);
+    const t = this.target(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_READ);
     this.flushAck();
-    const h = this.h12;
-    header(h, FrameType.READ_RESP, 0, psn);
-    setStatus(h, typeof t === 'string' ? StatusCode[t] : 0);
+    const h = this.headers.response(FrameType.READ_RESP, psn, typeof t === 'string' ? StatusCode[t] : 0);
     if (typeof t === 'string') this.transport.send(h, NO_PAYLOAD);
     else this.transport.send(h, [(this.tmr as Region).buffer.subarray(t, t + len)]);
   }
@@ -755,19 +742,13 @@ export class Qp implements QueuePair {
     this.ackDue = false;
     this.ackLazy = false;
     this.stats.acksSent++;
-    const h = this.h12;
-    header(h, FrameType.ACK, 0, this.ackPsn);
-    setStatus(h, 0);
-    this.transport.send(h, NO_PAYLOAD);
+    this.transport.send(this.headers.response(FrameType.ACK, this.ackPsn, 0), NO_PAYLOAD);
   }
 
   private nak(psn: number, status: WireStatus): void {
     this.flushAck();
     this.stats.acksSent++;
-    const h = this.h12;
-    header(h, FrameType.ACK, 0, psn);
-    setStatus(h, StatusCode[status]);
-    this.transport.send(h, NO_PAYLOAD);
+    this.transport.send(this.headers.response(FrameType.ACK, psn, StatusCode[status]), NO_PAYLOAD);
   }
 
   // ---------------------------------------------------------------- responses
@@ -775,9 +756,9 @@ export class Qp implements QueuePair {
   private onResponse(type: number, b: Uint8Array, o: number, n: number, psn: number): void {
     const isAck = type === FrameType.ACK;
     if (isAck ? n !== ACK_BYTES : n < READ_RESP_HEADER) return this.malformed('truncated response');
-    const code = b[o + 8] as number;
+    const code = frameStatus(b, o);
     const status = wireStatus[code];
-    if (status === undefined || b[o + 1] !== 0) return this.malformed(`response status ${code}`);
+    if (status === undefined || frameFlags(b, o) !== 0) return this.malformed(`response status ${code}`);
     // everything before psn is done (the responder answers in order)
     while (this.outHead < this.outstanding.length) {
       const e = this.outstanding[this.outHead] as Outstanding;
@@ -949,21 +930,6 @@ export class Qp implements QueuePair {
 const NO_PAYLOAD: readonly Uint8Array[] = [];
 /** Targets of a zero-length receive (never written to). */
 const NO_TARGETS: Uint8Array[] = [];
-
-/** Common header; bytes 2..3 of the scratch header are never written, so they stay 0. */
-function header(h: Uint8Array, type: number, flags: number, psn: number): void {
-  h[0] = type;
-  h[1] = flags;
-  putU32(h, 4, psn);
-}
-
-/** ACK / READ_RESP status byte and its three zero bytes (the scratch may hold an rkey there). */
-function setStatus(h: Uint8Array, code: number): void {
-  h[8] = code;
-  h[9] = 0;
-  h[10] = 0;
-  h[11] = 0;
-}
 
 function invalid(message: string): TandemError {
   return new TandemError('FABRIC_INVALID_REQUEST', message, {

@@ -2,13 +2,12 @@ import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import {
   SHM_BELL_BYTES as BELL_BYTES,
-  SHM_KEY_SLOT_BYTES as SLOT_BYTES,
-  SHM_KEY_SLOTS as KEY_SLOTS,
   SHM_RING_BYTES as RING_BYTES,
   SHM_RING_HEADER_BYTES as DATA,
 } from './footprint.js';
 import { randomU32 } from './random.js';
 import { ShmSegment, sweepStale } from './shm-ffi.js';
+import { SHM_KEY_TABLE_BYTES, ShmKeyTable } from './shm-key-table.js';
 import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
 import {
   clientHandshake,
@@ -19,7 +18,9 @@ import {
 } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FLAG_PLACED, FrameType, FrameDecoder, getU32, MalformedFrame, putU32 } from './wire.js';
+import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
+import { frameAddrHi, frameAddrLo, frameFlags, frameRkey, frameType } from './frame-header.js';
+import { FLAG_PLACED, FrameType, putU32 } from './wire.js';
 import { Access, MAX_INLINE } from './types.js';
 import type { Region } from './memory.js';
 import { copyBytes } from '../kernels/copy.js';
@@ -37,14 +38,6 @@ const W = 0;
 const R = 16;
 const CLOSED = 32;
 const SLEEPING = 0;
-/**
- * Key table (one per device, read by peers): KEY_SLOTS slots of SLOT_BYTES, open addressing
- * from rkey % KEY_SLOTS. Slot i32s: 0 state (0 empty, 1 live, 2 removed) | 1 rkey | 2 pd |
- * 3 access | 4 addrHi | 5 addrLo | 6 length | 7 name length; bytes 32.. the segment name.
- * Only `allocate`d regions (which live in their own segment) are published.
- */
-const SLOT_I32 = SLOT_BYTES / 4;
-const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */
 const DIRECT_MIN = 64 * 1024;
 /**
@@ -162,8 +155,7 @@ class ShmTransport implements Transport {
   /** Stream position after everything sent. */
   private streamPos = 0;
   private readonly unread: UnreadWrites;
-  private readonly peerKeyI32: Int32Array;
-  private readonly peerKeyBytes: Uint8Array;
+  private readonly peerKeyTable: ShmKeyTable;
   private readonly peerRegions = new Map<string, ShmSegment>();
   /** The side-channel socket's fd, for knocking without the event loop (-1: use socket.write). */
   private fd = -1;
@@ -178,8 +170,7 @@ class ShmTransport implements Transport {
     private readonly onClose: (t: ShmTransport) => void,
     private readonly onKnock: () => void,
   ) {
-    this.peerKeyI32 = new Int32Array(peerKeys.buffer, 0, peerKeys.length / 4);
-    this.peerKeyBytes = new Uint8Array(peerKeys.buffer, 0, peerKeys.length);
+    this.peerKeyTable = new ShmKeyTable(peerKeys.buffer);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
@@ -272,7 +263,7 @@ class ShmTransport implements Transport {
   private target: ShmSegment | undefined;
   private targetBytes: Uint8Array | undefined;
   private targetWords: Int32Array | undefined;
-  private targetBase = -1;
+  private targetSlot = -1;
   private targetKey = 0;
   private targetHi = 0;
   private targetLo = 0;
@@ -286,59 +277,53 @@ class ShmTransport implements Transport {
    * (state, key, address, length) on every use.
    */
   private peerRegion(rkey: number, hi: number, lo: number, length: number): number {
-    const k = this.peerKeyI32;
-    let base = this.targetBase;
+    const k = this.peerKeyTable;
+    let slot = this.targetSlot;
     if (
-      base < 0 ||
+      slot < 0 ||
       this.targetKey !== (rkey | 0) ||
-      Atomics.load(k, base) !== 1 ||
-      k[base + 1] !== (rkey | 0) ||
-      k[base + 4] !== this.targetHi ||
-      k[base + 5] !== this.targetLo ||
-      k[base + 6] !== this.targetLength
+      !k.live(slot) ||
+      k.rkey(slot) !== (rkey | 0) ||
+      k.addrHi(slot) !== this.targetHi ||
+      k.addrLo(slot) !== this.targetLo ||
+      k.length(slot) !== this.targetLength
     ) {
-      base = this.findPeerKey(rkey);
-      if (base < 0) return -1;
+      slot = this.findPeerKey(rkey);
+      if (slot < 0) return -1;
     }
-    if (k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0) return -1;
-    const off = (hi - ((k[base + 4] as number) >>> 0)) * TWO32 + (lo - ((k[base + 5] as number) >>> 0));
+    if (k.pdId(slot) !== this.peerPd || (k.access(slot) & Access.REMOTE_WRITE) === 0) return -1;
+    const off = (hi - (k.addrHi(slot) >>> 0)) * TWO32 + (lo - (k.addrLo(slot) >>> 0));
     if (!(off >= 0) || off + length > this.targetLength) return -1;
     return off;
   }
 
-  /** Looks `rkey` up in the peer's key table and maps its segment; the entry's index, or -1. */
+  /** Looks `rkey` up in the peer's key table and maps its segment; the entry's slot, or -1. */
   private findPeerKey(rkey: number): number {
-    const k = this.peerKeyI32;
-    this.targetBase = -1;
-    for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
-      const base = slot * SLOT_I32;
-      const state = Atomics.load(k, base);
-      if (state === 0) return -1;
-      if (state !== 1 || k[base + 1] !== (rkey | 0)) continue;
-      const regionLength = k[base + 6] as number;
-      const nameLen = k[base + 7] as number;
-      const name = Buffer.from(this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen)).toString('latin1');
-      let seg = this.peerRegions.get(name);
-      if (seg === undefined) {
-        try {
-          seg = ShmSegment.open(name, regionLength);
-        } catch {
-          return -1;
-        }
-        this.peerRegions.set(name, seg);
+    const k = this.peerKeyTable;
+    this.targetSlot = -1;
+    const slot = k.find(rkey);
+    if (slot < 0) return -1;
+    const regionLength = k.length(slot);
+    const name = k.name(slot);
+    let seg = this.peerRegions.get(name);
+    if (seg === undefined) {
+      try {
+        seg = ShmSegment.open(name, regionLength);
+      } catch {
+        return -1;
       }
-      if (Atomics.load(k, base) !== 1) return -1;
-      this.target = seg;
-      this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
-      this.targetWords = new Int32Array(seg.buffer, 0, regionLength >>> 2);
-      this.targetBase = base;
-      this.targetKey = rkey | 0;
-      this.targetHi = k[base + 4] as number;
-      this.targetLo = k[base + 5] as number;
-      this.targetLength = regionLength;
-      return base;
+      this.peerRegions.set(name, seg);
     }
-    return -1;
+    if (!k.live(slot)) return -1;
+    this.target = seg;
+    this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
+    this.targetWords = new Int32Array(seg.buffer, 0, regionLength >>> 2);
+    this.targetSlot = slot;
+    this.targetKey = rkey | 0;
+    this.targetHi = k.addrHi(slot);
+    this.targetLo = k.addrLo(slot);
+    this.targetLength = regionLength;
+    return slot;
   }
 
   bind(events: TransportEvents): void {
@@ -441,9 +426,9 @@ class ShmTransport implements Transport {
 
   /** Notes a frame that ends at the current stream position and carries `payload` bytes. */
   private track(header: Uint8Array, payload: number): void {
-    const type = header[0];
-    if (type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) === 0)
-      this.unread.write(this.streamPos, getU32(header, 8), getU32(header, 16), getU32(header, 12), payload);
+    const type = frameType(header, 0);
+    if (type === FrameType.WRITE && (frameFlags(header, 0) & FLAG_PLACED) === 0)
+      this.unread.write(this.streamPos, frameRkey(header, 0), frameAddrHi(header, 0), frameAddrLo(header, 0), payload);
     else if (type === FrameType.SEND || type === FrameType.READ_REQ) this.unread.barrier(this.streamPos);
   }
 
@@ -570,7 +555,7 @@ class ShmListener extends SideChannelBackedListener {
       const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA, POPULATED);
       theirs.unlink();
       const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
-      const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
+      const keys = ShmSegment.open(String(peer.extra.keys), SHM_KEY_TABLE_BYTES);
       const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA, POPULATED);
       const psn = newPsn();
       peer.welcome(psn, options.info ?? {}, {
@@ -593,8 +578,8 @@ export class ShmDevice extends DeviceBase {
   readonly name = 'shm0';
   private readonly bell: ShmSegment;
   private readonly bellCtl: Int32Array;
-  private readonly keyTable: ShmSegment;
-  private readonly keyI32: Int32Array;
+  private readonly keySegment: ShmSegment;
+  private readonly keyTable: ShmKeyTable;
   private readonly transports = new Set<ShmTransport>();
   /** Polls every TICK_MS while the application polls or waits; stops (doorbell armed) once idle. */
   private ticker: NodeJS.Timeout | undefined;
@@ -607,8 +592,8 @@ export class ShmDevice extends DeviceBase {
     sweepStale();
     this.bell = ShmSegment.create(segName('bell'), BELL_BYTES);
     this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
-    this.keyTable = ShmSegment.create(segName('keys'), KEY_SLOTS * SLOT_BYTES);
-    this.keyI32 = new Int32Array(this.keyTable.buffer, 0, this.keyTable.length / 4);
+    this.keySegment = ShmSegment.create(segName('keys'), SHM_KEY_TABLE_BYTES);
+    this.keyTable = new ShmKeyTable(this.keySegment.buffer);
     this.doorbell = { active: () => this.markActive(), arm: () => this.arm() };
     // allocated regions live in their own segment, published so peers can write them directly
     this.allocator = (length) => {
@@ -620,7 +605,7 @@ export class ShmDevice extends DeviceBase {
         buffer,
         registered: (r) => (slot = this.publish(r, seg.name)),
         release: () => {
-          if (slot >= 0 && !this.closed) Atomics.store(this.keyI32, slot * SLOT_I32, 2);
+          if (slot >= 0 && !this.closed) this.keyTable.remove(slot);
           seg.unlink(); // the pages go with the last view of `buffer`
         },
       };
@@ -632,30 +617,13 @@ export class ShmDevice extends DeviceBase {
   }
 
   get keysName(): string {
-    return this.keyTable.name;
+    return this.keySegment.name;
   }
 
   /** Puts a region in the key table; its slot, or -1 when the table is full (no direct writes then). */
   private publish(r: Region, name: string): number {
-    const k = this.keyI32;
-    for (let i = 0, slot = r.rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
-      const base = slot * SLOT_I32;
-      if (Atomics.load(k, base) === 1) continue;
-      k[base + 1] = r.rkey | 0;
-      k[base + 2] = r.pd.id;
-      k[base + 3] = r.access;
-      k[base + 4] = r.addrHi;
-      k[base + 5] = r.addrLo | 0;
-      k[base + 6] = r.length;
-      const bytes = Buffer.from(name, 'latin1');
-      k[base + 7] = bytes.length;
-      new Uint8Array(this.keyTable.buffer, base * 4 + NAME_AT, SLOT_BYTES - NAME_AT).set(
-        bytes.subarray(0, SLOT_BYTES - NAME_AT),
-      );
-      Atomics.store(k, base, 1);
-      return slot;
-    }
-    return -1;
+    const { rkey, access, addrHi, addrLo, length } = r;
+    return this.keyTable.publish({ rkey, pdId: r.pd.id, access, addrHi, addrLo, length }, name);
   }
 
   /** For tests and diagnostics: knocks received, whether the 1 ms tick runs, whether the doorbell is armed. */
@@ -761,7 +729,7 @@ export class ShmDevice extends DeviceBase {
           extra: () => ({
             ring: mine.name,
             bell: this.bell.name,
-            keys: this.keyTable.name,
+            keys: this.keySegment.name,
             pd: options.pd.id,
           }),
         }).then((p) => {
@@ -780,7 +748,7 @@ export class ShmDevice extends DeviceBase {
         const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA, POPULATED);
         theirs.unlink();
         const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
-        const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
+        const keys = ShmSegment.open(String(peer.extra.keys), SHM_KEY_TABLE_BYTES);
         return this.qpOn(peer, psn, options, { mine, theirs, bell, keys, pd: Number(peer.extra.pd) });
       } catch (e) {
         peer.socket.destroy();
@@ -797,6 +765,6 @@ export class ShmDevice extends DeviceBase {
     await super.close();
     this.stopTicker();
     this.bell.unmap();
-    this.keyTable.unmap();
+    this.keySegment.unmap();
   }
 }
