@@ -126,4 +126,3 @@ export class FrameDecoder {
     return this.partial !== undefined || this.direct !== undefined || this.lenFilled > 0;
   }
 }
-
