@@ -1,26 +1,20 @@
 import type { CQ } from './completion-queue.js';
 import { noteFailure } from './completions.js';
 import {
-  frameAddrHi,
-  frameAddrLo,
   frameFlags,
-  frameImm,
-  framePlacedLength,
   framePsn,
-  frameReadLength,
   frameReservedZero,
-  frameRkey,
   frameStatus,
   frameType,
   HeaderWriter,
-  PLACED_WRITE_BYTES,
 } from './frame-header.js';
 import type { Domain, Region } from './memory.js';
 import { OutstandingFrames, psnBefore, type OutstandingFrame } from './outstanding.js';
 import { randomU32 } from './random.js';
 import { ReceiveQueue, type PostedRecv } from './receive-queue.js';
+import { Responder, type ResponderHost } from './qp-responder.js';
 import { RegionCheck } from './region-check.js';
-import { copyRange, scatter, sliceViews } from './sgl-views.js';
+import { scatter, sliceViews } from './sgl-views.js';
 import type { Transport } from './transport.js';
 import type {
   CompletionOpcode,
@@ -33,7 +27,6 @@ import type {
   WcStatus,
   WorkCompletion,
 } from './types.js';
-import { Access } from './types.js';
 import {
   ACK_BYTES,
   ACK_EVERY,
@@ -43,13 +36,8 @@ import {
   FLAG_PLACED,
   FrameType,
   MAX_PAYLOAD,
-  READ_REQ_BYTES,
   READ_RESP_HEADER,
-  SEND_HEADER,
-  StatusCode,
-  WRITE_HEADER,
   wireStatus,
-  type WireStatus,
 } from './wire.js';
 import { checkRecvWr, checkSendWr } from './work-request-check.js';
 
@@ -60,7 +48,6 @@ const split = new DataView(new ArrayBuffer(8));
  * board entry of a 16 KiB all-reduce (head, payload, tail) among them.
  */
 const FAST_MAX = 32 * 1024;
-const NO_PAYLOAD: readonly Uint8Array[] = [];
 /** Targets of a zero-length receive (never written to). */
 const NO_TARGETS: Uint8Array[] = [];
 
@@ -86,7 +73,7 @@ export interface QpOptions {
  * connection; the first failed request moves the QP to error and flushes the rest, each
  * failed completion carrying the reason (completionError shows it).
  */
-export class Qp implements QueuePair {
+export class Qp implements QueuePair, ResponderHost {
   readonly qpNum = randomU32();
   readonly pd: Domain;
   readonly peerInfo: Record<string, unknown>;
@@ -98,25 +85,16 @@ export class Qp implements QueuePair {
   private readonly receives: ReceiveQueue;
   private readonly inFlight = new OutstandingFrames();
   private readonly regions: RegionCheck;
+  private readonly responder: Responder;
   private readonly headers = new HeaderWriter();
   private qpState: QpState = 'ready';
   private errorStatus: WcStatus = 'flushed';
   /** Why the queue pair left 'ready' (given to every failed completion from then on). */
   private reason = '';
   private sendPsn: number;
-  private expectPsn: number;
   private groupSeq = 0;
-  /** An ACK was asked for (FLAG_ACKREQ): it goes out at the end of this poll (or batch), or with the next post. */
-  private ackDue = false;
-  /** Requests were received whose ACK was not asked for: it goes out with the next one, or on the timeout tick. */
-  private ackLazy = false;
-  /** Whether the frame being handled asked for an ACK. */
-  private frameAsks = false;
   /** Frames sent since the last one that asked for an ACK. */
   private unasked = 0;
-  /** Payload length of the WRITE being received in place (one at a time per connection). */
-  private placing = 0;
-  private ackPsn = 0;
   /** The last frame completed without its ACK (a placed WRITE); a refusal of it can only fail the QP. */
   private placedPsn: number | undefined;
 
@@ -127,19 +105,19 @@ export class Qp implements QueuePair {
     this.stats = o.stats;
     this.peerInfo = o.peerInfo;
     this.sendPsn = o.sendPsn >>> 0;
-    this.expectPsn = o.recvPsn >>> 0;
     this.opTimeoutMs = o.opTimeoutMs;
     this.onClosed = o.onClosed;
     this.receives = new ReceiveQueue(o.recvCq, o.stats, this.qpNum);
     this.regions = new RegionCheck(o.pd, o.stats);
+    this.responder = new Responder(this, o.transport, this.regions, this.receives, o.stats, o.recvPsn);
     o.transport.bind({
       frame: (buf, off, len) => this.onFrame(buf, off, len),
       // event-driven pipes send an asked-for ACK at the end of each batch; polled ones at the end of the poll
       batchEnd: () => {
-        if (this.transport.poll === undefined && this.ackDue) this.flushAck();
+        if (this.transport.poll === undefined) this.responder.flushIfDue();
       },
       closed: (reason, malformed) => this.onTransportClosed(reason, malformed),
-      place: (head, bodyLength) => this.place(head, bodyLength),
+      place: (head, bodyLength) => this.responder.place(head, bodyLength),
       placed: (head) => this.onFrame(head, 0, head.length, true),
     });
   }
@@ -182,7 +160,7 @@ export class Qp implements QueuePair {
    */
   poll(): boolean {
     const did = this.transport.poll?.() ?? false;
-    if (this.ackDue) this.flushAck();
+    this.responder.flushIfDue();
     return did;
   }
 
@@ -264,7 +242,7 @@ export class Qp implements QueuePair {
         }
       }
       off += len;
-      if (this.ackDue) this.flushAck();
+      this.responder.flushIfDue();
       // advance the remote address by len, carrying into the high word (may wrap: the responder rejects it)
       const nlo = lo + len;
       lo = nlo >>> 0;
@@ -292,7 +270,7 @@ export class Qp implements QueuePair {
       this.transport.send(h, sliceViews(views, off, len));
       off += len;
     } while (off < total);
-    if (this.ackDue) this.flushAck();
+    this.responder.flushIfDue();
   }
 
   /** One frame of at most FAST_MAX bytes from `len` bytes at `off` of `src` (already validated). */
@@ -303,7 +281,7 @@ export class Qp implements QueuePair {
       const remote = wr.remote as NonNullable<SendWr['remote']>;
       split.setBigUint64(0, remote.addr, true);
       if (this.transport.placeSmall(remote.rkey >>> 0, split.getUint32(4, true), split.getUint32(0, true), src, off, len)) {
-        if (this.ackDue) this.flushAck();
+        this.responder.flushIfDue();
         return;
       }
     }
@@ -331,7 +309,7 @@ export class Qp implements QueuePair {
       h = this.headers.write(flags, psn, remote.rkey >>> 0, lo, hi, imm ? (wr.imm ?? 0) >>> 0 : 0);
     }
     (this.transport.sendFrom as NonNullable<Transport['sendFrom']>).call(this.transport, h, src, off, len);
-    if (this.ackDue) this.flushAck();
+    this.responder.flushIfDue();
   }
 
   private nextPsn(): number {
@@ -355,21 +333,6 @@ export class Qp implements QueuePair {
 
   // ---------------------------------------------------------------- responder
 
-  /** A large WRITE's target, if the header is in order and the request valid (else the normal path judges and counts it). */
-  private place(head: Uint8Array, bodyLength: number): Uint8Array | undefined {
-    if (
-      this.qpState !== 'ready' ||
-      !frameReservedZero(head, 0) ||
-      frameFlags(head, 0) & ~(FLAG_IMM | FLAG_ACKREQ)
-    )
-      return undefined;
-    if (framePsn(head, 0) !== this.expectPsn) return undefined;
-    const len = bodyLength - WRITE_HEADER;
-    const target = this.regions.writeTarget(frameRkey(head, 0), frameAddrLo(head, 0), frameAddrHi(head, 0), len);
-    if (target !== undefined) this.placing = len;
-    return target;
-  }
-
   /**
    * One frame: bytes `[o, o+n)` of `b` (a view of the ring or stream buffer, valid only during
    * the call; parsed in place, no views built on the hot path). `placed`: a WRITE header whose
@@ -383,89 +346,7 @@ export class Qp implements QueuePair {
     const psn = framePsn(b, o);
     if (!frameReservedZero(b, o)) return this.malformed('reserved header bytes are not zero');
     if (type === FrameType.ACK || type === FrameType.READ_RESP) return this.onResponse(type, b, o, n, psn);
-    if (psn !== this.expectPsn) return this.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
-    this.expectPsn = (psn + 1) >>> 0;
-    this.frameAsks = (flags & FLAG_ACKREQ) !== 0;
-    if (type === FrameType.SEND) {
-      if ((flags & ~(FLAG_MORE | FLAG_ACKREQ)) !== 0) return this.malformed(`SEND flags ${flags}`);
-      const last = (flags & FLAG_MORE) === 0;
-      if (!this.receives.onSend(b.subarray(o + SEND_HEADER, o + n), last)) return this.nak(psn, 'remote_invalid');
-      return this.ack(psn);
-    }
-    if (type === FrameType.WRITE) {
-      if (n < WRITE_HEADER || (flags & ~(FLAG_IMM | FLAG_PLACED | FLAG_ACKREQ)) !== 0)
-        return this.malformed('WRITE header truncated or bad flags');
-      if ((flags & FLAG_PLACED) !== 0) {
-        if (n !== PLACED_WRITE_BYTES || placed) return this.malformed('placed WRITE of the wrong size');
-        return this.onPlacedWrite(b, o, (flags & FLAG_IMM) !== 0, psn);
-      }
-      return this.onWrite(b, o, n, (flags & FLAG_IMM) !== 0, psn, placed);
-    }
-    if (type === FrameType.READ_REQ) {
-      if (n !== READ_REQ_BYTES || flags !== 0) return this.malformed(`READ request of ${n} bytes`);
-      return this.onRead(b, o, psn);
-    }
-    this.malformed(`unknown frame type ${type}`);
-  }
-
-  /**
-   * A WRITE the requester already copied into our shared region after validating it against
-   * our published key table. We validate again (and count) so that a refusal is never
-   * reported as success; the immediate, if any, is delivered as usual.
-   */
-  private onPlacedWrite(b: Uint8Array, o: number, withImm: boolean, psn: number): void {
-    const len = framePlacedLength(b, o);
-    const t = this.regions.remote(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_WRITE);
-    if (typeof t === 'string') return this.nak(psn, t);
-    this.placing = len;
-    this.onWrite(b, o, WRITE_HEADER, withImm, psn, true);
-  }
-
-  private onWrite(b: Uint8Array, o: number, n: number, withImm: boolean, psn: number, placed: boolean): void {
-    if (placed) {
-      // validated by place() before the payload landed; only the immediate is left
-      if (withImm) {
-        const r = this.receives.take();
-        if (r !== undefined) this.receives.complete(r, 'success', this.placing, frameImm(b, o));
-        else if (!this.receives.stash(frameImm(b, o), this.placing)) {
-          this.stats.rejectedInvalid++;
-          return this.nak(psn, 'remote_invalid');
-        }
-      }
-      return this.ack(psn);
-    }
-    const len = n - WRITE_HEADER;
-    const t = this.regions.remote(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_WRITE);
-    if (typeof t === 'string') return this.nak(psn, t);
-    const dst = (this.regions.remoteRegion as Region).buffer;
-    const src = o + WRITE_HEADER;
-    if (withImm) {
-      const r = this.receives.take();
-      if (r === undefined && !this.receives.stash(frameImm(b, o), len)) {
-        this.stats.rejectedInvalid++;
-        return this.nak(psn, 'remote_invalid');
-      }
-      copyRange(dst, t, b, src, len);
-      if (r !== undefined) this.receives.complete(r, 'success', len, frameImm(b, o));
-    } else {
-      copyRange(dst, t, b, src, len);
-    }
-    this.ack(psn);
-  }
-
-  private onRead(b: Uint8Array, o: number, psn: number): void {
-    const len = frameReadLength(b, o);
-    const t = this.regions.remote(frameRkey(b, o), frameAddrLo(b, o), frameAddrHi(b, o), len, Access.REMOTE_READ);
-    this.flushAck();
-    const h = this.headers.response(FrameType.READ_RESP, psn, typeof t === 'string' ? StatusCode[t] : 0);
-    if (typeof t === 'string') this.transport.send(h, NO_PAYLOAD);
-    else this.transport.send(h, [(this.regions.remoteRegion as Region).buffer.subarray(t, t + len)]);
-  }
-
-  private ack(psn: number): void {
-    if (this.frameAsks) this.ackDue = true;
-    else this.ackLazy = true;
-    this.ackPsn = psn;
+    this.responder.onRequest(b, o, n, type, flags, psn, placed);
   }
 
   /** The flags a request frame carries for its ACK: FLAG_ACKREQ when `signaled` (its WR's last frame) or every ACK_EVERY-th frame. */
@@ -475,21 +356,6 @@ export class Qp implements QueuePair {
       return FLAG_ACKREQ;
     }
     return 0;
-  }
-
-  /** Sends the cumulative ACK of every request handled so far, asked for or not. */
-  private flushAck(): void {
-    if (!(this.ackDue || this.ackLazy) || this.qpState === 'closed') return;
-    this.ackDue = false;
-    this.ackLazy = false;
-    this.stats.acksSent++;
-    this.transport.send(this.headers.response(FrameType.ACK, this.ackPsn, 0), NO_PAYLOAD);
-  }
-
-  private nak(psn: number, status: WireStatus): void {
-    this.flushAck();
-    this.stats.acksSent++;
-    this.transport.send(this.headers.response(FrameType.ACK, psn, StatusCode[status]), NO_PAYLOAD);
   }
 
   // ---------------------------------------------------------------- responses
@@ -571,7 +437,7 @@ export class Qp implements QueuePair {
    * that saw it (so at most one tick late).
    */
   checkTimeout(now: number): void {
-    if (this.ackLazy && this.qpState === 'ready') this.flushAck();
+    this.responder.flushIfLazy();
     const e = this.inFlight.peek();
     if (this.qpState !== 'ready' || e === undefined) return;
     if (e.postedAt === 0) {
@@ -599,7 +465,8 @@ export class Qp implements QueuePair {
     cq.push(wc);
   }
 
-  private malformed(what: string): void {
+  /** A protocol violation by the peer (its frame is malformed): the connection ends. */
+  malformed(what: string): void {
     this.stats.malformedFrames++;
     this.enterError('peer_lost', `malformed frame from peer: ${what}`);
   }
