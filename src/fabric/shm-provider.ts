@@ -67,9 +67,8 @@ const PAGE = 4096;
 /**
  * The frames in the peer's ring that place data in its memory and that it has not read yet:
  * a direct write must not overtake one that touches the same bytes. WRITEs are known by key
- * and byte range, so a direct write waits only for those it overlaps (the router's small
- * control writes to other slots no longer send half its large fragments through the ring). A
- * SEND (it lands in whatever receive the peer posted) or a READ request is a barrier: no
+ * and byte range, so a direct write waits only for those it overlaps (small control writes to
+ * other bytes of a region do not hold back the large writes beside them). A SEND (it lands in whatever receive the peer posted) or a READ request is a barrier: no
  * direct write until the peer has read it. Stream positions are ring indices (mod 2^32).
  */
 export class UnreadWrites {
@@ -187,9 +186,9 @@ class ShmTransport implements Transport {
   /**
    * Touches every page of both rings once, before the first frame: written (zeros; nothing is
    * in the peer's ring yet and only this side writes it) and read. The first touch of a page
-   * costs 1.5-7 us on a virtual machine even when the mapping is populated, and a ring that
-   * streams small frames reaches a fresh page every few dozen frames for its whole first lap
-   * (16 MiB: 2-rank 8-byte all-reduce, every 48th call 15-50 us slower).
+   * is slow even when the mapping is populated (a virtual machine's page tables), and a ring
+   * that streams small frames would reach a fresh page every few dozen frames for its whole
+   * first lap: touched here, the cost is paid once at connection (figures in docs/fabric.md).
    */
   private touchRings(): void {
     const out = this.outData;
@@ -247,7 +246,7 @@ class ShmTransport implements Transport {
     for (let i = from >>> 2, d = at >>> 2, o = off >>> 2, n = to >>> 2; i < n; i++) dst[d + i] = words[o + i] as number;
   }
 
-  /** `src` (4-byte aligned) as words; the view of the last source is kept (one per write was garbage per write). */
+  /** `src` (4-byte aligned) as words; the view of the last source is kept, so repeated writes from one buffer build none. */
   private wordsOf(src: Uint8Array): Int32Array<ArrayBufferLike> {
     if (src !== this.lastSrc) {
       this.lastSrc = src;
