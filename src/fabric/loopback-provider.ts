@@ -10,7 +10,8 @@ import {
 } from './device-base.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
+import { putU32 } from './wire.js';
 import { randomU32 } from './random.js';
 
 /**

@@ -2,13 +2,12 @@ import type { Socket } from 'node:net';
 import { DEFAULT_CONNECT_TIMEOUT_MS, DeviceBase, withDeadline } from './device-base.js';
 import {
   SHM_BELL_BYTES as BELL_BYTES,
-  SHM_KEY_SLOT_BYTES as SLOT_BYTES,
-  SHM_KEY_SLOTS as KEY_SLOTS,
   SHM_RING_BYTES as RING_BYTES,
   SHM_RING_HEADER_BYTES as DATA,
 } from './footprint.js';
 import { randomU32 } from './random.js';
 import { ShmSegment, sweepStale } from './shm-ffi.js';
+import { SHM_KEY_TABLE_BYTES, ShmKeyTable } from './shm-key-table.js';
 import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
 import {
   clientHandshake,
@@ -19,7 +18,9 @@ import {
 } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FLAG_PLACED, FrameType, FrameDecoder, getU32, MalformedFrame, putU32 } from './wire.js';
+import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
+import { frameAddrHi, frameAddrLo, frameFlags, frameRkey, frameType } from './frame-header.js';
+import { FLAG_PLACED, FrameType, putU32 } from './wire.js';
 import { Access, MAX_INLINE } from './types.js';
 import type { Region } from './memory.js';
 import { copyBytes } from '../kernels/copy.js';
@@ -37,14 +38,6 @@ const W = 0;
 const R = 16;
 const CLOSED = 32;
 const SLEEPING = 0;
-/**
- * Key table (one per device, read by peers): KEY_SLOTS slots of SLOT_BYTES, open addressing
- * from rkey % KEY_SLOTS. Slot i32s: 0 state (0 empty, 1 live, 2 removed) | 1 rkey | 2 pd |
- * 3 access | 4 addrHi | 5 addrLo | 6 length | 7 name length; bytes 32.. the segment name.
- * Only `allocate`d regions (which live in their own segment) are published.
- */
-const SLOT_I32 = SLOT_BYTES / 4;
-const NAME_AT = 32;
 /** Writes at least this long are copied straight into a published peer region. */
 const DIRECT_MIN = 64 * 1024;
 /**
@@ -74,9 +67,8 @@ const PAGE = 4096;
 /**
  * The frames in the peer's ring that place data in its memory and that it has not read yet:
  * a direct write must not overtake one that touches the same bytes. WRITEs are known by key
- * and byte range, so a direct write waits only for those it overlaps (the router's small
- * control writes to other slots no longer send half its large fragments through the ring). A
- * SEND (it lands in whatever receive the peer posted) or a READ request is a barrier: no
+ * and byte range, so a direct write waits only for those it overlaps (small control writes to
+ * other bytes of a region do not hold back the large writes beside them). A SEND (it lands in whatever receive the peer posted) or a READ request is a barrier: no
  * direct write until the peer has read it. Stream positions are ring indices (mod 2^32).
  */
 export class UnreadWrites {
@@ -162,8 +154,7 @@ class ShmTransport implements Transport {
   /** Stream position after everything sent. */
   private streamPos = 0;
   private readonly unread: UnreadWrites;
-  private readonly peerKeyI32: Int32Array;
-  private readonly peerKeyBytes: Uint8Array;
+  private readonly peerKeyTable: ShmKeyTable;
   private readonly peerRegions = new Map<string, ShmSegment>();
   /** The side-channel socket's fd, for knocking without the event loop (-1: use socket.write). */
   private fd = -1;
@@ -178,8 +169,7 @@ class ShmTransport implements Transport {
     private readonly onClose: (t: ShmTransport) => void,
     private readonly onKnock: () => void,
   ) {
-    this.peerKeyI32 = new Int32Array(peerKeys.buffer, 0, peerKeys.length / 4);
-    this.peerKeyBytes = new Uint8Array(peerKeys.buffer, 0, peerKeys.length);
+    this.peerKeyTable = new ShmKeyTable(peerKeys.buffer);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
@@ -196,9 +186,9 @@ class ShmTransport implements Transport {
   /**
    * Touches every page of both rings once, before the first frame: written (zeros; nothing is
    * in the peer's ring yet and only this side writes it) and read. The first touch of a page
-   * costs 1.5-7 us on a virtual machine even when the mapping is populated, and a ring that
-   * streams small frames reaches a fresh page every few dozen frames for its whole first lap
-   * (16 MiB: 2-rank 8-byte all-reduce, every 48th call 15-50 us slower).
+   * is slow even when the mapping is populated (a virtual machine's page tables), and a ring
+   * that streams small frames would reach a fresh page every few dozen frames for its whole
+   * first lap: touched here, the cost is paid once at connection (figures in docs/fabric.md).
    */
   private touchRings(): void {
     const out = this.outData;
@@ -256,7 +246,7 @@ class ShmTransport implements Transport {
     for (let i = from >>> 2, d = at >>> 2, o = off >>> 2, n = to >>> 2; i < n; i++) dst[d + i] = words[o + i] as number;
   }
 
-  /** `src` (4-byte aligned) as words; the view of the last source is kept (one per write was garbage per write). */
+  /** `src` (4-byte aligned) as words; the view of the last source is kept, so repeated writes from one buffer build none. */
   private wordsOf(src: Uint8Array): Int32Array<ArrayBufferLike> {
     if (src !== this.lastSrc) {
       this.lastSrc = src;
@@ -272,7 +262,7 @@ class ShmTransport implements Transport {
   private target: ShmSegment | undefined;
   private targetBytes: Uint8Array | undefined;
   private targetWords: Int32Array | undefined;
-  private targetBase = -1;
+  private targetSlot = -1;
   private targetKey = 0;
   private targetHi = 0;
   private targetLo = 0;
@@ -286,59 +276,53 @@ class ShmTransport implements Transport {
    * (state, key, address, length) on every use.
    */
   private peerRegion(rkey: number, hi: number, lo: number, length: number): number {
-    const k = this.peerKeyI32;
-    let base = this.targetBase;
+    const k = this.peerKeyTable;
+    let slot = this.targetSlot;
     if (
-      base < 0 ||
+      slot < 0 ||
       this.targetKey !== (rkey | 0) ||
-      Atomics.load(k, base) !== 1 ||
-      k[base + 1] !== (rkey | 0) ||
-      k[base + 4] !== this.targetHi ||
-      k[base + 5] !== this.targetLo ||
-      k[base + 6] !== this.targetLength
+      !k.live(slot) ||
+      k.rkey(slot) !== (rkey | 0) ||
+      k.addrHi(slot) !== this.targetHi ||
+      k.addrLo(slot) !== this.targetLo ||
+      k.length(slot) !== this.targetLength
     ) {
-      base = this.findPeerKey(rkey);
-      if (base < 0) return -1;
+      slot = this.findPeerKey(rkey);
+      if (slot < 0) return -1;
     }
-    if (k[base + 2] !== this.peerPd || ((k[base + 3] as number) & Access.REMOTE_WRITE) === 0) return -1;
-    const off = (hi - ((k[base + 4] as number) >>> 0)) * TWO32 + (lo - ((k[base + 5] as number) >>> 0));
+    if (k.pdId(slot) !== this.peerPd || (k.access(slot) & Access.REMOTE_WRITE) === 0) return -1;
+    const off = (hi - (k.addrHi(slot) >>> 0)) * TWO32 + (lo - (k.addrLo(slot) >>> 0));
     if (!(off >= 0) || off + length > this.targetLength) return -1;
     return off;
   }
 
-  /** Looks `rkey` up in the peer's key table and maps its segment; the entry's index, or -1. */
+  /** Looks `rkey` up in the peer's key table and maps its segment; the entry's slot, or -1. */
   private findPeerKey(rkey: number): number {
-    const k = this.peerKeyI32;
-    this.targetBase = -1;
-    for (let i = 0, slot = rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
-      const base = slot * SLOT_I32;
-      const state = Atomics.load(k, base);
-      if (state === 0) return -1;
-      if (state !== 1 || k[base + 1] !== (rkey | 0)) continue;
-      const regionLength = k[base + 6] as number;
-      const nameLen = k[base + 7] as number;
-      const name = Buffer.from(this.peerKeyBytes.subarray(base * 4 + NAME_AT, base * 4 + NAME_AT + nameLen)).toString('latin1');
-      let seg = this.peerRegions.get(name);
-      if (seg === undefined) {
-        try {
-          seg = ShmSegment.open(name, regionLength);
-        } catch {
-          return -1;
-        }
-        this.peerRegions.set(name, seg);
+    const k = this.peerKeyTable;
+    this.targetSlot = -1;
+    const slot = k.find(rkey);
+    if (slot < 0) return -1;
+    const regionLength = k.length(slot);
+    const name = k.name(slot);
+    let seg = this.peerRegions.get(name);
+    if (seg === undefined) {
+      try {
+        seg = ShmSegment.open(name, regionLength);
+      } catch {
+        return -1;
       }
-      if (Atomics.load(k, base) !== 1) return -1;
-      this.target = seg;
-      this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
-      this.targetWords = new Int32Array(seg.buffer, 0, regionLength >>> 2);
-      this.targetBase = base;
-      this.targetKey = rkey | 0;
-      this.targetHi = k[base + 4] as number;
-      this.targetLo = k[base + 5] as number;
-      this.targetLength = regionLength;
-      return base;
+      this.peerRegions.set(name, seg);
     }
-    return -1;
+    if (!k.live(slot)) return -1;
+    this.target = seg;
+    this.targetBytes = new Uint8Array(seg.buffer, 0, regionLength);
+    this.targetWords = new Int32Array(seg.buffer, 0, regionLength >>> 2);
+    this.targetSlot = slot;
+    this.targetKey = rkey | 0;
+    this.targetHi = k.addrHi(slot);
+    this.targetLo = k.addrLo(slot);
+    this.targetLength = regionLength;
+    return slot;
   }
 
   bind(events: TransportEvents): void {
@@ -441,9 +425,9 @@ class ShmTransport implements Transport {
 
   /** Notes a frame that ends at the current stream position and carries `payload` bytes. */
   private track(header: Uint8Array, payload: number): void {
-    const type = header[0];
-    if (type === FrameType.WRITE && ((header[1] as number) & FLAG_PLACED) === 0)
-      this.unread.write(this.streamPos, getU32(header, 8), getU32(header, 16), getU32(header, 12), payload);
+    const type = frameType(header, 0);
+    if (type === FrameType.WRITE && (frameFlags(header, 0) & FLAG_PLACED) === 0)
+      this.unread.write(this.streamPos, frameRkey(header, 0), frameAddrHi(header, 0), frameAddrLo(header, 0), payload);
     else if (type === FrameType.SEND || type === FrameType.READ_REQ) this.unread.barrier(this.streamPos);
   }
 
@@ -570,7 +554,7 @@ class ShmListener extends SideChannelBackedListener {
       const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA, POPULATED);
       theirs.unlink();
       const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
-      const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
+      const keys = ShmSegment.open(String(peer.extra.keys), SHM_KEY_TABLE_BYTES);
       const mine = ShmSegment.create(segName('ring'), RING_BYTES + DATA, POPULATED);
       const psn = newPsn();
       peer.welcome(psn, options.info ?? {}, {
@@ -593,8 +577,8 @@ export class ShmDevice extends DeviceBase {
   readonly name = 'shm0';
   private readonly bell: ShmSegment;
   private readonly bellCtl: Int32Array;
-  private readonly keyTable: ShmSegment;
-  private readonly keyI32: Int32Array;
+  private readonly keySegment: ShmSegment;
+  private readonly keyTable: ShmKeyTable;
   private readonly transports = new Set<ShmTransport>();
   /** Polls every TICK_MS while the application polls or waits; stops (doorbell armed) once idle. */
   private ticker: NodeJS.Timeout | undefined;
@@ -607,8 +591,8 @@ export class ShmDevice extends DeviceBase {
     sweepStale();
     this.bell = ShmSegment.create(segName('bell'), BELL_BYTES);
     this.bellCtl = new Int32Array(this.bell.buffer, 0, 16);
-    this.keyTable = ShmSegment.create(segName('keys'), KEY_SLOTS * SLOT_BYTES);
-    this.keyI32 = new Int32Array(this.keyTable.buffer, 0, this.keyTable.length / 4);
+    this.keySegment = ShmSegment.create(segName('keys'), SHM_KEY_TABLE_BYTES);
+    this.keyTable = new ShmKeyTable(this.keySegment.buffer);
     this.doorbell = { active: () => this.markActive(), arm: () => this.arm() };
     // allocated regions live in their own segment, published so peers can write them directly
     this.allocator = (length) => {
@@ -620,7 +604,7 @@ export class ShmDevice extends DeviceBase {
         buffer,
         registered: (r) => (slot = this.publish(r, seg.name)),
         release: () => {
-          if (slot >= 0 && !this.closed) Atomics.store(this.keyI32, slot * SLOT_I32, 2);
+          if (slot >= 0 && !this.closed) this.keyTable.remove(slot);
           seg.unlink(); // the pages go with the last view of `buffer`
         },
       };
@@ -632,30 +616,13 @@ export class ShmDevice extends DeviceBase {
   }
 
   get keysName(): string {
-    return this.keyTable.name;
+    return this.keySegment.name;
   }
 
   /** Puts a region in the key table; its slot, or -1 when the table is full (no direct writes then). */
   private publish(r: Region, name: string): number {
-    const k = this.keyI32;
-    for (let i = 0, slot = r.rkey % KEY_SLOTS; i < KEY_SLOTS; i++, slot = (slot + 1) % KEY_SLOTS) {
-      const base = slot * SLOT_I32;
-      if (Atomics.load(k, base) === 1) continue;
-      k[base + 1] = r.rkey | 0;
-      k[base + 2] = r.pd.id;
-      k[base + 3] = r.access;
-      k[base + 4] = r.addrHi;
-      k[base + 5] = r.addrLo | 0;
-      k[base + 6] = r.length;
-      const bytes = Buffer.from(name, 'latin1');
-      k[base + 7] = bytes.length;
-      new Uint8Array(this.keyTable.buffer, base * 4 + NAME_AT, SLOT_BYTES - NAME_AT).set(
-        bytes.subarray(0, SLOT_BYTES - NAME_AT),
-      );
-      Atomics.store(k, base, 1);
-      return slot;
-    }
-    return -1;
+    const { rkey, access, addrHi, addrLo, length } = r;
+    return this.keyTable.publish({ rkey, pdId: r.pd.id, access, addrHi, addrLo, length }, name);
   }
 
   /** For tests and diagnostics: knocks received, whether the 1 ms tick runs, whether the doorbell is armed. */
@@ -761,7 +728,7 @@ export class ShmDevice extends DeviceBase {
           extra: () => ({
             ring: mine.name,
             bell: this.bell.name,
-            keys: this.keyTable.name,
+            keys: this.keySegment.name,
             pd: options.pd.id,
           }),
         }).then((p) => {
@@ -780,7 +747,7 @@ export class ShmDevice extends DeviceBase {
         const theirs = ShmSegment.open(String(peer.extra.ring), RING_BYTES + DATA, POPULATED);
         theirs.unlink();
         const bell = ShmSegment.open(String(peer.extra.bell), BELL_BYTES);
-        const keys = ShmSegment.open(String(peer.extra.keys), KEY_SLOTS * SLOT_BYTES);
+        const keys = ShmSegment.open(String(peer.extra.keys), SHM_KEY_TABLE_BYTES);
         return this.qpOn(peer, psn, options, { mine, theirs, bell, keys, pd: Number(peer.extra.pd) });
       } catch (e) {
         peer.socket.destroy();
@@ -797,6 +764,6 @@ export class ShmDevice extends DeviceBase {
     await super.close();
     this.stopTicker();
     this.bell.unmap();
-    this.keyTable.unmap();
+    this.keySegment.unmap();
   }
 }

@@ -10,7 +10,8 @@ import {
 } from './side-channel.js';
 import type { Transport, TransportEvents } from './transport.js';
 import type { AcceptOptions, ConnectOptions, Listener, ListenOptions, QueuePair } from './types.js';
-import { FrameDecoder, MalformedFrame, putU32 } from './wire.js';
+import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
+import { putU32 } from './wire.js';
 import {
   EAGAIN,
   EINTR,
@@ -30,8 +31,8 @@ const BACKGROUND_POLL_MS = 1;
  * After this many background polls in a row found nothing, the poller slows to IDLE_POLL_MS
  * until one finds something again. The application's own waits poll for themselves, so only
  * a passive peer's one-sided work and the EOF of a dead peer wait on it, for up to
- * IDLE_POLL_MS. (Polling every 1 ms, with the collectives' pump, kept an idle rank at ~5%
- * of a core.)
+ * IDLE_POLL_MS. An idle rank polled every 1 ms costs a measurable share of a core
+ * (docs/fabric.md).
  */
 const IDLE_AFTER_POLLS = 200;
 const IDLE_POLL_MS = 10;
@@ -122,10 +123,9 @@ const READS_PER_POLL = 64;
 /**
  * SO_SNDBUF and SO_RCVBUF of a polled connection (the kernel caps them at wmem_max/rmem_max
  * and doubles them; they are limits, not allocations). Fixed sizes turn off the kernel's
- * autotuning, under which a connection settled, run by run, into one of two speeds: 2 ranks,
- * 1 MiB all-reduce, p50 ~700-950 us in 6 of 9 runs and ~390-530 us in 3; with fixed buffers
- * the slow speed did not appear in 13 runs (docs/collectives.md). TANDEM_TCP_SOCKBUF sets
- * them (0: autotune).
+ * autotuning, under which a connection settles, run by run, into one of two speeds; with
+ * fixed buffers only the fast one is seen (docs/fabric.md, docs/collectives.md).
+ * TANDEM_TCP_SOCKBUF sets them (0: autotune).
  */
 const SOCKET_BUFFER_BYTES = 4 << 20;
 
@@ -420,9 +420,8 @@ export class TcpDevice extends DeviceBase {
   /**
    * Every polled connection of every tcp device in this process. A sleeping wait blocks the
    * thread in poll(2), so it watches all of them: a wait on one device (a communicator's
-   * idle pump) must not sit out data that another (a tensor-parallel exchange) waits for.
-   * Watching only its own made every such exchange wait out the 1 ms slice (p50 28 us,
-   * mean 386 us, 25-30% of exchanges over 1 ms; 2 processes, 8 KiB).
+   * idle pump) must not sit out data that another (a tensor-parallel exchange) waits for:
+   * watching only its own, such an exchange waits out the whole sleep slice (docs/fabric.md).
    */
   private static readonly everywhere = new Set<PolledTcpTransport>();
   private poller: NodeJS.Timeout | undefined;
