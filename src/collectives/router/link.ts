@@ -180,7 +180,7 @@ export class Link {
         out.done?.();
       }
     }
-    // drop sent fragments early: kept longer they are promoted and die in old space (see COMPACT_AFTER in fabric/queue-pair.ts)
+    // drop sent fragments early: kept longer they are promoted and die in old space (see COMPACT_AFTER in fabric/receive-queue.ts)
     if (this.queueHead > 32 && this.queueHead * 2 > this.queue.length) {
       this.queue = this.queue.slice(this.queueHead);
       this.queueHead = 0;
