@@ -17,7 +17,10 @@ const { values } = parseArgs({
     json: { type: 'boolean', default: false },
   },
 });
-const anchors: Record<number, { decode: number; prefill: number }> = { 1: { decode: 27.7, prefill: 82 }, 2: { decode: 36.4, prefill: 159 } };
+const anchors: Record<number, { decode: number; prefill: number }> = {
+  1: { decode: 27.7, prefill: 82 },
+  2: { decode: 36.4, prefill: 159 },
+};
 const type = GgmlType[values.type as GgmlTypeName];
 const layers = Number(values.layers);
 const dim = 2048;
@@ -40,7 +43,10 @@ const head = randomWeightBytes(type, vocab, dim, 99);
 for (const threads of values.threads.split(',').map(Number)) {
   const k = await createKernels({ backend: values.backend as 'wasm' | 'native', threads });
   const ws: Weight[] = [];
-  for (let l = 0; l < layers; l++) shapes.forEach(([rows, cols], i) => ws.push(k.uploadWeight({ type, rows, cols, data: sources[i] as Uint8Array })));
+  for (let l = 0; l < layers; l++)
+    shapes.forEach(([rows, cols], i) =>
+      ws.push(k.uploadWeight({ type, rows, cols, data: sources[i] as Uint8Array })),
+    );
   const out = k.uploadWeight({ type, rows: vocab, cols: dim, data: head });
   const n = Number(values.prefill);
   const x = randomFloats(n * ff, 3);
@@ -69,7 +75,22 @@ for (const threads of values.threads.split(',').map(Number)) {
   cpu = process.cpuUsage(cpu0);
   const prefillCpu = n / ((cpu.user + cpu.system) / 1e6);
   const a = anchors[threads];
-  const row = { engine: 'tandem-kernels', type: values.type, threads, decode_tok_s: +decode.toFixed(1), prefill_tok_s: +prefill.toFixed(1), ...(threads === 1 ? { decode_tok_cpu_s: +decodeCpu.toFixed(1), prefill_tok_cpu_s: +prefillCpu.toFixed(1) } : {}), llama_decode_tok_s: a?.decode, llama_prefill_tok_s: a?.prefill };
-  console.log(values.json ? JSON.stringify(row) : `${values.type} threads=${threads}: decode ${row.decode_tok_s} tok/s (llama.cpp ${a?.decode ?? '?'}), prefill ${row.prefill_tok_s} tok/s (llama.cpp ${a?.prefill ?? '?'})${threads === 1 ? `; per CPU-second: decode ${row.decode_tok_cpu_s}, prefill ${row.prefill_tok_cpu_s}` : ''}`);
+  const row = {
+    engine: 'tandem-kernels',
+    type: values.type,
+    threads,
+    decode_tok_s: +decode.toFixed(1),
+    prefill_tok_s: +prefill.toFixed(1),
+    ...(threads === 1
+      ? { decode_tok_cpu_s: +decodeCpu.toFixed(1), prefill_tok_cpu_s: +prefillCpu.toFixed(1) }
+      : {}),
+    llama_decode_tok_s: a?.decode,
+    llama_prefill_tok_s: a?.prefill,
+  };
+  console.log(
+    values.json
+      ? JSON.stringify(row)
+      : `${values.type} threads=${threads}: decode ${row.decode_tok_s} tok/s (llama.cpp ${a?.decode ?? '?'}), prefill ${row.prefill_tok_s} tok/s (llama.cpp ${a?.prefill ?? '?'})${threads === 1 ? `; per CPU-second: decode ${row.decode_tok_cpu_s}, prefill ${row.prefill_tok_cpu_s}` : ''}`,
+  );
   await k.close();
 }

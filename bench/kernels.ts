@@ -74,7 +74,9 @@ for (const threads of values.threads.split(',').map(Number)) {
   await k.close();
 }
 if (!values.json) {
-  console.log(`kernels: [${rows}, ${cols}] weights, matmul n=${n} (anchor: C AVX2/VNNI int8 matvec 65-95 GFLOP/s per thread)`);
+  console.log(
+    `kernels: [${rows}, ${cols}] weights, matmul n=${n} (anchor: C AVX2/VNNI int8 matvec 65-95 GFLOP/s per thread)`,
+  );
   console.log('type   threads  matvec us  matvec GFLOP/s  weights GB/s  matmul GFLOP/s');
   for (const r of results) {
     console.log(

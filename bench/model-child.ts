@@ -23,7 +23,15 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
     const { model } = opened;
     const cache = model.newSession({ contextLength: job.prompt.length + job.tokens + 8 });
     const r = await generate(model, cache, job.prompt, { maxTokens: job.tokens });
-    return { engine: 'tandem', threads: job.threads, prefill_tok_s: r.prefillTokS, decode_tok_s: r.decodeTokS, ttft_ms: r.ttftMs, peak_rss_mb: peakRssMb(), backend: opened.kernels.backend };
+    return {
+      engine: 'tandem',
+      threads: job.threads,
+      prefill_tok_s: r.prefillTokS,
+      decode_tok_s: r.decodeTokS,
+      ttft_ms: r.ttftMs,
+      peak_rss_mb: peakRssMb(),
+      backend: opened.kernels.backend,
+    };
   } finally {
     await opened.close();
   }
@@ -33,7 +41,11 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
-  const context = await model.createContext({ contextSize: Math.max(256, job.prompt.length + job.tokens + 8), threads: job.threads, batchSize: 512 });
+  const context = await model.createContext({
+    contextSize: Math.max(256, job.prompt.length + job.tokens + 8),
+    threads: job.threads,
+    batchSize: 512,
+  });
   const seq = context.getSequence();
   const start = performance.now();
   let ttft = 0;

@@ -16,7 +16,12 @@ const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
 const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
 const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
 const perSequence = job.prompt.length + job.maxTokens + 8;
-const context = await model.createContext({ contextSize: job.concurrency * perSequence, sequences: job.concurrency, threads: job.threads, batchSize: 512 });
+const context = await model.createContext({
+  contextSize: job.concurrency * perSequence,
+  sequences: job.concurrency,
+  threads: job.threads,
+  batchSize: 512,
+});
 
 async function client(): Promise<RequestTiming[]> {
   const seq = context.getSequence();

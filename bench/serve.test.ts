@@ -5,14 +5,53 @@ import { summarize } from './serve.js';
 
 const path = tempModel('tandem-bench-serve-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
-test('bench serve --json: one line per engine and level with the issue\'s fields, requests = clients x rounds', () => {
-  const r = runTandem(['bench', 'serve', path(), '--threads', '1', '--concurrency', '1,2', '--prompt-tokens', '8', '--max-tokens', '4', '--rounds', '2', '--anchors', '--json']);
+test("bench serve --json: one line per engine and level with the issue's fields, requests = clients x rounds", () => {
+  const r = runTandem([
+    'bench',
+    'serve',
+    path(),
+    '--threads',
+    '1',
+    '--concurrency',
+    '1,2',
+    '--prompt-tokens',
+    '8',
+    '--max-tokens',
+    '4',
+    '--rounds',
+    '2',
+    '--anchors',
+    '--json',
+  ]);
   assert.equal(r.code, 0, r.stderr);
-  const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, number | string>);
-  assert.deepEqual(lines.map((l) => [l.engine, l.concurrency, l.requests]), [['tandem', 1, 2], ['tandem', 2, 4], ['llama.cpp', 1, 2], ['llama.cpp', 2, 4]]);
+  const lines = r.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, number | string>);
+  assert.deepEqual(
+    lines.map((l) => [l.engine, l.concurrency, l.requests]),
+    [
+      ['tandem', 1, 2],
+      ['tandem', 2, 4],
+      ['llama.cpp', 1, 2],
+      ['llama.cpp', 2, 4],
+    ],
+  );
   for (const l of lines) {
-    assert.deepEqual(Object.keys(l), ['engine', 'concurrency', 'requests', 'ttft_ms_p50', 'ttft_ms_p99', 'itl_ms_p50', 'tok_s_total', 'tok_s_per_stream']);
-    assert.ok((l.tok_s_total as number) > 0 && (l.tok_s_per_stream as number) > 0 && (l.ttft_ms_p50 as number) > 0, JSON.stringify(l));
+    assert.deepEqual(Object.keys(l), [
+      'engine',
+      'concurrency',
+      'requests',
+      'ttft_ms_p50',
+      'ttft_ms_p99',
+      'itl_ms_p50',
+      'tok_s_total',
+      'tok_s_per_stream',
+    ]);
+    assert.ok(
+      (l.tok_s_total as number) > 0 && (l.tok_s_per_stream as number) > 0 && (l.ttft_ms_p50 as number) > 0,
+      JSON.stringify(l),
+    );
     assert.ok((l.ttft_ms_p99 as number) >= (l.ttft_ms_p50 as number));
   }
   const bad = runTandem(['bench', 'serve', path(), '--concurrency', '1,x']);
@@ -20,10 +59,24 @@ test('bench serve --json: one line per engine and level with the issue\'s fields
   assert.match(bad.stderr, /--concurrency item 'x'/);
 });
 
-test('summarize: TTFT from each request\'s start to its first token, gaps between tokens, tokens over wall time', () => {
-  const row = summarize('tandem', 2, [
-    { startMs: 0, tokenMs: [10, 12, 14], endMs: 20, tokens: 3 },
-    { startMs: 5, tokenMs: [35, 36], endMs: 45, tokens: 2 },
-  ], 50);
-  assert.deepEqual(row, { engine: 'tandem', concurrency: 2, requests: 2, ttft_ms_p50: 10, ttft_ms_p99: 30, itl_ms_p50: 2, tok_s_total: 100, tok_s_per_stream: 100 });
+test("summarize: TTFT from each request's start to its first token, gaps between tokens, tokens over wall time", () => {
+  const row = summarize(
+    'tandem',
+    2,
+    [
+      { startMs: 0, tokenMs: [10, 12, 14], endMs: 20, tokens: 3 },
+      { startMs: 5, tokenMs: [35, 36], endMs: 45, tokens: 2 },
+    ],
+    50,
+  );
+  assert.deepEqual(row, {
+    engine: 'tandem',
+    concurrency: 2,
+    requests: 2,
+    ttft_ms_p50: 10,
+    ttft_ms_p99: 30,
+    itl_ms_p50: 2,
+    tok_s_total: 100,
+    tok_s_per_stream: 100,
+  });
 });

@@ -67,7 +67,12 @@ function percentile(values: readonly number[], p: number): number {
 }
 
 /** The row of one level from its requests' timings and its wall time. */
-export function summarize(engine: ServeBenchRow['engine'], concurrency: number, timings: readonly RequestTiming[], wallMs: number): ServeBenchRow {
+export function summarize(
+  engine: ServeBenchRow['engine'],
+  concurrency: number,
+  timings: readonly RequestTiming[],
+  wallMs: number,
+): ServeBenchRow {
   const round = (x: number): number => Math.round(x * 100) / 100;
   const gaps = timings.flatMap((t) => t.tokenMs.slice(1).map((ms, i) => ms - (t.tokenMs[i] as number)));
   const tokens = timings.reduce((a, t) => a + t.tokens, 0);
@@ -76,8 +81,18 @@ export function summarize(engine: ServeBenchRow['engine'], concurrency: number, 
     engine,
     concurrency,
     requests: timings.length,
-    ttft_ms_p50: round(percentile(timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs), 0.5)),
-    ttft_ms_p99: round(percentile(timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs), 0.99)),
+    ttft_ms_p50: round(
+      percentile(
+        timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs),
+        0.5,
+      ),
+    ),
+    ttft_ms_p99: round(
+      percentile(
+        timings.map((t) => (t.tokenMs[0] ?? t.endMs) - t.startMs),
+        0.99,
+      ),
+    ),
     itl_ms_p50: round(percentile(gaps, 0.5)),
     tok_s_total: round(tokens / (wallMs / 1000)),
     tok_s_per_stream: round(perStream.reduce((a, b) => a + b, 0) / Math.max(1, perStream.length)),
@@ -87,13 +102,32 @@ export function summarize(engine: ServeBenchRow['engine'], concurrency: number, 
 /** Starts `tandem serve` on a free port; resolves with its URL once it says it is listening. */
 function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: ChildProcess; url: string }> {
   const slots = Math.max(...o.concurrency);
-  const args = ['serve', o.model, '--port', '0', '--threads', String(o.threads), '--slots', String(slots), '--max-queue', String(slots), '--context', String(o.promptTokens + o.maxTokens + 8)];
+  const args = [
+    'serve',
+    o.model,
+    '--port',
+    '0',
+    '--threads',
+    String(o.threads),
+    '--slots',
+    String(slots),
+    '--max-queue',
+    String(slots),
+    '--context',
+    String(o.promptTokens + o.maxTokens + 8),
+  ];
   const child = spawn(process.execPath, [tandemBin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   return new Promise((resolve, reject) => {
     let text = '';
     const fail = (why: string): void => {
       child.kill('SIGKILL');
-      reject(new TandemError('INTERNAL', `bench serve: tandem serve ${why}: ${text.trim().split('\n').slice(-3).join(' | ')}`, { hint: 'run `tandem serve MODEL` to see the error' }));
+      reject(
+        new TandemError(
+          'INTERNAL',
+          `bench serve: tandem serve ${why}: ${text.trim().split('\n').slice(-3).join(' | ')}`,
+          { hint: 'run `tandem serve MODEL` to see the error' },
+        ),
+      );
     };
     const timer = setTimeout(() => fail(`did not listen within ${timeoutMs} ms`), timeoutMs);
     child.stderr?.setEncoding('utf8').on('data', (d: string) => {
@@ -117,9 +151,18 @@ async function streamOnce(url: string, prompt: readonly number[], maxTokens: num
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify({
+      prompt,
+      max_tokens: maxTokens,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
   });
-  if (!res.ok || !res.body) throw new TandemError('INTERNAL', `bench serve: the server answered ${res.status}: ${await res.text()}`, { hint: 'see the server\'s error above' });
+  if (!res.ok || !res.body)
+    throw new TandemError('INTERNAL', `bench serve: the server answered ${res.status}: ${await res.text()}`, {
+      hint: "see the server's error above",
+    });
   const tokenMs: number[] = [];
   let tokens = 0;
   let pending = '';
@@ -131,7 +174,10 @@ async function streamOnce(url: string, prompt: readonly number[], maxTokens: num
     for (const event of events) {
       const data = event.replace(/^data: /, '');
       if (data === '[DONE]') continue;
-      const chunk = JSON.parse(data) as { choices: { text: string }[]; usage?: { completion_tokens: number } | null };
+      const chunk = JSON.parse(data) as {
+        choices: { text: string }[];
+        usage?: { completion_tokens: number } | null;
+      };
       if (chunk.choices[0]?.text) tokenMs.push(performance.now());
       if (chunk.usage) tokens = chunk.usage.completion_tokens;
     }
@@ -166,7 +212,10 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
   const file = GgufModelFile.open(o.model);
   let vocab: number;
   try {
-    vocab = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims]))).vocabSize;
+    vocab = configFromMetadata(
+      (k) => file.meta(k),
+      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+    ).vocabSize;
   } finally {
     file.close();
   }
@@ -174,8 +223,18 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
   const rows = await benchTandem(o, prompt);
   if (!o.anchors) return rows;
   for (const c of o.concurrency) {
-    const job: LlamaServeJob = { model: o.model, threads: o.threads, prompt, maxTokens: o.maxTokens, concurrency: c, rounds: o.rounds };
-    const r = await runJsonChild<{ timings: RequestTiming[]; wallMs: number }>(llamaChild, job, { timeoutMs: o.timeoutMs, what: `bench serve: llama.cpp at concurrency ${c}` });
+    const job: LlamaServeJob = {
+      model: o.model,
+      threads: o.threads,
+      prompt,
+      maxTokens: o.maxTokens,
+      concurrency: c,
+      rounds: o.rounds,
+    };
+    const r = await runJsonChild<{ timings: RequestTiming[]; wallMs: number }>(llamaChild, job, {
+      timeoutMs: o.timeoutMs,
+      what: `bench serve: llama.cpp at concurrency ${c}`,
+    });
     rows.push(summarize('llama.cpp', c, r.timings, r.wallMs));
     o.onProgress?.(`llama.cpp, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
   }
@@ -183,8 +242,34 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
 }
 
 export function table(rows: readonly ServeBenchRow[]): string {
-  const head = ['engine', 'conc', 'requests', 'TTFT p50 ms', 'TTFT p99 ms', 'ITL p50 ms', 'tok/s total', 'tok/s/stream'];
-  const body = rows.map((r) => [r.engine, String(r.concurrency), String(r.requests), r.ttft_ms_p50.toFixed(1), r.ttft_ms_p99.toFixed(1), r.itl_ms_p50.toFixed(2), r.tok_s_total.toFixed(1), r.tok_s_per_stream.toFixed(1)]);
+  const head = [
+    'engine',
+    'conc',
+    'requests',
+    'TTFT p50 ms',
+    'TTFT p99 ms',
+    'ITL p50 ms',
+    'tok/s total',
+    'tok/s/stream',
+  ];
+  const body = rows.map((r) => [
+    r.engine,
+    String(r.concurrency),
+    String(r.requests),
+    r.ttft_ms_p50.toFixed(1),
+    r.ttft_ms_p99.toFixed(1),
+    r.itl_ms_p50.toFixed(2),
+    r.tok_s_total.toFixed(1),
+    r.tok_s_per_stream.toFixed(1),
+  ]);
   const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
-  return [head, ...body].map((cells) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join('  ')).join('\n') + '\n';
+  return (
+    [head, ...body]
+      .map((cells) =>
+        cells
+          .map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number)))
+          .join('  '),
+      )
+      .join('\n') + '\n'
+  );
 }

@@ -11,5 +11,7 @@ try {
   process.exit(1);
 }
 await buildNative({ force, quiet: false }).catch((err) => {
-  console.log(`native kernels not built (optional; the WebAssembly kernels will run): ${String(err.message).split('\n')[0]}`);
+  console.log(
+    `native kernels not built (optional; the WebAssembly kernels will run): ${String(err.message).split('\n')[0]}`,
+  );
 });

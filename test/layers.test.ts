@@ -21,7 +21,18 @@ export const allowed: Record<string, readonly string[]> = {
   parallel: ['util', 'errors', 'kernels', 'topology', 'collectives', 'engine'],
   cluster: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel'],
   api: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster'],
-  cli: ['util', 'errors', 'kernels', 'fabric', 'topology', 'collectives', 'engine', 'parallel', 'cluster', 'api'],
+  cli: [
+    'util',
+    'errors',
+    'kernels',
+    'fabric',
+    'topology',
+    'collectives',
+    'engine',
+    'parallel',
+    'cluster',
+    'api',
+  ],
 };
 
 const srcRoot = resolve(import.meta.dirname, '..', 'src');
@@ -52,7 +63,8 @@ export function layerOf(path: string): string | undefined {
 
 test('every src/ folder is a known layer', () => {
   for (const name of readdirSync(srcRoot)) {
-    if (statSync(join(srcRoot, name)).isDirectory()) assert.ok(name in allowed, `src/${name} is not a layer of DESIGN.md`);
+    if (statSync(join(srcRoot, name)).isDirectory())
+      assert.ok(name in allowed, `src/${name} is not a layer of DESIGN.md`);
   }
 });
 
@@ -86,7 +98,8 @@ test('parallel/ does not import fabric/: no module of parallel names a fabric mo
   for (const file of sources(join(srcRoot, 'parallel'))) {
     for (const spec of importsOf(readFileSync(file, 'utf8'))) {
       const target = resolve(dirname(file), spec);
-      if (target === fabricRoot || target.startsWith(fabricRoot + sep)) reached.push(`${relative(srcRoot, file)} imports ${spec}`);
+      if (target === fabricRoot || target.startsWith(fabricRoot + sep))
+        reached.push(`${relative(srcRoot, file)} imports ${spec}`);
     }
   }
   assert.deepEqual(reached, []);

@@ -6,8 +6,16 @@ import { checkModelName, completionId, sendJson, unixNow, type RouteContext } fr
 import { chatPrompt, tokenBudget } from './served-model.js';
 import { EventStream } from './sse.js';
 
-function usage(o: GenerationOutcome): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
-  return { prompt_tokens: o.promptTokens, completion_tokens: o.completionTokens, total_tokens: o.promptTokens + o.completionTokens };
+function usage(o: GenerationOutcome): {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+} {
+  return {
+    prompt_tokens: o.promptTokens,
+    completion_tokens: o.completionTokens,
+    total_tokens: o.promptTokens + o.completionTokens,
+  };
 }
 
 function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogprob[]; refusal: null } | null {
@@ -28,13 +36,28 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   if (!request.stream) {
     let text = '';
     const entries: TokenLogprob[] = [];
-    const outcome = await startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, (d) => {
-      text += d.text;
-      entries.push(...d.logprobs);
-    });
+    const outcome = await startGeneration(
+      ctx.served,
+      ctx.scheduler,
+      prompt,
+      maxTokens,
+      request,
+      ctx.signal,
+      (d) => {
+        text += d.text;
+        entries.push(...d.logprobs);
+      },
+    );
     sendJson(ctx.res, 200, {
       ...head('chat.completion'),
-      choices: [{ index: 0, message: { role: 'assistant', content: text, refusal: null }, logprobs: logprobsOf(wantLogprobs ? entries : undefined), finish_reason: outcome.finishReason }],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: text, refusal: null },
+          logprobs: logprobsOf(wantLogprobs ? entries : undefined),
+          finish_reason: outcome.finishReason,
+        },
+      ],
       usage: usage(outcome),
     });
     return;
@@ -45,8 +68,17 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     choices: [{ index: 0, delta, logprobs: logprobsOf(entries), finish_reason: finishReason }],
     ...extra,
   });
-  const onDelta = (d: Delta): void => stream.send(chunk({ content: d.text }, null, wantLogprobs ? d.logprobs : undefined));
-  const generation = startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, onDelta);
+  const onDelta = (d: Delta): void =>
+    stream.send(chunk({ content: d.text }, null, wantLogprobs ? d.logprobs : undefined));
+  const generation = startGeneration(
+    ctx.served,
+    ctx.scheduler,
+    prompt,
+    maxTokens,
+    request,
+    ctx.signal,
+    onDelta,
+  );
   // deltas come from the scheduler's loop in a later turn, once the stream exists
   const stream = new EventStream(ctx.res);
   stream.send(chunk({ role: 'assistant', content: '', refusal: null }, null));
@@ -58,6 +90,7 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     return;
   }
   stream.send(chunk({}, outcome.finishReason));
-  if (request.includeUsage) stream.send({ ...head('chat.completion.chunk'), choices: [], usage: usage(outcome) });
+  if (request.includeUsage)
+    stream.send({ ...head('chat.completion.chunk'), choices: [], usage: usage(outcome) });
   stream.done();
 }

@@ -27,8 +27,16 @@ function legacyLogprobs(entries: readonly TokenLogprob[], offset: number): Legac
   return out;
 }
 
-function usage(o: GenerationOutcome): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
-  return { prompt_tokens: o.promptTokens, completion_tokens: o.completionTokens, total_tokens: o.promptTokens + o.completionTokens };
+function usage(o: GenerationOutcome): {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+} {
+  return {
+    prompt_tokens: o.promptTokens,
+    completion_tokens: o.completionTokens,
+    total_tokens: o.promptTokens + o.completionTokens,
+  };
 }
 
 /** POST /v1/completions: a `text_completion`, or a stream of them (one choice each). */
@@ -37,18 +45,38 @@ export async function completions(ctx: RouteContext): Promise<void> {
   checkModelName(ctx.served, request.model);
   const prompt = completionPrompt(ctx.served, request.prompt);
   const maxTokens = tokenBudget(ctx.served, prompt.length, request.maxTokens, 'prompt');
-  const head = { id: completionId('cmpl'), object: 'text_completion', created: unixNow(), model: ctx.served.name };
+  const head = {
+    id: completionId('cmpl'),
+    object: 'text_completion',
+    created: unixNow(),
+    model: ctx.served.name,
+  };
   const wantLogprobs = request.logprobs !== undefined;
   if (!request.stream) {
     let text = '';
     const entries: TokenLogprob[] = [];
-    const outcome = await startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, (d) => {
-      text += d.text;
-      entries.push(...d.logprobs);
-    });
+    const outcome = await startGeneration(
+      ctx.served,
+      ctx.scheduler,
+      prompt,
+      maxTokens,
+      request,
+      ctx.signal,
+      (d) => {
+        text += d.text;
+        entries.push(...d.logprobs);
+      },
+    );
     sendJson(ctx.res, 200, {
       ...head,
-      choices: [{ text, index: 0, logprobs: wantLogprobs ? legacyLogprobs(entries, 0) : null, finish_reason: outcome.finishReason }],
+      choices: [
+        {
+          text,
+          index: 0,
+          logprobs: wantLogprobs ? legacyLogprobs(entries, 0) : null,
+          finish_reason: outcome.finishReason,
+        },
+      ],
       usage: usage(outcome),
     });
     return;
@@ -60,7 +88,15 @@ export async function completions(ctx: RouteContext): Promise<void> {
     offset += d.text.length;
     stream.send({ ...head, choices: [{ text: d.text, index: 0, logprobs, finish_reason: null }], ...extra });
   };
-  const generation = startGeneration(ctx.served, ctx.scheduler, prompt, maxTokens, request, ctx.signal, onDelta);
+  const generation = startGeneration(
+    ctx.served,
+    ctx.scheduler,
+    prompt,
+    maxTokens,
+    request,
+    ctx.signal,
+    onDelta,
+  );
   // deltas come from the scheduler's loop in a later turn, once the stream exists
   const stream = new EventStream(ctx.res);
   let outcome: GenerationOutcome;
@@ -70,7 +106,11 @@ export async function completions(ctx: RouteContext): Promise<void> {
     stream.fail(toHttpError(error).body);
     return;
   }
-  stream.send({ ...head, choices: [{ text: '', index: 0, logprobs: null, finish_reason: outcome.finishReason }], ...extra });
+  stream.send({
+    ...head,
+    choices: [{ text: '', index: 0, logprobs: null, finish_reason: outcome.finishReason }],
+    ...extra,
+  });
   if (request.includeUsage) stream.send({ ...head, choices: [], usage: usage(outcome) });
   stream.done();
 }

@@ -13,12 +13,21 @@ export interface HttpError {
 }
 
 /** A 400 for a request field (`param` names it, as OpenAI's errors do: `messages[0].content`). */
-export function badRequest(param: string | null, message: string, hint = 'see docs/serve.md for the fields each route takes'): TandemError {
+export function badRequest(
+  param: string | null,
+  message: string,
+  hint = 'see docs/serve.md for the fields each route takes',
+): TandemError {
   return new TandemError('API_BAD_REQUEST', message, { hint, details: { param } });
 }
 
 /** A status with a Retry-After (429 queue full, 503 loading or shutting down). */
-export function retryLater(code: 'API_QUEUE_FULL' | 'API_LOADING' | 'API_SHUTTING_DOWN', message: string, retryAfterS: number, hint: string): TandemError {
+export function retryLater(
+  code: 'API_QUEUE_FULL' | 'API_LOADING' | 'API_SHUTTING_DOWN',
+  message: string,
+  retryAfterS: number,
+  hint: string,
+): TandemError {
   return new TandemError(code, message, { hint, details: { retryAfterS } });
 }
 
@@ -35,37 +44,75 @@ function body(message: string, type: string, param: string | null, code: string 
 export function toHttpError(error: unknown): HttpError {
   if (!isTandemError(error)) {
     const message = error instanceof Error ? error.message : String(error);
-    return { status: 500, headers: {}, body: body(`internal error (a bug in tandem): ${message}`, 'server_error', null, 'internal_error') };
+    return {
+      status: 500,
+      headers: {},
+      body: body(`internal error (a bug in tandem): ${message}`, 'server_error', null, 'internal_error'),
+    };
   }
   const param = typeof error.details.param === 'string' ? error.details.param : null;
   const retryAfterS = typeof error.details.retryAfterS === 'number' ? error.details.retryAfterS : undefined;
-  const retry: Record<string, string> = retryAfterS !== undefined ? { 'retry-after': String(retryAfterS) } : {};
+  const retry: Record<string, string> =
+    retryAfterS !== undefined ? { 'retry-after': String(retryAfterS) } : {};
   const message = `${error.message} (${error.hint})`;
   switch (error.code) {
     case 'API_AUTH':
-      return { status: 401, headers: {}, body: body(error.message, 'authentication_error', null, 'invalid_api_key') };
+      return {
+        status: 401,
+        headers: {},
+        body: body(error.message, 'authentication_error', null, 'invalid_api_key'),
+      };
     case 'API_NOT_FOUND':
-      return { status: 404, headers: {}, body: body(error.message, 'invalid_request_error', param, 'not_found') };
+      return {
+        status: 404,
+        headers: {},
+        body: body(error.message, 'invalid_request_error', param, 'not_found'),
+      };
     case 'API_BODY_TOO_LARGE':
-      return { status: 413, headers: {}, body: body(message, 'invalid_request_error', null, 'request_too_large') };
+      return {
+        status: 413,
+        headers: {},
+        body: body(message, 'invalid_request_error', null, 'request_too_large'),
+      };
     case 'API_QUEUE_FULL':
       return { status: 429, headers: retry, body: body(message, 'rate_limit_error', null, 'queue_full') };
     case 'API_LOADING':
     case 'API_SHUTTING_DOWN':
-      return { status: 503, headers: retry, body: body(message, 'service_unavailable', null, error.code === 'API_LOADING' ? 'loading' : 'shutting_down') };
+      return {
+        status: 503,
+        headers: retry,
+        body: body(
+          message,
+          'service_unavailable',
+          null,
+          error.code === 'API_LOADING' ? 'loading' : 'shutting_down',
+        ),
+      };
     default:
       break;
   }
   switch (error.category) {
     case 'invalid_argument':
     case 'invalid_usage':
-      return { status: 400, headers: {}, body: body(message, 'invalid_request_error', param, error.code.toLowerCase()) };
+      return {
+        status: 400,
+        headers: {},
+        body: body(message, 'invalid_request_error', param, error.code.toLowerCase()),
+      };
     case 'system':
     case 'remote':
     case 'timeout':
-      return { status: 503, headers: { 'retry-after': '1' }, body: body(message, 'service_unavailable', null, error.code.toLowerCase()) };
+      return {
+        status: 503,
+        headers: { 'retry-after': '1' },
+        body: body(message, 'service_unavailable', null, error.code.toLowerCase()),
+      };
     case 'internal':
-      return { status: 500, headers: {}, body: body(message, 'server_error', null, error.code.toLowerCase()) };
+      return {
+        status: 500,
+        headers: {},
+        body: body(message, 'server_error', null, error.code.toLowerCase()),
+      };
   }
 }
 

@@ -75,7 +75,14 @@ export function startGeneration(
       completionTokens: end.generated,
     };
   };
-  const ended = scheduler.submit({ prompt, maxTokens, pick: (logits) => sampler.sample(logits), stopTokens: served.stopTokens, onToken, signal });
+  const ended = scheduler.submit({
+    prompt,
+    maxTokens,
+    pick: (logits) => sampler.sample(logits),
+    stopTokens: served.stopTokens,
+    onToken,
+    signal,
+  });
   return ended.then(onEnd, (error: unknown) => {
     throw generationFailure(error);
   });
@@ -88,5 +95,9 @@ export function startGeneration(
  */
 function generationFailure(error: unknown): unknown {
   if (!isTandemError(error) || error.code.startsWith('API_')) return error;
-  return new TandemError('INTERNAL', `the generation failed: ${error.message}`, { hint: error.hint, details: { ...error.details, code: error.code }, cause: error });
+  return new TandemError('INTERNAL', `the generation failed: ${error.message}`, {
+    hint: error.hint,
+    details: { ...error.details, code: error.code },
+    cause: error,
+  });
 }

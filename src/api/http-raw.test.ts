@@ -58,7 +58,11 @@ interface Chunk {
 type ErrorJson = OpenAiErrorBody;
 
 function post(route: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(`${server.url}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return fetch(`${server.url}${route}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
 }
 
 /** The `data:` payloads of an event stream, in order. */
@@ -77,15 +81,27 @@ async function events(res: Response): Promise<string[]> {
 /** The engine's greedy tokens for a prompt, cut after the first end-of-generation token. */
 async function greedyAlone(prompt: number[], maxTokens: number): Promise<{ tokens: number[]; text: string }> {
   const tokenizer = engine.tokenizer!;
-  const r = await generate(engine.model, engine.model.newSession({ contextLength: 512 }), prompt, { maxTokens });
+  const r = await generate(engine.model, engine.model.newSession({ contextLength: 512 }), prompt, {
+    maxTokens,
+  });
   const eog = r.tokens.findIndex((t) => tokenizer.isEndOfGeneration(t));
   const tokens = eog < 0 ? r.tokens : r.tokens.slice(0, eog + 1);
   return { tokens, text: tokenizer.decode(tokens.filter((t) => !tokenizer.isEndOfGeneration(t))) };
 }
 
 test('a chat stream: role first, one id and created, finish_reason on the last choice chunk, the usage chunk, [DONE]; usage exact', async () => {
-  const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello there' }];
-  const res = await post('/v1/chat/completions', { model: 'tiny', messages, max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  const messages = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Hello there' },
+  ];
+  const res = await post('/v1/chat/completions', {
+    model: 'tiny',
+    messages,
+    max_tokens: 10,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
   const data = await events(res);
@@ -113,14 +129,26 @@ test('a chat stream: role first, one id and created, finish_reason on the last c
   const text = middle.map((c) => c.choices[0]!.delta.content as string).join('');
 
   const tokenizer = engine.tokenizer!;
-  const prompt = ChatTemplate.fromModel(engine.file.meta('tokenizer.chat_template') as string).encode(tokenizer, messages);
+  const prompt = ChatTemplate.fromModel(engine.file.meta('tokenizer.chat_template') as string).encode(
+    tokenizer,
+    messages,
+  );
   const alone = await greedyAlone(prompt, 10);
   assert.equal(text, alone.text);
-  assert.deepEqual(usageChunk.usage, { prompt_tokens: prompt.length, completion_tokens: alone.tokens.length, total_tokens: prompt.length + alone.tokens.length });
+  assert.deepEqual(usageChunk.usage, {
+    prompt_tokens: prompt.length,
+    completion_tokens: alone.tokens.length,
+    total_tokens: prompt.length + alone.tokens.length,
+  });
 });
 
 test('a completion stream over token ids: text_completion chunks, then [DONE]', async () => {
-  const res = await post('/v1/completions', { prompt: [11, 12, 13], max_tokens: 6, temperature: 0, stream: true });
+  const res = await post('/v1/completions', {
+    prompt: [11, 12, 13],
+    max_tokens: 6,
+    temperature: 0,
+    stream: true,
+  });
   const data = await events(res);
   assert.equal(data.at(-1), '[DONE]');
   const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
@@ -133,7 +161,12 @@ test('a completion stream over token ids: text_completion chunks, then [DONE]', 
 
 test('a failure after streaming began is one error event, then the stream closes without [DONE]', async () => {
   failAt = 3;
-  const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20, temperature: 0, stream: true });
+  const res = await post('/v1/chat/completions', {
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 20,
+    temperature: 0,
+    stream: true,
+  });
   assert.equal(res.status, 200);
   const data = await events(res);
   assert.ok(!data.includes('[DONE]'));
@@ -143,7 +176,10 @@ test('a failure after streaming began is one error event, then the stream closes
   assert.match(lastEvent.error.message, /injected fault/);
   const content = data.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
   assert.deepEqual(content[0]!.choices[0]!.delta.role, 'assistant');
-  assert.ok(content.every((c) => c.choices[0]!.finish_reason === null), 'no finish_reason before the error');
+  assert.ok(
+    content.every((c) => c.choices[0]!.finish_reason === null),
+    'no finish_reason before the error',
+  );
   // an engine error after the request was accepted is the server's failure (500), not the request's (400)
   failAt = 1;
   failWith = new TandemError('SAMPLER_LOGITS', 'logit 7 is NaN', { hint: 'check the kernels' });
@@ -158,9 +194,17 @@ test('a failure after streaming began is one error event, then the stream closes
 });
 
 test('8 concurrent greedy streams (8 slots: one batched decode step for all) each equal the same prompt run alone', async () => {
-  const prompts = Array.from({ length: 8 }, (_, i) => Array.from({ length: 3 + i * 23 }, (_, j) => (i * 131 + j * 17) % 4000));
+  const prompts = Array.from({ length: 8 }, (_, i) =>
+    Array.from({ length: 3 + i * 23 }, (_, j) => (i * 131 + j * 17) % 4000),
+  );
   const runs = prompts.map(async (prompt) => {
-    const res = await post('/v1/completions', { prompt, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const res = await post('/v1/completions', {
+      prompt,
+      max_tokens: 12,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     const chunks = (await events(res)).slice(0, -1).map((d) => JSON.parse(d) as Chunk);
     return { text: chunks.map((c) => c.choices[0]?.text ?? '').join(''), usage: chunks.at(-1)!.usage };
   });
@@ -184,7 +228,11 @@ test('statuses: 413 past the body limit, 400 for a prompt past the context (both
       controller.close();
     },
   });
-  const chunked = await fetch(`${server.url}/v1/completions`, { method: 'POST', body, duplex: 'half' } as RequestInit);
+  const chunked = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    body,
+    duplex: 'half',
+  } as RequestInit);
   assert.equal(chunked.status, 413);
   assert.equal(((await chunked.json()) as ErrorJson).error.code, 'request_too_large');
   const long = await post('/v1/completions', { prompt: Array.from({ length: 600 }, () => 7) });
@@ -200,7 +248,9 @@ test('statuses: 413 past the body limit, 400 for a prompt past the context (both
   assert.equal(((await notJson.json()) as ErrorJson).error.type, 'invalid_request_error');
   const route = await fetch(`${server.url}/v2/anything`);
   assert.equal(route.status, 404);
-  const tokens = ((await (await post('/tokenize', { content: 'Hello world' })).json()) as { tokens: number[] }).tokens;
+  const tokens = (
+    (await (await post('/tokenize', { content: 'Hello world' })).json()) as { tokens: number[] }
+  ).tokens;
   assert.deepEqual(tokens, engine.tokenizer!.encode('Hello world'));
   assert.deepEqual(await (await post('/detokenize', { tokens })).json(), { content: 'Hello world' });
 });
@@ -224,10 +274,17 @@ test('/health is 503 with Retry-After while the model loads (and so are the mode
     const health = await fetch(`${loading.url}/health`);
     assert.equal(health.status, 503);
     assert.equal(health.headers.get('retry-after'), '2');
-    const chat = await fetch(`${loading.url}/v1/chat/completions`, { method: 'POST', headers: { 'x-api-key': 'secret' }, body: '{}' });
+    const chat = await fetch(`${loading.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'x-api-key': 'secret' },
+      body: '{}',
+    });
     assert.equal(chat.status, 503);
     assert.ok(chat.headers.get('retry-after'));
-    assert.deepEqual(await (await fetch(`${loading.url}/v1/models`, { headers: { authorization: 'Bearer secret' } })).json(), { object: 'list', data: [] });
+    assert.deepEqual(
+      await (await fetch(`${loading.url}/v1/models`, { headers: { authorization: 'Bearer secret' } })).json(),
+      { object: 'list', data: [] },
+    );
     release();
     await loading.ready;
     const ok = await fetch(`${loading.url}/health`);
@@ -236,7 +293,9 @@ test('/health is 503 with Retry-After while the model loads (and so are the mode
     assert.equal((await fetch(`${loading.url}/metrics`)).status, 401);
     assert.equal((await fetch(`${loading.url}/metrics`, { headers: { 'x-api-key': 'wrong' } })).status, 401);
     assert.equal((await fetch(`${loading.url}/metrics`, { headers: { 'x-api-key': 'secret' } })).status, 200);
-    const models = (await (await fetch(`${loading.url}/v1/models`, { headers: { authorization: 'Bearer secret' } })).json()) as { data: { id: string }[] };
+    const models = (await (
+      await fetch(`${loading.url}/v1/models`, { headers: { authorization: 'Bearer secret' } })
+    ).json()) as { data: { id: string }[] };
     assert.equal(models.data[0]?.id, 'model');
   } finally {
     release();

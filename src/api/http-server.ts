@@ -38,7 +38,11 @@ const modelRoutes: Record<string, RouteHandler> = {
 };
 const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics']);
 
-type State = { kind: 'loading' } | { kind: 'ready'; served: ServedModel; scheduler: Scheduler } | { kind: 'failed'; error: unknown } | { kind: 'closing' };
+type State =
+  | { kind: 'loading' }
+  | { kind: 'ready'; served: ServedModel; scheduler: Scheduler }
+  | { kind: 'failed'; error: unknown }
+  | { kind: 'closing' };
 
 const LOADING_RETRY_S = 2;
 
@@ -127,7 +131,11 @@ export class ApiServer {
     this.server.closeAllConnections();
     await closed;
     if (before.kind === 'ready') await before.served.close();
-    else if (before.kind === 'loading') await this.loading?.then((m) => m.close(), () => {});
+    else if (before.kind === 'loading')
+      await this.loading?.then(
+        (m) => m.close(),
+        () => {},
+      );
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -142,12 +150,24 @@ export class ApiServer {
     try {
       if (route === 'GET /health') return this.health(res);
       this.authenticate(req);
-      if (!known) throw new TandemError('API_NOT_FOUND', `no route ${req.method} ${path}`, { hint: 'see docs/serve.md for the routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, ...' });
-      if (route === 'GET /v1/models') return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
+      if (!known)
+        throw new TandemError('API_NOT_FOUND', `no route ${req.method} ${path}`, {
+          hint: 'see docs/serve.md for the routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, ...',
+        });
+      if (route === 'GET /v1/models')
+        return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
       if (route === 'GET /metrics') return this.sendMetrics(res);
       const body = await this.readBody(req);
       const state = this.requireReady();
-      await (modelRoutes[route] as RouteHandler)({ req, res, body, served: state.served, scheduler: state.scheduler, metrics: this.metrics, signal: controller.signal });
+      await (modelRoutes[route] as RouteHandler)({
+        req,
+        res,
+        body,
+        served: state.served,
+        scheduler: state.scheduler,
+        metrics: this.metrics,
+        signal: controller.signal,
+      });
     } catch (error) {
       const e = toHttpError(error);
       sendJson(res, e.status, e.body, e.headers);
@@ -163,11 +183,24 @@ export class ApiServer {
   private notReady(): TandemError {
     switch (this.state.kind) {
       case 'failed':
-        return new TandemError('API_LOADING', 'the model failed to load', { hint: 'see the server\'s log', details: { retryAfterS: LOADING_RETRY_S } });
+        return new TandemError('API_LOADING', 'the model failed to load', {
+          hint: "see the server's log",
+          details: { retryAfterS: LOADING_RETRY_S },
+        });
       case 'closing':
-        return retryLater('API_SHUTTING_DOWN', 'the server is shutting down', 1, 'send the request after the restart');
+        return retryLater(
+          'API_SHUTTING_DOWN',
+          'the server is shutting down',
+          1,
+          'send the request after the restart',
+        );
       default:
-        return retryLater('API_LOADING', 'the model is loading', LOADING_RETRY_S, 'retry after the Retry-After seconds; GET /health answers 200 once it is loaded');
+        return retryLater(
+          'API_LOADING',
+          'the model is loading',
+          LOADING_RETRY_S,
+          'retry after the Retry-After seconds; GET /health answers 200 once it is loaded',
+        );
     }
   }
 
@@ -178,7 +211,11 @@ export class ApiServer {
 
   private sendMetrics(res: ServerResponse): void {
     const s = this.state.kind === 'ready' ? this.state.scheduler : undefined;
-    const text = this.metrics.render({ queueDepth: s?.queueDepth ?? 0, activeSlots: s?.activeSlots ?? 0, slots: s?.slotCount ?? this.options.slots });
+    const text = this.metrics.render({
+      queueDepth: s?.queueDepth ?? 0,
+      activeSlots: s?.activeSlots ?? 0,
+      slots: s?.slotCount ?? this.options.slots,
+    });
     res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
     res.end(text);
   }
@@ -186,11 +223,16 @@ export class ApiServer {
   private authenticate(req: IncomingMessage): void {
     if (!this.keyDigest) return;
     const bearer = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1];
-    const given = bearer ?? (typeof req.headers['x-api-key'] === 'string' ? req.headers['x-api-key'] : undefined);
+    const given =
+      bearer ?? (typeof req.headers['x-api-key'] === 'string' ? req.headers['x-api-key'] : undefined);
     if (given === undefined || !timingSafeEqual(digest(given.trim()), this.keyDigest)) {
-      throw new TandemError('API_AUTH', given === undefined ? 'no API key given' : 'the API key is not valid', {
-        hint: 'send the server\'s key as `Authorization: Bearer KEY` or `X-Api-Key: KEY`',
-      });
+      throw new TandemError(
+        'API_AUTH',
+        given === undefined ? 'no API key given' : 'the API key is not valid',
+        {
+          hint: "send the server's key as `Authorization: Bearer KEY` or `X-Api-Key: KEY`",
+        },
+      );
     }
   }
 
@@ -201,10 +243,14 @@ export class ApiServer {
    */
   private async readBody(req: IncomingMessage): Promise<unknown> {
     const limit = this.options.maxBodyBytes;
-    const tooLarge = new TandemError('API_BODY_TOO_LARGE', `the request body is longer than the limit of ${limit} bytes`, {
-      hint: 'send a shorter request, or start the server with a larger --max-body',
-      details: { limit },
-    });
+    const tooLarge = new TandemError(
+      'API_BODY_TOO_LARGE',
+      `the request body is longer than the limit of ${limit} bytes`,
+      {
+        hint: 'send a shorter request, or start the server with a larger --max-body',
+        details: { limit },
+      },
+    );
     if (Number(req.headers['content-length'] ?? 0) > limit) {
       req.resume();
       throw tooLarge;
@@ -223,7 +269,11 @@ export class ApiServer {
     try {
       return JSON.parse(bytes.toString('utf8')) as unknown;
     } catch (error) {
-      throw badRequest(null, `the request body is not JSON: ${(error as Error).message}`, 'send a JSON object with content-type application/json');
+      throw badRequest(
+        null,
+        `the request body is not JSON: ${(error as Error).message}`,
+        'send a JSON object with content-type application/json',
+      );
     }
   }
 }

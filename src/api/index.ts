@@ -1,4 +1,9 @@
 // The api layer's public surface: the OpenAI-compatible HTTP server over one loaded model.
 export { ApiServer, type ApiServerOptions } from './http-server.js';
-export { loadServedModel, defaultModelName, type ServedModel, type LoadServedOptions } from './served-model.js';
+export {
+  loadServedModel,
+  defaultModelName,
+  type ServedModel,
+  type LoadServedOptions,
+} from './served-model.js';
 export { toHttpError, type OpenAiErrorBody } from './errors.js';

@@ -4,7 +4,9 @@ import { completionPrompt } from './served-model.js';
 
 /** GET /v1/models: the model this server answers (once loaded). */
 export function modelList(ctx: Pick<RouteContext, 'served'> | undefined): object {
-  const data = ctx ? [{ id: ctx.served.name, object: 'model', created: ctx.served.created, owned_by: 'tandem' }] : [];
+  const data = ctx
+    ? [{ id: ctx.served.name, object: 'model', created: ctx.served.created, owned_by: 'tandem' }]
+    : [];
   return { object: 'list', data };
 }
 

@@ -17,7 +17,12 @@ export interface TokenLogprob extends TokenAlternative {
  * penalties, temperature and truncation: what the model thinks, whatever the sampler then
  * did), for the chosen token and the `top` most likely ones, most likely first.
  */
-export function tokenLogprob(tokenizer: Tokenizer, logits: Float32Array, chosen: number, top: number): TokenLogprob {
+export function tokenLogprob(
+  tokenizer: Tokenizer,
+  logits: Float32Array,
+  chosen: number,
+  top: number,
+): TokenLogprob {
   let max = -Infinity;
   for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i] as number);
   let sum = 0;
@@ -25,7 +30,11 @@ export function tokenLogprob(tokenizer: Tokenizer, logits: Float32Array, chosen:
   const lse = max + Math.log(sum);
   const entry = (id: number): TokenAlternative => {
     const bytes = tokenizer.tokenBytes(id, true);
-    return { token: Buffer.from(bytes).toString('utf8'), logprob: (logits[id] as number) - lse, bytes: Array.from(bytes) };
+    return {
+      token: Buffer.from(bytes).toString('utf8'),
+      logprob: (logits[id] as number) - lse,
+      bytes: Array.from(bytes),
+    };
   };
   return { ...entry(chosen), top_logprobs: topIds(logits, top).map(entry) };
 }
@@ -33,7 +42,8 @@ export function tokenLogprob(tokenizer: Tokenizer, logits: Float32Array, chosen:
 /** The k largest logits' ids, largest first (ties to the lower id), in one pass. */
 export function topIds(logits: Float32Array, k: number): number[] {
   const best: number[] = [];
-  const better = (a: number, b: number): boolean => (logits[a] as number) > (logits[b] as number) || (logits[a] === logits[b] && a < b);
+  const better = (a: number, b: number): boolean =>
+    (logits[a] as number) > (logits[b] as number) || (logits[a] === logits[b] && a < b);
   for (let id = 0; id < logits.length && k > 0; id++) {
     if (best.length === k && !better(id, best[k - 1] as number)) continue;
     let at = best.length === k ? k - 1 : best.length;

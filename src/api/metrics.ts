@@ -21,10 +21,17 @@ export class Metrics {
       lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
       for (const [labels, value] of samples) lines.push(`${name}${labels ? `{${labels}}` : ''} ${value}`);
     };
-    metric('tandem_requests_total', 'counter', 'HTTP requests answered, by route and status.', [...this.requests]);
+    metric('tandem_requests_total', 'counter', 'HTTP requests answered, by route and status.', [
+      ...this.requests,
+    ]);
     metric('tandem_prompt_tokens_total', 'counter', 'Prompt tokens prefilled.', [['', this.promptTokens]]);
     metric('tandem_generated_tokens_total', 'counter', 'Tokens generated.', [['', this.generatedTokens]]);
-    metric('tandem_cancelled_total', 'counter', 'Sequences cancelled before they ended (client gone, server stopping).', [['', this.cancelled]]);
+    metric(
+      'tandem_cancelled_total',
+      'counter',
+      'Sequences cancelled before they ended (client gone, server stopping).',
+      [['', this.cancelled]],
+    );
     metric('tandem_queue_depth', 'gauge', 'Requests waiting for a slot.', [['', gauges.queueDepth]]);
     metric('tandem_active_slots', 'gauge', 'Slots running a sequence.', [['', gauges.activeSlots]]);
     metric('tandem_slots', 'gauge', 'Slots (sequences that run at once).', [['', gauges.slots]]);

@@ -35,7 +35,10 @@ after(() => server?.close(0));
 
 test('openai client: a chat completion, and the same tokens streamed with usage', async () => {
   const models = await client.models.list();
-  assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+  assert.deepEqual(
+    models.data.map((m) => m.id),
+    ['tiny'],
+  );
   const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 12, temperature: 0 });
   assert.equal(r.object, 'chat.completion');
   assert.equal(r.choices.length, 1);
@@ -45,7 +48,14 @@ test('openai client: a chat completion, and the same tokens streamed with usage'
   assert.equal(r.usage?.completion_tokens, 12);
   assert.equal(r.usage?.total_tokens, (r.usage?.prompt_tokens ?? 0) + 12);
 
-  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  const stream = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 12,
+    temperature: 0,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
   let text = '';
   let usage: OpenAI.CompletionUsage | null | undefined;
   let finish: string | null | undefined;
@@ -58,29 +68,59 @@ test('openai client: a chat completion, and the same tokens streamed with usage'
   assert.equal(finish, 'length');
   assert.deepEqual(usage, r.usage);
 
-  const legacy = await client.completions.create({ model: 'tiny', prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
+  const legacy = await client.completions.create({
+    model: 'tiny',
+    prompt: 'Once upon a time',
+    max_tokens: 5,
+    temperature: 0,
+  });
   assert.equal(legacy.object, 'text_completion');
   assert.equal(legacy.usage?.completion_tokens, 5);
 });
 
 test('openai client: stop strings end the text before them, with finish_reason stop', async () => {
-  const full = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0 });
+  const full = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 0,
+  });
   const text = full.choices[0]?.message.content ?? '';
   // a stop string from the middle of the greedy text: its first occurrence ends the answer
   const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 3);
   assert.equal(stop.length, 3);
-  const cut = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0, stop: [stop, 'never-seen'] });
+  const cut = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 0,
+    stop: [stop, 'never-seen'],
+  });
   assert.equal(cut.choices[0]?.finish_reason, 'stop');
   assert.equal(cut.choices[0]?.message.content, text.slice(0, text.indexOf(stop)));
   assert.ok((cut.usage?.completion_tokens ?? 0) < 16);
-  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 16, temperature: 0, stop, stream: true });
+  const stream = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 0,
+    stop,
+    stream: true,
+  });
   let streamed = '';
   for await (const chunk of stream) streamed += chunk.choices[0]?.delta.content ?? '';
   assert.equal(streamed, cut.choices[0]?.message.content);
 });
 
 test('openai client: logprobs with top_logprobs, greedy picks the most likely token', async () => {
-  const r = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const r = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 6,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 3,
+  });
   const content = r.choices[0]?.logprobs?.content ?? [];
   assert.equal(content.length, 6);
   assert.equal(content.map((c) => c.token).join(''), r.choices[0]?.message.content);
@@ -89,16 +129,31 @@ test('openai client: logprobs with top_logprobs, greedy picks the most likely to
     assert.ok(c.logprob < 0);
     assert.equal(c.top_logprobs[0]?.token, c.token);
     assert.equal(c.top_logprobs[0]?.logprob, c.logprob);
-    assert.ok(c.top_logprobs[0]!.logprob >= c.top_logprobs[1]!.logprob && c.top_logprobs[1]!.logprob >= c.top_logprobs[2]!.logprob);
+    assert.ok(
+      c.top_logprobs[0]!.logprob >= c.top_logprobs[1]!.logprob &&
+        c.top_logprobs[1]!.logprob >= c.top_logprobs[2]!.logprob,
+    );
     assert.deepEqual(Buffer.from(c.bytes ?? []).toString('utf8'), c.token);
   }
-  const none = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, temperature: 0 });
+  const none = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 2,
+    temperature: 0,
+  });
   assert.equal(none.choices[0]?.logprobs, null);
 });
 
 test('openai client: a seed fixes the sampled text; penalties change a greedy text that repeats', async () => {
-  const ask = (o: { seed?: number; temperature?: number; frequency_penalty?: number; presence_penalty?: number }) =>
-    client.chat.completions.create({ model: 'tiny', messages, max_tokens: 24, ...o }).then((r) => r.choices[0]?.message.content ?? '');
+  const ask = (o: {
+    seed?: number;
+    temperature?: number;
+    frequency_penalty?: number;
+    presence_penalty?: number;
+  }) =>
+    client.chat.completions
+      .create({ model: 'tiny', messages, max_tokens: 24, ...o })
+      .then((r) => r.choices[0]?.message.content ?? '');
   const a = await ask({ seed: 7, temperature: 1 });
   assert.equal(await ask({ seed: 7, temperature: 1 }), a);
   assert.notEqual(await ask({ seed: 8, temperature: 1 }), a);
@@ -115,15 +170,29 @@ test('openai client: aborting a stream cancels it (the server stops generating i
   slowMs = 10;
   try {
     const before = await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' });
-    const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 400, temperature: 0, stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 400,
+      temperature: 0,
+      stream: true,
+    });
     let chunks = 0;
     for await (const chunk of stream) {
       if (chunk.choices[0]?.delta.content !== undefined && ++chunks === 3) stream.controller.abort();
     }
-    await until(async () => (await metric(server.url, 'tandem_active_slots', { 'x-api-key': 'k1' })) === 0, 'the slot freed');
-    const generated = (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before;
+    await until(
+      async () => (await metric(server.url, 'tandem_active_slots', { 'x-api-key': 'k1' })) === 0,
+      'the slot freed',
+    );
+    const generated =
+      (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before;
     await sleep(100);
-    assert.equal((await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before, generated, 'no token after the cancel');
+    assert.equal(
+      (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before,
+      generated,
+      'no token after the cancel',
+    );
     assert.ok(generated < 20, `${generated} tokens generated for a stream aborted after 3`);
     assert.ok((await metric(server.url, 'tandem_cancelled_total', { 'x-api-key': 'k1' })) >= 1);
   } finally {
@@ -133,19 +202,26 @@ test('openai client: aborting a stream cancels it (the server stops generating i
 
 test('openai client: a bad key is a 401, a bad field a 400 naming it, an unknown model a 404', async () => {
   const wrong = new OpenAI({ apiKey: 'nope', baseURL: `${server.url}/v1`, maxRetries: 0 });
-  await assert.rejects(wrong.models.list(), (e: unknown) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+  await assert.rejects(
+    wrong.models.list(),
+    (e: unknown) => e instanceof OpenAI.AuthenticationError && e.status === 401,
+  );
   await assert.rejects(
     client.chat.completions.create({ model: 'tiny', messages, temperature: 'hot' as unknown as number }),
-    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === 'temperature' && /temperature/.test(e.message),
+    (e: unknown) =>
+      e instanceof OpenAI.BadRequestError && e.param === 'temperature' && /temperature/.test(e.message),
   );
   await assert.rejects(
     client.chat.completions.create({ model: 'tiny', messages, n: 2 }),
     (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === 'n' && /one choice/.test(e.message),
   );
-  await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages }), (e: unknown) => e instanceof OpenAI.NotFoundError && e.param === 'model');
+  await assert.rejects(
+    client.chat.completions.create({ model: 'gpt-4o', messages }),
+    (e: unknown) => e instanceof OpenAI.NotFoundError && e.param === 'model',
+  );
 });
 
-test('openai client: past the queue a 429 with Retry-After, which the client\'s own retry honours until it succeeds', async () => {
+test("openai client: past the queue a 429 with Retry-After, which the client's own retry honours until it succeeds", async () => {
   const small = await startTestServer(path(), {
     name: 'tiny',
     slots: 1,
@@ -158,12 +234,24 @@ test('openai client: past the queue a 429 with Retry-After, which the client\'s 
   try {
     await small.ready;
     const c = new OpenAI({ apiKey: 'none', baseURL: `${small.url}/v1`, maxRetries: 0 });
-    const running = await c.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0, stream: true });
+    const running = await c.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 10,
+      temperature: 0,
+      stream: true,
+    });
     const first = running[Symbol.asyncIterator]();
     await first.next(); // in its slot
     const queued = c.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });
-    await until(async () => (await metric(small.url, 'tandem_queue_depth')) === 1, 'the second request queued');
-    await assert.rejects(c.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 }), (e: unknown) => e instanceof OpenAI.RateLimitError && e.headers.get('retry-after') === '1');
+    await until(
+      async () => (await metric(small.url, 'tandem_queue_depth')) === 1,
+      'the second request queued',
+    );
+    await assert.rejects(
+      c.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 }),
+      (e: unknown) => e instanceof OpenAI.RateLimitError && e.headers.get('retry-after') === '1',
+    );
     const retrying = new OpenAI({ apiKey: 'none', baseURL: `${small.url}/v1`, maxRetries: 5 });
     const started = Date.now();
     const late = retrying.chat.completions.create({ model: 'tiny', messages, max_tokens: 2, temperature: 0 });
@@ -171,7 +259,9 @@ test('openai client: past the queue a 429 with Retry-After, which the client\'s 
     assert.equal((await queued).choices[0]?.finish_reason, 'length');
     assert.equal((await late).usage?.completion_tokens, 2);
     assert.ok(Date.now() - started >= 900, 'the retry waited for Retry-After');
-    assert.ok((await metric(small.url, 'tandem_requests_total{route="/v1/chat/completions",status="429"}')) >= 2);
+    assert.ok(
+      (await metric(small.url, 'tandem_requests_total{route="/v1/chat/completions",status="429"}')) >= 2,
+    );
   } finally {
     slowMs = 0;
     await small.close(0);

@@ -16,7 +16,14 @@ function paramOf(fn: () => unknown): unknown {
 }
 
 test('chat requests: defaults, both token-limit fields, content parts, unknown fields ignored', () => {
-  const r = parseChatRequest({ messages, user: 'u1', tools_whatever: 3, max_completion_tokens: 7, stop: 'x', stream_options: { include_usage: true } });
+  const r = parseChatRequest({
+    messages,
+    user: 'u1',
+    tools_whatever: 3,
+    max_completion_tokens: 7,
+    stop: 'x',
+    stream_options: { include_usage: true },
+  });
   assert.equal(r.maxTokens, 7);
   assert.deepEqual(r.stop, ['x']);
   assert.equal(r.temperature, 1);
@@ -27,28 +34,89 @@ test('chat requests: defaults, both token-limit fields, content parts, unknown f
   assert.equal(parseChatRequest({ messages, logprobs: true }).logprobs, 0);
   assert.equal(parseChatRequest({ messages, logprobs: true, top_logprobs: 20 }).logprobs, 20);
   assert.equal(parseChatRequest({ messages, temperature: null, seed: -1 }).seed, 2 ** 32 - 1);
-  const parts = parseChatRequest({ messages: [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] }] });
+  const parts = parseChatRequest({
+    messages: [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'a' },
+          { type: 'text', text: 'b' },
+        ],
+      },
+    ],
+  });
   assert.deepEqual(parts.messages, [{ role: 'user', content: 'ab' }]);
 });
 
 test('wrong types and values are 400s that name the field', () => {
-  assert.equal(paramOf(() => parseChatRequest({ messages, temperature: 'hot' })), 'temperature');
-  assert.equal(paramOf(() => parseChatRequest({ messages, temperature: 3 })), 'temperature');
-  assert.equal(paramOf(() => parseChatRequest({ messages, max_tokens: 1.5 })), 'max_tokens');
-  assert.equal(paramOf(() => parseChatRequest({ messages, max_tokens: 0 })), 'max_tokens');
-  assert.equal(paramOf(() => parseChatRequest({ messages, n: 2 })), 'n');
-  assert.equal(paramOf(() => parseChatRequest({ messages, stop: ['a', 'b', 'c', 'd', 'e'] })), 'stop');
-  assert.equal(paramOf(() => parseChatRequest({ messages, stop: [1] })), 'stop');
-  assert.equal(paramOf(() => parseChatRequest({ messages, top_logprobs: 3 })), 'top_logprobs');
-  assert.equal(paramOf(() => parseChatRequest({ messages, logprobs: true, top_logprobs: 21 })), 'top_logprobs');
-  assert.equal(paramOf(() => parseChatRequest({ messages, stream: 'yes' })), 'stream');
-  assert.equal(paramOf(() => parseChatRequest({ messages, stream_options: { include_usage: 1 } })), 'stream_options.include_usage');
-  assert.equal(paramOf(() => parseChatRequest({ messages, presence_penalty: -2.5 })), 'presence_penalty');
-  assert.equal(paramOf(() => parseChatRequest({ messages: [] })), 'messages');
-  assert.equal(paramOf(() => parseChatRequest({ messages: [{ role: 'user', content: 5 }] })), 'messages[0].content');
-  assert.equal(paramOf(() => parseChatRequest({ messages: [{ content: 'x' }] })), 'messages[0].role');
-  assert.equal(paramOf(() => parseChatRequest({ messages: [{ role: 'user', content: [{ type: 'image_url' }] }] })), 'messages[0].content[0]');
-  assert.equal(paramOf(() => parseChatRequest([messages])), null);
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, temperature: 'hot' })),
+    'temperature',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, temperature: 3 })),
+    'temperature',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, max_tokens: 1.5 })),
+    'max_tokens',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, max_tokens: 0 })),
+    'max_tokens',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, n: 2 })),
+    'n',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, stop: ['a', 'b', 'c', 'd', 'e'] })),
+    'stop',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, stop: [1] })),
+    'stop',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, top_logprobs: 3 })),
+    'top_logprobs',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, logprobs: true, top_logprobs: 21 })),
+    'top_logprobs',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, stream: 'yes' })),
+    'stream',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, stream_options: { include_usage: 1 } })),
+    'stream_options.include_usage',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages, presence_penalty: -2.5 })),
+    'presence_penalty',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages: [] })),
+    'messages',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages: [{ role: 'user', content: 5 }] })),
+    'messages[0].content',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages: [{ content: 'x' }] })),
+    'messages[0].role',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest({ messages: [{ role: 'user', content: [{ type: 'image_url' }] }] })),
+    'messages[0].content[0]',
+  );
+  assert.equal(
+    paramOf(() => parseChatRequest([messages])),
+    null,
+  );
 });
 
 test('completion requests: text, one-string lists and token ids; logprobs is a count', () => {
@@ -56,10 +124,22 @@ test('completion requests: text, one-string lists and token ids; logprobs is a c
   assert.equal(parseCompletionRequest({ prompt: ['Hello'] }).prompt, 'Hello');
   assert.deepEqual(parseCompletionRequest({ prompt: [1, 2, 3], logprobs: 2 }).prompt, [1, 2, 3]);
   assert.equal(parseCompletionRequest({ prompt: 'x', logprobs: 2 }).logprobs, 2);
-  assert.equal(paramOf(() => parseCompletionRequest({ prompt: ['a', 'b'] })), 'prompt');
-  assert.equal(paramOf(() => parseCompletionRequest({ prompt: [1, -2] })), 'prompt');
-  assert.equal(paramOf(() => parseCompletionRequest({})), 'prompt');
-  assert.equal(paramOf(() => parseCompletionRequest({ prompt: 'x', logprobs: 6 })), 'logprobs');
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: ['a', 'b'] })),
+    'prompt',
+  );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: [1, -2] })),
+    'prompt',
+  );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({})),
+    'prompt',
+  );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: 'x', logprobs: 6 })),
+    'logprobs',
+  );
   // the chat route's name for the limit is not the legacy route's: ignored there
   assert.equal(parseCompletionRequest({ prompt: 'x', max_completion_tokens: 3 }).maxTokens, undefined);
 });

@@ -54,7 +54,8 @@ function asBody(value: unknown, what: string): Body {
 function num(body: Body, name: string, min: number, max: number, integer = false): number | undefined {
   if (!present(body, name)) return undefined;
   const v = body[name];
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw badRequest(name, `'${name}' must be a number, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v))
+    throw badRequest(name, `'${name}' must be a number, got ${JSON.stringify(v)}`);
   if (integer && !Number.isInteger(v)) throw badRequest(name, `'${name}' must be an integer, got ${v}`);
   if (v < min || v > max) throw badRequest(name, `'${name}' must be in ${min}..${max}, got ${v}`);
   return v;
@@ -63,7 +64,8 @@ function num(body: Body, name: string, min: number, max: number, integer = false
 function bool(body: Body, name: string, param = name): boolean | undefined {
   if (!present(body, name)) return undefined;
   const v = body[name];
-  if (typeof v !== 'boolean') throw badRequest(param, `'${param}' must be true or false, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'boolean')
+    throw badRequest(param, `'${param}' must be true or false, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -98,9 +100,15 @@ function streamOptions(body: Body): boolean {
 /** The fields both routes share. `maxTokenFields` lists the names that set the token limit. */
 function generationParams(body: Body, maxTokenFields: readonly string[]): Omit<GenerationParams, 'logprobs'> {
   const n = num(body, 'n', 1, Number.MAX_SAFE_INTEGER, true);
-  if (n !== undefined && n !== 1) throw badRequest('n', `'n' must be 1: this server returns one choice per request (got ${n})`, 'send n separate requests');
+  if (n !== undefined && n !== 1)
+    throw badRequest(
+      'n',
+      `'n' must be 1: this server returns one choice per request (got ${n})`,
+      'send n separate requests',
+    );
   let maxTokens: number | undefined;
-  for (const name of maxTokenFields) maxTokens = num(body, name, 1, Number.MAX_SAFE_INTEGER, true) ?? maxTokens;
+  for (const name of maxTokenFields)
+    maxTokens = num(body, name, 1, Number.MAX_SAFE_INTEGER, true) ?? maxTokens;
   const seed = num(body, 'seed', Number.MIN_SAFE_INTEGER, Number.MAX_SAFE_INTEGER, true);
   return {
     model: str(body, 'model'),
@@ -121,12 +129,16 @@ function generationParams(body: Body, maxTokenFields: readonly string[]): Omit<G
 function content(value: unknown, param: string): string {
   if (value === undefined || value === null) return '';
   if (typeof value === 'string') return value;
-  if (!Array.isArray(value)) throw badRequest(param, `'${param}' must be a string or an array of content parts`);
+  if (!Array.isArray(value))
+    throw badRequest(param, `'${param}' must be a string or an array of content parts`);
   return value
     .map((part: unknown, j) => {
       const p = part as { type?: unknown; text?: unknown } | null;
       if (p === null || typeof p !== 'object' || p.type !== 'text' || typeof p.text !== 'string') {
-        throw badRequest(`${param}[${j}]`, `'${param}[${j}]' must be a text part {"type":"text","text":"..."}: this server reads text only`);
+        throw badRequest(
+          `${param}[${j}]`,
+          `'${param}[${j}]' must be a text part {"type":"text","text":"..."}: this server reads text only`,
+        );
       }
       return p.text;
     })
@@ -135,11 +147,14 @@ function content(value: unknown, param: string): string {
 
 function messages(body: Body): ChatMessage[] {
   const list = body.messages;
-  if (!Array.isArray(list) || list.length === 0) throw badRequest('messages', "'messages' must be a non-empty array of {role, content}");
+  if (!Array.isArray(list) || list.length === 0)
+    throw badRequest('messages', "'messages' must be a non-empty array of {role, content}");
   return list.map((m: unknown, i) => {
-    if (m === null || typeof m !== 'object' || Array.isArray(m)) throw badRequest(`messages[${i}]`, `'messages[${i}]' must be an object {role, content}`);
+    if (m === null || typeof m !== 'object' || Array.isArray(m))
+      throw badRequest(`messages[${i}]`, `'messages[${i}]' must be an object {role, content}`);
     const role = (m as Body).role;
-    if (typeof role !== 'string' || role === '') throw badRequest(`messages[${i}].role`, `'messages[${i}].role' must be a non-empty string`);
+    if (typeof role !== 'string' || role === '')
+      throw badRequest(`messages[${i}].role`, `'messages[${i}].role' must be a non-empty string`);
     return { role, content: content((m as Body).content, `messages[${i}].content`) };
   });
 }
@@ -148,7 +163,8 @@ export function parseChatRequest(value: unknown): ChatRequest {
   const body = asBody(value, 'chat completion');
   const logprobs = bool(body, 'logprobs') ?? false;
   const top = num(body, 'top_logprobs', 0, 20, true);
-  if (top !== undefined && !logprobs) throw badRequest('top_logprobs', "'top_logprobs' needs 'logprobs': true");
+  if (top !== undefined && !logprobs)
+    throw badRequest('top_logprobs', "'top_logprobs' needs 'logprobs': true");
   return {
     ...generationParams(body, ['max_tokens', 'max_completion_tokens']),
     messages: messages(body),
@@ -161,9 +177,14 @@ function prompt(body: Body): string | number[] {
   if (typeof v === 'string') return v;
   // a list of one string is one prompt; token ids are an array of integers
   if (Array.isArray(v) && v.length === 1 && typeof v[0] === 'string') return v[0];
-  if (Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t) && (t as number) >= 0)) return v as number[];
+  if (Array.isArray(v) && v.length > 0 && v.every((t) => Number.isInteger(t) && (t as number) >= 0))
+    return v as number[];
   if (Array.isArray(v) && v.length > 1 && v.every((t) => typeof t === 'string' || Array.isArray(t))) {
-    throw badRequest('prompt', `'prompt' holds ${v.length} prompts; this server takes one per request`, 'send one request per prompt');
+    throw badRequest(
+      'prompt',
+      `'prompt' holds ${v.length} prompts; this server takes one per request`,
+      'send one request per prompt',
+    );
   }
   throw badRequest('prompt', "'prompt' must be a string or a non-empty array of token ids");
 }

@@ -20,20 +20,33 @@ export interface RouteContext {
 
 export type RouteHandler = (ctx: RouteContext) => Promise<void>;
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+    ...headers,
+  });
   res.end(text);
 }
 
 /** A request naming another model than the one served is a 404, as OpenAI answers an unknown model. */
 export function checkModelName(served: ServedModel, model: string | undefined): void {
   if (model !== undefined && model !== served.name) {
-    throw new TandemError('API_NOT_FOUND', `the model '${model}' does not exist here; this server serves '${served.name}'`, {
-      hint: `pass "model": "${served.name}" (GET /v1/models lists it)`,
-      details: { param: 'model' },
-    });
+    throw new TandemError(
+      'API_NOT_FOUND',
+      `the model '${model}' does not exist here; this server serves '${served.name}'`,
+      {
+        hint: `pass "model": "${served.name}" (GET /v1/models lists it)`,
+        details: { param: 'model' },
+      },
+    );
   }
 }
 

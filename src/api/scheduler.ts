@@ -108,7 +108,13 @@ export class Scheduler {
    * or (a 503) when the scheduler is closing, so that the caller can answer before streaming.
    */
   submit(request: SequenceRequest): Promise<SequenceEnd> {
-    if (this.closing) throw retryLater('API_SHUTTING_DOWN', 'the server is shutting down', RETRY_AFTER_S, 'send the request to another server or after the restart');
+    if (this.closing)
+      throw retryLater(
+        'API_SHUTTING_DOWN',
+        'the server is shutting down',
+        RETRY_AFTER_S,
+        'send the request to another server or after the restart',
+      );
     // queued requests take the free slots first (at the next round), then the queue's places
     const freeSlots = this.slots.length - this.activeSlots;
     if (this.queue.length >= freeSlots + this.options.maxQueue) {
@@ -137,7 +143,8 @@ export class Scheduler {
     const stopped = new Promise<void>((resolve) => (this.idle = resolve));
     const timer = setTimeout(() => {
       for (const seq of this.queue.splice(0)) this.fail(seq, cancelled('the server is shutting down'));
-      for (const slot of this.slots) if (slot.seq) this.endSlot(slot, undefined, cancelled('the server is shutting down'));
+      for (const slot of this.slots)
+        if (slot.seq) this.endSlot(slot, undefined, cancelled('the server is shutting down'));
     }, graceMs);
     await stopped;
     clearTimeout(timer);
@@ -171,7 +178,10 @@ export class Scheduler {
       const seq = this.queue.shift();
       if (!seq) return;
       try {
-        slot.cache ??= this.model.newSession({ contextLength: this.options.contextLength, ...(this.options.kvType ? { kvType: this.options.kvType } : {}) });
+        slot.cache ??= this.model.newSession({
+          contextLength: this.options.contextLength,
+          ...(this.options.kvType ? { kvType: this.options.kvType } : {}),
+        });
       } catch (error) {
         // no memory for this slot's cache: this request fails, the loop goes on
         this.fail(seq, error);
@@ -207,7 +217,8 @@ export class Scheduler {
       for (const [slot] of rows) this.endSlot(slot, undefined, error);
       return;
     }
-    for (const [i, [slot, seq]] of rows.entries()) if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
+    for (const [i, [slot, seq]] of rows.entries())
+      if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
   }
 
   /** The next chunk of a sequence's prompt; after the last one, its first token. */

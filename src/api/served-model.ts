@@ -1,7 +1,13 @@
 import { statSync } from 'node:fs';
 import { basename } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { ChatTemplate, openModel, type ChatMessage, type ModelConfig, type Tokenizer } from '../engine/index.js';
+import {
+  ChatTemplate,
+  openModel,
+  type ChatMessage,
+  type ModelConfig,
+  type Tokenizer,
+} from '../engine/index.js';
 import { TandemError } from '../errors/index.js';
 import { badRequest } from './errors.js';
 import type { SlotModel } from './scheduler.js';
@@ -41,7 +47,9 @@ export function defaultModelName(path: string): string {
 export async function loadServedModel(path: string, options: LoadServedOptions = {}): Promise<ServedModel> {
   const log = options.log ?? (() => {});
   const start = performance.now();
-  log(`loading ${path} (${(statSync(path).size / 2 ** 20).toFixed(1)} MiB)${options.threads !== undefined ? ` on ${options.threads} thread(s)` : ''}`);
+  log(
+    `loading ${path} (${(statSync(path).size / 2 ** 20).toFixed(1)} MiB)${options.threads !== undefined ? ` on ${options.threads} thread(s)` : ''}`,
+  );
   // a line per tenth of the layers: a model of several GB takes a while
   let shown = 0;
   const onLayer = (loaded: number, total: number): void => {
@@ -49,19 +57,30 @@ export async function loadServedModel(path: string, options: LoadServedOptions =
     shown = Math.floor((10 * loaded) / total);
     log(`weights: ${loaded}/${total} layers (${((performance.now() - start) / 1000).toFixed(1)} s)`);
   };
-  const opened = await openModel(path, { onLayer, ...(options.threads !== undefined ? { threads: options.threads } : {}) });
+  const opened = await openModel(path, {
+    onLayer,
+    ...(options.threads !== undefined ? { threads: options.threads } : {}),
+  });
   try {
     const { model, tokenizer } = opened;
-    if (!tokenizer) throw new TandemError('TOKENIZER_METADATA', `${path} has no tokenizer`, { hint: 'serve a GGUF file with tokenizer metadata' });
+    if (!tokenizer)
+      throw new TandemError('TOKENIZER_METADATA', `${path} has no tokenizer`, {
+        hint: 'serve a GGUF file with tokenizer metadata',
+      });
     const source = opened.file.meta('tokenizer.chat_template');
     const hasTemplate = typeof source === 'string' && source.trim() !== '';
-    if (!hasTemplate) log('the model has no chat template (tokenizer.chat_template): /v1/chat/completions renders messages as ChatML');
+    if (!hasTemplate)
+      log(
+        'the model has no chat template (tokenizer.chat_template): /v1/chat/completions renders messages as ChatML',
+      );
     const template = ChatTemplate.fromModel(hasTemplate ? source : undefined, { fallback: 'chatml' });
     const stopTokens = new Set<number>();
     for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
     const c = model.config;
     const contextLength = Math.min(options.context ?? Math.min(4096, c.contextLength), c.contextLength);
-    log(`loaded ${c.arch}, ${c.blockCount} layers, vocabulary ${c.vocabSize}, context ${contextLength} per slot, ${opened.kernels.backend} kernels, in ${((performance.now() - start) / 1000).toFixed(1)} s`);
+    log(
+      `loaded ${c.arch}, ${c.blockCount} layers, vocabulary ${c.vocabSize}, context ${contextLength} per slot, ${opened.kernels.backend} kernels, in ${((performance.now() - start) / 1000).toFixed(1)} s`,
+    );
     return {
       name: options.name ?? defaultModelName(path),
       created: Math.floor(Date.now() / 1000),
@@ -84,15 +103,24 @@ export function chatPrompt(served: ServedModel, messages: readonly ChatMessage[]
 }
 
 /** Token ids of a completion prompt: text tokenized (BOS as the model asks), or ids checked against the vocabulary. */
-export function completionPrompt(served: ServedModel, prompt: string | readonly number[], field = 'prompt'): number[] {
+export function completionPrompt(
+  served: ServedModel,
+  prompt: string | readonly number[],
+  field = 'prompt',
+): number[] {
   if (typeof prompt !== 'string') {
     const vocab = served.tokenizer.vocabSize;
     const bad = prompt.findIndex((id) => id >= vocab);
-    if (bad >= 0) throw badRequest(`${field}[${bad}]`, `'${field}[${bad}]' is token id ${prompt[bad]}, outside the vocabulary of ${vocab} tokens`);
+    if (bad >= 0)
+      throw badRequest(
+        `${field}[${bad}]`,
+        `'${field}[${bad}]' is token id ${prompt[bad]}, outside the vocabulary of ${vocab} tokens`,
+      );
     return [...prompt];
   }
   const ids = served.tokenizer.encode(prompt);
-  if (ids.length === 0) throw badRequest('prompt', "'prompt' is empty: it has no tokens", 'send some text or token ids');
+  if (ids.length === 0)
+    throw badRequest('prompt', "'prompt' is empty: it has no tokens", 'send some text or token ids');
   return ids;
 }
 
@@ -102,15 +130,28 @@ export function completionPrompt(served: ServedModel, prompt: string | readonly 
  * field that held the prompt). The last generated token is never fed back, so
  * prompt + maxTokens - 1 positions must fit.
  */
-export function tokenBudget(served: ServedModel, promptTokens: number, maxTokens: number | undefined, promptField: 'prompt' | 'messages'): number {
+export function tokenBudget(
+  served: ServedModel,
+  promptTokens: number,
+  maxTokens: number | undefined,
+  promptField: 'prompt' | 'messages',
+): number {
   const context = served.contextLength;
   if (promptTokens > context) {
-    throw badRequest(promptField, `the prompt has ${promptTokens} tokens, more than the context of ${context} tokens`, "shorten the prompt, or start the server with a larger --context (up to the model's context length)");
+    throw badRequest(
+      promptField,
+      `the prompt has ${promptTokens} tokens, more than the context of ${context} tokens`,
+      "shorten the prompt, or start the server with a larger --context (up to the model's context length)",
+    );
   }
   const room = context - promptTokens + 1;
   if (maxTokens === undefined) return room;
   if (maxTokens > room) {
-    throw badRequest('max_tokens', `'max_tokens' is ${maxTokens}, but the prompt's ${promptTokens} tokens leave room for ${room} in the context of ${context} tokens`, `ask for at most ${room} tokens or shorten the prompt`);
+    throw badRequest(
+      'max_tokens',
+      `'max_tokens' is ${maxTokens}, but the prompt's ${promptTokens} tokens leave room for ${room} in the context of ${context} tokens`,
+      `ask for at most ${room} tokens or shorten the prompt`,
+    );
   }
   return maxTokens;
 }

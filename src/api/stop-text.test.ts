@@ -13,7 +13,11 @@ test('StopText releases text that cannot become a stop string, and cuts before t
   // "E" and "EN" could start "END": held back until they cannot
   assert.deepEqual(run(['END'], ['abE', 'N', 'x']), { out: ['ab', '', 'ENx'], tail: '', stopped: false });
   // a stop string spread over three pieces: nothing of it is released
-  assert.deepEqual(run(['END'], ['abE', 'N', 'Dzz', 'more']), { out: ['ab', '', '', ''], tail: '', stopped: true });
+  assert.deepEqual(run(['END'], ['abE', 'N', 'Dzz', 'more']), {
+    out: ['ab', '', '', ''],
+    tail: '',
+    stopped: true,
+  });
   // the earliest of several stop strings wins, whichever is listed first
   assert.deepEqual(run(['zz', 'b'], ['azzb']), { out: ['a'], tail: '', stopped: true });
   // held text that never became a stop string comes out at the end

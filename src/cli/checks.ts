@@ -11,9 +11,21 @@ function usage(command: string, message: string, hint: string): TandemError {
 }
 
 /** `value` must be an integer in min..max (inclusive). */
-export function checkInteger(command: string, name: string, value: number, min: number, max: number = Number.MAX_SAFE_INTEGER, example = Math.min(Math.max(min, 1), max)): number {
+export function checkInteger(
+  command: string,
+  name: string,
+  value: number,
+  min: number,
+  max: number = Number.MAX_SAFE_INTEGER,
+  example = Math.min(Math.max(min, 1), max),
+): number {
   if (!Number.isInteger(value) || value < min || value > max) {
-    const range = max === Number.MAX_SAFE_INTEGER ? (min === 1 ? 'a positive integer' : `an integer >= ${min}`) : `an integer in ${min}..${max}`;
+    const range =
+      max === Number.MAX_SAFE_INTEGER
+        ? min === 1
+          ? 'a positive integer'
+          : `an integer >= ${min}`
+        : `an integer in ${min}..${max}`;
     throw usage(command, `--${name} must be ${range}, got ${value}`, `for example --${name} ${example}`);
   }
   return value;
@@ -71,7 +83,8 @@ export function checkSeconds(command: string, name: string, value: number, allow
 export function portBindError(command: string, port: number, error: unknown): unknown {
   const code = (error as { code?: unknown } | null)?.code;
   if (code !== 'EADDRINUSE' && code !== 'EACCES') return error;
-  const why = code === 'EADDRINUSE' ? 'is in use (UDP or TCP) by another process' : 'may not be bound by this user';
+  const why =
+    code === 'EADDRINUSE' ? 'is in use (UDP or TCP) by another process' : 'may not be bound by this user';
   return new TandemError('CLI_USAGE', `${command}: discovery port ${port} ${why}`, {
     hint: 'stop the other agent (`tandem topology --agent`, `tandem init`) or pass another --port, the same on every host',
     details: { port, code },

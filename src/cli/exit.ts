@@ -7,7 +7,8 @@
 export function exitWhenDone(code: number, graceMs = 500): void {
   process.exitCode = code;
   const exitWhenFlushed = (): void => {
-    if (process.stdout.writableLength + process.stderr.writableLength > 0) setTimeout(exitWhenFlushed, 50).unref();
+    if (process.stdout.writableLength + process.stderr.writableLength > 0)
+      setTimeout(exitWhenFlushed, 50).unref();
     else process.exit(code);
   };
   setTimeout(exitWhenFlushed, graceMs).unref();

@@ -4,9 +4,10 @@ import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 
 const bin = join(import.meta.dirname, '..', '..', 'bin', 'tandem.js');
-const tandem = (...args: string[]) => spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 60_000 });
+const tandem = (...args: string[]) =>
+  spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 60_000 });
 
-test('`tandem help COMMAND` prints that command\'s help; an unknown name is the unknown-command error', () => {
+test("`tandem help COMMAND` prints that command's help; an unknown name is the unknown-command error", () => {
   const one = tandem('help', 'run');
   assert.equal(one.status, 0, one.stderr);
   assert.match(one.stdout, /^usage: tandem run MODEL \[options\]/);

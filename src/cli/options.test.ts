@@ -26,8 +26,18 @@ test('parses values, lists, flags and defaults', () => {
 });
 
 test('rejects unknown options, bad numbers and bad choices with a usage error', () => {
-  for (const argv of [['--nope'], ['--iterations', 'x'], ['--provider', 'udp'], ['--provider'], ['--json=maybe']]) {
-    assert.throws(() => parseArgs(spec, argv), (e) => isTandemError(e, 'CLI_USAGE'), argv.join(' '));
+  for (const argv of [
+    ['--nope'],
+    ['--iterations', 'x'],
+    ['--provider', 'udp'],
+    ['--provider'],
+    ['--json=maybe'],
+  ]) {
+    assert.throws(
+      () => parseArgs(spec, argv),
+      (e) => isTandemError(e, 'CLI_USAGE'),
+      argv.join(' '),
+    );
   }
 });
 
@@ -46,12 +56,16 @@ test('a list option refuses an empty list and empty items instead of falling bac
     ['8,64,', /--sizes has an empty item in '8,64,'/],
     [',8', /--sizes has an empty item/],
   ] as const) {
-    assert.throws(() => parseArgs(spec, ['--sizes', raw]), (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message), raw);
+    assert.throws(
+      () => parseArgs(spec, ['--sizes', raw]),
+      (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message),
+      raw,
+    );
   }
   assert.deepEqual(parseArgs(spec, ['--sizes', ' 8 , 64 ']).options.sizes, ['8', '64']);
 });
 
-test('a value-taking option refuses one of the command\'s own options as its value, but takes other dashed text', () => {
+test("a value-taking option refuses one of the command's own options as its value, but takes other dashed text", () => {
   const run = defineCommand({
     name: 'run',
     summary: 'generate',
@@ -64,12 +78,19 @@ test('a value-taking option refuses one of the command\'s own options as its val
     async run() {},
   });
   for (const [argv, pattern] of [
-    [['m', '--prompt', '--max-tokens', '2'], /--prompt needs a value, but the next argument is the option '--max-tokens'/],
+    [
+      ['m', '--prompt', '--max-tokens', '2'],
+      /--prompt needs a value, but the next argument is the option '--max-tokens'/,
+    ],
     [['m', '--prompt', '--no-json'], /the next argument is the option '--no-json'/],
     [['m', '--prompt', '-j'], /the next argument is the option '-j'/],
     [['m', '--prompt', '--max-tokens=2'], /the next argument is the option '--max-tokens=2'/],
   ] as const) {
-    assert.throws(() => parseArgs(run, argv), (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message), argv.join(' '));
+    assert.throws(
+      () => parseArgs(run, argv),
+      (e) => isTandemError(e, 'CLI_USAGE') && pattern.test(e.message),
+      argv.join(' '),
+    );
   }
   assert.equal(parseArgs(run, ['m', '--prompt', '-5 degrees']).options.prompt, '-5 degrees');
   assert.equal(parseArgs(run, ['m', '--prompt', '--unknown-text']).options.prompt, '--unknown-text');
@@ -78,9 +99,24 @@ test('a value-taking option refuses one of the command\'s own options as its val
 });
 
 test('extra positional arguments are a usage error naming them', () => {
-  const none = defineCommand({ name: 'devinfo', summary: 'list', options: { json: { type: 'boolean', description: 'json' } }, async run() {} });
-  assert.throws(() => parseArgs(none, ['extra']), (e) => isTandemError(e, 'CLI_USAGE') && /devinfo: unexpected argument 'extra' \(devinfo takes no arguments\)/.test(e.message));
-  assert.throws(() => parseArgs(spec, ['m.gguf', 'one', 'two']), (e) => isTandemError(e, 'CLI_USAGE') && /unexpected argument 'one' 'two' \(bench fabric takes MODEL only\)/.test(e.message));
+  const none = defineCommand({
+    name: 'devinfo',
+    summary: 'list',
+    options: { json: { type: 'boolean', description: 'json' } },
+    async run() {},
+  });
+  assert.throws(
+    () => parseArgs(none, ['extra']),
+    (e) =>
+      isTandemError(e, 'CLI_USAGE') &&
+      /devinfo: unexpected argument 'extra' \(devinfo takes no arguments\)/.test(e.message),
+  );
+  assert.throws(
+    () => parseArgs(spec, ['m.gguf', 'one', 'two']),
+    (e) =>
+      isTandemError(e, 'CLI_USAGE') &&
+      /unexpected argument 'one' 'two' \(bench fabric takes MODEL only\)/.test(e.message),
+  );
   assert.deepEqual(parseArgs(spec, ['m.gguf']).positionals, ['m.gguf']);
 });
 
@@ -96,7 +132,14 @@ test('choices narrow the parsed types (checked by tsc: each @ts-expect-error mus
     name: { type: 'string', description: 'any text' },
   } as const satisfies OptionTable;
   const apart = defineCommand({ name: 'x', summary: 'x', options: table, async run() {} });
-  const parsed: ParsedOptions<typeof table> = parseArgs(apart, ['--kv', 'f16', '--ops', 'max', '--name', 'x']).options;
+  const parsed: ParsedOptions<typeof table> = parseArgs(apart, [
+    '--kv',
+    'f16',
+    '--ops',
+    'max',
+    '--name',
+    'x',
+  ]).options;
   const kv: 'f32' | 'f16' | undefined = parsed.kv;
   const ops: ('sum' | 'max')[] = parsed.ops;
   const name: string | undefined = parsed.name;

@@ -35,7 +35,9 @@ type ValueOf<S extends { type: OptionType }> = S['type'] extends 'number'
  * (defineCommand infers its table as literals; a table written apart needs `as const`).
  */
 export type ParsedOptions<T extends OptionTable> = {
-  [K in keyof T]: T[K] extends { default: unknown } | { required: true } | { type: 'boolean' } ? ValueOf<T[K]> : ValueOf<T[K]> | undefined;
+  [K in keyof T]: T[K] extends { default: unknown } | { required: true } | { type: 'boolean' }
+    ? ValueOf<T[K]>
+    : ValueOf<T[K]> | undefined;
 };
 
 export interface PositionalSpec {
@@ -65,7 +67,11 @@ export function defineCommand<const T extends OptionTable>(spec: CommandSpec<T>)
   return spec;
 }
 
-function usageError(command: string, message: string, hint = `run \`tandem ${command} --help\` to see the options`): TandemError {
+function usageError(
+  command: string,
+  message: string,
+  hint = `run \`tandem ${command} --help\` to see the options`,
+): TandemError {
   return new TandemError('CLI_USAGE', `${command}: ${message}`, { hint });
 }
 
@@ -82,7 +88,11 @@ function convert(command: string, name: string, spec: OptionSpec, raw: string): 
     // An empty item ('1,,2', '8,') is a typo, and an empty list would silently mean the default.
     if (items.some((s) => s.length === 0)) {
       const what = raw.trim() === '' ? 'is empty' : `has an empty item in '${raw}'`;
-      throw usageError(command, `--${name} ${what}`, `pass comma-separated values without empty items; \`tandem ${command} --help\` shows an example`);
+      throw usageError(
+        command,
+        `--${name} ${what}`,
+        `pass comma-separated values without empty items; \`tandem ${command} --help\` shows an example`,
+      );
     }
     if (spec.choices) for (const item of items) checkChoice(command, name, spec.choices, item);
     return items;
@@ -102,13 +112,18 @@ function isOwnOption(spec: CommandSpec, arg: string): boolean {
   if (arg === '--help' || arg === '-h') return true;
   if (arg.startsWith('--')) {
     const name = arg.slice(2).split('=')[0] as string;
-    return name in spec.options || (name.startsWith('no-') && spec.options[name.slice(3)]?.type === 'boolean');
+    return (
+      name in spec.options || (name.startsWith('no-') && spec.options[name.slice(3)]?.type === 'boolean')
+    );
   }
   return arg.length > 1 && Object.values(spec.options).some((o) => o.short === arg.slice(1));
 }
 
 /** Parses argv (after the command name) against a command's option table. */
-export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: readonly string[]): ParsedArgs<T> {
+export function parseArgs<T extends OptionTable>(
+  spec: CommandSpec<T>,
+  argv: readonly string[],
+): ParsedArgs<T> {
   const values: Record<string, unknown> = {};
   const positionals: string[] = [];
   const byShort = new Map<string, string>();
@@ -155,7 +170,11 @@ export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: rea
     // `--prompt --max-tokens 2`: the value was forgotten. Only the command's own options count,
     // so a value that merely starts with '-' ('-5 degrees', '-1') is still taken.
     if (inline === undefined && isOwnOption(spec, raw)) {
-      throw usageError(spec.name, `--${name} needs a value, but the next argument is the option '${raw}'`, `give --${name} a value, or write --${name}=${raw} if you meant that text`);
+      throw usageError(
+        spec.name,
+        `--${name} needs a value, but the next argument is the option '${raw}'`,
+        `give --${name} a value, or write --${name}=${raw} if you meant that text`,
+      );
     }
     values[name] = convert(spec.name, name, opt, raw);
   }
@@ -172,17 +191,33 @@ export function parseArgs<T extends OptionTable>(spec: CommandSpec<T>, argv: rea
     throw usageError(spec.name, `missing ${required.map((p) => p.name.toUpperCase()).join(' ')}`);
   }
   if (positionals.length > declared.length) {
-    const extra = positionals.slice(declared.length).map((p) => `'${p}'`).join(' ');
-    const takes = declared.length === 0 ? 'takes no arguments' : `takes ${declared.map((p) => p.name.toUpperCase()).join(' ')} only`;
-    throw usageError(spec.name, `unexpected argument ${extra} (${spec.name} ${takes})`, `quote a value that contains spaces, or run \`tandem ${spec.name} --help\` to see the options`);
+    const extra = positionals
+      .slice(declared.length)
+      .map((p) => `'${p}'`)
+      .join(' ');
+    const takes =
+      declared.length === 0
+        ? 'takes no arguments'
+        : `takes ${declared.map((p) => p.name.toUpperCase()).join(' ')} only`;
+    throw usageError(
+      spec.name,
+      `unexpected argument ${extra} (${spec.name} ${takes})`,
+      `quote a value that contains spaces, or run \`tandem ${spec.name} --help\` to see the options`,
+    );
   }
   return { options: values as ParsedOptions<T>, positionals };
 }
 
 /** The `--help` text, generated from the option table. */
 export function formatHelp(spec: CommandSpec): string {
-  const pos = (spec.positionals ?? []).map((p) => (p.required ? p.name.toUpperCase() : `[${p.name.toUpperCase()}]`));
-  const lines = [`usage: tandem ${spec.name}${pos.length ? ' ' + pos.join(' ') : ''} [options]`, '', spec.summary];
+  const pos = (spec.positionals ?? []).map((p) =>
+    p.required ? p.name.toUpperCase() : `[${p.name.toUpperCase()}]`,
+  );
+  const lines = [
+    `usage: tandem ${spec.name}${pos.length ? ' ' + pos.join(' ') : ''} [options]`,
+    '',
+    spec.summary,
+  ];
   if (spec.description) lines.push('', spec.description);
   if (spec.positionals?.length) {
     lines.push('', 'arguments:');
@@ -196,7 +231,8 @@ export function formatHelp(spec: CommandSpec): string {
   for (const [name, opt] of entries) {
     const value = opt.type === 'boolean' ? '' : ` <${opt.placeholder ?? opt.choices?.join('|') ?? opt.type}>`;
     const flag = `${opt.short ? `-${opt.short}, ` : ''}--${name}${value}`;
-    const extra = opt.default !== undefined ? ` (default: ${String(opt.default)})` : opt.required ? ' (required)' : '';
+    const extra =
+      opt.default !== undefined ? ` (default: ${String(opt.default)})` : opt.required ? ' (required)' : '';
     lines.push(`  ${flag.padEnd(28)} ${opt.description}${extra}`);
   }
   if (spec.examples?.length) lines.push('', 'examples:', ...spec.examples.map((e) => `  ${e}`));

@@ -84,7 +84,8 @@ export const commands: readonly CommandEntry[] = [
   },
   {
     name: 'bench serve',
-    summary: 'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',
+    summary:
+      'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',
     load: async () => (await import('./commands/bench-serve.js')).command,
   },
   {

@@ -24,15 +24,29 @@ test('a cache directory that is a file, under a file, or under /proc fails with 
     const file = join(dir, 'file');
     writeFileSync(file, 'x');
     process.env.TANDEM_CACHE_DIR = file;
-    await assert.rejects(demoModel(() => undefined), (e: Error & { code?: string; hint?: string }) => {
-      assert.equal(e.code, 'INVALID_ARGUMENT');
-      assert.match(e.message, /cannot use the cache directory .*file: .*file exists and is not a directory/);
-      assert.match(e.hint ?? '', /TANDEM_CACHE_DIR/);
-      return true;
+    await assert.rejects(
+      demoModel(() => undefined),
+      (e: Error & { code?: string; hint?: string }) => {
+        assert.equal(e.code, 'INVALID_ARGUMENT');
+        assert.match(
+          e.message,
+          /cannot use the cache directory .*file: .*file exists and is not a directory/,
+        );
+        assert.match(e.hint ?? '', /TANDEM_CACHE_DIR/);
+        return true;
+      },
+    );
+    assert.throws(() => ensureCacheDir(join(file, 'sub')), {
+      code: 'INVALID_ARGUMENT',
+      message: /file exists and is not a directory/,
     });
-    assert.throws(() => ensureCacheDir(join(file, 'sub')), { code: 'INVALID_ARGUMENT', message: /file exists and is not a directory/ });
     // Node's recursive mkdir loops forever here; the check must fail at once.
-    if (existsSync('/proc/self')) assert.throws(() => ensureCacheDir('/proc/tandem-test/cache'), { code: 'INVALID_ARGUMENT', message: /cache directory \/proc\/tandem-test\/cache: (cannot create \/proc\/tandem-test|\/proc is not writable)/ });
+    if (existsSync('/proc/self'))
+      assert.throws(() => ensureCacheDir('/proc/tandem-test/cache'), {
+        code: 'INVALID_ARGUMENT',
+        message:
+          /cache directory \/proc\/tandem-test\/cache: (cannot create \/proc\/tandem-test|\/proc is not writable)/,
+      });
   } finally {
     if (saved === undefined) delete process.env.TANDEM_CACHE_DIR;
     else process.env.TANDEM_CACHE_DIR = saved;

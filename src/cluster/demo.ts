@@ -75,7 +75,8 @@ export function ensureCacheDir(dir: string): void {
       stats = statSync(at);
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw cacheDirError(dir, `${at}: ${(e as Error).message}`, e);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR')
+        throw cacheDirError(dir, `${at}: ${(e as Error).message}`, e);
       missing.unshift(at);
       at = dirname(at);
       continue;
@@ -120,7 +121,9 @@ export async function demoModel(
       const now = Date.now();
       if (now - last < 1000 && written < total) return;
       last = now;
-      onProgress(`making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`);
+      onProgress(
+        `making the demo model: ${Math.round((100 * written) / total)}% of ${(total / 1048576).toFixed(0)} MiB`,
+      );
     },
   });
   return { path, made: true };
@@ -150,7 +153,9 @@ export interface DemoOptions {
 export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
   const tokenizer = readTokenizer(path);
   if (tokenizer === undefined) {
-    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `${path} has no tokenizer (tokenizer.ggml.tokens)`, { hint: 'the demo prints text: use a GGUF file with tokenizer metadata' });
+    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `${path} has no tokenizer (tokenizer.ggml.tokens)`, {
+      hint: 'the demo prints text: use a GGUF file with tokenizer metadata',
+    });
   }
   const prompt = tokenizer.encode(o.prompt);
   const secret = `demo-${process.pid}-${Date.now()}`;
@@ -176,7 +181,9 @@ export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: n
           contextLength: prompt.length + Math.max(o.maxTokens, WARMUP_TOKENS) + 8,
         });
         await session.generate({ prompt, maxTokens: WARMUP_TOKENS });
-        o.onProgress(`generating ${o.maxTokens} tokens on ${n} node(s) (after ${WARMUP_TOKENS} untimed ones)`);
+        o.onProgress(
+          `generating ${o.maxTokens} tokens on ${n} node(s) (after ${WARMUP_TOKENS} untimed ones)`,
+        );
         const result = await session.generate({ prompt, maxTokens: o.maxTokens });
         runs.push({
           nodes: n,

@@ -28,14 +28,33 @@ export async function allGatherMesh(call: Call, out: DTypeArray, count: number):
       call.copyFrom(sub(out, { offset: s.from * count, count }), payload);
       call.release(payload);
     }
-  } else await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
+  } else
+    await call.driveAll(steps.map((s) => call.recvCopy(s.from, sub(out, { offset: s.from * count, count }))));
   await call.driveAll(sent);
 }
 
-export async function allGatherRing(call: Call, out: DTypeArray, count: number, order: readonly number[]): Promise<void> {
+export async function allGatherRing(
+  call: Call,
+  out: DTypeArray,
+  count: number,
+  order: readonly number[],
+): Promise<void> {
   const b = blocks(call.size, count);
   const lanes = ringLanes(order, count * call.size, 1, call.comm.wires);
-  await Promise.all(lanes.map((o, lane) => ringAllGatherLane(call, out, o, laneChunks(b, o, lanes.length, lane, 1), lane, 0, undefined, lanes.length === 1)));
+  await Promise.all(
+    lanes.map((o, lane) =>
+      ringAllGatherLane(
+        call,
+        out,
+        o,
+        laneChunks(b, o, lanes.length, lane, 1),
+        lane,
+        0,
+        undefined,
+        lanes.length === 1,
+      ),
+    ),
+  );
 }
 
 /** Recursive doubling; needs a power-of-two size (the communicator falls back to ring otherwise). */
@@ -64,7 +83,9 @@ export async function allGatherTree(call: Call, out: DTypeArray, count: number, 
     const ranks = subtree(tree, child);
     const payload = await call.drive(call.recv(child, call.wireBytes(count) * ranks.length, 0, 0));
     const per = call.wireBytes(count);
-    ranks.forEach((r, i) => call.copyFrom(sub(out, { offset: r * count, count }), payload.subarray(i * per, (i + 1) * per)));
+    ranks.forEach((r, i) =>
+      call.copyFrom(sub(out, { offset: r * count, count }), payload.subarray(i * per, (i + 1) * per)),
+    );
   }
   const parent = tree.parent[me] as number;
   if (parent >= 0) {

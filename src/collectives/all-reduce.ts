@@ -34,7 +34,11 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
   } else {
     // large: each part streams from the receive slots into a kept scratch array (a whole
     // message received into a fresh buffer cost page faults on every call: 1 MiB took ~4 ms)
-    await call.driveAll(steps.map((s) => call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from)))));
+    await call.driveAll(
+      steps.map((s) =>
+        call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from))),
+      ),
+    );
   }
   if (sent) await call.driveAll(sent);
   const acc = call.comm.scratch(call.spec.dtype, data.length, 0);
@@ -73,7 +77,13 @@ export function ringLanes(order: readonly number[], count: number, align: number
 }
 
 /** Chunk of each ring position of `lane`: position k owns the data chunk of rank order[k]. */
-function laneChunks(chunks: readonly Range[], order: readonly number[], lanes: number, lane: number, align: number): Range[] {
+function laneChunks(
+  chunks: readonly Range[],
+  order: readonly number[],
+  lanes: number,
+  lane: number,
+  align: number,
+): Range[] {
   return order.map((r) => splitRange(chunks[r] as Range, lanes, align)[lane] as Range);
 }
 
@@ -88,24 +98,49 @@ function early<T>(p: Promise<T>): Promise<T> {
  * their step is reached stream straight into their sinks instead of waiting in a copy.
  * (Safe: a step's chunk is never the one being sent, and the mailbox serves steps in order.)
  */
-export function prepostReduceScatter(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number): Promise<void>[] {
+export function prepostReduceScatter(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+  chunks: readonly Range[],
+  lane: number,
+): Promise<void>[] {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const prev = order[(p - 1 + n) % n] as number;
-  return ringReduceScatterSteps(n, p).map((st, s) => early(call.recvReduce(prev, sub(data, chunks[st.recv] as Range), lane, s)));
+  return ringReduceScatterSteps(n, p).map((st, s) =>
+    early(call.recvReduce(prev, sub(data, chunks[st.recv] as Range), lane, s)),
+  );
 }
 
 /** The receives of a ring all-gather lane, posted at once (raw wire only; q8 forwards whole payloads). */
-export function prepostAllGather(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number): Promise<void>[] | undefined {
+export function prepostAllGather(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+  chunks: readonly Range[],
+  lane: number,
+  stepBase: number,
+): Promise<void>[] | undefined {
   if (call.spec.q8) return undefined;
   const n = order.length;
   const p = order.indexOf(call.rank);
   const prev = order[(p - 1 + n) % n] as number;
-  return ringAllGatherSteps(n, p).map((st, s) => early(call.recvCopy(prev, sub(data, chunks[st.recv] as Range), lane, stepBase + s)));
+  return ringAllGatherSteps(n, p).map((st, s) =>
+    early(call.recvCopy(prev, sub(data, chunks[st.recv] as Range), lane, stepBase + s)),
+  );
 }
 
 /** Ring reduce-scatter on one lane: afterwards this rank holds its chunk fully reduced. */
-export async function ringReduceScatterLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, pre?: Promise<void>[], drive = false): Promise<void> {
+export async function ringReduceScatterLane(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+  chunks: readonly Range[],
+  lane: number,
+  pre?: Promise<void>[],
+  drive = false,
+): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
@@ -121,7 +156,16 @@ export async function ringReduceScatterLane(call: Call, data: DTypeArray, order:
 }
 
 /** Ring all-gather on one lane: forwards what arrived, so q8 payloads travel unchanged. */
-export async function ringAllGatherLane(call: Call, data: DTypeArray, order: readonly number[], chunks: readonly Range[], lane: number, stepBase: number, pre?: Promise<void>[], drive = false): Promise<void> {
+export async function ringAllGatherLane(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+  chunks: readonly Range[],
+  lane: number,
+  stepBase: number,
+  pre?: Promise<void>[],
+  drive = false,
+): Promise<void> {
   const n = order.length;
   const p = order.indexOf(call.rank);
   const next = order[(p + 1) % n] as number;
@@ -219,8 +263,10 @@ export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): P
   // the parent's results. Later children's receives wait for the first one of their segment,
   // which keeps every element's reduction order fixed.
   const first = kids[0];
-  const firstUp = first === undefined ? [] : segs.map((r, k) => early(call.recvReduce(first, sub(data, r), 0, 2 * k)));
-  const fromParent = parent < 0 ? [] : segs.map((r, k) => early(call.recvCopy(parent, sub(data, r), 0, 2 * k + 1)));
+  const firstUp =
+    first === undefined ? [] : segs.map((r, k) => early(call.recvReduce(first, sub(data, r), 0, 2 * k)));
+  const fromParent =
+    parent < 0 ? [] : segs.map((r, k) => early(call.recvCopy(parent, sub(data, r), 0, 2 * k + 1)));
   const up = async (): Promise<void> => {
     for (let k = 0; k < segs.length; k++) {
       const seg = sub(data, segs[k] as Range);
@@ -246,7 +292,10 @@ export async function allReduceTree(call: Call, data: DTypeArray, tree: Tree): P
  * costs stay small.
  */
 function treeSegments(call: Call, count: number): Range[] {
-  const perFragment = Math.max(1, Math.floor(call.comm.router.fragmentBytes / bytesPerElement(call.spec.dtype)));
+  const perFragment = Math.max(
+    1,
+    Math.floor(call.comm.router.fragmentBytes / bytesPerElement(call.spec.dtype)),
+  );
   return chunkRanges(count, Math.max(1, Math.min(Math.ceil(count / perFragment), TREE_SEGMENTS)));
 }
 

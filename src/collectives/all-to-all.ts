@@ -7,14 +7,26 @@ import { pairwiseSteps } from './schedules.js';
  * rank j (taken in rank order from `send`) and receives recvCounts[j] values from j into
  * `recv` (in rank order). Pairwise order; pairs without a link are relayed.
  */
-export async function allToAllPairwise(call: Call, send: DTypeArray, sendCounts: readonly number[], recv: DTypeArray, recvCounts: readonly number[]): Promise<void> {
+export async function allToAllPairwise(
+  call: Call,
+  send: DTypeArray,
+  sendCounts: readonly number[],
+  recv: DTypeArray,
+  recvCounts: readonly number[],
+): Promise<void> {
   const { rank, size } = call;
   const sOff = offsets(sendCounts);
   const rOff = offsets(recvCounts);
   recv.set(send.subarray(sOff[rank], (sOff[rank] as number) + (sendCounts[rank] as number)), rOff[rank]);
   const steps = pairwiseSteps(size, rank);
-  const sent = steps.map((s) => call.send(s.to, call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number)))));
-  const into = (from: number): DTypeArray => recv.subarray(rOff[from], (rOff[from] as number) + (recvCounts[from] as number));
+  const sent = steps.map((s) =>
+    call.send(
+      s.to,
+      call.encode(send.subarray(sOff[s.to], (sOff[s.to] as number) + (sendCounts[s.to] as number))),
+    ),
+  );
+  const into = (from: number): DTypeArray =>
+    recv.subarray(rOff[from], (rOff[from] as number) + (recvCounts[from] as number));
   const bytes = recvCounts.map((c) => call.wireBytes(c));
   if (steps.every((s) => (bytes[s.from] as number) <= WHOLE_MAX)) {
     // small: as the mesh all-reduce, poll until every part is in, then take them whole

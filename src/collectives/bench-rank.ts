@@ -37,7 +37,11 @@ export function iterationsFor(bytes: number, base = 1000): number {
  * all-reduce costs 2-3x what it costs later. Capped at ~128 MiB of payload per size.
  */
 export function warmupsFor(bytes: number, iterations: number): number {
-  return Math.max(2, Math.floor(iterations / 10), Math.min(1000, Math.floor((128 << 20) / Math.max(bytes, 1))));
+  return Math.max(
+    2,
+    Math.floor(iterations / 10),
+    Math.min(1000, Math.floor((128 << 20) / Math.max(bytes, 1))),
+  );
 }
 
 /**
@@ -56,7 +60,12 @@ const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 3000);
 const tracePrefix = process.env.TANDEM_BENCH_TRACE;
 
 /** One call of `op` whose nccl-tests size is `bytes` (f32 values). */
-function operation(c: Communicator, op: BenchOp, bytes: number, algorithm: Algorithm | undefined): () => Promise<unknown> {
+function operation(
+  c: Communicator,
+  op: BenchOp,
+  bytes: number,
+  algorithm: Algorithm | undefined,
+): () => Promise<unknown> {
   const n = c.size;
   const alg = algorithm ? { algorithm } : {};
   const elems = Math.max(1, Math.floor(bytes / 4));
@@ -157,14 +166,21 @@ for (const bytes of config.sizes) {
   await comm.barrier();
   const each = new Float64Array(iters);
   await timeCalls(run, each);
-  if (tracePrefix) writeFileSync(`${tracePrefix}.${config.rank}.${bytes}`, Array.from(each, (x) => (x * 1000).toFixed(1)).join('\n') + '\n');
+  if (tracePrefix)
+    writeFileSync(
+      `${tracePrefix}.${config.rank}.${bytes}`,
+      Array.from(each, (x) => (x * 1000).toFixed(1)).join('\n') + '\n',
+    );
   each.sort();
   const p50 = (each[Math.floor(iters / 2)] as number) * 1000;
   const chosen = comm.lastAlgorithm ?? 'mesh';
   // the slowest rank's mean (nccl-tests' and Open MPI's statistic) and median
   const worst = Float32Array.of(us, p50);
   await comm.allReduce(worst, { op: 'max', algorithm: 'mesh' });
-  if (config.rank === 0) print(`ROW ${JSON.stringify({ bytes, time_us: worst[0], p50_us: worst[1], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`);
+  if (config.rank === 0)
+    print(
+      `ROW ${JSON.stringify({ bytes, time_us: worst[0], p50_us: worst[1], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`,
+    );
 }
 await comm.close();
 print('DONE');

@@ -2,12 +2,28 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { checkCollectiveGoals, fasterRows, toRow, type AnchorRow } from './bench.js';
 
-const ompi = (btl: string, bytes: number, time_us: number, busbw_GBps: number): AnchorRow => ({ anchor: 'openmpi-allreduce', btl, ranks: 2, bytes, time_us, busbw_GBps });
+const ompi = (btl: string, bytes: number, time_us: number, busbw_GBps: number): AnchorRow => ({
+  anchor: 'openmpi-allreduce',
+  btl,
+  ranks: 2,
+  bytes,
+  time_us,
+  busbw_GBps,
+});
 
 test('the collectives goals compare 2-rank all-reduce rows with the matching Open MPI rows, each in its direction', () => {
-  const anchors = [ompi('vader,self', 8, 0.8, 0.01), ompi('vader,self', 1 << 20, 200, 5.243), ompi('tcp,self', 1 << 20, 400, 2.621), ompi('vader,self', 8, 99, 0), ompi('tcp,self', 8, 1, 0)].map((a, i) => (i === 3 ? { ...a, ranks: 4 } : a));
+  const anchors = [
+    ompi('vader,self', 8, 0.8, 0.01),
+    ompi('vader,self', 1 << 20, 200, 5.243),
+    ompi('tcp,self', 1 << 20, 400, 2.621),
+    ompi('vader,self', 8, 99, 0),
+    ompi('tcp,self', 8, 1, 0),
+  ].map((a, i) => (i === 3 ? { ...a, ranks: 4 } : a));
   // shm: 8 B at 2.0 us (2.5x: met), 1 MiB at 250 us (busbw below Open MPI's: not met)
-  const shm = checkCollectiveGoals([toRow('all-reduce', 2, 'shm', 'mesh', 8, 2.0), toRow('all-reduce', 2, 'shm', 'ring', 1 << 20, 250)], anchors);
+  const shm = checkCollectiveGoals(
+    [toRow('all-reduce', 2, 'shm', 'mesh', 8, 2.0), toRow('all-reduce', 2, 'shm', 'ring', 1 << 20, 250)],
+    anchors,
+  );
   assert.deepEqual(
     shm.map((g) => [g.goal, g.ratio, g.met]),
     [
@@ -16,17 +32,44 @@ test('the collectives goals compare 2-rank all-reduce rows with the matching Ope
     ],
   );
   // tcp: 1 MiB at 480 us is 0.83x of Open MPI's busbw (met); its 8 B row has no tcp goal
-  const tcp = checkCollectiveGoals([toRow('all-reduce', 2, 'tcp', 'mesh', 8, 30), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 480)], anchors);
-  assert.deepEqual(tcp.map((g) => [g.goal, g.ratio, g.met]), [['tcp 2-rank 1 MiB all-reduce busbw >= 0.8x Open MPI', 0.83, true]]);
+  const tcp = checkCollectiveGoals(
+    [toRow('all-reduce', 2, 'tcp', 'mesh', 8, 30), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 480)],
+    anchors,
+  );
+  assert.deepEqual(
+    tcp.map((g) => [g.goal, g.ratio, g.met]),
+    [['tcp 2-rank 1 MiB all-reduce busbw >= 0.8x Open MPI', 0.83, true]],
+  );
   // a missing anchor row leaves the verdict open; other ops, rank counts and sizes have no goals
   assert.equal(checkCollectiveGoals([toRow('all-reduce', 2, 'shm', 'ring', 1 << 20, 250)], [])[0]?.met, null);
-  assert.deepEqual(checkCollectiveGoals([toRow('all-gather', 2, 'shm', 'ring', 1 << 20, 250), toRow('all-reduce', 4, 'shm', 'mesh', 8, 2), toRow('all-reduce', 2, 'shm', 'mesh', 64, 2)], anchors), []);
+  assert.deepEqual(
+    checkCollectiveGoals(
+      [
+        toRow('all-gather', 2, 'shm', 'ring', 1 << 20, 250),
+        toRow('all-reduce', 4, 'shm', 'mesh', 8, 2),
+        toRow('all-reduce', 2, 'shm', 'mesh', 64, 2),
+      ],
+      anchors,
+    ),
+    [],
+  );
 });
 
-test('rounds keep, per size, the faster row, in the first round\'s order, and add sizes a round brings', () => {
-  const r1 = [toRow('all-reduce', 2, 'tcp', 'ring', 8, 10), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 500)];
-  const r2 = [toRow('all-reduce', 2, 'tcp', 'ring', 8, 12), toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 400), toRow('all-reduce', 2, 'tcp', 'ring', 64, 11)];
-  const kept = fasterRows(fasterRows([], r1, (r) => String(r.bytes)), r2, (r) => String(r.bytes));
+test("rounds keep, per size, the faster row, in the first round's order, and add sizes a round brings", () => {
+  const r1 = [
+    toRow('all-reduce', 2, 'tcp', 'ring', 8, 10),
+    toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 500),
+  ];
+  const r2 = [
+    toRow('all-reduce', 2, 'tcp', 'ring', 8, 12),
+    toRow('all-reduce', 2, 'tcp', 'ring', 1 << 20, 400),
+    toRow('all-reduce', 2, 'tcp', 'ring', 64, 11),
+  ];
+  const kept = fasterRows(
+    fasterRows([], r1, (r) => String(r.bytes)),
+    r2,
+    (r) => String(r.bytes),
+  );
   assert.deepEqual(
     kept.map((r) => [r.bytes, r.time_us]),
     [
@@ -35,5 +78,5 @@ test('rounds keep, per size, the faster row, in the first round\'s order, and ad
       [64, 11],
     ],
   );
-  assert.equal(kept[1], r2[1], 'the faster round\'s row itself, with its algbw and busbw');
+  assert.equal(kept[1], r2[1], "the faster round's row itself, with its algbw and busbw");
 });

@@ -49,10 +49,27 @@ export function busFactor(op: BenchOp, n: number): number {
 }
 
 /** `timeUs` is the mean time per call (the statistic of nccl-tests and of the Open MPI anchor); algbw and busbw derive from it. */
-export function toRow(op: BenchOp, ranks: number, provider: ProviderName, algorithm: string, bytes: number, timeUs: number, p50Us?: number): CollRow {
+export function toRow(
+  op: BenchOp,
+  ranks: number,
+  provider: ProviderName,
+  algorithm: string,
+  bytes: number,
+  timeUs: number,
+  p50Us?: number,
+): CollRow {
   const algbw = bytes / timeUs / 1e3;
   const round = (x: number): number => Math.round(x * 1000) / 1000;
-  const row: CollRow = { op, ranks, provider, algorithm, bytes, time_us: round(timeUs), algbw_GBps: round(algbw), busbw_GBps: round(algbw * busFactor(op, ranks)) };
+  const row: CollRow = {
+    op,
+    ranks,
+    provider,
+    algorithm,
+    bytes,
+    time_us: round(timeUs),
+    algbw_GBps: round(algbw),
+    busbw_GBps: round(algbw * busFactor(op, ranks)),
+  };
   if (p50Us !== undefined) row.p50_us = round(p50Us);
   return row;
 }
@@ -85,12 +102,26 @@ export interface CollBenchOptions {
 }
 
 /** Spawns the ranks, prints each row through `onRow` as it arrives, returns all rows. */
-export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRow) => void): Promise<CollRow[]> {
-  const base: Omit<RankConfig, 'rank' | 'address'> = { size: o.ranks, provider: o.provider, op: o.op, sizes: o.sizes, ...(o.algorithm ? { algorithm: o.algorithm } : {}), ...(o.iterations ? { iterations: o.iterations } : {}) };
+export async function runCollectivesBench(
+  o: CollBenchOptions,
+  onRow: (r: CollRow) => void,
+): Promise<CollRow[]> {
+  const base: Omit<RankConfig, 'rank' | 'address'> = {
+    size: o.ranks,
+    provider: o.provider,
+    op: o.op,
+    sizes: o.sizes,
+    ...(o.algorithm ? { algorithm: o.algorithm } : {}),
+    ...(o.iterations ? { iterations: o.iterations } : {}),
+  };
   const children: ChildProcess[] = [];
   const rows: CollRow[] = [];
   const spawnRank = (rank: number, address: string): ChildProcess => {
-    const c = spawn(process.execPath, [...rankNodeArgs, '--import', tsxLoader, rankScript, JSON.stringify({ ...base, rank, address })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const c = spawn(
+      process.execPath,
+      [...rankNodeArgs, '--import', tsxLoader, rankScript, JSON.stringify({ ...base, rank, address })],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     children.push(c);
     return c;
   };
@@ -99,7 +130,12 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
       const root = spawnRank(0, '127.0.0.1:0');
       let finished = 0;
       const exit = (rank: number) => (code: number | null) => {
-        if (code !== 0) reject(new TandemError('COLL_ABORTED', `bench collectives: rank ${rank} exited with ${code}`, { hint: 'see the rank\'s error above' }));
+        if (code !== 0)
+          reject(
+            new TandemError('COLL_ABORTED', `bench collectives: rank ${rank} exited with ${code}`, {
+              hint: "see the rank's error above",
+            }),
+          );
         else if (++finished === o.ranks) resolveDone();
       };
       root.on('exit', exit(0));
@@ -108,8 +144,22 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
           const address = l.slice(10).trim();
           for (let r = 1; r < o.ranks; r++) spawnRank(r, address).on('exit', exit(r));
         } else if (l.startsWith('ROW ')) {
-          const raw = JSON.parse(l.slice(4)) as { bytes: number; time_us: number; p50_us?: number; algorithm: string; chosen: string };
-          const row = toRow(o.op, o.ranks, o.provider, raw.algorithm === 'auto' ? `auto:${raw.chosen}` : raw.algorithm, raw.bytes, raw.time_us, raw.p50_us);
+          const raw = JSON.parse(l.slice(4)) as {
+            bytes: number;
+            time_us: number;
+            p50_us?: number;
+            algorithm: string;
+            chosen: string;
+          };
+          const row = toRow(
+            o.op,
+            o.ranks,
+            o.provider,
+            raw.algorithm === 'auto' ? `auto:${raw.chosen}` : raw.algorithm,
+            raw.bytes,
+            raw.time_us,
+            raw.p50_us,
+          );
           rows.push(row);
           onRow(row);
         }
@@ -128,7 +178,11 @@ export async function runCollectivesBench(o: CollBenchOptions, onRow: (r: CollRo
  * anchor's alike, as a machine whose speed drifts only ever slows a round (one round each,
  * run one after the other, put the drift between them into the ratio).
  */
-export function fasterRows<T extends { time_us: number }>(kept: readonly T[], round: readonly T[], key: (r: T) => string): T[] {
+export function fasterRows<T extends { time_us: number }>(
+  kept: readonly T[],
+  round: readonly T[],
+  key: (r: T) => string,
+): T[] {
   const out = [...kept];
   for (const r of round) {
     const i = out.findIndex((k) => key(k) === key(r));
@@ -141,7 +195,10 @@ export function fasterRows<T extends { time_us: number }>(kept: readonly T[], ro
 /** Runs `run-anchors.sh allreduce` (Open MPI, 2 and 4 ranks, vader and tcp) and parses its JSON lines. */
 export async function runAllreduceAnchors(script: string): Promise<AnchorRow[]> {
   const lines = await anchorLines(script, 'allreduce', 600_000);
-  return lines.filter((o): o is AnchorRow & Record<string, unknown> => o.anchor === 'openmpi-allreduce' && typeof o.bytes === 'number');
+  return lines.filter(
+    (o): o is AnchorRow & Record<string, unknown> =>
+      o.anchor === 'openmpi-allreduce' && typeof o.bytes === 'number',
+  );
 }
 
 /** The Open MPI row matching ours: same ranks, same kind of transport, same bytes. */
@@ -156,13 +213,41 @@ export function anchorFor(anchors: readonly AnchorRow[], row: CollRow): AnchorRo
  * Goals whose size was not run are left out; other runs have none.
  */
 export function checkCollectiveGoals(rows: readonly CollRow[], anchors: readonly AnchorRow[]): GoalCheck[] {
-  const row = (bytes: number): CollRow | undefined => rows.find((r) => r.op === 'all-reduce' && r.ranks === 2 && r.bytes === bytes);
+  const row = (bytes: number): CollRow | undefined =>
+    rows.find((r) => r.op === 'all-reduce' && r.ranks === 2 && r.bytes === bytes);
   const out: GoalCheck[] = [];
   const small = row(8);
-  if (small?.provider === 'shm') out.push(goalCheck('shm 2-rank 8 B all-reduce time <= 3x Open MPI', small.time_us, anchorFor(anchors, small)?.time_us, 3, true));
+  if (small?.provider === 'shm')
+    out.push(
+      goalCheck(
+        'shm 2-rank 8 B all-reduce time <= 3x Open MPI',
+        small.time_us,
+        anchorFor(anchors, small)?.time_us,
+        3,
+        true,
+      ),
+    );
   const big = row(1 << 20);
-  if (big?.provider === 'shm') out.push(goalCheck('shm 2-rank 1 MiB all-reduce busbw >= Open MPI', big.busbw_GBps, anchorFor(anchors, big)?.busbw_GBps, 1, false));
-  if (big?.provider === 'tcp') out.push(goalCheck('tcp 2-rank 1 MiB all-reduce busbw >= 0.8x Open MPI', big.busbw_GBps, anchorFor(anchors, big)?.busbw_GBps, 0.8, false));
+  if (big?.provider === 'shm')
+    out.push(
+      goalCheck(
+        'shm 2-rank 1 MiB all-reduce busbw >= Open MPI',
+        big.busbw_GBps,
+        anchorFor(anchors, big)?.busbw_GBps,
+        1,
+        false,
+      ),
+    );
+  if (big?.provider === 'tcp')
+    out.push(
+      goalCheck(
+        'tcp 2-rank 1 MiB all-reduce busbw >= 0.8x Open MPI',
+        big.busbw_GBps,
+        anchorFor(anchors, big)?.busbw_GBps,
+        0.8,
+        false,
+      ),
+    );
   return out;
 }
 
@@ -176,4 +261,3 @@ export function formatRow(r: CollRow, anchor?: AnchorRow | null): string {
   if (anchor === undefined) return base;
   return `${base} ${(anchor ? anchor.time_us.toFixed(2) : '-').padStart(10)} ${(anchor ? anchor.busbw_GBps.toFixed(3) : '-').padStart(11)}`;
 }
-

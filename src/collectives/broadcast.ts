@@ -25,7 +25,13 @@ export async function broadcastTree(call: Call, data: DTypeArray, tree: Tree): P
 }
 
 /** A pipelined chain along the ring from the root: segments flow while later ones arrive. */
-export async function broadcastRing(call: Call, data: DTypeArray, root: number, order: readonly number[], segmentElems: number): Promise<void> {
+export async function broadcastRing(
+  call: Call,
+  data: DTypeArray,
+  root: number,
+  order: readonly number[],
+  segmentElems: number,
+): Promise<void> {
   const n = order.length;
   const shift = order.indexOf(root);
   const p = (order.indexOf(call.rank) - shift + n) % n;

@@ -1,12 +1,27 @@
 import { TandemError } from '../errors/index.js';
-import { bytesOf, bytesPerElement, dtypeCodes, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
+import {
+  bytesOf,
+  bytesPerElement,
+  dtypeCodes,
+  viewAs,
+  type DType,
+  type DTypeArray,
+} from '../kernels/dtype.js';
 import { q8Bytes, q8Pack, q8Unpack, q8UnpackAdd } from '../kernels/q8.js';
 import { copyBytes } from '../kernels/copy.js';
 import type { ReduceOp } from '../kernels/reduce.js';
 import { reduceFast as reduceInto } from '../kernels/reduce-native.js';
 import type { Range } from './chunks.js';
 import type { PairwiseStep } from './schedules.js';
-import { AlgorithmCode, describeCall, MessageKind, OpCode, ReduceCode, type CollectiveOp, type Header } from './header.js';
+import {
+  AlgorithmCode,
+  describeCall,
+  MessageKind,
+  OpCode,
+  ReduceCode,
+  type CollectiveOp,
+  type Header,
+} from './header.js';
 import { SENT, type Message, type Router, type Settled, type Sink } from './router/index.js';
 
 export type Algorithm = 'mesh' | 'ring' | 'rhd' | 'tree';
@@ -102,7 +117,11 @@ export class Call {
   /** Resolves once `payload` is copied out; a failure is also seen by whoever awaits later. */
   send(peer: number, payload: Uint8Array, lane = 0, step = 0): Promise<void> {
     const flag: Settled = { settled: false };
-    const p = this.comm.router.send({ ...this.template, dst: this.comm.members[peer] as number, lane, step }, payload, flag);
+    const p = this.comm.router.send(
+      { ...this.template, dst: this.comm.members[peer] as number, lane, step },
+      payload,
+      flag,
+    );
     if (p === SENT) return p;
     p.catch(() => undefined); // the caller may be busy awaiting a receive when the world aborts
     return this.track(p, flag);
@@ -153,22 +172,49 @@ export class Call {
   /** COLL_MISMATCH when a header from `peer` does not belong to this call at this step. */
   private mismatch(h: Header, peer: number, bytes: number, step: number): TandemError | undefined {
     const t = this.template;
-    const same = h.op === t.op && h.dtype === t.dtype && h.reduce === t.reduce && h.algorithm === t.algorithm && h.count === t.count && h.seq === t.seq && h.aux === t.aux;
+    const same =
+      h.op === t.op &&
+      h.dtype === t.dtype &&
+      h.reduce === t.reduce &&
+      h.algorithm === t.algorithm &&
+      h.count === t.count &&
+      h.seq === t.seq &&
+      h.aux === t.aux;
     if (same && h.step === step && h.totalBytes === bytes) return undefined;
     const mine = describeCall(t);
     const theirs = describeCall(h);
-    const why = same ? (h.step !== step ? `step ${h.step} where step ${step} was expected` : `${h.totalBytes} bytes where ${bytes} were expected`) : theirs;
+    const why = same
+      ? h.step !== step
+        ? `step ${h.step} where step ${step} was expected`
+        : `${h.totalBytes} bytes where ${bytes} were expected`
+      : theirs;
     return new TandemError('COLL_MISMATCH', `rank ${this.rank} called ${mine} but rank ${peer} sent ${why}`, {
       hint: 'every rank must make the same collective calls in the same order, with the same count, dtype, op, root and algorithm',
       details: { rank: this.rank, peer, mine, theirs },
     });
   }
 
-  private wait(peer: number, bytes: number, lane: number, step: number, flag: Settled, sink?: Sink): Promise<Message> {
+  private wait(
+    peer: number,
+    bytes: number,
+    lane: number,
+    step: number,
+    flag: Settled,
+    sink?: Sink,
+  ): Promise<Message> {
     const src = this.comm.members[peer] as number;
     const check: Sink['check'] = (h) => this.mismatch(h, peer, bytes, step);
     const s: Sink | undefined = sink ? { check, consume: sink.consume } : undefined;
-    return this.comm.router.recv(this.comm.commId, this.spec.channel, src, lane, this.comm.timeoutMs, () => describeCall(this.template), s, flag);
+    return this.comm.router.recv(
+      this.comm.commId,
+      this.spec.channel,
+      src,
+      lane,
+      this.comm.timeoutMs,
+      () => describeCall(this.template),
+      s,
+      flag,
+    );
   }
 
   /** The next message of this call from `peer`, whole; `bytes` is the payload length the schedule expects. */
@@ -177,7 +223,13 @@ export class Call {
     return this.track(this.recvWhole(peer, bytes, lane, step, flag), flag);
   }
 
-  private async recvWhole(peer: number, bytes: number, lane: number, step: number, flag: Settled): Promise<Uint8Array> {
+  private async recvWhole(
+    peer: number,
+    bytes: number,
+    lane: number,
+    step: number,
+    flag: Settled,
+  ): Promise<Uint8Array> {
     const m = await this.wait(peer, bytes, lane, step, flag);
     const e = this.mismatch(m.header, peer, bytes, step);
     if (e) {
@@ -189,7 +241,12 @@ export class Call {
 
   /** The next message of this call from `peer` if it is already here whole (see spinForAll), else undefined. */
   private take(peer: number, bytes: number, lane = 0, step = 0): Uint8Array | undefined {
-    const m = this.comm.router.take(this.comm.commId, this.spec.channel, this.comm.members[peer] as number, lane);
+    const m = this.comm.router.take(
+      this.comm.commId,
+      this.spec.channel,
+      this.comm.members[peer] as number,
+      lane,
+    );
     if (m === undefined) return undefined;
     const e = this.mismatch(m.header, peer, bytes, step);
     if (e) {
@@ -205,7 +262,11 @@ export class Call {
    * (spinForAll), so they are usually all taken at once: then it returns undefined, without
    * a promise; else a promise for the rest. release() each payload when done with it.
    */
-  takeAll(steps: readonly PairwiseStep[], bytes: number | readonly number[], into: (Uint8Array | undefined)[]): Promise<void> | undefined {
+  takeAll(
+    steps: readonly PairwiseStep[],
+    bytes: number | readonly number[],
+    into: (Uint8Array | undefined)[],
+  ): Promise<void> | undefined {
     this.spinForAll();
     for (let i = 0; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
@@ -216,7 +277,12 @@ export class Call {
     return undefined;
   }
 
-  private async takeRest(steps: readonly PairwiseStep[], first: number, bytes: number | readonly number[], into: (Uint8Array | undefined)[]): Promise<void> {
+  private async takeRest(
+    steps: readonly PairwiseStep[],
+    first: number,
+    bytes: number | readonly number[],
+    into: (Uint8Array | undefined)[],
+  ): Promise<void> {
     for (let i = first; i < steps.length; i++) {
       const peer = (steps[i] as PairwiseStep).from;
       const n = typeof bytes === 'number' ? bytes : (bytes[peer] as number);
@@ -235,7 +301,13 @@ export class Call {
     return this.track(this.recvReduceInto(peer, acc, lane, step, flag), flag);
   }
 
-  private async recvReduceInto(peer: number, acc: DTypeArray, lane: number, step: number, flag: Settled): Promise<void> {
+  private async recvReduceInto(
+    peer: number,
+    acc: DTypeArray,
+    lane: number,
+    step: number,
+    flag: Settled,
+  ): Promise<void> {
     const bytes = this.wireBytes(acc.length);
     if (this.spec.q8) return this.reduceFrom(acc, await this.recvWhole(peer, bytes, lane, step, flag));
     const dtype = this.spec.dtype;
@@ -254,11 +326,20 @@ export class Call {
     return this.track(this.recvCopyInto(peer, dst, lane, step, flag), flag);
   }
 
-  private async recvCopyInto(peer: number, dst: DTypeArray, lane: number, step: number, flag: Settled): Promise<void> {
+  private async recvCopyInto(
+    peer: number,
+    dst: DTypeArray,
+    lane: number,
+    step: number,
+    flag: Settled,
+  ): Promise<void> {
     const bytes = this.wireBytes(dst.length);
     if (this.spec.q8) return this.copyFrom(dst, await this.recvWhole(peer, bytes, lane, step, flag));
     const target = bytesOf(dst);
-    await this.wait(peer, bytes, lane, step, flag, { check: () => undefined, consume: (f, off) => copyBytes(target, off, f) });
+    await this.wait(peer, bytes, lane, step, flag, {
+      check: () => undefined,
+      consume: (f, off) => copyBytes(target, off, f),
+    });
   }
 
   /** Wire bytes for `n` values of this call (q8 or raw). */

@@ -1,5 +1,12 @@
 import assert from 'node:assert/strict';
-import { fromNumbers, toNumbers, writeElement, allocate, type DType, type DTypeArray } from '../kernels/dtype.js';
+import {
+  fromNumbers,
+  toNumbers,
+  writeElement,
+  allocate,
+  type DType,
+  type DTypeArray,
+} from '../kernels/dtype.js';
 import type { Algorithm } from './call.js';
 import { chunkRanges } from './chunks.js';
 import type { Communicator } from './communicator.js';
@@ -35,7 +42,14 @@ export function expectedReduce(op: ReduceName, dtype: DType, size: number, i: nu
   return toNumbers(dtype, fromNumbers(dtype, [acc]))[0] as number;
 }
 
-export function assertReduced(results: readonly DTypeArray[], op: ReduceName, dtype: DType, size: number, what: string, seedShift = 0): void {
+export function assertReduced(
+  results: readonly DTypeArray[],
+  op: ReduceName,
+  dtype: DType,
+  size: number,
+  what: string,
+  seedShift = 0,
+): void {
   const first = toNumbers(dtype, results[0] as DTypeArray);
   for (let i = 0; i < first.length; i++) {
     const want = expectedReduce(op, dtype, size, i, seedShift);
@@ -46,13 +60,26 @@ export function assertReduced(results: readonly DTypeArray[], op: ReduceName, dt
 
 /** Every rank holds the same bits. */
 export function assertIdentical(results: readonly DTypeArray[], what: string): void {
-  const ref = Buffer.from((results[0] as DTypeArray).buffer, (results[0] as DTypeArray).byteOffset, (results[0] as DTypeArray).byteLength);
+  const ref = Buffer.from(
+    (results[0] as DTypeArray).buffer,
+    (results[0] as DTypeArray).byteOffset,
+    (results[0] as DTypeArray).byteLength,
+  );
   results.forEach((r, rank) => {
-    assert.ok(ref.equals(Buffer.from(r.buffer, r.byteOffset, r.byteLength)), `${what}: rank ${rank} differs from rank 0`);
+    assert.ok(
+      ref.equals(Buffer.from(r.buffer, r.byteOffset, r.byteLength)),
+      `${what}: rank ${rank} differs from rank 0`,
+    );
   });
 }
 
-export async function runAllReduce(comms: readonly Communicator[], dtype: DType, count: number, op: ReduceName, algorithm: Algorithm | undefined): Promise<DTypeArray[]> {
+export async function runAllReduce(
+  comms: readonly Communicator[],
+  dtype: DType,
+  count: number,
+  op: ReduceName,
+  algorithm: Algorithm | undefined,
+): Promise<DTypeArray[]> {
   return Promise.all(
     comms.map(async (c) => {
       const data = inputFor(dtype, c.rank, count);
@@ -62,34 +89,64 @@ export async function runAllReduce(comms: readonly Communicator[], dtype: DType,
   );
 }
 
-export async function checkAllGather(comms: readonly Communicator[], dtype: DType, count: number, algorithm: Algorithm | undefined, what: string): Promise<void> {
-  const outs = await Promise.all(comms.map((c) => c.allGather(inputFor(dtype, c.rank, count), { dtype, ...(algorithm ? { algorithm } : {}) })));
+export async function checkAllGather(
+  comms: readonly Communicator[],
+  dtype: DType,
+  count: number,
+  algorithm: Algorithm | undefined,
+  what: string,
+): Promise<void> {
+  const outs = await Promise.all(
+    comms.map((c) =>
+      c.allGather(inputFor(dtype, c.rank, count), { dtype, ...(algorithm ? { algorithm } : {}) }),
+    ),
+  );
   const got = toNumbers(dtype, outs[0] as DTypeArray);
   for (let r = 0; r < comms.length; r++) {
     for (let i = 0; i < count; i++) {
       const want = inputValue(r, i);
-      if (got[r * count + i] !== want) assert.fail(`${what}: block ${r} element ${i} is ${got[r * count + i]}, expected ${want}`);
+      if (got[r * count + i] !== want)
+        assert.fail(`${what}: block ${r} element ${i} is ${got[r * count + i]}, expected ${want}`);
     }
   }
   assertIdentical(outs, what);
 }
 
-export async function checkReduceScatter(comms: readonly Communicator[], dtype: DType, count: number, op: ReduceName, algorithm: Algorithm | undefined, what: string): Promise<void> {
+export async function checkReduceScatter(
+  comms: readonly Communicator[],
+  dtype: DType,
+  count: number,
+  op: ReduceName,
+  algorithm: Algorithm | undefined,
+  what: string,
+): Promise<void> {
   const n = comms.length;
   const chunks = chunkRanges(count, n);
-  const outs = await Promise.all(comms.map((c) => c.reduceScatter(inputFor(dtype, c.rank, count), { op, dtype, ...(algorithm ? { algorithm } : {}) })));
+  const outs = await Promise.all(
+    comms.map((c) =>
+      c.reduceScatter(inputFor(dtype, c.rank, count), { op, dtype, ...(algorithm ? { algorithm } : {}) }),
+    ),
+  );
   outs.forEach((out, r) => {
     const range = chunks[r] as (typeof chunks)[number];
     assert.equal(out.length, range.count, `${what}: rank ${r} chunk length`);
     const got = toNumbers(dtype, out);
     for (let i = 0; i < range.count; i++) {
       const want = expectedReduce(op, dtype, n, range.offset + i);
-      if (got[i] !== want) assert.fail(`${what}: rank ${r} element ${range.offset + i} is ${got[i]}, expected ${want}`);
+      if (got[i] !== want)
+        assert.fail(`${what}: rank ${r} element ${range.offset + i} is ${got[i]}, expected ${want}`);
     }
   });
 }
 
-export async function checkBroadcast(comms: readonly Communicator[], dtype: DType, count: number, root: number, algorithm: Algorithm | undefined, what: string): Promise<void> {
+export async function checkBroadcast(
+  comms: readonly Communicator[],
+  dtype: DType,
+  count: number,
+  root: number,
+  algorithm: Algorithm | undefined,
+  what: string,
+): Promise<void> {
   const outs = await Promise.all(
     comms.map(async (c) => {
       const data = c.rank === root ? inputFor(dtype, root, count) : allocate(dtype, count);
@@ -98,12 +155,19 @@ export async function checkBroadcast(comms: readonly Communicator[], dtype: DTyp
     }),
   );
   const got = toNumbers(dtype, outs[0] as DTypeArray);
-  for (let i = 0; i < count; i++) if (got[i] !== inputValue(root, i)) assert.fail(`${what}: element ${i} is ${got[i]}, expected ${inputValue(root, i)}`);
+  for (let i = 0; i < count; i++)
+    if (got[i] !== inputValue(root, i))
+      assert.fail(`${what}: element ${i} is ${got[i]}, expected ${inputValue(root, i)}`);
   assertIdentical(outs, what);
 }
 
 /** Rank r sends (r + j) % 3 * k values to rank j, each value encoding (from, to, index). */
-export async function checkAllToAll(comms: readonly Communicator[], k: number, giveRecvCounts: boolean, what: string): Promise<void> {
+export async function checkAllToAll(
+  comms: readonly Communicator[],
+  k: number,
+  giveRecvCounts: boolean,
+  what: string,
+): Promise<void> {
   const n = comms.length;
   const cnt = (from: number, to: number): number => ((from + to) % 3) * k;
   const value = (from: number, to: number, i: number): number => from * 1_000_000 + to * 10_000 + i;

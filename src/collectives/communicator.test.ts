@@ -3,7 +3,15 @@ import assert from 'node:assert/strict';
 import { dtypes, type DType } from '../kernels/dtype.js';
 import { algorithms, Call, type Algorithm } from './call.js';
 import { createCommunicator, mayBusyPoll, type Communicator } from './communicator.js';
-import { assertReduced, checkAllGather, checkAllToAll, checkBroadcast, checkReduceScatter, runAllReduce, type ReduceName } from './collectives.cases.js';
+import {
+  assertReduced,
+  checkAllGather,
+  checkAllToAll,
+  checkBroadcast,
+  checkReduceScatter,
+  runAllReduce,
+  type ReduceName,
+} from './collectives.cases.js';
 import type { TopologyKind } from './graph.js';
 import { createLocalWorld } from './local-world.js';
 
@@ -11,7 +19,11 @@ import { createLocalWorld } from './local-world.js';
 
 const ops: ReduceName[] = ['sum', 'max', 'min', 'mean'];
 
-async function withWorld(size: number, graph: TopologyKind, body: (comms: Communicator[]) => Promise<void>): Promise<void> {
+async function withWorld(
+  size: number,
+  graph: TopologyKind,
+  body: (comms: Communicator[]) => Promise<void>,
+): Promise<void> {
   const comms = await createLocalWorld(size, { graph, timeoutMs: 20_000 });
   try {
     await body(comms);
@@ -42,7 +54,13 @@ test('all-reduce of 1,000,003 values: every algorithm on 3 ranks, ring and rhd o
   for (const size of [3, 8]) {
     await withWorld(size, 'mesh', async (comms) => {
       for (const algorithm of size === 3 ? algorithms : (['ring', 'rhd'] as const)) {
-        const cases: [DType, ReduceName][] = size === 3 && algorithm === 'ring' ? [['f32', 'sum'], ['bf16', 'max']] : [['f32', 'sum']];
+        const cases: [DType, ReduceName][] =
+          size === 3 && algorithm === 'ring'
+            ? [
+                ['f32', 'sum'],
+                ['bf16', 'max'],
+              ]
+            : [['f32', 'sum']];
         for (const [dtype, op] of cases) {
           const out = await runAllReduce(comms, dtype, 1_000_003, op, algorithm);
           assertReduced(out, op, dtype, size, `size ${size} 1,000,003 ${dtype} ${op} ${algorithm}`);
@@ -59,15 +77,26 @@ test('ring, line and star topologies: every algorithm works (pairs without a lin
         for (const algorithm of [...algorithms, undefined]) {
           for (const count of [1, 7, 4096]) {
             const what = `${graph} size ${size} count ${count} ${algorithm ?? 'auto'}`;
-            assertReduced(await runAllReduce(comms, 'f32', count, 'sum', algorithm), 'sum', 'f32', size, what);
+            assertReduced(
+              await runAllReduce(comms, 'f32', count, 'sum', algorithm),
+              'sum',
+              'f32',
+              size,
+              what,
+            );
             await checkAllGather(comms, 'f16', count, algorithm, `all-gather ${what}`);
             await checkReduceScatter(comms, 'i32', count, 'max', algorithm, `reduce-scatter ${what}`);
             await checkBroadcast(comms, 'bf16', count, size - 1, algorithm, `broadcast ${what}`);
           }
         }
         await checkAllToAll(comms, 5, true, `all-to-all ${graph} ${size}`);
-        if (graph === 'star' && size > 2) assert.ok(comms[0]!.relayed > 0, 'the hub relayed fragments between leaves');
-        if (graph === 'line' && size > 2) assert.ok(comms.slice(1, -1).some((c) => c.relayed > 0), 'inner ranks of a line relayed');
+        if (graph === 'star' && size > 2)
+          assert.ok(comms[0]!.relayed > 0, 'the hub relayed fragments between leaves');
+        if (graph === 'line' && size > 2)
+          assert.ok(
+            comms.slice(1, -1).some((c) => c.relayed > 0),
+            'inner ranks of a line relayed',
+          );
       });
     }
   }
@@ -79,9 +108,19 @@ test('all-gather, reduce-scatter, broadcast, all-to-all: sizes 1..8, counts 0,1,
       for (const algorithm of [...algorithms, undefined] as (Algorithm | undefined)[]) {
         for (const count of [0, 1, 7, 4096]) {
           const what = `size ${size} count ${count} ${algorithm ?? 'auto'}`;
-          for (const dtype of ['f32', 'bf16'] as const) await checkAllGather(comms, dtype, count, algorithm, `all-gather ${dtype} ${what}`);
-          for (const op of ops) await checkReduceScatter(comms, op === 'sum' ? 'f16' : 'f32', count, op, algorithm, `reduce-scatter ${op} ${what}`);
-          for (const root of new Set([0, size - 1])) await checkBroadcast(comms, 'i32', count, root, algorithm, `broadcast root ${root} ${what}`);
+          for (const dtype of ['f32', 'bf16'] as const)
+            await checkAllGather(comms, dtype, count, algorithm, `all-gather ${dtype} ${what}`);
+          for (const op of ops)
+            await checkReduceScatter(
+              comms,
+              op === 'sum' ? 'f16' : 'f32',
+              count,
+              op,
+              algorithm,
+              `reduce-scatter ${op} ${what}`,
+            );
+          for (const root of new Set([0, size - 1]))
+            await checkBroadcast(comms, 'i32', count, root, algorithm, `broadcast root ${root} ${what}`);
         }
       }
       await checkAllToAll(comms, 0, true, `all-to-all empty ${size}`);
@@ -93,9 +132,11 @@ test('all-gather, reduce-scatter, broadcast, all-to-all: sizes 1..8, counts 0,1,
 
 test('large reduce-scatter, all-gather and broadcast of 1,000,003 values', async () => {
   await withWorld(5, 'mesh', async (comms) => {
-    for (const algorithm of ['ring', 'rhd', 'mesh'] as const) await checkReduceScatter(comms, 'f32', 1_000_003, 'sum', algorithm, `reduce-scatter ${algorithm}`);
+    for (const algorithm of ['ring', 'rhd', 'mesh'] as const)
+      await checkReduceScatter(comms, 'f32', 1_000_003, 'sum', algorithm, `reduce-scatter ${algorithm}`);
     await checkAllGather(comms, 'f32', 1_000_003, 'ring', 'all-gather ring');
-    for (const algorithm of ['ring', 'tree'] as const) await checkBroadcast(comms, 'f32', 1_000_003, 2, algorithm, `broadcast ${algorithm}`);
+    for (const algorithm of ['ring', 'tree'] as const)
+      await checkBroadcast(comms, 'f32', 1_000_003, 2, algorithm, `broadcast ${algorithm}`);
   });
 });
 
@@ -112,11 +153,36 @@ test('a call that drives progress has its receive delivered before it yields (no
   // two ranks over shm in this process: a shm ring is read by polling, as on separate hosts
   let listening: (address: string) => void = () => undefined;
   const address = new Promise<string>((resolve) => (listening = resolve));
-  const root = createCommunicator({ rank: 0, size: 2, provider: 'shm', rendezvous: { kind: 'root', address: '127.0.0.1:0' }, timeoutMs: 5_000, onListening: listening });
-  const other = address.then((a) => createCommunicator({ rank: 1, size: 2, provider: 'shm', rendezvous: { kind: 'root', address: a }, timeoutMs: 5_000 }));
+  const root = createCommunicator({
+    rank: 0,
+    size: 2,
+    provider: 'shm',
+    rendezvous: { kind: 'root', address: '127.0.0.1:0' },
+    timeoutMs: 5_000,
+    onListening: listening,
+  });
+  const other = address.then((a) =>
+    createCommunicator({
+      rank: 1,
+      size: 2,
+      provider: 'shm',
+      rendezvous: { kind: 'root', address: a },
+      timeoutMs: 5_000,
+    }),
+  );
   const world = await Promise.all([root, other]);
   try {
-    const spec = { op: 'send-recv', dtype: 'f32', reduce: 'none', q8: false, algorithm: 'none', count: 4, seq: 7, aux: 0, channel: 0 } as const;
+    const spec = {
+      op: 'send-recv',
+      dtype: 'f32',
+      reduce: 'none',
+      q8: false,
+      algorithm: 'none',
+      count: 4,
+      seq: 7,
+      aux: 0,
+      channel: 0,
+    } as const;
     const [a, b] = world.map((c) => new Call(c, spec)) as [Call, Call];
     const bytes = (...v: number[]): Uint8Array => new Uint8Array(Float32Array.from(v).buffer);
     const first = new Float32Array(4);
@@ -139,12 +205,29 @@ test('a call that drives progress has its receive delivered before it yields (no
 test('over tcp an idle pump parks on a timer; a call wakes it and completes, even when its peer starts later', async () => {
   let listening: (address: string) => void = () => undefined;
   const address = new Promise<string>((resolve) => (listening = resolve));
-  const root = createCommunicator({ rank: 0, size: 2, provider: 'tcp', rendezvous: { kind: 'root', address: '127.0.0.1:0' }, timeoutMs: 10_000, onListening: listening });
-  const other = address.then((a) => createCommunicator({ rank: 1, size: 2, provider: 'tcp', rendezvous: { kind: 'root', address: a }, timeoutMs: 10_000 }));
+  const root = createCommunicator({
+    rank: 0,
+    size: 2,
+    provider: 'tcp',
+    rendezvous: { kind: 'root', address: '127.0.0.1:0' },
+    timeoutMs: 10_000,
+    onListening: listening,
+  });
+  const other = address.then((a) =>
+    createCommunicator({
+      rank: 1,
+      size: 2,
+      provider: 'tcp',
+      rendezvous: { kind: 'root', address: a },
+      timeoutMs: 10_000,
+    }),
+  );
   const world = await Promise.all([root, other]);
-  const parked = (c: Communicator): boolean => (c as unknown as { router: { parked?: unknown } }).router.parked !== undefined;
+  const parked = (c: Communicator): boolean =>
+    (c as unknown as { router: { parked?: unknown } }).router.parked !== undefined;
   try {
-    const vec = (rank: number): Float32Array => Float32Array.from({ length: 100_000 }, (_, i) => rank + (i % 7));
+    const vec = (rank: number): Float32Array =>
+      Float32Array.from({ length: 100_000 }, (_, i) => rank + (i % 7));
     const check = (x: Float32Array): void => {
       for (let i = 0; i < x.length; i++) if (x[i] !== 1 + 2 * (i % 7)) assert.fail(`element ${i} is ${x[i]}`);
     };

@@ -77,7 +77,8 @@ const SCRATCH_KEEP = 16 << 20;
 /** What a call that finished synchronously returns. */
 const DONE: Promise<void> = Promise.resolve();
 
-const badArg = (message: string, hint: string): TandemError => new TandemError('COLL_BAD_ARGUMENT', message, { hint });
+const badArg = (message: string, hint: string): TandemError =>
+  new TandemError('COLL_BAD_ARGUMENT', message, { hint });
 
 /**
  * A group of ranks that run collectives together. Calls on one communicator run one after
@@ -158,25 +159,41 @@ export class Communicator implements CommCore {
    * Runs calls one at a time, in call order; fails fast once aborted. With no call in
    * progress the work starts at once, without a promise hop (a small all-reduce pays each).
    */
-  private serial<A extends unknown[], T>(work: (this: Communicator, ...args: A) => Promise<T>, ...args: A): Promise<T> {
+  private serial<A extends unknown[], T>(
+    work: (this: Communicator, ...args: A) => Promise<T>,
+    ...args: A
+  ): Promise<T> {
     this.calls++;
     // a method and its arguments rather than a closure per call: see docs/architecture.md, "Hot paths under tsx"
-    const p = this.calls === 1 ? this.enter(work, args) : this.last.then(() => this.enter(work, args), () => this.enter(work, args));
+    const p =
+      this.calls === 1
+        ? this.enter(work, args)
+        : this.last.then(
+            () => this.enter(work, args),
+            () => this.enter(work, args),
+          );
     this.last = p;
     return p;
   }
 
   /** One call of serial(), in its turn. */
-  private async enter<A extends unknown[], T>(work: (this: Communicator, ...args: A) => Promise<T>, args: A): Promise<T> {
+  private async enter<A extends unknown[], T>(
+    work: (this: Communicator, ...args: A) => Promise<T>,
+    args: A,
+  ): Promise<T> {
     let started = false;
     try {
       const e = this.router.aborted;
       if (this.closed || e) {
-        throw new TandemError('COLL_ABORTED', `rank ${this.rank}: the communicator is ${this.closed ? 'closed' : `aborted (${e?.message})`}`, {
-          hint: 'create a new communicator (with the surviving ranks if one was lost)',
-          details: { cause: e?.code },
-          cause: e,
-        });
+        throw new TandemError(
+          'COLL_ABORTED',
+          `rank ${this.rank}: the communicator is ${this.closed ? 'closed' : `aborted (${e?.message})`}`,
+          {
+            hint: 'create a new communicator (with the surviving ranks if one was lost)',
+            details: { cause: e?.code },
+            cause: e,
+          },
+        );
       }
       this.router.busy++;
       started = true;
@@ -191,17 +208,29 @@ export class Communicator implements CommCore {
     if (data instanceof Float32Array) return check(o.dtype, 'f32');
     if (data instanceof Int32Array) return check(o.dtype, 'i32');
     if (o.dtype === 'f16' || o.dtype === 'bf16') return o.dtype;
-    throw badArg(`a Uint16Array needs dtype 'f16' or 'bf16', got ${String(o.dtype)}`, 'pass { dtype: "f16" } or { dtype: "bf16" }');
+    throw badArg(
+      `a Uint16Array needs dtype 'f16' or 'bf16', got ${String(o.dtype)}`,
+      'pass { dtype: "f16" } or { dtype: "bf16" }',
+    );
     function check(given: DType | undefined, actual: DType): DType {
-      if (given !== undefined && given !== actual) throw badArg(`dtype '${given}' given for ${actual} data`, `pass ${actual} data or drop the dtype option`);
+      if (given !== undefined && given !== actual)
+        throw badArg(
+          `dtype '${given}' given for ${actual} data`,
+          `pass ${actual} data or drop the dtype option`,
+        );
       return actual;
     }
   }
 
   private pick(op: CollectiveOp, bytes: number, o: CallOptions, q8: boolean): Algorithm {
     if (o.algorithm !== undefined) {
-      if (!algorithms.includes(o.algorithm)) throw badArg(`unknown algorithm '${String(o.algorithm)}'`, `use one of ${algorithms.join(', ')}`);
-      if (q8 && o.algorithm === 'rhd') throw badArg('q8 wire format works with mesh, ring and tree, not rhd', 'use algorithm mesh, ring or tree, or drop wire: q8');
+      if (!algorithms.includes(o.algorithm))
+        throw badArg(`unknown algorithm '${String(o.algorithm)}'`, `use one of ${algorithms.join(', ')}`);
+      if (q8 && o.algorithm === 'rhd')
+        throw badArg(
+          'q8 wire format works with mesh, ring and tree, not rhd',
+          'use algorithm mesh, ring or tree, or drop wire: q8',
+        );
       return this.size === 1 ? 'mesh' : o.algorithm;
     }
     return chooseAlgorithm(op, bytes, this.facts, q8);
@@ -250,7 +279,12 @@ export class Communicator implements CommCore {
   }
 
   /** An all-reduce by the board: it takes the call's seq, as a Call would, but makes none (Board.allReduce). */
-  private onBoard(board: Board, dtype: DType, reduce: ReduceOp | 'mean', data: DTypeArray): Promise<void> | undefined {
+  private onBoard(
+    board: Board,
+    dtype: DType,
+    reduce: ReduceOp | 'mean',
+    data: DTypeArray,
+  ): Promise<void> | undefined {
     this.lastAlgorithm = 'mesh';
     return board.allReduce(this.seq++, dtype, reduce, data);
   }
@@ -261,12 +295,20 @@ export class Communicator implements CommCore {
   }
 
   /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */
-  private allReduceSpec(data: DTypeArray, options: AllReduceOptions): { dtype: DType; reduce: ReduceOp | 'mean'; q8: boolean; algorithm: Algorithm } {
+  private allReduceSpec(
+    data: DTypeArray,
+    options: AllReduceOptions,
+  ): { dtype: DType; reduce: ReduceOp | 'mean'; q8: boolean; algorithm: Algorithm } {
     const dtype = this.dtypeOf(data, options);
     const reduce = options.op ?? 'sum';
-    if (reduce !== 'sum' && reduce !== 'max' && reduce !== 'min' && reduce !== 'mean') throw badArg(`unknown reduce op '${String(reduce)}'`, 'use sum, max, min or mean');
+    if (reduce !== 'sum' && reduce !== 'max' && reduce !== 'min' && reduce !== 'mean')
+      throw badArg(`unknown reduce op '${String(reduce)}'`, 'use sum, max, min or mean');
     const q8 = options.wire === 'q8';
-    if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean'))) throw badArg(`q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`, 'drop wire: q8 for this call');
+    if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean')))
+      throw badArg(
+        `q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`,
+        'drop wire: q8 for this call',
+      );
     this.checkCount(data.length);
     return { dtype, reduce, q8, algorithm: this.pick('all-reduce', data.byteLength, options, q8) };
   }
@@ -291,10 +333,12 @@ export class Communicator implements CommCore {
         if (reduce === 'mean') divideInPlace(dtype, data, this.size);
         return DONE;
       }
-      const p = rest.then(() => (reduce === 'mean' ? divideInPlace(dtype, data, this.size) : undefined)).finally(() => {
-        this.router.busy--;
-        this.calls--;
-      });
+      const p = rest
+        .then(() => (reduce === 'mean' ? divideInPlace(dtype, data, this.size) : undefined))
+        .finally(() => {
+          this.router.busy--;
+          this.calls--;
+        });
       this.last = p;
       return p;
     } catch (e) {
@@ -314,11 +358,23 @@ export class Communicator implements CommCore {
       const count = data.length;
       this.checkCount(count * this.size);
       const out = options.out ?? allocate(dtype, count * this.size);
-      if (out.length !== count * this.size || out.constructor !== data.constructor) throw badArg(`all-gather output holds ${out.length} elements, need ${count * this.size}`, 'pass an out array of size * count elements of the same type');
+      if (out.length !== count * this.size || out.constructor !== data.constructor)
+        throw badArg(
+          `all-gather output holds ${out.length} elements, need ${count * this.size}`,
+          'pass an out array of size * count elements of the same type',
+        );
       out.set(data, this.rank * count);
       let algorithm = this.pick('all-gather', out.byteLength, options, false);
       if (algorithm === 'rhd' && (this.size & (this.size - 1)) !== 0) algorithm = 'ring';
-      const call = this.call({ op: 'all-gather', dtype, reduce: 'none', q8: false, algorithm, count, aux: 0 });
+      const call = this.call({
+        op: 'all-gather',
+        dtype,
+        reduce: 'none',
+        q8: false,
+        algorithm,
+        count,
+        aux: 0,
+      });
       if (this.size > 1) {
         if (algorithm === 'mesh') await allGatherMesh(call, out, count);
         else if (algorithm === 'ring') await allGatherRing(call, out, count, this.ring);
@@ -338,12 +394,21 @@ export class Communicator implements CommCore {
     return this.serial(async () => {
       const dtype = this.dtypeOf(data, options);
       const reduce = options.op ?? 'sum';
-      if (!['sum', 'max', 'min', 'mean'].includes(reduce)) throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
+      if (!['sum', 'max', 'min', 'mean'].includes(reduce))
+        throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
       if (options.wire === 'q8') throw badArg('q8 wire format is for all-reduce only', 'drop wire: q8');
       this.checkCount(data.length);
       const own = chunkRanges(data.length, this.size)[this.rank] as Range;
       const algorithm = this.pick('reduce-scatter', data.byteLength, options, false);
-      const call = this.call({ op: 'reduce-scatter', dtype, reduce, q8: false, algorithm, count: data.length, aux: 0 });
+      const call = this.call({
+        op: 'reduce-scatter',
+        dtype,
+        reduce,
+        q8: false,
+        algorithm,
+        count: data.length,
+        aux: 0,
+      });
       if (this.size > 1) {
         const pow2 = (this.size & (this.size - 1)) === 0;
         if (algorithm === 'mesh') await reduceScatterMesh(call, data);
@@ -362,14 +427,33 @@ export class Communicator implements CommCore {
   broadcast(data: DTypeArray, root: number, options: CallOptions = {}): Promise<void> {
     return this.serial(async () => {
       const dtype = this.dtypeOf(data, options);
-      if (!Number.isInteger(root) || root < 0 || root >= this.size) throw badArg(`broadcast root ${root} is not a rank of 0..${this.size - 1}`, 'pass a rank of this communicator');
+      if (!Number.isInteger(root) || root < 0 || root >= this.size)
+        throw badArg(
+          `broadcast root ${root} is not a rank of 0..${this.size - 1}`,
+          'pass a rank of this communicator',
+        );
       this.checkCount(data.length);
       let algorithm = this.pick('broadcast', data.byteLength, options, false);
       if (algorithm === 'rhd') algorithm = 'tree';
-      const call = this.call({ op: 'broadcast', dtype, reduce: 'none', q8: false, algorithm, count: data.length, aux: root });
+      const call = this.call({
+        op: 'broadcast',
+        dtype,
+        reduce: 'none',
+        q8: false,
+        algorithm,
+        count: data.length,
+        aux: root,
+      });
       if (this.size === 1) return;
       if (algorithm === 'mesh') await broadcastMesh(call, data, root);
-      else if (algorithm === 'ring') await broadcastRing(call, data, root, this.ring, Math.max(1024, Math.floor((this.router.fragmentBytes * 4) / bytesPerElement(dtype))));
+      else if (algorithm === 'ring')
+        await broadcastRing(
+          call,
+          data,
+          root,
+          this.ring,
+          Math.max(1024, Math.floor((this.router.fragmentBytes * 4) / bytesPerElement(dtype))),
+        );
       else await broadcastTree(call, data, this.tree(root));
     });
   }
@@ -379,22 +463,45 @@ export class Communicator implements CommCore {
    * order) to rank j; receives recvCounts[j] values from rank j into the returned array (rank
    * order). Without recvCounts, the counts are exchanged first.
    */
-  allToAll(send: DTypeArray, sendCounts: readonly number[], recvCounts?: readonly number[], options: CallOptions = {}): Promise<DTypeArray> {
+  allToAll(
+    send: DTypeArray,
+    sendCounts: readonly number[],
+    recvCounts?: readonly number[],
+    options: CallOptions = {},
+  ): Promise<DTypeArray> {
     return this.serial(async () => {
       const dtype = this.dtypeOf(send, options);
-      const valid = (c: readonly number[]): boolean => c.length === this.size && c.every((x) => Number.isInteger(x) && x >= 0);
+      const valid = (c: readonly number[]): boolean =>
+        c.length === this.size && c.every((x) => Number.isInteger(x) && x >= 0);
       if (!valid(sendCounts) || sendCounts.reduce((a, b) => a + b, 0) !== send.length) {
-        throw badArg(`all-to-all sendCounts [${sendCounts.join(', ')}] must be ${this.size} non-negative integers summing to ${send.length}`, 'give one count per rank; their sum is the send array length');
+        throw badArg(
+          `all-to-all sendCounts [${sendCounts.join(', ')}] must be ${this.size} non-negative integers summing to ${send.length}`,
+          'give one count per rank; their sum is the send array length',
+        );
       }
       let counts = recvCounts;
       if (counts === undefined) {
         const gathered = await this.gatherCounts(Int32Array.from(sendCounts));
         counts = Array.from({ length: this.size }, (_, j) => gathered[j * this.size + this.rank] as number);
       } else if (!valid(counts)) {
-        throw badArg(`all-to-all recvCounts [${counts.join(', ')}] must be ${this.size} non-negative integers`, 'give one count per rank');
+        throw badArg(
+          `all-to-all recvCounts [${counts.join(', ')}] must be ${this.size} non-negative integers`,
+          'give one count per rank',
+        );
       }
-      const recv = allocate(dtype, counts.reduce((a, b) => a + b, 0));
-      const call = this.call({ op: 'all-to-all', dtype, reduce: 'none', q8: false, algorithm: 'mesh', count: 0, aux: 0 });
+      const recv = allocate(
+        dtype,
+        counts.reduce((a, b) => a + b, 0),
+      );
+      const call = this.call({
+        op: 'all-to-all',
+        dtype,
+        reduce: 'none',
+        q8: false,
+        algorithm: 'mesh',
+        count: 0,
+        aux: 0,
+      });
       await allToAllPairwise(call, send, sendCounts, recv, counts);
       return recv;
     });
@@ -403,7 +510,15 @@ export class Communicator implements CommCore {
   private async gatherCounts(mine: Int32Array): Promise<Int32Array> {
     const out = new Int32Array(mine.length * this.size);
     out.set(mine, this.rank * mine.length);
-    const call = this.call({ op: 'all-to-all', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: mine.length, aux: 1 });
+    const call = this.call({
+      op: 'all-to-all',
+      dtype: 'i32',
+      reduce: 'none',
+      q8: false,
+      algorithm: 'mesh',
+      count: mine.length,
+      aux: 1,
+    });
     if (this.size > 1) await allGatherMesh(call, out, mine.length);
     return out;
   }
@@ -421,7 +536,15 @@ export class Communicator implements CommCore {
     const regions = Board.allocate(this.router, this.size);
     const table = new Int32Array(4 * this.size);
     table.set(Board.describe(regions), 4 * this.rank);
-    const call = this.call({ op: 'all-gather', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 4, aux: 2 });
+    const call = this.call({
+      op: 'all-gather',
+      dtype: 'i32',
+      reduce: 'none',
+      q8: false,
+      algorithm: 'mesh',
+      count: 4,
+      aux: 2,
+    });
     await allGatherMesh(call, table, 4);
     return (this.board = Board.open(this.router, this, this.rank, this.members, regions, table) ?? null);
   }
@@ -433,7 +556,17 @@ export class Communicator implements CommCore {
       this.checkPeer(peer);
       const seq = this.sendSeq.get(peer) ?? 0;
       this.sendSeq.set(peer, seq + 1);
-      const call = this.call({ op: 'send-recv', dtype, reduce: 'none', q8: false, algorithm: 'none', count: data.length, aux: options.tag ?? 0, channel: 1, seq });
+      const call = this.call({
+        op: 'send-recv',
+        dtype,
+        reduce: 'none',
+        q8: false,
+        algorithm: 'none',
+        count: data.length,
+        aux: options.tag ?? 0,
+        channel: 1,
+        seq,
+      });
       await call.send(peer, call.encode(data));
     });
   }
@@ -445,14 +578,27 @@ export class Communicator implements CommCore {
       this.checkPeer(peer);
       const seq = this.recvSeq.get(peer) ?? 0;
       this.recvSeq.set(peer, seq + 1);
-      const call = this.call({ op: 'send-recv', dtype, reduce: 'none', q8: false, algorithm: 'none', count: into.length, aux: options.tag ?? 0, channel: 1, seq });
+      const call = this.call({
+        op: 'send-recv',
+        dtype,
+        reduce: 'none',
+        q8: false,
+        algorithm: 'none',
+        count: into.length,
+        aux: options.tag ?? 0,
+        channel: 1,
+        seq,
+      });
       call.copyFrom(into, await call.recv(peer, call.wireBytes(into.length)));
     });
   }
 
   private checkPeer(peer: number): void {
     if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
-      throw badArg(`peer ${peer} is not another rank of 0..${this.size - 1} (this is rank ${this.rank})`, 'pass the rank of another member');
+      throw badArg(
+        `peer ${peer} is not another rank of 0..${this.size - 1} (this is rank ${this.rank})`,
+        'pass the rank of another member',
+      );
     }
   }
 
@@ -462,7 +608,15 @@ export class Communicator implements CommCore {
   }
 
   private async barrierNow(): Promise<void> {
-    const call = this.call({ op: 'barrier', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 0, aux: 0 });
+    const call = this.call({
+      op: 'barrier',
+      dtype: 'i32',
+      reduce: 'none',
+      q8: false,
+      algorithm: 'mesh',
+      count: 0,
+      aux: 0,
+    });
     const empty = new Uint8Array(0);
     for (let d = 1, step = 0; d < this.size; d *= 2, step++) {
       const sent = call.send((this.rank + d) % this.size, empty, 0, step);
@@ -479,23 +633,46 @@ export class Communicator implements CommCore {
    */
   split(color: number, key = this.rank): Promise<Communicator | undefined> {
     return this.serial(async () => {
-      if (!Number.isInteger(color) || !Number.isInteger(key)) throw badArg(`split color ${color} and key ${key} must be integers`, 'pass integers');
+      if (!Number.isInteger(color) || !Number.isInteger(key))
+        throw badArg(`split color ${color} and key ${key} must be integers`, 'pass integers');
       const seq = this.seq;
       const table = await this.gatherSplit(Int32Array.of(color, key));
       if (color < 0) return undefined;
       const ranks = Array.from({ length: this.size }, (_, r) => r)
         .filter((r) => table[2 * r] === color)
         .sort((a, b) => (table[2 * a + 1] as number) - (table[2 * b + 1] as number) || a - b);
-      const commId = (Math.imul(this.commId ^ 0x9e3779b9, 31) + Math.imul(seq + 1, 0x85ebca6b) + Math.imul(color + 1, 0xc2b2ae35)) >>> 0 || 1;
+      const commId =
+        (Math.imul(this.commId ^ 0x9e3779b9, 31) +
+          Math.imul(seq + 1, 0x85ebca6b) +
+          Math.imul(color + 1, 0xc2b2ae35)) >>>
+          0 || 1;
       const members = ranks.map((r) => this.members[r] as number);
-      return new Communicator(ranks.indexOf(this.rank), ranks.length, members, commId, this.router, this.timeoutMs, inducedGraph(this.graph, ranks), undefined, this.wires);
+      return new Communicator(
+        ranks.indexOf(this.rank),
+        ranks.length,
+        members,
+        commId,
+        this.router,
+        this.timeoutMs,
+        inducedGraph(this.graph, ranks),
+        undefined,
+        this.wires,
+      );
     });
   }
 
   private async gatherSplit(mine: Int32Array): Promise<Int32Array> {
     const out = new Int32Array(2 * this.size);
     out.set(mine, 2 * this.rank);
-    const call = this.call({ op: 'split', dtype: 'i32', reduce: 'none', q8: false, algorithm: 'mesh', count: 2, aux: 0 });
+    const call = this.call({
+      op: 'split',
+      dtype: 'i32',
+      reduce: 'none',
+      q8: false,
+      algorithm: 'mesh',
+      count: 2,
+      aux: 0,
+    });
     if (this.size > 1) await allGatherMesh(call, out, 2);
     return out;
   }
@@ -530,7 +707,12 @@ export class Communicator implements CommCore {
 }
 
 /** How many ranks of the world run on this host, as far as the addresses tell (at least 1). */
-function ranksOnThisHost(provider: string, rendezvous: Rendezvous | undefined, rank: number, size: number): number {
+function ranksOnThisHost(
+  provider: string,
+  rendezvous: Rendezvous | undefined,
+  rank: number,
+  size: number,
+): number {
   if (provider !== 'tcp' || rendezvous === undefined) return size; // loopback and shm worlds are one host
   const hostOf = (a: string): string => a.slice(0, Math.max(0, a.lastIndexOf(':')));
   if (rendezvous.kind === 'hosts') {
@@ -550,15 +732,30 @@ async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
 /** Connects rank `rank` of a world of `size` and returns its communicator. */
 export async function createCommunicator(options: CommunicatorOptions): Promise<Communicator> {
   const { rank, size } = options;
-  if (!Number.isInteger(size) || size < 1 || size > 65535 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
+  if (
+    !Number.isInteger(size) ||
+    size < 1 ||
+    size > 65535 ||
+    !Number.isInteger(rank) ||
+    rank < 0 ||
+    rank >= size
+  ) {
     throw badArg(`rank ${rank} of size ${size} is not valid`, 'pass 0 <= rank < size <= 65535');
   }
-  const graph = typeof options.graph === 'string' ? graphOf(options.graph, size) : (options.graph ?? fullMeshGraph(size));
-  if (graph.size !== size) throw new TandemError('COLL_BAD_GRAPH', `graph has ${graph.size} ranks, the world ${size}`, { hint: 'pass a graph of the world size' });
+  const graph =
+    typeof options.graph === 'string' ? graphOf(options.graph, size) : (options.graph ?? fullMeshGraph(size));
+  if (graph.size !== size)
+    throw new TandemError('COLL_BAD_GRAPH', `graph has ${graph.size} ranks, the world ${size}`, {
+      hint: 'pass a graph of the world size',
+    });
   const adj = adjacency(graph);
   const routes = shortestRoutes(adj);
   const wires = options.wires ?? 1;
-  if (!Number.isInteger(wires) || wires < 1 || wires > 16) throw badArg(`wires must be an integer in 1..16, got ${wires}`, 'use 1 (default) to 4 connections per linked pair');
+  if (!Number.isInteger(wires) || wires < 1 || wires > 16)
+    throw badArg(
+      `wires must be an integer in 1..16, got ${wires}`,
+      'use 1 (default) to 4 connections per linked pair',
+    );
   await loadFastReduce(); // reductions in C when a compiler is here, else WebAssembly (else reduce.ts)
   const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
   try {
@@ -566,7 +763,11 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
     const cq = device.createCq();
     let links: Awaited<ReturnType<typeof connectWorld>> = [];
     if (size > 1) {
-      if (options.rendezvous === undefined) throw badArg(`a world of ${size} ranks needs a rendezvous`, "pass rendezvous: { kind: 'root', address: 'host:port' }");
+      if (options.rendezvous === undefined)
+        throw badArg(
+          `a world of ${size} ranks needs a rendezvous`,
+          "pass rendezvous: { kind: 'root', address: 'host:port' }",
+        );
       links = await connectWorld({
         rank,
         size,
@@ -582,11 +783,33 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
         ...(options.onListening ? { onListening: options.onListening } : {}),
       });
     }
-    const spin = mayBusyPoll(ranksOnThisHost(device.provider, options.rendezvous, rank, size), options.threadsPerRank ?? 1);
-    const router = new Router({ rank, size, links, routes, cq, spin, ...(options.slots ? { slots: options.slots } : {}), ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}) });
+    const spin = mayBusyPoll(
+      ranksOnThisHost(device.provider, options.rendezvous, rank, size),
+      options.threadsPerRank ?? 1,
+    );
+    const router = new Router({
+      rank,
+      size,
+      links,
+      routes,
+      cq,
+      spin,
+      ...(options.slots ? { slots: options.slots } : {}),
+      ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}),
+    });
     router.start();
     const members = Array.from({ length: size }, (_, i) => i);
-    return new Communicator(rank, size, members, 1, router, options.timeoutMs ?? 30_000, graph, { device: options.device ? undefined : device }, wires);
+    return new Communicator(
+      rank,
+      size,
+      members,
+      1,
+      router,
+      options.timeoutMs ?? 30_000,
+      graph,
+      { device: options.device ? undefined : device },
+      wires,
+    );
   } catch (e) {
     if (!options.device) await device.close().catch(() => undefined);
     throw e;

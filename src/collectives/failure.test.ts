@@ -31,7 +31,10 @@ test('mismatched count, dtype, op and collective fail with COLL_MISMATCH on ever
     ['count', (c) => c.allReduce(new Float32Array(c.rank === 1 ? 8 : 7))],
     ['dtype', (c) => (c.rank === 0 ? c.allReduce(new Int32Array(4)) : c.allReduce(new Float32Array(4)))],
     ['op', (c) => c.allReduce(new Float32Array(4), { op: c.rank === 2 ? 'max' : 'sum' })],
-    ['collective', (c) => (c.rank === 0 ? c.broadcast(new Float32Array(4), 0) : c.allReduce(new Float32Array(4)))],
+    [
+      'collective',
+      (c) => (c.rank === 0 ? c.broadcast(new Float32Array(4), 0) : c.allReduce(new Float32Array(4))),
+    ],
   ];
   for (const [what, call] of cases) {
     const comms = await world(3);
@@ -47,10 +50,14 @@ test('mismatched count, dtype, op and collective fail with COLL_MISMATCH on ever
     // broadcast root) may finish, and its next call fails fast
     for (const e of errors) if (e) assert.equal(e.code, 'COLL_MISMATCH', `${what}: ${e.message}`);
     assert.ok(errors.filter((e) => e).length >= 1, `${what}: detected`);
-    assert.ok(errors.some((e) => /called .* but rank \d+ sent/.test(e?.message ?? '')), `${what}: the message names both calls`);
+    assert.ok(
+      errors.some((e) => /called .* but rank \d+ sent/.test(e?.message ?? '')),
+      `${what}: the message names both calls`,
+    );
     // a rank whose call completed may start the next one before the abort notice arrives:
     // it then meets the stale message itself and reports the mismatch
-    for (const e of later) assert.ok(e?.code === 'COLL_ABORTED' || e?.code === 'COLL_MISMATCH', `${what}: later call: ${e?.code}`);
+    for (const e of later)
+      assert.ok(e?.code === 'COLL_ABORTED' || e?.code === 'COLL_MISMATCH', `${what}: later call: ${e?.code}`);
   }
 });
 

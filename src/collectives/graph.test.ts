@@ -12,8 +12,15 @@ test('helpers build the expected graphs and reject bad or disconnected ones', ()
   assert.equal(lineGraph(4).edges.length, 3);
   assert.deepEqual(adjacency(starGraph(4)), [[1, 2, 3], [0], [0], [0]]);
   assert.ok(isFullMesh(adjacency(fullMeshGraph(3))));
-  for (const bad of [{ size: 3, edges: [[0, 1]] as [number, number][] }, { size: 2, edges: [[0, 2]] as [number, number][] }, { size: 2, edges: [[1, 1]] as [number, number][] }]) {
-    assert.throws(() => adjacency(bad), (e) => isTandemError(e, 'COLL_BAD_GRAPH'));
+  for (const bad of [
+    { size: 3, edges: [[0, 1]] as [number, number][] },
+    { size: 2, edges: [[0, 2]] as [number, number][] },
+    { size: 2, edges: [[1, 1]] as [number, number][] },
+  ]) {
+    assert.throws(
+      () => adjacency(bad),
+      (e) => isTandemError(e, 'COLL_BAD_GRAPH'),
+    );
   }
 });
 
@@ -35,5 +42,8 @@ test('chunkRanges covers counts 0, 1, 7, 4096 and 1,000,003 exactly, sizes withi
       }
     }
   }
-  assert.deepEqual(splitRange({ offset: 10, count: 5 }, 2), [{ offset: 10, count: 3 }, { offset: 13, count: 2 }]);
+  assert.deepEqual(splitRange({ offset: 10, count: 5 }, 2), [
+    { offset: 10, count: 3 },
+    { offset: 13, count: 2 },
+  ]);
 });

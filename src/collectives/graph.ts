@@ -1,5 +1,12 @@
 import { TandemError } from '../errors/index.js';
-import { fullMeshGraph, lineGraph, neighbourLists, ringGraph, starGraph, type RankGraph } from '../topology/rank-graph.js';
+import {
+  fullMeshGraph,
+  lineGraph,
+  neighbourLists,
+  ringGraph,
+  starGraph,
+  type RankGraph,
+} from '../topology/rank-graph.js';
 import { hopCounts } from '../topology/routing.js';
 
 /**
@@ -31,18 +38,34 @@ export function adjacency(g: Graph): number[][] {
     });
   }
   for (const [a, b] of g.edges) {
-    if (!Number.isInteger(a) || !Number.isInteger(b) || a < 0 || b < 0 || a >= g.size || b >= g.size || a === b) {
-      throw new TandemError('COLL_BAD_GRAPH', `edge [${a}, ${b}] is not a link between two ranks of 0..${g.size - 1}`, {
-        hint: 'list each link once as [rankA, rankB] with two different ranks below size',
-      });
+    if (
+      !Number.isInteger(a) ||
+      !Number.isInteger(b) ||
+      a < 0 ||
+      b < 0 ||
+      a >= g.size ||
+      b >= g.size ||
+      a === b
+    ) {
+      throw new TandemError(
+        'COLL_BAD_GRAPH',
+        `edge [${a}, ${b}] is not a link between two ranks of 0..${g.size - 1}`,
+        {
+          hint: 'list each link once as [rankA, rankB] with two different ranks below size',
+        },
+      );
     }
   }
   const adj = neighbourLists(g);
   const unreachable = hopCounts(adj, 0).findIndex((d) => d < 0);
   if (unreachable >= 0) {
-    throw new TandemError('COLL_BAD_GRAPH', `rank ${unreachable} cannot reach rank 0 through the ${g.edges.length} links given`, {
-      hint: 'add a link so that the graph is connected (relaying needs a path between every pair)',
-    });
+    throw new TandemError(
+      'COLL_BAD_GRAPH',
+      `rank ${unreachable} cannot reach rank 0 through the ${g.edges.length} links given`,
+      {
+        hint: 'add a link so that the graph is connected (relaying needs a path between every pair)',
+      },
+    );
   }
   return adj;
 }

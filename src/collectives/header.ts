@@ -86,10 +86,14 @@ export function writeHeader(view: DataView, at: number, h: Header): void {
 /** Parses a header from `length` received bytes; throws COLL_BAD_MESSAGE on garbage. */
 export function readHeader(view: DataView, at: number, length: number, from: number): Header {
   if (length < headerBytes || view.getUint32(at, true) !== MAGIC) {
-    throw new TandemError('COLL_BAD_MESSAGE', `rank ${from} sent a ${length}-byte fragment without a valid collectives header`, {
-      hint: 'every rank must run the same tandem version; check that nothing else uses these connections',
-      details: { from, length },
-    });
+    throw new TandemError(
+      'COLL_BAD_MESSAGE',
+      `rank ${from} sent a ${length}-byte fragment without a valid collectives header`,
+      {
+        hint: 'every rank must run the same tandem version; check that nothing else uses these connections',
+        details: { from, length },
+      },
+    );
   }
   const h: Header = {
     kind: view.getUint8(at + 4),
@@ -111,10 +115,14 @@ export function readHeader(view: DataView, at: number, length: number, from: num
     channel: view.getUint8(at + 44),
   };
   if (h.fragOffset > h.totalBytes || h.fragOffset + (length - headerBytes) > h.totalBytes) {
-    throw new TandemError('COLL_BAD_MESSAGE', `rank ${from} sent a fragment at ${h.fragOffset}+${length - headerBytes} past its message length ${h.totalBytes}`, {
-      hint: 'every rank must run the same tandem version',
-      details: { from },
-    });
+    throw new TandemError(
+      'COLL_BAD_MESSAGE',
+      `rank ${from} sent a fragment at ${h.fragOffset}+${length - headerBytes} past its message length ${h.totalBytes}`,
+      {
+        hint: 'every rank must run the same tandem version',
+        details: { from },
+      },
+    );
   }
   return h;
 }
@@ -124,7 +132,9 @@ function name<T extends Record<string, number>>(table: T, code: number): string 
 }
 
 /** A readable description of a call from its header, for mismatch messages. */
-export function describeCall(h: Pick<Header, 'op' | 'dtype' | 'reduce' | 'algorithm' | 'count' | 'seq' | 'aux'>): string {
+export function describeCall(
+  h: Pick<Header, 'op' | 'dtype' | 'reduce' | 'algorithm' | 'count' | 'seq' | 'aux'>,
+): string {
   const dtypes = ['?', 'f32', 'f16', 'bf16', 'i32'];
   const q8 = h.reduce & 0x10 ? ' q8' : '';
   return `${name(OpCode, h.op)}(count=${h.count}, dtype=${dtypes[h.dtype] ?? h.dtype}, op=${name(ReduceCode, h.reduce & 0xf)}${q8}, algorithm=${name(AlgorithmCode, h.algorithm)}, aux=${h.aux}) #${h.seq}`;

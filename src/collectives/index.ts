@@ -1,4 +1,10 @@
-export { createCommunicator, Communicator, type CommunicatorOptions, type CallOptions, type AllReduceOptions } from './communicator.js';
+export {
+  createCommunicator,
+  Communicator,
+  type CommunicatorOptions,
+  type CallOptions,
+  type AllReduceOptions,
+} from './communicator.js';
 export { createLocalWorld } from './local-world.js';
 export { algorithms, type Algorithm } from './call.js';
 export { chunkRanges, type Range } from './chunks.js';

@@ -5,7 +5,13 @@ import { createCommunicator, type Communicator, type CommunicatorOptions } from 
  * Every rank of a world in this process over the loopback provider: what unit tests of the
  * layers above use. Rank 0 listens on a free virtual port and is the rendezvous.
  */
-export async function createLocalWorld(size: number, options: Omit<CommunicatorOptions, 'rank' | 'size' | 'provider' | 'device' | 'rendezvous' | 'listener'> = {}): Promise<Communicator[]> {
+export async function createLocalWorld(
+  size: number,
+  options: Omit<
+    CommunicatorOptions,
+    'rank' | 'size' | 'provider' | 'device' | 'rendezvous' | 'listener'
+  > = {},
+): Promise<Communicator[]> {
   const device0 = await openDevice('loopback');
   const listener = await device0.listen({ port: 0, secret: options.secret ?? 'tandem' });
   const address = `${listener.host}:${listener.port}`;

@@ -16,9 +16,11 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
   const chunks = chunkRanges(data.length, size);
   const own = chunks[rank] as Range;
   const sent: Promise<void>[] = [];
-  for (let r = 0; r < size; r++) if (r !== rank) sent.push(call.send(r, call.encode(sub(data, chunks[r] as Range))));
+  for (let r = 0; r < size; r++)
+    if (r !== rank) sent.push(call.send(r, call.encode(sub(data, chunks[r] as Range))));
   const got = new Map<number, Uint8Array>();
-  for (let r = 0; r < size; r++) if (r !== rank) got.set(r, await call.drive(call.recv(r, call.wireBytes(own.count))));
+  for (let r = 0; r < size; r++)
+    if (r !== rank) got.set(r, await call.drive(call.recv(r, call.wireBytes(own.count))));
   await call.driveAll(sent);
   const acc = call.comm.scratch(call.spec.dtype, own.count);
   const mine = sub(data, own);
@@ -33,10 +35,26 @@ export async function reduceScatterMesh(call: Call, data: DTypeArray): Promise<v
   mine.set(acc);
 }
 
-export async function reduceScatterRing(call: Call, data: DTypeArray, order: readonly number[]): Promise<void> {
+export async function reduceScatterRing(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+): Promise<void> {
   const chunks = chunkRanges(data.length, call.size);
   const lanes = ringLanes(order, data.length, 1, call.comm.wires);
-  await Promise.all(lanes.map((o, lane) => ringReduceScatterLane(call, data, o, laneChunks(chunks, o, lanes.length, lane, 1), lane, undefined, lanes.length === 1)));
+  await Promise.all(
+    lanes.map((o, lane) =>
+      ringReduceScatterLane(
+        call,
+        data,
+        o,
+        laneChunks(chunks, o, lanes.length, lane, 1),
+        lane,
+        undefined,
+        lanes.length === 1,
+      ),
+    ),
+  );
 }
 
 /** Recursive halving; needs a power-of-two size (the communicator falls back otherwise). */

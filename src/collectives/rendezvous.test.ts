@@ -7,12 +7,25 @@ import { parseAddress } from './rendezvous.js';
 test('hosts rendezvous: every rank listens at its own address; a ring of links works', async () => {
   const base = 52000 + Math.floor(Math.random() * 5000);
   const addresses = [0, 1, 2, 3].map((r) => `loopback:${base + r}`);
-  const comms = await Promise.all(addresses.map((_, rank) => createCommunicator({ rank, size: 4, provider: 'loopback', graph: 'ring', rendezvous: { kind: 'hosts', addresses }, timeoutMs: 20_000 })));
-  const out = await Promise.all(comms.map(async (c) => {
-    const d = Int32Array.of(c.rank, 1);
-    await c.allReduce(d);
-    return [...d];
-  }));
+  const comms = await Promise.all(
+    addresses.map((_, rank) =>
+      createCommunicator({
+        rank,
+        size: 4,
+        provider: 'loopback',
+        graph: 'ring',
+        rendezvous: { kind: 'hosts', addresses },
+        timeoutMs: 20_000,
+      }),
+    ),
+  );
+  const out = await Promise.all(
+    comms.map(async (c) => {
+      const d = Int32Array.of(c.rank, 1);
+      await c.allReduce(d);
+      return [...d];
+    }),
+  );
   for (const d of out) assert.deepEqual(d, [6, 4]);
   await Promise.all(comms.map((c) => c.close()));
 });
@@ -22,8 +35,23 @@ test('a rank with the wrong secret cannot join: COLL_RENDEZVOUS, nothing hangs',
   const listener = await dev.listen({ port: 0, secret: 'right' });
   const address = `${listener.host}:${listener.port}`;
   const results = await Promise.allSettled([
-    createCommunicator({ rank: 0, size: 2, device: dev, listener, rendezvous: { kind: 'root', address }, secret: 'right', connectTimeoutMs: 1500 }),
-    createCommunicator({ rank: 1, size: 2, provider: 'loopback', rendezvous: { kind: 'root', address }, secret: 'wrong', connectTimeoutMs: 1500 }),
+    createCommunicator({
+      rank: 0,
+      size: 2,
+      device: dev,
+      listener,
+      rendezvous: { kind: 'root', address },
+      secret: 'right',
+      connectTimeoutMs: 1500,
+    }),
+    createCommunicator({
+      rank: 1,
+      size: 2,
+      provider: 'loopback',
+      rendezvous: { kind: 'root', address },
+      secret: 'wrong',
+      connectTimeoutMs: 1500,
+    }),
   ]);
   for (const r of results) {
     assert.equal(r.status, 'rejected');

@@ -1,5 +1,12 @@
 import { TandemError, isTandemError } from '../errors/index.js';
-import { Access, type CompletionQueue, type Device, type Listener, type ProtectionDomain, type QueuePair } from '../fabric/index.js';
+import {
+  Access,
+  type CompletionQueue,
+  type Device,
+  type Listener,
+  type ProtectionDomain,
+  type QueuePair,
+} from '../fabric/index.js';
 import type { LinkSpec } from './router/index.js';
 
 /**
@@ -8,7 +15,8 @@ import type { LinkSpec } from './router/index.js';
  * rendezvous server: every other rank listens on a free port of `host`, tells rank 0 where,
  * and gets the whole table back; the connection to rank 0 stays open as a link.
  */
-export type Rendezvous = { kind: 'hosts'; addresses: readonly string[] } | { kind: 'root'; address: string; host?: string };
+export type Rendezvous =
+  { kind: 'hosts'; addresses: readonly string[] } | { kind: 'root'; address: string; host?: string };
 
 export interface ConnectWorldOptions {
   rank: number;
@@ -43,43 +51,82 @@ export function parseAddress(text: string): { host: string; port: number } {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** Connects to a rank that may not be listening yet: retries refused connections until the deadline. */
-async function connectRetry(o: ConnectWorldOptions, address: string, deadline: number, peer: number, extra: Record<string, unknown> = {}): Promise<QueuePair> {
+async function connectRetry(
+  o: ConnectWorldOptions,
+  address: string,
+  deadline: number,
+  peer: number,
+  extra: Record<string, unknown> = {},
+): Promise<QueuePair> {
   const { host, port } = parseAddress(address);
   for (;;) {
     const left = deadline - Date.now();
     try {
       const info = { ...extra, rank: o.rank, size: o.size };
-      return await o.device.connect({ host, port, secret: o.secret, pd: o.pd, cq: o.cq, info, timeoutMs: Math.max(1, left), ...(o.signal ? { signal: o.signal } : {}) });
+      return await o.device.connect({
+        host,
+        port,
+        secret: o.secret,
+        pd: o.pd,
+        cq: o.cq,
+        info,
+        timeoutMs: Math.max(1, left),
+        ...(o.signal ? { signal: o.signal } : {}),
+      });
     } catch (e) {
-      if (!isTandemError(e, 'FABRIC_CONNECT_FAILED') || Date.now() + 50 >= deadline) throw rendezvousError(o, `could not connect to rank ${peer} at ${address}`, e);
+      if (!isTandemError(e, 'FABRIC_CONNECT_FAILED') || Date.now() + 50 >= deadline)
+        throw rendezvousError(o, `could not connect to rank ${peer} at ${address}`, e);
       await sleep(50);
     }
   }
 }
 
 function rendezvousError(o: ConnectWorldOptions, what: string, cause: unknown): TandemError {
-  return new TandemError('COLL_RENDEZVOUS', `rank ${o.rank} of ${o.size}: ${what}: ${(cause as Error)?.message ?? String(cause)}`, {
-    hint: 'start every rank with the same size, rendezvous and secret, and check that the addresses are reachable',
-    details: { rank: o.rank },
-    cause,
-  });
+  return new TandemError(
+    'COLL_RENDEZVOUS',
+    `rank ${o.rank} of ${o.size}: ${what}: ${(cause as Error)?.message ?? String(cause)}`,
+    {
+      hint: 'start every rank with the same size, rendezvous and secret, and check that the addresses are reachable',
+      details: { rank: o.rank },
+      cause,
+    },
+  );
 }
 
 /** Accepts the expected peers, each identified by the `rank:wire` it sends as info. */
-async function acceptPeers(o: ConnectWorldOptions, listener: Listener, expected: ReadonlySet<string>, deadline: number): Promise<Map<string, QueuePair>> {
+async function acceptPeers(
+  o: ConnectWorldOptions,
+  listener: Listener,
+  expected: ReadonlySet<string>,
+  deadline: number,
+): Promise<Map<string, QueuePair>> {
   const got = new Map<string, QueuePair>();
   while (got.size < expected.size) {
     let qp: QueuePair;
     try {
-      qp = await listener.accept({ pd: o.pd, cq: o.cq, info: { rank: o.rank, size: o.size }, timeoutMs: Math.max(1, deadline - Date.now()), ...(o.signal ? { signal: o.signal } : {}) });
+      qp = await listener.accept({
+        pd: o.pd,
+        cq: o.cq,
+        info: { rank: o.rank, size: o.size },
+        timeoutMs: Math.max(1, deadline - Date.now()),
+        ...(o.signal ? { signal: o.signal } : {}),
+      });
     } catch (e) {
       const missing = [...expected].filter((k) => !got.has(k)).map((k) => k.split(':')[0]);
-      throw rendezvousError(o, `ranks ${[...new Set(missing)].join(', ')} did not connect within the deadline`, e);
+      throw rendezvousError(
+        o,
+        `ranks ${[...new Set(missing)].join(', ')} did not connect within the deadline`,
+        e,
+      );
     }
     const key = `${String(qp.peerInfo.rank)}:${String(qp.peerInfo.wire ?? 0)}`;
     if (!expected.has(key) || got.has(key) || qp.peerInfo.size !== o.size) {
       await qp.close().catch(() => undefined);
-      throw rendezvousError(o, `unexpected peer (rank:wire ${key}, size ${String(qp.peerInfo.size)})`, new Error('rank or size mismatch'));
+      throw rendezvousError(
+        o,
+        `unexpected peer (rank:wire ${key}, size ${String(qp.peerInfo.size)})`,
+        new Error('rank or size mismatch'),
+      );
     }
     got.set(key, qp);
   }
@@ -87,18 +134,25 @@ async function acceptPeers(o: ConnectWorldOptions, listener: Listener, expected:
 }
 
 /** Sends or receives one small JSON message on a fresh queue pair (before the router owns it). */
-async function exchangeTable(o: ConnectWorldOptions, qps: QueuePair[], table: string[] | undefined, deadline: number): Promise<string[]> {
+async function exchangeTable(
+  o: ConnectWorldOptions,
+  qps: QueuePair[],
+  table: string[] | undefined,
+  deadline: number,
+): Promise<string[]> {
   const mr = o.pd.allocate(64 * 1024, Access.LOCAL_WRITE);
   try {
     if (table) {
       const bytes = new TextEncoder().encode(JSON.stringify(table));
-      if (bytes.byteLength > mr.length) throw rendezvousError(o, 'address table too large', new Error(`${bytes.byteLength} bytes`));
+      if (bytes.byteLength > mr.length)
+        throw rendezvousError(o, 'address table too large', new Error(`${bytes.byteLength} bytes`));
       mr.buffer.set(bytes, 0);
       qps.forEach((qp, i) => qp.postSend({ wrId: i, opcode: 'send', sgl: [mr.sge(0, bytes.byteLength)] }));
       let done = 0;
       while (done < qps.length) {
         for (const wc of await o.cq.wait({ timeoutMs: Math.max(1, deadline - Date.now()) })) {
-          if (wc.status !== 'success') throw rendezvousError(o, 'sending the address table failed', new Error(wc.status));
+          if (wc.status !== 'success')
+            throw rendezvousError(o, 'sending the address table failed', new Error(wc.status));
           done++;
         }
       }
@@ -107,7 +161,8 @@ async function exchangeTable(o: ConnectWorldOptions, qps: QueuePair[], table: st
     const qp = qps[0] as QueuePair;
     qp.postRecv({ wrId: 0, sgl: [mr.sge(0, mr.length)] });
     const [wc] = await o.cq.wait({ timeoutMs: Math.max(1, deadline - Date.now()), max: 1 });
-    if (wc === undefined || wc.status !== 'success') throw rendezvousError(o, 'receiving the address table failed', new Error(wc?.status ?? 'none'));
+    if (wc === undefined || wc.status !== 'success')
+      throw rendezvousError(o, 'receiving the address table failed', new Error(wc?.status ?? 'none'));
     const parsed = JSON.parse(new TextDecoder().decode(mr.buffer.subarray(0, wc.byteLen))) as unknown;
     if (!Array.isArray(parsed) || parsed.length !== o.size || !parsed.every((a) => typeof a === 'string')) {
       throw rendezvousError(o, 'rank 0 sent a malformed address table', new Error('bad table'));
@@ -136,7 +191,8 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
   try {
     if (o.rendezvous.kind === 'hosts') {
       table = [...o.rendezvous.addresses];
-      if (table.length !== o.size) throw rendezvousError(o, `${table.length} addresses given for ${o.size} ranks`, new Error('size'));
+      if (table.length !== o.size)
+        throw rendezvousError(o, `${table.length} addresses given for ${o.size} ranks`, new Error('size'));
       if (listener === undefined && higher.length > 0) {
         const { host, port } = parseAddress(table[o.rank] as string);
         listener = await o.device.listen({ host, port, secret: o.secret });
@@ -148,11 +204,19 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
         o.onListening?.(`${listener.host}:${listener.port}`);
         const all = new Set(Array.from({ length: o.size - 1 }, (_, i) => `${i + 1}:0`));
         for (const [key, qp] of await acceptPeers(o, listener, all, deadline)) links.set(key, qp);
-        const at = (r: number): string => `${String(links.get(`${r}:0`)?.peerInfo.host)}:${String(links.get(`${r}:0`)?.peerInfo.port)}`;
-        table = Array.from({ length: o.size }, (_, r) => (r === 0 ? `${listener?.host}:${listener?.port}` : at(r)));
+        const at = (r: number): string =>
+          `${String(links.get(`${r}:0`)?.peerInfo.host)}:${String(links.get(`${r}:0`)?.peerInfo.port)}`;
+        table = Array.from({ length: o.size }, (_, r) =>
+          r === 0 ? `${listener?.host}:${listener?.port}` : at(r),
+        );
         await exchangeTable(o, [...links.values()], table, deadline);
       } else {
-        if (higher.length > 0) listener ??= await o.device.listen({ host: o.rendezvous.host ?? root.host, port: 0, secret: o.secret });
+        if (higher.length > 0)
+          listener ??= await o.device.listen({
+            host: o.rendezvous.host ?? root.host,
+            port: 0,
+            secret: o.secret,
+          });
         const me = { host: listener?.host ?? '', port: listener?.port ?? 0 };
         const qp = await connectRetry(o, o.rendezvous.address, deadline, 0, me);
         links.set('0:0', qp);
@@ -160,12 +224,20 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
       }
     }
     const accepting = new Set<string>();
-    for (const r of higher) for (let w = 0; w < wires; w++) if (!links.has(`${r}:${w}`)) accepting.add(`${r}:${w}`);
+    for (const r of higher)
+      for (let w = 0; w < wires; w++) if (!links.has(`${r}:${w}`)) accepting.add(`${r}:${w}`);
     const dialing: [number, number][] = [];
     for (const r of lower) for (let w = 0; w < wires; w++) if (!links.has(`${r}:${w}`)) dialing.push([r, w]);
     const [accepted, connected] = await Promise.all([
-      accepting.size > 0 && listener ? acceptPeers(o, listener, accepting, deadline) : Promise.resolve(new Map<string, QueuePair>()),
-      Promise.all(dialing.map(async ([r, w]) => [`${r}:${w}`, await connectRetry(o, table[r] as string, deadline, r, { wire: w })] as const)),
+      accepting.size > 0 && listener
+        ? acceptPeers(o, listener, accepting, deadline)
+        : Promise.resolve(new Map<string, QueuePair>()),
+      Promise.all(
+        dialing.map(
+          async ([r, w]) =>
+            [`${r}:${w}`, await connectRetry(o, table[r] as string, deadline, r, { wire: w })] as const,
+        ),
+      ),
     ]);
     for (const [k, qp] of accepted) links.set(k, qp);
     for (const [k, qp] of connected) links.set(k, qp);

@@ -1,6 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { pairwiseSteps, rhdOwners, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
+import {
+  pairwiseSteps,
+  rhdOwners,
+  rhdPlan,
+  ringAllGatherSteps,
+  ringReduceScatterSteps,
+} from './schedules.js';
 
 /** Runs a ring reduce-scatter symbolically: each chunk is the list of ranks summed into it, in order. */
 function simulateRing(n: number): string[][][] {
@@ -10,7 +16,11 @@ function simulateRing(n: number): string[][][] {
     const sent = plans.map((plan, p) => ({ chunk: plan[s]!.send, data: held[p]![plan[s]!.send]! }));
     for (let p = 0; p < n; p++) {
       const from = sent[(p - 1 + n) % n]!;
-      assert.equal(from.chunk, plans[p]![s]!.recv, `n=${n} step ${s}: position ${p} expects the chunk its predecessor sends`);
+      assert.equal(
+        from.chunk,
+        plans[p]![s]!.recv,
+        `n=${n} step ${s}: position ${p} expects the chunk its predecessor sends`,
+      );
       held[p]![from.chunk] = [...from.data, String(p)];
     }
   }
@@ -20,7 +30,8 @@ function simulateRing(n: number): string[][][] {
 test('ring reduce-scatter leaves position p with chunk p reduced over every rank', () => {
   for (let n = 1; n <= 9; n++) {
     const held = simulateRing(n);
-    for (let p = 0; p < n; p++) assert.deepEqual([...held[p]![p]!].sort(), Array.from({ length: n }, (_, i) => String(i)).sort());
+    for (let p = 0; p < n; p++)
+      assert.deepEqual([...held[p]![p]!].sort(), Array.from({ length: n }, (_, i) => String(i)).sort());
   }
 });
 
@@ -30,7 +41,9 @@ test('ring all-gather delivers every chunk to every position, each received once
       const steps = ringAllGatherSteps(n, p);
       const got = new Set([p, ...steps.map((s) => s.recv)]);
       assert.equal(got.size, n);
-      steps.forEach((s, i) => assert.equal(s.send, i === 0 ? p : steps[i - 1]!.recv, 'forward what arrived last'));
+      steps.forEach((s, i) =>
+        assert.equal(s.send, i === 0 ? p : steps[i - 1]!.recv, 'forward what arrived last'),
+      );
       const prev = ringAllGatherSteps(n, (p - 1 + n) % n);
       steps.forEach((s, i) => assert.equal(s.recv, prev[i]!.send));
     }

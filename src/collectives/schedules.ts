@@ -19,12 +19,18 @@ const mod = (a: number, n: number): number => ((a % n) + n) % n;
  * so its reduction order is fixed: (c+1), (c+2), ..., c.
  */
 export function ringReduceScatterSteps(n: number, p: number): RingStep[] {
-  return Array.from({ length: Math.max(0, n - 1) }, (_, s) => ({ send: mod(p - s - 1, n), recv: mod(p - s - 2, n) }));
+  return Array.from({ length: Math.max(0, n - 1) }, (_, s) => ({
+    send: mod(p - s - 1, n),
+    recv: mod(p - s - 2, n),
+  }));
 }
 
 /** Ring all-gather at position p: starts holding chunk p, after n-1 steps holds all. */
 export function ringAllGatherSteps(n: number, p: number): RingStep[] {
-  return Array.from({ length: Math.max(0, n - 1) }, (_, s) => ({ send: mod(p - s, n), recv: mod(p - s - 1, n) }));
+  return Array.from({ length: Math.max(0, n - 1) }, (_, s) => ({
+    send: mod(p - s, n),
+    recv: mod(p - s - 1, n),
+  }));
 }
 
 /** How a rank takes part in recursive halving-doubling on n ranks (any n). */
@@ -54,7 +60,8 @@ export function rhdPlan(n: number, rank: number): RhdPlan {
   while (p * 2 <= n) p *= 2;
   const rem = n - p;
   const toReal = (v: number): number => (v < rem ? 2 * v + 1 : v + rem);
-  if (rank < 2 * rem && rank % 2 === 0) return { p, role: 'extra', foldPartner: rank + 1, virtual: -1, steps: [] };
+  if (rank < 2 * rem && rank % 2 === 0)
+    return { p, role: 'extra', foldPartner: rank + 1, virtual: -1, steps: [] };
   const role = rank < 2 * rem ? 'folded' : 'plain';
   const v = rank < 2 * rem ? rank >> 1 : rank - rem;
   const steps: RhdStep[] = [];
@@ -94,7 +101,8 @@ export function pairwiseSteps(n: number, rank: number): readonly PairwiseStep[] 
   let out = pairwise.get(key);
   if (out === undefined) {
     const steps: PairwiseStep[] = [];
-    for (let i = 0; i < n - 1; i++) steps.push(Object.freeze({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) }));
+    for (let i = 0; i < n - 1; i++)
+      steps.push(Object.freeze({ to: mod(rank + i + 1, n), from: mod(rank - i - 1, n) }));
     pairwise.set(key, (out = Object.freeze(steps)));
   }
   return out;

@@ -30,7 +30,13 @@ export class TandemError extends Error {
   }
 
   toJSON(): Record<string, unknown> {
-    return { code: this.code, category: this.category, message: this.message, hint: this.hint, details: this.details };
+    return {
+      code: this.code,
+      category: this.category,
+      message: this.message,
+      hint: this.hint,
+      details: this.details,
+    };
   }
 }
 

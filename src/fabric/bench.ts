@@ -399,9 +399,21 @@ export interface GoalCheck {
  * One goal: `ours` against the anchor's figure, met when the ratio is at most `limit`
  * (`lower`: times) or at least it (rates); met is null when either figure is missing.
  */
-export function goalCheck(name: string, ours: number | null, anchor: number | undefined | null, limit: number, lower: boolean): GoalCheck {
+export function goalCheck(
+  name: string,
+  ours: number | null,
+  anchor: number | undefined | null,
+  limit: number,
+  lower: boolean,
+): GoalCheck {
   const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
-  return { goal: name, ours, anchor: anchor ?? null, ratio, met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit };
+  return {
+    goal: name,
+    ours,
+    anchor: anchor ?? null,
+    ratio,
+    met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit,
+  };
 }
 
 /** The line `--anchors` prints for a goal. */

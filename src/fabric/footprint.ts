@@ -32,7 +32,10 @@ export interface FabricFootprint {
 export function fabricFootprint(provider: ProviderName): FabricFootprint {
   switch (provider) {
     case 'shm':
-      return { device: SHM_BELL_BYTES + SHM_KEY_SLOTS * SHM_KEY_SLOT_BYTES, perConnection: SHM_RING_BYTES + SHM_RING_HEADER_BYTES };
+      return {
+        device: SHM_BELL_BYTES + SHM_KEY_SLOTS * SHM_KEY_SLOT_BYTES,
+        perConnection: SHM_RING_BYTES + SHM_RING_HEADER_BYTES,
+      };
     case 'tcp':
       return { device: 0, perConnection: TCP_SCRATCH_BYTES + TCP_STAGING_BYTES };
     default:

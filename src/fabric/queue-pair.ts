@@ -201,7 +201,13 @@ export class Qp implements QueuePair, ResponderHost {
   }
 
   /** A WRITE, write_imm or READ of `total` bytes from `views`, in frames of at most MAX_PAYLOAD. */
-  private postOneSided(wr: SendWr, views: Uint8Array[], total: number, group: number, signaled: boolean): void {
+  private postOneSided(
+    wr: SendWr,
+    views: Uint8Array[],
+    total: number,
+    group: number,
+    signaled: boolean,
+  ): void {
     const remote = wr.remote as NonNullable<SendWr['remote']>;
     const rkey = remote.rkey >>> 0;
     split.setBigUint64(0, remote.addr, true);
@@ -250,7 +256,13 @@ export class Qp implements QueuePair, ResponderHost {
     } while (off < total);
   }
 
-  private postSendFrames(wr: SendWr, views: Uint8Array[], total: number, group: number, signaled: boolean): void {
+  private postSendFrames(
+    wr: SendWr,
+    views: Uint8Array[],
+    total: number,
+    group: number,
+    signaled: boolean,
+  ): void {
     let off = 0;
     do {
       const len = Math.min(MAX_PAYLOAD, total - off);
@@ -280,7 +292,16 @@ export class Qp implements QueuePair, ResponderHost {
       // placed by the requester with no frame: no sequence number, nothing to complete or ACK
       const remote = wr.remote as NonNullable<SendWr['remote']>;
       split.setBigUint64(0, remote.addr, true);
-      if (this.transport.placeSmall(remote.rkey >>> 0, split.getUint32(4, true), split.getUint32(0, true), src, off, len)) {
+      if (
+        this.transport.placeSmall(
+          remote.rkey >>> 0,
+          split.getUint32(4, true),
+          split.getUint32(0, true),
+          src,
+          off,
+          len,
+        )
+      ) {
         this.responder.flushIfDue();
         return;
       }
@@ -385,7 +406,8 @@ export class Qp implements QueuePair, ResponderHost {
     if (isAck === (e.opcode === 'read') && status === 'success')
       return this.malformed(`wrong response type for sequence ${psn}`);
     this.inFlight.shift();
-    if (status !== 'success') return this.failRequest(e, status, `peer refused work request ${e.wrId}: ${status}`);
+    if (status !== 'success')
+      return this.failRequest(e, status, `peer refused work request ${e.wrId}: ${status}`);
     if (!isAck) {
       const data = b.subarray(o + READ_RESP_HEADER, o + n);
       let want = 0;

@@ -4,26 +4,31 @@ import { isTandemError } from '../errors/index.js';
 import { libcProblem, ShmSegment } from './shm-ffi.js';
 
 const skip = libcProblem();
-const name = (tag: string): string => `/tandem-${process.pid}-${Math.floor(Math.random() * 0xffffffff).toString(16)}-${tag}`;
+const name = (tag: string): string =>
+  `/tandem-${process.pid}-${Math.floor(Math.random() * 0xffffffff).toString(16)}-${tag}`;
 
-test('shm segment: a SharedArrayBuffer whose writes the other mapping sees, Atomics included', { skip }, () => {
-  const a = ShmSegment.create(name('t'), 10_000);
-  const b = ShmSegment.open(a.name, 10_000);
-  try {
-    assert.ok(a.buffer instanceof SharedArrayBuffer);
-    assert.ok(a.buffer.byteLength >= 10_000);
-    new Uint8Array(a.buffer, 0, 10_000).fill(7, 9990);
-    assert.deepEqual([...new Uint8Array(b.buffer, 9990, 10)], new Array(10).fill(7));
-    const ia = new Int32Array(a.buffer, 0, 4);
-    const ib = new Int32Array(b.buffer, 0, 4);
-    Atomics.store(ia, 1, 41);
-    assert.equal(Atomics.add(ib, 1, 1), 41);
-    assert.equal(Atomics.load(ia, 1), 42);
-  } finally {
-    a.unmap();
-    b.unmap();
-  }
-});
+test(
+  'shm segment: a SharedArrayBuffer whose writes the other mapping sees, Atomics included',
+  { skip },
+  () => {
+    const a = ShmSegment.create(name('t'), 10_000);
+    const b = ShmSegment.open(a.name, 10_000);
+    try {
+      assert.ok(a.buffer instanceof SharedArrayBuffer);
+      assert.ok(a.buffer.byteLength >= 10_000);
+      new Uint8Array(a.buffer, 0, 10_000).fill(7, 9990);
+      assert.deepEqual([...new Uint8Array(b.buffer, 9990, 10)], new Array(10).fill(7));
+      const ia = new Int32Array(a.buffer, 0, 4);
+      const ib = new Int32Array(b.buffer, 0, 4);
+      Atomics.store(ia, 1, 41);
+      assert.equal(Atomics.add(ib, 1, 1), 41);
+      assert.equal(Atomics.load(ia, 1), 42);
+    } finally {
+      a.unmap();
+      b.unmap();
+    }
+  },
+);
 
 test('shm segment: after unmap the views read zeros and writes no longer reach the peer', { skip }, () => {
   const a = ShmSegment.create(name('t'), 4096);
@@ -48,6 +53,12 @@ test('shm segment: impossible sizes and foreign names are typed errors', { skip 
       (e: unknown) => isTandemError(e, 'FABRIC_SHM_FAILED') && /not possible/.test((e as Error).message),
     );
   }
-  assert.throws(() => ShmSegment.open('/etc-passwd', 4096), (e: unknown) => isTandemError(e, 'FABRIC_SHM_FAILED'));
-  assert.throws(() => ShmSegment.open(name('gone'), 4096), (e: unknown) => isTandemError(e, 'FABRIC_SHM_FAILED'));
+  assert.throws(
+    () => ShmSegment.open('/etc-passwd', 4096),
+    (e: unknown) => isTandemError(e, 'FABRIC_SHM_FAILED'),
+  );
+  assert.throws(
+    () => ShmSegment.open(name('gone'), 4096),
+    (e: unknown) => isTandemError(e, 'FABRIC_SHM_FAILED'),
+  );
 });

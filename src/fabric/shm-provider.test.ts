@@ -187,14 +187,30 @@ test('shm: a small unsignaled write is placed with no frame, except behind an un
     src.buffer.fill(4, max, 2 * max + 1);
     // no await and no poll on B's side: the bytes are there because A put them there
     qa.postSend({ wrId: 1, opcode: 'write', sgl: [src.sge(0, max)], remote: dst.remote(0), signaled: false });
-    assert.deepEqual(dst.buffer.subarray(0, max), src.buffer.subarray(0, max), 'placed at once, exactly its bytes');
+    assert.deepEqual(
+      dst.buffer.subarray(0, max),
+      src.buffer.subarray(0, max),
+      'placed at once, exactly its bytes',
+    );
     assert.equal(dst.buffer[max], 0, 'and nothing past them');
     // short writes, their edges in whole words when both ends are 4-byte aligned, else byte by byte: exactly their bytes
     const area = 3 * max;
-    for (const [from, to] of [[0, 0], [4, 8], [1, 0], [0, 2], [3, 5]] as const) {
+    for (const [from, to] of [
+      [0, 0],
+      [4, 8],
+      [1, 0],
+      [0, 2],
+      [3, 5],
+    ] as const) {
       for (const len of [...Array.from({ length: 132 }, (_, i) => i + 1), 200, 1024, 1027, 4100]) {
         dst.buffer.fill(0, area, area + len + 32);
-        qa.postSend({ wrId: 9, opcode: 'write', sgl: [src.sge(from, len)], remote: dst.remote(area + 16 + to), signaled: false });
+        qa.postSend({
+          wrId: 9,
+          opcode: 'write',
+          sgl: [src.sge(from, len)],
+          remote: dst.remote(area + 16 + to),
+          signaled: false,
+        });
         const got = dst.buffer.subarray(area + 16 + to, area + 16 + to + len);
         assert.deepEqual(got, src.buffer.subarray(from, from + len), `${len} bytes from ${from} to ${to}`);
         assert.equal(dst.buffer[area + 15 + to], 0, `nothing before ${len} bytes from ${from} to ${to}`);
@@ -202,13 +218,25 @@ test('shm: a small unsignaled write is placed with no frame, except behind an un
       }
     }
     // one byte more than the limit goes as a frame: B must run before it lands
-    qa.postSend({ wrId: 2, opcode: 'write', sgl: [src.sge(max, max + 1)], remote: dst.remote(2 * max), signaled: false });
+    qa.postSend({
+      wrId: 2,
+      opcode: 'write',
+      sgl: [src.sge(max, max + 1)],
+      remote: dst.remote(2 * max),
+      signaled: false,
+    });
     assert.equal(dst.buffer[2 * max], 0, 'a longer write is framed');
     // a SEND B has not read yet is a barrier: a small write after it is framed too and lands after it
     const got = pb.allocate(64, Access.LOCAL_WRITE);
     qb.postRecv({ wrId: 7, sgl: [got.sge(0, 8)] });
     qa.postSend({ wrId: 3, opcode: 'send', sgl: [src.sge(0, 8)], signaled: false });
-    qa.postSend({ wrId: 4, opcode: 'write', sgl: [src.sge(max, 8)], remote: dst.remote(max), signaled: false });
+    qa.postSend({
+      wrId: 4,
+      opcode: 'write',
+      sgl: [src.sge(max, 8)],
+      remote: dst.remote(max),
+      signaled: false,
+    });
     assert.equal(dst.buffer[max], 0, 'not placed past the unread send');
     const [rc] = expectSuccess(await cb.wait({ timeoutMs: 5000 }));
     assert.equal(rc?.wrId, 7);

@@ -127,7 +127,7 @@ export class UnreadWrites {
  */
 function distance(fromHi: number, fromLo: number, toHi: number, toLo: number): number {
   const borrow = toLo < fromLo ? 1 : 0;
-  return ((toHi - fromHi - borrow) >>> 0) === 0 ? (toLo - fromLo) >>> 0 : -1;
+  return (toHi - fromHi - borrow) >>> 0 === 0 ? (toLo - fromLo) >>> 0 : -1;
 }
 
 /** One direction each way: we consume `mine`, produce into `theirs`, and ring `peerBell`. */
@@ -205,7 +205,8 @@ class ShmTransport implements Transport {
   writeDirect(rkey: number, hi: number, lo: number, parts: readonly Uint8Array[], length: number): boolean {
     if (length < DIRECT_MIN || this.isClosed) return false;
     // an earlier request still unread by the peer could touch the same memory: keep order
-    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length))
+      return false;
     const at = this.peerRegion(rkey, hi, lo, length);
     if (at < 0) return false;
     const dst = new Uint8Array((this.target as ShmSegment).buffer, at, length);
@@ -219,7 +220,8 @@ class ShmTransport implements Transport {
 
   placeSmall(rkey: number, hi: number, lo: number, src: Uint8Array, off: number, length: number): boolean {
     if (length > PLACE_SMALL_MAX || this.isClosed) return false;
-    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length)) return false;
+    if (!this.unread.allows(Atomics.load(this.outCtl, R) >>> 0, rkey >>> 0, hi >>> 0, lo >>> 0, length))
+      return false;
     const at = this.peerRegion(rkey, hi, lo, length);
     if (at < 0) return false;
     // the first bytes land first and the last bytes last, each edge in ascending order (what a
@@ -243,7 +245,8 @@ class ShmTransport implements Transport {
   private copyWords(src: Uint8Array, off: number, at: number, from: number, to: number): void {
     const dst = this.targetWords as Int32Array;
     const words = this.wordsOf(src);
-    for (let i = from >>> 2, d = at >>> 2, o = off >>> 2, n = to >>> 2; i < n; i++) dst[d + i] = words[o + i] as number;
+    for (let i = from >>> 2, d = at >>> 2, o = off >>> 2, n = to >>> 2; i < n; i++)
+      dst[d + i] = words[o + i] as number;
   }
 
   /** `src` (4-byte aligned) as words; the view of the last source is kept, so repeated writes from one buffer build none. */
@@ -427,7 +430,13 @@ class ShmTransport implements Transport {
   private track(header: Uint8Array, payload: number): void {
     const type = frameType(header, 0);
     if (type === FrameType.WRITE && (frameFlags(header, 0) & FLAG_PLACED) === 0)
-      this.unread.write(this.streamPos, frameRkey(header, 0), frameAddrHi(header, 0), frameAddrLo(header, 0), payload);
+      this.unread.write(
+        this.streamPos,
+        frameRkey(header, 0),
+        frameAddrHi(header, 0),
+        frameAddrLo(header, 0),
+        payload,
+      );
     else if (type === FrameType.SEND || type === FrameType.READ_REQ) this.unread.barrier(this.streamPos);
   }
 

@@ -3,7 +3,14 @@ import assert from 'node:assert/strict';
 import { createConnection } from 'node:net';
 import { isTandemError } from '../errors/index.js';
 import { conformance } from './conformance.cases.js';
-import { Access, openDevice, type CompletionQueue, type Device, type ProtectionDomain, type QueuePair } from './index.js';
+import {
+  Access,
+  openDevice,
+  type CompletionQueue,
+  type Device,
+  type ProtectionDomain,
+  type QueuePair,
+} from './index.js';
 import { putU32 } from './wire.js';
 
 conformance('tcp');
@@ -56,44 +63,56 @@ test(
   },
 );
 
-test('tcp: a wait asleep on one device wakes for data on another device of the process', { timeout: 20_000 }, async () => {
-  const [a, b, c] = [await openDevice('tcp'), await openDevice('tcp'), await openDevice('tcp')];
-  try {
-    const pair = async (server: typeof a, client: typeof a) => {
-      const l = await server.listen({ host: '127.0.0.1', port: 0, secret: 's' });
-      const [pc, sc, cq] = [client.allocPd(), server.allocPd(), server.createCq()];
-      const [s, k] = await Promise.all([
-        l.accept({ pd: sc, cq }),
-        client.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pc, cq: client.createCq() }),
-      ]);
-      await l.close();
-      return { s, k, pc, cq };
-    };
-    await pair(a, c); // device A: one idle connection, nothing will arrive on it
-    const bc = await pair(b, c);
-    const src = bc.pc.allocate(64, 0);
-    bc.s.postRecv({ wrId: 1, sgl: [] });
-    // C's send lands in B's socket at once (a loopback syscall); nobody has read it yet, and
-    // nothing can until this synchronous sleep returns
-    bc.k.postSend({ wrId: 2, opcode: 'send', sgl: [src.sge(0, 64)] });
-    const sleep = (a as unknown as { sleep(ms: number): void }).sleep.bind(a);
-    const t0 = performance.now();
-    sleep(5000);
-    const slept = performance.now() - t0;
-    assert.ok(slept < 2500, `A's sleep returned after ${slept.toFixed(0)} ms: it did not see B's data`);
-    const [wc] = await bc.cq.wait({ timeoutMs: 5000 });
-    assert.equal(wc?.wrId, 1);
-  } finally {
-    for (const d of [a, b, c]) await d.close();
-  }
-});
+test(
+  'tcp: a wait asleep on one device wakes for data on another device of the process',
+  { timeout: 20_000 },
+  async () => {
+    const [a, b, c] = [await openDevice('tcp'), await openDevice('tcp'), await openDevice('tcp')];
+    try {
+      const pair = async (server: typeof a, client: typeof a) => {
+        const l = await server.listen({ host: '127.0.0.1', port: 0, secret: 's' });
+        const [pc, sc, cq] = [client.allocPd(), server.allocPd(), server.createCq()];
+        const [s, k] = await Promise.all([
+          l.accept({ pd: sc, cq }),
+          client.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pc, cq: client.createCq() }),
+        ]);
+        await l.close();
+        return { s, k, pc, cq };
+      };
+      await pair(a, c); // device A: one idle connection, nothing will arrive on it
+      const bc = await pair(b, c);
+      const src = bc.pc.allocate(64, 0);
+      bc.s.postRecv({ wrId: 1, sgl: [] });
+      // C's send lands in B's socket at once (a loopback syscall); nobody has read it yet, and
+      // nothing can until this synchronous sleep returns
+      bc.k.postSend({ wrId: 2, opcode: 'send', sgl: [src.sge(0, 64)] });
+      const sleep = (a as unknown as { sleep(ms: number): void }).sleep.bind(a);
+      const t0 = performance.now();
+      sleep(5000);
+      const slept = performance.now() - t0;
+      assert.ok(slept < 2500, `A's sleep returned after ${slept.toFixed(0)} ms: it did not see B's data`);
+      const [wc] = await bc.cq.wait({ timeoutMs: 5000 });
+      assert.equal(wc?.wrId, 1);
+    } finally {
+      for (const d of [a, b, c]) await d.close();
+    }
+  },
+);
 
 /**
  * Two tcp devices with one polled connection between them (a connects to b), or undefined
  * where the tcp data path is node:net (no koffi, or TANDEM_TCP_DATAPATH=net).
  */
 async function polledPair(): Promise<
-  | { a: Device; b: Device; qa: QueuePair; qb: QueuePair; apd: ProtectionDomain; bpd: ProtectionDomain; bcq: CompletionQueue }
+  | {
+      a: Device;
+      b: Device;
+      qa: QueuePair;
+      qb: QueuePair;
+      apd: ProtectionDomain;
+      bpd: ProtectionDomain;
+      bcq: CompletionQueue;
+    }
   | undefined
 > {
   const { rawSocketLib } = await import('./socket-ffi.js');

@@ -17,14 +17,19 @@ export const reduceWasmPath = join(root, 'build', 'wasm', 'reduce.wasm');
 /** asc flags: SIMD, shared memory imported from the host (every thread instantiates on it). */
 export const ascFlags = [
   '-O3',
-  '--runtime', 'stub',
+  '--runtime',
+  'stub',
   '--noAssert',
-  '--enable', 'simd',
-  '--enable', 'threads',
+  '--enable',
+  'simd',
+  '--enable',
+  'threads',
   '--importMemory',
   '--sharedMemory',
-  '--initialMemory', '1',
-  '--maximumMemory', '65536',
+  '--initialMemory',
+  '1',
+  '--maximumMemory',
+  '65536',
 ];
 
 /** asc flags of the reduce module: SIMD on its own unshared memory, which it exports (see wasm/reduce.ts). */
@@ -52,12 +57,18 @@ async function buildWasm(entry, flags, out, { force, quiet }) {
   const tmp = `${out}.${process.pid}.${Date.now()}.tmp`;
   const { default: asc } = await import('assemblyscript/asc');
   let errors = '';
-  const sink = (collect) => ({ write: (s) => { if (collect) errors += String(s); return true; } });
+  const sink = (collect) => ({
+    write: (s) => {
+      if (collect) errors += String(s);
+      return true;
+    },
+  });
   const { error } = await asc.main([join(wasmSourceDir, entry), ...flags, '-o', tmp], {
     stdout: sink(false),
     stderr: sink(true),
   });
-  if (error) throw new Error(`asc failed to compile ${join(wasmSourceDir, entry)}: ${error.message}\n${errors}`);
+  if (error)
+    throw new Error(`asc failed to compile ${join(wasmSourceDir, entry)}: ${error.message}\n${errors}`);
   renameSync(tmp, out);
   if (!quiet) console.log(`built ${out}`);
 }
@@ -84,7 +95,8 @@ export const nativePath = join(root, 'build', 'native', 'kernels.so');
 function newestNativeSource() {
   let newest = statSync(fileURLToPath(import.meta.url)).mtimeMs; // flags live here
   for (const name of readdirSync(nativeDir)) {
-    if (name.endsWith('.c') || name.endsWith('.h')) newest = Math.max(newest, statSync(join(nativeDir, name)).mtimeMs);
+    if (name.endsWith('.c') || name.endsWith('.h'))
+      newest = Math.max(newest, statSync(join(nativeDir, name)).mtimeMs);
   }
   return newest;
 }

@@ -2,7 +2,9 @@ import { TandemError } from '../errors/index.js';
 import { GgmlType, type GgmlTypeId, type GgmlTypeName } from './types.js';
 
 /** Elements per block and bytes per block of each supported ggml type (ggml's type traits). */
-export const blockInfo: Readonly<Record<GgmlTypeId, { name: GgmlTypeName; elements: number; bytes: number }>> = {
+export const blockInfo: Readonly<
+  Record<GgmlTypeId, { name: GgmlTypeName; elements: number; bytes: number }>
+> = {
   [GgmlType.F32]: { name: 'F32', elements: 1, bytes: 4 },
   [GgmlType.F16]: { name: 'F16', elements: 1, bytes: 2 },
   [GgmlType.BF16]: { name: 'BF16', elements: 1, bytes: 2 },
@@ -27,15 +29,23 @@ export function typeName(type: GgmlTypeId): GgmlTypeName {
 export function rowBytes(type: GgmlTypeId, cols: number): number {
   const info = blockInfo[type];
   if (!isSupportedType(type)) {
-    throw new TandemError('KERNELS_UNSUPPORTED_TYPE', `ggml type ${String(type)} is not supported by the kernels`, {
-      hint: `use one of ${supportedTypes.map((t) => typeName(t)).join(', ')}`,
-    });
+    throw new TandemError(
+      'KERNELS_UNSUPPORTED_TYPE',
+      `ggml type ${String(type)} is not supported by the kernels`,
+      {
+        hint: `use one of ${supportedTypes.map((t) => typeName(t)).join(', ')}`,
+      },
+    );
   }
   if (cols % info.elements !== 0) {
-    throw new TandemError('KERNELS_BAD_SHAPE', `a ${info.name} row of ${cols} elements is not a whole number of ${info.elements}-element blocks`, {
-      hint: `row widths of ${info.name} tensors must be multiples of ${info.elements}`,
-      details: { type: info.name, cols },
-    });
+    throw new TandemError(
+      'KERNELS_BAD_SHAPE',
+      `a ${info.name} row of ${cols} elements is not a whole number of ${info.elements}-element blocks`,
+      {
+        hint: `row widths of ${info.name} tensors must be multiples of ${info.elements}`,
+        details: { type: info.name, cols },
+      },
+    );
   }
   return (cols / info.elements) * info.bytes;
 }

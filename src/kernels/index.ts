@@ -20,13 +20,18 @@ export async function createKernels(options: KernelsOptions = {}): Promise<Kerne
   const threads = options.threads ?? availableParallelism();
   if (options.backend === 'reference') return new ReferenceKernels();
   const { createWasmKernels } = await import('./wasm-kernels.js');
-  if (options.backend === 'wasm') return createWasmKernels(threads, options.arenaBytes, undefined, options.smallJob);
+  if (options.backend === 'wasm')
+    return createWasmKernels(threads, options.arenaBytes, undefined, options.smallJob);
   const { loadNativeLib, nativeUnavailableReason } = await import('./native-lib.js');
   const native = await loadNativeLib();
   if (!native && options.backend === 'native') {
-    throw new TandemError('KERNELS_BUILD_FAILED', `the native kernels could not be built or loaded: ${nativeUnavailableReason}`, {
-      hint: 'install a C compiler (e.g. apt-get install gcc) or use --backend wasm',
-    });
+    throw new TandemError(
+      'KERNELS_BUILD_FAILED',
+      `the native kernels could not be built or loaded: ${nativeUnavailableReason}`,
+      {
+        hint: 'install a C compiler (e.g. apt-get install gcc) or use --backend wasm',
+      },
+    );
   }
   return createWasmKernels(threads, options.arenaBytes, native, options.smallJob);
 }

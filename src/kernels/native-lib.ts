@@ -7,7 +7,8 @@ import { buildNative } from './build-kernels.js';
  * required: without a compiler the wasm kernels run alone.
  */
 
-const mmArgs = 'uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt';
+const mmArgs =
+  'uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt';
 
 /** Wasm export name -> koffi prototype of its native twin (first argument: the memory's address). */
 export const nativePrototypes: Readonly<Record<string, string>> = {
@@ -20,21 +21,30 @@ const kQuantPrototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
   swiglu: 'void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt)',
-  swiglu_rows: 'void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt)',
-  rms_norm: 'void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt)',
+  swiglu_rows:
+    'void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt)',
+  rms_norm:
+    'void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt)',
   rope: 'void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt)',
-  mm_float: 'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_float:
+    'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
   mm_k: 'void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
 /** Q8_0 with activations quantised once per matmul (native only): AVX-512 VNNI builds. */
 const vnniPrototypes: Readonly<Record<string, string>> = {
-  q8_prep: 'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
-  mm_q8v: 'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  q8t_prep: 'void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
-  kt_prep: 'void tk_kt_prep(uintptr_t base, uint32_t x16, uint32_t xd, uint32_t xs, int n, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int tid, int nt)',
-  mm_kt: 'void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8t: 'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  q8_prep:
+    'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
+  mm_q8v:
+    'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  q8t_prep:
+    'void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
+  kt_prep:
+    'void tk_kt_prep(uintptr_t base, uint32_t x16, uint32_t xd, uint32_t xs, int n, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int tid, int nt)',
+  mm_kt:
+    'void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8t:
+    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
 export interface NativeLib {
@@ -57,11 +67,15 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
       const lib = koffi.load(path);
       const isa = String(lib.func('const char *tk_isa(void)')());
       if (isa === 'scalar') {
-        nativeUnavailableReason = 'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
+        nativeUnavailableReason =
+          'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
         return undefined;
       }
       const vnni = isa === 'avx512' && Number(lib.func('int tk_vnni512(void)')()) === 1;
-      const prototypes = isa === 'avx512' ? { ...nativePrototypes, ...kQuantPrototypes, ...(vnni ? vnniPrototypes : {}) } : nativePrototypes;
+      const prototypes =
+        isa === 'avx512'
+          ? { ...nativePrototypes, ...kQuantPrototypes, ...(vnni ? vnniPrototypes : {}) }
+          : nativePrototypes;
       return { path, isa: vnni ? 'avx512-vnni' : isa, prototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';

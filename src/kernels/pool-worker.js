@@ -25,7 +25,9 @@ if (native) {
   const { default: koffi } = await import('koffi');
   const lib = koffi.load(native.path);
   addr = lib.func('uintptr_t tk_addr(uint8_t *p)');
-  nativeFns = Object.fromEntries(Object.entries(native.prototypes).map(([name, proto]) => [name, lib.func(proto)]));
+  nativeFns = Object.fromEntries(
+    Object.entries(native.prototypes).map(([name, proto]) => [name, lib.func(proto)]),
+  );
 }
 
 function fnsFor(arena) {
@@ -58,10 +60,17 @@ for (;;) {
     const fn = fnsFor(ctrl[ARENA])[op];
     const a = args;
     switch (ctrl[ARGC]) {
-      case 10: fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], tid, nt); break;
-      case 11: fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], tid, nt); break;
-      case 13: fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], tid, nt); break;
-      default: fn(...Array.from(args.subarray(0, ctrl[ARGC])), tid, nt);
+      case 10:
+        fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], tid, nt);
+        break;
+      case 11:
+        fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], tid, nt);
+        break;
+      case 13:
+        fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], tid, nt);
+        break;
+      default:
+        fn(...Array.from(args.subarray(0, ctrl[ARGC])), tid, nt);
     }
   } catch (err) {
     Atomics.store(ctrl, ERROR, tid);

@@ -119,7 +119,10 @@ export class ThreadPool {
    * finished. `work` (multiply-adds, roughly) below SMALL_JOB keeps it on this thread.
    */
   run(arena: number, op: number, args: readonly number[], work = Infinity): void {
-    if (this.closed) throw new TandemError('KERNELS_CLOSED', 'the kernels thread pool is closed', { hint: 'create a new Kernels instance' });
+    if (this.closed)
+      throw new TandemError('KERNELS_CLOSED', 'the kernels thread pool is closed', {
+        hint: 'create a new Kernels instance',
+      });
     const fn = (this.mainFns[arena] as KernelFn[])[op] as KernelFn;
     const nt = this.threads;
     if (nt === 1 || work < this.smallJob) {
@@ -148,9 +151,13 @@ export class ThreadPool {
       if (++spins > this.spin) {
         Atomics.wait(ctrl, DONE, done, 50);
         if (Date.now() - start > JOB_TIMEOUT_MS) {
-          throw new TandemError('KERNELS_WORKER_FAILED', `kernel workers did not finish a job within ${JOB_TIMEOUT_MS} ms (${done} of ${target} done)`, {
-            hint: 'a worker thread died or the machine is overloaded; restart the process',
-          });
+          throw new TandemError(
+            'KERNELS_WORKER_FAILED',
+            `kernel workers did not finish a job within ${JOB_TIMEOUT_MS} ms (${done} of ${target} done)`,
+            {
+              hint: 'a worker thread died or the machine is overloaded; restart the process',
+            },
+          );
         }
       }
       done = Atomics.load(ctrl, DONE);
@@ -159,11 +166,16 @@ export class ThreadPool {
 
   private fail(): never {
     const tid = Atomics.load(this.ctrl, ERROR);
-    const msg = receiveMessageOnPort(this.ports[tid - 1] as MessagePort)?.message as { message?: string } | undefined;
+    const msg = receiveMessageOnPort(this.ports[tid - 1] as MessagePort)?.message as
+      { message?: string } | undefined;
     Atomics.store(this.ctrl, ERROR, 0);
-    throw new TandemError('KERNELS_WORKER_FAILED', `kernel worker ${tid} failed: ${msg?.message ?? 'unknown error'}`, {
-      hint: 'this is a bug in the kernels; report it with the model and command',
-    });
+    throw new TandemError(
+      'KERNELS_WORKER_FAILED',
+      `kernel worker ${tid} failed: ${msg?.message ?? 'unknown error'}`,
+      {
+        hint: 'this is a bug in the kernels; report it with the model and command',
+      },
+    );
   }
 
   async close(): Promise<void> {

@@ -11,7 +11,7 @@ test('q8 round trip stays within max|x|/254 per block, for counts that are not m
   const rand = lcg(3);
   for (const n of [0, 1, 7, 31, 32, 33, 4096, 10007]) {
     const x = new Float32Array(n);
-    for (let i = 0; i < n; i++) x[i] = (rand() - 0.5) * 2 ** ((i >> 5) % 12 - 4);
+    for (let i = 0; i < n; i++) x[i] = (rand() - 0.5) * 2 ** (((i >> 5) % 12) - 4);
     const packed = new Uint8Array(q8Bytes(n));
     q8Pack(x, packed);
     const y = new Float32Array(n);
@@ -20,7 +20,10 @@ test('q8 round trip stays within max|x|/254 per block, for counts that are not m
       const block = x.subarray(b * q8BlockSize, (b + 1) * q8BlockSize);
       const max = Math.max(...block.map(Math.abs));
       for (let i = b * q8BlockSize; i < Math.min(n, (b + 1) * q8BlockSize); i++) {
-        assert.ok(Math.abs((y[i] as number) - (x[i] as number)) <= (max / 254) * 1.0001 + 1e-30, `n=${n} i=${i}`);
+        assert.ok(
+          Math.abs((y[i] as number) - (x[i] as number)) <= (max / 254) * 1.0001 + 1e-30,
+          `n=${n} i=${i}`,
+        );
       }
     }
   }

@@ -44,7 +44,10 @@ export function q8Pack(src: Float32Array, out: Uint8Array): void {
 
 function views(packed: Uint8Array, n: number): { scales: Float32Array; quants: Int8Array } {
   const nb = Math.ceil(n / q8BlockSize);
-  assert.ok(packed.byteLength >= 4 * nb + n, `q8: packed holds ${packed.byteLength} bytes, need ${4 * nb + n}`);
+  assert.ok(
+    packed.byteLength >= 4 * nb + n,
+    `q8: packed holds ${packed.byteLength} bytes, need ${4 * nb + n}`,
+  );
   assert.ok(packed.byteOffset % 4 === 0, 'q8: packed data must be 4-byte aligned');
   return {
     scales: new Float32Array(packed.buffer, packed.byteOffset, nb),
@@ -66,5 +69,7 @@ export function q8Unpack(packed: Uint8Array, out: Float32Array): void {
 export function q8UnpackAdd(packed: Uint8Array, acc: Float32Array): void {
   const n = acc.length;
   const { scales, quants } = views(packed, n);
-  for (let i = 0; i < n; i++) acc[i] = (acc[i] as number) + Math.fround((quants[i] as number) * (scales[(i / q8BlockSize) | 0] as number));
+  for (let i = 0; i < n; i++)
+    acc[i] =
+      (acc[i] as number) + Math.fround((quants[i] as number) * (scales[(i / q8BlockSize) | 0] as number));
 }

@@ -28,10 +28,19 @@ export function xorshift(seed: number): () => number {
 
 /** NaNs of several payloads and both signs, infinities, +-0, subnormals, extremes, 1. */
 const specials: Readonly<Record<DType, readonly number[]>> = {
-  f32: [0x7fc00000, 0xffc00000, 0x7fa00001, 0x7f800000, 0xff800000, 0, 0x80000000, 1, 0x80000001, 0x7f7fffff, 0x00800000, 0x3f800000],
+  f32: [
+    0x7fc00000, 0xffc00000, 0x7fa00001, 0x7f800000, 0xff800000, 0, 0x80000000, 1, 0x80000001, 0x7f7fffff,
+    0x00800000, 0x3f800000,
+  ],
   i32: [0, -1, 1, 0x7fffffff, -0x80000000],
-  f16: [0x7e00, 0xfe00, 0x7c01, 0x7fff, 0x7c00, 0xfc00, 0, 0x8000, 1, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0x3c01],
-  bf16: [0x7fc0, 0xffc0, 0x7f81, 0x7fff, 0x7f80, 0xff80, 0, 0x8000, 1, 0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80, 0x3f81],
+  f16: [
+    0x7e00, 0xfe00, 0x7c01, 0x7fff, 0x7c00, 0xfc00, 0, 0x8000, 1, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff,
+    0x3c00, 0x3c01,
+  ],
+  bf16: [
+    0x7fc0, 0xffc0, 0x7f81, 0x7fff, 0x7f80, 0xff80, 0, 0x8000, 1, 0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f,
+    0x3f80, 0x3f81,
+  ],
 };
 
 /** Bits of the dtype's element width (the i32 view holds them as signed numbers). */
@@ -55,7 +64,14 @@ function randomBits(dtype: DType, rand: () => number, n: number, partner?: DType
 }
 
 /** Runs `kernel` and reduce.ts on copies of `acc` and asserts equal bits. */
-function compare(kernel: FastReduce, op: ReduceOp, dtype: DType, acc: DTypeArray, other: DTypeArray, what: string): void {
+function compare(
+  kernel: FastReduce,
+  op: ReduceOp,
+  dtype: DType,
+  acc: DTypeArray,
+  other: DTypeArray,
+  what: string,
+): void {
   const ref = acc.slice();
   const got = acc.slice();
   reduceInto(op, dtype, ref, other);
@@ -70,7 +86,9 @@ function compare(kernel: FastReduce, op: ReduceOp, dtype: DType, acc: DTypeArray
     const bothNaN = dtype === 'f32' && Number.isNaN(acc[i]) && Number.isNaN(other[i]);
     if (op === 'sum' && bothNaN && Number.isNaN(got[i])) continue;
     const hex = (v: number | undefined): string => ((v ?? 0) >>> 0).toString(16);
-    assert.fail(`${what} ${dtype} ${op} #${i}: ${hex(ab[i])} (op) ${hex(ob[i])} gave ${hex(gb[i])}, reduce.ts ${hex(rb[i])}`);
+    assert.fail(
+      `${what} ${dtype} ${op} #${i}: ${hex(ab[i])} (op) ${hex(ob[i])} gave ${hex(gb[i])}, reduce.ts ${hex(rb[i])}`,
+    );
   }
 }
 

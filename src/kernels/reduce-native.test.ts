@@ -1,7 +1,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { flatTree, loadFastReduce, nativeReduceLoaded, nativeReduceReason, reduceFast, reducePath, sumTree, treeSpares, type SumTree } from './reduce-native.js';
+import {
+  flatTree,
+  loadFastReduce,
+  nativeReduceLoaded,
+  nativeReduceReason,
+  reduceFast,
+  reducePath,
+  sumTree,
+  treeSpares,
+  type SumTree,
+} from './reduce-native.js';
 import { reduceConformance, xorshift, type FastReduce } from './reduce-fast.cases.js';
 
 function hasCompiler(): boolean {
@@ -54,17 +64,28 @@ test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone
   await loadFastReduce();
   const rand = xorshift(4242);
   // values of very different magnitudes, so that a different order gives different bits
-  const vec = (n: number): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
+  const vec = (n: number): Float32Array =>
+    Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
   for (const n of [3, 300, 1000]) {
     const p = Array.from({ length: 8 }, () => vec(n));
-    const add = (a: Float32Array, b: Float32Array): Float32Array => a.map((v, i) => Math.fround(v + (b[i] as number)));
+    const add = (a: Float32Array, b: Float32Array): Float32Array =>
+      a.map((v, i) => Math.fround(v + (b[i] as number)));
     const spare = [new Float32Array(n), new Float32Array(n), new Float32Array(n)];
     const sum = (parts: Float32Array[]): Float32Array => {
       const out = new Float32Array(n);
       sumTree(flatTree(parts.length), parts, out, spare);
       return out;
     };
-    const [p0, p1, p2, p3, p4, p5, p6, p7] = p as [Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array];
+    const [p0, p1, p2, p3, p4, p5, p6, p7] = p as [
+      Float32Array,
+      Float32Array,
+      Float32Array,
+      Float32Array,
+      Float32Array,
+      Float32Array,
+      Float32Array,
+      Float32Array,
+    ];
     assert.deepEqual(sum([p0]), p0);
     assert.deepEqual(sum([p0, p1, p2]), add(add(p0, p1), p2));
     assert.deepEqual(sum([p0, p1, p2, p3]), add(add(p0, p1), add(p2, p3)));
@@ -73,7 +94,11 @@ test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone
     // the ranks of a 2- or 4-way split each sum their own subtree, then the group sums those
     assert.deepEqual(sum([sum([p0, p1, p2, p3]), sum([p4, p5, p6, p7])]), eight);
     assert.deepEqual(sum([sum([p0, p1]), sum([p2, p3]), sum([p4, p5]), sum([p6, p7])]), eight);
-    assert.deepEqual(sum([sum([p4, p5, p6, p7]), sum([p0, p1, p2, p3])]), eight, 'the two halves in the other order');
+    assert.deepEqual(
+      sum([sum([p4, p5, p6, p7]), sum([p0, p1, p2, p3])]),
+      eight,
+      'the two halves in the other order',
+    );
     // ... which a sum in rank order is not (the test's values make the orders differ)
     assert.notDeepEqual(p.slice(1).reduce(add, p0), eight);
     // out may be the first part
@@ -81,24 +106,50 @@ test('the flat tree adds in the fixed pairwise order: a subtree sums alike alone
     sumTree(flatTree(4), [first, p1, p2, p3], first, spare);
     assert.deepEqual(first, add(add(p0, p1), add(p2, p3)));
   }
-  assert.throws(() => sumTree(flatTree(4), [new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)], new Float32Array(4), []), /spare buffer/);
+  assert.throws(
+    () =>
+      sumTree(
+        flatTree(4),
+        [new Float32Array(4), new Float32Array(4), new Float32Array(4), new Float32Array(4)],
+        new Float32Array(4),
+        [],
+      ),
+    /spare buffer/,
+  );
 });
 
 test('sumTree: a nested tree sums alike from its leaves or from the sums of any of its subtrees', async () => {
   await loadFastReduce();
   const rand = xorshift(777);
   const n = 500;
-  const vec = (): Float32Array => Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
-  const add = (a: Float32Array, b: Float32Array): Float32Array => a.map((v, i) => Math.fround(v + (b[i] as number)));
+  const vec = (): Float32Array =>
+    Float32Array.from({ length: n }, () => ((rand() % 2000001) - 1000000) * 2 ** ((rand() % 40) - 20));
+  const add = (a: Float32Array, b: Float32Array): Float32Array =>
+    a.map((v, i) => Math.fround(v + (b[i] as number)));
   const p = Array.from({ length: 6 }, vec);
   const sum = (tree: SumTree, parts: Float32Array[]): Float32Array => {
     const out = new Float32Array(n);
-    sumTree(tree, parts, out, Array.from({ length: treeSpares(tree) }, () => new Float32Array(n)));
+    sumTree(
+      tree,
+      parts,
+      out,
+      Array.from({ length: treeSpares(tree) }, () => new Float32Array(n)),
+    );
     return out;
   };
   // the leaf tree of 32 heads cut for 2, 4 and 3 ranks: ((l0 + (l1 + l2)) + ((l3 + l4) + l5))
-  const tree: SumTree = [[0, [1, 2]], [[3, 4], 5]];
-  const [p0, p1, p2, p3, p4, p5] = p as [Float32Array, Float32Array, Float32Array, Float32Array, Float32Array, Float32Array];
+  const tree: SumTree = [
+    [0, [1, 2]],
+    [[3, 4], 5],
+  ];
+  const [p0, p1, p2, p3, p4, p5] = p as [
+    Float32Array,
+    Float32Array,
+    Float32Array,
+    Float32Array,
+    Float32Array,
+    Float32Array,
+  ];
   const whole = sum(tree, p);
   assert.deepEqual(whole, add(add(p0, add(p1, p2)), add(add(p3, p4), p5)));
   // ranks holding [l0 l1 l2], [l3 l4] and [l5] each send the subtree they hold; the group adds them in the tree's top
@@ -108,9 +159,27 @@ test('sumTree: a nested tree sums alike from its leaves or from the sums of any 
   // ... but not in the flat order of the three
   assert.notDeepEqual(flatSumOf([a, b, p5]), whole);
   // four children in pairs are the flat tree of 4
-  assert.deepEqual(sum([[0, 1], [2, 3]], p.slice(0, 4)), flatSumOf(p.slice(0, 4)));
+  assert.deepEqual(
+    sum(
+      [
+        [0, 1],
+        [2, 3],
+      ],
+      p.slice(0, 4),
+    ),
+    flatSumOf(p.slice(0, 4)),
+  );
   assert.equal(treeSpares(tree), 1);
-  assert.equal(treeSpares([[0, 1], [[2, 3], [4, 5]]]), 2);
+  assert.equal(
+    treeSpares([
+      [0, 1],
+      [
+        [2, 3],
+        [4, 5],
+      ],
+    ]),
+    2,
+  );
   assert.equal(treeSpares([0, 1, 2]), 0);
   assert.equal(treeSpares(flatTree(4)), 1);
   assert.equal(treeSpares(3), 0, 'a lone part');

@@ -22,7 +22,8 @@ import { loadWasmReduce, type WasmReduce } from './reduce-wasm.js';
 type Kernel = (op: number, acc: DTypeArray, other: DTypeArray, n: number) => void;
 
 /** The kernels reduceFast runs once loaded: native ones for every dtype, or the wasm reduction. */
-type Fast = { path: 'native'; kernels: Readonly<Record<DType, Kernel>> } | { path: 'wasm'; reduce: WasmReduce };
+type Fast =
+  { path: 'native'; kernels: Readonly<Record<DType, Kernel>> } | { path: 'wasm'; reduce: WasmReduce };
 
 /** Which implementation reduceFast runs for a given dtype and length (reducePath). */
 export type ReducePath = 'native' | 'wasm' | 'ts';
@@ -80,7 +81,11 @@ async function loadNative(): Promise<Record<DType, Kernel> | undefined> {
     return undefined;
   }
   try {
-    const hash = createHash('sha256').update(readFileSync(source)).update(flags.join(' ')).digest('hex').slice(0, 12);
+    const hash = createHash('sha256')
+      .update(readFileSync(source))
+      .update(flags.join(' '))
+      .digest('hex')
+      .slice(0, 12);
     const lib = join(root, 'build', 'native', `reduce-${hash}.so`);
     if (!existsSync(lib)) {
       mkdirSync(dirname(lib), { recursive: true });
@@ -91,7 +96,8 @@ async function loadNative(): Promise<Record<DType, Kernel> | undefined> {
     }
     const { default: koffi } = await import('koffi');
     const l = koffi.load(lib);
-    const half = (name: string): Kernel => l.func(`void ${name}(int op, uint16_t *acc, const uint16_t *other, int n)`) as Kernel;
+    const half = (name: string): Kernel =>
+      l.func(`void ${name}(int op, uint16_t *acc, const uint16_t *other, int n)`) as Kernel;
     nativeReduceReason = '';
     return {
       f32: l.func('void tr_f32(int op, float *acc, const float *other, int n)') as Kernel,
@@ -152,7 +158,12 @@ export function flatTree(n: number): SumTree {
  * `out` may be the tree's first (leftmost) part and no other; `spare` needs treeSpares(tree)
  * buffers of out's length at least.
  */
-export function sumTree(tree: SumTree, parts: readonly Float32Array[], out: Float32Array, spare: readonly Float32Array[]): void {
+export function sumTree(
+  tree: SumTree,
+  parts: readonly Float32Array[],
+  out: Float32Array,
+  spare: readonly Float32Array[],
+): void {
   sumNode(tree, parts, out, spare, 0);
 }
 
@@ -179,7 +190,13 @@ function halfOf(n: number): number {
   return half;
 }
 
-function sumNode(node: SumTree, parts: readonly Float32Array[], dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
+function sumNode(
+  node: SumTree,
+  parts: readonly Float32Array[],
+  dst: Float32Array,
+  spare: readonly Float32Array[],
+  depth: number,
+): void {
   if (typeof node === 'number') {
     const part = parts[node] as Float32Array;
     if (part !== dst) dst.set(part.subarray(0, dst.length));
@@ -188,7 +205,15 @@ function sumNode(node: SumTree, parts: readonly Float32Array[], dst: Float32Arra
   sumKids(node, 0, node.length, parts, dst, spare, depth);
 }
 
-function sumKids(kids: readonly SumTree[], lo: number, hi: number, parts: readonly Float32Array[], dst: Float32Array, spare: readonly Float32Array[], depth: number): void {
+function sumKids(
+  kids: readonly SumTree[],
+  lo: number,
+  hi: number,
+  parts: readonly Float32Array[],
+  dst: Float32Array,
+  spare: readonly Float32Array[],
+  depth: number,
+): void {
   if (hi - lo === 1) return sumNode(kids[lo] as SumTree, parts, dst, spare, depth);
   const half = halfOf(hi - lo);
   sumKids(kids, lo, lo + half, parts, dst, spare, depth);
@@ -198,7 +223,8 @@ function sumKids(kids: readonly SumTree[], lo: number, hi: number, parts: readon
     return;
   }
   const t = spare[depth];
-  if (t === undefined || t.length < dst.length) throw new RangeError(`sumTree: a tree of ${kids.length} parts needs a spare buffer at depth ${depth}`);
+  if (t === undefined || t.length < dst.length)
+    throw new RangeError(`sumTree: a tree of ${kids.length} parts needs a spare buffer at depth ${depth}`);
   const tmp = t.subarray(0, dst.length);
   sumKids(kids, lo + half, hi, parts, tmp, spare, depth + 1);
   reduceFast('sum', 'f32', dst, tmp);

@@ -20,11 +20,21 @@ test('with TANDEM_NATIVE_REDUCE=0, reduceFast runs the wasm kernels from the thr
     m.reduceFast('sum', 'f32', a, Float32Array.from({ length: 1000 }, (_, i) => 1 - i));
     const paths = ['f32', 'i32', 'f16', 'bf16'].flatMap((d) => [m.reducePath(d, 31), m.reducePath(d, 256)]);
     console.log(JSON.stringify({ native, reason: m.nativeReduceReason, wasm: m.wasmReduceReason, paths, a5: a[5] }));`;
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
-    env: { ...process.env, TANDEM_NATIVE_REDUCE: '0' },
-    timeout: 60_000,
-  });
-  const got = JSON.parse(stdout) as { native: boolean; reason: string; wasm: string; paths: string[]; a5: number };
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['--import', 'tsx', '--input-type=module', '-e', script],
+    {
+      env: { ...process.env, TANDEM_NATIVE_REDUCE: '0' },
+      timeout: 60_000,
+    },
+  );
+  const got = JSON.parse(stdout) as {
+    native: boolean;
+    reason: string;
+    wasm: string;
+    paths: string[];
+    a5: number;
+  };
   assert.equal(got.native, false);
   assert.equal(got.reason, 'disabled by TANDEM_NATIVE_REDUCE=0');
   assert.equal(got.wasm, '');

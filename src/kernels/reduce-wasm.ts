@@ -23,7 +23,10 @@ interface ReduceExports {
 }
 
 type View = Float32Array | Int32Array | Uint16Array;
-type ViewClass = { new (buffer: ArrayBuffer, offset: number, length: number): View; readonly BYTES_PER_ELEMENT: number };
+type ViewClass = {
+  new (buffer: ArrayBuffer, offset: number, length: number): View;
+  readonly BYTES_PER_ELEMENT: number;
+};
 
 const dtypeCode: Readonly<Record<DType, number>> = { f32: 0, i32: 1, f16: 2, bf16: 3 };
 const opCode: Readonly<Record<ReduceOp, number>> = { sum: 0, max: 1, min: 2 };
@@ -43,7 +46,12 @@ function reducer(ex: ReduceExports): WasmReduce {
   ];
   // views of the element type, so that `set` copies bits rather than converting values
   const half = pair(Uint16Array);
-  const views: Readonly<Record<DType, [View, View]>> = { f32: pair(Float32Array), i32: pair(Int32Array), f16: half, bf16: half };
+  const views: Readonly<Record<DType, [View, View]>> = {
+    f32: pair(Float32Array),
+    i32: pair(Int32Array),
+    f16: half,
+    bf16: half,
+  };
   return (op, dtype, acc, other) => {
     const [a, b] = views[dtype];
     const chunk = a.length;

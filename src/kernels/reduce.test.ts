@@ -27,7 +27,8 @@ test('reduceInto matches float64 arithmetic rounded once, for every dtype and op
   for (const dtype of dtypes) {
     for (const op of reduceOps) {
       const rand = lcg(7);
-      const gen = (): number => (dtype === 'i32' ? Math.floor((rand() - 0.5) * 2 ** 32) : (rand() - 0.5) * 2 ** (rand() * 30 - 10));
+      const gen = (): number =>
+        dtype === 'i32' ? Math.floor((rand() - 0.5) * 2 ** 32) : (rand() - 0.5) * 2 ** (rand() * 30 - 10);
       const xs = Array.from({ length: 1000 }, gen);
       const ys = Array.from({ length: 1000 }, gen);
       const a = fromNumbers(dtype, xs);

@@ -79,7 +79,10 @@ test('reference matvec agrees with dequantised weights times x for every type', 
         mag += Math.abs((row[c] as number) * (x[c] as number));
       }
       // x is quantised to 8 bits (or f16/bf16) first: error well under 2% of the magnitude.
-      assert.ok(Math.abs((y[r] as number) - want) <= 0.02 * mag + 1e-6, `${name} row ${r}: ${y[r]} vs ${want}`);
+      assert.ok(
+        Math.abs((y[r] as number) - want) <= 0.02 * mag + 1e-6,
+        `${name} row ${r}: ${y[r]} vs ${want}`,
+      );
     }
   }
 });
@@ -88,7 +91,16 @@ test('row and column slices pick the right part of a tensor', () => {
   const k = new ReferenceKernels();
   const data = randomWeightBytes(GgmlType.Q8_0, 6, 128, 5);
   const full = k.uploadWeight({ type: GgmlType.Q8_0, rows: 6, cols: 128, data });
-  const part = k.uploadWeight({ type: GgmlType.Q8_0, rows: 6, cols: 128, data, rowStart: 2, rowCount: 3, colStart: 64, colCount: 64 });
+  const part = k.uploadWeight({
+    type: GgmlType.Q8_0,
+    rows: 6,
+    cols: 128,
+    data,
+    rowStart: 2,
+    rowCount: 3,
+    colStart: 64,
+    colCount: 64,
+  });
   assert.equal(part.rows, 3);
   assert.equal(part.cols, 64);
   const a = new Float32Array(128);
@@ -96,20 +108,35 @@ test('row and column slices pick the right part of a tensor', () => {
   k.embedRow(full, 3, a);
   k.embedRow(part, 1, b);
   assert.deepEqual(b, a.subarray(64));
-  assert.throws(() => k.uploadWeight({ type: GgmlType.Q8_0, rows: 6, cols: 128, data, colStart: 16 }), (e) => isTandemError(e, 'KERNELS_BAD_SLICE'));
-  assert.throws(() => k.uploadWeight({ type: GgmlType.Q4_K, rows: 1, cols: 100, data }), (e) => isTandemError(e, 'KERNELS_BAD_SHAPE'));
+  assert.throws(
+    () => k.uploadWeight({ type: GgmlType.Q8_0, rows: 6, cols: 128, data, colStart: 16 }),
+    (e) => isTandemError(e, 'KERNELS_BAD_SLICE'),
+  );
+  assert.throws(
+    () => k.uploadWeight({ type: GgmlType.Q4_K, rows: 1, cols: 100, data }),
+    (e) => isTandemError(e, 'KERNELS_BAD_SHAPE'),
+  );
 });
 
 test('rope rotates adjacent pairs (normal) or halves (neox) by pos * base^(-2i/d)', () => {
   const k = new ReferenceKernels();
   const x = new Float32Array([1, 0, 1, 0]);
   k.rope(x, new Int32Array([1]), 1, { headDim: 4, style: 'normal', freqBase: 10000 });
-  assert.ok(Math.abs((x[0] as number) - Math.cos(1)) < 1e-6 && Math.abs((x[1] as number) - Math.sin(1)) < 1e-6);
+  assert.ok(
+    Math.abs((x[0] as number) - Math.cos(1)) < 1e-6 && Math.abs((x[1] as number) - Math.sin(1)) < 1e-6,
+  );
   assert.ok(Math.abs((x[2] as number) - Math.cos(0.01)) < 1e-6);
   const y = new Float32Array([1, 1, 0, 0]);
   k.rope(y, new Int32Array([2]), 1, { headDim: 4, style: 'neox', freqBase: 10000 });
-  assert.ok(Math.abs((y[0] as number) - Math.cos(2)) < 1e-6 && Math.abs((y[2] as number) - Math.sin(2)) < 1e-6);
-  const ff = llama3FreqFactors(64, 500000, { factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 });
+  assert.ok(
+    Math.abs((y[0] as number) - Math.cos(2)) < 1e-6 && Math.abs((y[2] as number) - Math.sin(2)) < 1e-6,
+  );
+  const ff = llama3FreqFactors(64, 500000, {
+    factor: 8,
+    lowFreqFactor: 1,
+    highFreqFactor: 4,
+    originalContext: 8192,
+  });
   assert.equal(ff[0], 1);
   assert.equal(ff[31], 8);
 });

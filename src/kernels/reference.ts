@@ -3,7 +3,16 @@ import { resolveSlice } from './weight-source.js';
 import { dequantRow, quantizeFor, rowDot } from './ref/quant-ref.js';
 import { attentionRef, rmsNormRef, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
-import type { AttentionParams, GgmlTypeId, Kernels, KvCache, KvCacheOptions, RopeParams, Weight, WeightSource } from './types.js';
+import type {
+  AttentionParams,
+  GgmlTypeId,
+  Kernels,
+  KvCache,
+  KvCacheOptions,
+  RopeParams,
+  Weight,
+  WeightSource,
+} from './types.js';
 import { roundF16 } from './half.js';
 
 class RefWeight implements Weight {
@@ -30,7 +39,9 @@ class RefKvCache implements KvCache {
 
 function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
   if (!(x instanceof cls)) {
-    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, { hint: 'use handles from the same Kernels object' });
+    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, {
+      hint: 'use handles from the same Kernels object',
+    });
   }
   return x;
 }
@@ -44,7 +55,8 @@ export class ReferenceKernels implements Kernels {
   uploadWeight(source: WeightSource): Weight {
     const s = resolveSlice(source);
     const data = new Uint8Array(s.rows * s.rowBytes);
-    for (let r = 0; r < s.rows; r++) data.set(s.data.subarray(s.rowOffset(r), s.rowOffset(r) + s.rowBytes), r * s.rowBytes);
+    for (let r = 0; r < s.rows; r++)
+      data.set(s.data.subarray(s.rowOffset(r), s.rowOffset(r) + s.rowBytes), r * s.rowBytes);
     return new RefWeight(s.type, s.rows, s.cols, s.name, data, s.rowBytes);
   }
 
@@ -58,14 +70,17 @@ export class ReferenceKernels implements Kernels {
     checkMatmul(w, x, y, n);
     for (let t = 0; t < n; t++) {
       const xq = quantizeFor(w.type, x, t * w.cols, w.cols);
-      for (let r = 0; r < w.rows; r++) y[t * w.rows + r] = rowDot(w.type, w.data, r * w.rowBytes, w.cols, xq, this.scratch);
+      for (let r = 0; r < w.rows; r++)
+        y[t * w.rows + r] = rowDot(w.type, w.data, r * w.rowBytes, w.cols, xq, this.scratch);
     }
   }
 
   embedRow(weight: Weight, row: number, out: Float32Array): void {
     const w = own(weight, RefWeight, 'weight');
     if (!(row >= 0 && row < w.rows)) {
-      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: row ${row} is outside 0..${w.rows - 1}`, { hint: 'pass a token id below the vocabulary size' });
+      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: row ${row} is outside 0..${w.rows - 1}`, {
+        hint: 'pass a token id below the vocabulary size',
+      });
     }
     dequantRow(w.type, w.data, row * w.rowBytes, w.cols, out);
   }

@@ -64,10 +64,14 @@ export class Arena {
     const ptr = align(this.top, 64);
     const end = ptr + align(bytes, 64);
     if (end > limit) {
-      throw new TandemError('KERNELS_OUT_OF_MEMORY', `kernel arena ${this.index} cannot hold ${bytes} more bytes (${this.top} of ${limit} used)`, {
-        hint: 'use a smaller model or context, or more nodes',
-        details: { arena: this.index, bytes, used: this.top },
-      });
+      throw new TandemError(
+        'KERNELS_OUT_OF_MEMORY',
+        `kernel arena ${this.index} cannot hold ${bytes} more bytes (${this.top} of ${limit} used)`,
+        {
+          hint: 'use a smaller model or context, or more nodes',
+          details: { arena: this.index, bytes, used: this.top },
+        },
+      );
     }
     const have = this.memory.buffer.byteLength;
     if (end > have) {
@@ -75,11 +79,15 @@ export class Arena {
       try {
         this.memory.grow(Math.ceil((want - have) / PAGE));
       } catch (cause) {
-        throw new TandemError('KERNELS_OUT_OF_MEMORY', `could not grow kernel arena ${this.index} to ${want} bytes`, {
-          hint: 'free memory on this machine or use a smaller model',
-          details: { arena: this.index, bytes: want },
-          cause,
-        });
+        throw new TandemError(
+          'KERNELS_OUT_OF_MEMORY',
+          `could not grow kernel arena ${this.index} to ${want} bytes`,
+          {
+            hint: 'free memory on this machine or use a smaller model',
+            details: { arena: this.index, bytes: want },
+            cause,
+          },
+        );
       }
       this.refresh();
     }

@@ -38,7 +38,8 @@ function assertClose(got: Float32Array, want: Float32Array, tol: number, what: s
   for (const v of want) mag = Math.max(mag, Math.abs(v));
   for (let i = 0; i < want.length; i++) {
     const d = Math.abs((got[i] as number) - (want[i] as number));
-    if (!(d <= tol * mag + 1e-7)) assert.fail(`${what}: element ${i}: ${got[i]} vs ${want[i]} (|diff| ${d}, magnitude ${mag})`);
+    if (!(d <= tol * mag + 1e-7))
+      assert.fail(`${what}: element ${i}: ${got[i]} vs ${want[i]} (|diff| ${d}, magnitude ${mag})`);
   }
 }
 
@@ -53,40 +54,48 @@ const cases = [
 ] as const;
 for (const [backend, threads] of cases) {
   const skip = backend === 'native' && !native ? `no native kernels here: ${nativeUnavailableReason}` : false;
-  test(`${backend}: matvec and matmul match the reference for every weight type (${threads} threads)`, { skip }, async () => {
-    const k = await kernels(backend, threads);
-    let seed = 100 * threads;
-    for (const [name, type] of types) {
-      const block = blockInfo[type].elements;
-      const colChoices = block === 1 ? [7, 64, 130] : block === 32 ? [32, 96, 288] : [256, 768];
-      for (const cols of colChoices) {
-        for (const rows of [1, 5, 13, 36]) {
-          const data = randomWeightBytes(type, rows, cols, seed++);
-          const wr = ref.uploadWeight({ type, rows, cols, data });
-          const ww = k.uploadWeight({ type, rows, cols, data });
-          for (const n of [1, 3, 6, 17]) {
-            const x = randomFloats(n * cols, seed++, 2);
-            if (n > 1) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
-            const want = new Float32Array(n * rows);
-            const got = new Float32Array(n * rows);
-            ref.matmul(wr, x, want, n);
-            k.matmul(ww, x, got, n);
-            assertClose(got, want, TOL, `${name} [${rows}, ${cols}] n=${n}`);
+  test(
+    `${backend}: matvec and matmul match the reference for every weight type (${threads} threads)`,
+    { skip },
+    async () => {
+      const k = await kernels(backend, threads);
+      let seed = 100 * threads;
+      for (const [name, type] of types) {
+        const block = blockInfo[type].elements;
+        const colChoices = block === 1 ? [7, 64, 130] : block === 32 ? [32, 96, 288] : [256, 768];
+        for (const cols of colChoices) {
+          for (const rows of [1, 5, 13, 36]) {
+            const data = randomWeightBytes(type, rows, cols, seed++);
+            const wr = ref.uploadWeight({ type, rows, cols, data });
+            const ww = k.uploadWeight({ type, rows, cols, data });
+            for (const n of [1, 3, 6, 17]) {
+              const x = randomFloats(n * cols, seed++, 2);
+              if (n > 1) x.fill(0, cols, 2 * cols); // an all-zero token exercises amax = 0
+              const want = new Float32Array(n * rows);
+              const got = new Float32Array(n * rows);
+              ref.matmul(wr, x, want, n);
+              k.matmul(ww, x, got, n);
+              assertClose(got, want, TOL, `${name} [${rows}, ${cols}] n=${n}`);
+            }
+            const er = new Float32Array(cols);
+            const ew = new Float32Array(cols);
+            ref.embedRow(wr, rows - 1, er);
+            k.embedRow(ww, rows - 1, ew);
+            assert.deepEqual(ew, er, `${name} embedRow`);
           }
-          const er = new Float32Array(cols);
-          const ew = new Float32Array(cols);
-          ref.embedRow(wr, rows - 1, er);
-          k.embedRow(ww, rows - 1, ew);
-          assert.deepEqual(ew, er, `${name} embedRow`);
         }
       }
-    }
-  });
+    },
+  );
 }
 
 test('column and row slices match the reference (tensor-parallel shards)', async () => {
   const k = await wasm(2);
-  for (const [name, type] of [['Q8_0', GgmlType.Q8_0], ['Q4_K', GgmlType.Q4_K], ['F16', GgmlType.F16]] as const) {
+  for (const [name, type] of [
+    ['Q8_0', GgmlType.Q8_0],
+    ['Q4_K', GgmlType.Q4_K],
+    ['F16', GgmlType.F16],
+  ] as const) {
     const rows = 10;
     const cols = 1024;
     const data = randomWeightBytes(type, rows, cols, 7);
@@ -121,10 +130,16 @@ test('small jobs stay on the calling thread and agree with pooled ones', async (
 test('typed errors: a tensor larger than a memory, use after close', async () => {
   const k = await createKernels({ backend: 'wasm', threads: 2, arenaBytes: 1 << 20 });
   const data = randomWeightBytes(GgmlType.Q8_0, 64, 32 * 1024, 5);
-  assert.throws(() => k.uploadWeight({ type: GgmlType.Q8_0, rows: 64, cols: 32 * 1024, data }), (e) => isTandemError(e, 'KERNELS_OUT_OF_MEMORY'));
+  assert.throws(
+    () => k.uploadWeight({ type: GgmlType.Q8_0, rows: 64, cols: 32 * 1024, data }),
+    (e) => isTandemError(e, 'KERNELS_OUT_OF_MEMORY'),
+  );
   const w = k.uploadWeight({ type: GgmlType.Q8_0, rows: 4, cols: 64, data });
   await k.close();
-  assert.throws(() => k.matvec(w, new Float32Array(64), new Float32Array(4)), (e) => isTandemError(e, 'KERNELS_CLOSED'));
+  assert.throws(
+    () => k.matvec(w, new Float32Array(64), new Float32Array(4)),
+    (e) => isTandemError(e, 'KERNELS_CLOSED'),
+  );
 });
 
 test('weights past the arena size spill into further memories and still compute', async () => {
@@ -134,7 +149,10 @@ test('weights past the arena size spill into further memories and still compute'
     const cols = 2048;
     const weights = [0, 1, 2, 3].map((i) => {
       const data = randomWeightBytes(GgmlType.Q8_0, rows, cols, 50 + i);
-      return { r: ref.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }), w: k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }) };
+      return {
+        r: ref.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }),
+        w: k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data }),
+      };
     });
     assert.ok((k as unknown as { arenas: number }).arenas >= 2, 'expected several memories');
     const x = randomFloats(cols, 9);
@@ -150,7 +168,16 @@ test('weights past the arena size spill into further memories and still compute'
   }
 });
 
-const attentionCases: (readonly ['wasm' | 'native', number])[] = [['wasm', 1], ['wasm', 2], ...(native ? ([['native', 1], ['native', 2]] as const) : [])];
+const attentionCases: (readonly ['wasm' | 'native', number])[] = [
+  ['wasm', 1],
+  ['wasm', 2],
+  ...(native
+    ? ([
+        ['native', 1],
+        ['native', 2],
+      ] as const)
+    : []),
+];
 
 test('swiglu matches the reference (pooled, odd lengths, out aliasing gate)', async () => {
   for (const [backend, threads] of attentionCases) {
@@ -170,7 +197,9 @@ test('swiglu matches the reference (pooled, odd lengths, out aliasing gate)', as
 
 for (const cacheType of ['f32', 'f16'] as const) {
   test(`attention over a ${cacheType} KV cache matches the reference (GQA, causal, prefill then decode, head sizes 12, 64, 128)`, async () => {
-    for (const [[backend, threads], headDim] of attentionCases.flatMap((c) => [12, 64, 128].map((hd) => [c, hd] as const))) {
+    for (const [[backend, threads], headDim] of attentionCases.flatMap((c) =>
+      [12, 64, 128].map((hd) => [c, hd] as const),
+    )) {
       const k = await kernels(backend, threads);
       const opts = { layers: 2, kvHeads: 2, headDim, maxSeq: 40, type: cacheType };
       const cr = ref.createKvCache(opts);
@@ -189,7 +218,12 @@ for (const cacheType of ['f32', 'f16'] as const) {
         ref.attention(cr, q, want, { layer: 1, heads, pos0: pos, n });
         k.attention(cw, q, got, { layer: 1, heads, pos0: pos, n });
         // f16 values carry 11 significant bits: summation order moves results by more than for f32.
-        assertClose(got, want, cacheType === 'f16' ? 1e-4 : 1e-5, `${backend} attention ${cacheType} hd=${headDim} pos0=${pos} n=${n} threads=${threads}`);
+        assertClose(
+          got,
+          want,
+          cacheType === 'f16' ? 1e-4 : 1e-5,
+          `${backend} attention ${cacheType} hd=${headDim} pos0=${pos} n=${n} threads=${threads}`,
+        );
         pos += n;
       }
     }
@@ -197,7 +231,8 @@ for (const cacheType of ['f32', 'f16'] as const) {
 }
 
 test('rope with the cached angle table equals the reference bit for bit (normal, neox, partial, freq factors, growing positions)', async () => {
-  for (const [backend, threads] of attentionCases) await ropeMatches(await kernels(backend, threads), `${backend}/${threads}`);
+  for (const [backend, threads] of attentionCases)
+    await ropeMatches(await kernels(backend, threads), `${backend}/${threads}`);
 });
 
 async function ropeMatches(k: Kernels, what: string): Promise<void> {
@@ -220,12 +255,17 @@ async function ropeMatches(k: Kernels, what: string): Promise<void> {
   }
 }
 
-test('rmsNorm equals the reference bit for bit (llama.cpp\'s float chain; odd widths, in place)', async () => {
+test("rmsNorm equals the reference bit for bit (llama.cpp's float chain; odd widths, in place)", async () => {
   for (const [backend, threads] of attentionCases) {
     const k = await kernels(backend, threads);
     k.uploadWeight({ type: GgmlType.F32, rows: 1, cols: 7, data: new Uint8Array(28) });
     let seed = 500;
-    for (const [n, dim] of [[1, 7], [3, 64], [5, 2048], [2, 100]] as const) {
+    for (const [n, dim] of [
+      [1, 7],
+      [3, 64],
+      [5, 2048],
+      [2, 100],
+    ] as const) {
       const x = randomFloats(n * dim, seed++, 3);
       const w = randomFloats(dim, seed++, 1);
       const want = new Float32Array(n * dim);
@@ -243,7 +283,11 @@ test('matmulSwiglu equals the matmul then SwiGLU of the reference (stacked gate/
   for (const [backend, threads] of attentionCases) {
     const k = await kernels(backend, threads);
     let seed = 700;
-    for (const [type, cols] of [[GgmlType.Q8_0, 96], [GgmlType.Q4_K, 256], [GgmlType.F16, 40]] as const) {
+    for (const [type, cols] of [
+      [GgmlType.Q8_0, 96],
+      [GgmlType.Q4_K, 256],
+      [GgmlType.F16, 40],
+    ] as const) {
       for (const half of [5, 8]) {
         const data = randomWeightBytes(type, 2 * half, cols, seed++);
         const wr = ref.uploadWeight({ type, rows: 2 * half, cols, data });
@@ -253,7 +297,12 @@ test('matmulSwiglu equals the matmul then SwiGLU of the reference (stacked gate/
           const y = new Float32Array(n * 2 * half);
           ref.matmul(wr, x, y, n);
           const want = new Float32Array(n * half);
-          for (let t = 0; t < n; t++) ref.swiglu(y.subarray(2 * t * half, (2 * t + 1) * half), y.subarray((2 * t + 1) * half, (2 * t + 2) * half), want.subarray(t * half, (t + 1) * half));
+          for (let t = 0; t < n; t++)
+            ref.swiglu(
+              y.subarray(2 * t * half, (2 * t + 1) * half),
+              y.subarray((2 * t + 1) * half, (2 * t + 2) * half),
+              want.subarray(t * half, (t + 1) * half),
+            );
           const got = new Float32Array(n * half);
           k.matmulSwiglu!(ww, x, got, n);
           assertClose(got, want, TOL, `${backend}/${threads} type ${type} half=${half} n=${n}`);
@@ -271,7 +320,11 @@ test('memory past its 2^31st byte: weights, KV caches and scratch there compute 
       // after it sits above 2^31, where a signed shift of an address turns negative
       k.createKvCache({ layers: 1, kvHeads: 16, headDim: 128, maxSeq: 1 << 17, type: 'f32' });
       let seed = 3000;
-      for (const [name, type, cols] of [['Q8_0', GgmlType.Q8_0, 288], ['Q4_K', GgmlType.Q4_K, 512], ['F16', GgmlType.F16, 130]] as const) {
+      for (const [name, type, cols] of [
+        ['Q8_0', GgmlType.Q8_0, 288],
+        ['Q4_K', GgmlType.Q4_K, 512],
+        ['F16', GgmlType.F16, 130],
+      ] as const) {
         const rows = 13;
         const data = randomWeightBytes(type, rows, cols, seed++);
         const wr = ref.uploadWeight({ type, rows, cols, data });

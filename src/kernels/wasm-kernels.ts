@@ -7,8 +7,18 @@ import { resolveSlice, type SlicedWeight } from './weight-source.js';
 import { checkAttention, checkKvStore, checkMatmul } from './checks.js';
 import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, ropeAngles, ropeRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
-import { GEMM_TOKENS, GgmlType, type AttentionParams, type GgmlTypeId, type Kernels, type KvCache, type KvCacheOptions, type RopeParams, type Weight, type WeightSource } from './types.js';
-
+import {
+  GEMM_TOKENS,
+  GgmlType,
+  type AttentionParams,
+  type GgmlTypeId,
+  type Kernels,
+  type KvCache,
+  type KvCacheOptions,
+  type RopeParams,
+  type Weight,
+  type WeightSource,
+} from './types.js';
 
 /** Weights and caches per memory before a new one is started (a wasm32 memory holds 4 GiB). */
 export const DEFAULT_ARENA_BYTES = 3 * 1024 ** 3;
@@ -56,14 +66,22 @@ class WasmKvCache implements KvCache {
 }
 
 /** Copies rows r0..r0+rows-1 of a resolved slice to `dst` in the arena, `stride` bytes apart. */
-function copyRows(arena: Arena, s: SlicedWeight, r0: number, rows: number, dst: number, stride: number): void {
+function copyRows(
+  arena: Arena,
+  s: SlicedWeight,
+  r0: number,
+  rows: number,
+  dst: number,
+  stride: number,
+): void {
   const u8 = arena.u8;
   const first = s.rowOffset(r0);
   if (stride === s.rowBytes && (rows === 1 || s.rowOffset(r0 + 1) - first === s.rowBytes)) {
     u8.set(s.data.subarray(first, first + rows * s.rowBytes), dst);
     return;
   }
-  for (let r = 0; r < rows; r++) u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
+  for (let r = 0; r < rows; r++)
+    u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
 }
 
 const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
@@ -71,7 +89,9 @@ const isK = (t: GgmlTypeId): boolean => t === GgmlType.Q4_K || t === GgmlType.Q5
 
 function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
   if (!(x instanceof cls)) {
-    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, { hint: 'use handles from the same Kernels object' });
+    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, {
+      hint: 'use handles from the same Kernels object',
+    });
   }
   return x;
 }
@@ -108,11 +128,23 @@ export class WasmKernels implements Kernels {
     return this.slots.length;
   }
 
-  static async create(threads: number, arenaBytes = DEFAULT_ARENA_BYTES, native?: NativeLib, smallJob?: number): Promise<WasmKernels> {
+  static async create(
+    threads: number,
+    arenaBytes = DEFAULT_ARENA_BYTES,
+    native?: NativeLib,
+    smallJob?: number,
+  ): Promise<WasmKernels> {
     const module = await kernelsModule();
     const pool = await ThreadPool.create(module, Math.max(1, Math.floor(threads)), kernelNames, native);
     if (smallJob !== undefined) pool.smallJob = smallJob;
-    return new WasmKernels(pool, arenaBytes, native ? 'native' : 'wasm', native ? native.isa : 'wasm-simd128', native?.prototypes.mm_q8v !== undefined, native?.prototypes.rms_norm !== undefined);
+    return new WasmKernels(
+      pool,
+      arenaBytes,
+      native ? 'native' : 'wasm',
+      native ? native.isa : 'wasm-simd128',
+      native?.prototypes.mm_q8v !== undefined,
+      native?.prototypes.rms_norm !== undefined,
+    );
   }
 
   /** The arena to place `bytes` of long-lived data in: the newest one, or a new one. */
@@ -120,10 +152,14 @@ export class WasmKernels implements Kernels {
     const last = this.slots[this.slots.length - 1];
     if (last && last.arena.fits(bytes)) return last;
     if (bytes > this.arenaBytes) {
-      throw new TandemError('KERNELS_OUT_OF_MEMORY', `a single tensor of ${bytes} bytes exceeds the ${this.arenaBytes}-byte kernel memory limit`, {
-        hint: 'split the tensor across nodes (tensor parallel) or use a smaller model',
-        details: { bytes },
-      });
+      throw new TandemError(
+        'KERNELS_OUT_OF_MEMORY',
+        `a single tensor of ${bytes} bytes exceeds the ${this.arenaBytes}-byte kernel memory limit`,
+        {
+          hint: 'split the tensor across nodes (tensor parallel) or use a smaller model',
+          details: { bytes },
+        },
+      );
     }
     const arena = new Arena(this.slots.length, BASE + this.arenaBytes);
     const main = this.pool.addMemory(arena.memory) as Record<string, Fn>;
@@ -174,15 +210,29 @@ export class WasmKernels implements Kernels {
   matmulSwiglu(weight: Weight, x: Float32Array, out: Float32Array, n: number): void {
     const w = own(weight, WasmWeight, 'weight');
     const half = w.rows / 2;
-    if (!Number.isInteger(half) || !(Number.isInteger(n) && n >= 1) || x.length < n * w.cols || out.length < n * half) {
-      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${n} tokens got x of ${x.length} and out of ${out.length} elements`, {
-        hint: 'stack gate and up rows (an even row count); x holds n * cols values, out n * rows / 2',
-      });
+    if (
+      !Number.isInteger(half) ||
+      !(Number.isInteger(n) && n >= 1) ||
+      x.length < n * w.cols ||
+      out.length < n * half
+    ) {
+      throw new TandemError(
+        'KERNELS_BAD_SHAPE',
+        `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${n} tokens got x of ${x.length} and out of ${out.length} elements`,
+        {
+          hint: 'stack gate and up rows (an even row count); x holds n * cols values, out n * rows / 2',
+        },
+      );
     }
     if (!this.nativeNorm) {
       const y = new Float32Array(n * w.rows);
       this.matmulChecked(w, x, y, n);
-      for (let t = 0; t < n; t++) swigluRef(y.subarray(t * w.rows, t * w.rows + half), y.subarray(t * w.rows + half, (t + 1) * w.rows), out.subarray(t * half, (t + 1) * half));
+      for (let t = 0; t < n; t++)
+        swigluRef(
+          y.subarray(t * w.rows, t * w.rows + half),
+          y.subarray(t * w.rows + half, (t + 1) * w.rows),
+          out.subarray(t * half, (t + 1) * half),
+        );
       return;
     }
     this.swigluOut = out;
@@ -227,14 +277,34 @@ export class WasmKernels implements Kernels {
       main.quant_q8_k!(xf, n, cols, x16, xd, xs);
     }
     if (isQ32(w.type)) {
-      this.pool.run(arena.index, w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0, [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
+      this.pool.run(
+        arena.index,
+        w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0,
+        [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles],
+        work,
+      );
     } else if (ktGemm) {
       // K-quant GEMM (native VNNI): the q8_K activations transposed into 15-token groups
       const xt = yp + yBytes;
-      this.pool.run(arena.index, op.kt_prep, [x16, xd, xs, n, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes], n * cols);
-      this.pool.run(arena.index, op.mm_kt, [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, w.rowsPad, tiles], work);
+      this.pool.run(
+        arena.index,
+        op.kt_prep,
+        [x16, xd, xs, n, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes],
+        n * cols,
+      );
+      this.pool.run(
+        arena.index,
+        op.mm_kt,
+        [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, w.rowsPad, tiles],
+        work,
+      );
     } else if (isK(w.type)) {
-      this.pool.run(arena.index, op.mm_k, [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles], work);
+      this.pool.run(
+        arena.index,
+        op.mm_k,
+        [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles],
+        work,
+      );
     } else {
       if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
       this.pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
@@ -261,7 +331,12 @@ export class WasmKernels implements Kernels {
       const yp = dt + dtBytes;
       arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
       this.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
-      this.pool.run(arena.index, op.mm_q8t, [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
+      this.pool.run(
+        arena.index,
+        op.mm_q8t,
+        [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4],
+        n * w.rowsPad * cols,
+      );
       this.copyOut(arena, yp, w, y, n);
       return;
     }
@@ -276,7 +351,12 @@ export class WasmKernels implements Kernels {
     const yp = dx + dxBytes;
     arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
     this.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
-    this.pool.run(arena.index, op.mm_q8v, [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4], n * w.rowsPad * cols);
+    this.pool.run(
+      arena.index,
+      op.mm_q8v,
+      [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
+      n * w.rowsPad * cols,
+    );
     this.copyOut(arena, yp, w, y, n);
   }
 
@@ -287,17 +367,23 @@ export class WasmKernels implements Kernels {
     if (out) {
       const half = w.rows / 2;
       this.pool.run(arena.index, op.swiglu_rows, [yp, w.rowsPad, half, n], n * half * 8);
-      for (let t = 0; t < n; t++) out.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + half), t * half);
+      for (let t = 0; t < n; t++)
+        out.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + half), t * half);
       return;
     }
-    if (w.rowsPad === w.rows || n === 1) y.set(f32.subarray(yp >>> 2, (yp >>> 2) + (n === 1 ? w.rows : n * w.rows)));
-    else for (let t = 0; t < n; t++) y.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + w.rows), t * w.rows);
+    if (w.rowsPad === w.rows || n === 1)
+      y.set(f32.subarray(yp >>> 2, (yp >>> 2) + (n === 1 ? w.rows : n * w.rows)));
+    else
+      for (let t = 0; t < n; t++)
+        y.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + w.rows), t * w.rows);
   }
 
   embedRow(weight: Weight, row: number, out: Float32Array): void {
     const w = own(weight, WasmWeight, 'weight');
     if (!(Number.isInteger(row) && row >= 0 && row < w.rows)) {
-      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: row ${row} is outside 0..${w.rows - 1}`, { hint: 'pass a token id below the vocabulary size' });
+      throw new TandemError('KERNELS_BAD_SHAPE', `${w.name}: row ${row} is outside 0..${w.rows - 1}`, {
+        hint: 'pass a token id below the vocabulary size',
+      });
     }
     const { arena } = w.slot;
     if (!isQ32(w.type)) {
@@ -364,7 +450,12 @@ export class WasmKernels implements Kernels {
         f32.set(table.cos.subarray(at, at + half), cp + 2 * t * half);
         f32.set(table.sin.subarray(at, at + half), cp + (2 * t + 1) * half);
       }
-      this.pool.run(arena.index, op.rope, [xp, xp + xBytes, n, heads, hd, half, neox ? 1 : 0], n * heads * half * 8);
+      this.pool.run(
+        arena.index,
+        op.rope,
+        [xp, xp + xBytes, n, heads, hd, half, neox ? 1 : 0],
+        n * heads * half * 8,
+      );
       x.set(f32.subarray(xp >>> 2, (xp >>> 2) + n * heads * hd));
       return;
     }
@@ -402,13 +493,23 @@ export class WasmKernels implements Kernels {
     let table = this.ropeTables.get(params);
     if (!table || table.positions < top) {
       const size = Math.max(top, 2 * (table?.positions ?? 0), 64);
-      const next: RopeTable = { positions: size, cos: new Float32Array(size * half), sin: new Float32Array(size * half) };
+      const next: RopeTable = {
+        positions: size,
+        cos: new Float32Array(size * half),
+        sin: new Float32Array(size * half),
+      };
       const from = table?.positions ?? 0;
       if (table) {
         next.cos.set(table.cos);
         next.sin.set(table.sin);
       }
-      for (let p = from; p < size; p++) ropeAngles(p, params, next.cos.subarray(p * half, (p + 1) * half), next.sin.subarray(p * half, (p + 1) * half));
+      for (let p = from; p < size; p++)
+        ropeAngles(
+          p,
+          params,
+          next.cos.subarray(p * half, (p + 1) * half),
+          next.sin.subarray(p * half, (p + 1) * half),
+        );
       this.ropeTables.set(params, next);
       table = next;
     }
@@ -486,7 +587,21 @@ export class WasmKernels implements Kernels {
     this.pool.run(
       arena.index,
       op.attention,
-      [base, c.k[p.layer]!, c.v[p.layer]!, base + qBytes, base + 2 * qBytes, stride, p.n, p.heads, kvHeads, headDim, p.pos0, scale, half],
+      [
+        base,
+        c.k[p.layer]!,
+        c.v[p.layer]!,
+        base + qBytes,
+        base + 2 * qBytes,
+        stride,
+        p.n,
+        p.heads,
+        kvHeads,
+        headDim,
+        p.pos0,
+        scale,
+        half,
+      ],
       2 * p.n * p.heads * headDim * (p.pos0 + p.n),
     );
     out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
@@ -498,6 +613,11 @@ export class WasmKernels implements Kernels {
   }
 }
 
-export async function createWasmKernels(threads: number, arenaBytes?: number, native?: NativeLib, smallJob?: number): Promise<Kernels> {
+export async function createWasmKernels(
+  threads: number,
+  arenaBytes?: number,
+  native?: NativeLib,
+  smallJob?: number,
+): Promise<Kernels> {
   return WasmKernels.create(threads, arenaBytes, native, smallJob);
 }

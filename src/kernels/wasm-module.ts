@@ -6,7 +6,29 @@ import { buildKernels } from './build-kernels.js';
 /** Names of the kernel exports the pool dispatches, in a fixed order (job op = index). */
 // rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, q8t_prep and mm_q8t
 // (and kt_prep, mm_kt) only as native AVX-512 VNNI ones.
-export const kernelNames = ['quant_q8_0', 'quant_q8_k', 'mm_q8_0', 'mm_q4_0', 'mm_k', 'mm_float', 'attention', 'store_f16', 'round_x', 'repack_q', 'quant_part', 'swiglu', 'q8_prep', 'mm_q8v', 'q8t_prep', 'mm_q8t', 'rms_norm', 'rope', 'kt_prep', 'mm_kt', 'swiglu_rows'] as const;
+export const kernelNames = [
+  'quant_q8_0',
+  'quant_q8_k',
+  'mm_q8_0',
+  'mm_q4_0',
+  'mm_k',
+  'mm_float',
+  'attention',
+  'store_f16',
+  'round_x',
+  'repack_q',
+  'quant_part',
+  'swiglu',
+  'q8_prep',
+  'mm_q8v',
+  'q8t_prep',
+  'mm_q8t',
+  'rms_norm',
+  'rope',
+  'kt_prep',
+  'mm_kt',
+  'swiglu_rows',
+] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;
 
@@ -23,10 +45,14 @@ export function kernelsModule(): Promise<WasmModule> {
       path = await buildKernels();
     } catch (cause) {
       compiled = undefined;
-      throw new TandemError('KERNELS_BUILD_FAILED', `could not build the WebAssembly kernels: ${(cause as Error).message}`, {
-        hint: 'run `npm ci` (assemblyscript is a dependency), then `npm run build`; or use --backend reference',
-        cause,
-      });
+      throw new TandemError(
+        'KERNELS_BUILD_FAILED',
+        `could not build the WebAssembly kernels: ${(cause as Error).message}`,
+        {
+          hint: 'run `npm ci` (assemblyscript is a dependency), then `npm run build`; or use --backend reference',
+          cause,
+        },
+      );
     }
     return wasmApi.compile(await readFile(path));
   })();

@@ -89,19 +89,33 @@ test('communication buffers count against the limit: shm needs its rings and the
   assert.ok(commBytes({ nodes: 2, tpSize: 1 }, 'shm') < shm);
   const bare = placeModel(m, [{}, {}], { kind: 'tp', ...o });
   const limit = Math.max(...bare.bytes) + tcp;
-  const overTcp = placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', provider: 'tcp', ...o });
+  const overTcp = placeModel(m, [{ memLimit: limit }, { memLimit: limit }], {
+    kind: 'tp',
+    provider: 'tcp',
+    ...o,
+  });
   assert.equal(overTcp.commBytes, tcp);
-  assert.deepEqual(overTcp.bytes, bare.bytes.map((b) => b + tcp));
+  assert.deepEqual(
+    overTcp.bytes,
+    bare.bytes.map((b) => b + tcp),
+  );
   assert.throws(
     () => placeModel(m, [{ memLimit: limit }, { memLimit: limit }], { kind: 'tp', provider: 'shm', ...o }),
-    (e) => isTandemError(e, 'PAR_NO_FIT') && /of shm buffers/.test(e.message) && (e.details as { commBytes: number }).commBytes === shm,
+    (e) =>
+      isTandemError(e, 'PAR_NO_FIT') &&
+      /of shm buffers/.test(e.message) &&
+      (e.details as { commBytes: number }).commBytes === shm,
   );
 });
 
 test('pipeline layers move off a node over its limit when the limit also holds the buffers', () => {
   const tcp = commBytes({ nodes: 2, tpSize: 1 }, 'tcp');
   const limit = Math.floor(total * 0.45) + tcp;
-  const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: limit }], { kind: 'pp', provider: 'tcp', ...o });
+  const small = placeModel(m, [{ speed: 1 }, { speed: 2, memLimit: limit }], {
+    kind: 'pp',
+    provider: 'tcp',
+    ...o,
+  });
   const layers = small.plan.ranks.map((r) => r.shard.layers.end - r.shard.layers.start);
   assert.ok(layers[1]! < 4 && layers[0]! + layers[1]! === 6, `layers ${layers}`);
   assert.ok(small.bytes[1]! <= limit, `${small.bytes[1]} B over ${limit}`);

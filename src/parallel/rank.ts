@@ -23,7 +23,13 @@ export interface LoadRankOptions {
    * Tensor-parallel groups of more than one rank exchange their partial sums directly over
    * the fabric (see TpExchange) rather than through the communicator's router.
    */
-  exchange?: { provider: ProviderName; host: string; secret: string; timeoutMs?: number; spin?: boolean | number };
+  exchange?: {
+    provider: ProviderName;
+    host: string;
+    secret: string;
+    timeoutMs?: number;
+    spin?: boolean | number;
+  };
 }
 
 export type LoadedRank = RankContext & { group: Communicator; exchange?: TpExchange };
@@ -53,7 +59,10 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
       ...(exchange ? { exchange } : {}),
       ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter, exchange) } : {}),
     });
-    const shards = o.plan.ranks.filter((r) => r.stage === me.stage).sort((a, b) => a.tpRank - b.tpRank).map((r) => r.shard);
+    const shards = o.plan.ranks
+      .filter((r) => r.stage === me.stage)
+      .sort((a, b) => a.tpRank - b.tpRank)
+      .map((r) => r.shard);
     const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm, group: shards });
     return {
       model,

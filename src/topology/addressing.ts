@@ -33,10 +33,14 @@ export function assignAddresses(graph: TopologyGraph, network = '10.99.0.0/16'):
   const links = normalizeLinks(graph.links);
   const capacity = 2 ** (32 - bits) / 4;
   if (links.length > capacity) {
-    throw new TandemError('TOPOLOGY_ADDRESS_EXHAUSTED', `init: ${links.length} cables need ${links.length} /30 subnets but ${network} holds ${capacity}`, {
-      hint: 'pass a larger --subnet',
-      details: { cables: links.length, capacity },
-    });
+    throw new TandemError(
+      'TOPOLOGY_ADDRESS_EXHAUSTED',
+      `init: ${links.length} cables need ${links.length} /30 subnets but ${network} holds ${capacity}`,
+      {
+        hint: 'pass a larger --subnet',
+        details: { cables: links.length, capacity },
+      },
+    );
   }
   return links.map((l, k) => {
     const net = base + 4 * k;
@@ -45,7 +49,10 @@ export function assignAddresses(graph: TopologyGraph, network = '10.99.0.0/16'):
 }
 
 /** This host's end of each cable: interface, its address, and the peer's address. */
-export function hostAddresses(plan: readonly AddressedLink[], host: string): { iface: string; address: string; peer: string; peerAddress: string }[] {
+export function hostAddresses(
+  plan: readonly AddressedLink[],
+  host: string,
+): { iface: string; address: string; peer: string; peerAddress: string }[] {
   return plan.flatMap((l) =>
     l.a === host
       ? [{ iface: l.aPort, address: l.aAddress, peer: l.b, peerAddress: l.bAddress }]
@@ -56,7 +63,12 @@ export function hostAddresses(plan: readonly AddressedLink[], host: string): { i
 }
 
 /** The commands that give this host its addresses; `apply` runs exactly these. */
-export function addressCommands(plan: readonly AddressedLink[], host: string, os: string, mode: 'rdma' | 'tcp'): string[][] {
+export function addressCommands(
+  plan: readonly AddressedLink[],
+  host: string,
+  os: string,
+  mode: 'rdma' | 'tcp',
+): string[][] {
   const mine = hostAddresses(plan, host);
   if (os === 'darwin') {
     const cmds: string[][] = mode === 'rdma' ? [['sudo', 'ifconfig', 'bridge0', 'down']] : [];

@@ -32,7 +32,14 @@ test('classifies mesh, ring, line, star, partial, disconnected and single', () =
 test('parallel cables between one pair count as one neighbour', () => {
   const g = graphOf('a-b a-b b-c c-a');
   assert.equal(classify(g).kind, 'full-mesh');
-  assert.deepEqual(toConnectivity(g), { size: 3, edges: [[0, 1], [0, 2], [1, 2]] });
+  assert.deepEqual(toConnectivity(g), {
+    size: 3,
+    edges: [
+      [0, 1],
+      [0, 2],
+      [1, 2],
+    ],
+  });
 });
 
 test('routes go the fewest hops and are the same on every host', () => {
@@ -45,7 +52,10 @@ test('routes go the fewest hops and are the same on every host', () => {
     { from: 'a', to: 'c', via: ['b'] },
     { from: 'b', to: 'd', via: ['a'] },
   ]);
-  assert.throws(() => route(graphOf('a-b c-d'), 'a', 'd'), (e) => isTandemError(e, 'TOPOLOGY_NO_ROUTE'));
+  assert.throws(
+    () => route(graphOf('a-b c-d'), 'a', 'd'),
+    (e) => isTandemError(e, 'TOPOLOGY_NO_ROUTE'),
+  );
 });
 
 test('finds a ring through every host when the cables allow one', () => {
@@ -73,29 +83,49 @@ test('bridge loops: a cycle of bridged ports is a storm, one unbridged port brea
   assert.deepEqual(findBridgeLoops(g, broken), []);
   assert.deepEqual(findBridgeLoops(graphOf('a-b b-c'), all), []);
   const doubled = graphOf('a-b a-b');
-  assert.equal(findBridgeLoops(doubled, new Map([['a', new Set(['p0', 'p1'])], ['b', new Set(['p0', 'p1'])]])).length, 1);
+  assert.equal(
+    findBridgeLoops(
+      doubled,
+      new Map([
+        ['a', new Set(['p0', 'p1'])],
+        ['b', new Set(['p0', 'p1'])],
+      ]),
+    ).length,
+    1,
+  );
 });
 
 test('makeGraph rejects bad input with a typed error', () => {
   const bad = (hosts: string[], spec: string): void =>
-    assert.throws(() => makeGraph(hosts, graphOf(spec, hosts).links), (e) => isTandemError(e, 'TOPOLOGY_INVALID_GRAPH'), spec);
+    assert.throws(
+      () => makeGraph(hosts, graphOf(spec, hosts).links),
+      (e) => isTandemError(e, 'TOPOLOGY_INVALID_GRAPH'),
+      spec,
+    );
   bad(['a', 'b'], 'a-c');
   bad(['a', 'a'], '');
   bad(['a', 'b'], 'a-a');
   assert.throws(
-    () => makeGraph(['a', 'b', 'c'], [
-      { a: 'a', aPort: 'en2', b: 'b', bPort: 'en2', kind: 'tb5' },
-      { a: 'a', aPort: 'en2', b: 'c', bPort: 'en2', kind: 'tb5' },
-    ]),
+    () =>
+      makeGraph(
+        ['a', 'b', 'c'],
+        [
+          { a: 'a', aPort: 'en2', b: 'b', bPort: 'en2', kind: 'tb5' },
+          { a: 'a', aPort: 'en2', b: 'c', bPort: 'en2', kind: 'tb5' },
+        ],
+      ),
     (e) => isTandemError(e, 'TOPOLOGY_INVALID_GRAPH') && /carries two links/.test(e.message),
   );
 });
 
 test('canonical form ignores orientation and order', () => {
-  const x = makeGraph(['a', 'b', 'c'], [
-    { a: 'a', aPort: 'e1', b: 'b', bPort: 'e2', kind: 'ethernet' },
-    { a: 'c', aPort: 'e1', b: 'b', bPort: 'e1', kind: 'ethernet' },
-  ]);
+  const x = makeGraph(
+    ['a', 'b', 'c'],
+    [
+      { a: 'a', aPort: 'e1', b: 'b', bPort: 'e2', kind: 'ethernet' },
+      { a: 'c', aPort: 'e1', b: 'b', bPort: 'e1', kind: 'ethernet' },
+    ],
+  );
   const y = makeGraph(['c', 'b', 'a'], normalizeLinks([...x.links].reverse()));
   assert.equal(canonicalGraph(x), canonicalGraph(y));
   assert.notEqual(canonicalGraph(x), canonicalGraph({ hosts: x.hosts, links: x.links.slice(1) }));
@@ -122,5 +152,13 @@ test('routes break ties by host name, toRouting by rank (the routes of a communi
   const table = toRouting(g);
   assert.equal(table.nextHop[3]?.[1], 0); // a (rank 3) -> c (rank 1) via d (rank 0), the smaller rank
   assert.deepEqual(table.nextHop, shortestRoutes(neighbourLists(toConnectivity(g))));
-  assert.deepEqual(hopsFrom(g, 'a'), new Map([['a', 0], ['b', 1], ['c', 2], ['d', 1]]));
+  assert.deepEqual(
+    hopsFrom(g, 'a'),
+    new Map([
+      ['a', 0],
+      ['b', 1],
+      ['c', 2],
+      ['d', 1],
+    ]),
+  );
 });

@@ -115,10 +115,14 @@ export function route(graph: TopologyGraph, from: string, to: string): string[] 
   const [src, dst] = [names.indexOf(from), names.indexOf(to)];
   const path = src < 0 || dst < 0 ? undefined : shortestPath(adj, src, dst);
   if (path === undefined) {
-    throw new TandemError('TOPOLOGY_NO_ROUTE', `topology: no route from '${from}' to '${to}' over ${graph.links.length} links`, {
-      hint: 'connect a cable so that every host can reach every other, then run `tandem topology` again',
-      details: { from, to },
-    });
+    throw new TandemError(
+      'TOPOLOGY_NO_ROUTE',
+      `topology: no route from '${from}' to '${to}' over ${graph.links.length} links`,
+      {
+        hint: 'connect a cable so that every host can reach every other, then run `tandem topology` again',
+        details: { from, to },
+      },
+    );
   }
   return path.map((i) => names[i] as string);
 }

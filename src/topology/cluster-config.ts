@@ -43,15 +43,23 @@ export function readClusterConfig(path: string): { config: ClusterConfig; graph:
   try {
     value = JSON.parse(readFileSync(path, 'utf8'));
   } catch (e) {
-    throw new TandemError('TOPOLOGY_BAD_CONFIG', `cannot read the cluster config '${path}': ${(e as Error).message}`, {
-      hint: 'run `tandem init` to write it, or pass --config with its path',
-    });
+    throw new TandemError(
+      'TOPOLOGY_BAD_CONFIG',
+      `cannot read the cluster config '${path}': ${(e as Error).message}`,
+      {
+        hint: 'run `tandem init` to write it, or pass --config with its path',
+      },
+    );
   }
   const c = value as Partial<ClusterConfig>;
   if (c.version !== 1 || !Array.isArray(c.hosts) || !Array.isArray(c.links) || typeof c.self !== 'string') {
-    throw new TandemError('TOPOLOGY_BAD_CONFIG', `'${path}' is not a tandem cluster config (version 1 with hosts, links and self)`, {
-      hint: 'run `tandem init` again to rewrite it',
-    });
+    throw new TandemError(
+      'TOPOLOGY_BAD_CONFIG',
+      `'${path}' is not a tandem cluster config (version 1 with hosts, links and self)`,
+      {
+        hint: 'run `tandem init` again to rewrite it',
+      },
+    );
   }
   const graph = makeGraph(c.hosts, c.links);
   return { config: c as ClusterConfig, graph };

@@ -27,7 +27,17 @@ function plainHost(host: string, extra: Partial<HostReport> = {}): HostReport {
     platform: 'linux',
     tandemVersion: '0.1.0',
     timeMs: 1_700_000_000_000,
-    interfaces: [{ name: 'eth1', up: true, carrier: true, kind: 'ethernet', mtu: 1500, ipv4: ['10.99.0.1'], ipv6LinkLocal: [] }],
+    interfaces: [
+      {
+        name: 'eth1',
+        up: true,
+        carrier: true,
+        kind: 'ethernet',
+        mtu: 1500,
+        ipv4: ['10.99.0.1'],
+        ipv6LinkLocal: [],
+      },
+    ],
     rdma: { devices: [] },
     thunderbolt: [],
     notes: [],
@@ -55,9 +65,16 @@ test('studio sample: bridge loop risk, a Thunderbolt 4 cable, an RDMA interface 
   assert.equal(tb4.length, 1);
   assert.match(tb4[0]?.title ?? '', /Thunderbolt 3 \(en4\) runs at 40 Gb\/s/);
   const noIp = find(findings, 'rdma-ipv4');
-  assert.deepEqual(noIp.map((f) => f.title), ['RDMA interface en3 has no IPv4 address']);
+  assert.deepEqual(
+    noIp.map((f) => f.title),
+    ['RDMA interface en3 has no IPv4 address'],
+  );
   const inactive = find(findings, 'rdma-port');
-  assert.deepEqual(inactive.map((f) => f.title), ['rdma_en4 is not active'], 'en2 has no cable, so its port being down is fine');
+  assert.deepEqual(
+    inactive.map((f) => f.title),
+    ['rdma_en4 is not active'],
+    'en2 has no cable, so its port being down is fine',
+  );
   assert.match(formatFindings(findings), /\d error\(s\), \d warning\(s\)\n$/);
   assert.deepEqual(find(findings, 'probe'), [], 'every tool of the sample answered');
 });
@@ -80,9 +97,22 @@ test('peers: version mismatch, clock skew and MTU mismatch across a cable', () =
   const b = plainHost('b', {
     tandemVersion: '0.2.0',
     timeMs: a.timeMs + 5000,
-    interfaces: [{ name: 'eth1', up: true, carrier: true, kind: 'ethernet', mtu: 9000, ipv4: ['10.99.0.2'], ipv6LinkLocal: [] }],
+    interfaces: [
+      {
+        name: 'eth1',
+        up: true,
+        carrier: true,
+        kind: 'ethernet',
+        mtu: 9000,
+        ipv4: ['10.99.0.2'],
+        ipv6LinkLocal: [],
+      },
+    ],
   });
-  const graph = { hosts: ['a', 'b'], links: [{ a: 'a', aPort: 'eth1', b: 'b', bPort: 'eth1', kind: 'ethernet' as const }] };
+  const graph = {
+    hosts: ['a', 'b'],
+    links: [{ a: 'a', aPort: 'eth1', b: 'b', bPort: 'eth1', kind: 'ethernet' as const }],
+  };
   const findings = diagnose({ report: a, peers: [b], mode: 'tcp', graph });
   assert.match(find(findings, 'version')[0]?.evidence ?? '', /0\.1\.0: a; 0\.2\.0: b/);
   assert.match(find(findings, 'clock')[0]?.title ?? '', /clock of b is 5\.0 s off/);
@@ -96,10 +126,28 @@ test('missing links for the chosen topology', () => {
   const line = graphOf('a-b b-c c-d');
   const mesh = diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'mesh', graph: line });
   assert.match(find(mesh, 'topology')[0]?.title ?? '', /full mesh needs 3 more cable/);
-  assert.equal(find(diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'ring', graph: line }), 'topology')[0]?.severity, 'error');
-  assert.equal(find(diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'auto', graph: line }), 'topology')[0]?.severity, 'ok');
-  assert.equal(find(diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'ring', graph: graphOf('a-b b-c c-d d-a') }), 'topology')[0]?.severity, 'ok');
-  assert.equal(find(diagnose({ report: plainHost('a'), mode: 'tcp', graph: graphOf('a-b c-d') }), 'topology')[0]?.severity, 'error');
+  assert.equal(
+    find(diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'ring', graph: line }), 'topology')[0]
+      ?.severity,
+    'error',
+  );
+  assert.equal(
+    find(diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'auto', graph: line }), 'topology')[0]
+      ?.severity,
+    'ok',
+  );
+  assert.equal(
+    find(
+      diagnose({ report: plainHost('a'), mode: 'tcp', topology: 'ring', graph: graphOf('a-b b-c c-d d-a') }),
+      'topology',
+    )[0]?.severity,
+    'ok',
+  );
+  assert.equal(
+    find(diagnose({ report: plainHost('a'), mode: 'tcp', graph: graphOf('a-b c-d') }), 'topology')[0]
+      ?.severity,
+    'error',
+  );
 });
 
 test('bridged cables between hosts that close a loop are found across the cluster', () => {
@@ -112,7 +160,12 @@ test('bridged cables between hosts that close a loop are found across the cluste
       ],
     });
   const graph = graphOf('a-b b-c c-a');
-  const findings = diagnose({ report: bridged('a'), peers: [bridged('b'), bridged('c')], mode: 'tcp', graph });
+  const findings = diagnose({
+    report: bridged('a'),
+    peers: [bridged('b'), bridged('c')],
+    mode: 'tcp',
+    graph,
+  });
   const loops = find(findings, 'bridge-loop');
   assert.equal(loops.length, 1);
   assert.match(loops[0]?.title ?? '', /loop: (\w -> ){3}\w/);
@@ -123,9 +176,18 @@ test('a peer report of the wrong shape is INVALID_ARGUMENT naming the report and
     [{ a: 1 }, /^peer report 1 is not a host report: host must be a string \(it is missing\)$/],
     [null, /^peer report 1 is not a host report: the report must be an object \(got null\)$/],
     [[1], /the report must be an object \(got an array\)/],
-    [{ ...plainHost('b'), rdma: {} }, /^peer report 1 \(host 'b'\) is not a host report: rdma\.devices must be an array \(it is missing\)$/],
-    [{ ...plainHost('b'), interfaces: [{ name: 'e', up: 'yes' }] }, /interfaces\[0\]\.up must be true or false \(got "yes"\)/],
-    [{ ...plainHost('b'), thunderbolt: [{ receptacle: '1', peer: { name: 'x' } }] }, /thunderbolt\[0\]\.peer\.domainUuid must be a string/],
+    [
+      { ...plainHost('b'), rdma: {} },
+      /^peer report 1 \(host 'b'\) is not a host report: rdma\.devices must be an array \(it is missing\)$/,
+    ],
+    [
+      { ...plainHost('b'), interfaces: [{ name: 'e', up: 'yes' }] },
+      /interfaces\[0\]\.up must be true or false \(got "yes"\)/,
+    ],
+    [
+      { ...plainHost('b'), thunderbolt: [{ receptacle: '1', peer: { name: 'x' } }] },
+      /thunderbolt\[0\]\.peer\.domainUuid must be a string/,
+    ],
   ];
   for (const [peer, message] of cases) {
     assert.throws(
@@ -138,7 +200,13 @@ test('a peer report of the wrong shape is INVALID_ARGUMENT naming the report and
       },
     );
   }
-  assert.doesNotThrow(() => diagnose({ report: plainHost('a'), peers: [plainHost('b'), JSON.parse(JSON.stringify(plainHost('c'))) as HostReport], mode: 'tcp' }));
+  assert.doesNotThrow(() =>
+    diagnose({
+      report: plainHost('a'),
+      peers: [plainHost('b'), JSON.parse(JSON.stringify(plainHost('c'))) as HostReport],
+      mode: 'tcp',
+    }),
+  );
 });
 
 test('a probed report passes the peer shape check after a JSON round trip', async () => {

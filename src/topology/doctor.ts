@@ -35,27 +35,50 @@ const linkUp = (i: NetInterface): boolean => i.up && i.carrier !== false;
 function checkRdma(r: HostReport, mode: DoctorInput['mode']): Finding[] {
   const at = { check: 'rdma', host: r.host };
   const devs = r.rdma.devices.map((d) => d.name).join(', ') || 'none';
-  if (mode === 'tcp') return [{ ...at, severity: 'info', title: 'RDMA not needed in tcp mode', evidence: `verbs devices: ${devs}`, fix: '' }];
+  if (mode === 'tcp')
+    return [
+      {
+        ...at,
+        severity: 'info',
+        title: 'RDMA not needed in tcp mode',
+        evidence: `verbs devices: ${devs}`,
+        fix: '',
+      },
+    ];
   if (r.rdma.enabled === false) {
-    return [{
-      ...at,
-      severity: 'error',
-      title: 'RDMA over Thunderbolt is disabled',
-      evidence: '`rdma_ctl status` reports disabled',
-      fix: 'boot into macOS Recovery, open Terminal, run `rdma_ctl enable`, then reboot',
-    }];
+    return [
+      {
+        ...at,
+        severity: 'error',
+        title: 'RDMA over Thunderbolt is disabled',
+        evidence: '`rdma_ctl status` reports disabled',
+        fix: 'boot into macOS Recovery, open Terminal, run `rdma_ctl enable`, then reboot',
+      },
+    ];
   }
   if (r.rdma.devices.length === 0) {
-    const fix = r.platform === 'darwin'
-      ? 'RDMA needs macOS 26.2 and Thunderbolt 5: in Recovery run `rdma_ctl enable` and reboot'
-      : 'load a verbs driver (or `rdma link add rxe0 type rxe netdev <iface>` for soft RoCE), or use --mode=tcp';
-    return [{ ...at, severity: 'error', title: 'no RDMA devices', evidence: 'no verbs devices found (`ibv_devices` / /sys/class/infiniband)', fix }];
+    const fix =
+      r.platform === 'darwin'
+        ? 'RDMA needs macOS 26.2 and Thunderbolt 5: in Recovery run `rdma_ctl enable` and reboot'
+        : 'load a verbs driver (or `rdma link add rxe0 type rxe netdev <iface>` for soft RoCE), or use --mode=tcp';
+    return [
+      {
+        ...at,
+        severity: 'error',
+        title: 'no RDMA devices',
+        evidence: 'no verbs devices found (`ibv_devices` / /sys/class/infiniband)',
+        fix,
+      },
+    ];
   }
-  const out: Finding[] = [{ ...at, severity: 'ok', title: 'RDMA devices present', evidence: `devices: ${devs}`, fix: '' }];
+  const out: Finding[] = [
+    { ...at, severity: 'ok', title: 'RDMA devices present', evidence: `devices: ${devs}`, fix: '' },
+  ];
   const cabled = new Set(r.interfaces.filter((i) => thunderbolt(i) && i.carrier === true).map((i) => i.name));
   for (const d of r.rdma.devices) {
     const inactive = d.ports.filter((p) => !p.active);
-    if (inactive.length === 0 || (d.netdev !== undefined && !cabled.has(d.netdev) && r.platform === 'darwin')) continue;
+    if (inactive.length === 0 || (d.netdev !== undefined && !cabled.has(d.netdev) && r.platform === 'darwin'))
+      continue;
     out.push({
       ...at,
       check: 'rdma-port',
@@ -85,32 +108,47 @@ function checkRdma(r: HostReport, mode: DoctorInput['mode']): Finding[] {
 function checkBridge(r: HostReport): Finding[] {
   const at = { check: 'thunderbolt-bridge', host: r.host };
   const bridges = r.interfaces.filter((i) => i.kind === 'bridge' && i.up);
-  const tbUp = new Set(r.interfaces.filter((i) => thunderbolt(i) && linkUp(i) && i.carrier === true).map((i) => i.name));
+  const tbUp = new Set(
+    r.interfaces.filter((i) => thunderbolt(i) && linkUp(i) && i.carrier === true).map((i) => i.name),
+  );
   for (const b of bridges) {
     const members = (b.members ?? []).filter((m) => tbUp.has(m));
     if (members.length >= 2) {
-      return [{
-        ...at,
-        severity: 'error',
-        title: `${b.name} (Thunderbolt Bridge) is up while ${members.length} Thunderbolt links are up`,
-        evidence: `${b.name} members with a cable: ${members.join(', ')}; with three or more Macs cabled this forms a loop and a broadcast storm`,
-        fix: `disable it: \`sudo ifconfig ${b.name} down\` (or remove Thunderbolt Bridge in System Settings > Network)`,
-      }];
+      return [
+        {
+          ...at,
+          severity: 'error',
+          title: `${b.name} (Thunderbolt Bridge) is up while ${members.length} Thunderbolt links are up`,
+          evidence: `${b.name} members with a cable: ${members.join(', ')}; with three or more Macs cabled this forms a loop and a broadcast storm`,
+          fix: `disable it: \`sudo ifconfig ${b.name} down\` (or remove Thunderbolt Bridge in System Settings > Network)`,
+        },
+      ];
     }
   }
-  return [{ ...at, severity: 'ok', title: 'no Thunderbolt Bridge loop risk on this host', evidence: `${bridges.length} bridge(s) up`, fix: '' }];
+  return [
+    {
+      ...at,
+      severity: 'ok',
+      title: 'no Thunderbolt Bridge loop risk on this host',
+      evidence: `${bridges.length} bridge(s) up`,
+      fix: '',
+    },
+  ];
 }
 
 function checkTb4(r: HostReport, mode: DoctorInput['mode']): Finding[] {
   const slow = r.thunderbolt.filter((p) => p.peer && (p.speedGbps ?? 80) < 80);
-  return slow.map((p) => ({
-    check: 'thunderbolt-speed',
-    host: r.host,
-    severity: mode === 'rdma' ? 'error' : 'warning',
-    title: `Thunderbolt ${p.receptacle}${p.iface ? ` (${p.iface})` : ''} runs at ${p.speedGbps} Gb/s (Thunderbolt 4)`,
-    evidence: `cable to ${p.peer?.name ?? 'unknown'} negotiated ${p.speedGbps} Gb/s; RDMA needs Thunderbolt 5 (80 Gb/s) at both ends`,
-    fix: 'use a Thunderbolt 5 cable between two Thunderbolt 5 ports, or leave this cable out of the cluster',
-  }) as Finding);
+  return slow.map(
+    (p) =>
+      ({
+        check: 'thunderbolt-speed',
+        host: r.host,
+        severity: mode === 'rdma' ? 'error' : 'warning',
+        title: `Thunderbolt ${p.receptacle}${p.iface ? ` (${p.iface})` : ''} runs at ${p.speedGbps} Gb/s (Thunderbolt 4)`,
+        evidence: `cable to ${p.peer?.name ?? 'unknown'} negotiated ${p.speedGbps} Gb/s; RDMA needs Thunderbolt 5 (80 Gb/s) at both ends`,
+        fix: 'use a Thunderbolt 5 cable between two Thunderbolt 5 ports, or leave this cable out of the cluster',
+      }) as Finding,
+  );
 }
 
 function checkPeers(input: DoctorInput): Finding[] {
@@ -119,7 +157,8 @@ function checkPeers(input: DoctorInput): Finding[] {
   if (peers.length === 0) return [];
   const out: Finding[] = [];
   const versions = new Map<string, string[]>();
-  for (const p of [r, ...peers]) versions.set(p.tandemVersion, [...(versions.get(p.tandemVersion) ?? []), p.host]);
+  for (const p of [r, ...peers])
+    versions.set(p.tandemVersion, [...(versions.get(p.tandemVersion) ?? []), p.host]);
   if (versions.size > 1) {
     out.push({
       check: 'version',
@@ -144,13 +183,22 @@ function checkPeers(input: DoctorInput): Finding[] {
       });
     }
   }
-  if (out.length === 0) out.push({ check: 'peers', host: r.host, severity: 'ok', title: `${peers.length + 1} hosts agree on version and clock`, evidence: '', fix: '' });
+  if (out.length === 0)
+    out.push({
+      check: 'peers',
+      host: r.host,
+      severity: 'ok',
+      title: `${peers.length + 1} hosts agree on version and clock`,
+      evidence: '',
+      fix: '',
+    });
   return out;
 }
 
 function checkMtu(input: DoctorInput): Finding[] {
   const reports = new Map([input.report, ...(input.peers ?? [])].map((p) => [p.host, p]));
-  const mtu = (host: string, port: string): number | undefined => reports.get(host)?.interfaces.find((i) => i.name === port)?.mtu;
+  const mtu = (host: string, port: string): number | undefined =>
+    reports.get(host)?.interfaces.find((i) => i.name === port)?.mtu;
   const out: Finding[] = [];
   for (const l of input.graph?.links ?? []) {
     const a = mtu(l.a, l.aPort);
@@ -177,42 +225,85 @@ function checkTopology(input: DoctorInput): Finding[] {
   const want = input.topology ?? 'auto';
   const pairs = c.missingPairs.map(([x, y]) => `${x}-${y}`).join(', ');
   if (c.kind === 'disconnected') {
-    return [{ ...at, severity: 'error', title: 'some hosts are not connected at all', evidence: `uncabled pairs: ${pairs}`, fix: 'cable the separate groups together (`tandem topology plan` says how)' }];
+    return [
+      {
+        ...at,
+        severity: 'error',
+        title: 'some hosts are not connected at all',
+        evidence: `uncabled pairs: ${pairs}`,
+        fix: 'cable the separate groups together (`tandem topology plan` says how)',
+      },
+    ];
   }
   if (want === 'mesh' && c.kind !== 'full-mesh') {
-    return [{ ...at, severity: 'error', title: `a full mesh needs ${c.missingPairs.length} more cable(s)`, evidence: `uncabled pairs: ${pairs}`, fix: 'connect those pairs, or use --topology=ring or auto (relayed collectives)' }];
+    return [
+      {
+        ...at,
+        severity: 'error',
+        title: `a full mesh needs ${c.missingPairs.length} more cable(s)`,
+        evidence: `uncabled pairs: ${pairs}`,
+        fix: 'connect those pairs, or use --topology=ring or auto (relayed collectives)',
+      },
+    ];
   }
   if (want === 'ring' && c.kind !== 'full-mesh' && !findRing(g)) {
-    return [{ ...at, severity: 'error', title: 'the cables do not form a ring through every host', evidence: `shape: ${c.kind}; uncabled pairs: ${pairs}`, fix: 'add cables so that every host has two neighbours in one loop (`tandem topology plan`)' }];
+    return [
+      {
+        ...at,
+        severity: 'error',
+        title: 'the cables do not form a ring through every host',
+        evidence: `shape: ${c.kind}; uncabled pairs: ${pairs}`,
+        fix: 'add cables so that every host has two neighbours in one loop (`tandem topology plan`)',
+      },
+    ];
   }
-  return [{ ...at, severity: 'ok', title: `cables form a ${c.kind}`, evidence: `${g.hosts.length} hosts, ${g.links.length} links`, fix: '' }];
+  return [
+    {
+      ...at,
+      severity: 'ok',
+      title: `cables form a ${c.kind}`,
+      evidence: `${g.hosts.length} hosts, ${g.links.length} links`,
+      fix: '',
+    },
+  ];
 }
 
 function checkClusterLoops(input: DoctorInput): Finding[] {
   const g = input.graph;
   const reports = [input.report, ...(input.peers ?? [])];
   if (!g || reports.length < 2) return [];
-  const bridges = new Map(reports.map((r) => [r.host, new Set(r.interfaces.filter((i) => i.kind === 'bridge' && i.up).flatMap((i) => i.members ?? []))]));
-  return findBridgeLoops(g, bridges).map((loop) => ({
-    check: 'bridge-loop',
-    host: input.report.host,
-    severity: 'error',
-    title: `bridged cables form a loop: ${loop.hosts.join(' -> ')}`,
-    evidence: loop.links.map((l) => `${l.a}:${l.aPort}-${l.b}:${l.bPort}`).join(', '),
-    fix: 'disable the Thunderbolt Bridge on these hosts: `sudo ifconfig bridge0 down`',
-  }) as Finding);
+  const bridges = new Map(
+    reports.map((r) => [
+      r.host,
+      new Set(r.interfaces.filter((i) => i.kind === 'bridge' && i.up).flatMap((i) => i.members ?? [])),
+    ]),
+  );
+  return findBridgeLoops(g, bridges).map(
+    (loop) =>
+      ({
+        check: 'bridge-loop',
+        host: input.report.host,
+        severity: 'error',
+        title: `bridged cables form a loop: ${loop.hosts.join(' -> ')}`,
+        evidence: loop.links.map((l) => `${l.a}:${l.aPort}-${l.b}:${l.bPort}`).join(', '),
+        fix: 'disable the Thunderbolt Bridge on these hosts: `sudo ifconfig bridge0 down`',
+      }) as Finding,
+  );
 }
 
 /** Tools or files a probe could not read: shown so that a missing check is never silent. */
 function probeNotes(r: HostReport): Finding[] {
-  return r.notes.map((note) => ({
-    check: 'probe',
-    host: r.host,
-    severity: 'info',
-    title: 'a probe could not run',
-    evidence: note,
-    fix: 'checks that depend on it were skipped; install the tool or run doctor with the rights it needs',
-  }) as Finding);
+  return r.notes.map(
+    (note) =>
+      ({
+        check: 'probe',
+        host: r.host,
+        severity: 'info',
+        title: 'a probe could not run',
+        evidence: note,
+        fix: 'checks that depend on it were skipped; install the tool or run doctor with the rights it needs',
+      }) as Finding,
+  );
 }
 
 /** Every check on one host (and its peers, when given). Pure: it reads only the reports. */
@@ -228,7 +319,11 @@ export function diagnose(input: DoctorInput): Finding[] {
     ...checkRdma(r, input.mode),
     ...checkBridge(r),
     ...checkTb4(r, input.mode),
-    ...(input.peers ?? []).flatMap((p) => [...checkRdma(p, input.mode), ...checkBridge(p), ...checkTb4(p, input.mode)]),
+    ...(input.peers ?? []).flatMap((p) => [
+      ...checkRdma(p, input.mode),
+      ...checkBridge(p),
+      ...checkTb4(p, input.mode),
+    ]),
     ...checkPeers(input),
     ...checkMtu(input),
     ...checkClusterLoops(input),
@@ -236,7 +331,8 @@ export function diagnose(input: DoctorInput): Finding[] {
   ];
 }
 
-export const hasErrors = (findings: readonly Finding[]): boolean => findings.some((f) => f.severity === 'error');
+export const hasErrors = (findings: readonly Finding[]): boolean =>
+  findings.some((f) => f.severity === 'error');
 
 const mark: Record<Severity, string> = { error: 'ERROR', warning: 'warn ', info: 'info ', ok: 'ok   ' };
 

@@ -29,7 +29,10 @@ export function drawShape(graph: TopologyGraph, c: Classification = classify(gra
     marks[last] = '┐';
     const middle = Math.floor((first + last) / 2);
     marks[middle] = marks[middle] === '┬' ? '┼' : '┴';
-    const bar = marks.slice(first, last + 1).join('').padStart(last + 1);
+    const bar = marks
+      .slice(first, last + 1)
+      .join('')
+      .padStart(last + 1);
     return [hub.padStart(middle + Math.ceil(hub.length / 2)), bar, row];
   }
   return matrix(graph);
@@ -48,13 +51,18 @@ export function matrix(graph: TopologyGraph): string[] {
   return lines;
 }
 
-const fmt = (v: number | undefined, unit: string, digits: number): string => (v === undefined ? '-' : `${v.toFixed(digits)} ${unit}`);
+const fmt = (v: number | undefined, unit: string, digits: number): string =>
+  v === undefined ? '-' : `${v.toFixed(digits)} ${unit}`;
 
 /** The full text `tandem topology` prints: class, drawing, and one row per link. */
 export function renderTopology(graph: TopologyGraph): string {
   const c = classify(graph);
-  const diam = c.diameter === Infinity ? 'unreachable hosts' : `max ${c.diameter} hop${c.diameter === 1 ? '' : 's'}`;
-  const lines = [`topology: ${c.kind} (${graph.hosts.length} hosts, ${graph.links.length} links, ${diam})`, ''];
+  const diam =
+    c.diameter === Infinity ? 'unreachable hosts' : `max ${c.diameter} hop${c.diameter === 1 ? '' : 's'}`;
+  const lines = [
+    `topology: ${c.kind} (${graph.hosts.length} hosts, ${graph.links.length} links, ${diam})`,
+    '',
+  ];
   lines.push(...drawShape(graph, c).map((l) => '  ' + l), '');
   const rows = graph.links.map((l) => [
     `${l.a}:${l.aPort}`,
@@ -65,7 +73,12 @@ export function renderTopology(graph: TopologyGraph): string {
   ]);
   const head = ['from', 'to', 'kind', 'latency', 'bandwidth'];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)));
-  const line = (r: string[]): string => '  ' + r.map((cell, i) => cell.padEnd(widths[i] as number)).join('  ').trimEnd();
+  const line = (r: string[]): string =>
+    '  ' +
+    r
+      .map((cell, i) => cell.padEnd(widths[i] as number))
+      .join('  ')
+      .trimEnd();
   lines.push(line(head), ...rows.map(line));
   if (c.missingPairs.length > 0 && c.kind !== 'disconnected') {
     lines.push('', `  ${c.missingPairs.length} pair(s) without a cable are relayed through a neighbour`);

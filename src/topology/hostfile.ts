@@ -34,7 +34,9 @@ export function exportMlxHostfile(
   const hosts = graph.hosts.map((h) => {
     const rdma = graph.hosts.map((other): string | string[] | null => {
       if (other === h) return null;
-      const devices = linksBetween(graph, h, other).map((l) => `rdma_${l.a === h ? l.aPort : l.bPort}`).sort();
+      const devices = linksBetween(graph, h, other)
+        .map((l) => `rdma_${l.a === h ? l.aPort : l.bPort}`)
+        .sort();
       if (devices.length === 0) return null;
       return devices.length === 1 ? (devices[0] as string) : devices;
     });
@@ -52,21 +54,34 @@ function bad(message: string, details?: Record<string, unknown>): TandemError {
 }
 
 const devicesOf = (v: unknown): string[] | undefined =>
-  v === null || v === undefined ? [] : typeof v === 'string' ? [v] : Array.isArray(v) && v.every((x) => typeof x === 'string') ? (v as string[]) : undefined;
+  v === null || v === undefined
+    ? []
+    : typeof v === 'string'
+      ? [v]
+      : Array.isArray(v) && v.every((x) => typeof x === 'string')
+        ? (v as string[])
+        : undefined;
 
 /**
  * Reads an MLX hostfile (a parsed JSON value) into a graph plus each host's ssh name and ips.
  * A cable is taken from the device matrix; both sides must name the same number of devices.
  */
-export function importMlxHostfile(value: unknown): { graph: TopologyGraph; hostfile: MlxHostfile; addresses: Map<string, HostAddresses> } {
-  if (typeof value !== 'object' || value === null || !Array.isArray((value as { hosts?: unknown }).hosts)) throw bad('no "hosts" list');
+export function importMlxHostfile(value: unknown): {
+  graph: TopologyGraph;
+  hostfile: MlxHostfile;
+  addresses: Map<string, HostAddresses>;
+} {
+  if (typeof value !== 'object' || value === null || !Array.isArray((value as { hosts?: unknown }).hosts))
+    throw bad('no "hosts" list');
   const raw = value as { backend?: unknown; envs?: unknown; hosts: unknown[] };
   const hosts: MlxHost[] = raw.hosts.map((h, i) => {
     if (typeof h !== 'object' || h === null) throw bad(`hosts[${i}] is not an object`, { index: i });
     const o = h as { ssh?: unknown; ips?: unknown; rdma?: unknown };
-    if (typeof o.ssh !== 'string' || o.ssh === '') throw bad(`hosts[${i}].ssh must be a host name`, { index: i });
+    if (typeof o.ssh !== 'string' || o.ssh === '')
+      throw bad(`hosts[${i}].ssh must be a host name`, { index: i });
     const ips = o.ips === undefined ? [] : o.ips;
-    if (!Array.isArray(ips) || !ips.every((x) => typeof x === 'string')) throw bad(`hosts[${i}].ips must be a list of strings`, { index: i });
+    if (!Array.isArray(ips) || !ips.every((x) => typeof x === 'string'))
+      throw bad(`hosts[${i}].ips must be a list of strings`, { index: i });
     const rdma = o.rdma === undefined ? [] : o.rdma;
     if (!Array.isArray(rdma)) throw bad(`hosts[${i}].rdma must be a list`, { index: i });
     return { ssh: o.ssh, ips: ips as string[], rdma: rdma as MlxHost['rdma'] };
@@ -75,16 +90,27 @@ export function importMlxHostfile(value: unknown): { graph: TopologyGraph; hostf
   const links: Link[] = [];
   for (let i = 0; i < hosts.length; i++) {
     const row = (hosts[i] as MlxHost).rdma;
-    if (row.length !== 0 && row.length !== hosts.length) throw bad(`hosts[${i}].rdma has ${row.length} entries for ${hosts.length} hosts`, { index: i });
+    if (row.length !== 0 && row.length !== hosts.length)
+      throw bad(`hosts[${i}].rdma has ${row.length} entries for ${hosts.length} hosts`, { index: i });
     for (let j = i + 1; j < hosts.length; j++) {
       const mine = devicesOf(row[j]);
       const theirs = devicesOf((hosts[j] as MlxHost).rdma[i]);
-      if (mine === undefined || theirs === undefined) throw bad(`rdma entry between hosts ${i} and ${j} is not a device name or list`);
+      if (mine === undefined || theirs === undefined)
+        throw bad(`rdma entry between hosts ${i} and ${j} is not a device name or list`);
       if (mine.length !== theirs.length) {
-        throw bad(`hosts ${names[i]} and ${names[j]} disagree on their cables (${mine.length} vs ${theirs.length} devices)`, { i, j });
+        throw bad(
+          `hosts ${names[i]} and ${names[j]} disagree on their cables (${mine.length} vs ${theirs.length} devices)`,
+          { i, j },
+        );
       }
       for (let k = 0; k < mine.length; k++) {
-        links.push({ a: names[i] as string, aPort: stripRdma(mine[k] as string), b: names[j] as string, bPort: stripRdma(theirs[k] as string), kind: 'tb5' });
+        links.push({
+          a: names[i] as string,
+          aPort: stripRdma(mine[k] as string),
+          b: names[j] as string,
+          bPort: stripRdma(theirs[k] as string),
+          kind: 'tb5',
+        });
       }
     }
   }

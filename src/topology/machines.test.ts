@@ -15,7 +15,10 @@ test('a machine list names 1 to maxPlannedMachines machines, each count at least
   ] as const) {
     assert.throws(
       () => parseMachines(spec),
-      (e) => isTandemError(e, 'INVALID_ARGUMENT') && pattern.test(e.message) && /write 1 to 64 machines/.test(e.hint),
+      (e) =>
+        isTandemError(e, 'INVALID_ARGUMENT') &&
+        pattern.test(e.message) &&
+        /write 1 to 64 machines/.test(e.hint),
       spec,
     );
   }

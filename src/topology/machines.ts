@@ -26,12 +26,32 @@ export interface MacModel {
  * Check the specs page of a machine before buying for a cluster; this table is a planning aid.
  */
 export const macModels: readonly MacModel[] = [
-  { id: 'macbook-pro-m4-pro', name: 'MacBook Pro (M4 Pro, 2024)', tb5Ports: ['left-1', 'left-2', 'right-1'], tb4Ports: 0 },
-  { id: 'macbook-pro-m4-max', name: 'MacBook Pro (M4 Max, 2024)', tb5Ports: ['left-1', 'left-2', 'right-1'], tb4Ports: 0 },
+  {
+    id: 'macbook-pro-m4-pro',
+    name: 'MacBook Pro (M4 Pro, 2024)',
+    tb5Ports: ['left-1', 'left-2', 'right-1'],
+    tb4Ports: 0,
+  },
+  {
+    id: 'macbook-pro-m4-max',
+    name: 'MacBook Pro (M4 Max, 2024)',
+    tb5Ports: ['left-1', 'left-2', 'right-1'],
+    tb4Ports: 0,
+  },
   { id: 'macbook-pro-m4', name: 'MacBook Pro 14-inch (M4, 2024)', tb5Ports: [], tb4Ports: 3 },
-  { id: 'mac-mini-m4-pro', name: 'Mac mini (M4 Pro, 2024)', tb5Ports: ['rear-1', 'rear-2', 'rear-3'], tb4Ports: 0 },
+  {
+    id: 'mac-mini-m4-pro',
+    name: 'Mac mini (M4 Pro, 2024)',
+    tb5Ports: ['rear-1', 'rear-2', 'rear-3'],
+    tb4Ports: 0,
+  },
   { id: 'mac-mini-m4', name: 'Mac mini (M4, 2024)', tb5Ports: [], tb4Ports: 3 },
-  { id: 'mac-studio-m4-max', name: 'Mac Studio (M4 Max, 2025)', tb5Ports: ['rear-1', 'rear-2', 'rear-3', 'rear-4'], tb4Ports: 0 },
+  {
+    id: 'mac-studio-m4-max',
+    name: 'Mac Studio (M4 Max, 2025)',
+    tb5Ports: ['rear-1', 'rear-2', 'rear-3', 'rear-4'],
+    tb4Ports: 0,
+  },
   {
     id: 'mac-studio-m3-ultra',
     name: 'Mac Studio (M3 Ultra, 2025)',
@@ -83,15 +103,22 @@ export function parseMachines(spec: string): PlannedMachine[] {
     if (part === '') continue;
     const match = /^(?:(\d+)\s*[x*]\s*)?([a-z0-9-]+)$/i.exec(part);
     if (!match) {
-      throw new TandemError('TOPOLOGY_UNKNOWN_MACHINE', `topology plan: cannot read '${part}' in --machines`, {
-        hint: 'write machines as "3x macbook-pro-m4-max, 2x mac-studio-m3-ultra"',
-        details: { part },
-      });
+      throw new TandemError(
+        'TOPOLOGY_UNKNOWN_MACHINE',
+        `topology plan: cannot read '${part}' in --machines`,
+        {
+          hint: 'write machines as "3x macbook-pro-m4-max, 2x mac-studio-m3-ultra"',
+          details: { part },
+        },
+      );
     }
     const count = match[1] === undefined ? 1 : Number(match[1]);
     if (count < 1) throw badList(`'${part}' in --machines asks for ${count} machines`, { part });
     if (out.length + count > maxPlannedMachines) {
-      throw badList(`--machines '${spec}' asks for more than ${maxPlannedMachines} machines, the most one plan takes`, { machines: spec, max: maxPlannedMachines });
+      throw badList(
+        `--machines '${spec}' asks for more than ${maxPlannedMachines} machines, the most one plan takes`,
+        { machines: spec, max: maxPlannedMachines },
+      );
     }
     const model = findMacModel(match[2] as string);
     for (let i = 0; i < count; i++) out.push({ name: model.id, model });

@@ -39,21 +39,32 @@ export function makeGraph(hosts: readonly string[], links: readonly Link[]): Top
   const seen = new Set<string>();
   for (const h of hosts) {
     if (h.length === 0) throw invalid('topology: a host has an empty name', 'give every host a name');
-    if (seen.has(h)) throw invalid(`topology: host '${h}' is listed twice`, 'list each host once', { host: h });
+    if (seen.has(h))
+      throw invalid(`topology: host '${h}' is listed twice`, 'list each host once', { host: h });
     seen.add(h);
   }
   const ports = new Set<string>();
   for (const l of links) {
     for (const end of [l.a, l.b]) {
       if (!seen.has(end)) {
-        throw invalid(`topology: link ${l.a}:${l.aPort} - ${l.b}:${l.bPort} names unknown host '${end}'`, `add '${end}' to the hosts or drop the link`, { host: end });
+        throw invalid(
+          `topology: link ${l.a}:${l.aPort} - ${l.b}:${l.bPort} names unknown host '${end}'`,
+          `add '${end}' to the hosts or drop the link`,
+          { host: end },
+        );
       }
     }
-    if (l.a === l.b) throw invalid(`topology: link from '${l.a}' to itself`, 'a cable must join two different hosts', { host: l.a });
+    if (l.a === l.b)
+      throw invalid(`topology: link from '${l.a}' to itself`, 'a cable must join two different hosts', {
+        host: l.a,
+      });
     for (const key of [`${l.a}\0${l.aPort}`, `${l.b}\0${l.bPort}`]) {
       if (ports.has(key)) {
         const [host, port] = key.split('\0');
-        throw invalid(`topology: port ${host}:${port} carries two links`, 'each port takes one cable', { host, port });
+        throw invalid(`topology: port ${host}:${port} carries two links`, 'each port takes one cable', {
+          host,
+          port,
+        });
       }
       ports.add(key);
     }
@@ -98,7 +109,11 @@ export function toConnectivity(graph: TopologyGraph): Connectivity {
 /** A canonical text of the graph (sorted hosts and cables), equal on every host that sees the same cables. */
 export function canonicalGraph(graph: TopologyGraph): string {
   const links = graph.links
-    .map((l) => (`${l.a}:${l.aPort}` < `${l.b}:${l.bPort}` ? `${l.a}:${l.aPort}-${l.b}:${l.bPort}` : `${l.b}:${l.bPort}-${l.a}:${l.aPort}`))
+    .map((l) =>
+      `${l.a}:${l.aPort}` < `${l.b}:${l.bPort}`
+        ? `${l.a}:${l.aPort}-${l.b}:${l.bPort}`
+        : `${l.b}:${l.bPort}-${l.a}:${l.aPort}`,
+    )
     .sort();
   return JSON.stringify({ hosts: [...graph.hosts].sort(), links });
 }

@@ -17,16 +17,25 @@ function portsUsedOnce(plan: ReturnType<typeof planCabling>): void {
 
 test('parses a machine list into uniquely named machines', () => {
   const m = parseMachines('3x macbook-pro-m4-max, 2x mac-studio-m3-ultra, mac-mini-m4-pro');
-  assert.deepEqual(m.map((x) => x.name), [
-    'macbook-pro-m4-max-1',
-    'macbook-pro-m4-max-2',
-    'macbook-pro-m4-max-3',
-    'mac-studio-m3-ultra-1',
-    'mac-studio-m3-ultra-2',
-    'mac-mini-m4-pro',
-  ]);
-  assert.throws(() => parseMachines('2x mac-toaster'), (e) => isTandemError(e, 'TOPOLOGY_UNKNOWN_MACHINE'));
-  assert.throws(() => parseMachines('two macs'), (e) => isTandemError(e, 'TOPOLOGY_UNKNOWN_MACHINE'));
+  assert.deepEqual(
+    m.map((x) => x.name),
+    [
+      'macbook-pro-m4-max-1',
+      'macbook-pro-m4-max-2',
+      'macbook-pro-m4-max-3',
+      'mac-studio-m3-ultra-1',
+      'mac-studio-m3-ultra-2',
+      'mac-mini-m4-pro',
+    ],
+  );
+  assert.throws(
+    () => parseMachines('2x mac-toaster'),
+    (e) => isTandemError(e, 'TOPOLOGY_UNKNOWN_MACHINE'),
+  );
+  assert.throws(
+    () => parseMachines('two macs'),
+    (e) => isTandemError(e, 'TOPOLOGY_UNKNOWN_MACHINE'),
+  );
 });
 
 test('four machines with three ports each: a full mesh, port by port', () => {
@@ -36,7 +45,12 @@ test('four machines with three ports each: a full mesh, port by port', () => {
   assert.equal(plan.cables.length, 6);
   assert.equal(plan.max_hops, 1);
   portsUsedOnce(plan);
-  assert.deepEqual(plan.cables[0], { a: 'mac-mini-m4-pro-1', a_port: 'rear-1', b: 'mac-mini-m4-pro-2', b_port: 'rear-1' });
+  assert.deepEqual(plan.cables[0], {
+    a: 'mac-mini-m4-pro-1',
+    a_port: 'rear-1',
+    b: 'mac-mini-m4-pro-2',
+    b_port: 'rear-1',
+  });
   assert.equal(plan.allreduce[0]?.algorithm, 'mesh');
 });
 
@@ -63,7 +77,10 @@ test('eight machines with three ports: ring with chords cuts the hops below a ri
 });
 
 test('machines without Thunderbolt 5 cannot be cabled for RDMA', () => {
-  assert.throws(() => planCabling(parseMachines('3x mac-mini-m4')), (e) => isTandemError(e, 'TOPOLOGY_PLAN_IMPOSSIBLE'));
+  assert.throws(
+    () => planCabling(parseMachines('3x mac-mini-m4')),
+    (e) => isTandemError(e, 'TOPOLOGY_PLAN_IMPOSSIBLE'),
+  );
   assert.equal(planCabling(parseMachines('mac-studio-m3-ultra')).topology, 'single');
 });
 

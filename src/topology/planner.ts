@@ -51,14 +51,22 @@ const estimateSizes = [8 * 1024, 1 << 20, 64 << 20];
  * ports (each chord joins the pair that is currently farthest apart, to cut the hops of
  * relayed traffic).
  */
-export function planCabling(machines: readonly PlannedMachine[], link: LinkAssumption = assumedLink): CablingPlan {
+export function planCabling(
+  machines: readonly PlannedMachine[],
+  link: LinkAssumption = assumedLink,
+): CablingPlan {
   const n = machines.length;
   const free = machines.map((m) => [...m.model.tb5Ports]);
   const cables: Cable[] = [];
   const connect = (i: number, j: number): void => {
     const a = machines[i] as PlannedMachine;
     const b = machines[j] as PlannedMachine;
-    cables.push({ a: a.name, a_port: free[i]?.shift() as string, b: b.name, b_port: free[j]?.shift() as string });
+    cables.push({
+      a: a.name,
+      a_port: free[i]?.shift() as string,
+      b: b.name,
+      b_port: free[j]?.shift() as string,
+    });
   };
   const short = machines.filter((m) => m.model.tb5Ports.length < n - 1);
   const meshPossible = n >= 1 && short.length === 0;
@@ -74,10 +82,14 @@ export function planCabling(machines: readonly PlannedMachine[], link: LinkAssum
   } else {
     const lacking = machines.filter((m) => m.model.tb5Ports.length < 2);
     if (n === 2 || lacking.length > 0) {
-      throw new TandemError('TOPOLOGY_PLAN_IMPOSSIBLE', `topology plan: cannot cable ${n} machines over Thunderbolt 5: ${reason}`, {
-        hint: 'a ring needs two Thunderbolt 5 ports on every machine; leave out machines without them or use --mode=tcp over Ethernet',
-        details: { machines: lacking.map((m) => m.name) },
-      });
+      throw new TandemError(
+        'TOPOLOGY_PLAN_IMPOSSIBLE',
+        `topology plan: cannot cable ${n} machines over Thunderbolt 5: ${reason}`,
+        {
+          hint: 'a ring needs two Thunderbolt 5 ports on every machine; leave out machines without them or use --mode=tcp over Ethernet',
+          details: { machines: lacking.map((m) => m.name) },
+        },
+      );
     }
     for (let i = 0; i < n; i++) connect(i, (i + 1) % n);
     topology = addChords(machines, free, cables, connect) > 0 ? 'ring-with-chords' : 'ring';
@@ -131,7 +143,9 @@ function addChords(
 function allPairsHops(graph: TopologyGraph): number[][] {
   const index = new Map(graph.hosts.map((h, i) => [h, i]));
   const n = graph.hosts.length;
-  const d = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => (i === j ? 0 : Infinity)));
+  const d = Array.from({ length: n }, (_, i) =>
+    Array.from({ length: n }, (_, j) => (i === j ? 0 : Infinity)),
+  );
   for (const l of graph.links) {
     const i = index.get(l.a) as number;
     const j = index.get(l.b) as number;
@@ -148,7 +162,14 @@ function allPairsHops(graph: TopologyGraph): number[][] {
 }
 
 export function cablesToGraph(machines: readonly PlannedMachine[], cables: readonly Cable[]): TopologyGraph {
-  const links: Link[] = cables.map((c) => ({ a: c.a, aPort: c.a_port, b: c.b, bPort: c.b_port, kind: 'tb5', speedGbps: 80 }));
+  const links: Link[] = cables.map((c) => ({
+    a: c.a,
+    aPort: c.a_port,
+    b: c.b,
+    bPort: c.b_port,
+    kind: 'tb5',
+    speedGbps: 80,
+  }));
   return { hosts: machines.map((m) => m.name), links };
 }
 
@@ -157,7 +178,12 @@ export function cablesToGraph(machines: readonly PlannedMachine[], cables: reado
  * with all cables busy at once, so 2 * (alpha + (M/n)/B). Ring: 2(n-1) steps of M/n each,
  * bidirectional so each direction carries half: 2(n-1) * (alpha + (M/n)/(2B)).
  */
-export function estimateAllReduce(topology: PlannedTopology, n: number, bytes: number, link: LinkAssumption = assumedLink): AllReduceEstimate {
+export function estimateAllReduce(
+  topology: PlannedTopology,
+  n: number,
+  bytes: number,
+  link: LinkAssumption = assumedLink,
+): AllReduceEstimate {
   const perUs = link.gbps * 1e3; // bytes per microsecond
   const hopMicros = link.hopMicros;
   const chunk = bytes / n;

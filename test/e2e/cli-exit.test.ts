@@ -10,16 +10,25 @@ const bin = join(resolve(import.meta.dirname, '..', '..'), 'bin', 'tandem.js');
 const leak = 'data:text/javascript,setInterval(() => {}, 1000)';
 
 test('a command that leaves a handle open still exits with its code, its output intact', () => {
-  const ok = spawnSync(process.execPath, ['--import', leak, bin, '--version'], { encoding: 'utf8', timeout: 10_000 });
+  const ok = spawnSync(process.execPath, ['--import', leak, bin, '--version'], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   assert.equal(ok.signal, null, 'killed by the timeout: the process hung');
   assert.equal(ok.status, 0, ok.stderr);
   assert.match(ok.stdout, /^tandem \d+\.\d+\.\d+/);
-  const bad = spawnSync(process.execPath, ['--import', leak, bin, 'no-such-command'], { encoding: 'utf8', timeout: 10_000 });
+  const bad = spawnSync(process.execPath, ['--import', leak, bin, 'no-such-command'], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   assert.equal(bad.signal, null, 'killed by the timeout: the process hung');
   assert.equal(bad.status, 3);
   assert.match(bad.stderr, /CLI_UNKNOWN_COMMAND/);
   const script = join(resolve(import.meta.dirname, '..', '..'), 'bench', 'fabric.ts');
-  const bench = spawnSync(process.execPath, ['--import', 'tsx', '--import', leak, script, '--sizes', ''], { encoding: 'utf8', timeout: 10_000 });
+  const bench = spawnSync(process.execPath, ['--import', 'tsx', '--import', leak, script, '--sizes', ''], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   assert.equal(bench.signal, null, 'bench/fabric.ts: killed by the timeout: the process hung');
   assert.equal(bench.status, 3, bench.stderr);
   assert.match(bench.stderr, /--sizes is empty/);

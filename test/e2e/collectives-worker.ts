@@ -6,7 +6,12 @@
 // from src/collectives' own routines; only the dtype conversions (kernels/dtype.ts) are shared.
 import { createHash } from 'node:crypto';
 import { createCommunicator, type Communicator } from '../../src/collectives/communicator.js';
-import { expectedReduce, inputFor, inputValue, type ReduceName } from '../../src/collectives/collectives.cases.js';
+import {
+  expectedReduce,
+  inputFor,
+  inputValue,
+  type ReduceName,
+} from '../../src/collectives/collectives.cases.js';
 import type { Algorithm } from '../../src/collectives/call.js';
 import type { TopologyKind } from '../../src/collectives/graph.js';
 import { allocate, toNumbers, type DType, type DTypeArray } from '../../src/kernels/dtype.js';
@@ -36,7 +41,10 @@ export interface WorkerConfig {
 const config = JSON.parse(process.argv[2] as string) as WorkerConfig;
 
 function digest(a: DTypeArray): string {
-  return createHash('sha256').update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 /**
@@ -55,7 +63,8 @@ function checkLength(got: { length: number }, want: number, what: string): void 
 }
 
 function check(got: number[] | Float64Array, want: (i: number) => number, what: string): void {
-  for (let i = 0; i < got.length; i++) if (got[i] !== want(i)) throw new Error(`${what}: element ${i} is ${got[i]}, expected ${want(i)}`);
+  for (let i = 0; i < got.length; i++)
+    if (got[i] !== want(i)) throw new Error(`${what}: element ${i} is ${got[i]}, expected ${want(i)}`);
 }
 
 async function run(c: Communicator, k: WorkerCase): Promise<string> {
@@ -78,9 +87,17 @@ async function run(c: Communicator, k: WorkerCase): Promise<string> {
     }
     case 'reduce-scatter': {
       const r = myChunk(count, n, c.rank);
-      const out = await c.reduceScatter(inputFor(dtype, c.rank, count), { dtype, op: k.reduce ?? 'sum', ...alg });
+      const out = await c.reduceScatter(inputFor(dtype, c.rank, count), {
+        dtype,
+        op: k.reduce ?? 'sum',
+        ...alg,
+      });
       checkLength(out, r.count, 'reduce-scatter');
-      check(toNumbers(dtype, out), (i) => expectedReduce(k.reduce ?? 'sum', dtype, n, r.offset + i), 'reduce-scatter');
+      check(
+        toNumbers(dtype, out),
+        (i) => expectedReduce(k.reduce ?? 'sum', dtype, n, r.offset + i),
+        'reduce-scatter',
+      );
       return `len ${out.length}`;
     }
     case 'broadcast': {
@@ -94,10 +111,12 @@ async function run(c: Communicator, k: WorkerCase): Promise<string> {
       const counts = Array.from({ length: n }, (_, j) => ((c.rank + j) % 3) * count);
       const send = new Int32Array(counts.reduce((a, b) => a + b, 0));
       let at = 0;
-      for (let j = 0; j < n; j++) for (let i = 0; i < (counts[j] as number); i++) send[at++] = c.rank * 1_000_000 + j * 10_000 + i;
+      for (let j = 0; j < n; j++)
+        for (let i = 0; i < (counts[j] as number); i++) send[at++] = c.rank * 1_000_000 + j * 10_000 + i;
       const out = await c.allToAll(send, counts);
       const want: number[] = [];
-      for (let j = 0; j < n; j++) for (let i = 0; i < ((j + c.rank) % 3) * count; i++) want.push(j * 1_000_000 + c.rank * 10_000 + i);
+      for (let j = 0; j < n; j++)
+        for (let i = 0; i < ((j + c.rank) % 3) * count; i++) want.push(j * 1_000_000 + c.rank * 10_000 + i);
       checkLength(out, want.length, 'all-to-all');
       check([...out], (i) => want[i] as number, 'all-to-all');
       return `len ${out.length}`;
@@ -133,12 +152,17 @@ const comm = await createCommunicator({
   timeoutMs: 10_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });
-if (comm.rank !== config.rank || comm.size !== config.size) throw new Error(`the communicator says rank ${comm.rank} of ${comm.size}, launched as ${config.rank} of ${config.size}`);
+if (comm.rank !== config.rank || comm.size !== config.size)
+  throw new Error(
+    `the communicator says rank ${comm.rank} of ${comm.size}, launched as ${config.rank} of ${config.size}`,
+  );
 for (const [i, k] of config.cases.entries()) {
   try {
     print(`RESULT ${JSON.stringify({ i, ok: true, out: await run(comm, k) })}`);
   } catch (e) {
-    print(`RESULT ${JSON.stringify({ i, ok: false, error: (e as Error).message, code: (e as { code?: string }).code })}`);
+    print(
+      `RESULT ${JSON.stringify({ i, ok: false, error: (e as Error).message, code: (e as { code?: string }).code })}`,
+    );
   }
 }
 if (config.mode === 'loop') {
@@ -148,7 +172,9 @@ if (config.mode === 'loop') {
     for (;;) await comm.allReduce(d, { algorithm: 'ring' });
   } catch (e) {
     const err = e as { code?: string; details?: { rank?: number }; message: string };
-    print(`FAILED ${JSON.stringify({ code: err.code, rank: err.details?.rank, message: err.message, at: Date.now() })}`);
+    print(
+      `FAILED ${JSON.stringify({ code: err.code, rank: err.details?.rank, message: err.message, at: Date.now() })}`,
+    );
     const t = Date.now();
     try {
       await comm.barrier();

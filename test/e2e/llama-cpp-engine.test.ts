@@ -35,7 +35,16 @@ const shape = { vocab: 512, width: 256, layers: 2, heads: 4, kvHeads: 2, ff: 512
  *   quantisation; one quant then differs by one step and, once in the KV cache, shifts the
  *   logits of later steps by up to ~1e-2 of their range; measured up to 1.2e-2.
  */
-const tolerance: Record<WeightTypeName, number> = { F32: 1e-4, F16: 2e-3, BF16: 1e-2, Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 3e-2, Q6_K: 3e-2 };
+const tolerance: Record<WeightTypeName, number> = {
+  F32: 1e-4,
+  F16: 2e-3,
+  BF16: 1e-2,
+  Q8_0: 3e-2,
+  Q4_0: 3e-2,
+  Q4_K: 3e-2,
+  Q5_K: 3e-2,
+  Q6_K: 3e-2,
+};
 
 interface Case {
   name: string;
@@ -47,25 +56,75 @@ interface Case {
 
 const cases: Case[] = [
   { name: 'llama F32', model: { arch: 'llama', ...shape }, type: 'F32' },
-  { name: 'llama F32, tied embeddings, Llama 3 rope factors', model: { arch: 'llama', ...shape, tied: true, ropeFreqs: true, ropeFreqBase: 500000 }, type: 'F32' },
+  {
+    name: 'llama F32, tied embeddings, Llama 3 rope factors',
+    model: { arch: 'llama', ...shape, tied: true, ropeFreqs: true, ropeFreqBase: 500000 },
+    type: 'F32',
+  },
   { name: 'qwen2 F32', model: { arch: 'qwen2', ...shape }, type: 'F32' },
   { name: 'qwen3 F32', model: { arch: 'qwen3', ...shape, headDim: 128 }, type: 'F32' },
-  { name: 'llama MoE (Mixtral) F32', model: { arch: 'llama', ...shape, ff: 256, experts: 4, expertsUsed: 2 }, type: 'F32' },
-  { name: 'qwen2moe F32', model: { arch: 'qwen2moe', ...shape, ff: 256, experts: 4, expertsUsed: 2, sharedFf: 256 }, type: 'F32' },
-  { name: 'qwen3moe F32', model: { arch: 'qwen3moe', ...shape, ff: 256, experts: 4, expertsUsed: 2 }, type: 'F32' },
+  {
+    name: 'llama MoE (Mixtral) F32',
+    model: { arch: 'llama', ...shape, ff: 256, experts: 4, expertsUsed: 2 },
+    type: 'F32',
+  },
+  {
+    name: 'qwen2moe F32',
+    model: { arch: 'qwen2moe', ...shape, ff: 256, experts: 4, expertsUsed: 2, sharedFf: 256 },
+    type: 'F32',
+  },
+  {
+    name: 'qwen3moe F32',
+    model: { arch: 'qwen3moe', ...shape, ff: 256, experts: 4, expertsUsed: 2 },
+    type: 'F32',
+  },
   { name: 'llama F16', model: { arch: 'llama', ...shape }, type: 'F16' },
   { name: 'llama Q8_0', model: { arch: 'llama', ...shape }, type: 'Q8_0' },
   { name: 'llama Q4_K', model: { arch: 'llama', ...shape }, type: 'Q4_K' },
   { name: 'llama Q6_K', model: { arch: 'llama', ...shape }, type: 'Q6_K' },
   { name: 'qwen2 Q8_0', model: { arch: 'qwen2', ...shape }, type: 'Q8_0' },
-  { name: 'qwen3moe Q4_K', model: { arch: 'qwen3moe', ...shape, ff: 256, experts: 4, expertsUsed: 2 }, type: 'Q4_K' },
+  {
+    name: 'qwen3moe Q4_K',
+    model: { arch: 'qwen3moe', ...shape, ff: 256, experts: 4, expertsUsed: 2 },
+    type: 'Q4_K',
+  },
   // Files from `tandem make-model`: the Q4_K_M and Q5_K_M mixes (Q4_K/Q5_K with Q6_K), BF16, Q4_0.
-  { name: 'make-model llama Q4_K_M', model: { arch: 'llama' }, type: 'Q4_K', made: { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 4, std: 0.08 } },
-  { name: 'make-model qwen2 Q5_K_M (BPE vocabulary)', model: { arch: 'qwen2' }, type: 'Q5_K', made: { arch: 'qwen2', shape: 'tiny', type: 'q5_k_m', seed: 5, std: 0.08 } },
-  { name: 'make-model qwen2moe Q4_0', model: { arch: 'qwen2moe' }, type: 'Q4_0', made: { arch: 'qwen2moe', shape: 'tiny', type: 'q4_0', seed: 6, std: 0.08 } },
-  { name: 'make-model moe (Mixtral) Q8_0', model: { arch: 'llama' }, type: 'Q8_0', made: { arch: 'moe', shape: 'tiny', type: 'q8_0', seed: 9, std: 0.08 } },
-  { name: 'make-model llama BF16', model: { arch: 'llama' }, type: 'BF16', made: { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 7, std: 0.08 } },
-  { name: 'make-model llama Q8_0, Llama 3 rope scaling', model: { arch: 'llama' }, type: 'Q8_0', made: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 8, std: 0.08, ropeScaling: 'llama3' } },
+  {
+    name: 'make-model llama Q4_K_M',
+    model: { arch: 'llama' },
+    type: 'Q4_K',
+    made: { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 4, std: 0.08 },
+  },
+  {
+    name: 'make-model qwen2 Q5_K_M (BPE vocabulary)',
+    model: { arch: 'qwen2' },
+    type: 'Q5_K',
+    made: { arch: 'qwen2', shape: 'tiny', type: 'q5_k_m', seed: 5, std: 0.08 },
+  },
+  {
+    name: 'make-model qwen2moe Q4_0',
+    model: { arch: 'qwen2moe' },
+    type: 'Q4_0',
+    made: { arch: 'qwen2moe', shape: 'tiny', type: 'q4_0', seed: 6, std: 0.08 },
+  },
+  {
+    name: 'make-model moe (Mixtral) Q8_0',
+    model: { arch: 'llama' },
+    type: 'Q8_0',
+    made: { arch: 'moe', shape: 'tiny', type: 'q8_0', seed: 9, std: 0.08 },
+  },
+  {
+    name: 'make-model llama BF16',
+    model: { arch: 'llama' },
+    type: 'BF16',
+    made: { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 7, std: 0.08 },
+  },
+  {
+    name: 'make-model llama Q8_0, Llama 3 rope scaling',
+    model: { arch: 'llama' },
+    type: 'Q8_0',
+    made: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 8, std: 0.08, ropeScaling: 'llama3' },
+  },
 ];
 
 function argmax(x: ArrayLike<number>): number {
@@ -109,12 +168,17 @@ describe('engine against llama.cpp', () => {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'tandem-llama-cpp-'));
-    kernels = await createKernels({ threads: 1, ...(process.env.TANDEM_KERNELS === 'reference' ? { backend: 'reference' as const } : {}) });
+    kernels = await createKernels({
+      threads: 1,
+      ...(process.env.TANDEM_KERNELS === 'reference' ? { backend: 'reference' as const } : {}),
+    });
     const jobs = [];
     for (const [i, c] of cases.entries()) {
       const path = join(dir, `m${i}.gguf`);
       paths.set(c.name, path);
-      const vocabSize = c.made ? (await makeModel(path, c.made)).plan.vocab.tokens.length : writeTinyGguf(path, { ...c.model, seed: 100 + i }, c.type);
+      const vocabSize = c.made
+        ? (await makeModel(path, c.made)).plan.vocab.tokens.length
+        : writeTinyGguf(path, { ...c.model, seed: 100 + i }, c.type);
       jobs.push({ modelPath: path, prompt: PROMPT, steps: STEPS, vocabSize, contextSize: 64 });
     }
     const results = await runLlamaCpp(jobs, 110_000);
@@ -130,7 +194,11 @@ describe('engine against llama.cpp', () => {
     it(`${c.name}: ${STEPS} greedy tokens identical, logits within ${tolerance[c.type]}`, async () => {
       const answer = answers.get(c.name)!;
       const theirTokens = answer.steps.map(argmax);
-      assert.deepEqual(answer.greedy, theirTokens.slice(0, answer.greedy.length), 'llama.cpp greedy sampler agrees with its own logits');
+      assert.deepEqual(
+        answer.greedy,
+        theirTokens.slice(0, answer.greedy.length),
+        'llama.cpp greedy sampler agrees with its own logits',
+      );
       const file = GgufModelFile.open(paths.get(c.name)!);
       try {
         const model = await Model.load(file, kernels);
@@ -154,18 +222,29 @@ describe('engine against llama.cpp', () => {
             else mismatches.push(`step ${step}: ours ${argmax(logits)}, llama.cpp ${theirTokens[step]}`);
           },
         });
-        assert.deepEqual(mismatches, [], `greedy choices differ; per-step logit differences ${diffs.map((d) => d.toExponential(1)).join(' ')}`);
+        assert.deepEqual(
+          mismatches,
+          [],
+          `greedy choices differ; per-step logit differences ${diffs.map((d) => d.toExponential(1)).join(' ')}`,
+        );
         // Undecidable ties are allowed only where rounding differs (never with F32 weights), and
         // only as a few of the steps whose top two logits lie inside the tolerance band (random
         // weights give flat logits: several such steps in 32). Which of them flip depends on
         // how llama.cpp's kernels round on this CPU: 0-1 on an Intel Xeon, 2 of 16 for qwen2
         // Q5_K_M on an AMD EPYC.
         const allowed = c.type === 'F32' ? 0 : Math.min(Math.ceil(close / 2), STEPS / 8);
-        assert.ok(ties.length <= allowed, `near-ties at steps ${ties.join(', ')} (${close} steps inside the tolerance band)`);
+        assert.ok(
+          ties.length <= allowed,
+          `near-ties at steps ${ties.join(', ')} (${close} steps inside the tolerance band)`,
+        );
         const worst = Math.max(...diffs);
-        assert.ok(worst <= tolerance[c.type], `worst relative logit difference ${worst.toExponential(2)} over ${STEPS} steps`);
+        assert.ok(
+          worst <= tolerance[c.type],
+          `worst relative logit difference ${worst.toExponential(2)} over ${STEPS} steps`,
+        );
         // Tied random embeddings make a model echo its input token; the others must vary.
-        if (!c.model.tied) assert.ok(new Set(theirTokens).size > 1, 'the model does not just repeat one token');
+        if (!c.model.tied)
+          assert.ok(new Set(theirTokens).size > 1, 'the model does not just repeat one token');
       } finally {
         file.close();
       }

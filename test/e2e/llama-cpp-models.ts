@@ -6,7 +6,9 @@ import { GgmlType, quantize } from '../../src/kernels/quant/index.js';
 import { tinyModelFile, type TinyModelOptions } from '../../src/engine/model/tiny-model.js';
 
 /** A metadata value with its GGUF type: 4 u32, 6 f32, 7 bool, 8 string, 9 array of (5 i32 | 6 f32 | 8 string). */
-type GgufValue = { type: 4 | 6 | 7 | 8; value: number | boolean | string } | { type: 9; itemType: 5 | 6 | 8; items: (number | string)[] };
+type GgufValue =
+  | { type: 4 | 6 | 7 | 8; value: number | boolean | string }
+  | { type: 9; itemType: 5 | 6 | 8; items: (number | string)[] };
 
 const gv = {
   u32: (value: number): GgufValue => ({ type: 4, value }),
@@ -19,7 +21,10 @@ const gv = {
 };
 
 /** A minimal GGUF v3 encoder (alignment 32), kept here so the oracle's files do not depend on the code under test. */
-function encodeGguf(meta: Map<string, GgufValue>, tensors: { name: string; dims: number[]; type: number; data: Uint8Array }[]): Buffer {
+function encodeGguf(
+  meta: Map<string, GgufValue>,
+  tensors: { name: string; dims: number[]; type: number; data: Uint8Array }[],
+): Buffer {
   const parts: Buffer[] = [];
   const u32 = (v: number): void => void parts.push(Buffer.from(new Uint32Array([v]).buffer));
   const u64 = (v: number): void => void parts.push(Buffer.from(new BigUint64Array([BigInt(v)]).buffer));
@@ -103,13 +108,24 @@ export function writeTinyGguf(path: string, options: TinyModelOptions, type: Wei
   for (const key of [...metaKeys(options)]) {
     const v = file.meta(key);
     if (v === undefined) continue;
-    meta.set(key, typeof v === 'string' ? gv.str(v) : key.endsWith('epsilon') || key.endsWith('freq_base') ? gv.f32(v as number) : gv.u32(v as number));
+    meta.set(
+      key,
+      typeof v === 'string'
+        ? gv.str(v)
+        : key.endsWith('epsilon') || key.endsWith('freq_base')
+          ? gv.f32(v as number)
+          : gv.u32(v as number),
+    );
   }
   meta.set('general.name', gv.str(`tiny random ${options.arch} ${type}`));
   for (const [k, v] of vocabulary(vocab)) meta.set(k, v);
   const tensors = [];
   for (const [name, entry] of file.tensors) {
-    const bytes = file.readRows(name, 0, entry.dims.slice(1).reduce((a, b) => a * b, 1));
+    const bytes = file.readRows(
+      name,
+      0,
+      entry.dims.slice(1).reduce((a, b) => a * b, 1),
+    );
     const f32 = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
     const t = keepF32(name, entry.dims) ? GgmlType.F32 : GgmlType[type];
     tensors.push({ name, dims: [...entry.dims], type: t, data: quantize(t, f32) });

@@ -67,7 +67,10 @@ export class RigProcess {
   readonly exited: Promise<number | null>;
   private waiters: (() => void)[] = [];
 
-  constructor(readonly host: string, readonly child: ChildProcess) {
+  constructor(
+    readonly host: string,
+    readonly child: ChildProcess,
+  ) {
     let buf = '';
     child.stdout?.setEncoding('utf8').on('data', (d: string) => {
       buf += d;
@@ -98,14 +101,20 @@ export class RigProcess {
   }
 
   /** Waits (at most `ms`) until `test` holds for the latest line; returns that line. */
-  async waitFor(test: (line: Record<string, unknown>) => boolean, ms: number, what: string): Promise<Record<string, unknown>> {
+  async waitFor(
+    test: (line: Record<string, unknown>) => boolean,
+    ms: number,
+    what: string,
+  ): Promise<Record<string, unknown>> {
     const deadline = Date.now() + ms;
     for (;;) {
       const last = this.lines[this.lines.length - 1];
       if (last && test(last)) return last;
       const left = deadline - Date.now();
       if (left <= 0 || this.exitCode !== undefined) {
-        throw new Error(`${this.host}: ${what} not seen within ${ms} ms; last line: ${JSON.stringify(last)}; stderr: ${this.stderr.slice(-500)}`);
+        throw new Error(
+          `${this.host}: ${what} not seen within ${ms} ms; last line: ${JSON.stringify(last)}; stderr: ${this.stderr.slice(-500)}`,
+        );
       }
       await new Promise<void>((wake) => {
         const t = setTimeout(wake, Math.min(left, 200));
@@ -135,7 +144,19 @@ export class NetnsRig {
     ip('netns', 'add', ns);
     this.hosts.set(host, ns);
     // Link-local addresses usable at once (no duplicate address detection wait) inside the test namespace only.
-    execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv6.conf.all.accept_dad=0', 'net.ipv6.conf.default.accept_dad=0'], { timeout: 10_000 });
+    execFileSync(
+      'ip',
+      [
+        'netns',
+        'exec',
+        ns,
+        'sysctl',
+        '-qw',
+        'net.ipv6.conf.all.accept_dad=0',
+        'net.ipv6.conf.default.accept_dad=0',
+      ],
+      { timeout: 10_000 },
+    );
     ip('-n', ns, 'link', 'set', 'lo', 'up');
   }
 
@@ -174,10 +195,14 @@ export class NetnsRig {
 
   /** Runs `tandem <args>` inside a host's namespace. */
   tandem(host: string, args: readonly string[]): RigProcess {
-    const child = spawn('ip', ['netns', 'exec', this.ns(host), process.execPath, join(repo, 'bin', 'tandem.js'), ...args], {
-      cwd: repo,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      'ip',
+      ['netns', 'exec', this.ns(host), process.execPath, join(repo, 'bin', 'tandem.js'), ...args],
+      {
+        cwd: repo,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const proc = new RigProcess(host, child);
     this.procs.push(proc);
     return proc;
@@ -188,7 +213,10 @@ export class NetnsRig {
     const alive = this.procs.filter((p) => p.exitCode === undefined);
     for (const p of alive) p.child.kill('SIGTERM');
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(alive.map((p) => p.exited)), new Promise((r) => (timer = setTimeout(r, 2000)))]);
+    await Promise.race([
+      Promise.all(alive.map((p) => p.exited)),
+      new Promise((r) => (timer = setTimeout(r, 2000))),
+    ]);
     clearTimeout(timer);
     for (const p of alive) if (p.exitCode === undefined) p.child.kill('SIGKILL');
     for (const ns of this.hosts.values()) {

@@ -11,25 +11,43 @@ import { createServer, type AddressInfo } from 'node:net';
 const repo = resolve(import.meta.dirname, '..', '..');
 const fixtures = join(repo, 'test', 'fixtures', 'topology');
 
-function tandem(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+function tandem(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((done) => {
-    execFile(process.execPath, [join(repo, 'bin', 'tandem.js'), ...args], { cwd: repo, timeout: 60_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
-      done({ code, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [join(repo, 'bin', 'tandem.js'), ...args],
+      { cwd: repo, timeout: 60_000, env: { ...process.env, ...env } },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
+        done({ code, stdout, stderr });
+      },
+    );
   });
 }
 
 test('topology plan --json has the documented shape; the text says when a full mesh is impossible', async () => {
-  const json = await tandem(['topology', 'plan', '--machines', '3x macbook-pro-m4-max, 2x mac-studio-m3-ultra', '--json']);
+  const json = await tandem([
+    'topology',
+    'plan',
+    '--machines',
+    '3x macbook-pro-m4-max, 2x mac-studio-m3-ultra',
+    '--json',
+  ]);
   assert.equal(json.code, 0, json.stderr);
   const plan = JSON.parse(json.stdout) as Record<string, unknown>;
   assert.equal(plan.topology, 'ring-with-chords');
   assert.equal(plan.full_mesh_possible, false);
   assert.equal(typeof plan.max_hops, 'number');
-  for (const c of plan.cables as Record<string, string>[]) assert.deepEqual(Object.keys(c), ['a', 'a_port', 'b', 'b_port']);
+  for (const c of plan.cables as Record<string, string>[])
+    assert.deepEqual(Object.keys(c), ['a', 'a_port', 'b', 'b_port']);
   const text = await tandem(['topology', 'plan', '--machines', '6x mac-mini-m4-pro']);
-  assert.match(text.stdout, /a full mesh is impossible: a full mesh of 6 machines needs 5 Thunderbolt 5 ports on each/);
+  assert.match(
+    text.stdout,
+    /a full mesh is impossible: a full mesh of 6 machines needs 5 Thunderbolt 5 ports on each/,
+  );
   assert.match(text.stdout, /mac-mini-m4-pro-1 rear-1\s+<-> mac-mini-m4-pro-2 rear-1/);
   const bad = await tandem(['topology', 'plan', '--machines', '2x mac-toaster']);
   assert.equal(bad.code, 2);
@@ -45,7 +63,13 @@ test('topology reads an MLX hostfile, draws it, and exports it back', async () =
   const dir = mkdtempSync(join(tmpdir(), 'tandem-topo-cli-'));
   try {
     const out = join(dir, 'copy.json');
-    const text = await tandem(['topology', '--hostfile', join(fixtures, 'mlx-hostfile-jaccl-4.json'), '--export-mlx', out]);
+    const text = await tandem([
+      'topology',
+      '--hostfile',
+      join(fixtures, 'mlx-hostfile-jaccl-4.json'),
+      '--export-mlx',
+      out,
+    ]);
     assert.equal(text.code, 0, text.stderr);
     assert.match(text.stdout, /topology: full-mesh \(4 hosts, 6 links, max 1 hop\)/);
     assert.match(text.stdout, /m3-ultra-1:en3\s+m3-ultra-2:en3\s+tb5/);
@@ -73,7 +97,10 @@ test('doctor --json: findings with severity, evidence and fix; exit code 1 on an
     writeFileSync(join(dir, 'peer.json'), JSON.stringify(peer));
     const res = await tandem(['doctor', '--mode=tcp', '--json', '--reports', join(dir, 'peer.json')]);
     assert.equal(res.code, 1);
-    const out = JSON.parse(res.stdout) as { errors: number; findings: { check: string; severity: string; evidence: string; fix: string }[] };
+    const out = JSON.parse(res.stdout) as {
+      errors: number;
+      findings: { check: string; severity: string; evidence: string; fix: string }[];
+    };
     const version = out.findings.find((f) => f.check === 'version');
     assert.equal(version?.severity, 'error');
     assert.match(version?.evidence ?? '', /9\.9\.9: other-host/);
@@ -99,9 +126,15 @@ test('discovery options are checked before any socket opens; a taken port is a u
       [[...discover, '--wait', '1e9'], /--wait must be > 0 and at most 2147483 seconds/],
       [[...discover, '--wait', '-1'], /--wait must be > 0/],
       [['init', '--secret-file', secretFile, '--expect', '0'], /--expect must be a positive integer, got 0/],
-      [['init', '--secret-file', secretFile, '--expect', '2.5'], /--expect must be a positive integer, got 2.5/],
+      [
+        ['init', '--secret-file', secretFile, '--expect', '2.5'],
+        /--expect must be a positive integer, got 2.5/,
+      ],
       [['init', '--secret-file', secretFile, '--port', '65536'], /--port must be an integer in 1\.\.65535/],
-      [['init', '--secret-file', secretFile, '--wait', '1e12'], /--wait must be > 0 and at most 2147483 seconds/],
+      [
+        ['init', '--secret-file', secretFile, '--wait', '1e12'],
+        /--wait must be > 0 and at most 2147483 seconds/,
+      ],
     ] as const) {
       const r = await tandem([...args]);
       assert.equal(r.code, 3, `${args.join(' ')}: ${r.stderr}`);
@@ -113,7 +146,10 @@ test('discovery options are checked before any socket opens; a taken port is a u
     const started = Date.now();
     const taken = await tandem([...discover, '--port', port]);
     assert.equal(taken.code, 3, taken.stderr);
-    assert.match(taken.stderr, new RegExp(`discovery port ${port} is in use[\\s\\S]*hint: stop the other agent`));
+    assert.match(
+      taken.stderr,
+      new RegExp(`discovery port ${port} is in use[\\s\\S]*hint: stop the other agent`),
+    );
     assert.ok(Date.now() - started < 15_000, 'the failed start exits at once');
   } finally {
     blocker.close();

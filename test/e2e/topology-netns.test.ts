@@ -29,20 +29,39 @@ function expected(rig: NetnsRig, hosts: string[], without: readonly string[] = [
   return { hosts, links };
 }
 
-const seen = (line: Record<string, unknown>): string => canonicalGraph({ hosts: line.hosts as string[], links: (line.links ?? []) as Link[] });
+const seen = (line: Record<string, unknown>): string =>
+  canonicalGraph({ hosts: line.hosts as string[], links: (line.links ?? []) as Link[] });
 
-async function allSee(agents: RigProcess[], graph: TopologyGraph, ms: number, what: string): Promise<Record<string, unknown>[]> {
+async function allSee(
+  agents: RigProcess[],
+  graph: TopologyGraph,
+  ms: number,
+  what: string,
+): Promise<Record<string, unknown>[]> {
   const want = canonicalGraph(graph);
   return Promise.all(agents.map((a) => a.waitFor((l) => seen(l) === want && l.agreed === true, ms, what)));
 }
 
-async function withRig(hosts: string[], cables: [string, string][], body: (rig: NetnsRig, agents: RigProcess[]) => Promise<void>, measure = false): Promise<void> {
+async function withRig(
+  hosts: string[],
+  cables: [string, string][],
+  body: (rig: NetnsRig, agents: RigProcess[]) => Promise<void>,
+  measure = false,
+): Promise<void> {
   const rig = new NetnsRig();
   try {
     for (const h of hosts) rig.addHost(h);
     for (const [a, b] of cables) rig.cable(a, b);
     const agents = hosts.map((h) =>
-      rig.tandem(h, ['topology', '--agent', '--host', h, '--secret-file', secretFile, ...(measure ? [] : ['--no-measure'])]),
+      rig.tandem(h, [
+        'topology',
+        '--agent',
+        '--host',
+        h,
+        '--secret-file',
+        secretFile,
+        ...(measure ? [] : ['--no-measure']),
+      ]),
     );
     await body(rig, agents);
   } finally {
@@ -50,7 +69,7 @@ async function withRig(hosts: string[], cables: [string, string][], body: (rig: 
   }
 }
 
-test('namespaces left by a killed run are swept, live runs\' are kept', { skip }, async () => {
+test("namespaces left by a killed run are swept, live runs' are kept", { skip }, async () => {
   const dead = spawnSync(process.execPath, ['-e', '0']).pid as number;
   const stale = `td${dead}r0-zz`;
   execFileSync('ip', ['netns', 'add', stale], { timeout: 10_000 });
@@ -66,29 +85,75 @@ test('namespaces left by a killed run are swept, live runs\' are kept', { skip }
   }
 });
 
-test('ring of 3: discovered exactly, measured, a cut cable shows within 3 s and so does its return', { skip }, async () => {
-  const hosts = ['a', 'b', 'c'];
-  await withRig(hosts, [['a', 'b'], ['b', 'c'], ['c', 'a']], async (rig, agents) => {
-    const full = expected(rig, hosts);
-    await allSee(agents, full, settleMs, 'the ring');
-    const measured = await agents[0]!.waitFor((l) => (l.links as Link[]).length === 3 && (l.links as Link[]).every((x) => x.latencyUs! > 0 && x.bandwidthGBps! > 0), settleMs, 'measured links');
-    assert.equal(measured.class, 'full-mesh', 'three hosts in a ring are every pair cabled');
-    for (const l of measured.links as Link[]) assert.deepEqual([l.kind, l.speedGbps], ['ethernet', 10], 'a veth is 10 Gb/s ethernet in sysfs');
-    rig.setLink('a', 't-b', false);
-    const cut = expected(rig, hosts, ['a-b']);
-    const lines = await allSee(agents, cut, 3000, 'the cut cable');
-    assert.equal(lines[2]?.class, 'line');
-    assert.deepEqual(lines[2]?.routes, [{ from: 'a', to: 'b', via: ['c'] }]);
-    rig.setLink('a', 't-b', true);
-    await allSee(agents, full, 3000, 'the restored cable');
-  }, true);
-});
+test(
+  'ring of 3: discovered exactly, measured, a cut cable shows within 3 s and so does its return',
+  { skip },
+  async () => {
+    const hosts = ['a', 'b', 'c'];
+    await withRig(
+      hosts,
+      [
+        ['a', 'b'],
+        ['b', 'c'],
+        ['c', 'a'],
+      ],
+      async (rig, agents) => {
+        const full = expected(rig, hosts);
+        await allSee(agents, full, settleMs, 'the ring');
+        const measured = await agents[0]!.waitFor(
+          (l) =>
+            (l.links as Link[]).length === 3 &&
+            (l.links as Link[]).every((x) => x.latencyUs! > 0 && x.bandwidthGBps! > 0),
+          settleMs,
+          'measured links',
+        );
+        assert.equal(measured.class, 'full-mesh', 'three hosts in a ring are every pair cabled');
+        for (const l of measured.links as Link[])
+          assert.deepEqual([l.kind, l.speedGbps], ['ethernet', 10], 'a veth is 10 Gb/s ethernet in sysfs');
+        rig.setLink('a', 't-b', false);
+        const cut = expected(rig, hosts, ['a-b']);
+        const lines = await allSee(agents, cut, 3000, 'the cut cable');
+        assert.equal(lines[2]?.class, 'line');
+        assert.deepEqual(lines[2]?.routes, [{ from: 'a', to: 'b', via: ['c'] }]);
+        rig.setLink('a', 't-b', true);
+        await allSee(agents, full, 3000, 'the restored cable');
+      },
+      true,
+    );
+  },
+);
 
 test('mesh of 4, line of 3 and a star through a hub are each found exactly', { skip }, async () => {
   const shapes: { hosts: string[]; cables: [string, string][]; kind: string }[] = [
-    { hosts: ['a', 'b', 'c', 'd'], cables: [['a', 'b'], ['a', 'c'], ['a', 'd'], ['b', 'c'], ['b', 'd'], ['c', 'd']], kind: 'full-mesh' },
-    { hosts: ['a', 'b', 'c'], cables: [['a', 'b'], ['b', 'c']], kind: 'line' },
-    { hosts: ['hub', 'x', 'y', 'z'], cables: [['hub', 'x'], ['hub', 'y'], ['hub', 'z']], kind: 'star' },
+    {
+      hosts: ['a', 'b', 'c', 'd'],
+      cables: [
+        ['a', 'b'],
+        ['a', 'c'],
+        ['a', 'd'],
+        ['b', 'c'],
+        ['b', 'd'],
+        ['c', 'd'],
+      ],
+      kind: 'full-mesh',
+    },
+    {
+      hosts: ['a', 'b', 'c'],
+      cables: [
+        ['a', 'b'],
+        ['b', 'c'],
+      ],
+      kind: 'line',
+    },
+    {
+      hosts: ['hub', 'x', 'y', 'z'],
+      cables: [
+        ['hub', 'x'],
+        ['hub', 'y'],
+        ['hub', 'z'],
+      ],
+      kind: 'star',
+    },
   ];
   for (const shape of shapes) {
     await withRig(shape.hosts, shape.cables, async (rig, agents) => {
@@ -111,10 +176,37 @@ test('agents with a different secret are ignored', { skip }, async () => {
     for (const h of ['a', 'b', 'c']) rig.addHost(h);
     rig.cable('a', 'b');
     rig.cable('b', 'c');
-    const a = rig.tandem('a', ['topology', '--agent', '--host', 'a', '--secret-file', secretFile, '--no-measure']);
-    const b = rig.tandem('b', ['topology', '--agent', '--host', 'b', '--secret-file', secretFile, '--no-measure']);
-    const intruder = rig.tandem('c', ['topology', '--agent', '--host', 'c', '--secret-file', other, '--no-measure']);
-    const pair = { hosts: ['a', 'b'], links: [{ a: 'a', aPort: 't-b', b: 'b', bPort: 't-a', kind: 'ethernet' as const }] };
+    const a = rig.tandem('a', [
+      'topology',
+      '--agent',
+      '--host',
+      'a',
+      '--secret-file',
+      secretFile,
+      '--no-measure',
+    ]);
+    const b = rig.tandem('b', [
+      'topology',
+      '--agent',
+      '--host',
+      'b',
+      '--secret-file',
+      secretFile,
+      '--no-measure',
+    ]);
+    const intruder = rig.tandem('c', [
+      'topology',
+      '--agent',
+      '--host',
+      'c',
+      '--secret-file',
+      other,
+      '--no-measure',
+    ]);
+    const pair = {
+      hosts: ['a', 'b'],
+      links: [{ a: 'a', aPort: 't-b', b: 'b', bPort: 't-a', kind: 'ethernet' as const }],
+    };
     await allSee([a, b], pair, settleMs, 'the pair');
     await intruder.waitFor((l) => Array.isArray(l.hosts), settleMs, 'the intruder running');
     // Give the intruder's hellos time to arrive; the pair's graph must stay without it.
@@ -127,18 +219,30 @@ test('agents with a different secret are ignored', { skip }, async () => {
   }
 });
 
-test('a bridge that joins two of a host\'s cables is reported as a loop', { skip }, async () => {
+test("a bridge that joins two of a host's cables is reported as a loop", { skip }, async () => {
   const rig = new NetnsRig();
   try {
     rig.addHost('a');
     rig.addHost('sw');
     rig.cable('a', 'sw');
     rig.cable('a', 'sw');
-    const agent = rig.tandem('a', ['topology', '--agent', '--host', 'a', '--secret-file', secretFile, '--no-measure']);
+    const agent = rig.tandem('a', [
+      'topology',
+      '--agent',
+      '--host',
+      'a',
+      '--secret-file',
+      secretFile,
+      '--no-measure',
+    ]);
     await agent.waitFor((l) => Array.isArray(l.bridgeLoops), settleMs, 'the agent running');
     assert.deepEqual(agent.lines[agent.lines.length - 1]?.bridgeLoops, [], 'no bridge yet, no loop');
     rig.bridge('sw', ['t-a', 't-a-2']);
-    const line = await agent.waitFor((l) => (l.bridgeLoops as unknown[]).length === 2, 5000, 'the loop through the bridge');
+    const line = await agent.waitFor(
+      (l) => (l.bridgeLoops as unknown[]).length === 2,
+      5000,
+      'the loop through the bridge',
+    );
     assert.deepEqual(line.bridgeLoops, [
       { sentOn: 't-sw', heardOn: 't-sw-2' },
       { sentOn: 't-sw-2', heardOn: 't-sw' },
@@ -149,52 +253,115 @@ test('a bridge that joins two of a host\'s cables is reported as a loop', { skip
   }
 });
 
-test('tandem init --mode=tcp --topology=ring --apply: every host agrees, addresses one /30 per cable, writes the config', { skip }, async () => {
-  const rig = new NetnsRig();
-  const dir = mkdtempSync(join(tmpdir(), 'tandem-init-'));
-  try {
-    const hosts = ['a', 'b', 'c'];
-    for (const h of hosts) rig.addHost(h);
-    rig.cable('a', 'b');
-    rig.cable('b', 'c');
-    rig.cable('c', 'a');
-    const procs = hosts.map((h) =>
-      rig.tandem(h, ['init', '--mode=tcp', '--topology=ring', '--apply', '--expect', '3', '--wait', '45', '--host', h, '--secret-file', secretFile, '--config', join(dir, `${h}.json`), '--no-measure', '--json']),
-    );
-    let timer: NodeJS.Timeout | undefined;
-    const codes = await Promise.race([
-      Promise.all(procs.map((p) => p.exited)),
-      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('init did not finish within 60 s')), 60_000))),
-    ]).finally(() => clearTimeout(timer));
-    assert.deepEqual(codes, [0, 0, 0], procs.map((p) => p.stderr).join('\n---\n'));
-    const configs = hosts.map((h) => JSON.parse(readFileSync(join(dir, `${h}.json`), 'utf8')) as Record<string, unknown>);
-    for (const [i, c] of configs.entries()) {
-      assert.equal(c.self, hosts[i]);
-      assert.equal(c.algorithm, 'ring');
-      assert.deepEqual(c.ring, ['a', 'b', 'c']);
-      assert.deepEqual(c.connectivity, { size: 3, edges: [[0, 1], [0, 2], [1, 2]] });
-      const strip = ({ self: _s, createdAt: _c, ...rest }: Record<string, unknown>): Record<string, unknown> => rest;
-      assert.deepEqual(strip(c), strip(configs[0]!), 'every host wrote the same cluster');
+test(
+  'tandem init --mode=tcp --topology=ring --apply: every host agrees, addresses one /30 per cable, writes the config',
+  { skip },
+  async () => {
+    const rig = new NetnsRig();
+    const dir = mkdtempSync(join(tmpdir(), 'tandem-init-'));
+    try {
+      const hosts = ['a', 'b', 'c'];
+      for (const h of hosts) rig.addHost(h);
+      rig.cable('a', 'b');
+      rig.cable('b', 'c');
+      rig.cable('c', 'a');
+      const procs = hosts.map((h) =>
+        rig.tandem(h, [
+          'init',
+          '--mode=tcp',
+          '--topology=ring',
+          '--apply',
+          '--expect',
+          '3',
+          '--wait',
+          '45',
+          '--host',
+          h,
+          '--secret-file',
+          secretFile,
+          '--config',
+          join(dir, `${h}.json`),
+          '--no-measure',
+          '--json',
+        ]),
+      );
+      let timer: NodeJS.Timeout | undefined;
+      const codes = await Promise.race([
+        Promise.all(procs.map((p) => p.exited)),
+        new Promise<never>(
+          (_, reject) =>
+            (timer = setTimeout(() => reject(new Error('init did not finish within 60 s')), 60_000)),
+        ),
+      ]).finally(() => clearTimeout(timer));
+      assert.deepEqual(codes, [0, 0, 0], procs.map((p) => p.stderr).join('\n---\n'));
+      const configs = hosts.map(
+        (h) => JSON.parse(readFileSync(join(dir, `${h}.json`), 'utf8')) as Record<string, unknown>,
+      );
+      for (const [i, c] of configs.entries()) {
+        assert.equal(c.self, hosts[i]);
+        assert.equal(c.algorithm, 'ring');
+        assert.deepEqual(c.ring, ['a', 'b', 'c']);
+        assert.deepEqual(c.connectivity, {
+          size: 3,
+          edges: [
+            [0, 1],
+            [0, 2],
+            [1, 2],
+          ],
+        });
+        const strip = ({
+          self: _s,
+          createdAt: _c,
+          ...rest
+        }: Record<string, unknown>): Record<string, unknown> => rest;
+        assert.deepEqual(strip(c), strip(configs[0]!), 'every host wrote the same cluster');
+      }
+      const links = configs[0]!.links as {
+        a: string;
+        aPort: string;
+        b: string;
+        bPort: string;
+        subnet: string;
+        aAddress: string;
+        bAddress: string;
+      }[];
+      assert.deepEqual(
+        links.map((l) => l.subnet),
+        ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30'],
+      );
+      for (const l of links) {
+        assert.deepEqual(rig.addresses(l.a).get(l.aPort), [`${l.aAddress}/30`]);
+        assert.deepEqual(rig.addresses(l.b).get(l.bPort), [`${l.bAddress}/30`]);
+      }
+      assert.match(procs[0]!.stderr, /ip addr replace 10\.99\.0\.\d\/30 dev t-[bc]/);
+      assert.match(procs[0]!.stderr, /verified: t-b 10\.99\.0\.\d+ -> b/);
+      const show = rig.tandem('b', [
+        'topology',
+        '--config',
+        join(dir, 'b.json'),
+        '--json',
+        '--export-mlx',
+        join(dir, 'mlx.json'),
+      ]);
+      assert.equal(await show.exited, 0, show.stderr);
+      const shown = show.lines[0] as { class: string; links: { subnet: string }[] };
+      assert.equal(shown.class, 'full-mesh');
+      assert.deepEqual(
+        shown.links.map((l) => l.subnet),
+        ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30'],
+      );
+      const mlx = JSON.parse(readFileSync(join(dir, 'mlx.json'), 'utf8')) as {
+        hosts: { ssh: string; ips: string[]; rdma: unknown[] }[];
+      };
+      assert.deepEqual(
+        mlx.hosts.map((h) => h.ssh),
+        ['a', 'b', 'c'],
+      );
+      assert.deepEqual(mlx.hosts[0]?.ips, [links[0]!.aAddress, links[1]!.aAddress]);
+      assert.deepEqual(mlx.hosts[0]?.rdma, [null, 'rdma_t-b', 'rdma_t-c']);
+    } finally {
+      await rig.cleanup();
+      rmSync(dir, { recursive: true, force: true });
     }
-    const links = configs[0]!.links as { a: string; aPort: string; b: string; bPort: string; subnet: string; aAddress: string; bAddress: string }[];
-    assert.deepEqual(links.map((l) => l.subnet), ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30']);
-    for (const l of links) {
-      assert.deepEqual(rig.addresses(l.a).get(l.aPort), [`${l.aAddress}/30`]);
-      assert.deepEqual(rig.addresses(l.b).get(l.bPort), [`${l.bAddress}/30`]);
-    }
-    assert.match(procs[0]!.stderr, /ip addr replace 10\.99\.0\.\d\/30 dev t-[bc]/);
-    assert.match(procs[0]!.stderr, /verified: t-b 10\.99\.0\.\d+ -> b/);
-    const show = rig.tandem('b', ['topology', '--config', join(dir, 'b.json'), '--json', '--export-mlx', join(dir, 'mlx.json')]);
-    assert.equal(await show.exited, 0, show.stderr);
-    const shown = show.lines[0] as { class: string; links: { subnet: string }[] };
-    assert.equal(shown.class, 'full-mesh');
-    assert.deepEqual(shown.links.map((l) => l.subnet), ['10.99.0.0/30', '10.99.0.4/30', '10.99.0.8/30']);
-    const mlx = JSON.parse(readFileSync(join(dir, 'mlx.json'), 'utf8')) as { hosts: { ssh: string; ips: string[]; rdma: unknown[] }[] };
-    assert.deepEqual(mlx.hosts.map((h) => h.ssh), ['a', 'b', 'c']);
-    assert.deepEqual(mlx.hosts[0]?.ips, [links[0]!.aAddress, links[1]!.aAddress]);
-    assert.deepEqual(mlx.hosts[0]?.rdma, [null, 'rdma_t-b', 'rdma_t-c']);
-  } finally {
-    await rig.cleanup();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  },
+);

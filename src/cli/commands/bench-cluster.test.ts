@@ -18,8 +18,10 @@ const row = (nodes: number, extra: Partial<BenchClusterRow> = {}): BenchClusterR
   ...extra,
 });
 
-test('the bench cluster table says whether each split generated one node\'s tokens', () => {
-  const lines = clusterTable([row(1), row(2, { same_tokens: true }), row(3, { same_tokens: false })]).trimEnd().split('\n');
+test("the bench cluster table says whether each split generated one node's tokens", () => {
+  const lines = clusterTable([row(1), row(2, { same_tokens: true }), row(3, { same_tokens: false })])
+    .trimEnd()
+    .split('\n');
   const head = lines[0]!.trim().split(/\s{2,}/);
   const column = head.indexOf('same tokens');
   assert.ok(column > 0, lines[0]);

@@ -99,7 +99,8 @@ export const command = defineCommand({
     },
     ceiling: {
       type: 'boolean',
-      description: 'measure the decode speedup the machine allows with free communication (tp; --no-ceiling skips it)',
+      description:
+        'measure the decode speedup the machine allows with free communication (tp; --no-ceiling skips it)',
       default: true,
     },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
@@ -110,11 +111,13 @@ export const command = defineCommand({
     'tandem bench cluster /tmp/tl.gguf --wire q8 --agreement-text README.md --repeat 1 --no-ceiling',
   ],
   async run({ options, positionals }) {
-    for (const key of ['prompt-tokens', 'tokens', 'tp', 'repeat'] as const) checkInteger('bench cluster', key, options[key], 1);
+    for (const key of ['prompt-tokens', 'tokens', 'tp', 'repeat'] as const)
+      checkInteger('bench cluster', key, options[key], 1);
     // The same cap as `tandem run --nodes`: each node is a process on this machine.
     checkInteger('bench cluster', 'nodes', options.nodes, 1, 64, 2);
     checkThreads('bench cluster', options.threads);
-    if (options.agreement !== undefined) checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
+    if (options.agreement !== undefined)
+      checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
     const model = positionals[0] as string;
     const textPath = options['agreement-text'];
     let agreementText: number[] | undefined;
@@ -123,15 +126,23 @@ export const command = defineCommand({
       try {
         text = readFileSync(textPath, 'utf8');
       } catch (e) {
-        throw new TandemError('INVALID_ARGUMENT', `bench cluster: cannot read --agreement-text '${textPath}': ${(e as Error).message}`, {
-          hint: 'give the path of a text file',
-        });
+        throw new TandemError(
+          'INVALID_ARGUMENT',
+          `bench cluster: cannot read --agreement-text '${textPath}': ${(e as Error).message}`,
+          {
+            hint: 'give the path of a text file',
+          },
+        );
       }
       const tokenizer = readTokenizer(model);
       if (tokenizer === undefined) {
-        throw new TandemError('INVALID_ARGUMENT', `bench cluster: ${model} has no tokenizer to read --agreement-text with`, {
-          hint: 'use a GGUF file with tokenizer metadata, or leave --agreement-text out',
-        });
+        throw new TandemError(
+          'INVALID_ARGUMENT',
+          `bench cluster: ${model} has no tokenizer to read --agreement-text with`,
+          {
+            hint: 'use a GGUF file with tokenizer metadata, or leave --agreement-text out',
+          },
+        );
       }
       agreementText = tokenizer.encode(text);
     }

@@ -4,17 +4,25 @@ import { isTandemError } from '../../errors/index.js';
 import { checkSizes, defaultSizes } from './bench-collectives.js';
 import { runTandem } from '../testing.js';
 
-
 const tandem = (...args: string[]) => runTandem(args, { timeoutMs: 30_000 });
 
 test('bench collectives and bench fabric refuse what they cannot run, before starting any rank', () => {
   for (const [args, pattern] of [
-    [['bench', 'collectives', '--provider', 'loopback', '--ranks', '2'], /loopback connects ranks inside one process only, so it cannot run 2 rank processes/],
+    [
+      ['bench', 'collectives', '--provider', 'loopback', '--ranks', '2'],
+      /loopback connects ranks inside one process only, so it cannot run 2 rank processes/,
+    ],
     [['bench', 'collectives', '--sizes', ''], /--sizes is empty/],
     [['bench', 'collectives', '--sizes', '8,,16'], /--sizes has an empty item in '8,,16'/],
     [['bench', 'collectives', '--sizes', '8,6'], /size 6 B is not a whole number of f32 values \(4 B each\)/],
-    [['bench', 'collectives', '--op', 'all-gather', '--ranks', '4', '--sizes', '16,8,1K'], /size 8 B does not split into whole f32 values over 4 ranks: --op all-gather needs sizes that are multiples of 16 B[^]*hint: use 16 instead of 8/],
-    [['bench', 'collectives', '--op', 'all-to-all', '--ranks', '3', '--sizes', '1M'], /size 1048576 B does not split into whole f32 values over 3 ranks: --op all-to-all needs sizes that are multiples of 12 B[^]*hint: use 1048572 or 1048584 instead of 1048576/],
+    [
+      ['bench', 'collectives', '--op', 'all-gather', '--ranks', '4', '--sizes', '16,8,1K'],
+      /size 8 B does not split into whole f32 values over 4 ranks: --op all-gather needs sizes that are multiples of 16 B[^]*hint: use 16 instead of 8/,
+    ],
+    [
+      ['bench', 'collectives', '--op', 'all-to-all', '--ranks', '3', '--sizes', '1M'],
+      /size 1048576 B does not split into whole f32 values over 3 ranks: --op all-to-all needs sizes that are multiples of 12 B[^]*hint: use 1048572 or 1048584 instead of 1048576/,
+    ],
     [['bench', 'fabric', '--sizes', ''], /--sizes is empty/],
   ] as const) {
     const r = tandem(...args);
@@ -26,7 +34,19 @@ test('bench collectives and bench fabric refuse what they cannot run, before sta
 });
 
 test('bench collectives over loopback runs with one rank', () => {
-  const r = tandem('bench', 'collectives', '--provider', 'loopback', '--ranks', '1', '--sizes', '8', '--iterations', '5', '--json');
+  const r = tandem(
+    'bench',
+    'collectives',
+    '--provider',
+    'loopback',
+    '--ranks',
+    '1',
+    '--sizes',
+    '8',
+    '--iterations',
+    '5',
+    '--json',
+  );
   assert.equal(r.code, 0, r.stderr);
   assert.equal((JSON.parse(r.stdout) as { bytes: number }).bytes, 8);
 });
@@ -34,10 +54,16 @@ test('bench collectives over loopback runs with one rank', () => {
 test('only all-gather and all-to-all need sizes split into whole f32 values per rank; their default sizes are', () => {
   for (const op of ['all-reduce', 'reduce-scatter', 'broadcast'] as const) {
     assert.doesNotThrow(() => checkSizes(op, 3, [4, 8, 1 << 20]));
-    assert.deepEqual(defaultSizes(op, 3), Array.from({ length: 24 }, (_, i) => 8 * 2 ** i));
+    assert.deepEqual(
+      defaultSizes(op, 3),
+      Array.from({ length: 24 }, (_, i) => 8 * 2 ** i),
+    );
   }
   assert.doesNotThrow(() => checkSizes('all-gather', 4, [16, 1024, 1 << 20]));
-  assert.throws(() => checkSizes('all-to-all', 2, [8, 12]), (e) => isTandemError(e, 'CLI_USAGE') && e.details.size === 12 && e.details.multipleOf === 8);
+  assert.throws(
+    () => checkSizes('all-to-all', 2, [8, 12]),
+    (e) => isTandemError(e, 'CLI_USAGE') && e.details.size === 12 && e.details.multipleOf === 8,
+  );
   for (const op of ['all-gather', 'all-to-all'] as const) {
     for (const ranks of [1, 2, 3, 4, 6, 64]) {
       const sizes = defaultSizes(op, ranks);

@@ -1,4 +1,17 @@
-import { anchorFor, anchorsScript, checkCollectiveGoals, DEFAULT_SIZES, fasterRows, formatRow, header, parseSize, runAllreduceAnchors, runCollectivesBench, type AnchorRow, type CollRow } from '../../collectives/bench.js';
+import {
+  anchorFor,
+  anchorsScript,
+  checkCollectiveGoals,
+  DEFAULT_SIZES,
+  fasterRows,
+  formatRow,
+  header,
+  parseSize,
+  runAllreduceAnchors,
+  runCollectivesBench,
+  type AnchorRow,
+  type CollRow,
+} from '../../collectives/bench.js';
 import { algorithms } from '../../collectives/call.js';
 import { formatGoal } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
@@ -25,9 +38,13 @@ export function checkSizes(op: BenchOp, ranks: number, sizes: readonly number[])
   // Every size is a whole number of f32 values (bench-rank.ts allocates bytes / 4 of them).
   const ragged = sizes.find((b) => b % 4 !== 0);
   if (ragged !== undefined) {
-    throw new TandemError('CLI_USAGE', `bench collectives: size ${ragged} B is not a whole number of f32 values (4 B each)`, {
-      hint: 'pass sizes that are multiples of 4 B, e.g. --sizes 8,1K,1M',
-    });
+    throw new TandemError(
+      'CLI_USAGE',
+      `bench collectives: size ${ragged} B is not a whole number of f32 values (4 B each)`,
+      {
+        hint: 'pass sizes that are multiples of 4 B, e.g. --sizes 8,1K,1M',
+      },
+    );
   }
   const step = sizeStep(op, ranks);
   const uneven = sizes.find((b) => b % step !== 0);
@@ -50,52 +67,118 @@ export const command = defineCommand({
   summary: 'collectives time, algbw and busbw per size across N processes (like nccl-tests)',
   description:
     'Starts N rank processes over the chosen provider and times one collective per size (f32, sum), ' +
-    'nccl-tests style: time is the slowest rank\'s average, busbw = algbw x the bus factor. With --anchors ' +
+    "nccl-tests style: time is the slowest rank's average, busbw = algbw x the bus factor. With --anchors " +
     'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) first and prints its figures beside ours, ' +
-    'then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI\'s time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least 0.8x).',
+    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least 0.8x).",
   options: {
-    op: { type: 'string', choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'], default: 'all-reduce', description: 'the collective to time' },
+    op: {
+      type: 'string',
+      choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'],
+      default: 'all-reduce',
+      description: 'the collective to time',
+    },
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
-    provider: { type: 'string', choices: ['shm', 'tcp', 'loopback'], default: 'shm', description: 'fabric provider between the ranks (loopback: in-process, --ranks 1 only)' },
-    algorithm: { type: 'string', choices: [...algorithms], description: 'force an algorithm (default: chosen per size and topology)' },
-    sizes: { type: 'list', placeholder: 'sizes', description: 'sizes, multiples of 4 B (f32 values), and of 4 B x ranks for all-gather and all-to-all (whole values per rank), e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling, rounded up to such multiples)' },
-    iterations: { type: 'number', default: 1000, description: 'timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor\'s 1000 / 50 / 10)' },
-    json: { type: 'boolean', description: 'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}' },
-    repeat: { type: 'number', default: 1, description: 'rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine\'s speed drifts)' },
-    anchors: { type: 'boolean', description: 'also run Open MPI\'s all-reduce (run-anchors.sh allreduce), print it beside ours and, for 2 ranks, the goal ratios (on stderr with --json)' },
+    provider: {
+      type: 'string',
+      choices: ['shm', 'tcp', 'loopback'],
+      default: 'shm',
+      description: 'fabric provider between the ranks (loopback: in-process, --ranks 1 only)',
+    },
+    algorithm: {
+      type: 'string',
+      choices: [...algorithms],
+      description: 'force an algorithm (default: chosen per size and topology)',
+    },
+    sizes: {
+      type: 'list',
+      placeholder: 'sizes',
+      description:
+        'sizes, multiples of 4 B (f32 values), and of 4 B x ranks for all-gather and all-to-all (whole values per rank), e.g. 8,1K,1M,64M (default 8 B .. 64 MiB, doubling, rounded up to such multiples)',
+    },
+    iterations: {
+      type: 'number',
+      default: 1000,
+      description:
+        "timed calls below 1 MiB; a twentieth of it up to 16 MiB, a hundredth above (the Open MPI anchor's 1000 / 50 / 10)",
+    },
+    json: {
+      type: 'boolean',
+      description:
+        'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}',
+    },
+    repeat: {
+      type: 'number',
+      default: 1,
+      description:
+        "rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine's speed drifts)",
+    },
+    anchors: {
+      type: 'boolean',
+      description:
+        "also run Open MPI's all-reduce (run-anchors.sh allreduce), print it beside ours and, for 2 ranks, the goal ratios (on stderr with --json)",
+    },
   },
-  examples: ['tandem bench collectives --op all-reduce --ranks 2 --provider shm', 'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json', 'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors', 'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --repeat 3'],
+  examples: [
+    'tandem bench collectives --op all-reduce --ranks 2 --provider shm',
+    'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json',
+    'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors',
+    'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --repeat 3',
+  ],
   async run({ options }) {
     const ranks = options.ranks;
     if (!Number.isInteger(ranks) || ranks < 1 || ranks > 64) {
-      throw new TandemError('CLI_USAGE', `bench collectives: --ranks must be an integer in 1..64, got ${ranks}`, { hint: 'e.g. --ranks 4' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench collectives: --ranks must be an integer in 1..64, got ${ranks}`,
+        { hint: 'e.g. --ranks 4' },
+      );
     }
     if (!Number.isInteger(options.iterations) || options.iterations < 1) {
-      throw new TandemError('CLI_USAGE', `bench collectives: --iterations must be a positive integer, got ${options.iterations}`, { hint: 'e.g. --iterations 100' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench collectives: --iterations must be a positive integer, got ${options.iterations}`,
+        { hint: 'e.g. --iterations 100' },
+      );
     }
     const repeat = options.repeat;
     if (!Number.isInteger(repeat) || repeat < 1) {
-      throw new TandemError('CLI_USAGE', `bench collectives: --repeat must be a positive integer, got ${repeat}`, { hint: 'e.g. --repeat 3' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench collectives: --repeat must be a positive integer, got ${repeat}`,
+        { hint: 'e.g. --repeat 3' },
+      );
     }
     if (options.provider === 'loopback' && ranks !== 1) {
-      throw new TandemError('CLI_USAGE', `bench collectives: --provider loopback connects ranks inside one process only, so it cannot run ${ranks} rank processes`, {
-        hint: 'pass --ranks 1 with loopback, or --provider shm (or tcp) for more ranks',
-      });
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench collectives: --provider loopback connects ranks inside one process only, so it cannot run ${ranks} rank processes`,
+        {
+          hint: 'pass --ranks 1 with loopback, or --provider shm (or tcp) for more ranks',
+        },
+      );
     }
     const op = options.op;
     const sizes = options.sizes ? options.sizes.map(parseSize) : defaultSizes(op, ranks);
     checkSizes(op, ranks, sizes);
     const script = options.anchors ? anchorsScript() : undefined;
-    if (options.anchors && script === undefined) process.stderr.write('anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n');
+    if (options.anchors && script === undefined)
+      process.stderr.write(
+        'anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no Open MPI figures\n',
+      );
     const compare = script !== undefined && op === 'all-reduce';
     const printHeader = (): void => {
       if (options.json) return;
-      process.stdout.write(`# ${op}, ${ranks} ranks, ${options.provider}, f32 sum${compare ? ', Open MPI beside (same ranks, same transport kind)' : ''}${repeat > 1 ? `, best of ${repeat} alternated rounds each` : ''}\n`);
+      process.stdout.write(
+        `# ${op}, ${ranks} ranks, ${options.provider}, f32 sum${compare ? ', Open MPI beside (same ranks, same transport kind)' : ''}${repeat > 1 ? `, best of ${repeat} alternated rounds each` : ''}\n`,
+      );
       process.stdout.write(header(compare) + '\n');
     };
     const print = (r: CollRow, anchorRows: readonly AnchorRow[] | undefined): void => {
       if (options.json) process.stdout.write(JSON.stringify(r) + '\n');
-      else process.stdout.write(formatRow(r, compare ? (anchorFor(anchorRows ?? [], r) ?? null) : undefined) + '\n');
+      else
+        process.stdout.write(
+          formatRow(r, compare ? (anchorFor(anchorRows ?? [], r) ?? null) : undefined) + '\n',
+        );
     };
     let anchors: AnchorRow[] | undefined;
     let rows: CollRow[] = [];
@@ -109,7 +192,14 @@ export const command = defineCommand({
       if (repeat > 1) process.stderr.write(`ours${of}...\n`);
       else printHeader();
       const got = await runCollectivesBench(
-        { op, ranks, provider: options.provider, sizes, iterations: options.iterations, ...(options.algorithm ? { algorithm: options.algorithm } : {}) },
+        {
+          op,
+          ranks,
+          provider: options.provider,
+          sizes,
+          iterations: options.iterations,
+          ...(options.algorithm ? { algorithm: options.algorithm } : {}),
+        },
         // one round: each row as it arrives; more: the best rows at the end
         (r) => {
           if (repeat === 1) print(r, anchors);

@@ -6,25 +6,53 @@ import { benchModel, jsonLine, table } from '../../../bench/model.js';
 
 export const command = defineCommand({
   name: 'bench model',
-  summary: 'prefill tok/s (128-token prompt), decode tok/s, TTFT and peak RSS, with llama.cpp on the same file beside it',
+  summary:
+    'prefill tok/s (128-token prompt), decode tok/s, TTFT and peak RSS, with llama.cpp on the same file beside it',
   description:
-    'Runs tandem\'s engine and then llama.cpp (node-llama-cpp, CPU, its default settings) on the same GGUF file with the same threads, ' +
+    "Runs tandem's engine and then llama.cpp (node-llama-cpp, CPU, its default settings) on the same GGUF file with the same threads, " +
     'each in its own process, from the same token ids, greedy. Goals (docs/benchmarks.md): on a TinyLlama-1.1B-shaped Q8_0 model decode >= 0.8x and prefill >= 0.5x llama.cpp, peak RSS <= 1.3x the file.',
-  positionals: [{ name: 'model', description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)', required: true }],
+  positionals: [
+    {
+      name: 'model',
+      description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)',
+      required: true,
+    },
+  ],
   options: {
-    threads: { type: 'number', description: `compute threads for both engines, ${threadsBound} (default: all cores)` },
+    threads: {
+      type: 'number',
+      description: `compute threads for both engines, ${threadsBound} (default: all cores)`,
+    },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
-    tokens: { type: 'number', description: 'tokens to generate (decode rate is measured after the first)', default: 64 },
-    'llama-cpp': { type: 'boolean', description: 'also run llama.cpp (--no-llama-cpp to skip)', default: true },
+    tokens: {
+      type: 'number',
+      description: 'tokens to generate (decode rate is measured after the first)',
+      default: 64,
+    },
+    'llama-cpp': {
+      type: 'boolean',
+      description: 'also run llama.cpp (--no-llama-cpp to skip)',
+      default: true,
+    },
     timeout: { type: 'number', description: 'seconds each engine may take (at most 2147483)', default: 900 },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
   },
-  examples: ['tandem bench model /tmp/tl-q8_0.gguf --threads 1', 'tandem bench model /tmp/tl-q8_0.gguf --threads 2 --json'],
+  examples: [
+    'tandem bench model /tmp/tl-q8_0.gguf --threads 1',
+    'tandem bench model /tmp/tl-q8_0.gguf --threads 2 --json',
+  ],
   async run({ options, positionals }) {
     const threads = checkThreads('bench model', options.threads ?? availableParallelism());
     checkSeconds('bench model', 'timeout', options.timeout);
-    for (const [name, v] of [['prompt-tokens', options['prompt-tokens']], ['tokens', options.tokens], ['timeout', options.timeout]] as const) {
-      if (!Number.isInteger(v) || v < 1) throw new TandemError('CLI_USAGE', `bench model: --${name} must be a positive integer, got ${v}`, { hint: `for example --${name} 2` });
+    for (const [name, v] of [
+      ['prompt-tokens', options['prompt-tokens']],
+      ['tokens', options.tokens],
+      ['timeout', options.timeout],
+    ] as const) {
+      if (!Number.isInteger(v) || v < 1)
+        throw new TandemError('CLI_USAGE', `bench model: --${name} must be a positive integer, got ${v}`, {
+          hint: `for example --${name} 2`,
+        });
     }
     const { rows, fileMb } = await benchModel({
       model: positionals[0] as string,

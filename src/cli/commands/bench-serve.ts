@@ -6,31 +6,61 @@ import { benchServe, table } from '../../../bench/serve.js';
 
 export const command = defineCommand({
   name: 'bench serve',
-  summary: 'drive `tandem serve` over HTTP with C concurrent streaming clients: TTFT, inter-token latency, tokens/s; llama.cpp beside it',
+  summary:
+    'drive `tandem serve` over HTTP with C concurrent streaming clients: TTFT, inter-token latency, tokens/s; llama.cpp beside it',
   description:
     'Starts `tandem serve MODEL` (slots = the largest concurrency) and, per concurrency level, runs that many clients, each sending --rounds streamed ' +
     'completions of the same --prompt-tokens token ids (greedy, --max-tokens) one after the other. With --anchors, llama.cpp (node-llama-cpp, CPU) runs the same ' +
-    'prompts with the same threads and as many sequences in one context. tok_s_total: all completion tokens over the level\'s wall time; ' +
-    'tok_s_per_stream: the mean of each request\'s tokens over its time, TTFT included. See docs/serve.md.',
-  positionals: [{ name: 'model', description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)', required: true }],
+    "prompts with the same threads and as many sequences in one context. tok_s_total: all completion tokens over the level's wall time; " +
+    "tok_s_per_stream: the mean of each request's tokens over its time, TTFT included. See docs/serve.md.",
+  positionals: [
+    {
+      name: 'model',
+      description: 'GGUF model (e.g. from `tandem make-model --shape tinyllama-1.1b --type q8_0`)',
+      required: true,
+    },
+  ],
   options: {
-    threads: { type: 'number', description: `compute threads for both engines, ${threadsBound} (default: all cores)` },
-    concurrency: { type: 'list', description: 'concurrency levels: clients at once', default: ['1', '2', '4', '8'], placeholder: 'list' },
+    threads: {
+      type: 'number',
+      description: `compute threads for both engines, ${threadsBound} (default: all cores)`,
+    },
+    concurrency: {
+      type: 'list',
+      description: 'concurrency levels: clients at once',
+      default: ['1', '2', '4', '8'],
+      placeholder: 'list',
+    },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     'max-tokens': { type: 'number', description: 'tokens to generate per request', default: 64 },
     rounds: { type: 'number', description: 'requests each client sends, one after the other', default: 2 },
     anchors: { type: 'boolean', description: 'also run llama.cpp with as many sequences in one context' },
-    timeout: { type: 'number', description: 'seconds each engine run may take (at most 2147483)', default: 900 },
-    json: { type: 'boolean', description: 'print JSON lines {"engine","concurrency","requests","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","tok_s_total","tok_s_per_stream"}' },
+    timeout: {
+      type: 'number',
+      description: 'seconds each engine run may take (at most 2147483)',
+      default: 900,
+    },
+    json: {
+      type: 'boolean',
+      description:
+        'print JSON lines {"engine","concurrency","requests","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","tok_s_total","tok_s_per_stream"}',
+    },
   },
-  examples: ['tandem bench serve /tmp/tl-q8_0.gguf --threads 2 --concurrency 1,4 --anchors', 'tandem bench serve m.gguf --concurrency 1,2 --max-tokens 16 --json'],
+  examples: [
+    'tandem bench serve /tmp/tl-q8_0.gguf --threads 2 --concurrency 1,4 --anchors',
+    'tandem bench serve m.gguf --concurrency 1,2 --max-tokens 16 --json',
+  ],
   async run({ options, positionals }) {
     const threads = checkThreads('bench serve', options.threads ?? availableParallelism());
     checkSeconds('bench serve', 'timeout', options.timeout);
     const concurrency = options.concurrency.map((c) => {
       const n = /^\d+$/.test(c) ? Number(c) : NaN;
       if (!Number.isInteger(n) || n < 1 || n > 256) {
-        throw new TandemError('CLI_USAGE', `bench serve: --concurrency item '${c}' is not an integer in 1..256`, { hint: 'for example --concurrency 1,2,4,8' });
+        throw new TandemError(
+          'CLI_USAGE',
+          `bench serve: --concurrency item '${c}' is not an integer in 1..256`,
+          { hint: 'for example --concurrency 1,2,4,8' },
+        );
       }
       return n;
     });

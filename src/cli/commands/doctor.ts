@@ -20,9 +20,13 @@ function readJson(path: string, what: string): unknown {
   try {
     return JSON.parse(readFileSync(path, 'utf8'));
   } catch (e) {
-    throw new TandemError('INVALID_ARGUMENT', `doctor: cannot read ${what} '${path}': ${(e as Error).message}`, {
-      hint: `pass a JSON file written by \`tandem doctor --report\` or an MLX hostfile`,
-    });
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `doctor: cannot read ${what} '${path}': ${(e as Error).message}`,
+      {
+        hint: `pass a JSON file written by \`tandem doctor --report\` or an MLX hostfile`,
+      },
+    );
   }
 }
 
@@ -44,17 +48,48 @@ async function remoteReport(ssh: string, sshCommand: string): Promise<HostReport
 
 export const command = defineCommand({
   name: 'doctor',
-  summary: 'check this host (and with a hostfile every host) for what breaks a cluster, and say how to fix it',
+  summary:
+    'check this host (and with a hostfile every host) for what breaks a cluster, and say how to fix it',
   description:
     'Checks RDMA (rdma_ctl, verbs devices, port state), Thunderbolt Bridge loops, Thunderbolt 4 links, IPv4 on RDMA interfaces, MTU, clock and version skew, and missing cables for the chosen topology. Exits 1 when any finding is an error.',
   options: {
-    mode: { type: 'string', description: 'what the cluster will run over (auto: rdma on macOS, tcp elsewhere)', choices: ['auto', 'rdma', 'tcp'], default: 'auto' },
-    topology: { type: 'string', description: 'the topology the cables must allow', choices: ['auto', 'ring', 'mesh'], default: 'auto' },
-    hostfile: { type: 'string', description: 'MLX hostfile: check every host in it over ssh, and its cables', placeholder: 'file' },
-    config: { type: 'string', description: 'cluster config from `tandem init` whose cables to check (default: $TANDEM_CONFIG or ~/.config/tandem/cluster.json, if present)', placeholder: 'file' },
-    reports: { type: 'list', description: 'reports of other hosts saved with `tandem doctor --report`', placeholder: 'files' },
-    ssh: { type: 'string', description: 'ssh command used with --hostfile', default: 'ssh -o BatchMode=yes -o ConnectTimeout=5' },
-    report: { type: 'boolean', description: 'print only this host\'s raw probe report as JSON (for another host\'s doctor)' },
+    mode: {
+      type: 'string',
+      description: 'what the cluster will run over (auto: rdma on macOS, tcp elsewhere)',
+      choices: ['auto', 'rdma', 'tcp'],
+      default: 'auto',
+    },
+    topology: {
+      type: 'string',
+      description: 'the topology the cables must allow',
+      choices: ['auto', 'ring', 'mesh'],
+      default: 'auto',
+    },
+    hostfile: {
+      type: 'string',
+      description: 'MLX hostfile: check every host in it over ssh, and its cables',
+      placeholder: 'file',
+    },
+    config: {
+      type: 'string',
+      description:
+        'cluster config from `tandem init` whose cables to check (default: $TANDEM_CONFIG or ~/.config/tandem/cluster.json, if present)',
+      placeholder: 'file',
+    },
+    reports: {
+      type: 'list',
+      description: 'reports of other hosts saved with `tandem doctor --report`',
+      placeholder: 'files',
+    },
+    ssh: {
+      type: 'string',
+      description: 'ssh command used with --hostfile',
+      default: 'ssh -o BatchMode=yes -o ConnectTimeout=5',
+    },
+    report: {
+      type: 'boolean',
+      description: "print only this host's raw probe report as JSON (for another host's doctor)",
+    },
     json: { type: 'boolean', description: 'print the findings as JSON' },
   },
   examples: ['tandem doctor', 'tandem doctor --mode=rdma --hostfile m3-ultra-jaccl.json --json'],
@@ -72,20 +107,43 @@ export const command = defineCommand({
     if (options.hostfile !== undefined) {
       const { graph: g, hostfile } = importMlxHostfile(readJson(options.hostfile, 'hostfile'));
       graph = g;
-      const others = hostfile.hosts.map((h) => h.ssh).filter((h) => h !== report.host && !peers.some((p) => p.host === h));
+      const others = hostfile.hosts
+        .map((h) => h.ssh)
+        .filter((h) => h !== report.host && !peers.some((p) => p.host === h));
       for (const r of await Promise.all(others.map((h) => remoteReport(h, options.ssh)))) {
         if (typeof r === 'string') unreachable.push(r);
         else peers.push(r);
       }
     }
     const mode = options.mode === 'auto' ? (platform() === 'darwin' ? 'rdma' : 'tcp') : options.mode;
-    const findings = diagnose({ report, peers, mode, topology: options.topology, ...(graph ? { graph } : {}) });
+    const findings = diagnose({
+      report,
+      peers,
+      mode,
+      topology: options.topology,
+      ...(graph ? { graph } : {}),
+    });
     for (const u of unreachable) {
-      findings.push({ check: 'reach', host: u.split(':')[0] ?? u, severity: 'error', title: 'host could not be checked', evidence: u, fix: 'make password-less ssh work to it and install tandem there' });
+      findings.push({
+        check: 'reach',
+        host: u.split(':')[0] ?? u,
+        severity: 'error',
+        title: 'host could not be checked',
+        evidence: u,
+        fix: 'make password-less ssh work to it and install tandem there',
+      });
     }
     if (options.json) {
       const count = (s: string): number => findings.filter((f) => f.severity === s).length;
-      process.stdout.write(JSON.stringify({ host: report.host, mode, errors: count('error'), warnings: count('warning'), findings }) + '\n');
+      process.stdout.write(
+        JSON.stringify({
+          host: report.host,
+          mode,
+          errors: count('error'),
+          warnings: count('warning'),
+          findings,
+        }) + '\n',
+      );
     } else process.stdout.write(formatFindings(findings));
     return hasErrors(findings) ? 1 : 0;
   },

@@ -17,26 +17,62 @@ import {
 
 export const command = defineCommand({
   name: 'init',
-  summary: 'bring a cluster up: doctor, discover neighbours, agree on the topology, address each cable, write the cluster config',
+  summary:
+    'bring a cluster up: doctor, discover neighbours, agree on the topology, address each cable, write the cluster config',
   description:
     'Run on every host at the same time with the same --secret-file. Each cable gets its own /30 from --subnet; the commands are printed, and run and verified with --apply. The cluster config is written to --config (default $TANDEM_CONFIG or ~/.config/tandem/cluster.json).',
   options: {
-    mode: { type: 'string', description: 'transport the cluster will use', choices: ['rdma', 'tcp'], default: 'rdma' },
-    topology: { type: 'string', description: 'what the collectives need from the cables (auto: mesh if every pair is cabled, else ring, else relayed)', choices: ['ring', 'mesh', 'auto'], default: 'auto' },
-    'secret-file': { type: 'string', description: 'cluster secret, the same file on every host (else TANDEM_SECRET)', placeholder: 'file' },
-    host: { type: 'string', description: 'this host\'s name in the cluster (default: the hostname)' },
+    mode: {
+      type: 'string',
+      description: 'transport the cluster will use',
+      choices: ['rdma', 'tcp'],
+      default: 'rdma',
+    },
+    topology: {
+      type: 'string',
+      description:
+        'what the collectives need from the cables (auto: mesh if every pair is cabled, else ring, else relayed)',
+      choices: ['ring', 'mesh', 'auto'],
+      default: 'auto',
+    },
+    'secret-file': {
+      type: 'string',
+      description: 'cluster secret, the same file on every host (else TANDEM_SECRET)',
+      placeholder: 'file',
+    },
+    host: { type: 'string', description: "this host's name in the cluster (default: the hostname)" },
     expect: { type: 'number', description: 'wait until this many hosts are seen (a positive integer)' },
-    wait: { type: 'number', description: 'seconds to wait for discovery, agreement and verification (at most 2147483)', default: 30 },
-    subnet: { type: 'string', description: 'IPv4 network the per-cable /30 subnets are taken from', default: '10.99.0.0/16', placeholder: 'cidr' },
-    port: { type: 'number', description: 'discovery port (UDP hellos, TCP checks), 1..65535', default: 47600 },
+    wait: {
+      type: 'number',
+      description: 'seconds to wait for discovery, agreement and verification (at most 2147483)',
+      default: 30,
+    },
+    subnet: {
+      type: 'string',
+      description: 'IPv4 network the per-cable /30 subnets are taken from',
+      default: '10.99.0.0/16',
+      placeholder: 'cidr',
+    },
+    port: {
+      type: 'number',
+      description: 'discovery port (UDP hellos, TCP checks), 1..65535',
+      default: 47600,
+    },
     interfaces: { type: 'list', description: 'only use these interfaces' },
     apply: { type: 'boolean', description: 'run the address commands and verify each cable' },
     force: { type: 'boolean', description: 'go on although doctor found errors' },
-    measure: { type: 'boolean', description: 'measure each link\'s latency and bandwidth (--no-measure to skip)', default: true },
+    measure: {
+      type: 'boolean',
+      description: "measure each link's latency and bandwidth (--no-measure to skip)",
+      default: true,
+    },
     config: { type: 'string', description: 'where to write the cluster config', placeholder: 'file' },
     json: { type: 'boolean', description: 'print the cluster config as JSON at the end' },
   },
-  examples: ['tandem init --mode=rdma --topology=auto --secret-file cluster.secret --apply', 'tandem init --mode=tcp --topology=ring --expect 4 --secret-file cluster.secret'],
+  examples: [
+    'tandem init --mode=rdma --topology=auto --secret-file cluster.secret --apply',
+    'tandem init --mode=tcp --topology=ring --expect 4 --secret-file cluster.secret',
+  ],
   async run({ options }) {
     const log = (line: string): void => {
       process.stderr.write(line + '\n');

@@ -16,29 +16,59 @@ export const command = defineCommand({
   description:
     'The weights are random (seeded, N(0, 0.02)): the model loads and runs in tandem and llama.cpp but produces no meaningful text. ' +
     'Layouts and metadata follow llama.cpp (llama, qwen2 with q/k/v biases, qwen3 with q/k norms, Mixtral-style moe, qwen2moe, qwen3moe); ' +
-    'q4_k_m and q5_k_m mix types the way llama.cpp\'s quantizer does. The vocabulary is learned from a small embedded English text.',
+    "q4_k_m and q5_k_m mix types the way llama.cpp's quantizer does. The vocabulary is learned from a small embedded English text.",
   positionals: [{ name: 'out', description: 'path of the .gguf file to write', required: true }],
   options: {
     arch: { type: 'string', description: 'architecture', choices: modelArchs, default: 'llama' },
     shape: { type: 'string', description: 'size preset', choices: Object.keys(modelShapes), default: 'tiny' },
-    type: { type: 'string', description: 'file type (weight quantization)', choices: Object.keys(fileTypes), default: 'f32' },
+    type: {
+      type: 'string',
+      description: 'file type (weight quantization)',
+      choices: Object.keys(fileTypes),
+      default: 'f32',
+    },
     seed: { type: 'number', description: 'random seed for the weights', default: 0 },
-    vocab: { type: 'string', description: 'tokenizer: spm (SentencePiece, llama) or bpe (byte-level gpt2); default spm for llama/moe, bpe for qwen', choices: ['spm', 'bpe'] },
-    tied: { type: 'boolean', description: 'tie the output matrix to the token embeddings (no output.weight)' },
-    'rope-scaling': { type: 'string', description: 'llama3: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only', choices: ['none', 'llama3'], default: 'none' },
+    vocab: {
+      type: 'string',
+      description:
+        'tokenizer: spm (SentencePiece, llama) or bpe (byte-level gpt2); default spm for llama/moe, bpe for qwen',
+      choices: ['spm', 'bpe'],
+    },
+    tied: {
+      type: 'boolean',
+      description: 'tie the output matrix to the token embeddings (no output.weight)',
+    },
+    'rope-scaling': {
+      type: 'string',
+      description: 'llama3: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only',
+      choices: ['none', 'llama3'],
+      default: 'none',
+    },
     std: { type: 'number', description: 'standard deviation of the random weights', default: 0.02 },
-    threads: { type: 'number', description: `worker threads generating and quantizing weights, ${threadsBound} (default: one per core)` },
+    threads: {
+      type: 'number',
+      description: `worker threads generating and quantizing weights, ${threadsBound} (default: one per core)`,
+    },
     json: { type: 'boolean', description: 'print a JSON summary instead of text' },
   },
-  examples: ['tandem make-model /tmp/tiny.gguf --arch qwen3 --type q8_0', 'tandem make-model /tmp/tl.gguf --shape tinyllama-1.1b --type q4_k_m'],
+  examples: [
+    'tandem make-model /tmp/tiny.gguf --arch qwen3 --type q8_0',
+    'tandem make-model /tmp/tl.gguf --shape tinyllama-1.1b --type q4_k_m',
+  ],
   async run({ options, positionals }) {
     const out = positionals[0] as string;
     const threads = checkThreads('make-model', options.threads ?? availableParallelism());
     if (!(options.std > 0 && options.std < 10)) {
-      throw new TandemError('CLI_USAGE', `make-model: --std must be in (0, 10), got ${options.std}`, { hint: 'use a small value such as 0.02' });
+      throw new TandemError('CLI_USAGE', `make-model: --std must be in (0, 10), got ${options.std}`, {
+        hint: 'use a small value such as 0.02',
+      });
     }
     if (!Number.isSafeInteger(options.seed) || options.seed < 0) {
-      throw new TandemError('CLI_USAGE', `make-model: --seed must be a non-negative integer, got ${options.seed}`, { hint: 'for example --seed 1' });
+      throw new TandemError(
+        'CLI_USAGE',
+        `make-model: --seed must be a non-negative integer, got ${options.seed}`,
+        { hint: 'for example --seed 1' },
+      );
     }
     const opts = {
       arch: options.arch,
@@ -54,7 +84,9 @@ export const command = defineCommand({
     const log = (s: string): void => {
       if (!options.json) process.stderr.write(s);
     };
-    log(`writing ${out}: ${options.arch} ${options.shape} ${options.type}, ${(plan.params / 1e6).toFixed(1)}M parameters, RANDOM WEIGHTS (seed ${options.seed})\n`);
+    log(
+      `writing ${out}: ${options.arch} ${options.shape} ${options.type}, ${(plan.params / 1e6).toFixed(1)}M parameters, RANDOM WEIGHTS (seed ${options.seed})\n`,
+    );
     const started = Date.now();
     let lastShown = 0;
     const tty = process.stderr.isTTY;
@@ -66,7 +98,9 @@ export const command = defineCommand({
         if (now - lastShown < 1000 && written < total) return;
         lastShown = now;
         const pct = ((100 * written) / total).toFixed(0).padStart(3);
-        log(`${tty ? '\r' : ''}  ${pct}%  ${mib(written)} / ${mib(total)}  ${tensor}${tty ? '\x1b[K' : '\n'}`);
+        log(
+          `${tty ? '\r' : ''}  ${pct}%  ${mib(written)} / ${mib(total)}  ${tensor}${tty ? '\x1b[K' : '\n'}`,
+        );
       },
     });
     if (tty) log('\n');

@@ -9,25 +9,65 @@ const path = tempModel('tandem-run-', { arch: 'qwen2', shape: 'tiny', type: 'q8_
 
 const tandem = (...args: string[]) => runTandem(args);
 
-test('tandem run --json: greedy tokens equal the engine\'s, with text and timings', async () => {
-  const r = tandem('run', path(), '--prompt-tokens', '5,6,7,8', '--max-tokens', '12', '--temperature', '0', '--threads', '1', '--json');
+test("tandem run --json: greedy tokens equal the engine's, with text and timings", async () => {
+  const r = tandem(
+    'run',
+    path(),
+    '--prompt-tokens',
+    '5,6,7,8',
+    '--max-tokens',
+    '12',
+    '--temperature',
+    '0',
+    '--threads',
+    '1',
+    '--json',
+  );
   assert.equal(r.code, 0, r.stderr);
-  const out = JSON.parse(r.stdout) as { tokens: number[]; text: string; ttft_ms: number; decode_tok_s: number };
+  const out = JSON.parse(r.stdout) as {
+    tokens: number[];
+    text: string;
+    ttft_ms: number;
+    decode_tok_s: number;
+  };
   assert.deepEqual(Object.keys(out), ['tokens', 'text', 'ttft_ms', 'decode_tok_s']);
   assert.ok(out.ttft_ms > 0 && out.decode_tok_s > 0);
   const opened = await openModel(path(), { threads: 1 });
   try {
-    const expected = await generate(opened.model, opened.model.newSession({ contextLength: 64 }), [5, 6, 7, 8], { maxTokens: 12 });
+    const expected = await generate(
+      opened.model,
+      opened.model.newSession({ contextLength: 64 }),
+      [5, 6, 7, 8],
+      { maxTokens: 12 },
+    );
     const eog = expected.tokens.findIndex((t) => opened.tokenizer!.isEndOfGeneration(t));
     assert.deepEqual(out.tokens, eog < 0 ? expected.tokens : expected.tokens.slice(0, eog + 1));
-    assert.equal(out.text, opened.tokenizer!.decode(out.tokens.filter((t) => !opened.tokenizer!.isEndOfGeneration(t))));
+    assert.equal(
+      out.text,
+      opened.tokenizer!.decode(out.tokens.filter((t) => !opened.tokenizer!.isEndOfGeneration(t))),
+    );
   } finally {
     await opened.close();
   }
 });
 
-test('tandem run --chat renders the model\'s chat template around the prompt (greedy tokens equal the engine\'s on the rendered prompt)', async () => {
-  const r = tandem('run', path(), '--chat', '--system', 'Be brief.', '--prompt', 'Hello there', '--max-tokens', '6', '--temperature', '0', '--threads', '1', '--json');
+test("tandem run --chat renders the model's chat template around the prompt (greedy tokens equal the engine's on the rendered prompt)", async () => {
+  const r = tandem(
+    'run',
+    path(),
+    '--chat',
+    '--system',
+    'Be brief.',
+    '--prompt',
+    'Hello there',
+    '--max-tokens',
+    '6',
+    '--temperature',
+    '0',
+    '--threads',
+    '1',
+    '--json',
+  );
   assert.equal(r.code, 0, r.stderr);
   const out = JSON.parse(r.stdout) as { tokens: number[] };
   const opened = await openModel(path(), { threads: 1 });
@@ -39,7 +79,9 @@ test('tandem run --chat renders the model\'s chat template around the prompt (gr
       { role: 'user', content: 'Hello there' },
     ]);
     assert.notDeepEqual(prompt, tokenizer.encode('Hello there'), 'the template adds turn markers');
-    const expected = await generate(opened.model, opened.model.newSession({ contextLength: 128 }), prompt, { maxTokens: 6 });
+    const expected = await generate(opened.model, opened.model.newSession({ contextLength: 128 }), prompt, {
+      maxTokens: 6,
+    });
     const eog = expected.tokens.findIndex((t) => tokenizer.isEndOfGeneration(t));
     assert.deepEqual(out.tokens, eog < 0 ? expected.tokens : expected.tokens.slice(0, eog + 1));
   } finally {
@@ -51,13 +93,35 @@ test('tandem run --chat renders the model\'s chat template around the prompt (gr
 });
 
 test('tandem run streams text from a text prompt, and reports usage errors and context limits', () => {
-  const ok = tandem('run', path(), '--prompt', 'Hello there', '--max-tokens', '4', '--seed', '1', '--threads', '1');
+  const ok = tandem(
+    'run',
+    path(),
+    '--prompt',
+    'Hello there',
+    '--max-tokens',
+    '4',
+    '--seed',
+    '1',
+    '--threads',
+    '1',
+  );
   assert.equal(ok.code, 0, ok.stderr);
   assert.match(ok.stderr, /prompt tokens, \d+ generated/);
   const both = tandem('run', path(), '--prompt', 'x', '--prompt-tokens', '1');
   assert.equal(both.code, 3);
   assert.match(both.stderr, /CLI_USAGE/);
-  const full = tandem('run', path(), '--prompt-tokens', '5,6,7', '--max-tokens', '100', '--context', '16', '--threads', '1');
+  const full = tandem(
+    'run',
+    path(),
+    '--prompt-tokens',
+    '5,6,7',
+    '--max-tokens',
+    '100',
+    '--context',
+    '16',
+    '--threads',
+    '1',
+  );
   assert.equal(full.code, 3);
   assert.match(full.stderr, /KV_CONTEXT_FULL/);
   const bad = tandem('run', path(), '--prompt-tokens', '999999', '--threads', '1');
@@ -65,15 +129,40 @@ test('tandem run streams text from a text prompt, and reports usage errors and c
   assert.match(bad.stderr, /GENERATE_PROMPT/);
 });
 
-test('tandem bench model --json prints one line per engine with the issue\'s fields', () => {
-  const r = tandem('bench', 'model', path(), '--threads', '1', '--prompt-tokens', '16', '--tokens', '4', '--json');
+test("tandem bench model --json prints one line per engine with the issue's fields", () => {
+  const r = tandem(
+    'bench',
+    'model',
+    path(),
+    '--threads',
+    '1',
+    '--prompt-tokens',
+    '16',
+    '--tokens',
+    '4',
+    '--json',
+  );
   assert.equal(r.code, 0, r.stderr);
-  const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-  assert.deepEqual(lines.map((l) => l.engine), ['tandem', 'llama.cpp']);
+  const lines = r.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  assert.deepEqual(
+    lines.map((l) => l.engine),
+    ['tandem', 'llama.cpp'],
+  );
   for (const l of lines) {
-    assert.deepEqual(Object.keys(l), ['engine', 'threads', 'prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb']);
+    assert.deepEqual(Object.keys(l), [
+      'engine',
+      'threads',
+      'prefill_tok_s',
+      'decode_tok_s',
+      'ttft_ms',
+      'peak_rss_mb',
+    ]);
     assert.equal(l.threads, 1);
-    for (const k of ['prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb']) assert.ok((l[k] as number) > 0, `${String(l.engine)} ${k}`);
+    for (const k of ['prefill_tok_s', 'decode_tok_s', 'ttft_ms', 'peak_rss_mb'])
+      assert.ok((l[k] as number) > 0, `${String(l.engine)} ${k}`);
   }
 });
 
@@ -88,7 +177,10 @@ test('tandem run refuses conflicting, ignored and malformed options with a usage
     [['--nodes', '2', '--parallel', 'hybrid', '--tp', '0'], /--tp must be an integer in 1\.\.64, got 0/],
     [['--nodes', '2', '--tp', '2'], /--tp 2 needs --parallel hybrid/],
     [['--wire', 'f16'], /--wire applies only with --nodes or --hosts/],
-    [['--parallel', 'pp', '--secret', 's', '--provider', 'tcp'], /--parallel, --secret, --provider apply only with --nodes or --hosts/],
+    [
+      ['--parallel', 'pp', '--secret', 's', '--provider', 'tcp'],
+      /--parallel, --secret, --provider apply only with --nodes or --hosts/,
+    ],
     [['--mem-limit', '0'], /--mem-limit '0' is not a positive byte size/],
     [['extra'], /unexpected argument 'extra' \(run takes MODEL only\)/],
     [['--prompt-tokens', '1,,2'], /--prompt-tokens has an empty item in '1,,2'/],
@@ -107,10 +199,36 @@ test('tandem run refuses conflicting, ignored and malformed options with a usage
 });
 
 test('tandem run --mem-limit on one machine stops before loading when the model and its KV cache do not fit', () => {
-  const small = tandem('run', path(), '--prompt-tokens', '5,6', '--max-tokens', '2', '--threads', '1', '--mem-limit', '64K');
+  const small = tandem(
+    'run',
+    path(),
+    '--prompt-tokens',
+    '5,6',
+    '--max-tokens',
+    '2',
+    '--threads',
+    '1',
+    '--mem-limit',
+    '64K',
+  );
   assert.equal(small.code, 2, small.stderr);
-  assert.match(small.stderr, /PAR_NO_FIT.*the model needs .* with a f32 KV cache of \d+ positions, more than --mem-limit 64\.0 KiB/);
-  const roomy = tandem('run', path(), '--prompt-tokens', '5,6', '--max-tokens', '2', '--threads', '1', '--mem-limit', '1G', '--json');
+  assert.match(
+    small.stderr,
+    /PAR_NO_FIT.*the model needs .* with a f32 KV cache of \d+ positions, more than --mem-limit 64\.0 KiB/,
+  );
+  const roomy = tandem(
+    'run',
+    path(),
+    '--prompt-tokens',
+    '5,6',
+    '--max-tokens',
+    '2',
+    '--threads',
+    '1',
+    '--mem-limit',
+    '1G',
+    '--json',
+  );
   assert.equal(roomy.code, 0, roomy.stderr);
 });
 

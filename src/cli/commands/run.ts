@@ -2,7 +2,18 @@ import { availableParallelism } from 'node:os';
 import { defineCommand, type OptionTable, type ParsedOptions } from '../options.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ChatTemplate, GgufModelFile, Sampler, configFromMetadata, fullShard, generate, openModel, type ChatMessage, type OpenedModel, type TokenPicker } from '../../engine/index.js';
+import {
+  ChatTemplate,
+  GgufModelFile,
+  Sampler,
+  configFromMetadata,
+  fullShard,
+  generate,
+  openModel,
+  type ChatMessage,
+  type OpenedModel,
+  type TokenPicker,
+} from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { formatBytes, parallelKinds, parseBytes, shardBytes, wireFormats } from '../../parallel/index.js';
 
@@ -14,35 +25,103 @@ function parseTokenIds(items: readonly string[]): number[] {
   return items.map((s) => {
     // Decimal digits only: Number() would also take '1e3', '0x10' and ' '.
     const id = /^\d+$/.test(s) ? Number(s) : NaN;
-    if (!Number.isSafeInteger(id)) throw usage(`--prompt-tokens item '${s}' is not a token id`, 'pass comma-separated non-negative integers, e.g. --prompt-tokens 1,15043,3186');
+    if (!Number.isSafeInteger(id))
+      throw usage(
+        `--prompt-tokens item '${s}' is not a token id`,
+        'pass comma-separated non-negative integers, e.g. --prompt-tokens 1,15043,3186',
+      );
     return id;
   });
 }
 
 /** The option table, apart so that the helpers below take its parsed type (`RunOptions`). */
 const runOptions = {
-  prompt: { type: 'string', description: 'prompt text (tokenized with the model\'s tokenizer, BOS added as the model asks)', placeholder: 'text' },
-  'prompt-tokens': { type: 'list', description: 'prompt as comma-separated token ids instead of text', placeholder: 'ids' },
-  chat: { type: 'boolean', description: 'render --prompt as a user turn in the model\'s chat template (tokenizer.chat_template), ready for the assistant\'s reply' },
-  system: { type: 'string', description: 'with --chat: a system message before the user turn', placeholder: 'text' },
+  prompt: {
+    type: 'string',
+    description: "prompt text (tokenized with the model's tokenizer, BOS added as the model asks)",
+    placeholder: 'text',
+  },
+  'prompt-tokens': {
+    type: 'list',
+    description: 'prompt as comma-separated token ids instead of text',
+    placeholder: 'ids',
+  },
+  chat: {
+    type: 'boolean',
+    description:
+      "render --prompt as a user turn in the model's chat template (tokenizer.chat_template), ready for the assistant's reply",
+  },
+  system: {
+    type: 'string',
+    description: 'with --chat: a system message before the user turn',
+    placeholder: 'text',
+  },
   'max-tokens': { type: 'number', description: 'tokens to generate at most', default: 128 },
   temperature: { type: 'number', description: 'sampling temperature; 0 is greedy', default: 0.8 },
   'top-k': { type: 'number', description: 'keep the k most likely tokens (0 disables)', default: 40 },
   'top-p': { type: 'number', description: 'nucleus sampling threshold (1 disables)', default: 0.95 },
-  'min-p': { type: 'number', description: 'drop tokens less likely than min-p x the most likely (0 disables)', default: 0.05 },
-  'repeat-penalty': { type: 'number', description: 'penalty on recently seen tokens (1 disables)', default: 1 },
+  'min-p': {
+    type: 'number',
+    description: 'drop tokens less likely than min-p x the most likely (0 disables)',
+    default: 0.05,
+  },
+  'repeat-penalty': {
+    type: 'number',
+    description: 'penalty on recently seen tokens (1 disables)',
+    default: 1,
+  },
   seed: { type: 'number', description: 'random seed for sampling (default: random)' },
   threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
-  context: { type: 'number', description: 'KV cache positions, a positive integer (default: the model\'s context length, at most 4096); this machine only, not with --nodes/--hosts' },
-  'kv-type': { type: 'string', description: 'KV cache element type', choices: ['f32', 'f16'], default: 'f32' },
-  json: { type: 'boolean', description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text' },
-  nodes: { type: 'number', description: 'split the model across N local node processes (see docs/parallel.md)' },
-  hosts: { type: 'string', description: 'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)', placeholder: 'FILE' },
-  parallel: { type: 'string', description: 'how --nodes/--hosts split the model (default tp)', choices: parallelKinds },
-  tp: { type: 'number', description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)' },
-  provider: { type: 'string', description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)', choices: ['shm', 'tcp'] },
-  wire: { type: 'string', description: 'with --nodes/--hosts: activations between nodes (default f32)', choices: wireFormats },
-  'mem-limit': { type: 'string', description: 'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit', placeholder: 'BYTES' },
+  context: {
+    type: 'number',
+    description:
+      "KV cache positions, a positive integer (default: the model's context length, at most 4096); this machine only, not with --nodes/--hosts",
+  },
+  'kv-type': {
+    type: 'string',
+    description: 'KV cache element type',
+    choices: ['f32', 'f16'],
+    default: 'f32',
+  },
+  json: {
+    type: 'boolean',
+    description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text',
+  },
+  nodes: {
+    type: 'number',
+    description: 'split the model across N local node processes (see docs/parallel.md)',
+  },
+  hosts: {
+    type: 'string',
+    description:
+      'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)',
+    placeholder: 'FILE',
+  },
+  parallel: {
+    type: 'string',
+    description: 'how --nodes/--hosts split the model (default tp)',
+    choices: parallelKinds,
+  },
+  tp: {
+    type: 'number',
+    description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)',
+  },
+  provider: {
+    type: 'string',
+    description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)',
+    choices: ['shm', 'tcp'],
+  },
+  wire: {
+    type: 'string',
+    description: 'with --nodes/--hosts: activations between nodes (default f32)',
+    choices: wireFormats,
+  },
+  'mem-limit': {
+    type: 'string',
+    description:
+      'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit',
+    placeholder: 'BYTES',
+  },
   secret: { type: 'string', description: 'with --hosts: cluster secret (default: TANDEM_SECRET)' },
 } as const satisfies OptionTable;
 
@@ -60,15 +139,22 @@ function checkPrompt(options: RunOptions): Prompt {
   const { prompt: text, chat, system } = options;
   const ids = options['prompt-tokens'];
   if (ids !== undefined && text === undefined) {
-    if (chat || system !== undefined) throw usage('--chat and --system need a text --prompt', 'for example --chat --prompt "Hello"');
+    if (chat || system !== undefined)
+      throw usage('--chat and --system need a text --prompt', 'for example --chat --prompt "Hello"');
     return { ids: parseTokenIds(ids) };
   }
   if (text === undefined || ids !== undefined) {
-    throw usage('give exactly one of --prompt and --prompt-tokens', 'for example --prompt "Hello" or --prompt-tokens 1,2,3');
+    throw usage(
+      'give exactly one of --prompt and --prompt-tokens',
+      'for example --prompt "Hello" or --prompt-tokens 1,2,3',
+    );
   }
   if (system !== undefined && !chat) throw usage('--system needs --chat', 'add --chat');
   if (chat && (options.nodes !== undefined || options.hosts !== undefined)) {
-    throw usage('--chat runs on this machine only', 'drop --nodes/--hosts, or render the template yourself and pass --prompt');
+    throw usage(
+      '--chat runs on this machine only',
+      'drop --nodes/--hosts, or render the template yourself and pass --prompt',
+    );
   }
   return { text, chat, system };
 }
@@ -92,7 +178,8 @@ export const command = defineCommand({
     const prompt = checkPrompt(options);
     checkRunOptions(options);
     const memLimit = parseMemLimit(options['mem-limit']);
-    if (options.nodes !== undefined || options.hosts !== undefined) return runOnNodes(path, options, memLimit, prompt);
+    if (options.nodes !== undefined || options.hosts !== undefined)
+      return runOnNodes(path, options, memLimit, prompt);
     if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type']);
     const threads = checkThreads('run', options.threads ?? availableParallelism());
     const sampler = new Sampler({
@@ -107,14 +194,19 @@ export const command = defineCommand({
     try {
       const { model, tokenizer } = opened;
       const tokens = promptTokens(opened, prompt);
-      const contextLength = Math.min(options.context ?? Math.min(4096, model.config.contextLength), model.config.contextLength);
+      const contextLength = Math.min(
+        options.context ?? Math.min(4096, model.config.contextLength),
+        model.config.contextLength,
+      );
       const cache = model.newSession({ contextLength, kvType: options['kv-type'] });
       sampler.accept(...tokens);
       const pick: TokenPicker = (logits) => sampler.sample(logits);
       const stream = tokenizer?.streamDecoder();
       let text = '';
       const stopTokens = new Set<number>();
-      if (tokenizer) for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
+      if (tokenizer)
+        for (let id = 0; id < tokenizer.vocabSize; id++)
+          if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
       const result = await generate(model, cache, tokens, {
         maxTokens: options['max-tokens'],
         pick,
@@ -130,7 +222,12 @@ export const command = defineCommand({
       text += tail;
       if (options.json) {
         process.stdout.write(
-          JSON.stringify({ tokens: result.tokens, text, ttft_ms: round(result.ttftMs), decode_tok_s: round(result.decodeTokS) }) + '\n',
+          JSON.stringify({
+            tokens: result.tokens,
+            text,
+            ttft_ms: round(result.ttftMs),
+            decode_tok_s: round(result.decodeTokS),
+          }) + '\n',
         );
       } else {
         process.stdout.write(tail + '\n');
@@ -151,14 +248,23 @@ function promptTokens(opened: OpenedModel, prompt: Prompt): number[] {
   if ('ids' in prompt) return prompt.ids;
   const { tokenizer } = opened;
   if (!prompt.chat) return tokenizer?.encode(prompt.text) ?? [];
-  if (!tokenizer) throw usage('--chat needs the tokenizer in the model file', 'pass a GGUF file with tokenizer metadata');
-  const messages: ChatMessage[] = [...(prompt.system !== undefined ? [{ role: 'system', content: prompt.system }] : []), { role: 'user', content: prompt.text }];
+  if (!tokenizer)
+    throw usage('--chat needs the tokenizer in the model file', 'pass a GGUF file with tokenizer metadata');
+  const messages: ChatMessage[] = [
+    ...(prompt.system !== undefined ? [{ role: 'system', content: prompt.system }] : []),
+    { role: 'user', content: prompt.text },
+  ];
   const source = opened.file.meta('tokenizer.chat_template');
   return ChatTemplate.fromModel(typeof source === 'string' ? source : undefined).encode(tokenizer, messages);
 }
 
 /** --nodes / --hosts: the same run split across node processes (src/cluster). */
-async function runOnNodes(model: string, options: RunOptions, memLimit: number | undefined, prompt: Prompt): Promise<number> {
+async function runOnNodes(
+  model: string,
+  options: RunOptions,
+  memLimit: number | undefined,
+  prompt: Prompt,
+): Promise<number> {
   const r = await runDistributedText({
     model,
     ...(options.nodes !== undefined ? { nodes: options.nodes } : { hosts: options.hosts as string }),
@@ -166,22 +272,46 @@ async function runOnNodes(model: string, options: RunOptions, memLimit: number |
     ...(options.tp !== undefined ? { tpSize: options.tp } : {}),
     ...(options.wire !== undefined ? { wire: options.wire } : {}),
     maxTokens: options['max-tokens'],
-    sampling: { temperature: options.temperature, topK: options['top-k'], topP: options['top-p'], minP: options['min-p'], repeatPenalty: options['repeat-penalty'], ...(options.seed !== undefined ? { seed: options.seed } : {}) },
+    sampling: {
+      temperature: options.temperature,
+      topK: options['top-k'],
+      topP: options['top-p'],
+      minP: options['min-p'],
+      repeatPenalty: options['repeat-penalty'],
+      ...(options.seed !== undefined ? { seed: options.seed } : {}),
+    },
     ...('ids' in prompt ? { promptTokens: prompt.ids } : { prompt: prompt.text }),
     ...(options.provider ? { provider: options.provider } : {}),
     ...(memLimit !== undefined ? { memLimit } : {}),
     ...(options.secret ? { secret: options.secret } : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
-    ...(options.json ? {} : { onText: (piece: string) => void process.stdout.write(piece), onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
+    ...(options.json
+      ? {}
+      : {
+          onText: (piece: string) => void process.stdout.write(piece),
+          onProgress: (line: string) => void process.stderr.write(`${line}\n`),
+        }),
   });
   if (options.json) {
-    process.stdout.write(JSON.stringify({ tokens: r.tokens, text: r.text, ttft_ms: round(r.ttftMs), decode_tok_s: round(r.decodeTokS), nodes: r.nodes }) + '\n');
+    process.stdout.write(
+      JSON.stringify({
+        tokens: r.tokens,
+        text: r.text,
+        ttft_ms: round(r.ttftMs),
+        decode_tok_s: round(r.decodeTokS),
+        nodes: r.nodes,
+      }) + '\n',
+    );
     return 0;
   }
   process.stdout.write('\n');
-  process.stderr.write(`\n${r.promptTokens.length} prompt tokens, ${r.tokens.length} generated (${r.stopReason}) on ${r.nodes.length} nodes, --parallel ${r.parallel} over ${r.provider}\n`);
+  process.stderr.write(
+    `\n${r.promptTokens.length} prompt tokens, ${r.tokens.length} generated (${r.stopReason}) on ${r.nodes.length} nodes, --parallel ${r.parallel} over ${r.provider}\n`,
+  );
   for (const m of r.nodes) {
-    process.stderr.write(`  node ${m.rank}: TTFT ${m.ttftMs.toFixed(0)} ms, decode ${m.decodeTokS.toFixed(1)} tok/s, ${m.wireBytesPerToken.toFixed(0)} B/token on the wire, ${(100 * m.commShare).toFixed(0)}% of each token in communication\n`);
+    process.stderr.write(
+      `  node ${m.rank}: TTFT ${m.ttftMs.toFixed(0)} ms, decode ${m.decodeTokS.toFixed(1)} tok/s, ${m.wireBytesPerToken.toFixed(0)} B/token on the wire, ${(100 * m.commShare).toFixed(0)}% of each token in communication\n`,
+    );
   }
   return 0;
 }
@@ -194,20 +324,35 @@ async function runOnNodes(model: string, options: RunOptions, memLimit: number |
 function checkRunOptions(options: RunOptions): void {
   const onNodes = options.nodes !== undefined || options.hosts !== undefined;
   if (options.nodes !== undefined && options.hosts !== undefined) {
-    throw usage('--nodes and --hosts both given', 'pass --nodes N to start local node processes, or --hosts FILE to use nodes started with `tandem node`, not both');
+    throw usage(
+      '--nodes and --hosts both given',
+      'pass --nodes N to start local node processes, or --hosts FILE to use nodes started with `tandem node`, not both',
+    );
   }
-  if (options.context !== undefined) checkInteger('run', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
+  if (options.context !== undefined)
+    checkInteger('run', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   if (options.tp !== undefined) checkInteger('run', 'tp', options.tp, 1, 64, 2);
   if (onNodes && options.context !== undefined) {
-    throw usage('--context applies to runs on this machine only', 'drop --context: with --nodes/--hosts every node sizes its KV cache to the model\'s context length');
+    throw usage(
+      '--context applies to runs on this machine only',
+      "drop --context: with --nodes/--hosts every node sizes its KV cache to the model's context length",
+    );
   }
   if (options.tp !== undefined && options.parallel !== 'hybrid') {
-    throw usage(`--tp ${options.tp} needs --parallel hybrid`, 'add --parallel hybrid (with --nodes or --hosts), or drop --tp');
+    throw usage(
+      `--tp ${options.tp} needs --parallel hybrid`,
+      'add --parallel hybrid (with --nodes or --hosts), or drop --tp',
+    );
   }
   if (!onNodes) {
-    const given = (['parallel', 'wire', 'secret', 'provider'] as const).filter((k) => options[k] !== undefined);
+    const given = (['parallel', 'wire', 'secret', 'provider'] as const).filter(
+      (k) => options[k] !== undefined,
+    );
     if (given.length > 0) {
-      throw usage(`${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes or --hosts`, 'add --nodes N (local node processes) or --hosts FILE, or drop them to run on this machine');
+      throw usage(
+        `${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes or --hosts`,
+        'add --nodes N (local node processes) or --hosts FILE, or drop them to run on this machine',
+      );
     }
   }
 }
@@ -215,7 +360,8 @@ function checkRunOptions(options: RunOptions): void {
 function parseMemLimit(text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
   const bytes = parseBytes(text);
-  if (bytes === undefined || bytes <= 0) throw usage(`--mem-limit '${text}' is not a positive byte size`, 'for example --mem-limit 8G');
+  if (bytes === undefined || bytes <= 0)
+    throw usage(`--mem-limit '${text}' is not a positive byte size`, 'for example --mem-limit 8G');
   return bytes;
 }
 
@@ -223,14 +369,21 @@ function parseMemLimit(text: string | undefined): number | undefined {
 function checkFits(path: string, memLimit: number, context: number | undefined, kvType: 'f32' | 'f16'): void {
   const file = GgufModelFile.open(path);
   try {
-    const config = configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+    const config = configFromMetadata(
+      (k) => file.meta(k),
+      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+    );
     const contextLength = Math.min(context ?? Math.min(4096, config.contextLength), config.contextLength);
     const need = shardBytes(config, file.tensors, fullShard(config), { contextLength, kvType });
     if (need > memLimit) {
-      throw new TandemError('PAR_NO_FIT', `run: the model needs ${formatBytes(need)} with a ${kvType} KV cache of ${contextLength} positions, more than --mem-limit ${formatBytes(memLimit)}`, {
-        hint: 'raise --mem-limit, lower --context, use --kv-type f16, or split the model with --nodes/--hosts',
-        details: { needBytes: need, memLimit, contextLength },
-      });
+      throw new TandemError(
+        'PAR_NO_FIT',
+        `run: the model needs ${formatBytes(need)} with a ${kvType} KV cache of ${contextLength} positions, more than --mem-limit ${formatBytes(memLimit)}`,
+        {
+          hint: 'raise --mem-limit, lower --context, use --kv-type f16, or split the model with --nodes/--hosts',
+          details: { needBytes: need, memLimit, contextLength },
+        },
+      );
     }
   } finally {
     file.close();

@@ -9,7 +9,10 @@ const path = tempModel('tandem-serve-cli-', { arch: 'qwen2', shape: 'tiny', type
 function untilStderr(child: ChildProcess, pattern: RegExp, timeoutMs: number): Promise<RegExpMatchArray> {
   return new Promise((resolve, reject) => {
     let text = '';
-    const timer = setTimeout(() => reject(new Error(`no ${pattern} on stderr within ${timeoutMs} ms:\n${text}`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`no ${pattern} on stderr within ${timeoutMs} ms:\n${text}`)),
+      timeoutMs,
+    );
     child.stderr?.on('data', (d: Buffer) => {
       text += d.toString();
       const m = pattern.exec(text);
@@ -27,7 +30,10 @@ function untilStderr(child: ChildProcess, pattern: RegExp, timeoutMs: number): P
 
 function exited(child: ChildProcess, timeoutMs: number): Promise<number | null> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`tandem serve did not exit within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`tandem serve did not exit within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     child.once('exit', (code) => {
       clearTimeout(timer);
       resolve(code);
@@ -36,28 +42,47 @@ function exited(child: ChildProcess, timeoutMs: number): Promise<number | null> 
 }
 
 function serve(args: string[], env: NodeJS.ProcessEnv = process.env): ChildProcess {
-  return spawn(process.execPath, [tandemBin, 'serve', path(), '--port', '0', '--threads', '1', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env });
+  return spawn(process.execPath, [tandemBin, 'serve', path(), '--port', '0', '--threads', '1', ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env,
+  });
 }
 
 test('tandem serve: load progress then `listening on`, the key from TANDEM_API_KEY, a streamed chat, SIGTERM finishes the stream and exits 0', async () => {
   const child = serve(['--model-name', 'tiny', '--slots', '2'], { ...process.env, TANDEM_API_KEY: 'k' });
   try {
-    const [, url] = (await untilStderr(child, /listening on (http:\/\/127\.0\.0\.1:\d+)/, 30_000)) as unknown as [string, string];
+    const [, url] = (await untilStderr(
+      child,
+      /listening on (http:\/\/127\.0\.0\.1:\d+)/,
+      30_000,
+    )) as unknown as [string, string];
     assert.equal((await fetch(`${url}/health`)).status, 200);
     assert.equal((await fetch(`${url}/v1/models`)).status, 401);
-    const models = (await (await fetch(`${url}/v1/models`, { headers: { 'x-api-key': 'k' } })).json()) as { data: { id: string }[] };
-    assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+    const models = (await (await fetch(`${url}/v1/models`, { headers: { 'x-api-key': 'k' } })).json()) as {
+      data: { id: string }[];
+    };
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['tiny'],
+    );
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: 'Bearer k', 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 200, temperature: 0, stream: true }),
+      body: JSON.stringify({
+        model: 'tiny',
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 200,
+        temperature: 0,
+        stream: true,
+      }),
     });
     assert.equal(res.status, 200);
     const reader = res.body!.getReader();
     await reader.read(); // the stream runs
     child.kill('SIGTERM');
     let text = '';
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += Buffer.from(r.value).toString();
+    for (let r = await reader.read(); !r.done; r = await reader.read())
+      text += Buffer.from(r.value).toString();
     assert.ok(text.trimEnd().endsWith('data: [DONE]'), 'the running stream finished');
     assert.equal(await exited(child, 10_000), 0);
   } finally {
@@ -68,7 +93,11 @@ test('tandem serve: load progress then `listening on`, the key from TANDEM_API_K
 test('tandem serve: a non-loopback --host without a key warns; SIGINT exits 0; --help and bad options', async () => {
   const child = serve(['--host', '0.0.0.0']);
   try {
-    await untilStderr(child, /warning: listening on 0\.0\.0\.0 without an API key[\s\S]*listening on http:/, 30_000);
+    await untilStderr(
+      child,
+      /warning: listening on 0\.0\.0\.0 without an API key[\s\S]*listening on http:/,
+      30_000,
+    );
     child.kill('SIGINT');
     assert.equal(await exited(child, 10_000), 0);
   } finally {
@@ -76,7 +105,8 @@ test('tandem serve: a non-loopback --host without a key warns; SIGINT exits 0; -
   }
   const help = runTandem(['serve', '--help']);
   assert.equal(help.code, 0);
-  for (const word of ['--slots', '--max-queue', '--api-key', 'TANDEM_API_KEY', '/v1/chat/completions']) assert.ok(help.stdout.includes(word), word);
+  for (const word of ['--slots', '--max-queue', '--api-key', 'TANDEM_API_KEY', '/v1/chat/completions'])
+    assert.ok(help.stdout.includes(word), word);
   const bad = runTandem(['serve', path(), '--slots', '0']);
   assert.equal(bad.code, 3);
   assert.match(bad.stderr, /--slots must be/);

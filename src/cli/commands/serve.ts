@@ -21,22 +21,56 @@ export const command = defineCommand({
   name: 'serve',
   summary: 'serve a GGUF model over an OpenAI-compatible HTTP API on this machine',
   description:
-    'Loads the model and answers POST /v1/chat/completions (messages through the model\'s chat template), POST /v1/completions, ' +
+    "Loads the model and answers POST /v1/chat/completions (messages through the model's chat template), POST /v1/completions, " +
     'GET /v1/models, GET /health, POST /tokenize, POST /detokenize and GET /metrics (Prometheus), streaming with server-sent events as OpenAI does. ' +
     '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
     'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
     'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them) and exit 0. See docs/serve.md.',
   positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
   options: {
-    host: { type: 'string', description: 'address to listen on; a non-loopback address without --api-key prints a warning', default: '127.0.0.1' },
-    port: { type: 'number', description: 'TCP port; 0 picks a free one (the printed line says which)', default: 8080 },
+    host: {
+      type: 'string',
+      description: 'address to listen on; a non-loopback address without --api-key prints a warning',
+      default: '127.0.0.1',
+    },
+    port: {
+      type: 'number',
+      description: 'TCP port; 0 picks a free one (the printed line says which)',
+      default: 8080,
+    },
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
-    slots: { type: 'number', description: 'sequences generated at once, each with its own KV cache', default: 4 },
-    'max-queue': { type: 'number', description: 'requests that may wait for a slot; more get 429 with Retry-After', default: 64 },
-    context: { type: 'number', description: 'KV cache positions per slot: prompt plus generated tokens (default: the model\'s context length, at most 4096)' },
-    'api-key': { type: 'string', description: 'require this key on every route but /health (Authorization: Bearer KEY or X-Api-Key: KEY); default: TANDEM_API_KEY', placeholder: 'KEY' },
-    'model-name': { type: 'string', description: 'the model id clients pass and /v1/models lists (default: the file name without .gguf)', placeholder: 'NAME' },
-    'max-body': { type: 'string', description: 'longest request body in bytes (e.g. 4M); longer ones get 413', placeholder: 'BYTES', default: '4M' },
+    slots: {
+      type: 'number',
+      description: 'sequences generated at once, each with its own KV cache',
+      default: 4,
+    },
+    'max-queue': {
+      type: 'number',
+      description: 'requests that may wait for a slot; more get 429 with Retry-After',
+      default: 64,
+    },
+    context: {
+      type: 'number',
+      description:
+        "KV cache positions per slot: prompt plus generated tokens (default: the model's context length, at most 4096)",
+    },
+    'api-key': {
+      type: 'string',
+      description:
+        'require this key on every route but /health (Authorization: Bearer KEY or X-Api-Key: KEY); default: TANDEM_API_KEY',
+      placeholder: 'KEY',
+    },
+    'model-name': {
+      type: 'string',
+      description: 'the model id clients pass and /v1/models lists (default: the file name without .gguf)',
+      placeholder: 'NAME',
+    },
+    'max-body': {
+      type: 'string',
+      description: 'longest request body in bytes (e.g. 4M); longer ones get 413',
+      placeholder: 'BYTES',
+      default: '4M',
+    },
   },
   examples: [
     'tandem serve model.gguf',
@@ -50,13 +84,20 @@ export const command = defineCommand({
     const threads = checkThreads('serve', options.threads ?? availableParallelism());
     const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);
     const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
-    if (options.context !== undefined) checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
+    if (options.context !== undefined)
+      checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
     const maxBody = parseBytes(options['max-body']);
-    if (maxBody === undefined || maxBody < 1) throw usage(`--max-body '${options['max-body']}' is not a positive byte size`, 'for example --max-body 4M');
+    if (maxBody === undefined || maxBody < 1)
+      throw usage(
+        `--max-body '${options['max-body']}' is not a positive byte size`,
+        'for example --max-body 4M',
+      );
     const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
     const log = (line: string): void => void process.stderr.write(`tandem serve: ${line}\n`);
     if (!apiKey && !isLoopback(options.host)) {
-      log(`warning: listening on ${options.host} without an API key: anyone who can reach this port can use the model; pass --api-key KEY or set TANDEM_API_KEY`);
+      log(
+        `warning: listening on ${options.host} without an API key: anyone who can reach this port can use the model; pass --api-key KEY or set TANDEM_API_KEY`,
+      );
     }
     let name = '';
     const load = async (): Promise<ServedModel> => {
@@ -69,7 +110,13 @@ export const command = defineCommand({
       name = served.name;
       return served;
     };
-    const server = await ApiServer.start({ host: options.host, port, maxBodyBytes: maxBody, slots, maxQueue, load,
+    const server = await ApiServer.start({
+      host: options.host,
+      port,
+      maxBodyBytes: maxBody,
+      slots,
+      maxQueue,
+      load,
       onBound: (url) => log(`bound ${url} (GET /health answers 503 until the model is loaded)`),
       ...(apiKey ? { apiKey } : {}),
     });

@@ -23,29 +23,63 @@ import {
 function graphJson(graph: TopologyGraph, extra: Record<string, unknown> = {}): string {
   const c = classify(graph);
   const routes = c.kind === 'disconnected' ? [] : relayRoutes(graph);
-  return JSON.stringify({ class: c.kind, ...(c.order.length ? { order: c.order } : {}), ...(c.hub ? { hub: c.hub } : {}), diameter: c.diameter === Infinity ? null : c.diameter, hosts: graph.hosts, links: graph.links, routes, connectivity: toConnectivity(graph), ...extra });
+  return JSON.stringify({
+    class: c.kind,
+    ...(c.order.length ? { order: c.order } : {}),
+    ...(c.hub ? { hub: c.hub } : {}),
+    diameter: c.diameter === Infinity ? null : c.diameter,
+    hosts: graph.hosts,
+    links: graph.links,
+    routes,
+    connectivity: toConnectivity(graph),
+    ...extra,
+  });
 }
 
 export const command = defineCommand({
   name: 'topology',
-  summary: 'show the cluster graph (mesh, ring, line, star, partial), per-link latency and bandwidth, and a drawing',
+  summary:
+    'show the cluster graph (mesh, ring, line, star, partial), per-link latency and bandwidth, and a drawing',
   description:
     'The graph comes from --hostfile, else the cluster config written by `tandem init`, else a short discovery run (--discover) with the cluster secret. `--agent` runs a discovery agent until stopped, printing the graph as JSON lines whenever it changes.',
   options: {
     discover: { type: 'boolean', description: 'run discovery for --wait seconds and show what it finds' },
-    agent: { type: 'boolean', description: 'run a discovery agent until stopped; print the graph as a JSON line on every change' },
-    wait: { type: 'number', description: 'seconds to listen with --discover (at least 0.5, at most 2147483)', default: 3 },
+    agent: {
+      type: 'boolean',
+      description: 'run a discovery agent until stopped; print the graph as a JSON line on every change',
+    },
+    wait: {
+      type: 'number',
+      description: 'seconds to listen with --discover (at least 0.5, at most 2147483)',
+      default: 3,
+    },
     hostfile: { type: 'string', description: 'read the graph from an MLX hostfile', placeholder: 'file' },
     config: { type: 'string', description: 'cluster config written by `tandem init`', placeholder: 'file' },
     'export-mlx': { type: 'string', description: 'write the graph as an MLX hostfile', placeholder: 'file' },
-    'secret-file': { type: 'string', description: 'cluster secret (else TANDEM_SECRET)', placeholder: 'file' },
-    host: { type: 'string', description: 'this host\'s name in the cluster (default: the hostname)' },
-    port: { type: 'number', description: 'discovery port (UDP hellos, TCP measurements), 1..65535', default: 47600 },
+    'secret-file': {
+      type: 'string',
+      description: 'cluster secret (else TANDEM_SECRET)',
+      placeholder: 'file',
+    },
+    host: { type: 'string', description: "this host's name in the cluster (default: the hostname)" },
+    port: {
+      type: 'number',
+      description: 'discovery port (UDP hellos, TCP measurements), 1..65535',
+      default: 47600,
+    },
     interfaces: { type: 'list', description: 'only use these interfaces' },
-    measure: { type: 'boolean', description: 'measure latency and bandwidth of each link (--no-measure to skip)', default: true },
+    measure: {
+      type: 'boolean',
+      description: 'measure latency and bandwidth of each link (--no-measure to skip)',
+      default: true,
+    },
     json: { type: 'boolean', description: 'print JSON' },
   },
-  examples: ['tandem topology', 'tandem topology --discover --secret-file cluster.secret --json', 'tandem topology --hostfile m3-ultra-jaccl.json --export-mlx copy.json'],
+  examples: [
+    'tandem topology',
+    'tandem topology --discover --secret-file cluster.secret --json',
+    'tandem topology --hostfile m3-ultra-jaccl.json --export-mlx copy.json',
+  ],
   async run({ options }) {
     checkPort('topology', options.port);
     checkSeconds('topology', 'wait', options.wait);
@@ -63,7 +97,18 @@ export const command = defineCommand({
       ...(options.interfaces ? { interfaces: options.interfaces } : {}),
     });
     if (options.agent) {
-      const agent = new DiscoveryAgent({ ...(await agentOptions()), onChange: (g) => process.stdout.write(graphJson(g, { host: agent.host, agreed: agent.agreed(), bridgeLoops: agent.loops(), ts: Date.now() }) + '\n') });
+      const agent = new DiscoveryAgent({
+        ...(await agentOptions()),
+        onChange: (g) =>
+          process.stdout.write(
+            graphJson(g, {
+              host: agent.host,
+              agreed: agent.agreed(),
+              bridgeLoops: agent.loops(),
+              ts: Date.now(),
+            }) + '\n',
+          ),
+      });
       await start(agent);
       await new Promise<void>((resolve) => {
         process.once('SIGTERM', resolve);
@@ -93,11 +138,19 @@ export const command = defineCommand({
       graph = agent.graph();
       await agent.stop();
     } else {
-      throw new TandemError('CLI_USAGE', `topology: no graph to show (no --hostfile, and no cluster config at ${configPath})`, {
-        hint: 'run `tandem init` first, pass --hostfile, or run discovery with --discover --secret-file <file>',
-      });
+      throw new TandemError(
+        'CLI_USAGE',
+        `topology: no graph to show (no --hostfile, and no cluster config at ${configPath})`,
+        {
+          hint: 'run `tandem init` first, pass --hostfile, or run discovery with --discover --secret-file <file>',
+        },
+      );
     }
-    if (options['export-mlx'] !== undefined) writeFileSync(options['export-mlx'], JSON.stringify(exportMlxHostfile(graph, addresses), null, 4) + '\n');
+    if (options['export-mlx'] !== undefined)
+      writeFileSync(
+        options['export-mlx'],
+        JSON.stringify(exportMlxHostfile(graph, addresses), null, 4) + '\n',
+      );
     process.stdout.write(options.json ? graphJson(graph) + '\n' : renderTopology(graph));
     return 0;
   },

@@ -104,7 +104,9 @@ export class Board {
     this.words = new Uint32Array(b.buffer, b.byteOffset, b.byteLength >>> 2);
     const put = (r: number, p: number): ReturnType<Router['putRequest']> | undefined => {
       const remote = remotes[r];
-      return remote === undefined ? undefined : router.putRequest(members[r] as number, out, 0, HEAD, remote[p as 0 | 1]);
+      return remote === undefined
+        ? undefined
+        : router.putRequest(members[r] as number, out, 0, HEAD, remote[p as 0 | 1]);
     };
     this.writes = new SlotWrites(members.length, put, (r, wr) => router.put(members[r] as number, wr));
   }
@@ -131,7 +133,14 @@ export class Board {
   }
 
   /** Every rank's [ok, addr low, addr high, rkey] gathered: the board, or undefined (regions released) unless all have one. */
-  static open(router: Router, owner: BoardOwner, rank: number, members: readonly number[], regions: { mine: MemoryRegion; out: MemoryRegion } | undefined, table: Int32Array): Board | undefined {
+  static open(
+    router: Router,
+    owner: BoardOwner,
+    rank: number,
+    members: readonly number[],
+    regions: { mine: MemoryRegion; out: MemoryRegion } | undefined,
+    table: Int32Array,
+  ): Board | undefined {
     const size = members.length;
     const all = Array.from({ length: size }, (_, r) => table[4 * r] === 1).every(Boolean);
     if (!all || regions === undefined) {
@@ -141,12 +150,22 @@ export class Board {
     }
     const remotes = Array.from({ length: size }, (_, r) => {
       if (r === rank) return undefined;
-      const base = (BigInt(table[4 * r + 2] as number >>> 0) << 32n) | BigInt(table[4 * r + 1] as number >>> 0);
+      const base =
+        (BigInt((table[4 * r + 2] as number) >>> 0) << 32n) | BigInt((table[4 * r + 1] as number) >>> 0);
       const rkey = (table[4 * r + 3] as number) >>> 0;
       return layout.remote(base, rkey, rank);
     });
     const o = regions.out.buffer;
-    return new Board(router, owner, rank, members, regions.mine, regions.out, new Uint32Array(o.buffer, o.byteOffset, ENTRY >>> 2), remotes);
+    return new Board(
+      router,
+      owner,
+      rank,
+      members,
+      regions.mine,
+      regions.out,
+      new Uint32Array(o.buffer, o.byteOffset, ENTRY >>> 2),
+      remotes,
+    );
   }
 
   /** What this rank contributes to the exchange open() consumes. */
@@ -161,7 +180,12 @@ export class Board {
    * all-reduce numbered `seq` on this communicator. Returns undefined when done synchronously
    * (the usual case), else a promise for the rest. A `mean` is left summed (the caller divides).
    */
-  allReduce(seq: number, dtype: DType, reduce: ReduceOp | 'mean', data: DTypeArray): Promise<void> | undefined {
+  allReduce(
+    seq: number,
+    dtype: DType,
+    reduce: ReduceOp | 'mean',
+    data: DTypeArray,
+  ): Promise<void> | undefined {
     let tag = (this.calls + 1) >>> 0;
     if (tag === 0) tag = 1;
     this.calls = tag;
@@ -171,7 +195,8 @@ export class Board {
     const tail = (this.tail = tailWord(bytes));
     const ow = this.outWords;
     ow[0] = this.seq = seq >>> 0;
-    if (dtype !== this.dtype || reduce !== this.reduce || this.codes === 0) this.codes = codesOf(dtype, reduce);
+    if (dtype !== this.dtype || reduce !== this.reduce || this.codes === 0)
+      this.codes = codesOf(dtype, reduce);
     ow[1] = this.codes;
     this.dtype = dtype;
     this.reduce = reduce;
@@ -180,7 +205,8 @@ export class Board {
     this.outPayload.set(data);
     ow[tail] = tag;
     this.writes.writeAll(parity, 4 * tail + 4);
-    if (!this.arrived() && !this.router.spinUntil(this.here, SPIN_MS, POLL_EVERY)) return this.finishLater(this.call(), data);
+    if (!this.arrived() && !this.router.spinUntil(this.here, SPIN_MS, POLL_EVERY))
+      return this.finishLater(this.call(), data);
     this.fold(data, parity);
     return undefined;
   }
@@ -193,7 +219,11 @@ export class Board {
   /** The peers' payloads, the accumulator and the out payload as arrays of `dtype` over `bytes`. */
   private view(dtype: DType, bytes: number): void {
     this.views = [0, 1].map((p) =>
-      this.members.map((_, r) => (r === this.rank ? undefined : viewAs(dtype, layout.local(this.mine.buffer, r)[p as 0 | 1].subarray(HEAD, HEAD + bytes)))),
+      this.members.map((_, r) =>
+        r === this.rank
+          ? undefined
+          : viewAs(dtype, layout.local(this.mine.buffer, r)[p as 0 | 1].subarray(HEAD, HEAD + bytes)),
+      ),
     );
     this.acc = viewAs(dtype, new Uint8Array(this.accBuffer, 0, bytes));
     this.outPayload = viewAs(dtype, this.out.buffer.subarray(HEAD, HEAD + bytes));
@@ -214,7 +244,14 @@ export class Board {
       if (r === this.rank) continue;
       const at = layout.offset(r, parity) >>> 2;
       // atomic loads: another process writes these words, and a plain load may be hoisted out of a polling loop
-      if (Atomics.load(w, at + 3) !== tag || (Atomics.load(w, at + tail) !== tag && w[at] === this.seq && w[at + 1] === this.codes && w[at + 2] === this.count)) return false;
+      if (
+        Atomics.load(w, at + 3) !== tag ||
+        (Atomics.load(w, at + tail) !== tag &&
+          w[at] === this.seq &&
+          w[at + 1] === this.codes &&
+          w[at + 2] === this.count)
+      )
+        return false;
     }
     return true;
   }
@@ -233,11 +270,17 @@ export class Board {
       if (router.aborted) throw router.aborted;
       this.checkMessages(call);
       if (performance.now() > deadline) {
-        const missing = this.members.filter((_, r) => r !== this.rank && this.words[(layout.offset(r, parity) >>> 2) + 3] !== tag);
-        const e = new TandemError('COLL_TIMEOUT', `rank ${this.members[this.rank]} waited ${call.comm.timeoutMs} ms for rank ${missing.join(', ')} in all-reduce #${call.spec.seq}`, {
-          hint: `check that rank ${missing.join(', ')} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
-          details: { rank: this.members[this.rank], peer: missing[0], timeoutMs: call.comm.timeoutMs },
-        });
+        const missing = this.members.filter(
+          (_, r) => r !== this.rank && this.words[(layout.offset(r, parity) >>> 2) + 3] !== tag,
+        );
+        const e = new TandemError(
+          'COLL_TIMEOUT',
+          `rank ${this.members[this.rank]} waited ${call.comm.timeoutMs} ms for rank ${missing.join(', ')} in all-reduce #${call.spec.seq}`,
+          {
+            hint: `check that rank ${missing.join(', ')} is alive and makes the same sequence of collective calls, or raise the communicator's timeoutMs`,
+            details: { rank: this.members[this.rank], peer: missing[0], timeoutMs: call.comm.timeoutMs },
+          },
+        );
         router.abort(e);
         throw e;
       }
@@ -268,7 +311,8 @@ export class Board {
       let part: DTypeArray = data;
       if (r !== this.rank) {
         const t = layout.offset(r, parity) >>> 2;
-        if (w[t] !== this.seq || w[t + 1] !== this.codes || w[t + 2] !== this.count) throw this.mismatch(r, t, data.byteLength);
+        if (w[t] !== this.seq || w[t + 1] !== this.codes || w[t + 2] !== this.count)
+          throw this.mismatch(r, t, data.byteLength);
         part = views[r] as DTypeArray;
       }
       if (r === 0) acc.set(part);
@@ -282,7 +326,16 @@ export class Board {
     const w = this.words;
     const call = this.call();
     const c = w[t + 1] as number;
-    const theirs: Header = { ...call.header, seq: w[t] as number, op: c & 255, dtype: (c >>> 8) & 255, reduce: (c >>> 16) & 255, algorithm: c >>> 24, count: w[t + 2] as number, totalBytes: bytes };
+    const theirs: Header = {
+      ...call.header,
+      seq: w[t] as number,
+      op: c & 255,
+      dtype: (c >>> 8) & 255,
+      reduce: (c >>> 16) & 255,
+      algorithm: c >>> 24,
+      count: w[t + 2] as number,
+      totalBytes: bytes,
+    };
     return call.verify(theirs, r, bytes) ?? new Error('unreachable: a differing entry passed the check');
   }
 
@@ -305,6 +358,11 @@ function tailWord(bytes: number): number {
 
 /** An all-reduce's op, dtype, reduce and algorithm codes, as its message headers carry them. */
 function codesOf(dtype: DType, reduce: ReduceOp | 'mean'): number {
-  return (OpCode['all-reduce'] | (dtypeCodes[dtype] << 8) | (ReduceCode[reduce] << 16) | (AlgorithmCode.mesh << 24)) >>> 0;
+  return (
+    (OpCode['all-reduce'] |
+      (dtypeCodes[dtype] << 8) |
+      (ReduceCode[reduce] << 16) |
+      (AlgorithmCode.mesh << 24)) >>>
+    0
+  );
 }
-

@@ -1,7 +1,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeError } from './atomic-file.js';
@@ -35,7 +43,10 @@ test(
     const path = join(dir, 'm.gguf');
     await write(path);
     assert.deepEqual(readdirSync(dir), ['m.gguf']);
-    assert.deepEqual(GgufFile.open(path).tensors.map((t) => t.name), ['a', 'b']);
+    assert.deepEqual(
+      GgufFile.open(path).tensors.map((t) => t.name),
+      ['a', 'b'],
+    );
     assert.deepEqual([process.listenerCount('SIGINT'), process.listenerCount('SIGTERM')], before);
   }),
 );
@@ -50,7 +61,12 @@ test(
       ['', 'INVALID_ARGUMENT', /the output path is empty/],
       ['/dev/full', 'MODEL_FORMAT_IO', /cannot write \/dev\/full: it exists and is a device/],
     ];
-    if (existsSync('/proc/self')) cases.push(['/proc/tandem-test.gguf', 'MODEL_FORMAT_IO', /cannot write \/proc\/tandem-test\.gguf: cannot create the temporary file/]);
+    if (existsSync('/proc/self'))
+      cases.push([
+        '/proc/tandem-test.gguf',
+        'MODEL_FORMAT_IO',
+        /cannot write \/proc\/tandem-test\.gguf: cannot create the temporary file/,
+      ]);
     for (const [path, code, message] of cases) {
       await assert.rejects(write(path), (e: Error & { code?: string; hint?: string }) => {
         assert.equal(e.code, code, path);
@@ -80,7 +96,11 @@ test(
 );
 
 test('an out-of-space error is typed, names the file and says to free space', () => {
-  const enospc = Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC', errno: -28, syscall: 'write' });
+  const enospc = Object.assign(new Error('ENOSPC: no space left on device, write'), {
+    code: 'ENOSPC',
+    errno: -28,
+    syscall: 'write',
+  });
   const e = writeError('/data/m.gguf', enospc, 'cannot write it') as Error & { code?: string; hint?: string };
   assert.equal(e.code, 'MODEL_FORMAT_IO');
   assert.match(e.message, /^cannot write \/data\/m\.gguf: cannot write it: ENOSPC/);
@@ -98,7 +118,9 @@ function stalledWriter(path: string): { child: ReturnType<typeof spawn>; ready: 
       if (i === 1) { process.stdout.write('ready\\n'); await new Promise((r) => setTimeout(r, 20000)); }
       return new Uint8Array(16);
     });`;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const ready = untilOutput(child, 'ready', 15000, 'start writing');
   return { child, ready };
 }
@@ -112,7 +134,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
       try {
         await ready;
         assert.equal(readdirSync(dir).length, 1, 'the temporary file exists while writing');
-        const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, s) => resolve(s)));
+        const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+          child.on('exit', (_code, s) => resolve(s)),
+        );
         child.kill(signal);
         assert.equal(await exited, signal);
         assert.deepEqual(readdirSync(dir), []);

@@ -13,13 +13,21 @@ import { fileKind } from './byte-source.js';
  * listener handles it, in which case `signal` aborts the write. Only SIGKILL leaves
  * `<path>.<pid>.tmp` behind.
  */
-export async function writeFileAtomically<T>(path: string, write: (file: FileHandle, signal: AbortSignal) => Promise<T>): Promise<T> {
+export async function writeFileAtomically<T>(
+  path: string,
+  write: (file: FileHandle, signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const target = destination(path);
   const tmp = `${target}.${process.pid}.tmp`;
   const aborter = new AbortController();
   const removeHandlers = onInterrupt((signal) => {
     rmSync(tmp, { force: true });
-    aborter.abort(new TandemError('ABORTED', `writing ${path} was interrupted by ${signal}; removed the partial file`, { hint: 'run the command again', details: { file: path, signal } }));
+    aborter.abort(
+      new TandemError('ABORTED', `writing ${path} was interrupted by ${signal}; removed the partial file`, {
+        hint: 'run the command again',
+        details: { file: path, signal },
+      }),
+    );
   });
   let file: FileHandle | undefined;
   try {
@@ -52,25 +60,40 @@ export async function writeFileAtomically<T>(path: string, write: (file: FileHan
  */
 function destination(path: string): string {
   if (path === '') {
-    throw new TandemError('INVALID_ARGUMENT', 'the output path is empty', { hint: 'give the path of the file to write, for example /tmp/model.gguf' });
+    throw new TandemError('INVALID_ARGUMENT', 'the output path is empty', {
+      hint: 'give the path of the file to write, for example /tmp/model.gguf',
+    });
   }
   const existing = statOf(path);
   if (existing !== undefined) {
     if (!existing.isFile()) {
-      throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: it exists and is ${fileKind(existing)}, not a regular file`, {
-        hint: existing.isDirectory() ? `give a file path inside it, for example ${path.replace(/\/+$/, '')}/model.gguf` : 'give the path of a regular file to write',
-        details: { file: path },
-      });
+      throw new TandemError(
+        'MODEL_FORMAT_IO',
+        `cannot write ${path}: it exists and is ${fileKind(existing)}, not a regular file`,
+        {
+          hint: existing.isDirectory()
+            ? `give a file path inside it, for example ${path.replace(/\/+$/, '')}/model.gguf`
+            : 'give the path of a regular file to write',
+          details: { file: path },
+        },
+      );
     }
     return lstatSync(path).isSymbolicLink() ? realpathSync(path) : path;
   }
   const dir = dirname(path);
   const parent = statOf(dir);
   if (parent === undefined || !parent.isDirectory()) {
-    throw new TandemError('MODEL_FORMAT_IO', `cannot write ${path}: ${dir} ${parent === undefined ? 'does not exist' : `is ${fileKind(parent)}, not a directory`}`, {
-      hint: parent === undefined ? `create the directory first (mkdir -p ${dir}) or write elsewhere` : 'give a path inside an existing directory',
-      details: { file: path, dir },
-    });
+    throw new TandemError(
+      'MODEL_FORMAT_IO',
+      `cannot write ${path}: ${dir} ${parent === undefined ? 'does not exist' : `is ${fileKind(parent)}, not a directory`}`,
+      {
+        hint:
+          parent === undefined
+            ? `create the directory first (mkdir -p ${dir}) or write elsewhere`
+            : 'give a path inside an existing directory',
+        details: { file: path, dir },
+      },
+    );
   }
   return path;
 }

@@ -28,18 +28,30 @@ test('a model path that is a directory, a FIFO or missing fails with MODEL_FORMA
   try {
     const sub = join(dir, 'model');
     mkdirSync(sub);
-    assert.throws(() => GgufFile.open(sub), (e: Error & { code?: string; hint?: string }) => {
-      assert.equal(e.code, 'MODEL_FORMAT_IO');
-      assert.match(e.message, /model: it is a directory, not a regular file/);
-      assert.match(e.hint ?? '', /inside the directory/);
-      return true;
-    });
+    assert.throws(
+      () => GgufFile.open(sub),
+      (e: Error & { code?: string; hint?: string }) => {
+        assert.equal(e.code, 'MODEL_FORMAT_IO');
+        assert.match(e.message, /model: it is a directory, not a regular file/);
+        assert.match(e.hint ?? '', /inside the directory/);
+        return true;
+      },
+    );
     // Opening a FIFO for reading blocks until a writer appears: this test would hang without the stat check.
     const fifo = join(dir, 'pipe.gguf');
     execFileSync('mkfifo', [fifo]);
-    assert.throws(() => new FileSource(fifo), { code: 'MODEL_FORMAT_IO', message: /pipe\.gguf: it is a FIFO \(named pipe\), not a regular file/ });
-    assert.throws(() => new FileSource('/dev/null'), { code: 'MODEL_FORMAT_IO', message: /\/dev\/null: it is a device/ });
-    assert.throws(() => new FileSource(join(dir, 'missing.gguf')), { code: 'MODEL_FORMAT_IO', message: /missing\.gguf: ENOENT/ });
+    assert.throws(() => new FileSource(fifo), {
+      code: 'MODEL_FORMAT_IO',
+      message: /pipe\.gguf: it is a FIFO \(named pipe\), not a regular file/,
+    });
+    assert.throws(() => new FileSource('/dev/null'), {
+      code: 'MODEL_FORMAT_IO',
+      message: /\/dev\/null: it is a device/,
+    });
+    assert.throws(() => new FileSource(join(dir, 'missing.gguf')), {
+      code: 'MODEL_FORMAT_IO',
+      message: /missing\.gguf: ENOENT/,
+    });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

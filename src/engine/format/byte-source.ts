@@ -51,16 +51,22 @@ export class FileSource implements ByteSource {
 
   readInto(offset: number, length: number, into: Uint8Array): void {
     if (this.fd === undefined) {
-      throw new TandemError('MODEL_FORMAT_IO', `${this.name} is already closed`, { hint: 'open the model file again' });
+      throw new TandemError('MODEL_FORMAT_IO', `${this.name} is already closed`, {
+        hint: 'open the model file again',
+      });
     }
     let done = 0;
     while (done < length) {
       const n = readSync(this.fd, into, done, length - done, offset + done);
       if (n === 0) {
-        throw new TandemError('MODEL_FORMAT_IO', `${this.name}: unexpected end of file at byte ${offset + done} (the file shrank while open?)`, {
-          hint: 'do not modify a model file while it is being read',
-          details: { file: this.name, offset: offset + done },
-        });
+        throw new TandemError(
+          'MODEL_FORMAT_IO',
+          `${this.name}: unexpected end of file at byte ${offset + done} (the file shrank while open?)`,
+          {
+            hint: 'do not modify a model file while it is being read',
+            details: { file: this.name, offset: offset + done },
+          },
+        );
       }
       done += n;
     }
@@ -92,10 +98,16 @@ function statOrThrow(name: string): Stats {
 function notRegularFile(name: string, stats: Stats): void {
   if (stats.isFile()) return;
   const kind = fileKind(stats);
-  throw new TandemError('MODEL_FORMAT_IO', `cannot open model file ${name}: it is ${kind}, not a regular file`, {
-    hint: stats.isDirectory() ? 'pass the path of the model file inside the directory (for example model.gguf)' : 'pass the path of a regular model file (.gguf or .safetensors)',
-    details: { file: name, kind },
-  });
+  throw new TandemError(
+    'MODEL_FORMAT_IO',
+    `cannot open model file ${name}: it is ${kind}, not a regular file`,
+    {
+      hint: stats.isDirectory()
+        ? 'pass the path of the model file inside the directory (for example model.gguf)'
+        : 'pass the path of a regular model file (.gguf or .safetensors)',
+      details: { file: name, kind },
+    },
+  );
 }
 
 /** What a path that is not a regular file is, for messages: 'a directory', 'a FIFO (named pipe)', ... */

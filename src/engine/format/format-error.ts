@@ -12,7 +12,11 @@ export function formatError(
   hint: string,
   details: Record<string, unknown> = {},
 ): TandemError {
-  return new TandemError(code, `${file}: ${field}: ${message}`, { hint, details: { file, field, ...details } });
+  return new TandemError(code, `${file}: ${field}: ${message}`, {
+    hint,
+    details: { file, field, ...details },
+  });
 }
 
-export const REGENERATE_HINT = 'the file is damaged or not what it claims to be; re-download or re-convert it';
+export const REGENERATE_HINT =
+  'the file is damaged or not what it claims to be; re-download or re-convert it';

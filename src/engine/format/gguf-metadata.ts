@@ -24,7 +24,10 @@ export class GgufMetadata {
       got === undefined
         ? `${this.file}: metadata key ${key} is missing (expected ${want})`
         : `${this.file}: metadata key ${key} is ${describe(got)}, expected ${want}`,
-      { hint: 'the file was written for a different reader or is damaged; re-convert it', details: { file: this.file, field: key } },
+      {
+        hint: 'the file was written for a different reader or is damaged; re-convert it',
+        details: { file: this.file, field: key },
+      },
     );
   }
 
@@ -40,11 +43,17 @@ export class GgufMetadata {
   /** Any integer or float type, as a number (64-bit integers must be exact in a double). */
   number(key: string): number {
     const v = this.entries.get(key);
-    if (v === undefined || v.type === GgufValueType.STRING || v.type === GgufValueType.ARRAY || v.type === GgufValueType.BOOL) {
+    if (
+      v === undefined ||
+      v.type === GgufValueType.STRING ||
+      v.type === GgufValueType.ARRAY ||
+      v.type === GgufValueType.BOOL
+    ) {
       throw this.bad(key, 'a number', v);
     }
     if (typeof v.value === 'bigint') {
-      if (v.value > BigInt(Number.MAX_SAFE_INTEGER) || v.value < -BigInt(Number.MAX_SAFE_INTEGER)) throw this.bad(key, 'a number below 2^53', v);
+      if (v.value > BigInt(Number.MAX_SAFE_INTEGER) || v.value < -BigInt(Number.MAX_SAFE_INTEGER))
+        throw this.bad(key, 'a number below 2^53', v);
       return Number(v.value);
     }
     return v.value as number;

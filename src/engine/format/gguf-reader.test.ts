@@ -17,7 +17,13 @@ function values(n: number, seed: number): Float32Array {
 }
 
 function everyTypeMetadata(): Map<string, GgufValue> {
-  const nested: GgufArray = { itemType: GgufValueType.ARRAY, items: [{ itemType: GgufValueType.INT32, items: Int32Array.of(1, -2) }, { itemType: GgufValueType.STRING, items: ['a', 'ß'] }] };
+  const nested: GgufArray = {
+    itemType: GgufValueType.ARRAY,
+    items: [
+      { itemType: GgufValueType.INT32, items: Int32Array.of(1, -2) },
+      { itemType: GgufValueType.STRING, items: ['a', 'ß'] },
+    ],
+  };
   return new Map<string, GgufValue>([
     ['general.architecture', gv.str('llama')],
     ['t.u8', { type: GgufValueType.UINT8, value: 250 }],
@@ -33,8 +39,17 @@ function everyTypeMetadata(): Map<string, GgufValue> {
     ['t.i64', { type: GgufValueType.INT64, value: -(2n ** 40n) }],
     ['t.f64', { type: GgufValueType.FLOAT64, value: Math.PI }],
     ['t.arr.f32', gv.f32s([1, 2.5])],
-    ['t.arr.bool', { type: GgufValueType.ARRAY, value: { itemType: GgufValueType.BOOL, items: [true, false] } }],
-    ['t.arr.u64', { type: GgufValueType.ARRAY, value: { itemType: GgufValueType.UINT64, items: BigUint64Array.of(1n, 2n ** 63n) } }],
+    [
+      't.arr.bool',
+      { type: GgufValueType.ARRAY, value: { itemType: GgufValueType.BOOL, items: [true, false] } },
+    ],
+    [
+      't.arr.u64',
+      {
+        type: GgufValueType.ARRAY,
+        value: { itemType: GgufValueType.UINT64, items: BigUint64Array.of(1n, 2n ** 63n) },
+      },
+    ],
     ['t.arr.nested', { type: GgufValueType.ARRAY, value: nested }],
     ['t.arr.empty', gv.strings([])],
   ]);
@@ -51,10 +66,17 @@ test('GGUF written by writeGguf reads back: every value type, tensor infos, row 
   const dir = mkdtempSync(join(tmpdir(), 'tandem-gguf-'));
   try {
     const path = join(dir, 'm.gguf');
-    const sources = specs.map((s, i) => values(s.dims.reduce((a, b) => a * b, 1), i));
+    const sources = specs.map((s, i) =>
+      values(
+        s.dims.reduce((a, b) => a * b, 1),
+        i,
+      ),
+    );
     const meta = everyTypeMetadata();
     let progress = 0;
-    await writeGguf(path, meta, specs, (t, i) => quantize(t.type, sources[i] as Float32Array), { onProgress: () => progress++ });
+    await writeGguf(path, meta, specs, (t, i) => quantize(t.type, sources[i] as Float32Array), {
+      onProgress: () => progress++,
+    });
     assert.equal(progress, specs.length);
     const f = GgufFile.open(path);
     try {
@@ -85,10 +107,21 @@ test('GGUF written by writeGguf reads back: every value type, tensor infos, row 
       assert.throws(() => f.readTensor('b.q8', { rows: [4, 6] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
       // Columns: the second 32-value block of rows 1..3 of b.q8 (64 x 5 Q8_0, 68 bytes a row).
       const cols = f.readTensor('b.q8', { rows: [1, 3], columns: [32, 64] });
-      assert.deepEqual(cols, Uint8Array.from([...whole.subarray(68 + 34, 136), ...whole.subarray(136 + 34, 204)]));
+      assert.deepEqual(
+        cols,
+        Uint8Array.from([...whole.subarray(68 + 34, 136), ...whole.subarray(136 + 34, 204)]),
+      );
       const all = f.readTensorF32('b.q8');
-      assert.deepEqual(f.readTensorF32('b.q8', { rows: [1, 3], columns: [32, 64] }), Float32Array.from([...all.subarray(96, 128), ...all.subarray(160, 192)]));
-      assert.deepEqual(f.readTensorF32('a.f32', { columns: [2, 5] }), Float32Array.from([0, 1, 2].flatMap((r) => [...f.readTensorF32('a.f32').subarray(r * 8 + 2, r * 8 + 5)])));
+      assert.deepEqual(
+        f.readTensorF32('b.q8', { rows: [1, 3], columns: [32, 64] }),
+        Float32Array.from([...all.subarray(96, 128), ...all.subarray(160, 192)]),
+      );
+      assert.deepEqual(
+        f.readTensorF32('a.f32', { columns: [2, 5] }),
+        Float32Array.from(
+          [0, 1, 2].flatMap((r) => [...f.readTensorF32('a.f32').subarray(r * 8 + 2, r * 8 + 5)]),
+        ),
+      );
       assert.throws(() => f.readTensor('b.q8', { columns: [16, 48] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
       assert.throws(() => f.readTensor('c.q4k', { columns: [0, 512] }), { code: 'MODEL_FORMAT_BAD_RANGE' });
       assert.throws(() => f.readTensor('nope'), { code: 'MODEL_FORMAT_NOT_FOUND' });
@@ -102,7 +135,12 @@ test('GGUF written by writeGguf reads back: every value type, tensor infos, row 
 
 test('GGUF v2 and a custom alignment read back', () => {
   const meta = new Map([['general.alignment', gv.u32(64)]]);
-  const bytes = encodeGguf(meta, specs.slice(0, 2), [quantize(GgmlType.F32, values(24, 0)), quantize(GgmlType.Q8_0, values(320, 1))], 64);
+  const bytes = encodeGguf(
+    meta,
+    specs.slice(0, 2),
+    [quantize(GgmlType.F32, values(24, 0)), quantize(GgmlType.Q8_0, values(320, 1))],
+    64,
+  );
   const f = GgufFile.fromBytes(bytes);
   assert.equal(f.alignment, 64);
   assert.equal(f.tensor('b.q8').offset, 128);
@@ -139,7 +177,12 @@ function raw(r: Raw): Uint8Array {
 }
 
 /** One F32 tensor info: name, dims, type, offset. */
-function tinfo(name: string, dims: (number | bigint)[], type = 0, offset: number | bigint = 0): (b: ByteBuilder) => void {
+function tinfo(
+  name: string,
+  dims: (number | bigint)[],
+  type = 0,
+  offset: number | bigint = 0,
+): (b: ByteBuilder) => void {
   return (b) => {
     b.str(name).u32(dims.length);
     for (const d of dims) b.u64(d);
@@ -173,61 +216,256 @@ const cases: [string, Uint8Array, string, RegExp | string][] = [
   ['tensor count beyond the file', raw({ tensorCount: 1000n }), 'MODEL_FORMAT_BAD_COUNT', 'tensor_count'],
   ['tensor count 2^64-1', raw({ tensorCount: U64_MAX }), 'MODEL_FORMAT_BAD_COUNT', 'tensor_count'],
   ['kv count 2^63', raw({ kvCount: 2n ** 63n }), 'MODEL_FORMAT_BAD_COUNT', 'metadata_kv_count'],
-  ['key length 2^64-1', raw({ kv: (b) => b.u64(U64_MAX).u32(0) }), 'MODEL_FORMAT_BAD_STRING', 'metadata[0].key'],
-  ['string value past the end', raw({ kv: (b) => b.str('k').u32(8).u64(100).bytes(new Uint8Array(10)) }), 'MODEL_FORMAT_BAD_STRING', 'k'],
+  [
+    'key length 2^64-1',
+    raw({ kv: (b) => b.u64(U64_MAX).u32(0) }),
+    'MODEL_FORMAT_BAD_STRING',
+    'metadata[0].key',
+  ],
+  [
+    'string value past the end',
+    raw({ kv: (b) => b.str('k').u32(8).u64(100).bytes(new Uint8Array(10)) }),
+    'MODEL_FORMAT_BAD_STRING',
+    'k',
+  ],
   ['unknown value type', raw({ kv: (b) => b.str('k').u32(13).u32(0) }), 'MODEL_FORMAT_BAD_VALUE_TYPE', 'k'],
-  ['unknown array item type', raw({ kv: (b) => b.str('k').u32(9).u32(99).u64(0) }), 'MODEL_FORMAT_BAD_VALUE_TYPE', 'k item'],
-  ['array count beyond the file', raw({ kv: (b) => b.str('k').u32(9).u32(6).u64(2n ** 62n) }), 'MODEL_FORMAT_BAD_COUNT', 'k count'],
-  ['string array count beyond the file', raw({ kv: (b) => b.str('k').u32(9).u32(8).u64(1000) }), 'MODEL_FORMAT_BAD_COUNT', 'k count'],
-  ['truncated u32 value', raw({ kv: (b) => b.str('k').u32(4).u16(1) }).subarray(0, 24 + 9 + 4 + 2), 'MODEL_FORMAT_TRUNCATED', 'k'],
+  [
+    'unknown array item type',
+    raw({ kv: (b) => b.str('k').u32(9).u32(99).u64(0) }),
+    'MODEL_FORMAT_BAD_VALUE_TYPE',
+    'k item',
+  ],
+  [
+    'array count beyond the file',
+    raw({
+      kv: (b) =>
+        b
+          .str('k')
+          .u32(9)
+          .u32(6)
+          .u64(2n ** 62n),
+    }),
+    'MODEL_FORMAT_BAD_COUNT',
+    'k count',
+  ],
+  [
+    'string array count beyond the file',
+    raw({ kv: (b) => b.str('k').u32(9).u32(8).u64(1000) }),
+    'MODEL_FORMAT_BAD_COUNT',
+    'k count',
+  ],
+  [
+    'truncated u32 value',
+    raw({ kv: (b) => b.str('k').u32(4).u16(1) }).subarray(0, 24 + 9 + 4 + 2),
+    'MODEL_FORMAT_TRUNCATED',
+    'k',
+  ],
   ['bool holding 2', raw({ kv: (b) => b.str('k').u32(7).u8(2) }), 'MODEL_FORMAT_BAD_METADATA', 'k'],
   [
     'arrays nested too deep',
-    raw({ kv: (b) => b.str('k').u32(9).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(4).u64(0) }),
+    raw({
+      kv: (b) =>
+        b.str('k').u32(9).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(9).u64(1).u32(4).u64(0),
+    }),
     'MODEL_FORMAT_BAD_VALUE_TYPE',
     /^k/,
   ],
-  ['duplicate key', raw({ kvCount: 2n, kv: (b) => b.str('k').u32(4).u32(1).str('k').u32(4).u32(2) }), 'MODEL_FORMAT_DUPLICATE', 'k'],
+  [
+    'duplicate key',
+    raw({ kvCount: 2n, kv: (b) => b.str('k').u32(4).u32(1).str('k').u32(4).u32(2) }),
+    'MODEL_FORMAT_DUPLICATE',
+    'k',
+  ],
   ['alignment 0', raw({ kv: alignKv(4, 0) }), 'MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment'],
   ['alignment 3', raw({ kv: alignKv(4, 3) }), 'MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment'],
   ['alignment 2^31', raw({ kv: alignKv(4, 2 ** 31) }), 'MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment'],
   ['alignment of type i32', raw({ kv: alignKv(5, 32) }), 'MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment'],
   ['zero dimensions', raw({ tensors: tinfo('t', []), data: 32 }), 'MODEL_FORMAT_BAD_DIMS', 'tensor t n_dims'],
-  ['five dimensions', raw({ tensors: tinfo('t', [1, 1, 1, 1, 1]), data: 32 }), 'MODEL_FORMAT_BAD_DIMS', 'tensor t n_dims'],
-  ['2^32-1 dimensions', raw({ tensors: (b) => b.str('t').u32(2 ** 32 - 1).u64(1).u32(0).u64(0), data: 64 }), 'MODEL_FORMAT_BAD_DIMS', 'tensor t n_dims'],
-  ['a zero dimension', raw({ tensors: tinfo('t', [4, 0]), data: 32 }), 'MODEL_FORMAT_BAD_DIMS', 'tensor t dims[1]'],
-  ['unknown tensor type', raw({ tensors: tinfo('t', [4], 4), data: 32 }), 'MODEL_FORMAT_BAD_TENSOR_TYPE', 'tensor t type'],
-  ['tensor type 2^32-1', raw({ tensors: tinfo('t', [4], 2 ** 32 - 1), data: 32 }), 'MODEL_FORMAT_BAD_TENSOR_TYPE', 'tensor t type'],
-  ['row not a whole block', raw({ tensors: tinfo('t', [33, 2], GgmlType.Q8_0), data: 96 }), 'MODEL_FORMAT_BAD_DIMS', 'tensor t dims[0]'],
-  ['element count overflow', raw({ tensors: tinfo('t', [2n ** 32n, 2n ** 32n]), data: 32 }), 'MODEL_FORMAT_OVERFLOW', 'tensor t dims'],
-  ['byte size over 2^64', raw({ tensors: tinfo('t', [2n ** 62n, 2]), data: 32 }), 'MODEL_FORMAT_OVERFLOW', 'tensor t dims'],
-  ['byte size beyond the file', raw({ tensors: tinfo('t', [2n ** 40n]), data: 32 }), 'MODEL_FORMAT_TRUNCATED', 'tensor t data'],
-  ['offset + padded size overflow', raw({ tensors: tinfo('t', [4], 0, U64_MAX - 31n), data: 32 }), 'MODEL_FORMAT_OVERFLOW', 'tensor t offset'],
-  ['unaligned offset', raw({ tensors: tinfo('t', [4], 0, 4), data: 64 }), 'MODEL_FORMAT_BAD_OFFSET', 'tensor t offset'],
-  ['offset past the end', raw({ tensors: tinfo('t', [4], 0, 4096), data: 64 }), 'MODEL_FORMAT_BAD_OFFSET', 'tensor t offset'],
-  ['data truncated', raw({ tensors: tinfo('t', [64]), data: 100 }), 'MODEL_FORMAT_TRUNCATED', 'tensor t data'],
-  ['overlapping tensors', raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [16])(b), tinfo('u', [16], 0, 32)(b)), data: 128 }), 'MODEL_FORMAT_BAD_OFFSET', 'tensor u offset'],
-  ['offset disagreeing with the layout', raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [4])(b), tinfo('u', [4], 0, 64)(b)), data: 128 }), 'MODEL_FORMAT_BAD_OFFSET', 'tensor u offset'],
-  ['first tensor not at 0', raw({ tensors: tinfo('t', [4], 0, 32), data: 64 }), 'MODEL_FORMAT_BAD_OFFSET', 'tensor t offset'],
-  ['duplicate tensor name', raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [4])(b), tinfo('t', [4], 0, 32)(b)), data: 64 }), 'MODEL_FORMAT_DUPLICATE', 'tensor t'],
-  ['tensor name of 64 bytes', raw({ tensors: tinfo('x'.repeat(64), [4]), data: 32 }), 'MODEL_FORMAT_BAD_STRING', /name$/],
-  ['tokens of the wrong type', raw({ kv: (b) => b.str('tokenizer.ggml.tokens').u32(9).u32(5).u64(1).i32(0) }), 'MODEL_FORMAT_BAD_METADATA', 'tokenizer.ggml.tokens'],
+  [
+    'five dimensions',
+    raw({ tensors: tinfo('t', [1, 1, 1, 1, 1]), data: 32 }),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor t n_dims',
+  ],
+  [
+    '2^32-1 dimensions',
+    raw({
+      tensors: (b) =>
+        b
+          .str('t')
+          .u32(2 ** 32 - 1)
+          .u64(1)
+          .u32(0)
+          .u64(0),
+      data: 64,
+    }),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor t n_dims',
+  ],
+  [
+    'a zero dimension',
+    raw({ tensors: tinfo('t', [4, 0]), data: 32 }),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor t dims[1]',
+  ],
+  [
+    'unknown tensor type',
+    raw({ tensors: tinfo('t', [4], 4), data: 32 }),
+    'MODEL_FORMAT_BAD_TENSOR_TYPE',
+    'tensor t type',
+  ],
+  [
+    'tensor type 2^32-1',
+    raw({ tensors: tinfo('t', [4], 2 ** 32 - 1), data: 32 }),
+    'MODEL_FORMAT_BAD_TENSOR_TYPE',
+    'tensor t type',
+  ],
+  [
+    'row not a whole block',
+    raw({ tensors: tinfo('t', [33, 2], GgmlType.Q8_0), data: 96 }),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor t dims[0]',
+  ],
+  [
+    'element count overflow',
+    raw({ tensors: tinfo('t', [2n ** 32n, 2n ** 32n]), data: 32 }),
+    'MODEL_FORMAT_OVERFLOW',
+    'tensor t dims',
+  ],
+  [
+    'byte size over 2^64',
+    raw({ tensors: tinfo('t', [2n ** 62n, 2]), data: 32 }),
+    'MODEL_FORMAT_OVERFLOW',
+    'tensor t dims',
+  ],
+  [
+    'byte size beyond the file',
+    raw({ tensors: tinfo('t', [2n ** 40n]), data: 32 }),
+    'MODEL_FORMAT_TRUNCATED',
+    'tensor t data',
+  ],
+  [
+    'offset + padded size overflow',
+    raw({ tensors: tinfo('t', [4], 0, U64_MAX - 31n), data: 32 }),
+    'MODEL_FORMAT_OVERFLOW',
+    'tensor t offset',
+  ],
+  [
+    'unaligned offset',
+    raw({ tensors: tinfo('t', [4], 0, 4), data: 64 }),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor t offset',
+  ],
+  [
+    'offset past the end',
+    raw({ tensors: tinfo('t', [4], 0, 4096), data: 64 }),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor t offset',
+  ],
+  [
+    'data truncated',
+    raw({ tensors: tinfo('t', [64]), data: 100 }),
+    'MODEL_FORMAT_TRUNCATED',
+    'tensor t data',
+  ],
+  [
+    'overlapping tensors',
+    raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [16])(b), tinfo('u', [16], 0, 32)(b)), data: 128 }),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor u offset',
+  ],
+  [
+    'offset disagreeing with the layout',
+    raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [4])(b), tinfo('u', [4], 0, 64)(b)), data: 128 }),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor u offset',
+  ],
+  [
+    'first tensor not at 0',
+    raw({ tensors: tinfo('t', [4], 0, 32), data: 64 }),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor t offset',
+  ],
+  [
+    'duplicate tensor name',
+    raw({ tensorCount: 2n, tensors: (b) => (tinfo('t', [4])(b), tinfo('t', [4], 0, 32)(b)), data: 64 }),
+    'MODEL_FORMAT_DUPLICATE',
+    'tensor t',
+  ],
+  [
+    'tensor name of 64 bytes',
+    raw({ tensors: tinfo('x'.repeat(64), [4]), data: 32 }),
+    'MODEL_FORMAT_BAD_STRING',
+    /name$/,
+  ],
+  [
+    'tokens of the wrong type',
+    raw({ kv: (b) => b.str('tokenizer.ggml.tokens').u32(9).u32(5).u64(1).i32(0) }),
+    'MODEL_FORMAT_BAD_METADATA',
+    'tokenizer.ggml.tokens',
+  ],
   [
     'scores of the wrong length',
-    raw({ kvCount: 2n, kv: (b) => b.str('tokenizer.ggml.tokens').u32(9).u32(8).u64(2).str('a').str('b').str('tokenizer.ggml.scores').u32(9).u32(6).u64(1).f32(0) }),
+    raw({
+      kvCount: 2n,
+      kv: (b) =>
+        b
+          .str('tokenizer.ggml.tokens')
+          .u32(9)
+          .u32(8)
+          .u64(2)
+          .str('a')
+          .str('b')
+          .str('tokenizer.ggml.scores')
+          .u32(9)
+          .u32(6)
+          .u64(1)
+          .f32(0),
+    }),
     'MODEL_FORMAT_BAD_METADATA',
     'tokenizer.ggml.scores',
   ],
   [
     'token types of the wrong element type',
-    raw({ kvCount: 2n, kv: (b) => b.str('tokenizer.ggml.tokens').u32(9).u32(8).u64(1).str('a').str('tokenizer.ggml.token_type').u32(9).u32(6).u64(1).f32(1) }),
+    raw({
+      kvCount: 2n,
+      kv: (b) =>
+        b
+          .str('tokenizer.ggml.tokens')
+          .u32(9)
+          .u32(8)
+          .u64(1)
+          .str('a')
+          .str('tokenizer.ggml.token_type')
+          .u32(9)
+          .u32(6)
+          .u64(1)
+          .f32(1),
+    }),
     'MODEL_FORMAT_BAD_METADATA',
     'tokenizer.ggml.token_type',
   ],
-  ['merges not strings', raw({ kv: (b) => b.str('tokenizer.ggml.merges').u32(8).str('a b') }), 'MODEL_FORMAT_BAD_METADATA', 'tokenizer.ggml.merges'],
+  [
+    'merges not strings',
+    raw({ kv: (b) => b.str('tokenizer.ggml.merges').u32(8).str('a b') }),
+    'MODEL_FORMAT_BAD_METADATA',
+    'tokenizer.ggml.merges',
+  ],
   [
     'special token id outside the vocabulary',
-    raw({ kvCount: 2n, kv: (b) => b.str('tokenizer.ggml.tokens').u32(9).u32(8).u64(1).str('a').str('tokenizer.ggml.bos_token_id').u32(4).u32(1) }),
+    raw({
+      kvCount: 2n,
+      kv: (b) =>
+        b
+          .str('tokenizer.ggml.tokens')
+          .u32(9)
+          .u32(8)
+          .u64(1)
+          .str('a')
+          .str('tokenizer.ggml.bos_token_id')
+          .u32(4)
+          .u32(1),
+    }),
     'MODEL_FORMAT_BAD_METADATA',
     'tokenizer.ggml.bos_token_id',
   ],
@@ -241,12 +479,28 @@ test('every truncation and every corrupted header byte of a real file is a typed
   const meta = everyTypeMetadata();
   meta.set('tokenizer.ggml.tokens', gv.strings(['a', 'b', 'c']));
   meta.set('tokenizer.ggml.scores', gv.f32s([0, -1, -2]));
-  const bytes = encodeGguf(meta, specs, specs.map((s, i) => quantize(s.type, values(s.dims.reduce((a, b) => a * b, 1), i))));
+  const bytes = encodeGguf(
+    meta,
+    specs,
+    specs.map((s, i) =>
+      quantize(
+        s.type,
+        values(
+          s.dims.reduce((a, b) => a * b, 1),
+          i,
+        ),
+      ),
+    ),
+  );
   const parsed = GgufFile.fromBytes(bytes);
   const header = parsed.dataOffset;
   const last = parsed.tensors[parsed.tensors.length - 1]!;
   for (let n = 0; n < last.fileOffset + last.byteLength; n += n < header ? 1 : 61) {
-    assert.throws(() => GgufFile.fromBytes(bytes.subarray(0, n)), (e: unknown) => isTandemError(e) && e.code.startsWith('MODEL_FORMAT_'), `prefix ${n}`);
+    assert.throws(
+      () => GgufFile.fromBytes(bytes.subarray(0, n)),
+      (e: unknown) => isTandemError(e) && e.code.startsWith('MODEL_FORMAT_'),
+      `prefix ${n}`,
+    );
   }
   for (let i = 0; i < header; i++) {
     for (const v of [0x00, 0xff, 0x7f, 0x80]) {

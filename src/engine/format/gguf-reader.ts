@@ -43,7 +43,12 @@ class Parser {
     this.file = source.name;
   }
 
-  fail(code: Parameters<typeof formatError>[0], field: string, message: string, details: Record<string, unknown> = {}): never {
+  fail(
+    code: Parameters<typeof formatError>[0],
+    field: string,
+    message: string,
+    details: Record<string, unknown> = {},
+  ): never {
     throw formatError(code, this.file, field, message, REGENERATE_HINT, details);
   }
 
@@ -51,9 +56,14 @@ class Parser {
   count(field: string, minBytes: number): number {
     const n = this.c.u64(field);
     if (n * BigInt(minBytes) > BigInt(this.c.remaining)) {
-      this.fail('MODEL_FORMAT_BAD_COUNT', field, `count ${n} needs at least ${n * BigInt(minBytes)} bytes but only ${this.c.remaining} remain`, {
-        count: n.toString(),
-      });
+      this.fail(
+        'MODEL_FORMAT_BAD_COUNT',
+        field,
+        `count ${n} needs at least ${n * BigInt(minBytes)} bytes but only ${this.c.remaining} remain`,
+        {
+          count: n.toString(),
+        },
+      );
     }
     return Number(n);
   }
@@ -61,16 +71,22 @@ class Parser {
   string(field: string): string {
     const n = this.c.u64(`${field} length`);
     if (n > BigInt(this.c.remaining)) {
-      this.fail('MODEL_FORMAT_BAD_STRING', field, `string length ${n} runs past the end of the file (${this.c.remaining} bytes remain)`, {
-        length: n.toString(),
-      });
+      this.fail(
+        'MODEL_FORMAT_BAD_STRING',
+        field,
+        `string length ${n} runs past the end of the file (${this.c.remaining} bytes remain)`,
+        {
+          length: n.toString(),
+        },
+      );
     }
     return this.c.text(Number(n), field);
   }
 
   valueType(field: string): GgufValueType {
     const t = this.c.u32(`${field} type`);
-    if (valueTypeNames[t] === undefined) this.fail('MODEL_FORMAT_BAD_VALUE_TYPE', field, `unknown value type ${t}`, { type: t });
+    if (valueTypeNames[t] === undefined)
+      this.fail('MODEL_FORMAT_BAD_VALUE_TYPE', field, `unknown value type ${t}`, { type: t });
     return t as GgufValueType;
   }
 
@@ -110,7 +126,8 @@ class Parser {
   }
 
   array(field: string, depth: number): GgufArray {
-    if (depth > MAX_ARRAY_DEPTH) this.fail('MODEL_FORMAT_BAD_VALUE_TYPE', field, `arrays nested deeper than ${MAX_ARRAY_DEPTH}`);
+    if (depth > MAX_ARRAY_DEPTH)
+      this.fail('MODEL_FORMAT_BAD_VALUE_TYPE', field, `arrays nested deeper than ${MAX_ARRAY_DEPTH}`);
     const itemType = this.valueType(`${field} item`);
     const size = fixedSize[itemType];
     const n = this.count(`${field} count`, size ?? (itemType === GgufValueType.STRING ? 8 : 12));
@@ -165,11 +182,20 @@ function readAlignment(p: Parser, entries: Map<string, GgufValue>): number {
   const v = entries.get('general.alignment');
   if (v === undefined) return GGUF_DEFAULT_ALIGNMENT;
   if (v.type !== GgufValueType.UINT32) {
-    p.fail('MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment', `has type ${valueTypeNames[v.type]}, expected UINT32`);
+    p.fail(
+      'MODEL_FORMAT_BAD_ALIGNMENT',
+      'general.alignment',
+      `has type ${valueTypeNames[v.type]}, expected UINT32`,
+    );
   }
   const a = v.value as number;
   if (a === 0 || (a & (a - 1)) !== 0 || a > GGUF_MAX_ALIGNMENT) {
-    p.fail('MODEL_FORMAT_BAD_ALIGNMENT', 'general.alignment', `is ${a}; it must be a power of two from 1 to ${GGUF_MAX_ALIGNMENT}`, { alignment: a });
+    p.fail(
+      'MODEL_FORMAT_BAD_ALIGNMENT',
+      'general.alignment',
+      `is ${a}; it must be a power of two from 1 to ${GGUF_MAX_ALIGNMENT}`,
+      { alignment: a },
+    );
   }
   return a;
 }
@@ -186,10 +212,20 @@ function readTensorInfo(p: Parser, i: number, alignment: number, fileSize: numbe
   const name = p.string(`tensor[${i}].name`);
   const field = `tensor ${name}`;
   if (name.length === 0 || Buffer.byteLength(name) > MAX_TENSOR_NAME) {
-    p.fail('MODEL_FORMAT_BAD_STRING', `${field} name`, `tensor ${i}'s name is ${Buffer.byteLength(name)} bytes; it must be 1 to ${MAX_TENSOR_NAME}`);
+    p.fail(
+      'MODEL_FORMAT_BAD_STRING',
+      `${field} name`,
+      `tensor ${i}'s name is ${Buffer.byteLength(name)} bytes; it must be 1 to ${MAX_TENSOR_NAME}`,
+    );
   }
   const nDims = p.c.u32(`${field} n_dims`);
-  if (nDims < 1 || nDims > GGUF_MAX_DIMS) p.fail('MODEL_FORMAT_BAD_DIMS', `${field} n_dims`, `has ${nDims} dimensions; expected 1 to ${GGUF_MAX_DIMS}`, { nDims });
+  if (nDims < 1 || nDims > GGUF_MAX_DIMS)
+    p.fail(
+      'MODEL_FORMAT_BAD_DIMS',
+      `${field} n_dims`,
+      `has ${nDims} dimensions; expected 1 to ${GGUF_MAX_DIMS}`,
+      { nDims },
+    );
   const dims: bigint[] = [];
   for (let d = 0; d < nDims; d++) {
     const n = p.c.u64(`${field} dims[${d}]`);
@@ -198,36 +234,76 @@ function readTensorInfo(p: Parser, i: number, alignment: number, fileSize: numbe
   }
   const typeId = p.c.u32(`${field} type`);
   const type = ggmlTypeInfo(typeId);
-  if (type === undefined) p.fail('MODEL_FORMAT_BAD_TENSOR_TYPE', `${field} type`, `unknown ggml type ${typeId}`, { type: typeId });
+  if (type === undefined)
+    p.fail('MODEL_FORMAT_BAD_TENSOR_TYPE', `${field} type`, `unknown ggml type ${typeId}`, { type: typeId });
   const offset = p.c.u64(`${field} offset`);
   let elements = 1n;
   for (const n of dims) {
     elements *= n;
-    if (elements > INT64_MAX) p.fail('MODEL_FORMAT_OVERFLOW', `${field} dims`, `element count ${dims.join('x')} overflows 63 bits`);
+    if (elements > INT64_MAX)
+      p.fail('MODEL_FORMAT_OVERFLOW', `${field} dims`, `element count ${dims.join('x')} overflows 63 bits`);
   }
   if ((dims[0] as bigint) % BigInt(type.blockSize) !== 0n) {
-    p.fail('MODEL_FORMAT_BAD_DIMS', `${field} dims[0]`, `row length ${dims[0]} is not a multiple of ${type.name}'s block size ${type.blockSize}`);
+    p.fail(
+      'MODEL_FORMAT_BAD_DIMS',
+      `${field} dims[0]`,
+      `row length ${dims[0]} is not a multiple of ${type.name}'s block size ${type.blockSize}`,
+    );
   }
   const bytes = (elements / BigInt(type.blockSize)) * BigInt(type.typeSize);
-  if (bytes > UINT64_MAX) p.fail('MODEL_FORMAT_OVERFLOW', `${field} dims`, `byte size of ${dims.join('x')} ${type.name} overflows 64 bits`);
+  if (bytes > UINT64_MAX)
+    p.fail(
+      'MODEL_FORMAT_OVERFLOW',
+      `${field} dims`,
+      `byte size of ${dims.join('x')} ${type.name} overflows 64 bits`,
+    );
   const padded = ((bytes + BigInt(alignment) - 1n) / BigInt(alignment)) * BigInt(alignment);
-  if (offset + padded > UINT64_MAX) p.fail('MODEL_FORMAT_OVERFLOW', `${field} offset`, `offset ${offset} + padded size ${padded} overflows 64 bits`);
+  if (offset + padded > UINT64_MAX)
+    p.fail(
+      'MODEL_FORMAT_OVERFLOW',
+      `${field} offset`,
+      `offset ${offset} + padded size ${padded} overflows 64 bits`,
+    );
   if (bytes > BigInt(fileSize)) {
-    p.fail('MODEL_FORMAT_TRUNCATED', `${field} data`, `needs ${bytes} bytes (${dims.join('x')} ${type.name}) but the whole file holds ${fileSize}`);
+    p.fail(
+      'MODEL_FORMAT_TRUNCATED',
+      `${field} data`,
+      `needs ${bytes} bytes (${dims.join('x')} ${type.name}) but the whole file holds ${fileSize}`,
+    );
   }
   return { name, dims: dims.map(Number), type, offset, bytes };
 }
 
 /** Checks that tensor data are aligned, inside the file, disjoint and exactly where ggml's layout puts them. */
-function checkLayout(p: Parser, raw: RawTensor[], alignment: number, dataOffset: number, fileSize: number): void {
+function checkLayout(
+  p: Parser,
+  raw: RawTensor[],
+  alignment: number,
+  dataOffset: number,
+  fileSize: number,
+): void {
   const a = BigInt(alignment);
   const dataSize = BigInt(fileSize) - BigInt(dataOffset);
   for (const t of raw) {
     const field = `tensor ${t.name} offset`;
-    if (t.offset % a !== 0n) p.fail('MODEL_FORMAT_BAD_OFFSET', field, `offset ${t.offset} is not a multiple of the alignment ${alignment}`);
-    if (t.offset > dataSize) p.fail('MODEL_FORMAT_BAD_OFFSET', field, `offset ${t.offset} is past the end of the data section (${dataSize} bytes)`);
+    if (t.offset % a !== 0n)
+      p.fail(
+        'MODEL_FORMAT_BAD_OFFSET',
+        field,
+        `offset ${t.offset} is not a multiple of the alignment ${alignment}`,
+      );
+    if (t.offset > dataSize)
+      p.fail(
+        'MODEL_FORMAT_BAD_OFFSET',
+        field,
+        `offset ${t.offset} is past the end of the data section (${dataSize} bytes)`,
+      );
     if (t.offset + t.bytes > dataSize) {
-      p.fail('MODEL_FORMAT_TRUNCATED', `tensor ${t.name} data`, `data [${t.offset}, ${t.offset + t.bytes}) runs past the end of the data section (${dataSize} bytes)`);
+      p.fail(
+        'MODEL_FORMAT_TRUNCATED',
+        `tensor ${t.name} data`,
+        `data [${t.offset}, ${t.offset + t.bytes}) runs past the end of the data section (${dataSize} bytes)`,
+      );
     }
   }
   const sorted = [...raw].sort((x, y) => (x.offset < y.offset ? -1 : x.offset > y.offset ? 1 : 0));
@@ -235,13 +311,21 @@ function checkLayout(p: Parser, raw: RawTensor[], alignment: number, dataOffset:
     const prev = sorted[i - 1] as RawTensor;
     const cur = sorted[i] as RawTensor;
     if (prev.offset + prev.bytes > cur.offset) {
-      p.fail('MODEL_FORMAT_BAD_OFFSET', `tensor ${cur.name} offset`, `data at ${cur.offset} overlaps tensor ${prev.name} [${prev.offset}, ${prev.offset + prev.bytes})`);
+      p.fail(
+        'MODEL_FORMAT_BAD_OFFSET',
+        `tensor ${cur.name} offset`,
+        `data at ${cur.offset} overlaps tensor ${prev.name} [${prev.offset}, ${prev.offset + prev.bytes})`,
+      );
     }
   }
   let expected = 0n;
   for (const t of raw) {
     if (t.offset !== expected) {
-      p.fail('MODEL_FORMAT_BAD_OFFSET', `tensor ${t.name} offset`, `offset ${t.offset} disagrees with the layout computed from the tensors before it (${expected})`);
+      p.fail(
+        'MODEL_FORMAT_BAD_OFFSET',
+        `tensor ${t.name} offset`,
+        `offset ${t.offset} disagrees with the layout computed from the tensors before it (${expected})`,
+      );
     }
     expected += ((t.bytes + a - 1n) / a) * a;
   }
@@ -251,9 +335,17 @@ function checkLayout(p: Parser, raw: RawTensor[], alignment: number, dataOffset:
 export function parseGguf(source: ByteSource): GgufHeader {
   const p = new Parser(source);
   const magic = p.c.u32('magic');
-  if (magic !== GGUF_MAGIC) p.fail('MODEL_FORMAT_BAD_MAGIC', 'magic', `starts with 0x${magic.toString(16).padStart(8, '0')}, not "GGUF"`);
+  if (magic !== GGUF_MAGIC)
+    p.fail(
+      'MODEL_FORMAT_BAD_MAGIC',
+      'magic',
+      `starts with 0x${magic.toString(16).padStart(8, '0')}, not "GGUF"`,
+    );
   const version = p.c.u32('version');
-  if (version !== 2 && version !== 3) p.fail('MODEL_FORMAT_BAD_VERSION', 'version', `GGUF version ${version} is not supported (2 and 3 are)`, { version });
+  if (version !== 2 && version !== 3)
+    p.fail('MODEL_FORMAT_BAD_VERSION', 'version', `GGUF version ${version} is not supported (2 and 3 are)`, {
+      version,
+    });
   const tensorCount = p.count('tensor_count', 32);
   const kvCount = p.count('metadata_kv_count', 13);
   const entries = readMetadata(p, kvCount);
@@ -262,7 +354,8 @@ export function parseGguf(source: ByteSource): GgufHeader {
   const names = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
     const t = readTensorInfo(p, i, alignment, source.size);
-    if (names.has(t.name)) p.fail('MODEL_FORMAT_DUPLICATE', `tensor ${t.name}`, `tensor name appears twice (entry ${i})`);
+    if (names.has(t.name))
+      p.fail('MODEL_FORMAT_DUPLICATE', `tensor ${t.name}`, `tensor name appears twice (entry ${i})`);
     names.add(t.name);
     raw.push(t);
   }
@@ -354,38 +447,81 @@ export class GgufFile implements GgufHeader {
   tensor(name: string): GgufTensorInfo {
     const t = this.byName.get(name);
     if (t === undefined) {
-      throw formatError('MODEL_FORMAT_NOT_FOUND', this.file, `tensor ${name}`, 'no tensor of that name in the file', 'check the tensor name against the file (GgufFile.tensors lists them)');
+      throw formatError(
+        'MODEL_FORMAT_NOT_FOUND',
+        this.file,
+        `tensor ${name}`,
+        'no tensor of that name in the file',
+        'check the tensor name against the file (GgufFile.tensors lists them)',
+      );
     }
     return t;
   }
 
   /** Absolute byte range of rows [start, end) of a tensor. */
-  tensorRange(name: string, options: ReadTensorOptions = {}): { info: GgufTensorInfo; offset: number; length: number; rows: number } {
+  tensorRange(
+    name: string,
+    options: ReadTensorOptions = {},
+  ): { info: GgufTensorInfo; offset: number; length: number; rows: number } {
     const info = this.tensor(name);
     const [start, end] = options.rows ?? [0, info.rows];
     if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end <= start || end > info.rows) {
-      throw formatError('MODEL_FORMAT_BAD_RANGE', this.file, `tensor ${name} rows`, `rows [${start}, ${end}) are outside [0, ${info.rows})`, 'ask for a non-empty row range inside the tensor', {
-        start,
-        end,
-        rows: info.rows,
-      });
+      throw formatError(
+        'MODEL_FORMAT_BAD_RANGE',
+        this.file,
+        `tensor ${name} rows`,
+        `rows [${start}, ${end}) are outside [0, ${info.rows})`,
+        'ask for a non-empty row range inside the tensor',
+        {
+          start,
+          end,
+          rows: info.rows,
+        },
+      );
     }
-    return { info, offset: info.fileOffset + start * info.rowBytes, length: (end - start) * info.rowBytes, rows: end - start };
+    return {
+      info,
+      offset: info.fileOffset + start * info.rowBytes,
+      length: (end - start) * info.rowBytes,
+      rows: end - start,
+    };
   }
 
   /** Byte range of columns [start, end) within a row; the whole row without `columns`. */
-  private columnBytes(info: GgufTensorInfo, columns: readonly [number, number] | undefined): { skip: number; length: number; count: number } {
+  private columnBytes(
+    info: GgufTensorInfo,
+    columns: readonly [number, number] | undefined,
+  ): { skip: number; length: number; count: number } {
     const width = info.dims[0] as number;
     if (columns === undefined) return { skip: 0, length: info.rowBytes, count: width };
     const [start, end] = columns;
     const block = info.type.blockSize;
-    if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end <= start || end > width || start % block !== 0 || end % block !== 0) {
-      throw formatError('MODEL_FORMAT_BAD_RANGE', this.file, `tensor ${info.name} columns`, `columns [${start}, ${end}) are not a block-aligned range inside [0, ${width}) (${info.type.name} blocks of ${block})`, `split rows at multiples of ${block}`, {
-        start,
-        end,
-      });
+    if (
+      !Number.isInteger(start) ||
+      !Number.isInteger(end) ||
+      start < 0 ||
+      end <= start ||
+      end > width ||
+      start % block !== 0 ||
+      end % block !== 0
+    ) {
+      throw formatError(
+        'MODEL_FORMAT_BAD_RANGE',
+        this.file,
+        `tensor ${info.name} columns`,
+        `columns [${start}, ${end}) are not a block-aligned range inside [0, ${width}) (${info.type.name} blocks of ${block})`,
+        `split rows at multiples of ${block}`,
+        {
+          start,
+          end,
+        },
+      );
     }
-    return { skip: (start / block) * info.type.typeSize, length: ((end - start) / block) * info.type.typeSize, count: end - start };
+    return {
+      skip: (start / block) * info.type.typeSize,
+      length: ((end - start) / block) * info.type.typeSize,
+      count: end - start,
+    };
   }
 
   /** The raw ggml bytes of a tensor, or of rows [start, end) of it, or of a column range of those rows. */
@@ -396,7 +532,13 @@ export class GgufFile implements GgufHeader {
     const out = into ?? new Uint8Array(total);
     if (out.length < total) throw new RangeError(`readTensor: buffer of ${out.length} bytes for ${total}`);
     if (options.columns === undefined) this.source.readInto(offset, length, out);
-    else for (let r = 0; r < rows; r++) this.source.readInto(offset + r * info.rowBytes + cols.skip, cols.length, out.subarray(r * cols.length));
+    else
+      for (let r = 0; r < rows; r++)
+        this.source.readInto(
+          offset + r * info.rowBytes + cols.skip,
+          cols.length,
+          out.subarray(r * cols.length),
+        );
     return out.length === total ? out : out.subarray(0, total);
   }
 

@@ -25,7 +25,13 @@ export function checkTokenizer(metadata: GgufMetadata, file: string): void {
     const arr = v.type === GgufValueType.ARRAY ? (v.value as GgufArray) : undefined;
     if (arr === undefined || arr.itemType !== itemType) {
       const got = arr ? `an array of ${valueTypeNames[arr.itemType]}` : `a ${valueTypeNames[v.type]}`;
-      throw formatError('MODEL_FORMAT_BAD_METADATA', file, key, `is ${got}, expected an array of ${valueTypeNames[itemType]}`, REGENERATE_HINT);
+      throw formatError(
+        'MODEL_FORMAT_BAD_METADATA',
+        file,
+        key,
+        `is ${got}, expected an array of ${valueTypeNames[itemType]}`,
+        REGENERATE_HINT,
+      );
     }
     return arr;
   };
@@ -38,20 +44,45 @@ export function checkTokenizer(metadata: GgufMetadata, file: string): void {
   for (const [key, type] of parallel) {
     const arr = arrayOf(key, type);
     if (arr === undefined) continue;
-    if (tokens === undefined) throw formatError('MODEL_FORMAT_BAD_METADATA', file, key, 'is present without tokenizer.ggml.tokens', REGENERATE_HINT);
+    if (tokens === undefined)
+      throw formatError(
+        'MODEL_FORMAT_BAD_METADATA',
+        file,
+        key,
+        'is present without tokenizer.ggml.tokens',
+        REGENERATE_HINT,
+      );
     if (arr.items.length !== tokens.items.length) {
-      throw formatError('MODEL_FORMAT_BAD_METADATA', file, key, `has ${arr.items.length} entries for ${tokens.items.length} tokens`, REGENERATE_HINT);
+      throw formatError(
+        'MODEL_FORMAT_BAD_METADATA',
+        file,
+        key,
+        `has ${arr.items.length} entries for ${tokens.items.length} tokens`,
+        REGENERATE_HINT,
+      );
     }
   }
   for (const key of metadata.keys()) {
     if (!/^tokenizer\.ggml\.[a-z_]+_token_id$/.test(key)) continue;
     const v = metadata.get(key)!;
     if (!INTEGER_TYPES.includes(v.type)) {
-      throw formatError('MODEL_FORMAT_BAD_METADATA', file, key, `is a ${valueTypeNames[v.type]}, expected an integer token id`, REGENERATE_HINT);
+      throw formatError(
+        'MODEL_FORMAT_BAD_METADATA',
+        file,
+        key,
+        `is a ${valueTypeNames[v.type]}, expected an integer token id`,
+        REGENERATE_HINT,
+      );
     }
     const id = Number(v.value);
     if (tokens !== undefined && (id < 0 || id >= tokens.items.length)) {
-      throw formatError('MODEL_FORMAT_BAD_METADATA', file, key, `token id ${id} is outside the vocabulary of ${tokens.items.length} tokens`, REGENERATE_HINT);
+      throw formatError(
+        'MODEL_FORMAT_BAD_METADATA',
+        file,
+        key,
+        `token id ${id} is outside the vocabulary of ${tokens.items.length} tokens`,
+        REGENERATE_HINT,
+      );
     }
   }
 }

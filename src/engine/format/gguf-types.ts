@@ -25,10 +25,24 @@ export const GGUF_MAX_ALIGNMENT = 1 << 16;
 /** GGML_MAX_DIMS. */
 export const GGUF_MAX_DIMS = 4;
 
-export const valueTypeNames: Record<number, string> = Object.fromEntries(Object.entries(GgufValueType).map(([k, v]) => [v, k]));
+export const valueTypeNames: Record<number, string> = Object.fromEntries(
+  Object.entries(GgufValueType).map(([k, v]) => [v, k]),
+);
 
 /** Bytes of one fixed-size value; strings and arrays have no fixed size. */
-export const fixedSize: Partial<Record<number, number>> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+export const fixedSize: Partial<Record<number, number>> = {
+  0: 1,
+  1: 1,
+  2: 2,
+  3: 2,
+  4: 4,
+  5: 4,
+  6: 4,
+  7: 1,
+  10: 8,
+  11: 8,
+  12: 8,
+};
 
 export type GgufNumericArray =
   | Uint8Array

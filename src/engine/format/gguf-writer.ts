@@ -2,7 +2,13 @@ import { TandemError } from '../../errors/index.js';
 import { byteSize, ggmlTypeInfo, type GgmlTypeInfo } from '../../kernels/quant/index.js';
 import { writeFileAtomically } from './atomic-file.js';
 import { ByteBuilder } from './byte-builder.js';
-import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufValueType, type GgufArray, type GgufValue } from './gguf-types.js';
+import {
+  GGUF_DEFAULT_ALIGNMENT,
+  GGUF_MAGIC,
+  GgufValueType,
+  type GgufArray,
+  type GgufValue,
+} from './gguf-types.js';
 
 /** Builders for metadata values, so callers state each key's GGUF type explicitly. */
 export const gv = {
@@ -13,9 +19,18 @@ export const gv = {
   f32: (v: number): GgufValue => ({ type: GgufValueType.FLOAT32, value: v }),
   bool: (v: boolean): GgufValue => ({ type: GgufValueType.BOOL, value: v }),
   str: (v: string): GgufValue => ({ type: GgufValueType.STRING, value: v }),
-  strings: (v: string[]): GgufValue => ({ type: GgufValueType.ARRAY, value: { itemType: GgufValueType.STRING, items: v } }),
-  f32s: (v: Float32Array | number[]): GgufValue => ({ type: GgufValueType.ARRAY, value: { itemType: GgufValueType.FLOAT32, items: Float32Array.from(v) } }),
-  i32s: (v: Int32Array | number[]): GgufValue => ({ type: GgufValueType.ARRAY, value: { itemType: GgufValueType.INT32, items: Int32Array.from(v) } }),
+  strings: (v: string[]): GgufValue => ({
+    type: GgufValueType.ARRAY,
+    value: { itemType: GgufValueType.STRING, items: v },
+  }),
+  f32s: (v: Float32Array | number[]): GgufValue => ({
+    type: GgufValueType.ARRAY,
+    value: { itemType: GgufValueType.FLOAT32, items: Float32Array.from(v) },
+  }),
+  i32s: (v: Int32Array | number[]): GgufValue => ({
+    type: GgufValueType.ARRAY,
+    value: { itemType: GgufValueType.INT32, items: Int32Array.from(v) },
+  }),
 };
 
 export function encodeValue(out: ByteBuilder, type: GgufValueType, value: GgufValue['value']): void {
@@ -80,14 +95,22 @@ export interface TensorLayout extends TensorSpec {
 }
 
 /** Offsets of each tensor in the data section: in order, each padded to the alignment (as ggml computes them). */
-export function layoutTensors(tensors: readonly TensorSpec[], alignment = GGUF_DEFAULT_ALIGNMENT): TensorLayout[] {
+export function layoutTensors(
+  tensors: readonly TensorSpec[],
+  alignment = GGUF_DEFAULT_ALIGNMENT,
+): TensorLayout[] {
   let offset = 0;
   return tensors.map((t) => {
     const info = ggmlTypeInfo(t.type);
     if (info === undefined) {
-      throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `tensor ${t.name}: unknown ggml type ${t.type}`, { hint: 'use a type from src/kernels/quant' });
+      throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `tensor ${t.name}: unknown ggml type ${t.type}`, {
+        hint: 'use a type from src/kernels/quant',
+      });
     }
-    const byteLength = byteSize(info, t.dims.reduce((a, b) => a * b, 1));
+    const byteLength = byteSize(
+      info,
+      t.dims.reduce((a, b) => a * b, 1),
+    );
     const layout = { ...t, info, offset, byteLength };
     offset += Math.ceil(byteLength / alignment) * alignment;
     return layout;
@@ -95,7 +118,12 @@ export function layoutTensors(tensors: readonly TensorSpec[], alignment = GGUF_D
 }
 
 /** The whole header, padded so the data section starts right after it. */
-export function encodeHeader(metadata: ReadonlyMap<string, GgufValue>, layout: readonly TensorLayout[], alignment = GGUF_DEFAULT_ALIGNMENT, version = 3): Uint8Array {
+export function encodeHeader(
+  metadata: ReadonlyMap<string, GgufValue>,
+  layout: readonly TensorLayout[],
+  alignment = GGUF_DEFAULT_ALIGNMENT,
+  version = 3,
+): Uint8Array {
   const out = new ByteBuilder();
   out.u32(GGUF_MAGIC).u32(version).u64(layout.length).u64(metadata.size);
   for (const [key, v] of metadata) {
@@ -134,7 +162,11 @@ export async function writeGguf(
 ): Promise<{ bytes: number }> {
   const alignment = options.alignment ?? GGUF_DEFAULT_ALIGNMENT;
   if (!metadata.has('general.alignment') && alignment !== GGUF_DEFAULT_ALIGNMENT) {
-    throw new TandemError('INVALID_ARGUMENT', `alignment ${alignment} needs general.alignment in the metadata`, { hint: "add gv.u32(alignment) as 'general.alignment'" });
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `alignment ${alignment} needs general.alignment in the metadata`,
+      { hint: "add gv.u32(alignment) as 'general.alignment'" },
+    );
   }
   const layout = layoutTensors(tensors, alignment);
   const header = encodeHeader(metadata, layout, alignment);
@@ -156,7 +188,11 @@ export async function writeGguf(
       const chunks = produced instanceof Uint8Array ? [produced] : produced;
       for await (const chunk of chunks) await write(chunk);
       if (pos - start !== t.byteLength) {
-        throw new TandemError('INTERNAL', `tensor ${t.name}: produced ${pos - start} bytes, its layout needs ${t.byteLength}`, { hint: 'this is a bug in the caller of writeGguf' });
+        throw new TandemError(
+          'INTERNAL',
+          `tensor ${t.name}: produced ${pos - start} bytes, its layout needs ${t.byteLength}`,
+          { hint: 'this is a bug in the caller of writeGguf' },
+        );
       }
       await write(new Uint8Array(Math.ceil(t.byteLength / alignment) * alignment - t.byteLength));
       options.onProgress?.(pos, total, t.name);
@@ -166,12 +202,20 @@ export async function writeGguf(
 }
 
 /** The same file in memory (tests and small fixtures). */
-export function encodeGguf(metadata: ReadonlyMap<string, GgufValue>, tensors: readonly TensorSpec[], data: readonly Uint8Array[], alignment = GGUF_DEFAULT_ALIGNMENT): Uint8Array {
+export function encodeGguf(
+  metadata: ReadonlyMap<string, GgufValue>,
+  tensors: readonly TensorSpec[],
+  data: readonly Uint8Array[],
+  alignment = GGUF_DEFAULT_ALIGNMENT,
+): Uint8Array {
   const layout = layoutTensors(tensors, alignment);
   const out = new ByteBuilder().bytes(encodeHeader(metadata, layout, alignment));
   layout.forEach((t, i) => {
     const d = data[i] as Uint8Array;
-    if (d.length !== t.byteLength) throw new TandemError('INTERNAL', `tensor ${t.name}: ${d.length} bytes for ${t.byteLength}`, { hint: 'pass each tensor\'s full bytes' });
+    if (d.length !== t.byteLength)
+      throw new TandemError('INTERNAL', `tensor ${t.name}: ${d.length} bytes for ${t.byteLength}`, {
+        hint: "pass each tensor's full bytes",
+      });
     out.bytes(d);
     out.pad(alignment);
   });

@@ -35,12 +35,27 @@ export function parseHfConfig(text: string, file = 'config.json'): HfConfig {
   try {
     raw = JSON.parse(text);
   } catch (error) {
-    throw formatError('MODEL_FORMAT_BAD_CONFIG', file, 'json', `is not valid JSON (${(error as Error).message})`, HINT);
+    throw formatError(
+      'MODEL_FORMAT_BAD_CONFIG',
+      file,
+      'json',
+      `is not valid JSON (${(error as Error).message})`,
+      HINT,
+    );
   }
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw formatError('MODEL_FORMAT_BAD_CONFIG', file, 'json', 'is not a JSON object', HINT);
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw formatError('MODEL_FORMAT_BAD_CONFIG', file, 'json', 'is not a JSON object', HINT);
   const obj = raw as Record<string, unknown>;
   const bad = (field: string, want: string): TandemError =>
-    formatError('MODEL_FORMAT_BAD_CONFIG', file, field, obj[field] === undefined ? `is missing (expected ${want})` : `is ${JSON.stringify(obj[field])}, expected ${want}`, HINT);
+    formatError(
+      'MODEL_FORMAT_BAD_CONFIG',
+      file,
+      field,
+      obj[field] === undefined
+        ? `is missing (expected ${want})`
+        : `is ${JSON.stringify(obj[field])}, expected ${want}`,
+      HINT,
+    );
   const int = (field: string, fallback?: number): number => {
     const v = obj[field] ?? fallback;
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) throw bad(field, 'a positive integer');
@@ -54,17 +69,23 @@ export function parseHfConfig(text: string, file = 'config.json'): HfConfig {
   const modelType = obj.model_type;
   if (typeof modelType !== 'string') throw bad('model_type', 'a string');
   const architectures = obj.architectures ?? [];
-  if (!Array.isArray(architectures) || !architectures.every((a) => typeof a === 'string')) throw bad('architectures', 'a list of strings');
+  if (!Array.isArray(architectures) || !architectures.every((a) => typeof a === 'string'))
+    throw bad('architectures', 'a list of strings');
   const tie = obj.tie_word_embeddings ?? false;
   if (typeof tie !== 'boolean') throw bad('tie_word_embeddings', 'true or false');
   const scaling = obj.rope_scaling ?? null;
-  if (scaling !== null && (typeof scaling !== 'object' || Array.isArray(scaling))) throw bad('rope_scaling', 'an object or null');
+  if (scaling !== null && (typeof scaling !== 'object' || Array.isArray(scaling)))
+    throw bad('rope_scaling', 'an object or null');
   const hidden = int('hidden_size');
   const heads = int('num_attention_heads');
   const kvHeads = int('num_key_value_heads', heads);
   if (heads % kvHeads !== 0) throw bad('num_key_value_heads', `a divisor of num_attention_heads (${heads})`);
   const experts = obj.num_local_experts ?? obj.num_experts ?? 0;
-  if (typeof experts !== 'number' || !Number.isSafeInteger(experts) || experts < 0) throw bad(obj.num_local_experts !== undefined ? 'num_local_experts' : 'num_experts', 'a non-negative integer');
+  if (typeof experts !== 'number' || !Number.isSafeInteger(experts) || experts < 0)
+    throw bad(
+      obj.num_local_experts !== undefined ? 'num_local_experts' : 'num_experts',
+      'a non-negative integer',
+    );
   const perTok = experts > 0 ? int('num_experts_per_tok') : 0;
   if (perTok > experts) throw bad('num_experts_per_tok', `at most the number of experts (${experts})`);
   const dtype = obj.torch_dtype;
@@ -85,7 +106,8 @@ export function parseHfConfig(text: string, file = 'config.json'): HfConfig {
     tieWordEmbeddings: tie,
     numExperts: experts,
     numExpertsPerTok: perTok,
-    moeIntermediateSize: experts > 0 && obj.moe_intermediate_size !== undefined ? int('moe_intermediate_size') : 0,
+    moeIntermediateSize:
+      experts > 0 && obj.moe_intermediate_size !== undefined ? int('moe_intermediate_size') : 0,
     torchDtype: typeof dtype === 'string' ? dtype : undefined,
     raw: obj,
   };
@@ -96,7 +118,11 @@ export function loadHfConfig(path: string): HfConfig {
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new TandemError('MODEL_FORMAT_IO', `cannot read ${path}: ${(error as Error).message}`, { hint: 'pass the folder or path holding config.json', details: { file: path }, cause: error });
+    throw new TandemError('MODEL_FORMAT_IO', `cannot read ${path}: ${(error as Error).message}`, {
+      hint: 'pass the folder or path holding config.json',
+      details: { file: path },
+      cause: error,
+    });
   }
   return parseHfConfig(text, path);
 }

@@ -7,5 +7,12 @@ export { SafetensorsModel } from './safetensors-model.js';
 export { loadHfConfig, parseHfConfig, type HfConfig } from './hf-config.js';
 export { buildBpeVocab, buildSpmVocab, vocabMetadata, type Vocab } from './vocab.js';
 export { makeModel, planFor, tensorF32, type MakeModelOptions } from './make-model.js';
-export { fileTypes, modelArchs, modelShapes, type FileTypeName, type ModelArch, type ModelShape } from './model-plan.js';
+export {
+  fileTypes,
+  modelArchs,
+  modelShapes,
+  type FileTypeName,
+  type ModelArch,
+  type ModelShape,
+} from './model-plan.js';
 export { BufferSource, FileSource, type ByteSource } from './byte-source.js';

@@ -36,12 +36,19 @@ async function main(): Promise<void> {
       result.tokens = tokens;
       result.specialTokens = [...model.tokenize(req.text, true)];
       result.detokenized = model.detokenize(model.tokenize(req.text));
-      const ctx = await model.createContext({ contextSize: 256, experimentalKvCacheKeyType: 'F32', experimentalKvCacheValueType: 'F32' });
+      const ctx = await model.createContext({
+        contextSize: 256,
+        experimentalKvCacheKeyType: 'F32',
+        experimentalKvCacheValueType: 'F32',
+      });
       const seq = ctx.getSequence();
       const bos = model.tokens.bos;
       const input = bos === null ? tokens : [bos, ...tokens];
       const last = input[input.length - 1] as (typeof input)[number];
-      const out = await seq.controlledEvaluate([...input.slice(0, -1), [last, { generateNext: { logits: true } }]]);
+      const out = await seq.controlledEvaluate([
+        ...input.slice(0, -1),
+        [last, { generateNext: { logits: true } }],
+      ]);
       const logits = out[out.length - 1]?.next.logits;
       if (logits) {
         const arr = new Array<number>(logits.size).fill(NaN);

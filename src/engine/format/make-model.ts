@@ -2,7 +2,15 @@ import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import { TandemError } from '../../errors/index.js';
 import { writeGguf } from './gguf-writer.js';
-import { modelShapes, planModel, type FileTypeName, type ModelArch, type ModelPlan, type ModelShape, type PlannedTensor } from './model-plan.js';
+import {
+  modelShapes,
+  planModel,
+  type FileTypeName,
+  type ModelArch,
+  type ModelPlan,
+  type ModelShape,
+  type PlannedTensor,
+} from './model-plan.js';
 import { CHUNK_ELEMENTS, chunkBytes, chunkCount, type ChunkJob } from './random-weights.js';
 
 export { Rng, tensorF32 } from './random-weights.js';
@@ -26,7 +34,9 @@ export function resolveShape(shape: string | ModelShape): ModelShape {
   if (typeof shape !== 'string') return shape;
   const s = modelShapes[shape];
   if (s === undefined) {
-    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `unknown model shape '${shape}'`, { hint: `use one of ${Object.keys(modelShapes).join(', ')}` });
+    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `unknown model shape '${shape}'`, {
+      hint: `use one of ${Object.keys(modelShapes).join(', ')}`,
+    });
   }
   return s;
 }
@@ -50,8 +60,15 @@ export function planFor(o: MakeModelOptions): ModelPlan {
 class ChunkPool {
   private readonly workers: Worker[] = [];
   private readonly idle: Worker[] = [];
-  private readonly queue: { job: ChunkJob; resolve: (b: Uint8Array) => void; reject: (e: unknown) => void }[] = [];
-  private readonly pending = new Map<Worker, { resolve: (b: Uint8Array) => void; reject: (e: unknown) => void }>();
+  private readonly queue: {
+    job: ChunkJob;
+    resolve: (b: Uint8Array) => void;
+    reject: (e: unknown) => void;
+  }[] = [];
+  private readonly pending = new Map<
+    Worker,
+    { resolve: (b: Uint8Array) => void; reject: (e: unknown) => void }
+  >();
   private failed: unknown;
 
   constructor(threads: number) {
@@ -100,7 +117,13 @@ class ChunkPool {
 }
 
 /** A tensor's chunks in order, `ahead` of them in flight on the pool. */
-async function* pooledChunks(pool: ChunkPool, tensor: PlannedTensor, seed: number, std: number, ahead: number): AsyncGenerator<Uint8Array> {
+async function* pooledChunks(
+  pool: ChunkPool,
+  tensor: PlannedTensor,
+  seed: number,
+  std: number,
+  ahead: number,
+): AsyncGenerator<Uint8Array> {
   const n = chunkCount(tensor);
   const inflight: Promise<Uint8Array>[] = [];
   let next = 0;
@@ -111,7 +134,12 @@ async function* pooledChunks(pool: ChunkPool, tensor: PlannedTensor, seed: numbe
 }
 
 function* localChunks(tensor: PlannedTensor, seed: number, std: number): Generator<Uint8Array> {
-  const scratch = new Float32Array(Math.min(CHUNK_ELEMENTS, tensor.dims.reduce((a, b) => a * b, 1)) + (tensor.dims[0] as number));
+  const scratch = new Float32Array(
+    Math.min(
+      CHUNK_ELEMENTS,
+      tensor.dims.reduce((a, b) => a * b, 1),
+    ) + (tensor.dims[0] as number),
+  );
   for (let c = 0; c < chunkCount(tensor); c++) yield chunkBytes({ tensor, seed, std, chunk: c }, scratch);
 }
 
@@ -120,7 +148,10 @@ function* localChunks(tensor: PlannedTensor, seed: number, std: number): Generat
  * chunk by chunk, so memory stays at a few MiB per thread whatever the model's size;
  * with `threads` > 1 worker threads generate and quantize the chunks.
  */
-export async function makeModel(path: string, o: MakeModelOptions): Promise<{ plan: ModelPlan; bytes: number }> {
+export async function makeModel(
+  path: string,
+  o: MakeModelOptions,
+): Promise<{ plan: ModelPlan; bytes: number }> {
   const plan = planFor(o);
   const seed = o.seed ?? 0;
   const std = o.std ?? 0.02;

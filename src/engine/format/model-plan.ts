@@ -25,9 +25,48 @@ export interface ModelShape {
 }
 
 export const modelShapes: Readonly<Record<string, ModelShape>> = {
-  tiny: { layers: 2, embd: 256, ff: 512, heads: 4, kvHeads: 2, headDim: 64, vocab: 4096, context: 512, experts: 4, expertsUsed: 2, expertFf: 256, sharedFf: 256 },
-  small: { layers: 4, embd: 512, ff: 1536, heads: 8, kvHeads: 4, headDim: 64, vocab: 8192, context: 1024, experts: 8, expertsUsed: 2, expertFf: 512, sharedFf: 512 },
-  'tinyllama-1.1b': { layers: 22, embd: 2048, ff: 5632, heads: 32, kvHeads: 4, headDim: 64, vocab: 32000, context: 2048, experts: 8, expertsUsed: 2, expertFf: 1536, sharedFf: 1536 },
+  tiny: {
+    layers: 2,
+    embd: 256,
+    ff: 512,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 64,
+    vocab: 4096,
+    context: 512,
+    experts: 4,
+    expertsUsed: 2,
+    expertFf: 256,
+    sharedFf: 256,
+  },
+  small: {
+    layers: 4,
+    embd: 512,
+    ff: 1536,
+    heads: 8,
+    kvHeads: 4,
+    headDim: 64,
+    vocab: 8192,
+    context: 1024,
+    experts: 8,
+    expertsUsed: 2,
+    expertFf: 512,
+    sharedFf: 512,
+  },
+  'tinyllama-1.1b': {
+    layers: 22,
+    embd: 2048,
+    ff: 5632,
+    heads: 32,
+    kvHeads: 4,
+    headDim: 64,
+    vocab: 32000,
+    context: 2048,
+    experts: 8,
+    expertsUsed: 2,
+    expertFf: 1536,
+    sharedFf: 1536,
+  },
 };
 
 /** File types: what llama.cpp calls the ftype, with its general.file_type number. */
@@ -88,7 +127,14 @@ function useMoreBits(i: number, n: number): boolean {
  * layers use_more_bits picks. A k-quant tensor whose rows are not whole 256-value blocks
  * falls back to Q8_0 (llama.cpp would pick Q5_0/Q5_1/Q8_0; tandem writes only Q8_0).
  */
-export function tensorType(name: string, dims: readonly number[], ft: FileTypeName, layers: number, experts: number, isOutput: boolean): number {
+export function tensorType(
+  name: string,
+  dims: readonly number[],
+  ft: FileTypeName,
+  layers: number,
+  experts: number,
+  isOutput: boolean,
+): number {
   if (dims.length < 2 || name.includes('ffn_gate_inp')) return GgmlType.F32;
   const { base } = fileTypes[ft];
   let type: number = base;
@@ -104,7 +150,8 @@ export function tensorType(name: string, dims: readonly number[], ft: FileTypeNa
     type = GgmlType.Q5_K;
   }
   const info = ggmlTypeInfo(type)!;
-  if ((dims[0] as number) % info.blockSize !== 0) type = (dims[0] as number) % 32 === 0 ? GgmlType.Q8_0 : GgmlType.F16;
+  if ((dims[0] as number) % info.blockSize !== 0)
+    type = (dims[0] as number) % 32 === 0 ? GgmlType.Q8_0 : GgmlType.F16;
   return type;
 }
 
@@ -112,12 +159,18 @@ function checkShape(arch: ModelArch, s: ModelShape, type: FileTypeName): void {
   const problems: string[] = [];
   if (s.heads % s.kvHeads !== 0) problems.push(`heads ${s.heads} is not a multiple of kv heads ${s.kvHeads}`);
   if (s.headDim % 2 !== 0) problems.push(`head dim ${s.headDim} is odd (RoPE rotates pairs)`);
-  if (isMoe(arch) && !(s.expertsUsed >= 1 && s.expertsUsed <= s.experts)) problems.push(`experts used ${s.expertsUsed} is not in 1..${s.experts}`);
+  if (isMoe(arch) && !(s.expertsUsed >= 1 && s.expertsUsed <= s.experts))
+    problems.push(`experts used ${s.expertsUsed} is not in 1..${s.experts}`);
   if (s.vocab < 512) problems.push(`vocab ${s.vocab} is below 512 (the byte tokens alone take 259)`);
   const block = type.startsWith('q') ? 32 : 1;
-  if (s.embd % block !== 0) problems.push(`embedding ${s.embd} is not a multiple of ${block} (needed by ${type})`);
+  if (s.embd % block !== 0)
+    problems.push(`embedding ${s.embd} is not a multiple of ${block} (needed by ${type})`);
   if (problems.length) {
-    throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `cannot make a ${arch} model of this shape: ${problems.join('; ')}`, { hint: 'pick a shape from --shape or fix its numbers' });
+    throw new TandemError(
+      'MODEL_FORMAT_UNSUPPORTED',
+      `cannot make a ${arch} model of this shape: ${problems.join('; ')}`,
+      { hint: 'pick a shape from --shape or fix its numbers' },
+    );
   }
 }
 
@@ -138,10 +191,15 @@ function archMetadata(arch: ModelArch, s: ModelShape): [string, GgufValue][] {
     [`${a}.vocab_size`, gv.u32(s.vocab)],
   ];
   if (arch === 'qwen3' || arch === 'qwen3moe' || s.headDim * s.heads !== s.embd) {
-    out.push([`${a}.attention.key_length`, gv.u32(s.headDim)], [`${a}.attention.value_length`, gv.u32(s.headDim)]);
+    out.push(
+      [`${a}.attention.key_length`, gv.u32(s.headDim)],
+      [`${a}.attention.value_length`, gv.u32(s.headDim)],
+    );
   }
-  if (moe) out.push([`${a}.expert_count`, gv.u32(s.experts)], [`${a}.expert_used_count`, gv.u32(s.expertsUsed)]);
-  if (arch === 'qwen2moe' || arch === 'qwen3moe') out.push([`${a}.expert_feed_forward_length`, gv.u32(s.expertFf)]);
+  if (moe)
+    out.push([`${a}.expert_count`, gv.u32(s.experts)], [`${a}.expert_used_count`, gv.u32(s.expertsUsed)]);
+  if (arch === 'qwen2moe' || arch === 'qwen3moe')
+    out.push([`${a}.expert_feed_forward_length`, gv.u32(s.expertFf)]);
   if (arch === 'qwen2moe') out.push([`${a}.expert_shared_feed_forward_length`, gv.u32(s.sharedFf)]);
   return out;
 }
@@ -151,12 +209,26 @@ function layerTensors(arch: ModelArch, s: ModelShape, i: number): [string, numbe
   const q = s.heads * s.headDim;
   const kv = s.kvHeads * s.headDim;
   const t: [string, number[], Init][] = [[`${p}attn_norm.weight`, [s.embd], 'norm']];
-  t.push([`${p}attn_q.weight`, [s.embd, q], 'weight'], [`${p}attn_k.weight`, [s.embd, kv], 'weight'], [`${p}attn_v.weight`, [s.embd, kv], 'weight']);
-  if (arch === 'qwen2' || arch === 'qwen2moe') t.push([`${p}attn_q.bias`, [q], 'bias'], [`${p}attn_k.bias`, [kv], 'bias'], [`${p}attn_v.bias`, [kv], 'bias']);
-  if (arch === 'qwen3' || arch === 'qwen3moe') t.push([`${p}attn_q_norm.weight`, [s.headDim], 'norm'], [`${p}attn_k_norm.weight`, [s.headDim], 'norm']);
+  t.push(
+    [`${p}attn_q.weight`, [s.embd, q], 'weight'],
+    [`${p}attn_k.weight`, [s.embd, kv], 'weight'],
+    [`${p}attn_v.weight`, [s.embd, kv], 'weight'],
+  );
+  if (arch === 'qwen2' || arch === 'qwen2moe')
+    t.push(
+      [`${p}attn_q.bias`, [q], 'bias'],
+      [`${p}attn_k.bias`, [kv], 'bias'],
+      [`${p}attn_v.bias`, [kv], 'bias'],
+    );
+  if (arch === 'qwen3' || arch === 'qwen3moe')
+    t.push([`${p}attn_q_norm.weight`, [s.headDim], 'norm'], [`${p}attn_k_norm.weight`, [s.headDim], 'norm']);
   t.push([`${p}attn_output.weight`, [q, s.embd], 'weight'], [`${p}ffn_norm.weight`, [s.embd], 'norm']);
   if (!isMoe(arch)) {
-    t.push([`${p}ffn_gate.weight`, [s.embd, s.ff], 'weight'], [`${p}ffn_up.weight`, [s.embd, s.ff], 'weight'], [`${p}ffn_down.weight`, [s.ff, s.embd], 'weight']);
+    t.push(
+      [`${p}ffn_gate.weight`, [s.embd, s.ff], 'weight'],
+      [`${p}ffn_up.weight`, [s.embd, s.ff], 'weight'],
+      [`${p}ffn_down.weight`, [s.ff, s.embd], 'weight'],
+    );
     return t;
   }
   t.push(
@@ -177,7 +249,13 @@ function layerTensors(arch: ModelArch, s: ModelShape, i: number): [string, numbe
 }
 
 /** Llama 3.1's RoPE scaling parameters (its config.json rope_scaling). */
-export const LLAMA3_ROPE = { base: 500000, factor: 8, lowFreqFactor: 1, highFreqFactor: 4, originalContext: 8192 };
+export const LLAMA3_ROPE = {
+  base: 500000,
+  factor: 8,
+  lowFreqFactor: 1,
+  highFreqFactor: 4,
+  originalContext: 8192,
+};
 
 /**
  * Llama 3.1's per-frequency divisors for RoPE (what llama.cpp reads from rope_freqs.weight):
@@ -223,14 +301,24 @@ export function planModel(o: ModelPlanOptions): ModelPlan {
   const metadata = new Map<string, GgufValue>([
     ['general.architecture', gv.str(ggufArch(o.arch))],
     ['general.name', gv.str(name)],
-    ['general.description', gv.str(`RANDOM WEIGHTS (seed ${o.seed}) with a real ${o.arch} layout, written by tandem make-model for tests, demos and benchmarks; it produces no meaningful text`)],
+    [
+      'general.description',
+      gv.str(
+        `RANDOM WEIGHTS (seed ${o.seed}) with a real ${o.arch} layout, written by tandem make-model for tests, demos and benchmarks; it produces no meaningful text`,
+      ),
+    ],
     ['general.file_type', gv.u32(fileTypes[o.type].id)],
   ]);
-  if (o.type !== 'f32' && o.type !== 'f16' && o.type !== 'bf16') metadata.set('general.quantization_version', gv.u32(2));
+  if (o.type !== 'f32' && o.type !== 'f16' && o.type !== 'bf16')
+    metadata.set('general.quantization_version', gv.u32(2));
   for (const [k, v] of archMetadata(o.arch, s)) metadata.set(k, v);
   if (o.ropeScaling === 'llama3') {
     if (ggufArch(o.arch) !== 'llama') {
-      throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `Llama 3 RoPE scaling applies to the llama and moe architectures, not ${o.arch}`, { hint: 'drop --rope-scaling or use --arch llama' });
+      throw new TandemError(
+        'MODEL_FORMAT_UNSUPPORTED',
+        `Llama 3 RoPE scaling applies to the llama and moe architectures, not ${o.arch}`,
+        { hint: 'drop --rope-scaling or use --arch llama' },
+      );
     }
     metadata.set('llama.rope.freq_base', gv.f32(LLAMA3_ROPE.base));
   }

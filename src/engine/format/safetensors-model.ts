@@ -5,7 +5,8 @@ import { loadHfConfig, type HfConfig } from './hf-config.js';
 import { SafetensorsFile, type SafetensorsTensorInfo } from './safetensors.js';
 
 const INDEX = 'model.safetensors.index.json';
-const HINT = 'use the folder exactly as the model repository ships it (config.json, *.safetensors and the index)';
+const HINT =
+  'use the folder exactly as the model repository ships it (config.json, *.safetensors and the index)';
 
 /**
  * A Hugging Face model folder: config.json plus one `model.safetensors` or several shards
@@ -31,12 +32,20 @@ export class SafetensorsModel {
       const names = shardNames ? [...new Set(shardNames.values())].sort() : ['model.safetensors'];
       for (const name of names) {
         const path = join(dir, name);
-        if (!existsSync(path) || !statSync(path).isFile()) throw formatError('MODEL_FORMAT_NOT_FOUND', dir, name, 'shard file is missing', HINT);
+        if (!existsSync(path) || !statSync(path).isFile())
+          throw formatError('MODEL_FORMAT_NOT_FOUND', dir, name, 'shard file is missing', HINT);
         const file = SafetensorsFile.open(path);
         files.push(file);
         for (const t of file.tensors) {
           const other = where.get(t.name);
-          if (other) throw formatError('MODEL_FORMAT_DUPLICATE', dir, `tensor ${t.name}`, `is in both ${basename(other.file)} and ${name}`, HINT);
+          if (other)
+            throw formatError(
+              'MODEL_FORMAT_DUPLICATE',
+              dir,
+              `tensor ${t.name}`,
+              `is in both ${basename(other.file)} and ${name}`,
+              HINT,
+            );
           where.set(t.name, file);
         }
       }
@@ -44,7 +53,13 @@ export class SafetensorsModel {
         for (const [tensor, shard] of shardNames) {
           const file = where.get(tensor);
           if (file === undefined || basename(file.file) !== shard) {
-            throw formatError('MODEL_FORMAT_NOT_FOUND', dir, `tensor ${tensor}`, `the index puts it in ${shard} but it is not there`, HINT);
+            throw formatError(
+              'MODEL_FORMAT_NOT_FOUND',
+              dir,
+              `tensor ${tensor}`,
+              `the index puts it in ${shard} but it is not there`,
+              HINT,
+            );
           }
         }
       }
@@ -61,7 +76,14 @@ export class SafetensorsModel {
 
   private fileOf(name: string): SafetensorsFile {
     const f = this.where.get(name);
-    if (f === undefined) throw formatError('MODEL_FORMAT_NOT_FOUND', this.dir, `tensor ${name}`, 'no tensor of that name in the model', HINT);
+    if (f === undefined)
+      throw formatError(
+        'MODEL_FORMAT_NOT_FOUND',
+        this.dir,
+        `tensor ${name}`,
+        'no tensor of that name in the model',
+        HINT,
+      );
     return f;
   }
 
@@ -86,14 +108,27 @@ function readIndex(path: string): Map<string, string> {
   try {
     json = JSON.parse(readFileSync(path, 'utf8'));
   } catch (error) {
-    throw formatError('MODEL_FORMAT_BAD_HEADER', path, 'json', `is not valid JSON (${(error as Error).message})`, HINT);
+    throw formatError(
+      'MODEL_FORMAT_BAD_HEADER',
+      path,
+      'json',
+      `is not valid JSON (${(error as Error).message})`,
+      HINT,
+    );
   }
   const map = (json as { weight_map?: unknown } | null)?.weight_map;
-  if (typeof map !== 'object' || map === null || Array.isArray(map)) throw formatError('MODEL_FORMAT_BAD_HEADER', path, 'weight_map', 'is missing or not an object', HINT);
+  if (typeof map !== 'object' || map === null || Array.isArray(map))
+    throw formatError('MODEL_FORMAT_BAD_HEADER', path, 'weight_map', 'is missing or not an object', HINT);
   const out = new Map<string, string>();
   for (const [tensor, shard] of Object.entries(map)) {
     if (typeof shard !== 'string' || !/^[\w.-]+\.safetensors$/.test(shard) || shard.startsWith('.')) {
-      throw formatError('MODEL_FORMAT_BAD_HEADER', path, `weight_map.${tensor}`, `${JSON.stringify(shard)} is not a .safetensors file name inside the folder`, HINT);
+      throw formatError(
+        'MODEL_FORMAT_BAD_HEADER',
+        path,
+        `weight_map.${tensor}`,
+        `${JSON.stringify(shard)} is not a .safetensors file name inside the folder`,
+        HINT,
+      );
     }
     out.set(tensor, shard);
   }

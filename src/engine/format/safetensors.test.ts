@@ -43,33 +43,89 @@ const cases: [string, Uint8Array, string, string][] = [
   ['header over 100 MB', withHeader('{}', 0, 100_000_001n), 'MODEL_FORMAT_BAD_HEADER', 'header_length'],
   ['header not starting with {', withHeader(' {}'), 'MODEL_FORMAT_BAD_HEADER', 'header'],
   ['header not JSON', withHeader('{"a":'), 'MODEL_FORMAT_BAD_HEADER', 'header'],
-  ['unknown dtype', withHeader(t({ a: { dtype: 'F12', shape: [1], data_offsets: [0, 4] } }), 4), 'MODEL_FORMAT_BAD_TENSOR_TYPE', 'tensor a dtype'],
-  ['negative dim', withHeader(t({ a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }), 4), 'MODEL_FORMAT_BAD_DIMS', 'tensor a shape'],
-  ['offsets reversed', withHeader(t({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 0] } }), 4), 'MODEL_FORMAT_BAD_OFFSET', 'tensor a data_offsets'],
+  [
+    'unknown dtype',
+    withHeader(t({ a: { dtype: 'F12', shape: [1], data_offsets: [0, 4] } }), 4),
+    'MODEL_FORMAT_BAD_TENSOR_TYPE',
+    'tensor a dtype',
+  ],
+  [
+    'negative dim',
+    withHeader(t({ a: { dtype: 'F32', shape: [-1], data_offsets: [0, 4] } }), 4),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor a shape',
+  ],
+  [
+    'offsets reversed',
+    withHeader(t({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 0] } }), 4),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor a data_offsets',
+  ],
   [
     'offsets overlapping',
-    withHeader(t({ a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] }, b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] } }), 12),
+    withHeader(
+      t({
+        a: { dtype: 'F32', shape: [2], data_offsets: [0, 8] },
+        b: { dtype: 'F32', shape: [2], data_offsets: [4, 12] },
+      }),
+      12,
+    ),
     'MODEL_FORMAT_BAD_OFFSET',
     'tensor b data_offsets',
   ],
   [
     'offsets leaving a hole',
-    withHeader(t({ a: { dtype: 'F32', shape: [1], data_offsets: [0, 4] }, b: { dtype: 'F32', shape: [1], data_offsets: [8, 12] } }), 12),
+    withHeader(
+      t({
+        a: { dtype: 'F32', shape: [1], data_offsets: [0, 4] },
+        b: { dtype: 'F32', shape: [1], data_offsets: [8, 12] },
+      }),
+      12,
+    ),
     'MODEL_FORMAT_BAD_OFFSET',
     'tensor b data_offsets',
   ],
-  ['hole at the start', withHeader(t({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }), 8), 'MODEL_FORMAT_BAD_OFFSET', 'tensor a data_offsets'],
-  ['bytes disagreeing with shape x dtype', withHeader(t({ a: { dtype: 'F16', shape: [3], data_offsets: [0, 8] } }), 8), 'MODEL_FORMAT_BAD_DIMS', 'tensor a shape'],
-  ['shape product overflowing', withHeader(t({ a: { dtype: 'F32', shape: [2 ** 40, 2 ** 40], data_offsets: [0, 8] } }), 8), 'MODEL_FORMAT_BAD_DIMS', 'tensor a shape'],
-  ['data past the end', withHeader(t({ a: { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }), 8), 'MODEL_FORMAT_TRUNCATED', 'tensor a data'],
-  ['metadata not strings', withHeader(t({ __metadata__: { a: 1 } })), 'MODEL_FORMAT_BAD_HEADER', '__metadata__'],
+  [
+    'hole at the start',
+    withHeader(t({ a: { dtype: 'F32', shape: [1], data_offsets: [4, 8] } }), 8),
+    'MODEL_FORMAT_BAD_OFFSET',
+    'tensor a data_offsets',
+  ],
+  [
+    'bytes disagreeing with shape x dtype',
+    withHeader(t({ a: { dtype: 'F16', shape: [3], data_offsets: [0, 8] } }), 8),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor a shape',
+  ],
+  [
+    'shape product overflowing',
+    withHeader(t({ a: { dtype: 'F32', shape: [2 ** 40, 2 ** 40], data_offsets: [0, 8] } }), 8),
+    'MODEL_FORMAT_BAD_DIMS',
+    'tensor a shape',
+  ],
+  [
+    'data past the end',
+    withHeader(t({ a: { dtype: 'F32', shape: [4], data_offsets: [0, 16] } }), 8),
+    'MODEL_FORMAT_TRUNCATED',
+    'tensor a data',
+  ],
+  [
+    'metadata not strings',
+    withHeader(t({ __metadata__: { a: 1 } })),
+    'MODEL_FORMAT_BAD_HEADER',
+    '__metadata__',
+  ],
 ];
 
 for (const [name, bytes, code, field] of cases) {
   test(`malformed safetensors: ${name} -> ${code}`, () => {
     assert.throws(
       () => SafetensorsFile.fromBytes(bytes, 'bad.safetensors'),
-      (e: unknown) => isTandemError(e) && e.code === code && e.details.field === field && e.message.startsWith('bad.safetensors'),
+      (e: unknown) =>
+        isTandemError(e) &&
+        e.code === code &&
+        e.details.field === field &&
+        e.message.startsWith('bad.safetensors'),
     );
   });
 }
@@ -95,7 +151,15 @@ test('config.json of a Llama and a Mixtral parse', () => {
   assert.equal(c.headDim, 64);
   assert.equal(c.numKeyValueHeads, 4);
   assert.equal(c.numExperts, 0);
-  const m = parseHfConfig(JSON.stringify({ ...llamaConfig, model_type: 'mixtral', num_local_experts: 8, num_experts_per_tok: 2, rope_scaling: { rope_type: 'llama3', factor: 8 } }));
+  const m = parseHfConfig(
+    JSON.stringify({
+      ...llamaConfig,
+      model_type: 'mixtral',
+      num_local_experts: 8,
+      num_experts_per_tok: 2,
+      rope_scaling: { rope_type: 'llama3', factor: 8 },
+    }),
+  );
   assert.equal(m.numExperts, 8);
   assert.equal(m.numExpertsPerTok, 2);
   assert.deepEqual(m.ropeScaling, { rope_type: 'llama3', factor: 8 });
@@ -106,13 +170,28 @@ const configCases: [string, string, string][] = [
   ['an array', '[]', 'json'],
   ['missing hidden_size', JSON.stringify({ ...llamaConfig, hidden_size: undefined }), 'hidden_size'],
   ['fractional layers', JSON.stringify({ ...llamaConfig, num_hidden_layers: 2.5 }), 'num_hidden_layers'],
-  ['kv heads not dividing heads', JSON.stringify({ ...llamaConfig, num_key_value_heads: 5 }), 'num_key_value_heads'],
+  [
+    'kv heads not dividing heads',
+    JSON.stringify({ ...llamaConfig, num_key_value_heads: 5 }),
+    'num_key_value_heads',
+  ],
   ['string eps', JSON.stringify({ ...llamaConfig, rms_norm_eps: '1e-5' }), 'rms_norm_eps'],
-  ['experts without per-token count', JSON.stringify({ ...llamaConfig, num_local_experts: 8 }), 'num_experts_per_tok'],
-  ['more experts per token than experts', JSON.stringify({ ...llamaConfig, num_local_experts: 2, num_experts_per_tok: 3 }), 'num_experts_per_tok'],
+  [
+    'experts without per-token count',
+    JSON.stringify({ ...llamaConfig, num_local_experts: 8 }),
+    'num_experts_per_tok',
+  ],
+  [
+    'more experts per token than experts',
+    JSON.stringify({ ...llamaConfig, num_local_experts: 2, num_experts_per_tok: 3 }),
+    'num_experts_per_tok',
+  ],
 ];
 for (const [name, text, field] of configCases) {
   test(`malformed config.json: ${name}`, () => {
-    assert.throws(() => parseHfConfig(text), (e: unknown) => isTandemError(e, 'MODEL_FORMAT_BAD_CONFIG') && e.details.field === field);
+    assert.throws(
+      () => parseHfConfig(text),
+      (e: unknown) => isTandemError(e, 'MODEL_FORMAT_BAD_CONFIG') && e.details.field === field,
+    );
   });
 }

@@ -48,23 +48,48 @@ function fail(file: string, code: Parameters<typeof formatError>[0], field: stri
 
 function readHeaderJson(source: ByteSource): { json: unknown; dataOffset: number } {
   const file = source.name;
-  if (source.size < 8) fail(file, 'MODEL_FORMAT_TRUNCATED', 'header_length', `the file has ${source.size} bytes, fewer than the 8-byte header length`);
+  if (source.size < 8)
+    fail(
+      file,
+      'MODEL_FORMAT_TRUNCATED',
+      'header_length',
+      `the file has ${source.size} bytes, fewer than the 8-byte header length`,
+    );
   const lenBytes = new Uint8Array(8);
   source.readInto(0, 8, lenBytes);
   const n = new DataView(lenBytes.buffer).getBigUint64(0, true);
-  if (n > BigInt(SAFETENSORS_MAX_HEADER)) fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header_length', `header of ${n} bytes is over the ${SAFETENSORS_MAX_HEADER}-byte limit`);
-  if (n > BigInt(source.size - 8)) fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header_length', `header of ${n} bytes runs past the end of the file (${source.size} bytes)`);
+  if (n > BigInt(SAFETENSORS_MAX_HEADER))
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_HEADER',
+      'header_length',
+      `header of ${n} bytes is over the ${SAFETENSORS_MAX_HEADER}-byte limit`,
+    );
+  if (n > BigInt(source.size - 8))
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_HEADER',
+      'header_length',
+      `header of ${n} bytes runs past the end of the file (${source.size} bytes)`,
+    );
   const len = Number(n);
   const bytes = new Uint8Array(len);
   source.readInto(8, len, bytes);
-  if (bytes[0] !== 0x7b) fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header', 'the JSON header does not start with "{"');
+  if (bytes[0] !== 0x7b)
+    fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header', 'the JSON header does not start with "{"');
   let json: unknown;
   try {
     json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch (error) {
-    fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header', `the header is not valid UTF-8 JSON (${(error as Error).message})`);
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_HEADER',
+      'header',
+      `the header is not valid UTF-8 JSON (${(error as Error).message})`,
+    );
   }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header', 'the header is not a JSON object');
+  if (typeof json !== 'object' || json === null || Array.isArray(json))
+    fail(file, 'MODEL_FORMAT_BAD_HEADER', 'header', 'the header is not a JSON object');
   return { json, dataOffset: 8 + len };
 }
 
@@ -78,23 +103,49 @@ interface Entry {
 
 function parseEntry(file: string, name: string, value: unknown): Entry {
   const field = `tensor ${name}`;
-  if (typeof value !== 'object' || value === null) fail(file, 'MODEL_FORMAT_BAD_HEADER', field, 'entry is not an object');
+  if (typeof value !== 'object' || value === null)
+    fail(file, 'MODEL_FORMAT_BAD_HEADER', field, 'entry is not an object');
   const { dtype, shape, data_offsets: offsets } = value as Record<string, unknown>;
   if (typeof dtype !== 'string' || safetensorsDtypes[dtype] === undefined) {
     fail(file, 'MODEL_FORMAT_BAD_TENSOR_TYPE', `${field} dtype`, `unknown dtype ${JSON.stringify(dtype)}`);
   }
   if (!Array.isArray(shape) || shape.length > 8 || !shape.every((d) => Number.isSafeInteger(d) && d >= 0)) {
-    fail(file, 'MODEL_FORMAT_BAD_DIMS', `${field} shape`, `shape ${JSON.stringify(shape)} is not a list of up to 8 non-negative integers`);
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_DIMS',
+      `${field} shape`,
+      `shape ${JSON.stringify(shape)} is not a list of up to 8 non-negative integers`,
+    );
   }
-  if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
-    fail(file, 'MODEL_FORMAT_BAD_OFFSET', `${field} data_offsets`, `data_offsets ${JSON.stringify(offsets)} is not a pair of non-negative integers`);
+  if (
+    !Array.isArray(offsets) ||
+    offsets.length !== 2 ||
+    !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)
+  ) {
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_OFFSET',
+      `${field} data_offsets`,
+      `data_offsets ${JSON.stringify(offsets)} is not a pair of non-negative integers`,
+    );
   }
   const [begin, end] = offsets as [number, number];
-  if (end < begin) fail(file, 'MODEL_FORMAT_BAD_OFFSET', `${field} data_offsets`, `data_offsets [${begin}, ${end}] are reversed`);
+  if (end < begin)
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_OFFSET',
+      `${field} data_offsets`,
+      `data_offsets [${begin}, ${end}] are reversed`,
+    );
   const elements = (shape as number[]).reduce((a, d) => a * BigInt(d), 1n);
   const bytes = elements * BigInt(safetensorsDtypes[dtype] as number);
   if (bytes !== BigInt(end - begin)) {
-    fail(file, 'MODEL_FORMAT_BAD_DIMS', `${field} shape`, `shape [${(shape as number[]).join(', ')}] x ${dtype} is ${bytes} bytes but data_offsets span ${end - begin}`);
+    fail(
+      file,
+      'MODEL_FORMAT_BAD_DIMS',
+      `${field} shape`,
+      `shape [${(shape as number[]).join(', ')}] x ${dtype} is ${bytes} bytes but data_offsets span ${end - begin}`,
+    );
   }
   return { name, dtype, shape: shape as number[], begin, end };
 }
@@ -107,7 +158,11 @@ export function parseSafetensors(source: ByteSource): SafetensorsHeader {
   const entries: Entry[] = [];
   for (const [name, value] of Object.entries(json as Record<string, unknown>)) {
     if (name === '__metadata__') {
-      if (typeof value !== 'object' || value === null || !Object.values(value).every((v) => typeof v === 'string')) {
+      if (
+        typeof value !== 'object' ||
+        value === null ||
+        !Object.values(value).every((v) => typeof v === 'string')
+      ) {
         fail(file, 'MODEL_FORMAT_BAD_HEADER', '__metadata__', 'is not an object of strings');
       }
       metadata = value as Record<string, string>;
@@ -119,18 +174,43 @@ export function parseSafetensors(source: ByteSource): SafetensorsHeader {
   let expected = 0;
   let prev: Entry | undefined;
   for (const e of sorted) {
-    if (e.begin < expected) fail(file, 'MODEL_FORMAT_BAD_OFFSET', `tensor ${e.name} data_offsets`, `[${e.begin}, ${e.end}] overlaps tensor ${prev?.name} ending at ${expected}`);
-    if (e.begin > expected) fail(file, 'MODEL_FORMAT_BAD_OFFSET', `tensor ${e.name} data_offsets`, `[${e.begin}, ${e.end}] leaves a hole after byte ${expected}`);
+    if (e.begin < expected)
+      fail(
+        file,
+        'MODEL_FORMAT_BAD_OFFSET',
+        `tensor ${e.name} data_offsets`,
+        `[${e.begin}, ${e.end}] overlaps tensor ${prev?.name} ending at ${expected}`,
+      );
+    if (e.begin > expected)
+      fail(
+        file,
+        'MODEL_FORMAT_BAD_OFFSET',
+        `tensor ${e.name} data_offsets`,
+        `[${e.begin}, ${e.end}] leaves a hole after byte ${expected}`,
+      );
     expected = e.end;
     prev = e;
   }
   if (dataOffset + expected > source.size) {
-    fail(file, 'MODEL_FORMAT_TRUNCATED', `tensor ${prev?.name} data`, `data ends at byte ${dataOffset + expected} but the file has ${source.size}`);
+    fail(
+      file,
+      'MODEL_FORMAT_TRUNCATED',
+      `tensor ${prev?.name} data`,
+      `data ends at byte ${dataOffset + expected} but the file has ${source.size}`,
+    );
   }
   const tensors = entries.map((e): SafetensorsTensorInfo => {
     const last = e.shape.length ? (e.shape[e.shape.length - 1] as number) : 1;
     const rows = e.shape.slice(0, -1).reduce((a, b) => a * b, 1);
-    return { name: e.name, dtype: e.dtype, shape: e.shape, fileOffset: dataOffset + e.begin, byteLength: e.end - e.begin, rows, rowBytes: last * (safetensorsDtypes[e.dtype] as number) };
+    return {
+      name: e.name,
+      dtype: e.dtype,
+      shape: e.shape,
+      fileOffset: dataOffset + e.begin,
+      byteLength: e.end - e.begin,
+      rows,
+      rowBytes: last * (safetensorsDtypes[e.dtype] as number),
+    };
   });
   return { file, metadata, tensors, dataOffset };
 }
@@ -171,7 +251,8 @@ export class SafetensorsFile implements SafetensorsHeader {
 
   tensor(name: string): SafetensorsTensorInfo {
     const t = this.byName.get(name);
-    if (t === undefined) fail(this.file, 'MODEL_FORMAT_NOT_FOUND', `tensor ${name}`, 'no tensor of that name in the file');
+    if (t === undefined)
+      fail(this.file, 'MODEL_FORMAT_NOT_FOUND', `tensor ${name}`, 'no tensor of that name in the file');
     return t;
   }
 
@@ -180,7 +261,12 @@ export class SafetensorsFile implements SafetensorsHeader {
     const t = this.tensor(name);
     const [start, end] = options.rows ?? [0, t.rows];
     if (!Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end < start || end > t.rows) {
-      fail(this.file, 'MODEL_FORMAT_BAD_RANGE', `tensor ${name} rows`, `rows [${start}, ${end}) are outside [0, ${t.rows})`);
+      fail(
+        this.file,
+        'MODEL_FORMAT_BAD_RANGE',
+        `tensor ${name} rows`,
+        `rows [${start}, ${end}) are outside [0, ${t.rows})`,
+      );
     }
     const out = new Uint8Array((end - start) * t.rowBytes);
     this.source.readInto(t.fileOffset + start * t.rowBytes, out.length, out);
@@ -191,15 +277,24 @@ export class SafetensorsFile implements SafetensorsHeader {
   readTensorF32(name: string, options: { rows?: readonly [number, number] } = {}): Float32Array {
     const t = this.tensor(name);
     if (!COMPUTE_DTYPES.includes(t.dtype)) {
-      fail(this.file, 'MODEL_FORMAT_UNSUPPORTED', `tensor ${name} dtype`, `dtype ${t.dtype} is not one tandem computes with (${COMPUTE_DTYPES.join(', ')})`);
+      fail(
+        this.file,
+        'MODEL_FORMAT_UNSUPPORTED',
+        `tensor ${name} dtype`,
+        `dtype ${t.dtype} is not one tandem computes with (${COMPUTE_DTYPES.join(', ')})`,
+      );
     }
     const bytes = this.readTensor(name, options);
     const size = safetensorsDtypes[t.dtype] as number;
     const n = bytes.length / size;
     const out = new Float32Array(n);
     if (t.dtype === 'F32') new Uint8Array(out.buffer).set(bytes);
-    else if (t.dtype === 'F16') for (let i = 0; i < n; i++) out[i] = f16Table[(bytes[2 * i] as number) | ((bytes[2 * i + 1] as number) << 8)] as number;
-    else for (let i = 0; i < n; i++) out[i] = bf16ToF32((bytes[2 * i] as number) | ((bytes[2 * i + 1] as number) << 8));
+    else if (t.dtype === 'F16')
+      for (let i = 0; i < n; i++)
+        out[i] = f16Table[(bytes[2 * i] as number) | ((bytes[2 * i + 1] as number) << 8)] as number;
+    else
+      for (let i = 0; i < n; i++)
+        out[i] = bf16ToF32((bytes[2 * i] as number) | ((bytes[2 * i + 1] as number) << 8));
     return out;
   }
 
@@ -209,7 +304,10 @@ export class SafetensorsFile implements SafetensorsHeader {
 }
 
 /** A safetensors file in memory from named tensors (tests, fixtures); shapes row-major. */
-export function encodeSafetensors(tensors: readonly { name: string; dtype: string; shape: number[]; data: Uint8Array }[], metadata?: Record<string, string>): Uint8Array {
+export function encodeSafetensors(
+  tensors: readonly { name: string; dtype: string; shape: number[]; data: Uint8Array }[],
+  metadata?: Record<string, string>,
+): Uint8Array {
   const header: Record<string, unknown> = metadata ? { __metadata__: metadata } : {};
   let offset = 0;
   for (const t of tensors) {

@@ -1,10 +1,23 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BPE_SPECIAL_TOKENS, TokenType, buildBpeVocab, buildSpmVocab, bytesToUnicode, learnMerges } from './vocab.js';
+import {
+  BPE_SPECIAL_TOKENS,
+  TokenType,
+  buildBpeVocab,
+  buildSpmVocab,
+  bytesToUnicode,
+  learnMerges,
+} from './vocab.js';
 import { ByteBuilder } from './byte-builder.js';
 
 test('learnMerges joins the most frequent pair first, ties by text', () => {
-  const merges = learnMerges(new Map([['abab', 2], ['abc', 1]]), 10);
+  const merges = learnMerges(
+    new Map([
+      ['abab', 2],
+      ['abc', 1],
+    ]),
+    10,
+  );
   assert.deepEqual(merges[0], ['a', 'b']);
   assert.deepEqual(merges[1], ['ab', 'ab']);
   assert.deepEqual(merges[2], ['ab', 'c']);
@@ -27,7 +40,8 @@ for (const size of [1024, 4096, 32000]) {
       const chars = Array.from(t);
       if (chars.length < 2) continue;
       let reachable = false;
-      for (let i = 1; i < chars.length && !reachable; i++) reachable = set.has(chars.slice(0, i).join('')) && set.has(chars.slice(i).join(''));
+      for (let i = 1; i < chars.length && !reachable; i++)
+        reachable = set.has(chars.slice(0, i).join('')) && set.has(chars.slice(i).join(''));
       assert.ok(reachable, `piece ${t} cannot be built from two pieces`);
     }
     // Scores fall with merge order, so earlier (more frequent) merges win.
@@ -64,7 +78,11 @@ test('BPE vocabulary: byte alphabet first, merges that build every token, specia
 test('ByteBuilder grows across its initial capacity without losing bytes', () => {
   const b = new ByteBuilder();
   const chunk = Uint8Array.from({ length: 3000 }, (_, i) => i & 0xff);
-  b.u32(7).bytes(chunk).str('x'.repeat(5000)).u64(2n ** 63n).pad(32);
+  b.u32(7)
+    .bytes(chunk)
+    .str('x'.repeat(5000))
+    .u64(2n ** 63n)
+    .pad(32);
   const out = b.finish();
   assert.equal(out.length % 32, 0);
   const view = new DataView(out.buffer);
@@ -82,9 +100,17 @@ test('the chat templates render with @huggingface/jinja', async () => {
     { role: 'assistant', content: 'Hello' },
   ];
   const spm = buildSpmVocab(1024);
-  const spmText = new Template(spm.chatTemplate).render({ messages, bos_token: '<s>', eos_token: '</s>', add_generation_prompt: true });
+  const spmText = new Template(spm.chatTemplate).render({
+    messages,
+    bos_token: '<s>',
+    eos_token: '</s>',
+    add_generation_prompt: true,
+  });
   assert.equal(spmText, '<s><<SYS>>\nBe brief.\n<</SYS>>\n\n[INST] Hi [/INST] Hello</s>');
   const bpe = buildBpeVocab(1024);
-  const bpeText = new Template(bpe.chatTemplate).render({ messages: messages.slice(1, 2), add_generation_prompt: true });
+  const bpeText = new Template(bpe.chatTemplate).render({
+    messages: messages.slice(1, 2),
+    add_generation_prompt: true,
+  });
   assert.equal(bpeText, '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n');
 });

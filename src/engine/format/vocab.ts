@@ -31,7 +31,11 @@ function pieces(word: string): string[] {
  * Learns BPE merges from word counts: repeatedly joins the most frequent adjacent pair
  * (ties broken by the pair's text, so the result is deterministic).
  */
-export function learnMerges(words: ReadonlyMap<string, number>, maxMerges: number, initial: (w: string) => string[] = (w) => Array.from(w)): [string, string][] {
+export function learnMerges(
+  words: ReadonlyMap<string, number>,
+  maxMerges: number,
+  initial: (w: string) => string[] = (w) => Array.from(w),
+): [string, string][] {
   const entries = [...words].map(([w, n]) => ({ symbols: initial(w), n }));
   const merges: [string, string][] = [];
   while (merges.length < maxMerges) {
@@ -44,7 +48,9 @@ export function learnMerges(words: ReadonlyMap<string, number>, maxMerges: numbe
     }
     let best: string | undefined;
     let bestCount = 0;
-    for (const [key, c] of counts) if (c > bestCount || (c === bestCount && best !== undefined && key < best)) [best, bestCount] = [key, c];
+    for (const [key, c] of counts)
+      if (c > bestCount || (c === bestCount && best !== undefined && key < best))
+        [best, bestCount] = [key, c];
     if (best === undefined) break;
     const [a, b] = best.split('\u0000') as [string, string];
     merges.push([a, b]);
@@ -66,7 +72,13 @@ export function learnMerges(words: ReadonlyMap<string, number>, maxMerges: numbe
  * Tops a vocabulary up to `size` with extra merges (an existing token + one letter), so a
  * shape that needs e.g. 32000 tokens gets them; each new token is reachable by its merge.
  */
-function padMerges(known: Set<string>, merges: [string, string][], size: number, allLetters: string[], prefix: (t: string) => boolean): void {
+function padMerges(
+  known: Set<string>,
+  merges: [string, string][],
+  size: number,
+  allLetters: string[],
+  prefix: (t: string) => boolean,
+): void {
   const letters = allLetters.filter((l) => known.has(l));
   const bases = [...known].filter(prefix);
   for (let round = 0; known.size < size && round < 8; round++) {
@@ -105,7 +117,12 @@ export const CHATML_TEMPLATE =
  * single characters. Exactly `size` tokens (at least 512).
  */
 export function buildSpmVocab(size = 4096): Vocab {
-  const words = wordCounts((text) => text.split(/\s+/).filter(Boolean).flatMap((w, _i) => pieces(w).map((p, j) => (j === 0 ? '▁' + p : p))));
+  const words = wordCounts((text) =>
+    text
+      .split(/\s+/)
+      .filter(Boolean)
+      .flatMap((w, _i) => pieces(w).map((p, j) => (j === 0 ? '▁' + p : p))),
+  );
   const chars = [...new Set([...words.keys()].flatMap((w) => Array.from(w)))].sort();
   const fixed = 3 + 256 + chars.length;
   const merges = learnMerges(words, Math.max(0, size - fixed));
@@ -163,7 +180,8 @@ export function bytesToUnicode(): string[] {
 }
 
 /** The Llama 3 pre-tokenizer split (without its case-insensitive contractions group, which JS lacks). */
-const LLAMA3_SPLIT = /'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
+const LLAMA3_SPLIT =
+  /'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+/gu;
 
 export const BPE_SPECIAL_TOKENS = ['<|begin_of_text|>', '<|end_of_text|>', '<|im_start|>', '<|im_end|>'];
 
@@ -174,7 +192,9 @@ export const BPE_SPECIAL_TOKENS = ['<|begin_of_text|>', '<|end_of_text|>', '<|im
 export function buildBpeVocab(size = 4096, pre: 'llama-bpe' | 'qwen2' = 'llama-bpe'): Vocab {
   const b2u = bytesToUnicode();
   const enc = new TextEncoder();
-  const words = wordCounts((text) => (text.match(LLAMA3_SPLIT) ?? []).map((w) => Array.from(enc.encode(w), (b) => b2u[b] as string).join('')));
+  const words = wordCounts((text) =>
+    (text.match(LLAMA3_SPLIT) ?? []).map((w) => Array.from(enc.encode(w), (b) => b2u[b] as string).join('')),
+  );
   const room = size - 256 - BPE_SPECIAL_TOKENS.length;
   const merges = learnMerges(words, room);
   const known = new Set<string>(b2u);
@@ -186,7 +206,9 @@ export function buildBpeVocab(size = 4096, pre: 'llama-bpe' | 'qwen2' = 'llama-b
   }
   padMerges(known, kept, size - BPE_SPECIAL_TOKENS.length, LETTERS, (t) => t.startsWith('Ġ') && t.length > 1);
   const tokens = [...b2u, ...kept.map(([a, b]) => a + b), ...BPE_SPECIAL_TOKENS];
-  const types = tokens.map((_, i) => (i >= tokens.length - BPE_SPECIAL_TOKENS.length ? TokenType.CONTROL : TokenType.NORMAL));
+  const types = tokens.map((_, i) =>
+    i >= tokens.length - BPE_SPECIAL_TOKENS.length ? TokenType.CONTROL : TokenType.NORMAL,
+  );
   const bos = tokens.length - 4;
   return {
     model: 'gpt2',
@@ -211,8 +233,12 @@ export function vocabMetadata(v: Vocab): [string, GgufValue][] {
   if (v.merges) out.push(['tokenizer.ggml.merges', gv.strings(v.merges)]);
   out.push(['tokenizer.ggml.bos_token_id', gv.u32(v.bos)], ['tokenizer.ggml.eos_token_id', gv.u32(v.eos)]);
   if (v.unk !== undefined) out.push(['tokenizer.ggml.unknown_token_id', gv.u32(v.unk)]);
-  out.push(['tokenizer.ggml.add_bos_token', gv.bool(v.addBos)], ['tokenizer.ggml.add_eos_token', gv.bool(false)]);
-  if (v.addSpacePrefix !== undefined) out.push(['tokenizer.ggml.add_space_prefix', gv.bool(v.addSpacePrefix)]);
+  out.push(
+    ['tokenizer.ggml.add_bos_token', gv.bool(v.addBos)],
+    ['tokenizer.ggml.add_eos_token', gv.bool(false)],
+  );
+  if (v.addSpacePrefix !== undefined)
+    out.push(['tokenizer.ggml.add_space_prefix', gv.bool(v.addSpacePrefix)]);
   out.push(['tokenizer.chat_template', gv.str(v.chatTemplate)]);
   return out;
 }

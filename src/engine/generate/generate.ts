@@ -70,15 +70,25 @@ function checkPrompt(prompt: readonly number[], maxTokens: number, cache: Sequen
       'KV_CONTEXT_FULL',
       `${prompt.length} prompt tokens plus ${maxTokens} new ones need ${need} positions; the context holds ${cache.contextLength}`,
       {
-        hint: 'shorten the prompt or lower --max-tokens (or raise --context up to the model\'s context length)',
-        details: { promptTokens: prompt.length, maxTokens, contextLength: cache.contextLength, used: cache.length },
+        hint: "shorten the prompt or lower --max-tokens (or raise --context up to the model's context length)",
+        details: {
+          promptTokens: prompt.length,
+          maxTokens,
+          contextLength: cache.contextLength,
+          used: cache.length,
+        },
       },
     );
   }
 }
 
 /** The generation loop: prefill the prompt, then pick and feed back one token at a time. */
-export async function generate(model: Forwarder, cache: SequenceCache, prompt: readonly number[], options: GenerateOptions): Promise<GenerateResult> {
+export async function generate(
+  model: Forwarder,
+  cache: SequenceCache,
+  prompt: readonly number[],
+  options: GenerateOptions,
+): Promise<GenerateResult> {
   checkPrompt(prompt, options.maxTokens, cache);
   const pick = options.pick ?? greedy;
   const history = [...prompt];

@@ -46,7 +46,7 @@ export class SequenceCache {
         'KV_CONTEXT_FULL',
         `the context holds ${this.contextLength} positions; ${this.filled} are used and ${n} more were asked for`,
         {
-          hint: 'shorten the prompt or --max-tokens, or raise --context up to the model\'s context length',
+          hint: "shorten the prompt or --max-tokens, or raise --context up to the model's context length",
           details: { contextLength: this.contextLength, used: this.filled, requested: n },
         },
       );
@@ -61,7 +61,10 @@ export class SequenceCache {
 
   /** Forgets positions from `length` on (the next token overwrites them). */
   truncate(length: number): void {
-    assert.ok(length >= 0 && length <= this.filled, `cannot truncate a cache of ${this.filled} positions to ${length}`);
+    assert.ok(
+      length >= 0 && length <= this.filled,
+      `cannot truncate a cache of ${this.filled} positions to ${length}`,
+    );
     this.filled = length;
   }
 

@@ -26,7 +26,8 @@ export function headLayout(config: ModelConfig, shard: ShardSpec): HeadLayout {
   const kv = kvHeadsFor(config, shard.heads);
   const heads = rangeLength(shard.heads);
   const kvProjected = rangeLength(kv);
-  if (shard.heads.start % group === 0 && shard.heads.end % group === 0) return { heads, kvProjected, kvStored: kvProjected };
+  if (shard.heads.start % group === 0 && shard.heads.end % group === 0)
+    return { heads, kvProjected, kvStored: kvProjected };
   const expand = new Int32Array(heads);
   for (let i = 0; i < heads; i++) expand[i] = Math.floor((shard.heads.start + i) / group) - kv.start;
   return { heads, kvProjected, kvStored: heads, expand };
@@ -45,7 +46,15 @@ export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array,
  * leafParts); else their sum [n, rows]. The leftmost leaf of each piece writes straight into
  * the piece's place.
  */
-export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Float32Array, n: number, scratch: Scratch, tag: string): void {
+export function projectLeaves(
+  k: Kernels,
+  leaves: Leaves,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  scratch: Scratch,
+  tag: string,
+): void {
   const { weights } = leaves;
   const first = weights[0] as Weight;
   if (weights.length === 1) return project(k, first, x, y, n);
@@ -68,13 +77,18 @@ export function projectLeaves(k: Kernels, leaves: Leaves, x: Float32Array, y: Fl
   }
   const spare: Float32Array[] = [];
   for (let d = 0; d < spares; d++) spare.push(scratch.f32(names.tree[d] as string, m));
-  for (let q = 0; q < roots.length; q++) sumTree(roots[q] as SumTree, parts, parts[starts[q] as number] as Float32Array, spare);
+  for (let q = 0; q < roots.length; q++)
+    sumTree(roots[q] as SumTree, parts, parts[starts[q] as number] as Float32Array, spare);
 }
 
 const scratchNameCache = new Map<string, { leaf: string[]; tree: string[]; x: string }>();
 
 /** projectLeaves' scratch buffer names for `tag` (made once, not per call). */
-function scratchNames(tag: string, leaves: number, spares: number): { leaf: string[]; tree: string[]; x: string } {
+function scratchNames(
+  tag: string,
+  leaves: number,
+  spares: number,
+): { leaf: string[]; tree: string[]; x: string } {
   let got = scratchNameCache.get(tag);
   if (!got || got.leaf.length < leaves || got.tree.length < spares) {
     got = {
@@ -92,7 +106,14 @@ function scratchNames(tag: string, leaves: number, spares: number): { leaf: stri
  * For one token the parts are views of the fused output; for several they are de-interleaved
  * from its [n, sum(rows)] rows into scratch buffers.
  */
-export function projectParts(k: Kernels, proj: Projection, x: Float32Array, n: number, scratch: Scratch, tag: string): Float32Array[] {
+export function projectParts(
+  k: Kernels,
+  proj: Projection,
+  x: Float32Array,
+  n: number,
+  scratch: Scratch,
+  tag: string,
+): Float32Array[] {
   if (proj.separate) {
     return proj.separate.map((w, i) => {
       const y = scratch.f32(`${tag}.${i}`, n * w.rows);
@@ -110,7 +131,8 @@ export function projectParts(k: Kernels, proj: Projection, x: Float32Array, n: n
     if (n === 1) outs.push(y.subarray(offset, offset + rows));
     else {
       const out = scratch.f32(`${tag}.${i}`, n * rows);
-      for (let t = 0; t < n; t++) out.set(y.subarray(t * total + offset, t * total + offset + rows), t * rows);
+      for (let t = 0; t < n; t++)
+        out.set(y.subarray(t * total + offset, t * total + offset + rows), t * rows);
       outs.push(out);
     }
     offset += rows;
@@ -118,7 +140,14 @@ export function projectParts(k: Kernels, proj: Projection, x: Float32Array, n: n
   return outs;
 }
 
-function expandHeads(src: Float32Array, dst: Float32Array, map: Int32Array, kvHeads: number, hd: number, n: number): void {
+function expandHeads(
+  src: Float32Array,
+  dst: Float32Array,
+  map: Int32Array,
+  kvHeads: number,
+  hd: number,
+  n: number,
+): void {
   const heads = map.length;
   for (let t = 0; t < n; t++) {
     for (let h = 0; h < heads; h++) {
@@ -158,7 +187,11 @@ export function attentionForward(
 ): void {
   const { x, n } = step;
   const hd = c.headDim;
-  const [q, kk, v] = projectParts(k, w.qkv, x, n, scratch, 'attn.qkv') as [Float32Array, Float32Array, Float32Array];
+  const [q, kk, v] = projectParts(k, w.qkv, x, n, scratch, 'attn.qkv') as [
+    Float32Array,
+    Float32Array,
+    Float32Array,
+  ];
   if (w.qBias) addBias(q, w.qBias, n);
   if (w.kBias) addBias(kk, w.kBias, n);
   if (w.vBias) addBias(v, w.vBias, n);
@@ -184,8 +217,21 @@ export function attentionForward(
     for (let t = 0; t < n; t++) {
       const cache = step.rowCaches[t] as KvCache;
       const pos = step.positions[t] as number;
-      k.kvStore(cache, step.layer, pos, kStore.subarray(t * kvw, (t + 1) * kvw), vStore.subarray(t * kvw, (t + 1) * kvw), 1);
-      k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), { layer: step.layer, heads: layout.heads, pos0: pos, n: 1, scale });
+      k.kvStore(
+        cache,
+        step.layer,
+        pos,
+        kStore.subarray(t * kvw, (t + 1) * kvw),
+        vStore.subarray(t * kvw, (t + 1) * kvw),
+        1,
+      );
+      k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), {
+        layer: step.layer,
+        heads: layout.heads,
+        pos0: pos,
+        n: 1,
+        scale,
+      });
     }
   } else {
     k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);

@@ -37,7 +37,12 @@ test('llama config: defaults, GQA, tied embeddings and rope freq factors from te
   assert.equal(c.tiedEmbeddings, false);
   assert.equal(c.expertCount, 0);
   const tied = configFromMetadata(
-    lookup({ ...llamaMeta, 'llama.rope.freq_base': 500000, 'llama.rope.scaling.type': 'linear', 'llama.rope.scaling.factor': 4 }),
+    lookup({
+      ...llamaMeta,
+      'llama.rope.freq_base': 500000,
+      'llama.rope.scaling.type': 'linear',
+      'llama.rope.scaling.factor': 4,
+    }),
     new Map([
       ['token_embd.weight', [64, 300]],
       ['rope_freqs.weight', [4]],
@@ -48,19 +53,31 @@ test('llama config: defaults, GQA, tied embeddings and rope freq factors from te
   assert.equal(tied.ropeFreqBase, 500000);
   assert.equal(tied.ropeFreqScale, 0.25);
   // Mixtral-style experts (arch llama) are feed_forward_length wide, as llama.cpp reads them.
-  const mixtral = configFromMetadata(lookup({ ...llamaMeta, 'llama.expert_count': 8, 'llama.expert_used_count': 2, 'llama.expert_feed_forward_length': 7 }), denseTensors);
+  const mixtral = configFromMetadata(
+    lookup({
+      ...llamaMeta,
+      'llama.expert_count': 8,
+      'llama.expert_used_count': 2,
+      'llama.expert_feed_forward_length': 7,
+    }),
+    denseTensors,
+  );
   assert.equal(mixtral.expertFeedForwardLength, 96);
   assert.equal(mixtral.expertWeightsNorm, true);
 });
 
 test('qwen2, qwen3 and MoE configs read their arch-specific keys', () => {
-  const q2 = { ...Object.fromEntries(Object.entries(llamaMeta).map(([k, v]) => [k.replace(/^llama\./, 'qwen2.'), v])) };
+  const q2 = {
+    ...Object.fromEntries(Object.entries(llamaMeta).map(([k, v]) => [k.replace(/^llama\./, 'qwen2.'), v])),
+  };
   q2['general.architecture'] = 'qwen2';
   const c2 = configFromMetadata(lookup(q2), new Map([...denseTensors, ['blk.0.attn_q.bias', [64]]]));
   assert.equal(c2.ropeStyle, 'neox');
   assert.equal(c2.hasQkvBias, true);
 
-  const q3 = { ...Object.fromEntries(Object.entries(q2).map(([k, v]) => [k.replace(/^qwen2\./, 'qwen3moe.'), v])) };
+  const q3 = {
+    ...Object.fromEntries(Object.entries(q2).map(([k, v]) => [k.replace(/^qwen2\./, 'qwen3moe.'), v])),
+  };
   Object.assign(q3, {
     'general.architecture': 'qwen3moe',
     'qwen3moe.attention.key_length': 16,
@@ -76,8 +93,13 @@ test('qwen2, qwen3 and MoE configs read their arch-specific keys', () => {
   assert.equal(c3.expertWeightsNorm, true);
   assert.equal(c3.sharedExpertFeedForwardLength, 0);
 
-  const q2moe = { ...Object.fromEntries(Object.entries(q3).map(([k, v]) => [k.replace(/^qwen3moe\./, 'qwen2moe.'), v])) };
-  Object.assign(q2moe, { 'general.architecture': 'qwen2moe', 'qwen2moe.expert_shared_feed_forward_length': 48 });
+  const q2moe = {
+    ...Object.fromEntries(Object.entries(q3).map(([k, v]) => [k.replace(/^qwen3moe\./, 'qwen2moe.'), v])),
+  };
+  Object.assign(q2moe, {
+    'general.architecture': 'qwen2moe',
+    'qwen2moe.expert_shared_feed_forward_length': 48,
+  });
   const c4 = configFromMetadata(lookup(q2moe), denseTensors);
   assert.equal(c4.expertWeightsNorm, false);
   assert.equal(c4.sharedExpertFeedForwardLength, 48);
@@ -90,7 +112,11 @@ test('bad metadata raises typed errors naming the key', () => {
     [{ ...llamaMeta, 'llama.attention.head_count_kv': 3 }, 'MODEL_CONFIG', 'head_count_kv'],
     [{ ...llamaMeta, 'llama.block_count': -1 }, 'MODEL_CONFIG', 'llama.block_count'],
     [{ ...llamaMeta, 'llama.embedding_length': 'wide' }, 'MODEL_CONFIG', 'llama.embedding_length'],
-    [{ ...llamaMeta, 'llama.expert_count': 4, 'llama.expert_used_count': 5 }, 'MODEL_CONFIG', 'expert_used_count'],
+    [
+      { ...llamaMeta, 'llama.expert_count': 4, 'llama.expert_used_count': 5 },
+      'MODEL_CONFIG',
+      'expert_used_count',
+    ],
     [{ ...llamaMeta, 'llama.rope.dimension_count': 4 }, 'MODEL_CONFIG', 'rope.dimension_count'],
   ];
   for (const [meta, code, text] of cases) {

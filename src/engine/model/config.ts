@@ -100,7 +100,8 @@ function positive(value: number, key: string): number {
 
 function readArch(meta: MetadataLookup): ModelArch {
   const arch = meta('general.architecture');
-  if (typeof arch !== 'string') throw configError("model metadata has no 'general.architecture'", 'general.architecture');
+  if (typeof arch !== 'string')
+    throw configError("model metadata has no 'general.architecture'", 'general.architecture');
   if (!(modelArchs as readonly string[]).includes(arch)) {
     throw new TandemError('MODEL_UNSUPPORTED_ARCH', `architecture '${arch}' is not supported`, {
       hint: `tandem runs ${modelArchs.join(', ')} models`,
@@ -124,18 +125,33 @@ export function configFromMetadata(meta: MetadataLookup, tensors: TensorDims): M
   const k = (suffix: string): string => `${arch}.${suffix}`;
   const embeddingLength = positive(readInt(meta, k('embedding_length')), k('embedding_length'));
   const headCount = positive(readInt(meta, k('attention.head_count')), k('attention.head_count'));
-  const headCountKv = positive(readInt(meta, k('attention.head_count_kv'), headCount), k('attention.head_count_kv'));
+  const headCountKv = positive(
+    readInt(meta, k('attention.head_count_kv'), headCount),
+    k('attention.head_count_kv'),
+  );
   if (headCount % headCountKv !== 0) {
-    throw configError(`attention.head_count ${headCount} is not a multiple of head_count_kv ${headCountKv}`, k('attention.head_count_kv'));
+    throw configError(
+      `attention.head_count ${headCount} is not a multiple of head_count_kv ${headCountKv}`,
+      k('attention.head_count_kv'),
+    );
   }
-  const headDim = positive(readInt(meta, k('attention.key_length'), Math.floor(embeddingLength / headCount)), k('attention.key_length'));
+  const headDim = positive(
+    readInt(meta, k('attention.key_length'), Math.floor(embeddingLength / headCount)),
+    k('attention.key_length'),
+  );
   const valueDim = readInt(meta, k('attention.value_length'), headDim);
   if (valueDim !== headDim) {
-    throw configError(`attention.value_length ${valueDim} differs from key_length ${headDim}`, k('attention.value_length'));
+    throw configError(
+      `attention.value_length ${valueDim} differs from key_length ${headDim}`,
+      k('attention.value_length'),
+    );
   }
   const ropeDims = readInt(meta, k('rope.dimension_count'), headDim);
   if (ropeDims !== headDim || headDim % 2 !== 0) {
-    throw configError(`rope.dimension_count ${ropeDims} must equal the head width ${headDim} (even)`, k('rope.dimension_count'));
+    throw configError(
+      `rope.dimension_count ${ropeDims} must equal the head width ${headDim} (even)`,
+      k('rope.dimension_count'),
+    );
   }
   const expertCount = readInt(meta, k('expert_count'), 0);
   const expertUsedCount = readInt(meta, k('expert_used_count'), 0);
@@ -151,12 +167,21 @@ export function configFromMetadata(meta: MetadataLookup, tensors: TensorDims): M
   // llama.cpp sizes Mixtral-style experts (arch llama) by feed_forward_length and the Qwen
   // MoEs by expert_feed_forward_length (default feed_forward_length / expert_used_count).
   let expertFeedForwardLength = 0;
-  if (moe && arch === 'llama') expertFeedForwardLength = positive(feedForwardLength, k('feed_forward_length'));
+  if (moe && arch === 'llama')
+    expertFeedForwardLength = positive(feedForwardLength, k('feed_forward_length'));
   else if (moe) {
-    expertFeedForwardLength = positive(readInt(meta, k('expert_feed_forward_length'), Math.floor(feedForwardLength / expertUsedCount)), k('expert_feed_forward_length'));
+    expertFeedForwardLength = positive(
+      readInt(meta, k('expert_feed_forward_length'), Math.floor(feedForwardLength / expertUsedCount)),
+      k('expert_feed_forward_length'),
+    );
   }
   const sharedExpertFeedForwardLength =
-    arch === 'qwen2moe' ? positive(readInt(meta, k('expert_shared_feed_forward_length'), feedForwardLength), k('expert_shared_feed_forward_length')) : 0;
+    arch === 'qwen2moe'
+      ? positive(
+          readInt(meta, k('expert_shared_feed_forward_length'), feedForwardLength),
+          k('expert_shared_feed_forward_length'),
+        )
+      : 0;
   const scalingType = meta(k('rope.scaling.type'));
   const scalingFactor = readFloat(meta, k('rope.scaling.factor'), 0);
   const ropeFreqScale = scalingType === 'linear' && scalingFactor > 0 ? 1 / scalingFactor : 1;
@@ -170,7 +195,10 @@ export function configFromMetadata(meta: MetadataLookup, tensors: TensorDims): M
     headCount,
     headCountKv,
     headDim,
-    rmsEps: positive(readFloat(meta, k('attention.layer_norm_rms_epsilon')), k('attention.layer_norm_rms_epsilon')),
+    rmsEps: positive(
+      readFloat(meta, k('attention.layer_norm_rms_epsilon')),
+      k('attention.layer_norm_rms_epsilon'),
+    ),
     ropeStyle: arch === 'llama' ? 'normal' : 'neox',
     ropeFreqBase: positive(readFloat(meta, k('rope.freq_base'), 10000), k('rope.freq_base')),
     ropeFreqScale,

@@ -7,7 +7,15 @@ import type { Scratch } from './scratch.js';
 import { leafParts, type FfnWeights, type MoeWeights } from './weights.js';
 
 /** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
-export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, tag: string): void {
+export function swigluFfn(
+  k: Kernels,
+  w: FfnWeights,
+  scratch: Scratch,
+  x: Float32Array,
+  out: Float32Array,
+  n: number,
+  tag: string,
+): void {
   const fused = w.gateUp.fused;
   if (fused && k.matmulSwiglu && fused.parts.length === 2 && fused.parts[0] === fused.parts[1]) {
     // gate and up stacked in one weight: the kernels apply SwiGLU before handing rows back
@@ -25,7 +33,13 @@ export function swigluFfn(k: Kernels, w: FfnWeights, scratch: Scratch, x: Float3
  * Top-k routing of one token: softmax over all experts (already applied to `probs`), the k
  * largest (ties to the lower id), their weights renormalised to sum to 1 when `norm`.
  */
-export function route(probs: Float32Array, k: number, norm: boolean, ids: Int32Array, weights: Float32Array): void {
+export function route(
+  probs: Float32Array,
+  k: number,
+  norm: boolean,
+  ids: Int32Array,
+  weights: Float32Array,
+): void {
   for (let j = 0; j < k; j++) {
     let best = -1;
     let bestP = -Infinity;
@@ -63,7 +77,13 @@ function routeTokens(
   const ids = new Int32Array(n * used);
   const weights = new Float32Array(n * used);
   for (let t = 0; t < n; t++) {
-    route(probs.subarray(t * experts, (t + 1) * experts), used, c.expertWeightsNorm, ids.subarray(t * used, (t + 1) * used), weights.subarray(t * used, (t + 1) * used));
+    route(
+      probs.subarray(t * experts, (t + 1) * experts),
+      used,
+      c.expertWeightsNorm,
+      ids.subarray(t * used, (t + 1) * used),
+      weights.subarray(t * used, (t + 1) * used),
+    );
   }
   return { ids, weights };
 }
@@ -78,7 +98,16 @@ function routeTokens(
  * id (combineRouted), as one node does. The shared expert of qwen2moe is added with its
  * sigmoid gate (addSharedExpert). One node: `comm` is singleNodeComm and the sums are no-ops.
  */
-export async function moeFfn(k: Kernels, c: ModelConfig, w: MoeWeights, scratch: Scratch, x: Float32Array, out: Float32Array, n: number, comm: ShardComm): Promise<void> {
+export async function moeFfn(
+  k: Kernels,
+  c: ModelConfig,
+  w: MoeWeights,
+  scratch: Scratch,
+  x: Float32Array,
+  out: Float32Array,
+  n: number,
+  comm: ShardComm,
+): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
   const { ids, weights } = routeTokens(k, c, w, scratch, x, n);
@@ -142,7 +171,8 @@ export async function moeFfnDispatched(
   // choices: kernels may round a row differently in a batch of another size (matvec for one
   // token, GEMM tiles for more), and a last-bit change can flip a near-tie between experts.
   // The router costs experts x width per token, under 1% of the experts' work.
-  const routed = m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
+  const routed =
+    m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width };
   const y = await dispatch.dispatch(request, (e, rows, o, r) => {
@@ -151,7 +181,15 @@ export async function moeFfnDispatched(
     swigluFfn(k, ffn, scratch, rows, o, r, 'moe');
   });
   out.fill(0);
-  combineRouted(out.subarray(start * width, end * width), y, ids, routed.weights.subarray(start * used, end * used), m, used, width);
+  combineRouted(
+    out.subarray(start * width, end * width),
+    y,
+    ids,
+    routed.weights.subarray(start * used, end * used),
+    m,
+    used,
+    width,
+  );
   await reduceAcross(comm, out, n * width);
   if (w.shared) await addSharedExpert(k, w.shared, scratch, x, out, n, width, comm);
 }
@@ -162,7 +200,15 @@ export async function moeFfnDispatched(
  * y: [m, used, width] the output of expert ids[t, j] on token t. A slot without an expert
  * (-1: routing over NaN probabilities) adds nothing, as in moeFfn.
  */
-function combineRouted(out: Float32Array, y: Float32Array, ids: Int32Array, weights: Float32Array, m: number, used: number, width: number): void {
+function combineRouted(
+  out: Float32Array,
+  y: Float32Array,
+  ids: Int32Array,
+  weights: Float32Array,
+  m: number,
+  used: number,
+  width: number,
+): void {
   const order = new Int32Array(used);
   for (let t = 0; t < m; t++) {
     const base = t * used;
@@ -170,7 +216,8 @@ function combineRouted(out: Float32Array, y: Float32Array, ids: Int32Array, weig
     for (let j = 0; j < used; j++) {
       const e = ids[base + j] as number;
       let i = j;
-      for (; i > 0 && (ids[base + (order[i - 1] as number)] as number) > e; i--) order[i] = order[i - 1] as number;
+      for (; i > 0 && (ids[base + (order[i - 1] as number)] as number) > e; i--)
+        order[i] = order[i - 1] as number;
       order[i] = j;
     }
     const o = t * width;
@@ -206,6 +253,7 @@ async function addSharedExpert(
     let dot = 0;
     for (let i = 0; i < width; i++) dot += (x[t * width + i] as number) * (shared.gate_inp[i] as number);
     const gate = 1 / (1 + Math.exp(-Math.fround(dot)));
-    for (let i = 0; i < width; i++) out[t * width + i] = (out[t * width + i] as number) + gate * (y[t * width + i] as number);
+    for (let i = 0; i < width; i++)
+      out[t * width + i] = (out[t * width + i] as number) + gate * (y[t * width + i] as number);
   }
 }

@@ -15,10 +15,18 @@ import type { KernelsBackend } from '../../kernels/types.js';
 
 const cases: { name: string; model: MakeModelOptions; backend?: KernelsBackend; threads?: number }[] = [
   { name: 'qwen2 q8_0', model: { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 3 } },
-  { name: 'qwen2 q8_0, 2 threads', model: { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 3 }, threads: 2 },
+  {
+    name: 'qwen2 q8_0, 2 threads',
+    model: { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 3 },
+    threads: 2,
+  },
   { name: 'llama q4_k_m', model: { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 4 } },
   { name: 'qwen3moe f16', model: { arch: 'qwen3moe', shape: 'tiny', type: 'f16', seed: 5 } },
-  { name: 'llama q8_0 on wasm', model: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 6 }, backend: 'wasm' },
+  {
+    name: 'llama q8_0 on wasm',
+    model: { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 6 },
+    backend: 'wasm',
+  },
 ];
 
 let dir = '';
@@ -31,11 +39,17 @@ for (const c of cases) {
   test(`forwardBatch rows equal lone forwards, 12 sequences over two batches (${c.name})`, async () => {
     const path = join(dir, `${c.name.replace(/[^a-z0-9]+/gi, '-')}.gguf`);
     await makeModel(path, c.model);
-    const opened = await openModel(path, { threads: c.threads ?? 1, tokenizer: false, ...(c.backend ? { backend: c.backend } : {}) });
+    const opened = await openModel(path, {
+      threads: c.threads ?? 1,
+      tokenizer: false,
+      ...(c.backend ? { backend: c.backend } : {}),
+    });
     try {
       const { model } = opened;
       // 12 sequences (past one batch of 11) with prompts of different lengths, so rows sit at different positions
-      const prompts = Array.from({ length: 12 }, (_, i) => Array.from({ length: 1 + ((i * 7) % 13) }, (_, j) => (i * 97 + j * 31) % 4000));
+      const prompts = Array.from({ length: 12 }, (_, i) =>
+        Array.from({ length: 1 + ((i * 7) % 13) }, (_, j) => (i * 97 + j * 31) % 4000),
+      );
       const alone = prompts.map(() => model.newSession({ contextLength: 64 }));
       const batched = prompts.map(() => model.newSession({ contextLength: 64 }));
       let next: number[] = [];
@@ -47,7 +61,10 @@ for (const c of cases) {
       for (let step = 0; step < 3; step++) {
         // a different mix each step: all 12, then the odd ones, then the first 5
         const rows = prompts.map((_, i) => i).filter((i) => step === 0 || (step === 1 ? i % 2 === 1 : i < 5));
-        const got = await model.forwardBatch(rows.map((i) => next[i]!), rows.map((i) => batched[i]!));
+        const got = await model.forwardBatch(
+          rows.map((i) => next[i]!),
+          rows.map((i) => batched[i]!),
+        );
         for (const [r, i] of rows.entries()) {
           const want = await model.forward([next[i]!], alone[i]!);
           assert.deepEqual(got[r], want, `sequence ${i}, step ${step}`);

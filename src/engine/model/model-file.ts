@@ -35,10 +35,14 @@ export function matrixShape(entry: TensorEntry): { rows: number; cols: number } 
 export function rowBytes(type: number, cols: number): number {
   const info = ggmlTypeInfo(type);
   if (!info || cols % info.blockSize !== 0) {
-    throw new TandemError('MODEL_TENSOR', `a row of ${cols} elements of ggml type ${info?.name ?? type} has no whole number of blocks`, {
-      hint: 'the tensor type is unknown or its rows do not fill whole quantisation blocks; re-quantise the model',
-      details: { type, cols },
-    });
+    throw new TandemError(
+      'MODEL_TENSOR',
+      `a row of ${cols} elements of ggml type ${info?.name ?? type} has no whole number of blocks`,
+      {
+        hint: 'the tensor type is unknown or its rows do not fill whole quantisation blocks; re-quantise the model',
+        details: { type, cols },
+      },
+    );
   }
   return (cols / info.blockSize) * info.typeSize;
 }
@@ -49,7 +53,10 @@ export class MemoryModelFile implements ModelFile {
   private readonly data: ReadonlyMap<string, Uint8Array>;
   private readonly metadata: ReadonlyMap<string, unknown>;
 
-  constructor(metadata: ReadonlyMap<string, unknown>, tensors: ReadonlyMap<string, TensorEntry & { data: Uint8Array }>) {
+  constructor(
+    metadata: ReadonlyMap<string, unknown>,
+    tensors: ReadonlyMap<string, TensorEntry & { data: Uint8Array }>,
+  ) {
     this.metadata = metadata;
     this.tensors = new Map([...tensors].map(([name, t]) => [name, { type: t.type, dims: t.dims }]));
     this.data = new Map([...tensors].map(([name, t]) => [name, t.data]));

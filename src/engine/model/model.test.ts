@@ -51,7 +51,10 @@ for (const [name, options] of cases) {
     let logits = await model.forward(tokens, cache);
     for (let step = 0; step < 3; step++) {
       const expected = referenceLogits(file, model.config, tokens);
-      assert.ok(maxRelDiff(logits, expected) < 1e-5, `step ${step}: relative difference ${maxRelDiff(logits, expected)}`);
+      assert.ok(
+        maxRelDiff(logits, expected) < 1e-5,
+        `step ${step}: relative difference ${maxRelDiff(logits, expected)}`,
+      );
       const next = argmax(logits);
       tokens.push(next);
       logits = await model.forward([next], cache);
@@ -60,7 +63,7 @@ for (const [name, options] of cases) {
   });
 }
 
-test('an f16 KV cache gives the f32 cache\'s greedy tokens and close logits', async () => {
+test("an f16 KV cache gives the f32 cache's greedy tokens and close logits", async () => {
   const model = await Model.load(tinyModelFile({ arch: 'qwen3', seed: 9 }), kernels);
   const f32 = model.newSession();
   const f16 = model.newSession({ kvType: 'f16' });
@@ -89,10 +92,17 @@ function localGroup(size: number): ShardComm[] {
         if (pending.filter(Boolean).length < size) return;
         const counts = group?.counts ?? new Array<number>(size).fill(1);
         const m = pending[0]!.x.length / counts[0]!;
-        const parts = pending.flatMap((p, r) => Array.from({ length: counts[r]! }, (_, q) => p.x.slice(q * m, (q + 1) * m)));
+        const parts = pending.flatMap((p, r) =>
+          Array.from({ length: counts[r]! }, (_, q) => p.x.slice(q * m, (q + 1) * m)),
+        );
         const tree = group?.tree ?? flatTree(size);
         const sum = new Float32Array(m);
-        sumTree(tree, parts, sum, Array.from({ length: treeSpares(tree) }, () => new Float32Array(m)));
+        sumTree(
+          tree,
+          parts,
+          sum,
+          Array.from({ length: treeSpares(tree) }, () => new Float32Array(m)),
+        );
         const done = pending;
         pending = [];
         for (const p of done) {
@@ -134,7 +144,9 @@ async function runShardedLogits(
   const whole = await Model.load(file, kernels);
   const specs = shards(whole.shard, whole, file);
   const comms = localGroup(specs.length);
-  const models = await Promise.all(specs.map((shard, r) => Model.load(file, kernels, { shard, comm: comms[r]!, group: specs })));
+  const models = await Promise.all(
+    specs.map((shard, r) => Model.load(file, kernels, { shard, comm: comms[r]!, group: specs })),
+  );
   const caches = models.map((m) => m.newSession());
   const out = [...tokens];
   const steps: Float32Array[] = [];
@@ -150,14 +162,17 @@ async function runShardedLogits(
   return { tokens: out, logits: steps };
 }
 
-async function runSharded(options: TinyModelOptions, shards: (full: ShardSpec) => ShardSpec[], tokens: number[]): Promise<number[]> {
+async function runSharded(
+  options: TinyModelOptions,
+  shards: (full: ShardSpec) => ShardSpec[],
+  tokens: number[],
+): Promise<number[]> {
   return (await runShardedLogits(options, shards, tokens)).tokens;
 }
 
 async function runSingle(options: TinyModelOptions, tokens: number[]): Promise<number[]> {
   return runSharded(options, (full) => [full], tokens);
 }
-
 
 test('tensor parallel (heads, FFN, vocab split) gives the single-node tokens, on 2 and 3 shards', async () => {
   const options: TinyModelOptions = { arch: 'qwen2', heads: 6, kvHeads: 2, width: 48, ff: 64 };
@@ -178,30 +193,42 @@ test('tensor parallel (heads, FFN, vocab split) gives the single-node tokens, on
   }
 });
 
-test('tensor parallel on 2, 3 and 4 shards gives one node\'s logits bit for bit (row-parallel sums in the leaf tree)', async () => {
+test("tensor parallel on 2, 3 and 4 shards gives one node's logits bit for bit (row-parallel sums in the leaf tree)", async () => {
   // 8 heads, FFN 128, cut where the planner cuts: leaves at the cuts of 2, 4 and 3 ranks
   const options: TinyModelOptions = { arch: 'llama', heads: 8, kvHeads: 4, width: 64, ff: 128 };
   const tp = (parts: number) => (full: ShardSpec, whole: Model, file: ModelFile) =>
-    Array.from({ length: parts }, (_, r) => ({ ...full, ...tensorSplit(whole.config, file.tensors, parts, r, false) }));
+    Array.from({ length: parts }, (_, r) => ({
+      ...full,
+      ...tensorSplit(whole.config, file.tensors, parts, r, false),
+    }));
   const single = await runShardedLogits(options, (full) => [full], prompt);
   for (const parts of [2, 3, 4]) {
     const got = await runShardedLogits(options, tp(parts), prompt);
     assert.deepEqual(got.tokens, single.tokens, `${parts} shards`);
-    for (const [step, logits] of got.logits.entries()) assert.deepEqual(logits, single.logits[step], `${parts} shards, step ${step}: logits bit for bit`);
+    for (const [step, logits] of got.logits.entries())
+      assert.deepEqual(logits, single.logits[step], `${parts} shards, step ${step}: logits bit for bit`);
   }
 });
 
-test('tensor parallel over MoE models on 2, 3 and 4 shards gives one node\'s logits bit for bit (each expert\'s output summed in its leaf tree)', async () => {
+test("tensor parallel over MoE models on 2, 3 and 4 shards gives one node's logits bit for bit (each expert's output summed in its leaf tree)", async () => {
   for (const options of [
     { arch: 'llama', experts: 4, expertsUsed: 2, heads: 8, kvHeads: 4, width: 64, ff: 96 },
     { arch: 'qwen2moe', experts: 4, expertsUsed: 2, heads: 8, kvHeads: 4, width: 64, ff: 96, sharedFf: 128 },
   ] as TinyModelOptions[]) {
     const tp = (parts: number) => (full: ShardSpec, whole: Model, file: ModelFile) =>
-      Array.from({ length: parts }, (_, r) => ({ ...full, ...tensorSplit(whole.config, file.tensors, parts, r, false) }));
+      Array.from({ length: parts }, (_, r) => ({
+        ...full,
+        ...tensorSplit(whole.config, file.tensors, parts, r, false),
+      }));
     const single = await runShardedLogits(options, (full) => [full], prompt);
     for (const parts of [2, 3, 4]) {
       const got = await runShardedLogits(options, tp(parts), prompt);
-      for (const [step, logits] of got.logits.entries()) assert.deepEqual(logits, single.logits[step], `${options.arch} on ${parts} shards, step ${step}: logits bit for bit`);
+      for (const [step, logits] of got.logits.entries())
+        assert.deepEqual(
+          logits,
+          single.logits[step],
+          `${options.arch} on ${parts} shards, step ${step}: logits bit for bit`,
+        );
     }
   }
 });
@@ -212,8 +239,20 @@ test('expert parallel and shared-expert split give the single-node tokens', asyn
   const ep = await runSharded(
     options,
     (full) => [
-      { ...full, heads: { start: 0, end: 2 }, experts: [0, 3], sharedFfn: { start: 0, end: 20 }, vocab: split(64, 2, 0) },
-      { ...full, heads: { start: 2, end: 4 }, experts: [1, 2], sharedFfn: { start: 20, end: 40 }, vocab: split(64, 2, 1) },
+      {
+        ...full,
+        heads: { start: 0, end: 2 },
+        experts: [0, 3],
+        sharedFfn: { start: 0, end: 20 },
+        vocab: split(64, 2, 0),
+      },
+      {
+        ...full,
+        heads: { start: 2, end: 4 },
+        experts: [1, 2],
+        sharedFfn: { start: 20, end: 40 },
+        vocab: split(64, 2, 1),
+      },
     ],
     prompt,
   );
@@ -224,8 +263,12 @@ test('pipeline stages compose: embed, layers on each stage, head on the last', a
   const file = tinyModelFile({ arch: 'llama', layers: 3, seed: 5 });
   const whole = await Model.load(file, kernels);
   const full = whole.shard;
-  const first = await Model.load(file, kernels, { shard: { ...full, layers: { start: 0, end: 2 }, head: false } });
-  const last = await Model.load(file, kernels, { shard: { ...full, layers: { start: 2, end: 3 }, embed: false } });
+  const first = await Model.load(file, kernels, {
+    shard: { ...full, layers: { start: 0, end: 2 }, head: false },
+  });
+  const last = await Model.load(file, kernels, {
+    shard: { ...full, layers: { start: 2, end: 3 }, embed: false },
+  });
   const c1 = first.newSession();
   const c2 = last.newSession();
   const x = first.embed(prompt);
@@ -241,9 +284,14 @@ test('the context limit is a typed error before anything is computed', async () 
   const model = await Model.load(tinyModelFile({ arch: 'llama', context: 8 }), kernels);
   const cache = model.newSession();
   await model.forward([1, 2, 3, 4, 5, 6], cache);
-  await assert.rejects(model.forward([1, 2, 3], cache), (e) => isTandemError(e, 'KV_CONTEXT_FULL') && e.message.includes('8'));
+  await assert.rejects(
+    model.forward([1, 2, 3], cache),
+    (e) => isTandemError(e, 'KV_CONTEXT_FULL') && e.message.includes('8'),
+  );
   assert.equal(cache.length, 6);
   await assert.rejects(model.forward([999], cache), (e) => isTandemError(e, 'GENERATE_PROMPT'));
   const shard: ShardSpec = { ...fullShard(model.config), experts: [0] };
-  await assert.rejects(Model.load(tinyModelFile({ arch: 'llama' }), kernels, { shard }), (e) => isTandemError(e, 'MODEL_SHARD'));
+  await assert.rejects(Model.load(tinyModelFile({ arch: 'llama' }), kernels, { shard }), (e) =>
+    isTandemError(e, 'MODEL_SHARD'),
+  );
 });

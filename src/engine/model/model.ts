@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { TandemError } from '../../errors/index.js';
-import { GEMM_TOKENS, type Kernels, type KvCache, type KvCacheType, type RopeParams } from '../../kernels/types.js';
+import {
+  GEMM_TOKENS,
+  type Kernels,
+  type KvCache,
+  type KvCacheType,
+  type RopeParams,
+} from '../../kernels/types.js';
 import { SequenceCache } from '../kv/kv-cache.js';
 import { attentionForward, headLayout, type HeadLayout } from './attention.js';
 import { reduceAcross, singleNodeComm, type ShardComm } from './comm.js';
@@ -58,7 +64,10 @@ export class Model {
     private readonly comm: ShardComm,
   ) {
     this.layout = headLayout(config, shard);
-    this.parts = Math.max(1, ...weights.layers.flatMap((l) => [leafParts(l.attention.o), ...(l.ffn ? [leafParts(l.ffn.down)] : [])]));
+    this.parts = Math.max(
+      1,
+      ...weights.layers.flatMap((l) => [leafParts(l.attention.o), ...(l.ffn ? [leafParts(l.ffn.down)] : [])]),
+    );
     this.rope = {
       headDim: config.headDim,
       style: config.ropeStyle,
@@ -70,7 +79,10 @@ export class Model {
 
   /** Reads the config, validates the shard and uploads its weights. */
   static async load(file: ModelFile, kernels: Kernels, options: LoadOptions = {}): Promise<Model> {
-    const config = configFromMetadata((key) => file.meta(key), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+    const config = configFromMetadata(
+      (key) => file.meta(key),
+      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+    );
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
     const weights = await loadShardWeights(file, kernels, config, shard, options.group, options.onLayer);
@@ -116,11 +128,17 @@ export class Model {
    * The layers over x [n, width] at `positions`: the rows of one sequence (`cache` from
    * `pos0` on), or each row its own sequence (`rowCaches`, see AttentionStep).
    */
-  private async runLayers(x: Float32Array, n: number, positions: Int32Array, kv: { cache: KvCache; pos0: number } | { rowCaches: readonly KvCache[] }): Promise<void> {
+  private async runLayers(
+    x: Float32Array,
+    n: number,
+    positions: Int32Array,
+    kv: { cache: KvCache; pos0: number } | { rowCaches: readonly KvCache[] },
+  ): Promise<void> {
     const c = this.config;
     const k = this.kernels;
     const width = c.embeddingLength;
-    const target = 'rowCaches' in kv ? { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches } : kv;
+    const target =
+      'rowCaches' in kv ? { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches } : kv;
     const xn = this.scratch.f32('xn', n * width);
     const m = n * width;
     // a row-parallel projection hands the group up to `parts` pieces of [n, width]
@@ -130,14 +148,22 @@ export class Model {
       const w = this.weights.layers[l]!;
       k.rmsNorm(x, w.attention.norm, c.rmsEps, xn, n);
       if (this.layout.heads > 0) {
-        attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, { x: xn, n, positions, layer: l, out, ...target });
+        attentionForward(k, c, this.layout, w.attention, this.rope, this.scratch, {
+          x: xn,
+          n,
+          positions,
+          layer: l,
+          out,
+          ...target,
+        });
       } else out.fill(0);
       await reduceAcross(this.comm, out, m, w.attention.o);
       addInPlace(x, out);
       k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
       const experts = this.comm.experts;
       // the MoE layers sum across the group themselves (each expert's output, then the shared expert's)
-      if (w.moe && experts) await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
+      if (w.moe && experts)
+        await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
       else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm);
       else {
         if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
@@ -155,7 +181,10 @@ export class Model {
     const xn = this.scratch.f32('head.xn', this.config.embeddingLength);
     this.kernels.rmsNorm(hidden, outputNorm, this.config.rmsEps, xn, 1);
     const full = out ?? new Float32Array(this.config.vocabSize);
-    const local = rangeLength(this.shard.vocab) === this.config.vocabSize ? full : this.scratch.f32('head.local', rangeLength(this.shard.vocab));
+    const local =
+      rangeLength(this.shard.vocab) === this.config.vocabSize
+        ? full
+        : this.scratch.f32('head.local', rangeLength(this.shard.vocab));
     this.kernels.matvec(output, xn, local);
     const p = this.comm.allGatherLogits(local, full);
     if (p) await p;
@@ -180,7 +209,12 @@ export class Model {
       const rows = caches.slice(s, s + DECODE_BATCH);
       const n = rows.length;
       const x = this.embed(tokens.slice(s, s + n), this.scratch.f32('x', n * width));
-      await this.runLayers(x, n, Int32Array.from(rows, (cache) => cache.length), { rowCaches: rows.map((cache) => cache.cache) });
+      await this.runLayers(
+        x,
+        n,
+        Int32Array.from(rows, (cache) => cache.length),
+        { rowCaches: rows.map((cache) => cache.cache) },
+      );
       for (let t = 0; t < n; t++) {
         (rows[t] as SequenceCache).advance(1);
         out.push(await this.logits(x.subarray(t * width, (t + 1) * width)));
@@ -198,7 +232,11 @@ export class Model {
     cache.reserve(tokens.length);
     let last: Float32Array | undefined;
     for (let s = 0; s < tokens.length; s += PREFILL_CHUNK) {
-      const chunk = Array.prototype.slice.call(tokens, s, Math.min(tokens.length, s + PREFILL_CHUNK)) as number[];
+      const chunk = Array.prototype.slice.call(
+        tokens,
+        s,
+        Math.min(tokens.length, s + PREFILL_CHUNK),
+      ) as number[];
       const n = chunk.length;
       const x = this.embed(chunk, this.scratch.f32('x', n * width));
       await this.forwardLayers(x, n, cache.length, cache);

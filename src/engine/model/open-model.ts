@@ -32,13 +32,19 @@ export async function openModel(path: string, options: OpenModelOptions = {}): P
   const file = GgufModelFile.open(path);
   let kernels: Kernels | undefined;
   try {
-    kernels = await createKernels({ ...(options.threads !== undefined ? { threads: options.threads } : {}), ...(options.backend ? { backend: options.backend } : {}) });
+    kernels = await createKernels({
+      ...(options.threads !== undefined ? { threads: options.threads } : {}),
+      ...(options.backend ? { backend: options.backend } : {}),
+    });
     const model = await Model.load(file, kernels, {
       ...(options.shard ? { shard: options.shard } : {}),
       ...(options.comm ? { comm: options.comm } : {}),
       ...(options.onLayer ? { onLayer: options.onLayer } : {}),
     });
-    const tokenizer = options.tokenizer === false ? undefined : new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries));
+    const tokenizer =
+      options.tokenizer === false
+        ? undefined
+        : new Tokenizer(tokenizerMetadataFromGguf(file.gguf.metadata.entries));
     const k = kernels;
     return {
       file,

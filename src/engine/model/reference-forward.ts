@@ -6,7 +6,11 @@ import type { MemoryModelFile } from './model-file.js';
  * attention recomputed), written straight from the architecture definitions. It reads F32
  * tensors only and exists to check the engine's model code in unit tests.
  */
-export function referenceLogits(file: MemoryModelFile, c: ModelConfig, tokens: readonly number[]): Float64Array {
+export function referenceLogits(
+  file: MemoryModelFile,
+  c: ModelConfig,
+  tokens: readonly number[],
+): Float64Array {
   const t = (name: string): Float32Array => {
     const bytes = file.readRows(name, 0, rowsOf(file, name));
     return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
@@ -20,9 +24,25 @@ export function referenceLogits(file: MemoryModelFile, c: ModelConfig, tokens: r
   for (let l = 0; l < c.blockCount; l++) {
     const p = `blk.${l}.`;
     const xn = x.map((row) => rms(row, t(`${p}attn_norm.weight`), c.rmsEps));
-    const q = xn.map((row) => linear(t(`${p}attn_q.weight`), row, c.headCount * hd, c.hasQkvBias ? t(`${p}attn_q.bias`) : undefined));
-    const k = xn.map((row) => linear(t(`${p}attn_k.weight`), row, c.headCountKv * hd, c.hasQkvBias ? t(`${p}attn_k.bias`) : undefined));
-    const v = xn.map((row) => linear(t(`${p}attn_v.weight`), row, c.headCountKv * hd, c.hasQkvBias ? t(`${p}attn_v.bias`) : undefined));
+    const q = xn.map((row) =>
+      linear(t(`${p}attn_q.weight`), row, c.headCount * hd, c.hasQkvBias ? t(`${p}attn_q.bias`) : undefined),
+    );
+    const k = xn.map((row) =>
+      linear(
+        t(`${p}attn_k.weight`),
+        row,
+        c.headCountKv * hd,
+        c.hasQkvBias ? t(`${p}attn_k.bias`) : undefined,
+      ),
+    );
+    const v = xn.map((row) =>
+      linear(
+        t(`${p}attn_v.weight`),
+        row,
+        c.headCountKv * hd,
+        c.hasQkvBias ? t(`${p}attn_v.bias`) : undefined,
+      ),
+    );
     for (let i = 0; i < n; i++) {
       if (c.hasQkNorm) {
         headNorm(q[i]!, t(`${p}attn_q_norm.weight`), hd, c.rmsEps);
@@ -43,13 +63,16 @@ export function referenceLogits(file: MemoryModelFile, c: ModelConfig, tokens: r
           scores[s] = dot / Math.sqrt(hd);
         }
         softmax(scores);
-        for (let s = 0; s <= i; s++) for (let d = 0; d < hd; d++) out[h * hd + d]! += scores[s]! * v[s]![kvh * hd + d]!;
+        for (let s = 0; s <= i; s++)
+          for (let d = 0; d < hd; d++) out[h * hd + d]! += scores[s]! * v[s]![kvh * hd + d]!;
       }
       return out;
     });
     x = x.map((row, i) => add(row, linear(t(`${p}attn_output.weight`), att[i]!, W)));
     const hn = x.map((row) => rms(row, t(`${p}ffn_norm.weight`), c.rmsEps));
-    x = x.map((row, i) => add(row, c.expertCount > 0 ? moe(t, c, p, hn[i]!) : ffn(t, p, '', hn[i]!, c.feedForwardLength, W)));
+    x = x.map((row, i) =>
+      add(row, c.expertCount > 0 ? moe(t, c, p, hn[i]!) : ffn(t, p, '', hn[i]!, c.feedForwardLength, W)),
+    );
   }
   const last = rms(x[n - 1]!, t('output_norm.weight'), c.rmsEps);
   return linear(t(c.tiedEmbeddings ? 'token_embd.weight' : 'output.weight'), last, c.vocabSize);
@@ -87,8 +110,10 @@ function rope(x: Float64Array, pos: number, c: ModelConfig, factors?: Float32Arr
   const hd = c.headDim;
   for (let h = 0; h < x.length / hd; h++) {
     for (let i = 0; i < hd / 2; i++) {
-      const theta = (pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / hd)) / (factors ? factors[i]! : 1);
-      const [a, b] = c.ropeStyle === 'normal' ? [h * hd + 2 * i, h * hd + 2 * i + 1] : [h * hd + i, h * hd + i + hd / 2];
+      const theta =
+        (pos * c.ropeFreqScale * Math.pow(c.ropeFreqBase, (-2 * i) / hd)) / (factors ? factors[i]! : 1);
+      const [a, b] =
+        c.ropeStyle === 'normal' ? [h * hd + 2 * i, h * hd + 2 * i + 1] : [h * hd + i, h * hd + i + hd / 2];
       const x0 = x[a]!;
       const x1 = x[b]!;
       x[a] = x0 * Math.cos(theta) - x1 * Math.sin(theta);
@@ -108,7 +133,15 @@ function add(a: Float64Array, b: Float64Array): Float64Array {
   return a.map((v, i) => v + b[i]!);
 }
 
-function ffn(t: (n: string) => Float32Array, p: string, kind: string, x: Float64Array, ff: number, width: number, expert = 0): Float64Array {
+function ffn(
+  t: (n: string) => Float32Array,
+  p: string,
+  kind: string,
+  x: Float64Array,
+  ff: number,
+  width: number,
+  expert = 0,
+): Float64Array {
   const g = linear(t(`${p}ffn_gate${kind}.weight`), x, ff, undefined, expert * ff);
   const u = linear(t(`${p}ffn_up${kind}.weight`), x, ff, undefined, expert * ff);
   const h = g.map((gv, i) => (gv / (1 + Math.exp(-gv))) * u[i]!);

@@ -59,10 +59,14 @@ export function kvHeadsFor(config: ModelConfig, heads: Range): Range {
 function checkRange(name: string, r: Range, limit: number, allowEmpty: boolean): void {
   const ok = Number.isInteger(r.start) && Number.isInteger(r.end) && r.start >= 0 && r.end <= limit;
   if (!ok || r.end < r.start || (!allowEmpty && r.end === r.start)) {
-    throw new TandemError('MODEL_SHARD', `shard ${name} range [${r.start}, ${r.end}) does not fit in [0, ${limit})`, {
-      hint: 'build shards with the parallel planner, which keeps every range inside the model',
-      details: { name, start: r.start, end: r.end, limit },
-    });
+    throw new TandemError(
+      'MODEL_SHARD',
+      `shard ${name} range [${r.start}, ${r.end}) does not fit in [0, ${limit})`,
+      {
+        hint: 'build shards with the parallel planner, which keeps every range inside the model',
+        details: { name, start: r.start, end: r.end, limit },
+      },
+    );
   }
 }
 
@@ -77,10 +81,14 @@ export function validateShard(config: ModelConfig, shard: ShardSpec): void {
   const seen = new Set<number>();
   for (const e of shard.experts) {
     if (!Number.isInteger(e) || e < 0 || e >= config.expertCount || seen.has(e)) {
-      throw new TandemError('MODEL_SHARD', `shard expert ${e} is out of range or repeated (model has ${config.expertCount})`, {
-        hint: 'list each expert id once, each below the expert count',
-        details: { expert: e, expertCount: config.expertCount },
-      });
+      throw new TandemError(
+        'MODEL_SHARD',
+        `shard expert ${e} is out of range or repeated (model has ${config.expertCount})`,
+        {
+          hint: 'list each expert id once, each below the expert count',
+          details: { expert: e, expertCount: config.expertCount },
+        },
+      );
     }
     seen.add(e);
   }

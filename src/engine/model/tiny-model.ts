@@ -58,7 +58,8 @@ export function tinyModelFile(o: TinyModelOptions): MemoryModelFile {
   };
   // Matrices get unit gain (uniform with variance 1 / cols), so activations stay O(1) through
   // the layers; the output head a larger gain, so logits are well spread.
-  const matrix = (name: string, dims: number[], gain = 1): void => add(name, dims, gain * Math.sqrt(3 / (dims[0] as number)));
+  const matrix = (name: string, dims: number[], gain = 1): void =>
+    add(name, dims, gain * Math.sqrt(3 / (dims[0] as number)));
   const a = o.arch;
   add('token_embd.weight', [width, vocab], 1);
   add('output_norm.weight', [width], 0.2, 1);

@@ -28,7 +28,12 @@ test('metadata that disagrees with the tensors fails with MODEL_TENSOR before an
       try {
         await assert.rejects(Model.load(file, new ReferenceKernels()), (e: Error & { code?: string }) => {
           assert.equal(e.code, 'MODEL_TENSOR', e.stack);
-          assert.match(e.message, new RegExp(`tensor 'blk\\.0\\.ffn_gate\\.weight' has dims \\[256, 512\\], expected 256 columns and ${ff} rows`));
+          assert.match(
+            e.message,
+            new RegExp(
+              `tensor 'blk\\.0\\.ffn_gate\\.weight' has dims \\[256, 512\\], expected 256 columns and ${ff} rows`,
+            ),
+          );
           return true;
         });
       } finally {

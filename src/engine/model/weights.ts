@@ -48,7 +48,11 @@ export interface LeafSums {
   cols: number;
 }
 
-function leafSums(weights: readonly Weight[], pieces: readonly SumTree[], group: GroupSum | undefined): LeafSums {
+function leafSums(
+  weights: readonly Weight[],
+  pieces: readonly SumTree[],
+  group: GroupSum | undefined,
+): LeafSums {
   const roots = group || pieces.length === 1 ? pieces : [pieces];
   const leftmost = (node: SumTree): number => (typeof node === 'number' ? node : leftmost(node[0]!));
   return {
@@ -152,7 +156,11 @@ export class WeightLoader {
    * `base` offsets the rows (an expert's block inside a 3-D tensor) and `total` is the
    * row count of that block for validation.
    */
-  async matrix(name: string, expect: { rows: number; cols: number }, slice: { rows?: Range; cols?: Range; base?: number } = {}): Promise<Weight> {
+  async matrix(
+    name: string,
+    expect: { rows: number; cols: number },
+    slice: { rows?: Range; cols?: Range; base?: number } = {},
+  ): Promise<Weight> {
     const entry = this.entry(name);
     const shape = matrixShape(entry);
     const base = slice.base ?? 0;
@@ -176,27 +184,47 @@ export class WeightLoader {
    * restricted to the input columns `cols` of this shard, as its leaves: edges at the `cuts`
    * that hold whole blocks of the tensor's type and whole `unit`s of columns (heads).
    */
-  async leaves(name: string, expect: { rows: number; cols: number }, cols: Range, unit: number, cuts: ColumnCuts, base = 0): Promise<Leaves> {
+  async leaves(
+    name: string,
+    expect: { rows: number; cols: number },
+    cols: Range,
+    unit: number,
+    cuts: ColumnCuts,
+    base = 0,
+  ): Promise<Leaves> {
     const block = ggmlTypeInfo(this.entry(name).type)?.blockSize ?? 1;
     const plan = leafPlan(expect.cols, cuts.sets, lcm(block, unit));
     const mine = shardLeaves(plan, cols);
     const weights: Weight[] = [];
     for (const range of mine.ranges) weights.push(await this.matrix(name, expect, { cols: range, base }));
     const group = cuts.group && groupSum(plan, cuts.group);
-    return { weights, pieces: mine.pieces, ...(group ? { group } : {}), sums: leafSums(weights, mine.pieces, group) };
+    return {
+      weights,
+      pieces: mine.pieces,
+      ...(group ? { group } : {}),
+      sums: leafSums(weights, mine.pieces, group),
+    };
   }
 
   /**
    * Several matrices with the same type and width as one weight, rows stacked in order
    * (fused when possible, else uploaded one by one).
    */
-  async stacked(parts: { name: string; expect: { rows: number; cols: number }; rows: Range; base?: number }[]): Promise<Projection> {
+  async stacked(
+    parts: { name: string; expect: { rows: number; cols: number }; rows: Range; base?: number }[],
+  ): Promise<Projection> {
     const entries = parts.map((p) => this.entry(p.name));
     const type = entries[0]!.type;
     if (!entries.every((e) => e.type === type)) {
       // One after another: every read lands in the one scratch buffer.
       const separate: Weight[] = [];
-      for (const p of parts) separate.push(await this.matrix(p.name, p.expect, { rows: p.rows, ...(p.base !== undefined ? { base: p.base } : {}) }));
+      for (const p of parts)
+        separate.push(
+          await this.matrix(p.name, p.expect, {
+            rows: p.rows,
+            ...(p.base !== undefined ? { base: p.base } : {}),
+          }),
+        );
       return { separate };
     }
     const cols = parts[0]!.expect.cols;
@@ -204,7 +232,8 @@ export class WeightLoader {
     // a bad hyperparameter (feed_forward_length 2^31-1) must give MODEL_TENSOR, not a RangeError.
     for (const [i, p] of parts.entries()) {
       const shape = matrixShape(entries[i]!);
-      if (shape.cols !== cols || p.expect.cols !== cols || shape.rows < (p.base ?? 0) + p.expect.rows) throw shapeError(p.name, entries[i]!.dims, p.expect);
+      if (shape.cols !== cols || p.expect.cols !== cols || shape.rows < (p.base ?? 0) + p.expect.rows)
+        throw shapeError(p.name, entries[i]!.dims, p.expect);
     }
     const stride = rowBytes(type, cols);
     const total = parts.reduce((n, p) => n + rangeLength(p.rows), 0);
@@ -218,12 +247,22 @@ export class WeightLoader {
       if (bytes.byteOffset !== data.byteOffset + at * stride) data.set(bytes, at * stride);
       at += count;
     }
-    const weight = this.kernels.uploadWeight({ type: type as GgmlTypeId, rows: total, cols, data, name: parts.map((p) => p.name).join('+') });
+    const weight = this.kernels.uploadWeight({
+      type: type as GgmlTypeId,
+      rows: total,
+      cols,
+      data,
+      name: parts.map((p) => p.name).join('+'),
+    });
     return { fused: { weight, parts: parts.map((p) => rangeLength(p.rows)) } };
   }
 
   /** A vector (norm weight, bias) as f32, elements [range.start, range.end). */
-  async vector(name: string, length: number, range: Range = { start: 0, end: length }): Promise<Float32Array> {
+  async vector(
+    name: string,
+    length: number,
+    range: Range = { start: 0, end: length },
+  ): Promise<Float32Array> {
     const entry = this.entry(name);
     const shape = matrixShape(entry);
     if (shape.cols * shape.rows !== length) throw shapeError(name, entry.dims, { rows: 1, cols: length });
@@ -234,12 +273,17 @@ export class WeightLoader {
       for (let i = 0; i < out.length; i++) out[i] = view.getFloat32((range.start + i) * 4, true);
     } else if (entry.type === 1) {
       const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      for (let i = 0; i < out.length; i++) out[i] = f16Table[view.getUint16((range.start + i) * 2, true)] as number;
+      for (let i = 0; i < out.length; i++)
+        out[i] = f16Table[view.getUint16((range.start + i) * 2, true)] as number;
     } else {
-      throw new TandemError('MODEL_TENSOR', `tensor '${name}' has ggml type ${entry.type}; vectors must be F32 or F16`, {
-        hint: 'norm weights and biases stay unquantised in GGUF files; re-export the model',
-        details: { name, type: entry.type },
-      });
+      throw new TandemError(
+        'MODEL_TENSOR',
+        `tensor '${name}' has ggml type ${entry.type}; vectors must be F32 or F16`,
+        {
+          hint: 'norm weights and biases stay unquantised in GGUF files; re-export the model',
+          details: { name, type: entry.type },
+        },
+      );
     }
     return out;
   }
@@ -255,14 +299,28 @@ function lcm(a: number, b: number): number {
   return (a / x) * b;
 }
 
-function shapeError(name: string, dims: readonly number[], expect: { rows: number; cols: number }): TandemError {
-  return new TandemError('MODEL_TENSOR', `tensor '${name}' has dims [${dims.join(', ')}], expected ${expect.cols} columns and ${expect.rows} rows`, {
-    hint: 'the tensor does not match the hyperparameters in the metadata; re-export the model',
-    details: { name, dims: [...dims], expected: expect },
-  });
+function shapeError(
+  name: string,
+  dims: readonly number[],
+  expect: { rows: number; cols: number },
+): TandemError {
+  return new TandemError(
+    'MODEL_TENSOR',
+    `tensor '${name}' has dims [${dims.join(', ')}], expected ${expect.cols} columns and ${expect.rows} rows`,
+    {
+      hint: 'the tensor does not match the hyperparameters in the metadata; re-export the model',
+      details: { name, dims: [...dims], expected: expect },
+    },
+  );
 }
 
-async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number, cuts: ColumnCuts): Promise<AttentionWeights> {
+async function loadAttention(
+  l: WeightLoader,
+  c: ModelConfig,
+  s: ShardSpec,
+  i: number,
+  cuts: ColumnCuts,
+): Promise<AttentionWeights> {
   const p = `blk.${i}.`;
   const hd = c.headDim;
   const kv = kvHeadsFor(c, s.heads);
@@ -276,7 +334,13 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
       { name: `${p}attn_k.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
       { name: `${p}attn_v.weight`, expect: { rows: c.headCountKv * hd, cols: width }, rows: kvRows },
     ]),
-    o: await l.leaves(`${p}attn_output.weight`, { rows: c.embeddingLength, cols: c.headCount * hd }, qRows, hd, cuts),
+    o: await l.leaves(
+      `${p}attn_output.weight`,
+      { rows: c.embeddingLength, cols: c.headCount * hd },
+      qRows,
+      hd,
+      cuts,
+    ),
   };
   if (c.hasQkvBias) {
     w.qBias = await l.vector(`${p}attn_q.bias`, c.headCount * hd, qRows);
@@ -291,7 +355,15 @@ async function loadAttention(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: n
 }
 
 /** A SwiGLU FFN slice (a dense FFN, a routed expert `base`, or the shared expert), down in leaves on `cuts`. */
-async function loadFfn(l: WeightLoader, names: [string, string, string], width: number, ff: number, hidden: Range, base: number, cuts: ColumnCuts): Promise<FfnWeights> {
+async function loadFfn(
+  l: WeightLoader,
+  names: [string, string, string],
+  width: number,
+  ff: number,
+  hidden: Range,
+  base: number,
+  cuts: ColumnCuts,
+): Promise<FfnWeights> {
   const [gate, up, down] = names;
   return {
     gateUp: await l.stacked([
@@ -303,21 +375,44 @@ async function loadFfn(l: WeightLoader, names: [string, string, string], width: 
   };
 }
 
-async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number, cuts: Record<'experts' | 'shared', ColumnCuts>): Promise<MoeWeights> {
+async function loadMoe(
+  l: WeightLoader,
+  c: ModelConfig,
+  s: ShardSpec,
+  i: number,
+  cuts: Record<'experts' | 'shared', ColumnCuts>,
+): Promise<MoeWeights> {
   const p = `blk.${i}.`;
   const width = c.embeddingLength;
   const experts = new Map<number, FfnWeights>();
-  const names: [string, string, string] = [`${p}ffn_gate_exps.weight`, `${p}ffn_up_exps.weight`, `${p}ffn_down_exps.weight`];
+  const names: [string, string, string] = [
+    `${p}ffn_gate_exps.weight`,
+    `${p}ffn_up_exps.weight`,
+    `${p}ffn_down_exps.weight`,
+  ];
   for (const e of s.experts) {
-    if (rangeLength(s.expertFfn) > 0) experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, cuts.experts));
+    if (rangeLength(s.expertFfn) > 0)
+      experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, cuts.experts));
   }
   const moe: MoeWeights = {
     router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
     experts,
   };
   if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
-    const shNames: [string, string, string] = [`${p}ffn_gate_shexp.weight`, `${p}ffn_up_shexp.weight`, `${p}ffn_down_shexp.weight`];
-    const ffn = await loadFfn(l, shNames, width, c.sharedExpertFeedForwardLength, s.sharedFfn, 0, cuts.shared);
+    const shNames: [string, string, string] = [
+      `${p}ffn_gate_shexp.weight`,
+      `${p}ffn_up_shexp.weight`,
+      `${p}ffn_down_shexp.weight`,
+    ];
+    const ffn = await loadFfn(
+      l,
+      shNames,
+      width,
+      c.sharedExpertFeedForwardLength,
+      s.sharedFfn,
+      0,
+      cuts.shared,
+    );
     moe.shared = { ...ffn, gate_inp: await l.vector(`${p}ffn_gate_inp_shexp.weight`, width) };
   }
   return moe;
@@ -328,8 +423,14 @@ async function loadMoe(l: WeightLoader, c: ModelConfig, s: ShardSpec, i: number,
  * (the planner's splits, tp-split.ts), and this shard's group's ranges when `group` (the
  * shards of its tensor-parallel group, in rank order) is given.
  */
-function columnCuts(file: ModelFile, c: ModelConfig, group: readonly ShardSpec[] | undefined): Record<'heads' | 'ffn' | 'experts' | 'shared', ColumnCuts> {
-  const splits = EXACT_GROUP_SIZES.map((size) => Array.from({ length: size }, (_, r) => tensorSplit(c, file.tensors, size, r, false)).slice(1));
+function columnCuts(
+  file: ModelFile,
+  c: ModelConfig,
+  group: readonly ShardSpec[] | undefined,
+): Record<'heads' | 'ffn' | 'experts' | 'shared', ColumnCuts> {
+  const splits = EXACT_GROUP_SIZES.map((size) =>
+    Array.from({ length: size }, (_, r) => tensorSplit(c, file.tensors, size, r, false)).slice(1),
+  );
   const cuts = (range: (s: Omit<ShardSpec, 'layers' | 'embed' | 'head'>) => Range): ColumnCuts => ({
     sets: splits.map((ranks) => ranks.map((r) => range(r).start)),
     ...(group ? { group: group.map(range) } : {}),
@@ -365,7 +466,15 @@ export async function loadShardWeights(
     if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i, cuts);
     else if (rangeLength(s.ffn) > 0) {
       const p = `blk.${i}.`;
-      layer.ffn = await loadFfn(l, [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`], width, c.feedForwardLength, s.ffn, 0, cuts.ffn);
+      layer.ffn = await loadFfn(
+        l,
+        [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`],
+        width,
+        c.feedForwardLength,
+        s.ffn,
+        0,
+        cuts.ffn,
+      );
     }
     out.layers.push(layer);
     onLayer?.(out.layers.length, rangeLength(s.layers));
@@ -374,7 +483,10 @@ export async function loadShardWeights(
     out.outputNorm = await l.vector('output_norm.weight', width);
     const name = c.tiedEmbeddings ? 'token_embd.weight' : 'output.weight';
     const whole = s.vocab.start === 0 && s.vocab.end === c.vocabSize;
-    out.output = c.tiedEmbeddings && whole && out.embed ? out.embed : await l.matrix(name, { rows: c.vocabSize, cols: width }, { rows: s.vocab });
+    out.output =
+      c.tiedEmbeddings && whole && out.embed
+        ? out.embed
+        : await l.matrix(name, { rows: c.vocabSize, cols: width }, { rows: s.vocab });
   }
   return out;
 }

@@ -116,7 +116,12 @@ export function makeQkx2Quants(
     }
     // sum w (s*l + m - x)^2 expanded over the sums above: no second pass over the values.
     const curError =
-      thisScale * thisScale * sumL2 + 2 * thisScale * thisMin * sumL - 2 * thisScale * sumXL + thisMin * thisMin * sumW - 2 * thisMin * sumX + sumX2;
+      thisScale * thisScale * sumL2 +
+      2 * thisScale * thisMin * sumL -
+      2 * thisScale * sumXL +
+      thisMin * thisMin * sumW -
+      2 * thisMin * sumX +
+      sumX2;
     if (curError < bestError) {
       for (let i = 0; i < n; i++) L[l0 + i] = Laux[i] as number;
       bestError = curError;
@@ -132,7 +137,14 @@ export function makeQkx2Quants(
  * trying 18 scales around -nmax/max (ggml's make_qx_quants with rmse_type = 1).
  * Returns the scale (x ~ scale * (L - nmax)).
  */
-export function makeQxQuants(n: number, nmax: number, x: Float32Array, x0: number, L: Uint8Array, l0: number): number {
+export function makeQxQuants(
+  n: number,
+  nmax: number,
+  x: Float32Array,
+  x0: number,
+  L: Uint8Array,
+  l0: number,
+): number {
   let max = 0;
   let amax = 0;
   for (let i = 0; i < n; i++) {

@@ -42,7 +42,16 @@ function scratch(): Scratch {
 const s4 = scratch();
 
 /** Quantizes one super-block's levels into s.L and writes d, dmin and the packed scales at dst[o..o+16). */
-function quantizeSuperBlock(src: Float32Array, x0: number, nmax: number, rmin: number, nstep: number, dst: Uint8Array, o: number, s: Scratch): void {
+function quantizeSuperBlock(
+  src: Float32Array,
+  x0: number,
+  nmax: number,
+  rmin: number,
+  nstep: number,
+  dst: Uint8Array,
+  o: number,
+  s: Scratch,
+): void {
   let maxScale = 0;
   let maxMin = 0;
   for (let j = 0; j < 8; j++) {
@@ -50,7 +59,19 @@ function quantizeSuperBlock(src: Float32Array, x0: number, nmax: number, rmin: n
     for (let l = 0; l < 32; l++) sumX2 += (src[x0 + 32 * j + l] as number) ** 2;
     const avX = Math.sqrt(sumX2 / 32);
     for (let l = 0; l < 32; l++) s.weights[l] = avX + Math.abs(src[x0 + 32 * j + l] as number);
-    const [scale, min] = makeQkx2Quants(32, nmax, src, x0 + 32 * j, s.weights, s.L, 32 * j, s.Laux, rmin, 0.1, nstep);
+    const [scale, min] = makeQkx2Quants(
+      32,
+      nmax,
+      src,
+      x0 + 32 * j,
+      s.weights,
+      s.L,
+      32 * j,
+      s.Laux,
+      rmin,
+      0.1,
+      nstep,
+    );
     s.scales[j] = scale;
     s.mins[j] = min;
     if (scale > maxScale) maxScale = scale;
@@ -90,7 +111,8 @@ export function quantizeQ4_K(src: Float32Array, dst: Uint8Array): void {
     quantizeSuperBlock(src, b * QK_K, 15, -1, 20, dst, o, s4);
     const L = s4.L;
     for (let c = 0; c < 4; c++) {
-      for (let l = 0; l < 32; l++) dst[o + 16 + 32 * c + l] = (L[64 * c + l] as number) | ((L[64 * c + 32 + l] as number) << 4);
+      for (let l = 0; l < 32; l++)
+        dst[o + 16 + 32 * c + l] = (L[64 * c + l] as number) | ((L[64 * c + 32 + l] as number) << 4);
     }
   }
 }

@@ -26,7 +26,8 @@ function normal(n: number, seed: number, sigma = 1): Float32Array {
     return (s + 0.5) / 4294967296;
   };
   const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = sigma * Math.sqrt(-2 * Math.log(next())) * Math.cos(2 * Math.PI * next());
+  for (let i = 0; i < n; i++)
+    out[i] = sigma * Math.sqrt(-2 * Math.log(next())) * Math.cos(2 * Math.PI * next());
   return out;
 }
 
@@ -146,7 +147,8 @@ test('Q4_K block layout: d, dmin, packed scales, 4 chunks of 64 nibbles', () => 
   const lm = [0, 1, 2, 3, 4, 5, 6, 40];
   kBlockHeader(block, ls, lm);
   const q = (i: number): number => (i * 7 + 3) % 16;
-  for (let c = 0; c < 4; c++) for (let l = 0; l < 32; l++) block[16 + 32 * c + l] = q(64 * c + l) | (q(64 * c + 32 + l) << 4);
+  for (let c = 0; c < 4; c++)
+    for (let l = 0; l < 32; l++) block[16 + 32 * c + l] = q(64 * c + l) | (q(64 * c + 32 + l) << 4);
   const out = dequantize(GgmlType.Q4_K, block, 256);
   for (let i = 0; i < 256; i++) {
     const j = i >> 5;
@@ -234,6 +236,7 @@ test('Q8_0 error per value is at most half a step plus the f16 rounding of d', (
     let amax = 0;
     for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(x[32 * b + j] as number));
     const step = amax / 127;
-    for (let j = 0; j < 32; j++) assert.ok(Math.abs((x[32 * b + j] as number) - (y[32 * b + j] as number)) <= step * 0.563);
+    for (let j = 0; j < 32; j++)
+      assert.ok(Math.abs((x[32 * b + j] as number) - (y[32 * b + j] as number)) <= step * 0.563);
   }
 });

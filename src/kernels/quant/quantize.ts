@@ -81,10 +81,12 @@ export function dequantize(type: number, src: Uint8Array, n: number, dst?: Float
       new Uint8Array(view.buffer, view.byteOffset, bytes).set(src.subarray(0, bytes));
       break;
     case GgmlType.F16:
-      for (let i = 0; i < n; i++) view[i] = f16Table[(src[2 * i] as number) | ((src[2 * i + 1] as number) << 8)] as number;
+      for (let i = 0; i < n; i++)
+        view[i] = f16Table[(src[2 * i] as number) | ((src[2 * i + 1] as number) << 8)] as number;
       break;
     case GgmlType.BF16:
-      for (let i = 0; i < n; i++) view[i] = bf16ToF32((src[2 * i] as number) | ((src[2 * i + 1] as number) << 8));
+      for (let i = 0; i < n; i++)
+        view[i] = bf16ToF32((src[2 * i] as number) | ((src[2 * i + 1] as number) << 8));
       break;
     case GgmlType.Q8_0:
       dequantizeQ8_0(src, view);

@@ -97,10 +97,14 @@ export function supportedType(id: number): GgmlTypeInfo {
   const info = byId.get(id);
   if (!info?.supported) {
     const supported = [...byId.values()].filter((t) => t.supported).map((t) => t.name);
-    throw new TandemError('INVALID_ARGUMENT', `ggml type ${info?.name ?? id} is not supported by tandem's quant kernels`, {
-      hint: `use one of ${supported.join(', ')}`,
-      details: { type: id },
-    });
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `ggml type ${info?.name ?? id} is not supported by tandem's quant kernels`,
+      {
+        hint: `use one of ${supported.join(', ')}`,
+        details: { type: id },
+      },
+    );
   }
   return info;
 }
@@ -108,10 +112,14 @@ export function supportedType(id: number): GgmlTypeInfo {
 /** Bytes of `n` elements of a type; `n` must be a multiple of the block size. */
 export function byteSize(info: GgmlTypeInfo, n: number): number {
   if (n % info.blockSize !== 0) {
-    throw new TandemError('INVALID_ARGUMENT', `${n} elements is not a multiple of ${info.name}'s block size ${info.blockSize}`, {
-      hint: `rows of ${info.name} tensors must hold a multiple of ${info.blockSize} elements`,
-      details: { type: info.name, elements: n },
-    });
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `${n} elements is not a multiple of ${info.name}'s block size ${info.blockSize}`,
+      {
+        hint: `rows of ${info.name} tensors must hold a multiple of ${info.blockSize} elements`,
+        details: { type: info.name, elements: n },
+      },
+    );
   }
   return (n / info.blockSize) * info.typeSize;
 }

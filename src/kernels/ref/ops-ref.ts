@@ -14,7 +14,13 @@ import { roundF16 } from '../half.js';
  * llama.cpp by one quantisation step (measured: a flipped greedy token on a Q8_0 model).
  * x, out: [n, dim]; weight: [dim]; out may be x.
  */
-export function rmsNormRef(x: Float32Array, weight: Float32Array, eps: number, out: Float32Array, n: number): void {
+export function rmsNormRef(
+  x: Float32Array,
+  weight: Float32Array,
+  eps: number,
+  out: Float32Array,
+  n: number,
+): void {
   const fr = Math.fround;
   const dim = weight.length;
   const eps32 = fr(eps);

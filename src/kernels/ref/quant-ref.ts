@@ -57,7 +57,14 @@ export function kQuants(type: GgmlTypeId, b: Uint8Array, o: number, q: Int32Arra
 }
 
 /** Dequantises `cols` elements of the row starting at byte `o` into out[outOffset...]. */
-export function dequantRow(type: GgmlTypeId, b: Uint8Array, o: number, cols: number, out: Float32Array, outOffset = 0): void {
+export function dequantRow(
+  type: GgmlTypeId,
+  b: Uint8Array,
+  o: number,
+  cols: number,
+  out: Float32Array,
+  outOffset = 0,
+): void {
   switch (type) {
     case GgmlType.F32: {
       const dv = new DataView(b.buffer, b.byteOffset + o, cols * 4);
@@ -68,7 +75,8 @@ export function dequantRow(type: GgmlTypeId, b: Uint8Array, o: number, cols: num
       for (let i = 0; i < cols; i++) out[outOffset + i] = f16At(b, o + 2 * i);
       return;
     case GgmlType.BF16:
-      for (let i = 0; i < cols; i++) out[outOffset + i] = bf16ToF32((b[o + 2 * i] as number) | ((b[o + 2 * i + 1] as number) << 8));
+      for (let i = 0; i < cols; i++)
+        out[outOffset + i] = bf16ToF32((b[o + 2 * i] as number) | ((b[o + 2 * i + 1] as number) << 8));
       return;
     case GgmlType.Q8_0:
       for (let k = 0; k < cols / 32; k++) {
@@ -97,7 +105,8 @@ export function dequantRow(type: GgmlTypeId, b: Uint8Array, o: number, cols: num
         const base = outOffset + 256 * k;
         if (type === GgmlType.Q6_K) {
           const d = f16At(b, bo + 208);
-          for (let i = 0; i < 256; i++) out[base + i] = Math.fround(d * i8(b[bo + 192 + (i >> 4)] as number)) * (q[i] as number);
+          for (let i = 0; i < 256; i++)
+            out[base + i] = Math.fround(d * i8(b[bo + 192 + (i >> 4)] as number)) * (q[i] as number);
         } else {
           const d = f16At(b, bo);
           const dmin = f16At(b, bo + 2);
@@ -105,7 +114,8 @@ export function dequantRow(type: GgmlTypeId, b: Uint8Array, o: number, cols: num
             const [sc, m] = scaleMinK4(b, bo + 4, j);
             const d1 = Math.fround(d * sc);
             const m1 = Math.fround(dmin * m);
-            for (let i = 0; i < 32; i++) out[base + 32 * j + i] = Math.fround(d1 * (q[32 * j + i] as number)) - m1;
+            for (let i = 0; i < 32; i++)
+              out[base + 32 * j + i] = Math.fround(d1 * (q[32 * j + i] as number)) - m1;
           }
         }
       }
@@ -130,7 +140,8 @@ export function quantizeQ8_0(x: Float32Array, offset: number, cols: number): Qua
     for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(x[offset + 32 * k + i] as number));
     d[k] = f16ToF32(f32ToF16(amax / 127));
     const id = amax !== 0 ? Math.fround(127 / amax) : 0;
-    for (let i = 0; i < 32; i++) values[32 * k + i] = roundEven(Math.fround((x[offset + 32 * k + i] as number) * id));
+    for (let i = 0; i < 32; i++)
+      values[32 * k + i] = roundEven(Math.fround((x[offset + 32 * k + i] as number) * id));
   }
   return { values, d };
 }
@@ -151,7 +162,11 @@ export function quantizeQ8K(x: Float32Array, offset: number, cols: number): Quan
     }
     if (amax === 0) continue;
     const iscale = Math.fround(-127 / max);
-    for (let i = 0; i < 256; i++) values[256 * k + i] = Math.min(127, roundEven(Math.fround(iscale * (x[offset + 256 * k + i] as number))));
+    for (let i = 0; i < 256; i++)
+      values[256 * k + i] = Math.min(
+        127,
+        roundEven(Math.fround(iscale * (x[offset + 256 * k + i] as number))),
+      );
     d[k] = Math.fround(1 / iscale);
   }
   return { values, d };
@@ -181,7 +196,14 @@ export function quantizeFor(type: GgmlTypeId, x: Float32Array, offset: number, c
 }
 
 /** Dot product of the weight row at byte `o` (cols elements) with x in its dot type. */
-export function rowDot(type: GgmlTypeId, b: Uint8Array, o: number, cols: number, x: QuantizedX, scratch: Int32Array): number {
+export function rowDot(
+  type: GgmlTypeId,
+  b: Uint8Array,
+  o: number,
+  cols: number,
+  x: QuantizedX,
+  scratch: Int32Array,
+): number {
   const v = x.values;
   let sum = 0;
   switch (type) {
@@ -200,7 +222,11 @@ export function rowDot(type: GgmlTypeId, b: Uint8Array, o: number, cols: number,
         const bo = o + (eight ? 34 : 18) * k;
         let sumi = 0;
         for (let i = 0; i < 32; i++) {
-          const q = eight ? i8(b[bo + 2 + i] as number) : i < 16 ? ((b[bo + 2 + i] as number) & 0xf) - 8 : ((b[bo + 2 + i - 16] as number) >> 4) - 8;
+          const q = eight
+            ? i8(b[bo + 2 + i] as number)
+            : i < 16
+              ? ((b[bo + 2 + i] as number) & 0xf) - 8
+              : ((b[bo + 2 + i - 16] as number) >> 4) - 8;
           sumi += q * (v[32 * k + i] as number);
         }
         sum += sumi * Math.fround(f16At(b, bo) * (x.d[k] as number));
@@ -218,7 +244,8 @@ export function rowDot(type: GgmlTypeId, b: Uint8Array, o: number, cols: number,
           let sumi = 0;
           for (let g = 0; g < 16; g++) {
             let s = 0;
-            for (let i = 0; i < 16; i++) s += (scratch[16 * g + i] as number) * (v[256 * k + 16 * g + i] as number);
+            for (let i = 0; i < 16; i++)
+              s += (scratch[16 * g + i] as number) * (v[256 * k + 16 * g + i] as number);
             sumi += i8(b[bo + 192 + g] as number) * s;
           }
           sum += Math.fround(f16At(b, bo + 208) * dx) * sumi;

@@ -132,9 +132,17 @@ export class DiscoveryAgent {
     for (const v of views) {
       for (const l of v.links) {
         const other = byHost.get(l.peer);
-        const back = other?.links.find((o) => o.iface === l.peerIface && o.peer === v.host && o.peerIface === l.iface);
+        const back = other?.links.find(
+          (o) => o.iface === l.peerIface && o.peer === v.host && o.peerIface === l.iface,
+        );
         if (!back) continue;
-        const link: Link = { a: v.host, aPort: l.iface, b: l.peer, bPort: l.peerIface, kind: slower(l.kind, back.kind) };
+        const link: Link = {
+          a: v.host,
+          aPort: l.iface,
+          b: l.peer,
+          bPort: l.peerIface,
+          kind: slower(l.kind, back.kind),
+        };
         const speed = Math.min(l.speedGbps ?? Infinity, back.speedGbps ?? Infinity);
         if (speed < Infinity) link.speedGbps = speed;
         const lat = l.latencyUs ?? back.latencyUs;
@@ -152,7 +160,11 @@ export class DiscoveryAgent {
    * another (or the same one, through a loop beyond it). Forgotten after the neighbour expiry.
    */
   loops(): { sentOn: string; heardOn: string }[] {
-    return [...this.echoes.values()].map(({ sentOn, heardOn }) => ({ sentOn, heardOn })).sort((x, y) => (x.sentOn === y.sentOn ? (x.heardOn < y.heardOn ? -1 : 1) : x.sentOn < y.sentOn ? -1 : 1));
+    return [...this.echoes.values()]
+      .map(({ sentOn, heardOn }) => ({ sentOn, heardOn }))
+      .sort((x, y) =>
+        x.sentOn === y.sentOn ? (x.heardOn < y.heardOn ? -1 : 1) : x.sentOn < y.sentOn ? -1 : 1,
+      );
   }
 
   /**
@@ -176,11 +188,20 @@ export class DiscoveryAgent {
 
   /** Each live host's phase as last heard (this host included). */
   states(): Map<string, string | undefined> {
-    return new Map([[this.host, this.state], ...[...this.views.values()].map((v): [string, string | undefined] => [v.host, v.state])]);
+    return new Map([
+      [this.host, this.state],
+      ...[...this.views.values()].map((v): [string, string | undefined] => [v.host, v.state]),
+    ]);
   }
 
   private ownView(): HostView {
-    const v: HostView = { host: this.host, boot: this.boot, seq: this.seq, graphHash: this.graphHash, links: this.localLinks() };
+    const v: HostView = {
+      host: this.host,
+      boot: this.boot,
+      seq: this.seq,
+      graphHash: this.graphHash,
+      links: this.localLinks(),
+    };
     return this.state === undefined ? v : { ...v, state: this.state };
   }
 
@@ -189,11 +210,14 @@ export class DiscoveryAgent {
     const ifaces = usableInterfaces(this.opts.interfaces);
     const usable = new Set(ifaces);
     for (const [key, n] of this.neighbours) {
-      if (!usable.has(n.iface) || now - n.lastSeen > (this.opts.neighbourExpiryMs ?? 1000)) this.neighbours.delete(key);
+      if (!usable.has(n.iface) || now - n.lastSeen > (this.opts.neighbourExpiryMs ?? 1000))
+        this.neighbours.delete(key);
     }
     for (const name of [...this.joined]) if (!usable.has(name)) this.joined.delete(name);
-    for (const [host, v] of this.views) if (now - v.heardAt > (this.opts.viewExpiryMs ?? 2500)) this.views.delete(host);
-    for (const [key, e] of this.echoes) if (now - e.lastSeen > (this.opts.neighbourExpiryMs ?? 1000)) this.echoes.delete(key);
+    for (const [host, v] of this.views)
+      if (now - v.heardAt > (this.opts.viewExpiryMs ?? 2500)) this.views.delete(host);
+    for (const [key, e] of this.echoes)
+      if (now - e.lastSeen > (this.opts.neighbourExpiryMs ?? 1000)) this.echoes.delete(key);
     this.seq++;
     this.refresh();
     const socket = this.socket;
@@ -206,7 +230,8 @@ export class DiscoveryAgent {
         } catch (e) {
           // EADDRINUSE: the kernel kept the membership while the link was down. Anything else
           // (no link-local address yet) is tried again next tick.
-          if (!/EADDRINUSE/.test(String((e as Error).message) + String((e as { code?: string }).code))) continue;
+          if (!/EADDRINUSE/.test(String((e as Error).message) + String((e as { code?: string }).code)))
+            continue;
         }
         this.joined.add(iface);
       }
@@ -242,7 +267,14 @@ export class DiscoveryAgent {
     const own = hello.views.find((v) => v.host === hello.host);
     const key = `${iface}|${hello.host}|${hello.iface}`;
     const isNew = !this.neighbours.has(key);
-    this.neighbours.set(key, { iface, peer: hello.host, peerIface: hello.iface, address: from, lastSeen: Date.now(), boot: own?.boot ?? '' });
+    this.neighbours.set(key, {
+      iface,
+      peer: hello.host,
+      peerIface: hello.iface,
+      address: from,
+      lastSeen: Date.now(),
+      boot: own?.boot ?? '',
+    });
     for (const v of hello.views) this.merge(v);
     if (isNew) {
       this.refresh();
@@ -265,7 +297,9 @@ export class DiscoveryAgent {
       const n = this.neighbours.get(key);
       try {
         if (!n) return;
-        const f = await measureLink(n.address, this.port, this.secret, { bytes: this.opts.measureBytes ?? 4 << 20 });
+        const f = await measureLink(n.address, this.port, this.secret, {
+          bytes: this.opts.measureBytes ?? 4 << 20,
+        });
         this.figures.set(linkKey(this.host, n.iface, n.peer, n.peerIface), f);
         this.refresh();
       } catch {
@@ -295,4 +329,5 @@ function slower(x: LinkKind | undefined, y: LinkKind | undefined): LinkKind {
   return x === 'tb4' || y === 'tb4' ? 'tb4' : x === 'tb5' ? y : y === 'tb5' ? x : 'ethernet';
 }
 
-const linkKey = (host: string, iface: string, peer: string, peerIface: string): string => `${host}:${iface}-${peer}:${peerIface}`;
+const linkKey = (host: string, iface: string, peer: string, peerIface: string): string =>
+  `${host}:${iface}-${peer}:${peerIface}`;

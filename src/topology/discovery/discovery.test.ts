@@ -13,7 +13,13 @@ import { createSocket } from 'node:dgram';
 import { DiscoveryAgent } from './agent.js';
 
 const secret = Buffer.from('unit-test-secret-0123456789');
-const hello: Hello = { v: 1, host: 'a', iface: 'en2', ts: 1, views: [{ host: 'a', boot: 'x', seq: 3, graphHash: 'h', links: [] }] };
+const hello: Hello = {
+  v: 1,
+  host: 'a',
+  iface: 'en2',
+  ts: 1,
+  views: [{ host: 'a', boot: 'x', seq: 3, graphHash: 'h', links: [] }],
+};
 
 test('hellos are authenticated: a tampered byte or another secret is refused', () => {
   const packet = encodeHello(secret, hello);
@@ -31,9 +37,18 @@ test('the cluster secret comes from a file or TANDEM_SECRET and must be long eno
     writeFileSync(join(dir, 's'), 'abcdefghijklmnopqrstuvwxyz\n');
     assert.equal(loadSecret(join(dir, 's')).toString(), 'abcdefghijklmnopqrstuvwxyz');
     assert.equal(loadSecret(undefined, { TANDEM_SECRET: '0123456789abcdef' }).length, 16);
-    assert.throws(() => loadSecret(undefined, {}), (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET'));
-    assert.throws(() => loadSecret(undefined, { TANDEM_SECRET: 'short' }), (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET') && /only 5 bytes/.test(e.message));
-    assert.throws(() => loadSecret(join(dir, 'missing')), (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET'));
+    assert.throws(
+      () => loadSecret(undefined, {}),
+      (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET'),
+    );
+    assert.throws(
+      () => loadSecret(undefined, { TANDEM_SECRET: 'short' }),
+      (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET') && /only 5 bytes/.test(e.message),
+    );
+    assert.throws(
+      () => loadSecret(join(dir, 'missing')),
+      (e) => isTandemError(e, 'TOPOLOGY_BAD_SECRET'),
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

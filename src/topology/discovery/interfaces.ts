@@ -24,13 +24,19 @@ export function usableInterfaces(only?: readonly string[]): string[] {
     });
   } else {
     const all = networkInterfaces();
-    names = Object.keys(all).filter((n) => !ignored.test(n) && (all[n] ?? []).some((a) => !a.internal && a.family === 'IPv6' && a.address.startsWith('fe80')));
+    names = Object.keys(all).filter(
+      (n) =>
+        !ignored.test(n) &&
+        (all[n] ?? []).some((a) => !a.internal && a.family === 'IPv6' && a.address.startsWith('fe80')),
+    );
   }
   return (only && only.length > 0 ? names.filter((n) => only.includes(n)) : names).sort();
 }
 
 /** Kind and line rate of each interface, from a host probe, for the agent's `interfaceInfo`. */
-export function interfaceInfoFrom(report: HostReport): (iface: string) => { kind?: LinkKind; speedGbps?: number } | undefined {
+export function interfaceInfoFrom(
+  report: HostReport,
+): (iface: string) => { kind?: LinkKind; speedGbps?: number } | undefined {
   const byName = new Map(report.interfaces.map((i) => [i.name, i]));
   return (iface) => {
     const i = byName.get(iface);

@@ -112,7 +112,14 @@ function timeout(what: string, address: string, ms: number): TandemError {
 }
 
 /** Opens an authenticated connection, runs `body`, and closes; the whole exchange has one deadline. */
-async function withConnection<T>(address: string, port: number, secret: Buffer, ms: number, what: string, body: (s: net.Socket, r: Reader) => Promise<T>): Promise<T> {
+async function withConnection<T>(
+  address: string,
+  port: number,
+  secret: Buffer,
+  ms: number,
+  what: string,
+  body: (s: net.Socket, r: Reader) => Promise<T>,
+): Promise<T> {
   const socket = net.connect({ host: address, port });
   socket.setNoDelay(true);
   const reader = new Reader(socket);
@@ -141,7 +148,12 @@ export interface LinkFigures {
 }
 
 /** One-way latency (median of `pings` round trips, halved) and bulk bandwidth over one link. */
-export async function measureLink(address: string, port: number, secret: Buffer, opts: { pings?: number; bytes?: number; timeoutMs?: number } = {}): Promise<LinkFigures> {
+export async function measureLink(
+  address: string,
+  port: number,
+  secret: Buffer,
+  opts: { pings?: number; bytes?: number; timeoutMs?: number } = {},
+): Promise<LinkFigures> {
   const pings = opts.pings ?? 20;
   const bytes = opts.bytes ?? 4 << 20;
   const ms = opts.timeoutMs ?? 5000;
@@ -159,11 +171,18 @@ export async function measureLink(address: string, port: number, secret: Buffer,
   });
   // Best of two transfers: the first often pays for JIT warm-up and slow-start.
   let bandwidthGBps = 0;
-  for (let round = 0; round < 2; round++) bandwidthGBps = Math.max(bandwidthGBps, await bulk(address, port, secret, bytes, ms));
+  for (let round = 0; round < 2; round++)
+    bandwidthGBps = Math.max(bandwidthGBps, await bulk(address, port, secret, bytes, ms));
   return { latencyUs, bandwidthGBps };
 }
 
-async function bulk(address: string, port: number, secret: Buffer, bytes: number, ms: number): Promise<number> {
+async function bulk(
+  address: string,
+  port: number,
+  secret: Buffer,
+  bytes: number,
+  ms: number,
+): Promise<number> {
   return withConnection(address, port, secret, ms, 'bandwidth measurement', async (s, r) => {
     const head = Buffer.alloc(9);
     head.write('B');
@@ -182,7 +201,12 @@ async function bulk(address: string, port: number, secret: Buffer, bytes: number
 }
 
 /** Asks the agent at `address` for its host name (after authenticating): proves a new address reaches the right host. */
-export async function whoIs(address: string, port: number, secret: Buffer, timeoutMs = 3000): Promise<string> {
+export async function whoIs(
+  address: string,
+  port: number,
+  secret: Buffer,
+  timeoutMs = 3000,
+): Promise<string> {
   return withConnection(address, port, secret, timeoutMs, 'host check', async (s, r) => {
     s.write('W');
     const parts: Buffer[] = [];

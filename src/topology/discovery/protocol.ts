@@ -51,7 +51,14 @@ export function decodeHello(secret: Buffer, packet: Buffer): Hello | undefined {
   if (!macEqual(packet.subarray(0, macBytes), mac(secret, 'tandem-hello', body))) return undefined;
   try {
     const h = JSON.parse(body.toString('utf8')) as Hello;
-    if (h.v !== 1 || typeof h.host !== 'string' || typeof h.iface !== 'string' || typeof h.ts !== 'number' || !Array.isArray(h.views)) return undefined;
+    if (
+      h.v !== 1 ||
+      typeof h.host !== 'string' ||
+      typeof h.iface !== 'string' ||
+      typeof h.ts !== 'number' ||
+      !Array.isArray(h.views)
+    )
+      return undefined;
     return h;
   } catch {
     return undefined; // authenticated but malformed: a bug in the sender, dropped like noise

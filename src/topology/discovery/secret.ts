@@ -12,15 +12,23 @@ export function loadSecret(file?: string, env: NodeJS.ProcessEnv = process.env):
     try {
       text = readFileSync(file, 'utf8').replace(/\r?\n$/, '');
     } catch (e) {
-      throw new TandemError('TOPOLOGY_BAD_SECRET', `cannot read the cluster secret file '${file}': ${(e as Error).message}`, {
-        hint: 'create it on every host with the same content, e.g. `openssl rand -hex 32 > cluster.secret`',
-      });
+      throw new TandemError(
+        'TOPOLOGY_BAD_SECRET',
+        `cannot read the cluster secret file '${file}': ${(e as Error).message}`,
+        {
+          hint: 'create it on every host with the same content, e.g. `openssl rand -hex 32 > cluster.secret`',
+        },
+      );
     }
   } else text = env.TANDEM_SECRET;
   if (text === undefined || Buffer.byteLength(text) < minSecretBytes) {
-    throw new TandemError('TOPOLOGY_BAD_SECRET', `the cluster secret is ${text === undefined ? 'missing' : `only ${Buffer.byteLength(text)} bytes`} (need at least ${minSecretBytes})`, {
-      hint: 'pass --secret-file with the same file on every host, or set TANDEM_SECRET; `openssl rand -hex 32` makes a good one',
-    });
+    throw new TandemError(
+      'TOPOLOGY_BAD_SECRET',
+      `the cluster secret is ${text === undefined ? 'missing' : `only ${Buffer.byteLength(text)} bytes`} (need at least ${minSecretBytes})`,
+      {
+        hint: 'pass --secret-file with the same file on every host, or set TANDEM_SECRET; `openssl rand -hex 32` makes a good one',
+      },
+    );
   }
   return Buffer.from(text);
 }

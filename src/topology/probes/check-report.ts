@@ -3,7 +3,14 @@ import type { HostReport } from './types.js';
 
 type Check = (value: unknown, path: string) => void;
 
-const describe = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? 'an object' : JSON.stringify(v));
+const describe = (v: unknown): string =>
+  v === null
+    ? 'null'
+    : Array.isArray(v)
+      ? 'an array'
+      : typeof v === 'object'
+        ? 'an object'
+        : JSON.stringify(v);
 
 class ShapeError {
   constructor(
@@ -34,7 +41,8 @@ const object =
   (fields: Record<string, Check>): Check =>
   (v, p) => {
     need(typeof v === 'object' && v !== null && !Array.isArray(v), v, p || 'the report', 'an object');
-    for (const [k, check] of Object.entries(fields)) check((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
+    for (const [k, check] of Object.entries(fields))
+      check((v as Record<string, unknown>)[k], p ? `${p}.${k}` : k);
   };
 
 /** The fields doctor reads of a HostReport (probes/types.ts); extra fields are allowed. */
@@ -58,9 +66,22 @@ const hostReport = object({
   ),
   rdma: object({
     enabled: optional(bool),
-    devices: list(object({ name: str, netdev: optional(str), ports: list(object({ port: num, state: str, active: bool, activeMtu: optional(num) })) })),
+    devices: list(
+      object({
+        name: str,
+        netdev: optional(str),
+        ports: list(object({ port: num, state: str, active: bool, activeMtu: optional(num) })),
+      }),
+    ),
   }),
-  thunderbolt: list(object({ receptacle: str, iface: optional(str), speedGbps: optional(num), peer: optional(object({ domainUuid: str, name: str })) })),
+  thunderbolt: list(
+    object({
+      receptacle: str,
+      iface: optional(str),
+      speedGbps: optional(num),
+      peer: optional(object({ domainUuid: str, name: str })),
+    }),
+  ),
   notes: list(str),
 });
 
@@ -75,10 +96,14 @@ export function checkHostReport(value: unknown, source: string): HostReport {
   } catch (e) {
     if (!(e instanceof ShapeError)) throw e;
     const got = e.got === undefined ? 'it is missing' : `got ${describe(e.got)}`;
-    throw new TandemError('INVALID_ARGUMENT', `${source} is not a host report: ${e.path} must be ${e.expected} (${got})`, {
-      hint: 'pass the JSON printed by `tandem doctor --report` on that host, run with the same tandem version',
-      details: { source, field: e.path, expected: e.expected },
-    });
+    throw new TandemError(
+      'INVALID_ARGUMENT',
+      `${source} is not a host report: ${e.path} must be ${e.expected} (${got})`,
+      {
+        hint: 'pass the JSON printed by `tandem doctor --report` on that host, run with the same tandem version',
+        details: { source, field: e.path, expected: e.expected },
+      },
+    );
   }
   return value as HostReport;
 }

@@ -1,7 +1,13 @@
 import { spawn } from 'node:child_process';
 import { hostname, networkInterfaces, platform } from 'node:os';
 import { readFileSync } from 'node:fs';
-import { parseHardwarePorts, parseIbvDevinfo, parseIfconfig, parseRdmaCtlStatus, parseThunderbolt } from './macos.js';
+import {
+  parseHardwarePorts,
+  parseIbvDevinfo,
+  parseIfconfig,
+  parseRdmaCtlStatus,
+  parseThunderbolt,
+} from './macos.js';
 import { readLinuxInterfaces, readLinuxRdma } from './linux.js';
 import type { HostReport, NetInterface } from './types.js';
 import { onInterrupt } from '../../util/on-interrupt.js';
@@ -68,7 +74,15 @@ export const runWithin = (timeoutMs: number, file: string, args: readonly string
     };
     child.stdout.on('data', collect(out));
     child.stderr.on('data', collect(err));
-    const timer = setTimeout(() => stop(new Error(`${file} ${args.join(' ')}: no answer within ${timeoutMs} ms (killed it and what it started)`)), timeoutMs);
+    const timer = setTimeout(
+      () =>
+        stop(
+          new Error(
+            `${file} ${args.join(' ')}: no answer within ${timeoutMs} ms (killed it and what it started)`,
+          ),
+        ),
+      timeoutMs,
+    );
     const done = (): void => {
       clearTimeout(timer);
       if (child.pid !== undefined && liveGroups.delete(child.pid) && liveGroups.size === 0) unwatchSignals();
@@ -82,14 +96,21 @@ export const runWithin = (timeoutMs: number, file: string, args: readonly string
       done();
       const stderr = Buffer.concat(err).toString('utf8').trim();
       if (failure) reject(failure);
-      else if (code !== 0) reject(new Error(`Command failed: ${file} ${args.join(' ')} (${signal ?? `exit ${code}`})${stderr ? `\n${stderr}` : ''}`));
+      else if (code !== 0)
+        reject(
+          new Error(
+            `Command failed: ${file} ${args.join(' ')} (${signal ?? `exit ${code}`})${stderr ? `\n${stderr}` : ''}`,
+          ),
+        );
       else resolve(Buffer.concat(out).toString('utf8'));
     });
   });
 
 export function tandemVersion(): string {
   try {
-    const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as {
+      version?: string;
+    };
     return pkg.version ?? 'unknown';
   } catch {
     return 'unknown';
@@ -102,7 +123,8 @@ function addAddresses(interfaces: NetInterface[]): void {
   for (const iface of interfaces) {
     for (const a of addrs[iface.name] ?? []) {
       if (a.family === 'IPv4' && !iface.ipv4.includes(a.address)) iface.ipv4.push(a.address);
-      if (a.family === 'IPv6' && a.address.startsWith('fe80') && !iface.ipv6LinkLocal.includes(a.address)) iface.ipv6LinkLocal.push(a.address);
+      if (a.family === 'IPv6' && a.address.startsWith('fe80') && !iface.ipv6LinkLocal.includes(a.address))
+        iface.ipv6LinkLocal.push(a.address);
     }
   }
 }
@@ -118,10 +140,17 @@ async function attempt<T>(notes: string[], what: string, fn: () => Promise<T>): 
 
 async function probeMac(report: HostReport, run: CommandRunner): Promise<void> {
   const notes = report.notes;
-  const hw = (await attempt(notes, 'networksetup -listallhardwareports', () => run('networksetup', ['-listallhardwareports']))) ?? '';
+  const hw =
+    (await attempt(notes, 'networksetup -listallhardwareports', () =>
+      run('networksetup', ['-listallhardwareports']),
+    )) ?? '';
   const ports = parseHardwarePorts(hw);
-  const tb = await attempt(notes, 'system_profiler SPThunderboltDataType -json', () => run('system_profiler', ['SPThunderboltDataType', '-json']));
-  if (tb !== undefined) report.thunderbolt = (await attempt(notes, 'parse thunderbolt', async () => parseThunderbolt(tb, ports))) ?? [];
+  const tb = await attempt(notes, 'system_profiler SPThunderboltDataType -json', () =>
+    run('system_profiler', ['SPThunderboltDataType', '-json']),
+  );
+  if (tb !== undefined)
+    report.thunderbolt =
+      (await attempt(notes, 'parse thunderbolt', async () => parseThunderbolt(tb, ports))) ?? [];
   const ifc = await attempt(notes, 'ifconfig', () => run('ifconfig', []));
   report.interfaces = ifc === undefined ? [] : parseIfconfig(ifc);
   const tbIfaces = new Map(report.thunderbolt.filter((p) => p.iface).map((p) => [p.iface as string, p]));
@@ -130,7 +159,8 @@ async function probeMac(report: HostReport, run: CommandRunner): Promise<void> {
     if (port && i.kind === 'unknown') {
       i.kind = (port.speedGbps ?? 0) >= 80 ? 'tb5' : 'tb4';
       if (port.speedGbps !== undefined) i.speedGbps = port.speedGbps;
-    } else if (i.kind === 'unknown') i.kind = [...ports.entries()].some(([n, d]) => d === i.name && /wi-?fi/i.test(n)) ? 'wifi' : 'ethernet';
+    } else if (i.kind === 'unknown')
+      i.kind = [...ports.entries()].some(([n, d]) => d === i.name && /wi-?fi/i.test(n)) ? 'wifi' : 'ethernet';
   }
   const status = await attempt(notes, 'rdma_ctl status', () => run('rdma_ctl', ['status']));
   const enabled = status === undefined ? undefined : parseRdmaCtlStatus(status);
@@ -140,7 +170,10 @@ async function probeMac(report: HostReport, run: CommandRunner): Promise<void> {
 }
 
 /** Probes this host: interfaces, RDMA state and devices, Thunderbolt ports. Never throws for a missing tool. */
-export async function probeHost(run: CommandRunner = runCommand, os: string = platform()): Promise<HostReport> {
+export async function probeHost(
+  run: CommandRunner = runCommand,
+  os: string = platform(),
+): Promise<HostReport> {
   const report: HostReport = {
     host: hostname(),
     platform: os,

@@ -21,7 +21,9 @@ const list = (path: string): string[] => {
 /** The driver behind an interface (`thunderbolt-net`, `veth`, `e1000e`), from the `device/driver` link. */
 function driverOf(dir: string): string | undefined {
   try {
-    return readlinkSync(join(dir, 'device', 'driver')).split('/').pop();
+    return readlinkSync(join(dir, 'device', 'driver'))
+      .split('/')
+      .pop();
   } catch {
     return undefined;
   }
@@ -81,7 +83,8 @@ export function readLinuxRdma(root = '/sys/class/infiniband'): RdmaDevice[] {
     const dev: RdmaDevice = { name, ports: [] };
     const nodeType = read(join(dir, 'node_type'));
     if (nodeType) dev.transport = nodeType;
-    const netdev = list(join(dir, 'device', 'net'))[0] ?? read(join(dir, 'ports', '1', 'gid_attrs', 'ndevs', '0'));
+    const netdev =
+      list(join(dir, 'device', 'net'))[0] ?? read(join(dir, 'ports', '1', 'gid_attrs', 'ndevs', '0'));
     if (netdev) dev.netdev = netdev;
     for (const p of list(join(dir, 'ports'))) {
       const state = read(join(dir, 'ports', p, 'state')) ?? '';

@@ -34,7 +34,10 @@ const speedOf = (text: unknown): number | undefined => {
  * this Mac with its `domain_uuid_key`; a connected host appears in `_items` with its own
  * domain UUID, which is how two Macs' reports are matched into cables.
  */
-export function parseThunderbolt(jsonText: string, hardwarePorts: ReadonlyMap<string, string> = new Map()): ThunderboltPort[] {
+export function parseThunderbolt(
+  jsonText: string,
+  hardwarePorts: ReadonlyMap<string, string> = new Map(),
+): ThunderboltPort[] {
   let value: unknown;
   try {
     value = JSON.parse(jsonText);
@@ -42,7 +45,8 @@ export function parseThunderbolt(jsonText: string, hardwarePorts: ReadonlyMap<st
     throw badOutput('system_profiler SPThunderboltDataType -json', `not JSON (${(e as Error).message})`);
   }
   const buses = (value as { SPThunderboltDataType?: unknown }).SPThunderboltDataType;
-  if (!Array.isArray(buses)) throw badOutput('system_profiler SPThunderboltDataType -json', 'no SPThunderboltDataType list');
+  if (!Array.isArray(buses))
+    throw badOutput('system_profiler SPThunderboltDataType -json', 'no SPThunderboltDataType list');
   const ports: ThunderboltPort[] = [];
   for (const bus of buses as Record<string, unknown>[]) {
     const uuid = bus.domain_uuid_key;
@@ -56,7 +60,11 @@ export function parseThunderbolt(jsonText: string, hardwarePorts: ReadonlyMap<st
     if (iface !== undefined) port.iface = iface;
     const speed = speedOf(tag.current_speed_key);
     if (speed !== undefined) port.speedGbps = speed;
-    if (host) port.peer = { domainUuid: host.domain_uuid_key as string, name: String(host.device_name_key ?? host._name ?? '') };
+    if (host)
+      port.peer = {
+        domainUuid: host.domain_uuid_key as string,
+        name: String(host.device_name_key ?? host._name ?? ''),
+      };
     ports.push(port);
   }
   return ports.sort((a, b) => Number(a.receptacle) - Number(b.receptacle));
@@ -66,7 +74,9 @@ export function parseThunderbolt(jsonText: string, hardwarePorts: ReadonlyMap<st
  * Cables between Macs from each host's Thunderbolt ports: a port whose peer domain UUID is
  * another host's port UUID is one end of a cable (what `mlx.distributed_config` does too).
  */
-export function matchThunderboltLinks(hosts: readonly { host: string; ports: readonly ThunderboltPort[] }[]): Link[] {
+export function matchThunderboltLinks(
+  hosts: readonly { host: string; ports: readonly ThunderboltPort[] }[],
+): Link[] {
   const owner = new Map<string, { host: string; port: ThunderboltPort }>();
   for (const h of hosts) for (const p of h.ports) owner.set(p.domainUuid, { host: h.host, port: p });
   const links: Link[] = [];

@@ -30,21 +30,46 @@ test('networksetup: hardware port names to devices', () => {
 });
 
 test('system_profiler: receptacles, speeds, interfaces and the host behind each cable', () => {
-  const ports = parseThunderbolt(fixture('studio-a-system-profiler-thunderbolt.json'), parseHardwarePorts(fixture('studio-a-networksetup-listallhardwareports.txt')));
+  const ports = parseThunderbolt(
+    fixture('studio-a-system-profiler-thunderbolt.json'),
+    parseHardwarePorts(fixture('studio-a-networksetup-listallhardwareports.txt')),
+  );
   assert.equal(ports.length, 3);
-  assert.deepEqual(ports[0], { receptacle: '1', domainUuid: 'A0000000-0000-4000-8000-00000000000A', iface: 'en2', speedGbps: 120 });
+  assert.deepEqual(ports[0], {
+    receptacle: '1',
+    domainUuid: 'A0000000-0000-4000-8000-00000000000A',
+    iface: 'en2',
+    speedGbps: 120,
+  });
   assert.deepEqual(ports[1]?.peer, { domainUuid: 'B0000000-0000-4000-8000-00000000000B', name: 'Mac mini' });
   assert.equal(ports[1]?.iface, 'en3');
   assert.equal(ports[2]?.speedGbps, 40);
-  assert.throws(() => parseThunderbolt('not json'), (e) => isTandemError(e, 'TOPOLOGY_BAD_PROBE_OUTPUT'));
-  assert.throws(() => parseThunderbolt('{}'), (e) => isTandemError(e, 'TOPOLOGY_BAD_PROBE_OUTPUT'));
+  assert.throws(
+    () => parseThunderbolt('not json'),
+    (e) => isTandemError(e, 'TOPOLOGY_BAD_PROBE_OUTPUT'),
+  );
+  assert.throws(
+    () => parseThunderbolt('{}'),
+    (e) => isTandemError(e, 'TOPOLOGY_BAD_PROBE_OUTPUT'),
+  );
 });
 
-test('two Macs\' Thunderbolt reports match into one cable, interface to interface', () => {
-  const a = parseThunderbolt(fixture('studio-a-system-profiler-thunderbolt.json'), parseHardwarePorts(fixture('studio-a-networksetup-listallhardwareports.txt')));
-  const b = parseThunderbolt(fixture('mini-b-system-profiler-thunderbolt.json'), parseHardwarePorts(fixture('mini-b-networksetup-listallhardwareports.txt')));
-  const links = matchThunderboltLinks([{ host: 'studio-a', ports: a }, { host: 'mini-b', ports: b }]);
-  assert.deepEqual(links, [{ a: 'studio-a', aPort: 'en3', b: 'mini-b', bPort: 'en2', kind: 'tb5', speedGbps: 80 }]);
+test("two Macs' Thunderbolt reports match into one cable, interface to interface", () => {
+  const a = parseThunderbolt(
+    fixture('studio-a-system-profiler-thunderbolt.json'),
+    parseHardwarePorts(fixture('studio-a-networksetup-listallhardwareports.txt')),
+  );
+  const b = parseThunderbolt(
+    fixture('mini-b-system-profiler-thunderbolt.json'),
+    parseHardwarePorts(fixture('mini-b-networksetup-listallhardwareports.txt')),
+  );
+  const links = matchThunderboltLinks([
+    { host: 'studio-a', ports: a },
+    { host: 'mini-b', ports: b },
+  ]);
+  assert.deepEqual(links, [
+    { a: 'studio-a', aPort: 'en3', b: 'mini-b', bPort: 'en2', kind: 'tb5', speedGbps: 80 },
+  ]);
 });
 
 test('ifconfig: flags, MTU, addresses, carrier and bridge members', () => {
@@ -59,7 +84,15 @@ test('ifconfig: flags, MTU, addresses, carrier and bridge members', () => {
   assert.equal(by.get('en4')?.mtu, 9000);
   assert.deepEqual(by.get('en4')?.ipv4, ['169.254.12.7']);
   assert.deepEqual(by.get('bridge0'), {
-    name: 'bridge0', up: true, kind: 'bridge', mtu: 1500, mac: '36:a1:00:00:00:10', ipv4: [], ipv6LinkLocal: [], members: ['en2', 'en3', 'en4'], carrier: true,
+    name: 'bridge0',
+    up: true,
+    kind: 'bridge',
+    mtu: 1500,
+    mac: '36:a1:00:00:00:10',
+    ipv4: [],
+    ipv6LinkLocal: [],
+    members: ['en2', 'en3', 'en4'],
+    carrier: true,
   });
 });
 
@@ -69,11 +102,14 @@ test('rdma_ctl, ibv_devices and ibv_devinfo', () => {
   assert.equal(parseRdmaCtlStatus('usage: rdma_ctl'), undefined);
   assert.deepEqual(parseIbvDevices(fixture('ibv-devices.txt')), ['rdma_en2', 'rdma_en3', 'rdma_en4']);
   const devs = parseIbvDevinfo(fixture('ibv-devinfo.txt'));
-  assert.deepEqual(devs.map((d) => [d.name, d.netdev, d.transport, d.ports[0]?.state, d.ports[0]?.active]), [
-    ['rdma_en2', 'en2', 'Thunderbolt (100)', 'PORT_DOWN', false],
-    ['rdma_en3', 'en3', 'Thunderbolt (100)', 'PORT_ACTIVE', true],
-    ['rdma_en4', 'en4', 'Thunderbolt (100)', 'PORT_INIT', false],
-  ]);
+  assert.deepEqual(
+    devs.map((d) => [d.name, d.netdev, d.transport, d.ports[0]?.state, d.ports[0]?.active]),
+    [
+      ['rdma_en2', 'en2', 'Thunderbolt (100)', 'PORT_DOWN', false],
+      ['rdma_en3', 'en3', 'Thunderbolt (100)', 'PORT_ACTIVE', true],
+      ['rdma_en4', 'en4', 'Thunderbolt (100)', 'PORT_INIT', false],
+    ],
+  );
   assert.equal(devs[1]?.ports[0]?.activeMtu, 1024);
   assert.equal(devs[1]?.ports[0]?.linkLayer, 'Thunderbolt');
 });
@@ -136,13 +172,28 @@ test('Linux: interfaces and verbs devices from sysfs', () => {
     mkdirSync(join(root, 'ib/mlx5_0/device/net/eth0'), { recursive: true });
     const ifs = new Map(readLinuxInterfaces(join(root, 'net')).map((i) => [i.name, i]));
     assert.equal(ifs.get('lo')?.kind, 'loopback');
-    assert.deepEqual(ifs.get('eth0'), { name: 'eth0', up: true, carrier: true, kind: 'ethernet', mtu: 9000, speedGbps: 25, mac: '02:00:00:00:00:01', ipv4: [], ipv6LinkLocal: [] });
+    assert.deepEqual(ifs.get('eth0'), {
+      name: 'eth0',
+      up: true,
+      carrier: true,
+      kind: 'ethernet',
+      mtu: 9000,
+      speedGbps: 25,
+      mac: '02:00:00:00:00:01',
+      ipv4: [],
+      ipv6LinkLocal: [],
+    });
     assert.equal(ifs.get('wlan0')?.kind, 'wifi');
     assert.equal(ifs.get('wlan0')?.up, false);
     assert.deepEqual(ifs.get('br0')?.members, ['eth0']);
     assert.equal(ifs.get('thunderbolt0')?.kind, 'tb4');
     assert.deepEqual(readLinuxRdma(join(root, 'ib')), [
-      { name: 'mlx5_0', transport: '1: CA', netdev: 'eth0', ports: [{ port: 1, state: 'ACTIVE', active: true, linkLayer: 'Ethernet' }] },
+      {
+        name: 'mlx5_0',
+        transport: '1: CA',
+        netdev: 'eth0',
+        ports: [{ port: 1, state: 'ACTIVE', active: true, linkLayer: 'Ethernet' }],
+      },
     ]);
     assert.deepEqual(readLinuxRdma(join(root, 'missing')), []);
   } finally {
@@ -165,61 +216,81 @@ function running(pid: number): boolean {
   }
 }
 
-test('a probe past its deadline is killed with everything it started', { skip: process.platform !== 'linux' }, async () => {
-  const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-'));
-  const pidFile = join(tmp, 'pid');
-  try {
-    const started = Date.now();
-    // The shell starts a long sleep that keeps stdout open, as ssh's remote command would.
-    await assert.rejects(runWithin(300, 'sh', ['-c', `sleep 200 & echo $! > ${pidFile}; wait`]), /sh -c .*: no answer within 300 ms \(killed it and what it started\)/);
-    assert.ok(Date.now() - started < 3000);
-    const sleeper = Number(readFileSync(pidFile, 'utf8'));
-    const deadline = Date.now() + 2000;
-    while (running(sleeper) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    assert.equal(running(sleeper), false, `the grandchild sleep (pid ${sleeper}) was left running`);
-    assert.equal(process.listenerCount('SIGINT'), 0);
-  } finally {
-    rmSync(tmp, { recursive: true, force: true });
-  }
-});
-
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  test(`${signal} while a probe runs kills the probe with everything it started, and still ends the process by ${signal}`, { skip: process.platform !== 'linux' }, async () => {
-    const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-signal-'));
+test(
+  'a probe past its deadline is killed with everything it started',
+  { skip: process.platform !== 'linux' },
+  async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-'));
     const pidFile = join(tmp, 'pid');
-    const host = new URL('./host.ts', import.meta.url).href;
-    const code = `
-      const { runWithin } = await import(${JSON.stringify(host)});
-      await runWithin(20000, 'sh', ['-c', 'sleep 200 & echo $! > ${pidFile}.part && mv ${pidFile}.part ${pidFile}; wait']);`;
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { stdio: 'ignore' });
     try {
-      const ended = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_code, s) => resolve(s)));
-      const deadline = Date.now() + 15000;
-      let sleeper = 0;
-      while (Date.now() < deadline && child.exitCode === null) {
-        try {
-          sleeper = Number(readFileSync(pidFile, 'utf8'));
-          break;
-        } catch {
-          await new Promise((r) => setTimeout(r, 20));
-        }
-      }
-      assert.ok(sleeper > 0, 'the probe did not start its sleep within 15 s');
-      child.kill(signal);
-      const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('the process did not end within 10 s')), 10000).unref());
-      assert.equal(await Promise.race([ended, timeout]), signal);
-      const gone = Date.now() + 2000;
-      while (running(sleeper) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
-      assert.equal(running(sleeper), false, `the probe's sleep (pid ${sleeper}) was left running`);
+      const started = Date.now();
+      // The shell starts a long sleep that keeps stdout open, as ssh's remote command would.
+      await assert.rejects(
+        runWithin(300, 'sh', ['-c', `sleep 200 & echo $! > ${pidFile}; wait`]),
+        /sh -c .*: no answer within 300 ms \(killed it and what it started\)/,
+      );
+      assert.ok(Date.now() - started < 3000);
+      const sleeper = Number(readFileSync(pidFile, 'utf8'));
+      const deadline = Date.now() + 2000;
+      while (running(sleeper) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(running(sleeper), false, `the grandchild sleep (pid ${sleeper}) was left running`);
+      assert.equal(process.listenerCount('SIGINT'), 0);
     } finally {
-      child.kill('SIGKILL');
       rmSync(tmp, { recursive: true, force: true });
     }
-  });
+  },
+);
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  test(
+    `${signal} while a probe runs kills the probe with everything it started, and still ends the process by ${signal}`,
+    { skip: process.platform !== 'linux' },
+    async () => {
+      const tmp = mkdtempSync(join(tmpdir(), 'tandem-probe-signal-'));
+      const pidFile = join(tmp, 'pid');
+      const host = new URL('./host.ts', import.meta.url).href;
+      const code = `
+      const { runWithin } = await import(${JSON.stringify(host)});
+      await runWithin(20000, 'sh', ['-c', 'sleep 200 & echo $! > ${pidFile}.part && mv ${pidFile}.part ${pidFile}; wait']);`;
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+        stdio: 'ignore',
+      });
+      try {
+        const ended = new Promise<NodeJS.Signals | null>((resolve) =>
+          child.on('exit', (_code, s) => resolve(s)),
+        );
+        const deadline = Date.now() + 15000;
+        let sleeper = 0;
+        while (Date.now() < deadline && child.exitCode === null) {
+          try {
+            sleeper = Number(readFileSync(pidFile, 'utf8'));
+            break;
+          } catch {
+            await new Promise((r) => setTimeout(r, 20));
+          }
+        }
+        assert.ok(sleeper > 0, 'the probe did not start its sleep within 15 s');
+        child.kill(signal);
+        const timeout = new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new Error('the process did not end within 10 s')), 10000).unref(),
+        );
+        assert.equal(await Promise.race([ended, timeout]), signal);
+        const gone = Date.now() + 2000;
+        while (running(sleeper) && Date.now() < gone) await new Promise((r) => setTimeout(r, 20));
+        assert.equal(running(sleeper), false, `the probe's sleep (pid ${sleeper}) was left running`);
+      } finally {
+        child.kill('SIGKILL');
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    },
+  );
 }
 
 test('runCommand returns stdout, and a failing command rejects with its stderr', async () => {
   assert.equal(await runCommand('sh', ['-c', 'echo hi']), 'hi\n');
-  await assert.rejects(runCommand('sh', ['-c', 'echo oops >&2; exit 3']), /^Error: Command failed: sh -c .*\(exit 3\)\noops$/);
+  await assert.rejects(
+    runCommand('sh', ['-c', 'echo oops >&2; exit 3']),
+    /^Error: Command failed: sh -c .*\(exit 3\)\noops$/,
+  );
   await assert.rejects(runCommand('/nonexistent/tool', []), /ENOENT/);
 });
