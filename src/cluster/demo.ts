@@ -18,15 +18,15 @@ import { ClusterSession, type ClusterResult } from './session.js';
  * rounding step, and a random model (unlike a trained one) amplifies it until a near-tie
  * between two tokens flips. Splits add their sums in one node's order only where the
  * projections divide into leaves (docs/parallel.md, "Exact tensor parallel"), and this
- * shape's 9 heads do not: its attn_output sums differ in the last bits (measured: Q8_0 and F16
- * parted from one node within 10 tokens on most prompts, F32 not within 32).
+ * shape's 9 heads do not: its attn_output sums differ in the last bits, which Q8_0 and F16 turn
+ * into diverging tokens and F32 does not (docs/parallel.md, "Exact tensor parallel").
  */
 /**
  * Untimed tokens before each timed generation, from the same prompt: V8 compiles the prefill
  * and decode paths (and the tensor-parallel exchange) over the first tokens, and the second
- * node starts cold. With 2 of them the 2-node run of the demo model decoded at 0.56-0.69x one
- * node's rate, with 16 (after a 4-token prompt) at 0.78-0.87x and a TTFT of 0.33-0.87x, with
- * 64 at 1.16-1.23x (2-core VM, 2026-11-24).
+ * node starts cold. With fewer, the 2-node run's timed tokens still pay for that compiling and
+ * it measures slower than one node although, warm, it is faster (docs/parallel.md,
+ * "Measured", has the figures).
  */
 const WARMUP_TOKENS = 64;
 

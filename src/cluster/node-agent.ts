@@ -363,10 +363,11 @@ export async function startNode(
 
 /**
  * How the tensor-parallel exchange waits on a host running `nodes` nodes (shm: all of them
- * here) of `threads` compute threads each: when every thread has a core, it spins up to 2 ms
- * through the peer's compute (measured on 2 nodes x 1 thread, TinyLlama Q8_0: the adaptive
- * window slept, and each of the 45 exchanges of a decode step paid 200-300 us of wake-up);
- * otherwise the fabric's adaptive window, so a spinner never takes a core the peer computes on.
+ * here) of `threads` compute threads each: when every thread has a core, it spins up to 2 ms,
+ * because a peer's part comes when the peer has computed its half of a layer, often after the
+ * fabric's adaptive window has ended, and a sleep then costs a wake-up on every exchange of a
+ * decode step (docs/parallel.md, "Measured"); otherwise the fabric's adaptive window, so a
+ * spinner never takes a core the peer computes on.
  */
 export function exchangeSpin(nodes: number, threads: number | undefined): boolean | number {
   return nodes * (threads ?? availableParallelism()) <= availableParallelism() ? 2000 : true;

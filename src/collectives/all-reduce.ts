@@ -32,8 +32,9 @@ export async function allReduceMesh(call: Call, data: DTypeArray): Promise<void>
     const rest = call.takeAll(steps, bytes, from);
     if (rest) await rest;
   } else {
-    // large: each part streams from the receive slots into a kept scratch array (a whole
-    // message received into a fresh buffer cost page faults on every call: 1 MiB took ~4 ms)
+    // large: each part streams from the receive slots into a kept scratch array, whose pages
+    // are faulted in once; a fresh buffer per message would take page faults on every call
+    // (docs/collectives.md, "Measured facts behind the constants")
     await call.driveAll(
       steps.map((s) =>
         call.recvCopy(s.from, (parts[s.from] = call.comm.scratch(call.spec.dtype, data.length, 1 + s.from))),

@@ -33,8 +33,9 @@ export function iterationsFor(bytes: number, base = 1000): number {
 
 /**
  * Untimed calls before the timed ones: enough (up to 1,000, like perftests' -w) that V8 has
- * compiled the call path; over the first few thousand calls of a fresh rank a small
- * all-reduce costs 2-3x what it costs later. Capped at ~128 MiB of payload per size.
+ * compiled the call path: over the first few thousand calls of a fresh rank a small call runs
+ * uncompiled code and is several times slower (docs/collectives.md, "Measured facts behind
+ * the constants"). Capped at ~128 MiB of payload per size.
  */
 export function warmupsFor(bytes: number, iterations: number): number {
   return Math.max(
@@ -47,12 +48,11 @@ export function warmupsFor(bytes: number, iterations: number): number {
 /**
  * Warm-up by time as well as by count, at every size: V8 keeps compiling a rank's call path
  * for seconds, and each compile on a background thread takes a core from one of the two
- * spinning ranks. Measured here (2 ranks over shm): after 1,000 8 B warm-up calls the mean
- * per call over the next 20,000 fell decile by decile from 254 us to 10 us; a 1 MiB size
- * after 8 B (the ring's code compiles then) with 375 ms of warm-up averaged ~1,000 us per
- * call (p50 156 us, 1-30 ms stalls), with 2 s ~130 us; per 100 calls, the first windows took
- * 100-120 ms and the steady ones 12 ms. With `--no-opt` (no optimising compiler) the stalls
- * went, so they are the JIT's. TANDEM_BENCH_WARMUP_MS sets it.
+ * spinning ranks, so a count alone leaves compiles (and their millisecond stalls) inside the
+ * timed calls, most of all at a size whose algorithm is new (the ring's, after mesh sizes).
+ * The stalls are the optimising compiler's: `--no-opt` removes them. 3 s covers the compiles
+ * on the 2-core VM (docs/collectives.md, "Benchmark" and "Measured facts behind the
+ * constants"). TANDEM_BENCH_WARMUP_MS sets it.
  */
 const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 3000);
 
@@ -99,8 +99,9 @@ function operation(
 
 /**
  * Runs `each.length` calls, each one's duration (ms) into `each`; returns the total (ms). The
- * warm-up runs through this same loop, so the timed calls do not pay for compiling it: with a
- * loop of their own, the 109th timed 8 B call took 100-600 us in three runs of three.
+ * warm-up runs through this same loop, so the timed calls do not pay for compiling it: a loop
+ * of their own would be compiled while they run, and the call it lands on would carry that
+ * compile's time (docs/collectives.md, "Measured facts behind the constants").
  */
 async function timeCalls(run: () => Promise<unknown>, each: Float64Array): Promise<number> {
   const t0 = performance.now();
@@ -123,10 +124,10 @@ async function timeLoop(run: () => Promise<unknown>, calls: number): Promise<num
 /**
  * `calls` calls, then rounds of them until `ms` have passed on rank 0 (the ranks agree on when
  * to stop). Each round ends with the barrier that precedes the timed calls, so that V8 has seen
- * it before them: a first barrier after the warm-up deoptimised the shared send path (the
- * queue pair's post, the Call constructor: "wrong map") and the timed calls recompiled it on
- * a background thread, which took a core from a spinning rank. 2 ranks, shm, 8 B, 5,000 calls:
- * 10 stalls over 1 ms and a mean of 10.9 us, against none and 2.0 us with the barrier inside.
+ * it before them: a first barrier after the warm-up deoptimises the shared send path (the
+ * queue pair's post, the Call constructor: "wrong map"), and the timed calls then recompile it
+ * on a background thread, which takes a core from a spinning rank and puts millisecond stalls
+ * into the timed calls (docs/collectives.md, "The board, and what a closure costs under tsx").
  */
 async function warmUp(run: () => Promise<unknown>, calls: number, ms: number): Promise<void> {
   const t0 = performance.now();
@@ -161,7 +162,8 @@ for (const bytes of config.sizes) {
   const iters = iterationsFor(bytes, config.iterations);
   await warmUp(run, warmupsFor(bytes, iters), WARMUP_MS); // ends with a barrier
   // the mean as the anchor takes it: one clock reading before and after the calls (a reading
-  // per call cost an 8 B call ~10%); then the same number of calls again, each timed, for the median
+  // per call would weigh on an 8 B call: docs/collectives.md, "Benchmark"); then the same
+  // number of calls again, each timed, for the median
   const us = ((await timeLoop(run, iters)) * 1000) / iters;
   await comm.barrier();
   const each = new Float64Array(iters);

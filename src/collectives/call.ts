@@ -33,9 +33,10 @@ const DRIVE_MS = 1;
 /**
  * Mesh parts up to this size are taken whole (Call.takeAll); larger ones stream into their
  * destination (Call.driveAll). Either way the caller drives progress itself while it waits,
- * instead of handing over to the pump through the event loop. 2-rank all-reduce over shm,
- * p50 / mean: 8 KiB 5.9 / 9.6 us whole, 7.7 / 11.8 us streamed; 32 KiB about even; 64 KiB
- * streamed with the caller's spin 12.7 / 20.7 us, without it 21.8 / 30.9 us.
+ * instead of handing over to the pump through the event loop. Taking a part whole is the
+ * faster of the two for small parts and about even with streaming at twice this size, so the
+ * limit sits below that; streamed parts stay fast because the caller drives them itself
+ * (docs/collectives.md, "Measured facts behind the constants").
  */
 export const WHOLE_MAX = 16 * 1024;
 

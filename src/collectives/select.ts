@@ -15,9 +15,8 @@ const MEDIUM = 256 * 1024;
 /**
  * rhd's range on a power-of-two full mesh of 4+ ranks: there it moves the ring's bytes in
  * log2(n) steps instead of n - 1 (other sizes fold the extra ranks' whole vectors in and out,
- * so they stay at MEDIUM). 4 ranks on 2 cores, mean us, rhd / ring: shm 512 KiB 190 / 305,
- * 1 MiB 296-356 / 402-920, 2 MiB 626 / 2033, 4 MiB 2026 / 1570; tcp 512 KiB 452 / 913, 1 MiB
- * 776-881 / 1232-1428, 2 MiB 2428 / 2989, 4 MiB 6235 / 4426.
+ * so they stay at MEDIUM). Up to 2 MiB rhd is the faster of the two over shm and tcp; at
+ * 4 MiB the ring is (docs/collectives.md, "Measured facts behind the constants").
  */
 const RHD_POW2 = 2 * 1024 * 1024;
 
@@ -29,7 +28,7 @@ const RHD_POW2 = 2 * 1024 * 1024;
  * - full mesh: mesh for small messages (one step); rhd for medium ones on 4+ ranks
  *   (log-depth; up to RHD_POW2 on a power of two); ring for large ones (bandwidth-optimal). A 2-rank all-reduce stays mesh up
  *   to MEDIUM: each rank then sends as many bytes as the ring would, in one step instead of
- *   two (p50, 2 processes, 128 KiB: shm 36-46 us mesh vs 42-55 ring; tcp 99-104 vs 148-182).
+ *   two, so it is faster over shm and tcp (docs/collectives.md, "Algorithms").
  * - a ring of links: tree (over real links) for small, ring for large.
  * - anything else (line, star, partial): tree over real links; all-to-all is relayed.
  * - q8 wire: never rhd (mesh, ring or tree as above).

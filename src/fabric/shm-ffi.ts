@@ -101,8 +101,9 @@ export interface MapOptions {
    * fails here with FABRIC_SHM_FAILED, not with a SIGBUS at a later first touch) and map
    * them all (MAP_POPULATE: no page fault at a first touch). For segments that will be used
    * whole, such as the shm provider's rings (which also touch every page once: see
-   * ShmTransport.touchRings; with MAP_POPULATE a 16 MiB ring's mapping and touching took
-   * ~30 ms on both sides, without it ~68 ms).
+   * ShmTransport.touchRings): mapping them populated takes the page faults out of that touch
+   * and makes connecting faster (docs/fabric.md, "Measured facts behind the data path's
+   * constants").
    */
   populate?: boolean;
 }

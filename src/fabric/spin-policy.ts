@@ -9,11 +9,11 @@
  *
  * Whether to spin at all is the caller's static decision (WaitOptions.spin), as in MPI: a job
  * that runs more busy processes on a host than it has cores must not spin (a spinner takes
- * the timeslices of the very process it waits for: NOTES.md measured 3 spinners on 2 cores at
- * ms per barrier). A dynamic test was tried and dropped: /proc/loadavg's runnable count and a
- * thread's run-queue wait both read "overloaded" for two ranks on two cores, because V8 runs
- * GC and compiler threads beside each main thread; spinning then stopped at random and a
- * 2-rank 64 KiB all-reduce took 941 us instead of 293 us.
+ * the timeslices of the very process it waits for: 3 spinners on 2 cores cost milliseconds per
+ * barrier). No dynamic load test decides it: /proc/loadavg's runnable count and a thread's
+ * run-queue wait both read "overloaded" for two ranks on two cores, because V8 runs GC and
+ * compiler threads beside each main thread, so spinning would stop at random and a 2-rank
+ * all-reduce would take several times longer (docs/fabric.md, "Waiting").
  * `TANDEM_FABRIC_SPIN_US` fixes the window (0: never spin), e.g. for benchmarks.
  */
 export const MAX_SPIN_US = 200;

@@ -3,12 +3,11 @@ import { createRequire } from 'node:module';
 /**
  * Byte copies for the transports' hot paths. V8 copies into or out of a SharedArrayBuffer
  * (every shm segment is one) word by word with relaxed atomics, at about a quarter of
- * memcpy's speed: measured here, a 256 KiB TypedArray.set took 10.4 us into a shared buffer
- * and 2.7 us into a plain one, while libc's memmove called through koffi on the same views
- * took 2.8 us. So copies of at least NATIVE_COPY_MIN bytes go to libc; smaller ones stay in
- * JavaScript, where the FFI call (~0.2 us) would cost more than it saves. Ordering between
- * processes is kept by the Atomics that publish the data (ring indices, key states), as it
- * is in C.
+ * memcpy's speed, while libc's memmove called through koffi on the same views runs at
+ * memcpy's. So copies of at least NATIVE_COPY_MIN bytes go to libc; smaller ones stay in
+ * JavaScript, where the FFI call would cost more than it saves (docs/fabric.md, "Providers",
+ * has the figures). Ordering between processes is kept by the Atomics that publish the data
+ * (ring indices, key states), as it is in C.
  */
 export const NATIVE_COPY_MIN = 8192;
 

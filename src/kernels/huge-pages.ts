@@ -5,9 +5,9 @@ import { createRequire } from 'node:module';
  * shared wasm memory and then read in full for every token; with 4 KiB pages a 1.1 GB model
  * is ~290,000 page faults when it loads and a TLB miss every 4 KiB while it runs. On a
  * kernel whose THP mode is `madvise` (Debian's default) an anonymous mapping gets 2 MiB pages
- * only when asked. Measured here (a 2-vCPU VM whose page faults cost ~15 us each): touching
- * 1.2 GB of a shared wasm memory took 4.5-4.7 s with 4 KiB pages and 2.8-3.2 s with 2 MiB
- * ones (docs/engine.md, "Huge pages"). TANDEM_HUGE_PAGES=0 turns the advice off.
+ * only when asked. With 2 MiB pages a load takes 1/512 of the faults, which matters where a
+ * fault is expensive (a virtual machine's guest): docs/engine.md, "Huge pages", has the
+ * figures. TANDEM_HUGE_PAGES=0 turns the advice off.
  */
 const MADV_HUGEPAGE = 14;
 

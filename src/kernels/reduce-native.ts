@@ -15,8 +15,8 @@ import { loadWasmReduce, type WasmReduce } from './reduce-wasm.js';
  * Command Line Tools) or with TANDEM_NATIVE_REDUCE=0: the WebAssembly SIMD kernels
  * (reduce-wasm.ts), which must copy both operands into their memory and the result out, and
  * still beat the TypeScript loop from the lengths in MIN_FAST*. Else, and for shorter arrays,
- * reduce.ts. Measured on a 2-core AMD EPYC VM, 128 Ki f32 sums: ~10 us native, ~35 us wasm
- * (with its copies), ~130-200 us in reduce.ts; docs/collectives.md has the table.
+ * reduce.ts. On long arrays native is several times faster than wasm, and wasm several times
+ * faster than reduce.ts (docs/collectives.md, "Fast kernels", has the table).
  */
 
 type Kernel = (op: number, acc: DTypeArray, other: DTypeArray, n: number) => void;
@@ -32,10 +32,12 @@ const root = resolve(import.meta.dirname, '..', '..');
 const source = join(import.meta.dirname, 'reduce-native.c');
 const flags = ['-O3', '-march=native', '-fno-strict-aliasing', '-shared', '-fPIC'];
 /**
- * Shortest arrays handed to a fast kernel. f32/i32: from 256 elements (the TypeScript loop
- * takes ~1 ns an element; a wasm call with its copies ~0.1 us plus ~0.25 ns an element, so
- * wasm wins from 128-256 depending on the op; a koffi call costs ~0.1 us). f16/bf16, whose
- * TypeScript loop decodes and re-encodes every element (~6 ns each): from 32.
+ * Shortest arrays handed to a fast kernel: the lengths from which a kernel call, with its
+ * fixed cost (and wasm's copies), beats the TypeScript loop for every op. f32/i32: from 256
+ * elements (wasm overtakes reduce.ts between 128 and 256 depending on the op). f16/bf16, whose
+ * TypeScript loop decodes and re-encodes every element and so costs several times more per
+ * element: from 32. The per-call and per-element costs are in docs/collectives.md, "Fast
+ * kernels".
  */
 const MIN_FAST = 256;
 const MIN_FAST_HALF = 32;

@@ -64,7 +64,8 @@ function reduceHalf(op: ReduceOp, bf: boolean, acc: Uint16Array, other: Uint16Ar
 /** acc[i] = acc[i] (op) other[i] for every i < acc.length; `other` must be at least as long. */
 export function reduceInto(op: ReduceOp, dtype: DType, acc: DTypeArray, other: DTypeArray): void {
   const n = acc.length;
-  // the message only when it fails: a template string per call cost a small all-reduce ~2%
+  // the message is built only when the check fails: a template string built on every call is a
+  // measurable share of a small all-reduce (docs/collectives.md, "Measured facts behind the constants")
   if (other.length < n) assert.fail(`reduceInto: other has ${other.length} elements, need ${n}`);
   switch (dtype) {
     case 'f32':

@@ -82,9 +82,9 @@ export interface PlannedMachine {
 }
 
 /**
- * The most machines one plan takes. The planner's cost grows steeply with the count: 64 Mac
- * Studios (M3 Ultra, six ports each) took 1.2 s on a loaded 2-core Linux box, 100 took 4.6 s
- * and 128 took 12.5 s; 64 is also the most nodes `tandem run --nodes` starts.
+ * The most machines one plan takes. The planner's cost grows steeply with the count, and at
+ * 64 a plan still takes about a second on a small machine (docs/topology.md, "Commands", has
+ * the figures); 64 is also the most nodes `tandem run --nodes` starts.
  */
 export const maxPlannedMachines = 64;
 

@@ -32,15 +32,18 @@ const layout = new SlotLayout(ENTRY);
 const SPIN_MS = 0.2;
 /**
  * While it waits, a call reads its region every time and polls the fabric only every this many
- * times: over shm the peers' entries land without its help (it only has to see them). 2 ranks,
- * 8 B, p50: 1.68 us polling every 8th time, 1.58 every 64th, 1.59 never.
+ * times: over shm the peers' entries land without its help (it only has to see them), and a
+ * poll every 64th read is as fast there as none, while every 8th is measurably slower
+ * (docs/collectives.md, "The board, and what a closure costs under tsx"); transports whose
+ * writes land only when this side polls (tcp) still progress.
  */
 const POLL_EVERY = 64;
 
 /**
- * The communicator a board serves. A board call makes no Call (a Call per 8 B all-reduce was
- * ~15% of the call: its spec, header template and their garbage); it asks for one only when
- * it needs one: to wait for a late peer, or to report a mismatch.
+ * The communicator a board serves. A board call makes no Call (its spec, header template and
+ * their garbage are a sizeable share of an 8 B all-reduce: docs/collectives.md, "Measured
+ * facts behind the constants"); it asks for one only when it needs one: to wait for a
+ * late peer, or to report a mismatch.
  */
 export interface BoardOwner {
   /** The Call an all-reduce over messages would have made for board call `seq`. */
