@@ -222,7 +222,7 @@ export function conformance(provider: ProviderName): void {
         for (let i = 0; i < 64; i++)
           assert.deepEqual(dst.buffer.subarray(8 * i, 8 * i + 8), src.buffer.subarray(0, 8));
         const batched = acks() - before;
-        // one ACK per 16 unasked frames each way, where every request used to get its own
+        // one ACK per 16 unasked frames each way, rather than one per request
         assert.ok(batched <= 2 * (64 / 16 + 1), `${batched} ACKs for 128 writes`);
         // a signaled write completes on its asked-for ACK, well before a timeout tick would send it
         b.qp.postRecv({ wrId: 99, sgl: [] });
