@@ -41,8 +41,14 @@ function exited(child: ChildProcess, timeoutMs: number): Promise<number | null> 
   });
 }
 
-function serve(args: string[], env: NodeJS.ProcessEnv = process.env): ChildProcess {
-  return spawn(process.execPath, [tandemBin, 'serve', path(), '--port', '0', '--threads', '1', ...args], {
+/** `tandem serve` on the generated model, or with `model` null on the shipped one. */
+function serve(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  model: string | null = path(),
+): ChildProcess {
+  const file = model === null ? [] : [model];
+  return spawn(process.execPath, [tandemBin, 'serve', ...file, '--port', '0', '--threads', '1', ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env,
   });
@@ -110,4 +116,35 @@ test('tandem serve: a non-loopback --host without a key warns; SIGINT exits 0; -
   const bad = runTandem(['serve', path(), '--slots', '0']);
   assert.equal(bad.code, 3);
   assert.match(bad.stderr, /--slots must be/);
+});
+
+test('tandem serve without MODEL serves the shipped model and answers in words', async () => {
+  const child = serve([], process.env, null);
+  try {
+    const [, url] = (await untilStderr(
+      child,
+      /listening on (http:\/\/127\.0\.0\.1:\d+)/,
+      30_000,
+    )) as unknown as [string, string];
+    const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['tandem-tiny'],
+    );
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'The license', max_tokens: 24, temperature: 0 }),
+    });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
+    assert.ok(body.usage.completion_tokens > 0);
+    assert.match(body.choices[0]?.text ?? '', /[a-z]{3,}/i);
+    child.kill('SIGTERM');
+    assert.equal(await exited(child, 10_000), 0);
+  } finally {
+    child.kill('SIGKILL');
+  }
+  const help = runTandem(['serve', '--help']);
+  assert.match(help.stdout, /Without MODEL it serves the model that ships with tandem/);
 });

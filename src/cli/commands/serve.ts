@@ -4,6 +4,7 @@ import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.j
 import { TandemError } from '../../errors/index.js';
 import { ApiServer, loadServedModel, type ServedModel } from '../../api/index.js';
 import { parseBytes } from '../../parallel/index.js';
+import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `serve: ${message}`, { hint });
@@ -25,8 +26,14 @@ export const command = defineCommand({
     'GET /v1/models, GET /health, POST /tokenize, POST /detokenize and GET /metrics (Prometheus), streaming with server-sent events as OpenAI does. ' +
     '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
     'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
-    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them) and exit 0. See docs/serve.md.',
-  positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
+    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them) and exit 0. See docs/serve.md. ' +
+    `Without MODEL it serves the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
+  positionals: [
+    {
+      name: 'model',
+      description: `path of the .gguf model file (default: the shipped ${EMBEDDED_MODEL.name}, see above)`,
+    },
+  ],
   options: {
     host: {
       type: 'string',
@@ -73,13 +80,14 @@ export const command = defineCommand({
     },
   },
   examples: [
+    'tandem serve',
     'tandem serve model.gguf',
     'tandem serve model.gguf --port 8000 --slots 8 --context 2048 --model-name tiny',
     'TANDEM_API_KEY=secret tandem serve model.gguf --host 0.0.0.0',
     'curl http://127.0.0.1:8080/v1/chat/completions -H "content-type: application/json" -d \'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":32}\'',
   ],
   async run({ options, positionals }) {
-    const path = positionals[0] as string;
+    const path = positionals[0] ?? embeddedModelPath('serve');
     const port = options.port === 0 ? 0 : checkPort('serve', options.port);
     const threads = checkThreads('serve', options.threads ?? availableParallelism());
     const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);

@@ -1,0 +1,30 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { generate, openModel } from '../engine/index.js';
+import { EMBEDDED_MODEL } from './embedded-model.js';
+
+interface Provenance {
+  check: { prompt: number[]; greedy: number[] };
+}
+
+const provenance = JSON.parse(
+  readFileSync(join(import.meta.dirname, '..', '..', 'models', 'tandem-tiny.json'), 'utf8'),
+) as Provenance;
+
+test("the shipped model's greedy tokens equal PyTorch's at the end of its training", async () => {
+  const { prompt, greedy } = provenance.check;
+  assert.equal(greedy.length, 24);
+  const opened = await openModel(EMBEDDED_MODEL.path, { threads: 1 });
+  try {
+    const cache = opened.model.newSession({ contextLength: 64, kvType: 'f32' });
+    const result = await generate(opened.model, cache, prompt, { maxTokens: greedy.length });
+    assert.deepEqual(result.tokens, greedy);
+    // Trained, not random: its own text decodes to words of its corpus.
+    const text = opened.tokenizer?.decode(result.tokens) ?? '';
+    assert.match(text, /[a-z]{3,}/i);
+  } finally {
+    await opened.close();
+  }
+});
