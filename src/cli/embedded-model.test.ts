@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { generate, openModel } from '../engine/index.js';
-import { EMBEDDED_MODEL } from './embedded-model.js';
+import { EMBEDDED_MODEL, firstAnswer } from './embedded-model.js';
 
 interface Provenance {
   check: { prompt: number[]; greedy: number[] };
@@ -27,4 +27,12 @@ test("the shipped model's greedy tokens equal PyTorch's at the end of its traini
   } finally {
     await opened.close();
   }
+});
+
+test('firstAnswer serves the shipped model on a free port, asks it over HTTP and closes', async () => {
+  const { url, answer } = await firstAnswer('The license', 16);
+  assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
+  assert.match(answer, /[a-z]{3,}/i);
+  // Closed: the port no longer answers.
+  await assert.rejects(fetch(`${url}/health`));
 });

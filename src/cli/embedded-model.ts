@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { ApiServer, loadServedModel } from '../api/index.js';
 import { TandemError } from '../errors/index.js';
 
 /**
@@ -24,4 +25,41 @@ export function embeddedModelPath(command: string): string {
       details: { path: EMBEDDED_MODEL.path },
     });
   return EMBEDDED_MODEL.path;
+}
+
+/**
+ * Serves the shipped model over HTTP on a free loopback port, asks it one chat question
+ * through the OpenAI route as any client would, and closes: the last step of the demo.
+ */
+export async function firstAnswer(
+  question: string,
+  maxTokens: number,
+): Promise<{ url: string; answer: string }> {
+  const path = embeddedModelPath('demo');
+  const server = await ApiServer.start({
+    host: '127.0.0.1',
+    port: 0,
+    maxBodyBytes: 1 << 20,
+    slots: 1,
+    maxQueue: 1,
+    load: () => loadServedModel(path, { threads: 1, context: 256 }),
+  });
+  try {
+    await server.ready;
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        messages: [{ role: 'user', content: question }],
+        max_tokens: maxTokens,
+        temperature: 0,
+      }),
+    });
+    const body = (await res.json()) as { choices?: { message?: { content?: string } }[] };
+    if (res.status !== 200)
+      throw new Error(`demo: tandem's own server answered ${res.status}: ${JSON.stringify(body)}`);
+    return { url: server.url, answer: body.choices?.[0]?.message?.content ?? '' };
+  } finally {
+    await server.close(0);
+  }
 }

@@ -2,6 +2,7 @@ import { defineCommand } from '../options.js';
 import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { demoModel, demoShapeName, runDemo } from '../../cluster/index.js';
+import { EMBEDDED_MODEL, firstAnswer } from '../embedded-model.js';
 
 export const command = defineCommand({
   name: 'demo',
@@ -9,7 +10,8 @@ export const command = defineCommand({
   description:
     `Makes (once, cached under ~/.cache/tandem or $TANDEM_CACHE_DIR) an F32 model with the shape of ${demoShapeName} and RANDOM weights, ` +
     'then runs the same prompt on one node and split across two local node processes (tensor parallel), and prints both. ' +
-    'The text means nothing (the weights are random); the point is that both runs produce the same tokens.',
+    'The text means nothing (the weights are random); the point is that both runs produce the same tokens. ' +
+    `Last, it serves the model that ships with tandem over the OpenAI-compatible API on a free loopback port and prints its answer to the prompt (${EMBEDDED_MODEL.about}); \`tandem serve\` keeps such a server up.`,
   options: {
     prompt: { type: 'string', description: 'prompt text', default: 'The capital of France is' },
     'max-tokens': { type: 'number', description: 'tokens to generate', default: 32 },
@@ -28,6 +30,11 @@ export const command = defineCommand({
     },
     threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
     json: { type: 'boolean', description: 'print one JSON object' },
+    serve: {
+      type: 'boolean',
+      description: `last, serve the shipped ${EMBEDDED_MODEL.name} over the OpenAI API and print its first answer (--no-serve skips it)`,
+      default: true,
+    },
   },
   examples: ['npx tandem demo', 'npx tandem demo --max-tokens 64 --json'],
   async run({ options }) {
@@ -62,6 +69,11 @@ export const command = defineCommand({
     const [one, two] = runs as [(typeof runs)[0], (typeof runs)[0]];
     const agree = one.tokens.length === two.tokens.length && one.tokens.every((t, i) => t === two.tokens[i]);
     const prefix = agree ? one.tokens.length : one.tokens.findIndex((t, i) => t !== two.tokens[i]);
+    if (options.serve) {
+      progress(`serving ${EMBEDDED_MODEL.name} and asking it the prompt over HTTP`);
+      done();
+    }
+    const served = options.serve ? await firstAnswer(options.prompt, maxTokens) : undefined;
     if (options.json) {
       const row = (r: typeof one): Record<string, unknown> => ({
         nodes: r.nodes,
@@ -79,6 +91,9 @@ export const command = defineCommand({
           runs: [row(one), row(two)],
           agree,
           agreeing_prefix: prefix,
+          ...(served
+            ? { served: { model: EMBEDDED_MODEL.name, url: served.url, answer: served.answer } }
+            : {}),
         }) + '\n',
       );
       return agree ? 0 : 1;
@@ -107,6 +122,16 @@ export const command = defineCommand({
     out.push(
       `tokens agree: ${agree ? 'yes' : 'no'}; decode speedup ${(two.decodeTokS / one.decodeTokS).toFixed(2)}x, TTFT speedup ${(one.ttftMs / two.ttftMs).toFixed(2)}x`,
     );
+    if (served) {
+      out.push('');
+      out.push(
+        `served ${EMBEDDED_MODEL.name} (trained on local text, tiny: fluent fragments, no knowledge) at ${served.url}`,
+      );
+      out.push(
+        `  POST /v1/chat/completions ${JSON.stringify(options.prompt)} -> ${JSON.stringify(served.answer)}`,
+      );
+      out.push('  `npx tandem serve` keeps such a server up (README, "Serving").');
+    }
     process.stdout.write(out.join('\n') + '\n');
     return agree ? 0 : 1;
   },
