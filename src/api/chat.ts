@@ -1,10 +1,8 @@
-import { toHttpError } from './errors.js';
-import { startGeneration, type Delta, type GenerationOutcome } from './generation.js';
+import { collectGeneration, streamGeneration, type GenerationOutcome } from './generation.js';
 import type { TokenLogprob } from './logprobs.js';
 import { parseChatRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { chatPrompt, tokenBudget } from './served-model.js';
-import { EventStream } from './sse.js';
 
 function usage(o: GenerationOutcome): {
   prompt_tokens: number;
@@ -33,21 +31,9 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   // OpenAI's field order: id, object, created, model
   const head = (object: string): object => ({ id, object, created, model: ctx.served.name });
   const wantLogprobs = request.logprobs !== undefined;
+  const g = { ctx, prompt, maxTokens, params: request };
   if (!request.stream) {
-    let text = '';
-    const entries: TokenLogprob[] = [];
-    const outcome = await startGeneration(
-      ctx.served,
-      ctx.scheduler,
-      prompt,
-      maxTokens,
-      request,
-      ctx.signal,
-      (d) => {
-        text += d.text;
-        entries.push(...d.logprobs);
-      },
-    );
+    const { text, entries, outcome } = await collectGeneration(g);
     sendJson(ctx.res, 200, {
       ...head('chat.completion'),
       choices: [
@@ -68,27 +54,13 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     choices: [{ index: 0, delta, logprobs: logprobsOf(entries), finish_reason: finishReason }],
     ...extra,
   });
-  const onDelta = (d: Delta): void =>
-    stream.send(chunk({ content: d.text }, null, wantLogprobs ? d.logprobs : undefined));
-  const generation = startGeneration(
-    ctx.served,
-    ctx.scheduler,
-    prompt,
-    maxTokens,
-    request,
-    ctx.signal,
-    onDelta,
+  const ran = await streamGeneration(
+    g,
+    (stream, d) => stream.send(chunk({ content: d.text }, null, wantLogprobs ? d.logprobs : undefined)),
+    (stream) => stream.send(chunk({ role: 'assistant', content: '', refusal: null }, null)),
   );
-  // deltas come from the scheduler's loop in a later turn, once the stream exists
-  const stream = new EventStream(ctx.res);
-  stream.send(chunk({ role: 'assistant', content: '', refusal: null }, null));
-  let outcome: GenerationOutcome;
-  try {
-    outcome = await generation;
-  } catch (error) {
-    stream.fail(toHttpError(error).body);
-    return;
-  }
+  if (!ran) return;
+  const { stream, outcome } = ran;
   stream.send(chunk({}, outcome.finishReason));
   if (request.includeUsage)
     stream.send({ ...head('chat.completion.chunk'), choices: [], usage: usage(outcome) });

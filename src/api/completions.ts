@@ -1,10 +1,8 @@
-import { toHttpError } from './errors.js';
-import { startGeneration, type Delta, type GenerationOutcome } from './generation.js';
+import { collectGeneration, streamGeneration, type GenerationOutcome } from './generation.js';
 import type { TokenLogprob } from './logprobs.js';
 import { parseCompletionRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { completionPrompt, tokenBudget } from './served-model.js';
-import { EventStream } from './sse.js';
 
 /** The legacy route's logprobs: parallel arrays, alternatives as {token: logprob} maps. */
 interface LegacyLogprobs {
@@ -52,21 +50,9 @@ export async function completions(ctx: RouteContext): Promise<void> {
     model: ctx.served.name,
   };
   const wantLogprobs = request.logprobs !== undefined;
+  const g = { ctx, prompt, maxTokens, params: request };
   if (!request.stream) {
-    let text = '';
-    const entries: TokenLogprob[] = [];
-    const outcome = await startGeneration(
-      ctx.served,
-      ctx.scheduler,
-      prompt,
-      maxTokens,
-      request,
-      ctx.signal,
-      (d) => {
-        text += d.text;
-        entries.push(...d.logprobs);
-      },
-    );
+    const { text, entries, outcome } = await collectGeneration(g);
     sendJson(ctx.res, 200, {
       ...head,
       choices: [
@@ -83,29 +69,13 @@ export async function completions(ctx: RouteContext): Promise<void> {
   }
   const extra = request.includeUsage ? { usage: null } : {};
   let offset = 0;
-  const onDelta = (d: Delta): void => {
+  const ran = await streamGeneration(g, (stream, d) => {
     const logprobs = wantLogprobs ? legacyLogprobs(d.logprobs, offset) : null;
     offset += d.text.length;
     stream.send({ ...head, choices: [{ text: d.text, index: 0, logprobs, finish_reason: null }], ...extra });
-  };
-  const generation = startGeneration(
-    ctx.served,
-    ctx.scheduler,
-    prompt,
-    maxTokens,
-    request,
-    ctx.signal,
-    onDelta,
-  );
-  // deltas come from the scheduler's loop in a later turn, once the stream exists
-  const stream = new EventStream(ctx.res);
-  let outcome: GenerationOutcome;
-  try {
-    outcome = await generation;
-  } catch (error) {
-    stream.fail(toHttpError(error).body);
-    return;
-  }
+  });
+  if (!ran) return;
+  const { stream, outcome } = ran;
   stream.send({
     ...head,
     choices: [{ text: '', index: 0, logprobs: null, finish_reason: outcome.finishReason }],

@@ -1,9 +1,12 @@
 import { Sampler } from '../engine/index.js';
 import { TandemError, isTandemError } from '../errors/index.js';
+import { toHttpError } from './errors.js';
 import { tokenLogprob, type TokenLogprob } from './logprobs.js';
 import type { GenerationParams } from './openai-types.js';
+import type { RouteContext } from './route-context.js';
 import type { Scheduler, SequenceEnd } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
+import { EventStream } from './sse.js';
 import { StopText } from './stop-text.js';
 
 /** A piece of the completion's text, with the logprobs of the tokens that made it (when asked for). */
@@ -100,4 +103,64 @@ function generationFailure(error: unknown): unknown {
     details: { ...error.details, code: error.code },
     cause: error,
   });
+}
+
+/** One completion request's generation, as both OpenAI routes run it. */
+export interface RouteGeneration {
+  ctx: RouteContext;
+  prompt: readonly number[];
+  maxTokens: number;
+  params: GenerationParams;
+}
+
+/** Runs a non-streamed completion to its end: the whole text and every token's logprobs. */
+export async function collectGeneration(
+  g: RouteGeneration,
+): Promise<{ text: string; entries: TokenLogprob[]; outcome: GenerationOutcome }> {
+  let text = '';
+  const entries: TokenLogprob[] = [];
+  const outcome = await startGeneration(
+    g.ctx.served,
+    g.ctx.scheduler,
+    g.prompt,
+    g.maxTokens,
+    g.params,
+    g.ctx.signal,
+    (d) => {
+      text += d.text;
+      entries.push(...d.logprobs);
+    },
+  );
+  return { text, entries, outcome };
+}
+
+/**
+ * Runs a streamed completion: queues it (a refusal throws before any byte is sent), opens the
+ * event stream, lets `open` send what comes first, and sends each delta through `onDelta`.
+ * Resolves with the outcome, or with undefined once a failure after the stream began has been
+ * sent as an error event (the stream is then closed).
+ */
+export async function streamGeneration(
+  g: RouteGeneration,
+  onDelta: (stream: EventStream, delta: Delta) => void,
+  open: (stream: EventStream) => void = () => {},
+): Promise<{ stream: EventStream; outcome: GenerationOutcome } | undefined> {
+  const generation = startGeneration(
+    g.ctx.served,
+    g.ctx.scheduler,
+    g.prompt,
+    g.maxTokens,
+    g.params,
+    g.ctx.signal,
+    (d) => onDelta(stream, d),
+  );
+  // deltas come from the scheduler's loop in a later turn, once the stream exists
+  const stream = new EventStream(g.ctx.res);
+  open(stream);
+  try {
+    return { stream, outcome: await generation };
+  } catch (error) {
+    stream.fail(toHttpError(error).body);
+    return undefined;
+  }
 }
