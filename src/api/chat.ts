@@ -1,20 +1,8 @@
-import { collectGeneration, streamGeneration, type GenerationOutcome } from './generation.js';
+import { collectGeneration, streamGeneration, usage } from './generation.js';
 import type { TokenLogprob } from './logprobs.js';
 import { parseChatRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { chatPrompt, tokenBudget } from './served-model.js';
-
-function usage(o: GenerationOutcome): {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-} {
-  return {
-    prompt_tokens: o.promptTokens,
-    completion_tokens: o.completionTokens,
-    total_tokens: o.promptTokens + o.completionTokens,
-  };
-}
 
 function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogprob[]; refusal: null } | null {
   return entries ? { content: entries, refusal: null } : null;

@@ -1,4 +1,4 @@
-import { collectGeneration, streamGeneration, type GenerationOutcome } from './generation.js';
+import { collectGeneration, streamGeneration, usage } from './generation.js';
 import type { TokenLogprob } from './logprobs.js';
 import { parseCompletionRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
@@ -23,18 +23,6 @@ function legacyLogprobs(entries: readonly TokenLogprob[], offset: number): Legac
     offset += e.token.length;
   }
   return out;
-}
-
-function usage(o: GenerationOutcome): {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-} {
-  return {
-    prompt_tokens: o.promptTokens,
-    completion_tokens: o.completionTokens,
-    total_tokens: o.promptTokens + o.completionTokens,
-  };
 }
 
 /** POST /v1/completions: a `text_completion`, or a stream of them (one choice each). */

@@ -22,6 +22,19 @@ export interface GenerationOutcome {
   completionTokens: number;
 }
 
+/** OpenAI's `usage` object: exact token counts of one completion. */
+export function usage(o: GenerationOutcome): {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+} {
+  return {
+    prompt_tokens: o.promptTokens,
+    completion_tokens: o.completionTokens,
+    total_tokens: o.promptTokens + o.completionTokens,
+  };
+}
+
 /** The sampler for OpenAI's parameters: no top-k or min-p, penalties over the generated tokens only. */
 export function samplerFor(params: GenerationParams, contextLength: number): Sampler {
   return new Sampler({
