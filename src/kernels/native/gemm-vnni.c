@@ -104,6 +104,73 @@ static void tile_q8v1(const uint8_t *w, size_t rowBytes, const float *s, int nb,
   }
 }
 
+// T (1..8) tokens, each with tile_q8v1's arithmetic (two accumulators alternating over the
+// block pairs, the same scales and tail): every token's outputs are bit for bit those of
+// tile_q8v1 on it alone, while each row is streamed once for all T.
+static inline __attribute__((always_inline)) void tile_q8v1n(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
+                                                             const float *dx, int dxstride, float *y, int ystride, const int T) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i k128 = _mm512_set1_epi8((char)0x80);
+  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const int np = nb / 2;
+  for (int r = 0; r < 4; r++) {
+    const uint8_t *wr = w + r * rowBytes;
+    __m512 acc0[8], acc1[8];
+    for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    int b = 0;
+    for (int i = 0; i < np; i++, b += 2) {
+      _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);
+      const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r])));
+      for (int t = 0; t < T; t++) {
+        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
+        const __m512 sc = _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b))))));
+        if (i & 1) acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1[t]);
+        else acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0[t]);
+      }
+    }
+    if (b < nb) {
+      const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      for (int t = 0; t < T; t++) {
+        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
+        acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[(size_t)t * dxstride + b])), acc0[t]);
+      }
+    }
+    for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+  }
+}
+
+// n independent one-token products (matvecRows): token t's outputs are bit for bit those of
+// tk_mm_q8v with n = 1 on x_t, the weights read once per run of up to 8 tokens.
+void tk_mm_q8v1(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
+  const size_t rowBytes = (size_t)cols;
+  for (int tl = part(tiles, tid, nt); tl < part(tiles, tid + 1, nt); tl++) {
+    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+    for (int t = 0; t < n; t += 8) {
+      const uint8_t *xt = m + xu + (size_t)t * cp;
+      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
+      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+      switch (n - t < 8 ? n - t : 8) {
+        case 1: tile_q8v1(w, rowBytes, s, nb, xt, dt, yt); break;
+        case 2: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
+        case 3: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
+        case 4: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
+        case 5: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
+        case 6: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
+        case 7: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
+        default: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
+      }
+    }
+  }
+}
+
 void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
