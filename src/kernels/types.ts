@@ -127,6 +127,12 @@ export interface Kernels {
   matvec(w: Weight, x: Float32Array, y: Float32Array): void;
   /** y = x W^T for n tokens. x: [n, cols], y: [n, rows]. */
   matmul(w: Weight, x: Float32Array, y: Float32Array, n: number): void;
+  /**
+   * Optional: n one-token products in one pass over the weight. x: [n, cols], y: [n, rows];
+   * row t of y is bit for bit `matvec(w, x[t])` (matmul may add a token's sums in another
+   * order). A backend without it leaves the caller to call matvec per token.
+   */
+  matvecRows?(w: Weight, x: Float32Array, y: Float32Array, n: number): void;
   /** Dequantises one row of an embedding table exactly. out: [cols]. */
   embedRow(w: Weight, row: number, out: Float32Array): void;
 

@@ -199,6 +199,23 @@ export class WasmKernels implements Kernels {
     this.matmul(w, x, y, 1);
   }
 
+  // x: [n, cols], y: [n, rows]; row t bit for bit matvec(w, x[t])
+  matvecRows(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
+    const w = own(weight, WasmWeight, 'weight');
+    checkMatmul(w, x, y, n);
+    if (n > 1 && this.q8v && w.type === GgmlType.Q8_0) {
+      this.matmulQ8v(w, x, y, n, op.mm_q8v1);
+      return;
+    }
+    for (let t = 0; t < n; t++)
+      this.matmulChecked(
+        w,
+        x.subarray(t * w.cols, (t + 1) * w.cols),
+        y.subarray(t * w.rows, (t + 1) * w.rows),
+        1,
+      );
+  }
+
   // x: [n, cols], y: [n, rows]
   matmul(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
     const w = own(weight, WasmWeight, 'weight');
@@ -314,13 +331,14 @@ export class WasmKernels implements Kernels {
 
   /**
    * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
-   * Few tokens: mm_q8v (4 rows x up to 4 tokens per tile); from GEMM_TOKENS on: mm_q8t
-   * (tokens across the vector lanes, 8 rows x 15 tokens per tile).
+   * Few tokens: mm_q8v (each row streamed once for up to 8 tokens); from GEMM_TOKENS on: mm_q8t
+   * (tokens across the vector lanes, 8 rows x 15 tokens per tile). `small` mm_q8v1 (for
+   * matvecRows, any n): each token as a lone matvec.
    */
-  private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number): void {
+  private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number, small = op.mm_q8v): void {
     const { arena } = w.slot;
     const cols = w.cols;
-    if (n >= GEMM_TOKENS) {
+    if (n >= GEMM_TOKENS && small === op.mm_q8v) {
       const groups = Math.ceil(n / 15);
       const xfBytes = align(n * cols * 4, 64);
       const xtBytes = align(groups * cols * 16, 64);
@@ -353,7 +371,7 @@ export class WasmKernels implements Kernels {
     this.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
     this.pool.run(
       arena.index,
-      op.mm_q8v,
+      small,
       [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
       n * w.rowsPad * cols,
     );

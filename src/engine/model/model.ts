@@ -215,10 +215,37 @@ export class Model {
         Int32Array.from(rows, (cache) => cache.length),
         { rowCaches: rows.map((cache) => cache.cache) },
       );
-      for (let t = 0; t < n; t++) {
-        (rows[t] as SequenceCache).advance(1);
-        out.push(await this.logits(x.subarray(t * width, (t + 1) * width)));
-      }
+      for (const cache of rows) cache.advance(1);
+      out.push(...(await this.logitsRows(x, n)));
+    }
+    return out;
+  }
+
+  /**
+   * The logits of each of n hidden states [n, width], row t bit for bit `logits(row t)`: the
+   * output head runs once for all rows where the kernels offer matvecRows.
+   */
+  private async logitsRows(hidden: Float32Array, n: number): Promise<Float32Array[]> {
+    const width = this.config.embeddingLength;
+    const matvecRows = this.kernels.matvecRows?.bind(this.kernels);
+    const out: Float32Array[] = [];
+    if (n === 1 || !matvecRows) {
+      for (let t = 0; t < n; t++) out.push(await this.logits(hidden.subarray(t * width, (t + 1) * width)));
+      return out;
+    }
+    const { outputNorm, output } = this.weights;
+    assert.ok(outputNorm && output, 'this shard does not hold the output head');
+    const xn = this.scratch.f32('head.xn', n * width);
+    this.kernels.rmsNorm(hidden, outputNorm, this.config.rmsEps, xn, n);
+    const vocab = rangeLength(this.shard.vocab);
+    const local = this.scratch.f32('head.rows', n * vocab);
+    matvecRows(output, xn, local, n);
+    for (let t = 0; t < n; t++) {
+      const row = local.subarray(t * vocab, (t + 1) * vocab);
+      const full = vocab === this.config.vocabSize ? row.slice() : new Float32Array(this.config.vocabSize);
+      const p = this.comm.allGatherLogits(vocab === this.config.vocabSize ? full : row, full);
+      if (p) await p;
+      out.push(full);
     }
     return out;
   }
