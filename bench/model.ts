@@ -48,6 +48,17 @@ export function benchPrompt(vocab: number, length: number): number[] {
   });
 }
 
+/** benchPrompt over the vocabulary of the model at `path`. */
+export function benchPromptFor(path: string, length: number): number[] {
+  const file = GgufModelFile.open(path);
+  try {
+    const dims = new Map([...file.tensors].map(([n, t]) => [n, t.dims]));
+    return benchPrompt(configFromMetadata((k) => file.meta(k), dims).vocabSize, length);
+  } finally {
+    file.close();
+  }
+}
+
 /**
  * The typed error a failed child reported: the last stderr line that is the CLI's `--json`
  * error (`{"error":{"code",...}}`, written by model-child.ts), rebuilt with the same code,
@@ -111,17 +122,7 @@ async function runChild(job: ModelBenchJob, timeoutMs: number): Promise<ModelBen
 export async function benchModel(
   o: ModelBenchOptions,
 ): Promise<{ rows: ModelBenchResult[]; fileMb: number }> {
-  const file = GgufModelFile.open(o.model);
-  let vocab: number;
-  try {
-    vocab = configFromMetadata(
-      (k) => file.meta(k),
-      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
-    ).vocabSize;
-  } finally {
-    file.close();
-  }
-  const prompt = benchPrompt(vocab, o.promptTokens);
+  const prompt = benchPromptFor(o.model, o.promptTokens);
   const rows: ModelBenchResult[] = [];
   const base = { model: o.model, threads: o.threads, prompt, tokens: o.tokens };
   rows.push(await runChild({ engine: 'tandem', ...base }, o.timeoutMs));

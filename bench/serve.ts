@@ -6,9 +6,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../src/errors/index.js';
-import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
 import { runJsonChild } from '../src/engine/testing/json-child.js';
-import { benchPrompt } from './model.js';
+import { benchPromptFor } from './model.js';
 
 export interface ServeBenchOptions {
   model: string;
@@ -209,17 +208,7 @@ async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<Serv
 
 /** Runs tandem's server at each level, then llama.cpp (never at once: they would share the cores). */
 export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]> {
-  const file = GgufModelFile.open(o.model);
-  let vocab: number;
-  try {
-    vocab = configFromMetadata(
-      (k) => file.meta(k),
-      new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
-    ).vocabSize;
-  } finally {
-    file.close();
-  }
-  const prompt = benchPrompt(vocab, o.promptTokens);
+  const prompt = benchPromptFor(o.model, o.promptTokens);
   const rows = await benchTandem(o, prompt);
   if (!o.anchors) return rows;
   for (const c of o.concurrency) {
