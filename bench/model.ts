@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { TandemError, errorCodes, type ErrorCode } from '../src/errors/index.js';
 import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
 import { JsonChildError, runJsonChild } from '../src/engine/testing/json-child.js';
+import { formatTable } from './table.js';
 
 export interface ModelBenchJob {
   engine: 'tandem' | 'llama.cpp';
@@ -167,14 +168,5 @@ export function table(rows: readonly ModelBenchResult[], fileMb: number): string
       '',
     ]);
   }
-  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
-  return (
-    [head, ...body]
-      .map((cells) =>
-        cells
-          .map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number)))
-          .join('  '),
-      )
-      .join('\n') + '\n'
-  );
+  return formatTable(head, body);
 }

@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 import { TandemError } from '../src/errors/index.js';
 import { runJsonChild } from '../src/engine/testing/json-child.js';
 import { benchPromptFor } from './model.js';
+import { formatTable } from './table.js';
 
 export interface ServeBenchOptions {
   model: string;
@@ -251,14 +252,5 @@ export function table(rows: readonly ServeBenchRow[]): string {
     r.tok_s_total.toFixed(1),
     r.tok_s_per_stream.toFixed(1),
   ]);
-  const widths = head.map((h, i) => Math.max(h.length, ...body.map((b) => (b[i] as string).length)));
-  return (
-    [head, ...body]
-      .map((cells) =>
-        cells
-          .map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number)))
-          .join('  '),
-      )
-      .join('\n') + '\n'
-  );
+  return formatTable(head, body);
 }
