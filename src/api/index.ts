@@ -7,3 +7,4 @@ export {
   type LoadServedOptions,
 } from './served-model.js';
 export { toHttpError, type OpenAiErrorBody } from './errors.js';
+export { loadClusterServedModel, type ClusterServeOptions } from './cluster-served-model.js';

@@ -1,13 +1,23 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { Forwarder, SequenceCache, SessionOptions } from '../engine/index.js';
+import type { SessionOptions } from '../engine/index.js';
 import { cancelled, retryLater } from './errors.js';
 import type { Metrics } from './metrics.js';
 
+/**
+ * A slot's sequence state as the scheduler sees it (a KV cache in this process, or the id of
+ * caches on a cluster's nodes): opaque but for starting over.
+ */
+export interface SlotCache {
+  reset(): void;
+}
+
 /** What the scheduler needs of a model: forwards against a cache, and caches to give slots. */
-export interface SlotModel extends Forwarder {
-  newSession(options: SessionOptions): SequenceCache;
+export interface SlotModel {
+  newSession(options: SessionOptions): SlotCache;
+  /** Runs tokens at the cache's next positions; returns the logits of the last one. */
+  forward(tokens: ArrayLike<number>, cache: SlotCache): Promise<Float32Array>;
   /** One decode step of several sequences (token t at the next position of caches[t]); each row's logits. */
-  forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]>;
+  forwardBatch(tokens: readonly number[], caches: readonly SlotCache[]): Promise<Float32Array[]>;
 }
 
 /** One sequence to run: its prompt, how it picks tokens, and where its tokens go. */
@@ -63,7 +73,7 @@ interface Sequence {
 }
 
 interface Slot {
-  cache: SequenceCache | undefined;
+  cache: SlotCache | undefined;
   seq: Sequence | undefined;
 }
 
@@ -211,7 +221,7 @@ export class Scheduler {
     try {
       logits = await this.model.forwardBatch(
         rows.map(([, seq]) => seq.next),
-        rows.map(([slot]) => slot.cache as SequenceCache),
+        rows.map(([slot]) => slot.cache as SlotCache),
       );
     } catch (error) {
       for (const [slot] of rows) this.endSlot(slot, undefined, error);
@@ -228,7 +238,7 @@ export class Scheduler {
     const chunk = prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
     let logits: Float32Array;
     try {
-      logits = await this.model.forward(chunk, slot.cache as SequenceCache);
+      logits = await this.model.forward(chunk, slot.cache as SlotCache);
     } catch (error) {
       return this.endSlot(slot, undefined, error);
     }

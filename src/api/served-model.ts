@@ -62,39 +62,59 @@ export async function loadServedModel(path: string, options: LoadServedOptions =
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
   });
   try {
-    const { model, tokenizer } = opened;
-    if (!tokenizer)
-      throw new TandemError('TOKENIZER_METADATA', `${path} has no tokenizer`, {
-        hint: 'serve a GGUF file with tokenizer metadata',
-      });
-    const source = opened.file.meta('tokenizer.chat_template');
-    const hasTemplate = typeof source === 'string' && source.trim() !== '';
-    if (!hasTemplate)
-      log(
-        'the model has no chat template (tokenizer.chat_template): /v1/chat/completions renders messages as ChatML',
-      );
-    const template = ChatTemplate.fromModel(hasTemplate ? source : undefined, { fallback: 'chatml' });
-    const stopTokens = new Set<number>();
-    for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
-    const c = model.config;
-    const contextLength = Math.min(options.context ?? Math.min(4096, c.contextLength), c.contextLength);
+    const parts = servingParts(path, opened.file, opened.tokenizer, opened.model.config, options, log);
     log(
-      `loaded ${c.arch}, ${c.blockCount} layers, vocabulary ${c.vocabSize}, context ${contextLength} per slot, ${opened.kernels.backend} kernels, in ${((performance.now() - start) / 1000).toFixed(1)} s`,
+      `loaded ${parts.config.arch}, ${parts.config.blockCount} layers, vocabulary ${parts.config.vocabSize}, context ${parts.contextLength} per slot, ${opened.kernels.backend} kernels, in ${((performance.now() - start) / 1000).toFixed(1)} s`,
     );
-    return {
-      name: options.name ?? defaultModelName(path),
-      created: Math.floor(Date.now() / 1000),
-      model,
-      tokenizer,
-      template,
-      contextLength,
-      stopTokens,
-      close: () => opened.close(),
-    };
+    return { ...parts, model: opened.model, close: () => opened.close() };
   } catch (error) {
     await opened.close();
     throw error;
   }
+}
+
+/** What serving takes from a model file besides the weights: tokenizer, chat template, stop tokens, limits. */
+export type ServingParts = Omit<ServedModel, 'model' | 'close'> & { config: ModelConfig };
+
+/**
+ * The serving parts of a model file (`meta` reads its metadata): its tokenizer (a typed
+ * error when it has none), chat template (ChatML, said on `log`, when it has none), the
+ * end-of-generation tokens and the context per slot.
+ */
+export function servingParts(
+  path: string,
+  file: { meta(key: string): unknown },
+  tokenizer: Tokenizer | undefined,
+  config: ModelConfig,
+  options: LoadServedOptions,
+  log: (line: string) => void,
+): ServingParts {
+  if (!tokenizer)
+    throw new TandemError('TOKENIZER_METADATA', `${path} has no tokenizer`, {
+      hint: 'serve a GGUF file with tokenizer metadata',
+    });
+  const source = file.meta('tokenizer.chat_template');
+  const hasTemplate = typeof source === 'string' && source.trim() !== '';
+  if (!hasTemplate)
+    log(
+      'the model has no chat template (tokenizer.chat_template): /v1/chat/completions renders messages as ChatML',
+    );
+  const template = ChatTemplate.fromModel(hasTemplate ? source : undefined, { fallback: 'chatml' });
+  const stopTokens = new Set<number>();
+  for (let id = 0; id < tokenizer.vocabSize; id++) if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
+  const contextLength = Math.min(
+    options.context ?? Math.min(4096, config.contextLength),
+    config.contextLength,
+  );
+  return {
+    name: options.name ?? defaultModelName(path),
+    created: Math.floor(Date.now() / 1000),
+    config,
+    tokenizer,
+    template,
+    contextLength,
+    stopTokens,
+  };
 }
 
 /** The prompt of a chat: the messages rendered through the model's template and tokenized. */

@@ -4,12 +4,13 @@ import { TandemError } from '../errors/index.js';
 import type { KernelsBackend } from '../kernels/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
 import type { ProviderName } from '../fabric/index.js';
-import type { ParallelKind, WireFormat } from '../parallel/index.js';
+import type { ParallelKind, Placement, WireFormat } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 
-export interface RunDistributedOptions {
+/** How to start (or reach) the nodes of a cluster and place a model on them. */
+export interface ClusterStartOptions {
   /** Path of the GGUF model (the same path on every host). */
   model: string;
   /** Start this many local node processes (`--nodes N`)... */
@@ -26,6 +27,22 @@ export interface RunDistributedOptions {
   wire?: WireFormat;
   /** Bytes each node may hold (`--mem-limit`). */
   memLimit?: number;
+  /**
+   * Greedy decoding only: the vocabulary-parallel head then exchanges only each rank's best
+   * logit, and every rank's logits hold just that (default false: full logits).
+   */
+  greedy?: boolean;
+  /** Compute threads per local node (default: the cores shared out). */
+  threads?: number;
+  kernels?: KernelsBackend;
+  /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
+  secret?: string;
+  contextLength?: number;
+  /** Progress lines (starting nodes, plan, loading). */
+  onProgress?: (line: string) => void;
+}
+
+export interface RunDistributedOptions extends Omit<ClusterStartOptions, 'greedy'> {
   prompt: readonly number[];
   maxTokens: number;
   stopTokens?: readonly number[];
@@ -34,15 +51,21 @@ export interface RunDistributedOptions {
    * greedily, and then the vocabulary-parallel head exchanges only each rank's best logit.
    */
   sampling?: SamplerOptions;
-  /** Compute threads per local node (default: the cores shared out). */
-  threads?: number;
-  kernels?: KernelsBackend;
-  /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
-  secret?: string;
-  contextLength?: number;
   onToken?: (token: number) => void;
-  /** Progress lines (starting nodes, plan, loading). */
-  onProgress?: (line: string) => void;
+}
+
+/** A model loaded across nodes: the session that drives them, and how to stop them. */
+export interface StartedCluster {
+  session: ClusterSession;
+  placement: Placement;
+  provider: ProviderName;
+  parallel: ParallelKind;
+  /** Local nodes (`--nodes`), undefined for a hostfile's. */
+  local: LocalNodes | undefined;
+  /** `e` with a local node's exit cause added when one died (see LocalNodes.explain). */
+  explain(e: unknown): Promise<unknown>;
+  /** Drops the connections and stops local nodes. */
+  close(): Promise<void>;
 }
 
 export interface DistributedResult extends ClusterResult {
@@ -55,12 +78,11 @@ export interface DistributedResult extends ClusterResult {
 }
 
 /**
- * `tandem run MODEL --nodes N | --hosts FILE`: starts local nodes (or connects to listed
- * ones), places the model by memory (failing before any load when it cannot fit), loads every
- * shard, generates, and returns the tokens with every node's metrics. Local nodes are always
- * stopped before this returns or throws.
+ * Starts local nodes (or connects to listed ones), places the model by memory (failing before
+ * any load when it cannot fit) and loads every shard. On failure every local node is stopped
+ * before this throws.
  */
-export async function runDistributed(o: RunDistributedOptions): Promise<DistributedResult> {
+export async function startCluster(o: ClusterStartOptions): Promise<StartedCluster> {
   if ((o.nodes === undefined) === (o.hosts === undefined)) {
     throw new TandemError('CLI_USAGE', 'pass exactly one of --nodes N or --hosts FILE', {
       hint: '--nodes starts local node processes; --hosts uses nodes started with `tandem node`',
@@ -101,32 +123,67 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
     }
     session = await ClusterSession.connect(hosts, secret);
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
-    const greedy = o.sampling === undefined || o.sampling.temperature === 0;
     const parallel = o.parallel ?? 'tp';
     progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
     const placement = await session.load({
       model: o.model,
       parallel,
       provider,
-      greedy,
+      greedy: o.greedy ?? false,
       ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
     });
     for (const line of session.planLines()) progress(`  ${line}`);
-    const result = await session.generate({
+    const nodes = local;
+    const open = session;
+    return {
+      session: open,
+      placement,
+      provider,
+      parallel,
+      local: nodes,
+      explain: async (e) => (nodes ? nodes.explain(e) : e),
+      close: async () => {
+        open.close();
+        await nodes?.stop();
+      },
+    };
+  } catch (e) {
+    session?.close();
+    const explained = local ? await local.explain(e) : e;
+    await local?.stop();
+    throw explained;
+  }
+}
+
+/**
+ * `tandem run MODEL --nodes N | --hosts FILE`: starts the cluster (startCluster), generates,
+ * and returns the tokens with every node's metrics. Local nodes are always stopped before
+ * this returns or throws.
+ */
+export async function runDistributed(o: RunDistributedOptions): Promise<DistributedResult> {
+  const greedy = o.sampling === undefined || o.sampling.temperature === 0;
+  const cluster = await startCluster({ ...o, greedy });
+  try {
+    const result = await cluster.session.generate({
       prompt: o.prompt,
       maxTokens: o.maxTokens,
       ...(o.stopTokens ? { stopTokens: o.stopTokens } : {}),
       ...(o.onToken ? { onToken: o.onToken } : {}),
       ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
     });
-    return { ...result, plan: session.planLines(), bytes: placement.bytes, provider, parallel };
+    return {
+      ...result,
+      plan: cluster.session.planLines(),
+      bytes: cluster.placement.bytes,
+      provider: cluster.provider,
+      parallel: cluster.parallel,
+    };
   } catch (e) {
-    throw local ? await local.explain(e) : e;
+    throw await cluster.explain(e);
   } finally {
-    session?.close();
-    await local?.stop();
+    await cluster.close();
   }
 }

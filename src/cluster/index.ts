@@ -15,3 +15,5 @@ export {
 } from './demo.js';
 export { runDistributedText, type DistributedTextOptions } from './run-text.js';
 export { probeSpeed, nodeSpeeds } from './speed.js';
+export { startCluster, type ClusterStartOptions, type StartedCluster } from './distributed.js';
+export { ClusterSlotModel, RemoteSequence } from './cluster-slot-model.js';

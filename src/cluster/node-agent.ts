@@ -16,6 +16,7 @@ import {
   type ParallelPlan,
   type WireFormat,
 } from '../parallel/index.js';
+import { NodeSequences } from './node-sequences.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
   errorToJson,
@@ -70,6 +71,8 @@ class Session {
   private ctx: LoadedRank | undefined;
   private file: GgufModelFile | undefined;
   private kernels: Kernels | undefined;
+  /** Serving: this rank's KV caches of the sequences the coordinator drives (after a load). */
+  private sequences: NodeSequences | undefined;
   /** The coordinator left: a load still under way frees what it built instead of keeping it. */
   private ended = false;
 
@@ -93,6 +96,12 @@ class Session {
         return this.load(m as unknown as LoadRequest);
       case 'generate':
         return this.generate(m);
+      case 'forward':
+      case 'forward-batch':
+        return this.loaded().step(m);
+      case 'release':
+        this.loaded().release(Array.isArray(m.seqs) ? m.seqs.filter(Number.isInteger) : []);
+        return {};
       case 'unload':
         await this.unload();
         return {};
@@ -172,6 +181,7 @@ class Session {
     }
     this.ctx = loaded;
     const c = this.ctx.model.config;
+    this.sequences = new NodeSequences(loaded, Math.min(r.contextLength ?? c.contextLength, c.contextLength));
     return {
       rank: r.rank,
       bytes:
@@ -179,6 +189,12 @@ class Session {
         commBytes(r.plan, r.provider),
       loadMs: Date.now() - started,
     };
+  }
+
+  private loaded(): NodeSequences {
+    if (!this.sequences)
+      throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
+    return this.sequences;
   }
 
   private async generate(m: Message): Promise<Message> {
@@ -234,6 +250,7 @@ class Session {
     const exchange = this.ctx?.exchange;
     this.world = undefined;
     this.ctx = undefined;
+    this.sequences = undefined;
     await exchange?.close();
     if (world) await world.close().catch(() => undefined);
     this.file?.close();

@@ -22,3 +22,4 @@ export {
 export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
 export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
 export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';
+export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';

@@ -127,7 +127,7 @@ async function generateSingleStage(
  * GEMM_TOKENS tokens (a smaller piece of a larger prompt would take the kernels' one-token
  * path and part from one node's prefill in the last bits), at most 256 tokens each.
  */
-function microBatches(n: number, stages: number, asked?: number): number {
+export function microBatches(n: number, stages: number, asked?: number): number {
   const m = asked ?? Math.max(1, Math.min(2 * stages, Math.floor(n / GEMM_TOKENS)));
   return Math.max(1, Math.min(n, Math.max(m, Math.ceil(n / 256))));
 }
@@ -137,7 +137,7 @@ function microBatches(n: number, stages: number, asked?: number): number {
  * (or embeds), runs its layers, sends them on. The prompt goes in micro-batches so stage s
  * works on batch i while stage s + 1 works on batch i - 1. Returns logits on the last stage.
  */
-async function stageForward(
+export async function stageForward(
   ctx: RankContext,
   cache: SequenceCache,
   tokens: readonly number[],

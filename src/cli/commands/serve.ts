@@ -2,7 +2,8 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ApiServer, loadServedModel, type ServedModel } from '../../api/index.js';
+import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
+import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
 import { parseBytes } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 
@@ -20,13 +21,14 @@ const SHUTDOWN_GRACE_MS = 5000;
 
 export const command = defineCommand({
   name: 'serve',
-  summary: 'serve a GGUF model over an OpenAI-compatible HTTP API on this machine',
+  summary: 'serve a GGUF model over an OpenAI-compatible HTTP API, on this machine or split across nodes',
   description:
     "Loads the model and answers POST /v1/chat/completions (messages through the model's chat template), POST /v1/completions, " +
     'GET /v1/models, GET /health, POST /tokenize, POST /detokenize and GET /metrics (Prometheus), streaming with server-sent events as OpenAI does. ' +
     '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
     'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
-    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them) and exit 0. See docs/serve.md. ' +
+    'With --nodes N (local node processes) or --hosts FILE (nodes started with `tandem node`) the model is split across the nodes as `tandem run` splits it, and each decode step of all running sequences goes to every node as one batch. ' +
+    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them), stop the nodes and exit 0. See docs/serve.md. ' +
     `Without MODEL it serves the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
   positionals: [
     {
@@ -72,6 +74,13 @@ export const command = defineCommand({
       description: 'the model id clients pass and /v1/models lists (default: the file name without .gguf)',
       placeholder: 'NAME',
     },
+    ...clusterOptions,
+    'mem-limit': {
+      type: 'string',
+      description:
+        'with --nodes/--hosts: bytes each node may hold, e.g. 8G (placement fails before loading when the model cannot fit)',
+      placeholder: 'BYTES',
+    },
     'max-body': {
       type: 'string',
       description: 'longest request body in bytes (e.g. 4M); longer ones get 413',
@@ -83,13 +92,25 @@ export const command = defineCommand({
     'tandem serve',
     'tandem serve model.gguf',
     'tandem serve model.gguf --port 8000 --slots 8 --context 2048 --model-name tiny',
+    'tandem serve model.gguf --nodes 2 --parallel tp --slots 8',
+    'TANDEM_SECRET=$(cat secret) tandem serve model.gguf --hosts hosts.txt',
     'TANDEM_API_KEY=secret tandem serve model.gguf --host 0.0.0.0',
     'curl http://127.0.0.1:8080/v1/chat/completions -H "content-type: application/json" -d \'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":32}\'',
   ],
   async run({ options, positionals }) {
     const path = positionals[0] ?? embeddedModelPath('serve');
     const port = options.port === 0 ? 0 : checkPort('serve', options.port);
-    const threads = checkThreads('serve', options.threads ?? availableParallelism());
+    const cluster = clusterChoice('serve', options);
+    const memLimit = memLimitOption('serve', options['mem-limit']);
+    if (memLimit !== undefined && !cluster)
+      throw usage(
+        '--mem-limit applies only with --nodes or --hosts',
+        'add --nodes N or --hosts FILE, or drop it',
+      );
+    const threads =
+      options.threads !== undefined || !cluster
+        ? checkThreads('serve', options.threads ?? availableParallelism())
+        : undefined;
     const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);
     const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
     if (options.context !== undefined)
@@ -109,12 +130,19 @@ export const command = defineCommand({
     }
     let name = '';
     const load = async (): Promise<ServedModel> => {
-      const served = await loadServedModel(path, {
-        threads,
+      const common = {
         log,
+        ...(threads !== undefined ? { threads } : {}),
         ...(options.context !== undefined ? { context: options.context } : {}),
         ...(options['model-name'] !== undefined ? { name: options['model-name'] } : {}),
-      });
+      };
+      const served = cluster
+        ? await loadClusterServedModel(path, {
+            ...common,
+            ...cluster,
+            ...(memLimit !== undefined ? { memLimit } : {}),
+          })
+        : await loadServedModel(path, common);
       name = served.name;
       return served;
     };

@@ -1,0 +1,108 @@
+import { TandemError } from '../errors/index.js';
+import {
+  parallelKinds,
+  parseBytes,
+  wireFormats,
+  type ParallelKind,
+  type WireFormat,
+} from '../parallel/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import { checkInteger } from './checks.js';
+import type { OptionTable } from './options.js';
+
+/** The options with which a command splits a model across node processes (src/cluster). */
+export const clusterOptions = {
+  nodes: {
+    type: 'number',
+    description: 'split the model across N local node processes (see docs/parallel.md)',
+  },
+  hosts: {
+    type: 'string',
+    description:
+      'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)',
+    placeholder: 'FILE',
+  },
+  parallel: {
+    type: 'string',
+    description: 'how --nodes/--hosts split the model (default tp)',
+    choices: parallelKinds,
+  },
+  tp: {
+    type: 'number',
+    description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)',
+  },
+  provider: {
+    type: 'string',
+    description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)',
+    choices: ['shm', 'tcp'],
+  },
+  wire: {
+    type: 'string',
+    description: 'with --nodes/--hosts: activations between nodes (default f32)',
+    choices: wireFormats,
+  },
+} as const satisfies OptionTable;
+
+export interface ClusterChoice {
+  nodes?: number;
+  hosts?: string;
+  parallel?: ParallelKind;
+  tpSize?: number;
+  provider?: ProviderName;
+  wire?: WireFormat;
+}
+
+/**
+ * The cluster options of `command`, checked once: --nodes and --hosts exclude each other, --tp
+ * needs --parallel hybrid, and the others need one of them. Undefined when neither is given.
+ */
+export function clusterChoice(
+  command: string,
+  o: {
+    nodes?: number | undefined;
+    hosts?: string | undefined;
+    parallel?: ParallelKind | undefined;
+    tp?: number | undefined;
+    provider?: 'shm' | 'tcp' | undefined;
+    wire?: WireFormat | undefined;
+  },
+): ClusterChoice | undefined {
+  const usage = (message: string, hint: string): TandemError =>
+    new TandemError('CLI_USAGE', `${command}: ${message}`, { hint });
+  if (o.nodes !== undefined && o.hosts !== undefined)
+    throw usage(
+      '--nodes and --hosts both given',
+      'pass --nodes N to start local node processes, or --hosts FILE to use nodes started with `tandem node`, not both',
+    );
+  if (o.nodes !== undefined) checkInteger(command, 'nodes', o.nodes, 1, 64, 2);
+  if (o.tp !== undefined) checkInteger(command, 'tp', o.tp, 1, 64, 2);
+  if (o.tp !== undefined && o.parallel !== 'hybrid')
+    throw usage(`--tp ${o.tp} needs --parallel hybrid`, 'add --parallel hybrid, or drop --tp');
+  if (o.nodes === undefined && o.hosts === undefined) {
+    const given = (['parallel', 'wire', 'provider'] as const).filter((k) => o[k] !== undefined);
+    if (given.length > 0)
+      throw usage(
+        `${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes or --hosts`,
+        'add --nodes N (local node processes) or --hosts FILE, or drop them to run on this machine',
+      );
+    return undefined;
+  }
+  return {
+    ...(o.nodes !== undefined ? { nodes: o.nodes } : { hosts: o.hosts as string }),
+    ...(o.parallel !== undefined ? { parallel: o.parallel } : {}),
+    ...(o.tp !== undefined ? { tpSize: o.tp } : {}),
+    ...(o.provider !== undefined ? { provider: o.provider } : {}),
+    ...(o.wire !== undefined ? { wire: o.wire } : {}),
+  };
+}
+
+/** --mem-limit as bytes: a typed error names the option when it is not a byte size. */
+export function memLimitOption(command: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const bytes = parseBytes(text);
+  if (bytes === undefined || bytes < 1)
+    throw new TandemError('CLI_USAGE', `${command}: --mem-limit '${text}' is not a byte size`, {
+      hint: 'for example --mem-limit 8G',
+    });
+  return bytes;
+}

@@ -1,0 +1,49 @@
+import { TandemError } from '../errors/index.js';
+import type { SequenceCache } from '../engine/kv/kv-cache.js';
+import { forwardBatchOnRank, forwardOnRank, logitsRank, type RankContext } from '../parallel/index.js';
+import { encodeLogits, MAX_SEQUENCES, parseForward } from './sequence-wire.js';
+import type { Message } from './protocol.js';
+
+/** A node's side of serving: a KV cache per sequence id, and the forwards the coordinator drives. */
+export class NodeSequences {
+  private readonly caches = new Map<number, SequenceCache>();
+
+  constructor(
+    private readonly ctx: RankContext,
+    private readonly contextLength: number,
+  ) {}
+
+  /** Runs a `forward` or `forward-batch` request; the logits rank answers with the logits. */
+  async step(m: Message): Promise<Message> {
+    const r = parseForward(m, this.ctx.model.config.vocabSize);
+    for (const id of r.reset) this.cacheOf(id).reset();
+    const caches = r.seqs.map((id) => this.cacheOf(id));
+    const rows = r.single
+      ? [await forwardOnRank(this.ctx, caches[0] as SequenceCache, r.tokens)]
+      : await forwardBatchOnRank(this.ctx, caches, r.tokens);
+    if (this.ctx.me.rank !== logitsRank(this.ctx.plan)) return {};
+    if (!rows || rows.some((row) => row === undefined))
+      throw new TandemError('CLUSTER_PROTOCOL', 'the logits rank computed no logits', {
+        hint: 'this is a bug: report it with the plan',
+      });
+    return { logits: encodeLogits(rows as Float32Array[]) };
+  }
+
+  /** Drops sequences' caches (the coordinator has no further use for them). */
+  release(ids: readonly number[]): void {
+    for (const id of ids) this.caches.delete(id);
+  }
+
+  private cacheOf(id: number): SequenceCache {
+    let cache = this.caches.get(id);
+    if (!cache) {
+      if (this.caches.size >= MAX_SEQUENCES)
+        throw new TandemError('CLUSTER_PROTOCOL', `a node keeps at most ${MAX_SEQUENCES} sequences`, {
+          hint: 'serve with fewer --slots',
+        });
+      cache = this.ctx.model.newSession({ contextLength: this.contextLength });
+      this.caches.set(id, cache);
+    }
+    return cache;
+  }
+}

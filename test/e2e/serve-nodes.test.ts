@@ -1,0 +1,190 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { ApiServer } from '../../src/api/http-server.js';
+import { loadClusterServedModel, type ClusterServeOptions } from '../../src/api/cluster-served-model.js';
+import { startTestServer } from '../../src/api/testing.js';
+import { tandemBin } from '../../src/cli/testing.js';
+import { makeTestModelFile, PROMPT } from './parallel-models.js';
+
+/*
+ * `tandem serve` over local node processes: the scheduler drives every forward on the nodes
+ * (one batch per decode step), and each greedy stream equals the same prompt served alone by
+ * one process. The model: a 4-layer Q8_0 llama with a large weight spread, so greedy tokens
+ * move (test/e2e/parallel-models.ts).
+ */
+
+let dir = '';
+let path = '';
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tandem-serve-nodes-'));
+  path = await makeTestModelFile(dir, 'llama', 'llama', 'q8_0');
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+function startClusterServer(o: Omit<ClusterServeOptions, 'threads'>, slots: number): Promise<ApiServer> {
+  return ApiServer.start({
+    host: '127.0.0.1',
+    port: 0,
+    maxBodyBytes: 1 << 20,
+    slots,
+    maxQueue: 64,
+    load: () => loadClusterServedModel(path, { threads: 1, ...o }),
+  });
+}
+
+/** Eight distinct prompts of token ids. */
+const prompts = Array.from({ length: 8 }, (_, i) => PROMPT.map((t) => ((t + 37 * i) % 500) + 3));
+
+interface Completion {
+  text: string;
+  finish: string | undefined;
+  tokens: number;
+}
+
+/** A streamed greedy completion of token ids, its text put back together from the chunks. */
+async function streamed(url: string, prompt: number[], maxTokens: number): Promise<Completion> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      prompt,
+      max_tokens: maxTokens,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
+    signal: AbortSignal.timeout(60_000),
+  });
+  assert.equal(res.status, 200);
+  const out: Completion = { text: '', finish: undefined, tokens: 0 };
+  for (const line of (await res.text()).split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const chunk = JSON.parse(line.slice(6)) as {
+      choices: { text: string; finish_reason: string | null }[];
+      usage?: { completion_tokens: number };
+      error?: unknown;
+    };
+    assert.equal(chunk.error, undefined, 'no error event');
+    for (const c of chunk.choices) {
+      out.text += c.text;
+      out.finish = c.finish_reason ?? out.finish;
+    }
+    if (chunk.usage) out.tokens = chunk.usage.completion_tokens;
+  }
+  return out;
+}
+
+describe('serve over nodes', { timeout: 240_000 }, () => {
+  let alone: Completion[] = [];
+
+  before(async () => {
+    const one = await startTestServer(path, { slots: 1 });
+    try {
+      await one.ready;
+      alone = [];
+      for (const p of prompts) alone.push(await streamed(one.url, p, 12));
+    } finally {
+      await one.close(0);
+    }
+    assert.ok(new Set(alone.map((c) => c.text)).size > 1, 'the prompts give different texts');
+  });
+
+  it('tensor parallel on 2 nodes: 8 concurrent greedy streams each equal the prompt served alone by one process', async () => {
+    const server = await startClusterServer({ nodes: 2, parallel: 'tp' }, 8);
+    try {
+      await server.ready;
+      const together = await Promise.all(prompts.map((p) => streamed(server.url, p, 12)));
+      assert.deepEqual(together, alone);
+      // a cancelled stream leaves the nodes serving: the next request is answered as before
+      const ac = new AbortController();
+      const res = await fetch(`${server.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: prompts[0], max_tokens: 100, temperature: 0, stream: true }),
+        signal: ac.signal,
+      });
+      const reader = res.body!.getReader();
+      await reader.read();
+      ac.abort();
+      assert.deepEqual(await streamed(server.url, prompts[1]!, 12), alone[1]);
+    } finally {
+      await server.close(0);
+    }
+  });
+
+  it('pipeline on 2 nodes: 4 concurrent greedy streams each equal the prompt served alone', async () => {
+    const server = await startClusterServer({ nodes: 2, parallel: 'pp', provider: 'tcp' }, 4);
+    try {
+      await server.ready;
+      const together = await Promise.all(prompts.slice(0, 4).map((p) => streamed(server.url, p, 12)));
+      assert.deepEqual(together, alone.slice(0, 4));
+    } finally {
+      await server.close(0);
+    }
+  });
+});
+
+/** Pids of processes whose environment holds `mark` (the serve process's children inherit it). */
+function pidsWith(mark: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`, 'latin1').includes(mark)) out.push(Number(entry));
+    } catch {
+      // the process ended, or is not ours to read
+    }
+  }
+  return out;
+}
+
+describe('tandem serve --nodes', { timeout: 120_000 }, () => {
+  it('serves over 2 local nodes, then SIGTERM stops the nodes and exits 0', async () => {
+    const mark = `TANDEM_TEST_MARK=${randomUUID()}`;
+    const child = spawn(
+      process.execPath,
+      [tandemBin, 'serve', path, '--port', '0', '--nodes', '2', '--threads', '1'],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        env: { ...process.env, TANDEM_TEST_MARK: mark.split('=')[1] },
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no listening line:\n${stderr}`)), 60_000);
+        const check = (): void => {
+          const m = /listening on (http:\/\/\S+)/.exec(stderr);
+          if (m) {
+            clearTimeout(timer);
+            resolve(m[1] as string);
+          }
+        };
+        child.stderr.on('data', check);
+        void exited.then(() => reject(new Error(`serve exited:\n${stderr}`)));
+      });
+      assert.match(stderr, /starting 2 local node\(s\)/);
+      assert.equal(pidsWith(mark).length, 3, 'the server and its 2 nodes run');
+      const got = await streamed(url, prompts[2]!, 8);
+      assert.equal(got.tokens, 8);
+      child.kill('SIGTERM');
+      const code = await Promise.race([
+        exited,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('no exit within 15 s')), 15_000)),
+      ]);
+      assert.equal(code, 0, stderr);
+      const deadline = Date.now() + 5000;
+      while (pidsWith(mark).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(pidsWith(mark), [], 'no node process is left');
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
