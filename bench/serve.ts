@@ -22,6 +22,10 @@ export interface ServeBenchOptions {
   /** Also run llama.cpp with as many sequences in one context. */
   anchors: boolean;
   timeoutMs: number;
+  /** Serve across this many local node processes (`tandem serve --nodes`); `threads` is then per node. */
+  nodes?: number;
+  /** With `nodes`: how the model is split (tandem serve's --parallel). */
+  parallel?: string;
   onProgress?: (line: string) => void;
 }
 
@@ -29,6 +33,9 @@ export interface ServeBenchOptions {
 export interface ServeBenchRow {
   engine: 'tandem' | 'llama.cpp';
   concurrency: number;
+  /** tandem across local nodes: how many, and the split. */
+  nodes?: number;
+  parallel?: string;
   requests: number;
   ttft_ms_p50: number;
   ttft_ms_p99: number;
@@ -115,6 +122,7 @@ function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: 
     String(slots),
     '--context',
     String(o.promptTokens + o.maxTokens + 8),
+    ...(o.nodes !== undefined ? ['--nodes', String(o.nodes), '--parallel', o.parallel ?? 'tp'] : []),
   ];
   const child = spawn(process.execPath, [tandemBin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
   return new Promise((resolve, reject) => {
@@ -198,7 +206,8 @@ async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<Serv
         return timings;
       });
       const timings = (await Promise.all(clients)).flat();
-      rows.push(summarize('tandem', c, timings, performance.now() - start));
+      const row = summarize('tandem', c, timings, performance.now() - start);
+      rows.push(o.nodes !== undefined ? { ...row, nodes: o.nodes, parallel: o.parallel ?? 'tp' } : row);
       o.onProgress?.(`tandem, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
     }
   } finally {
@@ -215,7 +224,8 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
   for (const c of o.concurrency) {
     const job: LlamaServeJob = {
       model: o.model,
-      threads: o.threads,
+      // as many threads as all of tandem's nodes together
+      threads: o.threads * (o.nodes ?? 1),
       prompt,
       maxTokens: o.maxTokens,
       concurrency: c,
@@ -243,7 +253,7 @@ export function table(rows: readonly ServeBenchRow[]): string {
     'tok/s/stream',
   ];
   const body = rows.map((r) => [
-    r.engine,
+    r.nodes !== undefined ? `${r.engine} (${r.nodes} nodes, ${r.parallel})` : r.engine,
     String(r.concurrency),
     String(r.requests),
     r.ttft_ms_p50.toFixed(1),

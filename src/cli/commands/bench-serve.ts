@@ -2,6 +2,7 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkSeconds, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
+import { parallelKinds } from '../../parallel/index.js';
 import { benchServe, table } from '../../../bench/serve.js';
 
 export const command = defineCommand({
@@ -23,7 +24,17 @@ export const command = defineCommand({
   options: {
     threads: {
       type: 'number',
-      description: `compute threads for both engines, ${threadsBound} (default: all cores)`,
+      description: `compute threads for both engines (per node with --nodes), ${threadsBound} (default: all cores, shared out among --nodes)`,
+    },
+    nodes: {
+      type: 'number',
+      description:
+        'serve across N local node processes (tandem serve --nodes N); llama.cpp still runs in one process',
+    },
+    parallel: {
+      type: 'string',
+      description: 'with --nodes: how the model is split (default tp)',
+      choices: parallelKinds,
     },
     concurrency: {
       type: 'list',
@@ -49,9 +60,19 @@ export const command = defineCommand({
   examples: [
     'tandem bench serve /tmp/tl-q8_0.gguf --threads 2 --concurrency 1,4 --anchors',
     'tandem bench serve m.gguf --concurrency 1,2 --max-tokens 16 --json',
+    'tandem bench serve /tmp/tl-q8_0.gguf --nodes 2 --parallel tp --concurrency 8',
   ],
   async run({ options, positionals }) {
-    const threads = checkThreads('bench serve', options.threads ?? availableParallelism());
+    const nodes =
+      options.nodes === undefined ? undefined : checkInteger('bench serve', 'nodes', options.nodes, 1, 64, 2);
+    if (options.parallel !== undefined && nodes === undefined)
+      throw new TandemError('CLI_USAGE', 'bench serve: --parallel applies only with --nodes', {
+        hint: 'add --nodes N, or drop --parallel',
+      });
+    const threads = checkThreads(
+      'bench serve',
+      options.threads ?? Math.max(1, Math.floor(availableParallelism() / (nodes ?? 1))),
+    );
     checkSeconds('bench serve', 'timeout', options.timeout);
     const concurrency = options.concurrency.map((c) => {
       const n = /^\d+$/.test(c) ? Number(c) : NaN;
@@ -72,6 +93,7 @@ export const command = defineCommand({
       maxTokens: checkInteger('bench serve', 'max-tokens', options['max-tokens'], 1),
       rounds: checkInteger('bench serve', 'rounds', options.rounds, 1),
       anchors: options.anchors,
+      ...(nodes !== undefined ? { nodes, parallel: options.parallel ?? 'tp' } : {}),
       timeoutMs: options.timeout * 1000,
       ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
     });
