@@ -1,4 +1,9 @@
-import { ClusterSlotModel, startCluster, type ClusterStartOptions } from '../cluster/index.js';
+import {
+  ClusterSlotModel,
+  ServingCluster,
+  startCluster,
+  type ClusterStartOptions,
+} from '../cluster/index.js';
 import { configFromMetadata, GgufModelFile, Tokenizer, tokenizerMetadataFromGguf } from '../engine/index.js';
 import { servingParts, type LoadServedOptions, type ServedModel, type ServingParts } from './served-model.js';
 
@@ -9,8 +14,9 @@ export type ClusterServeOptions = LoadServedOptions &
  * Opens a model for serving across a cluster's nodes (`tandem serve --nodes N | --hosts
  * FILE`): this process reads the tokenizer and template from the file, starts or reaches the
  * nodes, and loads the shards there with full logits (requests may sample and ask for
- * logprobs). The scheduler then drives every forward on the nodes (ClusterSlotModel);
- * closing stops the local nodes.
+ * logprobs). The scheduler then drives every forward on the nodes (ClusterSlotModel), which
+ * re-places the model on the survivors when a member is lost (ServingCluster); closing stops
+ * the local nodes.
  */
 export async function loadClusterServedModel(path: string, o: ClusterServeOptions): Promise<ServedModel> {
   const log = o.log ?? (() => {});
@@ -33,9 +39,20 @@ export async function loadClusterServedModel(path: string, o: ClusterServeOption
     contextLength: parts.contextLength,
     onProgress: log,
   });
-  const model = new ClusterSlotModel(cluster.session, parts.config, parts.contextLength);
+  const serving = new ServingCluster(cluster.session, cluster.placement, cluster.load);
+  serving.onEvent = (e) => log(`cluster: ${e.message}`);
+  const model = new ClusterSlotModel(serving, parts.config, parts.contextLength);
   log(
     `loaded ${parts.config.arch} on ${cluster.placement.plan.nodes} node(s) (--parallel ${cluster.parallel} over ${cluster.provider}), context ${parts.contextLength} per slot`,
   );
-  return { ...parts, model, close: () => cluster.close() };
+  return {
+    ...parts,
+    model,
+    cluster: () => serving.view(),
+    problem: () => model.problem(),
+    close: async () => {
+      serving.close();
+      await cluster.close();
+    },
+  };
 }

@@ -36,7 +36,7 @@ const modelRoutes: Record<string, RouteHandler> = {
   'POST /tokenize': tokenize,
   'POST /detokenize': detokenize,
 };
-const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics']);
+const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics', 'GET /v1/cluster']);
 
 type State =
   | { kind: 'loading' }
@@ -157,6 +157,7 @@ export class ApiServer {
       if (route === 'GET /v1/models')
         return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
       if (route === 'GET /metrics') return this.sendMetrics(res);
+      if (route === 'GET /v1/cluster') return this.sendCluster(res);
       const body = await this.readBody(req);
       const state = this.requireReady();
       await (modelRoutes[route] as RouteHandler)({
@@ -175,8 +176,9 @@ export class ApiServer {
   }
 
   private health(res: ServerResponse): void {
-    if (this.state.kind === 'ready') return sendJson(res, 200, { status: 'ok' });
-    const e = toHttpError(this.notReady());
+    const problem = this.state.kind === 'ready' ? this.state.served.problem?.() : undefined;
+    if (this.state.kind === 'ready' && !problem) return sendJson(res, 200, { status: 'ok' });
+    const e = toHttpError(problem ?? this.notReady());
     sendJson(res, e.status, e.body, e.headers);
   }
 
@@ -206,7 +208,23 @@ export class ApiServer {
 
   private requireReady(): Extract<State, { kind: 'ready' }> {
     if (this.state.kind !== 'ready') throw this.notReady();
+    const problem = this.state.served.problem?.();
+    if (problem) throw problem;
     return this.state;
+  }
+
+  /** GET /v1/cluster: members, placement and re-placements of a model served over nodes. */
+  private sendCluster(res: ServerResponse): void {
+    const state = this.requireReady();
+    if (!state.served.cluster)
+      throw new TandemError(
+        'API_NOT_FOUND',
+        'this server runs the model in its own process, not over a cluster',
+        {
+          hint: 'serve with --nodes N or --hosts FILE to split the model across nodes',
+        },
+      );
+    sendJson(res, 200, state.served.cluster());
   }
 
   private sendMetrics(res: ServerResponse): void {

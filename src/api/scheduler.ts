@@ -285,6 +285,8 @@ export class Scheduler {
     const seq = slot.seq;
     if (!seq) return;
     slot.seq = undefined;
+    // nothing of the finished sequence is kept (a cluster's model would replay it after a loss)
+    slot.cache?.reset();
     if (reason) seq.resolve({ reason, generated: seq.generated });
     else this.fail(seq, error);
   }

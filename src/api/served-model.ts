@@ -9,6 +9,7 @@ import {
   type Tokenizer,
 } from '../engine/index.js';
 import { TandemError } from '../errors/index.js';
+import type { ClusterView } from '../cluster/index.js';
 import { badRequest } from './errors.js';
 import type { SlotModel } from './scheduler.js';
 
@@ -25,6 +26,10 @@ export interface ServedModel {
   contextLength: number;
   /** End-of-generation tokens: generating one ends a completion with finish_reason "stop". */
   stopTokens: ReadonlySet<number>;
+  /** Served over a cluster: its members, placement and re-placements now (GET /v1/cluster). */
+  cluster?: () => ClusterView;
+  /** Why the model cannot answer now (a cluster that lost too many members): /health and new requests get 503. */
+  problem?: () => TandemError | undefined;
   close(): Promise<void>;
 }
 
@@ -74,7 +79,9 @@ export async function loadServedModel(path: string, options: LoadServedOptions =
 }
 
 /** What serving takes from a model file besides the weights: tokenizer, chat template, stop tokens, limits. */
-export type ServingParts = Omit<ServedModel, 'model' | 'close'> & { config: ModelConfig };
+export type ServingParts = Omit<ServedModel, 'model' | 'close' | 'cluster' | 'problem'> & {
+  config: ModelConfig;
+};
 
 /**
  * The serving parts of a model file (`meta` reads its metadata): its tokenizer (a typed

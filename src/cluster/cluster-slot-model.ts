@@ -1,17 +1,21 @@
+import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import { logitsRank } from '../parallel/index.js';
 import { decodeLogits } from './sequence-wire.js';
-import type { ClusterSession } from './session.js';
+import type { ServingCluster } from './serving-cluster.js';
 
 /**
- * A sequence as the coordinator sees it: an id every node keys its KV cache by, and how many
- * positions those caches hold. Resetting it makes the next step start the nodes' caches over.
+ * A sequence as the coordinator sees it: an id every node keys its KV cache by, how many
+ * positions those caches hold, and the forwards that filled them (to fill them again on other
+ * nodes). Resetting it makes the next step start the nodes' caches over.
  */
 export class RemoteSequence {
   length = 0;
   /** The nodes' caches for this id start over at the next step that carries it. */
   stale = true;
+  /** The forwards that filled the caches, in order: a prompt chunk (an array) or one decode step's token. */
+  readonly ops: (number[] | number)[] = [];
 
   constructor(
     readonly id: number,
@@ -21,33 +25,62 @@ export class RemoteSequence {
   reset(): void {
     this.length = 0;
     this.stale = true;
+    this.ops.length = 0;
   }
 }
+
+/** How long a step may wait for the cluster to heal (re-placement and replay) before it fails. */
+const HEAL_DEADLINE_MS = 60_000;
 
 /**
  * A model loaded across a cluster's nodes, driven step by step from the coordinator: the
  * forwards a single-process model offers (a prompt chunk of one sequence, a decode step of
  * several), each sent to every node at once; the nodes run their shards in lockstep and the
  * logits rank answers. Steps go one at a time (the caller awaits each), so the collectives
- * inside them pair up. After a failed step the nodes have aborted their collectives; every
- * later step fails with the first error.
+ * inside them pair up.
+ *
+ * When a member is lost during a step, the step does not fail: the model is re-placed on the
+ * survivors, every sequence's caches are filled again by replaying its forwards in the same
+ * shapes (prompt chunks as chunks, decode tokens as batch rows, which give a lone token's
+ * bits), and the step runs again. The caller sees a slower step with the logits it would have
+ * had. A step fails when the survivors cannot hold the model or healing takes over a minute.
  */
 export class ClusterSlotModel {
   private nextId = 1;
   private broken: unknown;
+  private readonly sequences = new Set<RemoteSequence>();
+  /** Milliseconds each heal took, from the failed step to the replayed caches. */
+  readonly heals: number[] = [];
 
   constructor(
-    private readonly session: ClusterSession,
+    private readonly cluster: ServingCluster,
     readonly config: ModelConfig,
     private readonly contextLength: number,
     private readonly stepTimeoutMs = 120_000,
   ) {}
 
+  /** The error that ended serving on this cluster (no placement left), if one did. */
+  problem(): TandemError | undefined {
+    const b = this.broken;
+    if (b === undefined) return undefined;
+    return b instanceof TandemError && b.code === 'CLUSTER_NO_PLACEMENT'
+      ? b
+      : new TandemError(
+          'CLUSTER_NO_PLACEMENT',
+          `serving over the cluster failed: ${b instanceof Error ? b.message : String(b)}`,
+          {
+            hint: 'restart tandem serve',
+          },
+        );
+  }
+
   newSession(options: { contextLength?: number } = {}): RemoteSequence {
-    return new RemoteSequence(
+    const seq = new RemoteSequence(
       this.nextId++,
       Math.min(options.contextLength ?? this.contextLength, this.contextLength),
     );
+    this.sequences.add(seq);
+    return seq;
   }
 
   /** Runs tokens at the sequence's next positions on every node; the logits of the last one. */
@@ -66,10 +99,6 @@ export class ClusterSlotModel {
     seqs: readonly RemoteSequence[],
     tokens: number[],
   ): Promise<Float32Array[]> {
-    if (this.broken !== undefined) throw this.broken;
-    const plan = this.session.placement?.plan;
-    if (!plan)
-      throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
     const grow = type === 'forward' ? tokens.length : 1;
     for (const seq of seqs) {
       if (seq.length + grow > seq.contextLength)
@@ -79,29 +108,108 @@ export class ClusterSlotModel {
           { hint: 'shorten the prompt or ask for fewer tokens' },
         );
     }
-    const body = {
-      seqs: seqs.map((s) => s.id),
-      tokens,
-      reset: seqs.filter((s) => s.stale).map((s) => s.id),
-    };
-    const at = logitsRank(plan);
-    try {
-      const replies = await Promise.all(
-        this.session.clients.map((c) => c.request(type, body, this.stepTimeoutMs)),
-      );
-      const rows = decodeLogits(
-        replies[at]?.logits,
-        type === 'forward' ? 1 : seqs.length,
-        this.config.vocabSize,
-      );
-      for (const seq of seqs) {
-        seq.stale = false;
-        seq.length += grow;
+    for (;;) {
+      if (this.broken !== undefined) throw this.broken;
+      try {
+        const rows = await this.send(type, seqs, tokens);
+        for (const [t, seq] of seqs.entries())
+          seq.ops.push(type === 'forward' ? tokens : (tokens[t] as number));
+        return rows;
+      } catch (error) {
+        await this.heal(error);
       }
-      return rows;
+    }
+  }
+
+  /** One step on every node of the current placement; every request has settled when this throws. */
+  private async send(
+    type: 'forward' | 'forward-batch',
+    seqs: readonly RemoteSequence[],
+    tokens: number[],
+  ): Promise<Float32Array[]> {
+    const session = this.cluster.session;
+    const plan = session.placement?.plan;
+    if (!plan)
+      throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
+    const body = { seqs: seqs.map((s) => s.id), tokens, reset: seqs.filter((s) => s.stale).map((s) => s.id) };
+    const sent = session.clients.map((c) => c.request(type, body, this.stepTimeoutMs));
+    let replies;
+    try {
+      replies = await Promise.all(sent);
     } catch (error) {
-      this.broken ??= error;
+      // a lost member fails its request at once, the survivors theirs once told to abort
+      await Promise.allSettled(sent);
       throw error;
+    }
+    const rows = decodeLogits(
+      replies[logitsRank(plan)]?.logits,
+      type === 'forward' ? 1 : seqs.length,
+      this.config.vocabSize,
+    );
+    for (const seq of seqs) {
+      seq.stale = false;
+      seq.length += type === 'forward' ? tokens.length : 1;
+    }
+    return rows;
+  }
+
+  /**
+   * After a failed step: when a member was lost, re-place and replay (again if another is lost
+   * meanwhile); otherwise, or past the deadline, the error stands for this and every later step.
+   */
+  private async heal(error: unknown): Promise<void> {
+    const started = performance.now();
+    for (;;) {
+      if (!this.cluster.someLost() || performance.now() - started > HEAL_DEADLINE_MS) {
+        this.broken = error;
+        throw error;
+      }
+      try {
+        await this.cluster.replace();
+        await this.replay();
+        this.heals.push(performance.now() - started);
+        return;
+      } catch (e) {
+        error = e;
+        if (e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT') {
+          this.broken = e;
+          throw e;
+        }
+      }
+    }
+  }
+
+  /**
+   * Fills every sequence's caches on the new placement with the forwards that filled them:
+   * each sequence's prompt chunks, then the decode tokens of all sequences as batch rows, in
+   * step order (row t of each sequence in the t-th batch).
+   */
+  private async replay(): Promise<void> {
+    const live = [...this.sequences].filter((s) => s.ops.length > 0);
+    for (const s of live) {
+      s.stale = true;
+      s.length = 0;
+    }
+    const rows = new Map<RemoteSequence, number[]>();
+    for (const s of live) {
+      let i = 0;
+      for (; i < s.ops.length && Array.isArray(s.ops[i]); i++)
+        await this.send('forward', [s], s.ops[i] as number[]);
+      const rest = s.ops.slice(i);
+      if (rest.some(Array.isArray)) {
+        // a chunk after a decode step: replay this sequence one forward at a time
+        for (const op of rest)
+          await (Array.isArray(op) ? this.send('forward', [s], op) : this.send('forward-batch', [s], [op]));
+      } else if (rest.length > 0) rows.set(s, rest as number[]);
+    }
+    for (let t = 0; ; t++) {
+      const batch = [...rows].filter(([, r]) => r.length > t);
+      if (batch.length === 0) break;
+      await this.send(
+        'forward-batch',
+        batch.map(([s]) => s),
+        batch.map(([, r]) => r[t] as number),
+      );
     }
   }
 }

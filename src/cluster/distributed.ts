@@ -7,7 +7,7 @@ import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, Placement, WireFormat } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
-import { ClusterSession, type ClusterResult } from './session.js';
+import { ClusterSession, type ClusterResult, type LoadOptions } from './session.js';
 
 /** How to start (or reach) the nodes of a cluster and place a model on them. */
 export interface ClusterStartOptions {
@@ -58,6 +58,8 @@ export interface RunDistributedOptions extends Omit<ClusterStartOptions, 'greedy
 export interface StartedCluster {
   session: ClusterSession;
   placement: Placement;
+  /** What the model was loaded with: the same loads it again on survivors. */
+  load: LoadOptions;
   provider: ProviderName;
   parallel: ParallelKind;
   /** Local nodes (`--nodes`), undefined for a hostfile's. */
@@ -125,7 +127,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
     const parallel = o.parallel ?? 'tp';
     progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
-    const placement = await session.load({
+    const load: LoadOptions = {
       model: o.model,
       parallel,
       provider,
@@ -134,13 +136,15 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
-    });
+    };
+    const placement = await session.load(load);
     for (const line of session.planLines()) progress(`  ${line}`);
     const nodes = local;
     const open = session;
     return {
       session: open,
       placement,
+      load,
       provider,
       parallel,
       local: nodes,

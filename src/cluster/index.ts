@@ -17,3 +17,4 @@ export { runDistributedText, type DistributedTextOptions } from './run-text.js';
 export { probeSpeed, nodeSpeeds } from './speed.js';
 export { startCluster, type ClusterStartOptions, type StartedCluster } from './distributed.js';
 export { ClusterSlotModel, RemoteSequence } from './cluster-slot-model.js';
+export { ServingCluster, type ClusterEvent, type ClusterView, type MemberView } from './serving-cluster.js';

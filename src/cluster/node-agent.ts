@@ -20,6 +20,7 @@ import { NodeSequences } from './node-sequences.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
   errorToJson,
+  HEARTBEAT_MS,
   mac,
   nonce,
   parseHostPort,
@@ -279,9 +280,11 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
   let session: Session | undefined;
   let queue: Promise<unknown> = Promise.resolve();
   const handshake = setTimeout(() => socket.destroy(), 10_000);
+  let heartbeat: NodeJS.Timeout | undefined;
   send(socket, { type: 'challenge', nonce: challenge });
   socket.on('close', () => {
     clearTimeout(handshake);
+    clearInterval(heartbeat);
     const s = session;
     session = undefined;
     void (s ? s.end() : Promise.resolve()).finally(onEnd);
@@ -302,6 +305,8 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
         }
         clearTimeout(handshake);
         session = new Session(socket, o);
+        // the coordinator declares a node dead when these stop (protocol.ts, DEAD_AFTER_MS)
+        heartbeat = setInterval(() => send(socket, { event: 'heartbeat' }), HEARTBEAT_MS);
         send(socket, {
           type: 'welcome',
           mac: mac(o.secret, 'node', m.nonce),
@@ -310,6 +315,11 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
         return;
       }
       const s = session;
+      if (m.type === 'abort') {
+        // beside the queue: it ends the collective a queued request waits in (a peer is lost)
+        s.abort(`the coordinator aborted: ${String(m.reason ?? 'a peer was lost')}`);
+        return;
+      }
       // Requests run one at a time, in order, like the collectives they drive.
       queue = queue.then(async () => {
         try {

@@ -10,6 +10,12 @@ import { TandemError, errorCodes, type ErrorCode } from '../errors/index.js';
  */
 export type Message = Record<string, unknown>;
 
+/** A node sends a heartbeat event this often once authenticated. */
+export const HEARTBEAT_MS = 1000;
+
+/** A node from which nothing (heartbeat, reply or event) came for this long is dead. */
+export const DEAD_AFTER_MS = 3000;
+
 /** Largest control line accepted (a plan for many ranks fits easily). */
 const MAX_LINE = 16 * 1024 * 1024;
 
@@ -114,17 +120,42 @@ export class ControlClient {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private lost: TandemError | undefined;
-  /** Events from the node (tokens, listening addresses). */
+  /** When the last message of any kind came from the node (Date.now()). */
+  private lastSeen = Date.now();
+  private readonly watchdog: NodeJS.Timeout;
+  /** Events from the node (tokens, listening addresses); heartbeats are not passed on. */
   onEvent: (m: Message) => void = () => {};
+  /** Called once, when the node is found lost (connection closed or failed, or silent for deadAfterMs). */
+  onLost: (e: TandemError) => void = () => {};
 
   private constructor(
     private readonly socket: Socket,
     readonly address: string,
     readonly label: string,
     readonly info: Message,
+    deadAfterMs: number,
   ) {
     socket.on('close', () => this.fail(this.lostError('closed its control connection')));
     socket.on('error', (e) => this.fail(this.lostError(`control connection error: ${e.message}`)));
+    this.watchdog = setInterval(
+      () => {
+        if (Date.now() - this.lastSeen <= deadAfterMs) return;
+        this.fail(this.lostError(`sent no heartbeat for ${deadAfterMs} ms (stopped, stuck or cut off)`));
+        socket.destroy();
+      },
+      Math.min(250, deadAfterMs / 4),
+    );
+    this.watchdog.unref();
+  }
+
+  /** Whether the node is lost; the error that says how. */
+  get lostWith(): TandemError | undefined {
+    return this.lost;
+  }
+
+  /** Milliseconds since anything came from the node. */
+  get silentMs(): number {
+    return Date.now() - this.lastSeen;
   }
 
   private lostError(why: string): TandemError {
@@ -135,7 +166,11 @@ export class ControlClient {
   }
 
   private fail(e: TandemError): void {
-    this.lost ??= e;
+    clearInterval(this.watchdog);
+    if (!this.lost) {
+      this.lost = e;
+      this.onLost(e);
+    }
     for (const p of this.pending.values()) {
       clearTimeout(p.timer);
       p.reject(this.lost);
@@ -149,6 +184,7 @@ export class ControlClient {
     secret: string,
     label: string,
     timeoutMs: number,
+    deadAfterMs = DEAD_AFTER_MS,
   ): Promise<ControlClient> {
     const { host, port } = parseHostPort(address, 'node address');
     return new Promise((resolve, reject) => {
@@ -192,7 +228,7 @@ export class ControlClient {
             stage = 2;
             socket.removeAllListeners('error');
             socket.removeAllListeners('data');
-            const client = new ControlClient(socket, address, label, (m.info ?? {}) as Message);
+            const client = new ControlClient(socket, address, label, (m.info ?? {}) as Message, deadAfterMs);
             readMessages(
               socket,
               (x) => client.dispatch(x),
@@ -229,8 +265,9 @@ export class ControlClient {
   }
 
   private dispatch(m: Message): void {
+    this.lastSeen = Date.now();
     if (typeof m.id !== 'number') {
-      this.onEvent(m);
+      if (m.event !== 'heartbeat') this.onEvent(m);
       return;
     }
     const p = this.pending.get(m.id);
@@ -264,7 +301,13 @@ export class ControlClient {
     });
   }
 
+  /** Sends a message the node handles at once, beside the request it runs (no reply awaited). */
+  notify(type: string, body: Message): void {
+    if (!this.lost) send(this.socket, { ...body, type });
+  }
+
   close(): void {
+    clearInterval(this.watchdog);
     this.socket.end();
     this.socket.destroy();
   }

@@ -79,6 +79,16 @@ export class ClusterSession {
     readonly infos: Message[],
   ) {}
 
+  /** The same connections less those in `drop` (lost members): survivors to re-place a model on. */
+  without(drop: ReadonlySet<ControlClient>): ClusterSession {
+    const keep = this.clients.flatMap((c, r) => (drop.has(c) ? [] : [r]));
+    return new ClusterSession(
+      keep.map((r) => this.hosts[r] as HostEntry),
+      keep.map((r) => this.clients[r] as ControlClient),
+      keep.map((r) => this.infos[r] as Message),
+    );
+  }
+
   /** Connects to every node (authenticated) and asks each about itself. */
   static async connect(
     hosts: readonly HostEntry[],

@@ -6,6 +6,7 @@ export const clusterCodes = {
   CLUSTER_BAD_HOSTFILE: 'invalid_argument',
   CLUSTER_NODE_FAILED: 'remote',
   CLUSTER_NODE_LOST: 'remote',
+  CLUSTER_NO_PLACEMENT: 'system',
   CLUSTER_PROTOCOL: 'remote',
   CLUSTER_SPAWN: 'system',
   CLUSTER_TIMEOUT: 'timeout',

@@ -1,0 +1,150 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApiServer } from '../../src/api/http-server.js';
+import { loadClusterServedModel } from '../../src/api/cluster-served-model.js';
+import { startTestServer } from '../../src/api/testing.js';
+import type { ClusterView } from '../../src/cluster/index.js';
+import { makeTestModelFile, PROMPT } from './parallel-models.js';
+
+/*
+ * A member lost while streams run: the coordinator re-places the model on the survivors,
+ * replays every sequence, and the streams go on. With temperature 0 each text equals the
+ * same prompt served alone by one process (tensor parallel gives one node's tokens on any
+ * number of nodes, test/e2e/parallel-cluster.test.ts).
+ */
+
+let dir = '';
+let path = '';
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tandem-serve-recover-'));
+  path = await makeTestModelFile(dir, 'llama', 'llama', 'q8_0');
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const prompts = Array.from({ length: 4 }, (_, i) => PROMPT.map((t) => ((t + 53 * i) % 500) + 3));
+const MAX_TOKENS = 24;
+
+interface Stream {
+  text: string;
+  /** When each text chunk arrived (performance.now()). */
+  at: number[];
+  tokens: number;
+}
+
+async function stream(url: string, prompt: number[]): Promise<Stream> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      prompt,
+      max_tokens: MAX_TOKENS,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
+    signal: AbortSignal.timeout(90_000),
+  });
+  assert.equal(res.status, 200);
+  const out: Stream = { text: '', at: [], tokens: 0 };
+  let pending = '';
+  const decoder = new TextDecoder();
+  for await (const bytes of res.body!) {
+    pending += decoder.decode(bytes, { stream: true });
+    const events = pending.split('\n\n');
+    pending = events.pop() ?? '';
+    for (const event of events) {
+      const data = event.replace(/^data: /, '');
+      if (data === '[DONE]') continue;
+      const chunk = JSON.parse(data) as {
+        choices?: { text: string }[];
+        usage?: { completion_tokens: number } | null;
+        error?: { message: string };
+      };
+      assert.equal(chunk.error, undefined, `no error event (${chunk.error?.message})`);
+      for (const c of chunk.choices ?? []) {
+        out.text += c.text;
+        if (c.text) out.at.push(performance.now());
+      }
+      if (chunk.usage) out.tokens = chunk.usage.completion_tokens;
+    }
+  }
+  return out;
+}
+
+async function clusterView(url: string): Promise<ClusterView> {
+  const res = await fetch(`${url}/v1/cluster`);
+  assert.equal(res.status, 200);
+  return (await res.json()) as ClusterView;
+}
+
+describe('serving survives a lost member', { timeout: 240_000 }, () => {
+  let alone: string[] = [];
+
+  before(async () => {
+    const one = await startTestServer(path, { slots: 1 });
+    try {
+      await one.ready;
+      alone = [];
+      for (const p of prompts) alone.push((await stream(one.url, p)).text);
+    } finally {
+      await one.close(0);
+    }
+  });
+
+  for (const signal of ['SIGKILL', 'SIGSTOP'] as const) {
+    it(`${signal} of one of 3 tensor-parallel members during 4 greedy streams: every stream completes with the text it has without the failure`, async (t) => {
+      let steps = 0;
+      const server = await ApiServer.start({
+        host: '127.0.0.1',
+        port: 0,
+        maxBodyBytes: 1 << 20,
+        slots: 4,
+        maxQueue: 8,
+        // slow enough that the member is lost mid-stream
+        stepHook: () => sleep(20).then(() => void steps++),
+        load: () => loadClusterServedModel(path, { nodes: 3, parallel: 'tp', threads: 1 }),
+      });
+      let victim: number | undefined;
+      try {
+        await server.ready;
+        const before = await clusterView(server.url);
+        assert.deepEqual(
+          before.members.map((m) => m.state),
+          ['alive', 'alive', 'alive'],
+        );
+        const streams = prompts.map((p) => stream(server.url, p));
+        const deadline = Date.now() + 30_000;
+        while (steps < 4 * 6 && Date.now() < deadline) await sleep(5);
+        victim = before.members[1]?.pid ?? undefined;
+        assert.ok(victim, 'the member has a pid');
+        const killedAt = performance.now();
+        process.kill(victim, signal);
+        const done = await Promise.all(streams);
+        assert.deepEqual(
+          done.map((s) => s.text),
+          alone,
+        );
+        assert.ok(done.every((s) => s.tokens === MAX_TOKENS));
+        const resumed = Math.min(...done.map((s) => s.at.find((x) => x > killedAt) ?? Infinity));
+        t.diagnostic(`${signal}: first token ${(resumed - killedAt).toFixed(0)} ms after the signal`);
+        const view = await clusterView(server.url);
+        assert.deepEqual(
+          view.members.map((m) => m.state),
+          ['alive', 'dead', 'alive'],
+        );
+        assert.equal(view.replacements, 1);
+        assert.equal(view.placement.ranks.length, 2);
+        // the healed cluster serves the next request as before
+        assert.equal((await stream(server.url, prompts[0]!)).text, alone[0]);
+        assert.equal((await fetch(`${server.url}/health`)).status, 200);
+      } finally {
+        if (victim !== undefined && signal === 'SIGSTOP') process.kill(victim, 'SIGCONT');
+        await server.close(0);
+      }
+    });
+  }
+});
