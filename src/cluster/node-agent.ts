@@ -19,14 +19,15 @@ import {
 import { NodeSequences } from './node-sequences.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
+  DEAD_AFTER_MS,
   errorToJson,
-  HEARTBEAT_MS,
   mac,
   nonce,
   parseHostPort,
   readMessages,
   sameMac,
   send,
+  watchSilence,
   type Message,
 } from './protocol.js';
 
@@ -274,26 +275,63 @@ class Session {
   }
 }
 
-function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
+/** Starts an admitted session and calls `done` once it has ended and freed what it held. */
+type SessionStart = (done: () => void) => void;
+
+/**
+ * One connection to the node's control port. The handshake runs at once, whatever else is
+ * connected, so a peer that sends garbage or nothing holds no place; a coordinator that proves
+ * the secret is then admitted through `admit`, one session at a time, and only then welcomed.
+ */
+function serve(socket: Socket, o: NodeAgentOptions, admit: (start: SessionStart) => void): void {
   socket.setNoDelay(true);
   const challenge = nonce();
+  let stage: 'handshake' | 'waiting' | 'session' = 'handshake';
   let session: Session | undefined;
+  let ended: (() => void) | undefined;
   let queue: Promise<unknown> = Promise.resolve();
   const handshake = setTimeout(() => socket.destroy(), 10_000);
   let heartbeat: NodeJS.Timeout | undefined;
+  let lastSeen = Date.now();
   send(socket, { type: 'challenge', nonce: challenge });
   socket.on('close', () => {
     clearTimeout(handshake);
     clearInterval(heartbeat);
     const s = session;
     session = undefined;
-    void (s ? s.end() : Promise.resolve()).finally(onEnd);
+    if (s) void s.end().finally(() => ended?.());
   });
   socket.on('error', () => socket.destroy());
+  const begin =
+    (coordinatorNonce: string): SessionStart =>
+    (done) => {
+      if (socket.destroyed) return done();
+      ended = done;
+      stage = 'session';
+      lastSeen = Date.now();
+      session = new Session(socket, o);
+      // Both ends send heartbeats and drop a peer silent for DEAD_AFTER_MS: the coordinator
+      // then re-places without this node; this node frees its model and waits for the next.
+      heartbeat = watchSilence(
+        () => lastSeen,
+        DEAD_AFTER_MS,
+        () => {
+          o.log?.(`the coordinator sent nothing for ${DEAD_AFTER_MS} ms: ending its session`);
+          socket.destroy();
+        },
+        () => send(socket, { event: 'heartbeat' }),
+      );
+      send(socket, {
+        type: 'welcome',
+        mac: mac(o.secret, 'node', coordinatorNonce),
+        info: { hostname: hostname(), pid: process.pid },
+      });
+    };
   readMessages(
     socket,
     (m) => {
-      if (!session) {
+      lastSeen = Date.now();
+      if (stage === 'handshake') {
         if (
           m.type !== 'auth' ||
           !sameMac(m.mac, mac(o.secret, 'coordinator', challenge)) ||
@@ -304,17 +342,17 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
           return;
         }
         clearTimeout(handshake);
-        session = new Session(socket, o);
-        // the coordinator declares a node dead when these stop (protocol.ts, DEAD_AFTER_MS)
-        heartbeat = setInterval(() => send(socket, { event: 'heartbeat' }), HEARTBEAT_MS);
-        send(socket, {
-          type: 'welcome',
-          mac: mac(o.secret, 'node', m.nonce),
-          info: { hostname: hostname(), pid: process.pid },
-        });
+        stage = 'waiting';
+        admit(begin(m.nonce));
         return;
       }
       const s = session;
+      if (!s) {
+        o.log?.('refused a coordinator that sent requests before it was welcomed');
+        socket.destroy();
+        return;
+      }
+      if (m.type === 'heartbeat') return;
       if (m.type === 'abort') {
         // beside the queue: it ends the collective a queued request waits in (a peer is lost)
         s.abort(`the coordinator aborted: ${String(m.reason ?? 'a peer was lost')}`);
@@ -331,7 +369,10 @@ function serve(socket: Socket, o: NodeAgentOptions, onEnd: () => void): void {
         }
       });
     },
-    () => socket.destroy(),
+    (why) => {
+      o.log?.(`dropped a control connection: ${why}`);
+      socket.destroy();
+    },
   );
 }
 
@@ -350,19 +391,15 @@ export async function startNode(
     });
     if (speed !== undefined) o = { ...o, speed };
   }
-  // One coordinator session at a time: a new one starts when the previous has freed its model.
+  // One coordinator session at a time: the next starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
   let closed = false;
-  const server = createServer((socket) => {
+  const admit = (start: SessionStart): void => {
     previous = previous.then(
       () =>
         new Promise<void>((resolve) => {
-          if (socket.destroyed || closed) {
-            socket.destroy();
-            resolve();
-            return;
-          }
-          serve(socket, o, () => {
+          if (closed) return resolve();
+          start(() => {
             resolve();
             if (o.once && !closed) {
               closed = true;
@@ -371,6 +408,10 @@ export async function startNode(
           });
         }),
     );
+  };
+  const server = createServer((socket) => {
+    if (closed) socket.destroy();
+    else serve(socket, o, admit);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e) =>

@@ -16,6 +16,46 @@ export const HEARTBEAT_MS = 1000;
 /** A node from which nothing (heartbeat, reply or event) came for this long is dead. */
 export const DEAD_AFTER_MS = 3000;
 
+/**
+ * Calls `onSilent` once nothing came from the peer (`lastSeen()`, Date.now() ms) for
+ * `deadAfterMs`, and `beat` every HEARTBEAT_MS so the peer can tell the same of us. A tick
+ * that comes late (this process was blocked, e.g. in a long kernel call) does not judge: the
+ * peer's messages may be waiting unread behind it.
+ */
+export function watchSilence(
+  lastSeen: () => number,
+  deadAfterMs: number,
+  onSilent: () => void,
+  beat: () => void,
+): NodeJS.Timeout {
+  const tickMs = Math.min(250, deadAfterMs / 4);
+  let lastTick = Date.now();
+  let lastBeat = 0;
+  const timer = setInterval(() => {
+    const now = Date.now();
+    const late = now - lastTick > 2 * tickMs;
+    lastTick = now;
+    if (now - lastBeat >= HEARTBEAT_MS) {
+      lastBeat = now;
+      beat();
+    }
+    if (!late && now - lastSeen() > deadAfterMs) {
+      clearInterval(timer);
+      onSilent();
+    }
+  }, tickMs);
+  timer.unref();
+  return timer;
+}
+
+/**
+ * Requests during which a node's event loop keeps turning (a serving step awaits its
+ * collectives layer by layer), so its heartbeats keep coming. Others (a load reading weights, a
+ * speed probe, a whole generation on one node) may hold its thread for seconds: silence
+ * during them is not judged, and their own deadlines bound them.
+ */
+const RESPONSIVE = new Set(['hello', 'forward', 'forward-batch', 'release', 'unload']);
+
 /** Largest control line accepted (a plan for many ranks fits easily). */
 const MAX_LINE = 16 * 1024 * 1024;
 
@@ -39,30 +79,34 @@ export function readMessages(
   onBad: (why: string) => void,
 ): void {
   let buffered = '';
+  let refused = false;
+  const refuse = (why: string): void => {
+    refused = true;
+    onBad(why);
+  };
   socket.setEncoding('utf8');
   socket.on('data', (chunk: string) => {
-    buffered += chunk;
-    if (buffered.length > MAX_LINE) {
-      onBad(`a control message exceeds ${MAX_LINE} bytes`);
-      return;
-    }
+    // lines end in this chunk: only it is searched, so a long line costs its length once
+    let start = 0;
     let nl: number;
-    while ((nl = buffered.indexOf('\n')) >= 0) {
-      const line = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
+    while (!refused && (nl = chunk.indexOf('\n', start)) >= 0) {
+      const line = buffered + chunk.slice(start, nl);
+      buffered = '';
+      start = nl + 1;
+      if (line.length > MAX_LINE) return refuse(`a control message exceeds ${MAX_LINE} bytes`);
       let parsed: unknown;
       try {
         parsed = JSON.parse(line);
       } catch {
-        onBad('a control message is not JSON');
-        return;
+        return refuse('a control message is not JSON');
       }
-      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-        onBad('a control message is not a JSON object');
-        return;
-      }
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+        return refuse('a control message is not a JSON object');
       onMessage(parsed as Message);
     }
+    if (refused) return;
+    buffered += chunk.slice(start);
+    if (buffered.length > MAX_LINE) refuse(`a control message exceeds ${MAX_LINE} bytes`);
   });
 }
 
@@ -122,6 +166,8 @@ export class ControlClient {
   private lost: TandemError | undefined;
   /** When the last message of any kind came from the node (Date.now()). */
   private lastSeen = Date.now();
+  /** Requests outstanding that may hold the node's thread for long (see RESPONSIVE). */
+  private holding = 0;
   private readonly watchdog: NodeJS.Timeout;
   /** Events from the node (tokens, listening addresses); heartbeats are not passed on. */
   onEvent: (m: Message) => void = () => {};
@@ -137,13 +183,15 @@ export class ControlClient {
   ) {
     socket.on('close', () => this.fail(this.lostError('closed its control connection')));
     socket.on('error', (e) => this.fail(this.lostError(`control connection error: ${e.message}`)));
-    this.watchdog = setInterval(
+    this.watchdog = watchSilence(
+      // a node busy with a request that may hold its thread is judged by that request's deadline
+      () => (this.holding > 0 ? Date.now() : this.lastSeen),
+      deadAfterMs,
       () => {
-        if (Date.now() - this.lastSeen <= deadAfterMs) return;
         this.fail(this.lostError(`sent no heartbeat for ${deadAfterMs} ms (stopped, stuck or cut off)`));
         socket.destroy();
       },
-      Math.min(250, deadAfterMs / 4),
+      () => send(socket, { type: 'heartbeat' }),
     );
     this.watchdog.unref();
   }
@@ -282,7 +330,15 @@ export class ControlClient {
   request(type: string, body: Message, timeoutMs: number): Promise<Message> {
     if (this.lost) return Promise.reject(this.lost);
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
+    const holds = !RESPONSIVE.has(type);
+    if (holds) this.holding++;
+    const settled = (): void => {
+      if (holds) {
+        this.holding--;
+        this.lastSeen = Date.now();
+      }
+    };
+    return new Promise<Message>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(
@@ -298,7 +354,7 @@ export class ControlClient {
       }, timeoutMs);
       this.pending.set(id, { resolve, reject, timer });
       send(this.socket, { ...body, id, type });
-    });
+    }).finally(settled);
   }
 
   /** Sends a message the node handles at once, beside the request it runs (no reply awaited). */

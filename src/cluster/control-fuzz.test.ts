@@ -1,0 +1,116 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { mac, parseHostPort } from './protocol.js';
+import { startNode } from './node-agent.js';
+import { ClusterSession } from './session.js';
+
+/*
+ * The node's control port under hostile input: random bytes, truncated and oversized frames,
+ * non-object JSON, requests before authentication, a wrong secret, a replayed handshake. Each
+ * is refused (the connection closed), the node keeps running, and a real coordinator is then
+ * served at once (nothing held a place or changed state).
+ */
+
+const secret = 'fuzz-secret-0123456789abcdef';
+let node: Awaited<ReturnType<typeof startNode>>;
+const logs: string[] = [];
+
+before(async () => {
+  node = await startNode({
+    listen: '127.0.0.1:0',
+    secret,
+    probe: false,
+    threads: 1,
+    log: (l) => logs.push(l),
+  });
+});
+after(() => node.close());
+
+/** Opens a connection, resolves with the first line it gets (the challenge). */
+async function open(): Promise<{ socket: Socket; challenge: { nonce: string } }> {
+  const { host, port } = parseHostPort(node.address, 'node');
+  const socket = connect({ host, port });
+  const line = await new Promise<string>((resolve, reject) => {
+    let text = '';
+    socket.on('data', (d: Buffer) => {
+      text += d.toString();
+      const nl = text.indexOf('\n');
+      if (nl >= 0) resolve(text.slice(0, nl));
+    });
+    socket.once('error', reject);
+  });
+  return { socket, challenge: JSON.parse(line) as { nonce: string } };
+}
+
+/** Resolves true once the node has closed the connection, false after `ms`. */
+function closedWithin(socket: Socket, ms: number): Promise<boolean> {
+  if (socket.destroyed) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    socket.once('close', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+    socket.on('error', () => undefined);
+  });
+}
+
+async function coordinatorServed(): Promise<void> {
+  const session = await ClusterSession.connect([{ address: node.address }], secret, 3000);
+  try {
+    const [info] = session.infos;
+    assert.equal(info?.pid, process.pid, 'hello answered by the node');
+  } finally {
+    session.close();
+    await sleep(50);
+  }
+}
+
+test('random bytes, non-object JSON, requests before authentication and oversized frames are refused', async () => {
+  const attacks: (Buffer | string)[] = [
+    randomBytes(4096),
+    '[1,2,3]\n',
+    '"auth"\n',
+    '{"id":1,"type":"load","model":"/etc/passwd"}\n',
+    '{"type":"auth","mac":"00","nonce":"x"}\n',
+    Buffer.alloc(17 * 1024 * 1024, 0x61), // one line past the 16 MiB limit
+  ];
+  for (const attack of attacks) {
+    const { socket } = await open();
+    socket.write(attack);
+    assert.ok(await closedWithin(socket, 5000), `refused: ${String(attack).slice(0, 40)}`);
+  }
+  await coordinatorServed();
+});
+
+test('a truncated frame holds no place: a coordinator is served while it hangs', async () => {
+  const { socket } = await open();
+  socket.write('{"type":"auth","mac":"');
+  await coordinatorServed();
+  socket.destroy();
+});
+
+test('a wrong secret and a replayed handshake are refused', async () => {
+  const wrong = await open();
+  wrong.socket.write(
+    JSON.stringify({
+      type: 'auth',
+      mac: mac('not-the-secret-000000', 'coordinator', wrong.challenge.nonce),
+      nonce: 'n',
+    }) + '\n',
+  );
+  assert.ok(await closedWithin(wrong.socket, 5000), 'wrong secret refused');
+  // an answer recorded for one challenge does not open another connection
+  const first = await open();
+  const recorded = { type: 'auth', mac: mac(secret, 'coordinator', first.challenge.nonce), nonce: 'n1' };
+  first.socket.destroy();
+  const replay = await open();
+  assert.notEqual(replay.challenge.nonce, first.challenge.nonce, 'every connection gets a fresh challenge');
+  replay.socket.write(JSON.stringify(recorded) + '\n');
+  assert.ok(await closedWithin(replay.socket, 5000), 'replayed handshake refused');
+  assert.ok(logs.some((l) => /failed authentication/.test(l)));
+  await coordinatorServed();
+});
