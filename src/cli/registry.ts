@@ -89,6 +89,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/bench-serve.js')).command,
   },
   {
+    name: 'bench recover',
+    summary: 'kill one member of a served cluster mid-stream: time to detect, re-place and resume; texts compared',
+    load: async () => (await import('./commands/bench-recover.js')).command,
+  },
+  {
     name: 'bench cluster',
     summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup',
     load: async () => (await import('./commands/bench-cluster.js')).command,

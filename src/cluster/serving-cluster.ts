@@ -25,7 +25,12 @@ export interface ClusterView {
   links: never[];
   placement: { parallel: string; provider: string; ranks: { id: string; holds: string }[] };
   replacements: number;
+  /** The latest events, oldest first (at most MAX_EVENTS). */
+  events: ClusterEvent[];
 }
+
+/** Events kept for /v1/cluster. */
+const MAX_EVENTS = 100;
 
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
@@ -129,6 +134,7 @@ export class ServingCluster {
         ranks: this.current.clients.map((c, r) => ({ id: c.label, holds: plan[r] ?? '' })),
       },
       replacements: this.replacements,
+      events: [...this.events],
     };
   }
 
@@ -156,6 +162,7 @@ export class ServingCluster {
   private event(kind: ClusterEvent['kind'], message: string): void {
     const e = { kind, atMs: Date.now(), message };
     this.events.push(e);
+    if (this.events.length > MAX_EVENTS) this.events.shift();
     this.onEvent(e);
   }
 }

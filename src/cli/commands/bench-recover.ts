@@ -1,0 +1,46 @@
+import { defineCommand } from '../options.js';
+import { checkInteger } from '../checks.js';
+import { benchRecover, table } from '../../../bench/recover.js';
+
+export const command = defineCommand({
+  name: 'bench recover',
+  summary:
+    'kill one member of a served cluster mid-stream: time to detect, re-place and resume; texts compared',
+  description:
+    'Serves MODEL across --members local node processes (tensor parallel), runs --streams greedy streams to completion (the reference), ' +
+    'runs them again and SIGKILLs member 1 once a quarter of the tokens are out. detect_ms: from the kill to the coordinator marking the member lost; ' +
+    'replace_ms: to the model re-placed on the survivors; resume_ms: to the first token after the kill (the sequences replayed). ' +
+    'texts_equal: every stream completed with the text of the run without the failure. See docs/cluster.md.',
+  positionals: [{ name: 'model', description: 'GGUF model file', required: true }],
+  options: {
+    members: { type: 'number', description: 'local members (node processes), at least 2', default: 3 },
+    streams: { type: 'number', description: 'concurrent greedy streams', default: 4 },
+    'prompt-tokens': { type: 'number', description: 'prompt length', default: 32 },
+    'max-tokens': { type: 'number', description: 'tokens per stream', default: 32 },
+    threads: { type: 'number', description: 'compute threads per member (default: the cores shared out)' },
+    json: {
+      type: 'boolean',
+      description:
+        'print {"detect_ms","replace_ms","resume_ms","streams","streams_completed","texts_equal"} as one JSON line',
+    },
+  },
+  examples: [
+    'tandem bench recover /tmp/tl-q8_0.gguf --members 3',
+    'tandem bench recover m.gguf --streams 2 --json',
+  ],
+  async run({ options, positionals }) {
+    const row = await benchRecover({
+      model: positionals[0] as string,
+      members: checkInteger('bench recover', 'members', options.members, 2, 64, 3),
+      streams: checkInteger('bench recover', 'streams', options.streams, 1, 64, 4),
+      promptTokens: checkInteger('bench recover', 'prompt-tokens', options['prompt-tokens'], 1),
+      maxTokens: checkInteger('bench recover', 'max-tokens', options['max-tokens'], 4),
+      ...(options.threads !== undefined
+        ? { threads: checkInteger('bench recover', 'threads', options.threads, 1, 1024, 1) }
+        : {}),
+      ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
+    });
+    process.stdout.write(options.json ? JSON.stringify(row) + '\n' : table(row));
+    return row.texts_equal && row.streams_completed === row.streams ? 0 : 1;
+  },
+});
