@@ -1,14 +1,26 @@
+import { resolve } from 'node:path';
 import {
+  ClusterPort,
+  ClusterSession,
   ClusterSlotModel,
   ServingCluster,
   startCluster,
   type ClusterStartOptions,
+  type LoadOptions,
 } from '../cluster/index.js';
+import { TandemError } from '../errors/index.js';
 import { configFromMetadata, GgufModelFile, Tokenizer, tokenizerMetadataFromGguf } from '../engine/index.js';
 import { servingParts, type LoadServedOptions, type ServedModel, type ServingParts } from './served-model.js';
 
 export type ClusterServeOptions = LoadServedOptions &
-  Omit<ClusterStartOptions, 'model' | 'greedy' | 'contextLength' | 'onProgress'>;
+  Omit<ClusterStartOptions, 'model' | 'greedy' | 'contextLength' | 'onProgress'> & {
+    /** Listen here for members (`tandem node --join`) instead of --nodes/--hosts. */
+    cluster?: string;
+    /** With `cluster`: place the model once this many members have joined (default 1). */
+    minMembers?: number;
+    /** With `cluster`: called with the cluster port's address once it listens. */
+    onClusterPort?: (address: string) => void;
+  };
 
 /**
  * Opens a model for serving across a cluster's nodes (`tandem serve --nodes N | --hosts
@@ -32,6 +44,7 @@ export async function loadClusterServedModel(path: string, o: ClusterServeOption
   } finally {
     file.close();
   }
+  if (o.cluster !== undefined) return servedByMembers(path, parts, o);
   const cluster = await startCluster({
     ...o,
     model: path,
@@ -54,5 +67,63 @@ export async function loadClusterServedModel(path: string, o: ClusterServeOption
       serving.close();
       await cluster.close();
     },
+  };
+}
+
+/**
+ * `tandem serve MODEL --cluster HOST:PORT`: listens for members, places the model once enough
+ * have joined and can hold it (resolving then), and keeps placing it as members join and
+ * leave. The model path is sent to the members as an absolute path.
+ */
+async function servedByMembers(
+  path: string,
+  parts: ServingParts,
+  o: ClusterServeOptions,
+): Promise<ServedModel> {
+  const log = o.log ?? (() => {});
+  const secret = o.secret ?? process.env.TANDEM_SECRET;
+  if (!secret)
+    throw new TandemError('CLI_USAGE', 'serve --cluster needs the cluster secret', {
+      hint: 'set TANDEM_SECRET to the secret the members are started with',
+    });
+  const load: LoadOptions = {
+    model: resolve(path),
+    parallel: o.parallel ?? 'tp',
+    provider: o.provider ?? 'tcp',
+    greedy: false,
+    contextLength: parts.contextLength,
+    ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
+    ...(o.wire ? { wire: o.wire } : {}),
+    ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
+  };
+  const serving = new ServingCluster(ClusterSession.of([]), undefined, load, {
+    ...(o.minMembers !== undefined ? { minMembers: o.minMembers } : {}),
+  });
+  serving.onEvent = (e) => log(`cluster: ${e.message}`);
+  const port = await ClusterPort.listen(
+    o.cluster as string,
+    secret,
+    (client, host, info) => serving.join(client, host, info),
+    log,
+  );
+  log(`cluster port ${port.address}: members join with \`tandem node --join ${port.address}\``);
+  o.onClusterPort?.(port.address);
+  const close = async (): Promise<void> => {
+    serving.close();
+    await port.close();
+  };
+  try {
+    await serving.whenPlaced(2 ** 31 - 1);
+  } catch (error) {
+    await close();
+    throw error;
+  }
+  const model = new ClusterSlotModel(serving, parts.config, parts.contextLength);
+  return {
+    ...parts,
+    model,
+    cluster: () => serving.view(),
+    problem: () => model.problem(),
+    close,
   };
 }

@@ -65,6 +65,8 @@ export function clusterChoice(
     tp?: number | undefined;
     provider?: 'shm' | 'tcp' | undefined;
     wire?: WireFormat | undefined;
+    /** serve --cluster: members join instead of being listed, and the split options apply to them. */
+    cluster?: string | undefined;
   },
 ): ClusterChoice | undefined {
   const usage = (message: string, hint: string): TandemError =>
@@ -79,11 +81,12 @@ export function clusterChoice(
   if (o.tp !== undefined && o.parallel !== 'hybrid')
     throw usage(`--tp ${o.tp} needs --parallel hybrid`, 'add --parallel hybrid, or drop --tp');
   if (o.nodes === undefined && o.hosts === undefined) {
+    if (o.cluster !== undefined) return undefined;
     const given = (['parallel', 'wire', 'provider'] as const).filter((k) => o[k] !== undefined);
     if (given.length > 0)
       throw usage(
         `${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes or --hosts`,
-        'add --nodes N (local node processes) or --hosts FILE, or drop them to run on this machine',
+        `add --nodes N (local node processes) or --hosts FILE${o.cluster === undefined && command === 'serve' ? ' (or --cluster HOST:PORT)' : ''}, or drop them to run on this machine`,
       );
     return undefined;
   }

@@ -90,7 +90,8 @@ export const commands: readonly CommandEntry[] = [
   },
   {
     name: 'bench recover',
-    summary: 'kill one member of a served cluster mid-stream: time to detect, re-place and resume; texts compared',
+    summary:
+      'kill one member of a served cluster mid-stream: time to detect, re-place and resume; texts compared',
     load: async () => (await import('./commands/bench-recover.js')).command,
   },
   {

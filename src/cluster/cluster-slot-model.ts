@@ -43,7 +43,8 @@ const HEAL_DEADLINE_MS = 60_000;
  * survivors, every sequence's caches are filled again by replaying its forwards in the same
  * shapes (prompt chunks as chunks, decode tokens as batch rows, which give a lone token's
  * bits), and the step runs again. The caller sees a slower step with the logits it would have
- * had. A step fails when the survivors cannot hold the model or healing takes over a minute.
+ * had. A member that joins is placed the same way between two steps. A step fails when no
+ * placement is found within a minute (too few members or too little memory left).
  */
 export class ClusterSlotModel {
   private nextId = 1;
@@ -59,19 +60,18 @@ export class ClusterSlotModel {
     private readonly stepTimeoutMs = 120_000,
   ) {}
 
-  /** The error that ended serving on this cluster (no placement left), if one did. */
+  /**
+   * Why the model cannot answer now: placed nowhere (too few members or too little memory:
+   * new requests get 503 until a member joins), or a failure that ended serving.
+   */
   problem(): TandemError | undefined {
     const b = this.broken;
-    if (b === undefined) return undefined;
-    return b instanceof TandemError && b.code === 'CLUSTER_NO_PLACEMENT'
+    if (b === undefined) return this.cluster.placed ? undefined : this.cluster.waiting;
+    return b instanceof TandemError
       ? b
-      : new TandemError(
-          'CLUSTER_NO_PLACEMENT',
-          `serving over the cluster failed: ${b instanceof Error ? b.message : String(b)}`,
-          {
-            hint: 'restart tandem serve',
-          },
-        );
+      : new TandemError('CLUSTER_NODE_FAILED', `serving over the cluster failed: ${String(b)}`, {
+          hint: 'restart tandem serve',
+        });
   }
 
   newSession(options: { contextLength?: number } = {}): RemoteSequence {
@@ -110,13 +110,16 @@ export class ClusterSlotModel {
     }
     for (;;) {
       if (this.broken !== undefined) throw this.broken;
+      const generation = this.cluster.generation;
       try {
+        // a member joined: place the model on every member now, between two steps
+        if (this.cluster.replanWanted) await this.rebuild();
         const rows = await this.send(type, seqs, tokens);
         for (const [t, seq] of seqs.entries())
           seq.ops.push(type === 'forward' ? tokens : (tokens[t] as number));
         return rows;
       } catch (error) {
-        await this.heal(error);
+        await this.heal(error, generation);
       }
     }
   }
@@ -154,27 +157,37 @@ export class ClusterSlotModel {
   }
 
   /**
-   * After a failed step: when a member was lost, re-place and replay (again if another is lost
-   * meanwhile); otherwise, or past the deadline, the error stands for this and every later step.
+   * After a failed step: when a member was lost, place again and replay (again if another is
+   * lost meanwhile); when nothing can be placed, wait for a member to join. Any other error,
+   * or no placement within HEAL_DEADLINE_MS, fails the step; only an error that is not about
+   * the members also fails every later step.
    */
-  private async heal(error: unknown): Promise<void> {
+  private async heal(error: unknown, generation: number): Promise<void> {
     const started = performance.now();
+    const cut = generation !== this.cluster.generation || this.cluster.someLost() || !this.cluster.placed;
+    if (!cut) {
+      this.broken = error;
+      throw error;
+    }
+    await this.rebuild(HEAL_DEADLINE_MS - (performance.now() - started));
+    this.heals.push(performance.now() - started);
+  }
+
+  /** Places the model on the members alive and replays every sequence, within `budgetMs`. */
+  private async rebuild(budgetMs = HEAL_DEADLINE_MS): Promise<void> {
+    const end = performance.now() + budgetMs;
     for (;;) {
-      if (!this.cluster.someLost() || performance.now() - started > HEAL_DEADLINE_MS) {
-        this.broken = error;
-        throw error;
-      }
       try {
-        await this.cluster.replace();
+        if (!this.cluster.placed || this.cluster.someLost() || this.cluster.replanWanted)
+          await this.cluster.place().catch(async (e: unknown) => {
+            if (!(e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT')) throw e;
+            await this.cluster.whenPlaced(Math.max(0, end - performance.now()));
+          });
         await this.replay();
-        this.heals.push(performance.now() - started);
         return;
       } catch (e) {
-        error = e;
-        if (e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT') {
-          this.broken = e;
+        if (performance.now() > end || (e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT'))
           throw e;
-        }
       }
     }
   }

@@ -18,3 +18,5 @@ export { probeSpeed, nodeSpeeds } from './speed.js';
 export { startCluster, type ClusterStartOptions, type StartedCluster } from './distributed.js';
 export { ClusterSlotModel, RemoteSequence } from './cluster-slot-model.js';
 export { ServingCluster, type ClusterEvent, type ClusterView, type MemberView } from './serving-cluster.js';
+export { ClusterPort, CLUSTER_PORT } from './cluster-port.js';
+export { joinCluster, REJOIN_MS, type JoinOptions } from './node-join.js';

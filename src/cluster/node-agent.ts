@@ -80,7 +80,7 @@ class Session {
 
   constructor(
     private readonly socket: Socket,
-    private readonly o: NodeAgentOptions,
+    private readonly o: Omit<NodeAgentOptions, 'listen'>,
   ) {}
 
   async handle(m: Message): Promise<Message> {
@@ -276,14 +276,18 @@ class Session {
 }
 
 /** Starts an admitted session and calls `done` once it has ended and freed what it held. */
-type SessionStart = (done: () => void) => void;
+export type SessionStart = (done: () => void) => void;
 
 /**
  * One connection to the node's control port. The handshake runs at once, whatever else is
  * connected, so a peer that sends garbage or nothing holds no place; a coordinator that proves
  * the secret is then admitted through `admit`, one session at a time, and only then welcomed.
  */
-function serve(socket: Socket, o: NodeAgentOptions, admit: (start: SessionStart) => void): void {
+export function serve(
+  socket: Socket,
+  o: Omit<NodeAgentOptions, 'listen'>,
+  admit: (start: SessionStart) => void,
+): void {
   socket.setNoDelay(true);
   const challenge = nonce();
   let stage: 'handshake' | 'waiting' | 'session' = 'handshake';
@@ -376,21 +380,28 @@ function serve(socket: Socket, o: NodeAgentOptions, admit: (start: SessionStart)
   );
 }
 
+/**
+ * The options with the node's speed: measured by a short matvec probe unless given, turned
+ * off (`probe: false`, TANDEM_SPEED_PROBE=0) or failed (then placement treats it as average).
+ */
+export async function withSpeed<T extends Omit<NodeAgentOptions, 'listen'>>(o: T): Promise<T> {
+  if (o.speed !== undefined || !(o.probe ?? process.env.TANDEM_SPEED_PROBE !== '0')) return o;
+  const speed = await probeSpeed({
+    ...(o.threads ? { threads: o.threads } : {}),
+    ...(o.kernels ? { kernels: o.kernels } : {}),
+  }).catch((e: unknown) => {
+    o.log?.(`speed probe failed (placement treats this node as average): ${(e as Error).message}`);
+    return undefined;
+  });
+  return speed === undefined ? o : { ...o, speed };
+}
+
 /** Starts a node agent; resolves once it listens. `closed` settles when it stops. */
 export async function startNode(
   o: NodeAgentOptions,
 ): Promise<{ address: string; server: Server; close: () => Promise<void> }> {
   const { host, port } = parseHostPort(o.listen, '--listen');
-  if (o.speed === undefined && (o.probe ?? process.env.TANDEM_SPEED_PROBE !== '0')) {
-    const speed = await probeSpeed({
-      ...(o.threads ? { threads: o.threads } : {}),
-      ...(o.kernels ? { kernels: o.kernels } : {}),
-    }).catch((e: unknown) => {
-      o.log?.(`speed probe failed (placement treats this node as average): ${(e as Error).message}`);
-      return undefined;
-    });
-    if (speed !== undefined) o = { ...o, speed };
-  }
+  o = await withSpeed(o);
   // One coordinator session at a time: the next starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
   let closed = false;

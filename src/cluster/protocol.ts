@@ -235,10 +235,43 @@ export class ControlClient {
     deadAfterMs = DEAD_AFTER_MS,
   ): Promise<ControlClient> {
     const { host, port } = parseHostPort(address, 'node address');
+    const socket = connect({ host, port });
+    return ControlClient.handshake(
+      socket,
+      address,
+      secret,
+      label,
+      timeoutMs,
+      deadAfterMs,
+      (e) =>
+        new TandemError('CLUSTER_NODE_LOST', `cannot reach ${label} at ${address}: ${e.message}`, {
+          hint: 'start `tandem node --listen` there, or fix the hostfile',
+          details: { address },
+        }),
+    );
+  }
+
+  /**
+   * The coordinator's side of the handshake on a connection to a node, whichever side opened
+   * it (a node that joins dials the coordinator): answer the node's challenge, check its
+   * answer to ours. Settles within `timeoutMs`; on failure the socket is destroyed.
+   */
+  static handshake(
+    socket: Socket,
+    address: string,
+    secret: string,
+    label: string,
+    timeoutMs: number,
+    deadAfterMs: number = DEAD_AFTER_MS,
+    unreachable: (e: Error) => TandemError = (e) =>
+      new TandemError('CLUSTER_NODE_LOST', `${label} at ${address}: ${e.message}`, {
+        hint: 'the node went away during the handshake',
+      }),
+  ): Promise<ControlClient> {
+    socket.setNoDelay(true);
     return new Promise((resolve, reject) => {
-      const socket = connect({ host, port });
-      socket.setNoDelay(true);
       const mine = nonce();
+      let client: ControlClient | undefined;
       const timer = setTimeout(
         () =>
           done(
@@ -250,62 +283,56 @@ export class ControlClient {
           ),
         timeoutMs,
       );
-      const done = (e: unknown, client?: ControlClient): void => {
+      const done = (e: unknown): void => {
         clearTimeout(timer);
-        if (e) {
-          socket.destroy();
-          reject(e);
-        } else resolve(client as ControlClient);
+        if (client) return;
+        socket.destroy();
+        reject(e);
       };
-      socket.on('error', (e) =>
-        done(
-          new TandemError('CLUSTER_NODE_LOST', `cannot reach ${label} at ${address}: ${e.message}`, {
-            hint: 'start `tandem node --listen` there, or fix the hostfile',
-            details: { address },
-          }),
-        ),
-      );
+      const onError = (e: Error): void => done(unreachable(e));
+      socket.on('error', onError);
       let stage = 0;
       readMessages(
         socket,
         (m) => {
+          if (client) return client.dispatch(m);
           if (stage === 0 && m.type === 'challenge' && typeof m.nonce === 'string') {
             stage = 1;
             send(socket, { type: 'auth', mac: mac(secret, 'coordinator', m.nonce), nonce: mine });
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
-            stage = 2;
-            socket.removeAllListeners('error');
-            socket.removeAllListeners('data');
-            const client = new ControlClient(socket, address, label, (m.info ?? {}) as Message, deadAfterMs);
-            readMessages(
-              socket,
-              (x) => client.dispatch(x),
-              (why) => client.fail(client.lostError(why)),
-            );
-            done(undefined, client);
+            clearTimeout(timer);
+            socket.off('error', onError);
+            client = new ControlClient(socket, address, label, (m.info ?? {}) as Message, deadAfterMs);
+            resolve(client);
           } else {
             done(
               new TandemError(
                 'CLUSTER_AUTH',
                 `${label} at ${address} failed the handshake (${String(m.type)})`,
-                { hint: 'use the same --secret (or TANDEM_SECRET) on every node and the coordinator' },
+                {
+                  hint: 'use the same cluster secret on every node and the coordinator',
+                },
               ),
             );
           }
         },
-        (why) =>
+        (why) => {
+          if (client) return client.fail(client.lostError(why));
           done(
             new TandemError('CLUSTER_PROTOCOL', `${label} at ${address}: ${why}`, {
               hint: 'is that port a tandem node?',
             }),
-          ),
+          );
+        },
       );
       socket.on('close', () =>
         done(
           new TandemError(
             'CLUSTER_AUTH',
             `${label} at ${address} closed the connection during the handshake`,
-            { hint: 'use the same --secret (or TANDEM_SECRET) everywhere' },
+            {
+              hint: 'use the same cluster secret everywhere',
+            },
           ),
         ),
       );

@@ -1,8 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import { describePlan, type Placement } from '../parallel/index.js';
-import type { ControlClient } from './protocol.js';
-import type { ClusterSession, LoadOptions } from './session.js';
+import type { HostEntry } from './hostfile.js';
+import type { ControlClient, Message } from './protocol.js';
+import { ClusterSession, type LoadOptions } from './session.js';
 
 /** A member as `GET /v1/cluster` shows it. */
 export interface MemberView {
@@ -10,8 +11,8 @@ export interface MemberView {
   address: string;
   /** The node process's id on its host. */
   pid: number | null;
-  state: 'alive' | 'dead';
-  /** Bytes it holds under the current placement (null when dead). */
+  state: 'joining' | 'alive' | 'dead';
+  /** Bytes it holds under the current placement (null when it holds nothing). */
   memory_bytes: number | null;
   /** Its measured compute speed (relative), null when unknown. */
   speed: number | null;
@@ -23,54 +24,95 @@ export interface ClusterView {
   members: MemberView[];
   /** Links between members: filled by the topology work (none measured here yet). */
   links: never[];
-  placement: { parallel: string; provider: string; ranks: { id: string; holds: string }[] };
+  /** Where the model sits now; null while it is placed nowhere (too few members, or too little memory). */
+  placement: { parallel: string; provider: string; ranks: { id: string; holds: string }[] } | null;
+  /** Why the model is placed nowhere, when it is not. */
+  waiting: string | null;
   replacements: number;
   /** The latest events, oldest first (at most MAX_EVENTS). */
   events: ClusterEvent[];
 }
 
-/** Events kept for /v1/cluster. */
-const MAX_EVENTS = 100;
-
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
-  kind: 'lost' | 'replaced' | 'no-placement';
+  kind: 'joined' | 'lost' | 'replaced' | 'no-placement';
   atMs: number;
   message: string;
 }
 
+/** Events kept for /v1/cluster. */
+const MAX_EVENTS = 100;
+
 interface Member {
   id: string;
+  host: HostEntry;
   client: ControlClient;
-  state: 'alive' | 'dead';
+  info: Message;
+  state: 'joining' | 'alive' | 'dead';
+}
+
+export interface ServingClusterOptions {
+  /** Place the model the first time only once this many members are alive (default 1). */
+  minMembers?: number;
 }
 
 /**
  * The nodes a served model runs on, as the coordinator keeps them: who is alive, where the
- * model sits, and re-placing it on the survivors when a member is lost. A member is lost when
- * its control connection closes or fails, or nothing comes from it for DEAD_AFTER_MS (a
- * stopped or stuck process); the survivors are then told at once to abort the step they run,
- * so they do not wait out their collective's timeout on it.
+ * model sits, and placing it again when that changes. The coordinator is the only writer of
+ * this state; members never vote.
+ *
+ * A member is lost when its control connection closes or fails, or nothing comes from it for
+ * DEAD_AFTER_MS (a stopped or stuck process); the members of the placement are then told at
+ * once to abort the step they run, so they do not wait out their collective's timeout. A lost
+ * member's state is dropped from every later placement. A member that joins is placed at the
+ * next step boundary (`replanWanted`), or at once when the model is placed nowhere; a lost
+ * member's placement is replaced at once. Placements run one at a time.
  */
 export class ServingCluster {
-  private members: Member[];
+  private readonly members: Member[] = [];
+  private current: ClusterSession;
+  private placement: Placement | undefined;
   private closing = false;
+  private inflight: Promise<Placement> | undefined;
+  /** Placements done so far: a step sent under one generation and failing under another was cut by a re-placement. */
+  generation = 0;
+  private placedWaiters: (() => void)[] = [];
+  /** Why the model is placed nowhere (too few members, too little memory). */
+  waiting: TandemError | undefined;
+  /** A member joined since the last placement: place again at the next step boundary. */
+  replanWanted = false;
   replacements = 0;
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
   onEvent: (e: ClusterEvent) => void = () => {};
 
   constructor(
-    private current: ClusterSession,
-    private placement: Placement,
+    session: ClusterSession,
+    placement: Placement | undefined,
     private readonly load: LoadOptions,
+    private readonly options: ServingClusterOptions = {},
   ) {
-    this.members = current.clients.map((client) => ({ id: client.label, client, state: 'alive' }));
-    for (const m of this.members) this.watch(m);
+    this.current = session;
+    this.placement = placement;
+    session.clients.forEach((client, r) =>
+      this.adopt({
+        id: client.label,
+        host: session.hosts[r] as HostEntry,
+        client,
+        info: session.infos[r] ?? {},
+        state: placement ? 'alive' : 'joining',
+      }),
+    );
+    if (!placement) this.waiting = this.tooFew();
   }
 
   get session(): ClusterSession {
     return this.current;
+  }
+
+  /** Whether the model is placed now. */
+  get placed(): boolean {
+    return this.placement !== undefined;
   }
 
   /** Whether a member of the current placement is lost (its step cannot complete). */
@@ -78,61 +120,109 @@ export class ServingCluster {
     return this.current.clients.some((c) => c.lostWith !== undefined);
   }
 
+  /** A member that joined (authenticated, and answered hello): placed now if nothing is, else at the next step. */
+  join(client: ControlClient, host: HostEntry, info: Message): void {
+    this.adopt({ id: client.label, host, client, info, state: 'joining' });
+    this.event('joined', `${client.label} (${client.address}) joined`);
+    if (this.placement) this.replanWanted = true;
+    else void this.place().catch(() => undefined);
+  }
+
+  /** Resolves once the model is placed, or rejects with why it is not after `timeoutMs`. */
+  whenPlaced(timeoutMs: number): Promise<void> {
+    if (this.placement) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.placedWaiters = this.placedWaiters.filter((w) => w !== done);
+        reject(this.waiting ?? this.tooFew());
+      }, timeoutMs);
+      const done = (): void => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.placedWaiters.push(done);
+    });
+  }
+
   /**
-   * Loads the model again on the members still alive (their node processes stay up: they
-   * drop their shards and load new slices). Throws CLUSTER_NO_PLACEMENT when they cannot hold
-   * it, naming the bytes needed and held.
+   * Places the model on every member alive (survivors drop their shards and load new slices;
+   * their processes stay up). With too few members, or when they cannot hold it, nothing is
+   * placed and CLUSTER_NO_PLACEMENT says why, with the bytes needed and held; `waiting` keeps
+   * it until a member joins.
    */
-  async replace(): Promise<Placement> {
-    const lost = new Set(this.current.clients.filter((c) => c.lostWith !== undefined));
-    const survivors = this.current.without(lost);
-    if (survivors.clients.length === 0)
-      throw this.noPlacement('every member is lost', 'start nodes and serve again');
+  place(): Promise<Placement> {
+    // one placement at a time; who asks while one runs gets that one (a member lost during it
+    // fails it, and the caller asks again)
+    this.inflight ??= this.placeNow().finally(() => (this.inflight = undefined));
+    return this.inflight;
+  }
+
+  private async placeNow(): Promise<Placement> {
+    this.replanWanted = false;
+    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    this.placement = undefined;
+    // --min-members holds back the first placement; after it, any survivors that can hold the model do
+    if (alive.length < (this.generation === 0 ? (this.options.minMembers ?? 1) : 1))
+      throw this.noPlacement(this.tooFew());
+    const session = ClusterSession.of(alive);
     const started = performance.now();
+    // every member of the old placement lets go of it together: a lone unload would wait in
+    // the closing barrier of its communicator for peers not yet told
+    if (this.current.clients.length > 0)
+      await this.current.without(new Set(this.current.clients.filter((c) => c.lostWith))).unload();
     let placement: Placement;
     try {
-      placement = await survivors.load(this.load);
+      placement = await session.load(this.load);
     } catch (error) {
       if (error instanceof TandemError && error.code === 'PAR_NO_FIT')
         throw this.noPlacement(
-          `the ${survivors.clients.length} member(s) left cannot hold the model: ${error.message}`,
-          error.hint,
+          new TandemError(
+            'CLUSTER_NO_PLACEMENT',
+            `the ${alive.length} member(s) alive cannot hold the model: ${error.message}`,
+            { hint: `add a member (tandem node --join) or raise its memory limit; ${error.hint}` },
+          ),
         );
       throw error;
     }
-    this.current = survivors;
+    this.current = session;
     this.placement = placement;
+    this.waiting = undefined;
+    for (const m of alive) m.state = 'alive';
     this.replacements++;
+    this.generation++;
     this.event(
       'replaced',
-      `re-placed on ${survivors.clients.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}`,
+      `placed on ${alive.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}`,
     );
+    for (const w of this.placedWaiters.splice(0)) w();
     return placement;
   }
 
   view(): ClusterView {
     const rankOf = new Map(this.current.clients.map((c, r) => [c, r]));
-    const plan = describePlan(this.placement.plan);
+    const plan = this.placement ? describePlan(this.placement.plan) : [];
     return {
       members: this.members.map((m) => {
-        const rank = m.state === 'alive' ? rankOf.get(m.client) : undefined;
-        const speed = m.client.info.speed ?? this.current.infos[rank ?? -1]?.speed;
+        const rank = this.placement && m.state === 'alive' ? rankOf.get(m.client) : undefined;
         return {
           id: m.id,
           address: m.client.address,
           pid: typeof m.client.info.pid === 'number' ? m.client.info.pid : null,
           state: m.state,
-          memory_bytes: rank !== undefined ? (this.placement.bytes[rank] ?? null) : null,
-          speed: typeof speed === 'number' ? speed : null,
+          memory_bytes: rank !== undefined ? (this.placement?.bytes[rank] ?? null) : null,
+          speed: typeof m.info.speed === 'number' ? m.info.speed : null,
           last_heartbeat_ms: m.client.silentMs,
         };
       }),
       links: [],
-      placement: {
-        parallel: this.load.parallel,
-        provider: this.load.provider,
-        ranks: this.current.clients.map((c, r) => ({ id: c.label, holds: plan[r] ?? '' })),
-      },
+      placement: this.placement
+        ? {
+            parallel: this.load.parallel,
+            provider: this.load.provider,
+            ranks: this.current.clients.map((c, r) => ({ id: c.label, holds: plan[r] ?? '' })),
+          }
+        : null,
+      waiting: this.waiting?.message ?? null,
       replacements: this.replacements,
       events: [...this.events],
     };
@@ -141,22 +231,37 @@ export class ServingCluster {
   /** Stops watching: closing the connections is not a loss. */
   close(): void {
     this.closing = true;
-    this.current.close();
+    for (const m of this.members) m.client.close();
   }
 
-  private watch(m: Member): void {
+  private adopt(m: Member): void {
+    this.members.push(m);
     m.client.onLost = (e) => {
       if (this.closing) return;
       m.state = 'dead';
       this.event('lost', `${m.id} (${m.client.address}) lost: ${e.message}`);
+      if (!this.current.clients.includes(m.client) || !this.placement) return;
       for (const other of this.current.clients)
         if (other !== m.client) other.notify('abort', { reason: `${m.id} was lost` });
+      // place again now, not at the next step: an idle server must not answer 200 on a broken placement
+      void this.place().catch(() => undefined);
     };
   }
 
-  private noPlacement(message: string, hint: string): TandemError {
-    this.event('no-placement', message);
-    return new TandemError('CLUSTER_NO_PLACEMENT', message, { hint });
+  private tooFew(): TandemError {
+    const alive = this.members.filter((m) => m.state !== 'dead').length;
+    const need = this.generation === 0 ? (this.options.minMembers ?? 1) : 1;
+    return new TandemError(
+      'CLUSTER_NO_PLACEMENT',
+      `waiting for members: ${alive} alive, the model is placed once ${need} are`,
+      { hint: 'start members with `tandem node --join HOST:PORT` and the cluster secret' },
+    );
+  }
+
+  private noPlacement(e: TandemError): TandemError {
+    this.waiting = e;
+    this.event('no-placement', e.message);
+    return e;
   }
 
   private event(kind: ClusterEvent['kind'], message: string): void {

@@ -79,6 +79,15 @@ export class ClusterSession {
     readonly infos: Message[],
   ) {}
 
+  /** A session over connections made elsewhere (members that joined a cluster port). */
+  static of(members: readonly { host: HostEntry; client: ControlClient; info: Message }[]): ClusterSession {
+    return new ClusterSession(
+      members.map((m) => m.host),
+      members.map((m) => m.client),
+      members.map((m) => m.info),
+    );
+  }
+
   /** The same connections less those in `drop` (lost members): survivors to re-place a model on. */
   without(drop: ReadonlySet<ControlClient>): ClusterSession {
     const keep = this.clients.flatMap((c, r) => (drop.has(c) ? [] : [r]));

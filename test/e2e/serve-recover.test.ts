@@ -143,7 +143,7 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
           ['alive', 'dead', 'alive'],
         );
         assert.equal(view.replacements, 1);
-        assert.equal(view.placement.ranks.length, 2);
+        assert.equal(view.placement?.ranks.length, 2);
         // the healed cluster serves the next request as before
         assert.equal((await stream(server.url, prompts[0]!)).text, alone[0]);
         assert.equal((await fetch(`${server.url}/health`)).status, 200);

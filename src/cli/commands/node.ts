@@ -1,7 +1,7 @@
 import { defineCommand } from '../options.js';
 import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { startNode } from '../../cluster/index.js';
+import { joinCluster, startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 
 export const command = defineCommand({
@@ -36,6 +36,12 @@ export const command = defineCommand({
       description: 'kernels backend (default: native when a C compiler builds it here, else wasm)',
       choices: ['native', 'wasm', 'reference'],
     },
+    join: {
+      type: 'string',
+      description:
+        'instead of listening, dial the coordinator (`tandem serve --cluster HOST:PORT`) and become a member; dial again after each session or a failed dial, every second',
+      placeholder: 'HOST:PORT',
+    },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
     announce: {
       type: 'boolean',
@@ -62,6 +68,33 @@ export const command = defineCommand({
     }
     if (options.threads !== undefined) checkThreads('node', options.threads);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
+    if (options.join !== undefined) {
+      if (options.once || options.announce)
+        throw new TandemError(
+          'CLI_USAGE',
+          'node: --once and --announce apply to a listening node, not --join',
+          {
+            hint: 'drop them: a member dials the coordinator again after each session',
+          },
+        );
+      const member = await joinCluster({
+        join: options.join,
+        secret,
+        log,
+        ...(options.kernels ? { kernels: options.kernels } : {}),
+        ...(options.threads !== undefined ? { threads: options.threads } : {}),
+        ...(memLimit !== undefined ? { memLimit } : {}),
+      });
+      log(`joining the cluster at ${options.join}`);
+      const leave = (): void => {
+        member.stop();
+        void member.done.then(() => process.exit(0));
+      };
+      process.once('SIGTERM', leave);
+      process.once('SIGINT', leave);
+      await member.done;
+      return 0;
+    }
     const node = await startNode({
       listen: options.listen,
       secret,

@@ -4,6 +4,7 @@ import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.j
 import { TandemError } from '../../errors/index.js';
 import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
+import { CLUSTER_PORT } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 
@@ -75,6 +76,15 @@ export const command = defineCommand({
       placeholder: 'NAME',
     },
     ...clusterOptions,
+    cluster: {
+      type: 'string',
+      description: `listen here for members started with \`tandem node --join HOST:PORT\` (port 0 picks one; default port ${CLUSTER_PORT}) and place the model on them as they join and leave; needs TANDEM_SECRET`,
+      placeholder: 'HOST:PORT',
+    },
+    'min-members': {
+      type: 'number',
+      description: 'with --cluster: place the model once this many members have joined (default 1)',
+    },
     'mem-limit': {
       type: 'string',
       description:
@@ -101,14 +111,33 @@ export const command = defineCommand({
     const path = positionals[0] ?? embeddedModelPath('serve');
     const port = options.port === 0 ? 0 : checkPort('serve', options.port);
     const cluster = clusterChoice('serve', options);
+    if (options.cluster !== undefined && cluster)
+      throw usage(
+        '--cluster and --nodes/--hosts both given',
+        'members either join the cluster port (--cluster) or are listed (--nodes, --hosts)',
+      );
+    if (options['min-members'] !== undefined && options.cluster === undefined)
+      throw usage('--min-members applies only with --cluster', 'add --cluster HOST:PORT, or drop it');
+    const members =
+      options.cluster !== undefined
+        ? {
+            cluster: options.cluster.includes(':') ? options.cluster : `${options.cluster}:${CLUSTER_PORT}`,
+            ...(options['min-members'] !== undefined
+              ? { minMembers: checkInteger('serve', 'min-members', options['min-members'], 1, 64, 2) }
+              : {}),
+            ...(options.parallel !== undefined ? { parallel: options.parallel } : {}),
+            ...(options.provider !== undefined ? { provider: options.provider } : {}),
+            ...(options.wire !== undefined ? { wire: options.wire } : {}),
+          }
+        : undefined;
     const memLimit = memLimitOption('serve', options['mem-limit']);
-    if (memLimit !== undefined && !cluster)
+    if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
         'add --nodes N or --hosts FILE, or drop it',
       );
     const threads =
-      options.threads !== undefined || !cluster
+      options.threads !== undefined || (!cluster && !members)
         ? checkThreads('serve', options.threads ?? availableParallelism())
         : undefined;
     const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);
@@ -136,13 +165,14 @@ export const command = defineCommand({
         ...(options.context !== undefined ? { context: options.context } : {}),
         ...(options['model-name'] !== undefined ? { name: options['model-name'] } : {}),
       };
-      const served = cluster
-        ? await loadClusterServedModel(path, {
-            ...common,
-            ...cluster,
-            ...(memLimit !== undefined ? { memLimit } : {}),
-          })
-        : await loadServedModel(path, common);
+      const served =
+        cluster || members
+          ? await loadClusterServedModel(path, {
+              ...common,
+              ...(cluster ?? members),
+              ...(memLimit !== undefined ? { memLimit } : {}),
+            })
+          : await loadServedModel(path, common);
       name = served.name;
       return served;
     };
