@@ -193,16 +193,23 @@ export class NetnsRig {
     return out;
   }
 
+  /** Gives a host's interface an address (`10.0.0.1/24`), inside its namespace only. */
+  addAddress(host: string, iface: string, cidr: string): void {
+    ip('-n', this.ns(host), 'addr', 'add', cidr, 'dev', iface);
+  }
+
   /** Runs `tandem <args>` inside a host's namespace. */
-  tandem(host: string, args: readonly string[]): RigProcess {
-    const child = spawn(
-      'ip',
-      ['netns', 'exec', this.ns(host), process.execPath, join(repo, 'bin', 'tandem.js'), ...args],
-      {
-        cwd: repo,
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
+  tandem(host: string, args: readonly string[], env: NodeJS.ProcessEnv = process.env): RigProcess {
+    return this.node(host, [join(repo, 'bin', 'tandem.js'), ...args], env);
+  }
+
+  /** Runs Node with `args` (a script and its arguments) inside a host's namespace. */
+  node(host: string, args: readonly string[], env: NodeJS.ProcessEnv = process.env): RigProcess {
+    const child = spawn('ip', ['netns', 'exec', this.ns(host), process.execPath, ...args], {
+      cwd: repo,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env,
+    });
     const proc = new RigProcess(host, child);
     this.procs.push(proc);
     return proc;
