@@ -197,6 +197,15 @@ function tokenizerMeta(dir: string, raw: unknown, vocabRows: number): [string, G
  * Reads only headers here; tensor bytes are read when asked for.
  */
 export function openModelFolder(dir: string, options: OpenFolderOptions = {}): ModelFolder {
+  if (!isModelFolder(dir)) {
+    throw formatError(
+      'MODEL_FOLDER_INCOMPLETE',
+      dir,
+      'folder',
+      existsSync(dir) ? 'is a file, not a model folder (a GGUF file needs no conversion)' : 'does not exist',
+      'pass the folder holding config.json, tokenizer.json and the .safetensors weights',
+    );
+  }
   const raw = readJson(dir, 'config.json', true);
   if (!existsSync(join(dir, 'tokenizer.json')))
     throw formatError(
