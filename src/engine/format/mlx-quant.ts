@@ -48,15 +48,18 @@ export function dequantizeMlx(
   );
   const perWord = 32 / q.bits;
   const mask = (1 << q.bits) - 1;
-  const wordsPerRow = cols / perWord;
-  const groups = cols / q.groupSize;
+  const wordsPerGroup = q.groupSize / perWord;
+  const groups = (rows * cols) / q.groupSize;
   const out = new Float32Array(rows * cols);
-  for (let r = 0; r < rows; r++) {
-    for (let j = 0; j < cols; j++) {
-      const word = words[r * wordsPerRow + Math.floor(j / perWord)] as number;
-      const code = (word >>> ((j % perWord) * q.bits)) & mask;
-      const g = r * groups + Math.floor(j / q.groupSize);
-      out[r * cols + j] = (scales[g] as number) * code + (biases[g] as number);
+  // Groups never straddle rows (cols is a multiple of groupSize), and words never straddle
+  // groups (groupSize is a multiple of 32 / bits), so the codes run group by group, word by word.
+  let o = 0;
+  for (let g = 0; g < groups; g++) {
+    const s = scales[g] as number;
+    const b = biases[g] as number;
+    for (let w = g * wordsPerGroup, end = w + wordsPerGroup; w < end; w++) {
+      const word = words[w] as number;
+      for (let k = 0; k < 32; k += q.bits) out[o++] = s * ((word >>> k) & mask) + b;
     }
   }
   return out;
