@@ -37,7 +37,11 @@ export const commands: readonly CommandEntry[] = [
     summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)',
     load: async () => (await import('./commands/make-model.js')).command,
   },
-  { name: 'convert', summary: 'write a Hugging Face or MLX model folder as a GGUF file', load: async () => (await import('./commands/convert.js')).command },
+  {
+    name: 'convert',
+    summary: 'write a Hugging Face or MLX model folder as a GGUF file',
+    load: async () => (await import('./commands/convert.js')).command,
+  },
   {
     name: 'node',
     summary: 'run a node agent that holds one shard of a model in distributed runs',

@@ -105,6 +105,11 @@ for (const [name, made, exported] of exactCases) {
       const b = GgufModelFile.open(folderOf(gguf, dir, exported));
       try {
         sameTensors(a, b, (_n, x) => x);
+        // A tensor-parallel shard reads row and column ranges (block by block, row by row).
+        for (const name of ['blk.1.attn_output.weight', 'blk.0.attn_k.weight', 'token_embd.weight']) {
+          const part = { rows: [3, 9], columns: [64, 128] } as const;
+          assert.deepEqual(b.gguf.readTensor(name, part), a.gguf.readTensor(name, part), name);
+        }
         sameTokens(tokenizerOf(a), tokenizerOf(b));
         const prompt = tokenizerOf(a).encode(TEXTS[0]!, { addBos: true });
         assert.deepEqual(await logits(b, prompt), await logits(a, prompt));

@@ -118,7 +118,12 @@ function dimsOf(recipe: TensorRecipe, sources: readonly SourceTensor[], dir: str
 }
 
 /** Reads GGUF rows from the parts, copying runs of consecutive source rows at once. */
-function rowReader(recipe: TensorRecipe, sources: readonly SourceTensor[], type: number, cols: number) {
+function rowReader(
+  recipe: TensorRecipe,
+  sources: readonly SourceTensor[],
+  type: number,
+  cols: number,
+): (start: number, count: number) => Uint8Array {
   const plain = sources.every((s) => s.plainType === type);
   const partRows = sources[0]?.rows ?? 1;
   const map = (r: number): [number, number] => {
@@ -135,7 +140,8 @@ function rowReader(recipe: TensorRecipe, sources: readonly SourceTensor[], type:
       let n = 1;
       while (r + n < start + count && map(r + n)[0] === part && map(r + n)[1] === src + n) n++;
       const s = sources[part] as SourceTensor;
-      const bytes = plain ? s.readPlain(src, n) : new Uint8Array(s.readF32(src, n).buffer);
+      const f32 = plain ? undefined : s.readF32(src, n);
+      const bytes = f32 ? new Uint8Array(f32.buffer, f32.byteOffset, f32.byteLength) : s.readPlain(src, n);
       out.set(bytes, (r - start) * rowSize);
       r += n;
     }

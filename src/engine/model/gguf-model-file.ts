@@ -15,7 +15,8 @@ export class GgufModelFile implements ModelFile {
 
   /** Opens a GGUF file, or a Hugging Face / MLX model folder read as the GGUF it converts to. */
   static open(path: string): GgufModelFile {
-    if (isModelFolder(path)) return new GgufModelFile(GgufFile.fromSource(new FolderGgufSource(openModelFolder(path))));
+    if (isModelFolder(path))
+      return new GgufModelFile(GgufFile.fromSource(new FolderGgufSource(openModelFolder(path))));
     return new GgufModelFile(GgufFile.open(path));
   }
 
