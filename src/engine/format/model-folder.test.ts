@@ -139,9 +139,15 @@ for (const dtype of ['F16', 'BF16'] as const) {
   });
 }
 
-for (const bits of [4, 8]) {
-  test(`an MLX ${bits}-bit folder dequantizes to F16 exactly and runs like its F32 twin`, async () => {
-    await withModel({ arch: 'llama', type: 'f32' }, async (gguf, dir) => {
+const mlxCases: [Made['arch'], number][] = [
+  ['llama', 4],
+  ['llama', 8],
+  ['qwen3moe', 4],
+];
+
+for (const [arch, bits] of mlxCases) {
+  test(`an MLX ${bits}-bit ${arch} folder (experts as switch_mlp) dequantizes to F16 exactly and runs like its F32 twin`, async () => {
+    await withModel({ arch, type: 'f32' }, async (gguf, dir) => {
       const q = { bits, groupSize: 64 };
       const a = GgufModelFile.open(gguf);
       const b = GgufModelFile.open(folderOf(gguf, dir, { dtype: 'F16', mlx: q }));
