@@ -156,7 +156,14 @@ for (const [arch, bits] of mlxCases) {
       const f16 = (x: Float32Array): Float32Array =>
         dequantize(GgmlType.F16, quantize(GgmlType.F16, x), x.length);
       try {
-        sameTensors(a, b, (n, x) => (a.tensors.get(n)!.dims.length >= 2 ? f16(deq(n, x)) : f16(x)));
+        // Matrices become F16; MoE routers stay F32 (as llama.cpp keeps them); vectors are not quantized.
+        sameTensors(a, b, (n, x) =>
+          n.includes('ffn_gate_inp')
+            ? deq(n, x)
+            : a.tensors.get(n)!.dims.length >= 2
+              ? f16(deq(n, x))
+              : f16(x),
+        );
         const twin = new MemoryModelFile(
           new Map([...a.gguf.metadata.entries.keys()].map((k) => [k, a.meta(k)])),
           new Map(
