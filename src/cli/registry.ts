@@ -38,6 +38,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/make-model.js')).command,
   },
   {
+    name: 'convert',
+    summary: 'write a Hugging Face or MLX model folder as a GGUF file',
+    load: async () => (await import('./commands/convert.js')).command,
+  },
+  {
     name: 'node',
     summary: 'run a node agent that holds one shard of a model in distributed runs',
     load: async () => (await import('./commands/node.js')).command,

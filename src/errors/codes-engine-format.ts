@@ -21,4 +21,8 @@ export const engineFormatCodes = {
   MODEL_FORMAT_NOT_FOUND: 'invalid_argument',
   MODEL_FORMAT_BAD_RANGE: 'invalid_argument',
   MODEL_FORMAT_UNSUPPORTED: 'invalid_argument',
+  /** A model folder lacks a file (config.json, tokenizer.json, a shard) or a tensor its architecture needs. */
+  MODEL_FOLDER_INCOMPLETE: 'invalid_argument',
+  /** A model folder holds an architecture, dtype, tokenizer or quantization tandem does not read. */
+  MODEL_FOLDER_UNSUPPORTED: 'invalid_argument',
 } as const satisfies Record<string, ErrorCategory>;

@@ -70,6 +70,10 @@ export class SafetensorsModel {
     return new SafetensorsModel(dir, config, files, where);
   }
 
+  has(name: string): boolean {
+    return this.where.has(name);
+  }
+
   get tensorNames(): string[] {
     return [...this.where.keys()];
   }

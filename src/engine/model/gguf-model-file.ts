@@ -1,5 +1,7 @@
+import { FolderGgufSource } from '../format/folder-gguf-source.js';
 import { GgufFile } from '../format/gguf-reader.js';
 import type { GgufArray } from '../format/gguf-types.js';
+import { isModelFolder, openModelFolder } from '../format/model-folder.js';
 import { Tokenizer, tokenizerMetadataFromGguf } from '../tokenizer/index.js';
 import type { ModelFile, TensorEntry } from './model-file.js';
 
@@ -11,7 +13,10 @@ export class GgufModelFile implements ModelFile {
     this.tensors = new Map(gguf.tensors.map((t) => [t.name, { type: t.type.id, dims: t.dims }]));
   }
 
+  /** Opens a GGUF file, or a Hugging Face / MLX model folder read as the GGUF it converts to. */
   static open(path: string): GgufModelFile {
+    if (isModelFolder(path))
+      return new GgufModelFile(GgufFile.fromSource(new FolderGgufSource(openModelFolder(path))));
     return new GgufModelFile(GgufFile.open(path));
   }
 
