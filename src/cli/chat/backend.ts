@@ -67,3 +67,25 @@ export function overflowOf(error: unknown): Overflow | undefined {
   if (kind !== 'prompt' && kind !== 'answer') return undefined;
   return typeof room === 'number' ? { kind, room } : { kind };
 }
+
+/**
+ * The tokens an answer may take: `maxTokens`, or all the context leaves. The last generated
+ * token is never fed back, so prompt + budget - 1 positions must fit; CLI_CHAT_CONTEXT when
+ * they do not.
+ */
+export function answerBudget(promptTokens: number, maxTokens: number | undefined, context: number): number {
+  if (promptTokens > context)
+    throw contextOverflow(
+      `the conversation has ${promptTokens} tokens, more than the context of ${context}`,
+      {
+        kind: 'prompt',
+      },
+    );
+  const room = context - promptTokens + 1;
+  if (maxTokens !== undefined && maxTokens > room)
+    throw contextOverflow(
+      `the conversation's ${promptTokens} tokens leave room for ${room} of the ${maxTokens} answer tokens (--max-tokens) in the context of ${context}`,
+      { kind: 'answer', room },
+    );
+  return maxTokens ?? room;
+}

@@ -6,7 +6,7 @@ import {
   type SamplerOptions,
   type SequenceCache,
 } from '../../engine/index.js';
-import { contextOverflow, type AnswerStats, type ChatBackend } from './backend.js';
+import { answerBudget, type AnswerStats, type ChatBackend } from './backend.js';
 
 export interface LocalBackendOptions {
   threads: number;
@@ -71,7 +71,7 @@ export class LocalBackend implements ChatBackend {
   ): Promise<AnswerStats> {
     const { served } = this;
     const prompt = served.template.encode(served.tokenizer, messages);
-    const budget = this.budget(prompt.length, maxTokens);
+    const budget = answerBudget(prompt.length, maxTokens, served.contextLength);
     // at least the last prompt token is run again: its logits pick the first answer token
     const keep = Math.min(commonPrefix(this.cached, prompt), prompt.length - 1);
     this.cache.truncate(keep);
@@ -111,26 +111,6 @@ export class LocalBackend implements ChatBackend {
       promptTokens: prompt.length,
       prefilledTokens: fresh.length,
     };
-  }
-
-  /**
-   * The tokens the answer may take: `maxTokens`, or all the context leaves. The last generated
-   * token is never fed back, so prompt + budget - 1 positions must fit.
-   */
-  private budget(promptTokens: number, maxTokens: number | undefined): number {
-    const context = this.served.contextLength;
-    if (promptTokens > context)
-      throw contextOverflow(
-        `the conversation has ${promptTokens} tokens, more than the context of ${context}`,
-        { kind: 'prompt' },
-      );
-    const room = context - promptTokens + 1;
-    if (maxTokens !== undefined && maxTokens > room)
-      throw contextOverflow(
-        `the conversation's ${promptTokens} tokens leave room for ${room} of the ${maxTokens} answer tokens (--max-tokens) in the context of ${context}`,
-        { kind: 'answer', room },
-      );
-    return maxTokens ?? room;
   }
 
   close(): Promise<void> {

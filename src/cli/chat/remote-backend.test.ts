@@ -1,42 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { startTestServer } from '../../api/testing.js';
 import { exitCodeFor, type ErrorCategory } from '../../errors/index.js';
-import { tandemBin, tempModel } from '../testing.js';
+import { tempModel } from '../testing.js';
+import { chatPiped } from './testing.js';
 import { baseUrl } from './remote-backend.js';
 
 const path = tempModel('tandem-chat-url-', { arch: 'qwen2', shape: 'tiny', type: 'f32', seed: 3 });
-
-/**
- * `tandem chat ARGS` with `lines` piped to its stdin (not a terminal: no prompt, no colour),
- * run asynchronously so that a server in this process can answer it; bounded by `timeoutMs`.
- */
-function chatPiped(
-  args: readonly string[],
-  lines: readonly string[],
-  env: NodeJS.ProcessEnv = process.env,
-  timeoutMs = 60_000,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [tandemBin, 'chat', ...args], { env });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`tandem chat did not exit within ${timeoutMs} ms:\n${stdout}\n${stderr}`));
-    }, timeoutMs);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-    child.stdin.end(lines.map((l) => `${l}\n`).join(''));
-  });
-}
 
 const exitFor = (category: ErrorCategory): number => exitCodeFor(category);
 

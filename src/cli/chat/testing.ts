@@ -1,3 +1,4 @@
+import { spawn as spawnChild } from 'node:child_process';
 import { spawn, type IPty } from '@lydell/node-pty';
 import { tandemBin } from '../testing.js';
 
@@ -79,4 +80,32 @@ export class TerminalSession {
       // already gone
     }
   }
+}
+
+/**
+ * `tandem chat ARGS` with `lines` piped to its stdin (not a terminal: no prompt, no colour),
+ * run asynchronously so that a server in this process can answer it; bounded by `timeoutMs`.
+ */
+export function chatPiped(
+  args: readonly string[],
+  lines: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  timeoutMs = 60_000,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawnChild(process.execPath, [tandemBin, 'chat', ...args], { env });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`tandem chat did not exit within ${timeoutMs} ms:\n${stdout}\n${stderr}`));
+    }, timeoutMs);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+    child.stdin.end(lines.map((l) => `${l}\n`).join(''));
+  });
 }

@@ -8,6 +8,7 @@ import type { ChatBackend } from '../chat/backend.js';
 import { ChatLoop } from '../chat/chat-loop.js';
 import { Conversation } from '../chat/conversation.js';
 import { LocalBackend } from '../chat/local-backend.js';
+import { NodesBackend } from '../chat/nodes-backend.js';
 import { RemoteBackend } from '../chat/remote-backend.js';
 import { command as run } from './run.js';
 
@@ -23,6 +24,9 @@ const {
   threads,
   context,
   'kv-type': kvType,
+  nodes,
+  parallel,
+  provider,
 } = run.options;
 
 const chatOptions = {
@@ -52,6 +56,9 @@ const chatOptions = {
   threads,
   context,
   'kv-type': kvType,
+  nodes,
+  parallel,
+  provider,
 } as const;
 
 type ChatOptions = ParsedOptions<typeof chatOptions>;
@@ -91,8 +98,30 @@ function checkRemoteOptions(options: ChatOptions): void {
     );
 }
 
+/** Options that apply only with --nodes, or never with it: refused rather than ignored. */
+function checkNodesOptions(options: ChatOptions): void {
+  if (options.nodes === undefined) {
+    const given = (['parallel', 'provider'] as const).filter((k) => options[k] !== undefined);
+    if (given.length > 0)
+      throw usage(
+        `${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes`,
+        'add --nodes N to split the model across local node processes, or drop them',
+      );
+    return;
+  }
+  checkInteger('chat', 'nodes', options.nodes, 1, 64, 2);
+  if (options.url !== undefined)
+    throw usage(
+      '--nodes and --url both given',
+      'chat with a server through --url, or load the model here with --nodes N',
+    );
+  if (options['kv-type'] !== kvType.default)
+    throw usage('--kv-type applies to a model loaded in this process', 'drop --kv-type with --nodes');
+}
+
 async function openBackend(model: string | undefined, options: ChatOptions): Promise<ChatBackend> {
   const log = (line: string): void => void process.stderr.write(`tandem chat: ${line}\n`);
+  checkNodesOptions(options);
   if (options.url !== undefined) {
     checkRemoteOptions(options);
     const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
@@ -112,12 +141,27 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
     throw usage('--api-key applies with --url only', 'drop --api-key, or chat with a server through --url');
   if (options.context !== undefined)
     checkInteger('chat', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
-  return LocalBackend.open(model ?? embeddedModelPath('chat'), {
+  const path = model ?? embeddedModelPath('chat');
+  const context = options.context !== undefined ? { context: options.context } : {};
+  if (options.nodes !== undefined)
+    return NodesBackend.open(path, {
+      nodes: options.nodes,
+      parallel: options.parallel ?? 'tp',
+      provider: options.provider ?? 'shm',
+      threads: checkThreads(
+        'chat',
+        options.threads ?? Math.max(1, Math.floor(availableParallelism() / options.nodes)),
+      ),
+      sampling: sampling(options),
+      log,
+      ...context,
+    });
+  return LocalBackend.open(path, {
     threads: checkThreads('chat', options.threads ?? availableParallelism()),
     kvType: options['kv-type'],
     sampling: sampling(options),
     log,
-    ...(options.context !== undefined ? { context: options.context } : {}),
+    ...context,
   });
 }
 
@@ -130,6 +174,7 @@ export const command = defineCommand({
     'On this machine the KV cache is kept across turns, so each turn prefills only its new tokens. ' +
     'When the conversation no longer fits the context, the oldest turns are dropped (the system message stays) and the chat says so. ' +
     'Commands: /help, /reset (forget the conversation), /system TEXT (set the system message), /exit; Ctrl-D ends the chat, Ctrl-C stops an answer and, at the prompt, ends the chat. ' +
+    '--nodes N splits the model across N local node processes as `tandem run --nodes` does (each turn then prefills the whole conversation). ' +
     'Lines can be piped in as well (`printf "Hi\\n" | tandem chat`). ' +
     `Without MODEL and --url it chats with the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
   positionals: [
@@ -142,6 +187,7 @@ export const command = defineCommand({
   examples: [
     'tandem chat',
     'tandem chat model.gguf --temperature 0.7 --system "You are terse."',
+    'tandem chat model.gguf --nodes 2 --parallel pp',
     'tandem chat --url http://127.0.0.1:8080',
     'TANDEM_API_KEY=secret tandem chat --url http://10.0.0.2:8080 --max-tokens 512',
   ],
