@@ -118,7 +118,7 @@ export class RemoteBackend implements ChatBackend {
       await checkStatus(res, this.base, this.o.apiKey, '/v1/chat/completions', this.model);
       for await (const data of sseData(res.body ?? emptyBody())) {
         if (data === '[DONE]') break;
-        const chunk = JSON.parse(data) as Chunk;
+        const chunk = parseChunk(this.base, data);
         if (chunk.error) throw serverError(this.base, 200, chunk.error.message ?? data);
         const choice = chunk.choices?.[0];
         const text = choice?.delta?.content ?? '';
@@ -238,6 +238,15 @@ function unknownModel(model: string, base: string, ids: readonly string[]): Tand
     hint: 'name a model the server lists (GET /v1/models), or give none to use its first',
     details: { url: base, model, served: [...ids] },
   });
+}
+
+/** One event's JSON; anything else is the server's fault, said as such. */
+function parseChunk(base: string, data: string): Chunk {
+  try {
+    return JSON.parse(data) as Chunk;
+  } catch {
+    throw serverError(base, 200, `a streamed event is not JSON: ${data.slice(0, 200)}`);
+  }
 }
 
 function serverError(base: string, status: number, message: string): TandemError {
