@@ -54,7 +54,12 @@ const chatOptions = {
   'min-p': minP,
   'repeat-penalty': repeatPenalty,
   threads,
-  context,
+  // run's --context, whose text says it is refused with --nodes: chat takes it there too
+  context: {
+    ...context,
+    description:
+      "KV cache positions, a positive integer (default: the model's context length, at most 4096); the conversation's oldest turns are dropped past it",
+  },
   'kv-type': kvType,
   nodes,
   parallel,
