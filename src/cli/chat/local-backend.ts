@@ -1,8 +1,10 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { loadServedModel, type ServedModel } from '../../api/index.js';
 import {
   Sampler,
   generate,
   type ChatMessage,
+  type Forwarder,
   type SamplerOptions,
   type SequenceCache,
 } from '../../engine/index.js';
@@ -37,12 +39,24 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
 export class LocalBackend implements ChatBackend {
   readonly description: string;
   private cached: number[] = [];
+  /**
+   * The model's forward after a turn of the event loop: a forward on the native kernels may
+   * resolve without ever yielding to I/O, and Ctrl-C (a key readline reads from stdin) must be
+   * seen between two tokens to stop an answer.
+   */
+  private readonly forwarder: Forwarder;
 
   private constructor(
     private readonly served: ServedModel,
     private readonly cache: SequenceCache,
     private readonly sampler: Sampler,
   ) {
+    this.forwarder = {
+      forward: async (tokens, cache) => {
+        await nextTurn();
+        return served.model.forward(tokens, cache);
+      },
+    };
     const c = served.model.config;
     this.description = `${served.name} (${c.arch}, ${c.blockCount} layers, context ${served.contextLength} tokens) on this machine`;
   }
@@ -82,7 +96,7 @@ export class LocalBackend implements ChatBackend {
     const decoder = served.tokenizer.streamDecoder();
     let result;
     try {
-      result = await generate(served.model, this.cache, fresh, {
+      result = await generate(this.forwarder, this.cache, fresh, {
         maxTokens: budget,
         pick: (logits) => this.sampler.sample(logits),
         stopTokens: served.stopTokens,

@@ -109,6 +109,30 @@ test('tandem chat in a terminal: Ctrl-D and Ctrl-C at the prompt end it with exi
   }
 });
 
+test('tandem chat without MODEL chats with the shipped model; Ctrl-C during an answer stops it there, and the chat goes on past its context', async () => {
+  // 480 tokens fill most of tandem-tiny's 512 positions: the answer runs long enough for the key to land
+  const chat = new TerminalSession(['chat', '--max-tokens', '480', '--temperature', '0', '--threads', '1']);
+  try {
+    await chat.next('chatting with tandem-tiny (llama');
+    await chat.next('> ');
+    chat.line('Tell me a long story');
+    await chat.next('story\n');
+    await chat.next(/\S/);
+    chat.keys('\x03');
+    const stopped = await chat.next(/\n(\d+) tokens · .* · stopped\n/);
+    assert.ok(Number(/(\d+) tokens/.exec(stopped.match)?.[1]) < 480, stopped.match);
+    // with room for 480 more tokens, the next message fits the 512 positions only alone
+    chat.line('And then?');
+    await chat.next('And then?\n');
+    await chat.next('the conversation no longer fits the context: the oldest turn was dropped');
+    await chat.next(/\n.*TTFT.*\n/);
+    chat.keys('\x03');
+    assert.equal(await chat.exit(), 0);
+  } finally {
+    chat.kill();
+  }
+});
+
 /** An OpenAI-compatible server that records each chat request and streams `words` back, `delayMs` apart. */
 async function fakeServer(
   answer: (n: number) => { words: string[]; delayMs: number },
