@@ -28,6 +28,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/run.js')).command,
   },
   {
+    name: 'chat',
+    summary: 'a conversation with a model in the terminal (or with a running `tandem serve` through --url)',
+    load: async () => (await import('./commands/chat.js')).command,
+  },
+  {
     name: 'serve',
     summary: 'serve a GGUF model over an OpenAI-compatible HTTP API (chat, completions, streaming, /metrics)',
     load: async () => (await import('./commands/serve.js')).command,

@@ -1,0 +1,36 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { tempModel } from '../testing.js';
+import { chatPiped } from './testing.js';
+
+const path = tempModel('tandem-chat-nodes-', { arch: 'llama', shape: 'tiny', type: 'f32', seed: 5 });
+
+test('tandem chat --nodes 2: the same greedy conversation as the model loaded in one process', async () => {
+  const lines = ['Hello', 'And then?', '/reset', 'And then?'];
+  const args = ['--temperature', '0', '--max-tokens', '10'];
+  const split = await chatPiped(
+    [path(), '--nodes', '2', '--parallel', 'pp', ...args],
+    lines,
+    process.env,
+    120_000,
+  );
+  const one = await chatPiped([path(), '--threads', '1', ...args], lines);
+  assert.equal(split.code, 0, split.stderr);
+  assert.equal(one.code, 0, one.stderr);
+  assert.match(split.stderr, /chatting with model across 2 local nodes \(--parallel pp over shm/);
+  const answers = split.stdout.split('\n');
+  assert.equal(answers.length, 4); // three answers and the final newline's empty rest
+  // the history is sent: the same message answered with and without the first turn differs
+  assert.notEqual(answers[1], answers[2]);
+  assert.equal(split.stdout, one.stdout);
+});
+
+test('tandem chat: --nodes with --url, and --parallel without --nodes, are usage errors', async () => {
+  for (const args of [
+    [path(), '--nodes', '2', '--url', 'http://127.0.0.1:1'],
+    [path(), '--parallel', 'pp'],
+  ]) {
+    const r = await chatPiped(args, ['Hello']);
+    assert.match(r.stderr, /error \[CLI_USAGE\]/, args.join(' '));
+  }
+});
