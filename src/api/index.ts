@@ -4,6 +4,7 @@ export {
   loadServedModel,
   defaultModelName,
   type ServedModel,
+  type LocalServedModel,
   type LoadServedOptions,
 } from './served-model.js';
 export { toHttpError, type OpenAiErrorBody } from './errors.js';

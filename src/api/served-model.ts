@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import {
   ChatTemplate,
   openModel,
+  type Model,
   type ChatMessage,
   type ModelConfig,
   type Tokenizer,
@@ -33,6 +34,9 @@ export interface ServedModel {
   close(): Promise<void>;
 }
 
+/** A model served from this process: its forwards are the engine's, on caches in this process. */
+export type LocalServedModel = Omit<ServedModel, 'model'> & { model: Model };
+
 export interface LoadServedOptions {
   threads?: number;
   /** KV positions per slot; default the model's context length, at most 4096 (as `tandem run`). */
@@ -49,7 +53,10 @@ export function defaultModelName(path: string): string {
 }
 
 /** Opens a GGUF model for serving, saying on `log` what it loads and when it is done. */
-export async function loadServedModel(path: string, options: LoadServedOptions = {}): Promise<ServedModel> {
+export async function loadServedModel(
+  path: string,
+  options: LoadServedOptions = {},
+): Promise<LocalServedModel> {
   const log = options.log ?? (() => {});
   const start = performance.now();
   log(

@@ -1,5 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { loadServedModel, type ServedModel } from '../../api/index.js';
+import { loadServedModel, type LocalServedModel } from '../../api/index.js';
 import {
   Sampler,
   generate,
@@ -47,7 +47,7 @@ export class LocalBackend implements ChatBackend {
   private readonly forwarder: Forwarder;
 
   private constructor(
-    private readonly served: ServedModel,
+    private readonly served: LocalServedModel,
     private readonly cache: SequenceCache,
     private readonly sampler: Sampler,
   ) {
