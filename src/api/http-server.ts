@@ -6,7 +6,10 @@ import { chatCompletions } from './chat.js';
 import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
+import type { Logger } from 'pino';
+import { silentLogger } from '../util/log.js';
 import { Metrics } from './metrics.js';
+import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
 import { Scheduler, type SchedulerOptions } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
@@ -27,6 +30,8 @@ export interface ApiServerOptions {
   onBound?: (url: string) => void;
   /** Tests only: see SchedulerOptions.stepHook. */
   stepHook?: SchedulerOptions['stepHook'];
+  /** Where each request's line goes (see logRequest); default: nowhere. */
+  logger?: Logger;
 }
 
 /** Routes that run on the model, by method and path. */
@@ -55,7 +60,8 @@ function digest(text: string): Buffer {
  * ready, closing). It listens before the model is loaded so that /health can say it is loading.
  */
 export class ApiServer {
-  readonly metrics = new Metrics();
+  readonly metrics: Metrics;
+  private readonly logger: Logger;
   private state: State = { kind: 'loading' };
   private readonly keyDigest: Buffer | undefined;
   private loading: Promise<ServedModel> | undefined;
@@ -66,6 +72,8 @@ export class ApiServer {
     private readonly options: ApiServerOptions,
   ) {
     this.keyDigest = options.apiKey !== undefined ? digest(options.apiKey) : undefined;
+    this.metrics = new Metrics(options.slots);
+    this.logger = options.logger ?? silentLogger();
   }
 
   /** Binds host:port, starts answering (503 on the model's routes) and starts loading the model. */
@@ -103,6 +111,7 @@ export class ApiServer {
           ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
         });
         this.state = { kind: 'ready', served, scheduler };
+        this.metrics.readScheduler(() => scheduler);
       },
       (error: unknown) => {
         this.state = { kind: 'failed', error };
@@ -125,6 +134,7 @@ export class ApiServer {
   async close(graceMs = 5000): Promise<void> {
     const before = this.state;
     this.state = { kind: 'closing' };
+    this.metrics.energy.stop();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     if (before.kind === 'ready') await before.scheduler.close(graceMs);
@@ -143,6 +153,8 @@ export class ApiServer {
     const route = `${req.method ?? 'GET'} ${path}`;
     const known = route in modelRoutes || infoRoutes.has(route);
     res.once('close', () => this.metrics.countRequest(known ? path : 'unknown', res.statusCode));
+    const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
+    res.setHeader('x-request-id', trace.id);
     const controller = new AbortController();
     res.once('close', () => {
       if (!res.writableFinished) controller.abort();
@@ -156,7 +168,7 @@ export class ApiServer {
         });
       if (route === 'GET /v1/models')
         return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
-      if (route === 'GET /metrics') return this.sendMetrics(res);
+      if (route === 'GET /metrics') return await this.sendMetrics(res);
       const body = await this.readBody(req);
       const state = this.requireReady();
       await (modelRoutes[route] as RouteHandler)({
@@ -166,12 +178,43 @@ export class ApiServer {
         served: state.served,
         scheduler: state.scheduler,
         metrics: this.metrics,
+        trace,
         signal: controller.signal,
       });
     } catch (error) {
+      trace.fail(error);
       const e = toHttpError(error);
       sendJson(res, e.status, e.body, e.headers);
+    } finally {
+      this.requestEnded(trace, res);
     }
+  }
+
+  /**
+   * One log line per request (id, route, status, outcome, queue/TTFT/total ms, tokens, the
+   * error's code) and its metrics. Scrapes and health checks that succeed log at debug only.
+   */
+  private requestEnded(trace: RequestTrace, res: ServerResponse): void {
+    const outcome = trace.end();
+    this.metrics.requestEnded(trace, outcome);
+    const { queueS, ttftS, totalS } = trace.timings();
+    const ms = (s: number | undefined): number | undefined =>
+      s === undefined ? undefined : Math.round(s * 1e4) / 10;
+    const line = {
+      id: trace.id,
+      route: trace.route,
+      status: res.headersSent ? res.statusCode : null,
+      outcome,
+      queue_ms: ms(queueS),
+      ttft_ms: ms(ttftS),
+      total_ms: ms(totalS),
+      prompt_tokens: trace.queuedMs !== undefined ? trace.promptTokens : undefined,
+      completion_tokens: trace.queuedMs !== undefined ? trace.generatedTokens : undefined,
+      error: trace.errorKind()?.code,
+    };
+    const routine = outcome === 'ok' && (trace.route === 'GET /metrics' || trace.route === 'GET /health');
+    if (routine) this.logger.debug(line, 'request');
+    else this.logger.info(line, 'request');
   }
 
   private health(res: ServerResponse): void {
@@ -209,14 +252,9 @@ export class ApiServer {
     return this.state;
   }
 
-  private sendMetrics(res: ServerResponse): void {
-    const s = this.state.kind === 'ready' ? this.state.scheduler : undefined;
-    const text = this.metrics.render({
-      queueDepth: s?.queueDepth ?? 0,
-      activeSlots: s?.activeSlots ?? 0,
-      slots: s?.slotCount ?? this.options.slots,
-    });
-    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+  private async sendMetrics(res: ServerResponse): Promise<void> {
+    const text = await this.metrics.render();
+    res.writeHead(200, { 'content-type': this.metrics.contentType });
     res.end(text);
   }
 
