@@ -1,3 +1,4 @@
+import { hostname, totalmem } from 'node:os';
 import { Counter, Gauge, type Metric, type Registry } from 'prom-client';
 
 /** One member of the cluster as /metrics shows it; a figure left out is not exported (never a fake 0). */
@@ -133,6 +134,10 @@ export class ClusterMetrics {
 
   constructor(private readonly registry: Registry) {}
 
+  get hasSource(): boolean {
+    return this.source !== undefined;
+  }
+
   setSource(source: ClusterMetricsSource | undefined): void {
     this.source = source;
     if (!source) for (const name of this.names.values()) this.registry.removeSingleMetric(name);
@@ -198,4 +203,26 @@ export class ClusterMetrics {
     this.names.set(c, name);
     return c;
   }
+}
+
+/**
+ * The one member a server on one machine is: this host, ready, its process's resident memory
+ * (the model's weights, KV caches and buffers) against the machine's; all of each token's
+ * time is computing. The server shows it until a cluster source replaces it.
+ */
+export function singleProcessSource(id = hostname()): ClusterMetricsSource {
+  return {
+    snapshot: () => ({
+      members: [
+        {
+          id,
+          state: 'ready',
+          memoryUsedBytes: process.memoryUsage.rss(),
+          memoryLimitBytes: totalmem(),
+          computeShare: 1,
+          commShare: 0,
+        },
+      ],
+    }),
+  };
 }

@@ -44,6 +44,8 @@ export class EnergyMetrics {
   constructor(
     private readonly registry: Registry,
     private readonly generatedTokens: () => number,
+    /** ms on a monotonic clock (tests step their own). */
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.info = new Gauge({
       name: 'tandem:power_meter_info',
@@ -92,10 +94,11 @@ export class EnergyMetrics {
     if (!this.registry.getSingleMetric(name)) this.registry.registerMetric(gauge);
   }
 
-  private sample(): void {
+  /** Closes a window: the watts and J/token over it. The timer calls it; tests call it to step. */
+  sample(): void {
     const joules = this.read();
     if (joules === undefined) return;
-    const now = { joules, tokens: this.generatedTokens(), atMs: performance.now() };
+    const now = { joules, tokens: this.generatedTokens(), atMs: this.now() };
     const last = this.last;
     this.last = now;
     if (!last || now.atMs <= last.atMs) return;

@@ -8,6 +8,7 @@ import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
 import type { Logger } from 'pino';
 import { silentLogger } from '../util/log.js';
+import { singleProcessSource } from './cluster-metrics.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
@@ -112,6 +113,7 @@ export class ApiServer {
         });
         this.state = { kind: 'ready', served, scheduler };
         this.metrics.readScheduler(() => scheduler);
+        if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
       },
       (error: unknown) => {
         this.state = { kind: 'failed', error };

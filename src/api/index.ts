@@ -7,3 +7,11 @@ export {
   type LoadServedOptions,
 } from './served-model.js';
 export { toHttpError, type OpenAiErrorBody } from './errors.js';
+export type { Metrics } from './metrics.js';
+export {
+  singleProcessSource,
+  type ClusterMetricsSource,
+  type ClusterMetricsSnapshot,
+  type MemberMetrics,
+  type LinkMetrics,
+} from './cluster-metrics.js';

@@ -10,21 +10,23 @@ export function defaultLogFormat(stream: { isTTY?: boolean }): LogFormat {
   return stream.isTTY ? 'pretty' : 'json';
 }
 
+/** Where lines go: a file descriptor (1 is stdout), or a stream (tests). */
+export type LogDestination = number | NodeJS.WritableStream;
+
 /**
- * A logger writing to file descriptor `fd`, synchronously: a line is written before the call
- * returns, so none is lost when the process exits right after.
+ * A logger writing to `to`, synchronously: a line is written before the call returns, so
+ * none is lost when the process exits right after.
  */
-export function createLogger(format: LogFormat, fd = 1): Logger {
+export function createLogger(format: LogFormat, to: LogDestination = 1): Logger {
   const options = {
     base: null,
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label: string) => ({ level: label }) },
   };
-  if (format === 'json') return pino(options, pino.destination({ fd, sync: true }));
-  return pino(
-    options,
-    pinoPretty({ destination: fd, sync: true, singleLine: true, colorize: pinoPretty.isColorSupported }),
-  );
+  if (format === 'json')
+    return pino(options, typeof to === 'number' ? pino.destination({ fd: to, sync: true }) : to);
+  const colorize = typeof to === 'number' && pinoPretty.isColorSupported;
+  return pino(options, pinoPretty({ destination: to, sync: true, singleLine: true, colorize }));
 }
 
 /** A logger that writes nothing (a server started without one, tests). */
