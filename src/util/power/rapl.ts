@@ -54,6 +54,10 @@ export function openRaplMeter(root = POWERCAP_ROOT, read: ReadText = readSysfs):
   try {
     found = topZones(root, read);
   } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      return {
+        reason: `no RAPL power counters: ${root} does not exist (a VM, or a CPU or kernel without RAPL)`,
+      };
     return { reason: `no RAPL power counters: ${root} cannot be read (${(e as Error).message})` };
   }
   if (found.length === 0) return { reason: `no RAPL power counters: ${root} has no intel-rapl zone` };
