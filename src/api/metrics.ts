@@ -26,111 +26,78 @@ const TOKEN_GAP_BUCKETS = [
  */
 export class Metrics {
   readonly registry = new Registry();
-  readonly cluster: ClusterMetrics;
-  readonly energy: EnergyMetrics;
+  readonly cluster = new ClusterMetrics(this.registry);
+  readonly energy = new EnergyMetrics(this.registry, () => this.counts.generated);
   private scheduler: () => SchedulerState | undefined = () => undefined;
   private readonly counts = { prompt: 0, generated: 0, cancelled: 0 };
-  private readonly slotsConfigured: number;
 
-  private readonly httpRequests: Counter<'route' | 'status'>;
-  private readonly promptTotal: Counter;
-  private readonly generationTotal: Counter;
-  private readonly finished: Counter<'finished_reason'>;
-  private readonly rejected: Counter<'reason'>;
-  private readonly errors: Counter<'type' | 'code'>;
-  private readonly ttft: Histogram;
-  private readonly itl: Histogram;
-  private readonly e2e: Histogram;
-  private readonly queueTime: Histogram;
+  private readonly httpRequests = this.counter(
+    'tandem:http_requests_total',
+    'HTTP requests answered, by route ("unknown" for no route) and status.',
+    ['route', 'status'],
+  );
+  private readonly promptTotal = this.counter('tandem:prompt_tokens_total', 'Prompt tokens prefilled.', []);
+  private readonly generationTotal = this.counter(
+    'tandem:generation_tokens_total',
+    'Tokens generated (end-of-generation and stop-string tokens included).',
+    [],
+  );
+  private readonly finished = this.counter(
+    'tandem:request_success_total',
+    'Completions finished, by reason: stop (end of generation or a stop string), length (max_tokens or the context), abort (client gone or server stopping).',
+    ['finished_reason'],
+  );
+  private readonly rejected = this.counter(
+    'tandem:request_rejected_total',
+    'Requests refused before they ran, to be retried: queue_full (429), loading or shutting_down (503).',
+    ['reason'],
+  );
+  private readonly errors = this.counter(
+    'tandem:request_errors_total',
+    'Requests answered with an error (status >= 400, or an error event in a stream), by OpenAI error type and code.',
+    ['type', 'code'],
+  );
+  private readonly ttft = this.histogram(
+    'tandem:time_to_first_token_seconds',
+    'Seconds from the request arriving to its first generated token.',
+    LATENCY_BUCKETS,
+  );
+  private readonly itl = this.histogram(
+    'tandem:inter_token_latency_seconds',
+    'Seconds between consecutive generated tokens of a request.',
+    TOKEN_GAP_BUCKETS,
+  );
+  private readonly e2e = this.histogram(
+    'tandem:e2e_request_latency_seconds',
+    'Seconds from a completion request arriving to its end (finished, failed or aborted).',
+    LATENCY_BUCKETS,
+  );
+  private readonly queueTime = this.histogram(
+    'tandem:request_queue_time_seconds',
+    'Seconds a request waited in the queue for a slot.',
+    LATENCY_BUCKETS,
+  );
 
+  /** `slots`: what tandem:num_slots says until the scheduler exists. */
   constructor(slots: number) {
-    this.slotsConfigured = slots;
-    const registers = [this.registry];
     const read = (): SchedulerState | undefined => this.scheduler();
-    new Gauge({
-      name: 'tandem:num_requests_running',
-      help: 'Requests in a slot (prefilling or generating).',
-      registers,
-      collect() {
-        this.set(read()?.activeSlots ?? 0);
-      },
-    });
-    new Gauge({
-      name: 'tandem:num_requests_waiting',
-      help: 'Requests queued for a slot.',
-      registers,
-      collect() {
-        this.set(read()?.queueDepth ?? 0);
-      },
-    });
-    const configured = this.slotsConfigured;
-    new Gauge({
-      name: 'tandem:num_slots',
-      help: 'Slots: sequences that run at once (--slots).',
-      registers,
-      collect() {
-        this.set(read()?.slotCount ?? configured);
-      },
-    });
-    this.httpRequests = new Counter({
-      name: 'tandem:http_requests_total',
-      help: 'HTTP requests answered, by route ("unknown" for no route) and status.',
-      labelNames: ['route', 'status'],
-      registers,
-    });
-    this.promptTotal = new Counter({
-      name: 'tandem:prompt_tokens_total',
-      help: 'Prompt tokens prefilled.',
-      registers,
-    });
-    this.generationTotal = new Counter({
-      name: 'tandem:generation_tokens_total',
-      help: 'Tokens generated (end-of-generation and stop-string tokens included).',
-      registers,
-    });
-    this.finished = new Counter({
-      name: 'tandem:request_success_total',
-      help: 'Completions finished, by reason: stop (end of generation or a stop string), length (max_tokens or the context), abort (client gone or server stopping).',
-      labelNames: ['finished_reason'],
-      registers,
-    });
+    const gauge = (name: string, help: string, value: (s: SchedulerState | undefined) => number): void =>
+      void new Gauge({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.set(value(read()));
+        },
+      });
+    gauge(
+      'tandem:num_requests_running',
+      'Requests in a slot (prefilling or generating).',
+      (s) => s?.activeSlots ?? 0,
+    );
+    gauge('tandem:num_requests_waiting', 'Requests queued for a slot.', (s) => s?.queueDepth ?? 0);
+    gauge('tandem:num_slots', 'Slots: sequences that run at once (--slots).', (s) => s?.slotCount ?? slots);
     for (const r of ['stop', 'length', 'abort']) this.finished.inc({ finished_reason: r }, 0);
-    this.rejected = new Counter({
-      name: 'tandem:request_rejected_total',
-      help: 'Requests refused before they ran, to be retried: queue_full (429), loading or shutting_down (503).',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.errors = new Counter({
-      name: 'tandem:request_errors_total',
-      help: 'Requests answered with an error (status >= 400, or an error event in a stream), by OpenAI error type and code.',
-      labelNames: ['type', 'code'],
-      registers,
-    });
-    const histogram = (name: string, help: string, buckets: number[]): Histogram =>
-      new Histogram({ name, help, buckets, registers });
-    this.ttft = histogram(
-      'tandem:time_to_first_token_seconds',
-      'Seconds from the request arriving to its first generated token.',
-      LATENCY_BUCKETS,
-    );
-    this.itl = histogram(
-      'tandem:inter_token_latency_seconds',
-      'Seconds between consecutive generated tokens of a request.',
-      TOKEN_GAP_BUCKETS,
-    );
-    this.e2e = histogram(
-      'tandem:e2e_request_latency_seconds',
-      'Seconds from a completion request arriving to its end (finished, failed or aborted).',
-      LATENCY_BUCKETS,
-    );
-    this.queueTime = histogram(
-      'tandem:request_queue_time_seconds',
-      'Seconds a request waited in the queue for a slot.',
-      LATENCY_BUCKETS,
-    );
-    this.cluster = new ClusterMetrics(this.registry);
-    this.energy = new EnergyMetrics(this.registry, () => this.counts.generated);
   }
 
   /** Where the running and waiting gauges are read from once the scheduler exists. */
@@ -205,5 +172,13 @@ export class Metrics {
 
   get contentType(): string {
     return this.registry.contentType;
+  }
+
+  private counter<T extends string>(name: string, help: string, labelNames: readonly T[]): Counter<T> {
+    return new Counter<T>({ name, help, labelNames, registers: [this.registry] });
+  }
+
+  private histogram(name: string, help: string, buckets: number[]): Histogram {
+    return new Histogram({ name, help, buckets, registers: [this.registry] });
   }
 }
