@@ -1,13 +1,13 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
 import { TandemError } from '../errors/index.js';
+import { silentLogger } from '../util/log.js';
 import { chatCompletions } from './chat.js';
 import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
-import type { Logger } from 'pino';
-import { silentLogger } from '../util/log.js';
 import { singleProcessSource } from './cluster-metrics.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
@@ -31,7 +31,7 @@ export interface ApiServerOptions {
   onBound?: (url: string) => void;
   /** Tests only: see SchedulerOptions.stepHook. */
   stepHook?: SchedulerOptions['stepHook'];
-  /** Where each request's line goes (see logRequest); default: nowhere. */
+  /** Where each request's line goes (RequestTrace.logFields); default: nowhere. */
   logger?: Logger;
 }
 
@@ -192,28 +192,11 @@ export class ApiServer {
     }
   }
 
-  /**
-   * One log line per request (id, route, status, outcome, queue/TTFT/total ms, tokens, the
-   * error's code) and its metrics. Scrapes and health checks that succeed log at debug only.
-   */
+  /** A request's metrics and its log line; scrapes and health checks that succeed log at debug only. */
   private requestEnded(trace: RequestTrace, res: ServerResponse): void {
     const outcome = trace.end();
     this.metrics.requestEnded(trace, outcome);
-    const { queueS, ttftS, totalS } = trace.timings();
-    const ms = (s: number | undefined): number | undefined =>
-      s === undefined ? undefined : Math.round(s * 1e4) / 10;
-    const line = {
-      id: trace.id,
-      route: trace.route,
-      status: res.headersSent ? res.statusCode : null,
-      outcome,
-      queue_ms: ms(queueS),
-      ttft_ms: ms(ttftS),
-      total_ms: ms(totalS),
-      prompt_tokens: trace.queuedMs !== undefined ? trace.promptTokens : undefined,
-      completion_tokens: trace.queuedMs !== undefined ? trace.generatedTokens : undefined,
-      error: trace.errorKind()?.code,
-    };
+    const line = trace.logFields(outcome, res.headersSent ? res.statusCode : null);
     const routine = outcome === 'ok' && (trace.route === 'GET /metrics' || trace.route === 'GET /health');
     if (routine) this.logger.debug(line, 'request');
     else this.logger.info(line, 'request');

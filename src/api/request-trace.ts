@@ -91,4 +91,27 @@ export class RequestTrace {
     if (totalS !== undefined) out.totalS = totalS;
     return out;
   }
+
+  /**
+   * The request's log line: id, route, status (null when none was sent), outcome, the timings
+   * in ms it reached, its tokens (completions), the error's code. Absent parts are left out.
+   */
+  logFields(outcome: RequestOutcome, status: number | null): Record<string, unknown> {
+    const { queueS, ttftS, totalS } = this.timings();
+    const ms = (s: number | undefined): number | undefined =>
+      s === undefined ? undefined : Math.round(s * 1e4) / 10;
+    const completion = this.queuedMs !== undefined;
+    return {
+      id: this.id,
+      route: this.route,
+      status,
+      outcome,
+      queue_ms: ms(queueS),
+      ttft_ms: ms(ttftS),
+      total_ms: ms(totalS),
+      prompt_tokens: completion ? this.promptTokens : undefined,
+      completion_tokens: completion ? this.generatedTokens : undefined,
+      error: this.errorKind()?.code,
+    };
+  }
 }
