@@ -5,7 +5,12 @@ import type { PowerProbe } from './power-meter.js';
 
 export { joulesPerToken, type PowerMeter, type PowerProbe } from './power-meter.js';
 export { openRaplMeter, raplDelta, POWERCAP_ROOT } from './rapl.js';
-export { openPowermetricsMeter, parsePowermetrics, powermetricsRefusal } from './powermetrics.js';
+export {
+  openPowermetricsMeter,
+  parsePowermetrics,
+  powermetricsRefusal,
+  PowermetricsEnergy,
+} from './powermetrics.js';
 
 /** This machine's power meter: RAPL on Linux, powermetrics on macOS, else why there is none. */
 export async function openPowerMeter(): Promise<PowerProbe> {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parsePowermetrics, powermetricsRefusal } from './powermetrics.js';
+import { PowermetricsEnergy, parsePowermetrics, powermetricsRefusal } from './powermetrics.js';
 
 /*
  * Written from powermetrics(1)'s documented text output (`--samplers cpu_power`): a header per
@@ -67,4 +67,15 @@ test('powermetrics: the permission failures are recognised, each with what to do
   assert.match(powermetricsRefusal('powermetrics must be invoked as the superuser\n') ?? '', /needs root/);
   assert.match(powermetricsRefusal('sudo: a password is required\n') ?? '', /NOPASSWD/);
   assert.equal(powermetricsRefusal('some other failure'), undefined);
+});
+
+test('powermetrics: streamed in odd chunks, a sample counts once the next one begins', () => {
+  const energy = new PowermetricsEnergy();
+  const firstTwo = 14.57 * 1.00231 + 2.112 * 0.99802;
+  const at = appleSilicon.indexOf('*** Sampled system activity (Thu Nov 28 10:00:01');
+  for (let i = 0; i < at; i += 7) energy.push(appleSilicon.slice(i, Math.min(i + 7, at)));
+  assert.equal(energy.samples, 0, 'the first sample may still be incomplete');
+  for (let i = at; i < appleSilicon.length; i += 13) energy.push(appleSilicon.slice(i, i + 13));
+  assert.equal(energy.samples, 2);
+  assert.ok(Math.abs(energy.joules - firstTwo) < 1e-9, String(energy.joules));
 });

@@ -56,6 +56,28 @@ export function powermetricsRefusal(stderr: string): string | undefined {
 }
 
 /**
+ * Joules from powermetrics' output as it streams in, chunk by chunk: each sample's watts times
+ * its interval. A sample counts once the next sample's head follows it (until then it may be
+ * incomplete), so the figure lags by one interval.
+ */
+export class PowermetricsEnergy {
+  joules = 0;
+  samples = 0;
+  private pending = '';
+
+  push(chunk: string): void {
+    this.pending += chunk;
+    const at = this.pending.lastIndexOf('*** Sampled system activity');
+    if (at <= 0) return;
+    for (const s of parsePowermetrics(this.pending.slice(0, at))) {
+      this.joules += (s.watts * s.elapsedMs) / 1000;
+      this.samples++;
+    }
+    this.pending = this.pending.slice(at);
+  }
+}
+
+/**
  * A meter fed by a long-running `powermetrics` (as root, or through `sudo -n`): each sample's
  * watts times its interval adds to the energy. Resolves once the first sample arrived, or
  * with why it did not.
@@ -66,8 +88,7 @@ export function openPowermetricsMeter(): Promise<PowerProbe> {
   const child = spawn(asRoot ? argv[0]! : 'sudo', asRoot ? argv.slice(1) : ['-n', ...argv], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let joules = 0;
-  let pending = '';
+  const energy = new PowermetricsEnergy();
   let stderr = '';
   return new Promise<PowerProbe>((resolve) => {
     const give = (probe: PowerProbe): void => {
@@ -77,7 +98,7 @@ export function openPowermetricsMeter(): Promise<PowerProbe> {
     };
     const meter: PowerMeter = {
       source: 'powermetrics',
-      joules: () => joules,
+      joules: () => energy.joules,
       close: () => void child.kill(),
     };
     const timer = setTimeout(
@@ -85,13 +106,8 @@ export function openPowermetricsMeter(): Promise<PowerProbe> {
       FIRST_SAMPLE_MS,
     );
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
-      pending += chunk;
-      // the last block may be incomplete: keep it until the next sample's head follows it
-      const at = pending.lastIndexOf('*** Sampled system activity');
-      if (at <= 0) return;
-      for (const s of parsePowermetrics(pending.slice(0, at))) joules += (s.watts * s.elapsedMs) / 1000;
-      pending = pending.slice(at);
-      give({ meter });
+      energy.push(chunk);
+      if (energy.samples > 0) give({ meter });
     });
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
     child.on('error', (e) => give({ reason: `powermetrics cannot be started: ${e.message}` }));
