@@ -5,6 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import type { ModelBenchJob, ModelBenchResult } from './model.js';
 import { report } from '../src/cli/main.js';
+import { joulesPerToken, openPowerMeter, type PowerProbe } from '../src/util/power/index.js';
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -22,8 +23,10 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
   try {
     const { model } = opened;
     const cache = model.newSession({ contextLength: job.prompt.length + job.tokens + 8 });
+    const before = power.meter?.joules();
     const r = await generate(model, cache, job.prompt, { maxTokens: job.tokens });
     return {
+      ...energy(before, r.tokens.length),
       engine: 'tandem',
       threads: job.threads,
       prefill_tok_s: r.prefillTokS,
@@ -47,6 +50,7 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
     batchSize: 512,
   });
   const seq = context.getSequence();
+  const before = power.meter?.joules();
   const start = performance.now();
   let ttft = 0;
   let firstAt = 0;
@@ -60,6 +64,7 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   }
   const decodeMs = performance.now() - firstAt;
   const result: ModelBenchResult = {
+    ...energy(before, n),
     engine: 'llama.cpp',
     threads: job.threads,
     prefill_tok_s: job.prompt.length / (ttft / 1000),
@@ -73,11 +78,27 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   return result;
 }
 
+/**
+ * The machine's joules per generated token over the run (prefill included), from the meter's
+ * reading `before` it; or why there is no figure.
+ */
+function energy(
+  before: number | undefined,
+  tokens: number,
+): Pick<ModelBenchResult, 'j_per_token' | 'power_reason'> {
+  if (!power.meter || before === undefined) return { power_reason: power.reason ?? 'no power meter' };
+  const j = joulesPerToken(power.meter.joules() - before, tokens);
+  return j === undefined ? { power_reason: 'no token was generated' } : { j_per_token: j };
+}
+
 const job = JSON.parse(await readStdin()) as ModelBenchJob;
+const power: PowerProbe = await openPowerMeter();
 try {
   const result = job.engine === 'tandem' ? await runTandem(job) : await runLlamaCpp(job);
   process.stdout.write(JSON.stringify(result) + '\n');
 } catch (error) {
   // A typed error goes to stderr as the CLI's --json error line, which the parent rebuilds.
   process.exitCode = report(error, true);
+} finally {
+  power.meter?.close();
 }

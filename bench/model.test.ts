@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isTandemError } from '../src/errors/index.js';
-import { childError } from './model.js';
+import { childError, jsonLine, powerNote, table } from './model.js';
 import { runTandem, tempModel } from '../src/cli/testing.js';
 
 const path = tempModel('tandem-bench-model-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
@@ -66,4 +66,35 @@ test('childError reads only a well-formed error line with a known code', () => {
     childError(JSON.stringify({ error: { code: 'NO_SUCH_CODE', message: 'm' } }), 'tandem'),
     undefined,
   );
+});
+
+test('bench model shows J/token beside tok/s where measured, and says once why not', () => {
+  const row = (engine: 'tandem' | 'llama.cpp', extra: object) => ({
+    engine,
+    threads: 1,
+    prefill_tok_s: 100,
+    decode_tok_s: 10,
+    ttft_ms: 50,
+    peak_rss_mb: 20,
+    ...extra,
+  });
+  const measured = [row('tandem', { j_per_token: 0.5 }), row('llama.cpp', { j_per_token: 0.25 })];
+  const lines = table(measured, 10).trimEnd().split('\n');
+  const head = lines[0]!.split(/\s{2,}/);
+  const column = head.indexOf('J/token');
+  assert.equal(head[column - 1], 'decode tok/s');
+  assert.deepEqual(
+    lines.slice(1, 3).map((l) => l.split(/\s{2,}/)[column]),
+    ['0.500', '0.250'],
+  );
+  // the ratio row: only J/token differs between the two rows (twice llama.cpp's)
+  assert.match(lines[3]!, /^tandem \/ llama\.cpp .* 2\.00 /);
+  assert.equal(JSON.parse(jsonLine(measured[0]!)).j_per_token, 0.5);
+  assert.equal(powerNote(measured), undefined);
+
+  const reason = 'no RAPL power counters: /sys/class/powercap does not exist';
+  const unmeasured = [row('tandem', { power_reason: reason }), row('llama.cpp', { power_reason: reason })];
+  assert.equal(powerNote(unmeasured), `J/token not measured: ${reason}`);
+  assert.equal('j_per_token' in JSON.parse(jsonLine(unmeasured[0]!)), false);
+  assert.ok(table(unmeasured, 10).split('\n')[1]!.includes(' - '));
 });

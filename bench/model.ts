@@ -24,6 +24,10 @@ export interface ModelBenchResult {
   decode_tok_s: number;
   ttft_ms: number;
   peak_rss_mb: number;
+  /** The machine's joules per generated token over the run, where its power can be read. */
+  j_per_token?: number;
+  /** Why there is no j_per_token (not part of the JSON line). */
+  power_reason?: string;
   /** tandem's kernels backend (not part of the JSON line). */
   backend?: string;
 }
@@ -141,18 +145,29 @@ export function jsonLine(r: ModelBenchResult): string {
     decode_tok_s: round(r.decode_tok_s),
     ttft_ms: round(r.ttft_ms),
     peak_rss_mb: round(r.peak_rss_mb),
+    ...(r.j_per_token !== undefined ? { j_per_token: round(r.j_per_token) } : {}),
   });
 }
 
 export function table(rows: readonly ModelBenchResult[], fileMb: number): string {
   const ours = rows.find((r) => r.engine === 'tandem');
   const theirs = rows.find((r) => r.engine === 'llama.cpp');
-  const head = ['engine', 'threads', 'prefill tok/s', 'decode tok/s', 'TTFT ms', 'peak RSS MB', 'RSS / file'];
+  const head = [
+    'engine',
+    'threads',
+    'prefill tok/s',
+    'decode tok/s',
+    'J/token',
+    'TTFT ms',
+    'peak RSS MB',
+    'RSS / file',
+  ];
   const body = rows.map((r) => [
     r.engine + (r.backend ? ` (${r.backend})` : ''),
     String(r.threads),
     r.prefill_tok_s.toFixed(1),
     r.decode_tok_s.toFixed(1),
+    r.j_per_token === undefined ? '-' : r.j_per_token.toFixed(3),
     r.ttft_ms.toFixed(0),
     r.peak_rss_mb.toFixed(0),
     (r.peak_rss_mb / fileMb).toFixed(2),
@@ -163,10 +178,19 @@ export function table(rows: readonly ModelBenchResult[], fileMb: number): string
       '',
       (ours.prefill_tok_s / theirs.prefill_tok_s).toFixed(2),
       (ours.decode_tok_s / theirs.decode_tok_s).toFixed(2),
+      ours.j_per_token !== undefined && theirs.j_per_token !== undefined
+        ? (ours.j_per_token / theirs.j_per_token).toFixed(2)
+        : '',
       (ours.ttft_ms / theirs.ttft_ms).toFixed(2),
       (ours.peak_rss_mb / theirs.peak_rss_mb).toFixed(2),
       '',
     ]);
   }
   return formatTable(head, body);
+}
+
+/** Once, where no row has J/token: why the machine's power could not be read. */
+export function powerNote(rows: readonly ModelBenchResult[]): string | undefined {
+  const reason = rows.find((r) => r.j_per_token === undefined)?.power_reason;
+  return reason === undefined ? undefined : `J/token not measured: ${reason}`;
 }

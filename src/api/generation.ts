@@ -3,6 +3,7 @@ import { TandemError, isTandemError } from '../errors/index.js';
 import { toHttpError } from './errors.js';
 import { tokenLogprob, type TokenLogprob } from './logprobs.js';
 import type { GenerationParams } from './openai-types.js';
+import type { RequestTrace } from './request-trace.js';
 import type { RouteContext } from './route-context.js';
 import type { Scheduler, SequenceEnd } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
@@ -54,7 +55,7 @@ export function samplerFor(params: GenerationParams, contextLength: number): Sam
  * Queues one completion and turns its tokens into text deltas: decoded whole characters, stop
  * strings cut off (never sent), end-of-generation tokens not rendered. Throws at once when
  * the scheduler refuses it (429 queue full, 503 closing), before anything was sent; the
- * promise rejects when the generation fails later.
+ * promise rejects when the generation fails later. `trace` gets the queue, token and end times.
  */
 export function startGeneration(
   served: ServedModel,
@@ -64,6 +65,7 @@ export function startGeneration(
   params: GenerationParams,
   signal: AbortSignal,
   onDelta: (delta: Delta) => void,
+  trace?: RequestTrace,
 ): Promise<GenerationOutcome> {
   const { tokenizer } = served;
   const sampler = samplerFor(params, served.contextLength);
@@ -71,6 +73,7 @@ export function startGeneration(
   const stop = new StopText(params.stop);
   let pending: TokenLogprob[] = [];
   const onToken = (token: number, logits: Float32Array): boolean => {
+    trace?.token();
     if (served.stopTokens.has(token)) return true;
     if (params.logprobs !== undefined) pending.push(tokenLogprob(tokenizer, logits, token, params.logprobs));
     const text = stop.push(decoder.push(token));
@@ -85,12 +88,11 @@ export function startGeneration(
   const onEnd = (end: SequenceEnd): GenerationOutcome => {
     const tail = stop.push(decoder.flush()) + stop.flush();
     if (tail !== '' || pending.length > 0) onDelta({ text: tail, logprobs: pending });
-    return {
-      finishReason: stop.stopped ? 'stop' : end.reason,
-      promptTokens: prompt.length,
-      completionTokens: end.generated,
-    };
+    const finishReason = stop.stopped ? 'stop' : end.reason;
+    trace?.finished(finishReason);
+    return { finishReason, promptTokens: prompt.length, completionTokens: end.generated };
   };
+  trace?.queued(prompt.length);
   const ended = scheduler.submit({
     prompt,
     maxTokens,
@@ -98,9 +100,12 @@ export function startGeneration(
     stopTokens: served.stopTokens,
     onToken,
     signal,
+    ...(trace ? { onAdmit: () => trace.admitted() } : {}),
   });
   return ended.then(onEnd, (error: unknown) => {
-    throw generationFailure(error);
+    const failure = generationFailure(error);
+    trace?.fail(failure);
+    throw failure;
   });
 }
 
@@ -143,6 +148,7 @@ export async function collectGeneration(
       text += d.text;
       entries.push(...d.logprobs);
     },
+    g.ctx.trace,
   );
   return { text, entries, outcome };
 }
@@ -166,6 +172,7 @@ export async function streamGeneration(
     g.params,
     g.ctx.signal,
     (d) => onDelta(stream, d),
+    g.ctx.trace,
   );
   // deltas come from the scheduler's loop in a later turn, once the stream exists
   const stream = new EventStream(g.ctx.res);

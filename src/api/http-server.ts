@@ -1,12 +1,16 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
 import { TandemError } from '../errors/index.js';
+import { silentLogger } from '../util/log.js';
 import { chatCompletions } from './chat.js';
 import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
+import { singleProcessSource } from './cluster-metrics.js';
 import { Metrics } from './metrics.js';
+import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
 import { Scheduler, type SchedulerOptions } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
@@ -27,6 +31,8 @@ export interface ApiServerOptions {
   onBound?: (url: string) => void;
   /** Tests only: see SchedulerOptions.stepHook. */
   stepHook?: SchedulerOptions['stepHook'];
+  /** Where each request's line goes (RequestTrace.logFields); default: nowhere. */
+  logger?: Logger;
 }
 
 /** Routes that run on the model, by method and path. */
@@ -55,7 +61,8 @@ function digest(text: string): Buffer {
  * ready, closing). It listens before the model is loaded so that /health can say it is loading.
  */
 export class ApiServer {
-  readonly metrics = new Metrics();
+  readonly metrics: Metrics;
+  private readonly logger: Logger;
   private state: State = { kind: 'loading' };
   private readonly keyDigest: Buffer | undefined;
   private loading: Promise<ServedModel> | undefined;
@@ -66,6 +73,8 @@ export class ApiServer {
     private readonly options: ApiServerOptions,
   ) {
     this.keyDigest = options.apiKey !== undefined ? digest(options.apiKey) : undefined;
+    this.metrics = new Metrics(options.slots);
+    this.logger = options.logger ?? silentLogger();
   }
 
   /** Binds host:port, starts answering (503 on the model's routes) and starts loading the model. */
@@ -103,6 +112,8 @@ export class ApiServer {
           ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
         });
         this.state = { kind: 'ready', served, scheduler };
+        this.metrics.readScheduler(() => scheduler);
+        if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
       },
       (error: unknown) => {
         this.state = { kind: 'failed', error };
@@ -125,6 +136,7 @@ export class ApiServer {
   async close(graceMs = 5000): Promise<void> {
     const before = this.state;
     this.state = { kind: 'closing' };
+    this.metrics.energy.stop();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     if (before.kind === 'ready') await before.scheduler.close(graceMs);
@@ -143,6 +155,8 @@ export class ApiServer {
     const route = `${req.method ?? 'GET'} ${path}`;
     const known = route in modelRoutes || infoRoutes.has(route);
     res.once('close', () => this.metrics.countRequest(known ? path : 'unknown', res.statusCode));
+    const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
+    res.setHeader('x-request-id', trace.id);
     const controller = new AbortController();
     res.once('close', () => {
       if (!res.writableFinished) controller.abort();
@@ -156,7 +170,7 @@ export class ApiServer {
         });
       if (route === 'GET /v1/models')
         return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
-      if (route === 'GET /metrics') return this.sendMetrics(res);
+      if (route === 'GET /metrics') return await this.sendMetrics(res);
       if (route === 'GET /v1/cluster') return this.sendCluster(res);
       const body = await this.readBody(req);
       const state = this.requireReady();
@@ -167,12 +181,26 @@ export class ApiServer {
         served: state.served,
         scheduler: state.scheduler,
         metrics: this.metrics,
+        trace,
         signal: controller.signal,
       });
     } catch (error) {
+      trace.fail(error);
       const e = toHttpError(error);
       sendJson(res, e.status, e.body, e.headers);
+    } finally {
+      this.requestEnded(trace, res);
     }
+  }
+
+  /** A request's metrics and its log line; scrapes and health checks that succeed log at debug only. */
+  private requestEnded(trace: RequestTrace, res: ServerResponse): void {
+    const outcome = trace.end();
+    this.metrics.requestEnded(trace, outcome);
+    const line = trace.logFields(outcome, res.headersSent ? res.statusCode : null);
+    const routine = outcome === 'ok' && (trace.route === 'GET /metrics' || trace.route === 'GET /health');
+    if (routine) this.logger.debug(line, 'request');
+    else this.logger.info(line, 'request');
   }
 
   private health(res: ServerResponse): void {
@@ -227,14 +255,9 @@ export class ApiServer {
     sendJson(res, 200, state.served.cluster());
   }
 
-  private sendMetrics(res: ServerResponse): void {
-    const s = this.state.kind === 'ready' ? this.state.scheduler : undefined;
-    const text = this.metrics.render({
-      queueDepth: s?.queueDepth ?? 0,
-      activeSlots: s?.activeSlots ?? 0,
-      slots: s?.slotCount ?? this.options.slots,
-    });
-    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+  private async sendMetrics(res: ServerResponse): Promise<void> {
+    const text = await this.metrics.render();
+    res.writeHead(200, { 'content-type': this.metrics.contentType });
     res.end(text);
   }
 

@@ -9,3 +9,11 @@ export {
 } from './served-model.js';
 export { toHttpError, type OpenAiErrorBody } from './errors.js';
 export { loadClusterServedModel, type ClusterServeOptions } from './cluster-served-model.js';
+export type { Metrics } from './metrics.js';
+export {
+  singleProcessSource,
+  type ClusterMetricsSource,
+  type ClusterMetricsSnapshot,
+  type MemberMetrics,
+  type LinkMetrics,
+} from './cluster-metrics.js';

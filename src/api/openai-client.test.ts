@@ -169,7 +169,7 @@ test('openai client: a seed fixes the sampled text; penalties change a greedy te
 test('openai client: aborting a stream cancels it (the server stops generating its tokens)', async () => {
   slowMs = 10;
   try {
-    const before = await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' });
+    const before = await metric(server.url, 'tandem:generation_tokens_total', { 'x-api-key': 'k1' });
     const stream = await client.chat.completions.create({
       model: 'tiny',
       messages,
@@ -182,19 +182,23 @@ test('openai client: aborting a stream cancels it (the server stops generating i
       if (chunk.choices[0]?.delta.content !== undefined && ++chunks === 3) stream.controller.abort();
     }
     await until(
-      async () => (await metric(server.url, 'tandem_active_slots', { 'x-api-key': 'k1' })) === 0,
+      async () => (await metric(server.url, 'tandem:num_requests_running', { 'x-api-key': 'k1' })) === 0,
       'the slot freed',
     );
     const generated =
-      (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before;
+      (await metric(server.url, 'tandem:generation_tokens_total', { 'x-api-key': 'k1' })) - before;
     await sleep(100);
     assert.equal(
-      (await metric(server.url, 'tandem_generated_tokens_total', { 'x-api-key': 'k1' })) - before,
+      (await metric(server.url, 'tandem:generation_tokens_total', { 'x-api-key': 'k1' })) - before,
       generated,
       'no token after the cancel',
     );
     assert.ok(generated < 20, `${generated} tokens generated for a stream aborted after 3`);
-    assert.ok((await metric(server.url, 'tandem_cancelled_total', { 'x-api-key': 'k1' })) >= 1);
+    assert.ok(
+      (await metric(server.url, 'tandem:request_success_total{finished_reason="abort"}', {
+        'x-api-key': 'k1',
+      })) >= 1,
+    );
   } finally {
     slowMs = 0;
   }
@@ -245,7 +249,7 @@ test("openai client: past the queue a 429 with Retry-After, which the client's o
     await first.next(); // in its slot
     const queued = c.chat.completions.create({ model: 'tiny', messages, max_tokens: 10, temperature: 0 });
     await until(
-      async () => (await metric(small.url, 'tandem_queue_depth')) === 1,
+      async () => (await metric(small.url, 'tandem:num_requests_waiting')) === 1,
       'the second request queued',
     );
     await assert.rejects(
@@ -260,7 +264,7 @@ test("openai client: past the queue a 429 with Retry-After, which the client's o
     assert.equal((await late).usage?.completion_tokens, 2);
     assert.ok(Date.now() - started >= 900, 'the retry waited for Retry-After');
     assert.ok(
-      (await metric(small.url, 'tandem_requests_total{route="/v1/chat/completions",status="429"}')) >= 2,
+      (await metric(small.url, 'tandem:http_requests_total{route="/v1/chat/completions",status="429"}')) >= 2,
     );
   } finally {
     slowMs = 0;

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { TandemError } from '../errors/index.js';
 import type { Metrics } from './metrics.js';
+import type { RequestTrace } from './request-trace.js';
 import type { Scheduler } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
 
@@ -14,6 +15,8 @@ export interface RouteContext {
   served: ServedModel;
   scheduler: Scheduler;
   metrics: Metrics;
+  /** The request's timings and outcome, for its log line and the metrics. */
+  trace: RequestTrace;
   /** Aborted when the client goes away before the answer is complete. */
   signal: AbortSignal;
 }

@@ -35,6 +35,8 @@ export interface SequenceRequest {
   onToken: (token: number, logits: Float32Array) => boolean;
   /** Aborting cancels the sequence: in the queue at once, in a slot before its next forward. */
   signal: AbortSignal;
+  /** Called when the sequence leaves the queue for a slot (the end of its queue time). */
+  onAdmit?: () => void;
 }
 
 export interface SequenceEnd {
@@ -199,6 +201,7 @@ export class Scheduler {
       }
       slot.cache.reset();
       slot.seq = seq;
+      seq.request.onAdmit?.();
     }
   }
 

@@ -2,6 +2,7 @@ import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
+import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import { launchLocalNodes } from './launcher.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
@@ -40,6 +41,11 @@ export interface BenchClusterOptions {
    * (default true; see BenchClusterRow.decode_ceiling). A few seconds per repeat.
    */
   ceiling?: boolean;
+  /**
+   * Where given, each row's j_per_token: the machine's joules per generated token over the
+   * timed runs (the local nodes all run on this machine, so its meter covers them all).
+   */
+  power?: PowerMeter;
   onProgress?: (line: string) => void;
 }
 
@@ -71,6 +77,8 @@ export interface BenchClusterRow {
    * machine's memory and cores; the matvec is bound by one or the other).
    */
   decode_ceiling?: number;
+  /** The machine's joules per generated token, lowest over the timed runs (with a power meter). */
+  j_per_token?: number;
 }
 
 /** A fixed prompt of ids spread over the vocabulary (no tokenizer needed). */
@@ -149,12 +157,28 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
     let oneBest: ClusterResult | undefined;
     let manyBest: ClusterResult | undefined;
     let sameTokens = true;
+    const joules = { one: Infinity, many: Infinity };
+    const metered = async (
+      key: 'one' | 'many',
+      run: () => Promise<ClusterResult>,
+    ): Promise<ClusterResult> => {
+      const meter = o.power;
+      const before = meter?.joules();
+      const r = await run();
+      if (meter && before !== undefined) {
+        const j = joulesPerToken(meter.joules() - before, r.tokens.length);
+        if (j !== undefined) joules[key] = Math.min(joules[key], j);
+      }
+      return r;
+    };
     for (let i = 0; i < repeat; i++) {
       progress(
         `run ${i + 1} of ${repeat}: ${promptTokens} prompt + ${tokens} decoded tokens on 1 node, then on ${o.nodes}`,
       );
-      const a = await one.session.generate({ prompt: one.prompt, maxTokens: tokens });
-      const b = await many.session.generate({ prompt: many.prompt, maxTokens: tokens });
+      const a = await metered('one', () => one.session.generate({ prompt: one.prompt, maxTokens: tokens }));
+      const b = await metered('many', () =>
+        many.session.generate({ prompt: many.prompt, maxTokens: tokens }),
+      );
       sameTokens &&= a.tokens.length === b.tokens.length && a.tokens.every((t, j) => t === b.tokens[j]);
       oneBest = best(oneBest, a);
       manyBest = best(manyBest, b);
@@ -200,7 +224,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
         (await many.session.generate({ prompt, maxTokens: forced.length, forced })).predicted ?? [];
       agreement = predicted.filter((t, i) => t === reference[i]).length / reference.length;
     }
-    const row = (n: number, r: ClusterResult, base: ClusterResult): BenchClusterRow => ({
+    const row = (n: number, r: ClusterResult, base: ClusterResult, j: number): BenchClusterRow => ({
       nodes: n,
       parallel: o.parallel,
       provider: o.provider,
@@ -215,8 +239,9 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
       ...(n > 1 ? { same_tokens: sameTokens } : {}),
       ...(n > 1 && ceiling !== undefined ? { decode_ceiling: ceiling } : {}),
+      ...(Number.isFinite(j) ? { j_per_token: j } : {}),
     });
-    return [row(1, oneBest!, oneBest!), row(o.nodes, manyBest!, oneBest!)];
+    return [row(1, oneBest!, oneBest!, joules.one), row(o.nodes, manyBest!, oneBest!, joules.many)];
   } catch (e) {
     throw await local.explain(e);
   } finally {

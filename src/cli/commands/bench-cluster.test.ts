@@ -28,3 +28,16 @@ test("the bench cluster table says whether each split generated one node's token
   const cells = lines.slice(1).map((l) => l.trim().split(/\s{2,}/)[column]);
   assert.deepEqual(cells, ['-', 'yes', 'no']);
 });
+
+test('the bench cluster table shows J/token beside decode tok/s where it was measured', () => {
+  const lines = clusterTable([row(1, { j_per_token: 0.4 }), row(2)])
+    .trimEnd()
+    .split('\n');
+  const head = lines[0]!.trim().split(/\s{2,}/);
+  const column = head.indexOf('J/token');
+  assert.equal(head[column - 1], 'decode tok/s');
+  assert.deepEqual(
+    lines.slice(1).map((l) => l.trim().split(/\s{2,}/)[column]),
+    ['0.400', '-'],
+  );
+});

@@ -5,6 +5,7 @@ import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
 import { readTokenizer } from '../../engine/model/gguf-model-file.js';
 import { TandemError } from '../../errors/index.js';
 import { checkWire, parallelKinds } from '../../parallel/index.js';
+import { openPowerMeter } from '../../util/power/index.js';
 
 /** The rows as a text table (one line per configuration). */
 export function clusterTable(rows: readonly BenchClusterRow[]): string {
@@ -15,6 +16,7 @@ export function clusterTable(rows: readonly BenchClusterRow[]): string {
     'wire',
     'prefill tok/s',
     'decode tok/s',
+    'J/token',
     'TTFT ms',
     'comm share',
     'wire B/token',
@@ -31,6 +33,7 @@ export function clusterTable(rows: readonly BenchClusterRow[]): string {
     r.wire,
     r.prefill_tok_s.toFixed(1),
     r.decode_tok_s.toFixed(1),
+    r.j_per_token === undefined ? '-' : r.j_per_token.toFixed(3),
     r.ttft_ms.toFixed(1),
     `${(100 * r.comm_share).toFixed(0)}%`,
     r.wire_bytes_per_token.toFixed(0),
@@ -51,10 +54,11 @@ export function clusterTable(rows: readonly BenchClusterRow[]): string {
 export const command = defineCommand({
   name: 'bench cluster',
   summary:
-    'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, TTFT, comm share, speedups',
+    'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, J/token, TTFT, comm share, speedups',
   description:
     'Starts N local node processes plus one for the single-node reference, loads the model on both, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
     'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256). ' +
+    "J/token is this machine's energy over a timed run per generated token (lowest of the runs), where its power can be read (Linux RAPL, macOS powermetrics; else stderr says why). " +
     "With --parallel tp it also measures the decode speedup the machine allows with free communication ('ceiling x'): one node streams the model's bytes of Q8_0 weights through its matvec, then every node streams its share at once; local nodes share one machine's memory and cores, and the matvec is bound by one or the other (--no-ceiling skips it).",
   positionals: [
     {
@@ -146,8 +150,10 @@ export const command = defineCommand({
       }
       agreementText = tokenizer.encode(text);
     }
+    const power = await openPowerMeter();
     const rows = await benchCluster({
       model,
+      ...(power.meter ? { power: power.meter } : {}),
       nodes: options.nodes,
       parallel: options.parallel,
       provider: options.provider,
@@ -163,9 +169,10 @@ export const command = defineCommand({
       onProgress: (line) => {
         if (!options.json) process.stderr.write(`${line}\n`);
       },
-    });
+    }).finally(() => power.meter?.close());
     if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
     else process.stdout.write(clusterTable(rows));
+    if (power.reason !== undefined) process.stderr.write(`J/token not measured: ${power.reason}\n`);
     return 0;
   },
 });

@@ -2,15 +2,15 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { checkSeconds, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { benchModel, jsonLine, table } from '../../../bench/model.js';
+import { benchModel, jsonLine, powerNote, table } from '../../../bench/model.js';
 
 export const command = defineCommand({
   name: 'bench model',
   summary:
-    'prefill tok/s (128-token prompt), decode tok/s, TTFT and peak RSS, with llama.cpp on the same file beside it',
+    'prefill tok/s (128-token prompt), decode tok/s, J/token, TTFT and peak RSS, with llama.cpp on the same file beside it',
   description:
     "Runs tandem's engine and then llama.cpp (node-llama-cpp, CPU, its default settings) on the same GGUF file with the same threads, " +
-    'each in its own process, from the same token ids, greedy. Goals (docs/benchmarks.md): on a TinyLlama-1.1B-shaped Q8_0 model decode >= 0.8x and prefill >= 0.5x llama.cpp, peak RSS <= 1.3x the file.',
+    "each in its own process, from the same token ids, greedy. J/token is the whole machine's energy over the run (prefill included) per generated token, where its power can be read (Linux RAPL, macOS powermetrics; else stderr says why). Goals (docs/benchmarks.md): on a TinyLlama-1.1B-shaped Q8_0 model decode >= 0.8x and prefill >= 0.5x llama.cpp, peak RSS <= 1.3x the file.",
   positionals: [
     {
       name: 'model',
@@ -64,6 +64,8 @@ export const command = defineCommand({
     });
     if (options.json) for (const r of rows) process.stdout.write(jsonLine(r) + '\n');
     else process.stdout.write(table(rows, fileMb));
+    const note = powerNote(rows);
+    if (note !== undefined) process.stderr.write(`${note}\n`);
     return 0;
   },
 });

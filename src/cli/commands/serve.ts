@@ -7,6 +7,8 @@ import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-option
 import { CLUSTER_PORT } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
+import { createLogger, defaultLogFormat, logFormats } from '../../util/log.js';
+import { openPowerMeter } from '../../util/power/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `serve: ${message}`, { hint });
@@ -29,7 +31,8 @@ export const command = defineCommand({
     '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
     'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
     'With --nodes N (local node processes) or --hosts FILE (nodes started with `tandem node`) the model is split across the nodes as `tandem run` splits it, and each decode step of all running sequences goes to every node as one batch. ' +
-    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them), stop the nodes and exit 0. See docs/serve.md. ' +
+    'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them), stop the nodes and exit 0. ' +
+    "Each request gets one log line on stdout (its id, timings, tokens and outcome; --log-format), and GET /metrics shows the machine's power and J/token where it can be read. See docs/serve.md, docs/cluster.md and docs/metrics.md. " +
     `Without MODEL it serves the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
   positionals: [
     {
@@ -90,6 +93,12 @@ export const command = defineCommand({
       description:
         'with --nodes/--hosts: bytes each node may hold, e.g. 8G (placement fails before loading when the model cannot fit)',
       placeholder: 'BYTES',
+    },
+    'log-format': {
+      type: 'string',
+      description:
+        'request log lines on stdout: pretty text, or one JSON object a line (default: pretty on a terminal, else json)',
+      choices: logFormats,
     },
     'max-body': {
       type: 'string',
@@ -152,6 +161,7 @@ export const command = defineCommand({
       );
     const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
     const log = (line: string): void => void process.stderr.write(`tandem serve: ${line}\n`);
+    const logger = createLogger(options['log-format'] ?? defaultLogFormat(process.stdout), 1);
     if (!apiKey && !isLoopback(options.host)) {
       log(
         `warning: listening on ${options.host} without an API key: anyone who can reach this port can use the model; pass --api-key KEY or set TANDEM_API_KEY`,
@@ -184,8 +194,20 @@ export const command = defineCommand({
       maxQueue,
       load,
       onBound: (url) => log(`bound ${url} (GET /health answers 503 until the model is loaded)`),
+      logger,
       ...(apiKey ? { apiKey } : {}),
     });
+    // beside the model's loading: powermetrics takes a sample or two to answer
+    const power = openPowerMeter().then((probe) => {
+      server.metrics.setPower(probe);
+      log(
+        probe.meter
+          ? `power: ${probe.meter.source} (GET /metrics shows watts and J/token)`
+          : `power not shown on /metrics: ${probe.reason}`,
+      );
+      return probe;
+    });
+    const closePower = async (): Promise<void> => (await power).meter?.close();
     let stopping = false;
     let stopped!: () => void;
     const done = new Promise<void>((resolve) => (stopped = resolve));
@@ -203,12 +225,14 @@ export const command = defineCommand({
       process.off('SIGINT', stop);
       process.off('SIGTERM', stop);
       await server.close(0);
+      await closePower();
       throw error;
     }
     if (!stopping) log(`listening on ${server.url} as model '${name}' with ${slots} slot(s)`);
     await done;
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
+    await closePower();
     log('stopped');
     return 0;
   },
