@@ -1,5 +1,6 @@
 import { hostname, totalmem } from 'node:os';
 import { Counter, Gauge, type Metric, type Registry } from 'prom-client';
+import type { ClusterView } from '../cluster/index.js';
 
 /** One member of the cluster as /metrics shows it; a figure left out is not exported (never a fake 0). */
 export interface MemberMetrics {
@@ -224,5 +225,27 @@ export function singleProcessSource(id = hostname()): ClusterMetricsSource {
         },
       ],
     }),
+  };
+}
+
+/**
+ * The source of a model served over nodes: its members as `/v1/cluster` shows them (the
+ * memory placement counted for each, the age of its last heartbeat) and the placements done.
+ */
+export function clusterViewSource(view: () => ClusterView): ClusterMetricsSource {
+  return {
+    snapshot() {
+      const v = view();
+      return {
+        members: v.members.map((m) => ({
+          id: m.id,
+          state: m.state,
+          ...(m.memory_bytes !== null ? { memoryLimitBytes: m.memory_bytes } : {}),
+          heartbeatAgeS: m.last_heartbeat_ms / 1000,
+        })),
+        placements: v.placements,
+        replacements: v.replacements,
+      };
+    },
   };
 }

@@ -8,7 +8,7 @@ import { chatCompletions } from './chat.js';
 import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
-import { singleProcessSource } from './cluster-metrics.js';
+import { clusterViewSource, singleProcessSource } from './cluster-metrics.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
@@ -113,7 +113,8 @@ export class ApiServer {
         });
         this.state = { kind: 'ready', served, scheduler };
         this.metrics.readScheduler(() => scheduler);
-        if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
+        if (served.cluster) this.metrics.setClusterSource(clusterViewSource(served.cluster));
+        else if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
       },
       (error: unknown) => {
         this.state = { kind: 'failed', error };

@@ -112,8 +112,10 @@ export class ClusterSlotModel {
       if (this.broken !== undefined) throw this.broken;
       const generation = this.cluster.generation;
       try {
-        // a member joined: place the model on every member now, between two steps
-        if (this.cluster.replanWanted) await this.rebuild();
+        // nothing goes to the nodes while a placement is being made: a member joined (place
+        // on every member now, between two steps), or one was lost (its placement runs)
+        if (this.cluster.replanWanted || !this.cluster.placed || this.cluster.someLost())
+          await this.rebuild();
         const rows = await this.send(type, seqs, tokens);
         for (const [t, seq] of seqs.entries())
           seq.ops.push(type === 'forward' ? tokens : (tokens[t] as number));
@@ -176,9 +178,11 @@ export class ClusterSlotModel {
   /** Places the model on the members alive and replays every sequence, within `budgetMs`. */
   private async rebuild(budgetMs = HEAL_DEADLINE_MS): Promise<void> {
     const end = performance.now() + budgetMs;
+    // after a failed replay the nodes have aborted that placement's collectives: place again
+    let again = false;
     for (;;) {
       try {
-        if (!this.cluster.placed || this.cluster.someLost() || this.cluster.replanWanted)
+        if (again || !this.cluster.placed || this.cluster.someLost() || this.cluster.replanWanted)
           await this.cluster.place().catch(async (e: unknown) => {
             if (!(e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT')) throw e;
             await this.cluster.whenPlaced(Math.max(0, end - performance.now()));
@@ -188,6 +192,7 @@ export class ClusterSlotModel {
       } catch (e) {
         if (performance.now() > end || (e instanceof TandemError && e.code === 'CLUSTER_NO_PLACEMENT'))
           throw e;
+        again = true;
       }
     }
   }

@@ -28,6 +28,9 @@ export interface ClusterView {
   placement: { parallel: string; provider: string; ranks: { id: string; holds: string }[] } | null;
   /** Why the model is placed nowhere, when it is not. */
   waiting: string | null;
+  /** Placements done, the first included. */
+  placements: number;
+  /** Placements after the first (a member lost or joined). */
   replacements: number;
   /** The latest events, oldest first (at most MAX_EVENTS). */
   events: ClusterEvent[];
@@ -74,13 +77,14 @@ export class ServingCluster {
   private placement: Placement | undefined;
   private closing = false;
   private inflight: Promise<Placement> | undefined;
-  /** Placements done so far: a step sent under one generation and failing under another was cut by a re-placement. */
-  generation = 0;
+  /** Placements done so far (the first included): a step sent under one and failing under another was cut by a re-placement. */
+  generation: number;
   private placedWaiters: (() => void)[] = [];
   /** Why the model is placed nowhere (too few members, too little memory). */
   waiting: TandemError | undefined;
   /** A member joined since the last placement: place again at the next step boundary. */
   replanWanted = false;
+  /** Placements after the first (a member lost or joined). */
   replacements = 0;
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
@@ -94,6 +98,7 @@ export class ServingCluster {
   ) {
     this.current = session;
     this.placement = placement;
+    this.generation = placement ? 1 : 0;
     session.clients.forEach((client, r) =>
       this.adopt({
         id: client.label,
@@ -188,8 +193,8 @@ export class ServingCluster {
     this.placement = placement;
     this.waiting = undefined;
     for (const m of alive) m.state = 'alive';
-    this.replacements++;
     this.generation++;
+    if (this.generation > 1) this.replacements++;
     this.event(
       'replaced',
       `placed on ${alive.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}`,
@@ -223,6 +228,7 @@ export class ServingCluster {
           }
         : null,
       waiting: this.waiting?.message ?? null,
+      placements: this.generation,
       replacements: this.replacements,
       events: [...this.events],
     };

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiServer } from '../../src/api/http-server.js';
 import { loadClusterServedModel } from '../../src/api/cluster-served-model.js';
-import { startTestServer } from '../../src/api/testing.js';
+import { metric, startTestServer } from '../../src/api/testing.js';
 import type { ClusterView } from '../../src/cluster/index.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
@@ -143,6 +143,8 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
           ['alive', 'dead', 'alive'],
         );
         assert.equal(view.replacements, 1);
+        assert.equal(await metric(server.url, 'tandem:cluster_members{state="dead"}'), 1);
+        assert.equal(await metric(server.url, 'tandem:cluster_members{state="alive"}'), 2);
         assert.equal(view.placement?.ranks.length, 2);
         // the healed cluster serves the next request as before
         assert.equal((await stream(server.url, prompts[0]!)).text, alone[0]);
