@@ -2,6 +2,7 @@ import { accessSync, constants, existsSync, mkdirSync, statSync } from 'node:fs'
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { TandemError } from '../errors/index.js';
+import { removeStaleTemporaries } from '../engine/format/atomic-file.js';
 import { makeModel } from '../engine/format/make-model.js';
 import type { ModelShape } from '../engine/format/model-plan.js';
 import { readTokenizer } from '../engine/model/gguf-model-file.js';
@@ -106,6 +107,8 @@ export async function demoModel(
   const dir = cacheDir();
   const path = join(dir, 'demo-smollm2-135m-shape-f32-random-std0.1-seed1.gguf');
   ensureCacheDir(dir);
+  // A demo or make-model killed with SIGKILL left its partial file here; its pid is gone.
+  for (const stale of removeStaleTemporaries(dir)) onProgress(`removed ${stale}, left by a killed write`);
   if (existsSync(path)) return { path, made: false };
   let last = 0;
   // makeModel writes through a temporary file that it removes on error and on SIGINT/SIGTERM,

@@ -1,16 +1,19 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { TandemError } from '../errors/index.js';
+import { isTandemError, TandemError } from '../errors/index.js';
 import type { KernelsBackend } from '../kernels/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
+import { GgufModelFile, configFromMetadata, maxTokensThatFit } from '../engine/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
+import { loadSecret } from '../topology/index.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
+import { resolveModelPath } from './model-path.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 
 export interface RunDistributedOptions {
-  /** Path of the GGUF model (the same path on every host). */
+  /** Path of the model (resolved to an absolute one and checked here; the same path on every host). */
   model: string;
   /** Start this many local node processes (`--nodes N`)... */
   nodes?: number;
@@ -37,12 +40,20 @@ export interface RunDistributedOptions {
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
   kernels?: KernelsBackend;
-  /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
+  /**
+   * Cluster secret. Local nodes get a random one of their own when absent; a hostfile run
+   * takes TANDEM_SECRET by the one rule (at least 16 bytes, topology/discovery/secret.ts).
+   */
   secret?: string;
   contextLength?: number;
   onToken?: (token: number) => void;
   /** Progress lines (starting nodes, plan, loading). */
   onProgress?: (line: string) => void;
+  /**
+   * Called before any node starts when maxTokens goes past the nodes' context: the run then
+   * generates `fits` tokens and ends with stopReason `length` instead of failing.
+   */
+  onContextLimit?: (asked: number, fits: number, contextLength: number) => void;
 }
 
 export interface DistributedResult extends ClusterResult {
@@ -73,14 +84,11 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
   const progress = o.onProgress ?? (() => {});
   let local: LocalNodes | undefined;
   let session: ClusterSession | undefined;
+  const model = resolveModelPath(o.model);
+  const maxTokens = fitMaxTokens(model, o);
   const secret =
-    o.secret ??
-    process.env.TANDEM_SECRET ??
-    (o.nodes !== undefined ? randomBytes(16).toString('hex') : undefined);
-  if (secret === undefined)
-    throw new TandemError('CLI_USAGE', 'a hostfile run needs the cluster secret', {
-      hint: 'pass --secret or set TANDEM_SECRET to the secret the nodes were started with',
-    });
+    o.secret ?? (o.nodes !== undefined ? randomBytes(16).toString('hex') : loadSecret().toString('utf8'));
+  let hostsUsed: readonly HostEntry[] | undefined;
   try {
     let hosts: readonly HostEntry[];
     if (o.nodes !== undefined) {
@@ -99,13 +107,14 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
     } else {
       hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);
     }
+    hostsUsed = hosts;
     session = await ClusterSession.connect(hosts, secret);
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
     const greedy = o.sampling === undefined || o.sampling.temperature === 0;
     const parallel = o.parallel ?? 'tp';
-    progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
+    progress(`loading ${model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
     const placement = await session.load({
-      model: o.model,
+      model,
       parallel,
       provider,
       greedy,
@@ -117,16 +126,77 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
     for (const line of session.planLines()) progress(`  ${line}`);
     const result = await session.generate({
       prompt: o.prompt,
-      maxTokens: o.maxTokens,
+      maxTokens,
       ...(o.stopTokens ? { stopTokens: o.stopTokens } : {}),
       ...(o.onToken ? { onToken: o.onToken } : {}),
       ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
     });
     return { ...result, plan: session.planLines(), bytes: placement.bytes, provider, parallel };
   } catch (e) {
-    throw local ? await local.explain(e) : e;
+    const err = hostsUsed ? explainNoFit(e, hostsUsed, o.memLimit, typeof o.hosts === 'string') : e;
+    throw local ? await local.explain(err) : err;
   } finally {
     session?.close();
     await local?.stop();
   }
+}
+
+/**
+ * maxTokens cut to what the nodes' KV cache holds (src/parallel/runner.ts sizes it to
+ * contextLength, at most the model's), so that the run ends with `length` where a node would
+ * refuse the request after the whole load. A file whose context cannot be read here is left to
+ * the nodes to check.
+ */
+function fitMaxTokens(model: string, o: RunDistributedOptions): number {
+  let modelContext: number;
+  try {
+    const file = GgufModelFile.open(model);
+    try {
+      modelContext = configFromMetadata(
+        (k) => file.meta(k),
+        new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+      ).contextLength;
+    } finally {
+      file.close();
+    }
+  } catch {
+    return o.maxTokens;
+  }
+  const contextLength = Math.min(o.contextLength ?? modelContext, modelContext);
+  const fits = maxTokensThatFit(o.prompt.length, o.maxTokens, contextLength);
+  if (fits < o.maxTokens) o.onContextLimit?.(o.maxTokens, fits, contextLength);
+  return fits;
+}
+
+/**
+ * PAR_NO_FIT with where each rank's limit came from and what to raise: a node's limit is the
+ * tightest of the run's --mem-limit, the hostfile's `mem=` and the node's own `tandem node
+ * --mem-limit` (src/cluster/session.ts), and the placement error knows only the numbers.
+ */
+function explainNoFit(
+  e: unknown,
+  hosts: readonly HostEntry[],
+  runLimit: number | undefined,
+  fromHostfile: boolean,
+): unknown {
+  if (!isTandemError(e, 'PAR_NO_FIT')) return e;
+  const limits = e.details.limits;
+  if (!Array.isArray(limits)) return e;
+  const sources = limits.flatMap((limit: unknown, r) => {
+    if (typeof limit !== 'number') return [];
+    const host = hosts[r];
+    const where =
+      limit === runLimit
+        ? "the run's --mem-limit (raise it)"
+        : limit === host?.memLimit
+          ? `${fromHostfile ? "the hostfile's" : 'its'} mem= (raise it${fromHostfile ? ' on that line' : ''})`
+          : `the node's own limit (restart \`tandem node\` there with a larger --mem-limit)`;
+    return [`rank ${r} (${host?.address ?? '?'}): ${where}`];
+  });
+  if (sources.length === 0) return e;
+  return new TandemError('PAR_NO_FIT', `${e.message}; the limits come from ${sources.join(', ')}`, {
+    hint: `raise the limit where it comes from (above), or ${e.hint}`,
+    details: { ...e.details, limitSources: sources },
+    cause: e,
+  });
 }

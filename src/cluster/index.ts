@@ -2,7 +2,15 @@ export { runDistributed, type RunDistributedOptions, type DistributedResult } fr
 export { ClusterSession, type LoadOptions, type GenerateRequest, type ClusterResult } from './session.js';
 export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launcher.js';
 export { startNode, type NodeAgentOptions } from './node-agent.js';
-export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';
+export {
+  defaultNodePort,
+  loadHostfile,
+  parseAnyHostfile,
+  parseHostfile,
+  readHostfile,
+  type HostEntry,
+  type Hostfile,
+} from './hostfile.js';
 export { benchCluster, benchPrompt, type BenchClusterOptions, type BenchClusterRow } from './bench.js';
 export {
   demoModel,
