@@ -18,8 +18,11 @@ export {
   cacheDir,
   demoShape,
   demoShapeName,
+  demoWarmupTokens,
   type DemoRun,
   type DemoOptions,
 } from './demo.js';
 export { runDistributedText, type DistributedTextOptions } from './run-text.js';
 export { probeSpeed, nodeSpeeds } from './speed.js';
+export { resolveModelPath } from './model-path.js';
+export { whySplitMayNotPay, type SplitFacts } from './split-verdict.js';
