@@ -2,13 +2,13 @@
 // one secret rule, the model path checked before any node starts, the prompt from stdin, the
 // notes on random weights and on --max-tokens past the context.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { tandemBin, tempModel } from '../../src/cli/testing.js';
-import { runDistributed } from '../../src/cluster/index.js';
+import { launchLocalNodes, runDistributed } from '../../src/cluster/index.js';
 import { isTandemError } from '../../src/errors/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'tandem-newcomer-'));
@@ -156,3 +156,80 @@ test(
     );
   },
 );
+
+test(
+  'the multi-machine flow as the README writes it: a secret file, nodes, a hostfile, bench cluster --hosts and run --hosts',
+  { timeout: 180_000 },
+  async () => {
+    const secretFile = join(dir, 'flow.secret');
+    assert.equal(tandem(['secret', '--out', secretFile]).code, 0);
+    const secret = readFileSync(secretFile, 'utf8').trim();
+    const nodes = await launchLocalNodes(3, { secret, threads: 1, once: false });
+    try {
+      const hosts = join(dir, 'flow-hosts.txt');
+      writeFileSync(hosts, nodes.addresses.map((a) => `${a} mem=1G`).join('\n') + '\n');
+      const run = await tandemAsync([
+        'run',
+        model(),
+        '--hosts',
+        hosts,
+        '--secret-file',
+        secretFile,
+        '--prompt-tokens',
+        '1,2,3',
+        '--max-tokens',
+        '2',
+        '--temperature',
+        '0',
+        '--json',
+      ]);
+      assert.equal(run.code, 0, run.stderr);
+      assert.equal((JSON.parse(run.stdout) as { tokens: number[] }).tokens.length, 2);
+      const bench = await tandemAsync([
+        'bench',
+        'cluster',
+        model(),
+        '--hosts',
+        hosts,
+        '--secret-file',
+        secretFile,
+        '--prompt-tokens',
+        '4',
+        '--tokens',
+        '2',
+        '--repeat',
+        '1',
+        '--no-ceiling',
+      ]);
+      assert.equal(bench.code, 0, bench.stderr);
+      assert.match(bench.stdout, /best of 1 alternated round\(s\) of each, after a warm-up/);
+      assert.doesNotMatch(bench.stderr, /starting \d+ local node/);
+    } finally {
+      await nodes.stop();
+    }
+  },
+);
+
+/** tandem() without blocking this process's event loop (the nodes above run in it). */
+function tandemAsync(
+  args: readonly string[],
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const env = { ...process.env };
+  delete env.TANDEM_SECRET;
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [tandemBin, ...args], {
+      cwd: dir,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 150_000);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
