@@ -204,7 +204,7 @@ export class ControlClient {
               new TandemError(
                 'CLUSTER_AUTH',
                 `${label} at ${address} failed the handshake (${String(m.type)})`,
-                { hint: 'use the same --secret (or TANDEM_SECRET) on every node and the coordinator' },
+                { hint: 'use the same --secret-file (or TANDEM_SECRET) on every node and the coordinator' },
               ),
             );
           }
@@ -221,7 +221,7 @@ export class ControlClient {
           new TandemError(
             'CLUSTER_AUTH',
             `${label} at ${address} closed the connection during the handshake`,
-            { hint: 'use the same --secret (or TANDEM_SECRET) everywhere' },
+            { hint: 'use the same --secret-file (or TANDEM_SECRET) everywhere' },
           ),
         ),
       );
