@@ -9,6 +9,7 @@ import type { ModelShape } from '../engine/format/model-plan.js';
 import { readTokenizer } from '../engine/model/gguf-model-file.js';
 import type { ProviderName } from '../fabric/index.js';
 import { launchLocalNodes } from './launcher.js';
+import { resolveModelPath } from './model-path.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 
 /**
@@ -177,7 +178,8 @@ function bestOf(a: ClusterResult | undefined, r: ClusterResult): ClusterResult {
  * generations alternate for `repeat` rounds and the best of each counts. Run one after the
  * other, a cold second node or a drift of the machine's speed went straight into the ratio.
  */
-export async function runDemo(path: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
+export async function runDemo(given: string, o: DemoOptions): Promise<{ prompt: number[]; runs: DemoRun[] }> {
+  const path = resolveModelPath(given);
   const tokenizer = readTokenizer(path);
   if (tokenizer === undefined) {
     throw new TandemError('MODEL_FORMAT_UNSUPPORTED', `${path} has no tokenizer (tokenizer.ggml.tokens)`, {
