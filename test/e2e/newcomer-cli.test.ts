@@ -204,6 +204,24 @@ test(
       assert.equal(bench.code, 0, bench.stderr);
       assert.match(bench.stdout, /best of 1 alternated round\(s\) of each, after a warm-up/);
       assert.doesNotMatch(bench.stderr, /starting \d+ local node/);
+      // a limit from the hostfile's mem= is named as such, with what to raise
+      const small = join(dir, 'flow-small.txt');
+      writeFileSync(small, `${nodes.addresses[0]} mem=4K\n`);
+      const noFit = await tandemAsync([
+        'run',
+        model(),
+        '--hosts',
+        small,
+        '--secret-file',
+        secretFile,
+        '--prompt-tokens',
+        '1,2',
+      ]);
+      assert.equal(noFit.code, 2, noFit.stderr);
+      assert.match(
+        noFit.stderr,
+        /PAR_NO_FIT.*the limits come from rank 0 .*the hostfile's mem= \(raise it on that line\)/,
+      );
     } finally {
       await nodes.stop();
     }
