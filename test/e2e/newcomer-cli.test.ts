@@ -203,6 +203,15 @@ test(
       ]);
       assert.equal(bench.code, 0, bench.stderr);
       assert.match(bench.stdout, /best of 1 alternated round\(s\) of each, after a warm-up/);
+      // one line says why when the split measured slower than one node, and only then
+      const [head, , split] = bench.stdout.split('\n') as [string, string, string];
+      const column = head
+        .trim()
+        .split(/\s{2,}/)
+        .indexOf('decode x');
+      const speedup = Number(split.trim().split(/\s{2,}/)[column]);
+      assert.ok(Number.isFinite(speedup), bench.stdout);
+      assert.equal(/why the split is slower here/.test(bench.stdout), speedup < 1, bench.stdout);
       assert.doesNotMatch(bench.stderr, /starting \d+ local node/);
       // a limit from the hostfile's mem= is named as such, with what to raise
       const small = join(dir, 'flow-small.txt');
