@@ -1,8 +1,38 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian/Ubuntu machine needs before tandem runs: system packages (when root
-# with apt), then the npm dependencies from the lockfile.
+# with apt), the npm dependencies from the lockfile, the kernels build, and `tandem` on the PATH
+# (a link to this checkout's bin/tandem.js in npm's global bin directory), so that every
+# command in the docs works as written from any directory.
+# `bin/setup.sh --path-only` does the last step alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+checkout="$(pwd)"
+
+# Links npm's global bin/tandem to this checkout (what `npm link` does, without npm reinstalling
+# the checkout's dependencies); says where, and what to do when that directory is not writable
+# or not on the PATH.
+put_on_path() {
+  local prefix bindir
+  prefix="$(npm prefix -g)"
+  bindir="$prefix/bin"
+  if mkdir -p "$bindir" 2>/dev/null && [ -w "$bindir" ]; then
+    echo "setup: putting tandem on the PATH: linking $bindir/tandem -> $checkout/bin/tandem.js" >&2
+    ln -sfn "$checkout/bin/tandem.js" "$bindir/tandem"
+  else
+    echo "setup: cannot write $bindir; to put tandem on the PATH run \`sudo ln -sfn $checkout/bin/tandem.js $bindir/tandem\`, or add $checkout/bin to PATH and call it as tandem.js" >&2
+    return 0
+  fi
+  case ":$PATH:" in
+    *":$bindir:"*) ;;
+    *) echo "setup: $bindir is not on your PATH; add it (e.g. export PATH=\"$bindir:\$PATH\" in ~/.profile)" >&2 ;;
+  esac
+}
+
+if [ "${1:-}" = --path-only ]; then
+  put_on_path
+  exit 0
+fi
+
 missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # A C compiler builds the optional native kernels (AVX2/AVX-512); without one the WebAssembly kernels run.
@@ -18,3 +48,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 npm ci --no-audit --no-fund
 npm run build
+put_on_path

@@ -45,7 +45,7 @@ test('every command that takes --threads refuses more than 4x the cores, before 
   const many = String(maxThreads() + 1);
   for (const args of [
     ['run', 'missing.gguf', '--prompt', 'hi', '--threads', many],
-    ['node', '--secret', 'a-secret', '--threads', many],
+    ['node', '--threads', many],
     ['bench', 'model', 'missing.gguf', '--threads', many],
     ['bench', 'cluster', 'missing.gguf', '--threads', many],
     ['demo', '--threads', many],

@@ -53,6 +53,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/node.js')).command,
   },
   {
+    name: 'secret',
+    summary: 'write a new random cluster secret (a file with mode 0600, or stdout) for every host to share',
+    load: async () => (await import('./commands/secret.js')).command,
+  },
+  {
     name: 'devinfo',
     summary: 'list the fabric providers on this machine and their state (like ibv_devinfo)',
     load: async () => (await import('./commands/devinfo.js')).command,

@@ -1,9 +1,12 @@
+import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, WireFormat } from '../parallel/index.js';
 import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
-import { launchLocalNodes } from './launcher.js';
+import type { HostEntry } from './hostfile.js';
+import { launchLocalNodes, type LocalNodes } from './launcher.js';
+import { resolveModelPath } from './model-path.js';
 import { ClusterSession, type ClusterResult } from './session.js';
 import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 
@@ -13,6 +16,13 @@ const CEILING_PROBE_MS = 500;
 export interface BenchClusterOptions {
   model: string;
   nodes: number;
+  /**
+   * Nodes started with `tandem node` instead of local processes: the first `nodes` hold the
+   * split and the next one runs the single-node reference (so at least nodes + 1 entries).
+   */
+  hosts?: readonly HostEntry[];
+  /** With `hosts`: the cluster secret they were started with (local nodes get a random one). */
+  secret?: string;
   parallel: ParallelKind;
   provider: ProviderName;
   wire?: WireFormat;
@@ -109,7 +119,7 @@ function best(a: ClusterResult | undefined, r: ClusterResult): ClusterResult {
  */
 export async function benchCluster(o: BenchClusterOptions): Promise<BenchClusterRow[]> {
   const progress = o.onProgress ?? (() => {});
-  const secret = `bench-${process.pid}-${Date.now()}`;
+  const model = resolveModelPath(o.model);
   const wire = o.wire ?? 'f32';
   const promptTokens = o.promptTokens ?? 128;
   const tokens = o.tokens ?? 32;
@@ -123,11 +133,31 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       { hint: 'give a longer text, or lower --prompt-tokens or --agreement' },
     );
   }
-  progress(`starting ${o.nodes} local node(s) and a single-node reference, ${o.threads ?? 1} thread(s) each`);
-  const local = await launchLocalNodes(o.nodes + 1, { secret, threads: o.threads ?? 1, once: false });
+  if (o.hosts !== undefined && o.hosts.length < o.nodes + 1) {
+    throw new TandemError(
+      'CLUSTER_BAD_HOSTFILE',
+      `bench cluster --nodes ${o.nodes} needs ${o.nodes + 1} hosts (the split and a single-node reference), the hostfile lists ${o.hosts.length}`,
+      { hint: `add a node to the hostfile, or lower --nodes to ${Math.max(1, o.hosts.length - 1)}` },
+    );
+  }
+  if (o.hosts !== undefined && o.secret === undefined)
+    throw new TandemError('CLI_USAGE', 'bench cluster on listed hosts needs the cluster secret', {
+      hint: 'pass --secret-file FILE or set TANDEM_SECRET to the secret the nodes were started with',
+    });
+  const secret = o.secret ?? randomBytes(16).toString('hex');
+  let local: LocalNodes | undefined;
+  let hosts: readonly HostEntry[];
+  if (o.hosts !== undefined) {
+    hosts = o.hosts.slice(0, o.nodes + 1);
+  } else {
+    progress(
+      `starting ${o.nodes} local node(s) and a single-node reference, ${o.threads ?? 1} thread(s) each`,
+    );
+    local = await launchLocalNodes(o.nodes + 1, { secret, threads: o.threads ?? 1, once: false });
+    hosts = local.addresses.map((address) => ({ address }));
+  }
   const sessions: ClusterSession[] = [];
   try {
-    const hosts = local.addresses.map((address) => ({ address }));
     const open = async (n: number): Promise<{ session: ClusterSession; prompt: number[] }> => {
       const session = await ClusterSession.connect(
         n === 1 ? hosts.slice(o.nodes) : hosts.slice(0, n),
@@ -135,10 +165,10 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       );
       sessions.push(session);
       progress(
-        `loading ${o.model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
+        `loading ${model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
       );
       const placement = await session.load({
-        model: o.model,
+        model,
         parallel: n > 1 ? o.parallel : 'tp',
         provider: o.provider,
         greedy: true,
@@ -188,7 +218,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       // alternated like the timed runs, best of each, as the machine's speed drifts
       const bytes = Math.min(
         STREAM_PROBE_MAX_BYTES,
-        Math.max(STREAM_PROBE_MIN_BYTES * o.nodes, statSync(o.model).size),
+        Math.max(STREAM_PROBE_MIN_BYTES * o.nodes, statSync(model).size),
       );
       const mb = (b: number): string => `${(b / 1e6).toFixed(0)} MB`;
       const gbs = (r: number): string => `${(r / 1e9).toFixed(1)} GB/s`;
@@ -243,9 +273,9 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
     });
     return [row(1, oneBest!, oneBest!, joules.one), row(o.nodes, manyBest!, oneBest!, joules.many)];
   } catch (e) {
-    throw await local.explain(e);
+    throw local ? await local.explain(e) : e;
   } finally {
     for (const s of sessions) s.close();
-    await local.stop();
+    await local?.stop();
   }
 }

@@ -1,17 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { TandemError } from '../errors/index.js';
+import { isTandemError, TandemError } from '../errors/index.js';
 import type { KernelsBackend } from '../kernels/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
+import { GgufModelFile, configFromMetadata, maxTokensThatFit } from '../engine/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { ParallelKind, Placement, WireFormat } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
+import { loadSecret } from '../topology/index.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
+import { resolveModelPath } from './model-path.js';
 import { ClusterSession, type ClusterResult, type LoadOptions } from './session.js';
 
 /** How to start (or reach) the nodes of a cluster and place a model on them. */
 export interface ClusterStartOptions {
-  /** Path of the GGUF model (the same path on every host). */
+  /** Path of the model (resolved to an absolute one and checked here; the same path on every host). */
   model: string;
   /** Start this many local node processes (`--nodes N`)... */
   nodes?: number;
@@ -35,7 +38,10 @@ export interface ClusterStartOptions {
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
   kernels?: KernelsBackend;
-  /** Cluster secret (default: TANDEM_SECRET, or a random one for local nodes). */
+  /**
+   * Cluster secret. Local nodes get a random one of their own when absent; a hostfile run
+   * takes TANDEM_SECRET by the one rule (at least 16 bytes, topology/discovery/secret.ts).
+   */
   secret?: string;
   contextLength?: number;
   /** Progress lines (starting nodes, plan, loading). */
@@ -52,6 +58,11 @@ export interface RunDistributedOptions extends Omit<ClusterStartOptions, 'greedy
    */
   sampling?: SamplerOptions;
   onToken?: (token: number) => void;
+  /**
+   * Called before any node starts when maxTokens goes past the nodes' context: the run then
+   * generates `fits` tokens and ends with stopReason `length` instead of failing.
+   */
+  onContextLimit?: (asked: number, fits: number, contextLength: number) => void;
 }
 
 /** A model loaded across nodes: the session that drives them, and how to stop them. */
@@ -82,7 +93,7 @@ export interface DistributedResult extends ClusterResult {
 /**
  * Starts local nodes (or connects to listed ones), places the model by memory (failing before
  * any load when it cannot fit) and loads every shard. On failure every local node is stopped
- * before this throws.
+ * before this throws. The model path is resolved to an absolute one and checked first.
  */
 export async function startCluster(o: ClusterStartOptions): Promise<StartedCluster> {
   if ((o.nodes === undefined) === (o.hosts === undefined)) {
@@ -97,14 +108,10 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
   const progress = o.onProgress ?? (() => {});
   let local: LocalNodes | undefined;
   let session: ClusterSession | undefined;
+  const model = resolveModelPath(o.model);
   const secret =
-    o.secret ??
-    process.env.TANDEM_SECRET ??
-    (o.nodes !== undefined ? randomBytes(16).toString('hex') : undefined);
-  if (secret === undefined)
-    throw new TandemError('CLI_USAGE', 'a hostfile run needs the cluster secret', {
-      hint: 'pass --secret or set TANDEM_SECRET to the secret the nodes were started with',
-    });
+    o.secret ?? (o.nodes !== undefined ? randomBytes(16).toString('hex') : loadSecret().toString('utf8'));
+  let hostsUsed: readonly HostEntry[] | undefined;
   try {
     let hosts: readonly HostEntry[];
     if (o.nodes !== undefined) {
@@ -123,12 +130,13 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
     } else {
       hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);
     }
+    hostsUsed = hosts;
     session = await ClusterSession.connect(hosts, secret);
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
     const parallel = o.parallel ?? 'tp';
-    progress(`loading ${o.model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
+    progress(`loading ${model} on ${hosts.length} node(s): --parallel ${parallel} over ${provider}`);
     const load: LoadOptions = {
-      model: o.model,
+      model,
       parallel,
       provider,
       greedy: o.greedy ?? false,
@@ -156,7 +164,8 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
     };
   } catch (e) {
     session?.close();
-    const explained = local ? await local.explain(e) : e;
+    const err = hostsUsed ? explainNoFit(e, hostsUsed, o.memLimit, typeof o.hosts === 'string') : e;
+    const explained = local ? await local.explain(err) : err;
     await local?.stop();
     throw explained;
   }
@@ -164,16 +173,18 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
 
 /**
  * `tandem run MODEL --nodes N | --hosts FILE`: starts the cluster (startCluster), generates,
- * and returns the tokens with every node's metrics. Local nodes are always stopped before
- * this returns or throws.
+ * and returns the tokens with every node's metrics. A maxTokens past the context is cut to
+ * what fits (the run ends with `length`). Local nodes are always stopped before this returns
+ * or throws.
  */
 export async function runDistributed(o: RunDistributedOptions): Promise<DistributedResult> {
+  const maxTokens = fitMaxTokens(resolveModelPath(o.model), o);
   const greedy = o.sampling === undefined || o.sampling.temperature === 0;
   const cluster = await startCluster({ ...o, greedy });
   try {
     const result = await cluster.session.generate({
       prompt: o.prompt,
-      maxTokens: o.maxTokens,
+      maxTokens,
       ...(o.stopTokens ? { stopTokens: o.stopTokens } : {}),
       ...(o.onToken ? { onToken: o.onToken } : {}),
       ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
@@ -190,4 +201,64 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
   } finally {
     await cluster.close();
   }
+}
+
+/**
+ * maxTokens cut to what the nodes' KV cache holds (src/parallel/runner.ts sizes it to
+ * contextLength, at most the model's), so that the run ends with `length` where a node would
+ * refuse the request after the whole load. A file whose context cannot be read here is left to
+ * the nodes to check.
+ */
+function fitMaxTokens(model: string, o: RunDistributedOptions): number {
+  let modelContext: number;
+  try {
+    const file = GgufModelFile.open(model);
+    try {
+      modelContext = configFromMetadata(
+        (k) => file.meta(k),
+        new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+      ).contextLength;
+    } finally {
+      file.close();
+    }
+  } catch {
+    return o.maxTokens;
+  }
+  const contextLength = Math.min(o.contextLength ?? modelContext, modelContext);
+  const fits = maxTokensThatFit(o.prompt.length, o.maxTokens, contextLength);
+  if (fits < o.maxTokens) o.onContextLimit?.(o.maxTokens, fits, contextLength);
+  return fits;
+}
+
+/**
+ * PAR_NO_FIT with where each rank's limit came from and what to raise: a node's limit is the
+ * tightest of the run's --mem-limit, the hostfile's `mem=` and the node's own `tandem node
+ * --mem-limit` (src/cluster/session.ts), and the placement error knows only the numbers.
+ */
+function explainNoFit(
+  e: unknown,
+  hosts: readonly HostEntry[],
+  runLimit: number | undefined,
+  fromHostfile: boolean,
+): unknown {
+  if (!isTandemError(e, 'PAR_NO_FIT')) return e;
+  const limits = e.details.limits;
+  if (!Array.isArray(limits)) return e;
+  const sources = limits.flatMap((limit: unknown, r) => {
+    if (typeof limit !== 'number') return [];
+    const host = hosts[r];
+    const where =
+      limit === runLimit
+        ? "the run's --mem-limit (raise it)"
+        : limit === host?.memLimit
+          ? `${fromHostfile ? "the hostfile's" : 'its'} mem= (raise it${fromHostfile ? ' on that line' : ''})`
+          : `the node's own limit (restart \`tandem node\` there with a larger --mem-limit)`;
+    return [`rank ${r} (${host?.address ?? '?'}): ${where}`];
+  });
+  if (sources.length === 0) return e;
+  return new TandemError('PAR_NO_FIT', `${e.message}; the limits come from ${sources.join(', ')}`, {
+    hint: `raise the limit where it comes from (above), or ${e.hint}`,
+    details: { ...e.details, limitSources: sources },
+    cause: e,
+  });
 }

@@ -2,7 +2,15 @@ export { runDistributed, type RunDistributedOptions, type DistributedResult } fr
 export { ClusterSession, type LoadOptions, type GenerateRequest, type ClusterResult } from './session.js';
 export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launcher.js';
 export { startNode, type NodeAgentOptions } from './node-agent.js';
-export { parseHostfile, readHostfile, type HostEntry } from './hostfile.js';
+export {
+  defaultNodePort,
+  loadHostfile,
+  parseAnyHostfile,
+  parseHostfile,
+  readHostfile,
+  type HostEntry,
+  type Hostfile,
+} from './hostfile.js';
 export { benchCluster, benchPrompt, type BenchClusterOptions, type BenchClusterRow } from './bench.js';
 export {
   demoModel,
@@ -10,6 +18,7 @@ export {
   cacheDir,
   demoShape,
   demoShapeName,
+  demoWarmupTokens,
   type DemoRun,
   type DemoOptions,
 } from './demo.js';
@@ -20,3 +29,5 @@ export { ClusterSlotModel, RemoteSequence } from './cluster-slot-model.js';
 export { ServingCluster, type ClusterEvent, type ClusterView, type MemberView } from './serving-cluster.js';
 export { ClusterPort, CLUSTER_PORT } from './cluster-port.js';
 export { joinCluster, REJOIN_MS, type JoinOptions } from './node-join.js';
+export { resolveModelPath } from './model-path.js';
+export { whySplitMayNotPay, type SplitFacts } from './split-verdict.js';

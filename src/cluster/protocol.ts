@@ -309,9 +309,7 @@ export class ControlClient {
               new TandemError(
                 'CLUSTER_AUTH',
                 `${label} at ${address} failed the handshake (${String(m.type)})`,
-                {
-                  hint: 'use the same cluster secret on every node and the coordinator',
-                },
+                { hint: 'use the same --secret-file (or TANDEM_SECRET) on every node and the coordinator' },
               ),
             );
           }
@@ -330,9 +328,7 @@ export class ControlClient {
           new TandemError(
             'CLUSTER_AUTH',
             `${label} at ${address} closed the connection during the handshake`,
-            {
-              hint: 'use the same cluster secret everywhere',
-            },
+            { hint: 'use the same --secret-file (or TANDEM_SECRET) everywhere' },
           ),
         ),
       );

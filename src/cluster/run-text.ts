@@ -1,6 +1,7 @@
 import { readTokenizer } from '../engine/model/gguf-model-file.js';
 import { TandemError } from '../errors/index.js';
 import { runDistributed, type DistributedResult, type RunDistributedOptions } from './distributed.js';
+import { resolveModelPath } from './model-path.js';
 
 export interface DistributedTextOptions extends Omit<
   RunDistributedOptions,
@@ -21,7 +22,8 @@ export interface DistributedTextOptions extends Omit<
 export async function runDistributedText(
   o: DistributedTextOptions,
 ): Promise<DistributedResult & { text: string; promptTokens: number[] }> {
-  const tokenizer = readTokenizer(o.model);
+  const model = resolveModelPath(o.model);
+  const tokenizer = readTokenizer(model);
   let prompt: number[];
   if (o.promptTokens !== undefined) prompt = [...o.promptTokens];
   else if (o.prompt !== undefined && tokenizer) prompt = tokenizer.encode(o.prompt);
@@ -38,6 +40,7 @@ export async function runDistributedText(
   const { prompt: _text, promptTokens: _ids, onText, ...rest } = o;
   const result = await runDistributed({
     ...rest,
+    model,
     prompt,
     stopTokens,
     onToken: (token) => {

@@ -31,6 +31,7 @@ export { tinyModelFile, type TinyModelOptions } from './model/tiny-model.js';
 export { SequenceCache, type SequenceCacheOptions } from './kv/kv-cache.js';
 export {
   generate,
+  maxTokensThatFit,
   greedy,
   type Forwarder,
   type GenerateOptions,

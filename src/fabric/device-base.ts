@@ -170,7 +170,7 @@ export function secretBytes(secret: string | Uint8Array): Buffer {
   const b = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : Buffer.from(secret);
   if (b.length === 0) {
     throw new TandemError('INVALID_ARGUMENT', 'the cluster secret is empty', {
-      hint: 'pass the same non-empty cluster secret to every rank (e.g. --secret or TANDEM_SECRET)',
+      hint: 'pass the same non-empty cluster secret to every rank (e.g. --secret-file or TANDEM_SECRET)',
     });
   }
   return b;

@@ -110,3 +110,34 @@ test(
     );
   },
 );
+
+test(
+  'bench cluster checks the model path before any node starts; --hosts needs N + 1 nodes and the secret',
+  { timeout: 60_000 },
+  async () => {
+    const lines: string[] = [];
+    const base = {
+      nodes: 2,
+      parallel: 'tp' as const,
+      provider: 'tcp' as const,
+      onProgress: (l: string) => lines.push(l),
+    };
+    await assert.rejects(
+      benchCluster({ ...base, model: join(dir, 'nope.gguf') }),
+      (e: Error & { code?: string }) =>
+        e.code === 'MODEL_FORMAT_NOT_FOUND' && e.message.includes('nope.gguf'),
+    );
+    assert.deepEqual(lines, [], 'no node was started');
+    const model = await makeTestModelFile(dir, 'llama', 'llama', 'f32');
+    const hosts = [{ address: '127.0.0.1:1' }, { address: '127.0.0.1:2' }];
+    await assert.rejects(
+      benchCluster({ ...base, model, hosts, secret: 'x'.repeat(16) }),
+      (e: Error & { code?: string }) =>
+        e.code === 'CLUSTER_BAD_HOSTFILE' && /needs 3 hosts.*lists 2/.test(e.message),
+    );
+    await assert.rejects(
+      benchCluster({ ...base, model, hosts: [...hosts, { address: '127.0.0.1:3' }] }),
+      (e: Error & { code?: string }) => e.code === 'CLI_USAGE' && /needs the cluster secret/.test(e.message),
+    );
+  },
+);

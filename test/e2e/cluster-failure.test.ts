@@ -17,6 +17,8 @@ import { isTandemError } from '../../src/errors/index.js';
 
 const tandemBin = new URL('../../bin/tandem.js', import.meta.url).pathname;
 
+// The nodes are `tandem node` processes, so the secret follows the CLI's rule (at least 16 bytes).
+const secret = 'cluster-failure-e2e-secret';
 const dir = mkdtempSync(join(tmpdir(), 'tandem-cluster-fail-'));
 const path = join(dir, 'llama.gguf');
 const shape = {
@@ -60,10 +62,10 @@ for (const parallel of ['tp', 'pp'] as const) {
     `${parallel}: killing a node mid-generation fails the run with a typed error and frees the survivors`,
     { timeout: 120_000 },
     async () => {
-      nodes = await launchLocalNodes(3, { secret: 's', threads: 1 });
+      nodes = await launchLocalNodes(3, { secret, threads: 1 });
       const session = await ClusterSession.connect(
         nodes.addresses.map((address) => ({ address })),
-        's',
+        secret,
       );
       const victim = nodes.processes[2]!;
       try {
@@ -113,7 +115,7 @@ it('a missing node fails fast with a typed error naming it', { timeout: 30_000 }
     runDistributed({
       model: path,
       hosts: [{ address: '127.0.0.1:1' }],
-      secret: 's',
+      secret,
       prompt: [1],
       maxTokens: 1,
     }),
@@ -134,7 +136,7 @@ it(
     mkdirSync(hiddenDir, { recursive: true });
     const model = join(hiddenDir, 'llama.gguf');
     await makeModel(model, { arch: 'llama', shape, type: 'f32', std: 0.3, seed: 9 });
-    const local = await launchLocalNodes(1, { secret: 's', threads: 1 });
+    const local = await launchLocalNodes(1, { secret, threads: 1 });
     const blind = spawn(
       'unshare',
       [
@@ -143,7 +145,7 @@ it(
         '-c',
         `mount -t tmpfs none '${hiddenDir}' && exec '${process.execPath}' '${tandemBin}' node --listen 127.0.0.1:0 --announce --threads 1 --once`,
       ],
-      { env: { ...process.env, TANDEM_SECRET: 's' }, stdio: ['ignore', 'pipe', 'ignore'] },
+      { env: { ...process.env, TANDEM_SECRET: secret }, stdio: ['ignore', 'pipe', 'ignore'] },
     );
     try {
       const address = await new Promise<string>((resolve, reject) => {
@@ -167,7 +169,7 @@ it(
         runDistributed({
           model,
           hosts: [{ address: local.addresses[0]! }, { address }],
-          secret: 's',
+          secret,
           prompt: [1, 2],
           maxTokens: 2,
         }),
@@ -189,11 +191,11 @@ it(
   'a local node that dies says how (signal, last log lines) in CLUSTER_NODE_LOST',
   { timeout: 60_000 },
   async () => {
-    const local = await launchLocalNodes(2, { secret: 's', threads: 1 });
+    const local = await launchLocalNodes(2, { secret, threads: 1 });
     try {
       const session = await ClusterSession.connect(
         local.addresses.map((address) => ({ address })),
-        's',
+        secret,
       );
       try {
         local.processes[1]!.kill('SIGKILL');

@@ -1,7 +1,14 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
-import { benchCluster, type BenchClusterRow } from '../../cluster/index.js';
+import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
+import {
+  benchCluster,
+  loadHostfile,
+  resolveModelPath,
+  whySplitMayNotPay,
+  type BenchClusterRow,
+} from '../../cluster/index.js';
 import { readTokenizer } from '../../engine/model/gguf-model-file.js';
 import { TandemError } from '../../errors/index.js';
 import { checkWire, parallelKinds } from '../../parallel/index.js';
@@ -54,9 +61,10 @@ export function clusterTable(rows: readonly BenchClusterRow[]): string {
 export const command = defineCommand({
   name: 'bench cluster',
   summary:
-    'the same prompt on 1 node and on N local nodes (1 thread each): prefill, decode, J/token, TTFT, comm share, speedups',
+    'the same prompt on 1 node and on N nodes (local processes, 1 thread each, or --hosts): prefill, decode, J/token, TTFT, comm share, speedups',
   description:
-    'Starts N local node processes plus one for the single-node reference, loads the model on both, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
+    'Starts N local node processes plus one for the single-node reference (or uses the first N + 1 nodes of --hosts), loads the model on both, warms both up, then alternates timed runs of the same prompt (--repeat of each) and prints the best of each with the ratio. ' +
+    'When the split is slower than one node, one line says why it may not pay on this model or machine. ' +
     'With --wire f16 or q8 it also measures top-1 agreement with one node over teacher-forced steps (--agreement, default 256). ' +
     "J/token is this machine's energy over a timed run per generated token (lowest of the runs), where its power can be read (Linux RAPL, macOS powermetrics; else stderr says why). " +
     "With --parallel tp it also measures the decode speedup the machine allows with free communication ('ceiling x'): one node streams the model's bytes of Q8_0 weights through its matvec, then every node streams its share at once; local nodes share one machine's memory and cores, and the matvec is bound by one or the other (--no-ceiling skips it).",
@@ -69,6 +77,13 @@ export const command = defineCommand({
   ],
   options: {
     nodes: { type: 'number', description: 'nodes to split across, 1..64', default: 2 },
+    hosts: {
+      type: 'string',
+      description:
+        'use nodes started with `tandem node` instead of local processes: a hostfile (host:port list or MLX JSON) of N + 1 nodes, the last the single-node reference',
+      placeholder: 'FILE',
+    },
+    ...secretOptions,
     parallel: { type: 'string', description: 'how to split', choices: parallelKinds, default: 'tp' },
     provider: {
       type: 'string',
@@ -122,7 +137,15 @@ export const command = defineCommand({
     checkThreads('bench cluster', options.threads);
     if (options.agreement !== undefined)
       checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
-    const model = positionals[0] as string;
+    refuseSecretArgument('bench cluster', options);
+    if (options.hosts === undefined && options['secret-file'] !== undefined)
+      throw new TandemError('CLI_USAGE', 'bench cluster: --secret-file applies only with --hosts', {
+        hint: 'local nodes make a random secret of their own: drop --secret-file, or add --hosts FILE',
+      });
+    // Before any node starts: a missing model fails here, not after the nodes are up.
+    const model = resolveModelPath(positionals[0] as string);
+    const hosts = options.hosts === undefined ? undefined : loadHostfile(options.hosts).entries;
+    const secret = hosts === undefined ? undefined : clusterSecret('bench cluster', options);
     const textPath = options['agreement-text'];
     let agreementText: number[] | undefined;
     if (textPath !== undefined) {
@@ -155,6 +178,7 @@ export const command = defineCommand({
       model,
       ...(power.meter ? { power: power.meter } : {}),
       nodes: options.nodes,
+      ...(hosts !== undefined && secret !== undefined ? { hosts, secret } : {}),
       parallel: options.parallel,
       provider: options.provider,
       wire: checkWire(options.wire),
@@ -170,8 +194,26 @@ export const command = defineCommand({
         if (!options.json) process.stderr.write(`${line}\n`);
       },
     }).finally(() => power.meter?.close());
-    if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
-    else process.stdout.write(clusterTable(rows));
+    const split = rows[rows.length - 1] as BenchClusterRow;
+    const why = whySplitMayNotPay({
+      speedup: split.speedup_decode,
+      nodes: split.nodes,
+      commShare: split.comm_share,
+      local: hosts === undefined,
+      threadsPerNode: options.threads,
+      modelBytes: statSync(model).size,
+      repeat: options.repeat,
+    });
+    if (options.json) {
+      for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
+      if (why) process.stderr.write(why + '\n');
+    } else {
+      process.stdout.write(clusterTable(rows));
+      process.stdout.write(
+        `best of ${options.repeat} alternated round(s) of each, after a warm-up` +
+          (why ? `\n${why}\n` : '\n'),
+      );
+    }
     if (power.reason !== undefined) process.stderr.write(`J/token not measured: ${power.reason}\n`);
     return 0;
   },

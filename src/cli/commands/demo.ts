@@ -1,7 +1,14 @@
+import { statSync } from 'node:fs';
 import { defineCommand } from '../options.js';
-import { checkThreads, threadsBound } from '../checks.js';
+import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { demoModel, demoShapeName, runDemo } from '../../cluster/index.js';
+import {
+  demoModel,
+  demoShapeName,
+  demoWarmupTokens,
+  runDemo,
+  whySplitMayNotPay,
+} from '../../cluster/index.js';
 import { EMBEDDED_MODEL, firstAnswer } from '../embedded-model.js';
 
 export const command = defineCommand({
@@ -10,6 +17,7 @@ export const command = defineCommand({
   description:
     `Makes (once, cached under ~/.cache/tandem or $TANDEM_CACHE_DIR) an F32 model with the shape of ${demoShapeName} and RANDOM weights, ` +
     'then runs the same prompt on one node and split across two local node processes (tensor parallel), and prints both. ' +
+    'The figures are measured as `tandem bench cluster` measures them: both configurations loaded side by side and warmed up, then --repeat timed rounds alternated, the best of each shown; when the split is slower, one line says why. ' +
     'The text means nothing (the weights are random); the point is that both runs produce the same tokens. ' +
     `Last, it serves the model that ships with tandem over the OpenAI-compatible API on a free loopback port and prints its answer to the prompt (${EMBEDDED_MODEL.about}); \`tandem serve\` keeps such a server up.`,
   options: {
@@ -29,6 +37,11 @@ export const command = defineCommand({
       default: 'tp',
     },
     threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
+    repeat: {
+      type: 'number',
+      description: 'timed rounds of each configuration, alternated; the best of each counts',
+      default: 3,
+    },
     json: { type: 'boolean', description: 'print one JSON object' },
     serve: {
       type: 'boolean',
@@ -36,7 +49,7 @@ export const command = defineCommand({
       default: true,
     },
   },
-  examples: ['npx tandem demo', 'npx tandem demo --max-tokens 64 --json'],
+  examples: ['tandem demo', 'tandem demo --max-tokens 64 --json'],
   async run({ options }) {
     const maxTokens = options['max-tokens'];
     if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > 1024)
@@ -44,6 +57,7 @@ export const command = defineCommand({
         hint: 'for example --max-tokens 32',
       });
     checkThreads('demo', options.threads);
+    checkInteger('demo', 'repeat', options.repeat, 1, 100, 3);
     const tty = process.stderr.isTTY && !options.json;
     const progress = (line: string): void => {
       if (options.json) return;
@@ -64,6 +78,7 @@ export const command = defineCommand({
       provider: options.provider,
       parallel: options.parallel,
       threads: options.threads,
+      repeat: options.repeat,
       onProgress: (l) => (progress(l), done()),
     });
     const [one, two] = runs as [(typeof runs)[0], (typeof runs)[0]];
@@ -119,9 +134,21 @@ export const command = defineCommand({
         '  near-tie between two tokens flips. `tandem demo --parallel pp` splits by layers and is bit-exact.',
       );
     }
+    const speedup = two.decodeTokS / one.decodeTokS;
     out.push(
-      `tokens agree: ${agree ? 'yes' : 'no'}; decode speedup ${(two.decodeTokS / one.decodeTokS).toFixed(2)}x, TTFT speedup ${(one.ttftMs / two.ttftMs).toFixed(2)}x`,
+      `tokens agree: ${agree ? 'yes' : 'no'}; decode speedup ${speedup.toFixed(2)}x, TTFT speedup ${(one.ttftMs / two.ttftMs).toFixed(2)}x ` +
+        `(best of ${options.repeat} alternated round(s) each, after ${demoWarmupTokens} warm-up tokens)`,
     );
+    const why = whySplitMayNotPay({
+      speedup,
+      nodes: 2,
+      commShare: two.result.nodes.reduce((a, m) => a + m.commShare, 0) / two.result.nodes.length,
+      local: true,
+      threadsPerNode: options.threads,
+      modelBytes: statSync(path).size,
+      repeat: options.repeat,
+    });
+    if (why) out.push(why);
     if (served) {
       out.push('');
       out.push(
@@ -130,7 +157,7 @@ export const command = defineCommand({
       out.push(
         `  POST /v1/chat/completions ${JSON.stringify(options.prompt)} -> ${JSON.stringify(served.answer)}`,
       );
-      out.push('  `npx tandem serve` keeps such a server up (README, "Serving").');
+      out.push('  `tandem serve` keeps such a server up (README, "Serving").');
     }
     process.stdout.write(out.join('\n') + '\n');
     return agree ? 0 : 1;

@@ -7,7 +7,6 @@ import {
   diagnose,
   formatFindings,
   hasErrors,
-  importMlxHostfile,
   probeHost,
   readClusterConfig,
   runCommand,
@@ -15,6 +14,7 @@ import {
   type TopologyGraph,
 } from '../../topology/index.js';
 import { checkHostReport } from '../../topology/probes/check-report.js';
+import { loadHostfile } from '../../cluster/hostfile.js';
 
 function readJson(path: string, what: string): unknown {
   try {
@@ -24,7 +24,7 @@ function readJson(path: string, what: string): unknown {
       'INVALID_ARGUMENT',
       `doctor: cannot read ${what} '${path}': ${(e as Error).message}`,
       {
-        hint: `pass a JSON file written by \`tandem doctor --report\` or an MLX hostfile`,
+        hint: 'pass a JSON file written by `tandem doctor --report`',
       },
     );
   }
@@ -39,7 +39,7 @@ function readReport(path: string): HostReport {
 async function remoteReport(ssh: string, sshCommand: string): Promise<HostReport | string> {
   const [file, ...args] = sshCommand.split(/\s+/).filter((w) => w !== '');
   try {
-    const out = await runCommand(file as string, [...args, ssh, 'npx', 'tandem', 'doctor', '--report']);
+    const out = await runCommand(file as string, [...args, ssh, 'tandem', 'doctor', '--report']);
     return JSON.parse(out) as HostReport;
   } catch (e) {
     return `${ssh}: ${(e as Error).message.split('\n')[0]}`;
@@ -67,7 +67,8 @@ export const command = defineCommand({
     },
     hostfile: {
       type: 'string',
-      description: 'MLX hostfile: check every host in it over ssh, and its cables',
+      description:
+        "hostfile (MLX JSON, or a host:port list as for `run --hosts`): check every host in it over ssh, and the JSON one's cables",
       placeholder: 'file',
     },
     config: {
@@ -105,10 +106,11 @@ export const command = defineCommand({
     if (options.config !== undefined || existsSync(configPath)) graph = readClusterConfig(configPath).graph;
     const unreachable: string[] = [];
     if (options.hostfile !== undefined) {
-      const { graph: g, hostfile } = importMlxHostfile(readJson(options.hostfile, 'hostfile'));
-      graph = g;
-      const others = hostfile.hosts
-        .map((h) => h.ssh)
+      const hostfile = loadHostfile(options.hostfile, '--hostfile');
+      // A host:port list names no cables: its hosts are checked, the cabling is not.
+      if (hostfile.format === 'mlx') graph = hostfile.graph;
+      const others = [...new Set([...hostfile.addresses.values()].map((a) => a.ssh ?? ''))]
+        .filter((h) => h !== '')
         .filter((h) => h !== report.host && !peers.some((p) => p.host === h));
       for (const r of await Promise.all(others.map((h) => remoteReport(h, options.ssh)))) {
         if (typeof r === 'string') unreachable.push(r);

@@ -2,13 +2,13 @@ import { hostname, platform } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
 import { checkInteger, checkPort, checkSeconds, portBindError } from '../checks.js';
+import { clusterSecretBytes, secretOptions } from '../secret.js';
 import {
   defaultConfigPath,
   diagnose,
   formatFindings,
   hasErrors,
   interfaceInfoFrom,
-  loadSecret,
   probeHost,
   renderTopology,
   runInit,
@@ -35,11 +35,7 @@ export const command = defineCommand({
       choices: ['ring', 'mesh', 'auto'],
       default: 'auto',
     },
-    'secret-file': {
-      type: 'string',
-      description: 'cluster secret, the same file on every host (else TANDEM_SECRET)',
-      placeholder: 'file',
-    },
+    ...secretOptions,
     host: { type: 'string', description: "this host's name in the cluster (default: the hostname)" },
     expect: { type: 'number', description: 'wait until this many hosts are seen (a positive integer)' },
     wait: {
@@ -80,7 +76,7 @@ export const command = defineCommand({
     checkPort('init', options.port);
     checkSeconds('init', 'wait', options.wait);
     if (options.expect !== undefined) checkInteger('init', 'expect', options.expect, 1);
-    const secret = loadSecret(options['secret-file']);
+    const secret = clusterSecretBytes('init', options);
     const mode = options.mode;
     const report = await probeHost();
     const findings = diagnose({ report, mode });

@@ -3,14 +3,15 @@ import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { joinCluster, startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
+import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 
 export const command = defineCommand({
   name: 'node',
   summary: 'run a node agent: holds one shard of a model and takes part in distributed runs',
   description:
     'Listens for a coordinator (`tandem run --hosts FILE`, `tandem bench cluster`) on --listen. Only coordinators that hold the cluster secret ' +
-    "(--secret or TANDEM_SECRET) are accepted (mutual HMAC challenge-response). Each load reads only this node's slices of the model file, " +
-    'which must exist at the same path on every host.',
+    '(--secret-file or TANDEM_SECRET, at least 16 bytes) are accepted (mutual HMAC challenge-response; the traffic is not encrypted, see docs/security.md). ' +
+    "Each load reads only this node's slices of the model file, which must exist at the same absolute path on every host.",
   options: {
     listen: {
       type: 'string',
@@ -18,10 +19,7 @@ export const command = defineCommand({
       default: '0.0.0.0:7100',
       placeholder: 'HOST:PORT',
     },
-    secret: {
-      type: 'string',
-      description: 'cluster secret (default: the TANDEM_SECRET environment variable)',
-    },
+    ...secretOptions,
     threads: {
       type: 'number',
       description: `compute threads for this node, ${threadsBound} (default: every core)`,
@@ -49,15 +47,11 @@ export const command = defineCommand({
     },
   },
   examples: [
-    'TANDEM_SECRET=s3cret tandem node --listen 0.0.0.0:7100',
-    'tandem node --listen 10.0.0.2:7100 --secret s3cret --mem-limit 12G',
+    'tandem node --secret-file ~/.config/tandem/cluster.secret',
+    'tandem node --listen 10.0.0.2:7100 --secret-file cluster.secret --mem-limit 12G',
   ],
   async run({ options }) {
-    const secret = options.secret ?? process.env.TANDEM_SECRET;
-    if (!secret)
-      throw new TandemError('CLI_USAGE', 'node: no cluster secret', {
-        hint: 'pass --secret or set TANDEM_SECRET (the same on every node and the coordinator)',
-      });
+    refuseSecretArgument('node', options);
     let memLimit: number | undefined;
     if (options['mem-limit'] !== undefined) {
       memLimit = parseBytes(options['mem-limit']);
@@ -67,6 +61,7 @@ export const command = defineCommand({
         });
     }
     if (options.threads !== undefined) checkThreads('node', options.threads);
+    const secret = clusterSecret('node', options);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
     if (options.join !== undefined) {
       if (options.once || options.announce)

@@ -110,6 +110,7 @@ test('tandem run streams text from a text prompt, and reports usage errors and c
   const both = tandem('run', path(), '--prompt', 'x', '--prompt-tokens', '1');
   assert.equal(both.code, 3);
   assert.match(both.stderr, /CLI_USAGE/);
+  // --max-tokens past the context: what fits is generated (16 - 3 + 1), then finish reason length
   const full = tandem(
     'run',
     path(),
@@ -121,9 +122,25 @@ test('tandem run streams text from a text prompt, and reports usage errors and c
     '16',
     '--threads',
     '1',
+    '--temperature',
+    '0',
   );
-  assert.equal(full.code, 3);
-  assert.match(full.stderr, /KV_CONTEXT_FULL/);
+  assert.equal(full.code, 0, full.stderr);
+  assert.match(full.stderr, /--max-tokens 100 goes past the context of 16 positions; generating at most 14/);
+  assert.match(full.stderr, /3 prompt tokens, 14 generated \(length\)/);
+  // a prompt longer than the context is still a typed error
+  const tooLong = tandem(
+    'run',
+    path(),
+    '--prompt-tokens',
+    Array.from({ length: 17 }, (_, i) => String(5 + i)).join(','),
+    '--context',
+    '16',
+    '--threads',
+    '1',
+  );
+  assert.equal(tooLong.code, 3);
+  assert.match(tooLong.stderr, /KV_CONTEXT_FULL/);
   const bad = tandem('run', path(), '--prompt-tokens', '999999', '--threads', '1');
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /GENERATE_PROMPT/);
@@ -178,8 +195,8 @@ test('tandem run refuses conflicting, ignored and malformed options with a usage
     [['--nodes', '2', '--tp', '2'], /--tp 2 needs --parallel hybrid/],
     [['--wire', 'f16'], /--wire applies only with --nodes or --hosts/],
     [
-      ['--parallel', 'pp', '--secret', 's', '--provider', 'tcp'],
-      /--parallel, --secret, --provider apply only with --nodes or --hosts/,
+      ['--parallel', 'pp', '--secret-file', 's', '--provider', 'tcp'],
+      /--parallel, --secret-file, --provider apply only with --nodes or --hosts/,
     ],
     [['--mem-limit', '0'], /--mem-limit '0' is not a positive byte size/],
     [['extra'], /unexpected argument 'extra' \(run takes MODEL only\)/],

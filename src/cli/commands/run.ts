@@ -9,12 +9,14 @@ import {
   configFromMetadata,
   fullShard,
   generate,
+  maxTokensThatFit,
   openModel,
   type ChatMessage,
   type OpenedModel,
   type TokenPicker,
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
+import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { formatBytes, parallelKinds, parseBytes, shardBytes, wireFormats } from '../../parallel/index.js';
 
 function usage(message: string, hint: string): TandemError {
@@ -38,7 +40,8 @@ function parseTokenIds(items: readonly string[]): number[] {
 const runOptions = {
   prompt: {
     type: 'string',
-    description: "prompt text (tokenized with the model's tokenizer, BOS added as the model asks)",
+    description:
+      "prompt text (tokenized with the model's tokenizer, BOS added as the model asks); without it and --prompt-tokens, read from stdin when stdin is not a terminal",
     placeholder: 'text',
   },
   'prompt-tokens': {
@@ -122,7 +125,7 @@ const runOptions = {
       'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit',
     placeholder: 'BYTES',
   },
-  secret: { type: 'string', description: 'with --hosts: cluster secret (default: TANDEM_SECRET)' },
+  ...secretOptions,
 } as const satisfies OptionTable;
 
 type RunOptions = ParsedOptions<typeof runOptions>;
@@ -146,7 +149,7 @@ function checkPrompt(options: RunOptions): Prompt {
   if (text === undefined || ids !== undefined) {
     throw usage(
       'give exactly one of --prompt and --prompt-tokens',
-      'for example --prompt "Hello" or --prompt-tokens 1,2,3',
+      'for example --prompt "Hello" or --prompt-tokens 1,2,3, or pipe the prompt on stdin (echo Hello | tandem run MODEL)',
     );
   }
   if (system !== undefined && !chat) throw usage('--system needs --chat', 'add --chat');
@@ -172,9 +175,13 @@ export const command = defineCommand({
     'tandem run model.gguf --prompt "Once upon a time" --max-tokens 64',
     'tandem run model.gguf --chat --prompt "Name three colours." --temperature 0',
     'tandem run model.gguf --prompt-tokens 1,450,4996 --temperature 0 --json',
+    'echo "Once upon a time" | tandem run model.gguf',
+    'tandem run /models/model.gguf --hosts hosts.txt --secret-file ~/.config/tandem/cluster.secret --prompt "Hello"',
   ],
-  async run({ options, positionals }) {
+  async run({ options: given, positionals }) {
     const path = positionals[0] as string;
+    refuseSecretArgument('run', given);
+    const options = await withStdinPrompt(given);
     const prompt = checkPrompt(options);
     checkRunOptions(options);
     const memLimit = parseMemLimit(options['mem-limit']);
@@ -191,6 +198,7 @@ export const command = defineCommand({
       ...(options.seed !== undefined ? { seed: options.seed } : {}),
     });
     const opened = await openModel(path, { threads });
+    if (!options.json) noteRandomWeights(path);
     try {
       const { model, tokenizer } = opened;
       const tokens = promptTokens(opened, prompt);
@@ -199,6 +207,9 @@ export const command = defineCommand({
         model.config.contextLength,
       );
       const cache = model.newSession({ contextLength, kvType: options['kv-type'] });
+      const maxTokens = maxTokensThatFit(tokens.length, options['max-tokens'], contextLength);
+      if (maxTokens < options['max-tokens'] && !options.json)
+        noteContext(options['max-tokens'], maxTokens, contextLength);
       sampler.accept(...tokens);
       const pick: TokenPicker = (logits) => sampler.sample(logits);
       const stream = tokenizer?.streamDecoder();
@@ -208,7 +219,7 @@ export const command = defineCommand({
         for (let id = 0; id < tokenizer.vocabSize; id++)
           if (tokenizer.isEndOfGeneration(id)) stopTokens.add(id);
       const result = await generate(model, cache, tokens, {
-        maxTokens: options['max-tokens'],
+        maxTokens,
         pick,
         stopTokens,
         onToken: (token) => {
@@ -243,6 +254,52 @@ export const command = defineCommand({
   },
 });
 
+/**
+ * The options with --prompt read from stdin when neither --prompt nor --prompt-tokens is given
+ * and stdin is not a terminal (`echo Hello | tandem run MODEL`, `tandem run MODEL < prompt.txt`).
+ * One final newline is dropped, as `echo` and editors add it; empty input leaves no prompt.
+ */
+async function withStdinPrompt(options: RunOptions): Promise<RunOptions> {
+  if (options.prompt !== undefined || options['prompt-tokens'] !== undefined || process.stdin.isTTY)
+    return options;
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  const text = Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
+  return text === '' ? options : { ...options, prompt: text };
+}
+
+/** --max-tokens past the context: the run stops there with finish reason `length`, and says so first. */
+function noteContext(asked: number, fits: number, contextLength: number): void {
+  process.stderr.write(
+    `note: --max-tokens ${asked} goes past the context of ${contextLength} positions; generating at most ${fits} (then finish reason length)\n`,
+  );
+}
+
+/**
+ * Says on stderr when the model's weights are random: `tandem make-model` writes
+ * general.description starting with RANDOM WEIGHTS (src/engine/format/model-plan.ts), and its
+ * text is noise by design. Only GGUF files carry it; any other path is left to the loader.
+ */
+function noteRandomWeights(path: string): void {
+  let description: unknown;
+  try {
+    const file = GgufModelFile.open(path);
+    try {
+      description = file.meta('general.description');
+    } finally {
+      file.close();
+    }
+  } catch {
+    return;
+  }
+  if (typeof description === 'string' && description.startsWith('RANDOM WEIGHTS'))
+    process.stderr.write(
+      `note: ${path} has RANDOM weights (written by \`tandem make-model\`): the text it generates means nothing\n`,
+    );
+}
+
 /** The prompt as token ids: given, rendered in the chat template, or encoded with the model's tokenizer. */
 function promptTokens(opened: OpenedModel, prompt: Prompt): number[] {
   if ('ids' in prompt) return prompt.ids;
@@ -265,6 +322,7 @@ async function runOnNodes(
   memLimit: number | undefined,
   prompt: Prompt,
 ): Promise<number> {
+  if (!options.json) noteRandomWeights(model);
   const r = await runDistributedText({
     model,
     ...(options.nodes !== undefined ? { nodes: options.nodes } : { hosts: options.hosts as string }),
@@ -283,11 +341,14 @@ async function runOnNodes(
     ...('ids' in prompt ? { promptTokens: prompt.ids } : { prompt: prompt.text }),
     ...(options.provider ? { provider: options.provider } : {}),
     ...(memLimit !== undefined ? { memLimit } : {}),
-    ...(options.secret ? { secret: options.secret } : {}),
+    ...(options.hosts !== undefined || options['secret-file'] !== undefined
+      ? { secret: clusterSecret('run', options) }
+      : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.json
       ? {}
       : {
+          onContextLimit: (asked: number, fits: number, context: number) => noteContext(asked, fits, context),
           onText: (piece: string) => void process.stdout.write(piece),
           onProgress: (line: string) => void process.stderr.write(`${line}\n`),
         }),
@@ -345,7 +406,7 @@ function checkRunOptions(options: RunOptions): void {
     );
   }
   if (!onNodes) {
-    const given = (['parallel', 'wire', 'secret', 'provider'] as const).filter(
+    const given = (['parallel', 'wire', 'secret-file', 'provider'] as const).filter(
       (k) => options[k] !== undefined,
     );
     if (given.length > 0) {

@@ -1,17 +1,17 @@
-import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { writeFileSync, existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { defineCommand } from '../options.js';
 import { TandemError } from '../../errors/index.js';
 import { checkPort, checkSeconds, portBindError } from '../checks.js';
+import { loadHostfile } from '../../cluster/hostfile.js';
+import { clusterSecretBytes, refuseSecretArgument, secretOptions } from '../secret.js';
 import {
   DiscoveryAgent,
   classify,
   defaultConfigPath,
   exportMlxHostfile,
-  importMlxHostfile,
   interfaceInfoFrom,
   probeHost,
-  loadSecret,
   readClusterConfig,
   relayRoutes,
   renderTopology,
@@ -53,14 +53,15 @@ export const command = defineCommand({
       description: 'seconds to listen with --discover (at least 0.5, at most 2147483)',
       default: 3,
     },
-    hostfile: { type: 'string', description: 'read the graph from an MLX hostfile', placeholder: 'file' },
-    config: { type: 'string', description: 'cluster config written by `tandem init`', placeholder: 'file' },
-    'export-mlx': { type: 'string', description: 'write the graph as an MLX hostfile', placeholder: 'file' },
-    'secret-file': {
+    hostfile: {
       type: 'string',
-      description: 'cluster secret (else TANDEM_SECRET)',
+      description:
+        'read the graph from a hostfile: MLX JSON (hosts and cables) or a host:port list (hosts only)',
       placeholder: 'file',
     },
+    config: { type: 'string', description: 'cluster config written by `tandem init`', placeholder: 'file' },
+    'export-mlx': { type: 'string', description: 'write the graph as an MLX hostfile', placeholder: 'file' },
+    ...secretOptions,
     host: { type: 'string', description: "this host's name in the cluster (default: the hostname)" },
     port: {
       type: 'number',
@@ -83,6 +84,7 @@ export const command = defineCommand({
   async run({ options }) {
     checkPort('topology', options.port);
     checkSeconds('topology', 'wait', options.wait);
+    refuseSecretArgument('topology', options);
     const start = async (agent: DiscoveryAgent): Promise<void> => {
       await agent.start().catch((error: unknown) => {
         throw portBindError('topology', options.port, error);
@@ -91,7 +93,7 @@ export const command = defineCommand({
     const agentOptions = async () => ({
       interfaceInfo: interfaceInfoFrom(await probeHost()),
       host: options.host ?? hostname(),
-      secret: loadSecret(options['secret-file']),
+      secret: clusterSecretBytes('topology', options),
       port: options.port,
       measure: options.measure,
       ...(options.interfaces ? { interfaces: options.interfaces } : {}),
@@ -121,7 +123,7 @@ export const command = defineCommand({
     let addresses = new Map<string, HostAddresses>();
     const configPath = options.config ?? defaultConfigPath();
     if (options.hostfile !== undefined) {
-      ({ graph, addresses } = importMlxHostfile(JSON.parse(readFileSync(options.hostfile, 'utf8'))));
+      ({ graph, addresses } = loadHostfile(options.hostfile, '--hostfile'));
     } else if (!options.discover && existsSync(configPath)) {
       const read = readClusterConfig(configPath);
       const config = read.config;

@@ -12,7 +12,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { writeError } from './atomic-file.js';
+import { removeStaleTemporaries, writeError } from './atomic-file.js';
 import { GgufFile } from './gguf-reader.js';
 import { gv, writeGguf, type TensorSpec } from './gguf-writer.js';
 import { untilOutput } from '../../util/child-output.js';
@@ -146,3 +146,24 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     }),
   );
 }
+
+test(
+  "a SIGKILLed write's temporary file is removed by the next write; a live writer's is kept",
+  withDir(async (dir) => {
+    const path = join(dir, 'model.gguf');
+    // a pid that is gone: a child that has exited
+    const child = spawn(process.execPath, ['-e', '']);
+    const dead = await new Promise<number>((resolve) => child.once('exit', () => resolve(child.pid!)));
+    const stale = `${path}.${dead}.tmp`;
+    const live = `${path}.${process.ppid}.tmp`;
+    const other = join(dir, `other.gguf.${dead}.tmp`);
+    for (const f of [stale, live, other]) writeFileSync(f, 'partial');
+    await write(path);
+    assert.ok(existsSync(path));
+    assert.ok(!existsSync(stale), 'the dead writer’s partial file is gone');
+    assert.ok(existsSync(live), 'a live process’s file may be a write in progress');
+    assert.ok(existsSync(other), 'only the target’s temporaries are touched by its write');
+    assert.deepEqual(removeStaleTemporaries(dir), [other]);
+    assert.ok(existsSync(live));
+  }),
+);

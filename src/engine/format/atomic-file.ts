@@ -1,6 +1,6 @@
-import { lstatSync, realpathSync, rmSync, statSync, type Stats } from 'node:fs';
+import { lstatSync, readdirSync, realpathSync, rmSync, statSync, type Stats } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { TandemError } from '../../errors/index.js';
 import { onInterrupt } from '../../util/on-interrupt.js';
 import { fileKind } from './byte-source.js';
@@ -11,13 +11,14 @@ import { fileKind } from './byte-source.js';
  * at `path` (a later load would fail on it). The temporary file is removed on error and on
  * SIGINT/SIGTERM; the signal then takes its default course (exit 130/143) unless another
  * listener handles it, in which case `signal` aborts the write. Only SIGKILL leaves
- * `<path>.<pid>.tmp` behind.
+ * `<path>.<pid>.tmp` behind; the next write of `path` removes it (removeStaleTemporaries).
  */
 export async function writeFileAtomically<T>(
   path: string,
   write: (file: FileHandle, signal: AbortSignal) => Promise<T>,
 ): Promise<T> {
   const target = destination(path);
+  removeStaleTemporaries(dirname(target), basename(target));
   const tmp = `${target}.${process.pid}.tmp`;
   const aborter = new AbortController();
   const removeHandlers = onInterrupt((signal) => {
@@ -51,6 +52,47 @@ export async function writeFileAtomically<T>(
   } finally {
     removeHandlers();
   }
+}
+
+/** Whether process `pid` exists on this machine (EPERM: it does, owned by another user). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Removes the temporary files `<name>.<pid>.tmp` in `dir` (every name when `name` is absent)
+ * whose writer is gone: what a SIGKILLed write left behind. A live pid's file is kept, since
+ * it may be a write in progress; a pid reused since only keeps a stale file, never removes a
+ * live one. Returns the removed paths; a directory that cannot be listed removes nothing.
+ */
+export function removeStaleTemporaries(dir: string, name?: string): string[] {
+  let entries: string[];
+  try {
+    entries = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  const removed: string[] = [];
+  for (const entry of entries) {
+    const m = /^(.+)\.(\d+)\.tmp$/.exec(entry);
+    if (!m || (name !== undefined && m[1] !== name)) continue;
+    const pid = Number(m[2]);
+    if (pid === process.pid || alive(pid)) continue;
+    const path = join(dir, entry);
+    try {
+      if (!lstatSync(path).isFile()) continue;
+      rmSync(path, { force: true });
+      removed.push(path);
+    } catch {
+      // gone already, or not ours to remove: the write goes on without it
+    }
+  }
+  return removed;
 }
 
 /**

@@ -51,6 +51,23 @@ export function greedy(logits: Float32Array): number {
   return best;
 }
 
+/**
+ * How many of `maxTokens` a generation can give in a cache of `contextLength` positions with
+ * `used` already taken: a prompt of p tokens leaves contextLength - used - p + 1 (the last
+ * generated token is never fed back). Callers that stop at the context with finish reason
+ * `length`, as llama.cpp's server does, ask for this many; generate() itself refuses more.
+ * A prompt that does not fit leaves `maxTokens` as asked, so generate() names the overflow.
+ */
+export function maxTokensThatFit(
+  promptTokens: number,
+  maxTokens: number,
+  contextLength: number,
+  used = 0,
+): number {
+  const room = contextLength - used - promptTokens + 1;
+  return room >= 1 ? Math.min(maxTokens, room) : maxTokens;
+}
+
 function checkPrompt(prompt: readonly number[], maxTokens: number, cache: SequenceCache): void {
   if (prompt.length === 0) {
     throw new TandemError('GENERATE_PROMPT', 'the prompt has no tokens', {

@@ -16,7 +16,7 @@ export function loadSecret(file?: string, env: NodeJS.ProcessEnv = process.env):
         'TOPOLOGY_BAD_SECRET',
         `cannot read the cluster secret file '${file}': ${(e as Error).message}`,
         {
-          hint: 'create it on every host with the same content, e.g. `openssl rand -hex 32 > cluster.secret`',
+          hint: 'create it once with `tandem secret --out FILE` and copy it to every host',
         },
       );
     }
@@ -26,7 +26,7 @@ export function loadSecret(file?: string, env: NodeJS.ProcessEnv = process.env):
       'TOPOLOGY_BAD_SECRET',
       `the cluster secret is ${text === undefined ? 'missing' : `only ${Buffer.byteLength(text)} bytes`} (need at least ${minSecretBytes})`,
       {
-        hint: 'pass --secret-file with the same file on every host, or set TANDEM_SECRET; `openssl rand -hex 32` makes a good one',
+        hint: 'pass --secret-file with the same file on every host, or set TANDEM_SECRET; `tandem secret --out FILE` makes a good one',
       },
     );
   }
