@@ -19,7 +19,7 @@ export const clusterOptions = {
   hosts: {
     type: 'string',
     description:
-      'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)',
+      'split the model across the nodes of a hostfile, each running `tandem node`: host:port [mem=8G] [speed=1] per line, or an MLX JSON hostfile',
     placeholder: 'FILE',
   },
   parallel: {

@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand, type OptionTable, type ParsedOptions } from '../options.js';
+import { clusterOptions } from '../cluster-options.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import {
@@ -17,7 +18,7 @@ import {
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
-import { formatBytes, parallelKinds, parseBytes, shardBytes, wireFormats } from '../../parallel/index.js';
+import { formatBytes, parseBytes, shardBytes } from '../../parallel/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
@@ -90,35 +91,7 @@ const runOptions = {
     type: 'boolean',
     description: 'print {"tokens","text","ttft_ms","decode_tok_s"} as JSON instead of streaming text',
   },
-  nodes: {
-    type: 'number',
-    description: 'split the model across N local node processes (see docs/parallel.md)',
-  },
-  hosts: {
-    type: 'string',
-    description:
-      'split the model across the nodes of a hostfile (host:port [mem=8G] [speed=1] per line, each running `tandem node`)',
-    placeholder: 'FILE',
-  },
-  parallel: {
-    type: 'string',
-    description: 'how --nodes/--hosts split the model (default tp)',
-    choices: parallelKinds,
-  },
-  tp: {
-    type: 'number',
-    description: 'with --parallel hybrid: nodes per tensor-parallel group, a positive integer (default 2)',
-  },
-  provider: {
-    type: 'string',
-    description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)',
-    choices: ['shm', 'tcp'],
-  },
-  wire: {
-    type: 'string',
-    description: 'with --nodes/--hosts: activations between nodes (default f32)',
-    choices: wireFormats,
-  },
+  ...clusterOptions,
   'mem-limit': {
     type: 'string',
     description:

@@ -4,6 +4,7 @@ import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.j
 import { TandemError } from '../../errors/index.js';
 import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
+import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { CLUSTER_PORT } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
@@ -79,9 +80,10 @@ export const command = defineCommand({
       placeholder: 'NAME',
     },
     ...clusterOptions,
+    ...secretOptions,
     cluster: {
       type: 'string',
-      description: `listen here for members started with \`tandem node --join HOST:PORT\` (port 0 picks one; default port ${CLUSTER_PORT}) and place the model on them as they join and leave; needs TANDEM_SECRET`,
+      description: `listen here for members started with \`tandem node --join HOST:PORT\` (port 0 picks one; default port ${CLUSTER_PORT}) and place the model on them as they join and leave (with --secret-file or TANDEM_SECRET)`,
       placeholder: 'HOST:PORT',
     },
     'min-members': {
@@ -112,7 +114,8 @@ export const command = defineCommand({
     'tandem serve model.gguf',
     'tandem serve model.gguf --port 8000 --slots 8 --context 2048 --model-name tiny',
     'tandem serve model.gguf --nodes 2 --parallel tp --slots 8',
-    'TANDEM_SECRET=$(cat secret) tandem serve model.gguf --hosts hosts.txt',
+    'tandem serve model.gguf --hosts hosts.txt --secret-file ~/.config/tandem/cluster.secret',
+    'tandem serve /models/m.gguf --cluster 0.0.0.0:7110 --min-members 2 --secret-file cluster.secret',
     'TANDEM_API_KEY=secret tandem serve model.gguf --host 0.0.0.0',
     'curl http://127.0.0.1:8080/v1/chat/completions -H "content-type: application/json" -d \'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":32}\'',
   ],
@@ -140,6 +143,12 @@ export const command = defineCommand({
           }
         : undefined;
     const memLimit = memLimitOption('serve', options['mem-limit']);
+    refuseSecretArgument('serve', options);
+    // --nodes makes its own secret; listed or joining members share the cluster's
+    const secret =
+      options.hosts !== undefined || options.cluster !== undefined
+        ? clusterSecret('serve', options)
+        : undefined;
     if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
@@ -180,6 +189,7 @@ export const command = defineCommand({
           ? await loadClusterServedModel(path, {
               ...common,
               ...(cluster ?? members),
+              ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
             })
           : await loadServedModel(path, common);
