@@ -199,21 +199,25 @@ export class WasmKernels implements Kernels {
     this.matmul(w, x, y, 1);
   }
 
-  // x: [n, cols], y: [n, rows]; row t bit for bit matvec(w, x[t])
+  // x: [n, cols], y: [n, rows]; row t bit for bit matvec(w, x[t]): every kernel gives a token
+  // matvec's bits below GEMM_TOKENS (types.ts), and Q8_0 on VNNI keeps mm_q8v at any n
   matvecRows(weight: Weight, x: Float32Array, y: Float32Array, n: number): void {
     const w = own(weight, WasmWeight, 'weight');
     checkMatmul(w, x, y, n);
-    if (n > 1 && this.q8v && w.type === GgmlType.Q8_0) {
-      this.matmulQ8v(w, x, y, n, op.mm_q8v1);
+    if (this.q8v && w.type === GgmlType.Q8_0) {
+      this.matmulQ8v(w, x, y, n, false);
       return;
     }
-    for (let t = 0; t < n; t++)
+    const step = GEMM_TOKENS - 1;
+    for (let t = 0; t < n; t += step) {
+      const m = Math.min(step, n - t);
       this.matmulChecked(
         w,
-        x.subarray(t * w.cols, (t + 1) * w.cols),
-        y.subarray(t * w.rows, (t + 1) * w.rows),
-        1,
+        x.subarray(t * w.cols, (t + m) * w.cols),
+        y.subarray(t * w.rows, (t + m) * w.rows),
+        m,
       );
+    }
   }
 
   // x: [n, cols], y: [n, rows]
@@ -331,14 +335,14 @@ export class WasmKernels implements Kernels {
 
   /**
    * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
-   * Few tokens: mm_q8v (each row streamed once for up to 8 tokens); from GEMM_TOKENS on: mm_q8t
-   * (tokens across the vector lanes, 8 rows x 15 tokens per tile). `small` mm_q8v1 (for
-   * matvecRows, any n): each token as a lone matvec.
+   * Few tokens: mm_q8v (each row streamed once for up to 8 tokens, each token with a lone
+   * matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
+   * 8 rows x 15 tokens per tile).
    */
-  private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number, small = op.mm_q8v): void {
+  private matmulQ8v(w: WasmWeight, x: Float32Array, y: Float32Array, n: number, gemm = true): void {
     const { arena } = w.slot;
     const cols = w.cols;
-    if (n >= GEMM_TOKENS && small === op.mm_q8v) {
+    if (n >= GEMM_TOKENS && gemm) {
       const groups = Math.ceil(n / 15);
       const xfBytes = align(n * cols * 4, 64);
       const xtBytes = align(groups * cols * 16, 64);
@@ -371,7 +375,7 @@ export class WasmKernels implements Kernels {
     this.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
     this.pool.run(
       arena.index,
-      small,
+      op.mm_q8v,
       [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
       n * w.rowsPad * cols,
     );

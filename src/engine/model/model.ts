@@ -41,7 +41,7 @@ export interface SessionOptions {
 /** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
 const PREFILL_CHUNK = 256;
 
-/** Rows per batched decode forward: below GEMM_TOKENS, so each row gets a lone token's bits. */
+/** Rows per batched decode forward: below GEMM_TOKENS, so each row gets matvec's bits (a lone token's). */
 const DECODE_BATCH = GEMM_TOKENS - 1;
 
 /**
@@ -196,8 +196,8 @@ export class Model {
    * The projections and FFNs run over the rows together (one matmul of n rows instead of n
    * matvecs); attention runs per row against its own cache. Returns each row's logits.
    * Batch-invariant: a row's logits are bit for bit those of `forward([token], cache)`, since
-   * the rows go through the kernels in batches below GEMM_TOKENS, the size class in which
-   * the kernels give a token the same bits in any batch (kernels/types.ts).
+   * the rows go through the kernels in batches below GEMM_TOKENS, where a matmul gives each
+   * token matvec's bits (kernels/types.ts).
    */
   async forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]> {
     assert.equal(tokens.length, caches.length, 'forwardBatch takes one cache per token');
