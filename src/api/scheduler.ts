@@ -1,5 +1,11 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { Forwarder, SequenceCache, SessionOptions } from '../engine/index.js';
+import {
+  PREFILL_CHUNK,
+  prefillPiece,
+  type Forwarder,
+  type SequenceCache,
+  type SessionOptions,
+} from '../engine/index.js';
 import { cancelled, retryLater } from './errors.js';
 import type { Metrics } from './metrics.js';
 
@@ -40,7 +46,11 @@ export interface SchedulerOptions {
   /** Positions each slot's KV cache holds. */
   contextLength: number;
   kvType?: 'f32' | 'f16';
-  /** Prompt tokens prefilled per round: a long prompt is spread over rounds so running streams keep flowing. */
+  /**
+   * Prompt tokens prefilled per round (default PREFILL_CHUNK): a long prompt is spread over
+   * rounds so running streams keep flowing. Pieces are cut by prefillPiece, so the chunk
+   * does not change a sequence's tokens.
+   */
   prefillChunk?: number;
   metrics: Metrics;
   /**
@@ -225,7 +235,8 @@ export class Scheduler {
   private async prefillStep(slot: Slot, seq: Sequence): Promise<void> {
     if (!(await this.mayStep(slot, seq))) return;
     const { prompt } = seq.request;
-    const chunk = prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
+    const n = prefillPiece(prompt.length - seq.prefilled, this.options.prefillChunk ?? PREFILL_CHUNK);
+    const chunk = prompt.slice(seq.prefilled, seq.prefilled + n);
     let logits: Float32Array;
     try {
       logits = await this.model.forward(chunk, slot.cache as SequenceCache);

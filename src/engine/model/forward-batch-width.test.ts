@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeModel } from '../format/make-model.js';
 import { openModel } from './open-model.js';
+import { prefillPiece } from './prefill.js';
 import { wideModelShape } from './wide-model.js';
 import type { KernelsBackend } from '../../kernels/types.js';
 
@@ -59,3 +60,27 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
     }
   });
 }
+
+test('a prompt prefilled in pieces (prefillPiece, any chunk) gives the logits of one forward (q8_0, width 2048)', async () => {
+  const opened = await openModel(path, { threads: 2, tokenizer: false });
+  try {
+    const { model } = opened;
+    for (const length of [5, 12, 40, 71]) {
+      const prompt = Array.from({ length }, (_, j) => (j * 53 + 3) % 2048);
+      const whole = await model.forward(prompt, model.newSession({ contextLength: 96 }));
+      for (const chunk of [1, 12, 24, 30]) {
+        const cache = model.newSession({ contextLength: 96 });
+        let last: Float32Array | undefined;
+        for (let at = 0; at < length;) {
+          const n = prefillPiece(length - at, chunk);
+          assert.ok(n >= Math.min(12, length), `piece of ${n}`);
+          last = await model.forward(prompt.slice(at, at + n), cache);
+          at += n;
+        }
+        assert.deepEqual(last, whole, `${length} tokens in pieces of about ${chunk}`);
+      }
+    }
+  } finally {
+    await opened.close();
+  }
+});

@@ -14,6 +14,7 @@ import { configFromMetadata, type ModelConfig } from './config.js';
 import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
+import { prefillPiece } from './prefill.js';
 import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
 import { leafParts, loadShardWeights, type ShardWeights } from './weights.js';
 
@@ -39,7 +40,7 @@ export interface SessionOptions {
 }
 
 /** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
-const PREFILL_CHUNK = 256;
+const FORWARD_CHUNK = 256;
 
 /** Rows per batched decode forward: below GEMM_TOKENS, so each row gets matvec's bits (a lone token's). */
 const DECODE_BATCH = GEMM_TOKENS - 1;
@@ -253,22 +254,21 @@ export class Model {
   /**
    * Runs tokens at the cache's next positions through the whole model and returns the
    * logits of the last one. Throws KV_CONTEXT_FULL before computing if they do not fit.
+   * Long prompts run in pieces (prefillPiece), which give the bits of any other cut.
    */
   async forward(tokens: ArrayLike<number>, cache: SequenceCache): Promise<Float32Array> {
     const width = this.config.embeddingLength;
     cache.reserve(tokens.length);
     let last: Float32Array | undefined;
-    for (let s = 0; s < tokens.length; s += PREFILL_CHUNK) {
-      const chunk = Array.prototype.slice.call(
-        tokens,
-        s,
-        Math.min(tokens.length, s + PREFILL_CHUNK),
-      ) as number[];
-      const n = chunk.length;
+    // pieces cut by prefillPiece: a token's bits do not depend on where the prompt is cut
+    for (let s = 0; s < tokens.length;) {
+      const n = prefillPiece(tokens.length - s, FORWARD_CHUNK);
+      const chunk = Array.prototype.slice.call(tokens, s, s + n) as number[];
       const x = this.embed(chunk, this.scratch.f32('x', n * width));
       await this.forwardLayers(x, n, cache.length, cache);
       cache.advance(n);
       last = x.subarray((n - 1) * width, n * width);
+      s += n;
     }
     assert.ok(last, 'forward needs at least one token');
     return this.logits(last);
