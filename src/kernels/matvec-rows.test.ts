@@ -67,3 +67,50 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
     });
   }
 }
+
+/*
+ * matmulPlusRows and matmulSwiglu with rows: a matmul of n tokens and one-token rows in one
+ * call give the matmul's bits for the first n (GEMM or not) and matvec's for the rest.
+ */
+for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
+  test(`matmulPlusRows and matmulSwiglu with rows equal matmul then matvec per row (${backend})`, async (t) => {
+    const k = await createKernels({ backend, threads: 2, smallJob: 0 }).catch(() => undefined);
+    if (!k) return t.skip(`no ${backend} kernels here`);
+    try {
+      if (!k.matmulPlusRows || !k.matmulSwiglu) return t.skip(`${backend} has no matmulPlusRows`);
+      for (const type of [GgmlType.Q8_0, GgmlType.Q4_0, GgmlType.F16, GgmlType.Q4_K, GgmlType.Q6_K]) {
+        const [rows, cols] = [36, 2048];
+        const w = k.uploadWeight({ type, rows, cols, data: randomWeightBytes(type, rows, cols, 5) });
+        const x = randomFloats(40 * cols, 9);
+        for (const n of [0, 3, 12, 20]) {
+          for (const extra of [0, 1, 4, 9]) {
+            if (n + extra === 0) continue;
+            const total = n + extra;
+            const want = new Float32Array(total * rows);
+            if (n > 0) k.matmul(w, x.subarray(0, n * cols), want, n);
+            for (let r = n; r < total; r++)
+              k.matvec(w, x.subarray(r * cols, (r + 1) * cols), want.subarray(r * rows, (r + 1) * rows));
+            const y = new Float32Array(total * rows);
+            k.matmulPlusRows(w, x.subarray(0, total * cols), y, n, extra);
+            assert.deepEqual(y, want, `matmulPlusRows type ${type} n=${n} rows=${extra}`);
+            const half = rows / 2;
+            const wantS = new Float32Array(total * half);
+            if (n > 0) k.matmulSwiglu(w, x.subarray(0, n * cols), wantS, n);
+            for (let r = n; r < total; r++)
+              k.matmulSwiglu(
+                w,
+                x.subarray(r * cols, (r + 1) * cols),
+                wantS.subarray(r * half, (r + 1) * half),
+                1,
+              );
+            const s = new Float32Array(total * half);
+            k.matmulSwiglu(w, x.subarray(0, total * cols), s, n, extra);
+            assert.deepEqual(s, wantS, `matmulSwiglu type ${type} n=${n} rows=${extra}`);
+          }
+        }
+      }
+    } finally {
+      await k.close();
+    }
+  });
+}

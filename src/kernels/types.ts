@@ -147,9 +147,17 @@ export interface Kernels {
   /**
    * Optional fused SwiGLU projection: w stacks the gate rows over the up rows ([2 * half,
    * cols]); out[t] = silu(gate x_t) * (up x_t). x: [n, cols], out: [n, half]. Saves moving
-   * the [n, 2 * half] projection out of the kernels' memory and back.
+   * the [n, 2 * half] projection out of the kernels' memory and back. With `rows`, x holds
+   * n + rows tokens and out n + rows rows, split as in matmulPlusRows.
    */
-  matmulSwiglu?(w: Weight, x: Float32Array, out: Float32Array, n: number): void;
+  matmulSwiglu?(w: Weight, x: Float32Array, out: Float32Array, n: number, rows?: number): void;
+  /**
+   * Optional: a matmul of n tokens and `rows` one-token products in one call (where the
+   * kernels can, one pass over the weight). x: [n + rows, cols], y: [n + rows, rows of w]; rows
+   * 0..n-1 of y are bit for bit `matmul(w, x[0..n), n)`, row n + t bit for bit
+   * `matvec(w, x[n + t])`: other sequences' decode steps riding along one sequence's prefill.
+   */
+  matmulPlusRows?(w: Weight, x: Float32Array, y: Float32Array, n: number, rows: number): void;
 
   createKvCache(options: KvCacheOptions): KvCache;
   /** Stores k, v for n tokens at positions pos0..pos0+n-1 of `layer`. k, v: [n, kvHeads, headDim]. */

@@ -16,7 +16,7 @@ import {
   type Fn,
   type WasmContext,
 } from './wasm-handles.js';
-import { matmulRun, matmulSwigluRun, matvecRowsRun } from './wasm-matmul.js';
+import { matmulPlusRowsRun, matmulRun, matmulSwigluRun, matvecRowsRun } from './wasm-matmul.js';
 import { RopeTables, ropeRun } from './wasm-rope.js';
 import { attentionRun, createKvCacheIn, kvStoreRun } from './wasm-attention.js';
 import {
@@ -152,9 +152,24 @@ export class WasmKernels implements Kernels {
     matmulRun(this.ctx, w, x, y, n);
   }
 
-  // w: [2 * half, cols] (gate rows, then up rows); x: [n, cols], out: [n, half]
-  matmulSwiglu(weight: Weight, x: Float32Array, out: Float32Array, n: number): void {
-    matmulSwigluRun(this.ctx, own(weight, WasmWeight, 'weight'), x, out, n);
+  // x: [n + rows, cols], y: [n + rows, rows of w]: n tokens of a matmul, then one-token rows
+  matmulPlusRows(weight: Weight, x: Float32Array, y: Float32Array, n: number, rows: number): void {
+    const w = own(weight, WasmWeight, 'weight');
+    if (!(Number.isInteger(n) && n >= 0 && Number.isInteger(rows) && rows >= 0))
+      throw new TandemError(
+        'KERNELS_BAD_SHAPE',
+        `${w.name}: token counts ${n} and ${rows} must be integers >= 0`,
+        {
+          hint: 'pass the matmul tokens and the one-token rows',
+        },
+      );
+    checkMatmul(w, x, y, n + rows);
+    matmulPlusRowsRun(this.ctx, w, x, y, n, rows);
+  }
+
+  // w: [2 * half, cols] (gate rows, then up rows); x: [n + rows, cols], out: [n + rows, half]
+  matmulSwiglu(weight: Weight, x: Float32Array, out: Float32Array, n: number, rows = 0): void {
+    matmulSwigluRun(this.ctx, own(weight, WasmWeight, 'weight'), x, out, n, rows);
   }
 
   embedRow(weight: Weight, row: number, out: Float32Array): void {

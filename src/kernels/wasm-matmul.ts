@@ -174,7 +174,8 @@ function copyOut(
 
 /**
  * n one-token products, row t bit for bit matvec(w, x[t]): every kernel gives a token
- * matvec's bits below GEMM_TOKENS (types.ts), and Q8_0 on VNNI keeps mm_q8v at any n.
+ * matvec's bits below GEMM_TOKENS (types.ts), and Q8_0 on VNNI keeps mm_q8v at any n. With
+ * `swiglu`, SwiGLU of each row into it.
  */
 export function matvecRowsRun(
   ctx: WasmContext,
@@ -182,45 +183,124 @@ export function matvecRowsRun(
   x: Float32Array,
   y: Float32Array,
   n: number,
+  swiglu?: Float32Array,
 ): void {
   if (ctx.q8v && w.type === GgmlType.Q8_0) {
-    matmulQ8v(ctx, w, x, y, n, false);
+    matmulQ8v(ctx, w, x, y, n, false, swiglu);
     return;
   }
   const step = GEMM_TOKENS - 1;
+  const half = w.rows / 2;
   for (let t = 0; t < n; t += step) {
     const m = Math.min(step, n - t);
-    matmulRun(ctx, w, x.subarray(t * w.cols, (t + m) * w.cols), y.subarray(t * w.rows, (t + m) * w.rows), m);
+    matmulRun(
+      ctx,
+      w,
+      x.subarray(t * w.cols, (t + m) * w.cols),
+      y.subarray(t * w.rows, (t + m) * w.rows),
+      m,
+      swiglu?.subarray(t * half, (t + m) * half),
+    );
   }
 }
 
-/** w: [2 * half, cols] (gate rows, then up rows); x: [n, cols], out: [n, half]. */
+/**
+ * Tokens 0..n-1 as a matmul of n, then `rows` more each with matvec's bits (x: [n + rows,
+ * cols], y: [n + rows, rows of w]; with `swiglu`, SwiGLU of each row into it instead). Q8_0
+ * on VNNI with n from GEMM_TOKENS on: one pass over the weights (mm_q8tv).
+ */
+export function matmulPlusRowsRun(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  rows: number,
+  swiglu?: Float32Array,
+): void {
+  if (rows === 0) return matmulRun(ctx, w, x, y, n, swiglu);
+  if (n === 0) return matvecRowsRun(ctx, w, x, y, rows, swiglu);
+  if (ctx.q8v && w.type === GgmlType.Q8_0 && n >= GEMM_TOKENS)
+    return matmulQ8tv(ctx, w, x, y, n, rows, swiglu);
+  // below GEMM_TOKENS in all, every token gets matvec's bits in one matmul
+  if (n + rows < GEMM_TOKENS) return matmulRun(ctx, w, x, y, n + rows, swiglu);
+  const half = w.rows / 2;
+  matmulRun(ctx, w, x.subarray(0, n * w.cols), y.subarray(0, n * w.rows), n, swiglu?.subarray(0, n * half));
+  matvecRowsRun(ctx, w, x.subarray(n * w.cols), y.subarray(n * w.rows), rows, swiglu?.subarray(n * half));
+}
+
+/** Q8_0 on VNNI: the prefill GEMM of n tokens and `rows` one-token rows in one pass (mm_q8tv). */
+function matmulQ8tv(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  rows: number,
+  swiglu: Float32Array | undefined,
+): void {
+  const { arena } = w.slot;
+  const cols = w.cols;
+  const total = n + rows;
+  const groups = Math.ceil(n / 15);
+  const nbp = 2 * Math.ceil(cols / 64);
+  const xfBytes = align(total * cols * 4, 64);
+  const xtBytes = align(groups * cols * 16, 64);
+  const dtBytes = align(groups * (cols / 32) * 64, 64);
+  const xuBytes = align(rows * nbp * 32, 64);
+  const dxBytes = align(rows * nbp * 4, 64);
+  const xf = arena.scratch(
+    xfBytes + xtBytes + dtBytes + xuBytes + dxBytes + align(total * w.rowsPad * 4, 64),
+  );
+  const xt = xf + xfBytes;
+  const dt = xt + xtBytes;
+  const xu = dt + dtBytes;
+  const dx = xu + xuBytes;
+  const yp = dx + dxBytes;
+  arena.f32.set(x.subarray(0, total * cols), xf >>> 2);
+  ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
+  ctx.pool.run(arena.index, op.q8_prep, [xf + n * cols * 4, rows, cols, xu, dx], rows * cols);
+  ctx.pool.run(
+    arena.index,
+    op.mm_q8tv,
+    [w.ptr, w.scales, cols, xt, dt, n, xu, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
+    total * w.rowsPad * cols,
+  );
+  copyOut(ctx, arena, yp, w, y, total, swiglu);
+}
+
+/**
+ * w: [2 * half, cols] (gate rows, then up rows); x: [n + rows, cols], out: [n + rows, half];
+ * the rows split as in matmulPlusRowsRun.
+ */
 export function matmulSwigluRun(
   ctx: WasmContext,
   w: WasmWeight,
   x: Float32Array,
   out: Float32Array,
   n: number,
+  rows = 0,
 ): void {
   const half = w.rows / 2;
+  const total = n + rows;
   if (
     !Number.isInteger(half) ||
-    !(Number.isInteger(n) && n >= 1) ||
-    x.length < n * w.cols ||
-    out.length < n * half
+    !(Number.isInteger(n) && n >= 0 && Number.isInteger(rows) && rows >= 0 && total >= 1) ||
+    x.length < total * w.cols ||
+    out.length < total * half
   ) {
     throw new TandemError(
       'KERNELS_BAD_SHAPE',
-      `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${n} tokens got x of ${x.length} and out of ${out.length} elements`,
+      `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${total} tokens got x of ${x.length} and out of ${out.length} elements`,
       {
         hint: 'stack gate and up rows (an even row count); x holds n * cols values, out n * rows / 2',
       },
     );
   }
   if (!ctx.nativeNorm) {
-    const y = new Float32Array(n * w.rows);
-    matmulRun(ctx, w, x, y, n);
-    for (let t = 0; t < n; t++)
+    const y = new Float32Array(total * w.rows);
+    matmulPlusRowsRun(ctx, w, x, y, n, rows);
+    for (let t = 0; t < total; t++)
       swigluRef(
         y.subarray(t * w.rows, t * w.rows + half),
         y.subarray(t * w.rows + half, (t + 1) * w.rows),
@@ -228,5 +308,5 @@ export function matmulSwigluRun(
       );
     return;
   }
-  matmulRun(ctx, w, x, out, n, out);
+  matmulPlusRowsRun(ctx, w, x, out, n, rows, out);
 }

@@ -84,3 +84,47 @@ test('a prompt prefilled in pieces (prefillPiece, any chunk) gives the logits of
     await opened.close();
   }
 });
+
+for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
+  test(`forwardMixed (a prefill piece and decode rows in one forward) equals forward and forwardBatch (q8_0, ${backend})`, async (t) => {
+    const opened = await openModel(path, { threads: 2, tokenizer: false, backend }).catch(() => undefined);
+    if (!opened) return t.skip(`no ${backend} kernels here`);
+    try {
+      const { model } = opened;
+      const decoders = Array.from({ length: 8 }, (_, i) => [i * 7 + 1, i * 3 + 2].slice(0, 1 + (i % 2)));
+      const alone = decoders.map(() => model.newSession({ contextLength: 96 }));
+      const mixed = decoders.map(() => model.newSession({ contextLength: 96 }));
+      for (const [i, p] of decoders.entries()) {
+        await model.forward(p, alone[i]!);
+        await model.forward(p, mixed[i]!);
+      }
+      for (const [step, [p, d]] of [
+        [5, 3],
+        [12, 1],
+        [40, 8],
+        [13, 4],
+      ].entries()) {
+        const prompt = Array.from({ length: p! }, (_, j) => (j * 41 + step) % 2048);
+        const rows = Array.from({ length: d! }, (_, r) => (r + step) % 8);
+        const next = rows.map((i) => (i * 17 + step) % 2048);
+        const wantCache = model.newSession({ contextLength: 96 });
+        const wantPrefill = await model.forward(prompt, wantCache);
+        const wantDecode = await model.forwardBatch(
+          next,
+          rows.map((i) => alone[i]!),
+        );
+        const gotCache = model.newSession({ contextLength: 96 });
+        const got = await model.forwardMixed(
+          { tokens: prompt, cache: gotCache },
+          { tokens: next, caches: rows.map((i) => mixed[i]!) },
+        );
+        assert.deepEqual(got.prefill, wantPrefill, `prefill of ${p} beside ${d} rows`);
+        assert.deepEqual(got.decode, wantDecode, `${d} rows beside a prefill of ${p}`);
+        // the caches hold the same: the next token of each gives the same logits
+        assert.deepEqual(await model.forward([3], gotCache), await model.forward([3], wantCache));
+      }
+    } finally {
+      await opened.close();
+    }
+  });
+}

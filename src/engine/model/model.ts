@@ -127,19 +127,21 @@ export class Model {
 
   /**
    * The layers over x [n, width] at `positions`: the rows of one sequence (`cache` from
-   * `pos0` on), or each row its own sequence (`rowCaches`, see AttentionStep).
+   * `pos0` on), then, with `rowCaches`, its length of rows each its own sequence's decode
+   * step (see AttentionStep; without `cache`, all rows are).
    */
   private async runLayers(
     x: Float32Array,
     n: number,
     positions: Int32Array,
-    kv: { cache: KvCache; pos0: number } | { rowCaches: readonly KvCache[] },
+    kv: { cache: KvCache; pos0: number; rowCaches?: readonly KvCache[] } | { rowCaches: readonly KvCache[] },
   ): Promise<void> {
     const c = this.config;
     const k = this.kernels;
     const width = c.embeddingLength;
     const target =
-      'rowCaches' in kv ? { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches } : kv;
+      'cache' in kv ? kv : { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches };
+    const lone = target.rowCaches?.length ?? 0;
     const xn = this.scratch.f32('xn', n * width);
     const m = n * width;
     // a row-parallel projection hands the group up to `parts` pieces of [n, width]
@@ -167,7 +169,7 @@ export class Model {
         await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
       else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm);
       else {
-        if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
+        if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn', lone);
         else out.fill(0);
         await reduceAcross(this.comm, out, m, w.ffn?.down);
       }
@@ -249,6 +251,48 @@ export class Model {
       out.push(full);
     }
     return out;
+  }
+
+  /**
+   * A prefill piece of one sequence and one decode step of others in one forward: the decode
+   * rows ride along the prefill's pass over the weights (kernels' matmulPlusRows) instead of
+   * a pass of their own. Returns what `forward(prefill.tokens, prefill.cache)` and
+   * `forwardBatch(decode.tokens, decode.caches)` would, bit for bit: the prefill tokens get
+   * their matmul's bits, each decode row matvec's. Models with experts run the two apart.
+   */
+  async forwardMixed(
+    prefill: { tokens: readonly number[]; cache: SequenceCache },
+    decode: { tokens: readonly number[]; caches: readonly SequenceCache[] },
+  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }> {
+    const p = prefill.tokens.length;
+    const d = decode.tokens.length;
+    assert.equal(d, decode.caches.length, 'forwardMixed takes one cache per decode token');
+    assert.ok(!decode.caches.includes(prefill.cache), 'forwardMixed takes each sequence once');
+    const piece = prefillPiece(p, FORWARD_CHUNK);
+    const moe = this.weights.layers.some((l) => l.moe);
+    if (d === 0 || p === 0 || piece < p || moe || !this.kernels.matmulPlusRows) {
+      const first = p > 0 ? await this.forward(prefill.tokens, prefill.cache) : new Float32Array(0);
+      return { prefill: first, decode: d > 0 ? await this.forwardBatch(decode.tokens, decode.caches) : [] };
+    }
+    assert.equal(new Set(decode.caches).size, d, 'forwardMixed takes one token per sequence');
+    prefill.cache.reserve(p);
+    for (const cache of decode.caches) cache.reserve(1);
+    const n = p + d;
+    const width = this.config.embeddingLength;
+    const x = this.embed([...prefill.tokens, ...decode.tokens], this.scratch.f32('x', n * width));
+    const positions = new Int32Array(n);
+    for (let i = 0; i < p; i++) positions[i] = prefill.cache.length + i;
+    for (let t = 0; t < d; t++) positions[p + t] = (decode.caches[t] as SequenceCache).length;
+    await this.runLayers(x, n, positions, {
+      cache: prefill.cache.cache,
+      pos0: prefill.cache.length,
+      rowCaches: decode.caches.map((cache) => cache.cache),
+    });
+    prefill.cache.advance(p);
+    for (const cache of decode.caches) cache.advance(1);
+    // the logits of the prefill's last token and of each decode row, each a lone matvec's
+    const [first, ...rest] = await this.logitsRows(x.subarray((p - 1) * width), d + 1);
+    return { prefill: first as Float32Array, decode: rest };
   }
 
   /**

@@ -246,6 +246,58 @@ void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, 
   }
 }
 
+// A prefill GEMM and one-token rows in one pass over the weights: tokens 0..n-1 as tk_mm_q8t
+// (xt, dxt from tk_q8t_prep; n >= GEMM_TOKENS), then d more tokens (xu, dx from tk_q8_prep)
+// each as tk_mm_q8v, over each 8-row tile while it is still in cache. Token n + t's outputs go
+// to row n + t of y and are bit for bit those of tk_mm_q8v on it alone; rows 0..n-1 those of
+// tk_mm_q8t. So decode steps of other sequences ride along a prefill without streaming the
+// weights a second time.
+void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
+  const int groups = (n + 14) / 15;
+  const size_t rowBytes = (size_t)cols;
+  const int pairs = tiles / 2;
+  const int p0 = part(pairs, tid, nt);
+  const int p1 = part(pairs, tid + 1, nt);
+  for (int pr = p0; pr <= p1; pr++) {
+    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+    if (R == 0) break;
+    const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
+    for (int g = 0; g < groups; g++) {
+      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
+      const uint8_t *X = m + xt + (size_t)g * cols * 16;
+      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
+      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
+      if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
+      else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
+    }
+    for (int h = 0; h < R / 4; h++) {
+      const int tl = 2 * pr + h;
+      const uint8_t *wt = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *st = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < d; t += 8) {
+        const uint8_t *xv = m + xu + (size_t)t * cp;
+        const float *dv = (const float *)(m + dx) + (size_t)t * nbp;
+        float *yv = (float *)(m + y) + (size_t)(n + t) * ystride + 4 * (size_t)tl;
+        switch (d - t < 8 ? d - t : 8) {
+          case 1: tile_q8v1(wt, rowBytes, st, nb, xv, dv, yv); break;
+          case 2: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 2); break;
+          case 3: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 3); break;
+          case 4: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 4); break;
+          case 5: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 5); break;
+          case 6: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 6); break;
+          case 7: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 7); break;
+          default: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 8); break;
+        }
+      }
+    }
+  }
+}
+
 // ---- K-quant prefill GEMM (tokens across the lanes, as mm_q8t) ------------------------------
 // tk_kt_prep transposes the q8_K activations of quant_q8_k (x16 [n, cols] i16, xd [n, nb] f32,
 // xs [n, cols/32] i32 sums) into groups of 15 tokens + a zero token: xt [G][cols/4][16] u32
