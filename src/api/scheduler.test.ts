@@ -102,49 +102,63 @@ test('8 concurrent greedy sequences each equal the same prompt run alone, logits
   }
 });
 
-test("a long prompt is prefilled in chunks between decode steps: the running stream's tokens keep arriving", async () => {
-  // the model as the scheduler sees it, logging each forward in order
-  const events: string[] = [];
-  const model = opened.model;
-  const logged: SlotModel = {
-    newSession: (o) => model.newSession(o),
-    forward: (tokens: ArrayLike<number>, cache: SequenceCache) => {
-      events.push(`forward ${tokens.length}`);
-      return model.forward(tokens, cache);
-    },
-    forwardBatch: (tokens, caches) => model.forwardBatch(tokens, caches),
-  };
-  const short = promptOf(1, 4);
-  const long = promptOf(2, 100);
-  const want = [await alone(short, 24), await alone(long, 4)];
-  const s = scheduler(logged, { prefillChunk: 24 });
-  let started: (() => void) | undefined;
-  const decoding = new Promise<void>((resolve) => (started = resolve));
-  const first = run(s, short, 24, (token) => {
-    events.push(`A ${token}`);
-    if (events.filter((e) => e.startsWith('A ')).length === 3) started?.();
+for (const mixed of [false, true]) {
+  test(`a long prompt is prefilled in chunks between decode steps: the running stream's tokens keep arriving (${mixed ? 'forwardMixed' : 'forward, then forwardBatch'})`, async () => {
+    // the model as the scheduler sees it, logging each forward in order
+    const events: string[] = [];
+    const model = opened.model;
+    const logged: SlotModel = {
+      newSession: (o) => model.newSession(o),
+      forward: (tokens: ArrayLike<number>, cache: SequenceCache) => {
+        events.push(`forward ${tokens.length}`);
+        return model.forward(tokens, cache);
+      },
+      forwardBatch: (tokens, caches) => model.forwardBatch(tokens, caches),
+      ...(mixed
+        ? {
+            forwardMixed: (prefill, decode) => {
+              events.push(
+                `forward ${prefill.tokens.length}${decode.tokens.length > 0 ? ` + ${decode.tokens.length}` : ''}`,
+              );
+              return model.forwardMixed(prefill, decode);
+            },
+          }
+        : {}),
+    };
+    const short = promptOf(1, 4);
+    const long = promptOf(2, 100);
+    const want = [await alone(short, 24), await alone(long, 4)];
+    const s = scheduler(logged, { prefillChunk: 24, mixedChunk: 24 });
+    let started: (() => void) | undefined;
+    const decoding = new Promise<void>((resolve) => (started = resolve));
+    const first = run(s, short, 24, (token) => {
+      events.push(`A ${token}`);
+      if (events.filter((e) => e.startsWith('A ')).length === 3) started?.();
+    });
+    // the long request arrives while the first stream decodes
+    await decoding;
+    const second = run(s, long, 4, (token) => events.push(`B ${token}`));
+    const got = await Promise.all([first, second]);
+    assert.deepEqual(
+      got.map((r) => r.tokens),
+      want.map((r) => r.tokens),
+    );
+    // the long prompt's pieces: 24, 24, 24, 28 (the last takes what would leave under
+    // GEMM_TOKENS), each with the first stream's decode step along when forwardMixed runs them
+    const pieces = events
+      .map((e, i) => [e, i] as const)
+      .filter(([e]) => e.startsWith('forward ') && e !== 'forward 4');
+    const along = mixed ? ' + 1' : '';
+    assert.deepEqual(
+      pieces.map(([e]) => e),
+      [`forward 24${along}`, `forward 24${along}`, `forward 24${along}`, `forward 28${along}`],
+    );
+    // between the first and the last piece, the first stream's tokens arrived (one per round)
+    const from = pieces[0]![1];
+    const to = pieces.at(-1)![1];
+    const between = events.slice(from, to).filter((e) => e.startsWith('A ')).length;
+    assert.equal(between, 3, events.join(', '));
+    const bFirst = events.findIndex((e) => e.startsWith('B '));
+    assert.ok(bFirst > to, 'the long request emits its first token after its last piece');
   });
-  // the long request arrives while the first stream decodes
-  await decoding;
-  const second = run(s, long, 4, (token) => events.push(`B ${token}`));
-  const got = await Promise.all([first, second]);
-  assert.deepEqual(
-    got.map((r) => r.tokens),
-    want.map((r) => r.tokens),
-  );
-  // the long prompt's pieces: 24, 24, 24, 28 (the last takes what would leave under GEMM_TOKENS)
-  const pieces = events
-    .map((e, i) => [e, i] as const)
-    .filter(([e]) => e.startsWith('forward ') && e !== 'forward 4');
-  assert.deepEqual(
-    pieces.map(([e]) => e),
-    ['forward 24', 'forward 24', 'forward 24', 'forward 28'],
-  );
-  // between the first and the last piece, the first stream's tokens arrived (one per round)
-  const from = pieces[0]![1];
-  const to = pieces.at(-1)![1];
-  const between = events.slice(from, to).filter((e) => e.startsWith('A ')).length;
-  assert.equal(between, 3, events.join(', '));
-  const bFirst = events.findIndex((e) => e.startsWith('B '));
-  assert.ok(bFirst > to, 'the long request emits its first token after its last piece');
-});
+}

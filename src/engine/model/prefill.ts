@@ -8,6 +8,14 @@ import { GEMM_TOKENS } from '../../kernels/types.js';
 export const PREFILL_CHUNK = 120;
 
 /**
+ * Prompt tokens per prefill piece while other streams decode along with it (Model.forwardMixed):
+ * two of the GEMM's 15-token lane groups. Each piece carries one decode step of every running
+ * stream, so smaller pieces give running streams more tokens during a prefill, while a piece
+ * still costs about as much compute as streaming the weights once.
+ */
+export const MIXED_PREFILL_CHUNK = 30;
+
+/**
  * The length of the next prefill piece when `remaining` prompt tokens are left and pieces
  * are about `chunk` long: `chunk` (at least GEMM_TOKENS), or all that remains when a piece of
  * `chunk` would leave fewer than GEMM_TOKENS behind. So a prompt of GEMM_TOKENS or more
