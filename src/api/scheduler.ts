@@ -1,5 +1,5 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { SessionOptions } from '../engine/index.js';
+import { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, prefillPiece, type SessionOptions } from '../engine/index.js';
 import { cancelled, retryLater } from './errors.js';
 import type { Metrics } from './metrics.js';
 
@@ -18,6 +18,15 @@ export interface SlotModel {
   forward(tokens: ArrayLike<number>, cache: SlotCache): Promise<Float32Array>;
   /** One decode step of several sequences (token t at the next position of caches[t]); each row's logits. */
   forwardBatch(tokens: readonly number[], caches: readonly SlotCache[]): Promise<Float32Array[]>;
+  /**
+   * Optional: a prefill piece of one sequence and a decode step of others in one forward
+   * (the decode rows ride along the prefill's pass over the weights), giving what `forward`
+   * and `forwardBatch` would, bit for bit. Without it the scheduler runs the two apart.
+   */
+  forwardMixed?(
+    prefill: { tokens: readonly number[]; cache: SlotCache },
+    decode: { tokens: readonly number[]; caches: readonly SlotCache[] },
+  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }>;
 }
 
 /** One sequence to run: its prompt, how it picks tokens, and where its tokens go. */
@@ -52,8 +61,14 @@ export interface SchedulerOptions {
   /** Positions each slot's KV cache holds. */
   contextLength: number;
   kvType?: 'f32' | 'f16';
-  /** Prompt tokens prefilled per round: a long prompt is spread over rounds so running streams keep flowing. */
+  /**
+   * Prompt tokens prefilled per round (default PREFILL_CHUNK): a long prompt is spread over
+   * rounds so running streams keep flowing. Pieces are cut by prefillPiece, so the chunk
+   * does not change a sequence's tokens.
+   */
   prefillChunk?: number;
+  /** Prompt tokens per round while other streams decode beside it through forwardMixed (default MIXED_PREFILL_CHUNK). */
+  mixedChunk?: number;
   metrics: Metrics;
   /**
    * Tests only: runs before every forward of a sequence, with how many tokens it has
@@ -86,8 +101,11 @@ const RETRY_AFTER_S = 1;
  * Runs sequences in slots. Each round runs one decode step for every decoding sequence as one
  * batched forward (the model's forwardBatch: its rows get the bits a lone forward would give,
  * so a sequence's tokens do not depend on what runs beside it), then one prefill chunk of the
- * oldest sequence still prefilling; new requests take a free slot between rounds (first come,
- * first served). A finished slot keeps its KV cache for the next sequence.
+ * oldest sequence still prefilling (cut by prefillPiece, so chunks do not change its bits).
+ * Where the model has forwardMixed, a round with a prefill runs both in that one forward: the
+ * decode rows ride along the prefill's pass over the weights, and the chunk is smaller while
+ * streams decode beside it, so they keep flowing. New requests take a free slot between rounds
+ * (first come, first served). A finished slot keeps its KV cache for the next sequence.
  */
 export class Scheduler {
   private readonly slots: Slot[];
@@ -206,19 +224,29 @@ export class Scheduler {
   }
 
   private async round(): Promise<void> {
-    await this.decodeRound();
     const oldest = this.slots.find((s) => s.seq && s.seq.prefilled < s.seq.request.prompt.length);
+    if (oldest?.seq && this.model.forwardMixed) return this.mixedRound(oldest, oldest.seq);
+    await this.decodeRound();
     if (oldest?.seq) await this.prefillStep(oldest, oldest.seq);
   }
 
-  /** One batched decode step of every sequence whose prompt is in. */
-  private async decodeRound(): Promise<void> {
+  /** The sequences whose prompt is in and that take this round's decode step. */
+  private async decodeRows(): Promise<[Slot, Sequence][]> {
     const rows: [Slot, Sequence][] = [];
     for (const slot of this.slots) {
       const seq = slot.seq;
       if (!seq || seq.prefilled < seq.request.prompt.length) continue;
       if (await this.mayStep(slot, seq)) rows.push([slot, seq]);
     }
+    return rows;
+  }
+
+  /** One batched decode step of every sequence whose prompt is in. */
+  private async decodeRound(): Promise<void> {
+    await this.decodeStep(await this.decodeRows());
+  }
+
+  private async decodeStep(rows: readonly [Slot, Sequence][]): Promise<void> {
     if (rows.length === 0) return;
     let logits: Float32Array[];
     try {
@@ -230,15 +258,53 @@ export class Scheduler {
       for (const [slot] of rows) this.endSlot(slot, undefined, error);
       return;
     }
+    this.emitRows(rows, logits);
+  }
+
+  private emitRows(rows: readonly [Slot, Sequence][], logits: readonly Float32Array[]): void {
     for (const [i, [slot, seq]] of rows.entries())
       if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
+  }
+
+  /**
+   * The decode step of every decoding sequence and the next prompt piece of the oldest one
+   * still prefilling, in one forwardMixed (a smaller piece while streams decode beside it).
+   */
+  private async mixedRound(slot: Slot, seq: Sequence): Promise<void> {
+    const rows = await this.decodeRows();
+    if (!(await this.mayStep(slot, seq))) return this.decodeStep(rows);
+    const { prompt } = seq.request;
+    const chunk =
+      rows.length > 0
+        ? (this.options.mixedChunk ?? MIXED_PREFILL_CHUNK)
+        : (this.options.prefillChunk ?? PREFILL_CHUNK);
+    const piece = prompt.slice(
+      seq.prefilled,
+      seq.prefilled + prefillPiece(prompt.length - seq.prefilled, chunk),
+    );
+    let out: { prefill: Float32Array; decode: Float32Array[] };
+    try {
+      out = await this.model.forwardMixed!(
+        { tokens: piece, cache: slot.cache as SlotCache },
+        { tokens: rows.map(([, s]) => s.next), caches: rows.map(([s]) => s.cache as SlotCache) },
+      );
+    } catch (error) {
+      for (const [s] of rows) this.endSlot(s, undefined, error);
+      return this.endSlot(slot, undefined, error);
+    }
+    this.emitRows(rows, out.decode);
+    if (slot.seq !== seq) return; // cancelled while the forward ran (close)
+    seq.prefilled += piece.length;
+    this.options.metrics.promptTokens += piece.length;
+    if (seq.prefilled === prompt.length) this.emit(slot, seq, out.prefill);
   }
 
   /** The next chunk of a sequence's prompt; after the last one, its first token. */
   private async prefillStep(slot: Slot, seq: Sequence): Promise<void> {
     if (!(await this.mayStep(slot, seq))) return;
     const { prompt } = seq.request;
-    const chunk = prompt.slice(seq.prefilled, seq.prefilled + (this.options.prefillChunk ?? 128));
+    const n = prefillPiece(prompt.length - seq.prefilled, this.options.prefillChunk ?? PREFILL_CHUNK);
+    const chunk = prompt.slice(seq.prefilled, seq.prefilled + n);
     let logits: Float32Array;
     try {
       logits = await this.model.forward(chunk, slot.cache as SlotCache);

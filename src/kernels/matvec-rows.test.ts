@@ -1,24 +1,36 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createKernels } from './index.js';
-import { GgmlType, type KernelsBackend } from './types.js';
+import { GEMM_TOKENS, GgmlType, type KernelsBackend } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 
 /*
  * matvecRows: row t of n one-token products is bit for bit matvec on x[t] (the batched decode
- * round's output head relies on it), for every token count, odd block counts (a tail pair)
- * and rows that are not a multiple of the 4-row tile, on one and two threads.
+ * round relies on it), for every token count, odd block counts (a tail pair), rows that are
+ * not a multiple of the 4-row tile and a real width (2048: many block pairs per row), on one
+ * and two threads. And matmul below GEMM_TOKENS tokens gives each token the same bits (the
+ * batched decode round's projections run through it).
  */
 for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
   for (const threads of [1, 2]) {
-    test(`matvecRows equals matvec per token bit for bit (${backend}, ${threads} threads)`, async (t) => {
+    test(`matvecRows (any n) and matmul (below GEMM_TOKENS) equal matvec per token bit for bit (${backend}, ${threads} threads)`, async (t) => {
       const k = await createKernels({ backend, threads, smallJob: 0 }).catch(() => undefined);
       if (!k) return t.skip(`no ${backend} kernels here`);
       try {
         if (!k.matvecRows) return t.skip(`${backend} has no matvecRows`);
-        for (const type of [GgmlType.Q8_0, GgmlType.Q4_0]) {
+        for (const type of [
+          GgmlType.Q8_0,
+          GgmlType.Q4_0,
+          GgmlType.F32,
+          GgmlType.F16,
+          GgmlType.BF16,
+          GgmlType.Q4_K,
+          GgmlType.Q5_K,
+          GgmlType.Q6_K,
+        ]) {
+          const quant32 = type === GgmlType.Q8_0 || type === GgmlType.Q4_0;
           for (const [rows, cols] of [
-            [37, 96],
+            [37, quant32 ? 96 : 256],
             [64, 2048],
           ] as const) {
             const w = k.uploadWeight({
@@ -27,19 +39,25 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
               cols,
               data: randomWeightBytes(type, rows, cols, rows + cols),
             });
-            const x = randomFloats(11 * cols, 7);
-            for (let n = 1; n <= 11; n++) {
+            const x = randomFloats(13 * cols, 7);
+            const want = new Float32Array(13 * rows);
+            for (let r = 0; r < 13; r++)
+              k.matvec(w, x.subarray(r * cols, (r + 1) * cols), want.subarray(r * rows, (r + 1) * rows));
+            for (let n = 1; n <= 13; n++) {
               const y = new Float32Array(n * rows);
               k.matvecRows(w, x.subarray(0, n * cols), y, n);
-              for (let r = 0; r < n; r++) {
-                const want = new Float32Array(rows);
-                k.matvec(w, x.subarray(r * cols, (r + 1) * cols), want);
-                assert.deepEqual(
-                  y.subarray(r * rows, (r + 1) * rows),
-                  want,
-                  `type ${type} [${rows}, ${cols}] n=${n} row ${r}`,
-                );
-              }
+              assert.deepEqual(
+                y,
+                want.subarray(0, n * rows),
+                `matvecRows type ${type} [${rows}, ${cols}] n=${n}`,
+              );
+              if (n >= GEMM_TOKENS) continue;
+              k.matmul(w, x.subarray(0, n * cols), y, n);
+              assert.deepEqual(
+                y,
+                want.subarray(0, n * rows),
+                `matmul type ${type} [${rows}, ${cols}] n=${n}`,
+              );
             }
           }
         }
@@ -48,4 +66,51 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
       }
     });
   }
+}
+
+/*
+ * matmulPlusRows and matmulSwiglu with rows: a matmul of n tokens and one-token rows in one
+ * call give the matmul's bits for the first n (GEMM or not) and matvec's for the rest.
+ */
+for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
+  test(`matmulPlusRows and matmulSwiglu with rows equal matmul then matvec per row (${backend})`, async (t) => {
+    const k = await createKernels({ backend, threads: 2, smallJob: 0 }).catch(() => undefined);
+    if (!k) return t.skip(`no ${backend} kernels here`);
+    try {
+      if (!k.matmulPlusRows || !k.matmulSwiglu) return t.skip(`${backend} has no matmulPlusRows`);
+      for (const type of [GgmlType.Q8_0, GgmlType.Q4_0, GgmlType.F16, GgmlType.Q4_K, GgmlType.Q6_K]) {
+        const [rows, cols] = [36, 2048];
+        const w = k.uploadWeight({ type, rows, cols, data: randomWeightBytes(type, rows, cols, 5) });
+        const x = randomFloats(40 * cols, 9);
+        for (const n of [0, 3, 12, 20]) {
+          for (const extra of [0, 1, 4, 9]) {
+            if (n + extra === 0) continue;
+            const total = n + extra;
+            const want = new Float32Array(total * rows);
+            if (n > 0) k.matmul(w, x.subarray(0, n * cols), want, n);
+            for (let r = n; r < total; r++)
+              k.matvec(w, x.subarray(r * cols, (r + 1) * cols), want.subarray(r * rows, (r + 1) * rows));
+            const y = new Float32Array(total * rows);
+            k.matmulPlusRows(w, x.subarray(0, total * cols), y, n, extra);
+            assert.deepEqual(y, want, `matmulPlusRows type ${type} n=${n} rows=${extra}`);
+            const half = rows / 2;
+            const wantS = new Float32Array(total * half);
+            if (n > 0) k.matmulSwiglu(w, x.subarray(0, n * cols), wantS, n);
+            for (let r = n; r < total; r++)
+              k.matmulSwiglu(
+                w,
+                x.subarray(r * cols, (r + 1) * cols),
+                wantS.subarray(r * half, (r + 1) * half),
+                1,
+              );
+            const s = new Float32Array(total * half);
+            k.matmulSwiglu(w, x.subarray(0, total * cols), s, n, extra);
+            assert.deepEqual(s, wantS, `matmulSwiglu type ${type} n=${n} rows=${extra}`);
+          }
+        }
+      }
+    } finally {
+      await k.close();
+    }
+  });
 }

@@ -129,8 +129,8 @@ export interface Kernels {
   matmul(w: Weight, x: Float32Array, y: Float32Array, n: number): void;
   /**
    * Optional: n one-token products in one pass over the weight. x: [n, cols], y: [n, rows];
-   * row t of y is bit for bit `matvec(w, x[t])` (matmul may add a token's sums in another
-   * order). A backend without it leaves the caller to call matvec per token.
+   * row t of y is bit for bit `matvec(w, x[t])` at any n (matmul promises that only below
+   * GEMM_TOKENS). A backend without it leaves the caller to call matvec per token.
    */
   matvecRows?(w: Weight, x: Float32Array, y: Float32Array, n: number): void;
   /** Dequantises one row of an embedding table exactly. out: [cols]. */
@@ -147,9 +147,17 @@ export interface Kernels {
   /**
    * Optional fused SwiGLU projection: w stacks the gate rows over the up rows ([2 * half,
    * cols]); out[t] = silu(gate x_t) * (up x_t). x: [n, cols], out: [n, half]. Saves moving
-   * the [n, 2 * half] projection out of the kernels' memory and back.
+   * the [n, 2 * half] projection out of the kernels' memory and back. With `rows`, x holds
+   * n + rows tokens and out n + rows rows, split as in matmulPlusRows.
    */
-  matmulSwiglu?(w: Weight, x: Float32Array, out: Float32Array, n: number): void;
+  matmulSwiglu?(w: Weight, x: Float32Array, out: Float32Array, n: number, rows?: number): void;
+  /**
+   * Optional: a matmul of n tokens and `rows` one-token products in one call (where the
+   * kernels can, one pass over the weight). x: [n + rows, cols], y: [n + rows, rows of w]; rows
+   * 0..n-1 of y are bit for bit `matmul(w, x[0..n), n)`, row n + t bit for bit
+   * `matvec(w, x[n + t])`: other sequences' decode steps riding along one sequence's prefill.
+   */
+  matmulPlusRows?(w: Weight, x: Float32Array, y: Float32Array, n: number, rows: number): void;
 
   createKvCache(options: KvCacheOptions): KvCache;
   /** Stores k, v for n tokens at positions pos0..pos0+n-1 of `layer`. k, v: [n, kvHeads, headDim]. */
@@ -182,10 +190,12 @@ export interface KernelsOptions {
 
 /**
  * Tokens from which a matmul may take a batched (GEMM) kernel: Q8_0 and the K-quants on the
- * native VNNI kernels (mm_q8t, mm_kt). A token's outputs from the two kernels can differ in
- * the last bits (their sums run in different orders), while either kernel gives a token the
- * same bits in any batch of its size class. Code that cuts a batch into pieces and wants the
- * whole batch's results (the pipeline's prefill micro-batches) keeps every piece at or above
- * this size, or does not cut.
+ * native VNNI kernels (mm_q8t, mm_kt). Below it every backend's matmul gives each token, bit
+ * for bit, the outputs of `matvec` on that token alone (a token's sums run in matvec's order
+ * whatever the batch), which the batched decode step's invariance rests on. From it on a
+ * token's outputs can differ from matvec's in the last bits (the GEMM's sums run in another
+ * order), while the GEMM gives a token the same bits in any batch of GEMM_TOKENS or more.
+ * Code that cuts a batch into pieces and wants the whole batch's results (the pipeline's
+ * prefill micro-batches) keeps every piece at or above this size, or does not cut.
  */
 export const GEMM_TOKENS = 12;

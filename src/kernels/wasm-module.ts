@@ -4,7 +4,7 @@ import { TandemError } from '../errors/index.js';
 import { buildKernels } from './build-kernels.js';
 
 /** Names of the kernel exports the pool dispatches, in a fixed order (job op = index). */
-// rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, mm_q8v1, q8t_prep and mm_q8t
+// rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, q8t_prep, mm_q8t and mm_q8tv
 // (and kt_prep, mm_kt) only as native AVX-512 VNNI ones.
 export const kernelNames = [
   'quant_q8_0',
@@ -28,7 +28,7 @@ export const kernelNames = [
   'kt_prep',
   'mm_kt',
   'swiglu_rows',
-  'mm_q8v1',
+  'mm_q8tv',
 ] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;

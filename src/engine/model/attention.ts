@@ -33,10 +33,26 @@ export function headLayout(config: ModelConfig, shard: ShardSpec): HeadLayout {
   return { heads, kvProjected, kvStored: heads, expand };
 }
 
-/** y = W x for n tokens, choosing matvec for a single token. */
-export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array, n: number): void {
+/**
+ * y = W x for n tokens, choosing matvec for a single token. The last `lone` of the n rows
+ * (other sequences' decode steps riding along a prefill) get matvec's bits each, the first
+ * n - lone those of a matmul of n - lone tokens. lone = n: below GEMM_TOKENS rows (the
+ * batched decode step), where a matmul gives every row matvec's bits.
+ */
+export function project(k: Kernels, w: Weight, x: Float32Array, y: Float32Array, n: number, lone = 0): void {
+  const p = n - lone;
   if (n === 1) k.matvec(w, x, y);
-  else k.matmul(w, x, y, n);
+  else if (lone === 0 || lone === n) k.matmul(w, x, y, n);
+  else if (k.matmulPlusRows) k.matmulPlusRows(w, x, y, p, lone);
+  else {
+    project(k, w, x, y, p);
+    const rest = x.subarray(p * w.cols);
+    const out = y.subarray(p * w.rows);
+    if (k.matvecRows) k.matvecRows(w, rest, out, lone);
+    else
+      for (let t = 0; t < lone; t++)
+        k.matvec(w, rest.subarray(t * w.cols, (t + 1) * w.cols), out.subarray(t * w.rows, (t + 1) * w.rows));
+  }
 }
 
 /**
@@ -54,10 +70,11 @@ export function projectLeaves(
   n: number,
   scratch: Scratch,
   tag: string,
+  lone = 0,
 ): void {
   const { weights } = leaves;
   const first = weights[0] as Weight;
-  if (weights.length === 1) return project(k, first, x, y, n);
+  if (weights.length === 1) return project(k, first, x, y, n, lone);
   const { roots, first: starts, spares, cols } = leaves.sums;
   const names = scratchNames(tag, weights.length, spares);
   const m = n * first.rows;
@@ -72,7 +89,7 @@ export function projectLeaves(
       xj = scratch.f32(names.x, n * w.cols);
       for (let t = 0; t < n; t++) xj.set(x.subarray(t * cols + at, t * cols + at + w.cols), t * w.cols);
     }
-    project(k, w, xj, parts[j] as Float32Array, n);
+    project(k, w, xj, parts[j] as Float32Array, n, lone);
     at += w.cols;
   }
   const spare: Float32Array[] = [];
@@ -113,18 +130,19 @@ export function projectParts(
   n: number,
   scratch: Scratch,
   tag: string,
+  lone = 0,
 ): Float32Array[] {
   if (proj.separate) {
     return proj.separate.map((w, i) => {
       const y = scratch.f32(`${tag}.${i}`, n * w.rows);
-      project(k, w, x, y, n);
+      project(k, w, x, y, n, lone);
       return y;
     });
   }
   const { weight, parts } = proj.fused!;
   const total = weight.rows;
   const y = scratch.f32(`${tag}.fused`, n * total);
-  project(k, weight, x, y, n);
+  project(k, weight, x, y, n, lone);
   const outs: Float32Array[] = [];
   let offset = 0;
   for (const [i, rows] of parts.entries()) {
@@ -167,8 +185,10 @@ export interface AttentionStep {
   /** Layer index inside the cache (local to the shard). */
   layer: number;
   /**
-   * Rows of different sequences (a batched decode step): row t's K/V go to rowCaches[t] at
-   * positions[t] and it attends to that cache alone; `cache` and `pos0` are then unused.
+   * The last rowCaches.length rows are each a decode step of its own sequence (a batched
+   * decode step, or decode steps riding along a prefill): row p + t's K/V go to rowCaches[t]
+   * at positions[p + t] and it attends to that cache alone. The first p rows are `cache`'s
+   * from `pos0` (none in a batched decode step: `cache` and `pos0` are then unused).
    */
   rowCaches?: readonly KvCache[];
   /** Output [n, width]: this shard's partial sum of the attention output projection. */
@@ -187,7 +207,8 @@ export function attentionForward(
 ): void {
   const { x, n } = step;
   const hd = c.headDim;
-  const [q, kk, v] = projectParts(k, w.qkv, x, n, scratch, 'attn.qkv') as [
+  const lone = step.rowCaches?.length ?? 0;
+  const [q, kk, v] = projectParts(k, w.qkv, x, n, scratch, 'attn.qkv', lone) as [
     Float32Array,
     Float32Array,
     Float32Array,
@@ -210,32 +231,38 @@ export function attentionForward(
   }
   const att = scratch.f32('attn.out', n * layout.heads * hd);
   const scale = Math.fround(1 / Math.fround(Math.sqrt(hd)));
-  if (step.rowCaches) {
-    // one query row per sequence: [kvStored * hd] of K/V and [heads * hd] of q/out per row
-    const kvw = layout.kvStored * hd;
-    const qw = layout.heads * hd;
-    for (let t = 0; t < n; t++) {
-      const cache = step.rowCaches[t] as KvCache;
-      const pos = step.positions[t] as number;
-      k.kvStore(
-        cache,
-        step.layer,
-        pos,
-        kStore.subarray(t * kvw, (t + 1) * kvw),
-        vStore.subarray(t * kvw, (t + 1) * kvw),
-        1,
-      );
-      k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), {
-        layer: step.layer,
-        heads: layout.heads,
-        pos0: pos,
-        n: 1,
-        scale,
-      });
-    }
-  } else {
-    k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, n);
-    k.attention(step.cache, q, att, { layer: step.layer, heads: layout.heads, pos0: step.pos0, n, scale });
+  // one query row per sequence: [kvStored * hd] of K/V and [heads * hd] of q/out per row
+  const kvw = layout.kvStored * hd;
+  const qw = layout.heads * hd;
+  const p = n - lone;
+  if (p > 0) {
+    k.kvStore(step.cache, step.layer, step.pos0, kStore, vStore, p);
+    k.attention(step.cache, q.subarray(0, p * qw), att.subarray(0, p * qw), {
+      layer: step.layer,
+      heads: layout.heads,
+      pos0: step.pos0,
+      n: p,
+      scale,
+    });
   }
-  projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o');
+  for (let t = p; t < n; t++) {
+    const cache = step.rowCaches![t - p] as KvCache;
+    const pos = step.positions[t] as number;
+    k.kvStore(
+      cache,
+      step.layer,
+      pos,
+      kStore.subarray(t * kvw, (t + 1) * kvw),
+      vStore.subarray(t * kvw, (t + 1) * kvw),
+      1,
+    );
+    k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), {
+      layer: step.layer,
+      heads: layout.heads,
+      pos0: pos,
+      n: 1,
+      scale,
+    });
+  }
+  projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o', lone);
 }

@@ -6,7 +6,10 @@ import { project, projectLeaves, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
 import { leafParts, type FfnWeights, type MoeWeights } from './weights.js';
 
-/** out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. */
+/**
+ * out = down(silu(gate x) * up x) for n tokens. x: [n, width], out: [n, width]. The last
+ * `lone` rows get matvec's bits each (see project).
+ */
 export function swigluFfn(
   k: Kernels,
   w: FfnWeights,
@@ -15,18 +18,27 @@ export function swigluFfn(
   out: Float32Array,
   n: number,
   tag: string,
+  lone = 0,
 ): void {
   const fused = w.gateUp.fused;
-  if (fused && k.matmulSwiglu && fused.parts.length === 2 && fused.parts[0] === fused.parts[1]) {
+  const mixed = lone > 0 && lone < n;
+  if (
+    fused &&
+    k.matmulSwiglu &&
+    fused.parts.length === 2 &&
+    fused.parts[0] === fused.parts[1] &&
+    (!mixed || k.matmulPlusRows)
+  ) {
     // gate and up stacked in one weight: the kernels apply SwiGLU before handing rows back
     const g = scratch.f32(`${tag}.act`, n * (fused.parts[0] as number));
-    k.matmulSwiglu(fused.weight, x, g, n);
-    projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`);
+    if (mixed) k.matmulSwiglu(fused.weight, x, g, n - lone, lone);
+    else k.matmulSwiglu(fused.weight, x, g, n);
+    projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`, lone);
     return;
   }
-  const [g, u] = projectParts(k, w.gateUp, x, n, scratch, tag) as [Float32Array, Float32Array];
+  const [g, u] = projectParts(k, w.gateUp, x, n, scratch, tag, lone) as [Float32Array, Float32Array];
   k.swiglu(g, u, g);
-  projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`);
+  projectLeaves(k, w.down, g, out, n, scratch, `${tag}.down`, lone);
 }
 
 /**

@@ -77,3 +77,39 @@ for (const c of cases) {
     }
   });
 }
+
+for (const c of cases) {
+  test(`forwardMixed equals forward and forwardBatch (${c.name})`, async () => {
+    const path = join(dir, `mixed-${c.name.replace(/[^a-z0-9]+/gi, '-')}.gguf`);
+    await makeModel(path, c.model);
+    const opened = await openModel(path, {
+      threads: c.threads ?? 1,
+      tokenizer: false,
+      ...(c.backend ? { backend: c.backend } : {}),
+    });
+    try {
+      const { model } = opened;
+      const alone = [0, 1, 2].map(() => model.newSession({ contextLength: 64 }));
+      const mixed = [0, 1, 2].map(() => model.newSession({ contextLength: 64 }));
+      for (let i = 0; i < 3; i++) {
+        await model.forward([i + 1, i + 2], alone[i]!);
+        await model.forward([i + 1, i + 2], mixed[i]!);
+      }
+      for (const p of [4, 15]) {
+        const prompt = Array.from({ length: p }, (_, j) => (j * 31 + p) % 4000);
+        const next = [7, 8, 9].map((t) => t + p);
+        const wantCache = model.newSession({ contextLength: 64 });
+        const wantPrefill = await model.forward(prompt, wantCache);
+        const wantDecode = await model.forwardBatch(next, alone);
+        const got = await model.forwardMixed(
+          { tokens: prompt, cache: model.newSession({ contextLength: 64 }) },
+          { tokens: next, caches: mixed },
+        );
+        assert.deepEqual(got.prefill, wantPrefill, `prefill of ${p}`);
+        assert.deepEqual(got.decode, wantDecode, `rows beside a prefill of ${p}`);
+      }
+    } finally {
+      await opened.close();
+    }
+  });
+}

@@ -14,6 +14,7 @@ import { configFromMetadata, type ModelConfig } from './config.js';
 import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
+import { prefillPiece } from './prefill.js';
 import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
 import { leafParts, loadShardWeights, type ShardWeights } from './weights.js';
 
@@ -39,9 +40,9 @@ export interface SessionOptions {
 }
 
 /** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
-const PREFILL_CHUNK = 256;
+const FORWARD_CHUNK = 256;
 
-/** Rows per batched decode forward: below GEMM_TOKENS, so each row gets a lone token's bits. */
+/** Rows per batched decode forward: below GEMM_TOKENS, so each row gets matvec's bits (a lone token's). */
 const DECODE_BATCH = GEMM_TOKENS - 1;
 
 /**
@@ -126,19 +127,21 @@ export class Model {
 
   /**
    * The layers over x [n, width] at `positions`: the rows of one sequence (`cache` from
-   * `pos0` on), or each row its own sequence (`rowCaches`, see AttentionStep).
+   * `pos0` on), then, with `rowCaches`, its length of rows each its own sequence's decode
+   * step (see AttentionStep; without `cache`, all rows are).
    */
   private async runLayers(
     x: Float32Array,
     n: number,
     positions: Int32Array,
-    kv: { cache: KvCache; pos0: number } | { rowCaches: readonly KvCache[] },
+    kv: { cache: KvCache; pos0: number; rowCaches?: readonly KvCache[] } | { rowCaches: readonly KvCache[] },
   ): Promise<void> {
     const c = this.config;
     const k = this.kernels;
     const width = c.embeddingLength;
     const target =
-      'rowCaches' in kv ? { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches } : kv;
+      'cache' in kv ? kv : { cache: kv.rowCaches[0] as KvCache, pos0: 0, rowCaches: kv.rowCaches };
+    const lone = target.rowCaches?.length ?? 0;
     const xn = this.scratch.f32('xn', n * width);
     const m = n * width;
     // a row-parallel projection hands the group up to `parts` pieces of [n, width]
@@ -166,7 +169,7 @@ export class Model {
         await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
       else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm);
       else {
-        if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn');
+        if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn', lone);
         else out.fill(0);
         await reduceAcross(this.comm, out, m, w.ffn?.down);
       }
@@ -196,8 +199,8 @@ export class Model {
    * The projections and FFNs run over the rows together (one matmul of n rows instead of n
    * matvecs); attention runs per row against its own cache. Returns each row's logits.
    * Batch-invariant: a row's logits are bit for bit those of `forward([token], cache)`, since
-   * the rows go through the kernels in batches below GEMM_TOKENS, the size class in which
-   * the kernels give a token the same bits in any batch (kernels/types.ts).
+   * the rows go through the kernels in batches below GEMM_TOKENS, where a matmul gives each
+   * token matvec's bits (kernels/types.ts).
    */
   async forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]> {
     assert.equal(tokens.length, caches.length, 'forwardBatch takes one cache per token');
@@ -251,24 +254,65 @@ export class Model {
   }
 
   /**
+   * A prefill piece of one sequence and one decode step of others in one forward: the decode
+   * rows ride along the prefill's pass over the weights (kernels' matmulPlusRows) instead of
+   * a pass of their own. Returns what `forward(prefill.tokens, prefill.cache)` and
+   * `forwardBatch(decode.tokens, decode.caches)` would, bit for bit: the prefill tokens get
+   * their matmul's bits, each decode row matvec's. Models with experts run the two apart.
+   */
+  async forwardMixed(
+    prefill: { tokens: readonly number[]; cache: SequenceCache },
+    decode: { tokens: readonly number[]; caches: readonly SequenceCache[] },
+  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }> {
+    const p = prefill.tokens.length;
+    const d = decode.tokens.length;
+    assert.equal(d, decode.caches.length, 'forwardMixed takes one cache per decode token');
+    assert.ok(!decode.caches.includes(prefill.cache), 'forwardMixed takes each sequence once');
+    const piece = prefillPiece(p, FORWARD_CHUNK);
+    const moe = this.weights.layers.some((l) => l.moe);
+    if (d === 0 || p === 0 || piece < p || moe || !this.kernels.matmulPlusRows) {
+      const first = p > 0 ? await this.forward(prefill.tokens, prefill.cache) : new Float32Array(0);
+      return { prefill: first, decode: d > 0 ? await this.forwardBatch(decode.tokens, decode.caches) : [] };
+    }
+    assert.equal(new Set(decode.caches).size, d, 'forwardMixed takes one token per sequence');
+    prefill.cache.reserve(p);
+    for (const cache of decode.caches) cache.reserve(1);
+    const n = p + d;
+    const width = this.config.embeddingLength;
+    const x = this.embed([...prefill.tokens, ...decode.tokens], this.scratch.f32('x', n * width));
+    const positions = new Int32Array(n);
+    for (let i = 0; i < p; i++) positions[i] = prefill.cache.length + i;
+    for (let t = 0; t < d; t++) positions[p + t] = (decode.caches[t] as SequenceCache).length;
+    await this.runLayers(x, n, positions, {
+      cache: prefill.cache.cache,
+      pos0: prefill.cache.length,
+      rowCaches: decode.caches.map((cache) => cache.cache),
+    });
+    prefill.cache.advance(p);
+    for (const cache of decode.caches) cache.advance(1);
+    // the logits of the prefill's last token and of each decode row, each a lone matvec's
+    const [first, ...rest] = await this.logitsRows(x.subarray((p - 1) * width), d + 1);
+    return { prefill: first as Float32Array, decode: rest };
+  }
+
+  /**
    * Runs tokens at the cache's next positions through the whole model and returns the
    * logits of the last one. Throws KV_CONTEXT_FULL before computing if they do not fit.
+   * Long prompts run in pieces (prefillPiece), which give the bits of any other cut.
    */
   async forward(tokens: ArrayLike<number>, cache: SequenceCache): Promise<Float32Array> {
     const width = this.config.embeddingLength;
     cache.reserve(tokens.length);
     let last: Float32Array | undefined;
-    for (let s = 0; s < tokens.length; s += PREFILL_CHUNK) {
-      const chunk = Array.prototype.slice.call(
-        tokens,
-        s,
-        Math.min(tokens.length, s + PREFILL_CHUNK),
-      ) as number[];
-      const n = chunk.length;
+    // pieces cut by prefillPiece: a token's bits do not depend on where the prompt is cut
+    for (let s = 0; s < tokens.length;) {
+      const n = prefillPiece(tokens.length - s, FORWARD_CHUNK);
+      const chunk = Array.prototype.slice.call(tokens, s, s + n) as number[];
       const x = this.embed(chunk, this.scratch.f32('x', n * width));
       await this.forwardLayers(x, n, cache.length, cache);
       cache.advance(n);
       last = x.subarray((n - 1) * width, n * width);
+      s += n;
     }
     assert.ok(last, 'forward needs at least one token');
     return this.logits(last);

@@ -41,37 +41,6 @@ void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32
   }
 }
 
-// T (2..8) tokens: each of the tile's rows is streamed once (one after another, prefetched far
-// ahead, as tile_q8v1) while all T tokens' sums advance over it. Per (row, token) the sum is one
-// accumulator over the block pairs in order, whatever T is: a token gets the same bits in any
-// group of 2 or more tokens.
-static inline __attribute__((always_inline)) void tile_q8v(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
-                                                           const float *dx, int dxstride, float *y, int ystride, const int T) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i k128 = _mm512_set1_epi8((char)0x80);
-  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int r = 0; r < 4; r++) {
-    const uint8_t *wr = w + r * rowBytes;
-    const __m512i sel = _mm512_add_epi32(_mm512_set1_epi32(r), _mm512_slli_epi32(dsel, 2));
-    __m512 acc[8];
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b += 2) {
-      _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);
-      const int tail = b + 1 == nb;
-      const __m512 sv = tail ? _mm512_maskz_loadu_ps(0x0f, s + 4 * (size_t)b) : _mm512_castps256_ps512(_mm256_loadu_ps(s + 4 * (size_t)b));
-      const __m512i wv = tail ? _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b) : _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      const __m512 sr = _mm512_permutexvar_ps(sel, sv);
-      for (int t = 0; t < T; t++) {
-        const __m512 dx2 = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b)))));
-        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sr, dx2), acc[t]);
-      }
-    }
-    for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(acc[t]);
-  }
-}
-
 // One token: the tile's rows one after another, so the weights are read as one sequential
 // stream (four interleaved row streams measured slower against DRAM bandwidth).
 static void tile_q8v1(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, const float *dx, float *y) {
@@ -104,11 +73,26 @@ static void tile_q8v1(const uint8_t *w, size_t rowBytes, const float *s, int nb,
   }
 }
 
+// One block pair of T tokens into acc (tile_q8v1's products and scales).
+#define Q8V_PAIR(acc)                                                                                                       \
+  do {                                                                                                                      \
+    _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);                                             \
+    const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));                                             \
+    const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));                                        \
+    const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r]))); \
+    for (int t = 0; t < T; t++) {                                                                                           \
+      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv); \
+      const __m512 dxv = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b)))); \
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, dxv)), acc[t]);         \
+    }                                                                                                                       \
+    b += 2;                                                                                                                 \
+  } while (0)
+
 // T (1..8) tokens, each with tile_q8v1's arithmetic (two accumulators alternating over the
 // block pairs, the same scales and tail): every token's outputs are bit for bit those of
-// tile_q8v1 on it alone, while each row is streamed once for all T.
-static inline __attribute__((always_inline)) void tile_q8v1n(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
-                                                             const float *dx, int dxstride, float *y, int ystride, const int T) {
+// tile_q8v1 on it alone, whatever T is, while each row is streamed once for all T.
+static inline __attribute__((always_inline)) void tile_q8vn(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
+                                                            const float *dx, int dxstride, float *y, int ystride, const int T) {
   const __m512i zero = _mm512_setzero_si512();
   const __m512i k128 = _mm512_set1_epi8((char)0x80);
   const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -118,18 +102,12 @@ static inline __attribute__((always_inline)) void tile_q8v1n(const uint8_t *w, s
     __m512 acc0[8], acc1[8];
     for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
     int b = 0;
-    for (int i = 0; i < np; i++, b += 2) {
-      _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);
-      const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r])));
-      for (int t = 0; t < T; t++) {
-        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
-        const __m512 sc = _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b))))));
-        if (i & 1) acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1[t]);
-        else acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0[t]);
-      }
+    // pairs 0, 2, 4, ... into acc0 and 1, 3, 5, ... into acc1, as tile_q8v1's `i & 1`
+    for (int i = 0; i + 1 < np; i += 2) {
+      Q8V_PAIR(acc0);
+      Q8V_PAIR(acc1);
     }
+    if (np & 1) Q8V_PAIR(acc0);
     if (b < nb) {
       const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
       const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
@@ -141,10 +119,12 @@ static inline __attribute__((always_inline)) void tile_q8v1n(const uint8_t *w, s
     for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
   }
 }
+#undef Q8V_PAIR
 
-// n independent one-token products (matvecRows): token t's outputs are bit for bit those of
-// tk_mm_q8v with n = 1 on x_t, the weights read once per run of up to 8 tokens.
-void tk_mm_q8v1(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+// n tokens (any n; the matmul takes it below GEMM_TOKENS, matvecRows at any n): token t's
+// outputs are bit for bit those of n = 1 on x_t alone, so a token's bits do not depend on the
+// batch it runs in; each weight row is read once per run of up to 8 tokens.
+void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
   const int nbp = (nb + 1) & ~1;
@@ -159,51 +139,14 @@ void tk_mm_q8v1(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu,
       float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
       switch (n - t < 8 ? n - t : 8) {
         case 1: tile_q8v1(w, rowBytes, s, nb, xt, dt, yt); break;
-        case 2: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
-        case 3: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
-        case 4: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
-        case 5: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
-        case 6: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
-        case 7: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
-        default: tile_q8v1n(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
+        case 2: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
+        case 3: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
+        case 4: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
+        case 5: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
+        case 6: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
+        case 7: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
+        default: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
       }
-    }
-  }
-}
-
-void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const size_t rowBytes = (size_t)cols;
-  const int t0 = part(tiles, tid, nt);
-  const int t1 = part(tiles, tid + 1, nt);
-  for (int tl = t0; tl < t1; tl++) {
-    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-    // Tokens in runs of up to 8 through tile_q8v; a token left alone in its group of 4 (the
-    // last one when n % 4 == 1) takes tile_q8v1, whose sums add in another order: the bits
-    // of each token stay those of the 4-token grouping.
-    const int lone = n % 4 == 1;
-    for (int t = 0; t < n - lone; t += 8) {
-      const int T = n - lone - t < 8 ? n - lone - t : 8;
-      const uint8_t *xt = m + xu + (size_t)t * cp;
-      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
-      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
-      switch (T) {
-        case 2: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
-        case 3: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
-        case 4: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
-        case 5: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
-        case 6: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
-        case 7: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
-        default: tile_q8v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
-      }
-    }
-    if (lone) {
-      const int t = n - 1;
-      tile_q8v1(w, rowBytes, s, nb, m + xu + (size_t)t * cp, (const float *)(m + dx) + (size_t)t * nbp, (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl);
     }
   }
 }
@@ -299,6 +242,58 @@ void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, 
       float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
       if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
       else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
+    }
+  }
+}
+
+// A prefill GEMM and one-token rows in one pass over the weights: tokens 0..n-1 as tk_mm_q8t
+// (xt, dxt from tk_q8t_prep; n >= GEMM_TOKENS), then d more tokens (xu, dx from tk_q8_prep)
+// each as tk_mm_q8v, over each 8-row tile while it is still in cache. Token n + t's outputs go
+// to row n + t of y and are bit for bit those of tk_mm_q8v on it alone; rows 0..n-1 those of
+// tk_mm_q8t. So decode steps of other sequences ride along a prefill without streaming the
+// weights a second time.
+void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
+  const int groups = (n + 14) / 15;
+  const size_t rowBytes = (size_t)cols;
+  const int pairs = tiles / 2;
+  const int p0 = part(pairs, tid, nt);
+  const int p1 = part(pairs, tid + 1, nt);
+  for (int pr = p0; pr <= p1; pr++) {
+    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+    if (R == 0) break;
+    const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
+    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
+    for (int g = 0; g < groups; g++) {
+      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
+      const uint8_t *X = m + xt + (size_t)g * cols * 16;
+      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
+      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
+      if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
+      else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
+    }
+    for (int h = 0; h < R / 4; h++) {
+      const int tl = 2 * pr + h;
+      const uint8_t *wt = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *st = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < d; t += 8) {
+        const uint8_t *xv = m + xu + (size_t)t * cp;
+        const float *dv = (const float *)(m + dx) + (size_t)t * nbp;
+        float *yv = (float *)(m + y) + (size_t)(n + t) * ystride + 4 * (size_t)tl;
+        switch (d - t < 8 ? d - t : 8) {
+          case 1: tile_q8v1(wt, rowBytes, st, nb, xv, dv, yv); break;
+          case 2: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 2); break;
+          case 3: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 3); break;
+          case 4: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 4); break;
+          case 5: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 5); break;
+          case 6: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 6); break;
+          case 7: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 7); break;
+          default: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 8); break;
+        }
+      }
     }
   }
 }

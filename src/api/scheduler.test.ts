@@ -1,0 +1,167 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generate, greedy, openModel, type OpenedModel, type SequenceCache } from '../engine/index.js';
+import { makeModel } from '../engine/format/make-model.js';
+import { wideModelShape } from '../engine/model/wide-model.js';
+import { Metrics } from './metrics.js';
+import { Scheduler, type SchedulerOptions, type SlotModel } from './scheduler.js';
+
+/*
+ * The scheduler on a one-layer Q8_0 model of TinyLlama's width (where the native kernels'
+ * multi-token paths show any difference in the order of a row's sums): greedy sequences that
+ * run side by side, joining at step boundaries and prefilled in chunks, give the tokens of the
+ * same prompt run alone through `generate` (a lone forward per token, the prompt in one call).
+ */
+
+let dir = '';
+let opened: OpenedModel;
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'tandem-scheduler-'));
+  const path = join(dir, 'wide-q8_0.gguf');
+  await makeModel(path, { arch: 'llama', shape: wideModelShape, type: 'q8_0', seed: 12 });
+  opened = await openModel(path, { threads: 2, tokenizer: false });
+});
+after(async () => {
+  await opened?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const vocab = wideModelShape.vocab;
+const promptOf = (i: number, length: number): number[] =>
+  Array.from({ length }, (_, j) => (i * 131 + j * 29 + 7) % vocab);
+
+/** A greedy run's tokens and each step's logits (the bits tokens alone would hide). */
+interface Run {
+  tokens: number[];
+  logits: Float32Array[];
+}
+
+async function alone(prompt: readonly number[], maxTokens: number): Promise<Run> {
+  const cache = opened.model.newSession({ contextLength: 128 });
+  const logits: Float32Array[] = [];
+  const { tokens } = await generate(opened.model, cache, prompt, {
+    maxTokens,
+    onLogits: (l) => logits.push(l.slice()),
+  });
+  return { tokens, logits };
+}
+
+function scheduler(model: SlotModel, options: Partial<SchedulerOptions> = {}): Scheduler {
+  return new Scheduler(model, {
+    slots: 8,
+    maxQueue: 8,
+    contextLength: 128,
+    metrics: new Metrics(8),
+    ...options,
+  });
+}
+
+/** Submits a greedy sequence; its tokens and logits, and `onToken` called with each token. */
+function run(
+  s: Scheduler,
+  prompt: readonly number[],
+  maxTokens: number,
+  onToken: (token: number) => void = () => {},
+): Promise<Run> {
+  const tokens: number[] = [];
+  const logits: Float32Array[] = [];
+  return s
+    .submit({
+      prompt,
+      maxTokens,
+      pick: greedy,
+      stopTokens: new Set(),
+      onToken: (token, l) => {
+        tokens.push(token);
+        logits.push(l.slice());
+        onToken(token);
+        return true;
+      },
+      signal: new AbortController().signal,
+    })
+    .then(() => ({ tokens, logits }));
+}
+
+test('8 concurrent greedy sequences each equal the same prompt run alone, logits bit for bit (Q8_0, width 2048)', async () => {
+  // prompt lengths below, at and above GEMM_TOKENS, and past one prefill chunk
+  const prompts = [1, 5, 11, 12, 13, 30, 47, 64].map((length, i) => promptOf(i, length));
+  const want = [];
+  for (const p of prompts) want.push(await alone(p, 12));
+  const s = scheduler(opened.model, { prefillChunk: 24 });
+  const got = await Promise.all(prompts.map((p) => run(s, p, 12)));
+  for (const [i, r] of got.entries()) {
+    assert.deepEqual(r.tokens, want[i]!.tokens, `sequence ${i}`);
+    for (const [step, l] of r.logits.entries())
+      assert.ok(
+        Buffer.from(l.buffer).equals(Buffer.from(want[i]!.logits[step]!.buffer)),
+        `sequence ${i} step ${step}`,
+      );
+  }
+});
+
+for (const mixed of [false, true]) {
+  test(`a long prompt is prefilled in chunks between decode steps: the running stream's tokens keep arriving (${mixed ? 'forwardMixed' : 'forward, then forwardBatch'})`, async () => {
+    // the model as the scheduler sees it, logging each forward in order
+    const events: string[] = [];
+    const model = opened.model;
+    const logged: SlotModel = {
+      newSession: (o) => model.newSession(o),
+      forward: (tokens: ArrayLike<number>, cache) => {
+        events.push(`forward ${tokens.length}`);
+        return model.forward(tokens, cache as SequenceCache);
+      },
+      forwardBatch: (tokens, caches) => model.forwardBatch(tokens, caches as readonly SequenceCache[]),
+      ...(mixed
+        ? {
+            forwardMixed: (prefill, decode) => {
+              events.push(
+                `forward ${prefill.tokens.length}${decode.tokens.length > 0 ? ` + ${decode.tokens.length}` : ''}`,
+              );
+              return model.forwardMixed(
+                { tokens: prefill.tokens, cache: prefill.cache as SequenceCache },
+                { tokens: decode.tokens, caches: decode.caches as readonly SequenceCache[] },
+              );
+            },
+          }
+        : {}),
+    };
+    const short = promptOf(1, 4);
+    const long = promptOf(2, 100);
+    const want = [await alone(short, 24), await alone(long, 4)];
+    const s = scheduler(logged, { prefillChunk: 24, mixedChunk: 24 });
+    let started: (() => void) | undefined;
+    const decoding = new Promise<void>((resolve) => (started = resolve));
+    const first = run(s, short, 24, (token) => {
+      events.push(`A ${token}`);
+      if (events.filter((e) => e.startsWith('A ')).length === 3) started?.();
+    });
+    // the long request arrives while the first stream decodes
+    await decoding;
+    const second = run(s, long, 4, (token) => events.push(`B ${token}`));
+    const got = await Promise.all([first, second]);
+    assert.deepEqual(
+      got.map((r) => r.tokens),
+      want.map((r) => r.tokens),
+    );
+    // the long prompt's pieces: 24, 24, 24, 28 (the last takes what would leave under
+    // GEMM_TOKENS), each with the first stream's decode step along when forwardMixed runs them
+    const pieces = events
+      .map((e, i) => [e, i] as const)
+      .filter(([e]) => e.startsWith('forward ') && e !== 'forward 4');
+    const along = mixed ? ' + 1' : '';
+    assert.deepEqual(
+      pieces.map(([e]) => e),
+      [`forward 24${along}`, `forward 24${along}`, `forward 24${along}`, `forward 28${along}`],
+    );
+    // between the first and the last piece, the first stream's tokens arrived (one per round)
+    const from = pieces[0]![1];
+    const to = pieces.at(-1)![1];
+    const between = events.slice(from, to).filter((e) => e.startsWith('A ')).length;
+    assert.equal(between, 3, events.join(', '));
+    const bFirst = events.findIndex((e) => e.startsWith('B '));
+    assert.ok(bFirst > to, 'the long request emits its first token after its last piece');
+  });
+}

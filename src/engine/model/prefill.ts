@@ -1,0 +1,29 @@
+import { GEMM_TOKENS } from '../../kernels/types.js';
+
+/**
+ * Prompt tokens per prefill piece that the server runs between decode steps by default: a
+ * multiple of GEMM_TOKENS and of the native GEMM's 15-token lane groups, small enough that
+ * running streams wait one short forward for it, large enough that the GEMM stays efficient.
+ */
+export const PREFILL_CHUNK = 120;
+
+/**
+ * Prompt tokens per prefill piece while other streams decode along with it (Model.forwardMixed):
+ * two of the GEMM's 15-token lane groups. Each piece carries one decode step of every running
+ * stream, so smaller pieces give running streams more tokens during a prefill, while a piece
+ * still costs about as much compute as streaming the weights once.
+ */
+export const MIXED_PREFILL_CHUNK = 30;
+
+/**
+ * The length of the next prefill piece when `remaining` prompt tokens are left and pieces
+ * are about `chunk` long: `chunk` (at least GEMM_TOKENS), or all that remains when a piece of
+ * `chunk` would leave fewer than GEMM_TOKENS behind. So a prompt of GEMM_TOKENS or more
+ * tokens is cut only into pieces of GEMM_TOKENS or more, and a shorter one is not cut: each
+ * token goes through the kernels' same size class (kernels/types.ts) whatever the chunk, and
+ * a prompt prefilled in pieces gives the logits, bit for bit, of any other cut of it.
+ */
+export function prefillPiece(remaining: number, chunk: number): number {
+  const size = Math.max(Math.floor(chunk), GEMM_TOKENS);
+  return remaining < size + GEMM_TOKENS ? remaining : size;
+}

@@ -1,0 +1,82 @@
+import { TandemError } from '../errors/index.js';
+import type { Arena } from './wasm-arena.js';
+import type { ThreadPool } from './pool.js';
+import type { SlicedWeight } from './weight-source.js';
+import { GgmlType, type GgmlTypeId, type KvCache, type KvCacheOptions, type Weight } from './types.js';
+
+export type Fn = (...args: number[]) => number;
+
+/** One WebAssembly memory and the calling thread's instance of the kernels on it. */
+export interface ArenaSlot {
+  arena: Arena;
+  main: Record<string, Fn>;
+}
+
+/** What the wasm/native kernels' parts share: the pool, the arenas and the native paths on offer. */
+export interface WasmContext {
+  readonly pool: ThreadPool;
+  /** Arenas in creation order; the first is where activation-only kernels run. */
+  readonly slots: readonly ArenaSlot[];
+  /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
+  readonly q8v: boolean;
+  /** rmsNorm, rope and SwiGLU rows run the native (bit-identical) kernels. */
+  readonly nativeNorm: boolean;
+}
+
+export class WasmWeight implements Weight {
+  constructor(
+    readonly type: GgmlTypeId,
+    readonly rows: number,
+    readonly cols: number,
+    readonly name: string,
+    readonly slot: ArenaSlot,
+    /** Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]. */
+    readonly ptr: number,
+    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32; 0 otherwise. */
+    readonly scales: number,
+    readonly rowsPad: number,
+    readonly rowBytes: number,
+  ) {}
+}
+
+export class WasmKvCache implements KvCache {
+  constructor(
+    readonly options: Readonly<KvCacheOptions>,
+    readonly slot: ArenaSlot,
+    readonly k: number[],
+    readonly v: number[],
+  ) {}
+}
+
+/** Copies rows r0..r0+rows-1 of a resolved slice to `dst` in the arena, `stride` bytes apart. */
+export function copyRows(
+  arena: Arena,
+  s: SlicedWeight,
+  r0: number,
+  rows: number,
+  dst: number,
+  stride: number,
+): void {
+  const u8 = arena.u8;
+  const first = s.rowOffset(r0);
+  if (stride === s.rowBytes && (rows === 1 || s.rowOffset(r0 + 1) - first === s.rowBytes)) {
+    u8.set(s.data.subarray(first, first + rows * s.rowBytes), dst);
+    return;
+  }
+  for (let r = 0; r < rows; r++)
+    u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
+}
+
+export const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
+export const isK = (t: GgmlTypeId): boolean =>
+  t === GgmlType.Q4_K || t === GgmlType.Q5_K || t === GgmlType.Q6_K;
+
+/** x as an instance of `cls`; throws when it came from another kernels object. */
+export function own<T>(x: unknown, cls: new (...args: never[]) => T, what: string): T {
+  if (!(x instanceof cls)) {
+    throw new TandemError('KERNELS_BAD_SHAPE', `${what} was not created by this kernels instance`, {
+      hint: 'use handles from the same Kernels object',
+    });
+  }
+  return x;
+}

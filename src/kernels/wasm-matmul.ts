@@ -1,0 +1,312 @@
+import { TandemError } from '../errors/index.js';
+import { align, type Arena } from './wasm-arena.js';
+import { op } from './wasm-module.js';
+import { swigluRef } from './ref/ops-ref.js';
+import { isK, isQ32, type WasmContext, type WasmWeight } from './wasm-handles.js';
+import { GEMM_TOKENS, GgmlType } from './types.js';
+
+/*
+ * The matmuls of the wasm/native kernels: x [n, cols] is copied into the weight's arena,
+ * quantised there to the weight's dot type, multiplied on all threads of the pool, and the
+ * rows [n, rows] copied out. `swiglu` (matmulSwiglu): the weight stacks gate rows over up
+ * rows, and SwiGLU is applied in the arena so only [n, rows / 2] is copied out.
+ */
+
+/** y = x W^T for n tokens, or SwiGLU of it into `swiglu`; shapes checked by the caller. */
+export function matmulRun(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  swiglu?: Float32Array,
+): void {
+  if (ctx.q8v && w.type === GgmlType.Q8_0) {
+    matmulQ8v(ctx, w, x, y, n, true, swiglu);
+    return;
+  }
+  const { arena, main } = w.slot;
+  const cols = w.cols;
+  const groups = Math.ceil(cols / 32);
+  const xfBytes = align(n * cols * 4, 64);
+  const x16Bytes = align(n * cols * 2, 64);
+  const xdBytes = align(n * groups * 4, 64);
+  const yBytes = align(n * w.rowsPad * 4, 64);
+  const ktGemm = isK(w.type) && ctx.q8v && n >= GEMM_TOKENS;
+  const tgroups = Math.ceil(n / 15);
+  const xtBytes = ktGemm ? align(tgroups * cols * 16, 64) : 0;
+  const dtBytes = ktGemm ? align(tgroups * (cols / 256) * 64, 64) : 0;
+  const btBytes = ktGemm ? align(tgroups * (cols / 32) * 64, 64) : 0;
+  const base = arena.scratch(xfBytes + x16Bytes + 2 * xdBytes + yBytes + xtBytes + dtBytes + btBytes);
+  const xf = base;
+  const x16 = xf + xfBytes;
+  const xd = x16 + x16Bytes;
+  const xs = xd + xdBytes;
+  const yp = xs + xdBytes;
+  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  const tiles = w.rowsPad / 4;
+  const work = n * w.rowsPad * cols;
+  const pool = ctx.pool;
+  if (n > 1 && (isQ32(w.type) || isK(w.type))) {
+    pool.run(arena.index, op.quant_part, [isQ32(w.type) ? 0 : 1, xf, n, cols, x16, xd, xs], n * cols);
+  } else if (isQ32(w.type)) {
+    main.quant_q8_0!(xf, n, cols, x16, xd, xs);
+  } else if (isK(w.type)) {
+    main.quant_q8_k!(xf, n, cols, x16, xd, xs);
+  }
+  if (isQ32(w.type)) {
+    pool.run(
+      arena.index,
+      w.type === GgmlType.Q8_0 ? op.mm_q8_0 : op.mm_q4_0,
+      [w.ptr, w.scales, cols, x16, xd, xs, n, yp, w.rowsPad, tiles],
+      work,
+    );
+  } else if (ktGemm) {
+    // K-quant GEMM (native VNNI): the q8_K activations transposed into 15-token groups
+    const xt = yp + yBytes;
+    pool.run(
+      arena.index,
+      op.kt_prep,
+      [x16, xd, xs, n, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes],
+      n * cols,
+    );
+    pool.run(
+      arena.index,
+      op.mm_kt,
+      [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, w.rowsPad, tiles],
+      work,
+    );
+  } else if (isK(w.type)) {
+    pool.run(
+      arena.index,
+      op.mm_k,
+      [w.type, w.ptr, w.rowBytes, cols, x16, xd, xs, n, yp, w.rowsPad, tiles],
+      work,
+    );
+  } else {
+    if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
+    pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
+  }
+  copyOut(ctx, arena, yp, w, y, n, swiglu);
+}
+
+/**
+ * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
+ * Few tokens: mm_q8v (each row streamed once for up to 8 tokens, each token with a lone
+ * matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
+ * 8 rows x 15 tokens per tile).
+ */
+export function matmulQ8v(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  gemm: boolean,
+  swiglu?: Float32Array,
+): void {
+  const { arena } = w.slot;
+  const cols = w.cols;
+  if (n >= GEMM_TOKENS && gemm) {
+    const groups = Math.ceil(n / 15);
+    const xfBytes = align(n * cols * 4, 64);
+    const xtBytes = align(groups * cols * 16, 64);
+    const dtBytes = align(groups * (cols / 32) * 64, 64);
+    const xf = arena.scratch(xfBytes + xtBytes + dtBytes + align(n * w.rowsPad * 4, 64));
+    const xt = xf + xfBytes;
+    const dt = xt + xtBytes;
+    const yp = dt + dtBytes;
+    arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+    ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
+    ctx.pool.run(
+      arena.index,
+      op.mm_q8t,
+      [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4],
+      n * w.rowsPad * cols,
+    );
+    copyOut(ctx, arena, yp, w, y, n, swiglu);
+    return;
+  }
+  const nbp = 2 * Math.ceil(cols / 64);
+  const xfBytes = align(n * cols * 4, 64);
+  const xuBytes = align(n * nbp * 32, 64);
+  const dxBytes = align(n * nbp * 4, 64);
+  const yBytes = align(n * w.rowsPad * 4, 64);
+  const xf = arena.scratch(xfBytes + xuBytes + dxBytes + yBytes);
+  const xu = xf + xfBytes;
+  const dx = xu + xuBytes;
+  const yp = dx + dxBytes;
+  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  ctx.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
+  ctx.pool.run(
+    arena.index,
+    op.mm_q8v,
+    [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
+    n * w.rowsPad * cols,
+  );
+  copyOut(ctx, arena, yp, w, y, n, swiglu);
+}
+
+/** Copies the result rows out of the arena; with `swiglu` first applies SwiGLU to them there. */
+function copyOut(
+  ctx: WasmContext,
+  arena: Arena,
+  yp: number,
+  w: WasmWeight,
+  y: Float32Array,
+  n: number,
+  swiglu: Float32Array | undefined,
+): void {
+  const f32 = arena.f32;
+  if (swiglu) {
+    const half = w.rows / 2;
+    ctx.pool.run(arena.index, op.swiglu_rows, [yp, w.rowsPad, half, n], n * half * 8);
+    for (let t = 0; t < n; t++)
+      swiglu.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + half), t * half);
+    return;
+  }
+  if (w.rowsPad === w.rows || n === 1)
+    y.set(f32.subarray(yp >>> 2, (yp >>> 2) + (n === 1 ? w.rows : n * w.rows)));
+  else
+    for (let t = 0; t < n; t++)
+      y.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + w.rows), t * w.rows);
+}
+
+/**
+ * n one-token products, row t bit for bit matvec(w, x[t]): every kernel gives a token
+ * matvec's bits below GEMM_TOKENS (types.ts), and Q8_0 on VNNI keeps mm_q8v at any n. With
+ * `swiglu`, SwiGLU of each row into it.
+ */
+export function matvecRowsRun(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  swiglu?: Float32Array,
+): void {
+  if (ctx.q8v && w.type === GgmlType.Q8_0) {
+    matmulQ8v(ctx, w, x, y, n, false, swiglu);
+    return;
+  }
+  const step = GEMM_TOKENS - 1;
+  const half = w.rows / 2;
+  for (let t = 0; t < n; t += step) {
+    const m = Math.min(step, n - t);
+    matmulRun(
+      ctx,
+      w,
+      x.subarray(t * w.cols, (t + m) * w.cols),
+      y.subarray(t * w.rows, (t + m) * w.rows),
+      m,
+      swiglu?.subarray(t * half, (t + m) * half),
+    );
+  }
+}
+
+/**
+ * Tokens 0..n-1 as a matmul of n, then `rows` more each with matvec's bits (x: [n + rows,
+ * cols], y: [n + rows, rows of w]; with `swiglu`, SwiGLU of each row into it instead). Q8_0
+ * on VNNI with n from GEMM_TOKENS on: one pass over the weights (mm_q8tv).
+ */
+export function matmulPlusRowsRun(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  rows: number,
+  swiglu?: Float32Array,
+): void {
+  if (rows === 0) return matmulRun(ctx, w, x, y, n, swiglu);
+  if (n === 0) return matvecRowsRun(ctx, w, x, y, rows, swiglu);
+  if (ctx.q8v && w.type === GgmlType.Q8_0 && n >= GEMM_TOKENS)
+    return matmulQ8tv(ctx, w, x, y, n, rows, swiglu);
+  // below GEMM_TOKENS in all, every token gets matvec's bits in one matmul
+  if (n + rows < GEMM_TOKENS) return matmulRun(ctx, w, x, y, n + rows, swiglu);
+  const half = w.rows / 2;
+  matmulRun(ctx, w, x.subarray(0, n * w.cols), y.subarray(0, n * w.rows), n, swiglu?.subarray(0, n * half));
+  matvecRowsRun(ctx, w, x.subarray(n * w.cols), y.subarray(n * w.rows), rows, swiglu?.subarray(n * half));
+}
+
+/** Q8_0 on VNNI: the prefill GEMM of n tokens and `rows` one-token rows in one pass (mm_q8tv). */
+function matmulQ8tv(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  rows: number,
+  swiglu: Float32Array | undefined,
+): void {
+  const { arena } = w.slot;
+  const cols = w.cols;
+  const total = n + rows;
+  const groups = Math.ceil(n / 15);
+  const nbp = 2 * Math.ceil(cols / 64);
+  const xfBytes = align(total * cols * 4, 64);
+  const xtBytes = align(groups * cols * 16, 64);
+  const dtBytes = align(groups * (cols / 32) * 64, 64);
+  const xuBytes = align(rows * nbp * 32, 64);
+  const dxBytes = align(rows * nbp * 4, 64);
+  const xf = arena.scratch(
+    xfBytes + xtBytes + dtBytes + xuBytes + dxBytes + align(total * w.rowsPad * 4, 64),
+  );
+  const xt = xf + xfBytes;
+  const dt = xt + xtBytes;
+  const xu = dt + dtBytes;
+  const dx = xu + xuBytes;
+  const yp = dx + dxBytes;
+  arena.f32.set(x.subarray(0, total * cols), xf >>> 2);
+  ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
+  ctx.pool.run(arena.index, op.q8_prep, [xf + n * cols * 4, rows, cols, xu, dx], rows * cols);
+  ctx.pool.run(
+    arena.index,
+    op.mm_q8tv,
+    [w.ptr, w.scales, cols, xt, dt, n, xu, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
+    total * w.rowsPad * cols,
+  );
+  copyOut(ctx, arena, yp, w, y, total, swiglu);
+}
+
+/**
+ * w: [2 * half, cols] (gate rows, then up rows); x: [n + rows, cols], out: [n + rows, half];
+ * the rows split as in matmulPlusRowsRun.
+ */
+export function matmulSwigluRun(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  out: Float32Array,
+  n: number,
+  rows = 0,
+): void {
+  const half = w.rows / 2;
+  const total = n + rows;
+  if (
+    !Number.isInteger(half) ||
+    !(Number.isInteger(n) && n >= 0 && Number.isInteger(rows) && rows >= 0 && total >= 1) ||
+    x.length < total * w.cols ||
+    out.length < total * half
+  ) {
+    throw new TandemError(
+      'KERNELS_BAD_SHAPE',
+      `${w.name}: fused SwiGLU of [${w.rows}, ${w.cols}] for ${total} tokens got x of ${x.length} and out of ${out.length} elements`,
+      {
+        hint: 'stack gate and up rows (an even row count); x holds n * cols values, out n * rows / 2',
+      },
+    );
+  }
+  if (!ctx.nativeNorm) {
+    const y = new Float32Array(total * w.rows);
+    matmulPlusRowsRun(ctx, w, x, y, n, rows);
+    for (let t = 0; t < total; t++)
+      swigluRef(
+        y.subarray(t * w.rows, t * w.rows + half),
+        y.subarray(t * w.rows + half, (t + 1) * w.rows),
+        out.subarray(t * half, (t + 1) * half),
+      );
+    return;
+  }
+  matmulPlusRowsRun(ctx, w, x, out, n, rows, out);
+}
