@@ -13,8 +13,12 @@ export type Message = Record<string, unknown>;
 /** A node sends a heartbeat event this often once authenticated. */
 export const HEARTBEAT_MS = 1000;
 
-/** A node from which nothing (heartbeat, reply or event) came for this long is dead. */
-export const DEAD_AFTER_MS = 3000;
+/**
+ * A peer from which nothing (heartbeat, reply or event) came for this long is dead: two and a
+ * half heartbeats, so that with the watchdog's tick (at most 250 ms) a stopped peer is
+ * declared dead within 3 s.
+ */
+export const DEAD_AFTER_MS = 2500;
 
 /**
  * Calls `onSilent` once nothing came from the peer (`lastSeen()`, Date.now() ms) for
