@@ -29,10 +29,15 @@ test("the shipped model's greedy tokens equal PyTorch's at the end of its traini
   }
 });
 
-test('firstAnswer serves the shipped model on a free port, asks it over HTTP and closes', async () => {
-  const { url, answer } = await firstAnswer('The license', 16);
+test('firstAnswer serves the shipped model across 2 local nodes on a free port, asks it over HTTP and closes', async () => {
+  const { url, answer, members, parallel } = await firstAnswer('The license', 16);
   assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
   assert.match(answer, /[a-z]{3,}/i);
+  assert.deepEqual(members, [
+    { id: 'node 0', state: 'alive' },
+    { id: 'node 1', state: 'alive' },
+  ]);
+  assert.equal(parallel, 'tp');
   // Closed: the port no longer answers.
   await assert.rejects(fetch(`${url}/health`));
 });

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ApiServer, loadServedModel } from '../api/index.js';
+import { ApiServer, loadClusterServedModel } from '../api/index.js';
+import type { ClusterView } from '../cluster/index.js';
 import { TandemError } from '../errors/index.js';
 
 /**
@@ -27,14 +28,22 @@ export function embeddedModelPath(command: string): string {
   return EMBEDDED_MODEL.path;
 }
 
+/** What the demo's last step served and answered. */
+export interface FirstAnswer {
+  url: string;
+  answer: string;
+  /** The members that served it, as `/v1/cluster` lists them, and how the model was split. */
+  members: { id: string; state: string }[];
+  parallel: string;
+}
+
 /**
- * Serves the shipped model over HTTP on a free loopback port, asks it one chat question
- * through the OpenAI route as any client would, and closes: the last step of the demo.
+ * Serves the shipped model over HTTP on a free loopback port, split across `nodes` local node
+ * processes (tensor parallel, as `tandem serve --nodes` does), asks it one chat question
+ * through the OpenAI route as any client would, reads `/v1/cluster`, and closes (the nodes
+ * stop with it): the last step of the demo.
  */
-export async function firstAnswer(
-  question: string,
-  maxTokens: number,
-): Promise<{ url: string; answer: string }> {
+export async function firstAnswer(question: string, maxTokens: number, nodes = 2): Promise<FirstAnswer> {
   const path = embeddedModelPath('demo');
   const server = await ApiServer.start({
     host: '127.0.0.1',
@@ -42,7 +51,7 @@ export async function firstAnswer(
     maxBodyBytes: 1 << 20,
     slots: 1,
     maxQueue: 1,
-    load: () => loadServedModel(path, { threads: 1, context: 256 }),
+    load: () => loadClusterServedModel(path, { nodes, parallel: 'tp', threads: 1, context: 256 }),
   });
   try {
     await server.ready;
@@ -58,7 +67,13 @@ export async function firstAnswer(
     const body = (await res.json()) as { choices?: { message?: { content?: string } }[] };
     if (res.status !== 200)
       throw new Error(`demo: tandem's own server answered ${res.status}: ${JSON.stringify(body)}`);
-    return { url: server.url, answer: body.choices?.[0]?.message?.content ?? '' };
+    const cluster = (await (await fetch(`${server.url}/v1/cluster`)).json()) as ClusterView;
+    return {
+      url: server.url,
+      answer: body.choices?.[0]?.message?.content ?? '',
+      members: cluster.members.map((m) => ({ id: m.id, state: m.state })),
+      parallel: cluster.placement?.parallel ?? '?',
+    };
   } finally {
     await server.close(0);
   }

@@ -19,7 +19,7 @@ export const command = defineCommand({
     'then runs the same prompt on one node and split across two local node processes (tensor parallel), and prints both. ' +
     'The figures are measured as `tandem bench cluster` measures them: both configurations loaded side by side and warmed up, then --repeat timed rounds alternated, the best of each shown; when the split is slower, one line says why. ' +
     'The text means nothing (the weights are random); the point is that both runs produce the same tokens. ' +
-    `Last, it serves the model that ships with tandem over the OpenAI-compatible API on a free loopback port and prints its answer to the prompt (${EMBEDDED_MODEL.about}); \`tandem serve\` keeps such a server up.`,
+    `Last, it serves the model that ships with tandem over the OpenAI-compatible API on a free loopback port, split across 2 local node processes, and prints its answer to the prompt and the members that served it (${EMBEDDED_MODEL.about}); \`tandem serve\` keeps such a server up.`,
   options: {
     prompt: { type: 'string', description: 'prompt text', default: 'The capital of France is' },
     'max-tokens': { type: 'number', description: 'tokens to generate', default: 32 },
@@ -107,7 +107,15 @@ export const command = defineCommand({
           agree,
           agreeing_prefix: prefix,
           ...(served
-            ? { served: { model: EMBEDDED_MODEL.name, url: served.url, answer: served.answer } }
+            ? {
+                served: {
+                  model: EMBEDDED_MODEL.name,
+                  url: served.url,
+                  answer: served.answer,
+                  members: served.members,
+                  parallel: served.parallel,
+                },
+              }
             : {}),
         }) + '\n',
       );
@@ -152,7 +160,7 @@ export const command = defineCommand({
     if (served) {
       out.push('');
       out.push(
-        `served ${EMBEDDED_MODEL.name} (trained on local text, tiny: fluent fragments, no knowledge) at ${served.url}`,
+        `served ${EMBEDDED_MODEL.name} (trained on local text, tiny: fluent fragments, no knowledge) at ${served.url}, split across ${served.members.length} local nodes (${served.parallel}: ${served.members.map((m) => `${m.id} ${m.state}`).join(', ')})`,
       );
       out.push(
         `  POST /v1/chat/completions ${JSON.stringify(options.prompt)} -> ${JSON.stringify(served.answer)}`,
