@@ -7,6 +7,7 @@ import { ApiServer } from '../src/api/http-server.js';
 import { loadClusterServedModel } from '../src/api/cluster-served-model.js';
 import type { ClusterView } from '../src/cluster/index.js';
 import { TandemError } from '../src/errors/index.js';
+import { streamCompletion, type StreamedCompletion } from '../src/api/sse-reader.js';
 import { benchPromptFor } from './model.js';
 import { formatTable } from './table.js';
 
@@ -31,50 +32,17 @@ export interface RecoverBenchRow {
   texts_equal: boolean;
 }
 
-interface Streamed {
-  text: string;
-  /** Date.now() of each text chunk. */
-  at: number[];
-  completed: boolean;
-}
-
 async function stream(
   url: string,
   prompt: readonly number[],
   maxTokens: number,
   onChunk?: () => void,
-): Promise<Streamed> {
-  const out: Streamed = { text: '', at: [], completed: false };
-  const res = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
-    signal: AbortSignal.timeout(600_000),
-  });
-  if (!res.ok || !res.body) return out;
-  let pending = '';
-  const decoder = new TextDecoder();
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\n\n');
-    pending = events.pop() ?? '';
-    for (const event of events) {
-      const data = event.replace(/^data: /, '');
-      if (data === '[DONE]') {
-        out.completed = true;
-        continue;
-      }
-      const chunk = JSON.parse(data) as { choices?: { text: string }[]; error?: unknown };
-      if (chunk.error) return out;
-      for (const c of chunk.choices ?? []) {
-        if (!c.text) continue;
-        out.text += c.text;
-        out.at.push(Date.now());
-        onChunk?.();
-      }
-    }
-  }
-  return out;
+): Promise<StreamedCompletion> {
+  return streamCompletion(
+    url,
+    { prompt, max_tokens: maxTokens, temperature: 0 },
+    { signal: AbortSignal.timeout(600_000), clock: Date.now, ...(onChunk ? { onText: onChunk } : {}) },
+  );
 }
 
 /** Distinct prompts: the bench prompt with its tokens rotated per stream. */
@@ -139,14 +107,14 @@ export async function benchRecover(o: RecoverBenchOptions): Promise<RecoverBench
     // a token out after the re-placement was computed on the survivors (those just after the
     // kill may have been computed before it)
     const replaced = killedAt + at('replaced');
-    const resumed = Math.min(...runs.map((r) => r.at.find((t) => t > replaced) ?? Infinity));
+    const resumed = Math.min(...runs.map((r) => r.chunkTimes.find((t) => t > replaced) ?? Infinity));
     return {
       detect_ms: at('lost'),
       replace_ms: at('replaced'),
       resume_ms: Number.isFinite(resumed) ? resumed - killedAt : NaN,
       streams: o.streams,
-      streams_completed: runs.filter((r) => r.completed).length,
-      texts_equal: runs.every((r, i) => r.completed && r.text === reference[i]?.text),
+      streams_completed: runs.filter((r) => r.done && r.error === undefined).length,
+      texts_equal: runs.every((r, i) => r.done && r.error === undefined && r.text === reference[i]?.text),
     };
   } finally {
     await server.close(0);

@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
+import { streamCompletion } from '../src/api/sse-reader.js';
 import { TandemError } from '../src/errors/index.js';
 import { runJsonChild } from '../src/engine/testing/json-child.js';
 import { benchPromptFor } from './model.js';
@@ -156,41 +157,17 @@ function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: 
 /** One streamed completion: the time of each content chunk, and the usage's token count. */
 async function streamOnce(url: string, prompt: readonly number[], maxTokens: number): Promise<RequestTiming> {
   const startMs = performance.now();
-  const res = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      prompt,
-      max_tokens: maxTokens,
-      temperature: 0,
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
+  const r = await streamCompletion(url, {
+    prompt,
+    max_tokens: maxTokens,
+    temperature: 0,
+    stream_options: { include_usage: true },
   });
-  if (!res.ok || !res.body)
-    throw new TandemError('INTERNAL', `bench serve: the server answered ${res.status}: ${await res.text()}`, {
+  if (r.status !== 200 || r.error !== undefined)
+    throw new TandemError('INTERNAL', `bench serve: the server answered ${r.status}: ${r.error}`, {
       hint: "see the server's error above",
     });
-  const tokenMs: number[] = [];
-  let tokens = 0;
-  let pending = '';
-  const decoder = new TextDecoder();
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\n\n');
-    pending = events.pop() ?? '';
-    for (const event of events) {
-      const data = event.replace(/^data: /, '');
-      if (data === '[DONE]') continue;
-      const chunk = JSON.parse(data) as {
-        choices: { text: string }[];
-        usage?: { completion_tokens: number } | null;
-      };
-      if (chunk.choices[0]?.text) tokenMs.push(performance.now());
-      if (chunk.usage) tokens = chunk.usage.completion_tokens;
-    }
-  }
-  return { startMs, tokenMs, endMs: performance.now(), tokens };
+  return { startMs, tokenMs: r.chunkTimes, endMs: performance.now(), tokens: r.completionTokens ?? 0 };
 }
 
 async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<ServeBenchRow[]> {

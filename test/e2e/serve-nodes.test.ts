@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiServer } from '../../src/api/http-server.js';
 import { loadClusterServedModel, type ClusterServeOptions } from '../../src/api/cluster-served-model.js';
 import { startTestServer } from '../../src/api/testing.js';
+import { streamCompletion } from '../../src/api/sse-reader.js';
 import { tandemBin } from '../../src/cli/testing.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
@@ -43,40 +44,20 @@ const prompts = Array.from({ length: 8 }, (_, i) => PROMPT.map((t) => ((t + 37 *
 interface Completion {
   text: string;
   finish: string | undefined;
-  tokens: number;
+  tokens: number | undefined;
 }
 
-/** A streamed greedy completion of token ids, its text put back together from the chunks. */
+/** A streamed greedy completion of token ids: its text, finish reason and usage. */
 async function streamed(url: string, prompt: number[], maxTokens: number): Promise<Completion> {
-  const res = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      prompt,
-      max_tokens: maxTokens,
-      temperature: 0,
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
-    signal: AbortSignal.timeout(60_000),
-  });
-  assert.equal(res.status, 200);
-  const out: Completion = { text: '', finish: undefined, tokens: 0 };
-  for (const line of (await res.text()).split('\n')) {
-    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
-    const chunk = JSON.parse(line.slice(6)) as {
-      choices: { text: string; finish_reason: string | null }[];
-      usage?: { completion_tokens: number };
-      error?: unknown;
-    };
-    assert.equal(chunk.error, undefined, 'no error event');
-    for (const c of chunk.choices) {
-      out.text += c.text;
-      out.finish = c.finish_reason ?? out.finish;
-    }
-    if (chunk.usage) out.tokens = chunk.usage.completion_tokens;
-  }
-  return out;
+  const r = await streamCompletion(
+    url,
+    { prompt, max_tokens: maxTokens, temperature: 0, stream_options: { include_usage: true } },
+    { signal: AbortSignal.timeout(60_000) },
+  );
+  assert.equal(r.status, 200);
+  assert.equal(r.error, undefined, 'no error event');
+  assert.ok(r.done, 'the stream ends with [DONE]');
+  return { text: r.text, finish: r.finishReason, tokens: r.completionTokens };
 }
 
 describe('serve over nodes', { timeout: 240_000 }, () => {

@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiServer } from '../../src/api/http-server.js';
 import { loadClusterServedModel } from '../../src/api/cluster-served-model.js';
 import { metric, startTestServer } from '../../src/api/testing.js';
+import { streamCompletion, type StreamedCompletion } from '../../src/api/sse-reader.js';
 import type { ClusterView } from '../../src/cluster/index.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
@@ -28,51 +29,15 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 const prompts = Array.from({ length: 4 }, (_, i) => PROMPT.map((t) => ((t + 53 * i) % 500) + 3));
 const MAX_TOKENS = 24;
 
-interface Stream {
-  text: string;
-  /** When each text chunk arrived (performance.now()). */
-  at: number[];
-  tokens: number;
-}
-
-async function stream(url: string, prompt: number[]): Promise<Stream> {
-  const res = await fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      prompt,
-      max_tokens: MAX_TOKENS,
-      temperature: 0,
-      stream: true,
-      stream_options: { include_usage: true },
-    }),
-    signal: AbortSignal.timeout(90_000),
-  });
-  assert.equal(res.status, 200);
-  const out: Stream = { text: '', at: [], tokens: 0 };
-  let pending = '';
-  const decoder = new TextDecoder();
-  for await (const bytes of res.body!) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\n\n');
-    pending = events.pop() ?? '';
-    for (const event of events) {
-      const data = event.replace(/^data: /, '');
-      if (data === '[DONE]') continue;
-      const chunk = JSON.parse(data) as {
-        choices?: { text: string }[];
-        usage?: { completion_tokens: number } | null;
-        error?: { message: string };
-      };
-      assert.equal(chunk.error, undefined, `no error event (${chunk.error?.message})`);
-      for (const c of chunk.choices ?? []) {
-        out.text += c.text;
-        if (c.text) out.at.push(performance.now());
-      }
-      if (chunk.usage) out.tokens = chunk.usage.completion_tokens;
-    }
-  }
-  return out;
+async function stream(url: string, prompt: number[]): Promise<StreamedCompletion> {
+  const r = await streamCompletion(
+    url,
+    { prompt, max_tokens: MAX_TOKENS, temperature: 0, stream_options: { include_usage: true } },
+    { signal: AbortSignal.timeout(90_000) },
+  );
+  assert.equal(r.status, 200);
+  assert.equal(r.error, undefined, `no error event (${r.error})`);
+  return r;
 }
 
 async function clusterView(url: string): Promise<ClusterView> {
@@ -128,12 +93,12 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
           done.map((s) => s.text),
           alone,
         );
-        assert.ok(done.every((s) => s.tokens === MAX_TOKENS));
+        assert.ok(done.every((s) => s.completionTokens === MAX_TOKENS));
         const view = await clusterView(server.url);
         const replaced = view.events.find((e) => e.kind === 'replaced')?.atMs ?? NaN;
         const killedAtMs = Date.now() - (performance.now() - killedAt);
         const resumed = Math.min(
-          ...done.map((s) => s.at.find((x) => x > killedAt + (replaced - killedAtMs)) ?? Infinity),
+          ...done.map((s) => s.chunkTimes.find((x) => x > killedAt + (replaced - killedAtMs)) ?? Infinity),
         );
         t.diagnostic(
           `${signal}: re-placed ${(replaced - killedAtMs).toFixed(0)} ms and first token on the survivors ${(resumed - killedAt).toFixed(0)} ms after the signal`,

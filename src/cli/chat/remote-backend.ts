@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { TandemError } from '../../errors/index.js';
 import type { ChatMessage } from '../../engine/index.js';
 import { contextOverflow, type AnswerStats, type ChatBackend } from './backend.js';
-import { sseData } from './sse-reader.js';
+import { sseData } from '../../api/sse-reader.js';
 
 export interface RemoteBackendOptions {
   /** The server's address: `http://host:port`, with or without a trailing `/v1`. */
