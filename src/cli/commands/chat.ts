@@ -10,7 +10,7 @@ import { Conversation } from '../chat/conversation.js';
 import { LocalBackend } from '../chat/local-backend.js';
 import { NodesBackend } from '../chat/nodes-backend.js';
 import { RemoteBackend } from '../chat/remote-backend.js';
-import { command as run } from './run.js';
+import { command as run, samplingOptions } from './run.js';
 
 // run's own definitions of the sampling and local-model options, so both commands say and check the same
 const {
@@ -72,16 +72,7 @@ function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `chat: ${message}`, { hint });
 }
 
-function sampling(options: ChatOptions): SamplerOptions {
-  return {
-    temperature: options.temperature,
-    topK: options['top-k'],
-    topP: options['top-p'],
-    minP: options['min-p'],
-    repeatPenalty: options['repeat-penalty'],
-    ...(options.seed !== undefined ? { seed: options.seed } : {}),
-  };
-}
+const sampling = (options: ChatOptions): SamplerOptions => samplingOptions(options);
 
 /**
  * With --url the server samples with OpenAI's parameters only (temperature, top_p, seed) and

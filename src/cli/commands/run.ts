@@ -14,6 +14,7 @@ import {
   openModel,
   type ChatMessage,
   type OpenedModel,
+  type SamplerOptions,
   type TokenPicker,
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
@@ -103,6 +104,25 @@ const runOptions = {
 
 type RunOptions = ParsedOptions<typeof runOptions>;
 
+/** The sampler's options from run's sampling options (chat takes the same). */
+export function samplingOptions(options: {
+  temperature: number;
+  'top-k': number;
+  'top-p': number;
+  'min-p': number;
+  'repeat-penalty': number;
+  seed?: number | undefined;
+}): SamplerOptions {
+  return {
+    temperature: options.temperature,
+    topK: options['top-k'],
+    topP: options['top-p'],
+    minP: options['min-p'],
+    repeatPenalty: options['repeat-penalty'],
+    ...(options.seed !== undefined ? { seed: options.seed } : {}),
+  };
+}
+
 /** The prompt to run: token ids, or text (rendered in the model's chat template when `chat`). */
 type Prompt = { ids: number[] } | { text: string; chat: boolean; system: string | undefined };
 
@@ -162,14 +182,7 @@ export const command = defineCommand({
       return runOnNodes(path, options, memLimit, prompt);
     if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type']);
     const threads = checkThreads('run', options.threads ?? availableParallelism());
-    const sampler = new Sampler({
-      temperature: options.temperature,
-      topK: options['top-k'],
-      topP: options['top-p'],
-      minP: options['min-p'],
-      repeatPenalty: options['repeat-penalty'],
-      ...(options.seed !== undefined ? { seed: options.seed } : {}),
-    });
+    const sampler = new Sampler(samplingOptions(options));
     const opened = await openModel(path, { threads });
     if (!options.json) noteRandomWeights(path);
     try {
@@ -303,14 +316,7 @@ async function runOnNodes(
     ...(options.tp !== undefined ? { tpSize: options.tp } : {}),
     ...(options.wire !== undefined ? { wire: options.wire } : {}),
     maxTokens: options['max-tokens'],
-    sampling: {
-      temperature: options.temperature,
-      topK: options['top-k'],
-      topP: options['top-p'],
-      minP: options['min-p'],
-      repeatPenalty: options['repeat-penalty'],
-      ...(options.seed !== undefined ? { seed: options.seed } : {}),
-    },
+    sampling: samplingOptions(options),
     ...('ids' in prompt ? { promptTokens: prompt.ids } : { prompt: prompt.text }),
     ...(options.provider ? { provider: options.provider } : {}),
     ...(memLimit !== undefined ? { memLimit } : {}),
