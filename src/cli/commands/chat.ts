@@ -176,7 +176,7 @@ export const command = defineCommand({
   positionals: [
     {
       name: 'model',
-      description: `path of the .gguf model file (default: the shipped ${EMBEDDED_MODEL.name}); with --url, the server's model id (default: the first it lists)`,
+      description: `path of the model: a .gguf file or a Hugging Face or MLX folder (default: the shipped ${EMBEDDED_MODEL.name}); with --url, the server's model id (default: the first it lists)`,
     },
   ],
   options: chatOptions,

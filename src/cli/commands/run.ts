@@ -162,7 +162,13 @@ export const command = defineCommand({
     'Loads the model (llama, qwen2, qwen3, Mixtral-style MoE, qwen2moe, qwen3moe; F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights), ' +
     'tokenizes the prompt with the tokenizer in the file (or takes token ids), and samples up to --max-tokens tokens, stopping at an end-of-generation token. ' +
     '--temperature 0 is greedy decoding, token for token what llama.cpp produces.',
-  positionals: [{ name: 'model', description: 'path of the .gguf model file', required: true }],
+  positionals: [
+    {
+      name: 'model',
+      description: 'path of the model: a .gguf file, or a Hugging Face or MLX model folder (docs/formats.md)',
+      required: true,
+    },
+  ],
   options: runOptions,
   examples: [
     'tandem run model.gguf --prompt "Once upon a time" --max-tokens 64',

@@ -38,7 +38,7 @@ export const command = defineCommand({
   positionals: [
     {
       name: 'model',
-      description: `path of the .gguf model file (default: the shipped ${EMBEDDED_MODEL.name}, see above)`,
+      description: `path of the model: a .gguf file or a Hugging Face or MLX folder (default: the shipped ${EMBEDDED_MODEL.name}, see above)`,
     },
   ],
   options: {
