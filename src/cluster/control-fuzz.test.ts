@@ -4,6 +4,7 @@ import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { mac, parseHostPort } from './protocol.js';
+import { PROTOCOL_VERSION } from './control-messages.js';
 import { startNode } from './node-agent.js';
 import { ClusterSession } from './session.js';
 
@@ -28,6 +29,15 @@ before(async () => {
   });
 });
 after(() => node.close());
+
+/** Polls `check` every 20 ms until it holds; throws, naming `what`, after `ms`. */
+async function until(check: () => boolean, what: string, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`${what} did not happen within ${ms} ms`);
+    await sleep(20);
+  }
+}
 
 /** Opens a connection, resolves with the first line it gets (the challenge). */
 async function open(): Promise<{ socket: Socket; challenge: { nonce: string } }> {
@@ -112,5 +122,53 @@ test('a wrong secret and a replayed handshake are refused', async () => {
   replay.socket.write(JSON.stringify(recorded) + '\n');
   assert.ok(await closedWithin(replay.socket, 5000), 'replayed handshake refused');
   assert.ok(logs.some((l) => /failed authentication/.test(l)));
+  await coordinatorServed();
+});
+
+test('a coordinator of another protocol version is refused, and says so in the log', async () => {
+  const { socket, challenge } = await open();
+  assert.equal(
+    (challenge as { version?: number }).version,
+    PROTOCOL_VERSION,
+    'the challenge names the version',
+  );
+  socket.write(
+    JSON.stringify({
+      type: 'auth',
+      mac: mac(secret, 'coordinator', challenge.nonce),
+      nonce: 'n',
+      version: 1,
+    }) + '\n',
+  );
+  assert.ok(await closedWithin(socket, 5000), 'another version refused');
+  assert.ok(logs.some((l) => /control protocol 1/.test(l)));
+  await coordinatorServed();
+});
+
+test('after authentication, a malformed request closes the connection unanswered; the next coordinator is served', async () => {
+  for (const bad of [
+    { type: 'load', id: 1, model: '/m.gguf' }, // no plan
+    { type: 'forward', id: 2, seqs: ['a'], tokens: [1] },
+    { type: 'generate', id: 3, prompt: [], maxTokens: 4 },
+    { type: 'no-such-request', id: 4 },
+    { type: 'hello' }, // no id
+  ]) {
+    const { socket, challenge } = await open();
+    const replies: string[] = [];
+    socket.on('data', (d: Buffer) => replies.push(d.toString()));
+    socket.write(
+      JSON.stringify({
+        type: 'auth',
+        mac: mac(secret, 'coordinator', challenge.nonce),
+        nonce: 'n2',
+        version: PROTOCOL_VERSION,
+      }) + '\n',
+    );
+    await until(() => replies.join('').includes('"welcome"'), 'welcomed', 5000);
+    socket.write(JSON.stringify(bad) + '\n');
+    assert.ok(await closedWithin(socket, 5000), `closed on ${JSON.stringify(bad)}`);
+    assert.ok(!replies.join('').includes('"ok"'), 'no answer to it');
+    assert.ok(logs.some((l) => /a malformed message/.test(l)));
+  }
   await coordinatorServed();
 });

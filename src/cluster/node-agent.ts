@@ -2,10 +2,9 @@ import { hostname, availableParallelism } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { createCommunicator, type Communicator } from '../collectives/communicator.js';
 import { TandemError } from '../errors/index.js';
-import type { ProviderName } from '../fabric/index.js';
 import { createKernels, type Kernels, type KernelsBackend } from '../kernels/index.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
-import { Sampler, type SamplerOptions } from '../engine/sampling/index.js';
+import { Sampler } from '../engine/sampling/index.js';
 import {
   commBytes,
   generateOnRank,
@@ -13,9 +12,15 @@ import {
   shardBytes,
   usesDirectExchange,
   type LoadedRank,
-  type ParallelPlan,
-  type WireFormat,
 } from '../parallel/index.js';
+import {
+  MalformedMessage,
+  parseNodeMessage,
+  PROTOCOL_VERSION,
+  type GenerateBody,
+  type LoadRequest,
+  type NodeRequest,
+} from './control-messages.js';
 import { NodeSequences } from './node-sequences.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
@@ -52,20 +57,7 @@ export interface NodeAgentOptions {
   log?: (line: string) => void;
 }
 
-export interface LoadRequest {
-  model: string;
-  plan: ParallelPlan;
-  rank: number;
-  provider: ProviderName;
-  /** Rank 0 listens here (port 0 allowed) and reports the address; others connect to it. */
-  rendezvous: string;
-  /** The host this node's fabric listens on (reachable by the other nodes). */
-  fabricHost: string;
-  wire: WireFormat;
-  logits: 'full' | 'argmax';
-  contextLength?: number;
-  timeoutMs: number;
-}
+export type { LoadRequest } from './control-messages.js';
 
 /** One coordinator session: at most one loaded model. */
 class Session {
@@ -83,8 +75,8 @@ class Session {
     private readonly o: Omit<NodeAgentOptions, 'listen'>,
   ) {}
 
-  async handle(m: Message): Promise<Message> {
-    switch (m.type) {
+  async handle(r: NodeRequest): Promise<Message> {
+    switch (r.type) {
       case 'hello':
         return {
           hostname: hostname(),
@@ -95,24 +87,20 @@ class Session {
           speed: this.o.speed ?? null,
         };
       case 'load':
-        return this.load(m as unknown as LoadRequest);
+        return this.load(r.load);
       case 'generate':
-        return this.generate(m);
+        return this.generate(r.generate);
       case 'forward':
       case 'forward-batch':
-        return this.loaded().step(m);
+        return this.loaded().step(r.step);
       case 'release':
-        this.loaded().release(Array.isArray(m.seqs) ? m.seqs.filter(Number.isInteger) : []);
+        this.loaded().release(r.seqs);
         return {};
       case 'unload':
         await this.unload();
         return {};
       case 'stream':
-        return this.stream(m);
-      default:
-        throw new TandemError('CLUSTER_PROTOCOL', `unknown request '${String(m.type)}'`, {
-          hint: 'run the same tandem version on the coordinator and the nodes',
-        });
+        return this.stream(r.bytes, r.ms);
     }
   }
 
@@ -199,41 +187,36 @@ class Session {
     return this.sequences;
   }
 
-  private async generate(m: Message): Promise<Message> {
+  private async generate(g: GenerateBody): Promise<Message> {
     const ctx = this.ctx;
     if (!ctx)
       throw new TandemError('CLUSTER_PROTOCOL', 'generate before load', { hint: 'load a model first' });
-    const prompt = m.prompt as number[];
-    const stop = Array.isArray(m.stopTokens) ? new Set(m.stopTokens as number[]) : undefined;
-    const streaming = m.stream === true;
     // Seeded sampling: every rank that picks holds the same logits and the same seed, so picks agree.
     let sampler: Sampler | undefined;
-    if (typeof m.sampling === 'object' && m.sampling !== null) {
-      sampler = new Sampler(m.sampling as SamplerOptions);
-      sampler.accept(...prompt);
+    if (g.sampling) {
+      sampler = new Sampler(g.sampling);
+      sampler.accept(...g.prompt);
     }
-    const result = await generateOnRank(ctx, prompt, {
+    const result = await generateOnRank(ctx, g.prompt, {
       ...(sampler ? { pick: (logits: Float32Array) => (sampler as Sampler).sample(logits) } : {}),
-      maxTokens: Number(m.maxTokens),
-      ...(stop ? { stopTokens: stop } : {}),
-      ...(typeof m.contextLength === 'number' ? { contextLength: m.contextLength } : {}),
-      ...(Array.isArray(m.forced) ? { forced: m.forced as number[] } : {}),
-      ...(streaming ? { onToken: (token: number) => send(this.socket, { event: 'token', token }) } : {}),
+      maxTokens: g.maxTokens,
+      ...(g.stopTokens ? { stopTokens: new Set(g.stopTokens) } : {}),
+      ...(g.contextLength !== undefined ? { contextLength: g.contextLength } : {}),
+      ...(g.forced ? { forced: g.forced } : {}),
+      ...(g.stream ? { onToken: (token: number) => send(this.socket, { event: 'token', token }) } : {}),
     });
     return { ...result };
   }
 
   /** Weight bytes per second streamed by a Q8_0 matvec over `bytes` for `ms` (probeStream), on this node's kernels and threads. */
-  private async stream(m: Message): Promise<Message> {
-    const bytes = Number(m.bytes);
-    const ms = Number(m.ms);
+  private async stream(bytes: number, ms: number): Promise<Message> {
     if (
       !(Number.isInteger(bytes) && bytes >= STREAM_PROBE_MIN_BYTES && bytes <= STREAM_PROBE_MAX_BYTES) ||
       !(ms >= 10 && ms <= 10_000)
     )
       throw new TandemError(
         'CLUSTER_PROTOCOL',
-        `stream probe of ${String(m.bytes)} bytes for ${String(m.ms)} ms is out of range`,
+        `stream probe of ${bytes} bytes for ${ms} ms is out of range`,
         {
           hint: `ask for ${STREAM_PROBE_MIN_BYTES}..${STREAM_PROBE_MAX_BYTES} bytes and 10..10000 ms`,
         },
@@ -297,7 +280,7 @@ export function serve(
   const handshake = setTimeout(() => socket.destroy(), 10_000);
   let heartbeat: NodeJS.Timeout | undefined;
   let lastSeen = Date.now();
-  send(socket, { type: 'challenge', nonce: challenge });
+  send(socket, { type: 'challenge', nonce: challenge, version: PROTOCOL_VERSION });
   socket.on('close', () => {
     clearTimeout(handshake);
     clearInterval(heartbeat);
@@ -345,6 +328,13 @@ export function serve(
           socket.destroy();
           return;
         }
+        if (m.version !== PROTOCOL_VERSION) {
+          o.log?.(
+            `refused a coordinator of control protocol ${String(m.version)} (this node speaks ${PROTOCOL_VERSION}): run the same tandem version everywhere`,
+          );
+          socket.destroy();
+          return;
+        }
         clearTimeout(handshake);
         stage = 'waiting';
         admit(begin(m.nonce));
@@ -356,20 +346,31 @@ export function serve(
         socket.destroy();
         return;
       }
-      if (m.type === 'heartbeat') return;
-      if (m.type === 'abort') {
-        // beside the queue: it ends the collective a queued request waits in (a peer is lost)
-        s.abort(`the coordinator aborted: ${String(m.reason ?? 'a peer was lost')}`);
+      let r: ReturnType<typeof parseNodeMessage>;
+      try {
+        r = parseNodeMessage(m);
+      } catch (e) {
+        if (!(e instanceof MalformedMessage)) throw e;
+        // nothing of it was acted on; the session ends as if the coordinator had left
+        o.log?.(`closed the coordinator's connection: a malformed message: ${e.message}`);
+        socket.destroy();
         return;
       }
+      if (r.type === 'heartbeat') return;
+      if (r.type === 'abort') {
+        // beside the queue: it ends the collective a queued request waits in (a peer is lost)
+        s.abort(`the coordinator aborted: ${r.reason}`);
+        return;
+      }
+      const request = r;
       // Requests run one at a time, in order, like the collectives they drive.
       queue = queue.then(async () => {
         try {
-          send(socket, { id: m.id, ok: true, result: await s.handle(m) });
+          send(socket, { id: request.id, ok: true, result: await s.handle(request) });
         } catch (e) {
-          o.log?.(`request '${String(m.type)}' failed: ${(e as Error).message}`);
+          o.log?.(`request '${request.type}' failed: ${(e as Error).message}`);
           s.abort(`a request failed on this node: ${(e as Error).message}`);
-          send(socket, { id: m.id, ok: false, error: errorToJson(e) });
+          send(socket, { id: request.id, ok: false, error: errorToJson(e) });
         }
       });
     },

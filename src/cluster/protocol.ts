@@ -1,6 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { TandemError, errorCodes, type ErrorCode } from '../errors/index.js';
+import { PROTOCOL_VERSION } from './control-messages.js';
 
 /**
  * The control channel between a coordinator and a node: newline-delimited JSON over TCP,
@@ -301,8 +302,21 @@ export class ControlClient {
         (m) => {
           if (client) return client.dispatch(m);
           if (stage === 0 && m.type === 'challenge' && typeof m.nonce === 'string') {
+            if (m.version !== PROTOCOL_VERSION)
+              return done(
+                new TandemError(
+                  'CLUSTER_PROTOCOL',
+                  `${label} at ${address} speaks control protocol ${String(m.version)}; this tandem speaks ${PROTOCOL_VERSION}`,
+                  { hint: 'run the same tandem version on the coordinator and every node' },
+                ),
+              );
             stage = 1;
-            send(socket, { type: 'auth', mac: mac(secret, 'coordinator', m.nonce), nonce: mine });
+            send(socket, {
+              type: 'auth',
+              mac: mac(secret, 'coordinator', m.nonce),
+              nonce: mine,
+              version: PROTOCOL_VERSION,
+            });
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
             clearTimeout(timer);
             socket.off('error', onError);

@@ -1,0 +1,142 @@
+import type { SamplerOptions } from '../engine/sampling/index.js';
+import type { ProviderName } from '../fabric/index.js';
+import { wireFormats, type ParallelPlan, type WireFormat } from '../parallel/index.js';
+import type { Message } from './protocol.js';
+
+/**
+ * The control protocol's version: the node's challenge and the coordinator's answer both
+ * carry it, and a peer of another version is refused during the handshake.
+ */
+export const PROTOCOL_VERSION = 2;
+
+export interface LoadRequest {
+  model: string;
+  plan: ParallelPlan;
+  rank: number;
+  provider: ProviderName;
+  /** Rank 0 listens here (port 0 allowed) and reports the address; others connect to it. */
+  rendezvous: string;
+  /** The host this node's fabric listens on (reachable by the other nodes). */
+  fabricHost: string;
+  wire: WireFormat;
+  logits: 'full' | 'argmax';
+  contextLength?: number;
+  timeoutMs: number;
+}
+
+export interface GenerateBody {
+  prompt: number[];
+  maxTokens: number;
+  stopTokens?: number[];
+  stream: boolean;
+  sampling?: SamplerOptions;
+  contextLength?: number;
+  forced?: number[];
+}
+
+/** What a coordinator may ask of a node, each answered under its id. */
+export type NodeRequest = { id: number } & (
+  | { type: 'hello' }
+  | { type: 'load'; load: LoadRequest }
+  | { type: 'generate'; generate: GenerateBody }
+  | { type: 'forward' | 'forward-batch'; step: Message }
+  | { type: 'release'; seqs: number[] }
+  | { type: 'unload' }
+  | { type: 'stream'; bytes: number; ms: number }
+);
+
+/** What a coordinator tells a node without an answer: handled at once, beside the requests. */
+export type NodeNotice = { type: 'heartbeat' } | { type: 'abort'; reason: string };
+
+/** A message that is not one of the above: the node closes the connection and says why. */
+export class MalformedMessage extends Error {}
+
+const isInt = (v: unknown): v is number => Number.isInteger(v);
+const ints = (v: unknown): v is number[] => Array.isArray(v) && v.every(isInt);
+
+function need(ok: boolean, type: string, what: string): void {
+  if (!ok) throw new MalformedMessage(`'${type}' with ${what}`);
+}
+
+/**
+ * Checks an authenticated coordinator's message once, at the edge, into a typed request or
+ * notice. The fields each request's handler relies on are checked here; what needs the loaded
+ * model (token ids against its vocabulary) is checked by the handler.
+ */
+export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
+  const type = typeof m.type === 'string' ? m.type : '';
+  if (type === 'heartbeat') return { type };
+  if (type === 'abort') return { type, reason: typeof m.reason === 'string' ? m.reason : 'a peer was lost' };
+  need(isInt(m.id), type || '(no type)', 'no integer id');
+  const id = m.id as number;
+  switch (type) {
+    case 'hello':
+    case 'unload':
+      return { type, id };
+    case 'load': {
+      const plan = m.plan as { ranks?: unknown; nodes?: unknown } | null;
+      need(typeof m.model === 'string' && m.model !== '', type, 'no model path');
+      need(
+        typeof plan === 'object' && plan !== null && Array.isArray(plan.ranks) && isInt(plan.nodes),
+        type,
+        'no plan',
+      );
+      need(isInt(m.rank) && (m.rank as number) >= 0, type, 'no rank');
+      need(
+        m.provider === 'shm' || m.provider === 'tcp' || m.provider === 'rdma' || m.provider === 'loopback',
+        type,
+        'an unknown provider',
+      );
+      need(
+        typeof m.rendezvous === 'string' && typeof m.fabricHost === 'string',
+        type,
+        'no rendezvous address',
+      );
+      need(wireFormats.includes(m.wire as WireFormat), type, 'an unknown wire format');
+      need(m.logits === 'full' || m.logits === 'argmax', type, 'an unknown logits mode');
+      need(
+        m.contextLength === undefined || (isInt(m.contextLength) && (m.contextLength as number) > 0),
+        type,
+        'a bad context length',
+      );
+      need(typeof m.timeoutMs === 'number' && m.timeoutMs > 0, type, 'no timeout');
+      return { type, id, load: m as unknown as LoadRequest };
+    }
+    case 'generate':
+      need(ints(m.prompt) && (m.prompt as number[]).length > 0, type, 'no prompt token ids');
+      need(isInt(m.maxTokens), type, 'no integer maxTokens');
+      need(m.stopTokens === undefined || ints(m.stopTokens), type, 'bad stop tokens');
+      need(m.forced === undefined || ints(m.forced), type, 'bad forced tokens');
+      need(
+        m.sampling === undefined || (typeof m.sampling === 'object' && m.sampling !== null),
+        type,
+        'bad sampling',
+      );
+      need(m.contextLength === undefined || isInt(m.contextLength), type, 'a bad context length');
+      return {
+        type,
+        id,
+        generate: {
+          prompt: m.prompt as number[],
+          maxTokens: m.maxTokens as number,
+          stream: m.stream === true,
+          ...(m.stopTokens !== undefined ? { stopTokens: m.stopTokens as number[] } : {}),
+          ...(m.forced !== undefined ? { forced: m.forced as number[] } : {}),
+          ...(m.sampling !== undefined ? { sampling: m.sampling as SamplerOptions } : {}),
+          ...(m.contextLength !== undefined ? { contextLength: m.contextLength as number } : {}),
+        },
+      };
+    case 'forward':
+    case 'forward-batch':
+      need(ints(m.seqs) && ints(m.tokens), type, 'no sequence ids or tokens');
+      return { type, id, step: m };
+    case 'release':
+      need(ints(m.seqs), type, 'no sequence ids');
+      return { type, id, seqs: m.seqs as number[] };
+    case 'stream':
+      need(typeof m.bytes === 'number' && typeof m.ms === 'number', type, 'no bytes or ms');
+      return { type, id, bytes: m.bytes as number, ms: m.ms as number };
+    default:
+      throw new MalformedMessage(`an unknown request '${type}'`);
+  }
+}
