@@ -88,7 +88,7 @@ async function servedByMembers(
     });
   const load: LoadOptions = {
     model: resolve(path),
-    parallel: o.parallel ?? 'tp',
+    parallel: o.parallel ?? 'auto',
     provider: o.provider ?? 'tcp',
     greedy: false,
     contextLength: parts.contextLength,

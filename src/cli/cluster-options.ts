@@ -24,8 +24,9 @@ export const clusterOptions = {
   },
   parallel: {
     type: 'string',
-    description: 'how --nodes/--hosts split the model (default tp)',
-    choices: parallelKinds,
+    description:
+      'how --nodes/--hosts split the model; auto: the split a cost model of memory, speed and links prefers among those that fit (default: tp for run, auto for serve)',
+    choices: [...parallelKinds, 'auto'],
   },
   tp: {
     type: 'number',
@@ -46,7 +47,7 @@ export const clusterOptions = {
 export interface ClusterChoice {
   nodes?: number;
   hosts?: string;
-  parallel?: ParallelKind;
+  parallel?: ParallelKind | 'auto';
   tpSize?: number;
   provider?: ProviderName;
   wire?: WireFormat;
@@ -61,7 +62,7 @@ export function clusterChoice(
   o: {
     nodes?: number | undefined;
     hosts?: string | undefined;
-    parallel?: ParallelKind | undefined;
+    parallel?: ParallelKind | 'auto' | undefined;
     tp?: number | undefined;
     provider?: 'shm' | 'tcp' | undefined;
     wire?: WireFormat | undefined;

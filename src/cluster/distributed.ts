@@ -20,8 +20,8 @@ export interface ClusterStartOptions {
   nodes?: number;
   /** ...or use the nodes of a hostfile (`--hosts FILE`) or these entries. */
   hosts?: string | readonly HostEntry[];
-  /** tp, pp, ep or hybrid (default tp). */
-  parallel?: ParallelKind;
+  /** tp, pp, ep or hybrid (default tp), or auto (chooseParallel: the cost model's pick among the splits that fit). */
+  parallel?: ParallelKind | 'auto';
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
   /** Fabric provider between nodes (default shm for local nodes, tcp for a hostfile). */
@@ -146,6 +146,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
     };
     const placement = await session.load(load);
+    if (session.choice) progress(session.choice);
     for (const line of session.planLines()) progress(`  ${line}`);
     const nodes = local;
     const open = session;
@@ -154,7 +155,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       placement,
       load,
       provider,
-      parallel,
+      parallel: placement.plan.kind,
       local: nodes,
       explain: async (e) => (nodes ? nodes.explain(e) : e),
       close: async () => {

@@ -25,7 +25,13 @@ export interface ClusterView {
   /** Links between members: filled by the topology work (none measured here yet). */
   links: never[];
   /** Where the model sits now; null while it is placed nowhere (too few members, or too little memory). */
-  placement: { parallel: string; provider: string; ranks: { id: string; holds: string }[] } | null;
+  placement: {
+    parallel: string;
+    provider: string;
+    /** Why `--parallel auto` chose this split; null when it was given. */
+    reason: string | null;
+    ranks: { id: string; holds: string }[];
+  } | null;
   /** Why the model is placed nowhere, when it is not. */
   waiting: string | null;
   /** Placements done, the first included. */
@@ -197,7 +203,7 @@ export class ServingCluster {
     if (this.generation > 1) this.replacements++;
     this.event(
       'replaced',
-      `placed on ${alive.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}`,
+      `placed on ${alive.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}${session.choice ? ` (${session.choice})` : ''}`,
     );
     for (const w of this.placedWaiters.splice(0)) w();
     return placement;
@@ -222,8 +228,9 @@ export class ServingCluster {
       links: [],
       placement: this.placement
         ? {
-            parallel: this.load.parallel,
+            parallel: this.placement.plan.kind,
             provider: this.load.provider,
+            reason: this.current.choice ?? null,
             ranks: this.current.clients.map((c, r) => ({ id: c.label, holds: plan[r] ?? '' })),
           }
         : null,

@@ -4,6 +4,7 @@ import { configFromMetadata } from '../engine/model/config.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
 import {
+  chooseParallel,
   describePlan,
   placeModel,
   type NodeSpec,
@@ -19,7 +20,8 @@ import { nodeSpeeds } from './speed.js';
 
 export interface LoadOptions {
   model: string;
-  parallel: ParallelKind;
+  /** `auto`: the split chooseParallel's cost model prefers among those that fit (the reason is kept in `choice`). */
+  parallel: ParallelKind | 'auto';
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
   provider: ProviderName;
@@ -72,6 +74,8 @@ export interface ClusterResult {
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
 export class ClusterSession {
   placement: Placement | undefined;
+  /** Why `--parallel auto` chose the current placement's split (undefined when it was given). */
+  choice: string | undefined;
 
   private constructor(
     readonly hosts: readonly HostEntry[],
@@ -150,12 +154,23 @@ export class ClusterSession {
           ...(speeds[r] !== undefined ? { speed: speeds[r] } : {}),
         };
       });
-      placement = placeModel({ config, tensors: file.tensors }, specs, {
-        kind: o.parallel,
+      const info = { config, tensors: file.tensors };
+      const common = {
         provider: o.provider,
-        ...(o.tpSize ? { tpSize: o.tpSize } : {}),
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
-      });
+      };
+      if (o.parallel === 'auto') {
+        const choice = chooseParallel(info, specs, common);
+        placement = choice.placement;
+        this.choice = choice.reason;
+      } else {
+        placement = placeModel(info, specs, {
+          ...common,
+          kind: o.parallel,
+          ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+        });
+        this.choice = undefined;
+      }
     } finally {
       file.close();
     }

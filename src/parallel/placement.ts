@@ -32,7 +32,7 @@ export interface Placement {
   totalBytes: number;
 }
 
-interface ModelInfo {
+export interface ModelInfo {
   config: ModelConfig;
   tensors: ReadonlyMap<string, TensorEntry>;
 }
@@ -102,7 +102,7 @@ function stageCounts(
   return counts;
 }
 
-function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): Placement | undefined {
+export function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptions): Placement | undefined {
   const total = shardBytes(m.config, m.tensors, fullShard(m.config), o);
   const tpSize = o.kind === 'pp' ? 1 : o.kind === 'hybrid' ? (o.tpSize ?? 2) : nodes.length;
   let plan: ParallelPlan;

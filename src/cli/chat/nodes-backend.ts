@@ -15,7 +15,7 @@ import { answerBudget, type AnswerStats, type ChatBackend } from './backend.js';
 
 export interface NodesBackendOptions {
   nodes: number;
-  parallel: ParallelKind;
+  parallel: ParallelKind | 'auto';
   provider: 'shm' | 'tcp';
   /** Compute threads per node. */
   threads: number;

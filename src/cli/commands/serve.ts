@@ -137,7 +137,7 @@ export const command = defineCommand({
             ...(options['min-members'] !== undefined
               ? { minMembers: checkInteger('serve', 'min-members', options['min-members'], 1, 64, 2) }
               : {}),
-            ...(options.parallel !== undefined ? { parallel: options.parallel } : {}),
+            parallel: options.parallel ?? 'auto',
             ...(options.provider !== undefined ? { provider: options.provider } : {}),
             ...(options.wire !== undefined ? { wire: options.wire } : {}),
           }
@@ -188,7 +188,7 @@ export const command = defineCommand({
         cluster || members
           ? await loadClusterServedModel(path, {
               ...common,
-              ...(cluster ?? members),
+              ...(cluster ? { ...cluster, parallel: cluster.parallel ?? 'auto' } : members),
               ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
             })
