@@ -9,6 +9,10 @@ import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
 import { clusterViewSource, singleProcessSource } from './cluster-metrics.js';
+import type { ClusterView } from '../cluster/index.js';
+import { DashboardFeed } from './dashboard-feed.js';
+import { streamDashboard } from './dashboard-route.js';
+import { singleProcessView } from './single-process-view.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
@@ -42,7 +46,13 @@ const modelRoutes: Record<string, RouteHandler> = {
   'POST /tokenize': tokenize,
   'POST /detokenize': detokenize,
 };
-const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics', 'GET /v1/cluster']);
+const infoRoutes = new Set([
+  'GET /health',
+  'GET /v1/models',
+  'GET /metrics',
+  'GET /v1/cluster',
+  'GET /v1/dashboard/events',
+]);
 
 type State =
   | { kind: 'loading' }
@@ -62,11 +72,14 @@ function digest(text: string): Buffer {
  */
 export class ApiServer {
   readonly metrics: Metrics;
+  /** The snapshots GET /v1/dashboard/events streams. */
+  readonly dashboard: DashboardFeed;
   private readonly logger: Logger;
   private state: State = { kind: 'loading' };
   private readonly keyDigest: Buffer | undefined;
   private loading: Promise<ServedModel> | undefined;
   private loaded: Promise<void> | undefined;
+  private loadedAtMs = 0;
 
   private constructor(
     private readonly server: Server,
@@ -75,6 +88,14 @@ export class ApiServer {
     this.keyDigest = options.apiKey !== undefined ? digest(options.apiKey) : undefined;
     this.metrics = new Metrics(options.slots);
     this.logger = options.logger ?? silentLogger();
+    this.dashboard = new DashboardFeed({
+      metrics: this.metrics,
+      slots: options.slots,
+      status: () =>
+        this.state.kind === 'ready' && this.state.served.problem?.() ? 'failed' : this.state.kind,
+      model: () => (this.state.kind === 'ready' ? this.state.served.name : null),
+      cluster: () => (this.state.kind === 'ready' ? this.clusterView(this.state.served) : null),
+    });
   }
 
   /** Binds host:port, starts answering (503 on the model's routes) and starts loading the model. */
@@ -112,6 +133,7 @@ export class ApiServer {
           ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
         });
         this.state = { kind: 'ready', served, scheduler };
+        this.loadedAtMs = Date.now();
         this.metrics.readScheduler(() => scheduler);
         if (served.cluster) this.metrics.setClusterSource(clusterViewSource(served.cluster));
         else if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
@@ -138,6 +160,7 @@ export class ApiServer {
     const before = this.state;
     this.state = { kind: 'closing' };
     this.metrics.energy.stop();
+    this.dashboard.close();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     if (before.kind === 'ready') await before.scheduler.close(graceMs);
@@ -173,6 +196,8 @@ export class ApiServer {
         return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
       if (route === 'GET /metrics') return await this.sendMetrics(res);
       if (route === 'GET /v1/cluster') return this.sendCluster(res);
+      if (route === 'GET /v1/dashboard/events')
+        return await streamDashboard(res, this.dashboard, controller.signal);
       const body = await this.readBody(req);
       const state = this.requireReady();
       await (modelRoutes[route] as RouteHandler)({
@@ -242,18 +267,19 @@ export class ApiServer {
     return this.state;
   }
 
-  /** GET /v1/cluster: members, placement and re-placements of a model served over nodes. */
+  /**
+   * GET /v1/cluster: members, placement and re-placements of a model served over nodes; a
+   * model served in this process is a cluster of one member.
+   */
   private sendCluster(res: ServerResponse): void {
-    const state = this.requireReady();
-    if (!state.served.cluster)
-      throw new TandemError(
-        'API_NOT_FOUND',
-        'this server runs the model in its own process, not over a cluster',
-        {
-          hint: 'serve with --nodes N or --hosts FILE to split the model across nodes',
-        },
-      );
-    sendJson(res, 200, state.served.cluster());
+    sendJson(res, 200, this.clusterView(this.requireReady().served));
+  }
+
+  private clusterView(served: ServedModel): ClusterView {
+    const { address, port } = this.server.address() as AddressInfo;
+    return served.cluster
+      ? served.cluster()
+      : singleProcessView(served, `${address}:${port}`, this.loadedAtMs);
   }
 
   private async sendMetrics(res: ServerResponse): Promise<void> {
