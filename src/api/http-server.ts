@@ -13,6 +13,7 @@ import type { ClusterView } from '../cluster/index.js';
 import { DashboardFeed } from './dashboard-feed.js';
 import { streamDashboard } from './dashboard-route.js';
 import { singleProcessView } from './single-process-view.js';
+import { defaultWebRoot, isWebPath, sendWebFile } from './web-files.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
@@ -37,6 +38,8 @@ export interface ApiServerOptions {
   stepHook?: SchedulerOptions['stepHook'];
   /** Where each request's line goes (RequestTrace.logFields); default: nowhere. */
   logger?: Logger;
+  /** The built dashboard served at / (default: the package's build/web). */
+  webRoot?: string;
 }
 
 /** Routes that run on the model, by method and path. */
@@ -177,8 +180,11 @@ export class ApiServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] as string;
     const route = `${req.method ?? 'GET'} ${path}`;
-    const known = route in modelRoutes || infoRoutes.has(route);
-    res.once('close', () => this.metrics.countRequest(known ? path : 'unknown', res.statusCode));
+    const web = req.method === 'GET' && isWebPath(path);
+    const known = route in modelRoutes || infoRoutes.has(route) || web;
+    // the dashboard's files count as one route: asset names would make a label per build
+    const label = web ? 'web' : known ? path : 'unknown';
+    res.once('close', () => this.metrics.countRequest(label, res.statusCode));
     const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
     res.setHeader('x-request-id', trace.id);
     const controller = new AbortController();
@@ -187,6 +193,8 @@ export class ApiServer {
     });
     try {
       if (route === 'GET /health') return this.health(res);
+      // the page holds no data and asks for the key itself; what it shows comes from the API
+      if (web) return await sendWebFile(res, this.options.webRoot ?? defaultWebRoot, path);
       this.authenticate(req);
       if (!known)
         throw new TandemError('API_NOT_FOUND', `no route ${req.method} ${path}`, {
