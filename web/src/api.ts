@@ -92,12 +92,8 @@ export async function streamChat(
   const res = await fetch('/v1/chat/completions', {
     method: 'POST',
     headers: { ...headers(key), 'content-type': 'application/json' },
-    body: JSON.stringify({
-      messages,
-      stream: true,
-      stream_options: { include_usage: true },
-      max_tokens: 128,
-    }),
+    // no max_tokens: the answer may use the context left (a history that outgrows it gets the server's 400)
+    body: JSON.stringify({ messages, stream: true, stream_options: { include_usage: true } }),
     signal,
   });
   const progress: ChatProgress = { text: '', completionTokens: null };

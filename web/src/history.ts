@@ -13,11 +13,27 @@ export interface History {
 
 export const emptyHistory: History = { rate: [[], []], ttft: [[], []], queue: [[], [], []] };
 
-function keep(columns: number[][], fromS: number): uPlot.AlignedData {
+function keep(columns: (number | null)[][], fromS: number): uPlot.AlignedData {
   const x = columns[0] as number[];
   let first = 0;
   while (first < x.length && (x[first] as number) < fromS) first++;
-  return columns.map((c) => c.slice(first)) as [number[], ...number[][]];
+  return columns.map((c) => c.slice(first)) as [number[], ...(number | null)[][]];
+}
+
+/**
+ * The TTFT columns with the requests new in `s` as points at their times, and the snapshot's
+ * time with no value (so that the chart spans the same window as the others), sorted by time.
+ */
+function addTtfts(ttft: uPlot.AlignedData, s: Snapshot): (number | null)[][] {
+  const seen = new Set(ttft[0] as number[]);
+  const points: [number, number | null][] = (ttft[0] as number[]).map((x, i) => [
+    x,
+    (ttft[1] as (number | null)[])[i] ?? null,
+  ]);
+  for (const r of s.recent_ttfts) if (!seen.has(r.at_ms / 1000)) points.push([r.at_ms / 1000, r.ttft_s]);
+  points.push([s.at_ms / 1000, null]);
+  points.sort((a, b) => a[0] - b[0]);
+  return [points.map((p) => p[0]), points.map((p) => p[1])];
 }
 
 /** The history with `s` added: a point a second for tok/s and the queue, one per request for TTFT. */
@@ -26,8 +42,6 @@ export function addSnapshot(h: History, s: Snapshot): History {
   const fromS = t - KEEP_S;
   const [rx, ry] = h.rate as [number[], number[]];
   const [qx, qWait, qRun] = h.queue as [number[], number[], number[]];
-  const known = new Set(h.ttft[0] as number[]);
-  const fresh = s.recent_ttfts.filter((r) => !known.has(r.at_ms / 1000));
   return {
     rate: keep(
       [
@@ -44,12 +58,6 @@ export function addSnapshot(h: History, s: Snapshot): History {
       ],
       fromS,
     ),
-    ttft: keep(
-      [
-        [...(h.ttft[0] as number[]), ...fresh.map((r) => r.at_ms / 1000)],
-        [...(h.ttft[1] as number[]), ...fresh.map((r) => r.ttft_s)],
-      ],
-      fromS,
-    ),
+    ttft: keep(addTtfts(h.ttft, s), fromS),
   };
 }

@@ -28,6 +28,10 @@ export function LineChart({ series, data }: { series: ChartSeries[]; data: uPlot
           points: { show: s.points ?? false, size: 6, fill: s.color },
         })),
       ],
+      // at least a minute across: a lone point (one request's TTFT) would otherwise span years
+      scales: {
+        x: { time: true, range: (_u, min, max) => (max - min < 60 ? [max - 60, max + 1] : [min, max]) },
+      },
       axes: [{ stroke: '#999' }, { stroke: '#999' }],
     };
     plot.current = new uPlot(options, data, box.current);
