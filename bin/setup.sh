@@ -37,6 +37,8 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # A C compiler builds the optional native kernels (AVX2/AVX-512); without one the WebAssembly kernels run.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+# Debian's chromium runs the dashboard's browser test (playwright-core drives it; no browser is downloaded).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${missing[*]}" >&2

@@ -9,6 +9,11 @@ import { completions } from './completions.js';
 import { badRequest, retryLater, toHttpError } from './errors.js';
 import { detokenize, modelList, tokenize } from './info-routes.js';
 import { clusterViewSource, singleProcessSource } from './cluster-metrics.js';
+import type { ClusterView } from '../cluster/index.js';
+import { DashboardFeed } from './dashboard-feed.js';
+import { streamDashboard } from './dashboard-route.js';
+import { singleProcessView } from './single-process-view.js';
+import { defaultWebRoot, isWebPath, sendWebFile } from './web-files.js';
 import { Metrics } from './metrics.js';
 import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
@@ -33,6 +38,8 @@ export interface ApiServerOptions {
   stepHook?: SchedulerOptions['stepHook'];
   /** Where each request's line goes (RequestTrace.logFields); default: nowhere. */
   logger?: Logger;
+  /** The built dashboard served at / (default: the package's build/web). */
+  webRoot?: string;
 }
 
 /** Routes that run on the model, by method and path. */
@@ -42,7 +49,13 @@ const modelRoutes: Record<string, RouteHandler> = {
   'POST /tokenize': tokenize,
   'POST /detokenize': detokenize,
 };
-const infoRoutes = new Set(['GET /health', 'GET /v1/models', 'GET /metrics', 'GET /v1/cluster']);
+const infoRoutes = new Set([
+  'GET /health',
+  'GET /v1/models',
+  'GET /metrics',
+  'GET /v1/cluster',
+  'GET /v1/dashboard/events',
+]);
 
 type State =
   | { kind: 'loading' }
@@ -62,11 +75,14 @@ function digest(text: string): Buffer {
  */
 export class ApiServer {
   readonly metrics: Metrics;
+  /** The snapshots GET /v1/dashboard/events streams. */
+  readonly dashboard: DashboardFeed;
   private readonly logger: Logger;
   private state: State = { kind: 'loading' };
   private readonly keyDigest: Buffer | undefined;
   private loading: Promise<ServedModel> | undefined;
   private loaded: Promise<void> | undefined;
+  private loadedAtMs = 0;
 
   private constructor(
     private readonly server: Server,
@@ -75,6 +91,14 @@ export class ApiServer {
     this.keyDigest = options.apiKey !== undefined ? digest(options.apiKey) : undefined;
     this.metrics = new Metrics(options.slots);
     this.logger = options.logger ?? silentLogger();
+    this.dashboard = new DashboardFeed({
+      metrics: this.metrics,
+      slots: options.slots,
+      status: () =>
+        this.state.kind === 'ready' && this.state.served.problem?.() ? 'failed' : this.state.kind,
+      model: () => (this.state.kind === 'ready' ? this.state.served.name : null),
+      cluster: () => (this.state.kind === 'ready' ? this.clusterView(this.state.served) : null),
+    });
   }
 
   /** Binds host:port, starts answering (503 on the model's routes) and starts loading the model. */
@@ -112,6 +136,7 @@ export class ApiServer {
           ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
         });
         this.state = { kind: 'ready', served, scheduler };
+        this.loadedAtMs = Date.now();
         this.metrics.readScheduler(() => scheduler);
         if (served.cluster) this.metrics.setClusterSource(clusterViewSource(served.cluster));
         else if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
@@ -138,6 +163,7 @@ export class ApiServer {
     const before = this.state;
     this.state = { kind: 'closing' };
     this.metrics.energy.stop();
+    this.dashboard.close();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     if (before.kind === 'ready') await before.scheduler.close(graceMs);
@@ -154,8 +180,11 @@ export class ApiServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] as string;
     const route = `${req.method ?? 'GET'} ${path}`;
-    const known = route in modelRoutes || infoRoutes.has(route);
-    res.once('close', () => this.metrics.countRequest(known ? path : 'unknown', res.statusCode));
+    const web = req.method === 'GET' && isWebPath(path);
+    const known = route in modelRoutes || infoRoutes.has(route) || web;
+    // the dashboard's files count as one route: asset names would make a label per build
+    const label = web ? 'web' : known ? path : 'unknown';
+    res.once('close', () => this.metrics.countRequest(label, res.statusCode));
     const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
     res.setHeader('x-request-id', trace.id);
     const controller = new AbortController();
@@ -164,6 +193,8 @@ export class ApiServer {
     });
     try {
       if (route === 'GET /health') return this.health(res);
+      // the page holds no data and asks for the key itself; what it shows comes from the API
+      if (web) return await sendWebFile(res, this.options.webRoot ?? defaultWebRoot, path);
       this.authenticate(req);
       if (!known)
         throw new TandemError('API_NOT_FOUND', `no route ${req.method} ${path}`, {
@@ -173,6 +204,8 @@ export class ApiServer {
         return sendJson(res, 200, modelList(this.state.kind === 'ready' ? this.state : undefined));
       if (route === 'GET /metrics') return await this.sendMetrics(res);
       if (route === 'GET /v1/cluster') return this.sendCluster(res);
+      if (route === 'GET /v1/dashboard/events')
+        return await streamDashboard(res, this.dashboard, controller.signal);
       const body = await this.readBody(req);
       const state = this.requireReady();
       await (modelRoutes[route] as RouteHandler)({
@@ -242,18 +275,19 @@ export class ApiServer {
     return this.state;
   }
 
-  /** GET /v1/cluster: members, placement and re-placements of a model served over nodes. */
+  /**
+   * GET /v1/cluster: members, placement and re-placements of a model served over nodes; a
+   * model served in this process is a cluster of one member.
+   */
   private sendCluster(res: ServerResponse): void {
-    const state = this.requireReady();
-    if (!state.served.cluster)
-      throw new TandemError(
-        'API_NOT_FOUND',
-        'this server runs the model in its own process, not over a cluster',
-        {
-          hint: 'serve with --nodes N or --hosts FILE to split the model across nodes',
-        },
-      );
-    sendJson(res, 200, state.served.cluster());
+    sendJson(res, 200, this.clusterView(this.requireReady().served));
+  }
+
+  private clusterView(served: ServedModel): ClusterView {
+    const { address, port } = this.server.address() as AddressInfo;
+    return served.cluster
+      ? served.cluster()
+      : singleProcessView(served, `${address}:${port}`, this.loadedAtMs);
   }
 
   private async sendMetrics(res: ServerResponse): Promise<void> {

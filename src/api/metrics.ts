@@ -13,6 +13,8 @@ export interface SchedulerState {
 
 /** Seconds: CPU serving runs from milliseconds (a tiny model) to minutes (a long answer on a large one). */
 const LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640];
+/** Recent requests whose TTFT the dashboard shows. */
+const RECENT_TTFTS = 50;
 const TOKEN_GAP_BUCKETS = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5,
 ];
@@ -30,6 +32,7 @@ export class Metrics {
   readonly energy = new EnergyMetrics(this.registry, () => this.counts.generated);
   private scheduler: () => SchedulerState | undefined = () => undefined;
   private readonly counts = { prompt: 0, generated: 0, cancelled: 0 };
+  private readonly ttfts: { atMs: number; ttftS: number }[] = [];
 
   private readonly httpRequests = this.counter(
     'tandem:http_requests_total',
@@ -105,6 +108,16 @@ export class Metrics {
     this.scheduler = read;
   }
 
+  /** The scheduler's queue and slots now; undefined until the model is loaded. */
+  schedulerState(): SchedulerState | undefined {
+    return this.scheduler();
+  }
+
+  /** The TTFT of the latest requests that reached a first token (at most 50), oldest first. */
+  recentTtfts(): readonly { atMs: number; ttftS: number }[] {
+    return this.ttfts;
+  }
+
   /** Shows the cluster's members and links on /metrics; see ClusterMetricsSource. */
   setClusterSource(source: ClusterMetricsSource | undefined): void {
     this.cluster.setSource(source);
@@ -152,7 +165,11 @@ export class Metrics {
   requestEnded(trace: RequestTrace, outcome: RequestOutcome): void {
     const { queueS, ttftS, totalS } = trace.timings();
     if (queueS !== undefined) this.queueTime.observe(queueS);
-    if (ttftS !== undefined) this.ttft.observe(ttftS);
+    if (ttftS !== undefined) {
+      this.ttft.observe(ttftS);
+      this.ttfts.push({ atMs: Date.now(), ttftS });
+      if (this.ttfts.length > RECENT_TTFTS) this.ttfts.shift();
+    }
     for (const gap of trace.gapsS) this.itl.observe(gap);
     // a completion the scheduler took (queued, not refused) has an end-to-end time
     if (trace.queuedMs !== undefined && outcome !== 'rejected' && totalS !== undefined)

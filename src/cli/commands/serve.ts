@@ -238,7 +238,8 @@ export const command = defineCommand({
       await closePower();
       throw error;
     }
-    if (!stopping) log(`listening on ${server.url} as model '${name}' with ${slots} slot(s)`);
+    if (!stopping)
+      log(`listening on ${server.url} as model '${name}' with ${slots} slot(s); dashboard at ${server.url}/`);
     await done;
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
