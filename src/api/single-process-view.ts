@@ -26,6 +26,7 @@ export function singleProcessView(served: ServedModel, address: string, startedA
     placement: {
       parallel: 'none',
       provider: 'local',
+      reason: null,
       ranks: [{ id, holds: `layers 0-${layers - 1} (the whole model)` }],
     },
     waiting: null,

@@ -29,8 +29,11 @@ test("the shipped model's greedy tokens equal PyTorch's at the end of its traini
   }
 });
 
-test('firstAnswer serves the shipped model across 2 local nodes on a free port, asks it over HTTP and closes', async () => {
-  const { url, answer, members, parallel } = await firstAnswer('The license', 16);
+test('firstAnswer serves the shipped model across 2 local nodes on a free port, asks it over HTTP, serves until closed', async () => {
+  const { url, answer, members, parallel, close } = await firstAnswer('The license', 16);
+  // serving until closed, the dashboard too
+  assert.equal((await fetch(`${url}/health`)).status, 200);
+  await close();
   assert.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
   assert.match(answer, /[a-z]{3,}/i);
   assert.deepEqual(members, [

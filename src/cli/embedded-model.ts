@@ -35,13 +35,16 @@ export interface FirstAnswer {
   /** The members that served it, as `/v1/cluster` lists them, and how the model was split. */
   members: { id: string; state: string }[];
   parallel: string;
+  /** Stops the server and its nodes. */
+  close: () => Promise<void>;
 }
 
 /**
  * Serves the shipped model over HTTP on a free loopback port, split across `nodes` local node
  * processes (tensor parallel, as `tandem serve --nodes` does), asks it one chat question
- * through the OpenAI route as any client would, reads `/v1/cluster`, and closes (the nodes
- * stop with it): the last step of the demo.
+ * through the OpenAI route as any client would, and reads `/v1/cluster`: the last step of
+ * the demo. The server keeps serving (its dashboard included) until `close`, which stops the
+ * nodes too; it is closed already when this throws.
  */
 export async function firstAnswer(question: string, maxTokens: number, nodes = 2): Promise<FirstAnswer> {
   const path = embeddedModelPath('demo');
@@ -73,8 +76,10 @@ export async function firstAnswer(question: string, maxTokens: number, nodes = 2
       answer: body.choices?.[0]?.message?.content ?? '',
       members: cluster.members.map((m) => ({ id: m.id, state: m.state })),
       parallel: cluster.placement?.parallel ?? '?',
+      close: () => server.close(0),
     };
-  } finally {
+  } catch (error) {
     await server.close(0);
+    throw error;
   }
 }

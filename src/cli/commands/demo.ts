@@ -9,7 +9,7 @@ import {
   runDemo,
   whySplitMayNotPay,
 } from '../../cluster/index.js';
-import { EMBEDDED_MODEL, firstAnswer } from '../embedded-model.js';
+import { EMBEDDED_MODEL, firstAnswer, type FirstAnswer } from '../embedded-model.js';
 
 export const command = defineCommand({
   name: 'demo',
@@ -48,8 +48,13 @@ export const command = defineCommand({
       description: `last, serve the shipped ${EMBEDDED_MODEL.name} over the OpenAI API and print its first answer (--no-serve skips it)`,
       default: true,
     },
+    'keep-serving': {
+      type: 'boolean',
+      description:
+        'after the answer, keep serving (the API and the dashboard) until Ctrl-C (default: when stdout is a terminal and not --json)',
+    },
   },
-  examples: ['tandem demo', 'tandem demo --max-tokens 64 --json'],
+  examples: ['tandem demo', 'tandem demo --max-tokens 64 --json', 'tandem demo --no-keep-serving'],
   async run({ options }) {
     const maxTokens = options['max-tokens'];
     if (!Number.isInteger(maxTokens) || maxTokens < 1 || maxTokens > 1024)
@@ -119,6 +124,10 @@ export const command = defineCommand({
             : {}),
         }) + '\n',
       );
+      if (served) {
+        if (options['keep-serving'] === true) await serveUntilStopped(served);
+        await served.close();
+      }
       return agree ? 0 : 1;
     }
     const out: string[] = [];
@@ -165,9 +174,26 @@ export const command = defineCommand({
       out.push(
         `  POST /v1/chat/completions ${JSON.stringify(options.prompt)} -> ${JSON.stringify(served.answer)}`,
       );
+      out.push(`  dashboard: ${served.url}/`);
       out.push('  `tandem serve` keeps such a server up (README, "Serving").');
     }
     process.stdout.write(out.join('\n') + '\n');
+    if (served) {
+      const keep = options['keep-serving'] ?? (process.stdout.isTTY === true && !options.json);
+      if (keep) await serveUntilStopped(served);
+      await served.close();
+    }
     return agree ? 0 : 1;
   },
 });
+
+/** Keeps the demo's server up until SIGINT or SIGTERM, saying so. */
+async function serveUntilStopped(served: FirstAnswer): Promise<void> {
+  process.stderr.write(
+    `serving at ${served.url} (dashboard at ${served.url}/) until Ctrl-C; --no-keep-serving ends the demo here\n`,
+  );
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+}
