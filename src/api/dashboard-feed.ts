@@ -1,27 +1,8 @@
 import type { ClusterView } from '../cluster/index.js';
+import type { DashboardSnapshot } from './dashboard-snapshot.js';
 import type { Metrics } from './metrics.js';
 
-/** What GET /v1/dashboard/events pushes once a second (docs/dashboard.md lists the fields). */
-export interface DashboardSnapshot {
-  /** Unix milliseconds the snapshot was taken. */
-  at_ms: number;
-  status: 'loading' | 'ready' | 'failed' | 'closing';
-  /** The served model's name; null until it is loaded. */
-  model: string | null;
-  /** Tokens generated since the server started (the same count as tandem:generation_tokens_total). */
-  generated_tokens_total: number;
-  prompt_tokens_total: number;
-  /** Tokens generated per second over the last `rate_window_s` seconds (or since the stream began). */
-  tokens_per_s: number;
-  rate_window_s: number;
-  /** Time to first token of the latest requests, oldest first. */
-  recent_ttfts: { at_ms: number; ttft_s: number }[];
-  queue_depth: number;
-  running: number;
-  slots: number;
-  /** Members, placement and events, as GET /v1/cluster; null until the model is loaded. */
-  cluster: ClusterView | null;
-}
+export type { DashboardSnapshot } from './dashboard-snapshot.js';
 
 /** What the feed reads from the server each second. */
 export interface DashboardSources {
