@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { conformance } from './conformance.cases.js';
 import { Access, expectSuccess, openDevice } from './index.js';
-import { PLACE_SMALL_MAX, type ShmDevice } from './shm-provider.js';
+import type { ShmDevice } from './shm-provider.js';
+import { PLACE_SMALL_MAX } from './shm-transport.js';
 
 conformance('shm');
 
@@ -52,7 +53,7 @@ test(
 );
 
 test('shm: a direct write waits only for unread writes that overlap it (64-bit addresses, exact)', async () => {
-  const { UnreadWrites } = await import('./shm-provider.js');
+  const { UnreadWrites } = await import('./shm-transport.js');
   const u = new UnreadWrites(0);
   // addresses far above 2^53 (regions get random 64-bit addresses), one write crossing a 2^32 boundary
   const hi = 0x9f3a_1c07;
