@@ -1,6 +1,7 @@
 import { hostname, availableParallelism } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
-import { createCommunicator, type Communicator } from '../collectives/communicator.js';
+import type { Communicator } from '../collectives/communicator.js';
+import { createCommunicator } from '../collectives/create-communicator.js';
 import { TandemError } from '../errors/index.js';
 import { createKernels, type Kernels, type KernelsBackend } from '../kernels/index.js';
 import { GgufModelFile } from '../engine/model/gguf-model-file.js';

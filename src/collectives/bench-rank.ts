@@ -2,7 +2,8 @@
 // `LISTENING host:port` and then one `ROW {json}` per size; every rank prints `DONE`.
 import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import { createCommunicator, type Communicator } from './communicator.js';
+import type { Communicator } from './communicator.js';
+import { createCommunicator } from './create-communicator.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
 

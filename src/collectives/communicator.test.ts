@@ -2,7 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { dtypes, type DType } from '../kernels/dtype.js';
 import { algorithms, Call, type Algorithm } from './call.js';
-import { createCommunicator, mayBusyPoll, type Communicator } from './communicator.js';
+import type { Communicator } from './communicator.js';
+import { createCommunicator, mayBusyPoll } from './create-communicator.js';
 import {
   assertReduced,
   checkAllGather,

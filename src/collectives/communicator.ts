@@ -1,84 +1,40 @@
-import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
-import { openDevice, type Device, type Listener, type ProviderName } from '../fabric/index.js';
+import type { Device } from '../fabric/index.js';
 import { allocate, bytesPerElement, viewAs, type DType, type DTypeArray } from '../kernels/dtype.js';
 import { divideInPlace, type ReduceOp } from '../kernels/reduce.js';
-import { loadFastReduce } from '../kernels/reduce-native.js';
 import { fullMeshGraph, inducedGraph, isFullMesh } from '../topology/rank-graph.js';
-import { findRing, shortestRoutes, spanningTree, type Tree } from '../topology/routing.js';
+import { findRing, spanningTree, type Tree } from '../topology/routing.js';
 import { allReduceMesh, allReduceRhd, allReduceRing, allReduceTree } from './all-reduce.js';
 import { allGatherMesh, allGatherRhd, allGatherRing, allGatherTree } from './all-gather.js';
+import { bounded } from '../util/bounded.js';
 import { Board, BOARD_MAX } from './one-sided/board.js';
 import { allToAllPairwise } from './all-to-all.js';
 import { broadcastMesh, broadcastRing, broadcastTree } from './broadcast.js';
-import { algorithms, Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';
+import { Call, sub, type Algorithm, type CallSpec, type CommCore } from './call.js';
 import { chunkRanges, type Range } from './chunks.js';
-import { adjacency, graphOf, type Graph, type TopologyKind } from './graph.js';
-import type { CollectiveOp } from './header.js';
+import { adjacency, type Graph } from './graph.js';
 import { reduceScatterMesh, reduceScatterRhd, reduceScatterRing } from './reduce-scatter.js';
-import { connectWorld, type Rendezvous } from './rendezvous.js';
-import { Router } from './router/index.js';
-import { chooseAlgorithm, type TopologyFacts } from './select.js';
+import type { Router } from './router/index.js';
+import type { TopologyFacts } from './select.js';
+import {
+  badArg,
+  allReduceArgs,
+  checkCount,
+  checkCounts,
+  checkPeer,
+  checkRoot,
+  dataDType,
+  pickAlgorithm,
+  type AllReduceOptions,
+  type CallOptions,
+} from './call-args.js';
 
-export interface CommunicatorOptions {
-  rank: number;
-  size: number;
-  /** The fabric provider to open (default loopback), unless `device` is given. */
-  provider?: ProviderName;
-  device?: Device;
-  /** Who is where; may be omitted for size 1. */
-  rendezvous?: Rendezvous;
-  /** Direct links: a graph or a named topology (default: full mesh). */
-  graph?: Graph | TopologyKind;
-  /** Cluster secret for the fabric's authenticated connection setup. */
-  secret?: string;
-  /** Deadline for every wait inside an operation (default 30000 ms). */
-  timeoutMs?: number;
-  /** Deadline for connecting the world (default 30000 ms). */
-  connectTimeoutMs?: number;
-  listener?: Listener;
-  onListening?: (address: string) => void;
-  /** Connections per linked pair; ring algorithms stripe over them (default 1). */
-  wires?: number;
-  /** Receive slots per link and payload bytes per fragment (defaults 8 and 256 KiB). */
-  slots?: number;
-  slotBytes?: number;
-  /**
-   * Compute threads each rank of this host runs (default 1). Waits busy-poll only when
-   * ranks on this host x threads <= cores: a spinner would take a core a peer computes on.
-   */
-  threadsPerRank?: number;
-}
-
-/**
- * Whether waits may busy-poll on a host running `ranks` ranks of `threads` compute threads
- * each: only when every thread has a core of its own (a spinner would take a core a peer
- * computes on, and then wait the longer for it).
- */
-export function mayBusyPoll(ranks: number, threads: number, cores = availableParallelism()): boolean {
-  return ranks * Math.max(1, threads) <= cores;
-}
-
-export interface CallOptions {
-  /** Override the automatic choice. */
-  algorithm?: Algorithm;
-  /** Needed for Uint16Array data: f16 or bf16. */
-  dtype?: DType;
-}
-
-export interface AllReduceOptions extends CallOptions {
-  op?: ReduceOp | 'mean';
-  /** `q8`: f32 values travel as int8 with one scale per 32 (sum and mean only). */
-  wire?: 'raw' | 'q8';
-}
+export type { AllReduceOptions, CallOptions } from './call-args.js';
 
 /** The reusable scratch of a communicator grows up to this many bytes. */
 const SCRATCH_KEEP = 16 << 20;
 /** What a call that finished synchronously returns. */
 const DONE: Promise<void> = Promise.resolve();
-
-const badArg = (message: string, hint: string): TandemError =>
-  new TandemError('COLL_BAD_ARGUMENT', message, { hint });
 
 /**
  * A group of ranks that run collectives together. Calls on one communicator run one after
@@ -204,45 +160,9 @@ export class Communicator implements CommCore {
     }
   }
 
-  private dtypeOf(data: DTypeArray, o: CallOptions): DType {
-    if (data instanceof Float32Array) return check(o.dtype, 'f32');
-    if (data instanceof Int32Array) return check(o.dtype, 'i32');
-    if (o.dtype === 'f16' || o.dtype === 'bf16') return o.dtype;
-    throw badArg(
-      `a Uint16Array needs dtype 'f16' or 'bf16', got ${String(o.dtype)}`,
-      'pass { dtype: "f16" } or { dtype: "bf16" }',
-    );
-    function check(given: DType | undefined, actual: DType): DType {
-      if (given !== undefined && given !== actual)
-        throw badArg(
-          `dtype '${given}' given for ${actual} data`,
-          `pass ${actual} data or drop the dtype option`,
-        );
-      return actual;
-    }
-  }
-
-  private pick(op: CollectiveOp, bytes: number, o: CallOptions, q8: boolean): Algorithm {
-    if (o.algorithm !== undefined) {
-      if (!algorithms.includes(o.algorithm))
-        throw badArg(`unknown algorithm '${String(o.algorithm)}'`, `use one of ${algorithms.join(', ')}`);
-      if (q8 && o.algorithm === 'rhd')
-        throw badArg(
-          'q8 wire format works with mesh, ring and tree, not rhd',
-          'use algorithm mesh, ring or tree, or drop wire: q8',
-        );
-      return this.size === 1 ? 'mesh' : o.algorithm;
-    }
-    return chooseAlgorithm(op, bytes, this.facts, q8);
-  }
-
   private call(spec: Omit<CallSpec, 'seq' | 'channel'> & { channel?: 0 | 1; seq?: number }): Call {
     this.lastAlgorithm = spec.algorithm === 'none' ? undefined : spec.algorithm;
     return new Call(this, { channel: 0, seq: spec.seq ?? this.seq++, ...spec });
-  }
-
-  private checkCount(count: number): void {
-    if (count > 0xffffffff) throw badArg(`count ${count} exceeds 2^32 - 1 elements`, 'split the call');
   }
 
   /** In place: every rank's `data` becomes the reduction over all ranks (op sum by default). */
@@ -258,7 +178,7 @@ export class Communicator implements CommCore {
 
   /** allReduce(), in its turn. */
   private async allReduceNow(data: DTypeArray, options: AllReduceOptions): Promise<void> {
-    const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
+    const { dtype, reduce, q8, algorithm } = allReduceArgs(data, options, this.size, this.facts);
     const small = this.size > 1 && algorithm === 'mesh' && !q8 && data.byteLength <= BOARD_MAX;
     const board = small ? (this.board === undefined ? await this.openBoard() : this.board) : null;
     if (board) {
@@ -294,25 +214,6 @@ export class Communicator implements CommCore {
     return this.call({ op: 'all-reduce', dtype, reduce, q8: false, algorithm: 'mesh', count, aux: 0, seq });
   }
 
-  /** An all-reduce's checked options (a typed error for bad ones) and algorithm. */
-  private allReduceSpec(
-    data: DTypeArray,
-    options: AllReduceOptions,
-  ): { dtype: DType; reduce: ReduceOp | 'mean'; q8: boolean; algorithm: Algorithm } {
-    const dtype = this.dtypeOf(data, options);
-    const reduce = options.op ?? 'sum';
-    if (reduce !== 'sum' && reduce !== 'max' && reduce !== 'min' && reduce !== 'mean')
-      throw badArg(`unknown reduce op '${String(reduce)}'`, 'use sum, max, min or mean');
-    const q8 = options.wire === 'q8';
-    if (q8 && (dtype !== 'f32' || (reduce !== 'sum' && reduce !== 'mean')))
-      throw badArg(
-        `q8 wire format needs f32 data and op sum or mean, got ${dtype} ${reduce}`,
-        'drop wire: q8 for this call',
-      );
-    this.checkCount(data.length);
-    return { dtype, reduce, q8, algorithm: this.pick('all-reduce', data.byteLength, options, q8) };
-  }
-
   /**
    * The all-reduce by the board, begun at once (the communicator is idle): a settled promise
    * when it finished synchronously (the usual case), the rest's promise (the communicator
@@ -326,7 +227,7 @@ export class Communicator implements CommCore {
     this.router.busy++;
     try {
       if (this.closed || this.router.aborted) return undefined; // serial() says why
-      const { dtype, reduce, q8, algorithm } = this.allReduceSpec(data, options);
+      const { dtype, reduce, q8, algorithm } = allReduceArgs(data, options, this.size, this.facts);
       if (algorithm !== 'mesh' || q8) return undefined;
       rest = this.onBoard(board, dtype, reduce, data);
       if (rest === undefined) {
@@ -354,9 +255,9 @@ export class Communicator implements CommCore {
   /** Every rank's `data` ([count]) gathered in rank order into a new [size * count] array (or `out`). */
   allGather(data: DTypeArray, options: CallOptions & { out?: DTypeArray } = {}): Promise<DTypeArray> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(data, options);
+      const dtype = dataDType(data, options);
       const count = data.length;
-      this.checkCount(count * this.size);
+      checkCount(count * this.size);
       const out = options.out ?? allocate(dtype, count * this.size);
       if (out.length !== count * this.size || out.constructor !== data.constructor)
         throw badArg(
@@ -364,7 +265,7 @@ export class Communicator implements CommCore {
           'pass an out array of size * count elements of the same type',
         );
       out.set(data, this.rank * count);
-      let algorithm = this.pick('all-gather', out.byteLength, options, false);
+      let algorithm = pickAlgorithm(this.size, this.facts, 'all-gather', out.byteLength, options, false);
       if (algorithm === 'rhd' && (this.size & (this.size - 1)) !== 0) algorithm = 'ring';
       const call = this.call({
         op: 'all-gather',
@@ -392,14 +293,21 @@ export class Communicator implements CommCore {
    */
   reduceScatter(data: DTypeArray, options: AllReduceOptions = {}): Promise<DTypeArray> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(data, options);
+      const dtype = dataDType(data, options);
       const reduce = options.op ?? 'sum';
       if (!['sum', 'max', 'min', 'mean'].includes(reduce))
         throw badArg(`unknown reduce op '${reduce}'`, 'use sum, max, min or mean');
       if (options.wire === 'q8') throw badArg('q8 wire format is for all-reduce only', 'drop wire: q8');
-      this.checkCount(data.length);
+      checkCount(data.length);
       const own = chunkRanges(data.length, this.size)[this.rank] as Range;
-      const algorithm = this.pick('reduce-scatter', data.byteLength, options, false);
+      const algorithm = pickAlgorithm(
+        this.size,
+        this.facts,
+        'reduce-scatter',
+        data.byteLength,
+        options,
+        false,
+      );
       const call = this.call({
         op: 'reduce-scatter',
         dtype,
@@ -426,14 +334,10 @@ export class Communicator implements CommCore {
   /** In place: `data` of rank `root` is copied into `data` on every rank. */
   broadcast(data: DTypeArray, root: number, options: CallOptions = {}): Promise<void> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(data, options);
-      if (!Number.isInteger(root) || root < 0 || root >= this.size)
-        throw badArg(
-          `broadcast root ${root} is not a rank of 0..${this.size - 1}`,
-          'pass a rank of this communicator',
-        );
-      this.checkCount(data.length);
-      let algorithm = this.pick('broadcast', data.byteLength, options, false);
+      const dtype = dataDType(data, options);
+      checkRoot(root, this.size);
+      checkCount(data.length);
+      let algorithm = pickAlgorithm(this.size, this.facts, 'broadcast', data.byteLength, options, false);
       if (algorithm === 'rhd') algorithm = 'tree';
       const call = this.call({
         op: 'broadcast',
@@ -470,25 +374,13 @@ export class Communicator implements CommCore {
     options: CallOptions = {},
   ): Promise<DTypeArray> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(send, options);
-      const valid = (c: readonly number[]): boolean =>
-        c.length === this.size && c.every((x) => Number.isInteger(x) && x >= 0);
-      if (!valid(sendCounts) || sendCounts.reduce((a, b) => a + b, 0) !== send.length) {
-        throw badArg(
-          `all-to-all sendCounts [${sendCounts.join(', ')}] must be ${this.size} non-negative integers summing to ${send.length}`,
-          'give one count per rank; their sum is the send array length',
-        );
-      }
+      const dtype = dataDType(send, options);
+      checkCounts('sendCounts', sendCounts, this.size, send.length);
       let counts = recvCounts;
       if (counts === undefined) {
-        const gathered = await this.gatherCounts(Int32Array.from(sendCounts));
+        const gathered = await this.gatherInts(Int32Array.from(sendCounts), 'all-to-all', 1);
         counts = Array.from({ length: this.size }, (_, j) => gathered[j * this.size + this.rank] as number);
-      } else if (!valid(counts)) {
-        throw badArg(
-          `all-to-all recvCounts [${counts.join(', ')}] must be ${this.size} non-negative integers`,
-          'give one count per rank',
-        );
-      }
+      } else checkCounts('recvCounts', counts, this.size);
       const recv = allocate(
         dtype,
         counts.reduce((a, b) => a + b, 0),
@@ -507,17 +399,21 @@ export class Communicator implements CommCore {
     });
   }
 
-  private async gatherCounts(mine: Int32Array): Promise<Int32Array> {
+  /**
+   * Every rank's `mine` (the same length everywhere), in rank order: the small tables that
+   * all-to-all counts and split keys need before their call (`op` and `aux` keep the two apart).
+   */
+  private async gatherInts(mine: Int32Array, op: 'all-to-all' | 'split', aux: number): Promise<Int32Array> {
     const out = new Int32Array(mine.length * this.size);
     out.set(mine, this.rank * mine.length);
     const call = this.call({
-      op: 'all-to-all',
+      op,
       dtype: 'i32',
       reduce: 'none',
       q8: false,
       algorithm: 'mesh',
       count: mine.length,
-      aux: 1,
+      aux,
     });
     if (this.size > 1) await allGatherMesh(call, out, mine.length);
     return out;
@@ -552,8 +448,8 @@ export class Communicator implements CommCore {
   /** Point to point: `data` to `peer`; resolves once copied out. The peer calls recv(rank, ...). */
   send(peer: number, data: DTypeArray, options: CallOptions & { tag?: number } = {}): Promise<void> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(data, options);
-      this.checkPeer(peer);
+      const dtype = dataDType(data, options);
+      checkPeer(peer, this.rank, this.size);
       const seq = this.sendSeq.get(peer) ?? 0;
       this.sendSeq.set(peer, seq + 1);
       const call = this.call({
@@ -574,8 +470,8 @@ export class Communicator implements CommCore {
   /** Point to point: fills `into` with the next message from `peer` (same count, dtype and tag). */
   recv(peer: number, into: DTypeArray, options: CallOptions & { tag?: number } = {}): Promise<void> {
     return this.serial(async () => {
-      const dtype = this.dtypeOf(into, options);
-      this.checkPeer(peer);
+      const dtype = dataDType(into, options);
+      checkPeer(peer, this.rank, this.size);
       const seq = this.recvSeq.get(peer) ?? 0;
       this.recvSeq.set(peer, seq + 1);
       const call = this.call({
@@ -591,15 +487,6 @@ export class Communicator implements CommCore {
       });
       call.copyFrom(into, await call.recv(peer, call.wireBytes(into.length)));
     });
-  }
-
-  private checkPeer(peer: number): void {
-    if (!Number.isInteger(peer) || peer < 0 || peer >= this.size || peer === this.rank) {
-      throw badArg(
-        `peer ${peer} is not another rank of 0..${this.size - 1} (this is rank ${this.rank})`,
-        'pass the rank of another member',
-      );
-    }
   }
 
   /** Returns once every rank has entered the barrier (dissemination: ceil(log2 n) rounds). */
@@ -636,7 +523,7 @@ export class Communicator implements CommCore {
       if (!Number.isInteger(color) || !Number.isInteger(key))
         throw badArg(`split color ${color} and key ${key} must be integers`, 'pass integers');
       const seq = this.seq;
-      const table = await this.gatherSplit(Int32Array.of(color, key));
+      const table = await this.gatherInts(Int32Array.of(color, key), 'split', 0);
       if (color < 0) return undefined;
       const ranks = Array.from({ length: this.size }, (_, r) => r)
         .filter((r) => table[2 * r] === color)
@@ -659,22 +546,6 @@ export class Communicator implements CommCore {
         this.wires,
       );
     });
-  }
-
-  private async gatherSplit(mine: Int32Array): Promise<Int32Array> {
-    const out = new Int32Array(2 * this.size);
-    out.set(mine, 2 * this.rank);
-    const call = this.call({
-      op: 'split',
-      dtype: 'i32',
-      reduce: 'none',
-      q8: false,
-      algorithm: 'mesh',
-      count: 2,
-      aux: 0,
-    });
-    if (this.size > 1) await allGatherMesh(call, out, 2);
-    return out;
   }
 
   /** Fails every pending and later call on every rank of this world with COLL_ABORTED; returns at once. */
@@ -703,115 +574,5 @@ export class Communicator implements CommCore {
     await this.router.shutdown(this.timeoutMs);
     const device = this.owned.device;
     if (device) await bounded(device.close(), 2000);
-  }
-}
-
-/** How many ranks of the world run on this host, as far as the addresses tell (at least 1). */
-function ranksOnThisHost(
-  provider: string,
-  rendezvous: Rendezvous | undefined,
-  rank: number,
-  size: number,
-): number {
-  if (provider !== 'tcp' || rendezvous === undefined) return size; // loopback and shm worlds are one host
-  const hostOf = (a: string): string => a.slice(0, Math.max(0, a.lastIndexOf(':')));
-  if (rendezvous.kind === 'hosts') {
-    const mine = hostOf(rendezvous.addresses[rank] ?? '');
-    return rendezvous.addresses.filter((a) => hostOf(a) === mine).length || 1;
-  }
-  return /^(127\.|localhost$|\[?::1\]?$)/.test(rendezvous.host ?? hostOf(rendezvous.address)) ? size : 1;
-}
-
-/** Waits for `work` at most `ms` (closing must never hang on a dead peer). */
-async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([work.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, ms)))]);
-  clearTimeout(timer);
-}
-
-/** Connects rank `rank` of a world of `size` and returns its communicator. */
-export async function createCommunicator(options: CommunicatorOptions): Promise<Communicator> {
-  const { rank, size } = options;
-  if (
-    !Number.isInteger(size) ||
-    size < 1 ||
-    size > 65535 ||
-    !Number.isInteger(rank) ||
-    rank < 0 ||
-    rank >= size
-  ) {
-    throw badArg(`rank ${rank} of size ${size} is not valid`, 'pass 0 <= rank < size <= 65535');
-  }
-  const graph =
-    typeof options.graph === 'string' ? graphOf(options.graph, size) : (options.graph ?? fullMeshGraph(size));
-  if (graph.size !== size)
-    throw new TandemError('COLL_BAD_GRAPH', `graph has ${graph.size} ranks, the world ${size}`, {
-      hint: 'pass a graph of the world size',
-    });
-  const adj = adjacency(graph);
-  const routes = shortestRoutes(adj);
-  const wires = options.wires ?? 1;
-  if (!Number.isInteger(wires) || wires < 1 || wires > 16)
-    throw badArg(
-      `wires must be an integer in 1..16, got ${wires}`,
-      'use 1 (default) to 4 connections per linked pair',
-    );
-  await loadFastReduce(); // reductions in C when a compiler is here, else WebAssembly (else reduce.ts)
-  const device = options.device ?? (await openDevice(options.provider ?? 'loopback'));
-  try {
-    const pd = device.allocPd();
-    const cq = device.createCq();
-    let links: Awaited<ReturnType<typeof connectWorld>> = [];
-    if (size > 1) {
-      if (options.rendezvous === undefined)
-        throw badArg(
-          `a world of ${size} ranks needs a rendezvous`,
-          "pass rendezvous: { kind: 'root', address: 'host:port' }",
-        );
-      links = await connectWorld({
-        rank,
-        size,
-        device,
-        pd,
-        cq,
-        rendezvous: options.rendezvous,
-        adj,
-        secret: options.secret ?? 'tandem',
-        timeoutMs: options.connectTimeoutMs ?? 30_000,
-        wires,
-        ...(options.listener ? { listener: options.listener } : {}),
-        ...(options.onListening ? { onListening: options.onListening } : {}),
-      });
-    }
-    const spin = mayBusyPoll(
-      ranksOnThisHost(device.provider, options.rendezvous, rank, size),
-      options.threadsPerRank ?? 1,
-    );
-    const router = new Router({
-      rank,
-      size,
-      links,
-      routes,
-      cq,
-      spin,
-      ...(options.slots ? { slots: options.slots } : {}),
-      ...(options.slotBytes ? { slotBytes: options.slotBytes } : {}),
-    });
-    router.start();
-    const members = Array.from({ length: size }, (_, i) => i);
-    return new Communicator(
-      rank,
-      size,
-      members,
-      1,
-      router,
-      options.timeoutMs ?? 30_000,
-      graph,
-      { device: options.device ? undefined : device },
-      wires,
-    );
-  } catch (e) {
-    if (!options.device) await device.close().catch(() => undefined);
-    throw e;
   }
 }

@@ -1,10 +1,5 @@
-export {
-  createCommunicator,
-  Communicator,
-  type CommunicatorOptions,
-  type CallOptions,
-  type AllReduceOptions,
-} from './communicator.js';
+export { Communicator, type CallOptions, type AllReduceOptions } from './communicator.js';
+export { createCommunicator, type CommunicatorOptions } from './create-communicator.js';
 export { createLocalWorld } from './local-world.js';
 export { algorithms, type Algorithm } from './call.js';
 export { chunkRanges, type Range } from './chunks.js';

@@ -1,5 +1,6 @@
 import { openDevice } from '../fabric/index.js';
-import { createCommunicator, type Communicator, type CommunicatorOptions } from './communicator.js';
+import type { Communicator } from './communicator.js';
+import { createCommunicator, type CommunicatorOptions } from './create-communicator.js';
 
 /**
  * Every rank of a world in this process over the loopback provider: what unit tests of the

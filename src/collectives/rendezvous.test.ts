@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { openDevice } from '../fabric/index.js';
-import { createCommunicator } from './communicator.js';
+import { createCommunicator } from './create-communicator.js';
 import { parseAddress } from './rendezvous.js';
 
 test('hosts rendezvous: every rank listens at its own address; a ring of links works', async () => {

@@ -5,7 +5,8 @@
 // expectedReduce summing them in float64) and from the chunk rule written out below, never
 // from src/collectives' own routines; only the dtype conversions (kernels/dtype.ts) are shared.
 import { createHash } from 'node:crypto';
-import { createCommunicator, type Communicator } from '../../src/collectives/communicator.js';
+import type { Communicator } from '../../src/collectives/communicator.js';
+import { createCommunicator } from '../../src/collectives/create-communicator.js';
 import {
   expectedReduce,
   inputFor,
