@@ -78,6 +78,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/topology-plan.js')).command,
   },
   {
+    name: 'plan',
+    summary: 'predict whether a model fits a set of machines, and its TTFT and tokens/s, before you buy',
+    load: async () => (await import('./commands/plan.js')).command,
+  },
+  {
     name: 'init',
     summary: 'bring a cluster up: doctor, discovery, topology agreement, per-cable addresses, cluster config',
     load: async () => (await import('./commands/init.js')).command,

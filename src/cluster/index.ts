@@ -31,3 +31,4 @@ export { ClusterPort, CLUSTER_PORT } from './cluster-port.js';
 export { joinCluster, REJOIN_MS, type JoinOptions } from './node-join.js';
 export { resolveModelPath } from './model-path.js';
 export { whySplitMayNotPay, type SplitFacts } from './split-verdict.js';
+export { calibrate, calibrationPath, loadCalibration, saveCalibration } from './calibrate.js';

@@ -24,3 +24,4 @@ export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
 export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';
 export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';
 export { chooseParallel, type AutoChoice } from './auto.js';
+export * from './forecast/index.js';

@@ -1,0 +1,170 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { statSync } from 'node:fs';
+import { tempModel } from '../../engine/testing/temp-model.js';
+import { TandemError } from '../../errors/index.js';
+import {
+  bytesFromGguf,
+  bytesFromShape,
+  findEngine,
+  findLink,
+  findModelShape,
+  forecastAuto,
+  forecastSplit,
+  paramCounts,
+  parseForecastMachines,
+  parseQuant,
+  validateForecasts,
+  validationSummary,
+  type ForecastInput,
+} from './index.js';
+
+const moe = tempModel('tandem-forecast-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 2 });
+
+const billions = (id: string): { total: number; active: number } => {
+  const p = paramCounts(findModelShape(id));
+  return { total: p.total / 1e9, active: p.active / 1e9 };
+};
+
+test('catalog parameter counts match what the models publish (total and active)', () => {
+  const published: [string, number, number][] = [
+    ['llama-3.1-8b', 8.03, 7.5],
+    ['llama-3.1-70b', 70.6, 69.5],
+    ['deepseek-v3', 671, 37],
+    ['kimi-k2', 1030, 32],
+    ['qwen3-235b-a22b', 235, 22],
+    ['gpt-oss-120b', 117, 5.1],
+    ['mixtral-8x7b', 46.7, 12.9],
+  ];
+  for (const [id, total, active] of published) {
+    const p = billions(id);
+    assert.ok(
+      Math.abs(p.total / total - 1) < 0.03,
+      `${id}: ${p.total.toFixed(1)}B in all, published ${total}B`,
+    );
+    assert.ok(
+      Math.abs(p.active / active - 1) < 0.05,
+      `${id}: ${p.active.toFixed(1)}B active, published ${active}B`,
+    );
+  }
+});
+
+test('published cases: median decode error at most 20%, every case within 40% or explained', () => {
+  const rows = validateForecasts();
+  const decode = validationSummary(rows, 'decode_tok_s');
+  assert.ok(decode.cases >= 8, `${decode.cases} decode cases`);
+  assert.ok(decode.median <= 0.2, `median |error| ${decode.median}`);
+  for (const r of rows.filter((x) => !x.fitted))
+    assert.ok(
+      Math.abs(r.error) <= 0.4 || r.note,
+      `${r.id} ${r.figure}: ${(r.error * 100).toFixed(1)}% with no note`,
+    );
+});
+
+const input = (
+  model: string,
+  quant: string,
+  machines: string,
+  link = 'tb5-rdma',
+): Omit<ForecastInput, 'parallel'> => ({
+  model: bytesFromShape(findModelShape(model), parseQuant(quant)),
+  machines: parseForecastMachines(machines),
+  link: findLink(link),
+  engine: findEngine('llama.cpp'),
+  promptTokens: 512,
+  context: 8192,
+});
+
+test('fit: 405B at 4 bits does not fit one 16 GB Mac mini, and the shortfall is named per machine', () => {
+  const f = forecastSplit({ ...input('llama-3.1-405b', 'q4_k_m', 'mac-mini-m4:16g'), parallel: 'tp' });
+  assert.equal(f.fits, false);
+  assert.ok(f.per_machine[0]!.headroom_bytes < -200e9, `headroom ${f.per_machine[0]!.headroom_bytes}`);
+  const big = forecastAuto(input('llama-3.1-405b', 'q4_k_m', '2x mac-studio-m3-ultra:512g')).best;
+  assert.equal(big.fits, true);
+});
+
+test('pipeline: layers follow each stage speed, and the stages cover every layer once', () => {
+  const f = forecastSplit({
+    ...input('llama-3.3-70b', 'q4_k_m', 'mac-studio-m3-ultra:256g, mac-mini-m4-pro:64g'),
+    parallel: 'pp',
+  });
+  const [a, b] = f.placement;
+  assert.equal(a!.layers[0], 0);
+  assert.equal(a!.layers[1], b!.layers[0]);
+  assert.equal(b!.layers[1], 80);
+  assert.ok(a!.layers[1] - a!.layers[0] > b!.layers[1] - b!.layers[0], 'the faster Ultra takes more layers');
+});
+
+test('tensor parallel over TCP is bound by link latency; over RDMA it beats one machine', () => {
+  const one = forecastSplit({
+    ...input('llama-3.3-70b', 'q8_0', 'mac-studio-m3-ultra:256g'),
+    parallel: 'tp',
+  });
+  const rdma = forecastSplit({
+    ...input('llama-3.3-70b', 'q8_0', '4x mac-studio-m3-ultra:256g'),
+    parallel: 'tp',
+  });
+  const tcp = forecastSplit({
+    ...input('llama-3.3-70b', 'q8_0', '4x mac-studio-m3-ultra:256g', 'tb5-tcp'),
+    parallel: 'tp',
+  });
+  assert.ok(rdma.decode_tok_s > one.decode_tok_s, `${rdma.decode_tok_s} vs ${one.decode_tok_s}`);
+  assert.equal(tcp.bottleneck, 'link latency');
+  assert.ok(tcp.decode_tok_s < rdma.decode_tok_s);
+});
+
+test('auto keeps the fastest split that fits, and lists every split it tried', () => {
+  const r = forecastAuto(input('qwen3-235b-a22b', 'q4_k_m', '4x mac-studio-m3-ultra:256g'));
+  assert.deepEqual(r.all.map((f) => f.parallel).sort(), ['ep', 'hybrid', 'pp', 'tp']);
+  for (const f of r.all) if (f.fits) assert.ok(f.decode_tok_s <= r.best.decode_tok_s);
+});
+
+test('a GGUF header gives the bytes the file holds, experts counted at their active share', () => {
+  const m = bytesFromGguf(moe());
+  const stored = m.layers.reduce((a, l) => a + l.total, 0) + m.embedding + m.head;
+  assert.ok(
+    stored <= statSync(moe()).size && stored > 0.9 * statSync(moe()).size,
+    `${stored} of ${statSync(moe()).size}`,
+  );
+  assert.ok(m.moe && m.moe.active < m.moe.experts);
+  for (const l of m.layers) assert.ok(l.active < l.total && l.expert > 0);
+});
+
+test('bad names are typed errors that say what to use', () => {
+  const code = (f: () => unknown): string | undefined => {
+    try {
+      f();
+    } catch (e) {
+      return e instanceof TandemError ? e.code : 'untyped';
+    }
+    return undefined;
+  };
+  assert.equal(
+    code(() => findModelShape('llama-9')),
+    'PAR_UNKNOWN_MODEL',
+  );
+  assert.equal(
+    code(() => parseQuant('q3')),
+    'PAR_UNKNOWN_QUANT',
+  );
+  assert.equal(
+    code(() => findLink('carrier-pigeon')),
+    'PAR_UNKNOWN_LINK',
+  );
+  assert.equal(
+    code(() => findEngine('vllm')),
+    'PAR_UNKNOWN_ENGINE',
+  );
+  assert.equal(
+    code(() => parseForecastMachines('2x mac-mini-m4:64g')),
+    'TOPOLOGY_UNKNOWN_MACHINE',
+  );
+  assert.equal(
+    code(() => parseForecastMachines('this')),
+    'PAR_NOT_CALIBRATED',
+  );
+  assert.equal(
+    code(() => parseForecastMachines('65x mac-mini-m4')),
+    'TOPOLOGY_UNKNOWN_MACHINE',
+  );
+});

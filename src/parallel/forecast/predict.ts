@@ -1,0 +1,309 @@
+import type { EngineModel } from './engines.js';
+import type { LinkSpec } from './links.js';
+import type { MachineSpec, MemoryConfig } from './machine-catalog.js';
+import type { ModelBytes } from './model-bytes.js';
+
+/** A machine of the planned cluster; `rates` replaces the catalog's peaks x engine shares (a calibrated machine). */
+export interface ForecastMachine {
+  name: string;
+  spec: MachineSpec;
+  memory: MemoryConfig;
+  rates?: { decodeBytesPerS: number; prefillFlopsPerS: number; layerOverheadMs: number };
+}
+
+export type ForecastParallel = 'tp' | 'pp' | 'ep' | 'hybrid';
+
+export interface ForecastInput {
+  model: ModelBytes;
+  machines: readonly ForecastMachine[];
+  link: LinkSpec;
+  engine: EngineModel;
+  parallel: ForecastParallel;
+  promptTokens: number;
+  context: number;
+}
+
+/** One rank's share: layers [start, end), the fraction of each layer's tensors (tp), of the experts (ep). */
+export interface RankShare {
+  machine: string;
+  layers: [number, number];
+  tensorShare: number;
+  expertShare: number;
+}
+
+export interface MachineForecast {
+  name: string;
+  id: string;
+  device: 'cpu' | 'gpu';
+  memory_bytes: number;
+  usable_bytes: number;
+  weights_bytes: number;
+  kv_bytes: number;
+  activation_bytes: number;
+  headroom_bytes: number;
+  fits: boolean;
+  /** Decode per token on this machine: weight reads and fixed per-layer costs, ms. */
+  read_ms: number;
+  overhead_ms: number;
+}
+
+export interface Forecast {
+  parallel: ForecastParallel;
+  fits: boolean;
+  placement: RankShare[];
+  decode_tok_s: number;
+  prefill_tok_s: number;
+  ttft_ms: number;
+  bottleneck: 'memory bandwidth' | 'engine overhead' | 'link latency' | 'link bandwidth' | 'compute';
+  /** Decode step terms, ms: the slowest rank's reads and overheads (summed over stages), the link's share. */
+  terms: { read_ms: number; overhead_ms: number; link_latency_ms: number; link_bytes_ms: number };
+  per_machine: MachineForecast[];
+}
+
+const GB = 1e9;
+/** Bytes an activation crossing a link carries per value (f16/bf16, as the engines send them). */
+const WIRE_BYTES = 2;
+/** Runtime memory besides weights and cache: buffers, logits, the process itself. */
+const RUNTIME_BYTES = 0.5 * GB;
+
+function device(m: ForecastMachine, e: EngineModel): 'cpu' | 'gpu' {
+  return m.rates ? 'cpu' : e.device(m.spec);
+}
+
+/** Bytes a machine can give the model: ~75% of RAM for a Mac's GPU (macOS's default wired limit), RAM less 4 GB for the OS else. */
+function usableBytes(m: ForecastMachine, e: EngineModel): number {
+  const ram = m.memory.gb * GB;
+  return device(m, e) === 'gpu' && m.spec.kind === 'apple' ? 0.75 * ram : Math.max(0, ram - 4 * GB);
+}
+
+/** The machine's rates under this engine: weight bytes a second in decode, FLOP/s in prefill, ms a layer. */
+export function machineRates(m: ForecastMachine, e: EngineModel): ForecastMachine['rates'] & {} {
+  if (m.rates) return m.rates;
+  const d = device(m, e);
+  const bw = m.memory.bandwidthGBs * GB * (d === 'cpu' ? m.spec.cpuBandwidthShare : 1);
+  const peak = d === 'gpu' ? (m.spec.gpuTflops ?? 0) * 1e12 : m.spec.cpuGflops * 1e9;
+  return {
+    decodeBytesPerS: bw * e.decodeEfficiency[d],
+    prefillFlopsPerS: peak * e.prefillEfficiency[d],
+    layerOverheadMs: e.layerOverheadMs[d],
+  };
+}
+
+/** Latency steps of an all-reduce over n ranks (recursive doubling) and the bytes each rank sends. */
+function allReduceMs(n: number, bytes: number, link: LinkSpec): { latency: number; wire: number } {
+  if (n <= 1) return { latency: 0, wire: 0 };
+  return {
+    latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000,
+    wire: ((2 * (n - 1)) / n) * (bytes / (link.bandwidthGBs * GB)) * 1000,
+  };
+}
+
+/** Expected busiest rank's share of a token's routed experts, k experts over n ranks (normal approximation of the max). */
+export function busiestExpertShare(k: number, n: number): number {
+  if (n <= 1) return 1;
+  const mean = k / n;
+  return Math.min(k, mean + Math.sqrt(2 * mean * Math.log(n))) / k;
+}
+
+/** Layers per stage, proportional to each stage's decode rate. */
+function stageLayers(layers: number, rates: readonly number[]): [number, number][] {
+  const sum = rates.reduce((a, b) => a + b, 0);
+  const counts = rates.map((r) => Math.max(1, Math.round((layers * r) / sum)));
+  let excess = counts.reduce((a, b) => a + b, 0) - layers;
+  for (let i = counts.length - 1; excess !== 0 && i >= 0; i = i === 0 ? counts.length - 1 : i - 1) {
+    if (excess > 0 && counts[i]! > 1) {
+      counts[i]!--;
+      excess--;
+    } else if (excess < 0) {
+      counts[i]!++;
+      excess++;
+    }
+  }
+  let at = 0;
+  return counts.map((c) => [at, (at += c)]);
+}
+
+/** Each rank's share of the model for the kind (hybrid: tensor-parallel pairs, pipelined). */
+export function shares(input: ForecastInput): RankShare[] {
+  const { machines, model, parallel } = input;
+  const n = machines.length;
+  const L = model.layers.length;
+  const rate = (m: ForecastMachine): number => machineRates(m, input.engine).decodeBytesPerS;
+  if (parallel === 'tp' || parallel === 'ep' || n === 1)
+    return machines.map((m) => ({
+      machine: m.name,
+      layers: [0, L],
+      tensorShare: parallel === 'tp' ? 1 / n : 1,
+      expertShare: parallel === 'ep' ? 1 / n : 1,
+    }));
+  const group = parallel === 'hybrid' ? 2 : 1;
+  const groups = Array.from({ length: n / group }, (_, g) => machines.slice(g * group, (g + 1) * group));
+  const ranges = stageLayers(
+    L,
+    groups.map((g) => Math.min(...g.map(rate)) * g.length),
+  );
+  return groups.flatMap((g, s) =>
+    g.map((m) => ({ machine: m.name, layers: ranges[s]!, tensorShare: 1 / group, expertShare: 1 })),
+  );
+}
+
+interface RankCost {
+  weights: number;
+  kv: number;
+  read: number;
+  layerCount: number;
+  flopShare: number;
+}
+
+/** What one rank holds and reads per token (see the file's header for the model of each kind). */
+function rankCost(input: ForecastInput, s: RankShare, last: boolean, first: boolean): RankCost {
+  const { model } = input;
+  const L = model.layers.length;
+  const n = input.machines.length;
+  const ep = input.parallel === 'ep' && n > 1;
+  const moe = model.moe;
+  const busiest = moe && ep ? busiestExpertShare(moe.active, n) : 1;
+  let weights = 0;
+  let read = 0;
+  for (let i = s.layers[0]; i < s.layers[1]; i++) {
+    const l = model.layers[i]!;
+    const routedTotal = moe ? l.expert * moe.experts : 0;
+    const routedActive = moe ? l.expert * moe.active : 0;
+    weights += (l.total - routedTotal + routedTotal * s.expertShare) * s.tensorShare;
+    read += (l.active - routedActive + routedActive * busiest) * s.tensorShare;
+  }
+  const headBytes = model.head > 0 ? model.head : model.embedding;
+  if (first || s.tensorShare < 1) weights += model.embedding;
+  if (last) {
+    weights += model.head * s.tensorShare;
+    read += headBytes * s.tensorShare;
+  }
+  const layerCount = s.layers[1] - s.layers[0];
+  return {
+    weights,
+    kv: model.kvBytesPerPosition * (layerCount / L) * input.context * s.tensorShare,
+    read,
+    layerCount,
+    flopShare: (layerCount / L) * s.tensorShare * (ep ? 1 / n : 1),
+  };
+}
+
+/** Stages in order, each the ranks that work at once. */
+function stagesOf(input: ForecastInput, placement: readonly RankShare[]): number[][] {
+  const stages: number[][] = [];
+  placement.forEach((s, r) => {
+    const prev = stages[stages.length - 1];
+    if (prev && placement[prev[0]!]!.layers[0] === s.layers[0]) prev.push(r);
+    else stages.push([r]);
+  });
+  return stages;
+}
+
+/** The forecast of one split on these machines. */
+export function forecastSplit(input: ForecastInput): Forecast {
+  const { model, machines, link, engine } = input;
+  const placement = shares(input);
+  const stages = stagesOf(input, placement);
+  const costs = placement.map((s, r) =>
+    rankCost(input, s, stages[stages.length - 1]!.includes(r), stages[0]!.includes(r)),
+  );
+  const rates = machines.map((m) => machineRates(m, engine));
+  const T = input.promptTokens;
+  const activation = RUNTIME_BYTES + T * model.hidden * 4 * 8;
+  const per_machine: MachineForecast[] = machines.map((m, r) => {
+    const c = costs[r]!;
+    const usable = usableBytes(m, engine);
+    const headroom = usable - c.weights - c.kv - activation;
+    return {
+      name: m.name,
+      id: m.spec.id,
+      device: device(m, engine),
+      memory_bytes: m.memory.gb * GB,
+      usable_bytes: usable,
+      weights_bytes: c.weights,
+      kv_bytes: c.kv,
+      activation_bytes: activation,
+      headroom_bytes: headroom,
+      fits: headroom >= 0,
+      read_ms: (c.read / rates[r]!.decodeBytesPerS) * 1000,
+      overhead_ms: c.layerCount * rates[r]!.layerOverheadMs,
+    };
+  });
+  const group = stages[0]!.length;
+  const moeLayers = model.moe ? model.layers.filter((l) => l.expert > 0).length : 0;
+  const terms = { read_ms: 0, overhead_ms: 0, link_latency_ms: 0, link_bytes_ms: 0 };
+  let prefillMs = 0;
+  const flops = 2 * model.activeParams * T + 2 * model.layers.length * model.heads * model.headDim * T * T;
+  for (const stage of stages) {
+    const slowest = stage.reduce((a, r) =>
+      per_machine[r]!.read_ms + per_machine[r]!.overhead_ms >
+      per_machine[a]!.read_ms + per_machine[a]!.overhead_ms
+        ? r
+        : a,
+    );
+    terms.read_ms += per_machine[slowest]!.read_ms;
+    terms.overhead_ms += per_machine[slowest]!.overhead_ms;
+    prefillMs += Math.max(
+      ...stage.map((r) => ((flops * costs[r]!.flopShare) / rates[r]!.prefillFlopsPerS) * 1000),
+    );
+    const layers = costs[stage[0]!]!.layerCount;
+    if (input.parallel !== 'ep' && group > 1) {
+      const step = allReduceMs(group, model.hidden * WIRE_BYTES, link);
+      const pre = allReduceMs(group, T * model.hidden * WIRE_BYTES, link);
+      terms.link_latency_ms += 2 * layers * step.latency;
+      terms.link_bytes_ms += 2 * layers * step.wire;
+      prefillMs += 2 * layers * (pre.latency + pre.wire);
+    }
+  }
+  if (input.parallel === 'ep' && group > 1 && model.moe) {
+    const perToken = model.moe.active * model.hidden * WIRE_BYTES;
+    const step = allReduceMs(group, perToken, link);
+    const pre = allReduceMs(group, T * perToken, link);
+    terms.link_latency_ms += 2 * moeLayers * step.latency;
+    terms.link_bytes_ms += 2 * moeLayers * step.wire;
+    prefillMs += 2 * moeLayers * (pre.latency + pre.wire);
+  }
+  const handOffs = stages.length - 1;
+  terms.link_latency_ms += (handOffs * link.latencyUs) / 1000;
+  terms.link_bytes_ms += ((handOffs * model.hidden * WIRE_BYTES) / (link.bandwidthGBs * GB)) * 1000;
+  prefillMs +=
+    handOffs * (link.latencyUs / 1000 + ((T * model.hidden * WIRE_BYTES) / (link.bandwidthGBs * GB)) * 1000);
+  const stepMs = terms.read_ms + terms.overhead_ms + terms.link_latency_ms + terms.link_bytes_ms;
+  const labels = {
+    read_ms: 'memory bandwidth',
+    overhead_ms: 'engine overhead',
+    link_latency_ms: 'link latency',
+    link_bytes_ms: 'link bandwidth',
+  } as const;
+  const top = (Object.keys(terms) as (keyof typeof terms)[]).reduce((a, b) => (terms[b] > terms[a] ? b : a));
+  return {
+    parallel: input.parallel,
+    fits: per_machine.every((m) => m.fits),
+    placement,
+    decode_tok_s: 1000 / stepMs,
+    prefill_tok_s: (T / prefillMs) * 1000,
+    ttft_ms: prefillMs,
+    bottleneck: labels[top],
+    terms,
+    per_machine,
+  };
+}
+
+/** The kinds that apply to this model on this many machines. */
+export function candidateSplits(model: ModelBytes, n: number): ForecastParallel[] {
+  if (n === 1) return ['tp'];
+  const out: ForecastParallel[] = ['tp', 'pp'];
+  if (model.moe && model.moe.experts >= n) out.push('ep');
+  if (n >= 4 && n % 2 === 0) out.push('hybrid');
+  return out;
+}
+
+/** `--parallel auto`: the fitting split with the fastest decode; the fastest of all when none fits. */
+export function forecastAuto(input: Omit<ForecastInput, 'parallel'>): { best: Forecast; all: Forecast[] } {
+  const all = candidateSplits(input.model, input.machines.length).map((parallel) =>
+    forecastSplit({ ...input, parallel }),
+  );
+  const fitting = all.filter((f) => f.fits);
+  const pool = fitting.length > 0 ? fitting : all;
+  return { best: pool.reduce((a, b) => (b.decode_tok_s > a.decode_tok_s ? b : a)), all };
+}
