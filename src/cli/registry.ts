@@ -103,6 +103,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/bench-model.js')).command,
   },
   {
+    name: 'bench plan',
+    summary: "check `tandem plan`'s forecast for this machine against `tandem bench model` on the same file",
+    load: async () => (await import('./commands/bench-plan.js')).command,
+  },
+  {
     name: 'bench serve',
     summary:
       'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',
