@@ -4,7 +4,16 @@ import { defineCommand } from '../options.js';
 import { checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { makeModel, planFor } from '../../engine/format/make-model.js';
+import { parseRouterSkew } from '../../engine/format/router-skew.js';
 import { fileTypes, modelArchs, modelShapes, type FileTypeName } from '../../engine/format/model-plan.js';
+
+function positiveInt(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1 || v > 1024)
+    throw new TandemError('CLI_USAGE', `make-model: --${name} must be an integer in 1..1024, got ${v}`, {
+      hint: `for example --${name} 16`,
+    });
+  return v;
+}
 
 function mib(n: number): string {
   return `${(n / 1048576).toFixed(1)} MiB`;
@@ -45,6 +54,20 @@ export const command = defineCommand({
       default: 'none',
     },
     std: { type: 'number', description: 'standard deviation of the random weights', default: 0.02 },
+    experts: {
+      type: 'number',
+      description: "mixtures of experts: routed experts per layer (default: the shape's)",
+    },
+    'experts-used': {
+      type: 'number',
+      description: "mixtures of experts: experts per token (default: the shape's)",
+    },
+    'router-skew': {
+      type: 'string',
+      description:
+        'mixtures of experts: route tokens with Zipf(S) skew (zipf:S, 0 < S <= 4; expert 0 hottest, the same order in every layer) instead of near-uniformly',
+      placeholder: 'zipf:S',
+    },
     threads: {
       type: 'number',
       description: `worker threads generating and quantizing weights, ${threadsBound} (default: one per core)`,
@@ -54,6 +77,7 @@ export const command = defineCommand({
   examples: [
     'tandem make-model /tmp/tiny.gguf --arch qwen3 --type q8_0',
     'tandem make-model /tmp/tl.gguf --shape tinyllama-1.1b --type q4_k_m',
+    'tandem make-model /tmp/moe.gguf --arch qwen3moe --shape small --experts 16 --router-skew zipf:1.2 --type q8_0',
   ],
   async run({ options, positionals }) {
     const out = positionals[0] as string;
@@ -79,6 +103,13 @@ export const command = defineCommand({
       std: options.std,
       ropeScaling: options['rope-scaling'],
       ...(options.vocab ? { vocab: options.vocab } : {}),
+      ...(options.experts !== undefined ? { experts: positiveInt('experts', options.experts) } : {}),
+      ...(options['experts-used'] !== undefined
+        ? { expertsUsed: positiveInt('experts-used', options['experts-used']) }
+        : {}),
+      ...(options['router-skew'] !== undefined
+        ? { routerSkew: parseRouterSkew(options['router-skew']) }
+        : {}),
     };
     const plan = planFor(opts);
     const log = (s: string): void => {

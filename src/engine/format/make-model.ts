@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
+import type { RouterSkew } from './router-skew.js';
 import { TandemError } from '../../errors/index.js';
 import { writeGguf } from './gguf-writer.js';
 import {
@@ -27,6 +28,11 @@ export interface MakeModelOptions {
   threads?: number;
   /** Standard deviation of weights and biases (default 0.02). */
   std?: number;
+  /** MoE: routed experts and experts per token, replacing the shape's. */
+  experts?: number;
+  expertsUsed?: number;
+  /** MoE: routing that follows Zipf(s) (router-skew.ts). */
+  routerSkew?: RouterSkew;
   onProgress?: (written: number, total: number, tensor: string) => void;
 }
 
@@ -42,9 +48,27 @@ export function resolveShape(shape: string | ModelShape): ModelShape {
 }
 
 export function planFor(o: MakeModelOptions): ModelPlan {
+  const base = resolveShape(o.shape);
+  const shape = {
+    ...base,
+    ...(o.experts !== undefined ? { experts: o.experts } : {}),
+    ...(o.expertsUsed !== undefined ? { expertsUsed: o.expertsUsed } : {}),
+  };
+  if (
+    (o.experts !== undefined || o.expertsUsed !== undefined) &&
+    (shape.expertsUsed < 1 || shape.expertsUsed > shape.experts)
+  )
+    throw new TandemError(
+      'CLI_USAGE',
+      `make-model: ${shape.expertsUsed} experts per token of ${shape.experts}`,
+      {
+        hint: 'give 1 <= --experts-used <= --experts',
+      },
+    );
   return planModel({
     arch: o.arch,
-    shape: resolveShape(o.shape),
+    shape,
+    ...(o.routerSkew ? { routerSkew: o.routerSkew } : {}),
     type: o.type,
     vocab: o.vocab ?? (o.arch.startsWith('qwen') ? 'bpe' : 'spm'),
     tied: o.tied ?? false,

@@ -3,6 +3,7 @@ import { GgmlType, ggmlTypeInfo } from '../../kernels/quant/index.js';
 import { gv } from './gguf-writer.js';
 import type { GgufValue } from './gguf-types.js';
 import { buildBpeVocab, buildSpmVocab, vocabMetadata, type Vocab } from './vocab.js';
+import { zipfLogitOffsets, type RouterSkew } from './router-skew.js';
 
 /** Architectures `make-model` writes: `moe` is Mixtral (the llama architecture with experts). */
 export const modelArchs = ['llama', 'qwen2', 'qwen3', 'moe', 'qwen2moe', 'qwen3moe'] as const;
@@ -83,13 +84,17 @@ export const fileTypes = {
 export type FileTypeName = keyof typeof fileTypes;
 
 /** How a tensor's values are drawn: weights N(0, std); norms 1 + N(0, 0.1); biases N(0, std); rope-llama3 the fixed Llama 3.1 frequency factors. */
-export type Init = 'weight' | 'norm' | 'bias' | 'rope-llama3';
+export type Init = 'weight' | 'norm' | 'bias' | 'rope-llama3' | 'embedding-skew' | 'router-skew';
 
 export interface PlannedTensor {
   name: string;
   dims: number[];
   type: number;
   init: Init;
+  /** router-skew: each expert's logit offset, in units of the router's random spread (router-skew.ts). */
+  offsets?: number[];
+  /** A skewed MoE keeps residual coordinate 0 for the router alone: 'in' zeroes what reads it, 'out' what writes it. */
+  isolate?: 'in' | 'out';
 }
 
 export interface ModelPlanOptions {
@@ -102,6 +107,8 @@ export interface ModelPlanOptions {
   /** `llama3`: Llama 3.1 RoPE scaling (rope_freqs.weight, freq base 500000); llama and moe only. */
   ropeScaling?: 'none' | 'llama3';
   name?: string;
+  /** MoE only: routing that follows Zipf(s) over the experts (router-skew.ts). */
+  routerSkew?: RouterSkew;
 }
 
 export interface ModelPlan {
@@ -114,6 +121,19 @@ export interface ModelPlan {
 const isMoe = (a: ModelArch): boolean => a === 'moe' || a === 'qwen2moe' || a === 'qwen3moe';
 /** llama.cpp's architecture name. */
 export const ggufArch = (a: ModelArch): string => (a === 'moe' ? 'llama' : a);
+
+/** The router offsets of a skewed MoE plan; a dense architecture cannot take a skew. */
+function skewOffsets(o: ModelPlanOptions, s: ModelShape, moe: boolean): number[] {
+  if (!moe)
+    throw new TandemError(
+      'MODEL_FORMAT_UNSUPPORTED',
+      `--router-skew applies to mixtures of experts, not ${o.arch}`,
+      {
+        hint: 'use --arch moe, qwen2moe or qwen3moe, or drop --router-skew',
+      },
+    );
+  return zipfLogitOffsets(s.experts, s.expertsUsed, o.routerSkew!.s, o.seed);
+}
 
 /** llama.cpp's use_more_bits: the first and last eighth of layers, and every third in between. */
 function useMoreBits(i: number, n: number): boolean {
@@ -329,9 +349,22 @@ export function planModel(o: ModelPlanOptions): ModelPlan {
   if (!o.tied) raw.push(['output.weight', [s.embd, s.vocab], 'weight']);
   if (o.ropeScaling === 'llama3') raw.unshift(['rope_freqs.weight', [s.headDim / 2], 'rope-llama3']);
   const experts = moe ? s.experts : 0;
+  const offsets = o.routerSkew ? skewOffsets(o, s, moe) : undefined;
+  if (o.routerSkew) metadata.set('tandem.router_skew', gv.str(`zipf:${o.routerSkew.s}`));
   const tensors = raw.map(([n, dims, init]): PlannedTensor => {
     const isOutput = n === 'output.weight' || (o.tied && n === 'token_embd.weight');
-    return { name: n, dims, init, type: tensorType(n, dims, o.type, s.layers, experts, isOutput) };
+    const t: PlannedTensor = {
+      name: n,
+      dims,
+      init,
+      type: tensorType(n, dims, o.type, s.layers, experts, isOutput),
+    };
+    if (!offsets) return t;
+    if (n === 'token_embd.weight') t.init = 'embedding-skew';
+    else if (n.endsWith('ffn_gate_inp.weight')) Object.assign(t, { init: 'router-skew', offsets });
+    else if (dims.length >= 2 && /(attn_output|ffn_down(_exps|_shexp)?)\.weight$/.test(n)) t.isolate = 'out';
+    else if (dims.length >= 2) t.isolate = 'in';
+    return t;
   });
   const params = tensors.reduce((acc, t) => acc + t.dims.reduce((a, b) => a * b, 1), 0);
   return { metadata, tensors, vocab, params };

@@ -86,9 +86,54 @@ export function chunkValues(job: ChunkJob, out?: Float32Array): Float32Array {
   const rng = new Rng((job.seed ^ hashName(tensor.name) ^ Math.imul(chunk + 1, 0x9e3779b1)) >>> 0);
   if (tensor.init === 'norm') rng.fillNormal(values, 1, 0.1);
   else rng.fillNormal(values, 0, job.std);
+  if (tensor.init === 'embedding-skew') setChannel(values, row, job);
+  if (tensor.init === 'router-skew') skewRouterRows(values, row, chunk * per, job);
+  if (tensor.isolate) isolateChannel(values, row, chunk * per, tensor);
   return values;
 }
 
+/**
+ * A skewed MoE routes by residual coordinate 0, which only the embedding writes (every token
+ * gets SKEW_CHANNEL x std x sqrt(width) there) and only the routers read: every other matrix
+ * that reads the residual has input 0 zeroed, every one that writes it has output 0 zeroed.
+ * After RMSNorm the coordinate is about KAPPA x sqrt(width) for every token, and a router
+ * row's value there is its expert's bias; the rest of the residual is the random model's.
+ */
+const SKEW_CHANNEL = 0.5;
+/**
+ * What writes the residual is drawn this much smaller, so each token's residual stays mostly
+ * its embedding: the layers' outputs share components across tokens (a running mean of
+ * attention's values, the hot experts' outputs) that would bias routing at random.
+ */
+const WRITER_SCALE = 0.1;
+const KAPPA = SKEW_CHANNEL / Math.sqrt(1 + SKEW_CHANNEL * SKEW_CHANNEL);
+
+function setChannel(values: Float32Array, width: number, job: ChunkJob): void {
+  const c = SKEW_CHANNEL * job.std * Math.sqrt(width);
+  for (let i = 0; i < values.length; i += width) values[i] = c;
+}
+
+/** Zeroes input 0 of every row ('in'), or every row that is output 0 ('out'; experts stack [out, experts]). */
+function isolateChannel(values: Float32Array, width: number, firstRow: number, tensor: PlannedTensor): void {
+  if (tensor.isolate === 'in') for (let i = 0; i < values.length; i += width) values[i] = 0;
+  else if (tensor.isolate === 'out') {
+    for (let i = 0; i < values.length; i++) values[i]! *= WRITER_SCALE;
+    const outs = tensor.dims[1] as number;
+    for (let r = 0; r * width < values.length; r++)
+      if ((firstRow + r) % outs === 0) values.fill(0, r * width, (r + 1) * width);
+  }
+}
+
+/**
+ * Router rows of a skewed MoE: the random part reads every coordinate but 0; coordinate 0
+ * holds expert e's bias, offsets[e] x the random part's spread over the coordinate's value
+ * (std x sqrt(width (1 - KAPPA^2)) over KAPPA x sqrt(width)).
+ */
+function skewRouterRows(values: Float32Array, width: number, firstRow: number, job: ChunkJob): void {
+  const offsets = job.tensor.offsets ?? [];
+  const scale = (job.std * Math.sqrt(1 - KAPPA * KAPPA)) / KAPPA;
+  for (let r = 0; r * width < values.length; r++) values[r * width] = (offsets[firstRow + r] ?? 0) * scale;
+}
 /** One chunk generated and quantized to the tensor's type. */
 export function chunkBytes(job: ChunkJob, scratch?: Float32Array): Uint8Array {
   return quantize(job.tensor.type, chunkValues(job, scratch));

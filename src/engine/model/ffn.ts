@@ -119,10 +119,12 @@ export async function moeFfn(
   out: Float32Array,
   n: number,
   comm: ShardComm,
+  onRoute?: (ids: Int32Array) => void,
 ): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
   const { ids, weights } = routeTokens(k, c, w, scratch, x, n);
+  onRoute?.(ids);
   // every slot's output [n, used, width], in this shard's pieces of the experts' down projection
   const first = w.experts.values().next().value as FfnWeights | undefined;
   const pieces = first ? leafParts(first.down) : 1;
@@ -174,6 +176,7 @@ export async function moeFfnDispatched(
   n: number,
   dispatch: ExpertDispatch,
   comm: ShardComm,
+  onRoute?: (ids: Int32Array) => void,
 ): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
@@ -186,6 +189,7 @@ export async function moeFfnDispatched(
   const routed =
     m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
+  onRoute?.(ids);
   const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width };
   const y = await dispatch.dispatch(request, (e, rows, o, r) => {
     const ffn = w.experts.get(e);

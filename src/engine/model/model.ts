@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { ExpertLoad } from './expert-load.js';
 import { TandemError } from '../../errors/index.js';
 import {
   GEMM_TOKENS,
@@ -56,6 +57,8 @@ export class Model {
   private readonly rope: RopeParams;
   /** The most pieces a row-parallel projection of this shard hands its group (leafParts). */
   private readonly parts: number;
+  /** Tokens routed to each expert of this shard's MoE layers (undefined for a dense model). */
+  readonly expertLoad: ExpertLoad | undefined;
 
   private constructor(
     readonly kernels: Kernels,
@@ -65,6 +68,8 @@ export class Model {
     private readonly comm: ShardComm,
   ) {
     this.layout = headLayout(config, shard);
+    this.expertLoad =
+      config.expertCount > 0 ? new ExpertLoad(rangeLength(shard.layers), config.expertCount) : undefined;
     this.parts = Math.max(
       1,
       ...weights.layers.flatMap((l) => [leafParts(l.attention.o), ...(l.ffn ? [leafParts(l.ffn.down)] : [])]),
@@ -165,9 +170,21 @@ export class Model {
       k.rmsNorm(x, w.ffnNorm, c.rmsEps, xn, n);
       const experts = this.comm.experts;
       // the MoE layers sum across the group themselves (each expert's output, then the shared expert's)
+      const onRoute = (ids: Int32Array): void => this.expertLoad?.record(l, ids);
       if (w.moe && experts)
-        await moeFfnDispatched(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, experts, this.comm);
-      else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm);
+        await moeFfnDispatched(
+          k,
+          c,
+          w.moe,
+          this.scratch,
+          xn,
+          out.subarray(0, m),
+          n,
+          experts,
+          this.comm,
+          onRoute,
+        );
+      else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm, onRoute);
       else {
         if (w.ffn) swigluFfn(k, w.ffn, this.scratch, xn, out, n, 'ffn', lone);
         else out.fill(0);
