@@ -230,7 +230,9 @@ export function singleProcessSource(id = hostname()): ClusterMetricsSource {
 
 /**
  * The source of a model served over nodes: its members as `/v1/cluster` shows them (the
- * memory placement counted for each, the age of its last heartbeat) and the placements done.
+ * memory placement counted for each, the age of its last heartbeat, its compute and
+ * communication shares), its links (the control links labelled member="coordinator") and the
+ * placements done.
  */
 export function clusterViewSource(view: () => ClusterView): ClusterMetricsSource {
   return {
@@ -242,6 +244,17 @@ export function clusterViewSource(view: () => ClusterView): ClusterMetricsSource
           state: m.state,
           ...(m.memory_bytes !== null ? { memoryLimitBytes: m.memory_bytes } : {}),
           heartbeatAgeS: m.last_heartbeat_ms / 1000,
+          ...(m.compute_share !== null ? { computeShare: m.compute_share } : {}),
+          ...(m.comm_share !== null ? { commShare: m.comm_share } : {}),
+        })),
+        links: v.links.map((l) => ({
+          member: l.from,
+          peer: l.to,
+          kind: l.kind,
+          bytesSent: l.bytes_sent,
+          bytesReceived: l.bytes_received,
+          ...(l.latency_us !== null ? { latencyS: l.latency_us / 1e6 } : {}),
+          ...(l.bandwidth_MBps !== null ? { bandwidthBytesPerS: l.bandwidth_MBps * 1e6 } : {}),
         })),
         placements: v.placements,
         replacements: v.replacements,

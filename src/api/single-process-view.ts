@@ -20,6 +20,8 @@ export function singleProcessView(served: ServedModel, address: string, startedA
         memory_bytes: process.memoryUsage.rss(),
         speed: null,
         last_heartbeat_ms: 0,
+        compute_share: 1,
+        comm_share: 0,
       },
     ],
     links: [],

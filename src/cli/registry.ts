@@ -38,6 +38,12 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/serve.js')).command,
   },
   {
+    name: 'top',
+    summary:
+      'the cluster of a running `tandem serve` in the terminal: members, links, tokens/s, queue, placement',
+    load: async () => (await import('./commands/top.js')).command,
+  },
+  {
     name: 'make-model',
     summary: 'write a GGUF model with random weights and a real layout (tests, demos, benchmarks)',
     load: async () => (await import('./commands/make-model.js')).command,

@@ -14,12 +14,41 @@ export interface MemberView {
   speed: number | null;
   /** Milliseconds since anything came from it. */
   last_heartbeat_ms: number;
+  /**
+   * Share of its serving steps' time spent computing, and waiting on its group (collectives,
+   * exchange), 0..1, over the steps between its last two heartbeats (or since the load while
+   * none ran since); null before it has run a step.
+   */
+  compute_share: number | null;
+  comm_share: number | null;
+}
+
+/**
+ * One direction of a link, as `from` sees it: between two members of the placement (kind: the
+ * fabric provider, `shm`, `tcp`, `rdma`), or the coordinator's control connection to a member
+ * (kind `control`, from `coordinator`).
+ */
+export interface LinkView {
+  from: string;
+  to: string;
+  kind: string;
+  /** One-way latency, µs, measured when the model was placed (control: half the best quick round trip); null when not measured. */
+  latency_us: number | null;
+  /** MB/s (1e6 bytes), measured when the model was placed; null when not measured (control links). */
+  bandwidth_MBps: number | null;
+  /** Bytes `from` sent to / received from `to` since the link came up. */
+  bytes_sent: number;
+  bytes_received: number;
+  /** Bytes per second both ways between the last two heartbeats. */
+  bytes_per_s: number;
+  /** `up` while both ends are alive and placed (control: while the member is), else `down`. */
+  state: 'up' | 'down';
 }
 
 export interface ClusterView {
   members: MemberView[];
-  /** Links between members: filled by the topology work (none measured here yet). */
-  links: never[];
+  /** The control links, and the links between the members of the placement. */
+  links: LinkView[];
   /** Where the model sits now; null while it is placed nowhere (too few members, or too little memory). */
   placement: {
     parallel: string;

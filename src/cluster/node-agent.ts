@@ -22,6 +22,8 @@ import {
   type LoadRequest,
   type NodeRequest,
 } from './control-messages.js';
+import { probeLinks, type LinkProbe } from './link-probe.js';
+import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
 import { NodeSequences } from './node-sequences.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
@@ -70,6 +72,9 @@ class Session {
   private sequences: NodeSequences | undefined;
   /** The coordinator left: a load still under way frees what it built instead of keeping it. */
   private ended = false;
+  /** This rank's links as measured at the load, and its serving steps' compute and communication time. */
+  private probes: LinkProbe[] = [];
+  private clock = new StepClock();
 
   constructor(
     private readonly socket: Socket,
@@ -92,8 +97,10 @@ class Session {
       case 'generate':
         return this.generate(r.generate);
       case 'forward':
-      case 'forward-batch':
-        return this.loaded().step(r.step);
+      case 'forward-batch': {
+        const sequences = this.loaded();
+        return this.clock.time((this.ctx as LoadedRank).meter, () => sequences.step(r.step));
+      }
       case 'release':
         this.loaded().release(r.seqs);
         return {};
@@ -170,6 +177,14 @@ class Session {
         hint: 'nothing to do: the node freed what it had loaded',
       });
     }
+    // every rank measures its links here, together, before the first step
+    try {
+      this.probes = await probeLinks(world);
+    } catch (e) {
+      await loaded.exchange?.close();
+      throw e;
+    }
+    this.clock = new StepClock();
     this.ctx = loaded;
     const c = this.ctx.model.config;
     this.sequences = new NodeSequences(loaded, Math.min(r.contextLength ?? c.contextLength, c.contextLength));
@@ -229,6 +244,11 @@ class Session {
       ...(this.o.kernels ? { kernels: this.o.kernels } : {}),
     });
     return { bytesPerSecond };
+  }
+
+  /** What the heartbeat carries while a shard is loaded (node-figures.ts). */
+  figures(): NodeFigures | undefined {
+    return this.ctx ? collectFigures(this.ctx, this.probes, this.clock) : undefined;
   }
 
   async unload(): Promise<void> {
@@ -307,7 +327,10 @@ export function serve(
           o.log?.(`the coordinator sent nothing for ${DEAD_AFTER_MS} ms: ending its session`);
           socket.destroy();
         },
-        () => send(socket, { event: 'heartbeat' }),
+        () => {
+          const figures = session?.figures();
+          send(socket, { event: 'heartbeat', ...(figures ? { figures } : {}) });
+        },
       );
       send(socket, {
         type: 'welcome',

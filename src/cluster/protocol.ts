@@ -1,7 +1,9 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { TandemError, errorCodes, type ErrorCode } from '../errors/index.js';
-import { PROTOCOL_VERSION } from './control-messages.js';
+import { MalformedMessage, PROTOCOL_VERSION } from './control-messages.js';
+import { parseFigures, type NodeFigures } from './node-figures.js';
 
 /**
  * The control channel between a coordinator and a node: newline-delimited JSON over TCP,
@@ -60,6 +62,17 @@ export function watchSilence(
  * during them is not judged, and their own deadlines bound them.
  */
 const RESPONSIVE = new Set(['hello', 'forward', 'forward-batch', 'release', 'unload']);
+
+/** Requests a node answers at once, without work: their round trips time the control link. */
+const QUICK = new Set(['hello', 'release']);
+
+/** A node's heartbeat as the coordinator received it: its figures (if it holds a shard) and the control link's byte counts then. */
+export interface HeartbeatSample {
+  atMs: number;
+  figures: NodeFigures | undefined;
+  controlSent: number;
+  controlReceived: number;
+}
 
 /** Largest control line accepted (a plan for many ranks fits easily). */
 const MAX_LINE = 16 * 1024 * 1024;
@@ -174,6 +187,11 @@ export class ControlClient {
   /** Requests outstanding that may hold the node's thread for long (see RESPONSIVE). */
   private holding = 0;
   private readonly watchdog: NodeJS.Timeout;
+  /** The latest heartbeat and the one before it (rates are their difference). */
+  heartbeat: HeartbeatSample | undefined;
+  previousHeartbeat: HeartbeatSample | undefined;
+  /** The best round trip of a quick request (QUICK) on the control link, ms. */
+  bestRttMs: number | undefined;
   /** Events from the node (tokens, listening addresses); heartbeats are not passed on. */
   onEvent: (m: Message) => void = () => {};
   /** Called once, when the node is found lost (connection closed or failed, or silent for deadAfterMs). */
@@ -353,10 +371,16 @@ export class ControlClient {
     });
   }
 
+  /** Bytes written to / read from the node's control connection so far. */
+  get controlBytes(): { sent: number; received: number } {
+    return { sent: this.socket.bytesWritten, received: this.socket.bytesRead };
+  }
+
   private dispatch(m: Message): void {
     this.lastSeen = Date.now();
     if (typeof m.id !== 'number') {
-      if (m.event !== 'heartbeat') this.onEvent(m);
+      if (m.event === 'heartbeat') this.heard(m);
+      else this.onEvent(m);
       return;
     }
     const p = this.pending.get(m.id);
@@ -367,13 +391,31 @@ export class ControlClient {
     else p.reject(errorFromJson(m.error, this.label, this.address));
   }
 
+  /** A heartbeat: its figures checked at this edge (malformed ones close the connection and change nothing). */
+  private heard(m: Message): void {
+    let figures: NodeFigures | undefined;
+    try {
+      figures = parseFigures(m.figures);
+    } catch (e) {
+      if (!(e instanceof MalformedMessage)) throw e;
+      this.fail(this.lostError(`sent a malformed message: ${e.message}`));
+      this.socket.destroy();
+      return;
+    }
+    this.previousHeartbeat = this.heartbeat;
+    const { sent, received } = this.controlBytes;
+    this.heartbeat = { atMs: Date.now(), figures, controlSent: sent, controlReceived: received };
+  }
+
   /** Sends a request and waits for its reply, at most `timeoutMs`. */
   request(type: string, body: Message, timeoutMs: number): Promise<Message> {
     if (this.lost) return Promise.reject(this.lost);
     const id = this.nextId++;
     const holds = !RESPONSIVE.has(type);
     if (holds) this.holding++;
+    const sentAt = performance.now();
     const settled = (): void => {
+      if (QUICK.has(type)) this.bestRttMs = Math.min(this.bestRttMs ?? Infinity, performance.now() - sentAt);
       if (holds) {
         this.holding--;
         this.lastSeen = Date.now();

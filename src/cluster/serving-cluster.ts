@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import { describePlan, type Placement } from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
+import { clusterLinks, memberShares } from './cluster-links.js';
 import type { ClusterEvent, ClusterView } from './cluster-view.js';
 import type { ControlClient, Message } from './protocol.js';
 import { ClusterSession, type LoadOptions } from './session.js';
@@ -64,15 +65,17 @@ export class ServingCluster {
     this.current = session;
     this.placement = placement;
     this.generation = placement ? 1 : 0;
-    session.clients.forEach((client, r) =>
+    session.clients.forEach((client, r) => {
       this.adopt({
         id: client.label,
         host: session.hosts[r] as HostEntry,
         client,
         info: session.infos[r] ?? {},
         state: placement ? 'alive' : 'joining',
-      }),
-    );
+      });
+      // members a launcher or hostfile brought are joined as those that dial in are (the events list shows both)
+      this.event('joined', `${client.label} (${client.address}) joined`);
+    });
     if (!placement) this.waiting = this.tooFew();
   }
 
@@ -182,9 +185,10 @@ export class ServingCluster {
           memory_bytes: rank !== undefined ? (this.placement?.bytes[rank] ?? null) : null,
           speed: typeof m.info.speed === 'number' ? m.info.speed : null,
           last_heartbeat_ms: m.client.silentMs,
+          ...memberShares(m.client, rank),
         };
       }),
-      links: [],
+      links: clusterLinks(this.members, this.placement ? this.current.clients : [], this.load.provider),
       placement: this.placement
         ? {
             parallel: this.placement.plan.kind,

@@ -16,4 +16,8 @@ export const cliCodes = {
   CLI_CHAT_MODEL: 'invalid_argument',
   /** `chat --url`: the server answered a request with an error. */
   CLI_CHAT_SERVER: 'remote',
+  /** `top`: nothing answers at --url, or not as a tandem server (no dashboard event stream). */
+  CLI_TOP_UNREACHABLE: 'system',
+  /** `top`: the server refused the API key (401/403). */
+  CLI_TOP_AUTH: 'invalid_usage',
 } as const satisfies Record<string, ErrorCategory>;

@@ -42,6 +42,10 @@ export class TpExchange {
   get calls(): number {
     return this.direct.calls;
   }
+  /** Bytes written to each peer of the group so far (and written here by each: parts are symmetric). */
+  get peerBytes(): number {
+    return this.direct.peerBytes;
+  }
   /** Bytes of the outbox and inboxes (what `exchangeBufferBytes` predicts). */
   get bufferBytes(): number {
     return this.direct.bufferBytes;

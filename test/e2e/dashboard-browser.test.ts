@@ -87,6 +87,19 @@ test(
     assert.equal(await rows.count(), 2);
     assert.equal(await page.locator('svg.graph g.member.alive').count(), 2);
     assert.equal(await page.locator('table.placement tr').count(), 2);
+    // the members' link carries its kind, measured latency and bandwidth, and live bytes/s
+    // (once both members' first heartbeat after the placement has come)
+    const fabric = page.locator('svg.graph g.link.fabric');
+    await fabric
+      .locator('text', { hasText: / · [\d.]+ (µs|ms) · [\d.]+ [MG]B\/s · [\d.]+ k?B\/s$/ })
+      .waitFor();
+    assert.equal(await fabric.count(), 1, 'one edge between the 2 members');
+    const view = await clusterView();
+    const link = view.links.find((l) => l.kind !== 'control');
+    assert.ok(link, "the view has the members' link");
+    assert.equal(await fabric.getAttribute('data-kind'), link.kind);
+    assert.match((await fabric.locator('text').textContent()) ?? '', new RegExp(`^${link.kind} · `));
+    assert.equal(await page.locator('svg.graph g.link.control text').count(), 2, 'control links labelled');
     await shot(page, 'members');
 
     await page.fill('input[name=message]', 'Hello');

@@ -95,7 +95,11 @@ export function App() {
       {problem && <p class="error">{problem}</p>}
       <section class="panel graph-panel">
         <h2>members</h2>
-        {cluster ? <MembersGraph members={cluster.members} /> : <p class="muted">the model is loading</p>}
+        {cluster ? (
+          <MembersGraph members={cluster.members} links={cluster.links} />
+        ) : (
+          <p class="muted">the model is loading</p>
+        )}
         {cluster && <MembersTable members={cluster.members} />}
       </section>
       <section class="panel">

@@ -1,7 +1,11 @@
+import { shareText } from '../../src/cluster/view-format.js';
 import { bytes } from './format.js';
 import type { MemberView } from './types.js';
 
-/** One row per member: id, address, pid, state, memory (bar against the largest) and heartbeat age. */
+/**
+ * One row per member: id, address, pid, state, memory (bar against the largest), its compute
+ * and communication shares of each token, and heartbeat age.
+ */
 export function MembersTable({ members }: { members: MemberView[] }) {
   const maxMemory = Math.max(1, ...members.map((m) => m.memory_bytes ?? 0));
   return (
@@ -13,6 +17,8 @@ export function MembersTable({ members }: { members: MemberView[] }) {
           <th>pid</th>
           <th>state</th>
           <th>memory</th>
+          <th>compute</th>
+          <th>comm</th>
           <th>heard</th>
         </tr>
       </thead>
@@ -29,6 +35,8 @@ export function MembersTable({ members }: { members: MemberView[] }) {
               </div>
               {m.memory_bytes !== null ? bytes(m.memory_bytes) : '-'}
             </td>
+            <td class="compute">{shareText(m.compute_share)}</td>
+            <td class="comm">{shareText(m.comm_share)}</td>
             <td>{m.last_heartbeat_ms} ms ago</td>
           </tr>
         ))}

@@ -86,6 +86,12 @@ export class DirectExchange {
   /** Milliseconds spent waiting for the peers' parts (summed over calls). */
   waitMs = 0;
   calls = 0;
+  /**
+   * Bytes written into each peer's slot so far: every exchange writes one part of the same
+   * length to every peer and gets one of that length from each, so it is also what each peer
+   * wrote here.
+   */
+  peerBytes = 0;
   private seq = 0;
   private readonly arrived = [0, 0];
   private readonly writes: SlotWrites;
@@ -254,6 +260,7 @@ export class DirectExchange {
     const bytes = profiling ? stamp(out, codec.bytes(n), sentAt) : codec.bytes(n);
     const imm = seq >>> 0;
     this.writes.writeAll(slot, bytes, imm);
+    this.peerBytes += bytes;
     const t0 = performance.now();
     try {
       // Until every peer's part of exchange `seq` is in its slot: each write's immediate (its

@@ -117,6 +117,9 @@ export class Link {
   /** Messages posted / received on this link so far: message k uses slot k % slots on the receiver. */
   sent: number;
   received: number;
+  /** Bytes posted to the peer (headers included) and bytes arrived from it, since the link came up. */
+  bytesSent = 0;
+  bytesReceived = 0;
 
   constructor(
     index: number,
@@ -222,6 +225,7 @@ export class Link {
       copyBytes(this.mr.buffer, at + headerBytes, out.payload);
       sgl = [{ addr: this.slotAddr[slot] as bigint, length: headerBytes + len, lkey: this.mr.lkey }];
     }
+    this.bytesSent += headerBytes + len;
     const target = this.sent++ % this.slots;
     const wrId = encodeWrId(this.index, slot, WrKind.send);
     // A copied fragment that fits goes inline and unsignaled: the fabric copies it out before

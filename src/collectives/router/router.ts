@@ -138,6 +138,22 @@ export class Router {
     for (const link of this.links) link.post(link.helloMessage());
   }
 
+  /**
+   * Bytes sent to and received from each neighbour (by router rank) since the links came up,
+   * over every wire: messages with their headers, forwarded fragments and one-sided puts (a put
+   * raises no completion where it lands, so it counts on the sender only).
+   */
+  peerBytes(): Map<number, { sent: number; received: number }> {
+    const out = new Map<number, { sent: number; received: number }>();
+    for (const link of this.links) {
+      const t = out.get(link.peer) ?? { sent: 0, received: 0 };
+      t.sent += link.bytesSent;
+      t.received += link.bytesReceived;
+      out.set(link.peer, t);
+    }
+    return out;
+  }
+
   /** Bytes of the links' slot regions (what `linkBufferBytes` predicts per link). */
   get bufferBytes(): number {
     return this.links.reduce((sum, l) => sum + l.mr.length, 0);
@@ -224,6 +240,7 @@ export class Router {
     try {
       link.qp.postSend(wr);
       this.puts++;
+      for (const sge of wr.sgl) link.bytesSent += sge.length;
     } catch (e) {
       this.linkFailed(link, e);
       throw this.error ?? e;
@@ -451,6 +468,7 @@ export class Router {
     if (send) return link.sendCompleted(slot);
     // message k lands in slot k % slots: sent there (by an early SEND, in posting order) or written there
     const into = link.received++ % this.slots;
+    link.bytesReceived += wc.byteLen;
     if (wc.opcode === 'recv_imm' && wc.imm !== into)
       return this.abort(slotOrderError(link.peer, wc.imm, into));
     const at = into * this.slotBytes;
