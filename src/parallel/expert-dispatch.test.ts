@@ -12,6 +12,7 @@ import { fullShard } from '../engine/model/shard.js';
 import { tinyModelFile, type TinyModelOptions } from '../engine/model/tiny-model.js';
 import { loadShardWeights } from '../engine/model/weights.js';
 import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
+import { balanceExperts } from './expert-balance.js';
 import { buildPlan } from './plan.js';
 import { loadRank } from './rank.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
@@ -51,13 +52,21 @@ async function checkBitExact(kernels: Kernels, what: string): Promise<void> {
     const c = (await Model.load(file, kernels)).config;
     const width = c.embeddingLength;
     const whole = await loadShardWeights(file, kernels, c, fullShard(c));
-    for (const [nodes, direct] of [
-      [2, false],
-      [2, true],
-      [3, false],
-      [4, true],
+    for (const [nodes, direct, balanced] of [
+      [2, false, false],
+      [2, true, false],
+      [3, false, false],
+      [4, true, false],
+      [2, false, true],
+      [3, true, true],
     ] as const) {
-      const plan = buildPlan(c, file.tensors, { kind: 'ep', nodes });
+      // balanced: placed by a skewed load, the hottest experts copied on several ranks
+      const loads = Array.from({ length: c.expertCount }, (_, e) => 1 / (e + 1) ** 1.5);
+      const expertSets = balanced
+        ? balanceExperts(loads, nodes, Math.ceil(c.expertCount / nodes) + 1).perRank
+        : undefined;
+      if (expertSets) assert.ok(expertSets.flat().length > c.expertCount, 'some expert has a copy');
+      const plan = buildPlan(c, file.tensors, { kind: 'ep', nodes, ...(expertSets ? { expertSets } : {}) });
       const owners = expertOwners(plan, 0)!;
       const world = await createLocalWorld(nodes, { timeoutMs: 10_000 });
       const ex = await exchanges(world, direct);
@@ -92,7 +101,7 @@ async function checkBitExact(kernels: Kernels, what: string): Promise<void> {
               assert.deepEqual(
                 out,
                 want,
-                `${what} ${name}: ep on ${nodes}${direct ? ' (direct)' : ''}, ${n} tokens, layer ${l}, rank ${r}`,
+                `${what} ${name}: ep on ${nodes}${direct ? ' (direct)' : ''}${balanced ? ' (balanced, copies)' : ''}, ${n} tokens, layer ${l}, rank ${r}`,
               );
           }
         }

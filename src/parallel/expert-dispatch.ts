@@ -6,17 +6,17 @@ import type { CommMeter } from './shard-comm.js';
 import type { TpExchange } from './tp-exchange.js';
 
 /**
- * Which rank of its expert-parallel group holds each routed expert (indexed by expert id),
- * or undefined when the stage's ranks do not hold whole experts spread over the group
- * (tensor parallel slices every expert instead).
+ * Which ranks of its expert-parallel group hold each routed expert (indexed by expert id;
+ * more than one where a hot expert has copies), or undefined when the stage's ranks do not
+ * hold whole experts spread over the group (tensor parallel slices every expert instead).
  */
-export function expertOwners(plan: ParallelPlan, stage: number): Int32Array | undefined {
+export function expertOwners(plan: ParallelPlan, stage: number): number[][] | undefined {
   const ranks = plan.ranks.filter((r) => r.stage === stage);
   const count = Math.max(0, ...ranks.flatMap((r) => r.shard.experts.map((e) => e + 1)));
   if (plan.kind !== 'ep' || ranks.length < 2 || count === 0) return undefined;
-  const owners = new Int32Array(count).fill(-1);
-  for (const r of ranks) for (const e of r.shard.experts) owners[e] = r.tpRank;
-  return owners;
+  const copies = Array.from({ length: count }, () => [] as number[]);
+  for (const r of ranks) for (const e of r.shard.experts) copies[e]!.push(r.tpRank);
+  return copies.map((c) => c.sort((a, b) => a - b));
 }
 
 /**
@@ -48,22 +48,25 @@ export function expertOwners(plan: ParallelPlan, stage: number): Int32Array | un
 const MAX_ROWS = 1 << 24;
 
 export class CollectiveExpertDispatch implements ExpertDispatch {
-  /** Every expert, ordered by (owner rank, id): the order rows are laid out in a send buffer. */
-  private readonly byOwner: Int32Array;
+  /** copies[e]: the ranks holding expert e (empty: nobody). */
+  private readonly copies: readonly (readonly number[])[];
+  /** 1 where this rank holds the expert. */
+  private readonly held: Uint8Array;
   private rowsIn = new Float32Array(0);
   private rowsOut = new Float32Array(0);
   private result = new Float32Array(0);
 
   constructor(
     private readonly comm: Communicator,
-    private readonly owners: Int32Array,
+    owners: Int32Array | readonly (readonly number[])[],
     private readonly meter: CommMeter,
     private readonly exchange?: TpExchange,
   ) {
-    const held = [...owners.keys()].filter((e) => (owners[e] as number) >= 0);
-    this.byOwner = Int32Array.from(
-      held.sort((a, b) => (owners[a] as number) - (owners[b] as number) || a - b),
-    );
+    this.copies =
+      owners instanceof Int32Array
+        ? Array.from(owners, (o) => (o >= 0 ? [o] : []))
+        : owners.map((c) => [...c]);
+    this.held = Uint8Array.from(this.copies, (c) => (c.includes(comm.rank) ? 1 : 0));
   }
 
   share(n: number): { start: number; end: number } {
@@ -76,7 +79,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     const { rows, ids, tokens, used, width } = request;
     const rank = this.comm.rank;
     const row = width + 1;
-    const { slotPair, sendRows } = this.layout(ids, tokens * used);
+    const { slotPair, sendRows } = this.layout(ids, tokens * used, used, request.first ?? 0);
     const total = slotPair.length;
     const send = new Float32Array(total * row);
     for (let q = 0; q < total; q++) {
@@ -103,36 +106,43 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
 
   /**
    * The send order of this rank's choices: slotPair[q] is the choice (t * used + j) in slot
-   * q, sorted by (owner, expert, token); sendRows[r] the choices going to rank r. Slots
+   * q, sorted by (destination rank, expert, token); sendRows[r] the choices going to rank r.
+   * A choice goes to its expert's copy for the token (round robin over the copies by the
+   * token's index in the whole batch, `first` + t, which every rank computes alike). Slots
    * without an expert (-1) are left out.
    */
-  private layout(ids: Int32Array, pairs: number): { slotPair: Int32Array; sendRows: number[] } {
-    const experts = this.owners.length;
-    const count = new Int32Array(experts);
+  private layout(
+    ids: Int32Array,
+    pairs: number,
+    used: number,
+    first: number,
+  ): { slotPair: Int32Array; sendRows: number[] } {
+    const experts = this.copies.length;
+    const size = this.comm.size;
+    const key = new Int32Array(pairs);
+    const count = new Int32Array(size * experts + 1);
     for (let p = 0; p < pairs; p++) {
       const e = ids[p] as number;
+      key[p] = -1;
       if (e < 0) continue;
-      if (e >= experts || (this.owners[e] as number) < 0) {
+      const copies = this.copies[e];
+      if (e >= experts || !copies || copies.length === 0) {
         throw this.fail(`expert ${e} was routed to, but no rank of the group holds it (${experts} experts)`, {
           hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
           details: { expert: e, experts },
         });
       }
-      count[e]!++;
+      const dest = copies[(first + Math.floor(p / used)) % copies.length] as number;
+      key[p] = dest * experts + e;
+      count[key[p]! + 1]!++;
     }
-    const next = new Int32Array(experts);
-    const sendRows = new Array<number>(this.comm.size).fill(0);
-    let at = 0;
-    for (const e of this.byOwner) {
-      next[e] = at;
-      at += count[e] as number;
-      sendRows[this.owners[e] as number]! += count[e] as number;
+    const sendRows = new Array<number>(size).fill(0);
+    for (let k = 0; k < size * experts; k++) {
+      sendRows[Math.floor(k / experts)]! += count[k + 1] as number;
+      count[k + 1]! += count[k] as number;
     }
-    const slotPair = new Int32Array(at);
-    for (let p = 0; p < pairs; p++) {
-      const e = ids[p] as number;
-      if (e >= 0) slotPair[next[e]!++] = p;
-    }
+    const slotPair = new Int32Array(count[size * experts] as number);
+    for (let p = 0; p < pairs; p++) if (key[p]! >= 0) slotPair[count[key[p]!]!++] = p;
     return { slotPair, sendRows };
   }
 
@@ -231,12 +241,12 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   private runExperts(recv: Float32Array, recvRows: number[], width: number, run: RunExpert): Float32Array {
     const row = width + 1;
     const total = recvRows.reduce((a, b) => a + b, 0);
-    const experts = this.owners.length;
+    const experts = this.copies.length;
     // per expert, its rows in arrival order (a counting sort by expert)
     const count = new Int32Array(experts + 1);
     for (let q = 0; q < total; q++) {
       const e = recv[q * row] as number;
-      if (!Number.isInteger(e) || e < 0 || e >= experts || this.owners[e] !== this.comm.rank) {
+      if (!Number.isInteger(e) || e < 0 || e >= experts || this.held[e] !== 1) {
         throw this.fail(`rank ${this.comm.rank} received a token for expert ${e}, which it does not hold`, {
           hint: 'run the same tandem version and plan on every node',
           details: { expert: e, rank: this.comm.rank },

@@ -32,6 +32,11 @@ export interface PlanOptions {
   tpSize?: number;
   /** pp/hybrid: layers per stage (sums to the block count); default an even split. */
   stageLayers?: readonly number[];
+  /**
+   * ep: the experts each rank of the group holds (balanceExperts: by load, hot ones on
+   * several ranks); default contiguous ranges of ids.
+   */
+  expertSets?: readonly (readonly number[])[];
 }
 
 export function badPlan(message: string, hint: string, details: Record<string, unknown> = {}): TandemError {
@@ -100,6 +105,24 @@ function checkSplit(
   }
 }
 
+/** Replaces each ep rank's experts by the given sets, checked: one set a rank, valid ids, every expert held. */
+function setExperts(
+  c: ModelConfig,
+  kind: ParallelKind,
+  group: Omit<ShardSpec, 'layers' | 'embed' | 'head'>[],
+  sets: readonly (readonly number[])[],
+): void {
+  const held = new Set(sets.flat());
+  const valid = sets.flat().every((e) => Number.isInteger(e) && e >= 0 && e < c.expertCount);
+  if (kind !== 'ep' || sets.length !== group.length || !valid || held.size !== c.expertCount)
+    throw badPlan(
+      `expert sets must give each of the ${group.length} expert-parallel ranks its experts, every one of the ${c.expertCount} held at least once`,
+      'place experts with balanceExperts, or leave the default split',
+      { ranks: group.length, experts: c.expertCount },
+    );
+  group.forEach((g, r) => (g.experts = [...new Set(sets[r])].sort((a, b) => a - b)));
+}
+
 /** Builds the plan: what each rank holds. Throws PAR_BAD_PLAN when the model cannot be split that way. */
 export function buildPlan(
   c: ModelConfig,
@@ -139,6 +162,7 @@ export function buildPlan(
   }
   const layerRanges = rangesFromCounts(counts);
   const group = Array.from({ length: tpSize }, (_, r) => tensorSplit(c, tensors, tpSize, r, o.kind === 'ep'));
+  if (o.expertSets) setExperts(c, o.kind, group, o.expertSets);
   checkSplit(c, o.kind, tpSize, group);
   const ranks: RankPlan[] = [];
   for (let stage = 0; stage < stages; stage++) {

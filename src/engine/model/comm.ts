@@ -62,6 +62,8 @@ export interface ExpertRequest {
   tokens: number;
   used: number;
   width: number;
+  /** The index of the share's first token in the whole batch (copies of an expert are chosen by it); default 0. */
+  first?: number;
 }
 
 /**

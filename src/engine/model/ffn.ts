@@ -190,7 +190,7 @@ export async function moeFfnDispatched(
     m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   onRoute?.(ids);
-  const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width };
+  const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width, first: start };
   const y = await dispatch.dispatch(request, (e, rows, o, r) => {
     const ffn = w.experts.get(e);
     assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);
