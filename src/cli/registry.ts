@@ -114,6 +114,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/bench-plan.js')).command,
   },
   {
+    name: 'bench moe',
+    summary: 'expert parallel on local nodes: experts placed statically or by load (hot ones copied)',
+    load: async () => (await import('./commands/bench-moe.js')).command,
+  },
+  {
     name: 'bench serve',
     summary:
       'tandem serve driven over HTTP by 1, 2, 4, 8 streaming clients: TTFT, inter-token latency, tokens/s, llama.cpp beside it',

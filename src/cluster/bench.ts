@@ -27,6 +27,8 @@ export interface BenchClusterOptions {
   provider: ProviderName;
   wire?: WireFormat;
   tpSize?: number;
+  /** ep: each node's experts (balanceExperts); default contiguous ranges. */
+  expertSets?: readonly (readonly number[])[];
   /** Prompt length (default 128) and decoded tokens (default 32). */
   promptTokens?: number;
   tokens?: number;
@@ -174,6 +176,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
         greedy: true,
         wire: n > 1 ? wire : 'f32',
         ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+        ...(n > 1 && o.expertSets ? { expertSets: o.expertSets } : {}),
         contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8,
       });
       const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;

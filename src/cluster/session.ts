@@ -24,6 +24,8 @@ export interface LoadOptions {
   parallel: ParallelKind | 'auto';
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
+  /** ep: each node's experts (balanceExperts: by load, hot ones copied); default contiguous ranges. */
+  expertSets?: readonly (readonly number[])[];
   provider: ProviderName;
   wire?: WireFormat;
   /** Greedy decoding: exchange only each rank's best logit (exact for greedy). */
@@ -168,6 +170,7 @@ export class ClusterSession {
           ...common,
           kind: o.parallel,
           ...(o.tpSize ? { tpSize: o.tpSize } : {}),
+          ...(o.expertSets ? { expertSets: o.expertSets } : {}),
         });
         this.choice = undefined;
       }

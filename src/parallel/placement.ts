@@ -20,6 +20,8 @@ export interface PlaceOptions extends MemoryOptions {
   tpSize?: number;
   /** The fabric between the nodes: its buffers count against each node's limit (none when absent). */
   provider?: ProviderName;
+  /** ep: each node's experts (balanceExperts); default contiguous ranges. */
+  expertSets?: readonly (readonly number[])[];
 }
 
 export interface Placement {
@@ -111,7 +113,11 @@ export function tryPlace(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOptio
     if (!counts) return undefined;
     plan = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length, tpSize, stageLayers: counts });
   } else {
-    plan = buildPlan(m.config, m.tensors, { kind: o.kind, nodes: nodes.length });
+    plan = buildPlan(m.config, m.tensors, {
+      kind: o.kind,
+      nodes: nodes.length,
+      ...(o.kind === 'ep' && o.expertSets ? { expertSets: o.expertSets } : {}),
+    });
   }
   const buffers = comm(plan.nodes, plan.tpSize, o);
   const bytes = sizes(m, plan, buffers, o);
