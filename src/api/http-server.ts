@@ -19,6 +19,7 @@ import { RequestTrace } from './request-trace.js';
 import { sendJson, type RouteHandler } from './route-context.js';
 import { Scheduler, type SchedulerOptions } from './scheduler.js';
 import type { ServedModel } from './served-model.js';
+import type { ExpertLoad } from '../engine/index.js';
 
 export interface ApiServerOptions {
   host: string;
@@ -138,6 +139,7 @@ export class ApiServer {
         this.state = { kind: 'ready', served, scheduler };
         this.loadedAtMs = Date.now();
         this.metrics.readScheduler(() => scheduler);
+        this.metrics.experts.setLoad((served.model as { expertLoad?: ExpertLoad }).expertLoad);
         if (served.cluster) this.metrics.setClusterSource(clusterViewSource(served.cluster));
         else if (!this.metrics.cluster.hasSource) this.metrics.setClusterSource(singleProcessSource());
       },

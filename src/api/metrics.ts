@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ClusterMetrics, type ClusterMetricsSource } from './cluster-metrics.js';
 import { EnergyMetrics } from './energy-metrics.js';
+import { ExpertMetrics } from './expert-metrics.js';
 import type { PowerProbe } from '../util/power/index.js';
 import type { RequestOutcome, RequestTrace } from './request-trace.js';
 
@@ -30,6 +31,7 @@ export class Metrics {
   readonly registry = new Registry();
   readonly cluster = new ClusterMetrics(this.registry);
   readonly energy = new EnergyMetrics(this.registry, () => this.counts.generated);
+  readonly experts = new ExpertMetrics(this.registry);
   private scheduler: () => SchedulerState | undefined = () => undefined;
   private readonly counts = { prompt: 0, generated: 0, cancelled: 0 };
   private readonly ttfts: { atMs: number; ttftS: number }[] = [];
