@@ -1,7 +1,7 @@
 import { defineCommand } from '../options.js';
-import { checkThreads, threadsBound } from '../checks.js';
+import { checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { joinCluster, startNode } from '../../cluster/index.js';
+import { DISCOVERY_PORT, joinCluster, startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 
@@ -40,6 +40,15 @@ export const command = defineCommand({
         'instead of listening, dial the coordinator (`tandem serve --cluster HOST:PORT`) and become a member; dial again after each session or a failed dial, every second',
       placeholder: 'HOST:PORT',
     },
+    discover: {
+      type: 'boolean',
+      description:
+        'like --join, but find the coordinator on the local network: probe for a `tandem serve --cluster` holding the same secret (UDP, IPv6 link-local multicast on every interface) before each dial',
+    },
+    'discovery-port': {
+      type: 'number',
+      description: `with --discover: the UDP port the coordinator answers on (default ${DISCOVERY_PORT})`,
+    },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
     announce: {
       type: 'boolean',
@@ -49,6 +58,7 @@ export const command = defineCommand({
   examples: [
     'tandem node --secret-file ~/.config/tandem/cluster.secret',
     'tandem node --listen 10.0.0.2:7100 --secret-file cluster.secret --mem-limit 12G',
+    'tandem node --discover --secret-file cluster.secret',
   ],
   async run({ options }) {
     refuseSecretArgument('node', options);
@@ -63,24 +73,41 @@ export const command = defineCommand({
     if (options.threads !== undefined) checkThreads('node', options.threads);
     const secret = clusterSecret('node', options);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
-    if (options.join !== undefined) {
+    if (options.join !== undefined && options.discover)
+      throw new TandemError('CLI_USAGE', 'node: --join HOST:PORT and --discover both given', {
+        hint: 'give the address (--join) or let the node find it (--discover), not both',
+      });
+    if (options['discovery-port'] !== undefined && !options.discover)
+      throw new TandemError('CLI_USAGE', 'node: --discovery-port applies to --discover only', {
+        hint: 'add --discover, or drop --discovery-port',
+      });
+    if (options['discovery-port'] !== undefined)
+      checkPort('node', options['discovery-port'], '--discovery-port');
+    if (options.join !== undefined || options.discover) {
       if (options.once || options.announce)
         throw new TandemError(
           'CLI_USAGE',
-          'node: --once and --announce apply to a listening node, not --join',
+          'node: --once and --announce apply to a listening node, not --join or --discover',
           {
             hint: 'drop them: a member dials the coordinator again after each session',
           },
         );
       const member = await joinCluster({
-        join: options.join,
+        ...(options.join !== undefined ? { join: options.join } : {}),
+        ...(options.discover
+          ? { discover: { ...(options['discovery-port'] ? { port: options['discovery-port'] } : {}) } }
+          : {}),
         secret,
         log,
         ...(options.kernels ? { kernels: options.kernels } : {}),
         ...(options.threads !== undefined ? { threads: options.threads } : {}),
         ...(memLimit !== undefined ? { memLimit } : {}),
       });
-      log(`joining the cluster at ${options.join}`);
+      log(
+        options.join !== undefined
+          ? `joining the cluster at ${options.join}`
+          : 'looking for the cluster on the local network (--discover)',
+      );
       const leave = (): void => {
         member.stop();
         void member.done.then(() => process.exit(0));
