@@ -29,6 +29,11 @@ export const command = defineCommand({
       description: 'bytes this node may hold, e.g. 8G (placement respects it)',
       placeholder: 'BYTES',
     },
+    speed: {
+      type: 'number',
+      description:
+        "this node's compute speed to report instead of measuring it at start (GFLOP/s of a Q8_0 matvec, as the calibration measures; placement uses it relative to the fastest node)",
+    },
     kernels: {
       type: 'string',
       description: 'kernels backend (default: native when a C compiler builds it here, else wasm)',
@@ -71,6 +76,11 @@ export const command = defineCommand({
         });
     }
     if (options.threads !== undefined) checkThreads('node', options.threads);
+    if (options.speed !== undefined && !(Number.isFinite(options.speed) && options.speed > 0))
+      throw new TandemError('CLI_USAGE', `node: --speed ${options.speed} is not a positive number`, {
+        hint: 'give the GFLOP/s this node computes at, e.g. --speed 20, or drop it to measure',
+      });
+    const speed = options.speed !== undefined ? { speed: options.speed } : {};
     const secret = clusterSecret('node', options);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
     if (options.join !== undefined && options.discover)
@@ -99,6 +109,7 @@ export const command = defineCommand({
           : {}),
         secret,
         log,
+        ...speed,
         ...(options.kernels ? { kernels: options.kernels } : {}),
         ...(options.threads !== undefined ? { threads: options.threads } : {}),
         ...(memLimit !== undefined ? { memLimit } : {}),
@@ -120,6 +131,7 @@ export const command = defineCommand({
     const node = await startNode({
       listen: options.listen,
       secret,
+      ...speed,
       ...(options.kernels ? { kernels: options.kernels } : {}),
       once: options.once,
       log,
