@@ -42,7 +42,7 @@ export interface ClusterView {
 
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
-  kind: 'joined' | 'lost' | 'replaced' | 'no-placement';
+  kind: 'joined' | 'lost' | 'replaced' | 'no-placement' | 'link-down';
   atMs: number;
   message: string;
 }

@@ -65,6 +65,8 @@ export class ServingCluster {
   replacements = 0;
   /** Why the latest join did or did not re-plan (the predicted decode speeds and the margin). */
   replanVerdict: string | undefined;
+  /** Pairs of members whose link went down: no placement holds both. */
+  private readonly unlinked: [ControlClient, ControlClient][] = [];
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
   onEvent: (e: ClusterEvent) => void = () => {};
@@ -125,7 +127,7 @@ export class ServingCluster {
   /** Whether placing on every member alive pays, by the cost model's decode step of each placement. */
   private judgeJoin(): { replan: boolean; reason: string } {
     const margin = this.options.replanMargin ?? REPLAN_MARGIN;
-    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const alive = this.placeable();
     const placement = this.placement as Placement;
     let planned;
     try {
@@ -175,7 +177,7 @@ export class ServingCluster {
 
   private async placeNow(): Promise<Placement> {
     this.replanWanted = false;
-    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const alive = this.placeable();
     this.placement = undefined;
     // --min-members holds back the first placement; after it, any survivors that can hold the model do
     if (alive.length < (this.generation === 0 ? (this.options.minMembers ?? 1) : 1))
@@ -212,6 +214,39 @@ export class ServingCluster {
     );
     for (const w of this.placedWaiters.splice(0)) w();
     return placement;
+  }
+
+  /**
+   * The link between the members holding ranks `ranks` of the current placement went down
+   * while both still reach the coordinator: every later placement leaves out one of the two
+   * (the later to join), and the model is placed again at the next step.
+   */
+  linkDown(ranks: readonly [number, number], why: string): void {
+    const [a, b] = ranks.map((r) => this.current.clients[r]);
+    if (!a || !b) return;
+    this.unlinked.push([a, b]);
+    this.replanWanted = true;
+    const drop = this.members.find((m) => m.client === b);
+    this.event(
+      'link-down',
+      `the link between ${a.label} and ${b.label} is down (${why}); placing without ${drop?.id ?? b.label}`,
+    );
+  }
+
+  /** Members alive, less one of each pair whose link is down (the later to join), in join order. */
+  private placeable(): Member[] {
+    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const out: Member[] = [];
+    for (const m of alive) {
+      const cut = this.unlinked.some(
+        ([x, y]) =>
+          (x === m.client && out.some((o) => o.client === y)) ||
+          (y === m.client && out.some((o) => o.client === x)),
+      );
+      if (cut) m.state = 'joining';
+      else out.push(m);
+    }
+    return out;
   }
 
   view(): ClusterView {
