@@ -46,7 +46,7 @@ async function stream(
 }
 
 /** Distinct prompts: the bench prompt with its tokens rotated per stream. */
-function prompts(base: readonly number[], n: number): number[][] {
+export function prompts(base: readonly number[], n: number): number[][] {
   return Array.from({ length: n }, (_, i) => [
     ...base.slice(i % base.length),
     ...base.slice(0, i % base.length),

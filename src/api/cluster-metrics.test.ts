@@ -62,6 +62,7 @@ const view: ClusterView = {
   waiting: null,
   placements: 1,
   replacements: 0,
+  replan: null,
   events: [],
 };
 

@@ -2,7 +2,9 @@ import { resolve } from 'node:path';
 import {
   ClusterPort,
   ClusterSession,
+  DiscoveryResponder,
   ClusterSlotModel,
+  DISCOVERY_PORT,
   ServingCluster,
   startCluster,
   type ClusterStartOptions,
@@ -18,6 +20,8 @@ export type ClusterServeOptions = LoadServedOptions &
     cluster?: string;
     /** With `cluster`: place the model once this many members have joined (default 1). */
     minMembers?: number;
+    /** With `cluster`: answer discovery probes on this UDP port (default DISCOVERY_PORT; 0: not at all). */
+    discoveryPort?: number;
     /** With `cluster`: called with the cluster port's address once it listens. */
     onClusterPort?: (address: string) => void;
   };
@@ -107,10 +111,27 @@ async function servedByMembers(
     log,
   );
   log(`cluster port ${port.address}: members join with \`tandem node --join ${port.address}\``);
+  // discovery is a convenience: a port another coordinator holds leaves joining by address
+  const responder =
+    o.discoveryPort === 0
+      ? undefined
+      : await DiscoveryResponder.start({
+          secret,
+          clusterAddress: port.address,
+          ...(o.discoveryPort !== undefined ? { port: o.discoveryPort } : {}),
+        }).then(
+          (r) => {
+            log(
+              `answering discovery (tandem node --discover) on UDP port ${o.discoveryPort ?? DISCOVERY_PORT}`,
+            );
+            return r;
+          },
+          (e: unknown) => void log(`${(e as Error).message}; members join by address`),
+        );
   o.onClusterPort?.(port.address);
   const close = async (): Promise<void> => {
     serving.close();
-    await port.close();
+    await Promise.all([port.close(), responder?.close()]);
   };
   try {
     await serving.whenPlaced(2 ** 31 - 1);

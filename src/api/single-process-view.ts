@@ -32,6 +32,7 @@ export function singleProcessView(served: ServedModel, address: string, startedA
       ranks: [{ id, holds: `layers 0-${layers - 1} (the whole model)` }],
     },
     waiting: null,
+    replan: null,
     placements: 1,
     replacements: 0,
     events: [

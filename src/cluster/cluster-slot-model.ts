@@ -1,7 +1,10 @@
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import { logitsRank } from '../parallel/index.js';
+import { brokenLink, LinkDownError } from './link-down.js';
+import { DEAD_AFTER_MS, HEARTBEAT_MS } from './protocol.js';
 import { decodeLogits } from './sequence-wire.js';
 import type { ServingCluster } from './serving-cluster.js';
 
@@ -31,6 +34,12 @@ export class RemoteSequence {
 
 /** How long a step may wait for the cluster to heal (re-placement and replay) before it fails. */
 const HEAL_DEADLINE_MS = 60_000;
+/**
+ * A killed member's peers may report their link to it before its control connection is seen
+ * to close: a link failure waits this long for a loss to show before it is taken for a link
+ * down between two live members.
+ */
+const LOSS_GRACE_MS = 500;
 
 /**
  * A model loaded across a cluster's nodes, driven step by step from the coordinator: the
@@ -142,9 +151,13 @@ export class ClusterSlotModel {
     try {
       replies = await Promise.all(sent);
     } catch (error) {
-      // a lost member fails its request at once, the survivors theirs once told to abort
-      await Promise.allSettled(sent);
-      throw error;
+      // a lost member fails its request at once, the survivors theirs once told to abort; a
+      // link lost between two members fails one end, and the others are told here (an abort
+      // notice cannot cross the broken link)
+      if (error instanceof TandemError && error.code === 'COLL_PEER_LOST')
+        for (const c of session.clients) c.notify('abort', { reason: error.message });
+      const link = brokenLink(await Promise.allSettled(sent));
+      throw link ? new LinkDownError(link, error) : error;
     }
     const rows = decodeLogits(
       replies[logitsRank(plan)]?.logits,
@@ -159,15 +172,24 @@ export class ClusterSlotModel {
   }
 
   /**
-   * After a failed step: when a member was lost, place again and replay (again if another is
-   * lost meanwhile); when nothing can be placed, wait for a member to join. Any other error,
+   * After a failed step: when a member was lost, or the link between two live members went
+   * down, place again and replay (again if another is lost meanwhile); when nothing can be placed, wait for a member to join. Any other error,
    * or no placement within HEAL_DEADLINE_MS, fails the step; only an error that is not about
    * the members also fails every later step.
    */
   private async heal(error: unknown, generation: number): Promise<void> {
     const started = performance.now();
-    const cut = generation !== this.cluster.generation || this.cluster.someLost() || !this.cluster.placed;
-    if (!cut) {
+    const cut = (): boolean =>
+      generation !== this.cluster.generation || this.cluster.someLost() || !this.cluster.placed;
+    if (!cut() && error instanceof LinkDownError) {
+      // a member silent past a heartbeat may be the dead end of the link: let the silence rule judge it
+      const quiet = (): boolean => this.cluster.session.clients.some((c) => c.silentMs > 1.2 * HEARTBEAT_MS);
+      const waited = (): number => performance.now() - started;
+      while (!cut() && (waited() < LOSS_GRACE_MS || (quiet() && waited() < DEAD_AFTER_MS + LOSS_GRACE_MS)))
+        await sleep(50);
+      // both ends alive: place again without that link
+      if (!cut()) this.cluster.linkDown(error.ranks, error.message);
+    } else if (!cut()) {
       this.broken = error;
       throw error;
     }

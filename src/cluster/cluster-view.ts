@@ -59,6 +59,8 @@ export interface ClusterView {
   } | null;
   /** Why the model is placed nowhere, when it is not. */
   waiting: string | null;
+  /** Why the latest join did or did not re-plan: each placement's predicted decode speed and the margin; null before a join to a placed model. */
+  replan: string | null;
   /** Placements done, the first included. */
   placements: number;
   /** Placements after the first (a member lost or joined). */
@@ -69,7 +71,7 @@ export interface ClusterView {
 
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
-  kind: 'joined' | 'lost' | 'replaced' | 'no-placement';
+  kind: 'joined' | 'lost' | 'replaced' | 'no-placement' | 'link-down';
   atMs: number;
   message: string;
 }

@@ -29,6 +29,14 @@ export { ClusterSlotModel, RemoteSequence } from './cluster-slot-model.js';
 export { ServingCluster, type ClusterEvent, type ClusterView, type MemberView } from './serving-cluster.js';
 export { ClusterPort, CLUSTER_PORT } from './cluster-port.js';
 export { joinCluster, REJOIN_MS, type JoinOptions } from './node-join.js';
+export {
+  discoverCluster,
+  DiscoveryResponder,
+  DISCOVERY_GROUP,
+  DISCOVERY_PORT,
+  type DiscoverOptions,
+  type ResponderOptions,
+} from './cluster-discovery.js';
 export { resolveModelPath } from './model-path.js';
 export { whySplitMayNotPay, type SplitFacts } from './split-verdict.js';
 export { calibrate, calibrationPath, loadCalibration, saveCalibration } from './calibrate.js';

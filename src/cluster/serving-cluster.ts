@@ -12,6 +12,16 @@ export type { ClusterEvent, ClusterView, MemberView } from './cluster-view.js';
 /** Events kept for /v1/cluster. */
 const MAX_EVENTS = 100;
 
+/**
+ * A join re-plans only when the cost model predicts the placement on every member alive
+ * decodes at least this fraction faster than the current one. A re-plan pauses every stream
+ * for a load on every member and a replay of each sequence's forwards; the cost model ranks
+ * splits on nominal figures and errs by more than a few percent, so a gain it barely predicts
+ * may be a loss, and one it predicts below this margin does not repay the pause soon. The
+ * figures this was chosen from are in docs/cluster.md, "The join re-plan margin".
+ */
+export const REPLAN_MARGIN = 0.1;
+
 interface Member {
   id: string;
   host: HostEntry;
@@ -23,6 +33,8 @@ interface Member {
 export interface ServingClusterOptions {
   /** Place the model the first time only once this many members are alive (default 1). */
   minMembers?: number;
+  /** A join re-plans when the predicted decode speed gains at least this fraction (default REPLAN_MARGIN). */
+  replanMargin?: number;
 }
 
 /**
@@ -52,6 +64,10 @@ export class ServingCluster {
   replanWanted = false;
   /** Placements after the first (a member lost or joined). */
   replacements = 0;
+  /** Why the latest join did or did not re-plan (the predicted decode speeds and the margin). */
+  replanVerdict: string | undefined;
+  /** Pairs of members whose link went down: no placement holds both. */
+  private readonly unlinked: [ControlClient, ControlClient][] = [];
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
   onEvent: (e: ClusterEvent) => void = () => {};
@@ -93,12 +109,44 @@ export class ServingCluster {
     return this.current.clients.some((c) => c.lostWith !== undefined);
   }
 
-  /** A member that joined (authenticated, and answered hello): placed now if nothing is, else at the next step. */
+  /**
+   * A member that joined (authenticated, and answered hello): placed now if nothing is, else
+   * at the next step when the placement on every member alive is predicted faster by the
+   * margin; otherwise it waits, alive and unplaced, for a later re-placement.
+   */
   join(client: ControlClient, host: HostEntry, info: Message): void {
     this.adopt({ id: client.label, host, client, info, state: 'joining' });
-    this.event('joined', `${client.label} (${client.address}) joined`);
-    if (this.placement) this.replanWanted = true;
-    else void this.place().catch(() => undefined);
+    if (!this.placement) {
+      this.event('joined', `${client.label} (${client.address}) joined`);
+      void this.place().catch(() => undefined);
+      return;
+    }
+    const verdict = this.judgeJoin();
+    this.replanVerdict = verdict.reason;
+    if (verdict.replan) this.replanWanted = true;
+    this.event('joined', `${client.label} (${client.address}) joined; ${verdict.reason}`);
+  }
+
+  /** Whether placing on every member alive pays, by the cost model's decode step of each placement. */
+  private judgeJoin(): { replan: boolean; reason: string } {
+    const margin = this.options.replanMargin ?? REPLAN_MARGIN;
+    const alive = this.placeable();
+    const placement = this.placement as Placement;
+    let planned;
+    try {
+      planned = ClusterSession.of(alive).plan(this.load, { placement, holders: this.current.clients });
+    } catch (e) {
+      return {
+        replan: false,
+        reason: `no re-plan: the members alive cannot be placed on (${(e as Error).message})`,
+      };
+    }
+    const now = 1 / (planned.currentSeconds as number);
+    const next = 1 / planned.stepSeconds;
+    const gain = next / now - 1;
+    const replan = gain >= margin;
+    const figures = `predicted decode ${next.toFixed(0)} tok/s on ${alive.length} member(s) (${planned.placement.plan.kind}) against ${now.toFixed(0)} tok/s now on ${this.current.clients.length} (${placement.plan.kind}): ${gain >= 0 ? '+' : ''}${(gain * 100).toFixed(0)}%, margin ${(margin * 100).toFixed(0)}%`;
+    return { replan, reason: `${replan ? 're-plan at the next step' : 'no re-plan'}: ${figures}` };
   }
 
   /** Resolves once the model is placed, or rejects with why it is not after `timeoutMs`. */
@@ -132,7 +180,7 @@ export class ServingCluster {
 
   private async placeNow(): Promise<Placement> {
     this.replanWanted = false;
-    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const alive = this.placeable();
     this.placement = undefined;
     // --min-members holds back the first placement; after it, any survivors that can hold the model do
     if (alive.length < (this.generation === 0 ? (this.options.minMembers ?? 1) : 1))
@@ -171,6 +219,39 @@ export class ServingCluster {
     return placement;
   }
 
+  /**
+   * The link between the members holding ranks `ranks` of the current placement went down
+   * while both still reach the coordinator: every later placement leaves out one of the two
+   * (the later to join), and the model is placed again at the next step.
+   */
+  linkDown(ranks: readonly [number, number], why: string): void {
+    const [a, b] = ranks.map((r) => this.current.clients[r]);
+    if (!a || !b) return;
+    this.unlinked.push([a, b]);
+    this.replanWanted = true;
+    const drop = this.members.find((m) => m.client === b);
+    this.event(
+      'link-down',
+      `the link between ${a.label} and ${b.label} is down (${why}); placing without ${drop?.id ?? b.label}`,
+    );
+  }
+
+  /** Members alive, less one of each pair whose link is down (the later to join), in join order. */
+  private placeable(): Member[] {
+    const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const out: Member[] = [];
+    for (const m of alive) {
+      const cut = this.unlinked.some(
+        ([x, y]) =>
+          (x === m.client && out.some((o) => o.client === y)) ||
+          (y === m.client && out.some((o) => o.client === x)),
+      );
+      if (cut) m.state = 'joining';
+      else out.push(m);
+    }
+    return out;
+  }
+
   view(): ClusterView {
     const rankOf = new Map(this.current.clients.map((c, r) => [c, r]));
     const plan = this.placement ? describePlan(this.placement.plan) : [];
@@ -198,6 +279,7 @@ export class ServingCluster {
           }
         : null,
       waiting: this.waiting?.message ?? null,
+      replan: this.replanVerdict ?? null,
       placements: this.generation,
       replacements: this.replacements,
       events: [...this.events],

@@ -7,6 +7,7 @@ import {
   chooseParallel,
   describePlan,
   placeModel,
+  predictStepSeconds,
   type NodeSpec,
   type ParallelKind,
   type Placement,
@@ -129,54 +130,78 @@ export class ClusterSession {
     }
   }
 
-  /** Plans the split (checking memory before anything loads), then loads every shard. */
-  async load(o: LoadOptions): Promise<Placement> {
+  /**
+   * Each node's memory cap and relative speed for placement: the tightest of the run's cap,
+   * the hostfile's and the node's own; a hostfile speed, else the measured one relative to the
+   * fastest node of this session (so two sessions' figures compare only within one session).
+   */
+  specs(o: LoadOptions): NodeSpec[] {
+    const speeds = nodeSpeeds(
+      this.hosts.map((h) => h.speed),
+      this.infos.map((i) => (o.measuredSpeed !== false && typeof i.speed === 'number' ? i.speed : undefined)),
+    );
+    return this.hosts.map((h, r) => {
+      const own = this.infos[r]?.memLimit;
+      const caps = [o.memLimit, h.memLimit, typeof own === 'number' ? own : undefined].filter(
+        (x): x is number => x !== undefined,
+      );
+      const memLimit = caps.length > 0 ? Math.min(...caps) : undefined;
+      return {
+        ...(memLimit !== undefined ? { memLimit } : {}),
+        ...(speeds[r] !== undefined ? { speed: speeds[r] } : {}),
+      };
+    });
+  }
+
+  /**
+   * The split these nodes would get (checking memory; PAR_NO_FIT when it does not fit), with
+   * the cost model's decode step for it and, when `current` is given (a placement held by some
+   * of these nodes, rank r on `current.holders[r]`), the step of that one on the same scale.
+   */
+  plan(
+    o: LoadOptions,
+    current?: { placement: Placement; holders: readonly ControlClient[] },
+  ): { placement: Placement; choice: string | undefined; stepSeconds: number; currentSeconds?: number } {
     const file = GgufModelFile.open(o.model);
-    let placement: Placement;
     try {
       const config = configFromMetadata(
         (k) => file.meta(k),
         new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
       );
-      const speeds = nodeSpeeds(
-        this.hosts.map((h) => h.speed),
-        this.infos.map((i) =>
-          o.measuredSpeed !== false && typeof i.speed === 'number' ? i.speed : undefined,
-        ),
-      );
-      const specs: NodeSpec[] = this.hosts.map((h, r) => {
-        const own = this.infos[r]?.memLimit;
-        // The tightest of the run's cap, the hostfile's and the node's own.
-        const caps = [o.memLimit, h.memLimit, typeof own === 'number' ? own : undefined].filter(
-          (x): x is number => x !== undefined,
-        );
-        const memLimit = caps.length > 0 ? Math.min(...caps) : undefined;
-        return {
-          ...(memLimit !== undefined ? { memLimit } : {}),
-          ...(speeds[r] !== undefined ? { speed: speeds[r] } : {}),
-        };
-      });
+      const specs = this.specs(o);
       const info = { config, tensors: file.tensors };
       const common = {
         provider: o.provider,
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       };
-      if (o.parallel === 'auto') {
-        const choice = chooseParallel(info, specs, common);
-        placement = choice.placement;
-        this.choice = choice.reason;
-      } else {
-        placement = placeModel(info, specs, {
+      const choice = o.parallel === 'auto' ? chooseParallel(info, specs, common) : undefined;
+      const placement =
+        choice?.placement ??
+        placeModel(info, specs, {
           ...common,
-          kind: o.parallel,
+          kind: o.parallel as ParallelKind,
           ...(o.tpSize ? { tpSize: o.tpSize } : {}),
           ...(o.expertSets ? { expertSets: o.expertSets } : {}),
         });
-        this.choice = undefined;
-      }
+      const step = (p: Placement, nodes: readonly NodeSpec[]): number =>
+        predictStepSeconds(info, p, nodes, o.provider);
+      const held = current?.holders.map((c) => specs[this.clients.indexOf(c)] ?? {});
+      return {
+        placement,
+        choice: choice?.reason,
+        stepSeconds: choice?.stepSeconds ?? step(placement, specs),
+        ...(current && held ? { currentSeconds: step(current.placement, held) } : {}),
+      };
     } finally {
       file.close();
     }
+  }
+
+  /** Plans the split (checking memory before anything loads), then loads every shard. */
+  async load(o: LoadOptions): Promise<Placement> {
+    const planned = this.plan(o);
+    const placement = planned.placement;
+    this.choice = planned.choice;
     const timeoutMs = o.timeoutMs ?? 300_000;
     const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
       model: o.model,

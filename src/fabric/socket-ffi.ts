@@ -14,6 +14,8 @@ export interface SocketLib {
   poll(fds: Uint8Array, n: number, timeoutMs: number): number;
   /** setsockopt(SOL_SOCKET, opt, int value); 0 or -1. */
   setIntOption(fd: number, opt: number, value: number): number;
+  /** setsockopt(IPPROTO_TCP, opt, int value); 0 or -1. */
+  setTcpOption(fd: number, opt: number, value: number): number;
   /** errno of the last failed call (this thread's). */
   errno(): number;
 }
@@ -26,7 +28,10 @@ export const POLLIN = 1;
 export const POLLOUT = 4;
 export const SO_SNDBUF = 7;
 export const SO_RCVBUF = 8;
+/** Milliseconds sent data may stay unacknowledged before the kernel drops the connection (Linux). */
+export const TCP_USER_TIMEOUT = 18;
 const SOL_SOCKET = 1;
+const IPPROTO_TCP = 6;
 const F_GETFL = 3;
 const O_NONBLOCK = 0o4000;
 
@@ -75,6 +80,10 @@ export function rawSocketLib(): SocketLib | null {
       setIntOption: (fd, opt, value) => {
         intBuf[0] = value;
         return setsockopt(fd, SOL_SOCKET, opt, intBuf, 4) as number;
+      },
+      setTcpOption: (fd, opt, value) => {
+        intBuf[0] = value;
+        return setsockopt(fd, IPPROTO_TCP, opt, intBuf, 4) as number;
       },
     };
   } catch {

@@ -21,6 +21,8 @@ import {
   POLLOUT,
   SO_RCVBUF,
   SO_SNDBUF,
+  TCP_USER_TIMEOUT,
+  rawSocketLib,
   socketLib,
   type SocketLib,
 } from './socket-ffi.js';
@@ -128,6 +130,24 @@ const READS_PER_POLL = 64;
  * TANDEM_TCP_SOCKBUF sets them (0: autotune).
  */
 const SOCKET_BUFFER_BYTES = 4 << 20;
+
+/**
+ * A path that goes down under a connection (a cable pulled, an interface set down) leaves it
+ * open with nothing coming back, and the kernel would retransmit for many minutes. Data
+ * unacknowledged for this long drops the connection instead: the queue pair fails with
+ * peer_lost and the communicator names the pair, so a cluster can place around the link
+ * within 3 s of its loss. The peer's kernel acknowledges whatever its process does (busy or
+ * stopped), so a live path does not trip it; a peer that stops reading until its receive
+ * buffer (SOCKET_BUFFER_BYTES) is full for this long does, as a dead peer would.
+ */
+const USER_TIMEOUT_MS = 2000;
+
+/** Sets USER_TIMEOUT_MS on a connection (Linux, where koffi loads; elsewhere the kernel's default stays). */
+function failOnDeadPath(socket: Socket): void {
+  const lib = rawSocketLib();
+  const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (lib && typeof fd === 'number' && fd >= 0) lib.setTcpOption(fd, TCP_USER_TIMEOUT, USER_TIMEOUT_MS);
+}
 
 /** Queued pieces sent by one writev(2). */
 const WRITEV_PARTS = 8;
@@ -444,6 +464,7 @@ export class TcpDevice extends DeviceBase {
 
   qpOn(peer: Authenticated, psn: number, options: AcceptOptions): QueuePair {
     const early = peer.reader.detach();
+    failOnDeadPath(peer.socket);
     const base = { peerInfo: peer.info, sendPsn: psn, recvPsn: peer.psn };
     if (this.lib === null)
       return this.makeQp({ ...base, transport: new TcpTransport(peer.socket, early) }, options, false);

@@ -31,11 +31,17 @@ export interface AutoChoice {
   kind: ParallelKind;
   tpSize?: number;
   placement: Placement;
+  /** The cost model's decode step for it, in seconds (see predictStepSeconds). */
+  stepSeconds: number;
   /** Why: each candidate's estimate, and the one chosen. */
   reason: string;
 }
 
-function stepSeconds(
+/**
+ * The cost model's decode step of `p` on `nodes` (rank r on nodes[r]), in seconds: a figure to
+ * compare placements of one model by (a join's re-plan is judged on it), not a measured time.
+ */
+export function predictStepSeconds(
   m: ModelInfo,
   p: Placement,
   nodes: readonly NodeSpec[],
@@ -80,7 +86,7 @@ export function chooseParallel(
       notes.push(`${c.kind} does not fit`);
       continue;
     }
-    const s = stepSeconds(m, placement, nodes, o.provider);
+    const s = predictStepSeconds(m, placement, nodes, o.provider);
     scored.push({ ...c, placement, s });
     notes.push(
       `${c.kind} ~${(s * 1000).toFixed(1)} ms a step (largest rank ${formatBytes(Math.max(...placement.bytes))})`,
@@ -92,6 +98,7 @@ export function chooseParallel(
     kind: best.kind,
     ...(best.tpSize !== undefined ? { tpSize: best.tpSize } : {}),
     placement: best.placement,
+    stepSeconds: best.s,
     reason: `--parallel auto chose ${best.kind} on ${nodes.length} node(s): ${notes.join('; ')}`,
   };
 }

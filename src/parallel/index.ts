@@ -23,6 +23,6 @@ export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
 export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
 export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';
 export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';
-export { chooseParallel, type AutoChoice } from './auto.js';
+export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';
 export * from './forecast/index.js';
 export { balanceExperts, contiguousExperts, copyFor, maxNodeShare, type ExpertPlacement } from './expert-balance.js';

@@ -1,6 +1,7 @@
 import { defineCommand } from '../options.js';
 import { checkInteger } from '../checks.js';
 import { benchRecover, table } from '../../../bench/recover.js';
+import { benchJoin, joinTable } from '../../../bench/recover-join.js';
 
 export const command = defineCommand({
   name: 'bench recover',
@@ -10,10 +11,21 @@ export const command = defineCommand({
     'Serves MODEL across --members local node processes (tensor parallel), runs --streams greedy streams to completion (the reference), ' +
     'runs them again and SIGKILLs member 1 once a quarter of the tokens are out. detect_ms: from the kill to the coordinator marking the member lost; ' +
     'replace_ms: to the model re-placed on the survivors; resume_ms: to the first token after the kill (the sequences replayed). ' +
-    'texts_equal: every stream completed with the text of the run without the failure. See docs/cluster.md.',
+    'texts_equal: every stream completed with the text of the run without the failure. ' +
+    'With --join: serves on --members (default 2) members that joined a cluster port, and one more joins during the streams instead of a kill; ' +
+    'reports tokens/s before the join and after the re-plan, the re-plan time and the longest pause a stream saw. See docs/cluster.md.',
   positionals: [{ name: 'model', description: 'GGUF model file', required: true }],
   options: {
-    members: { type: 'number', description: 'local members (node processes), at least 2', default: 3 },
+    members: {
+      type: 'number',
+      description:
+        'local members (node processes), at least 2 (default 3; with --join, those serving before it, default 2)',
+    },
+    join: {
+      type: 'boolean',
+      description:
+        'one member joins during the streams instead of one killed; --json then prints {"members_before","members_after","replanned","verdict","tok_s_before","tok_s_after","replan_ms","pause_ms","streams","streams_completed","texts_equal"}',
+    },
     streams: { type: 'number', description: 'concurrent greedy streams', default: 4 },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 32 },
     'max-tokens': { type: 'number', description: 'tokens per stream', default: 32 },
@@ -27,11 +39,12 @@ export const command = defineCommand({
   examples: [
     'tandem bench recover /tmp/tl-q8_0.gguf --members 3',
     'tandem bench recover m.gguf --streams 2 --json',
+    'tandem bench recover /tmp/tl-q8_0.gguf --join --members 2 --max-tokens 64',
   ],
   async run({ options, positionals }) {
-    const row = await benchRecover({
+    const common = {
       model: positionals[0] as string,
-      members: checkInteger('bench recover', 'members', options.members, 2, 64, 3),
+      members: checkInteger('bench recover', 'members', options.members ?? (options.join ? 2 : 3), 2, 64, 3),
       streams: checkInteger('bench recover', 'streams', options.streams, 1, 64, 4),
       promptTokens: checkInteger('bench recover', 'prompt-tokens', options['prompt-tokens'], 1),
       maxTokens: checkInteger('bench recover', 'max-tokens', options['max-tokens'], 4),
@@ -39,7 +52,13 @@ export const command = defineCommand({
         ? { threads: checkInteger('bench recover', 'threads', options.threads, 1, 1024, 1) }
         : {}),
       ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
-    });
+    };
+    if (options.join) {
+      const joined = await benchJoin(common);
+      process.stdout.write(options.json ? JSON.stringify(joined) + '\n' : joinTable(joined));
+      return joined.texts_equal && joined.streams_completed === joined.streams ? 0 : 1;
+    }
+    const row = await benchRecover(common);
     process.stdout.write(options.json ? JSON.stringify(row) + '\n' : table(row));
     return row.texts_equal && row.streams_completed === row.streams ? 0 : 1;
   },

@@ -1,7 +1,7 @@
 import { defineCommand } from '../options.js';
-import { checkThreads, threadsBound } from '../checks.js';
+import { checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { joinCluster, startNode } from '../../cluster/index.js';
+import { DISCOVERY_PORT, joinCluster, startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 
@@ -29,6 +29,11 @@ export const command = defineCommand({
       description: 'bytes this node may hold, e.g. 8G (placement respects it)',
       placeholder: 'BYTES',
     },
+    speed: {
+      type: 'number',
+      description:
+        "this node's compute speed to report instead of measuring it at start (GFLOP/s of a Q8_0 matvec, as the calibration measures; placement uses it relative to the fastest node)",
+    },
     kernels: {
       type: 'string',
       description: 'kernels backend (default: native when a C compiler builds it here, else wasm)',
@@ -40,6 +45,15 @@ export const command = defineCommand({
         'instead of listening, dial the coordinator (`tandem serve --cluster HOST:PORT`) and become a member; dial again after each session or a failed dial, every second',
       placeholder: 'HOST:PORT',
     },
+    discover: {
+      type: 'boolean',
+      description:
+        'like --join, but find the coordinator on the local network: probe for a `tandem serve --cluster` holding the same secret (UDP, IPv6 link-local multicast on every interface) before each dial',
+    },
+    'discovery-port': {
+      type: 'number',
+      description: `with --discover: the UDP port the coordinator answers on (default ${DISCOVERY_PORT})`,
+    },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
     announce: {
       type: 'boolean',
@@ -49,6 +63,7 @@ export const command = defineCommand({
   examples: [
     'tandem node --secret-file ~/.config/tandem/cluster.secret',
     'tandem node --listen 10.0.0.2:7100 --secret-file cluster.secret --mem-limit 12G',
+    'tandem node --discover --secret-file cluster.secret',
   ],
   async run({ options }) {
     refuseSecretArgument('node', options);
@@ -61,26 +76,49 @@ export const command = defineCommand({
         });
     }
     if (options.threads !== undefined) checkThreads('node', options.threads);
+    if (options.speed !== undefined && !(Number.isFinite(options.speed) && options.speed > 0))
+      throw new TandemError('CLI_USAGE', `node: --speed ${options.speed} is not a positive number`, {
+        hint: 'give the GFLOP/s this node computes at, e.g. --speed 20, or drop it to measure',
+      });
+    const speed = options.speed !== undefined ? { speed: options.speed } : {};
     const secret = clusterSecret('node', options);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
-    if (options.join !== undefined) {
+    if (options.join !== undefined && options.discover)
+      throw new TandemError('CLI_USAGE', 'node: --join HOST:PORT and --discover both given', {
+        hint: 'give the address (--join) or let the node find it (--discover), not both',
+      });
+    if (options['discovery-port'] !== undefined && !options.discover)
+      throw new TandemError('CLI_USAGE', 'node: --discovery-port applies to --discover only', {
+        hint: 'add --discover, or drop --discovery-port',
+      });
+    if (options['discovery-port'] !== undefined)
+      checkPort('node', options['discovery-port'], '--discovery-port');
+    if (options.join !== undefined || options.discover) {
       if (options.once || options.announce)
         throw new TandemError(
           'CLI_USAGE',
-          'node: --once and --announce apply to a listening node, not --join',
+          'node: --once and --announce apply to a listening node, not --join or --discover',
           {
             hint: 'drop them: a member dials the coordinator again after each session',
           },
         );
       const member = await joinCluster({
-        join: options.join,
+        ...(options.join !== undefined ? { join: options.join } : {}),
+        ...(options.discover
+          ? { discover: { ...(options['discovery-port'] ? { port: options['discovery-port'] } : {}) } }
+          : {}),
         secret,
         log,
+        ...speed,
         ...(options.kernels ? { kernels: options.kernels } : {}),
         ...(options.threads !== undefined ? { threads: options.threads } : {}),
         ...(memLimit !== undefined ? { memLimit } : {}),
       });
-      log(`joining the cluster at ${options.join}`);
+      log(
+        options.join !== undefined
+          ? `joining the cluster at ${options.join}`
+          : 'looking for the cluster on the local network (--discover)',
+      );
       const leave = (): void => {
         member.stop();
         void member.done.then(() => process.exit(0));
@@ -93,6 +131,7 @@ export const command = defineCommand({
     const node = await startNode({
       listen: options.listen,
       secret,
+      ...speed,
       ...(options.kernels ? { kernels: options.kernels } : {}),
       once: options.once,
       log,

@@ -5,7 +5,7 @@ import { TandemError } from '../../errors/index.js';
 import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
-import { CLUSTER_PORT } from '../../cluster/index.js';
+import { CLUSTER_PORT, DISCOVERY_PORT } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 import { createLogger, defaultLogFormat, logFormats } from '../../util/log.js';
@@ -86,6 +86,10 @@ export const command = defineCommand({
       description: `listen here for members started with \`tandem node --join HOST:PORT\` (port 0 picks one; default port ${CLUSTER_PORT}) and place the model on them as they join and leave (with --secret-file or TANDEM_SECRET)`,
       placeholder: 'HOST:PORT',
     },
+    'discovery-port': {
+      type: 'number',
+      description: `with --cluster: answer members' discovery probes (\`tandem node --discover\`) on this UDP port (default ${DISCOVERY_PORT}; 0 turns discovery off)`,
+    },
     'min-members': {
       type: 'number',
       description: 'with --cluster: place the model once this many members have joined (default 1)',
@@ -130,12 +134,26 @@ export const command = defineCommand({
       );
     if (options['min-members'] !== undefined && options.cluster === undefined)
       throw usage('--min-members applies only with --cluster', 'add --cluster HOST:PORT, or drop it');
+    if (options['discovery-port'] !== undefined && options.cluster === undefined)
+      throw usage('--discovery-port applies only with --cluster', 'add --cluster HOST:PORT, or drop it');
     const members =
       options.cluster !== undefined
         ? {
             cluster: options.cluster.includes(':') ? options.cluster : `${options.cluster}:${CLUSTER_PORT}`,
             ...(options['min-members'] !== undefined
               ? { minMembers: checkInteger('serve', 'min-members', options['min-members'], 1, 64, 2) }
+              : {}),
+            ...(options['discovery-port'] !== undefined
+              ? {
+                  discoveryPort: checkInteger(
+                    'serve',
+                    'discovery-port',
+                    options['discovery-port'],
+                    0,
+                    65535,
+                    DISCOVERY_PORT,
+                  ),
+                }
               : {}),
             parallel: options.parallel ?? 'auto',
             ...(options.provider !== undefined ? { provider: options.provider } : {}),

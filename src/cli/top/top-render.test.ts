@@ -73,6 +73,7 @@ const snapshot: DashboardSnapshot = {
     waiting: null,
     placements: 2,
     replacements: 1,
+    replan: null,
     events: [{ kind: 'lost', atMs: Date.UTC(2026, 10, 28, 13, 4, 1), message: 'mac-b lost' }],
   },
 };
