@@ -4,10 +4,9 @@
 // bs [n, cols/16], as llama.cpp's block_q8_K. Weights stay in ggml's raw super-blocks.
 //
 // Per super-block of 256 the weights are unpacked once into four vectors of 64 unsigned
-// quants in element order (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63) and one vpdpbusd per vector and
-// token multiplies them by the signed activations: lane i of the vector holds 4 consecutive
-// products, so lanes 0-7 / 8-15 are one 32-element sub-block each (Q6_K: lanes 4g..4g+3 one
-// 16-group). Each vector's lanes are multiplied by their integer sub-block scales and summed in
+// quants in element order (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63); per vector and token,
+// vpmaddubsw multiplies them by the signed activations into i16 pair sums and vpdpwssd
+// multiplies those by the integer sub-block scales into i32 lanes. The lanes are summed in
 // i32, exact as llama.cpp's vec_dot_q*_K_q8_K:
 //   Q4_K / Q5_K: d * dx * sum(sc * dot) - dmin * dx * sum(mn * bsum32)
 //   Q6_K:        d * dx * (sum(sc * dot) - 32 * sum(sc * bsum16))   (q - 32 is the weight)
@@ -40,8 +39,8 @@ void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint
   }
 }
 
-// One super-block unpacked: q[k] holds elements 64k..64k+63 (unsigned), sc[k] the i32 scale of
-// each lane of q[k]'s dot, mc the 16 i16 factors of the 16-group sums (Q4_K/Q5_K: each
+// One super-block unpacked: q[k] holds elements 64k..64k+63 (unsigned), sc[k] the i16 scale of
+// each pair of them (i16 lane i covers elements 64k + 2i, 64k + 2i + 1), mc the 16 i16 factors of the 16-group sums (Q4_K/Q5_K: each
 // sub-block's min twice; Q6_K: the 16 scales), d and dmin the f16 factors.
 typedef struct {
   __m512i q[4];
@@ -61,15 +60,16 @@ static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, i
   u[2] = mins;
   u[0] &= k1;
   const __m128i sm = _mm_loadu_si128((const __m128i *)u);
-  const __m512i all = _mm512_cvtepu8_epi32(sm);
+  const __m512i all = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
   for (int k = 0; k < 4; k++) {
-    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * k)), _mm256_set1_epi32(2 * k + 1), 1);
-    s->sc[k] = _mm512_permutexvar_epi32(idx, all);
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+    s->sc[k] = _mm512_permutexvar_epi16(idx, all);
   }
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
   s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
-  s->d = f16(rd16(p));
-  s->dmin = f16(rd16(p + 2));
+  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
+  s->d = _mm_cvtss_f32(dd);
+  s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
   const uint8_t *qs = p + (five ? 48 : 16);
   // low nibbles of 32 bytes: sub-block 2k; high nibbles: 2k + 1 (upper half of the vector)
   const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
@@ -90,15 +90,19 @@ static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, i
 
 static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
   const __m128i sc8 = _mm_loadu_si128((const __m128i *)(p + 192));
-  const __m512i all = _mm512_cvtepi8_epi32(sc8);
+  const __m512i all = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
   for (int k = 0; k < 4; k++) {
-    // lanes 4g..4g+3 of vector k are 16-group 4k + g
-    const __m512i idx = _mm512_setr_epi32(4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 2, 4 * k + 2, 4 * k + 2,
-                                          4 * k + 2, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3);
-    s->sc[k] = _mm512_permutexvar_epi32(idx, all);
+    // i16 lanes 8g..8g+7 of vector k are 16-group 4k + g
+    const __m512i idx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_setr_epi16(4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                                 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1)),
+        _mm256_setr_epi16(4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3,
+                          4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3),
+        1);
+    s->sc[k] = _mm512_permutexvar_epi16(idx, all);
   }
   s->mc = _mm256_cvtepi8_epi16(sc8);
-  s->d = f16(rd16(p + 208));
+  s->d = _cvtsh_ss(rd16(p + 208));
   s->dmin = 0;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i m3 = _mm512_set1_epi8(3);
@@ -118,11 +122,13 @@ static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ks
 
 // acc += one super-block's contribution for one token: x its 256 i8 values, b its 16 sums.
 static inline __attribute__((always_inline)) __m512 sb_dot(int six, const ksb *s, const int8_t *x, const int16_t *b, float dx, __m512 acc) {
-  __m512i isum = _mm512_setzero_si512();
-  for (int k = 0; k < 4; k++) {
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), s->q[k], _mm512_loadu_si512((const void *)(x + 64 * k)));
-    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, s->sc[k]));
-  }
+  // u8 x i8 pairs into i16 (|sum| <= 2 * 63 * 128: no saturation), then times the i16 scales
+  // into i32 lanes by vpdpwssd; two chains, joined once.
+  __m512i i0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[0], _mm512_loadu_si512((const void *)x)), s->sc[0]);
+  __m512i i1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[1], _mm512_loadu_si512((const void *)(x + 64))), s->sc[1]);
+  i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(s->q[2], _mm512_loadu_si512((const void *)(x + 128))), s->sc[2]);
+  i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(s->q[3], _mm512_loadu_si512((const void *)(x + 192))), s->sc[3]);
+  __m512i isum = _mm512_add_epi32(i0, i1);
   const __m512i mc = _mm512_zextsi256_si512(_mm256_madd_epi16(s->mc, _mm256_loadu_si256((const __m256i *)b)));
   if (six) {
     isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(mc, 5));
