@@ -45,12 +45,16 @@ const vnniPrototypes: Readonly<Record<string, string>> = {
     'void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
   mm_q8tv:
     'void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8t:
+    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
+/** K-quants times q8_K activations (kquant.c): AVX-512 builds, and AVX2 ones with F16C (tk_kv). */
+const kvPrototypes: Readonly<Record<string, string>> = {
   kv_prep:
     'void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt)',
   mm_kv:
     'void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8t:
-    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
 export interface NativeLib {
@@ -78,10 +82,13 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
         return undefined;
       }
       const vnni = isa === 'avx512' && Number(lib.func('int tk_vnni512(void)')()) === 1;
-      const prototypes =
-        isa === 'avx512'
-          ? { ...nativePrototypes, ...kQuantPrototypes, ...(vnni ? vnniPrototypes : {}) }
-          : nativePrototypes;
+      const kv = Number(lib.func('int tk_kv(void)')()) === 1;
+      const prototypes = {
+        ...nativePrototypes,
+        ...(isa === 'avx512' ? kQuantPrototypes : {}),
+        ...(vnni ? vnniPrototypes : {}),
+        ...(kv ? kvPrototypes : {}),
+      };
       return { path, isa: vnni ? 'avx512-vnni' : isa, prototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';

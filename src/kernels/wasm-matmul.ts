@@ -25,7 +25,8 @@ export function matmulRun(
     matmulQ8v(ctx, w, x, y, n, true, swiglu);
     return;
   }
-  if (ctx.q8v && isK(w.type) && n < GEMM_TOKENS) {
+  // K-quants: mm_kv below GEMM_TOKENS, and at any n where there is no VNNI GEMM (mm_kt)
+  if (ctx.kv && isK(w.type) && !(ctx.q8v && n >= GEMM_TOKENS)) {
     matmulKv(ctx, w, x, y, n, swiglu);
     return;
   }
@@ -95,7 +96,7 @@ export function matmulRun(
 }
 
 /**
- * K-quants below GEMM_TOKENS on the native VNNI kernels (mm_kv): x quantised once to q8_K
+ * K-quants on the native q8_K kernels (mm_kv, AVX-512 or AVX2): x quantised once to q8_K
  * (quant_q8_k: x16 i16, xd scales, xs per-32 sums), stored as i8 with per-16 sums (kv_prep),
  * then each weight row streamed once for up to 8 tokens, each token with a lone matvec's bits.
  */
@@ -114,7 +115,9 @@ function matmulKv(
   const xdBytes = align(n * (cols / 32) * 4, 64);
   const xqBytes = align(n * cols, 64);
   const bsBytes = align(n * (cols / 16) * 2, 64);
-  const xf = arena.scratch(xfBytes + x16Bytes + 2 * xdBytes + xqBytes + bsBytes + align(n * w.rowsPad * 4, 64));
+  const xf = arena.scratch(
+    xfBytes + x16Bytes + 2 * xdBytes + xqBytes + bsBytes + align(n * w.rowsPad * 4, 64),
+  );
   const x16 = xf + xfBytes;
   const xd = x16 + x16Bytes;
   const xs = xd + xdBytes;

@@ -14,30 +14,39 @@
 // outputs do not depend on how many tokens share the call (batch invariance, types.ts).
 #include "common.h"
 
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-
-// Tokens sharing one pass over a row: the super-block is unpacked once for all of them.
-#define KV_TOKENS 8
-
+#if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__F16C__))
 // tk_kv_prep: x16 [n, cols] i16 (quant_q8_k's values, |q| <= 127) -> xq [n, cols] i8 and
 // bs [n, cols/16] i16 (each sum |s| <= 16 * 127). Thread tid takes its share of tokens.
 void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
-  const __m512i ones = _mm512_set1_epi16(1);
   for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
     const int16_t *q = (const int16_t *)(m + x16) + (size_t)t * cols;
     int8_t *o = (int8_t *)(m + xq) + (size_t)t * cols;
     int16_t *s = (int16_t *)(m + bs) + (size_t)t * (cols / 16);
-    for (int c = 0; c < cols; c += 32) {
-      const __m512i v = _mm512_loadu_si512((const void *)(q + c));
-      _mm256_storeu_si256((__m256i *)(o + c), _mm512_cvtepi16_epi8(v));
-      // pairs summed into i32 lanes: lanes 0-7 the first 16 values, 8-15 the second
-      const __m512i p = _mm512_madd_epi16(v, ones);
-      s[c / 16] = (int16_t)_mm512_mask_reduce_add_epi32(0x00ff, p);
-      s[c / 16 + 1] = (int16_t)_mm512_mask_reduce_add_epi32(0xff00, p);
+    for (int g = 0; g < cols / 16; g++) {
+      int sum = 0;
+      for (int i = 0; i < 16; i++) {
+        o[16 * g + i] = (int8_t)q[16 * g + i];
+        sum += q[16 * g + i];
+      }
+      s[g] = (int16_t)sum;
     }
   }
 }
+
+// Tokens sharing one pass over a row: the super-block is unpacked once for all of them.
+#define KV_TOKENS 8
+
+#if defined(__AVX512BW__)
+// ---- AVX-512: a super-block is four vectors of 64 quants ---------------------------------
+#if defined(__AVX512VNNI__)
+#define MAC16(acc, p, s) _mm512_dpwssd_epi32(acc, p, s)
+#else
+#define MAC16(acc, p, s) _mm512_add_epi32(acc, _mm512_madd_epi16(p, s))
+#endif
+typedef __m512 kacc;
+static inline kacc kacc_zero(void) { return _mm512_setzero_ps(); }
+static inline float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
 
 // One super-block unpacked: q[k] holds elements 64k..64k+63 (unsigned), sc[k] the i16 scale of
 // each pair of them (i16 lane i covers elements 64k + 2i, 64k + 2i + 1), mc the 16 i16 factors of the 16-group sums (Q4_K/Q5_K: each
@@ -123,11 +132,11 @@ static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ks
 // acc += one super-block's contribution for one token: x its 256 i8 values, b its 16 sums.
 static inline __attribute__((always_inline)) __m512 sb_dot(int six, const ksb *s, const int8_t *x, const int16_t *b, float dx, __m512 acc) {
   // u8 x i8 pairs into i16 (|sum| <= 2 * 63 * 128: no saturation), then times the i16 scales
-  // into i32 lanes by vpdpwssd; two chains, joined once.
-  __m512i i0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[0], _mm512_loadu_si512((const void *)x)), s->sc[0]);
-  __m512i i1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[1], _mm512_loadu_si512((const void *)(x + 64))), s->sc[1]);
-  i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(s->q[2], _mm512_loadu_si512((const void *)(x + 128))), s->sc[2]);
-  i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(s->q[3], _mm512_loadu_si512((const void *)(x + 192))), s->sc[3]);
+  // into i32 lanes (vpdpwssd with VNNI); two chains, joined once.
+  __m512i i0 = MAC16(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[0], _mm512_loadu_si512((const void *)x)), s->sc[0]);
+  __m512i i1 = MAC16(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[1], _mm512_loadu_si512((const void *)(x + 64))), s->sc[1]);
+  i0 = MAC16(i0, _mm512_maddubs_epi16(s->q[2], _mm512_loadu_si512((const void *)(x + 128))), s->sc[2]);
+  i1 = MAC16(i1, _mm512_maddubs_epi16(s->q[3], _mm512_loadu_si512((const void *)(x + 192))), s->sc[3]);
   __m512i isum = _mm512_add_epi32(i0, i1);
   const __m512i mc = _mm512_zextsi256_si512(_mm256_madd_epi16(s->mc, _mm256_loadu_si256((const __m256i *)b)));
   if (six) {
@@ -138,11 +147,108 @@ static inline __attribute__((always_inline)) __m512 sb_dot(int six, const ksb *s
   return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mc), _mm512_set1_ps(s->dmin * dx), acc);
 }
 
+#else
+// ---- AVX2: a super-block is eight vectors of 32 quants -----------------------------------
+#if defined(__FMA__)
+#define FMADD(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define FNMADD(a, b, c) _mm256_fnmadd_ps(a, b, c)
+#else
+#define FMADD(a, b, c) _mm256_add_ps(_mm256_mul_ps(a, b), c)
+#define FNMADD(a, b, c) _mm256_sub_ps(c, _mm256_mul_ps(a, b))
+#endif
+typedef __m256 kacc;
+static inline kacc kacc_zero(void) { return _mm256_setzero_ps(); }
+static inline float kacc_sum(kacc a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+
+// q[v]: elements 32v..32v+31 (unsigned); sc[v] their i16 scales; mc, d, dmin as with AVX-512.
+typedef struct {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i mc;
+  float d, dmin;
+} ksb;
+
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
+  uint32_t u[4];
+  __builtin_memcpy(u, p + 4, 12);
+  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t mins = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = mins;
+  u[0] &= k1;
+  const uint8_t *sb = (const uint8_t *)u;
+  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_set1_epi16(sb[j]);
+  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)u), dup));
+  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
+  s->d = _mm_cvtss_f32(dd);
+  s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+  const uint8_t *qs = p + (five ? 48 : 16);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+  for (int k = 0; k < 4; k++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+    }
+    s->q[2 * k] = lo;
+    s->q[2 * k + 1] = hi;
+  }
+}
+
+static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
+  const int8_t *sc = (const int8_t *)(p + 192);
+  for (int v = 0; v < 8; v++) s->sc[v] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * v + 1]), _mm_set1_epi16(sc[2 * v]));
+  s->mc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+  s->d = _cvtsh_ss(rd16(p + 208));
+  s->dmin = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; h++) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+    s->q[4 * h] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    s->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+    s->q[4 * h + 2] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+    s->q[4 * h + 3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+  }
+}
+
+static inline __attribute__((always_inline)) __m256 sb_dot(int six, const ksb *s, const int8_t *x, const int16_t *b, float dx, __m256 acc) {
+  __m256i i0 = _mm256_setzero_si256(), i1 = _mm256_setzero_si256();
+  for (int v = 0; v < 8; v += 2) {
+    i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(s->q[v], _mm256_loadu_si256((const __m256i *)(x + 32 * v))), s->sc[v]));
+    i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(s->q[v + 1], _mm256_loadu_si256((const __m256i *)(x + 32 * v + 32))), s->sc[v + 1]));
+  }
+  __m256i isum = _mm256_add_epi32(i0, i1);
+  const __m256i mc = _mm256_madd_epi16(s->mc, _mm256_loadu_si256((const __m256i *)b));
+  if (six) {
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(mc, 5));
+    return FMADD(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s->d * dx), acc);
+  }
+  acc = FMADD(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s->d * dx), acc);
+  return FNMADD(_mm256_cvtepi32_ps(mc), _mm256_set1_ps(s->dmin * dx), acc);
+}
+#endif
+
 // Row r of the weights times tokens t0..t0+T-1 (T <= KV_TOKENS).
 static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t *wr, size_t bytes, int nb, int cols, const int8_t *X, const int16_t *BS,
                                                          const float *XD, int t0, int T, float *Y, size_t ystride) {
-  __m512 acc[KV_TOKENS];
-  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+  kacc acc[KV_TOKENS];
+  for (int t = 0; t < T; t++) acc[t] = kacc_zero();
   for (int b = 0; b < nb; b++) {
     const uint8_t *p = wr + (size_t)b * bytes;
     // Far software prefetch of the weight stream (as mm_q8v's).
@@ -155,7 +261,7 @@ static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t
       acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
     }
   }
-  for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = _mm512_reduce_add_ps(acc[t]);
+  for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
 }
 
 static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_t *w, int rowBytes, int cols, const int8_t *X, const int16_t *BS, const float *XD, int n, float *Y, int ystride,
@@ -187,4 +293,8 @@ void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint
   else if (type == 13) kv_rows(13, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
   else kv_rows(14, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
 }
+
+int tk_kv(void) { return 1; }
+#else
+int tk_kv(void) { return 0; }
 #endif
