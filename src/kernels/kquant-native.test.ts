@@ -5,8 +5,8 @@ import { GEMM_TOKENS, GgmlType, type GgmlTypeId } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 
 /*
- * The native K-quant kernels below GEMM_TOKENS (mm_kv on AVX-512 VNNI, else mm_k or the wasm
- * ones) against the TypeScript reference twin, 1..GEMM_TOKENS - 1 tokens, on random weights and
+ * The native K-quant kernels below GEMM_TOKENS (mm_kv on AVX-512 or AVX2; the wasm ones where
+ * there is no native build) against the TypeScript reference twin, 1..GEMM_TOKENS - 1 tokens, on random weights and
  * on the extremes: every quant at its largest with the largest scales and mins (Q6_K: scales
  * -128, the most negative), activations with an all-zero super-block and with one outlier
  * (most quants round to 0 or +-1). Tolerance: 2e-5 of the output's magnitude; the
