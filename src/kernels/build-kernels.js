@@ -89,7 +89,7 @@ export async function buildReduceWasm({ force = false, quiet = true } = {}) {
 export const nativeDir = join(root, 'src', 'kernels', 'native');
 export const nativeSource = join(nativeDir, 'kernels.c');
 /** The C sources compiled together into the native library (headers: common.h). */
-export const nativeSources = ['kernels.c', 'gemm-vnni.c', 'ops.c'].map((f) => join(nativeDir, f));
+export const nativeSources = ['kernels.c', 'gemm-vnni.c', 'ops.c', 'kquant.c'].map((f) => join(nativeDir, f));
 export const nativePath = join(root, 'build', 'native', 'kernels.so');
 
 function newestNativeSource() {

@@ -16,8 +16,8 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
-/** K-quant, float, attention and SwiGLU kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
-const kQuantPrototypes: Readonly<Record<string, string>> = {
+/** Float, attention and SwiGLU kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
+const avx512Prototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
   swiglu: 'void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt)',
@@ -28,7 +28,6 @@ const kQuantPrototypes: Readonly<Record<string, string>> = {
   rope: 'void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt)',
   mm_float:
     'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_k: 'void tk_mm_k(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
 /** Q8_0 with activations quantised once per matmul (native only): AVX-512 VNNI builds. */
@@ -47,6 +46,14 @@ const vnniPrototypes: Readonly<Record<string, string>> = {
     'void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
   mm_q8t:
     'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
+/** K-quants times q8_K activations (kquant.c): AVX-512 builds, and AVX2 ones with F16C (tk_kv). */
+const kvPrototypes: Readonly<Record<string, string>> = {
+  kv_prep:
+    'void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt)',
+  mm_kv:
+    'void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
 export interface NativeLib {
@@ -74,10 +81,13 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
         return undefined;
       }
       const vnni = isa === 'avx512' && Number(lib.func('int tk_vnni512(void)')()) === 1;
-      const prototypes =
-        isa === 'avx512'
-          ? { ...nativePrototypes, ...kQuantPrototypes, ...(vnni ? vnniPrototypes : {}) }
-          : nativePrototypes;
+      const kv = Number(lib.func('int tk_kv(void)')()) === 1;
+      const prototypes = {
+        ...nativePrototypes,
+        ...(isa === 'avx512' ? avx512Prototypes : {}),
+        ...(vnni ? vnniPrototypes : {}),
+        ...(kv ? kvPrototypes : {}),
+      };
       return { path, isa: vnni ? 'avx512-vnni' : isa, prototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';

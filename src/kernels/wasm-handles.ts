@@ -21,6 +21,8 @@ export interface WasmContext {
   readonly q8v: boolean;
   /** rmsNorm, rope and SwiGLU rows run the native (bit-identical) kernels. */
   readonly nativeNorm: boolean;
+  /** K-quants run the native q8_K kernels (kv_prep, mm_kv: AVX-512 or AVX2 builds). */
+  readonly kv: boolean;
 }
 
 export class WasmWeight implements Weight {

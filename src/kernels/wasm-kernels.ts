@@ -54,8 +54,10 @@ export class WasmKernels implements Kernels {
     q8v: boolean,
     /** rmsNorm and rope run the native (bit-identical) kernels. */
     private readonly nativeNorm: boolean,
+    /** K-quants run the native q8_K kernels (mm_kv). */
+    kv = false,
   ) {
-    this.ctx = { pool, slots: this.slots, q8v, nativeNorm };
+    this.ctx = { pool, slots: this.slots, q8v, nativeNorm, kv };
   }
 
   get threads(): number {
@@ -83,6 +85,7 @@ export class WasmKernels implements Kernels {
       native ? native.isa : 'wasm-simd128',
       native?.prototypes.mm_q8v !== undefined,
       native?.prototypes.rms_norm !== undefined,
+      native?.prototypes.mm_kv !== undefined,
     );
   }
 

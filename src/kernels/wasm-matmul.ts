@@ -25,6 +25,11 @@ export function matmulRun(
     matmulQ8v(ctx, w, x, y, n, true, swiglu);
     return;
   }
+  // K-quants: mm_kv below GEMM_TOKENS, and at any n where there is no VNNI GEMM (mm_kt)
+  if (ctx.kv && isK(w.type) && !(ctx.q8v && n >= GEMM_TOKENS)) {
+    matmulKv(ctx, w, x, y, n, swiglu);
+    return;
+  }
   const { arena, main } = w.slot;
   const cols = w.cols;
   const groups = Math.ceil(cols / 32);
@@ -87,6 +92,48 @@ export function matmulRun(
     if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
     pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
   }
+  copyOut(ctx, arena, yp, w, y, n, swiglu);
+}
+
+/**
+ * K-quants on the native q8_K kernels (mm_kv, AVX-512 or AVX2): x quantised once to q8_K
+ * (quant_q8_k: x16 i16, xd scales, xs per-32 sums), stored as i8 with per-16 sums (kv_prep),
+ * then each weight row streamed once for up to 8 tokens, each token with a lone matvec's bits.
+ */
+function matmulKv(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  swiglu?: Float32Array,
+): void {
+  const { arena, main } = w.slot;
+  const cols = w.cols;
+  const xfBytes = align(n * cols * 4, 64);
+  const x16Bytes = align(n * cols * 2, 64);
+  const xdBytes = align(n * (cols / 32) * 4, 64);
+  const xqBytes = align(n * cols, 64);
+  const bsBytes = align(n * (cols / 16) * 2, 64);
+  const xf = arena.scratch(
+    xfBytes + x16Bytes + 2 * xdBytes + xqBytes + bsBytes + align(n * w.rowsPad * 4, 64),
+  );
+  const x16 = xf + xfBytes;
+  const xd = x16 + x16Bytes;
+  const xs = xd + xdBytes;
+  const xq = xs + xdBytes;
+  const bs = xq + xqBytes;
+  const yp = bs + bsBytes;
+  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  if (n > 1) ctx.pool.run(arena.index, op.quant_part, [1, xf, n, cols, x16, xd, xs], n * cols);
+  else main.quant_q8_k!(xf, n, cols, x16, xd, xs);
+  ctx.pool.run(arena.index, op.kv_prep, [x16, n, cols, xq, bs], n * cols);
+  ctx.pool.run(
+    arena.index,
+    op.mm_kv,
+    [w.type, w.ptr, w.rowBytes, cols, xq, xd, bs, n, yp, w.rowsPad, w.rowsPad / 4],
+    n * w.rowsPad * cols,
+  );
   copyOut(ctx, arena, yp, w, y, n, swiglu);
 }
 

@@ -15,6 +15,9 @@
 
 static inline int part(int total, int tid, int nt) { return (int)(((int64_t)total * tid) / nt); }
 
+// Little-endian u16 at p (ggml's f16 scale fields, unaligned).
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
 #if defined(__AVX512BW__)
 // f16 bit pattern -> f32 (exact, subnormals included).
 static inline float f16(uint16_t h) {
@@ -28,6 +31,5 @@ static inline float f16(uint16_t h) {
 // f32 -> nearest f16 value (round to nearest even), as f32.
 static inline float round_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
 
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 #endif
 #endif

@@ -1,0 +1,77 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createKernels } from './index.js';
+import { GEMM_TOKENS, GgmlType, type GgmlTypeId } from './types.js';
+import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
+
+/*
+ * The native K-quant kernels below GEMM_TOKENS (mm_kv on AVX-512 or AVX2; the wasm ones where
+ * there is no native build) against the TypeScript reference twin, 1..GEMM_TOKENS - 1 tokens, on random weights and
+ * on the extremes: every quant at its largest with the largest scales and mins (Q6_K: scales
+ * -128, the most negative), activations with an all-zero super-block and with one outlier
+ * (most quants round to 0 or +-1). Tolerance: 2e-5 of the output's magnitude; the
+ * super-block sums are exact integers on both sides, only the float accumulation of the
+ * super-blocks differs.
+ */
+const kTypes: GgmlTypeId[] = [GgmlType.Q4_K, GgmlType.Q5_K, GgmlType.Q6_K];
+
+/** The quant bytes (not the f16 d/dmin) of every super-block set to their largest patterns. */
+function extremeWeights(type: GgmlTypeId, rows: number, cols: number): Uint8Array {
+  const b = randomWeightBytes(type, rows, cols, 11);
+  const bytes = type === GgmlType.Q6_K ? 210 : type === GgmlType.Q5_K ? 176 : 144;
+  for (let o = 0; o < b.length; o += bytes) {
+    if (type === GgmlType.Q6_K) {
+      b.fill(0xff, o, o + 192);
+      b.fill(0x80, o + 192, o + 208);
+    } else b.fill(0xff, o + 4, o + bytes);
+  }
+  return b;
+}
+
+function activations(kind: 'random' | 'zero-block' | 'outlier', n: number, cols: number): Float32Array {
+  const x = randomFloats(n * cols, 5 + cols);
+  for (let t = 0; t < n; t++) {
+    if (kind === 'zero-block') x.fill(0, t * cols, t * cols + 256);
+    if (kind === 'outlier') x[t * cols + ((t * 97) % cols)] = (t & 1 ? -1 : 1) * 1000;
+  }
+  return x;
+}
+
+test('native K-quant matmul below GEMM_TOKENS equals the reference (random and extreme weights and activations)', async (t) => {
+  const k = await createKernels({ backend: 'native', threads: 2, smallJob: 0 }).catch(() => undefined);
+  if (!k) return t.skip('no native kernels here');
+  const ref = await createKernels({ backend: 'reference' });
+  try {
+    for (const type of kTypes)
+      for (const [rows, cols] of [
+        [37, 256],
+        [70, 2048],
+      ] as const)
+        for (const wkind of ['random', 'extreme'] as const) {
+          const data =
+            wkind === 'random'
+              ? randomWeightBytes(type, rows, cols, rows * 3 + type)
+              : extremeWeights(type, rows, cols);
+          const w = k.uploadWeight({ type, rows, cols, data });
+          const wr = ref.uploadWeight({ type, rows, cols, data });
+          for (const xkind of ['random', 'zero-block', 'outlier'] as const)
+            for (let n = 1; n < GEMM_TOKENS; n += n < 4 ? 1 : 3) {
+              const x = activations(xkind, n, cols);
+              const y = new Float32Array(n * rows);
+              const want = new Float32Array(n * rows);
+              if (n === 1) k.matvec(w, x, y);
+              else k.matmul(w, x, y, n);
+              ref.matmul(wr, x, want, n);
+              const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0) || 1;
+              for (let i = 0; i < y.length; i++)
+                assert.ok(
+                  Math.abs((y[i] as number) - (want[i] as number)) <= 2e-5 * scale,
+                  `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x, n=${n}, out ${i}: ${y[i]} vs ${want[i]}`,
+                );
+            }
+        }
+  } finally {
+    await k.close();
+    await ref.close();
+  }
+});

@@ -1,0 +1,300 @@
+// K-quant (Q4_K, Q5_K, Q6_K) matvec and few-token matmul on AVX-512 VNNI, below GEMM_TOKENS:
+// the activations are quantised once per matmul to q8_K (quant_q8_k: per 256 a f32 scale and
+// i8 values) and tk_kv_prep stores them as i8 xq [n, cols] with i16 sums of each 16 values
+// bs [n, cols/16], as llama.cpp's block_q8_K. Weights stay in ggml's raw super-blocks.
+//
+// Per super-block of 256 the weights are unpacked once into four vectors of 64 unsigned
+// quants in element order (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63); per vector and token,
+// vpmaddubsw multiplies them by the signed activations into i16 pair sums and vpdpwssd
+// multiplies those by the integer sub-block scales into i32 lanes. The lanes are summed in
+// i32, exact as llama.cpp's vec_dot_q*_K_q8_K:
+//   Q4_K / Q5_K: d * dx * sum(sc * dot) - dmin * dx * sum(mn * bsum32)
+//   Q6_K:        d * dx * (sum(sc * dot) - 32 * sum(sc * bsum16))   (q - 32 is the weight)
+// Every token of a call runs the same arithmetic in the same order as a lone token, so its
+// outputs do not depend on how many tokens share the call (batch invariance, types.ts).
+#include "common.h"
+
+#if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__F16C__))
+// tk_kv_prep: x16 [n, cols] i16 (quant_q8_k's values, |q| <= 127) -> xq [n, cols] i8 and
+// bs [n, cols/16] i16 (each sum |s| <= 16 * 127). Thread tid takes its share of tokens.
+void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const int16_t *q = (const int16_t *)(m + x16) + (size_t)t * cols;
+    int8_t *o = (int8_t *)(m + xq) + (size_t)t * cols;
+    int16_t *s = (int16_t *)(m + bs) + (size_t)t * (cols / 16);
+    for (int g = 0; g < cols / 16; g++) {
+      int sum = 0;
+      for (int i = 0; i < 16; i++) {
+        o[16 * g + i] = (int8_t)q[16 * g + i];
+        sum += q[16 * g + i];
+      }
+      s[g] = (int16_t)sum;
+    }
+  }
+}
+
+// Tokens sharing one pass over a row: the super-block is unpacked once for all of them.
+#define KV_TOKENS 8
+
+#if defined(__AVX512BW__)
+// ---- AVX-512: a super-block is four vectors of 64 quants ---------------------------------
+#if defined(__AVX512VNNI__)
+#define MAC16(acc, p, s) _mm512_dpwssd_epi32(acc, p, s)
+#else
+#define MAC16(acc, p, s) _mm512_add_epi32(acc, _mm512_madd_epi16(p, s))
+#endif
+typedef __m512 kacc;
+static inline kacc kacc_zero(void) { return _mm512_setzero_ps(); }
+static inline float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
+
+// One super-block unpacked: q[k] holds elements 64k..64k+63 (unsigned), sc[k] the i16 scale of
+// each pair of them (i16 lane i covers elements 64k + 2i, 64k + 2i + 1), mc the 16 i16 factors of the 16-group sums (Q4_K/Q5_K: each
+// sub-block's min twice; Q6_K: the 16 scales), d and dmin the f16 factors.
+typedef struct {
+  __m512i q[4];
+  __m512i sc[4];
+  __m256i mc;
+  float d, dmin;
+} ksb;
+
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
+  // The 12 bytes of 6-bit scales and mins -> bytes 0-7 scales, 8-15 mins (llama.cpp's utmp).
+  uint32_t u[4];
+  __builtin_memcpy(u, p + 4, 12);
+  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t mins = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = mins;
+  u[0] &= k1;
+  const __m128i sm = _mm_loadu_si128((const __m128i *)u);
+  const __m512i all = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
+  for (int k = 0; k < 4; k++) {
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+    s->sc[k] = _mm512_permutexvar_epi16(idx, all);
+  }
+  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
+  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
+  s->d = _mm_cvtss_f32(dd);
+  s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+  const uint8_t *qs = p + (five ? 48 : 16);
+  // low nibbles of 32 bytes: sub-block 2k; high nibbles: 2k + 1 (upper half of the vector)
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16))) : _mm512_setzero_si512();
+  for (int k = 0; k < 4; k++) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
+    __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
+    if (five) {
+      // bit 2k of qh[l] is the fifth bit of element 64k + l, bit 2k + 1 of element 64k + 32 + l
+      const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * k)))),
+                                             _mm256_set1_epi8((char)(1 << (2 * k + 1))), 1);
+      q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+    }
+    s->q[k] = q;
+  }
+}
+
+static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
+  const __m128i sc8 = _mm_loadu_si128((const __m128i *)(p + 192));
+  const __m512i all = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+  for (int k = 0; k < 4; k++) {
+    // i16 lanes 8g..8g+7 of vector k are 16-group 4k + g
+    const __m512i idx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_setr_epi16(4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k, 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1,
+                                                 4 * k + 1, 4 * k + 1, 4 * k + 1, 4 * k + 1)),
+        _mm256_setr_epi16(4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 2, 4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3,
+                          4 * k + 3, 4 * k + 3, 4 * k + 3, 4 * k + 3),
+        1);
+    s->sc[k] = _mm512_permutexvar_epi16(idx, all);
+  }
+  s->mc = _mm256_cvtepi8_epi16(sc8);
+  s->d = _cvtsh_ss(rd16(p + 208));
+  s->dmin = 0;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  for (int h = 0; h < 2; h++) {
+    // ql[64h + l]: low nibble element 128h + l (l < 64), high nibble element 128h + 64 + l;
+    // qh[32h + l]: bits 0-1, 2-3, 4-5, 6-7 the high bits of elements 128h + l, +32, +64, +96.
+    const __m512i ql = _mm512_loadu_si512((const void *)(p + 64 * h));
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h)));
+    const __m512i slo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i shi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1);
+    const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, slo), m3), 4);
+    const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shi), m3), 4);
+    s->q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
+    s->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
+  }
+}
+
+// acc += one super-block's contribution for one token: x its 256 i8 values, b its 16 sums.
+static inline __attribute__((always_inline)) __m512 sb_dot(int six, const ksb *s, const int8_t *x, const int16_t *b, float dx, __m512 acc) {
+  // u8 x i8 pairs into i16 (|sum| <= 2 * 63 * 128: no saturation), then times the i16 scales
+  // into i32 lanes (vpdpwssd with VNNI); two chains, joined once.
+  __m512i i0 = MAC16(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[0], _mm512_loadu_si512((const void *)x)), s->sc[0]);
+  __m512i i1 = MAC16(_mm512_setzero_si512(), _mm512_maddubs_epi16(s->q[1], _mm512_loadu_si512((const void *)(x + 64))), s->sc[1]);
+  i0 = MAC16(i0, _mm512_maddubs_epi16(s->q[2], _mm512_loadu_si512((const void *)(x + 128))), s->sc[2]);
+  i1 = MAC16(i1, _mm512_maddubs_epi16(s->q[3], _mm512_loadu_si512((const void *)(x + 192))), s->sc[3]);
+  __m512i isum = _mm512_add_epi32(i0, i1);
+  const __m512i mc = _mm512_zextsi256_si512(_mm256_madd_epi16(s->mc, _mm256_loadu_si256((const __m256i *)b)));
+  if (six) {
+    isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(mc, 5));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(s->d * dx), acc);
+  }
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(s->d * dx), acc);
+  return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mc), _mm512_set1_ps(s->dmin * dx), acc);
+}
+
+#else
+// ---- AVX2: a super-block is eight vectors of 32 quants -----------------------------------
+#if defined(__FMA__)
+#define FMADD(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define FNMADD(a, b, c) _mm256_fnmadd_ps(a, b, c)
+#else
+#define FMADD(a, b, c) _mm256_add_ps(_mm256_mul_ps(a, b), c)
+#define FNMADD(a, b, c) _mm256_sub_ps(c, _mm256_mul_ps(a, b))
+#endif
+typedef __m256 kacc;
+static inline kacc kacc_zero(void) { return _mm256_setzero_ps(); }
+static inline float kacc_sum(kacc a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+
+// q[v]: elements 32v..32v+31 (unsigned); sc[v] their i16 scales; mc, d, dmin as with AVX-512.
+typedef struct {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i mc;
+  float d, dmin;
+} ksb;
+
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
+  uint32_t u[4];
+  __builtin_memcpy(u, p + 4, 12);
+  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t mins = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = mins;
+  u[0] &= k1;
+  const uint8_t *sb = (const uint8_t *)u;
+  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_set1_epi16(sb[j]);
+  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)u), dup));
+  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
+  s->d = _mm_cvtss_f32(dd);
+  s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+  const uint8_t *qs = p + (five ? 48 : 16);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+  for (int k = 0; k < 4; k++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+    __m256i lo = _mm256_and_si256(v, m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k + 1), one), 4));
+    }
+    s->q[2 * k] = lo;
+    s->q[2 * k + 1] = hi;
+  }
+}
+
+static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
+  const int8_t *sc = (const int8_t *)(p + 192);
+  for (int v = 0; v < 8; v++) s->sc[v] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * v + 1]), _mm_set1_epi16(sc[2 * v]));
+  s->mc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+  s->d = _cvtsh_ss(rd16(p + 208));
+  s->dmin = 0;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; h++) {
+    const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h));
+    s->q[4 * h] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+    s->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+    s->q[4 * h + 2] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+    s->q[4 * h + 3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+  }
+}
+
+static inline __attribute__((always_inline)) __m256 sb_dot(int six, const ksb *s, const int8_t *x, const int16_t *b, float dx, __m256 acc) {
+  __m256i i0 = _mm256_setzero_si256(), i1 = _mm256_setzero_si256();
+  for (int v = 0; v < 8; v += 2) {
+    i0 = _mm256_add_epi32(i0, _mm256_madd_epi16(_mm256_maddubs_epi16(s->q[v], _mm256_loadu_si256((const __m256i *)(x + 32 * v))), s->sc[v]));
+    i1 = _mm256_add_epi32(i1, _mm256_madd_epi16(_mm256_maddubs_epi16(s->q[v + 1], _mm256_loadu_si256((const __m256i *)(x + 32 * v + 32))), s->sc[v + 1]));
+  }
+  __m256i isum = _mm256_add_epi32(i0, i1);
+  const __m256i mc = _mm256_madd_epi16(s->mc, _mm256_loadu_si256((const __m256i *)b));
+  if (six) {
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(mc, 5));
+    return FMADD(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s->d * dx), acc);
+  }
+  acc = FMADD(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s->d * dx), acc);
+  return FNMADD(_mm256_cvtepi32_ps(mc), _mm256_set1_ps(s->dmin * dx), acc);
+}
+#endif
+
+// Row r of the weights times tokens t0..t0+T-1 (T <= KV_TOKENS).
+static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t *wr, size_t bytes, int nb, int cols, const int8_t *X, const int16_t *BS,
+                                                         const float *XD, int t0, int T, float *Y, size_t ystride) {
+  kacc acc[KV_TOKENS];
+  for (int t = 0; t < T; t++) acc[t] = kacc_zero();
+  for (int b = 0; b < nb; b++) {
+    const uint8_t *p = wr + (size_t)b * bytes;
+    // Far software prefetch of the weight stream (as mm_q8v's).
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
+    ksb s;
+    if (type == 14) unpack_q6(p, &s);
+    else unpack_q45(p, type == 13, &s);
+    for (int t = 0; t < T; t++) {
+      const size_t tt = (size_t)(t0 + t);
+      acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
+}
+
+static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_t *w, int rowBytes, int cols, const int8_t *X, const int16_t *BS, const float *XD, int n, float *Y, int ystride,
+                    int r0, int r1) {
+  const int nb = cols / 256;
+  const size_t bytes = type == 14 ? 210 : type == 13 ? 176 : 144;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *wr = w + (size_t)r * rowBytes;
+    for (int t0 = 0; t0 < n; t0 += KV_TOKENS) {
+      const int T = n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS;
+      kv_row(type, wr, bytes, nb, cols, X, BS, XD, t0, T, Y + r, (size_t)ystride);
+    }
+  }
+}
+
+// y [n, ystride] = x W^T for W's rows [4 * tile, ...) of this thread; type 12 Q4_K, 13 Q5_K,
+// 14 Q6_K; xq, bs from tk_kv_prep, xd quant_q8_k's scales [n, cols/256].
+void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride,
+              int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int r0 = part(tiles, tid, nt) * 4;
+  const int r1 = part(tiles, tid + 1, nt) * 4;
+  const int8_t *X = (const int8_t *)(m + xq);
+  const int16_t *BS = (const int16_t *)(m + bs);
+  const float *XD = (const float *)(m + xd);
+  float *Y = (float *)(m + y);
+  // one instance per type, so the unpacking is specialised
+  if (type == 12) kv_rows(12, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
+  else if (type == 13) kv_rows(13, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
+  else kv_rows(14, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
+}
+
+int tk_kv(void) { return 1; }
+#else
+int tk_kv(void) { return 0; }
+#endif
