@@ -402,6 +402,9 @@ export interface Verbs {
   addressOf(bytes: Uint8Array): bigint;
   /** The C errno of the last failed call on this thread. */
   errno(): number;
+  /** The pointer / uint32 at `offset` bytes past the C address `base`. */
+  readPointer(base: bigint, offset: number): bigint;
+  readU32(base: bigint, offset: number): number;
 }
 
 const SIGNATURES: Record<keyof VerbsFunctions, string> = {
@@ -542,5 +545,7 @@ function bind(koffi: Koffi, lib: ReturnType<Koffi['load']>, library: string): Ve
     },
     addressOf: (bytes) => memset(bytes, 0, 0) as bigint,
     errno: () => koffi.decode(errnoLocation(), 'int') as number,
+    readPointer: (base, offset) => (koffi.decode(base, offset, 'void *') ?? 0n) as bigint,
+    readU32: (base, offset) => koffi.decode(base, offset, 'uint32_t') as number,
   };
 }
