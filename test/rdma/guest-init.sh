@@ -19,6 +19,8 @@ mount -t sysfs sys $R/sys
 mount -t devtmpfs dev $R/dev
 mount -t tmpfs tmp $R/tmp
 mount -t tmpfs run $R/run
+mkdir -p $R/dev/shm
+mount -t tmpfs shm $R/dev/shm
 mount -t 9p -o $P9 out $R/out
 JOB=
 for arg in $(cat /proc/cmdline); do

@@ -9,8 +9,9 @@ ip addr add 10.77.0.1/24 dev va
 ip link set lo up; ip link set va up; ip link set vb up
 rdma link add rxe0 type rxe netdev va || exit 3
 export TANDEM_RDMA_DEVICE=rxe0 TANDEM_RDMA_IPV4=10.77.0.1
-echo "== rdma: verbs loopback tests"
-node --import tsx --test --test-timeout=120000 test/rdma/verbs-loopback.test.ts
+echo "== rdma: verbs tests (loopback, peer loss)"
+node --import tsx --test --test-concurrency=1 --test-timeout=300000 \
+  test/rdma/verbs-loopback.test.ts test/rdma/verbs-peer-loss.test.ts
 status=$?
 echo "== rdma: tandem devinfo"
 node bin/tandem.js devinfo
@@ -26,4 +27,6 @@ sleep 2
 timeout 120 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 10.77.0.1 >/tmp/bw.client 2>&1
 wait
 awk '$1 == 4194304 && NF >= 4 {printf "{\"anchor\":\"ib_write_bw\",\"bytes\":4194304,\"bandwidth_MBps\":%s}\n", $4}' /tmp/bw.client
+echo "== rdma: the verbs layer's own figures (JSON lines)"
+timeout 300 node --import tsx test/rdma/verbs-bench.ts || status=1
 exit $status
