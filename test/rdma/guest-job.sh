@@ -1,0 +1,32 @@
+# Runs inside the soft-RoCE guest (run-guest.sh): one rxe device on a veth end, then the
+# tests and benchmarks that need it. Linux 6.1's rxe only carries traffic in the initial
+# network namespace, so both ends of every test are processes (or queue pairs) on rxe0.
+set -u
+cd "$(dirname "$0")/../.."
+modprobe -a crc32_generic rdma_rxe veth ib_uverbs
+ip link add va type veth peer name vb
+ip addr add 10.77.0.1/24 dev va
+ip link set lo up; ip link set va up; ip link set vb up
+rdma link add rxe0 type rxe netdev va || exit 3
+export TANDEM_RDMA_DEVICE=rxe0 TANDEM_RDMA_IPV4=10.77.0.1
+echo "== rdma: verbs tests (loopback, peer loss)"
+node --import tsx --test --test-concurrency=1 --test-timeout=300000 \
+  test/rdma/verbs-loopback.test.ts test/rdma/verbs-peer-loss.test.ts
+status=$?
+echo "== rdma: tandem devinfo"
+node bin/tandem.js devinfo
+echo "== rdma: perftest anchors (JSON lines)"
+# ib_write_lat's t_typical is its median; ib_write_bw's BW average is in perftest's MB/s.
+timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 >/tmp/lat.server 2>&1 &
+sleep 2
+timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 10.77.0.1 >/tmp/lat.client 2>&1
+wait
+awk '$1 == 8 && NF >= 5 {printf "{\"anchor\":\"ib_write_lat\",\"bytes\":8,\"latency_us_p50\":%s}\n", $5}' /tmp/lat.client
+timeout 120 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 >/tmp/bw.server 2>&1 &
+sleep 2
+timeout 120 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 10.77.0.1 >/tmp/bw.client 2>&1
+wait
+awk '$1 == 4194304 && NF >= 4 {printf "{\"anchor\":\"ib_write_bw\",\"bytes\":4194304,\"bandwidth_MBps\":%s}\n", $4}' /tmp/bw.client
+echo "== rdma: the verbs layer's own figures (JSON lines)"
+timeout 300 node --import tsx test/rdma/verbs-bench.ts || status=1
+exit $status

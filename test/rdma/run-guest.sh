@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Boots the soft-RoCE guest (build-guest.sh, cached) with qemu's software emulation and runs
+# JOB (a shell script inside the project) in it; the project and its node_modules are shared
+# read-write over 9p at their own paths. Prints the guest's console; exits with the job's
+# status (124 when the guest did not finish within TANDEM_GUEST_TIMEOUT seconds, default 1800).
+#   test/rdma/run-guest.sh test/rdma/guest-job.sh
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+JOB="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+GUEST="$("$HERE/build-guest.sh")"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+SHARES=(-virtfs "local,path=$ROOT,mount_tag=project,security_model=none")
+LIST="project:$ROOT"
+if [[ -L "$ROOT/node_modules" ]]; then
+  NM="$(readlink -f "$ROOT/node_modules")"
+  SHARES+=(-virtfs "local,path=$NM,mount_tag=modules,security_model=none")
+  LIST+=",modules:$NM"
+fi
+command -v qemu-system-x86_64 >/dev/null || { echo "run-guest: qemu-system-x86_64 is missing (apt-get install qemu-system-x86)" >&2; exit 2; }
+timeout --foreground "${TANDEM_GUEST_TIMEOUT:-1800}" qemu-system-x86_64 \
+  -accel tcg,thread=multi -smp "${TANDEM_GUEST_CPUS:-2}" -m "${TANDEM_GUEST_MEM:-2048}" \
+  -nographic -no-reboot -nic none \
+  -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initrd.gz" \
+  -append "console=ttyS0 quiet panic=-1 tandem.shares=$LIST tandem.job=$JOB" \
+  -virtfs "local,path=$GUEST/rootfs,mount_tag=root,security_model=none" \
+  -virtfs "local,path=$OUT,mount_tag=out,security_model=none" \
+  "${SHARES[@]}" </dev/null || { rc=$?; [[ $rc == 124 ]] && echo "run-guest: the guest did not finish in time" >&2; exit $rc; }
+[[ -f "$OUT/rc" ]] || { echo "run-guest: the guest stopped without the job's status" >&2; exit 1; }
+exit "$(cat "$OUT/rc")"
