@@ -144,6 +144,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      ...(o.onProgress ? { onProgress: o.onProgress } : {}),
     };
     const placement = await session.load(load);
     if (session.choice) progress(session.choice);

@@ -1,5 +1,5 @@
 import { connect, type Socket } from 'node:net';
-import { TandemError } from '../../errors/index.js';
+import { isTandemError, TandemError } from '../../errors/index.js';
 import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.js';
 import { sha256, type ModelManifest } from './manifest.js';
 import type { SliceChunks } from './slice-cache.js';
@@ -88,7 +88,15 @@ export class SliceClient {
       return client;
     } catch (e) {
       socket.destroy();
-      throw e;
+      if (!isTandemError(e, 'CLUSTER_NODE_LOST')) throw e;
+      throw new TandemError(
+        'CLUSTER_AUTH',
+        `the slice server at ${address} closed the connection during the handshake`,
+        {
+          hint: 'use the same --secret-file (or TANDEM_SECRET) on every node and the coordinator',
+          details: { address },
+        },
+      );
     }
   }
 
