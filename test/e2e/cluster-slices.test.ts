@@ -2,10 +2,12 @@
 // another model at its path) receive their slices from the coordinator, verified and cached.
 // Real node processes on 127.0.0.1; the coordinator runs in this process.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { tandemBin } from '../../src/cli/testing.js';
 import { ClusterSession, launchLocalNodes, type LocalNodes } from '../../src/cluster/index.js';
 import type { ShardOrigin } from '../../src/cluster/slices/model-source.js';
 import { makeModel } from '../../src/engine/format/make-model.js';
@@ -151,3 +153,54 @@ describe('slices over the wire', () => {
     for (const o of r.origins) assert.match(slices(o).why, /other weights/);
   });
 });
+
+/** `tandem ARGS` in a child process (bounded), with `env` added. */
+function tandem(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [tandemBin, ...args], {
+      cwd: dir,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 150_000);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+it(
+  "tandem run --nodes: nodes without the file get slices; the coordinator says so; the tokens are the local run's",
+  { timeout: 180_000 },
+  async () => {
+    const emptyRoot = join(dir, 'cli-root');
+    mkdirSync(emptyRoot, { recursive: true });
+    // without --json: the progress lines go to stderr, the text to stdout
+    const args = [
+      'run',
+      model,
+      '--prompt-tokens',
+      PROMPT.join(','),
+      '--max-tokens',
+      String(STEPS),
+      '--temperature',
+      '0',
+    ];
+    const local = await tandem(args, {});
+    assert.equal(local.code, 0, local.stderr);
+    const env = { TANDEM_MODEL_ROOT: emptyRoot, TANDEM_CACHE_DIR: join(dir, 'cli-cache') };
+    const split = await tandem([...args, '--nodes', '2'], env);
+    assert.equal(split.code, 0, split.stderr);
+    assert.ok(local.stdout.length > 0);
+    assert.equal(split.stdout, local.stdout);
+    assert.match(split.stderr, /slices: rank 1 received [\d.]+ MB .* cannot be opened here/);
+  },
+);

@@ -46,13 +46,19 @@ export function frameHeader(kind: FrameKind, length: number): Buffer {
   return h;
 }
 
-/** Writes one frame; resolves once the socket can take more (backpressure). */
+/**
+ * Bytes a sender may queue on a socket before it waits: a few pieces, so that reading and
+ * hashing the next piece overlaps sending the last (waiting for each to drain would leave
+ * the link idle while the sender hashes).
+ */
+export const QUEUED_BYTES = 16 * 1024 * 1024;
+
+/** Writes one frame; resolves once fewer than QUEUED_BYTES wait in the socket (backpressure). */
 export function writeFrame(socket: Socket, kind: FrameKind, ...parts: Uint8Array[]): Promise<void> {
   const length = parts.reduce((n, p) => n + p.byteLength, 0);
   socket.write(frameHeader(kind, length));
-  let ok = true;
-  for (const p of parts) ok = socket.write(p);
-  if (ok || socket.destroyed) return Promise.resolve();
+  for (const p of parts) socket.write(p);
+  if (socket.writableLength < QUEUED_BYTES || socket.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
       socket.off('drain', done);
