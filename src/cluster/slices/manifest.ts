@@ -12,7 +12,8 @@ export const CHUNK_BYTES = 4 * 1024 * 1024;
 
 /**
  * A model's content identity: the SHA-256 of its GGUF header (metadata and tensor table, the
- * bytes before the tensor data) and of each tensor's raw bytes. `id` hashes all of them, so
+ * bytes before the tensor data) and of each tensor's raw bytes (the hash of the hashes of its
+ * pieces, see `chunks`). `id` hashes all of them, so
  * two files with the same id hold the same model whatever their paths; a member's cached
  * slices are keyed by the tensor hashes, so a moved or renamed file finds them again.
  */
@@ -20,6 +21,12 @@ export interface ModelManifest {
   size: number;
   headerSha256: string;
   tensors: Record<string, string>;
+  /**
+   * Per tensor, the SHA-256 of each piece of the grid chunkRows lays over its rows (piece k:
+   * rows [k * step, (k + 1) * step)): the coordinator sends these with whole pieces instead of
+   * hashing them again for every transfer.
+   */
+  chunks: Record<string, string[]>;
   id: string;
 }
 
@@ -53,18 +60,20 @@ export function tensorLayout(file: GgufModelFile, name: string): { stride: numbe
 export function hashModel(file: GgufModelFile): ModelManifest {
   const headerSha256 = sha256(file.gguf.readHeaderBytes());
   const tensors: Record<string, string> = {};
+  const chunks: Record<string, string[]> = {};
   for (const name of file.tensors.keys()) {
     const { stride, rows } = tensorLayout(file, name);
     const step = chunkRows(stride);
-    const hash = createHash('sha256');
     const buffer = new Uint8Array(step * stride);
+    const pieces: string[] = (chunks[name] = []);
     for (let r = 0; r < rows; r += step)
-      hash.update(file.readRows(name, r, Math.min(step, rows - r), buffer));
-    tensors[name] = hash.digest('hex');
+      pieces.push(sha256(file.readRows(name, r, Math.min(step, rows - r), buffer)));
+    // one pass over the bytes: the tensor's hash is the hash of its pieces' hashes
+    tensors[name] = createHash('sha256').update(pieces.join('\n')).digest('hex');
   }
   const all = createHash('sha256').update(headerSha256);
   for (const [name, h] of Object.entries(tensors)) all.update(`\n${name}=${h}`);
-  return { size: file.fileSize, headerSha256, tensors, id: all.digest('hex') };
+  return { size: file.fileSize, headerSha256, tensors, chunks, id: all.digest('hex') };
 }
 
 /** Stat identity of `path` on this host. */
@@ -89,7 +98,8 @@ export async function modelManifest(path: string, file: GgufModelFile): Promise<
   const where = join(dir, `${key}.json`);
   try {
     const cached = JSON.parse(readFileSync(where, 'utf8')) as ModelManifest;
-    if (typeof cached.id === 'string' && cached.size === file.fileSize) return cached;
+    if (typeof cached.id === 'string' && cached.size === file.fileSize && typeof cached.chunks === 'object')
+      return cached;
   } catch {
     // absent or unreadable: hash again below
   }

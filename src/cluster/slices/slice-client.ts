@@ -4,14 +4,16 @@ import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.j
 import { sha256, type ModelManifest } from './manifest.js';
 import type { SliceChunks } from './slice-cache.js';
 import {
+  frameAssembler,
   FrameKind,
   parseJson,
-  readFrames,
   sliceProtocolError,
   writeJson,
   type Frame,
   type SliceRequest,
 } from './wire.js';
+
+const READ_BUFFER = 1024 * 1024;
 
 /** Bytes received into `into`, and the pieces they came in (each checked against its hash). */
 export interface ReceivedSlice extends SliceChunks {
@@ -32,14 +34,15 @@ export class SliceClient {
   private failure: TandemError | undefined;
   /** Bytes of tensor data received over this connection. */
   received = 0;
+  /** Takes the bytes of each read (from one reused buffer: `onread`). */
+  private readonly feed: (data: Uint8Array) => void;
 
   private constructor(
     private readonly socket: Socket,
     readonly address: string,
     private readonly idleMs: number,
   ) {
-    readFrames(
-      socket,
+    this.feed = frameAssembler(
       (f) => (this.onFrame ? this.onFrame(f) : this.queued.push(f)),
       (why) => this.fail(sliceProtocolError(why, address)),
     );
@@ -66,7 +69,18 @@ export class SliceClient {
     timeoutMs = 10_000,
   ): Promise<SliceClient> {
     const { host, port } = parseHostPort(address, 'slice server address');
-    const socket = connect({ host, port });
+    // reads land in one reused buffer and are copied once, into their frame
+    const socket = connect({
+      host,
+      port,
+      onread: {
+        buffer: Buffer.allocUnsafe(READ_BUFFER),
+        callback: (n, buf) => {
+          client.feed(buf.subarray(0, n));
+          return true;
+        },
+      },
+    });
     socket.setNoDelay(true);
     const client = new SliceClient(socket, address, timeoutMs);
     try {
@@ -157,6 +171,10 @@ export class SliceClient {
     take: (data: Buffer, hash: string) => number,
   ): Promise<void> {
     await this.send(r);
+    await this.readAnswer(what, take);
+  }
+
+  private async readAnswer(what: string, take: (data: Buffer, hash: string) => number): Promise<void> {
     let corrupt: TandemError | undefined;
     let piece = 0;
     for (;;) {
@@ -164,7 +182,9 @@ export class SliceClient {
       this.throwIfError(f);
       if (f.kind === FrameKind.end) break;
       if (f.kind !== FrameKind.chunk || f.payload.length < 32)
-        throw sliceProtocolError(`an unexpected frame (kind ${f.kind}) in ${what}`, this.address);
+        throw this.broken(
+          sliceProtocolError(`an unexpected frame (kind ${f.kind}) in ${what}`, this.address),
+        );
       const hash = f.payload.subarray(0, 32).toString('hex');
       const data = f.payload.subarray(32);
       if (!corrupt && sha256(data) !== hash)
@@ -176,7 +196,12 @@ export class SliceClient {
             details: { what, piece, address: this.address },
           },
         );
-      if (!corrupt) take(data, hash);
+      if (!corrupt)
+        try {
+          take(data, hash);
+        } catch (e) {
+          throw this.broken(e as TandemError);
+        }
       piece++;
     }
     if (corrupt) throw corrupt;
@@ -189,6 +214,12 @@ export class SliceClient {
 
   private throwIfError(f: Frame): void {
     if (f.kind === FrameKind.error) throw errorFromJson(parseJson(f), 'the coordinator', this.address);
+  }
+
+  /** `e`, after ending the connection: the answers after it can no longer be told apart. */
+  private broken(e: TandemError): TandemError {
+    this.fail(e);
+    return e;
   }
 
   private fail(e: TandemError): void {

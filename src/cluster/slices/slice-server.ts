@@ -180,7 +180,7 @@ export class SliceServer {
   private async answer(socket: Socket, rank: number, r: SliceRequest): Promise<void> {
     if (r.what === 'header') {
       const header = this.file.gguf.readHeaderBytes();
-      await writeFrame(socket, FrameKind.chunk, Buffer.from(sha256(header), 'hex'), header);
+      await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(header), 'hex'), header]);
       await writeJson(socket, FrameKind.end, { size: this.file.fileSize });
       return;
     }
@@ -200,10 +200,15 @@ export class SliceServer {
     ))
       throw badRequest(`rows [${start}, ${start + count}) of ${r.tensor} are outside 0..${rows}`);
     const step = chunkRows(stride);
+    // read buffers go back to `free` once the socket has sent them: a few pieces in memory at most
+    const free: Uint8Array[] = [];
     for (let at = start; at < start + count; at += step) {
       const n = Math.min(step, start + count - at);
-      const data = this.file.readRows(r.tensor, at, n);
-      await writeFrame(socket, FrameKind.chunk, Buffer.from(sha256(data), 'hex'), data);
+      const buffer = free.pop() ?? new Uint8Array(step * stride);
+      const data = this.file.readRows(r.tensor, at, n, buffer);
+      await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(data), 'hex'), data], () =>
+        free.push(buffer),
+      );
       this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
       if (socket.destroyed) return;
     }

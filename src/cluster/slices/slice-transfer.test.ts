@@ -66,7 +66,7 @@ async function damagingRelay(to: string): Promise<{ address: string; relay: Serv
           damaged++;
           f.payload.writeUInt8(f.payload.readUInt8(f.payload.length - 1) ^ 0x10, f.payload.length - 1);
         }
-        void writeFrame(member, f.kind as FrameKind, f.payload);
+        void writeFrame(member, f.kind as FrameKind, [f.payload]);
       },
       () => member.destroy(),
     );

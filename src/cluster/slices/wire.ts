@@ -53,11 +53,19 @@ export function frameHeader(kind: FrameKind, length: number): Buffer {
  */
 export const QUEUED_BYTES = 16 * 1024 * 1024;
 
-/** Writes one frame; resolves once fewer than QUEUED_BYTES wait in the socket (backpressure). */
-export function writeFrame(socket: Socket, kind: FrameKind, ...parts: Uint8Array[]): Promise<void> {
+/**
+ * Writes one frame; resolves once fewer than QUEUED_BYTES wait in the socket (backpressure).
+ * `sent` is called once the socket no longer needs the parts (their buffers may be reused).
+ */
+export function writeFrame(
+  socket: Socket,
+  kind: FrameKind,
+  parts: readonly Uint8Array[],
+  sent?: () => void,
+): Promise<void> {
   const length = parts.reduce((n, p) => n + p.byteLength, 0);
   socket.write(frameHeader(kind, length));
-  for (const p of parts) socket.write(p);
+  parts.forEach((p, i) => socket.write(p, i === parts.length - 1 ? sent : undefined));
   if (socket.writableLength < QUEUED_BYTES || socket.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -71,7 +79,7 @@ export function writeFrame(socket: Socket, kind: FrameKind, ...parts: Uint8Array
 }
 
 export function writeJson(socket: Socket, kind: FrameKind, value: unknown): Promise<void> {
-  return writeFrame(socket, kind, Buffer.from(JSON.stringify(value)));
+  return writeFrame(socket, kind, [Buffer.from(JSON.stringify(value))]);
 }
 
 export function parseJson(frame: Frame): Record<string, unknown> {
@@ -81,47 +89,54 @@ export function parseJson(frame: Frame): Record<string, unknown> {
 }
 
 /**
- * Splits a socket's bytes into frames. An oversized frame ends the stream through `onBad`.
- * Pieces are kept as they arrive and joined once per frame (one copy of each payload).
+ * Assembles frames from bytes as they are read: each payload is allocated once, at its
+ * length, and the read bytes are copied into it (so the caller may reuse its read buffer, as
+ * `onread` does). An oversized frame ends the stream through `onBad`.
  */
-export function readFrames(socket: Socket, onFrame: (f: Frame) => void, onBad: (why: string) => void): void {
-  const pieces: Buffer[] = [];
-  let buffered = 0;
-  let need = -1;
-  let kind = 0;
-  const take = (n: number): Buffer => {
-    const out = pieces.length === 1 || pieces[0]!.length >= n ? null : Buffer.concat(pieces, buffered);
-    if (out) {
-      pieces.length = 0;
-      pieces.push(out);
-    }
-    const first = pieces[0]!;
-    const head = first.subarray(0, n);
-    if (first.length === n) pieces.shift();
-    else pieces[0] = first.subarray(n);
-    buffered -= n;
-    return head;
-  };
-  socket.on('data', (data: Buffer) => {
-    pieces.push(data);
-    buffered += data.length;
-    for (;;) {
-      if (need < 0) {
-        if (buffered < 5) return;
-        const h = take(5);
-        kind = h.readUInt8(0);
-        need = h.readUInt32BE(1);
+export function frameAssembler(
+  onFrame: (f: Frame) => void,
+  onBad: (why: string) => void,
+): (data: Uint8Array) => void {
+  const header = Buffer.alloc(5);
+  let headerHave = 0;
+  let payload: Buffer | undefined;
+  let have = 0;
+  let broken = false;
+  return (data) => {
+    let at = 0;
+    while (!broken && at < data.length) {
+      if (payload === undefined) {
+        const n = Math.min(5 - headerHave, data.length - at);
+        header.set(data.subarray(at, at + n), headerHave);
+        headerHave += n;
+        at += n;
+        if (headerHave < 5) return;
+        const need = header.readUInt32BE(1);
         if (need > MAX_FRAME) {
-          socket.removeAllListeners('data');
+          broken = true;
           return onBad(`a slice frame of ${need} bytes exceeds ${MAX_FRAME}`);
         }
+        payload = Buffer.allocUnsafeSlow(need);
+        have = 0;
       }
-      if (buffered < need) return;
-      const payload = need === 0 ? Buffer.alloc(0) : take(need);
-      need = -1;
-      onFrame({ kind, payload });
+      const n = Math.min(payload.length - have, data.length - at);
+      payload.set(data.subarray(at, at + n), have);
+      have += n;
+      at += n;
+      if (have === payload.length) {
+        const f = { kind: header.readUInt8(0), payload };
+        payload = undefined;
+        headerHave = 0;
+        onFrame(f);
+      }
     }
-  });
+  };
+}
+
+/** Splits a socket's bytes into frames (frameAssembler on its 'data' events). */
+export function readFrames(socket: Socket, onFrame: (f: Frame) => void, onBad: (why: string) => void): void {
+  const feed = frameAssembler(onFrame, onBad);
+  socket.on('data', (data: Buffer) => feed(data));
 }
 
 /** A frame that breaks the slice protocol: the connection ends with this error. */
