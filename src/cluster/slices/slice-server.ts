@@ -55,6 +55,8 @@ const HANDSHAKE_MS = 10_000;
  */
 export class SliceServer {
   private manifestPromise: Promise<ModelManifest> | undefined;
+  /** The manifest once hashed: whole pieces are then sent with its hashes, not hashed again. */
+  private known: ModelManifest | undefined;
   private readonly sockets = new Set<Socket>();
   /** Bytes of tensor data sent, per member rank. */
   readonly sent = new Map<number, number>();
@@ -112,7 +114,7 @@ export class SliceServer {
   }
 
   private manifest(): Promise<ModelManifest> {
-    this.manifestPromise ??= modelManifest(this.o.model, this.file);
+    this.manifestPromise ??= modelManifest(this.o.model, this.file).then((m) => (this.known = m));
     return this.manifestPromise;
   }
 
@@ -200,15 +202,17 @@ export class SliceServer {
     ))
       throw badRequest(`rows [${start}, ${start + count}) of ${r.tensor} are outside 0..${rows}`);
     const step = chunkRows(stride);
+    const known = this.known?.chunks[r.tensor];
     // read buffers go back to `free` once the socket has sent them: a few pieces in memory at most
     const free: Uint8Array[] = [];
-    for (let at = start; at < start + count; at += step) {
-      const n = Math.min(step, start + count - at);
+    // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
+    for (let at = start, n = 0; at < start + count; at += n) {
+      n = Math.min(step - (at % step), start + count - at);
+      const whole = at % step === 0 && n === Math.min(step, rows - at);
       const buffer = free.pop() ?? new Uint8Array(step * stride);
       const data = this.file.readRows(r.tensor, at, n, buffer);
-      await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(data), 'hex'), data], () =>
-        free.push(buffer),
-      );
+      const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
+      await writeFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data], () => free.push(buffer));
       this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
       if (socket.destroyed) return;
     }
