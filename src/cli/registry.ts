@@ -116,7 +116,8 @@ export const commands: readonly CommandEntry[] = [
   },
   {
     name: 'bench slices',
-    summary: 'the rate a member receives a model as slices from the coordinator, beside the raw tcp link rate',
+    summary:
+      'the rate a member receives a model as slices from the coordinator, beside the raw tcp link rate',
     load: async () => (await import('./commands/bench-slices.js')).command,
   },
 ];

@@ -331,7 +331,14 @@ export class ControlClient {
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
             clearTimeout(timer);
             socket.off('error', onError);
-            client = new ControlClient(socket, address, label, (m.info ?? {}) as Message, deadAfterMs, secret);
+            client = new ControlClient(
+              socket,
+              address,
+              label,
+              (m.info ?? {}) as Message,
+              deadAfterMs,
+              secret,
+            );
             resolve(client);
           } else {
             done(

@@ -204,7 +204,11 @@ export class ClusterSession {
     return placement;
   }
 
-  private async loadShards(o: LoadOptions, placement: Placement, slices: SliceServer | undefined): Promise<void> {
+  private async loadShards(
+    o: LoadOptions,
+    placement: Placement,
+    slices: SliceServer | undefined,
+  ): Promise<void> {
     const timeoutMs = o.timeoutMs ?? 300_000;
     const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
       model: o.model,
