@@ -99,6 +99,7 @@ async function servedByMembers(
     ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
     ...(o.wire ? { wire: o.wire } : {}),
     ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
+    onProgress: log,
   };
   const serving = new ServingCluster(ClusterSession.of([]), undefined, load, {
     ...(o.minMembers !== undefined ? { minMembers: o.minMembers } : {}),

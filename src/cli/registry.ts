@@ -135,4 +135,10 @@ export const commands: readonly CommandEntry[] = [
     summary: 'the same prompt on 1 node and on N local nodes: TTFT, tokens/s, comm share, speedup',
     load: async () => (await import('./commands/bench-cluster.js')).command,
   },
+  {
+    name: 'bench slices',
+    summary:
+      'the rate a member receives a model as slices from the coordinator, beside the raw tcp link rate',
+    load: async () => (await import('./commands/bench-slices.js')).command,
+  },
 ];

@@ -2,6 +2,7 @@ import type { SamplerOptions } from '../engine/sampling/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import { wireFormats, type ParallelPlan, type WireFormat } from '../parallel/index.js';
 import type { Message } from './protocol.js';
+import type { SliceSource } from './slices/slice-server.js';
 
 /**
  * The control protocol's version: the node's challenge and the coordinator's answer both
@@ -22,6 +23,8 @@ export interface LoadRequest {
   logits: 'full' | 'argmax';
   contextLength?: number;
   timeoutMs: number;
+  /** Where a member without the model (or with another file at its path) gets its slices. */
+  source?: SliceSource;
 }
 
 export interface GenerateBody {
@@ -56,6 +59,22 @@ const ints = (v: unknown): v is number[] => Array.isArray(v) && v.every(isInt);
 
 function need(ok: boolean, type: string, what: string): void {
   if (!ok) throw new MalformedMessage(`'${type}' with ${what}`);
+}
+
+function isSliceSource(v: unknown): boolean {
+  const s = v as Record<string, unknown> | null;
+  const stamp = (typeof s === 'object' && s !== null ? s.stamp : null) as Record<string, unknown> | null;
+  return (
+    typeof s === 'object' &&
+    s !== null &&
+    typeof s.address === 'string' &&
+    isInt(s.size) &&
+    typeof s.headerSha256 === 'string' &&
+    typeof stamp === 'object' &&
+    stamp !== null &&
+    typeof stamp.host === 'string' &&
+    ['dev', 'ino', 'size', 'mtimeMs'].every((k) => typeof stamp[k] === 'number')
+  );
 }
 
 /**
@@ -100,6 +119,7 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
         'a bad context length',
       );
       need(typeof m.timeoutMs === 'number' && m.timeoutMs > 0, type, 'no timeout');
+      need(m.source === undefined || isSliceSource(m.source), type, 'a bad slice source');
       return { type, id, load: m as unknown as LoadRequest };
     }
     case 'generate':

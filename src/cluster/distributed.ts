@@ -44,6 +44,11 @@ export interface ClusterStartOptions {
    */
   secret?: string;
   contextLength?: number;
+  /**
+   * Members that lack the model receive their slices from the coordinator (default true);
+   * false: each node must open the model at its path, and one that cannot fails the load.
+   */
+  slices?: boolean;
   /** Progress lines (starting nodes, plan, loading). */
   onProgress?: (line: string) => void;
 }
@@ -144,6 +149,8 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      ...(o.onProgress ? { onProgress: o.onProgress } : {}),
+      ...(o.slices === false ? { slices: false } : {}),
     };
     const placement = await session.load(load);
     if (session.choice) progress(session.choice);

@@ -18,6 +18,8 @@ export interface LaunchOptions {
   log?: (rank: number, line: string) => void;
   /** Exit when the first coordinator session ends (default true). */
   once?: boolean;
+  /** The nodes look for the model under this directory (`tandem node --model-root`). */
+  modelRoot?: string;
 }
 
 export interface LocalNodes {
@@ -56,6 +58,7 @@ function startOne(
   if (o.once ?? true) args.push('--once');
   if (o.memLimit !== undefined) args.push('--mem-limit', String(o.memLimit));
   if (o.kernels) args.push('--kernels', o.kernels);
+  if (o.modelRoot !== undefined) args.push('--model-root', o.modelRoot);
   const proc = spawn(process.execPath, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     // Local nodes share one machine: no speed probe (their coordinator treats them as alike).

@@ -4,7 +4,6 @@ import type { Communicator } from '../collectives/communicator.js';
 import { createCommunicator } from '../collectives/create-communicator.js';
 import { TandemError } from '../errors/index.js';
 import { createKernels, type Kernels, type KernelsBackend } from '../kernels/index.js';
-import { GgufModelFile } from '../engine/model/gguf-model-file.js';
 import { Sampler } from '../engine/sampling/index.js';
 import {
   commBytes,
@@ -25,6 +24,7 @@ import {
 import { probeLinks, type LinkProbe } from './link-probe.js';
 import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
 import { NodeSequences } from './node-sequences.js';
+import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
   DEAD_AFTER_MS,
@@ -57,6 +57,12 @@ export interface NodeAgentOptions {
    */
   speed?: number;
   probe?: boolean;
+  /**
+   * Look for the coordinator's model under this directory (its absolute path appended), e.g.
+   * where this host mounts the same tree elsewhere. Missing or different there, the node
+   * receives its slices from the coordinator.
+   */
+  modelRoot?: string;
   log?: (line: string) => void;
 }
 
@@ -66,7 +72,7 @@ export type { LoadRequest } from './control-messages.js';
 class Session {
   private world: Communicator | undefined;
   private ctx: LoadedRank | undefined;
-  private file: GgufModelFile | undefined;
+  private file: ShardFile | undefined;
   private kernels: Kernels | undefined;
   /** Serving: this rank's KV caches of the sequences the coordinator drives (after a load). */
   private sequences: NodeSequences | undefined;
@@ -115,12 +121,18 @@ class Session {
   private async load(r: LoadRequest): Promise<Message> {
     await this.unload();
     const started = Date.now();
-    const file = (this.file = GgufModelFile.open(r.model));
     const me = r.plan.ranks[r.rank];
     if (!me)
       throw new TandemError('CLUSTER_PROTOCOL', `rank ${r.rank} is not in the plan`, {
         hint: 'run the same tandem version everywhere',
       });
+    const shard = (this.file = await openShardFile(r.model, r.source, {
+      secret: this.o.secret,
+      rank: r.rank,
+      ...(this.o.modelRoot ? { modelRoot: this.o.modelRoot } : {}),
+      ...(this.o.log ? { log: this.o.log } : {}),
+    }));
+    const file = shard.file;
     this.kernels ??= await createKernels({
       ...(this.o.kernels ? { backend: this.o.kernels } : {}),
       ...(this.o.threads ? { threads: this.o.threads } : {}),
@@ -194,6 +206,7 @@ class Session {
         shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}) +
         commBytes(r.plan, r.provider),
       loadMs: Date.now() - started,
+      origin: shard.origin(),
     };
   }
 
@@ -259,7 +272,7 @@ class Session {
     this.sequences = undefined;
     await exchange?.close();
     if (world) await world.close().catch(() => undefined);
-    this.file?.close();
+    this.file?.file.close();
     this.file = undefined;
   }
 

@@ -203,6 +203,7 @@ export class ControlClient {
     readonly label: string,
     readonly info: Message,
     deadAfterMs: number,
+    private readonly secret: string,
   ) {
     socket.on('close', () => this.fail(this.lostError('closed its control connection')));
     socket.on('error', (e) => this.fail(this.lostError(`control connection error: ${e.message}`)));
@@ -222,6 +223,16 @@ export class ControlClient {
   /** Whether the node is lost; the error that says how. */
   get lostWith(): TandemError | undefined {
     return this.lost;
+  }
+
+  /** The HMAC of the cluster secret under `role` for `nonce` (other connections to the node prove the secret with it). */
+  macFor(role: string, nonceText: string): string {
+    return mac(this.secret, role, nonceText);
+  }
+
+  /** This end's address on the connection: an address of the coordinator the node reaches. */
+  get localAddress(): string | undefined {
+    return this.socket.localAddress;
   }
 
   /** Milliseconds since anything came from the node. */
@@ -338,7 +349,14 @@ export class ControlClient {
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
             clearTimeout(timer);
             socket.off('error', onError);
-            client = new ControlClient(socket, address, label, (m.info ?? {}) as Message, deadAfterMs);
+            client = new ControlClient(
+              socket,
+              address,
+              label,
+              (m.info ?? {}) as Message,
+              deadAfterMs,
+              secret,
+            );
             resolve(client);
           } else {
             done(

@@ -18,6 +18,8 @@ import type { HostEntry } from './hostfile.js';
 import type { LoadRequest } from './node-agent.js';
 import { ControlClient, parseHostPort, type Message } from './protocol.js';
 import { nodeSpeeds } from './speed.js';
+import type { ShardOrigin } from './slices/model-source.js';
+import { SliceServer } from './slices/slice-server.js';
 
 export interface LoadOptions {
   model: string;
@@ -43,6 +45,13 @@ export interface LoadOptions {
    * (default true; local nodes on one machine are alike, so their launchers turn it off).
    */
   measuredSpeed?: boolean;
+  /**
+   * Serve slices to members that lack the model (or hold another file at its path) over an
+   * authenticated connection beside the control one (default true).
+   */
+  slices?: boolean;
+  /** Progress of long slice transfers, and where each rank's shard came from. */
+  onProgress?: (line: string) => void;
 }
 
 export interface GenerateRequest {
@@ -79,6 +88,9 @@ export class ClusterSession {
   placement: Placement | undefined;
   /** Why `--parallel auto` chose the current placement's split (undefined when it was given). */
   choice: string | undefined;
+  /** Where each rank's shard came from at the last load (its own file, or slices received), and the bytes sent. */
+  origins: ShardOrigin[] = [];
+  slicesSent = 0;
 
   private constructor(
     readonly hosts: readonly HostEntry[],
@@ -202,6 +214,29 @@ export class ClusterSession {
     const planned = this.plan(o);
     const placement = planned.placement;
     this.choice = planned.choice;
+    const slices =
+      o.slices === false
+        ? undefined
+        : await SliceServer.start({
+            model: o.model,
+            mac: (role, n) => this.clients[0]!.macFor(role, n),
+            ...(o.onProgress ? { onProgress: o.onProgress } : {}),
+          });
+    try {
+      await this.loadShards(o, placement, slices);
+    } finally {
+      this.slicesSent = slices?.sentBytes ?? 0;
+      slices?.close();
+    }
+    this.placement = placement;
+    return placement;
+  }
+
+  private async loadShards(
+    o: LoadOptions,
+    placement: Placement,
+    slices: SliceServer | undefined,
+  ): Promise<void> {
     const timeoutMs = o.timeoutMs ?? 300_000;
     const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
       model: o.model,
@@ -214,6 +249,7 @@ export class ClusterSession {
       logits: o.greedy ? 'argmax' : 'full',
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       timeoutMs: o.commTimeoutMs ?? 30_000,
+      ...(slices ? { source: slices.addressFor(this.clients[rank]!.localAddress) } : {}),
     });
     const first = this.clients[0]!;
     const listening = new Promise<string>((resolve) => {
@@ -226,9 +262,14 @@ export class ClusterSession {
     const rest = this.clients
       .slice(1)
       .map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
-    await Promise.all([load0, ...rest]);
-    this.placement = placement;
-    return placement;
+    const answers = await Promise.all([load0, ...rest]);
+    this.origins = answers.map((a) => (a.origin as ShardOrigin | undefined) ?? { kind: 'local' });
+    this.origins.forEach((g, rank) => {
+      if (g.kind === 'slices')
+        o.onProgress?.(
+          `slices: rank ${rank} received ${(g.fetchedBytes / 1e6).toFixed(1)} MB (${(g.fetchedBytes / 1e6 / Math.max(g.ms / 1000, 1e-3)).toFixed(1)} MB/s) and read ${(g.cachedBytes / 1e6).toFixed(1)} MB from its cache: ${g.why}`,
+        );
+    });
   }
 
   /** Runs one generation on every node; resolves with rank 0's tokens and every node's metrics. */

@@ -8,6 +8,7 @@ export const clusterCodes = {
   CLUSTER_NODE_LOST: 'remote',
   CLUSTER_NO_PLACEMENT: 'system',
   CLUSTER_PROTOCOL: 'remote',
+  CLUSTER_SLICE_CORRUPT: 'remote',
   CLUSTER_SPAWN: 'system',
   CLUSTER_TIMEOUT: 'timeout',
 } as const satisfies Record<string, ErrorCategory>;

@@ -172,6 +172,9 @@ it(
           secret,
           prompt: [1, 2],
           maxTokens: 2,
+          // with slices (the default) the node would receive the model from the coordinator
+          // instead (test/e2e/cluster-slices.test.ts); without them it must open the file
+          slices: false,
         }),
         (e) =>
           isTandemError(e, 'MODEL_FORMAT_IO') &&

@@ -11,7 +11,8 @@ export const command = defineCommand({
   description:
     'Listens for a coordinator (`tandem run --hosts FILE`, `tandem bench cluster`) on --listen. Only coordinators that hold the cluster secret ' +
     '(--secret-file or TANDEM_SECRET, at least 16 bytes) are accepted (mutual HMAC challenge-response; the traffic is not encrypted, see docs/security.md). ' +
-    "Each load reads only this node's slices of the model file, which must exist at the same absolute path on every host.",
+    "Each load reads only this node's slices of the model: from the file at the coordinator's absolute path when this host holds the same model there, " +
+    'otherwise received from the coordinator (verified by SHA-256, cached by content hash under TANDEM_CACHE_DIR/slices), so the model may exist on the coordinator only.',
   options: {
     listen: {
       type: 'string',
@@ -54,6 +55,12 @@ export const command = defineCommand({
       type: 'number',
       description: `with --discover: the UDP port the coordinator answers on (default ${DISCOVERY_PORT})`,
     },
+    'model-root': {
+      type: 'string',
+      description:
+        "look for the coordinator's model under this directory, its absolute path appended (default: TANDEM_MODEL_ROOT, else /); missing or different there, the slices come from the coordinator",
+      placeholder: 'DIR',
+    },
     once: { type: 'boolean', description: 'exit when the first coordinator disconnects' },
     announce: {
       type: 'boolean',
@@ -83,6 +90,7 @@ export const command = defineCommand({
     const speed = options.speed !== undefined ? { speed: options.speed } : {};
     const secret = clusterSecret('node', options);
     const log = (line: string): void => void process.stderr.write(`tandem node: ${line}\n`);
+    const modelRoot = options['model-root'] ?? process.env.TANDEM_MODEL_ROOT;
     if (options.join !== undefined && options.discover)
       throw new TandemError('CLI_USAGE', 'node: --join HOST:PORT and --discover both given', {
         hint: 'give the address (--join) or let the node find it (--discover), not both',
@@ -113,6 +121,7 @@ export const command = defineCommand({
         ...(options.kernels ? { kernels: options.kernels } : {}),
         ...(options.threads !== undefined ? { threads: options.threads } : {}),
         ...(memLimit !== undefined ? { memLimit } : {}),
+        ...(modelRoot ? { modelRoot } : {}),
       });
       log(
         options.join !== undefined
@@ -137,6 +146,7 @@ export const command = defineCommand({
       log,
       ...(options.threads !== undefined ? { threads: options.threads } : {}),
       ...(memLimit !== undefined ? { memLimit } : {}),
+      ...(modelRoot ? { modelRoot } : {}),
     });
     if (options.announce) process.stdout.write(`listening ${node.address}\n`);
     else log(`listening on ${node.address}`);

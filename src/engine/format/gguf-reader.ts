@@ -524,6 +524,13 @@ export class GgufFile implements GgufHeader {
     };
   }
 
+  /** The bytes before the tensor data: the header, metadata and tensor table (with padding). */
+  readHeaderBytes(): Uint8Array {
+    const out = new Uint8Array(this.dataOffset);
+    this.source.readInto(0, this.dataOffset, out);
+    return out;
+  }
+
   /** The raw ggml bytes of a tensor, or of rows [start, end) of it, or of a column range of those rows. */
   readTensor(name: string, options: ReadTensorOptions = {}, into?: Uint8Array): Uint8Array {
     const { info, offset, length, rows } = this.tensorRange(name, options);

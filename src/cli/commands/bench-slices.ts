@@ -1,0 +1,52 @@
+import { defineCommand } from '../options.js';
+import { checkInteger } from '../checks.js';
+import { benchSlices, type BenchSlicesRow } from '../../cluster/slices/bench-slices.js';
+
+const fmt = (n: number | undefined): string => (n === undefined ? '-' : n.toFixed(0));
+
+/** One row of the table, its columns padded to the header's. */
+export function slicesRow(r: BenchSlicesRow): string {
+  return [
+    String(r.round),
+    fmt(r.tcp_MBps),
+    fmt(r.iperf3_MBps),
+    fmt(r.slices_MBps),
+    fmt(r.slices_cache_MBps),
+    r.ratio.toFixed(2),
+  ]
+    .map((c, i) => c.padStart(HEAD[i]!.length))
+    .join('  ');
+}
+
+const HEAD = ['round', 'tcp MB/s', 'iperf3 MB/s', 'slices MB/s', 'slices+cache MB/s', 'slices/link'];
+
+export const command = defineCommand({
+  name: 'bench slices',
+  summary: 'the rate a member receives a model as slices from the coordinator, beside the raw tcp link rate',
+  description:
+    'Sends the whole model as slices (each 4 MiB piece hashed with SHA-256 and checked, as a member without the file receives it) from this process to a member process over 127.0.0.1, ' +
+    "alternated with a plain Node TCP stream of the same bytes and iperf3 (when installed) over the same link; prints each round's MB/s and the best of each. " +
+    "'slices+cache' also writes every slice to a fresh cache, as a member does. 'slices/link' is slices over iperf3's rate (else the tcp stream's).",
+  positionals: [{ name: 'model', description: 'GGUF model file or model folder', required: true }],
+  options: {
+    rounds: { type: 'number', description: 'alternated rounds; the best of each counts', default: 3 },
+    provider: {
+      type: 'string',
+      description: 'the link measured (slices travel over the cluster connection, tcp)',
+      choices: ['tcp'],
+      default: 'tcp',
+    },
+    json: { type: 'boolean', description: 'one JSON object per row instead of a table' },
+  },
+  examples: ['tandem bench slices /tmp/tl.gguf', 'tandem bench slices /tmp/tl.gguf --rounds 5 --json'],
+  async run({ options, positionals }) {
+    checkInteger('bench slices', 'rounds', options.rounds, 1, 100, 3);
+    if (!options.json) process.stdout.write(HEAD.join('  ') + '\n');
+    await benchSlices({
+      model: positionals[0] as string,
+      rounds: options.rounds,
+      onRow: (r) => process.stdout.write((options.json ? JSON.stringify(r) : slicesRow(r)) + '\n'),
+    });
+    return 0;
+  },
+});

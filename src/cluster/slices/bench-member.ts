@@ -1,0 +1,78 @@
+// The member's side of `tandem bench slices`, in its own process: on each stdin line it
+// receives the coordinator's whole model through the slice connection (`slices`, or
+// `slices-cache` writing each slice to a fresh cache as a member does) or reads `bytes` from a
+// plain TCP connection (`tcp HOST:PORT BYTES`, the link's raw rate), and prints one JSON line.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { matrixShape, rowBytes } from '../../engine/model/model-file.js';
+import { parseHostPort } from '../protocol.js';
+import { CHUNK_BYTES } from './manifest.js';
+import { RemoteModelFile } from './remote-model-file.js';
+import { SliceCache } from './slice-cache.js';
+import { SliceClient } from './slice-client.js';
+
+const [address = '', size = '0'] = process.argv.slice(2);
+const secret = process.env.TANDEM_BENCH_SECRET ?? '';
+
+/** Rows per read: 16 pieces' worth, so a large tensor is never held whole. */
+const READ_BYTES = 16 * CHUNK_BYTES;
+
+async function slices(cached: boolean): Promise<number> {
+  const client = await SliceClient.connect(address, secret, 1);
+  const dir = cached ? mkdtempSync(join(tmpdir(), 'tandem-bench-slices-')) : undefined;
+  try {
+    const file = new RemoteModelFile(
+      await client.header(),
+      Number(size),
+      'bench',
+      client,
+      await client.manifest(),
+      dir ? new SliceCache(dir) : undefined,
+    );
+    const buffer = new Uint8Array(READ_BYTES);
+    let bytes = 0;
+    for (const [name, entry] of file.tensors) {
+      const { rows, cols } = matrixShape(entry);
+      const stride = rowBytes(entry.type, cols);
+      const step = Math.max(1, Math.floor(READ_BYTES / stride));
+      for (let r = 0; r < rows; r += step) {
+        const n = Math.min(step, rows - r);
+        bytes += (await file.readRows(name, r, n, n * stride <= buffer.length ? buffer : undefined)).length;
+      }
+    }
+    return bytes;
+  } finally {
+    client.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function tcp(to: string, bytes: number): Promise<number> {
+  const { host, port } = parseHostPort(to, 'tcp sink');
+  return new Promise((resolve, reject) => {
+    let got = 0;
+    const socket = connect({ host, port });
+    socket.on('data', (d: Buffer) => {
+      got += d.length;
+      if (got >= bytes) {
+        socket.destroy();
+        resolve(got);
+      }
+    });
+    socket.on('error', reject);
+  });
+}
+
+for await (const line of createInterface({ input: process.stdin })) {
+  const [what, to, bytes] = line.split(' ');
+  const started = performance.now();
+  try {
+    const got = what === 'tcp' ? await tcp(to ?? '', Number(bytes)) : await slices(what === 'slices-cache');
+    process.stdout.write(JSON.stringify({ what, bytes: got, ms: performance.now() - started }) + '\n');
+  } catch (e) {
+    process.stdout.write(JSON.stringify({ what, error: (e as Error).message }) + '\n');
+  }
+}

@@ -1,0 +1,148 @@
+import type { Socket } from 'node:net';
+import { TandemError } from '../../errors/index.js';
+
+/**
+ * The slice connection's frames, both ways: `[kind u8][length u32 BE][payload]`. The member
+ * dials the coordinator's slice server, both prove the cluster secret (HMAC challenge-response,
+ * as the control connection does, under their own roles), then the member asks and the
+ * coordinator answers, one request at a time:
+ *
+ *   hello    coordinator -> member  JSON {nonce}
+ *   auth     member -> coordinator  JSON {mac, nonce, rank}
+ *   welcome  coordinator -> member  JSON {mac}
+ *   request  member -> coordinator  JSON {what: 'header' | 'manifest'} | {what: 'rows', tensor, start, count}
+ *   json     coordinator -> member  JSON answer (header size, manifest)
+ *   chunk    coordinator -> member  [sha256 32 bytes][data]: one piece of the answer's bytes
+ *   end      coordinator -> member  JSON {}: the answer is complete
+ *   error    coordinator -> member  JSON TandemError (errorToJson)
+ */
+export const FrameKind = {
+  hello: 1,
+  auth: 2,
+  welcome: 3,
+  request: 4,
+  json: 5,
+  chunk: 6,
+  end: 7,
+  error: 8,
+} as const;
+export type FrameKind = (typeof FrameKind)[keyof typeof FrameKind];
+
+/** Largest payload accepted: a chunk (CHUNK_BYTES, or one row past it) or a GGUF header. */
+export const MAX_FRAME = 256 * 1024 * 1024;
+
+export interface Frame {
+  kind: number;
+  payload: Buffer;
+}
+
+export type SliceRequest =
+  { what: 'header' } | { what: 'manifest' } | { what: 'rows'; tensor: string; start: number; count: number };
+
+export function frameHeader(kind: FrameKind, length: number): Buffer {
+  const h = Buffer.allocUnsafe(5);
+  h.writeUInt8(kind, 0);
+  h.writeUInt32BE(length, 1);
+  return h;
+}
+
+/**
+ * Bytes a sender may queue on a socket before it waits: a few pieces, so that reading and
+ * hashing the next piece overlaps sending the last (waiting for each to drain would leave
+ * the link idle while the sender hashes).
+ */
+export const QUEUED_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Writes one frame; resolves once fewer than QUEUED_BYTES wait in the socket (backpressure).
+ * `sent` is called once the socket no longer needs the parts (their buffers may be reused).
+ */
+export function writeFrame(
+  socket: Socket,
+  kind: FrameKind,
+  parts: readonly Uint8Array[],
+  sent?: () => void,
+): Promise<void> {
+  const length = parts.reduce((n, p) => n + p.byteLength, 0);
+  socket.write(frameHeader(kind, length));
+  parts.forEach((p, i) => socket.write(p, i === parts.length - 1 ? sent : undefined));
+  if (socket.writableLength < QUEUED_BYTES || socket.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      socket.off('drain', done);
+      socket.off('close', done);
+      resolve();
+    };
+    socket.on('drain', done);
+    socket.on('close', done);
+  });
+}
+
+export function writeJson(socket: Socket, kind: FrameKind, value: unknown): Promise<void> {
+  return writeFrame(socket, kind, [Buffer.from(JSON.stringify(value))]);
+}
+
+export function parseJson(frame: Frame): Record<string, unknown> {
+  const v: unknown = JSON.parse(frame.payload.toString('utf8'));
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not a JSON object');
+  return v as Record<string, unknown>;
+}
+
+/**
+ * Assembles frames from bytes as they are read: each payload is allocated once, at its
+ * length, and the read bytes are copied into it (so the caller may reuse its read buffer, as
+ * `onread` does). An oversized frame ends the stream through `onBad`.
+ */
+export function frameAssembler(
+  onFrame: (f: Frame) => void,
+  onBad: (why: string) => void,
+): (data: Uint8Array) => void {
+  const header = Buffer.alloc(5);
+  let headerHave = 0;
+  let payload: Buffer | undefined;
+  let have = 0;
+  let broken = false;
+  return (data) => {
+    let at = 0;
+    while (!broken && at < data.length) {
+      if (payload === undefined) {
+        const n = Math.min(5 - headerHave, data.length - at);
+        header.set(data.subarray(at, at + n), headerHave);
+        headerHave += n;
+        at += n;
+        if (headerHave < 5) return;
+        const need = header.readUInt32BE(1);
+        if (need > MAX_FRAME) {
+          broken = true;
+          return onBad(`a slice frame of ${need} bytes exceeds ${MAX_FRAME}`);
+        }
+        payload = Buffer.allocUnsafeSlow(need);
+        have = 0;
+      }
+      const n = Math.min(payload.length - have, data.length - at);
+      payload.set(data.subarray(at, at + n), have);
+      have += n;
+      at += n;
+      if (have === payload.length) {
+        const f = { kind: header.readUInt8(0), payload };
+        payload = undefined;
+        headerHave = 0;
+        onFrame(f);
+      }
+    }
+  };
+}
+
+/** Splits a socket's bytes into frames (frameAssembler on its 'data' events). */
+export function readFrames(socket: Socket, onFrame: (f: Frame) => void, onBad: (why: string) => void): void {
+  const feed = frameAssembler(onFrame, onBad);
+  socket.on('data', (data: Buffer) => feed(data));
+}
+
+/** A frame that breaks the slice protocol: the connection ends with this error. */
+export function sliceProtocolError(why: string, address: string): TandemError {
+  return new TandemError('CLUSTER_PROTOCOL', `the slice connection with ${address}: ${why}`, {
+    hint: 'run the same tandem version on the coordinator and every node',
+    details: { address },
+  });
+}
