@@ -120,8 +120,8 @@ static inline __attribute__((always_inline)) void row_q8b(const uint8_t *wr, con
     __m512 s4[4];
     if (16 * g + 16 <= nb) {
       for (int k = 0; k < 8; k++) {
-        // Far software prefetch: without it one core reads ~25% below the memory's bandwidth.
-        _mm_prefetch((const char *)(wg + 64 * k) + PREFETCH, _MM_HINT_T0);
+        // Far software prefetch into L2 (docs/kernels.md: into L1 it measured slower here).
+        _mm_prefetch((const char *)(wg + 64 * k) + PREFETCH, _MM_HINT_T1);
         v[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wg + 64 * k)), flip);
       }
       for (int i = 0; i < 4; i++) s4[i] = _mm512_loadu_ps(sg + 16 * i);
