@@ -1,9 +1,11 @@
 // Micro-benchmark of the batched decode product: matvecRows (n one-token rows, each with a
 // lone matvec's bits) per weight shape and row count, in microseconds per call and per row.
 //   npx tsx bench/decode-rows.ts [--shapes 128x2048,2560x2048,11264x2048,2048x5632] [--n 1,2,4,8]
-//     [--threads 1] [--type Q8_0] [--seconds 0.3] [--json]
+//     [--threads 1] [--type Q8_0] [--copies 1] [--seconds 0.3] [--json]
 // A shape is ROWSxCOLS. A small weight (128x2048, 288 KiB) stays in cache and measures the
-// arithmetic alone; the TinyLlama shapes (q/k/v+gate/up-like, o, down) stream from memory.
+// arithmetic alone; the TinyLlama shapes (q/k/v+gate/up-like, o, down) are larger, and with
+// --copies K each call takes the next of K copies of the weight, so that with enough copies
+// (e.g. 4: 90 MB for 11264x2048) they stream from memory as in a model, not from the L3 cache.
 // With one thread the process CPU time is used, so other people's work on a shared machine
 // counts less; compare builds in alternated runs (bench/compare-builds.ts is for `tandem bench`).
 import { parseArgs } from 'node:util';
@@ -17,6 +19,7 @@ const { values } = parseArgs({
     threads: { type: 'string', default: '1' },
     type: { type: 'string', default: 'Q8_0' },
     backend: { type: 'string', default: 'native' },
+    copies: { type: 'string', default: '1' },
     seconds: { type: 'string', default: '0.3' },
     json: { type: 'boolean', default: false },
   },
@@ -47,12 +50,18 @@ for (const threads of values.threads.split(',').map(Number)) {
   if (!k.matvecRows) throw new Error(`${values.backend} kernels have no matvecRows`);
   for (const shape of values.shapes.split(',')) {
     const [rows, cols] = shape.split('x').map(Number) as [number, number];
-    const w = k.uploadWeight({ type, rows, cols, data: randomWeightBytes(type, rows, cols, 1) });
+    const ws = Array.from({ length: Number(values.copies) }, (_, i) =>
+      k.uploadWeight({ type, rows, cols, data: randomWeightBytes(type, rows, cols, 1 + i) }),
+    );
+    let next = 0;
     const maxN = Math.max(...ns);
     const x = randomFloats(maxN * cols, 2);
     const y = new Float32Array(maxN * rows);
     for (const n of ns) {
-      const t = timeIt(() => k.matvecRows!(w, x.subarray(0, n * cols), y.subarray(0, n * rows), n), threads);
+      const t = timeIt(
+        () => k.matvecRows!(ws[next++ % ws.length]!, x.subarray(0, n * cols), y.subarray(0, n * rows), n),
+        threads,
+      );
       const r = {
         type: values.type,
         rows,
