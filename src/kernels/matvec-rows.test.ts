@@ -7,9 +7,8 @@ import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 /*
  * matvecRows: row t of n one-token products is bit for bit matvec on x[t] (the batched decode
  * round relies on it), for every token count, odd block counts (a tail pair), rows that are
- * not a multiple of the 4-row tile, a real width (2048: four full groups of 16 blocks for the
- * native Q8_0 kernel) and one with full groups and a short odd tail (2144: 67 blocks), on one
- * and two threads. And matmul below GEMM_TOKENS tokens gives each token the same bits (the
+ * not a multiple of the 4-row tile, a real width (2048: many block pairs per row) and a wide
+ * one with an odd block count (2144: 67 blocks), on one and two threads. And matmul below GEMM_TOKENS tokens gives each token the same bits (the
  * batched decode round's projections run through it).
  */
 for (const backend of ['native', 'wasm'] as KernelsBackend[]) {

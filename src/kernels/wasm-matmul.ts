@@ -91,16 +91,9 @@ export function matmulRun(
 }
 
 /**
- * q8_prep's record of one token for mm_q8v (gemm-vnni.c): its quants in groups of 16 blocks
- * (512 bytes a group, padded with zero blocks), and per group 16 scales and 16 block sums.
- */
-const q8vBytes = (cols: number): number => Math.ceil(cols / 512) * 512;
-const q8vScaleBytes = (cols: number): number => Math.ceil(cols / 512) * 128;
-
-/**
  * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
- * Few tokens: mm_q8v (blocks across the vector lanes; each row streamed once for up to 8
- * tokens, each token with a lone matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
+ * Few tokens: mm_q8v (each row streamed once for up to 8 tokens, each token with a lone
+ * matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
  * 8 rows x 15 tokens per tile).
  */
 export function matmulQ8v(
@@ -134,9 +127,10 @@ export function matmulQ8v(
     copyOut(ctx, arena, yp, w, y, n, swiglu);
     return;
   }
+  const nbp = 2 * Math.ceil(cols / 64);
   const xfBytes = align(n * cols * 4, 64);
-  const xuBytes = align(n * q8vBytes(cols), 64);
-  const dxBytes = align(n * q8vScaleBytes(cols), 64);
+  const xuBytes = align(n * nbp * 32, 64);
+  const dxBytes = align(n * nbp * 4, 64);
   const yBytes = align(n * w.rowsPad * 4, 64);
   const xf = arena.scratch(xfBytes + xuBytes + dxBytes + yBytes);
   const xu = xf + xfBytes;
@@ -249,11 +243,12 @@ function matmulQ8tv(
   const cols = w.cols;
   const total = n + rows;
   const groups = Math.ceil(n / 15);
+  const nbp = 2 * Math.ceil(cols / 64);
   const xfBytes = align(total * cols * 4, 64);
   const xtBytes = align(groups * cols * 16, 64);
   const dtBytes = align(groups * (cols / 32) * 64, 64);
-  const xuBytes = align(rows * q8vBytes(cols), 64);
-  const dxBytes = align(rows * q8vScaleBytes(cols), 64);
+  const xuBytes = align(rows * nbp * 32, 64);
+  const dxBytes = align(rows * nbp * 4, 64);
   const xf = arena.scratch(
     xfBytes + xtBytes + dtBytes + xuBytes + dxBytes + align(total * w.rowsPad * 4, 64),
   );

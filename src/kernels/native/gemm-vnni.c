@@ -2,203 +2,124 @@
 // docs/kernels.md. Layouts of the repacked Q8_0 weights: kernels.c.
 #include "common.h"
 
-// ---- AVX-512 VNNI Q8_0 decode (mm_q8v): blocks across the lanes ---------------------------
-// A row's weights are taken in groups of 16 blocks (512 bytes, 8 vectors). tr_blocks shuffles
-// the 8 vectors so that lane l of all 8 holds the 32 weights of one block, beta(l); a chain of
-// 8 vpdpbusd then leaves the 16 blocks' integer sums in one vector, with no reduction across
-// lanes per block. tk_q8_prep stores the activations in that order already, so a token costs
-// per group 8 vpdpbusd, one scale product and one fma, and the shuffles are paid once per row
-// for up to 8 tokens.
-//
-// Layouts (G = ceil(nb / 16) groups, padding blocks all zero with scale 0):
-// - xu [n][G][8][16] i32: lane l of vector k of group g holds the quants 4k..4k+3 (s8) of
-//   block 16g + beta(l) of the token; quantised exactly as quant_q8_0 (wasm) and llama.cpp
-//   (d = f16(amax / 127), q = nearest-even(x * 127 / amax));
-// - dx [n][G][32]: lanes 0-15 f32 the blocks' d, lanes 16-31 i32 -128 * sum(q), both in
-//   beta order.
-// vpdpbusd multiplies unsigned by signed bytes: the weights are taken as w + 128 (w ^ 0x80)
-// and each block's chain starts at -128 * sum(q), so the sum is exactly sum(w * q).
+// ---- AVX-512 VNNI Q8_0: activations quantised once per matmul, 4 rows x up to 4 tokens ----
+// tk_q8_prep quantises x [n, cols] f32 exactly as quant_q8_0 (wasm) and llama.cpp do (d =
+// f16(amax / 127), q = nearest-even(x * 127 / amax)) and stores q + 128 as u8: xu [n, cp]
+// (cp = cols rounded up to 64 elements, padding q = 0) and d: dx [n, nbp] f32 (nbp = cp / 32,
+// padding 0). tk_mm_q8v multiplies by the repacked Q8_0 weights (layout at the top): per pair
+// of blocks one vpdpbusd of (q + 128) by w per row and token, from which 128 * sum(w) (once per
+// row) is taken back off; lanes 0-7 hold block b, 8-15 block b + 1, scaled by s_row * d_x.
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 int tk_vnni512(void) { return 1; }
-
-// Bytes ahead of the weights to prefetch for several tokens (measured: 2 KiB).
-#define AHEAD_PREFETCH 2048
-
-// beta(l) = 2 (l & 3) + ((l >> 2) & 1) + 8 (l >> 3): the block of a group in lane l.
-static const int32_t BETA[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
-// 4 * (beta(l) & 7): where block beta(l)'s scale of tile row 0 lies in its half of the
-// group's 64 scales ([16 blocks][4 rows] f32).
-static const int32_t SIDX[16] = {0, 8, 16, 24, 4, 12, 20, 28, 0, 8, 16, 24, 4, 12, 20, 28};
-
-// v[k] = bytes 64k..64k+63 of a group (blocks 2k and 2k + 1) -> t[k]: lane l = bytes 4k..4k+3
-// of block beta(l). Two 4x4 transposes of 32-bit lanes inside each 128-bit lane (v[0..3],
-// v[4..7]), then the 128-bit lanes regrouped.
-static inline __attribute__((always_inline)) void tr_blocks(const __m512i v[8], __m512i t[8]) {
-  __m512i u[8];
-  for (int h = 0; h < 2; h++) {
-    const __m512i a0 = _mm512_unpacklo_epi32(v[4 * h], v[4 * h + 1]);
-    const __m512i a1 = _mm512_unpackhi_epi32(v[4 * h], v[4 * h + 1]);
-    const __m512i a2 = _mm512_unpacklo_epi32(v[4 * h + 2], v[4 * h + 3]);
-    const __m512i a3 = _mm512_unpackhi_epi32(v[4 * h + 2], v[4 * h + 3]);
-    u[4 * h] = _mm512_unpacklo_epi64(a0, a2);
-    u[4 * h + 1] = _mm512_unpackhi_epi64(a0, a2);
-    u[4 * h + 2] = _mm512_unpacklo_epi64(a1, a3);
-    u[4 * h + 3] = _mm512_unpackhi_epi64(a1, a3);
-  }
-  for (int i = 0; i < 4; i++) {
-    t[i] = _mm512_shuffle_i32x4(u[i], u[4 + i], _MM_SHUFFLE(2, 0, 2, 0));
-    t[4 + i] = _mm512_shuffle_i32x4(u[i], u[4 + i], _MM_SHUFFLE(3, 1, 3, 1));
-  }
-}
-
-// The byte mask of the `valid` (0..64) first bytes of a vector.
-static inline __mmask64 first_bytes(int valid) {
-  return valid >= 64 ? ~0ULL : valid <= 0 ? 0 : (1ULL << valid) - 1;
-}
 
 void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int G = (nb + 15) / 16;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512i beta = _mm512_loadu_si512((const void *)BETA);
-  const __m512i ones = _mm512_set1_epi8(1);
+  const __m128i flip = _mm_set1_epi8((char)0x80);
   for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
     const float *xt = (const float *)(m + x) + (size_t)t * cols;
-    uint8_t *q = m + xu + (size_t)t * G * 512;
-    float *d = (float *)(m + dx) + (size_t)t * G * 32;
-    for (int g = 0; g < G; g++) {
-      int8_t buf[512] __attribute__((aligned(64)));
-      float dn[16];
-      for (int j = 0; j < 16; j++) {
-        const int b = 16 * g + j;
-        if (b >= nb) {
-          _mm256_store_si256((__m256i *)(buf + 32 * j), _mm256_setzero_si256());
-          dn[j] = 0;
-          continue;
-        }
-        const __m512 a = _mm512_loadu_ps(xt + 32 * (size_t)b);
-        const __m512 c = _mm512_loadu_ps(xt + 32 * (size_t)b + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
-        dn[j] = round_f16(amax / 127.0f);
-        const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-        const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm_store_si128((__m128i *)(buf + 32 * j), _mm512_cvtsepi32_epi8(qa));
-        _mm_store_si128((__m128i *)(buf + 32 * j + 16), _mm512_cvtsepi32_epi8(qc));
-      }
-      __m512i v[8], tv[8];
-      for (int k = 0; k < 8; k++) v[k] = _mm512_load_si512((const void *)(buf + 64 * k));
-      tr_blocks(v, tv);
-      __m512i sum = _mm512_setzero_si512();
-      for (int k = 0; k < 8; k++) {
-        _mm512_storeu_si512((void *)(q + 512 * (size_t)g + 64 * k), tv[k]);
-        sum = _mm512_dpbusd_epi32(sum, ones, tv[k]);
-      }
-      _mm512_storeu_ps(d + 32 * (size_t)g, _mm512_permutexvar_ps(beta, _mm512_loadu_ps(dn)));
-      _mm512_storeu_si512((void *)(d + 32 * (size_t)g + 16), _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    uint8_t *q = m + xu + (size_t)t * cp;
+    float *d = (float *)(m + dx) + (size_t)t * nbp;
+    for (int b = 0; b < nb; b++) {
+      const __m512 a = _mm512_loadu_ps(xt + 32 * (size_t)b);
+      const __m512 c = _mm512_loadu_ps(xt + 32 * (size_t)b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
+      d[b] = round_f16(amax / 127.0f);
+      const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+      const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b), _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
+      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(qc), flip));
+    }
+    for (int b = nb; b < nbp; b++) {
+      d[b] = 0;
+      for (int i = 0; i < 32; i++) q[32 * (size_t)b + i] = 0x80;
     }
   }
 }
 
-// Groups g0..g1-1 of row r of a 4-row tile (wr its quants, s the tile's scales [nb][4])
-// against T (1..8) tokens (xq, dx as tk_q8_prep; strides in bytes and floats): per group
-// acc[t] += (16 block sums) * (s_w * d_x); acc[t] starts at 0 with group 0, else from accs[t]
-// (where a previous range left it); after the last group one horizontal sum per token into y.
-// Token t's arithmetic does not depend on T, on the ranges or on the other tokens: the integer
-// sums are exact, and its float operations run in group order, lane by lane, then one fixed
-// reduction. So a row's bits are those of n = 1.
-static inline __attribute__((always_inline)) void row_q8b(const uint8_t *wr, const float *s, int r, int nb, int g0, int g1, const uint8_t *xq,
-                                                          size_t xstride, const float *dx, size_t dxstride, __m512 *accs, float *y, int ystride,
-                                                          const int T) {
-  const int G = (nb + 15) / 16;
-  const int ahead = T > 1;
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
-  const __m512i sidx = _mm512_add_epi32(_mm512_loadu_si512((const void *)SIDX), _mm512_set1_epi32(r));
-  __m512 acc[8];
-  for (int t = 0; t < T; t++) acc[t] = g0 == 0 ? _mm512_setzero_ps() : accs[t];
-  for (int g = g0; g < g1; g++) {
-    const uint8_t *wg = wr + 512 * (size_t)g;
-    const float *sg = s + 64 * (size_t)g;
-    __m512i v[8], wt[8];
-    __m512 s4[4];
-    if (16 * g + 16 <= nb) {
-      for (int k = 0; k < 8; k++) {
-        // Several tokens: fetch ahead into L2. One token streams fastest with the hardware
-        // prefetcher alone (docs/kernels.md has the measurements behind both).
-        if (ahead) _mm_prefetch((const char *)(wg + 64 * k) + AHEAD_PREFETCH, _MM_HINT_T1);
-        v[k] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wg + 64 * k)), flip);
-      }
-      for (int i = 0; i < 4; i++) s4[i] = _mm512_loadu_ps(sg + 16 * i);
-    } else {
-      const int rem = nb - 16 * g;
-      for (int k = 0; k < 8; k++) v[k] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(first_bytes(32 * rem - 64 * k), wg + 64 * k), flip);
-      for (int i = 0; i < 4; i++) {
-        const int f = 4 * rem - 16 * i;
-        s4[i] = _mm512_maskz_loadu_ps((__mmask16)(f >= 16 ? 0xffff : f <= 0 ? 0 : (1u << f) - 1), sg + 16 * i);
-      }
+// One token: the tile's rows one after another, so the weights are read as one sequential
+// stream (four interleaved row streams measured slower against DRAM bandwidth).
+static void tile_q8v1(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, const float *dx, float *y) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i k128 = _mm512_set1_epi8((char)0x80);
+  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const int np = nb / 2;
+  for (int r = 0; r < 4; r++) {
+    const uint8_t *wr = w + r * rowBytes;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int b = 0;
+    for (int i = 0; i < np; i++, b += 2) {
+      // Far software prefetch: without it one core reads ~25% below the memory's bandwidth here.
+      _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);
+      const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + 32 * (size_t)b)), wv);
+      const __m512 sc = _mm512_mul_ps(_mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r]))),
+                                      _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + b))))));
+      if (i & 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
+      else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
     }
-    tr_blocks(v, wt);
-    const __m512 sw = _mm512_mask_blend_ps(0xff00, _mm512_permutex2var_ps(s4[0], sidx, s4[1]), _mm512_permutex2var_ps(s4[2], sidx, s4[3]));
-    for (int t = 0; t < T; t++) {
-      const uint8_t *xg = xq + t * xstride + 512 * (size_t)g;
-      const float *dg = dx + t * dxstride + 32 * (size_t)g;
-      __m512i p0 = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)(dg + 16)), wt[0], _mm512_loadu_si512((const void *)xg));
-      __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wt[1], _mm512_loadu_si512((const void *)(xg + 64)));
-      for (int k = 2; k < 8; k += 2) {
-        p0 = _mm512_dpbusd_epi32(p0, wt[k], _mm512_loadu_si512((const void *)(xg + 64 * k)));
-        p1 = _mm512_dpbusd_epi32(p1, wt[k + 1], _mm512_loadu_si512((const void *)(xg + 64 * k + 64)));
-      }
-      const __m512 sc = _mm512_mul_ps(sw, _mm512_loadu_ps(dg));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p0, p1)), sc, acc[t]);
+    if (b < nb) {
+      const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + 32 * (size_t)b)), wv);
+      acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[b])), acc0);
     }
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
-  if (g1 < G)
-    for (int t = 0; t < T; t++) accs[t] = acc[t];
-  else
-    for (int t = 0; t < T; t++) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
 }
 
-// One 4-row tile (w its quants, s its scales) times n tokens: y[t * ystride + r]. The rows are
-// read one after another, each once per 8 tokens. One token reads each row whole (one
-// sequential stream of weights: the lone decode step is memory-bound); several take the rows
-// in ranges of 32 / T groups, so the tokens' activations of a range (at most 16 KiB) stay in
-// L1 while the 4 rows use them (a 5632-wide row of 8 tokens would not fit).
-static void tile_q8b(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xq, const float *dx, int n, float *y, int ystride) {
-  const int G = (nb + 15) / 16;
-  const size_t xstride = (size_t)G * 512;
-  const size_t dxstride = (size_t)G * 32;
-  if (n == 1) {
-    for (int r = 0; r < 4; r++) row_q8b(w + r * rowBytes, s, r, nb, 0, G, xq, xstride, dx, dxstride, NULL, y + r, ystride, 1);
-    return;
-  }
-  __m512 accs[4][8];
-  for (int t = 0; t < n; t += 8) {
-    const int T = n - t < 8 ? n - t : 8;
-    const int span = T == 1 ? G : 32 / T;
-    const uint8_t *xt = xq + t * xstride;
-    const float *dt = dx + t * dxstride;
-    float *yt = y + (size_t)t * ystride;
-    for (int g0 = 0; g0 < G; g0 += span) {
-      const int g1 = g0 + span < G ? g0 + span : G;
-      for (int r = 0; r < 4; r++) {
-        const uint8_t *wr = w + r * rowBytes;
-#define ROW(TT) row_q8b(wr, s, r, nb, g0, g1, xt, xstride, dt, dxstride, accs[r], yt + r, ystride, TT)
-        switch (T) {
-          case 1: ROW(1); break;
-          case 2: ROW(2); break;
-          case 3: ROW(3); break;
-          case 4: ROW(4); break;
-          case 5: ROW(5); break;
-          case 6: ROW(6); break;
-          case 7: ROW(7); break;
-          default: ROW(8); break;
-        }
-#undef ROW
+// One block pair of T tokens into acc (tile_q8v1's products and scales).
+#define Q8V_PAIR(acc)                                                                                                       \
+  do {                                                                                                                      \
+    _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);                                             \
+    const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));                                             \
+    const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));                                        \
+    const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r]))); \
+    for (int t = 0; t < T; t++) {                                                                                           \
+      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv); \
+      const __m512 dxv = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b)))); \
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, dxv)), acc[t]);         \
+    }                                                                                                                       \
+    b += 2;                                                                                                                 \
+  } while (0)
+
+// T (1..8) tokens, each with tile_q8v1's arithmetic (two accumulators alternating over the
+// block pairs, the same scales and tail): every token's outputs are bit for bit those of
+// tile_q8v1 on it alone, whatever T is, while each row is streamed once for all T.
+static inline __attribute__((always_inline)) void tile_q8vn(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
+                                                            const float *dx, int dxstride, float *y, int ystride, const int T) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i k128 = _mm512_set1_epi8((char)0x80);
+  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const int np = nb / 2;
+  for (int r = 0; r < 4; r++) {
+    const uint8_t *wr = w + r * rowBytes;
+    __m512 acc0[8], acc1[8];
+    for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    int b = 0;
+    // pairs 0, 2, 4, ... into acc0 and 1, 3, 5, ... into acc1, as tile_q8v1's `i & 1`
+    for (int i = 0; i + 1 < np; i += 2) {
+      Q8V_PAIR(acc0);
+      Q8V_PAIR(acc1);
+    }
+    if (np & 1) Q8V_PAIR(acc0);
+    if (b < nb) {
+      const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
+      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
+      for (int t = 0; t < T; t++) {
+        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
+        acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[(size_t)t * dxstride + b])), acc0[t]);
       }
     }
+    for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
   }
 }
+#undef Q8V_PAIR
 
 // n tokens (any n; the matmul takes it below GEMM_TOKENS, matvecRows at any n): token t's
 // outputs are bit for bit those of n = 1 on x_t alone, so a token's bits do not depend on the
@@ -206,11 +127,27 @@ static void tile_q8b(const uint8_t *w, size_t rowBytes, const float *s, int nb, 
 void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
   const size_t rowBytes = (size_t)cols;
   for (int tl = part(tiles, tid, nt); tl < part(tiles, tid + 1, nt); tl++) {
     const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
     const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-    tile_q8b(w, rowBytes, s, nb, m + xu, (const float *)(m + dx), n, (float *)(m + y) + 4 * (size_t)tl, ystride);
+    for (int t = 0; t < n; t += 8) {
+      const uint8_t *xt = m + xu + (size_t)t * cp;
+      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
+      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+      switch (n - t < 8 ? n - t : 8) {
+        case 1: tile_q8v1(w, rowBytes, s, nb, xt, dt, yt); break;
+        case 2: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
+        case 3: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
+        case 4: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
+        case 5: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
+        case 6: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
+        case 7: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
+        default: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
+      }
+    }
   }
 }
 
@@ -318,6 +255,8 @@ void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, 
 void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
+  const int nbp = (nb + 1) & ~1;
+  const size_t cp = (size_t)nbp * 32;
   const int groups = (n + 14) / 15;
   const size_t rowBytes = (size_t)cols;
   const int pairs = tiles / 2;
@@ -338,8 +277,23 @@ void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt,
     }
     for (int h = 0; h < R / 4; h++) {
       const int tl = 2 * pr + h;
-      tile_q8b(m + wq + (size_t)tl * 4 * rowBytes, rowBytes, (const float *)(m + ws) + (size_t)tl * nb * 4, nb, m + xu, (const float *)(m + dx), d,
-               (float *)(m + y) + (size_t)n * ystride + 4 * (size_t)tl, ystride);
+      const uint8_t *wt = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *st = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < d; t += 8) {
+        const uint8_t *xv = m + xu + (size_t)t * cp;
+        const float *dv = (const float *)(m + dx) + (size_t)t * nbp;
+        float *yv = (float *)(m + y) + (size_t)(n + t) * ystride + 4 * (size_t)tl;
+        switch (d - t < 8 ? d - t : 8) {
+          case 1: tile_q8v1(wt, rowBytes, st, nb, xv, dv, yv); break;
+          case 2: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 2); break;
+          case 3: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 3); break;
+          case 4: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 4); break;
+          case 5: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 5); break;
+          case 6: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 6); break;
+          case 7: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 7); break;
+          default: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 8); break;
+        }
+      }
     }
   }
 }
