@@ -7,8 +7,8 @@ import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 /*
  * matvecRows: row t of n one-token products is bit for bit matvec on x[t] (the batched decode
  * round relies on it), for every token count, odd block counts (a tail pair), rows that are
- * not a multiple of the 4-row tile and a real width (2048: many block pairs per row), on one
- * and two threads. And matmul below GEMM_TOKENS tokens gives each token the same bits (the
+ * not a multiple of the 4-row tile, a real width (2048: many block pairs per row) and a wide
+ * one with an odd block count (2144: 67 blocks), on one and two threads. And matmul below GEMM_TOKENS tokens gives each token the same bits (the
  * batched decode round's projections run through it).
  */
 for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
@@ -32,6 +32,7 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
           for (const [rows, cols] of [
             [37, quant32 ? 96 : 256],
             [64, 2048],
+            [20, quant32 ? 2144 : 2304],
           ] as const) {
             const w = k.uploadWeight({
               type,
@@ -107,6 +108,59 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
             k.matmulSwiglu(w, x.subarray(0, total * cols), s, n, extra);
             assert.deepEqual(s, wantS, `matmulSwiglu type ${type} n=${n} rows=${extra}`);
           }
+        }
+      }
+    } finally {
+      await k.close();
+    }
+  });
+}
+
+/*
+ * A row's bits depend neither on the batch size nor on the other rows beside it: the same
+ * tokens in shuffled batches of every size (repeats included) give each token the bits of
+ * matvec on it alone, at widths with and without a tail group.
+ */
+for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
+  test(`matvecRows: a token's bits do not depend on its batch or its neighbours (${backend})`, async (t) => {
+    const k = await createKernels({ backend, threads: 2, smallJob: 0 }).catch(() => undefined);
+    if (!k) return t.skip(`no ${backend} kernels here`);
+    try {
+      if (!k.matvecRows) return t.skip(`${backend} has no matvecRows`);
+      for (const [rows, cols] of [
+        [24, 2048],
+        [12, 5632],
+        [8, 608],
+      ] as const) {
+        const w = k.uploadWeight({
+          type: GgmlType.Q8_0,
+          rows,
+          cols,
+          data: randomWeightBytes(GgmlType.Q8_0, rows, cols, cols),
+        });
+        const tokens = 6;
+        const x = randomFloats(tokens * cols, 3);
+        const alone = new Float32Array(tokens * rows);
+        for (let i = 0; i < tokens; i++)
+          k.matvec(w, x.subarray(i * cols, (i + 1) * cols), alone.subarray(i * rows, (i + 1) * rows));
+        let seed = 11;
+        const next = (m: number): number => {
+          seed = (seed * 1103515245 + 12345) % 2147483648;
+          return seed % m;
+        };
+        for (let n = 1; n <= 17; n++) {
+          const pick = Array.from({ length: n }, () => next(tokens));
+          const xb = new Float32Array(n * cols);
+          pick.forEach((i, r) => xb.set(x.subarray(i * cols, (i + 1) * cols), r * cols));
+          const y = new Float32Array(n * rows);
+          k.matvecRows(w, xb, y, n);
+          pick.forEach((i, r) =>
+            assert.deepEqual(
+              y.subarray(r * rows, (r + 1) * rows),
+              alone.subarray(i * rows, (i + 1) * rows),
+              `[${rows}, ${cols}] token ${i} at row ${r} of ${n}`,
+            ),
+          );
         }
       }
     } finally {

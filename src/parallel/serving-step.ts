@@ -1,6 +1,8 @@
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
+import { q8BlockSize } from '../kernels/q8.js';
 import type { ParallelPlan } from './plan.js';
 import { microBatches, stageForward, type RankContext } from './runner.js';
+import { decodeWire, encodeWire, wireBuffer } from './wire.js';
 
 /**
  * Serving steps: a coordinator drives every rank through the same forwards, one at a time,
@@ -29,8 +31,9 @@ export async function forwardOnRank(
 /**
  * One decode step of several sequences: tokens[t] at the next position of caches[t]. A
  * single stage runs the rows as one batch (the model's forwardBatch, batch-invariant); a
- * pipeline runs them one after another through its stages. Returns each row's logits on the
- * last stage, undefined elsewhere.
+ * pipeline sends them from stage to stage as one message and each stage runs them as one
+ * batch (forwardLayersBatch), unless q8 activations would share scale blocks across rows.
+ * Returns each row's logits on the last stage, undefined elsewhere.
  */
 export async function forwardBatchOnRank(
   ctx: RankContext,
@@ -38,10 +41,43 @@ export async function forwardBatchOnRank(
   tokens: readonly number[],
 ): Promise<Float32Array[] | undefined> {
   if (ctx.plan.stages === 1) return ctx.model.forwardBatch(tokens, caches);
+  if (ctx.wire !== 'q8' || ctx.model.config.embeddingLength % q8BlockSize === 0)
+    return stageForwardRows(ctx, caches, tokens);
   const rows: Float32Array[] = [];
   for (const [t, cache] of caches.entries()) {
     const logits = await stageForward(ctx, cache, [tokens[t] as number], 1);
     if (logits) rows.push(logits);
   }
   return rows.length === caches.length ? rows : undefined;
+}
+
+/**
+ * A pipeline's decode step of n sequences on this rank: the rows' hidden states [n, width]
+ * come from the previous stage (or are embedded), run through this stage's layers as one
+ * batch and go on to the next stage. Each row's bits are those of stageForward on it alone:
+ * the batch is invariant, and the wire encodes a row as it would alone (f32, f16 per value,
+ * q8 per 32 values within a row when the width is a multiple of 32).
+ */
+async function stageForwardRows(
+  ctx: RankContext,
+  caches: readonly SequenceCache[],
+  tokens: readonly number[],
+): Promise<Float32Array[] | undefined> {
+  const { plan, me, model, world, meter, wire } = ctx;
+  const n = caches.length;
+  const count = n * model.config.embeddingLength;
+  const dtype = wire === 'f16' ? ({ dtype: 'f16' } as const) : {};
+  const x = new Float32Array(count);
+  if (me.stage === 0) model.embed(tokens, x);
+  else {
+    const msg = wireBuffer(wire, count);
+    await meter.time(0, world.recv((me.stage - 1) * plan.tpSize + me.tpRank, msg, dtype));
+    decodeWire(wire, msg, x);
+  }
+  await model.forwardLayersBatch(x, caches);
+  if (me.stage === plan.stages - 1) return model.logitsRows(x, n);
+  const msg = wireBuffer(wire, count);
+  encodeWire(wire, x, msg);
+  await meter.time(msg.byteLength, world.send((me.stage + 1) * plan.tpSize + me.tpRank, msg, dtype));
+  return undefined;
 }

@@ -229,23 +229,38 @@ export class Model {
       const rows = caches.slice(s, s + DECODE_BATCH);
       const n = rows.length;
       const x = this.embed(tokens.slice(s, s + n), this.scratch.f32('x', n * width));
-      await this.runLayers(
-        x,
-        n,
-        Int32Array.from(rows, (cache) => cache.length),
-        { rowCaches: rows.map((cache) => cache.cache) },
-      );
-      for (const cache of rows) cache.advance(1);
+      await this.forwardLayersBatch(x, rows);
       out.push(...(await this.logitsRows(x, n)));
     }
     return out;
   }
 
   /**
+   * forwardBatch's layers alone (a pipeline stage's part of a decode step): x [n, width] holds
+   * one row per cache (n = caches.length), run in place through this shard's layers at each
+   * cache's next position; row t bit for bit `forwardLayers` of it alone.
+   */
+  async forwardLayersBatch(x: Float32Array, caches: readonly SequenceCache[]): Promise<void> {
+    assert.equal(new Set(caches).size, caches.length, 'forwardLayersBatch takes one row per sequence');
+    const width = this.config.embeddingLength;
+    for (const cache of caches) cache.reserve(1);
+    for (let s = 0; s < caches.length; s += DECODE_BATCH) {
+      const rows = caches.slice(s, s + DECODE_BATCH);
+      await this.runLayers(
+        x.subarray(s * width, (s + rows.length) * width),
+        rows.length,
+        Int32Array.from(rows, (cache) => cache.length),
+        { rowCaches: rows.map((cache) => cache.cache) },
+      );
+      for (const cache of rows) cache.advance(1);
+    }
+  }
+
+  /**
    * The logits of each of n hidden states [n, width], row t bit for bit `logits(row t)`: the
    * output head runs once for all rows where the kernels offer matvecRows.
    */
-  private async logitsRows(hidden: Float32Array, n: number): Promise<Float32Array[]> {
+  async logitsRows(hidden: Float32Array, n: number): Promise<Float32Array[]> {
     const width = this.config.embeddingLength;
     const matvecRows = this.kernels.matvecRows?.bind(this.kernels);
     const out: Float32Array[] = [];
