@@ -3,7 +3,6 @@ import type { RecvWr, SendWr } from './types.js';
 import { MAX_INLINE } from './types.js';
 import { isU64 } from './address-split.js';
 
-
 /**
  * Shape checks of the work requests an application posts: a bad shape is the caller's bug
  * and throws FABRIC_INVALID_REQUEST at once; a well-shaped request that names bad memory
