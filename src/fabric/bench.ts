@@ -11,8 +11,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
 import {
@@ -325,117 +324,16 @@ export function formatRow(r: BenchRow): string {
   return `${r.provider.padEnd(4)} bandwidth  ${size.padStart(8)}  ${String(r.bandwidth_MBps).padStart(10)} MB/s`;
 }
 
-/** `<repo>/../shared/anchors/run-anchors.sh`, or undefined when absent. */
-export function anchorsScript(): string | undefined {
-  const path = resolve(import.meta.dirname, '..', '..', '..', 'shared', 'anchors', 'run-anchors.sh');
-  return existsSync(path) ? path : undefined;
-}
-
-export interface Anchors {
-  ucxShmLatencyUs?: number | undefined;
-  ucxShmBandwidthMBps?: number | undefined;
-  sockperfLatencyUs?: number | undefined;
-  iperfBandwidthMBps?: number | undefined;
-  raw: Record<string, unknown>[];
-}
-
-/**
- * Runs one part of `run-anchors.sh` (`fabric`, `allreduce`) and returns its JSON lines; the
- * script prints `"key":,` when a tool produced no figure, read here as null.
- */
-export async function anchorLines(
-  script: string,
-  part: string,
-  timeoutMs: number,
-): Promise<Record<string, unknown>[]> {
-  const out = await new Promise<string>((resolveOut, reject) => {
-    const p = spawn('bash', [script, part], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let text = '';
-    p.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
-    p.on('error', reject);
-    p.on('exit', () => {
-      clearTimeout(timer);
-      resolveOut(text);
-    });
-  });
-  const lines: Record<string, unknown>[] = [];
-  for (const line of out.split('\n')) {
-    if (!line.trim().startsWith('{')) continue;
-    try {
-      lines.push(JSON.parse(line.replace(/:(?=\s*[,}])/g, ':null')) as Record<string, unknown>);
-    } catch {
-      // not an anchor line
-    }
-  }
-  return lines;
-}
-
-/** Runs the anchors script (fabric part) and picks the figures the goals compare with. */
-export async function runAnchors(script: string): Promise<Anchors> {
-  const a: Anchors = { raw: [] };
-  for (const o of await anchorLines(script, 'fabric', 300_000)) {
-    a.raw.push(o);
-    const num = (k: string): number | undefined => (typeof o[k] === 'number' ? (o[k] as number) : undefined);
-    if (o.anchor === 'ucx' && o.transport === 'posix,self') {
-      a.ucxShmLatencyUs = num('latency_us_8B');
-      a.ucxShmBandwidthMBps = num('bandwidth_MBps_4MiB');
-    }
-    if (o.anchor === 'sockperf') a.sockperfLatencyUs = num('latency_us_64B_p50');
-    if (o.anchor === 'iperf3') a.iperfBandwidthMBps = num('bandwidth_MBps');
-  }
-  return a;
-}
-
-export interface GoalCheck {
-  goal: string;
-  ours: number | null;
-  anchor: number | null;
-  ratio: number | null;
-  met: boolean | null;
-}
-
-/**
- * One goal: `ours` against the anchor's figure, met when the ratio is at most `limit`
- * (`lower`: times) or at least it (rates); met is null when either figure is missing.
- */
-export function goalCheck(
-  name: string,
-  ours: number | null,
-  anchor: number | undefined | null,
-  limit: number,
-  lower: boolean,
-): GoalCheck {
-  const ratio = ours !== null && anchor ? round(ours / anchor, 2) : null;
-  return {
-    goal: name,
-    ours,
-    anchor: anchor ?? null,
-    ratio,
-    met: ratio === null ? null : lower ? ratio <= limit : ratio >= limit,
-  };
-}
-
-/** The line `--anchors` prints for a goal. */
-export function formatGoal(g: GoalCheck): string {
-  const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
-  return `goal: ${g.goal}: ours ${g.ours ?? '-'} vs anchor ${g.anchor ?? '-'} (ratio ${g.ratio ?? '-'}): ${verdict}`;
-}
-
-/** The issue's goals: shm 8 B latency <= 3x UCX posix, shm 4 MiB bw >= 0.5x UCX; tcp 64 B latency <= 1.5x sockperf, 4 MiB bw >= 0.7x iperf3. */
-export function checkGoals(provider: ProviderName, rows: readonly BenchRow[], a: Anchors): GoalCheck[] {
-  const lat = (b: number): number | null =>
-    rows.find((r) => r.op === 'latency' && r.bytes === b)?.latency_us_p50 ?? null;
-  const bw = (b: number): number | null =>
-    rows.find((r) => r.op === 'bandwidth' && r.bytes === b)?.bandwidth_MBps ?? null;
-  if (provider === 'shm') {
-    return [
-      goalCheck('shm 8 B latency <= 3x UCX posix', lat(8), a.ucxShmLatencyUs, 3, true),
-      goalCheck('shm 4 MiB bandwidth >= 0.5x UCX posix', bw(4 << 20), a.ucxShmBandwidthMBps, 0.5, false),
-    ];
-  }
-  return [
-    goalCheck('tcp 64 B latency <= 1.5x sockperf', lat(64), a.sockperfLatencyUs, 1.5, true),
-    goalCheck('tcp 4 MiB bandwidth >= 0.7x iperf3', bw(4 << 20), a.iperfBandwidthMBps, 0.7, false),
-  ];
-}
+export {
+  anchorLines,
+  anchorsScript,
+  bestAnchors,
+  bestBenchRows,
+  checkGoals,
+  formatGoal,
+  formatGoalTable,
+  goalCheck,
+  runAnchors,
+  type Anchors,
+  type GoalCheck,
+} from './bench-anchors.js';

@@ -1,3 +1,4 @@
+import { AddressSplit } from './address-split.js';
 import type { CQ } from './completion-queue.js';
 import { noteFailure } from './completions.js';
 import {
@@ -42,7 +43,7 @@ import {
 import { checkRecvWr, checkSendWr } from './work-request-check.js';
 
 /** Splits a 64-bit address into u32 halves without allocating BigInts (hot path). */
-const split = new DataView(new ArrayBuffer(8));
+const split = new AddressSplit();
 /**
  * Single-SGE sends and writes up to this size take the no-allocation path (postSmall): a
  * board entry of a 16 KiB all-reduce (head, payload, tail) among them.
@@ -210,9 +211,9 @@ export class Qp implements QueuePair, ResponderHost {
   ): void {
     const remote = wr.remote as NonNullable<SendWr['remote']>;
     const rkey = remote.rkey >>> 0;
-    split.setBigUint64(0, remote.addr, true);
-    let hi = split.getUint32(4, true);
-    let lo = split.getUint32(0, true);
+    split.split(remote.addr);
+    let hi = split.hi;
+    let lo = split.lo;
     let off = 0;
     do {
       const len = Math.min(MAX_PAYLOAD, total - off);
@@ -291,17 +292,8 @@ export class Qp implements QueuePair, ResponderHost {
     if (op === 'write' && !signaled && this.transport.placeSmall !== undefined) {
       // placed by the requester with no frame: no sequence number, nothing to complete or ACK
       const remote = wr.remote as NonNullable<SendWr['remote']>;
-      split.setBigUint64(0, remote.addr, true);
-      if (
-        this.transport.placeSmall(
-          remote.rkey >>> 0,
-          split.getUint32(4, true),
-          split.getUint32(0, true),
-          src,
-          off,
-          len,
-        )
-      ) {
+      split.split(remote.addr);
+      if (this.transport.placeSmall(remote.rkey >>> 0, split.hi, split.lo, src, off, len)) {
         this.responder.flushIfDue();
         return;
       }
@@ -322,11 +314,11 @@ export class Qp implements QueuePair, ResponderHost {
       h = this.headers.send(this.asks(signaled), psn);
     } else {
       const remote = wr.remote as NonNullable<SendWr['remote']>;
-      split.setBigUint64(0, remote.addr, true);
+      split.split(remote.addr);
       const imm = op === 'write_imm';
       const flags = (imm ? FLAG_IMM : 0) | this.asks(signaled);
-      const lo = split.getUint32(0, true);
-      const hi = split.getUint32(4, true);
+      const lo = split.lo;
+      const hi = split.hi;
       h = this.headers.write(flags, psn, remote.rkey >>> 0, lo, hi, imm ? (wr.imm ?? 0) >>> 0 : 0);
     }
     (this.transport.sendFrom as NonNullable<Transport['sendFrom']>).call(this.transport, h, src, off, len);

@@ -1,10 +1,10 @@
+import { AddressSplit, isU64 } from './address-split.js';
 import type { Domain, Region } from './memory.js';
 import type { DeviceStats, Sge } from './types.js';
 import { Access } from './types.js';
 import type { WireStatus } from './wire.js';
 
 const TWO32 = 4294967296;
-const TWO64 = 1n << 64n;
 
 /**
  * The key checks of one queue pair's protection domain: local SGEs of posted work requests
@@ -12,12 +12,12 @@ const TWO64 = 1n << 64n;
  * and leaves the region in a field, so the hot path builds no result object.
  */
 export class RegionCheck {
-  /** The region local() resolved last. */
+  /** The region local() resolved last (and looks at first: the next request is likely to name it again). */
   localRegion: Region | undefined;
-  /** The region remote() validated last. */
+  /** The region remote() validated last (and looks at first). */
   remoteRegion: Region | undefined;
   /** Splits a 64-bit address into u32 halves without BigInt arithmetic. */
-  private readonly split = new DataView(new ArrayBuffer(8));
+  private readonly split = new AddressSplit();
 
   constructor(
     private readonly pd: Domain,
@@ -26,14 +26,16 @@ export class RegionCheck {
 
   /** An SGE's offset in its region (left in `localRegion`), or -1 when the key is dead, foreign, out of range or not writable. */
   local(sge: Sge, mustWrite: boolean): number {
-    const mr: Region | undefined = this.pd.keys.byLkey.get(sge.lkey);
+    // the region of the last check first: a live region's key names no other live region
+    let mr = this.localRegion;
+    if (mr === undefined || mr.lkey !== sge.lkey || !mr.live) mr = this.pd.keys.byLkey.get(sge.lkey);
     if (mr === undefined || mr.pd !== this.pd || !mr.live) return -1;
     if (mustWrite && (mr.access & Access.LOCAL_WRITE) === 0) return -1;
     const a = sge.addr;
-    if (typeof a !== 'bigint' || a < 0n || a >= TWO64) return -1;
+    if (typeof a !== 'bigint' || !isU64(a)) return -1;
     const split = this.split;
-    split.setBigUint64(0, a, true);
-    const off = (split.getUint32(4, true) - mr.addrHi) * TWO32 + (split.getUint32(0, true) - mr.addrLo);
+    split.split(a);
+    const off = (split.hi - mr.addrHi) * TWO32 + (split.lo - mr.addrLo);
     const len = sge.length;
     if (!(off >= 0) || !Number.isInteger(len) || len < 0 || off + len > mr.length) return -1;
     this.localRegion = mr;
@@ -57,7 +59,8 @@ export class RegionCheck {
    * `flag`: the offset in the region (left in `remoteRegion`), or the refusal status (counted).
    */
   remote(rkey: number, lo: number, hi: number, len: number, flag: number): number | WireStatus {
-    const mr = this.pd.keys.byRkey.get(rkey);
+    let mr = this.remoteRegion;
+    if (mr === undefined || mr.rkey !== rkey || !mr.live) mr = this.pd.keys.byRkey.get(rkey);
     if (mr === undefined || mr.pd !== this.pd || !mr.live) {
       this.stats.rejectedKey++;
       return 'remote_key';

@@ -34,8 +34,11 @@ export const PLACE_SMALL_MAX = 32 * 1024;
 /** placeSmall() copies this many bytes at each end of a write one by one, in ascending order. */
 const PLACE_EDGE = 64;
 const TWO32 = 4294967296;
-/** Below this many bytes a plain loop copies faster than TypedArray.set. */
-const SMALL_COPY = 16;
+/**
+ * Up to this many bytes a plain loop copies faster than TypedArray.set, whose call into a
+ * shared buffer costs more than a frame header's stores (docs/fabric.md).
+ */
+const SMALL_COPY = 64;
 /** While the application is active, rings are also polled this often (acks, reads for a busy peer). */
 export const TICK_MS = 1;
 const KNOCK = new Uint8Array([1]);

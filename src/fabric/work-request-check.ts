@@ -1,8 +1,7 @@
 import { TandemError } from '../errors/index.js';
 import type { RecvWr, SendWr } from './types.js';
 import { MAX_INLINE } from './types.js';
-
-const TWO64 = 1n << 64n;
+import { isU64 } from './address-split.js';
 
 /**
  * Shape checks of the work requests an application posts: a bad shape is the caller's bug
@@ -36,7 +35,7 @@ export function checkSendWr(wr: SendWr): void {
   ) {
     throw invalid(`postSend: ${op} needs remote: { addr: bigint, rkey: number }`);
   }
-  if (op !== 'send' && (wr.remote!.addr < 0n || wr.remote!.addr >= TWO64)) {
+  if (op !== 'send' && !isU64(wr.remote!.addr)) {
     throw invalid(`postSend: remote address ${wr.remote!.addr} is not a 64-bit address`);
   }
   if (

@@ -13,7 +13,7 @@ import {
   type CollRow,
 } from '../../collectives/bench.js';
 import { algorithms } from '../../collectives/call.js';
-import { formatGoal } from '../../fabric/bench.js';
+import { formatGoalTable } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 import type { BenchOp } from '../../collectives/bench-rank.js';
@@ -68,8 +68,9 @@ export const command = defineCommand({
   description:
     'Starts N rank processes over the chosen provider and times one collective per size (f32, sum), ' +
     "nccl-tests style: time is the slowest rank's average, busbw = algbw x the bus factor. With --anchors " +
-    'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) first and prints its figures beside ours, ' +
-    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least 0.8x).",
+    'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) and prints its figures beside ours with the ratio, ' +
+    'alternated with ours in rounds (--rounds, default 3 with --anchors), each figure the best of its rounds, ' +
+    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least its).",
   options: {
     op: {
       type: 'string',
@@ -106,11 +107,14 @@ export const command = defineCommand({
       description:
         'one JSON object per line: {"op","ranks","provider","algorithm","bytes","time_us","algbw_GBps","busbw_GBps"}',
     },
+    rounds: {
+      type: 'number',
+      description:
+        "rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine's speed drifts; default 3 with --anchors, else 1)",
+    },
     repeat: {
       type: 'number',
-      default: 1,
-      description:
-        "rounds, each the anchor (with --anchors) then ours; every row and anchor figure is the best of its rounds (the machine's speed drifts)",
+      description: 'the same as --rounds (its older name)',
     },
     anchors: {
       type: 'boolean',
@@ -122,7 +126,7 @@ export const command = defineCommand({
     'tandem bench collectives --op all-reduce --ranks 2 --provider shm',
     'tandem bench collectives --ranks 4 --provider tcp --sizes 8,1M --json',
     'tandem bench collectives --ranks 2 --sizes 8,1K,1M --anchors',
-    'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --repeat 3',
+    'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --rounds 5',
   ],
   async run({ options }) {
     const ranks = options.ranks;
@@ -140,12 +144,12 @@ export const command = defineCommand({
         { hint: 'e.g. --iterations 100' },
       );
     }
-    const repeat = options.repeat;
+    const repeat = options.rounds ?? options.repeat ?? (options.anchors ? 3 : 1);
     if (!Number.isInteger(repeat) || repeat < 1) {
       throw new TandemError(
         'CLI_USAGE',
-        `bench collectives: --repeat must be a positive integer, got ${repeat}`,
-        { hint: 'e.g. --repeat 3' },
+        `bench collectives: --rounds must be a positive integer, got ${repeat}`,
+        { hint: 'e.g. --rounds 3' },
       );
     }
     if (options.provider === 'loopback' && ranks !== 1) {
@@ -214,10 +218,10 @@ export const command = defineCommand({
       for (const r of rows) print(r, anchors);
     }
     // with --json, stdout keeps exactly the benchmark rows; the goals go to stderr
-    for (const g of anchors ? checkCollectiveGoals(rows, anchors) : []) {
-      if (options.json) process.stderr.write(JSON.stringify(g) + '\n');
-      else process.stdout.write(formatGoal(g) + '\n');
-    }
+    const goals = anchors ? checkCollectiveGoals(rows, anchors) : [];
+    if (options.json)
+      for (const g of goals) process.stderr.write(JSON.stringify({ rounds: repeat, ...g }) + '\n');
+    else if (goals.length > 0) process.stdout.write(formatGoalTable(goals, repeat) + '\n');
     return 0;
   },
 });

@@ -1,12 +1,15 @@
 import {
   anchorsScript,
+  bestAnchors,
+  bestBenchRows,
   checkGoals,
-  formatGoal,
   DEFAULT_SIZES,
+  formatGoalTable,
   formatRow,
   parseSize,
   runAnchors,
   runFabricBench,
+  type Anchors,
   type BenchRow,
 } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
@@ -18,7 +21,8 @@ export const command = defineCommand({
   description:
     'Spawns a second process, connects it over the chosen provider and runs RDMA WRITE WITH IMMEDIATE ping-pong ' +
     '(latency) and a window of RDMA WRITEs (bandwidth) for each size. With --anchors it also runs ' +
-    '../shared/anchors/run-anchors.sh fabric and prints the anchor figures and the ratio to the goals.',
+    '../shared/anchors/run-anchors.sh fabric, alternated with ours in rounds (--rounds, default 3), and prints ' +
+    "the best of each beside the other with the ratio to the goals (the machine's speed drifts between minutes).",
   options: {
     provider: {
       type: 'string',
@@ -44,13 +48,19 @@ export const command = defineCommand({
     anchors: {
       type: 'boolean',
       description:
-        'run <repo>/../shared/anchors/run-anchors.sh fabric and print its figures and the goal ratios (on stderr with --json)',
+        'run <repo>/../shared/anchors/run-anchors.sh fabric alternated with ours, and print its figures and the goal table: ours, the anchor, the ratio (on stderr with --json)',
+    },
+    rounds: {
+      type: 'number',
+      description:
+        'rounds, each the anchors (with --anchors) then ours; every figure, ours and the anchors, is the best of its rounds (default 3 with --anchors, else 1)',
     },
   },
   examples: [
     'tandem bench fabric --provider shm',
     'tandem bench fabric --provider tcp --sizes 64,4M --json',
     'tandem bench fabric --provider tcp --anchors',
+    'tandem bench fabric --provider shm --sizes 8,4M --anchors --rounds 5',
   ],
   async run({ options }) {
     const sizes = options.sizes ? options.sizes.map(parseSize) : DEFAULT_SIZES;
@@ -61,27 +71,47 @@ export const command = defineCommand({
         { hint: 'e.g. --iterations 1000' },
       );
     }
+    const rounds = options.rounds ?? (options.anchors ? 3 : 1);
+    if (!Number.isInteger(rounds) || rounds < 1) {
+      throw new TandemError('CLI_USAGE', `bench fabric: --rounds must be a positive integer, got ${rounds}`, {
+        hint: 'e.g. --rounds 3',
+      });
+    }
     const provider = options.provider;
     const print = (r: BenchRow): void => {
       process.stdout.write((options.json ? JSON.stringify(r) : formatRow(r)) + '\n');
     };
-    const rows = await runFabricBench(provider, { sizes, iterations: options.iterations }, print);
-    if (!options.anchors) return 0;
-    const script = anchorsScript();
-    if (script === undefined) {
+    const script = options.anchors ? anchorsScript() : undefined;
+    if (options.anchors && script === undefined)
       process.stderr.write(
         'anchors: <repo>/../shared/anchors/run-anchors.sh is absent; no anchor figures to compare with\n',
       );
-      return 0;
+    let rows: BenchRow[] = [];
+    let anchors: Anchors | undefined;
+    for (let round = 1; round <= rounds; round++) {
+      const of = rounds > 1 ? ` (round ${round} of ${rounds})` : '';
+      if (script !== undefined) {
+        process.stderr.write(`anchors: running run-anchors.sh fabric${of}...\n`);
+        anchors = bestAnchors(anchors, await runAnchors(script));
+      }
+      if (rounds > 1) process.stderr.write(`ours${of}...\n`);
+      // one round: each row as it arrives; more: each round's rows on stderr, the best at the end
+      const got = await runFabricBench(provider, { sizes, iterations: options.iterations }, (r) =>
+        rounds === 1 ? print(r) : process.stderr.write(`  ${formatRow(r)}\n`),
+      );
+      rows = bestBenchRows(rows, got);
     }
-    const anchors = await runAnchors(script);
+    if (rounds > 1) {
+      if (!options.json) process.stdout.write(`# best of ${rounds} rounds\n`);
+      for (const r of rows) print(r);
+    }
+    if (anchors === undefined) return 0;
     // with --json, stdout keeps exactly the benchmark rows; anchors and goals go to stderr
     const out = options.json ? process.stderr : process.stdout;
     for (const a of anchors.raw) out.write(`anchor: ${JSON.stringify(a)}\n`);
-    for (const g of checkGoals(provider, rows, anchors)) {
-      if (options.json) out.write(JSON.stringify({ provider, ...g }) + '\n');
-      else process.stdout.write(formatGoal(g) + '\n');
-    }
+    const goals = checkGoals(provider, rows, anchors);
+    if (options.json) for (const g of goals) out.write(JSON.stringify({ provider, rounds, ...g }) + '\n');
+    else out.write(formatGoalTable(goals, rounds) + '\n');
     return 0;
   },
 });

@@ -1,0 +1,65 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { bestAnchors, bestBenchRows, formatGoalTable, goalCheck, type Anchors } from './bench-anchors.js';
+import type { BenchRow } from './bench.js';
+
+const lat = (p50: number, p99: number, wait: number): BenchRow => ({
+  provider: 'shm',
+  op: 'latency',
+  bytes: 8,
+  latency_us_p50: p50,
+  latency_us_p99: p99,
+  bandwidth_MBps: null,
+  wait_latency_us_p50: wait,
+  wait_latency_us_p99: wait * 2,
+});
+const bw = (bytes: number, mbps: number): BenchRow => ({
+  provider: 'shm',
+  op: 'bandwidth',
+  bytes,
+  latency_us_p50: null,
+  latency_us_p99: null,
+  bandwidth_MBps: mbps,
+});
+
+test('rounds of fabric rows keep, per op and size, the lowest latency and the highest bandwidth, each measure on its own', () => {
+  const kept = bestBenchRows(bestBenchRows([], [lat(0.5, 3, 2), bw(8, 10)]), [
+    lat(0.6, 2, 1),
+    bw(8, 12),
+    bw(64, 90),
+  ]);
+  assert.deepEqual(kept, [lat(0.5, 2, 1), bw(8, 12), bw(64, 90)]);
+});
+
+test('rounds of anchors keep the best figure of each anchor line, times lowest and rates highest', () => {
+  const round = (latency: number, bandwidth: number): Anchors => ({
+    ucxShmLatencyUs: latency,
+    ucxShmBandwidthMBps: bandwidth,
+    raw: [
+      {
+        anchor: 'ucx',
+        transport: 'posix,self',
+        latency_us_8B: latency,
+        bandwidth_MBps_4MiB: bandwidth,
+      },
+    ],
+  });
+  const a = bestAnchors(bestAnchors(undefined, round(0.16, 30000)), round(0.15, 25000));
+  assert.equal(a.ucxShmLatencyUs, 0.15);
+  assert.equal(a.ucxShmBandwidthMBps, 30000);
+  assert.deepEqual(a.raw, [
+    { anchor: 'ucx', transport: 'posix,self', latency_us_8B: 0.15, bandwidth_MBps_4MiB: 30000 },
+  ]);
+  // a round whose tool produced no figure keeps the other round's
+  assert.equal(bestAnchors(a, { raw: [] }).ucxShmLatencyUs, 0.15);
+});
+
+test('the goal table shows ours, the anchor, the ratio and the verdict of each goal', () => {
+  const table = formatGoalTable(
+    [goalCheck('shm 8 B latency <= 3x UCX posix', 0.45, 0.15, 3, true), goalCheck('x', null, 1, 1, false)],
+    3,
+  );
+  assert.match(table, /best of 3 alternated rounds/);
+  assert.match(table, /shm 8 B latency <= 3x UCX posix +0\.45 +0\.15 +3\.00 +met/);
+  assert.match(table, /x +- +1 +- +n\/a/);
+});
