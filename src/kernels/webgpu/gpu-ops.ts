@@ -65,6 +65,8 @@ export class GpuOps {
   private quantize(x: GPUBuffer, n: number, cols: number): GPUBuffer {
     const words = n * q8Words(cols);
     if (!this.xq || this.xqWords < words) {
+      // the old buffer may be bound in the recorded pass: submit that before destroying it
+      this.gpu.flush();
       this.xq?.destroy();
       this.xqWords = Math.max(words, 2 * this.xqWords);
       this.xq = this.gpu.storage(4 * this.xqWords, 'activation q8_0');
@@ -115,9 +117,9 @@ export class GpuOps {
     this.gpu.dispatch('add', ADD, params([len]), [y, x], groups1d(len));
   }
 
-  /** dst[offset + i] = src[i] for i < len (floats). */
-  copy(src: GPUBuffer, dst: GPUBuffer, len: number, offset: number): void {
-    this.gpu.dispatch('copy', COPY, params([len, offset]), [src, dst], groups1d(len));
+  /** dst[dstOffset + i] = src[srcOffset + i] for i < len (floats). */
+  copy(src: GPUBuffer, dst: GPUBuffer, len: number, dstOffset: number, srcOffset = 0): void {
+    this.gpu.dispatch('copy', COPY, params([len, dstOffset, srcOffset]), [src, dst], groups1d(len));
   }
 
   /**

@@ -12,14 +12,31 @@
  */
 
 /**
- * f32 to the nearest f16 value, ties to even, by rounding the mantissa to 10 bits (WGSL's
- * pack2x16float leaves the rounding direction to the implementation; lavapipe truncates).
- * Exact for f16's normal range; below it (|v| < 2^-14) it keeps more bits than f16 would.
+ * f32 to the nearest f16 value, ties to even (WGSL's pack2x16float leaves the rounding
+ * direction to the implementation; lavapipe truncates): the mantissa rounded to 10 bits in
+ * f16's normal range, to a multiple of 2^-24 below it (f16's subnormals; WGSL's round is
+ * half-to-even and scaling by 2^24 is exact).
  */
 const ROUND_F16 = /* wgsl */ `
 fn roundF16(v: f32) -> f32 {
+  if (abs(v) < 6.1035156e-5) { return round(v * 16777216.0) * 5.9604645e-8; }
   let b = bitcast<u32>(v);
   return bitcast<f32>((b + 0xfffu + ((b >> 13u) & 1u)) & 0xffffe000u);
+}
+`;
+
+/**
+ * The f16 bit pattern h (low 16 bits) as f32, subnormals included: WGSL lets
+ * unpack2x16float flush them to zero (lavapipe does), and weights N(0, 0.02) hold many.
+ */
+const F16_TO_F32 = /* wgsl */ `
+fn f16ToF32(h: u32) -> f32 {
+  let sign = (h & 0x8000u) << 16u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0u) { return bitcast<f32>(sign | bitcast<u32>(f32(m) * 5.9604645e-8)); }
+  if (e == 31u) { return bitcast<f32>(sign | 0x7f800000u | (m << 13u)); }
+  return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
 }
 `;
 
@@ -31,6 +48,7 @@ struct P { rows: u32, cols: u32, yStride: u32, yOffset: u32, wScales: u32, xScal
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 var<workgroup> part: array<f32, 64>;
 ${ROUND_F16}
+${F16_TO_F32}
 
 fn finish(s: f32, tid: u32, r: u32, t: u32) {
   part[tid] = s;
@@ -69,8 +87,9 @@ export const MATMUL_F16 = MAIN(/* wgsl */ `
     let wo = r * (p.cols / 2u);
     let xo = t * p.cols;
     for (var c = tid; c < p.cols / 2u; c += 64u) {
-      let wv = unpack2x16float(w[wo + c]);
-      s += wv.x * roundF16(bitcast<f32>(x[xo + 2u * c])) + wv.y * roundF16(bitcast<f32>(x[xo + 2u * c + 1u]));
+      let pair = w[wo + c];
+      s += f16ToF32(pair & 0xffffu) * roundF16(bitcast<f32>(x[xo + 2u * c]));
+      s += f16ToF32(pair >> 16u) * roundF16(bitcast<f32>(x[xo + 2u * c + 1u]));
     }`);
 
 /** Q8_0: quants packed 4 to a word [rows, cols / 4], then f32 scales [rows, cols / 32] at wScales. */

@@ -91,9 +91,9 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
 }
 `;
 
-/** dst[offset + i] = src[i] for i < len: storing a step's K or V rows into the cache. */
+/** dst[dstOffset + i] = src[srcOffset + i] for i < len: K/V rows into the cache, a token's row out. */
 export const COPY = /* wgsl */ `
-struct P { len: u32, offset: u32 }
+struct P { len: u32, dstOffset: u32, srcOffset: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
@@ -102,7 +102,7 @@ struct P { len: u32, offset: u32 }
 fn main(@builtin(global_invocation_id) g: vec3u) {
   let i = g.x + g.y * 65535u * 64u;
   if (i >= p.len) { return; }
-  dst[p.offset + i] = src[i];
+  dst[p.dstOffset + i] = src[p.srcOffset + i];
 }
 `;
 
