@@ -5,6 +5,7 @@ import { tempModel } from '../engine/testing/temp-model.js';
 import { isTandemError } from '../errors/index.js';
 import { GpuDevice, chooseKernels, probeAdapter } from '../kernels/webgpu/index.js';
 import { gpuRefusalFor, openGpuModel } from './webgpu-model.js';
+import { runTandem } from './testing.js';
 
 /**
  * The whole forward pass on the GPU against the CPU engine on the reference kernels (the
@@ -112,5 +113,35 @@ test(
     const chosen = await chooseKernels('auto', gpuRefusalFor(q8(), 64));
     assert.equal(chosen.backend, 'webgpu');
     if (chosen.backend === 'webgpu') chosen.device.destroy();
+  },
+);
+
+test(
+  'tandem run --kernels webgpu: the greedy tokens of the default kernels; --kv-type f16 and --nodes refused',
+  { skip },
+  async () => {
+    const args = [
+      'run',
+      q8(),
+      '--prompt-tokens',
+      '5,6,7,8',
+      '--max-tokens',
+      '6',
+      '--temperature',
+      '0',
+      '--json',
+    ];
+    const gpu = runTandem([...args, '--kernels', 'webgpu']);
+    assert.equal(gpu.code, 0, gpu.stderr);
+    const cpu = runTandem([...args, '--threads', '1']);
+    assert.equal(cpu.code, 0, cpu.stderr);
+    const tokens = (out: string): number[] => (JSON.parse(out) as { tokens: number[] }).tokens;
+    assert.deepEqual(tokens(gpu.stdout), tokens(cpu.stdout));
+    const f16 = runTandem([...args, '--kernels', 'webgpu', '--kv-type', 'f16']);
+    assert.notEqual(f16.code, 0);
+    assert.match(f16.stderr, /WebGPU KV cache holds f32/);
+    const nodes = runTandem([...args, '--kernels', 'webgpu', '--nodes', '2']);
+    assert.notEqual(nodes.code, 0);
+    assert.match(nodes.stderr, /--kernels applies to runs on this machine only/);
   },
 );

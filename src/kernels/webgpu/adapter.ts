@@ -115,8 +115,9 @@ export async function probeAdapter(): Promise<{ found?: FoundAdapter; reason?: s
   }
 }
 
-/** One line naming the adapter: `llvmpipe (mesa, software)`. */
+/** A short name for the adapter: `llvmpipe (mesa, software)`, `NVIDIA H200 (nvidia, hopper)`. */
 export function describeAdapter(info: AdapterInfo): string {
-  const name = info.description || info.device || 'unnamed adapter';
-  return `${name} (${[info.vendor, info.architecture].filter(Boolean).join(', ')})`;
+  const name = info.description.split(':')[0]?.trim() || info.device || 'unnamed adapter';
+  const what = [info.vendor, info.architecture].filter(Boolean).join(', ');
+  return what ? `${name} (${what})` : name;
 }
