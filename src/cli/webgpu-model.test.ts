@@ -15,8 +15,9 @@ import { runTandem } from './testing.js';
  * last bits. Before an F16 product every activation is rounded to f16, and one whose last bit
  * differs can round to the neighbouring f16 value (2^-11 relative): over two layers of
  * 256-512-wide products that moves logits by ~3e-4 relative, hence F16_TOL; a 1-layer model
- * agrees to 3e-6. Q8_0 blocks cross a rounding boundary far more rarely (Q8_TOL; measured
- * 1e-7 here; the wasm prefill differs from the twin by 5e-3 on this model).
+ * agrees to 3e-6. Q8_0 and q8_K blocks cross a rounding boundary far more rarely (Q8_TOL, for
+ * the Q8_0 and Q4_K_M models; measured 1e-7 on Q8_0, where the wasm prefill differs from the
+ * twin by 5e-3).
  */
 const Q8_TOL = 1e-4;
 const F16_TOL = 1e-3;
@@ -31,6 +32,7 @@ const f16 = tempModel('tandem-webgpu-f16-', {
   seed: 5,
   tied: true,
 });
+const q4km = tempModel('tandem-webgpu-q4km-', { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 7 });
 const qwen = tempModel('tandem-webgpu-qwen-', { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 6 });
 
 /** A prompt of 70 tokens: two GPU chunks (64 + 6), then decode steps. */
@@ -83,6 +85,10 @@ test(
     await compare(f16(), F16_TOL);
   },
 );
+
+test('webgpu: a Q4_K_M llama model (Q4_K, Q6_K) gives the CPU path greedy tokens', { skip }, async () => {
+  await compare(q4km(), Q8_TOL);
+});
 
 test('webgpu: one decode step is one submission plus the logits read-back', { skip }, async () => {
   const device = await GpuDevice.open();

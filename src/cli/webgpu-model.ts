@@ -155,6 +155,6 @@ export async function openGpuModel(
 
 /** The `--kernels` help text, one for every command that takes it. */
 export const kernelsDescription =
-  'kernels backend: webgpu (the GPU through Dawn: dense llama models with F32/F16/Q8_0/Q4_0 weights, f32 KV cache), ' +
+  'kernels backend: webgpu (the GPU through Dawn: dense llama models with F32/F16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights, f32 KV cache), ' +
   'auto (webgpu where an adapter is found and the model fits its limits, else native, else wasm), native, wasm or reference ' +
   '(default: native when a C compiler builds it here, else wasm)';

@@ -46,29 +46,39 @@ const types: [string, GgmlTypeId][] = [
   ['F16', GgmlType.F16],
   ['Q8_0', GgmlType.Q8_0],
   ['Q4_0', GgmlType.Q4_0],
+  ['Q4_K', GgmlType.Q4_K],
+  ['Q5_K', GgmlType.Q5_K],
+  ['Q6_K', GgmlType.Q6_K],
 ];
 
-test('webgpu: matvec and matmul match the reference for F32, F16, Q8_0, Q4_0', { skip }, async () => {
-  const ref = new ReferenceKernels();
-  const g = gpu as GpuDevice;
-  for (const [name, type] of types) {
-    for (const [rows, cols, n] of [
-      [7, 64, 1],
-      [70, 256, 3],
-    ] as const) {
-      const data = randomWeightBytes(type, rows, cols, rows + cols);
-      const wr = ref.uploadWeight({ type, rows, cols, data });
-      const wg = uploadGpuWeight(g, { type, rows, cols, data, name });
-      // n = 3 at 1e-5: f16's subnormal range, where rounding x to f16 needs its own path
-      const x = randomFloats(n * cols, 11 + n, n === 3 ? 1e-5 : 1);
-      const want = new Float32Array(n * rows);
-      ref.matmul(wr, x, want, n);
-      const y = g.storage(4 * n * rows, 'y');
-      ops?.matmul(wg, put(x, 'x'), y, n);
-      assertClose(await get(y, n * rows), want, TOL, `${name} ${rows}x${cols} n=${n}`);
+test(
+  'webgpu: matvec and matmul match the reference for F32, F16, Q8_0, Q4_0 and the K-quants',
+  { skip },
+  async () => {
+    const ref = new ReferenceKernels();
+    const g = gpu as GpuDevice;
+    for (const [name, type] of types) {
+      // K-quant rows are whole 256-element super-blocks
+      const wide = name.endsWith('_K') ? 4 : 1;
+      for (const [rows, narrow, n] of [
+        [7, 64, 1],
+        [70, 256, 3],
+      ] as const) {
+        const cols = narrow * wide;
+        const data = randomWeightBytes(type, rows, cols, rows + cols);
+        const wr = ref.uploadWeight({ type, rows, cols, data });
+        const wg = uploadGpuWeight(g, { type, rows, cols, data, name });
+        // n = 3 at 1e-5: f16's subnormal range, where rounding x to f16 needs its own path
+        const x = randomFloats(n * cols, 11 + n, n === 3 ? 1e-5 : 1);
+        const want = new Float32Array(n * rows);
+        ref.matmul(wr, x, want, n);
+        const y = g.storage(4 * n * rows, 'y');
+        ops?.matmul(wg, put(x, 'x'), y, n);
+        assertClose(await get(y, n * rows), want, TOL, `${name} ${rows}x${cols} n=${n}`);
+      }
     }
-  }
-});
+  },
+);
 
 test(
   'webgpu: a weight larger than one binding is cut into row chunks with the same results',

@@ -1,10 +1,19 @@
 import { GgmlType } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
-import type { GpuWeight } from './gpu-weights.js';
-import { MATMUL_F16, MATMUL_F32, MATMUL_Q4_0, MATMUL_Q8_0, QUANTIZE_Q8 } from './wgsl-matmul.js';
+import { isKQuant, type GpuWeight } from './gpu-weights.js';
+import {
+  MATMUL_F16,
+  MATMUL_F32,
+  MATMUL_Q4_0,
+  MATMUL_Q4K,
+  MATMUL_Q6K,
+  MATMUL_Q8_0,
+  QUANTIZE_Q8,
+  QUANTIZE_Q8K,
+} from './wgsl-matmul.js';
 import { ADD, ATTENTION, COPY, RMS_NORM, ROPE, SWIGLU } from './wgsl-ops.js';
 
-/** Words of one activation row [cols] in q8_0: quants cols / 4, scales cols / 32. */
+/** Words of one activation row [cols] in q8_0 (q8_K): quants cols / 4, scales cols / 32 (cols / 256). */
 const q8Words = (cols: number): number => cols / 4 + cols / 32;
 
 /** Workgroups for `threads` threads of 64, as (x, y) within the per-dimension limit. */
@@ -49,11 +58,8 @@ export class GpuOps {
    * rows of y (default W's rows). x: [n, cols].
    */
   matmul(w: GpuWeight, x: GPUBuffer, y: GPUBuffer, n: number, yStride = w.rows, yOffset = 0): void {
-    const quant = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
-    let xin = x;
-    if (quant) {
-      xin = this.quantize(x, n, w.cols);
-    }
+    const q8 = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
+    const xin = q8 || isKQuant(w.type) ? this.quantize(x, n, w.cols, q8 ? 32 : 256) : x;
     const [name, code] = kernelFor(w.type);
     for (const c of w.chunks) {
       const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4]);
@@ -61,24 +67,19 @@ export class GpuOps {
     }
   }
 
-  /** x [n, cols] f32 to q8_0 in the scratch (quants [n, cols / 4] words, then scales). */
-  private quantize(x: GPUBuffer, n: number, cols: number): GPUBuffer {
+  /** x [n, cols] f32 to q8_0 (block 32) or q8_K (block 256) in the scratch (quants [n, cols / 4] words, then scales). */
+  private quantize(x: GPUBuffer, n: number, cols: number, block: 32 | 256): GPUBuffer {
     const words = n * q8Words(cols);
     if (!this.xq || this.xqWords < words) {
       // the old buffer may be bound in the recorded pass: submit that before destroying it
       this.gpu.flush();
       this.xq?.destroy();
       this.xqWords = Math.max(words, 2 * this.xqWords);
-      this.xq = this.gpu.storage(4 * this.xqWords, 'activation q8_0');
+      this.xq = this.gpu.storage(4 * this.xqWords, 'activation q8_0/q8_K');
     }
-    const blocks = (n * cols) / 32;
-    this.gpu.dispatch(
-      'quantize_q8',
-      QUANTIZE_Q8,
-      params([blocks, (n * cols) / 4]),
-      [x, this.xq],
-      groups1d(blocks),
-    );
+    const blocks = (n * cols) / block;
+    const [name, code] = block === 32 ? ['quantize_q8', QUANTIZE_Q8] : ['quantize_q8k', QUANTIZE_Q8K];
+    this.gpu.dispatch(name, code, params([blocks, (n * cols) / 4]), [x, this.xq], groups1d(blocks));
     return this.xq;
   }
 
@@ -152,7 +153,11 @@ function kernelFor(type: number): [string, string] {
       return ['matmul_f16', MATMUL_F16];
     case GgmlType.Q8_0:
       return ['matmul_q8_0', MATMUL_Q8_0];
-    default:
+    case GgmlType.Q4_0:
       return ['matmul_q4_0', MATMUL_Q4_0];
+    case GgmlType.Q6_K:
+      return ['matmul_q6k', MATMUL_Q6K];
+    default:
+      return ['matmul_q4k', MATMUL_Q4K];
   }
 }

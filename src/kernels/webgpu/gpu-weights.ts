@@ -1,6 +1,7 @@
 import { TandemError } from '../../errors/index.js';
 import { typeName } from '../ggml-blocks.js';
 import { f16ToF32 } from '../half.js';
+import { kQuants, scaleMinK4 } from '../ref/quant-ref.js';
 import { GgmlType, type GgmlTypeId, type Weight, type WeightSource } from '../types.js';
 import { resolveSlice, type SlicedWeight } from '../weight-source.js';
 import type { GpuDevice } from './gpu-device.js';
@@ -13,12 +14,27 @@ import type { GpuDevice } from './gpu-device.js';
  * - F32: [rows, cols] f32.  F16: [rows, cols] f16 (u32 pairs; cols even).
  * - Q8_0: quants [rows, cols] i8 (4 to a word), then scales [rows, cols / 32] f32.
  * - Q4_0: ggml's nibble bytes [rows, cols / 2], then scales [rows, cols / 32] f32.
+ * - Q4_K, Q5_K, Q6_K: per 256-element super-block 70 words: quants as i8, 16 sub-block
+ *   scale (and min) bytes, d and dmin as f32 (1.3-1.9x ggml's bytes: simple to read, not
+ *   yet the bandwidth-lean layout).
  *
  * Scales are widened from f16 to f32 on upload so the kernels read whole words.
  */
 
 /** The weight types the WGSL matmuls read. */
-export const gpuTypes: readonly GgmlTypeId[] = [GgmlType.F32, GgmlType.F16, GgmlType.Q8_0, GgmlType.Q4_0];
+export const gpuTypes: readonly GgmlTypeId[] = [
+  GgmlType.F32,
+  GgmlType.F16,
+  GgmlType.Q8_0,
+  GgmlType.Q4_0,
+  GgmlType.Q4_K,
+  GgmlType.Q5_K,
+  GgmlType.Q6_K,
+];
+
+/** The K-quants, repacked into one layout of 70 words per 256 elements (wgsl-matmul.ts). */
+export const isKQuant = (type: number): boolean =>
+  type === GgmlType.Q4_K || type === GgmlType.Q5_K || type === GgmlType.Q6_K;
 
 export interface GpuChunk {
   buffer: GPUBuffer;
@@ -45,6 +61,10 @@ export function gpuRowBytes(type: GgmlTypeId, cols: number): number {
       return cols + cols / 8;
     case GgmlType.Q4_0:
       return cols / 2 + cols / 8;
+    case GgmlType.Q4_K:
+    case GgmlType.Q5_K:
+    case GgmlType.Q6_K:
+      return (cols / 256) * 280;
     default:
       throw unsupported(type, 'weight');
   }
@@ -54,7 +74,7 @@ function unsupported(type: GgmlTypeId, name: string): TandemError {
   return new TandemError(
     'KERNELS_UNSUPPORTED_TYPE',
     `${name}: the WebGPU kernels do not multiply ${typeName(type)} weights yet (they read ${gpuTypes.map((t) => typeName(t)).join(', ')})`,
-    { hint: 'use a model quantised to Q8_0, Q4_0, F16 or F32, or --kernels native/wasm', details: { type } },
+    { hint: 'use a model quantised to one of those, or --kernels native/wasm', details: { type } },
   );
 }
 
@@ -120,6 +140,7 @@ function packRows(s: SlicedWeight, r0: number, rows: number): { bytes: Uint8Arra
     }
     return { bytes: out, scales: 0 };
   }
+  if (isKQuant(s.type)) return { bytes: packKRows(s, r0, rows, out), scales: 0 };
   const eight = s.type === GgmlType.Q8_0;
   const blockBytes = eight ? 34 : 18;
   const quantBytes = eight ? 32 : 16;
@@ -136,6 +157,38 @@ function packRows(s: SlicedWeight, r0: number, rows: number): { bytes: Uint8Arra
     }
   }
   return { bytes: out, scales: scaleStart / 4 };
+}
+
+/** K-quant rows [r0, r0 + rows) into `out`, 280 bytes per super-block (see the layout above). */
+function packKRows(s: SlicedWeight, r0: number, rows: number, out: Uint8Array): Uint8Array {
+  const six = s.type === GgmlType.Q6_K;
+  const blockBytes = six ? 210 : s.type === GgmlType.Q5_K ? 176 : 144;
+  const nb = s.cols / 256;
+  const q = new Int32Array(256);
+  const view = new DataView(out.buffer);
+  const b = s.data;
+  for (let r = 0; r < rows; r++) {
+    for (let k = 0; k < nb; k++) {
+      const bo = s.rowOffset(r0 + r) + k * blockBytes;
+      const o = (r * nb + k) * 280;
+      kQuants(s.type, b, bo, q);
+      for (let i = 0; i < 256; i++) view.setInt8(o + i, q[i] as number);
+      if (six) {
+        out.set(b.subarray(bo + 192, bo + 208), o + 256);
+        view.setFloat32(o + 272, f16ToF32((b[bo + 208] as number) | ((b[bo + 209] as number) << 8)), true);
+        view.setFloat32(o + 276, 0, true);
+      } else {
+        for (let j = 0; j < 8; j++) {
+          const [sc, m] = scaleMinK4(b, bo + 4, j);
+          out[o + 256 + j] = sc;
+          out[o + 264 + j] = m;
+        }
+        view.setFloat32(o + 272, f16ToF32((b[bo] as number) | ((b[bo + 1] as number) << 8)), true);
+        view.setFloat32(o + 276, f16ToF32((b[bo + 2] as number) | ((b[bo + 3] as number) << 8)), true);
+      }
+    }
+  }
+  return out;
 }
 
 /** Releases a weight's buffers. */

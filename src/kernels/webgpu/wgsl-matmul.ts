@@ -153,3 +153,77 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   q[p.scales + b] = bitcast<u32>(d);
 }
 `;
+
+/**
+ * The K-quants (Q4_K, Q5_K, Q6_K) in one repacked layout (gpu-weights.ts), 70 words per
+ * 256-element super-block: quants as i8 [64 words] (Q6_K's q - 32, Q4_K/Q5_K's 0..15/0..31),
+ * 16 sub-block scale bytes [4 words] (Q6_K: 16 signed scales of 16 elements; Q4_K/Q5_K: 8
+ * scales then 8 mins of 32 elements), d and dmin as f32. The activation is q8_K (QUANTIZE_Q8K):
+ * the integer sums per sub-block times their scales are exact, then scaled by d * d_x as
+ * llama.cpp's vec_dot_q*_K_q8_K. `six` picks Q6_K's sub-blocks.
+ */
+const MATMUL_K = (six: boolean): string =>
+  MAIN(/* wgsl */ `
+    let nb = p.cols / 256u;
+    for (var b = tid; b < nb; b += 64u) {
+      let wo = (r * nb + b) * 70u;
+      let xo = (t * nb + b) * 64u;
+      var sumi = 0;
+      var summ = 0;
+      ${
+        six
+          ? `for (var g = 0u; g < 16u; g++) {
+        var si = 0;
+        for (var j = 0u; j < 4u; j++) { si += dot4I8Packed(w[wo + 4u * g + j], x[xo + 4u * g + j]); }
+        sumi += extractBits(i32(w[wo + 64u + g / 4u]), 8u * (g % 4u), 8u) * si;
+      }`
+          : `for (var g = 0u; g < 8u; g++) {
+        var si = 0;
+        var sx = 0;
+        for (var j = 0u; j < 8u; j++) {
+          let xv = x[xo + 8u * g + j];
+          si += dot4I8Packed(w[wo + 8u * g + j], xv);
+          sx += dot4I8Packed(0x01010101u, xv);
+        }
+        sumi += i32(extractBits(w[wo + 64u + g / 4u], 8u * (g % 4u), 8u)) * si;
+        summ += i32(extractBits(w[wo + 66u + g / 4u], 8u * (g % 4u), 8u)) * sx;
+      }`
+      }
+      let dx = bitcast<f32>(x[p.xScales + t * nb + b]);
+      s += (bitcast<f32>(w[wo + 68u]) * dx) * f32(sumi) - (bitcast<f32>(w[wo + 69u]) * dx) * f32(summ);
+    }`);
+
+export const MATMUL_Q4K = MATMUL_K(false);
+export const MATMUL_Q6K = MATMUL_K(true);
+
+/**
+ * llama.cpp's q8_K activation quantisation, one thread per 256-element block: iscale =
+ * -127 / (the element of largest magnitude, with its sign), quants min(127, round-half-even(
+ * iscale * x)) packed 4 to a word, d = 1 / iscale (0 for an all-zero block). x: [blocks * 256];
+ * q: quants [blocks * 64] words, then scales [blocks] at `scales`.
+ */
+export const QUANTIZE_Q8K = /* wgsl */ `
+struct P { blocks: u32, scales: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> q: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let b = g.x;
+  if (b >= p.blocks) { return; }
+  var amax = 0.0;
+  var mx = 0.0;
+  for (var i = 0u; i < 256u; i++) {
+    let v = x[b * 256u + i];
+    if (abs(v) > amax) { amax = abs(v); mx = v; }
+  }
+  let iscale = select(0.0, -127.0 / mx, amax != 0.0);
+  for (var j = 0u; j < 64u; j++) {
+    let o = b * 256u + j * 4u;
+    let v = min(vec4i(round(vec4f(x[o], x[o + 1u], x[o + 2u], x[o + 3u]) * iscale)), vec4i(127));
+    q[b * 64u + j] = pack4xI8(v);
+  }
+  q[p.scales + b] = bitcast<u32>(select(0.0, 1.0 / iscale, amax != 0.0));
+}
+`;
