@@ -39,12 +39,12 @@ closure tsx webgpu pino pino-pretty prom-client koffi @huggingface/jinja |
   grep -vx 'binaryen\|assemblyscript' >.device/core/packages.txt
 tar -cf - -C "$nm" --exclude='webgpu/dist/darwin-*' --exclude='webgpu/dist/win32-*' \
   --exclude='webgpu/dist/linux-arm64' -T .device/core/packages.txt \
-  -C "$(dirname "$(readlink -f "$(command -v node)")")" node | xz -T0 -9 >.device/core/core.tar.xz
+  -C "$(dirname "$(readlink -f "$(command -v node)")")" node | xz -T0 -6 >.device/core/core.tar.xz
 
 closure node-llama-cpp | grep -v '^@node-llama-cpp/' >.device/llama/packages.txt
 echo '@node-llama-cpp/linux-x64-vulkan' >>.device/llama/packages.txt
 tar -cf - -C "$nm" --exclude='node-llama-cpp/llama/llama.cpp' -T .device/llama/packages.txt |
-  xz -T0 -9 >.device/llama/llama.tar.xz
+  xz -T0 -6 >.device/llama/llama.tar.xz
 
 o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
 mkdir -p /tmp/amd64/partial
