@@ -4,6 +4,7 @@
 // parent).
 import { performance } from 'node:perf_hooks';
 import type { ModelBenchJob, ModelBenchResult } from './model.js';
+import type { Forwarder, SequenceCache } from '../src/engine/index.js';
 import { report } from '../src/cli/main.js';
 import { joulesPerToken, openPowerMeter, type PowerProbe } from '../src/util/power/index.js';
 
@@ -17,9 +18,32 @@ function peakRssMb(): number {
   return process.resourceUsage().maxRSS / 1024;
 }
 
+/** tandem on the kernels the job names (the CPU default without one). */
+async function openTandem(job: ModelBenchJob): Promise<{
+  model: Forwarder & { newSession(o: { contextLength: number }): SequenceCache };
+  backend: string;
+  close(): Promise<void>;
+}> {
+  const { chooseKernels } = await import('../src/kernels/webgpu/index.js');
+  const { gpuRefusalFor, openGpuModel } = await import('../src/cli/webgpu-model.js');
+  const contextLength = job.prompt.length + job.tokens + 8;
+  const chosen = await chooseKernels(job.kernels, gpuRefusalFor(job.model, contextLength));
+  if (chosen.backend === 'webgpu') {
+    const gpu = await openGpuModel(job.model, chosen.device, { tokenizer: false });
+    return { model: gpu, backend: `webgpu on ${chosen.adapter}`, close: () => gpu.close() };
+  }
+  const { openModel } = await import('../src/engine/index.js');
+  const opened = await openModel(job.model, {
+    threads: job.threads,
+    tokenizer: false,
+    ...(chosen.backend ? { backend: chosen.backend } : {}),
+  });
+  return { model: opened.model, backend: opened.kernels.backend, close: () => opened.close() };
+}
+
 async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
-  const { openModel, generate } = await import('../src/engine/index.js');
-  const opened = await openModel(job.model, { threads: job.threads, tokenizer: false });
+  const { generate } = await import('../src/engine/index.js');
+  const opened = await openTandem(job);
   try {
     const { model } = opened;
     const cache = model.newSession({ contextLength: job.prompt.length + job.tokens + 8 });
@@ -33,7 +57,7 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
       decode_tok_s: r.decodeTokS,
       ttft_ms: r.ttftMs,
       peak_rss_mb: peakRssMb(),
-      backend: opened.kernels.backend,
+      backend: opened.backend,
     };
   } finally {
     await opened.close();
@@ -42,8 +66,14 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
 
 async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   const { getLlama, LlamaLogLevel } = await import('node-llama-cpp');
-  const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
-  const model = await llama.loadModel({ modelPath: job.model, gpuLayers: 0 });
+  // the anchor runs where tandem runs: on the GPU (Vulkan, every layer) beside --kernels webgpu
+  const onGpu = job.kernels === 'webgpu';
+  const llama = await getLlama({
+    gpu: onGpu ? 'vulkan' : false,
+    build: 'never',
+    logLevel: LlamaLogLevel.error,
+  });
+  const model = await llama.loadModel({ modelPath: job.model, gpuLayers: onGpu ? 'max' : 0 });
   const context = await model.createContext({
     contextSize: Math.max(256, job.prompt.length + job.tokens + 8),
     threads: job.threads,
@@ -71,6 +101,7 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
     decode_tok_s: n > 1 ? (n - 1) / (decodeMs / 1000) : 0,
     ttft_ms: ttft,
     peak_rss_mb: peakRssMb(),
+    ...(onGpu ? { backend: 'vulkan' } : {}),
   };
   await context.dispose();
   await model.dispose();

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { TandemError, errorCodes, type ErrorCode } from '../src/errors/index.js';
 import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
 import { JsonChildError, runJsonChild } from '../src/engine/testing/json-child.js';
+import type { KernelsChoice } from '../src/kernels/webgpu/index.js';
 import { formatTable } from './table.js';
 
 export interface ModelBenchJob {
@@ -14,6 +15,8 @@ export interface ModelBenchJob {
   threads: number;
   prompt: number[];
   tokens: number;
+  /** tandem's --kernels; with webgpu, llama.cpp runs on the GPU too (its Vulkan build, every layer offloaded). */
+  kernels?: KernelsChoice;
 }
 
 /** One JSON line of `--json`. */
@@ -40,6 +43,8 @@ export interface ModelBenchOptions {
   /** Also run llama.cpp (default true). */
   llamaCpp: boolean;
   timeoutMs: number;
+  /** tandem's kernels (default: the CPU default). */
+  kernels?: KernelsChoice;
 }
 
 const childPath = fileURLToPath(new URL('./model-child.ts', import.meta.url));
@@ -129,7 +134,13 @@ export async function benchModel(
 ): Promise<{ rows: ModelBenchResult[]; fileMb: number }> {
   const prompt = benchPromptFor(o.model, o.promptTokens);
   const rows: ModelBenchResult[] = [];
-  const base = { model: o.model, threads: o.threads, prompt, tokens: o.tokens };
+  const base = {
+    model: o.model,
+    threads: o.threads,
+    prompt,
+    tokens: o.tokens,
+    ...(o.kernels ? { kernels: o.kernels } : {}),
+  };
   rows.push(await runChild({ engine: 'tandem', ...base }, o.timeoutMs));
   if (o.llamaCpp) rows.push(await runChild({ engine: 'llama.cpp', ...base }, o.timeoutMs));
   return { rows, fileMb: statSync(o.model).size / 1048576 };

@@ -39,13 +39,28 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 # Debian's chromium runs the dashboard's browser test (playwright-core drives it; no browser is downloaded).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-if [ ${#missing[@]} -gt 0 ]; then
+# The WebGPU kernels (Dawn) need a Vulkan driver; on a machine without a GPU that is Mesa's
+# lavapipe, which Dawn accepts from Mesa 25 on: Debian 12 has 22.3, bookworm-backports has 25.
+backports=()
+if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null &&
+  ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q '^2[5-9]'; then
+  backports=(mesa-vulkan-drivers libvulkan1)
+fi
+if [ ${#missing[@]} -gt 0 ] || [ ${#backports[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup: installing ${missing[*]}" >&2
+    if [ ${#backports[@]} -gt 0 ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      echo 'deb http://deb.debian.org/debian bookworm-backports main' >/etc/apt/sources.list.d/bookworm-backports.list
+    fi
+    echo "setup: installing ${missing[*]} ${backports[*]}" >&2
     apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+    if [ ${#missing[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+    fi
+    if [ ${#backports[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t bookworm-backports "${backports[@]}" >/dev/null
+    fi
   else
-    echo "setup: missing system packages: ${missing[*]} (install them; some tests will be skipped)" >&2
+    echo "setup: missing system packages: ${missing[*]} ${backports[*]} (install them; some tests will be skipped)" >&2
   fi
 fi
 npm ci --no-audit --no-fund

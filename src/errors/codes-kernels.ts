@@ -10,4 +10,7 @@ export const kernelsCodes = {
   KERNELS_BUILD_FAILED: 'system',
   KERNELS_WORKER_FAILED: 'internal',
   KERNELS_CLOSED: 'invalid_usage',
+  KERNELS_NO_ADAPTER: 'system',
+  KERNELS_DEVICE_LIMIT: 'invalid_argument',
+  KERNELS_GPU_FAILED: 'system',
 } as const satisfies Record<string, ErrorCategory>;

@@ -3,6 +3,8 @@ import { defineCommand } from '../options.js';
 import { checkSeconds, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { benchModel, jsonLine, powerNote, table } from '../../../bench/model.js';
+import { kernelsChoices } from '../../kernels/webgpu/index.js';
+import { kernelsDescription } from '../webgpu-model.js';
 
 export const command = defineCommand({
   name: 'bench model',
@@ -35,11 +37,17 @@ export const command = defineCommand({
       default: true,
     },
     timeout: { type: 'number', description: 'seconds each engine may take (at most 2147483)', default: 900 },
+    kernels: {
+      type: 'string',
+      description: `tandem's ${kernelsDescription}; with webgpu, llama.cpp runs on the same GPU through its Vulkan build`,
+      choices: kernelsChoices,
+    },
     json: { type: 'boolean', description: 'print JSON lines instead of a table' },
   },
   examples: [
     'tandem bench model /tmp/tl-q8_0.gguf --threads 1',
     'tandem bench model /tmp/tl-q8_0.gguf --threads 2 --json',
+    'tandem bench model /tmp/tl-q8_0.gguf --kernels webgpu',
   ],
   async run({ options, positionals }) {
     const threads = checkThreads('bench model', options.threads ?? availableParallelism());
@@ -61,6 +69,7 @@ export const command = defineCommand({
       tokens: options.tokens,
       llamaCpp: options['llama-cpp'] as boolean,
       timeoutMs: options.timeout * 1000,
+      ...(options.kernels ? { kernels: options.kernels } : {}),
     });
     if (options.json) for (const r of rows) process.stdout.write(jsonLine(r) + '\n');
     else process.stdout.write(table(rows, fileMb));

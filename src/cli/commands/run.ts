@@ -15,11 +15,15 @@ import {
   type ChatMessage,
   type OpenedModel,
   type SamplerOptions,
+  type SequenceCache,
+  type Tokenizer,
   type TokenPicker,
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { formatBytes, parseBytes, shardBytes } from '../../parallel/index.js';
+import { chooseKernels, kernelsChoices } from '../../kernels/webgpu/index.js';
+import { gpuRefusalFor, kernelsDescription, openGpuModel } from '../webgpu-model.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `run: ${message}`, { hint });
@@ -77,6 +81,11 @@ const runOptions = {
   },
   seed: { type: 'number', description: 'random seed for sampling (default: random)' },
   threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
+  kernels: {
+    type: 'string',
+    description: kernelsDescription,
+    choices: kernelsChoices,
+  },
   context: {
     type: 'number',
     description:
@@ -189,7 +198,7 @@ export const command = defineCommand({
     if (memLimit !== undefined) checkFits(path, memLimit, options.context, options['kv-type']);
     const threads = checkThreads('run', options.threads ?? availableParallelism());
     const sampler = new Sampler(samplingOptions(options));
-    const opened = await openModel(path, { threads });
+    const opened = await openLocal(path, options, threads);
     if (!options.json) noteRandomWeights(path);
     try {
       const { model, tokenizer } = opened;
@@ -236,7 +245,7 @@ export const command = defineCommand({
         process.stdout.write(tail + '\n');
         process.stderr.write(
           `\n${result.promptTokens} prompt tokens, ${result.tokens.length} generated (${result.stopReason}); ` +
-            `TTFT ${result.ttftMs.toFixed(0)} ms, prefill ${result.prefillTokS.toFixed(1)} tok/s, decode ${result.decodeTokS.toFixed(1)} tok/s, ${threads} thread(s), ${opened.kernels.backend} kernels\n`,
+            `TTFT ${result.ttftMs.toFixed(0)} ms, prefill ${result.prefillTokS.toFixed(1)} tok/s, decode ${result.decodeTokS.toFixed(1)} tok/s, ${opened.kernelsLabel(threads)}\n`,
         );
       }
       return 0;
@@ -245,6 +254,31 @@ export const command = defineCommand({
     }
   },
 });
+
+/** What a run on this machine needs of its model, on the CPU backends or on WebGPU. */
+interface LocalModel {
+  file: GgufModelFile;
+  model: Pick<OpenedModel['model'], 'config' | 'forward'> & {
+    newSession(o: { contextLength: number; kvType: 'f32' | 'f16' }): SequenceCache;
+  };
+  tokenizer?: Tokenizer;
+  /** `2 thread(s), native kernels` or `webgpu kernels on llvmpipe (...)`. */
+  kernelsLabel(threads: number): string;
+  close(): Promise<void>;
+}
+
+/** Opens the model on the backend --kernels chooses (docs/kernels.md). */
+async function openLocal(path: string, options: RunOptions, threads: number): Promise<LocalModel> {
+  const chosen = await chooseKernels(options.kernels, gpuRefusalFor(path, options.context));
+  if (chosen.backend === 'webgpu') {
+    const gpu = await openGpuModel(path, chosen.device);
+    return { ...gpu, model: gpu, kernelsLabel: () => `webgpu kernels on ${chosen.adapter}` };
+  }
+  if ('note' in chosen && chosen.note !== undefined && !options.json)
+    process.stderr.write(`note: ${chosen.note}\n`);
+  const opened = await openModel(path, { threads, ...(chosen.backend ? { backend: chosen.backend } : {}) });
+  return { ...opened, kernelsLabel: (t) => `${t} thread(s), ${opened.kernels.backend} kernels` };
+}
 
 /**
  * The options with --prompt read from stdin when neither --prompt nor --prompt-tokens is given
@@ -293,7 +327,7 @@ function noteRandomWeights(path: string): void {
 }
 
 /** The prompt as token ids: given, rendered in the chat template, or encoded with the model's tokenizer. */
-function promptTokens(opened: OpenedModel, prompt: Prompt): number[] {
+function promptTokens(opened: Pick<LocalModel, 'tokenizer' | 'file'>, prompt: Prompt): number[] {
   if ('ids' in prompt) return prompt.ids;
   const { tokenizer } = opened;
   if (!prompt.chat) return tokenizer?.encode(prompt.text) ?? [];
@@ -378,6 +412,12 @@ function checkRunOptions(options: RunOptions): void {
   if (options.context !== undefined)
     checkInteger('run', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   if (options.tp !== undefined) checkInteger('run', 'tp', options.tp, 1, 64, 2);
+  if (onNodes && options.kernels !== undefined) {
+    throw usage(
+      '--kernels applies to runs on this machine only',
+      'drop --kernels: with --nodes/--hosts each node uses its own (`tandem node --kernels`)',
+    );
+  }
   if (onNodes && options.context !== undefined) {
     throw usage(
       '--context applies to runs on this machine only',

@@ -23,7 +23,7 @@ export class SequenceCache {
   readonly contextLength: number;
   private filled = 0;
 
-  constructor(kernels: Kernels, options: SequenceCacheOptions) {
+  constructor(kernels: Pick<Kernels, 'createKvCache'>, options: SequenceCacheOptions) {
     this.contextLength = options.contextLength;
     this.cache = kernels.createKvCache({
       layers: options.layers,

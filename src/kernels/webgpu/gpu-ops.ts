@@ -1,0 +1,163 @@
+import { GgmlType } from '../types.js';
+import type { GpuDevice } from './gpu-device.js';
+import { isKQuant, type GpuWeight } from './gpu-weights.js';
+import {
+  MATMUL_F16,
+  MATMUL_F32,
+  MATMUL_Q4_0,
+  MATMUL_Q4K,
+  MATMUL_Q6K,
+  MATMUL_Q8_0,
+  QUANTIZE_Q8,
+  QUANTIZE_Q8K,
+} from './wgsl-matmul.js';
+import { ADD, ATTENTION, COPY, RMS_NORM, ROPE, SWIGLU } from './wgsl-ops.js';
+
+/** Words of one activation row [cols] in q8_0 (q8_K): quants cols / 4, scales cols / 32 (cols / 256). */
+const q8Words = (cols: number): number => cols / 4 + cols / 32;
+
+/** Workgroups for `threads` threads of 64, as (x, y) within the per-dimension limit. */
+function groups1d(threads: number): [number, number] {
+  const g = Math.max(1, Math.ceil(threads / 64));
+  return [Math.min(g, 65535), Math.ceil(g / 65535)];
+}
+
+function params(u32: readonly number[], f32: readonly number[] = []): ArrayBuffer {
+  const buffer = new ArrayBuffer(4 * (u32.length + f32.length));
+  new Uint32Array(buffer, 0, u32.length).set(u32);
+  new Float32Array(buffer, 4 * u32.length, f32.length).set(f32);
+  return buffer;
+}
+
+export interface AttentionShape {
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  /** Position of the first query token. */
+  pos0: number;
+  n: number;
+  /** Floats per (token, head) row of the scores scratch: at least pos0 + n. */
+  stride: number;
+  scale: number;
+}
+
+/**
+ * The kernels of a llama layer recorded on GPU buffers (f32 activations, row-major, shapes
+ * in comments). Nothing here reads back: the caller reads the result it wants
+ * (GpuDevice.read), which submits everything recorded before it.
+ */
+export class GpuOps {
+  /** The activation in q8_0 for Q8_0/Q4_0 matmuls, grown as needed. */
+  private xq: GPUBuffer | undefined;
+  private xqWords = 0;
+
+  constructor(readonly gpu: GpuDevice) {}
+
+  /**
+   * y[t, yOffset + r] = sum_c W[r, c] x[t, c] for n tokens; yStride floats between tokens'
+   * rows of y (default W's rows). x: [n, cols].
+   */
+  matmul(w: GpuWeight, x: GPUBuffer, y: GPUBuffer, n: number, yStride = w.rows, yOffset = 0): void {
+    const q8 = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
+    const xin = q8 || isKQuant(w.type) ? this.quantize(x, n, w.cols, q8 ? 32 : 256) : x;
+    const [name, code] = kernelFor(w.type);
+    for (const c of w.chunks) {
+      const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4]);
+      this.gpu.dispatch(name, code, p, [c.buffer, xin, y], [c.rows, n]);
+    }
+  }
+
+  /** x [n, cols] f32 to q8_0 (block 32) or q8_K (block 256) in the scratch (quants [n, cols / 4] words, then scales). */
+  private quantize(x: GPUBuffer, n: number, cols: number, block: 32 | 256): GPUBuffer {
+    const words = n * q8Words(cols);
+    if (!this.xq || this.xqWords < words) {
+      // the old buffer may be bound in the recorded pass: submit that before destroying it
+      this.gpu.flush();
+      this.xq?.destroy();
+      this.xqWords = Math.max(words, 2 * this.xqWords);
+      this.xq = this.gpu.storage(4 * this.xqWords, 'activation q8_0/q8_K');
+    }
+    const blocks = (n * cols) / block;
+    const [name, code] = block === 32 ? ['quantize_q8', QUANTIZE_Q8] : ['quantize_q8k', QUANTIZE_Q8K];
+    this.gpu.dispatch(name, code, params([blocks, (n * cols) / 4]), [x, this.xq], groups1d(blocks));
+    return this.xq;
+  }
+
+  /** out = rmsNorm(x) * weight per token. x, out: [n, dim] (distinct); weight: [dim]. */
+  rmsNorm(x: GPUBuffer, weight: GPUBuffer, eps: number, out: GPUBuffer, n: number, dim: number): void {
+    this.gpu.dispatch('rms_norm', RMS_NORM, params([dim], [eps]), [x, weight, out], [n]);
+  }
+
+  /** Rotates x [n, heads, headDim] in place by cs (cos [n, half], sin [n, half]). */
+  rope(
+    x: GPUBuffer,
+    cs: GPUBuffer,
+    n: number,
+    heads: number,
+    headDim: number,
+    half: number,
+    neox: boolean,
+  ): void {
+    const threads = n * heads * half;
+    this.gpu.dispatch(
+      'rope',
+      ROPE,
+      params([n, heads, headDim, half, neox ? 1 : 0]),
+      [cs, x],
+      groups1d(threads),
+    );
+  }
+
+  /** out = silu(gate) * up. All [len]; out distinct from gate and up. */
+  swiglu(gate: GPUBuffer, up: GPUBuffer, out: GPUBuffer, len: number): void {
+    this.gpu.dispatch('swiglu', SWIGLU, params([len]), [gate, up, out], groups1d(len));
+  }
+
+  /** x += y. Both [len]. */
+  add(x: GPUBuffer, y: GPUBuffer, len: number): void {
+    this.gpu.dispatch('add', ADD, params([len]), [y, x], groups1d(len));
+  }
+
+  /** dst[dstOffset + i] = src[srcOffset + i] for i < len (floats). */
+  copy(src: GPUBuffer, dst: GPUBuffer, len: number, dstOffset: number, srcOffset = 0): void {
+    this.gpu.dispatch('copy', COPY, params([len, dstOffset, srcOffset]), [src, dst], groups1d(len));
+  }
+
+  /**
+   * Causal grouped-query attention. q, out: [n, heads, headDim]; k, v: [maxSeq, kvHeads,
+   * headDim] holding positions up to pos0 + n - 1; scores: scratch [n, heads, stride].
+   */
+  attention(
+    q: GPUBuffer,
+    k: GPUBuffer,
+    v: GPUBuffer,
+    scores: GPUBuffer,
+    out: GPUBuffer,
+    s: AttentionShape,
+  ): void {
+    const p = params([s.heads, s.kvHeads, s.headDim, s.pos0, s.stride], [s.scale]);
+    this.gpu.dispatch('attention', ATTENTION, p, [q, k, v, scores, out], [s.heads, s.n]);
+  }
+
+  destroy(): void {
+    this.xq?.destroy();
+    this.xq = undefined;
+  }
+}
+
+function kernelFor(type: number): [string, string] {
+  switch (type) {
+    case GgmlType.F32:
+      return ['matmul_f32', MATMUL_F32];
+    case GgmlType.F16:
+      return ['matmul_f16', MATMUL_F16];
+    case GgmlType.Q8_0:
+      return ['matmul_q8_0', MATMUL_Q8_0];
+    case GgmlType.Q4_0:
+      return ['matmul_q4_0', MATMUL_Q4_0];
+    case GgmlType.Q6_K:
+      return ['matmul_q6k', MATMUL_Q6K];
+    default:
+      return ['matmul_q4k', MATMUL_Q4K];
+  }
+}
