@@ -25,4 +25,10 @@ export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js
 export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';
 export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';
 export * from './forecast/index.js';
-export { balanceExperts, contiguousExperts, copyFor, maxNodeShare, type ExpertPlacement } from './expert-balance.js';
+export {
+  balanceExperts,
+  contiguousExperts,
+  copyFor,
+  maxNodeShare,
+  type ExpertPlacement,
+} from './expert-balance.js';

@@ -1,8 +1,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { writeStreamClient } from './netns-stream-client.js';
 import { NetnsRig, rigUnavailable, sweepStaleNamespaces } from './netns-rig.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
@@ -24,38 +25,7 @@ before(async () => {
   if (skip) return;
   dir = mkdtempSync(join(tmpdir(), 'tandem-cluster-netns-'));
   path = await makeTestModelFile(dir, 'llama', 'llama', 'q8_0');
-  // Runs in the coordinator's namespace (the test process cannot reach it): 4 greedy streams,
-  // a JSON line per text chunk, then one with the texts and the cluster view.
-  client = join(dir, 'client.mjs');
-  writeFileSync(
-    client,
-    `const [url, promptsJson] = process.argv.slice(2);
-const prompts = JSON.parse(promptsJson);
-const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
-async function stream(i) {
-  const res = await fetch(url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: prompts[i], max_tokens: 24, temperature: 0, stream: true }), signal: AbortSignal.timeout(90000) });
-  let text = '', pending = '', error = null;
-  const decoder = new TextDecoder();
-  for await (const bytes of res.body) {
-    pending += decoder.decode(bytes, { stream: true });
-    const events = pending.split('\\n\\n');
-    pending = events.pop();
-    for (const e of events) {
-      const data = e.replace(/^data: /, '');
-      if (data === '[DONE]') continue;
-      const chunk = JSON.parse(data);
-      if (chunk.error) error = chunk.error.message;
-      for (const c of chunk.choices ?? []) if (c.text) { text += c.text; say({ chunk: i, at: Date.now() }); }
-    }
-  }
-  return error ? 'ERROR ' + error : text;
-}
-const texts = await Promise.all(prompts.map((_, i) => stream(i)));
-const cluster = await (await fetch(url + '/v1/cluster')).json();
-say({ texts, cluster });
-`,
-  );
+  client = writeStreamClient(dir);
 });
 after(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
