@@ -11,6 +11,7 @@
 import { parseArgs } from 'node:util';
 import { createKernels, GgmlType, type GgmlTypeName } from '../src/kernels/index.js';
 import { randomFloats, randomWeightBytes } from '../src/kernels/testing/random-weights.js';
+import { timeIt } from './time-it.js';
 
 const { values } = parseArgs({
   options: {
@@ -26,23 +27,6 @@ const { values } = parseArgs({
 });
 const seconds = Number(values.seconds);
 const type = GgmlType[values.type as GgmlTypeName];
-
-/** Seconds per call: wall time, or with one thread the smaller of wall and process CPU time. */
-function timeIt(fn: () => void, threads: number): number {
-  for (let i = 0; i < 3; i++) fn();
-  let iters = 0;
-  const start = performance.now();
-  const cpu0 = process.cpuUsage();
-  let now = start;
-  while (now - start < seconds * 1000) {
-    fn();
-    iters++;
-    now = performance.now();
-  }
-  const cpu = process.cpuUsage(cpu0);
-  const wall = (now - start) / 1000 / iters;
-  return threads === 1 ? Math.min(wall, (cpu.user + cpu.system) / 1e6 / iters) : wall;
-}
 
 const ns = values.n.split(',').map(Number);
 for (const threads of values.threads.split(',').map(Number)) {
@@ -61,6 +45,7 @@ for (const threads of values.threads.split(',').map(Number)) {
       const t = timeIt(
         () => k.matvecRows!(ws[next++ % ws.length]!, x.subarray(0, n * cols), y.subarray(0, n * rows), n),
         threads,
+        seconds,
       );
       const r = {
         type: values.type,

@@ -6,6 +6,7 @@
 import { parseArgs } from 'node:util';
 import { createKernels, GgmlType, rowBytes, type GgmlTypeName } from '../src/kernels/index.js';
 import { randomFloats, randomWeightBytes } from '../src/kernels/testing/random-weights.js';
+import { timeIt } from './time-it.js';
 
 const { values } = parseArgs({
   options: {
@@ -25,26 +26,6 @@ const cols = Number(values.cols);
 const n = Number(values.n);
 const seconds = Number(values.seconds);
 
-/**
- * Seconds per call. On a shared machine wall time mostly measures other people's work, so
- * with one thread the process CPU time is used (it counts only our own cycles).
- */
-function timeIt(fn: () => void, threads: number): number {
-  for (let i = 0; i < 3; i++) fn();
-  let iters = 0;
-  const start = performance.now();
-  const cpu0 = process.cpuUsage();
-  let now = start;
-  while (now - start < seconds * 1000) {
-    fn();
-    iters++;
-    now = performance.now();
-  }
-  const cpu = process.cpuUsage(cpu0);
-  const wall = (now - start) / 1000 / iters;
-  return threads === 1 ? Math.min(wall, (cpu.user + cpu.system) / 1e6 / iters) : wall;
-}
-
 const results: Record<string, unknown>[] = [];
 for (const threads of values.threads.split(',').map(Number)) {
   const k = await createKernels({ backend: values.backend as 'wasm' | 'native', threads });
@@ -55,8 +36,8 @@ for (const threads of values.threads.split(',').map(Number)) {
     const bytes = rows * rowBytes(type, cols);
     const x = randomFloats(n * cols, 2);
     const y = new Float32Array(n * rows);
-    const tv = timeIt(() => k.matvec(w, x, y), threads);
-    const tm = timeIt(() => k.matmul(w, x, y, n), threads);
+    const tv = timeIt(() => k.matvec(w, x, y), threads, seconds);
+    const tm = timeIt(() => k.matmul(w, x, y, n), threads, seconds);
     const r = {
       type: name,
       rows,

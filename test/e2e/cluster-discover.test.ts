@@ -49,14 +49,7 @@ test(
     const rig = new NetnsRig();
     try {
       const hosts = ['c', 'm1', 'm2', 'x'];
-      rig.addHost('sw');
-      for (const h of hosts) rig.addHost(h);
-      const cables = hosts.map((h) => rig.cable('sw', h));
-      rig.bridge(
-        'sw',
-        cables.map((c) => c.aIf),
-      );
-      hosts.forEach((h, i) => rig.addAddress(h, cables[i]!.bIf, `10.78.0.${i + 1}/24`));
+      rig.switched(hosts, '10.78.0');
       const serve = rig.tandem(
         'c',
         ['serve', path, '--cluster', '0.0.0.0:7110', '--min-members', '2', '--host', '10.78.0.1'],

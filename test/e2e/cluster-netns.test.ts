@@ -40,14 +40,7 @@ test(
     const rig = new NetnsRig();
     try {
       const hosts = ['c', 'm1', 'm2', 'm3'];
-      rig.addHost('sw');
-      for (const h of hosts) rig.addHost(h);
-      const cables = hosts.map((h) => rig.cable('sw', h));
-      rig.bridge(
-        'sw',
-        cables.map((c) => c.aIf),
-      );
-      hosts.forEach((h, i) => rig.addAddress(h, cables[i]!.bIf, `10.77.0.${i + 1}/24`));
+      const cables = rig.switched(hosts, '10.77.0');
       const serve = rig.tandem(
         'c',
         [

@@ -179,6 +179,22 @@ export class NetnsRig {
     ip('-n', this.ns(host), 'link', 'set', 'br0', 'up');
   }
 
+  /**
+   * Hosts on one switch: a host `sw` bridging a cable to each, and host i given
+   * `${prefix}.${i + 1}/24` on its end. Returns the cables, in the hosts' order.
+   */
+  switched(hosts: readonly string[], prefix: string): Cable[] {
+    this.addHost('sw');
+    for (const h of hosts) this.addHost(h);
+    const cables = hosts.map((h) => this.cable('sw', h));
+    this.bridge(
+      'sw',
+      cables.map((c) => c.aIf),
+    );
+    hosts.forEach((h, i) => this.addAddress(h, cables[i]!.bIf, `${prefix}.${i + 1}/24`));
+    return cables;
+  }
+
   setLink(host: string, iface: string, up: boolean): void {
     ip('-n', this.ns(host), 'link', 'set', iface, up ? 'up' : 'down');
   }
