@@ -17,7 +17,7 @@ export interface WasmContext {
   readonly pool: ThreadPool;
   /** Arenas in creation order; the first is where activation-only kernels run. */
   readonly slots: readonly ArenaSlot[];
-  /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
+  /** Q8_0 runs the native VNNI path: weights in the lanes layout (laneGroups), mm_q8v/mm_q8t. */
   readonly q8v: boolean;
   /** rmsNorm, rope and SwiGLU rows run the native (bit-identical) kernels. */
   readonly nativeNorm: boolean;
@@ -32,9 +32,12 @@ export class WasmWeight implements Weight {
     readonly cols: number,
     readonly name: string,
     readonly slot: ArenaSlot,
-    /** Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]. */
+    /**
+     * Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]; Q8_0
+     * on the VNNI path in the lanes layout (laneGroups).
+     */
     readonly ptr: number,
-    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32; 0 otherwise. */
+    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, groups * 16] f16); 0 otherwise. */
     readonly scales: number,
     readonly rowsPad: number,
     readonly rowBytes: number,
@@ -68,6 +71,14 @@ export function copyRows(
   for (let r = 0; r < rows; r++)
     u8.set(s.data.subarray(s.rowOffset(r0 + r), s.rowOffset(r0 + r) + s.rowBytes), dst + r * stride);
 }
+
+/**
+ * Q8_0 on the native VNNI path (gemm-vnni.c, tk_repack_q8l): each row is re-laid once at upload
+ * as groups of 16 blocks (512 bytes: [8][16 blocks][4] u8, weight + 128, so that one 64-byte
+ * load holds 4 weights of each of 16 blocks), with the f16 block scales apart ([rowsPad,
+ * groups * 16]); blocks past the row's end are padding (quants 128, scale 0). Groups per row.
+ */
+export const laneGroups = (cols: number): number => Math.ceil(cols / 512);
 
 export const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
 export const isK = (t: GgmlTypeId): boolean =>

@@ -3,13 +3,15 @@ import { Arena, BASE, align } from './wasm-arena.js';
 import { ThreadPool } from './pool.js';
 import type { NativeLib } from './native-lib.js';
 import { kernelNames, kernelsModule, op } from './wasm-module.js';
-import { resolveSlice } from './weight-source.js';
+import { resolveSlice, type SlicedWeight } from './weight-source.js';
+import { f16ToF32 } from './half.js';
 import { checkMatmul } from './checks.js';
 import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
 import {
   copyRows,
   isQ32,
+  laneGroups,
   own,
   WasmWeight,
   type ArenaSlot,
@@ -112,6 +114,7 @@ export class WasmKernels implements Kernels {
 
   uploadWeight(source: WeightSource): Weight {
     const s = resolveSlice(source);
+    if (this.ctx.q8v && s.type === GgmlType.Q8_0) return this.uploadLanes(s);
     const rowsPad = align(s.rows, 4);
     const nb = s.cols / 32;
     const q32 = isQ32(s.type);
@@ -134,6 +137,31 @@ export class WasmKernels implements Kernels {
     } else {
       copyRows(a, s, 0, s.rows, ptr, rowBytes);
     }
+    return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
+  }
+
+  /**
+   * Q8_0 on the VNNI path: the raw rows staged in scratch a chunk at a time and re-laid into
+   * the lanes layout (laneGroups) by tk_repack_q8l on all threads; the padding rows get zero
+   * weights and scales. The layout replaces the tile layout, so the weights are held once.
+   */
+  private uploadLanes(s: SlicedWeight): Weight {
+    const rowsPad = align(s.rows, 4);
+    const ng = laneGroups(s.cols);
+    const rowBytes = ng * 512;
+    const slot = this.slotFor(rowsPad * rowBytes + rowsPad * ng * 32 + 128);
+    const a = slot.arena;
+    const ptr = a.alloc(rowsPad * rowBytes);
+    const scales = a.alloc(rowsPad * ng * 32);
+    const chunk = Math.max(1, Math.min(s.rows, Math.floor((8 << 20) / s.rowBytes)));
+    const stage = a.scratch(chunk * s.rowBytes);
+    for (let r0 = 0; r0 < s.rows; r0 += chunk) {
+      const rows = Math.min(chunk, s.rows - r0);
+      copyRows(a, s, r0, rows, stage, s.rowBytes);
+      this.pool.run(a.index, op.repack_q8l, [stage, rows, r0, s.cols, ptr, scales], rows * s.cols);
+    }
+    a.u8.fill(0x80, ptr + s.rows * rowBytes, ptr + rowsPad * rowBytes);
+    a.u8.fill(0, scales + s.rows * ng * 32, scales + rowsPad * ng * 32);
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
   }
 
@@ -190,6 +218,16 @@ export class WasmKernels implements Kernels {
     const u8 = arena.u8;
     const f32 = arena.f32;
     const nb = w.cols / 32;
+    if (this.ctx.q8v && w.type === GgmlType.Q8_0) {
+      // lanes layout: weight 4k + i of block b at (b >> 4) * 512 + 64k + 4 (b & 15) + i, + 128
+      const sc = w.scales + row * laneGroups(w.cols) * 32;
+      for (let b = 0; b < nb; b++) {
+        const d = f16ToF32((u8[sc + 2 * b] as number) | ((u8[sc + 2 * b + 1] as number) << 8));
+        const q = w.ptr + row * w.rowBytes + (b >> 4) * 512 + 4 * (b & 15);
+        for (let i = 0; i < 32; i++) out[32 * b + i] = d * ((u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128);
+      }
+      return;
+    }
     const q = w.ptr + row * w.rowBytes;
     const sc = (w.scales >>> 2) + (row >>> 2) * nb * 4 + (row & 3);
     for (let b = 0; b < nb; b++) {

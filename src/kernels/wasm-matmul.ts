@@ -2,7 +2,7 @@ import { TandemError } from '../errors/index.js';
 import { align, type Arena } from './wasm-arena.js';
 import { op } from './wasm-module.js';
 import { swigluRef } from './ref/ops-ref.js';
-import { isK, isQ32, type WasmContext, type WasmWeight } from './wasm-handles.js';
+import { isK, isQ32, laneGroups, type WasmContext, type WasmWeight } from './wasm-handles.js';
 import { GEMM_TOKENS, GgmlType } from './types.js';
 
 /*
@@ -138,10 +138,10 @@ function matmulKv(
 }
 
 /**
- * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
- * Few tokens: mm_q8v (each row streamed once for up to 8 tokens, each token with a lone
- * matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
- * 8 rows x 15 tokens per tile).
+ * Q8_0 on the native VNNI kernels, weights in the lanes layout (laneGroups): x quantised once
+ * per call, then all rows x all tokens. Few tokens: mm_q8v (each row streamed once for up to
+ * 8 tokens, each token with a lone matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t
+ * (tokens across the vector lanes, 8 rows x 16 tokens per tile).
  */
 export function matmulQ8v(
   ctx: WasmContext,
@@ -155,10 +155,10 @@ export function matmulQ8v(
   const { arena } = w.slot;
   const cols = w.cols;
   if (n >= GEMM_TOKENS && gemm) {
-    const groups = Math.ceil(n / 15);
+    const groups = Math.ceil(n / 16);
     const xfBytes = align(n * cols * 4, 64);
     const xtBytes = align(groups * cols * 16, 64);
-    const dtBytes = align(groups * (cols / 32) * 64, 64);
+    const dtBytes = align(groups * (cols / 32) * 128, 64);
     const xf = arena.scratch(xfBytes + xtBytes + dtBytes + align(n * w.rowsPad * 4, 64));
     const xt = xf + xfBytes;
     const dt = xt + xtBytes;
@@ -174,21 +174,21 @@ export function matmulQ8v(
     copyOut(ctx, arena, yp, w, y, n, swiglu);
     return;
   }
-  const nbp = 2 * Math.ceil(cols / 64);
+  const ng = laneGroups(cols);
   const xfBytes = align(n * cols * 4, 64);
-  const xuBytes = align(n * nbp * 32, 64);
-  const dxBytes = align(n * nbp * 4, 64);
+  const xqBytes = n * ng * 512;
+  const dxBytes = n * ng * 128;
   const yBytes = align(n * w.rowsPad * 4, 64);
-  const xf = arena.scratch(xfBytes + xuBytes + dxBytes + yBytes);
-  const xu = xf + xfBytes;
-  const dx = xu + xuBytes;
+  const xf = arena.scratch(xfBytes + xqBytes + dxBytes + yBytes);
+  const xq = xf + xfBytes;
+  const dx = xq + xqBytes;
   const yp = dx + dxBytes;
   arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
-  ctx.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
+  ctx.pool.run(arena.index, op.q8_prep, [xf, n, cols, xq, dx], n * cols);
   ctx.pool.run(
     arena.index,
     op.mm_q8v,
-    [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
+    [w.ptr, w.scales, cols, xq, dx, n, yp, w.rowsPad, w.rowsPad / 4],
     n * w.rowsPad * cols,
   );
   copyOut(ctx, arena, yp, w, y, n, swiglu);
@@ -289,28 +289,28 @@ function matmulQ8tv(
   const { arena } = w.slot;
   const cols = w.cols;
   const total = n + rows;
-  const groups = Math.ceil(n / 15);
-  const nbp = 2 * Math.ceil(cols / 64);
+  const groups = Math.ceil(n / 16);
+  const ng = laneGroups(cols);
   const xfBytes = align(total * cols * 4, 64);
   const xtBytes = align(groups * cols * 16, 64);
-  const dtBytes = align(groups * (cols / 32) * 64, 64);
-  const xuBytes = align(rows * nbp * 32, 64);
-  const dxBytes = align(rows * nbp * 4, 64);
+  const dtBytes = align(groups * (cols / 32) * 128, 64);
+  const xqBytes = rows * ng * 512;
+  const dxBytes = rows * ng * 128;
   const xf = arena.scratch(
-    xfBytes + xtBytes + dtBytes + xuBytes + dxBytes + align(total * w.rowsPad * 4, 64),
+    xfBytes + xtBytes + dtBytes + xqBytes + dxBytes + align(total * w.rowsPad * 4, 64),
   );
   const xt = xf + xfBytes;
   const dt = xt + xtBytes;
-  const xu = dt + dtBytes;
-  const dx = xu + xuBytes;
+  const xq = dt + dtBytes;
+  const dx = xq + xqBytes;
   const yp = dx + dxBytes;
   arena.f32.set(x.subarray(0, total * cols), xf >>> 2);
   ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
-  ctx.pool.run(arena.index, op.q8_prep, [xf + n * cols * 4, rows, cols, xu, dx], rows * cols);
+  ctx.pool.run(arena.index, op.q8_prep, [xf + n * cols * 4, rows, cols, xq, dx], rows * cols);
   ctx.pool.run(
     arena.index,
     op.mm_q8tv,
-    [w.ptr, w.scales, cols, xt, dt, n, xu, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
+    [w.ptr, w.scales, cols, xt, dt, n, xq, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
     total * w.rowsPad * cols,
   );
   copyOut(ctx, arena, yp, w, y, total, swiglu);

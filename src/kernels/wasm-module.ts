@@ -4,8 +4,8 @@ import { TandemError } from '../errors/index.js';
 import { buildKernels } from './build-kernels.js';
 
 /** Names of the kernel exports the pool dispatches, in a fixed order (job op = index). */
-// rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, q8t_prep, mm_q8t and mm_q8tv
-// (and kt_prep, mm_kt, kv_prep, mm_kv) only as native AVX-512 VNNI ones.
+// rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, q8t_prep, mm_q8t, mm_q8tv and
+// repack_q8l (and kt_prep, mm_kt, kv_prep, mm_kv) only as native AVX-512 VNNI ones.
 export const kernelNames = [
   'quant_q8_0',
   'quant_q8_k',
@@ -31,6 +31,7 @@ export const kernelNames = [
   'mm_q8tv',
   'kv_prep',
   'mm_kv',
+  'repack_q8l',
 ] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;

@@ -1,216 +1,191 @@
 // Native-only GEMM kernels for AVX-512 VNNI (Q8_0 decode and prefill, K-quant prefill); see
-// docs/kernels.md. Layouts of the repacked Q8_0 weights: kernels.c.
+// docs/kernels.md.
 #include "common.h"
 
-// ---- AVX-512 VNNI Q8_0: activations quantised once per matmul, 4 rows x up to 4 tokens ----
-// tk_q8_prep quantises x [n, cols] f32 exactly as quant_q8_0 (wasm) and llama.cpp do (d =
-// f16(amax / 127), q = nearest-even(x * 127 / amax)) and stores q + 128 as u8: xu [n, cp]
-// (cp = cols rounded up to 64 elements, padding q = 0) and d: dx [n, nbp] f32 (nbp = cp / 32,
-// padding 0). tk_mm_q8v multiplies by the repacked Q8_0 weights (layout at the top): per pair
-// of blocks one vpdpbusd of (q + 128) by w per row and token, from which 128 * sum(w) (once per
-// row) is taken back off; lanes 0-7 hold block b, 8-15 block b + 1, scaled by s_row * d_x.
+// ---- AVX-512 VNNI Q8_0 in the lanes layout ------------------------------------------------
+// Q8_0 weights are re-laid once at upload (tk_repack_q8l) so that one 64-byte load holds 4
+// weights of each of 16 blocks: per row, ng = ceil(nb / 16) groups of 512 bytes,
+//   wq [rowsPad][ng][8 k][16 j][4 i] u8 = w[block 16g + j][4k + i] + 128 (128 in padding),
+//   ws [rowsPad][ng * 16] f16 bits: the block scales (0 in padding).
+// The weights are unsigned so that vpdpbusd (u8 x s8) multiplies them by the signed
+// activations; the correction 128 * sum(x) of each block depends on the token only and is
+// taken once per token in the preps, never per row. A row's 16 block sums of a group then
+// come out of 8 vpdpbusd in one vector, exact in i32 (|sum| < 2^21), and are scaled and added
+// in f32 in one fixed order: acc = fma(f32(sum_g), s_w * d_x, acc) over g, then one
+// horizontal sum. That order depends on the column position only, so a row-token gets the
+// same bits at n = 1 and in any batch, whatever the thread split.
+
+// x [n, cols] f32 -> per token xq [ng * 512] s8 in the weights' lane order, then dxc
+// [2][ng * 16]: the block scales d (f32) and the corrections -128 * sum(q) (i32), padding 0.
+// Quantised as quant_q8_0 (wasm) and llama.cpp: d = f16(amax / 127), q = round-even(x / d').
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 int tk_vnni512(void) { return 1; }
 
-void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt) {
+// One block b of 32 floats: scale, 32 quants (as 8 little-endian u32 of 4), sum of quants.
+static inline float quant_block(const float *xb, uint32_t q[8], int32_t *sum) {
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 a = _mm512_loadu_ps(xb);
+  const __m512 c = _mm512_loadu_ps(xb + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
+  const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
+  const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(qa));
+  _mm_storeu_si128((__m128i *)(q + 4), _mm512_cvtsepi32_epi8(qc));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+  return round_f16(amax / 127.0f);
+}
+
+void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m128i flip = _mm_set1_epi8((char)0x80);
+  const int ng = (nb + 15) / 16;
   for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
     const float *xt = (const float *)(m + x) + (size_t)t * cols;
-    uint8_t *q = m + xu + (size_t)t * cp;
-    float *d = (float *)(m + dx) + (size_t)t * nbp;
-    for (int b = 0; b < nb; b++) {
-      const __m512 a = _mm512_loadu_ps(xt + 32 * (size_t)b);
-      const __m512 c = _mm512_loadu_ps(xt + 32 * (size_t)b + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
-      d[b] = round_f16(amax / 127.0f);
-      const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-      const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b), _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
-      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(qc), flip));
-    }
-    for (int b = nb; b < nbp; b++) {
-      d[b] = 0;
-      for (int i = 0; i < 32; i++) q[32 * (size_t)b + i] = 0x80;
+    uint32_t *q = (uint32_t *)(m + xq + (size_t)t * ng * 512);
+    float *d = (float *)(m + dxc) + (size_t)t * ng * 32;
+    int32_t *c = (int32_t *)(d + ng * 16);
+    for (int b = 0; b < ng * 16; b++) {
+      uint32_t qb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int32_t sum = 0;
+      d[b] = b < nb ? quant_block(xt + 32 * (size_t)b, qb, &sum) : 0.0f;
+      c[b] = -128 * sum;
+      for (int k = 0; k < 8; k++) q[(size_t)(b >> 4) * 128 + 16 * k + (b & 15)] = qb[k];
     }
   }
 }
 
-// One token: the tile's rows one after another, so the weights are read as one sequential
-// stream (four interleaved row streams measured slower against DRAM bandwidth).
-static void tile_q8v1(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, const float *dx, float *y) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i k128 = _mm512_set1_epi8((char)0x80);
-  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const int np = nb / 2;
-  for (int r = 0; r < 4; r++) {
-    const uint8_t *wr = w + r * rowBytes;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-    int b = 0;
-    for (int i = 0; i < np; i++, b += 2) {
-      // Far software prefetch: without it one core reads ~25% below the memory's bandwidth here.
-      _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);
-      const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + 32 * (size_t)b)), wv);
-      const __m512 sc = _mm512_mul_ps(_mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r]))),
-                                      _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + b))))));
-      if (i & 1) acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc1);
-      else acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc0);
-    }
-    if (b < nb) {
-      const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + 32 * (size_t)b)), wv);
-      acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[b])), acc0);
-    }
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-  }
-}
-
-// One block pair of T tokens into acc (tile_q8v1's products and scales).
-#define Q8V_PAIR(acc)                                                                                                       \
-  do {                                                                                                                      \
-    _mm_prefetch((const char *)(wr + 32 * (size_t)b) + PREFETCH, _MM_HINT_T0);                                             \
-    const __m512i wv = _mm512_loadu_si512((const void *)(wr + 32 * (size_t)b));                                             \
-    const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));                                        \
-    const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r]))); \
-    for (int t = 0; t < T; t++) {                                                                                           \
-      const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv); \
-      const __m512 dxv = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b)))); \
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, dxv)), acc[t]);         \
-    }                                                                                                                       \
-    b += 2;                                                                                                                 \
-  } while (0)
-
-// T (1..8) tokens, each with tile_q8v1's arithmetic (two accumulators alternating over the
-// block pairs, the same scales and tail): every token's outputs are bit for bit those of
-// tile_q8v1 on it alone, whatever T is, while each row is streamed once for all T.
-static inline __attribute__((always_inline)) void tile_q8vn(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
-                                                            const float *dx, int dxstride, float *y, int ystride, const int T) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i k128 = _mm512_set1_epi8((char)0x80);
-  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const int np = nb / 2;
-  for (int r = 0; r < 4; r++) {
-    const uint8_t *wr = w + r * rowBytes;
-    __m512 acc0[8], acc1[8];
-    for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
-    int b = 0;
-    // pairs 0, 2, 4, ... into acc0 and 1, 3, 5, ... into acc1, as tile_q8v1's `i & 1`
-    for (int i = 0; i + 1 < np; i += 2) {
-      Q8V_PAIR(acc0);
-      Q8V_PAIR(acc1);
-    }
-    if (np & 1) Q8V_PAIR(acc0);
-    if (b < nb) {
-      const __m512i wv = _mm512_maskz_loadu_epi8(0xffffffffULL, wr + 32 * (size_t)b);
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      for (int t = 0; t < T; t++) {
-        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
-        acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[(size_t)t * dxstride + b])), acc0[t]);
-      }
-    }
-    for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
-  }
-}
-#undef Q8V_PAIR
-
-// n tokens (any n; the matmul takes it below GEMM_TOKENS, matvecRows at any n): token t's
-// outputs are bit for bit those of n = 1 on x_t alone, so a token's bits do not depend on the
-// batch it runs in; each weight row is read once per run of up to 8 tokens.
-void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+// Raw ggml Q8_0 rows at src (34 bytes a block: f16 scale, 32 quants) -> rows r0..r0+rows-1 of
+// the lanes layout.
+void tk_repack_q8l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const size_t rowBytes = (size_t)cols;
-  for (int tl = part(tiles, tid, nt); tl < part(tiles, tid + 1, nt); tl++) {
-    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+  const int ng = (nb + 15) / 16;
+  for (int i = part(rows, tid, nt); i < part(rows, tid + 1, nt); i++) {
+    const uint8_t *s = m + src + (size_t)i * nb * 34;
+    uint32_t *q = (uint32_t *)(m + wq + (size_t)(r0 + i) * ng * 512);
+    uint16_t *sc = (uint16_t *)(m + ws) + (size_t)(r0 + i) * ng * 16;
+    for (int b = 0; b < ng * 16; b++) {
+      uint32_t w[8];
+      if (b < nb) {
+        for (int k = 0; k < 8; k++) w[k] = ((uint32_t)s[34 * b + 2 + 4 * k] | ((uint32_t)s[34 * b + 3 + 4 * k] << 8) | ((uint32_t)s[34 * b + 4 + 4 * k] << 16) | ((uint32_t)s[34 * b + 5 + 4 * k] << 24)) ^ 0x80808080u;
+        sc[b] = rd16(s + 34 * (size_t)b);
+      } else {
+        for (int k = 0; k < 8; k++) w[k] = 0x80808080u;
+        sc[b] = 0;
+      }
+      for (int k = 0; k < 8; k++) q[(size_t)(b >> 4) * 128 + 16 * k + (b & 15)] = w[k];
+    }
+  }
+}
+
+// One row (wr: its ng groups, sr: its scales) times T (1..8) tokens: token t's quants at
+// xq + t * xstride, its scales and corrections at dxc + t * dstride (floats). Each token's
+// arithmetic is the same whatever T is (see the layout above); the row is streamed once.
+static inline __attribute__((always_inline)) void row_q8l(const uint8_t *wr, const uint16_t *sr, int ng, const uint8_t *xq, size_t xstride, const float *dxc,
+                                                          size_t dstride, float *y, int ystride, const int T) {
+  __m512 acc[8];
+  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+  for (int g = 0; g < ng; g++) {
+    const uint8_t *wg = wr + 512 * (size_t)g;
+    __m512i s[8];
+    for (int t = 0; t < T; t++) s[t] = _mm512_loadu_si512((const void *)(dxc + t * dstride + 16 * (size_t)(ng + g)));
+    for (int k = 0; k < 8; k++) {
+      // Far software prefetch into L2 (into L1 it measured slower than none at one token).
+      _mm_prefetch((const char *)wg + PREFETCH + 64 * k, _MM_HINT_T1);
+      const __m512i wv = _mm512_loadu_si512((const void *)(wg + 64 * k));
+      for (int t = 0; t < T; t++) s[t] = _mm512_dpbusd_epi32(s[t], wv, _mm512_loadu_si512((const void *)(xq + t * xstride + 512 * (size_t)g + 64 * k)));
+    }
+    const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sr + 16 * (size_t)g)));
+    for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sw, _mm512_loadu_ps(dxc + t * dstride + 16 * (size_t)g)), acc[t]);
+  }
+  for (int t = 0; t < T; t++) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// Rows [r0, r1) times n tokens (xq, dxc from tk_q8_prep), runs of up to 8 tokens per pass.
+static void rows_q8l(uint8_t *m, uint32_t wq, uint32_t ws, int ng, int r0, int r1, uint32_t xq, uint32_t dxc, int n, float *y, int ystride) {
+  const size_t xstride = (size_t)ng * 512;
+  const size_t dstride = (size_t)ng * 32;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *wr = m + wq + (size_t)r * ng * 512;
+    const uint16_t *sr = (const uint16_t *)(m + ws) + (size_t)r * ng * 16;
     for (int t = 0; t < n; t += 8) {
-      const uint8_t *xt = m + xu + (size_t)t * cp;
-      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
-      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+      const uint8_t *xt = m + xq + (size_t)t * xstride;
+      const float *dt = (const float *)(m + dxc) + (size_t)t * dstride;
+      float *yt = y + (size_t)t * ystride + r;
       switch (n - t < 8 ? n - t : 8) {
-        case 1: tile_q8v1(w, rowBytes, s, nb, xt, dt, yt); break;
-        case 2: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
-        case 3: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
-        case 4: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
-        case 5: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
-        case 6: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
-        case 7: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
-        default: tile_q8vn(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
+        case 1: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 1); break;
+        case 2: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 2); break;
+        case 3: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 3); break;
+        case 4: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 4); break;
+        case 5: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 5); break;
+        case 6: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 6); break;
+        case 7: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 7); break;
+        default: row_q8l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 8); break;
       }
     }
   }
 }
 
-// Prefill GEMM with tokens across the lanes: xt [G][cols/4][16][4] u8 holds, per group of 15
-// tokens, 4 consecutive (q + 128) quants of each token in lanes 0-14 and of a zero token in
-// lane 15 (tokens past n are zero tokens too); dxt [G][nb][16] f32 their block scales (0 for
-// zero tokens). One vpdpbusd with 4 weight bytes broadcast then advances 15 tokens at once;
-// lane 15 comes out as 128 * sum(w) of the block, the correction every lane takes off.
+// n tokens (any n; the matmul takes it below GEMM_TOKENS, matvecRows at any n): token t's
+// outputs are bit for bit those of n = 1 on x_t alone; each weight row is read once per run
+// of up to 8 tokens. Threads split the 4-row tiles.
+void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int ng = (cols / 32 + 15) / 16;
+  rows_q8l(m, wq, ws, ng, 4 * part(tiles, tid, nt), 4 * part(tiles, tid + 1, nt), xq, dxc, n, (float *)(m + y), ystride);
+}
+
+// Prefill GEMM with tokens across the lanes: xt [G][nb * 8][16] u32 holds, per group of 16
+// tokens, 4 consecutive s8 quants of each token in its lane (tokens past n are zero tokens);
+// dxt [G][nb][2][16]: per block the 16 tokens' scales (f32, 0 for zero tokens), then their
+// corrections -128 * sum(q) (i32). One vpdpbusd with 4 weight bytes broadcast then advances
+// 16 tokens at once.
 void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int groups = (n + 14) / 15;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m128i flip = _mm_set1_epi8((char)0x80);
+  const int groups = (n + 15) / 16;
   for (int g = part(groups, tid, nt); g < part(groups, tid + 1, nt); g++) {
     uint32_t *X = (uint32_t *)(m + xt + (size_t)g * cols * 16);
-    float *D = (float *)(m + dxt) + (size_t)g * nb * 16;
+    float *D = (float *)(m + dxt) + (size_t)g * nb * 32;
     for (int lane = 0; lane < 16; lane++) {
-      const int t = g * 15 + lane;
-      if (lane == 15 || t >= n) {
-        for (int k = 0; k < cols / 4; k++) X[16 * (size_t)k + lane] = 0x80808080u;
-        for (int b = 0; b < nb; b++) D[16 * b + lane] = 0;
-        continue;
-      }
+      const int t = g * 16 + lane;
       const float *xr = (const float *)(m + x) + (size_t)t * cols;
       for (int b = 0; b < nb; b++) {
-        const __m512 a = _mm512_loadu_ps(xr + 32 * (size_t)b);
-        const __m512 c = _mm512_loadu_ps(xr + 32 * (size_t)b + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
-        D[16 * b + lane] = round_f16(amax / 127.0f);
-        const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-        uint32_t q[8];
-        _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
-        _mm_storeu_si128((__m128i *)(q + 4), _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
+        uint32_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int32_t sum = 0;
+        D[32 * b + lane] = t < n ? quant_block(xr + 32 * (size_t)b, q, &sum) : 0.0f;
+        ((int32_t *)D)[32 * b + 16 + lane] = -128 * sum;
         for (int j = 0; j < 8; j++) X[16 * (size_t)(8 * b + j) + lane] = q[j];
       }
     }
   }
 }
 
-// R rows (R / 4 scale tiles) by one group of 15 tokens.
-static inline __attribute__((always_inline)) void gemm_q8t(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *X, const float *D, float *y,
-                                                           int ystride, int tokens, const int R) {
+// R rows (wr: R row pointers' base, rowBytes apart; sr: their scales) by one group of 16
+// tokens. Block b's 4-byte word k of a row sits at (b >> 4) * 512 + 64 * k + 4 * (b & 15).
+static inline __attribute__((always_inline)) void gemm_q8t(const uint8_t *w, size_t rowBytes, const uint16_t *s, size_t srow, int nb, const uint8_t *X, const float *D,
+                                                           float *y, int ystride, int tokens, const int R) {
   __m512 acc[8];
   for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-  const __m512i last = _mm512_set1_epi32(15);
   for (int b = 0; b < nb; b++) {
     __m512i xv[8];
     for (int j = 0; j < 8; j++) xv[j] = _mm512_loadu_si512((const void *)(X + 64 * (size_t)(8 * b + j)));
-    const __m512 dv = _mm512_loadu_ps(D + 16 * (size_t)b);
+    const __m512 dv = _mm512_loadu_ps(D + 32 * (size_t)b);
+    const __m512i cv = _mm512_loadu_si512((const void *)(D + 32 * (size_t)b + 16));
+    const size_t off = (size_t)(b >> 4) * 512 + 4 * (size_t)(b & 15);
     for (int r = 0; r < R; r++) {
-      const int32_t *wr = (const int32_t *)(w + r * rowBytes + 32 * (size_t)b);
-      __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[0], _mm512_set1_epi32(wr[0]));
-      __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[1], _mm512_set1_epi32(wr[1]));
-      a0 = _mm512_dpbusd_epi32(a0, xv[2], _mm512_set1_epi32(wr[2]));
-      a1 = _mm512_dpbusd_epi32(a1, xv[3], _mm512_set1_epi32(wr[3]));
-      a0 = _mm512_dpbusd_epi32(a0, xv[4], _mm512_set1_epi32(wr[4]));
-      a1 = _mm512_dpbusd_epi32(a1, xv[5], _mm512_set1_epi32(wr[5]));
-      a0 = _mm512_dpbusd_epi32(a0, xv[6], _mm512_set1_epi32(wr[6]));
-      a1 = _mm512_dpbusd_epi32(a1, xv[7], _mm512_set1_epi32(wr[7]));
-      const __m512i ai = _mm512_add_epi32(a0, a1);
-      const __m512i p = _mm512_sub_epi32(ai, _mm512_permutexvar_epi32(last, ai));
-      const float sr = s[(size_t)(r >> 2) * nb * 4 + 4 * (size_t)b + (r & 3)];
+      const uint8_t *wb = w + r * rowBytes + off;
+      __m512i a0 = _mm512_dpbusd_epi32(cv, _mm512_set1_epi32(*(const int32_t *)wb), xv[0]);
+      __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(*(const int32_t *)(wb + 64)), xv[1]);
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 128)), xv[2]);
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 192)), xv[3]);
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 256)), xv[4]);
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 320)), xv[5]);
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 384)), xv[6]);
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 448)), xv[7]);
+      const __m512i p = _mm512_add_epi32(a0, a1);
+      const float sr = _cvtsh_ss(s[(size_t)r * srow + b]);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(sr)), acc[r]);
     }
   }
@@ -221,80 +196,53 @@ static inline __attribute__((always_inline)) void gemm_q8t(const uint8_t *w, siz
   }
 }
 
+// The GEMM of n tokens over rows 8 * pr .. 8 * pr + R - 1 (R = 8 or 4).
+static void gemm_q8t_rows(uint8_t *m, uint32_t wq, uint32_t ws, int nb, int pr, int R, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride) {
+  const int ng = (nb + 15) / 16;
+  const size_t rowBytes = (size_t)ng * 512;
+  const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
+  const uint16_t *s = (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16;
+  const int cols = nb * 32;
+  for (int g = 0; g < (n + 15) / 16; g++) {
+    const int tokens = n - 16 * g < 16 ? n - 16 * g : 16;
+    const uint8_t *X = m + xt + (size_t)g * cols * 16;
+    const float *D = (const float *)(m + dxt) + (size_t)g * nb * 32;
+    float *yt = (float *)(m + y) + (size_t)g * 16 * ystride + 8 * (size_t)pr;
+    if (R == 8) gemm_q8t(w, rowBytes, s, (size_t)ng * 16, nb, X, D, yt, ystride, tokens, 8);
+    else gemm_q8t(w, rowBytes, s, (size_t)ng * 16, nb, X, D, yt, ystride, tokens, 4);
+  }
+}
+
+// Thread shares in pairs of tiles (8 rows); the odd last tile goes to the last thread: the rows
+// of pair pr (8, 4 or none) for thread tid, whose pairs end at p1.
+static inline int pair_rows(int pr, int p1, int tiles, int tid, int nt) { return pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0); }
+
 void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
-  const int nb = cols / 32;
-  const int groups = (n + 14) / 15;
-  const size_t rowBytes = (size_t)cols;
-  // Thread shares in pairs of tiles (8 rows); the odd last tile goes to the last thread.
-  const int pairs = tiles / 2;
-  const int p0 = part(pairs, tid, nt);
-  const int p1 = part(pairs, tid + 1, nt);
-  for (int pr = p0; pr <= p1; pr++) {
-    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+  const int p1 = part(tiles / 2, tid + 1, nt);
+  for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
+    const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
-    const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
-    for (int g = 0; g < groups; g++) {
-      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
-      const uint8_t *X = m + xt + (size_t)g * cols * 16;
-      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
-      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
-      if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
-      else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
-    }
+    gemm_q8t_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
   }
 }
 
 // A prefill GEMM and one-token rows in one pass over the weights: tokens 0..n-1 as tk_mm_q8t
-// (xt, dxt from tk_q8t_prep; n >= GEMM_TOKENS), then d more tokens (xu, dx from tk_q8_prep)
+// (xt, dxt from tk_q8t_prep; n >= GEMM_TOKENS), then d more tokens (xq, dxc from tk_q8_prep)
 // each as tk_mm_q8v, over each 8-row tile while it is still in cache. Token n + t's outputs go
 // to row n + t of y and are bit for bit those of tk_mm_q8v on it alone; rows 0..n-1 those of
 // tk_mm_q8t. So decode steps of other sequences ride along a prefill without streaming the
 // weights a second time.
-void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
+void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
-  const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const int groups = (n + 14) / 15;
-  const size_t rowBytes = (size_t)cols;
-  const int pairs = tiles / 2;
-  const int p0 = part(pairs, tid, nt);
-  const int p1 = part(pairs, tid + 1, nt);
-  for (int pr = p0; pr <= p1; pr++) {
-    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+  const int ng = (cols / 32 + 15) / 16;
+  float *yv = (float *)(m + y) + (size_t)n * ystride;
+  const int p1 = part(tiles / 2, tid + 1, nt);
+  for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
+    const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
-    const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
-    for (int g = 0; g < groups; g++) {
-      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
-      const uint8_t *X = m + xt + (size_t)g * cols * 16;
-      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
-      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
-      if (R == 8) gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 8);
-      else gemm_q8t(w, rowBytes, s, nb, X, D, yt, ystride, tokens, 4);
-    }
-    for (int h = 0; h < R / 4; h++) {
-      const int tl = 2 * pr + h;
-      const uint8_t *wt = m + wq + (size_t)tl * 4 * rowBytes;
-      const float *st = (const float *)(m + ws) + (size_t)tl * nb * 4;
-      for (int t = 0; t < d; t += 8) {
-        const uint8_t *xv = m + xu + (size_t)t * cp;
-        const float *dv = (const float *)(m + dx) + (size_t)t * nbp;
-        float *yv = (float *)(m + y) + (size_t)(n + t) * ystride + 4 * (size_t)tl;
-        switch (d - t < 8 ? d - t : 8) {
-          case 1: tile_q8v1(wt, rowBytes, st, nb, xv, dv, yv); break;
-          case 2: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 2); break;
-          case 3: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 3); break;
-          case 4: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 4); break;
-          case 5: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 5); break;
-          case 6: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 6); break;
-          case 7: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 7); break;
-          default: tile_q8vn(wt, rowBytes, st, nb, xv, cp, dv, nbp, yv, ystride, 8); break;
-        }
-      }
-    }
+    gemm_q8t_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
+    rows_q8l(m, wq, ws, ng, 8 * pr, 8 * pr + R, xq, dxc, d, yv, ystride);
   }
 }
 
