@@ -15,9 +15,6 @@
 // horizontal sum. That order depends on the column position only, so a row-token gets the
 // same bits at n = 1 and in any batch, whatever the thread split.
 
-// x [n, cols] f32 -> per token xq [ng * 512] s8 in the weights' lane order, then dxc
-// [2][ng * 16]: the block scales d (f32) and the corrections -128 * sum(q) (i32), padding 0.
-// Quantised as quant_q8_0 (wasm) and llama.cpp: d = f16(amax / 127), q = round-even(x / d').
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 int tk_vnni512(void) { return 1; }
 
@@ -36,6 +33,9 @@ static inline float quant_block(const float *xb, uint32_t q[8], int32_t *sum) {
   return round_f16(amax / 127.0f);
 }
 
+// x [n, cols] f32 -> per token xq [ng * 512] s8 in the weights' lane order, then dxc
+// [2][ng * 16]: the block scales d (f32) and the corrections -128 * sum(q) (i32), padding 0.
+// Quantised as quant_q8_0 (wasm) and llama.cpp: d = f16(amax / 127), q = round-even(x / d').
 void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
