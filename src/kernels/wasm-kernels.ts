@@ -224,7 +224,8 @@ export class WasmKernels implements Kernels {
       for (let b = 0; b < nb; b++) {
         const d = f16ToF32((u8[sc + 2 * b] as number) | ((u8[sc + 2 * b + 1] as number) << 8));
         const q = w.ptr + row * w.rowBytes + (b >> 4) * 512 + 4 * (b & 15);
-        for (let i = 0; i < 32; i++) out[32 * b + i] = d * ((u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128);
+        for (let i = 0; i < 32; i++)
+          out[32 * b + i] = d * ((u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128);
       }
       return;
     }
