@@ -81,6 +81,30 @@ test(
 );
 
 test(
+  'webgpu: the tiled prefill matmul gives each token the bits of its own per-row workgroup',
+  { skip },
+  async () => {
+    const g = gpu as GpuDevice;
+    for (const [name, type] of types) {
+      // 70 rows and 13 tokens: partial tiles in both directions
+      const [rows, n] = [70, 13];
+      const cols = name.endsWith('_K') ? 512 : 96;
+      const data = randomWeightBytes(type, rows, cols, 3 * rows + cols);
+      const wg = uploadGpuWeight(g, { type, rows, cols, data, name });
+      const xb = put(randomFloats(n * cols, 31), 'x');
+      const tiled = g.storage(4 * n * rows, 'tiled');
+      const perRow = g.storage(4 * n * rows, 'per row');
+      ops?.matmul(wg, xb, tiled, n);
+      ops?.matmul(wg, xb, perRow, n, rows, 0, true);
+      const a = await get(tiled, n * rows);
+      const b = await get(perRow, n * rows);
+      for (let i = 0; i < a.length; i++)
+        if (!Object.is(a[i], b[i])) assert.fail(`${name}: output ${i}: tiled ${a[i]}, per row ${b[i]}`);
+    }
+  },
+);
+
+test(
   'webgpu: a weight larger than one binding is cut into row chunks with the same results',
   { skip },
   async () => {

@@ -10,6 +10,14 @@ import {
   MATMUL_Q8_0,
   QUANTIZE_Q8,
   QUANTIZE_Q8K,
+  TILE_ROWS,
+  TILE_TOKENS,
+  TILED_F16,
+  TILED_F32,
+  TILED_Q4_0,
+  TILED_Q4K,
+  TILED_Q6K,
+  TILED_Q8_0,
 } from './wgsl-matmul.js';
 import { ADD, ATTENTION, COPY, RMS_NORM, ROPE, SWIGLU } from './wgsl-ops.js';
 
@@ -55,15 +63,28 @@ export class GpuOps {
 
   /**
    * y[t, yOffset + r] = sum_c W[r, c] x[t, c] for n tokens; yStride floats between tokens'
-   * rows of y (default W's rows). x: [n, cols].
+   * rows of y (default W's rows). x: [n, cols]. Several tokens run tiled (a tile of rows x
+   * tokens per workgroup, each weight block fetched once per tile) unless `perRow`, where
+   * each (row, token) output has a workgroup of its own (decode rows: the same dispatch a
+   * token alone gets). Both give an output the same sums (wgsl-matmul.ts).
    */
-  matmul(w: GpuWeight, x: GPUBuffer, y: GPUBuffer, n: number, yStride = w.rows, yOffset = 0): void {
+  matmul(
+    w: GpuWeight,
+    x: GPUBuffer,
+    y: GPUBuffer,
+    n: number,
+    yStride = w.rows,
+    yOffset = 0,
+    perRow = false,
+  ): void {
     const q8 = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
     const xin = q8 || isKQuant(w.type) ? this.quantize(x, n, w.cols, q8 ? 32 : 256) : x;
-    const [name, code] = kernelFor(w.type);
+    const tiled = n > 1 && !perRow;
+    const [name, code] = kernelFor(w.type, tiled);
     for (const c of w.chunks) {
-      const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4]);
-      this.gpu.dispatch(name, code, p, [c.buffer, xin, y], [c.rows, n]);
+      const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4, n]);
+      const groups = tiled ? [Math.ceil(c.rows / TILE_ROWS), Math.ceil(n / TILE_TOKENS)] : [c.rows, n];
+      this.gpu.dispatch(name, code, p, [c.buffer, xin, y], groups);
     }
   }
 
@@ -145,19 +166,21 @@ export class GpuOps {
   }
 }
 
-function kernelFor(type: number): [string, string] {
+function kernelFor(type: number, tiled: boolean): [string, string] {
+  const pick = (name: string, matvec: string, tile: string): [string, string] =>
+    tiled ? [`tiled_${name}`, tile] : [`matmul_${name}`, matvec];
   switch (type) {
     case GgmlType.F32:
-      return ['matmul_f32', MATMUL_F32];
+      return pick('f32', MATMUL_F32, TILED_F32);
     case GgmlType.F16:
-      return ['matmul_f16', MATMUL_F16];
+      return pick('f16', MATMUL_F16, TILED_F16);
     case GgmlType.Q8_0:
-      return ['matmul_q8_0', MATMUL_Q8_0];
+      return pick('q8_0', MATMUL_Q8_0, TILED_Q8_0);
     case GgmlType.Q4_0:
-      return ['matmul_q4_0', MATMUL_Q4_0];
+      return pick('q4_0', MATMUL_Q4_0, TILED_Q4_0);
     case GgmlType.Q6_K:
-      return ['matmul_q6k', MATMUL_Q6K];
+      return pick('q6k', MATMUL_Q6K, TILED_Q6K);
     default:
-      return ['matmul_q4k', MATMUL_Q4K];
+      return pick('q4k', MATMUL_Q4K, TILED_Q4K);
   }
 }
