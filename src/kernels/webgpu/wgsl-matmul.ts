@@ -8,7 +8,8 @@
  *
  * Parameters (binding 0): rows (of this chunk), cols, yStride (floats between tokens' rows
  * of y), yOffset (first output row of this chunk), wScales (word offset of the weight's
- * scales), xScales (word offset of the activation's scales), n (tokens; TILED only).
+ * scales), xScales (word offset of the activation's scales), n (tokens; TILED and the MoE's
+ * listed matmuls), expert, experts, div (the listed matmuls only, wgsl-moe.ts).
  */
 
 /**
@@ -40,8 +41,9 @@ fn f16ToF32(h: u32) -> f32 {
 }
 `;
 
-const HEAD = /* wgsl */ `
-struct P { rows: u32, cols: u32, yStride: u32, yOffset: u32, wScales: u32, xScales: u32, n: u32 }
+/** The parameters and bindings every matmul shares (the listed MoE matmuls too). */
+export const matmulHead = /* wgsl */ `
+struct P { rows: u32, cols: u32, yStride: u32, yOffset: u32, wScales: u32, xScales: u32, n: u32, expert: u32, experts: u32, div: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<u32>;
@@ -55,7 +57,7 @@ ${F16_TO_F32}
  * token t's activation to the running sum s (a step is an element, a pair or a block), and
  * `steps` is the WGSL expression of how many steps a row has.
  */
-interface DotSteps {
+export interface DotSteps {
   steps: string;
   acc: string;
 }
@@ -65,7 +67,7 @@ interface DotSteps {
  * ... in order, then a tree over workgroup memory adds the 64 partial sums. The decode path:
  * each row's bits come from its own workgroup, whatever else is dispatched beside it.
  */
-const MATVEC = (d: DotSteps): string => /* wgsl */ `${HEAD}
+const MATVEC = (d: DotSteps): string => /* wgsl */ `${matmulHead}
 var<workgroup> part: array<f32, 64>;
 
 fn acc(s: f32, r: u32, t: u32, i: u32) -> f32 {
@@ -103,7 +105,7 @@ const TILE = TILE_ROWS * TILE_TOKENS;
  * the same f32 expressions in the same order: a token's outputs do not depend on whether
  * they were computed tiled or alone. Partials: [TILE outputs, 64 threads] in workgroup memory.
  */
-const TILED = (d: DotSteps): string => /* wgsl */ `${HEAD}
+const TILED = (d: DotSteps): string => /* wgsl */ `${matmulHead}
 var<workgroup> part: array<f32, ${TILE * 64}>;
 
 fn acc(s: f32, r: u32, t: u32, i: u32) -> f32 {
@@ -269,6 +271,21 @@ const K_DOT = (six: boolean): DotSteps => ({
   let dx = bitcast<f32>(x[p.xScales + t * nb + i]);
   return s + ((bitcast<f32>(w[wo + 68u]) * dx) * f32(sumi) - (bitcast<f32>(w[wo + 69u]) * dx) * f32(summ));`,
 });
+
+/** A weight type's dot steps by kernel name suffix ('f32', 'f16', 'q8_0', 'q4_0', 'q4k', 'q6k'). */
+export function dotSteps(type: string): DotSteps {
+  const steps: Record<string, DotSteps> = {
+    f32: F32_DOT,
+    f16: F16_DOT,
+    q8_0: Q8_0_DOT,
+    q4_0: Q4_0_DOT,
+    q4k: K_DOT(false),
+    q6k: K_DOT(true),
+  };
+  const d = steps[type];
+  if (!d) throw new Error(`no WGSL dot steps for '${type}'`);
+  return d;
+}
 
 export const MATMUL_Q4K = MATVEC(K_DOT(false));
 export const MATMUL_Q6K = MATVEC(K_DOT(true));
