@@ -19,7 +19,7 @@ export interface GpuFfnWeights {
 export interface GpuMoeWeights {
   router: GpuWeight;
   experts: readonly GpuFfnWeights[];
-  shared?: GpuFfnWeights & { gate: GpuWeight; gateInp: GPUBuffer };
+  shared?: GpuFfnWeights & { gateInp: GPUBuffer };
 }
 
 /** One layer's weights: attention (with qwen2's biases, qwen3's q/k norms) and a dense or MoE FFN. */
