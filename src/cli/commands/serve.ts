@@ -2,7 +2,10 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
+import { ApiServer, loadClusterServedModel, type ServedModel } from '../../api/index.js';
+import { kernelsChoices } from '../../kernels/webgpu/index.js';
+import { loadKernelsServedModel } from '../served-kernels.js';
+import { kernelsDescription } from '../webgpu-model.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { CLUSTER_PORT, DISCOVERY_PORT } from '../../cluster/index.js';
@@ -53,6 +56,11 @@ export const command = defineCommand({
       default: 8080,
     },
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
+    kernels: {
+      type: 'string',
+      description: `${kernelsDescription}. Without --nodes/--hosts/--cluster only: there each node uses its own (\`tandem node --kernels\`)`,
+      choices: kernelsChoices,
+    },
     slots: {
       type: 'number',
       description: 'sequences generated at once, each with its own KV cache',
@@ -167,6 +175,11 @@ export const command = defineCommand({
       options.hosts !== undefined || options.cluster !== undefined
         ? clusterSecret('serve', options)
         : undefined;
+    if (options.kernels !== undefined && (cluster || members))
+      throw usage(
+        '--kernels applies to a model served from this process only',
+        'drop --kernels: with --nodes/--hosts/--cluster each node uses its own (`tandem node --kernels`)',
+      );
     if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
@@ -210,7 +223,7 @@ export const command = defineCommand({
               ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
             })
-          : await loadServedModel(path, common);
+          : await loadKernelsServedModel(path, options.kernels, common);
       name = served.name;
       return served;
     };
