@@ -46,6 +46,18 @@ export class CpuCap {
     return new CpuCap(join(dir, 'cgroup.procs'), dir);
   }
 
+  /** Why no cap can be made here (not Linux, not root, no cgroup cpu controller), or undefined when one can. */
+  static unavailable(): string | undefined {
+    if (process.platform !== 'linux') return 'a CPU cap needs Linux';
+    if (process.getuid?.() !== 0) return 'a CPU cap needs root';
+    try {
+      CpuCap.create(`tandem-cap-check-${process.pid}`, 0.5).remove();
+      return undefined;
+    } catch (e) {
+      return (e as Error).message;
+    }
+  }
+
   /** Removes the cgroup (its processes must have exited). Never throws. */
   remove(): void {
     try {
