@@ -76,7 +76,13 @@ test('root rendezvous at another rank than 0: a line 0-1-2 rooted at its middle 
         rank,
         size: 3,
         provider: 'loopback',
-        graph: { size: 3, edges: [[0, 1], [1, 2]] },
+        graph: {
+          size: 3,
+          edges: [
+            [0, 1],
+            [1, 2],
+          ],
+        },
         rendezvous: { kind: 'root', address, rank: 1 },
         timeoutMs: 20_000,
       }),
@@ -92,7 +98,11 @@ test('root rendezvous at another rank than 0: a line 0-1-2 rooted at its middle 
       return [...d, got[0]];
     }),
   );
-  assert.deepEqual(out, [[3, 3, 0], [3, 3, 0], [3, 3, 7]]);
+  assert.deepEqual(out, [
+    [3, 3, 0],
+    [3, 3, 0],
+    [3, 3, 7],
+  ]);
   assert.ok(comms[1]!.relayed > 0, 'the middle rank relayed between the ends');
   await Promise.all(comms.map((c) => c.close()));
 });

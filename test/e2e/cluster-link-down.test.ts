@@ -204,7 +204,10 @@ test(
       const downLinks = cluster.links.filter((l) => l.kind !== 'control' && l.state === 'down');
       assert.ok(downLinks.length > 0, JSON.stringify(cluster.links));
       for (const l of downLinks) assert.deepEqual([l.from, l.to].sort(), pair, JSON.stringify(l));
-      assert.deepEqual(cluster.placement?.relaying?.map((p) => p.split('-').sort()), [pair]);
+      assert.deepEqual(
+        cluster.placement?.relaying?.map((p) => p.split('-').sort()),
+        [pair],
+      );
     } finally {
       await rig.cleanup();
     }
