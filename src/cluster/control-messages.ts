@@ -15,8 +15,15 @@ export interface LoadRequest {
   plan: ParallelPlan;
   rank: number;
   provider: ProviderName;
-  /** Rank 0 listens here (port 0 allowed) and reports the address; others connect to it. */
+  /** The rendezvous root (`root`, default rank 0) listens here (port 0 allowed) and reports the address; others connect to it. */
   rendezvous: string;
+  /** The rank that listens at `rendezvous`: one linked directly to every other (default 0). */
+  root?: number;
+  /**
+   * The links between ranks, as [rankA, rankB] pairs, when not every pair is linked (a link
+   * went down): pairs without one are relayed through the others. Absent: a full mesh.
+   */
+  edges?: [number, number][];
   /** The host this node's fabric listens on (reachable by the other nodes). */
   fabricHost: string;
   wire: WireFormat;
@@ -120,6 +127,13 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
       );
       need(typeof m.timeoutMs === 'number' && m.timeoutMs > 0, type, 'no timeout');
       need(m.source === undefined || isSliceSource(m.source), type, 'a bad slice source');
+      need(m.root === undefined || isInt(m.root), type, 'a bad rendezvous root');
+      need(
+        m.edges === undefined ||
+          (Array.isArray(m.edges) && m.edges.every((e) => ints(e) && (e as number[]).length === 2)),
+        type,
+        'bad edges',
+      );
       return { type, id, load: m as unknown as LoadRequest };
     }
     case 'generate':

@@ -138,6 +138,7 @@ class Session {
       ...(this.o.threads ? { threads: this.o.threads } : {}),
     });
     const root = parseHostPort(r.rendezvous, 'rendezvous');
+    const rootRank = r.root ?? 0;
     const world = await createCommunicator({
       rank: r.rank,
       size: r.plan.nodes,
@@ -145,10 +146,13 @@ class Session {
       secret: this.o.secret,
       timeoutMs: r.timeoutMs,
       connectTimeoutMs: r.timeoutMs,
+      // a partial graph: the pairs it lacks are relayed through the other ranks
+      ...(r.edges ? { graph: { size: r.plan.nodes, edges: r.edges } } : {}),
       rendezvous: {
         kind: 'root',
-        address: r.rank === 0 ? `${root.host}:${root.port}` : r.rendezvous,
+        address: r.rank === rootRank ? `${root.host}:${root.port}` : r.rendezvous,
         host: r.fabricHost,
+        rank: rootRank,
       },
       onListening: (address) => send(this.socket, { event: 'listening', address }),
       threadsPerRank: this.o.threads ?? availableParallelism(),

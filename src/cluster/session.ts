@@ -83,6 +83,15 @@ export interface ClusterResult {
   predicted?: number[];
 }
 
+/**
+ * How the ranks of a load are linked when not every pair is (a link between two members went
+ * down): the links there are, and the rank linked to all that serves the rendezvous.
+ */
+export interface Wiring {
+  edges: [number, number][];
+  root: number;
+}
+
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
 export class ClusterSession {
   placement: Placement | undefined;
@@ -209,9 +218,13 @@ export class ClusterSession {
     }
   }
 
-  /** Plans the split (checking memory before anything loads), then loads every shard. */
-  async load(o: LoadOptions): Promise<Placement> {
-    const planned = this.plan(o);
+  /**
+   * Plans the split (checking memory before anything loads), then loads every shard. With
+   * `keep` (a placement these nodes held, in this rank order) the same split is loaded again,
+   * as when only the links between the ranks changed; `wiring` leaves out the pairs not linked.
+   */
+  async load(o: LoadOptions, wiring?: Wiring, keep?: Placement): Promise<Placement> {
+    const planned = keep ? { placement: keep, choice: this.choice } : this.plan(o);
     const placement = planned.placement;
     this.choice = planned.choice;
     const slices =
@@ -223,7 +236,7 @@ export class ClusterSession {
             ...(o.onProgress ? { onProgress: o.onProgress } : {}),
           });
     try {
-      await this.loadShards(o, placement, slices);
+      await this.loadShards(o, placement, slices, wiring);
     } finally {
       this.slicesSent = slices?.sentBytes ?? 0;
       slices?.close();
@@ -236,8 +249,10 @@ export class ClusterSession {
     o: LoadOptions,
     placement: Placement,
     slices: SliceServer | undefined,
+    wiring: Wiring | undefined,
   ): Promise<void> {
     const timeoutMs = o.timeoutMs ?? 300_000;
+    const root = wiring?.root ?? 0;
     const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
       model: o.model,
       plan: placement.plan,
@@ -250,19 +265,22 @@ export class ClusterSession {
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       timeoutMs: o.commTimeoutMs ?? 30_000,
       ...(slices ? { source: slices.addressFor(this.clients[rank]!.localAddress) } : {}),
+      ...(wiring ? { root, edges: wiring.edges } : {}),
     });
-    const first = this.clients[0]!;
+    // the root listens first and names its address; the others then connect to it
+    const first = this.clients[root]!;
     const listening = new Promise<string>((resolve) => {
       first.onEvent = (m) => {
         if (m.event === 'listening' && typeof m.address === 'string') resolve(m.address);
       };
     });
-    const load0 = first.request('load', { ...base(0, `${base(0, '').fabricHost}:0`) }, timeoutMs);
-    const address = await Promise.race([listening, load0.then(() => '')]);
-    const rest = this.clients
-      .slice(1)
-      .map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
-    const answers = await Promise.all([load0, ...rest]);
+    const loadRoot = first.request('load', { ...base(root, `${base(root, '').fabricHost}:0`) }, timeoutMs);
+    const address = await Promise.race([listening, loadRoot.then(() => '')]);
+    const answers = await Promise.all(
+      this.clients.map((c, r) =>
+        r === root ? loadRoot : c.request('load', { ...base(r, address) }, timeoutMs),
+      ),
+    );
     this.origins = answers.map((a) => (a.origin as ShardOrigin | undefined) ?? { kind: 'local' });
     this.origins.forEach((g, rank) => {
       if (g.kind === 'slices')
