@@ -86,21 +86,46 @@ function runArm(args, cflags, timeoutMs) {
   });
 }
 
+/** Every kernel a NEON build exports (native-lib.ts's prototype names). */
+const allKernels = [
+  'mm_q8_0',
+  'mm_q4_0',
+  'mm_float',
+  'attention',
+  'swiglu',
+  'swiglu_rows',
+  'rms_norm',
+  'rope',
+  'q8_prep',
+  'mm_q8v',
+  'mm_q4v',
+  'q8t_prep',
+  'mm_q8t',
+  'mm_q4t',
+  'mm_q8tv',
+  'kt_prep',
+  'mm_kt',
+  'kv_prep',
+  'mm_kv',
+];
+
 /** Builds the variant (through the emulated Node, as the kernels do at first use) and checks what loads. */
 async function checkVariant(v) {
   const script = `const m = await import('./src/kernels/native-lib.ts'); const l = await m.loadNativeLib();
-    console.log(JSON.stringify({ isa: l?.isa, n: Object.keys(l?.prototypes ?? {}).length, why: m.nativeUnavailableReason }));`;
+    console.log(JSON.stringify({ isa: l?.isa, names: Object.keys(l?.prototypes ?? {}), why: m.nativeUnavailableReason }));`;
   const { out } = await runArm(['--input-type=module', '-e', script], v.cflags, 10 * 60_000);
   const line = out.trim().split('\n').pop() ?? '';
   let got;
   try {
     got = JSON.parse(line);
   } catch {
-    got = { why: out.slice(-1500) };
+    got = { names: [], why: out.slice(-1500) };
   }
-  const ok = got.isa === v.isa && got.n >= 20;
+  const absent = allKernels.filter((k) => !got.names.includes(k));
+  const ok = got.isa === v.isa && absent.length === 0;
+  const why = got.isa === v.isa ? `missing ${absent.join(', ')}` : got.why;
   console.log(
-    `${ok ? 'ok' : 'FAILED'}: ${v.isa} (${v.cflags}) loads as ${got.isa ?? 'nothing'} with ${got.n ?? 0} kernels${ok ? '' : `: ${got.why}`}`,
+    `${ok ? 'ok' : 'FAILED'}: ${v.isa} (${v.cflags}) loads as ${got.isa ?? 'nothing'} with ${got.names.length} kernels${ok ? '' : `: ${why}`}`,
   );
   return ok;
 }

@@ -154,6 +154,10 @@ export async function buildNative({ force = false, quiet = true } = {}) {
   const cc = process.env.CC ?? 'cc';
   const arch = await targetArch(run, cc);
   if (!arch) throw new Error(`${cc} targets neither x86-64 nor arm64: no native kernels for it`);
+  if (arch !== process.arch)
+    throw new Error(
+      `${cc} builds for ${arch} but this Node runs on ${process.arch}: unset CC or point it at a compiler for ${process.arch}`,
+    );
   const args = ['-O3', '-shared', '-fPIC', '-o', tmp, ...nativeSourcesByArch[arch], '-lm'];
   const tries = flagsOverride()
     ? [flagsOverride()]
