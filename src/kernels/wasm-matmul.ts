@@ -21,7 +21,7 @@ export function matmulRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
-  if (ctx.q8v && w.type === GgmlType.Q8_0) {
+  if (ctx.q8v && isQ8v(w.type)) {
     matmulQ8v(ctx, w, x, y, n, true, swiglu);
     return;
   }
@@ -137,8 +137,13 @@ function matmulKv(
   copyOut(ctx, arena, yp, w, y, n, swiglu);
 }
 
+/** Q8_0 and Q4_0 run the prepared-activation kernels where the native build has them (ctx.q8v). */
+function isQ8v(type: number): boolean {
+  return type === GgmlType.Q8_0 || type === GgmlType.Q4_0;
+}
+
 /**
- * Q8_0 on the native VNNI kernels: x quantised once per call, then all rows x all tokens.
+ * Q8_0 / Q4_0 on the native VNNI (or NEON) kernels: x quantised once per call, then all rows x all tokens.
  * Few tokens: mm_q8v (each row streamed once for up to 8 tokens, each token with a lone
  * matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t (tokens across the vector lanes,
  * 8 rows x 15 tokens per tile).
@@ -167,7 +172,7 @@ export function matmulQ8v(
     ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
     ctx.pool.run(
       arena.index,
-      op.mm_q8t,
+      w.type === GgmlType.Q4_0 ? op.mm_q4t : op.mm_q8t,
       [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4],
       n * w.rowsPad * cols,
     );
@@ -187,7 +192,7 @@ export function matmulQ8v(
   ctx.pool.run(arena.index, op.q8_prep, [xf, n, cols, xu, dx], n * cols);
   ctx.pool.run(
     arena.index,
-    op.mm_q8v,
+    w.type === GgmlType.Q4_0 ? op.mm_q4v : op.mm_q8v,
     [w.ptr, w.scales, cols, xu, dx, n, yp, w.rowsPad, w.rowsPad / 4],
     n * w.rowsPad * cols,
   );
@@ -232,7 +237,7 @@ export function matvecRowsRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
-  if (ctx.q8v && w.type === GgmlType.Q8_0) {
+  if (ctx.q8v && isQ8v(w.type)) {
     matmulQ8v(ctx, w, x, y, n, false, swiglu);
     return;
   }

@@ -5,7 +5,7 @@ import { buildKernels } from './build-kernels.js';
 
 /** Names of the kernel exports the pool dispatches, in a fixed order (job op = index). */
 // rms_norm, rope and swiglu_rows exist only as native (AVX-512) kernels; q8_prep, mm_q8v, q8t_prep, mm_q8t and mm_q8tv
-// (and kt_prep, mm_kt, kv_prep, mm_kv) only as native AVX-512 VNNI ones.
+// (and kt_prep, mm_kt, kv_prep, mm_kv, mm_q4v, mm_q4t) only as native AVX-512 VNNI / NEON ones.
 export const kernelNames = [
   'quant_q8_0',
   'quant_q8_k',
@@ -31,6 +31,8 @@ export const kernelNames = [
   'mm_q8tv',
   'kv_prep',
   'mm_kv',
+  'mm_q4v',
+  'mm_q4t',
 ] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;
