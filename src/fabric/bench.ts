@@ -282,7 +282,8 @@ export async function runFabricBench(
     const local = pd.allocate(maxBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
     const region = { addr: String(local.addr), rkey: local.rkey, length: local.length };
     const qp = await Promise.race([
-      listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 }),
+      // a peer started under software emulation (the soft-RoCE guest) takes up to a minute
+      listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 120_000 }),
       exited.then((code) => {
         throw new TandemError(
           'FABRIC_CONNECT_FAILED',
