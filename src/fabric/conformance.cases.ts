@@ -588,7 +588,8 @@ export function conformance(provider: ProviderName, profile: ConformanceProfile 
       );
       await refused(
         open,
-        (_a, _b, t) => ({ op: 'write', addr: t.addr - (1n << 32n), rkey: t.rkey }),
+        // 4 GiB below the base; a real region may lie below 4 GiB, where this wraps to near 2^64
+        (_a, _b, t) => ({ op: 'write', addr: BigInt.asUintN(64, t.addr - (1n << 32n)), rkey: t.rkey }),
         ...refusal('remote_bounds', 'rejectedBounds'),
       );
       // a read request whose length field says 2^31: forged on the wire through a raw frame

@@ -25,6 +25,13 @@ import {
 
 const ALL_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ;
 
+/** Regions this process holds registered, per verbs device name (what `tandem devinfo` shows as the use). */
+const inUse = new Map<string, number>();
+
+export function regionsInUse(device: string): number {
+  return inUse.get(device) ?? 0;
+}
+
 /** Live regions of one device, by local key (work requests name memory by lkey). */
 export class RdmaRegionTable {
   readonly byLkey = new Map<number, RdmaRegion>();
@@ -32,7 +39,19 @@ export class RdmaRegionTable {
   get live(): number {
     return this.byLkey.size;
   }
-  constructor(readonly cap: number) {}
+  constructor(
+    readonly device: string,
+    readonly cap: number,
+  ) {}
+
+  add(r: RdmaRegion): void {
+    this.byLkey.set(r.lkey, r);
+    inUse.set(this.device, regionsInUse(this.device) + 1);
+  }
+
+  remove(r: RdmaRegion): void {
+    if (this.byLkey.delete(r.lkey)) inUse.set(this.device, regionsInUse(this.device) - 1);
+  }
 }
 
 export class RdmaRegion implements MemoryRegion {
@@ -80,7 +99,7 @@ export class RdmaRegion implements MemoryRegion {
   deregister(): void {
     if (!this.isLive) return;
     this.isLive = false;
-    this.pd.table.byLkey.delete(this.lkey);
+    this.pd.table.remove(this);
     this.mr.deregister();
   }
 }
@@ -120,7 +139,7 @@ export class RdmaDomain implements ProtectionDomain {
       );
     }
     const region = new RdmaRegion(this, buffer, access, this.pd.register(buffer, access));
-    this.table.byLkey.set(region.lkey, region);
+    this.table.add(region);
     return region;
   }
 

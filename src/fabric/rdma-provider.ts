@@ -80,7 +80,10 @@ export class RdmaDevice implements Device {
     );
     this.context = RdmaContext.open(options.name ?? env.TANDEM_RDMA_DEVICE);
     this.name = this.context.name;
-    this.regions = new RdmaRegionTable(this.context.attr.maxMr > 0 ? this.context.attr.maxMr : 0x7fffffff);
+    this.regions = new RdmaRegionTable(
+      this.name,
+      this.context.attr.maxMr > 0 ? this.context.attr.maxMr : 0x7fffffff,
+    );
     this.gidTable = this.context.gids();
     this.sleeper = new CompletionSleeper(
       () => this.cqs.values(),
