@@ -74,7 +74,11 @@ export function probeRdma(): ProviderInfo {
     freeList(list);
     if (count === 0)
       return { provider: 'rdma', available: false, detail: 'ibv_get_device_list found no RDMA devices' };
-    return { provider: 'rdma', available: true, detail: `verbs devices ${names.join(', ')} (${lib}); RC or UC queue pairs` };
+    return {
+      provider: 'rdma',
+      available: true,
+      detail: `verbs devices ${names.join(', ')} (${lib}); RC or UC queue pairs`,
+    };
   } catch (e) {
     return { provider: 'rdma', available: false, detail: `${lib} is unusable: ${(e as Error).message}` };
   } finally {
