@@ -81,7 +81,8 @@ export interface Endpoint {
   remote: RemoteRegion;
 }
 
-const WAIT = { timeoutMs: 30_000 };
+// a window of 4 MiB writes on a device under software emulation (the soft-RoCE guest, a few MB/s) takes ~40 s
+const WAIT = { timeoutMs: 120_000 };
 
 export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion {
   const r = info.region as { addr: string; rkey: number; length: number } | undefined;

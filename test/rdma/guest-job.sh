@@ -24,14 +24,14 @@ node bin/tandem.js devinfo
 timeout 180 node bin/tandem.js doctor --mode rdma | grep -A1 -i rdma || echo "(doctor gave no rdma finding within 180 s)"
 echo "== rdma: perftest anchors (JSON lines)"
 # ib_write_lat's t_typical is its median; ib_write_bw's BW average is in perftest's MB/s.
-timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 >/tmp/lat.server 2>&1 &
+timeout 300 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 >/tmp/lat.server 2>&1 &
 sleep 2
-timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 10.77.0.1 >/tmp/lat.client 2>&1
+timeout 300 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 10.77.0.1 >/tmp/lat.client 2>&1
 wait
 awk '$1 == 8 && NF >= 5 {printf "{\"anchor\":\"ib_write_lat\",\"bytes\":8,\"latency_us_p50\":%s}\n", $5}' /tmp/lat.client
-timeout 120 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 >/tmp/bw.server 2>&1 &
+timeout 300 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 >/tmp/bw.server 2>&1 &
 sleep 2
-timeout 120 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 10.77.0.1 >/tmp/bw.client 2>&1
+timeout 300 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 10.77.0.1 >/tmp/bw.client 2>&1
 wait
 awk '$1 == 4194304 && NF >= 4 {printf "{\"anchor\":\"ib_write_bw\",\"bytes\":4194304,\"bandwidth_MBps\":%s}\n", $4}' /tmp/bw.client
 echo "== rdma: tandem bench fabric --provider rdma (JSON lines)"
