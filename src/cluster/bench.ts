@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
-import type { ParallelKind, WireFormat } from '../parallel/index.js';
+import type { ExpertSets, ParallelKind, WireFormat } from '../parallel/index.js';
 import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import type { HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
@@ -28,7 +28,7 @@ export interface BenchClusterOptions {
   wire?: WireFormat;
   tpSize?: number;
   /** ep: each node's experts (balanceExperts); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
   /** Prompt length (default 128) and decoded tokens (default 32). */
   promptTokens?: number;
   tokens?: number;

@@ -8,6 +8,7 @@ import {
   describePlan,
   placeModel,
   predictStepSeconds,
+  type ExpertSets,
   type NodeSpec,
   type ParallelKind,
   type Placement,
@@ -28,7 +29,7 @@ export interface LoadOptions {
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
   /** ep: each node's experts (balanceExperts: by load, hot ones copied); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
   provider: ProviderName;
   wire?: WireFormat;
   /** Greedy decoding: exchange only each rank's best logit (exact for greedy). */

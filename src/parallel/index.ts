@@ -4,6 +4,7 @@ export {
   parallelKinds,
   proportionalCounts,
   type ParallelKind,
+  type ExpertSets,
   type ParallelPlan,
   type PlanOptions,
   type RankPlan,
@@ -27,8 +28,14 @@ export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';
 export * from './forecast/index.js';
 export {
   balanceExperts,
+  balanceLayers,
   contiguousExperts,
+  contiguousLayers,
   copyFor,
+  layerExpertSets,
+  layerReplicas,
+  layersMaxNodeShare,
   maxNodeShare,
+  placementOf,
   type ExpertPlacement,
 } from './expert-balance.js';
