@@ -9,6 +9,7 @@ import {
   commBytes,
   generateOnRank,
   loadRank,
+  RankExperts,
   shardBytes,
   usesDirectExchange,
   type LoadedRank,
@@ -17,6 +18,7 @@ import {
   MalformedMessage,
   parseNodeMessage,
   PROTOCOL_VERSION,
+  type ExpertsStage,
   type GenerateBody,
   type LoadRequest,
   type NodeRequest,
@@ -81,6 +83,8 @@ class Session {
   /** This rank's links as measured at the load, and its serving steps' compute and communication time. */
   private probes: LinkProbe[] = [];
   private clock = new StepClock();
+  /** The loaded model's experts: counters, and new placements staged beside the old (after a load). */
+  private experts: { rank: RankExperts; load: LoadRequest } | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -115,7 +119,42 @@ class Session {
         return {};
       case 'stream':
         return this.stream(r.bytes, r.ms);
+      case 'expert-load': {
+        const counts = this.experts?.rank.counts();
+        return counts ? { counts: { ...counts } } : {};
+      }
+      case 'experts-stage':
+        return this.stageExperts(r.replace);
+      case 'experts-switch': {
+        const ex = this.loadedExperts();
+        const started = Date.now();
+        const { dropped } = ex.rank.switch(r.replaceId);
+        return { dropped, switchMs: Date.now() - started };
+      }
     }
+  }
+
+  /**
+   * Loads the experts a new placement gives this node beside those it holds; runs beside the
+   * request queue (see serve), so the steps queued meanwhile go on.
+   */
+  async stageExperts(s: ExpertsStage): Promise<Message> {
+    const ex = this.loadedExperts();
+    const started = Date.now();
+    const { loaded, peakBytes } = await ex.rank.stage(s.replaceId, s.plan, {
+      provider: ex.load.provider,
+      ...(this.o.memLimit !== undefined ? { memLimit: this.o.memLimit } : {}),
+      ...(ex.load.contextLength ? { contextLength: ex.load.contextLength } : {}),
+    });
+    return { loaded, peakBytes, stageMs: Date.now() - started };
+  }
+
+  private loadedExperts(): { rank: RankExperts; load: LoadRequest } {
+    if (!this.experts)
+      throw new TandemError('CLUSTER_PROTOCOL', 'an expert re-placement before load', {
+        hint: 'load a model first',
+      });
+    return this.experts;
   }
 
   private async load(r: LoadRequest): Promise<Message> {
@@ -198,6 +237,7 @@ class Session {
     }
     this.clock = new StepClock();
     this.ctx = loaded;
+    this.experts = { rank: new RankExperts(loaded, file), load: r };
     const c = this.ctx.model.config;
     this.sequences = new NodeSequences(loaded, Math.min(r.contextLength ?? c.contextLength, c.contextLength));
     return {
@@ -269,6 +309,7 @@ class Session {
     const exchange = this.ctx?.exchange;
     this.world = undefined;
     this.ctx = undefined;
+    this.experts = undefined;
     this.sequences = undefined;
     await exchange?.close();
     if (world) await world.close().catch(() => undefined);
@@ -397,6 +438,19 @@ export function serve(
       if (r.type === 'abort') {
         // beside the queue: it ends the collective a queued request waits in (a peer is lost)
         s.abort(`the coordinator aborted: ${r.reason}`);
+        return;
+      }
+      if (r.type === 'experts-stage') {
+        // beside the queue: the steps queued while the new experts load go on; a failure here
+        // leaves the placement in use as it was, so nothing is aborted
+        const stage = r;
+        void s.stageExperts(stage.replace).then(
+          (result) => send(socket, { id: stage.id, ok: true, result }),
+          (e: unknown) => {
+            o.log?.(`request 'experts-stage' failed: ${(e as Error).message}`);
+            send(socket, { id: stage.id, ok: false, error: errorToJson(e) });
+          },
+        );
         return;
       }
       const request = r;

@@ -5,6 +5,7 @@ import type { HostEntry } from './hostfile.js';
 import { clusterLinks, memberShares } from './cluster-links.js';
 import type { ClusterEvent, ClusterView } from './cluster-view.js';
 import type { ControlClient, Message } from './protocol.js';
+import { rebalanceExperts, type RebalanceOptions, type RebalanceReport } from './expert-rebalance.js';
 import { ClusterSession, type LoadOptions } from './session.js';
 
 export type { ClusterEvent, ClusterView, MemberView } from './cluster-view.js';
@@ -234,6 +235,23 @@ export class ServingCluster {
       'link-down',
       `the link between ${a.label} and ${b.label} is down (${why}); placing without ${drop?.id ?? b.label}`,
     );
+  }
+
+  /**
+   * Re-places the experts of an expert-parallel model by the members' counters while it
+   * serves (expert-rebalance.ts): steps go on meanwhile; the outcome is an event.
+   */
+  async rebalanceExperts(o: Omit<RebalanceOptions, 'stillCurrent'> = {}): Promise<RebalanceReport> {
+    if (!this.placement) throw this.waiting ?? this.tooFew();
+    const generation = this.generation;
+    const session = this.current;
+    const report = await rebalanceExperts(session, this.load, {
+      ...o,
+      stillCurrent: () => generation === this.generation && !this.someLost(),
+    });
+    if (report.switched && generation === this.generation) this.placement = session.placement;
+    this.event('experts', report.reason);
+    return report;
   }
 
   /** Members alive, less one of each pair whose link is down (the later to join), in join order. */

@@ -39,3 +39,17 @@ export {
   placementOf,
   type ExpertPlacement,
 } from './expert-balance.js';
+export {
+  EXPERT_PROFILE_FORMAT,
+  EXPERT_ROOM,
+  expertSetsFromProfile,
+  parseExpertProfile,
+  placeByProfile,
+  profileFromCounts,
+  profileFromRanks,
+  readExpertProfile,
+  writeExpertProfile,
+  type ExpertProfile,
+  type RankExpertCounts,
+} from './expert-profile.js';
+export { RankExperts, type ReplaceBudget } from './expert-replace.js';
