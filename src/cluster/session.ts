@@ -6,6 +6,7 @@ import type { SamplerOptions } from '../engine/sampling/index.js';
 import {
   chooseParallel,
   describePlan,
+  checkProfile,
   EXPERT_ROOM,
   expertSetsFromProfile,
   placeModel,
@@ -222,6 +223,7 @@ export class ClusterSession {
           ...(expertSets ? { expertSets } : {}),
         });
       const profiled = kind === 'ep' && !o.expertSets && o.expertProfile ? o.expertProfile : undefined;
+      if (profiled) checkProfile(profiled, { experts: config.expertCount, layers: config.blockCount });
       const placement = profiled
         ? placeProfiled(profiled, specs.length, place)
         : (choice?.placement ?? place(o.expertSets));

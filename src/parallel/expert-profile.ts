@@ -100,12 +100,18 @@ export function parseExpertProfile(text: string, model?: { experts: number; laye
     throw badProfile('each layer must list one share in [0, 1] per expert', { experts: n });
   if (!Array.isArray(p.choices) || p.choices.length !== p.layers.length)
     throw badProfile('`choices` must give one count per layer');
-  if (model && (model.experts !== n || model.layers !== p.layers.length))
+  const profile = { ...(p as ExpertProfile), window: p.window === 'totals' ? 'totals' : 'recent' } as const;
+  if (model) checkProfile(profile, model);
+  return profile;
+}
+
+/** Throws PAR_BAD_PROFILE unless the profile covers the model's layers and experts. */
+export function checkProfile(p: ExpertProfile, model: { experts: number; layers: number }): void {
+  if (model.experts !== p.experts || model.layers !== p.layers.length)
     throw badProfile(
-      `it covers ${p.layers.length} layers of ${n} experts; the model has ${model.layers} layers of ${model.experts}`,
-      { experts: n, layers: p.layers.length },
+      `it covers ${p.layers.length} layers of ${p.experts} experts; the model has ${model.layers} layers of ${model.experts}`,
+      { experts: p.experts, layers: p.layers.length },
     );
-  return { ...(p as ExpertProfile), window: p.window === 'totals' ? 'totals' : 'recent' };
 }
 
 export function readExpertProfile(path: string, model?: { experts: number; layers: number }): ExpertProfile {

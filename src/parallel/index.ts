@@ -40,6 +40,7 @@ export {
   type ExpertPlacement,
 } from './expert-balance.js';
 export {
+  checkProfile,
   EXPERT_PROFILE_FORMAT,
   EXPERT_ROOM,
   expertSetsFromProfile,

@@ -9,6 +9,7 @@ import {
   Sampler,
   configFromMetadata,
   fullShard,
+  type ExpertLoad,
   generate,
   maxTokensThatFit,
   openModel,
@@ -21,7 +22,14 @@ import {
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
-import { formatBytes, parseBytes, shardBytes } from '../../parallel/index.js';
+import {
+  formatBytes,
+  parseBytes,
+  profileFromCounts,
+  readExpertProfile,
+  shardBytes,
+  writeExpertProfile,
+} from '../../parallel/index.js';
 import { chooseKernels, kernelsChoices } from '../../kernels/webgpu/index.js';
 import { gpuRefusalFor, kernelsDescription, openGpuModel } from '../webgpu-model.js';
 
@@ -107,6 +115,18 @@ const runOptions = {
     description:
       'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit',
     placeholder: 'BYTES',
+  },
+  'expert-profile': {
+    type: 'string',
+    description:
+      "with --nodes/--hosts and --parallel ep: place each layer's experts by this routing profile (written by --save-expert-profile), hot experts copied",
+    placeholder: 'FILE',
+  },
+  'save-expert-profile': {
+    type: 'string',
+    description:
+      "after the run, write each MoE layer's expert routing (the counters' decaying window) to FILE, for --expert-profile",
+    placeholder: 'FILE',
   },
   ...secretOptions,
 } as const satisfies OptionTable;
@@ -232,6 +252,8 @@ export const command = defineCommand({
       });
       const tail = stream?.flush() ?? '';
       text += tail;
+      if (options['save-expert-profile'] !== undefined)
+        saveLocalProfile(model, options['save-expert-profile']);
       if (options.json) {
         process.stdout.write(
           JSON.stringify({
@@ -364,6 +386,12 @@ async function runOnNodes(
       ? { secret: clusterSecret('run', options) }
       : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options['expert-profile'] !== undefined
+      ? { expertProfile: readExpertProfile(options['expert-profile']) }
+      : {}),
+    ...(options['save-expert-profile'] !== undefined
+      ? { saveExpertProfile: options['save-expert-profile'] }
+      : {}),
     ...(options.json
       ? {}
       : {
@@ -431,7 +459,7 @@ function checkRunOptions(options: RunOptions): void {
     );
   }
   if (!onNodes) {
-    const given = (['parallel', 'wire', 'secret-file', 'provider'] as const).filter(
+    const given = (['parallel', 'wire', 'secret-file', 'provider', 'expert-profile'] as const).filter(
       (k) => options[k] !== undefined,
     );
     if (given.length > 0) {
@@ -474,6 +502,20 @@ function checkFits(path: string, memLimit: number, context: number | undefined, 
   } finally {
     file.close();
   }
+}
+
+/** --save-expert-profile on this machine: each layer's routing from the model's own counters. */
+function saveLocalProfile(model: object, path: string): void {
+  const load = (model as { expertLoad?: ExpertLoad }).expertLoad;
+  if (!load)
+    throw new TandemError('PAR_BAD_PROFILE', 'run: the model has no experts to profile', {
+      hint: 'drop --save-expert-profile, or run a mixture-of-experts model',
+    });
+  const { layers, experts, recent, totals } = load;
+  writeExpertProfile(
+    path,
+    profileFromCounts({ layerStart: 0, layers, experts, recent: [...recent], totals: [...totals] }),
+  );
 }
 
 function round(x: number): number {
