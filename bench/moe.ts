@@ -11,7 +11,7 @@ import {
   expertSetsFromProfile,
   layersMaxNodeShare,
   placeByProfile,
-  profileFromCounts,
+  profileOfModel,
   type ExpertProfile,
 } from '../src/parallel/index.js';
 import { TandemError } from '../src/errors/index.js';
@@ -45,14 +45,12 @@ export async function expertProfile(model: string, prompt: readonly number[]): P
   const file = GgufModelFile.open(model);
   try {
     const m = await Model.load(file, kernels);
-    const load = m.expertLoad;
-    if (!load)
+    if (!m.expertLoad)
       throw new TandemError('PAR_BAD_PLAN', `bench moe: ${model} is not a mixture of experts`, {
         hint: 'make one with tandem make-model --arch qwen3moe --experts 16 --router-skew zipf:1.2',
       });
     await m.forward(prompt, m.newSession({ contextLength: prompt.length + 1 }));
-    const { layers, experts, recent, totals } = load;
-    return profileFromCounts({ layerStart: 0, layers, experts, recent: [...recent], totals: [...totals] });
+    return profileOfModel(m);
   } finally {
     file.close();
     await kernels.close();
@@ -101,7 +99,7 @@ export async function benchMoe(o: {
       };
     }
     let report: RebalanceReport | undefined;
-    const [, many] = await benchCluster({
+    const [one, many] = await benchCluster({
       model: o.model,
       nodes: o.nodes,
       parallel: 'ep',
@@ -124,6 +122,9 @@ export async function benchMoe(o: {
       onProgress: (l) => o.log(`${balance}: ${l}`),
     });
     if (report) placed = { share: report.after, replicas: report.replicas };
+    o.log(
+      `${balance}: one node in the same run (alternated, best of ${o.repeat}): prefill ${one!.prefill_tok_s.toFixed(1)} tok/s, decode ${one!.decode_tok_s.toFixed(1)} tok/s`,
+    );
     rows.push({
       balance,
       nodes: o.nodes,

@@ -9,7 +9,6 @@ import {
   commBytes,
   generateOnRank,
   loadRank,
-  RankExperts,
   shardBytes,
   usesDirectExchange,
   type LoadedRank,
@@ -18,13 +17,13 @@ import {
   MalformedMessage,
   parseNodeMessage,
   PROTOCOL_VERSION,
-  type ExpertsStage,
   type GenerateBody,
   type LoadRequest,
   type NodeRequest,
 } from './control-messages.js';
 import { probeLinks, type LinkProbe } from './link-probe.js';
 import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
+import { NodeExperts, noExperts, stageBesideQueue } from './node-experts.js';
 import { NodeSequences } from './node-sequences.js';
 import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
@@ -84,7 +83,7 @@ class Session {
   private probes: LinkProbe[] = [];
   private clock = new StepClock();
   /** The loaded model's experts: counters, and new placements staged beside the old (after a load). */
-  private experts: { rank: RankExperts; load: LoadRequest } | undefined;
+  experts: NodeExperts | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -119,42 +118,14 @@ class Session {
         return {};
       case 'stream':
         return this.stream(r.bytes, r.ms);
-      case 'expert-load': {
-        const counts = this.experts?.rank.counts();
-        return counts ? { counts: { ...counts } } : {};
-      }
+      case 'expert-load':
+        return this.experts?.counts() ?? {};
       case 'experts-stage':
-        return this.stageExperts(r.replace);
       case 'experts-switch': {
-        const ex = this.loadedExperts();
-        const started = Date.now();
-        const { dropped } = ex.rank.switch(r.replaceId);
-        return { dropped, switchMs: Date.now() - started };
+        if (!this.experts) throw noExperts();
+        return r.type === 'experts-stage' ? this.experts.stage(r.replace) : this.experts.switch(r.replaceId);
       }
     }
-  }
-
-  /**
-   * Loads the experts a new placement gives this node beside those it holds; runs beside the
-   * request queue (see serve), so the steps queued meanwhile go on.
-   */
-  async stageExperts(s: ExpertsStage): Promise<Message> {
-    const ex = this.loadedExperts();
-    const started = Date.now();
-    const { loaded, peakBytes } = await ex.rank.stage(s.replaceId, s.plan, {
-      provider: ex.load.provider,
-      ...(this.o.memLimit !== undefined ? { memLimit: this.o.memLimit } : {}),
-      ...(ex.load.contextLength ? { contextLength: ex.load.contextLength } : {}),
-    });
-    return { loaded, peakBytes, stageMs: Date.now() - started };
-  }
-
-  private loadedExperts(): { rank: RankExperts; load: LoadRequest } {
-    if (!this.experts)
-      throw new TandemError('CLUSTER_PROTOCOL', 'an expert re-placement before load', {
-        hint: 'load a model first',
-      });
-    return this.experts;
   }
 
   private async load(r: LoadRequest): Promise<Message> {
@@ -237,7 +208,7 @@ class Session {
     }
     this.clock = new StepClock();
     this.ctx = loaded;
-    this.experts = { rank: new RankExperts(loaded, file), load: r };
+    this.experts = new NodeExperts(loaded, file, r, this.o.memLimit);
     const c = this.ctx.model.config;
     this.sequences = new NodeSequences(loaded, Math.min(r.contextLength ?? c.contextLength, c.contextLength));
     return {
@@ -440,19 +411,7 @@ export function serve(
         s.abort(`the coordinator aborted: ${r.reason}`);
         return;
       }
-      if (r.type === 'experts-stage') {
-        // beside the queue: the steps queued while the new experts load go on; a failure here
-        // leaves the placement in use as it was, so nothing is aborted
-        const stage = r;
-        void s.stageExperts(stage.replace).then(
-          (result) => send(socket, { id: stage.id, ok: true, result }),
-          (e: unknown) => {
-            o.log?.(`request 'experts-stage' failed: ${(e as Error).message}`);
-            send(socket, { id: stage.id, ok: false, error: errorToJson(e) });
-          },
-        );
-        return;
-      }
+      if (r.type === 'experts-stage') return stageBesideQueue(socket, r, () => s.experts, o.log);
       const request = r;
       // Requests run one at a time, in order, like the collectives they drive.
       queue = queue.then(async () => {

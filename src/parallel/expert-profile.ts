@@ -1,5 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
+import type { ExpertLoad } from '../engine/model/expert-load.js';
 import { balanceLayers, layerExpertSets, type ExpertPlacement } from './expert-balance.js';
 import type { ExpertSets, ParallelPlan } from './plan.js';
 
@@ -80,6 +81,17 @@ export function profileFromCounts(
   window: 'recent' | 'totals' = 'recent',
 ): ExpertProfile {
   return profileFromRanks({ kind: 'ep', nodes: 1, stages: 1, tpSize: 1, ranks: [] }, [c], window);
+}
+
+/** A whole model's profile from its counters (Model.expertLoad); PAR_BAD_PROFILE without experts. */
+export function profileOfModel(model: object): ExpertProfile {
+  const load = (model as { expertLoad?: ExpertLoad }).expertLoad;
+  if (!load)
+    throw new TandemError('PAR_BAD_PROFILE', 'expert profile: the model has no experts to profile', {
+      hint: 'profile a mixture-of-experts model, or leave the profile out',
+    });
+  const { layers, experts, recent, totals } = load;
+  return profileFromCounts({ layerStart: 0, layers, experts, recent: [...recent], totals: [...totals] });
 }
 
 /** Checks a profile's shape (and, with `model`, that it fits the model's experts and layers). */

@@ -48,6 +48,7 @@ export {
   placeByProfile,
   profileFromCounts,
   profileFromRanks,
+  profileOfModel,
   readExpertProfile,
   writeExpertProfile,
   type ExpertProfile,

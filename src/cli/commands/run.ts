@@ -9,7 +9,6 @@ import {
   Sampler,
   configFromMetadata,
   fullShard,
-  type ExpertLoad,
   generate,
   maxTokensThatFit,
   openModel,
@@ -25,7 +24,7 @@ import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js
 import {
   formatBytes,
   parseBytes,
-  profileFromCounts,
+  profileOfModel,
   readExpertProfile,
   shardBytes,
   writeExpertProfile,
@@ -253,7 +252,7 @@ export const command = defineCommand({
       const tail = stream?.flush() ?? '';
       text += tail;
       if (options['save-expert-profile'] !== undefined)
-        saveLocalProfile(model, options['save-expert-profile']);
+        writeExpertProfile(options['save-expert-profile'], profileOfModel(model));
       if (options.json) {
         process.stdout.write(
           JSON.stringify({
@@ -502,20 +501,6 @@ function checkFits(path: string, memLimit: number, context: number | undefined, 
   } finally {
     file.close();
   }
-}
-
-/** --save-expert-profile on this machine: each layer's routing from the model's own counters. */
-function saveLocalProfile(model: object, path: string): void {
-  const load = (model as { expertLoad?: ExpertLoad }).expertLoad;
-  if (!load)
-    throw new TandemError('PAR_BAD_PROFILE', 'run: the model has no experts to profile', {
-      hint: 'drop --save-expert-profile, or run a mixture-of-experts model',
-    });
-  const { layers, experts, recent, totals } = load;
-  writeExpertProfile(
-    path,
-    profileFromCounts({ layerStart: 0, layers, experts, recent: [...recent], totals: [...totals] }),
-  );
 }
 
 function round(x: number): number {
