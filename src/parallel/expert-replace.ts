@@ -108,6 +108,8 @@ export class RankExperts {
           details: { rank, bytes: peakBytes, memLimit: budget.memLimit },
         },
       );
+    // an earlier placement staged and not switched to: its experts are let go
+    if (this.staged) this.release(this.staged.experts.loaded.flatMap((m) => [...m.values()]));
     this.staged = undefined;
     const experts = await model.stageExperts(this.file, layers);
     this.staged = { id, plan, experts };
@@ -135,9 +137,15 @@ export class RankExperts {
     dispatch.setOwners(owners);
     this.ctx.plan = s.plan;
     this.ctx.me = s.plan.ranks[this.ctx.me.rank]!;
-    const release = this.ctx.model.kernels.releaseWeight?.bind(this.ctx.model.kernels);
-    if (release) for (const ffn of dropped) for (const w of weightsOf(ffn)) release(w);
+    this.release(dropped);
     return { dropped: dropped.length };
+  }
+
+  /** Gives the experts' weights back to the kernels, where they can take them. */
+  private release(experts: readonly FfnWeights[]): void {
+    const kernels = this.ctx.model.kernels;
+    if (kernels.releaseWeight)
+      for (const ffn of experts) for (const w of weightsOf(ffn)) kernels.releaseWeight(w);
   }
 }
 

@@ -59,10 +59,16 @@ test('run --save-expert-profile on one node, then --nodes 3 --parallel ep --expe
   }
 });
 
-test('run --expert-profile without --nodes, or a profile of another model, says what to do', () => {
+test('run --expert-profile or serve --rebalance-experts without nodes, or a profile of another model, says what to do', () => {
   const r = runTandem(['run', path(), ...common, '--expert-profile', '/nonexistent.json']);
   assert.notEqual(r.code, 0);
   assert.match(r.stderr, /--expert-profile applies only with --nodes or --hosts/);
+  const serve = runTandem(['serve', path(), '--port', '0', '--rebalance-experts', '30']);
+  assert.notEqual(serve.code, 0);
+  assert.match(
+    serve.stderr,
+    /--expert-profile and --rebalance-experts apply only with --nodes, --hosts or --cluster/,
+  );
   const dir = mkdtempSync(join(tmpdir(), 'tandem-expert-profile-bad-'));
   try {
     const bad = join(dir, 'other.json');
