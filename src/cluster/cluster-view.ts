@@ -75,7 +75,7 @@ export interface ClusterView {
 
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
-  kind: 'joined' | 'lost' | 'replaced' | 'relayed' | 'no-placement' | 'link-down';
+  kind: 'joined' | 'lost' | 'replaced' | 'relayed' | 'no-placement' | 'link-down' | 'experts';
   atMs: number;
   message: string;
 }

@@ -8,7 +8,7 @@ import type { SliceSource } from './slices/slice-server.js';
  * The control protocol's version: the node's challenge and the coordinator's answer both
  * carry it, and a peer of another version is refused during the handshake.
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 export interface LoadRequest {
   model: string;
@@ -53,7 +53,20 @@ export type NodeRequest = { id: number } & (
   | { type: 'release'; seqs: number[] }
   | { type: 'unload' }
   | { type: 'stream'; bytes: number; ms: number }
+  | { type: 'expert-load' }
+  | { type: 'experts-stage'; replace: ExpertsStage }
+  | { type: 'experts-switch'; replaceId: number }
 );
+
+/**
+ * A new placement of the loaded model's experts (an expert-parallel plan that moves only
+ * experts): the node loads its new experts beside the old ones and answers when they are
+ * loaded, while its steps go on; a later `experts-switch` with the same id makes it hold them.
+ */
+export interface ExpertsStage {
+  replaceId: number;
+  plan: ParallelPlan;
+}
 
 /** What a coordinator tells a node without an answer: handled at once, beside the requests. */
 export type NodeNotice = { type: 'heartbeat' } | { type: 'abort'; reason: string };
@@ -98,7 +111,25 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
   switch (type) {
     case 'hello':
     case 'unload':
+    case 'expert-load':
       return { type, id };
+    case 'experts-stage': {
+      const plan = m.plan as { ranks?: unknown; nodes?: unknown; kind?: unknown } | null;
+      need(isInt(m.replaceId), type, 'no integer replaceId');
+      need(
+        typeof plan === 'object' &&
+          plan !== null &&
+          plan.kind === 'ep' &&
+          Array.isArray(plan.ranks) &&
+          isInt(plan.nodes),
+        type,
+        'no expert-parallel plan',
+      );
+      return { type, id, replace: { replaceId: m.replaceId as number, plan: m.plan as ParallelPlan } };
+    }
+    case 'experts-switch':
+      need(isInt(m.replaceId), type, 'no integer replaceId');
+      return { type, id, replaceId: m.replaceId as number };
     case 'load': {
       const plan = m.plan as { ranks?: unknown; nodes?: unknown } | null;
       need(typeof m.model === 'string' && m.model !== '', type, 'no model path');

@@ -5,6 +5,7 @@ import type { HostEntry } from './hostfile.js';
 import { clusterLinks, memberShares } from './cluster-links.js';
 import type { ClusterEvent, ClusterView } from './cluster-view.js';
 import type { ControlClient, Message } from './protocol.js';
+import { rebalanceExperts, type RebalanceOptions, type RebalanceReport } from './expert-rebalance.js';
 import { relayWiring, unlinkedRanks } from './relay.js';
 import { ClusterSession, type LoadOptions, type Wiring } from './session.js';
 
@@ -268,6 +269,23 @@ export class ServingCluster {
       'link-down',
       `the link between ${a.label} and ${b.label} is down (${why}); ${relay ? `relaying around it through ${others.join(', ')}, same placement` : `no relay path (${this.noRelayWhy(clients)}): placing without ${drop?.id ?? b.label}`}`,
     );
+  }
+
+  /**
+   * Re-places the experts of an expert-parallel model by the members' counters while it
+   * serves (expert-rebalance.ts): steps go on meanwhile; the outcome is an event.
+   */
+  async rebalanceExperts(o: Omit<RebalanceOptions, 'stillCurrent'> = {}): Promise<RebalanceReport> {
+    if (!this.placement) throw this.waiting ?? this.tooFew();
+    const generation = this.generation;
+    const session = this.current;
+    const report = await rebalanceExperts(session, this.load, {
+      ...o,
+      stillCurrent: () => generation === this.generation && !this.someLost(),
+    });
+    if (report.switched && generation === this.generation) this.placement = session.placement;
+    this.event('experts', report.reason);
+    return report;
   }
 
   /** How `clients` (in rank order) are linked when some pairs are down, if every pair can still be relayed. */

@@ -6,11 +6,17 @@ import type { SamplerOptions } from '../engine/sampling/index.js';
 import {
   chooseParallel,
   describePlan,
+  checkProfile,
+  EXPERT_ROOM,
+  expertSetsFromProfile,
   placeModel,
   predictStepSeconds,
+  type ExpertProfile,
+  type ExpertSets,
   type NodeSpec,
   type ParallelKind,
   type Placement,
+  type RankExpertCounts,
   type RankMetrics,
   type WireFormat,
 } from '../parallel/index.js';
@@ -28,7 +34,9 @@ export interface LoadOptions {
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
   /** ep: each node's experts (balanceExperts: by load, hot ones copied); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
+  /** ep (given or chosen), without `expertSets`: each layer's experts placed by this routing profile. */
+  expertProfile?: ExpertProfile;
   provider: ProviderName;
   wire?: WireFormat;
   /** Greedy decoding: exchange only each rank's best logit (exact for greedy). */
@@ -90,6 +98,25 @@ export interface ClusterResult {
 export interface Wiring {
   edges: [number, number][];
   root: number;
+}
+
+/**
+ * Each layer's experts placed by the profile, with room for EXPERT_ROOM extra experts a layer
+ * on each node for copies of hot ones, fewer where the nodes' memory does not hold that many
+ * (PAR_NO_FIT from `place` at every room down to none: the error of the last).
+ */
+function placeProfiled(
+  profile: ExpertProfile,
+  nodes: number,
+  place: (expertSets: ExpertSets) => Placement,
+): Placement {
+  for (let room = EXPERT_ROOM; ; room--) {
+    try {
+      return place(expertSetsFromProfile(profile, nodes, room));
+    } catch (e) {
+      if (room <= 0 || !(e instanceof TandemError && e.code === 'PAR_NO_FIT')) throw e;
+    }
+  }
 }
 
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
@@ -196,14 +223,19 @@ export class ClusterSession {
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       };
       const choice = o.parallel === 'auto' ? chooseParallel(info, specs, common) : undefined;
-      const placement =
-        choice?.placement ??
+      const kind = choice?.placement.plan.kind ?? (o.parallel as ParallelKind);
+      const place = (expertSets?: ExpertSets): Placement =>
         placeModel(info, specs, {
           ...common,
-          kind: o.parallel as ParallelKind,
+          kind,
           ...(o.tpSize ? { tpSize: o.tpSize } : {}),
-          ...(o.expertSets ? { expertSets: o.expertSets } : {}),
+          ...(expertSets ? { expertSets } : {}),
         });
+      const profiled = kind === 'ep' && !o.expertSets && o.expertProfile ? o.expertProfile : undefined;
+      if (profiled) checkProfile(profiled, { experts: config.expertCount, layers: config.blockCount });
+      const placement = profiled
+        ? placeProfiled(profiled, specs.length, place)
+        : (choice?.placement ?? place(o.expertSets));
       const step = (p: Placement, nodes: readonly NodeSpec[]): number =>
         predictStepSeconds(info, p, nodes, o.provider);
       const held = current?.holders.map((c) => specs[this.clients.indexOf(c)] ?? {});
@@ -216,6 +248,12 @@ export class ClusterSession {
     } finally {
       file.close();
     }
+  }
+
+  /** Every rank's expert counters (Model.expertLoad) as the loaded model holds them; [] for a dense model. */
+  async expertCounts(timeoutMs = 30_000): Promise<RankExpertCounts[]> {
+    const answers = await Promise.all(this.clients.map((c) => c.request('expert-load', {}, timeoutMs)));
+    return answers.flatMap((a) => (a.counts ? [a.counts as unknown as RankExpertCounts] : []));
   }
 
   /**

@@ -3,6 +3,7 @@ import type { ErrorCategory } from './category.js';
 /** Error codes raised by the parallel layer, each with its category. Keep sorted by prefix. */
 export const parallelCodes = {
   PAR_BAD_PLAN: 'invalid_argument',
+  PAR_BAD_PROFILE: 'invalid_argument',
   PAR_EXCHANGE: 'remote',
   PAR_NO_FIT: 'invalid_argument',
   PAR_NOT_CALIBRATED: 'invalid_argument',

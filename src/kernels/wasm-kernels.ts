@@ -137,6 +137,13 @@ export class WasmKernels implements Kernels {
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
   }
 
+  releaseWeight(weight: Weight): void {
+    const w = own(weight, WasmWeight, 'weight');
+    const arena = w.slot.arena;
+    arena.release(w.ptr, w.rowsPad * w.rowBytes);
+    if (w.scales !== 0) arena.release(w.scales, w.rowsPad * (w.cols / 32) * 4);
+  }
+
   matvec(w: Weight, x: Float32Array, y: Float32Array): void {
     this.matmul(w, x, y, 1);
   }
