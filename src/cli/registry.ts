@@ -49,6 +49,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/make-model.js')).command,
   },
   {
+    name: 'train',
+    summary: 'train a llama on a text file (AdamW, checkpoints, resume) and write it as a GGUF',
+    load: async () => (await import('./commands/train.js')).command,
+  },
+  {
     name: 'convert',
     summary: 'write a Hugging Face or MLX model folder as a GGUF file',
     load: async () => (await import('./commands/convert.js')).command,
