@@ -15,7 +15,11 @@ import {
   type Checkpoint,
   type RunSettings,
   type StepLog,
+  type TrainConfig,
+  type TrainResult,
 } from '../../engine/train/index.js';
+import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
+import { trainRank } from '../../parallel/train/index.js';
 import { referenceGemm, type Gemm } from '../../kernels/backward/gemm.js';
 import { loadWasmGemm } from '../../kernels/backward/gemm-wasm.js';
 
@@ -74,6 +78,59 @@ function settingsFor(
     dataTokens: tokens.length,
     dataHash,
   };
+}
+
+/** A process started by `--nodes`: trains its rank's rows silently; rank 0 reports and writes. */
+async function runChildRank(
+  cfg: TrainConfig,
+  nodes: number,
+  rank: number,
+  rendezvous: string | undefined,
+  provider: 'tcp' | 'shm',
+): Promise<void> {
+  const secret = process.env[TRAIN_SECRET_ENV];
+  if (rendezvous === undefined || secret === undefined || !(Number.isInteger(rank) && rank >= 1 && rank < nodes))
+    throw usage('--rank is set by `tandem train --nodes` for the processes it starts', 'run tandem train --nodes N instead');
+  const { onStep: _quiet, checkpoint: _rank0Writes, ...rest } = cfg;
+  await trainRank(rest, { rank, size: nodes, rendezvous, secret, provider });
+}
+
+/** Rank 0 of a local data-parallel run: starts the other ranks once it listens, reports, writes. */
+async function runRankZero(
+  cfg: TrainConfig,
+  nodes: number,
+  options: { data: string; kernels: string; provider: 'tcp' | 'shm'; resume?: string | undefined; 'stop-after'?: number | undefined },
+  resumed: boolean,
+): Promise<TrainResult> {
+  const s = cfg.settings;
+  const settingsArgs = resumed
+    ? ['--resume', options.resume as string]
+    : [
+        ...['--model-shape', s.shapeName, '--steps', String(s.steps), '--batch', String(s.batch)],
+        ...['--seq', String(s.seq), '--lr', String(s.lr), '--warmup', String(s.warmup)],
+        ...['--weight-decay', String(s.weightDecay), '--clip', String(s.clip), '--seed', String(s.seed)],
+      ];
+  const ranks = localRanks(nodes, (rank, address) => [
+    ...['--data', options.data, '--nodes', String(nodes), '--kernels', options.kernels],
+    ...['--provider', options.provider, '--json', ...settingsArgs],
+    ...(options['stop-after'] !== undefined ? ['--stop-after', String(options['stop-after'])] : []),
+    ...['--rank', String(rank), '--rendezvous', address],
+  ]);
+  try {
+    const r = await trainRank(cfg, {
+      rank: 0,
+      size: nodes,
+      rendezvous: '127.0.0.1:0',
+      secret: ranks.secret,
+      provider: options.provider,
+      onListening: (address) => ranks.start(address),
+    });
+    const failed = await ranks.wait(10_000);
+    if (failed.length) process.stderr.write(`train: after the run, ${failed.join('; ')}\n`);
+    return r;
+  } finally {
+    await ranks.stop();
+  }
 }
 
 export const command = defineCommand({
@@ -149,6 +206,24 @@ export const command = defineCommand({
       choices: ['wasm', 'reference'],
       default: 'wasm',
     },
+    nodes: {
+      type: 'number',
+      description:
+        'train data-parallel in N local processes: each computes its share of --batch, gradients are summed by all-reduce',
+      default: 1,
+    },
+    provider: {
+      type: 'string',
+      description: 'fabric between the --nodes processes',
+      choices: ['tcp', 'shm'],
+      default: 'tcp',
+    },
+    rank: { type: 'number', description: 'internal: the rank of a process that `--nodes` started' },
+    rendezvous: {
+      type: 'string',
+      description: 'internal: the address of rank 0 for a process that `--nodes` started',
+      placeholder: 'HOST:PORT',
+    },
     json: {
       type: 'boolean',
       description:
@@ -195,7 +270,7 @@ export const command = defineCommand({
           `step ${l.step}  loss ${l.loss.toFixed(4)}  lr ${l.lr.toExponential(2)}  ${l.tokens_per_s.toFixed(0)} tokens/s\n`,
         );
     };
-    const r = await train({
+    const cfg: TrainConfig = {
       settings,
       tokens,
       gemm,
@@ -204,7 +279,15 @@ export const command = defineCommand({
       ...(stopAfter !== undefined ? { stopAfter } : {}),
       ...(resume ? { resume } : {}),
       onStep,
-    });
+    };
+    const nodes = checkInteger('train', 'nodes', options.nodes, 1, 64, 2);
+    if (nodes > settings.batch)
+      throw usage(`--nodes ${nodes} is more than --batch ${settings.batch} rows`, 'give every node at least one row: raise --batch or lower --nodes');
+    if (options.rank !== undefined) {
+      await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
+      return 0;
+    }
+    const r = nodes === 1 ? await train(cfg) : await runRankZero(cfg, nodes, options, resume !== undefined);
     const done = r.step >= settings.steps;
     if (done)
       await writeTrainedGguf(

@@ -128,6 +128,42 @@ export class LlamaGrad {
     denominator = rows * seq,
     onReady?: GradReady,
   ): number {
+    const pass = this.backwardPass(batch, rows, seq, grad, denominator, onReady);
+    let next = pass.next();
+    while (!next.done) next = pass.next();
+    return next.value;
+  }
+
+  /**
+   * step(), yielding to the event loop after each announced range, so that reductions
+   * started by `onReady` progress while the rest of the backward runs (data-parallel overlap).
+   */
+  async stepAsync(
+    batch: ArrayLike<number>,
+    rows: number,
+    seq: number,
+    grad: Float32Array,
+    denominator: number,
+    onReady: GradReady,
+  ): Promise<number> {
+    const pass = this.backwardPass(batch, rows, seq, grad, denominator, onReady);
+    let next = pass.next();
+    while (!next.done) {
+      await new Promise((r) => setImmediate(r));
+      next = pass.next();
+    }
+    return next.value;
+  }
+
+  /** Forward, then the backward in pieces: it yields after announcing each range, returns the loss. */
+  private *backwardPass(
+    batch: ArrayLike<number>,
+    rows: number,
+    seq: number,
+    grad: Float32Array,
+    denominator: number,
+    onReady: GradReady | undefined,
+  ): Generator<void, number, void> {
     const s = this.layout.shape;
     const n = rows * seq;
     const acts = this.forward(batch, rows, seq);
@@ -149,10 +185,12 @@ export class LlamaGrad {
       n,
     );
     this.announce(onReady, 'output_norm.weight', 'output.weight');
+    yield;
     const scratch = new Float32Array(n * E);
     for (let l = s.layers - 1; l >= 0; l--) {
       this.layerBackward(l, acts.layers[l] as LayerActs, rows, seq, dx, scratch, g);
       this.announce(onReady, `blk.${l}.attn_norm.weight`, `blk.${l}.ffn_down.weight`);
+      yield;
     }
     const de = g.get('token_embd.weight') as Float32Array;
     for (let b = 0; b < rows; b++) {

@@ -77,7 +77,9 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
     grad.fill(0);
     const batch = batchAt(cfg.tokens, s.seed, step, s.batch, s.seq, first, count);
     sync?.begin(grad);
-    let loss = model.step(batch, count, s.seq, grad, s.batch * s.seq, sync?.ready);
+    let loss = sync
+      ? await model.stepAsync(batch, count, s.seq, grad, s.batch * s.seq, sync.ready)
+      : model.step(batch, count, s.seq, grad);
     if (sync) {
       await sync.finish();
       loss = await sync.sum(loss);
