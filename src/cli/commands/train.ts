@@ -89,8 +89,15 @@ async function runChildRank(
   provider: 'tcp' | 'shm',
 ): Promise<void> {
   const secret = process.env[TRAIN_SECRET_ENV];
-  if (rendezvous === undefined || secret === undefined || !(Number.isInteger(rank) && rank >= 1 && rank < nodes))
-    throw usage('--rank is set by `tandem train --nodes` for the processes it starts', 'run tandem train --nodes N instead');
+  if (
+    rendezvous === undefined ||
+    secret === undefined ||
+    !(Number.isInteger(rank) && rank >= 1 && rank < nodes)
+  )
+    throw usage(
+      '--rank is set by `tandem train --nodes` for the processes it starts',
+      'run tandem train --nodes N instead',
+    );
   const { onStep: _quiet, checkpoint: _rank0Writes, ...rest } = cfg;
   await trainRank(rest, { rank, size: nodes, rendezvous, secret, provider });
 }
@@ -99,7 +106,13 @@ async function runChildRank(
 async function runRankZero(
   cfg: TrainConfig,
   nodes: number,
-  options: { data: string; kernels: string; provider: 'tcp' | 'shm'; resume?: string | undefined; 'stop-after'?: number | undefined },
+  options: {
+    data: string;
+    kernels: string;
+    provider: 'tcp' | 'shm';
+    resume?: string | undefined;
+    'stop-after'?: number | undefined;
+  },
   resumed: boolean,
 ): Promise<TrainResult> {
   const s = cfg.settings;
@@ -282,7 +295,10 @@ export const command = defineCommand({
     };
     const nodes = checkInteger('train', 'nodes', options.nodes, 1, 64, 2);
     if (nodes > settings.batch)
-      throw usage(`--nodes ${nodes} is more than --batch ${settings.batch} rows`, 'give every node at least one row: raise --batch or lower --nodes');
+      throw usage(
+        `--nodes ${nodes} is more than --batch ${settings.batch} rows`,
+        'give every node at least one row: raise --batch or lower --nodes',
+      );
     if (options.rank !== undefined) {
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;

@@ -1,8 +1,5 @@
-import {
-  attentionBackward,
-  attentionForward,
-  type AttentionShape,
-} from '../../kernels/backward/attention.js';
+import type { AttentionShape } from '../../kernels/backward/attention.js';
+import { attentionBackwardGemm, attentionForwardGemm } from '../../kernels/backward/attention-gemm.js';
 import { crossEntropyInPlace, crossEntropyLoss } from '../../kernels/backward/cross-entropy.js';
 import type { Gemm } from '../../kernels/backward/gemm.js';
 import { rmsNormBackward, rmsNormForward } from '../../kernels/backward/rms-norm.js';
@@ -21,8 +18,8 @@ export type GradReady = (start: number, end: number) => void;
 /**
  * The llama forward pass over a batch with what the backward needs kept, and the backward
  * pass into a flat gradient buffer (paramLayout's order). Gradients accumulate: the caller
- * zeroes them once per step. The matrix products run on `gemm`; the rest is the kernels'
- * TypeScript backward ops.
+ * zeroes them once per step. The matrix products (attention's included) run on `gemm`; the
+ * rest is the kernels' TypeScript backward ops.
  *
  * A batch is rows x (seq + 1) token ids: inputs are a row's first seq tokens, targets its
  * last seq.
@@ -99,7 +96,7 @@ export class LlamaGrad {
     this.gemm.nt(la.h1, this.get(`${p}attn_v.weight`), la.v, n, K, E);
     ropeApply(la.q, rope, rows, seq, s.heads, 1);
     ropeApply(la.k, rope, rows, seq, s.kvHeads, 1);
-    attentionForward(this.attnShape(rows, seq), la.q, la.k, la.v, la.o, la.probs);
+    attentionForwardGemm(this.attnShape(rows, seq), la.q, la.k, la.v, la.o, la.probs, this.gemm);
     la.xMid.set(la.xIn);
     this.gemm.nt(la.o, this.get(`${p}attn_output.weight`), la.xMid, n, E, Q, true);
     rmsNormForward(la.xMid, this.get(`${p}ffn_norm.weight`), LLAMA_EPS, la.h2, la.r2, n);
@@ -250,7 +247,7 @@ export class LlamaGrad {
     const dq = new Float32Array(n * Q);
     const dk = new Float32Array(n * K);
     const dv = new Float32Array(n * K);
-    attentionBackward(this.attnShape(rows, seq), la.q, la.k, la.v, la.probs, dout, dq, dk, dv);
+    attentionBackwardGemm(this.attnShape(rows, seq), la.q, la.k, la.v, la.probs, dout, dq, dk, dv, this.gemm);
     const rope = this.rope as RopeTable;
     ropeApply(dq, rope, rows, seq, s.heads, -1);
     ropeApply(dk, rope, rows, seq, s.kvHeads, -1);

@@ -114,3 +114,48 @@ test('attention is causal: a later token does not move an earlier output', () =>
   assert.deepEqual(b.subarray(0, 24), a.subarray(0, 24));
   assert.notDeepEqual(b.subarray(24), a.subarray(24));
 });
+
+test('attention on GEMMs matches the loops (forward, probabilities and all three gradients)', async () => {
+  const { attentionBackwardGemm, attentionForwardGemm } = await import('./attention-gemm.js');
+  const { referenceGemm } = await import('./gemm.js');
+  const { loadWasmGemm } = await import('./gemm-wasm.js');
+  const s: AttentionShape = { rows: 2, seq: 7, heads: 6, kvHeads: 2, headDim: 8 };
+  const q = seeded(s.rows * s.seq * s.heads * s.headDim, 20);
+  const k = seeded(s.rows * s.seq * s.kvHeads * s.headDim, 21);
+  const v = seeded(k.length, 22);
+  const dout = seeded(q.length, 23);
+  const want = { out: new Float32Array(q.length), probs: new Float32Array(s.rows * s.heads * s.seq * s.seq) };
+  attentionForward(s, q, k, v, want.out, want.probs);
+  const wq = new Float32Array(q.length);
+  const wk = new Float32Array(k.length);
+  const wv = new Float32Array(v.length);
+  attentionBackward(s, q, k, v, want.probs, dout, wq, wk, wv);
+  for (const gemm of [referenceGemm, await loadWasmGemm()]) {
+    const out = new Float32Array(q.length);
+    const probs = new Float32Array(want.probs.length).fill(7);
+    attentionForwardGemm(s, q, k, v, out, probs, gemm);
+    const gq = new Float32Array(q.length);
+    const gk = new Float32Array(k.length).fill(3);
+    const gv = new Float32Array(v.length);
+    attentionBackwardGemm(s, q, k, v, probs, dout, gq, gk, gv, gemm);
+    for (const [name, a, b] of [
+      ['out', out, want.out],
+      ['dq', gq, wq],
+      ['dk', gk, wk],
+      ['dv', gv, wv],
+    ] as const) {
+      for (let i = 0; i < a.length; i++)
+        assert.ok(
+          Math.abs((a[i] as number) - (b[i] as number)) < 1e-5,
+          `${gemm.name} ${name}[${i}]: ${a[i]} against ${b[i]}`,
+        );
+    }
+    for (let b = 0; b < s.rows * s.heads; b++)
+      for (let t = 0; t < s.seq; t++)
+        for (let j = 0; j < s.seq; j++) {
+          const i = (b * s.seq + t) * s.seq + j;
+          if (j <= t) assert.ok(Math.abs((probs[i] as number) - (want.probs[i] as number)) < 1e-6);
+          else assert.equal(probs[i], 0);
+        }
+  }
+});

@@ -65,12 +65,26 @@ export class CollectiveGradSync implements GradSync {
     this.last = { commMs: Math.max(0, this.lastEnd - this.firstStart), exposedMs: t1 - t0 };
   }
 
-  /** The sum over ranks of a double, carried as two f32 (value and remainder): exact to ~1e-14. */
+  /**
+   * The sum over ranks of a double, exactly as one process adds them in rank order: each rank
+   * puts its value's two 32-bit words in its own slots of an i32 vector, zeros elsewhere, so
+   * the integer sum is a gather of every rank's bits.
+   */
   async sum(value: number): Promise<number> {
-    const hi = Math.fround(value);
-    const parts = Float32Array.from([hi, value - hi]);
-    await this.comm.allReduce(parts, { op: 'sum' });
-    return (parts[0] as number) + (parts[1] as number);
+    const f = new Float64Array(1);
+    const w = new Int32Array(f.buffer);
+    const words = new Int32Array(2 * this.size);
+    f[0] = value;
+    words[2 * this.rank] = w[0] as number;
+    words[2 * this.rank + 1] = w[1] as number;
+    await this.comm.allReduce(words, { op: 'sum' });
+    let total = 0;
+    for (let r = 0; r < this.size; r++) {
+      w[0] = words[2 * r] as number;
+      w[1] = words[2 * r + 1] as number;
+      total += f[0];
+    }
+    return total;
   }
 
   async agree(weights: Float32Array, step: number): Promise<void> {
