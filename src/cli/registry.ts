@@ -119,6 +119,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/bench-plan.js')).command,
   },
   {
+    name: 'bench train',
+    summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
+    load: async () => (await import('./commands/bench-train.js')).command,
+  },
+  {
     name: 'bench moe',
     summary: 'expert parallel on local nodes: experts placed statically or by load (hot ones copied)',
     load: async () => (await import('./commands/bench-moe.js')).command,
