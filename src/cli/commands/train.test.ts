@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -44,7 +44,7 @@ test(
         '--seq',
         '16',
       ];
-      const r = tandem(['train', ...common, '--out', out, '--json']);
+      const r = tandem(['train', ...common, '--out', out, '--json', '--curve', join(dir, 'curve.csv')]);
       assert.equal(r.status, 0, r.stderr);
       const all = lines(r.stdout);
       assert.equal(all.length, 6);
@@ -54,6 +54,12 @@ test(
       }
       assert.deepEqual(all[5], { out, steps: 5, final_loss: all[4]!.loss });
       assert.ok(existsSync(`${out}.ckpt`));
+      const csv = readFileSync(join(dir, 'curve.csv'), 'utf8').trim().split('\n');
+      assert.equal(csv[0], 'step,loss,lr');
+      assert.deepEqual(
+        csv.slice(1).map((row) => Number(row.split(',')[1])),
+        all.slice(0, 5).map((l) => l.loss),
+      );
       const run = tandem([
         'run',
         out,

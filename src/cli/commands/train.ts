@@ -7,6 +7,8 @@ import {
   loadCheckpoint,
   paramLayout,
   tokenizeFile,
+  curveCsv,
+  writeTextAtomically,
   train,
   trainingTokenizer,
   trainShape,
@@ -219,6 +221,11 @@ export const command = defineCommand({
       choices: ['wasm', 'reference'],
       default: 'wasm',
     },
+    curve: {
+      type: 'string',
+      description: 'write the loss curve (every update of the run so far) as CSV step,loss,lr to FILE',
+      placeholder: 'FILE',
+    },
     nodes: {
       type: 'number',
       description:
@@ -313,6 +320,7 @@ export const command = defineCommand({
         { steps: r.step, finalLoss: r.finalLoss, seed: settings.seed, data: options.data },
         options.type as FileTypeName,
       );
+    if (options.curve !== undefined) await writeTextAtomically(options.curve, curveCsv(r.curve));
     const summary = { out: done ? options.out : null, steps: r.step, final_loss: r.finalLoss };
     if (options.json) process.stdout.write(JSON.stringify(summary) + '\n');
     else

@@ -14,6 +14,7 @@ export {
   type CurvePoint,
   type RunSettings,
 } from './checkpoint.js';
+export { curveCsv, writeTextAtomically } from './curve.js';
 export { batchAt, hashTokens, tokenizeFile } from './data.js';
 export { LlamaGrad, LLAMA_EPS, LLAMA_ROPE_BASE, type GradReady } from './llama-grad.js';
 export { initParams, paramLayout, views, type ParamEntry, type ParamLayout } from './params.js';
