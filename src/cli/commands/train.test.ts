@@ -44,7 +44,17 @@ test(
         '--seq',
         '16',
       ];
-      const r = tandem(['train', ...common, '--out', out, '--json', '--curve', join(dir, 'curve.csv')]);
+      const r = tandem([
+        'train',
+        ...common,
+        '--out',
+        out,
+        '--json',
+        '--curve',
+        join(dir, 'curve.csv'),
+        '--plot',
+        join(dir, 'curve.svg'),
+      ]);
       assert.equal(r.status, 0, r.stderr);
       const all = lines(r.stdout);
       assert.equal(all.length, 6);
@@ -54,6 +64,9 @@ test(
       }
       assert.deepEqual(all[5], { out, steps: 5, final_loss: all[4]!.loss });
       assert.ok(existsSync(`${out}.ckpt`));
+      const svg = readFileSync(join(dir, 'curve.svg'), 'utf8');
+      assert.match(svg, /^<svg /);
+      assert.match(svg, /class="mark-line role-mark/);
       const csv = readFileSync(join(dir, 'curve.csv'), 'utf8').trim().split('\n');
       assert.equal(csv[0], 'step,loss,lr');
       assert.deepEqual(

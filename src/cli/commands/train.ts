@@ -1,3 +1,4 @@
+import { basename } from 'node:path';
 import { defineCommand } from '../options.js';
 import { checkInteger } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
@@ -21,6 +22,7 @@ import {
   type TrainResult,
 } from '../../engine/train/index.js';
 import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
+import { curveSvg } from './train-plot.js';
 import { trainRank } from '../../parallel/train/index.js';
 import { referenceGemm, type Gemm } from '../../kernels/backward/gemm.js';
 import { loadWasmGemm } from '../../kernels/backward/gemm-wasm.js';
@@ -226,6 +228,11 @@ export const command = defineCommand({
       description: 'write the loss curve (every update of the run so far) as CSV step,loss,lr to FILE',
       placeholder: 'FILE',
     },
+    plot: {
+      type: 'string',
+      description: 'draw the loss curve (every update of the run so far) as an SVG chart to FILE (Vega-Lite)',
+      placeholder: 'FILE',
+    },
     nodes: {
       type: 'number',
       description:
@@ -321,6 +328,11 @@ export const command = defineCommand({
         options.type as FileTypeName,
       );
     if (options.curve !== undefined) await writeTextAtomically(options.curve, curveCsv(r.curve));
+    if (options.plot !== undefined)
+      await writeTextAtomically(
+        options.plot,
+        await curveSvg(r.curve, `tandem train: ${settings.shapeName} on ${basename(options.data)}`),
+      );
     const summary = { out: done ? options.out : null, steps: r.step, final_loss: r.finalLoss };
     if (options.json) process.stdout.write(JSON.stringify(summary) + '\n');
     else
