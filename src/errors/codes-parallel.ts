@@ -8,6 +8,8 @@ export const parallelCodes = {
   PAR_NO_FIT: 'invalid_argument',
   PAR_NOT_CALIBRATED: 'invalid_argument',
   PAR_PEER_LOST: 'remote',
+  PAR_TRAIN_DIVERGED: 'internal',
+  PAR_TRAIN_NODE_LOST: 'remote',
   PAR_UNKNOWN_ENGINE: 'invalid_argument',
   PAR_UNKNOWN_LINK: 'invalid_argument',
   PAR_UNKNOWN_MODEL: 'invalid_argument',
