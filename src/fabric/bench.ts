@@ -2,8 +2,7 @@
  * Fabric benchmark between two real processes (like ib_write_lat / ib_write_bw):
  * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip. Like
  *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.poll()`, the
- *   public API) for the reply, timed per group of LATENCY_GROUP round trips (each sample a
- *   group's mean, so the clock's cost stays out of it); a second pass waits with `await cq.wait()` instead (its spin,
+ *   public API) for the reply; a second pass waits with `await cq.wait()` instead (its spin,
  *   then doorbell sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
  * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,
  *   answered by a zero-byte write_imm; bytes / time.
@@ -156,9 +155,6 @@ async function awaitImmSlow(e: Endpoint, poll: boolean): Promise<number> {
   return wc?.imm ?? -1;
 }
 
-/** Polled round trips per clock read in the latency pass (see measure). */
-const LATENCY_GROUP = 16;
-
 /** Work requests built once per (endpoint, size, immediate), as verbs perftests do. */
 const prebuilt = new WeakMap<Endpoint, Map<number, SendWr>>();
 
@@ -217,17 +213,11 @@ async function measure(
     const passes: number[][] = [];
     for (const poll of [true, false]) {
       const half: number[] = [];
-      // Polled round trips are timed in groups, one clock read per group: perftests read the
-      // cycle counter (a few ns), Node's clock costs tens of ns, which would otherwise be a
-      // large part of a sub-microsecond figure. Each sample is its group's mean.
-      const group = poll ? Math.max(1, Math.min(LATENCY_GROUP, Math.floor(n.lat / 50))) : 1;
-      for (let i = 0; i < n.warm + n.lat; i += group) {
+      for (let i = 0; i < n.warm + n.lat; i++) {
         const t0 = performance.now();
-        for (let g = 0; g < group; g++) {
-          writeImm(e, bytes, 2);
-          if (!poll || spinImm(e) === undefined) await awaitImm(e, poll);
-        }
-        if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2 / group);
+        writeImm(e, bytes, 2);
+        if (!poll || spinImm(e) === undefined) await awaitImm(e, poll);
+        if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
       }
       passes.push(half.sort((a, b) => a - b));
     }
