@@ -160,7 +160,8 @@ export async function benchPlanCluster(o: {
         const forecast = (nodes: number): { decode_tok_s: number; prefill_tok_s: number } =>
           forecastSplit({
             model,
-            machines: sharedHostMachines({ nodes, perNode, together, cores }),
+            // a pipeline's stages take turns on one sequence; tensor-parallel ranks work at once
+            machines: sharedHostMachines({ nodes, perNode, together, cores, concurrent: parallel === 'tp' }),
             link,
             engine: findEngine('tandem-cpu'),
             parallel,

@@ -16,7 +16,13 @@ const cal = (threads: number, decodeGBs: number, prefillGflops: number): Calibra
 describe('several nodes on one host', () => {
   it('each node gets the lesser of its own rate and its share of what the host gives all at once', () => {
     // one thread streams 6 GB/s, two together 8: two nodes get 4 each, not 6
-    const two = sharedHostMachines({ nodes: 2, perNode: cal(1, 6, 20), together: cal(2, 8, 40), cores: 2 });
+    const two = sharedHostMachines({
+      nodes: 2,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 8, 40),
+      cores: 2,
+      concurrent: true,
+    });
     assert.equal(two.length, 2);
     assert.deepEqual(
       two.map((m) => m.name),
@@ -32,12 +38,32 @@ describe('several nodes on one host', () => {
       perNode: cal(1, 6, 20),
       together: cal(2, 14, 40),
       cores: 2,
+      concurrent: true,
     });
     assert.equal(ideal[0]!.rates!.decodeBytesPerS, 6e9);
   });
 
+  it('pipeline stages that take turns do not share: each streams at what one node alone gets', () => {
+    const pp = sharedHostMachines({
+      nodes: 3,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 8, 40),
+      cores: 2,
+      concurrent: false,
+    });
+    assert.equal(pp[0]!.rates!.decodeBytesPerS, 6e9);
+    assert.equal(pp[0]!.rates!.prefillFlopsPerS, 20e9);
+    assert.equal(pp[0]!.rates!.layerOverheadMs, 0.1);
+  });
+
   it('more threads than cores: the cores are shared and a layer waits its turn', () => {
-    const three = sharedHostMachines({ nodes: 3, perNode: cal(1, 6, 20), together: cal(2, 9, 36), cores: 2 });
+    const three = sharedHostMachines({
+      nodes: 3,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 9, 36),
+      cores: 2,
+      concurrent: true,
+    });
     assert.equal(three[2]!.rates!.decodeBytesPerS, 3e9);
     assert.equal(three[2]!.rates!.prefillFlopsPerS, 12e9);
     assert.ok(Math.abs(three[2]!.rates!.layerOverheadMs - 0.15) < 1e-12);

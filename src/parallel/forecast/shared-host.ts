@@ -10,17 +10,23 @@ import type { ForecastMachine } from './predict.js';
  * of what the host gives all of them at once (`together`, calibrated at min(N x T, cores)
  * threads: the bandwidth N streams reach together, and the compute of the cores they share).
  * Where N x T exceeds the cores, processes take turns on them, and a layer's fixed cost (its
- * calls and waits) stretches by that factor.
+ * calls and waits) stretches by that factor. Only nodes that compute at the same time share:
+ * the stages of a pipeline running one sequence take turns (`concurrent` false), so each
+ * streams at what one node alone gets.
  */
 export function sharedHostMachines(o: {
   nodes: number;
   perNode: Calibration;
   together: Calibration;
   cores: number;
+  concurrent: boolean;
 }): ForecastMachine[] {
-  const { nodes: n, perNode, together } = o;
+  const { nodes: n, perNode } = o;
+  const together = o.concurrent
+    ? o.together
+    : { ...perNode, decodeBytesPerS: Infinity, prefillFlopsPerS: Infinity };
   const spec = thisMachine(perNode);
-  const oversubscribed = Math.max(1, (n * perNode.threads) / o.cores);
+  const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
   const rates = {
     decodeBytesPerS: Math.min(perNode.decodeBytesPerS, together.decodeBytesPerS / n),
     prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
