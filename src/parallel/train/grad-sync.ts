@@ -50,11 +50,13 @@ export class CollectiveGradSync implements GradSync {
     if (this.firstStart === 0) this.firstStart = performance.now();
     for (let a = start; a < end; a += BUCKET_VALUES) {
       const bucket = this.grad.subarray(a, Math.min(end, a + BUCKET_VALUES));
-      this.pending.push(
-        this.comm.allReduce(bucket, { op: 'sum' }).then(() => {
-          this.lastEnd = performance.now();
-        }),
-      );
+      const reduced = this.comm.allReduce(bucket, { op: 'sum' }).then(() => {
+        this.lastEnd = performance.now();
+      });
+      // finish() awaits it; a bucket that fails while the backward pass still runs (a lost
+      // rank) must not be an unhandled rejection before then
+      reduced.catch(() => {});
+      this.pending.push(reduced);
     }
   };
 
