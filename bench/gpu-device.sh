@@ -13,9 +13,10 @@
 #
 # What it measures: `tandem bench model --kernels webgpu` (tandem on Dawn/Vulkan, llama.cpp's
 # prebuilt Vulkan build on the same GPU as the anchor, same file, same token ids, greedy) on a
-# generated TinyLlama-1.1B-shaped Q8_0 model. Goals (docs/benchmarks.md): decode >= 0.7x and
-# prefill >= 0.5x llama.cpp Vulkan; 8B-shaped Q4_K_M decode >= 0.5x (GPU_8B=1: generating the
-# ~4.9 GB file takes minutes of the 15; run it in a call of its own if the first leaves time).
+# generated TinyLlama-1.1B-shaped Q8_0 model, then a small qwen3moe model (no goal). Goals
+# (docs/benchmarks.md): decode >= 0.7x and prefill >= 0.5x llama.cpp Vulkan; 8B-shaped Q4_K_M
+# decode >= 0.5x (GPU_8B=1: generating the ~4.9 GB file takes minutes of the 15; run it in a
+# call of its own if the first leaves time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=/tmp/tandem-device
@@ -73,6 +74,11 @@ for round in 1 2; do
 done
 node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --timeout 240 --json \
   >"$out/bench-tinyllama-q8_0.jsonl" || true
+
+# the MoE path on the GPU (router top-k and listed expert matmuls), no goal: beside llama.cpp Vulkan
+node bin/tandem.js make-model /tmp/moe-q8_0.gguf --arch qwen3moe --shape small --experts 16 --type q8_0 --threads 16
+node bin/tandem.js bench model /tmp/moe-q8_0.gguf --kernels webgpu --threads 16 --timeout 120 |
+  tee "$out/bench-qwen3moe-q8_0.txt" || true
 
 if [ "${GPU_8B:-0}" = 1 ]; then
   node --import tsx --input-type=module -e "

@@ -1,29 +1,46 @@
 // `tandem bench moe`: expert parallel on local nodes with the experts placed statically
-// (contiguous id ranges) or by load (a profile of the prompt on one node, hot experts copied),
-// same prompt, one node's tokens as the reference.
-import { benchCluster, benchPrompt } from '../src/cluster/bench.js';
+// (contiguous id ranges), by a routing profile at load (each layer by its own routing, hot
+// experts copied), or re-placed by the nodes' counters while loaded (dynamic); same prompt,
+// one node's tokens as the reference.
+import { benchCluster, benchPrompt, rebalanceExperts, type RebalanceReport } from '../src/cluster/index.js';
 import { createKernels } from '../src/kernels/index.js';
-import { GgufModelFile, Model } from '../src/engine/index.js';
-import { balanceExperts, contiguousExperts, maxNodeShare } from '../src/parallel/index.js';
+import { configFromMetadata, GgufModelFile, Model } from '../src/engine/index.js';
+import {
+  checkProfile,
+  contiguousLayers,
+  expertSetsFromProfile,
+  layersMaxNodeShare,
+  placeByProfile,
+  profileOfModel,
+  type ExpertProfile,
+} from '../src/parallel/index.js';
 import { TandemError } from '../src/errors/index.js';
 import { formatTable } from './table.js';
 
-export type Balance = 'static' | 'dynamic';
+/**
+ * static: contiguous id ranges; profile: each layer placed at load by the profile; dynamic:
+ * loaded static, then re-placed by the nodes' own counters while loaded (the serving path).
+ */
+export type Balance = 'static' | 'profile' | 'dynamic';
+export const balances: readonly Balance[] = ['static', 'profile', 'dynamic'];
 
 export interface MoeBenchRow {
   balance: Balance;
   nodes: number;
   decode_tok_s: number;
   prefill_tok_s: number;
-  /** The busiest node's expected share of routed work over the mean, from the measured profile and the placement. */
+  /**
+   * The busiest node's expected share of routed work over the mean, averaged over the layers,
+   * from the measured routing and the placement the timed runs used.
+   */
   max_node_share: number;
-  /** Expert copies beyond one per expert. */
+  /** Expert copies beyond one per expert, summed over the layers. */
   replicas: number;
   same_tokens: boolean;
 }
 
-/** Tokens routed to each expert (all layers) when one node prefills the prompt: the profile a placement follows. */
-export async function expertProfile(model: string, prompt: readonly number[]): Promise<number[]> {
+/** Each layer's routing when one node prefills the prompt: the profile a placement follows. */
+export async function expertProfile(model: string, prompt: readonly number[]): Promise<ExpertProfile> {
   const kernels = await createKernels({ threads: 1 });
   const file = GgufModelFile.open(model);
   try {
@@ -33,11 +50,16 @@ export async function expertProfile(model: string, prompt: readonly number[]): P
         hint: 'make one with tandem make-model --arch qwen3moe --experts 16 --router-skew zipf:1.2',
       });
     await m.forward(prompt, m.newSession({ contextLength: prompt.length + 1 }));
-    return m.expertLoad.shares();
+    return profileOfModel(m);
   } finally {
     file.close();
     await kernels.close();
   }
+}
+
+/** Each expert's share of all layers' choices (the layers' mean). */
+export function overallShares(p: ExpertProfile): number[] {
+  return p.layers[0]!.map((_, e) => p.layers.reduce((a, l) => a + l[e]!, 0) / p.layers.length);
 }
 
 export async function benchMoe(o: {
@@ -47,20 +69,37 @@ export async function benchMoe(o: {
   promptTokens: number;
   tokens: number;
   repeat: number;
+  /** The routing to place by (`profile`); default one node's pass over the prompt. */
+  profile?: ExpertProfile;
   log: (line: string) => void;
-}): Promise<{ rows: MoeBenchRow[]; profile: number[] }> {
+}): Promise<{ rows: MoeBenchRow[]; profile: ExpertProfile }> {
   const file = GgufModelFile.open(o.model);
   const vocab = file.tensors.get('token_embd.weight')?.dims[1] ?? 2;
+  const config = configFromMetadata(
+    (k) => file.meta(k),
+    new Map([...file.tensors].map(([n, t]) => [n, t.dims])),
+  );
   file.close();
-  o.log('profiling expert load on one node...');
-  const profile = await expertProfile(o.model, benchPrompt(o.promptTokens, vocab));
+  if (o.profile) checkProfile(o.profile, { experts: config.expertCount, layers: config.blockCount });
+  let profile = o.profile;
+  if (!profile) {
+    o.log('profiling expert load on one node...');
+    profile = await expertProfile(o.model, benchPrompt(o.promptTokens, vocab));
+  }
+  const measured = profile;
   const rows: MoeBenchRow[] = [];
   for (const balance of o.balances) {
-    const placement =
-      balance === 'static'
-        ? contiguousExperts(profile, o.nodes)
-        : balanceExperts(profile, o.nodes, Math.ceil(profile.length / o.nodes) + 2);
-    const [, many] = await benchCluster({
+    let placed = { share: 0, replicas: 0 };
+    if (balance === 'static') placed.share = layersMaxNodeShare(contiguousLayers(measured.layers, o.nodes));
+    if (balance === 'profile') {
+      const layers = placeByProfile(measured, o.nodes);
+      placed = {
+        share: layersMaxNodeShare(layers),
+        replicas: layers.reduce((a, p) => a + p.perRank.flat().length - p.copies.length, 0),
+      };
+    }
+    let report: RebalanceReport | undefined;
+    const [one, many] = await benchCluster({
       model: o.model,
       nodes: o.nodes,
       parallel: 'ep',
@@ -69,20 +108,34 @@ export async function benchMoe(o: {
       tokens: o.tokens,
       repeat: o.repeat,
       ceiling: false,
-      ...(balance === 'dynamic' ? { expertSets: placement.perRank } : {}),
+      ...(balance === 'profile' ? { expertSets: expertSetsFromProfile(measured, o.nodes) } : {}),
+      ...(balance === 'dynamic'
+        ? {
+            prepare: async (session, load, prompt) => {
+              // the nodes count the prompt's routing, then re-place their experts by it
+              await session.generate({ prompt, maxTokens: 1 });
+              report = await rebalanceExperts(session, load, { margin: 0 });
+              o.log(`dynamic: ${report.reason}`);
+            },
+          }
+        : {}),
       onProgress: (l) => o.log(`${balance}: ${l}`),
     });
+    if (report) placed = { share: report.after, replicas: report.replicas };
+    o.log(
+      `${balance}: one node in the same run (alternated, best of ${o.repeat}): prefill ${one!.prefill_tok_s.toFixed(1)} tok/s, decode ${one!.decode_tok_s.toFixed(1)} tok/s`,
+    );
     rows.push({
       balance,
       nodes: o.nodes,
       decode_tok_s: many!.decode_tok_s,
       prefill_tok_s: many!.prefill_tok_s,
-      max_node_share: maxNodeShare(placement),
-      replicas: placement.perRank.flat().length - profile.length,
+      max_node_share: placed.share,
+      replicas: placed.replicas,
       same_tokens: many!.same_tokens ?? false,
     });
   }
-  return { rows, profile };
+  return { rows, profile: measured };
 }
 
 export function moeTable(rows: readonly MoeBenchRow[]): string {

@@ -12,8 +12,10 @@ import { loadClusterServedModel } from '../src/api/cluster-served-model.js';
 import { streamCompletion, type StreamedCompletion } from '../src/api/sse-reader.js';
 import type { ClusterView } from '../src/cluster/index.js';
 import { TandemError } from '../src/errors/index.js';
+import type { ParallelKind } from '../src/parallel/index.js';
 import { benchPromptFor } from './model.js';
 import { prompts } from './recover.js';
+import { CpuCap } from './cpu-cap.js';
 import { formatTable } from './table.js';
 
 const tandemBin = resolve(import.meta.dirname, '..', 'bin', 'tandem.js');
@@ -27,6 +29,16 @@ export interface JoinBenchOptions {
   maxTokens: number;
   /** Compute threads per member (default: the cores shared out among every member after the join). */
   threads?: number;
+  /** The split (default auto: the cost model's choice on each placement). */
+  parallel?: ParallelKind | 'auto';
+  /**
+   * The last member serving before the join runs capped at this fraction of one core
+   * (CpuCap: Linux, root): a slow machine among the members, whose share of a tensor-parallel
+   * split sets every step's pace, and of whose layers a pipeline hands the joining member some.
+   */
+  slowMember?: number;
+  /** Every member's memory limit in bytes (`tandem node --mem-limit`): what each may hold of the model. */
+  memberMem?: number;
   onProgress?: (line: string) => void;
 }
 
@@ -38,7 +50,9 @@ export interface JoinBenchRow {
   replanned: boolean;
   /** The coordinator's verdict on the join, with its predictions. */
   verdict: string;
+  /** From the first token of the last stream to start (every stream decoding) to the join. */
   tok_s_before: number;
+  /** From the first token after the re-plan's pause (the replay done) to the last; without a re-plan, from the join. */
   tok_s_after: number;
   /** From the join's request to the model placed on every member (NaN without a re-plan). */
   replan_ms: number;
@@ -49,10 +63,20 @@ export interface JoinBenchRow {
   texts_equal: boolean;
 }
 
-function startMember(address: string, secret: string, threads: number): ChildProcess {
-  return spawn(process.execPath, [tandemBin, 'node', '--join', address, '--threads', String(threads)], {
+function startMember(
+  address: string,
+  secret: string,
+  o: { threads: number; memLimit?: number | undefined; cap?: CpuCap | undefined },
+): ChildProcess {
+  const mem = o.memLimit !== undefined ? ['--mem-limit', String(o.memLimit)] : [];
+  const node = [tandemBin, 'node', '--join', address, '--threads', String(o.threads), ...mem];
+  const cap = o.cap;
+  const env = { ...process.env, TANDEM_SECRET: secret };
+  if (!cap) return spawn(process.execPath, node, { stdio: 'ignore', env });
+  // the shell puts itself under the cap, then becomes the node: capped from its first instruction (its speed probe included)
+  return spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', cap.procs, process.execPath, ...node], {
     stdio: 'ignore',
-    env: { ...process.env, TANDEM_SECRET: secret },
+    env,
   });
 }
 
@@ -106,6 +130,8 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
   const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / (o.members + 1)));
   const progress = o.onProgress ?? (() => {});
   const secret = randomBytes(24).toString('hex');
+  const cap =
+    o.slowMember !== undefined ? CpuCap.create(`tandem-join-bench-${process.pid}`, o.slowMember) : undefined;
   const children: ChildProcess[] = [];
   let port = '';
   let closeGate = (): void => {};
@@ -122,10 +148,18 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
         secret,
         discoveryPort: 0,
         context: o.promptTokens + o.maxTokens + 8,
+        ...(o.parallel ? { parallel: o.parallel } : {}),
         log: progress,
         onClusterPort: (a) => {
           port = a;
-          for (let i = 0; i < o.members; i++) children.push(startMember(a, secret, threads));
+          for (let i = 0; i < o.members; i++)
+            children.push(
+              startMember(a, secret, {
+                threads,
+                memLimit: o.memberMem,
+                cap: i === o.members - 1 ? cap : undefined,
+              }),
+            );
         },
       }),
   });
@@ -147,7 +181,7 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
     progress(`${o.streams} streams again; one more member joins once a quarter of the tokens are out`);
     const door = await gate(port);
     closeGate = door.close;
-    children.push(startMember(door.address, secret, threads));
+    children.push(startMember(door.address, secret, { threads, memLimit: o.memberMem }));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       door.dialed,
@@ -184,7 +218,19 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
   } finally {
     await server.close(0);
     closeGate();
+    const exited = children.map(
+      (c) =>
+        new Promise<void>((r) =>
+          c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r()),
+        ),
+    );
     for (const c of children) c.kill('SIGKILL');
+    if (cap) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.all(exited), new Promise((r) => (timer = setTimeout(r, 5000)))]);
+      clearTimeout(timer);
+      cap.remove();
+    }
   }
 }
 
@@ -197,8 +243,11 @@ function joinRow(
 ): JoinBenchRow {
   const replaced = view.events.find((e) => e.kind === 'replaced' && e.atMs >= joinedAt)?.atMs;
   const times = runs.flatMap((r) => r.chunkTimes).sort((a, b) => a - b);
-  const first = times[0] ?? joinedAt;
+  // from the moment every stream decodes: before it, prompts are still being prefilled
+  const first = Math.max(...runs.map((r) => r.chunkTimes[0] ?? joinedAt));
   const last = times[times.length - 1] ?? joinedAt;
+  // the replay after a re-plan is the pause (pause_ms), not the new placement's pace
+  const resumed = replaced !== undefined ? (times.find((t) => t > replaced) ?? replaced) : joinedAt;
   const gaps = runs.flatMap((r) =>
     r.chunkTimes.flatMap((t, i) => (i > 0 && t > joinedAt ? [t - (r.chunkTimes[i - 1] as number)] : [])),
   );
@@ -208,7 +257,7 @@ function joinRow(
     replanned: replaced !== undefined,
     verdict: view.replan ?? '',
     tok_s_before: rate(times, first, joinedAt),
-    tok_s_after: rate(times, replaced ?? joinedAt, last + 1),
+    tok_s_after: rate(times, resumed, last + 1),
     replan_ms: replaced !== undefined ? replaced - joinedAt : NaN,
     pause_ms: Math.max(0, ...gaps),
     streams: o.streams,

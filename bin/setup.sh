@@ -37,6 +37,9 @@ missing=()
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 # A C compiler builds the optional native kernels (AVX2/AVX-512); without one the WebAssembly kernels run.
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+# `npm run test:arm64` checks the arm64 (NEON) kernels here: a cross compiler builds them, qemu-user runs an arm64 Node.
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || missing+=(gcc-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null 2>&1 || missing+=(qemu-user)
 # Debian's chromium runs the dashboard's browser test (playwright-core drives it; no browser is downloaded).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The WebGPU kernels (Dawn) need a Vulkan driver; on a machine without a GPU that is Mesa's
@@ -64,5 +67,8 @@ if [ ${#missing[@]} -gt 0 ] || [ ${#backports[@]} -gt 0 ]; then
   fi
 fi
 npm ci --no-audit --no-fund
+# The arm64 Node and koffi binary for test:arm64 (test/arm64/package.json); --force since npm
+# otherwise refuses packages built for another CPU.
+npm ci --force --no-audit --no-fund --prefix test/arm64
 npm run build
 put_on_path

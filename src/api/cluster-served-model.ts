@@ -24,7 +24,33 @@ export type ClusterServeOptions = LoadServedOptions &
     discoveryPort?: number;
     /** With `cluster`: called with the cluster port's address once it listens. */
     onClusterPort?: (address: string) => void;
+    /** Expert parallel: re-place each layer's experts by the members' counters this often while serving. */
+    rebalanceEverySeconds?: number;
   };
+
+/**
+ * Every `seconds`, the experts re-placed by the members' counters while serving (one at a time;
+ * the outcome is the cluster's `experts` event; a failure is logged and the next tick tries
+ * again). Returns the stop function.
+ */
+function rebalanceEvery(
+  serving: ServingCluster,
+  seconds: number | undefined,
+  log: (line: string) => void,
+): () => void {
+  if (seconds === undefined) return () => {};
+  let running = false;
+  const timer = setInterval(() => {
+    if (running || !serving.placed) return;
+    running = true;
+    serving
+      .rebalanceExperts()
+      .catch((e: unknown) => log(`experts not re-placed: ${(e as Error).message}`))
+      .finally(() => (running = false));
+  }, seconds * 1000);
+  timer.unref();
+  return () => clearInterval(timer);
+}
 
 /**
  * Opens a model for serving across a cluster's nodes (`tandem serve --nodes N | --hosts
@@ -58,6 +84,7 @@ export async function loadClusterServedModel(path: string, o: ClusterServeOption
   });
   const serving = new ServingCluster(cluster.session, cluster.placement, cluster.load);
   serving.onEvent = (e) => log(`cluster: ${e.message}`);
+  const stopRebalance = rebalanceEvery(serving, o.rebalanceEverySeconds, log);
   const model = new ClusterSlotModel(serving, parts.config, parts.contextLength);
   log(
     `loaded ${parts.config.arch} on ${cluster.placement.plan.nodes} node(s) (--parallel ${cluster.parallel} over ${cluster.provider}), context ${parts.contextLength} per slot`,
@@ -68,6 +95,7 @@ export async function loadClusterServedModel(path: string, o: ClusterServeOption
     cluster: () => serving.view(),
     problem: () => model.problem(),
     close: async () => {
+      stopRebalance();
       serving.close();
       await cluster.close();
     },
@@ -99,6 +127,7 @@ async function servedByMembers(
     ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
     ...(o.wire ? { wire: o.wire } : {}),
     ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
+    ...(o.expertProfile ? { expertProfile: o.expertProfile } : {}),
     onProgress: log,
   };
   const serving = new ServingCluster(ClusterSession.of([]), undefined, load, {
@@ -130,7 +159,9 @@ async function servedByMembers(
           (e: unknown) => void log(`${(e as Error).message}; members join by address`),
         );
   o.onClusterPort?.(port.address);
+  const stopRebalance = rebalanceEvery(serving, o.rebalanceEverySeconds, log);
   const close = async (): Promise<void> => {
+    stopRebalance();
     serving.close();
     await Promise.all([port.close(), responder?.close()]);
   };

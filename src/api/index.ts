@@ -2,6 +2,7 @@
 export { ApiServer, type ApiServerOptions } from './http-server.js';
 export {
   loadServedModel,
+  servingParts,
   defaultModelName,
   type ServedModel,
   type LocalServedModel,

@@ -10,6 +10,7 @@ import {
   type Tokenizer,
 } from '../engine/index.js';
 import { TandemError } from '../errors/index.js';
+import type { KernelsBackend } from '../kernels/index.js';
 import type { ClusterView } from '../cluster/index.js';
 import { badRequest } from './errors.js';
 import type { SlotModel } from './scheduler.js';
@@ -39,6 +40,8 @@ export type LocalServedModel = Omit<ServedModel, 'model'> & { model: Model };
 
 export interface LoadServedOptions {
   threads?: number;
+  /** The CPU kernels backend; default native where it builds, else wasm. */
+  backend?: KernelsBackend;
   /** KV positions per slot; default the model's context length, at most 4096 (as `tandem run`). */
   context?: number;
   /** Default: the file name without `.gguf`. */
@@ -72,6 +75,7 @@ export async function loadServedModel(
   const opened = await openModel(path, {
     onLayer,
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options.backend ? { backend: options.backend } : {}),
   });
   try {
     const parts = servingParts(path, opened.file, opened.tokenizer, opened.model.config, options, log);

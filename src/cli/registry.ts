@@ -49,6 +49,11 @@ export const commands: readonly CommandEntry[] = [
     load: async () => (await import('./commands/make-model.js')).command,
   },
   {
+    name: 'train',
+    summary: 'train a llama on a text file (AdamW, checkpoints, resume) and write it as a GGUF',
+    load: async () => (await import('./commands/train.js')).command,
+  },
+  {
     name: 'convert',
     summary: 'write a Hugging Face or MLX model folder as a GGUF file',
     load: async () => (await import('./commands/convert.js')).command,
@@ -112,6 +117,11 @@ export const commands: readonly CommandEntry[] = [
     name: 'bench plan',
     summary: "check `tandem plan`'s forecast for this machine against `tandem bench model` on the same file",
     load: async () => (await import('./commands/bench-plan.js')).command,
+  },
+  {
+    name: 'bench train',
+    summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
+    load: async () => (await import('./commands/bench-train.js')).command,
   },
   {
     name: 'bench moe',

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { generate, openModel } from '../engine/index.js';
 import { tempModel } from '../engine/testing/temp-model.js';
 import { isTandemError } from '../errors/index.js';
-import { GpuDevice, chooseKernels, probeAdapter } from '../kernels/webgpu/index.js';
+import { GgmlType } from '../kernels/index.js';
+import { GpuDevice, chooseKernels, gpuRowBytes, probeAdapter } from '../kernels/webgpu/index.js';
 import { gpuRefusalFor, openGpuModel } from './webgpu-model.js';
 import { runTandem } from './testing.js';
 
@@ -33,14 +34,33 @@ const f16 = tempModel('tandem-webgpu-f16-', {
   tied: true,
 });
 const q4km = tempModel('tandem-webgpu-q4km-', { arch: 'llama', shape: 'tiny', type: 'q4_k_m', seed: 7 });
-const qwen = tempModel('tandem-webgpu-qwen-', { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 6 });
+const bf16 = tempModel('tandem-webgpu-bf16-', { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 6 });
+const qwen2 = tempModel('tandem-webgpu-qwen2-', { arch: 'qwen2', shape: 'tiny', type: 'q8_0', seed: 8 });
+const qwen3 = tempModel('tandem-webgpu-qwen3-', { arch: 'qwen3', shape: 'tiny', type: 'q4_k_m', seed: 9 });
+const mixtral = tempModel('tandem-webgpu-moe-', { arch: 'moe', shape: 'tiny', type: 'q8_0', seed: 13 });
+const qwen2moe = tempModel('tandem-webgpu-qwen2moe-', {
+  arch: 'qwen2moe',
+  shape: 'tiny',
+  type: 'q8_0',
+  seed: 11,
+});
+const qwen3moe = tempModel('tandem-webgpu-qwen3moe-', {
+  arch: 'qwen3moe',
+  shape: 'tiny',
+  type: 'f16',
+  seed: 12,
+});
 
 /** A prompt of 70 tokens: two GPU chunks (64 + 6), then decode steps. */
 const prompt = Array.from({ length: 70 }, (_, i) => 3 + ((i * 97) % 4000));
 
-async function compare(path: string, tol: number): Promise<void> {
+async function compare(
+  path: string,
+  tol: number,
+  device = (): Promise<GpuDevice> => GpuDevice.open(),
+): Promise<void> {
   const cpu = await openModel(path, { backend: 'reference', threads: 1, tokenizer: false });
-  const gpu = await openGpuModel(path, await GpuDevice.open(), { tokenizer: false });
+  const gpu = await openGpuModel(path, await device(), { tokenizer: false });
   try {
     const logits: Float32Array[][] = [[], []];
     const run = async (i: number, m: typeof cpu.model | typeof gpu): Promise<number[]> =>
@@ -90,6 +110,80 @@ test('webgpu: a Q4_K_M llama model (Q4_K, Q6_K) gives the CPU path greedy tokens
   await compare(q4km(), Q8_TOL);
 });
 
+test(
+  'webgpu: qwen2 (q/k/v biases) and qwen3 (q/k norms) give the CPU path greedy tokens',
+  { skip },
+  async () => {
+    await compare(qwen2(), Q8_TOL);
+    await compare(qwen3(), Q8_TOL);
+  },
+);
+
+test(
+  'webgpu: mixtures of experts (moe, qwen2moe with its shared expert, qwen3moe) give the CPU path greedy tokens',
+  { skip },
+  async () => {
+    await compare(mixtral(), Q8_TOL);
+    await compare(qwen2moe(), Q8_TOL);
+    await compare(qwen3moe(), F16_TOL);
+  },
+);
+
+test(
+  'webgpu: a batched decode step gives each row the bits of its step alone (an MoE model: routing per row)',
+  { skip },
+  async () => {
+    const gpu = await openGpuModel(qwen2moe(), await GpuDevice.open(), { tokenizer: false });
+    try {
+      const prompts = [[5], [6, 7, 8], Array.from({ length: 70 }, (_, i) => 9 + i), [3, 4]];
+      const prefilled = async (): Promise<ReturnType<typeof gpu.newSession>[]> => {
+        const caches = prompts.map(() => gpu.newSession({ contextLength: 96 }));
+        for (const [i, p] of prompts.entries()) await gpu.forward(p, caches[i]!);
+        return caches;
+      };
+      const next = [11, 12, 13, 14];
+      const together = await gpu.forwardBatch(next, await prefilled());
+      const caches = await prefilled();
+      for (const [i, cache] of caches.entries()) {
+        const alone = await gpu.forward([next[i]!], cache);
+        assert.ok(
+          alone.every((v, j) => Object.is(v, together[i]![j])),
+          `row ${i}: batched logits differ from the step alone`,
+        );
+      }
+      // a batch of one is the lone step too, and an MoE step reads nothing back before the logits
+      const before = gpu.llama.gpu.submissions;
+      await gpu.forwardBatch([15], [caches[0]!]);
+      assert.equal(gpu.llama.gpu.submissions - before, 1);
+    } finally {
+      await gpu.close();
+    }
+  },
+);
+
+test(
+  'webgpu: a weight past the largest binding is split across buffers (greedy tokens unchanged); a buffer that cannot be split is refused naming the limit',
+  { skip },
+  async () => {
+    const mib = 1 << 20;
+    // the output head (4096 rows of 256 Q8_0 elements) is larger than one such binding
+    assert.ok(4096 * gpuRowBytes(GgmlType.Q8_0, 256) > mib);
+    await compare(q8(), Q8_TOL, () =>
+      GpuDevice.open({ maxStorageBufferBindingSize: mib, maxBufferSize: mib }),
+    );
+    const small = { maxStorageBufferBindingSize: mib / 2, maxBufferSize: mib / 2 };
+    const refusal = gpuRefusalFor(q8(), 32)({ ...probe.found!.limits, ...small });
+    assert.match(
+      refusal ?? '',
+      /the logits of 64 rows needs a 1048576-byte buffer.*maxStorageBufferBindingSize 524288/,
+    );
+    await assert.rejects(
+      openGpuModel(q8(), await GpuDevice.open(small), { tokenizer: false }),
+      (e) => isTandemError(e, 'KERNELS_DEVICE_LIMIT') && /maxStorageBufferBindingSize 524288/.test(e.message),
+    );
+  },
+);
+
 test('webgpu: one decode step is one submission plus the logits read-back', { skip }, async () => {
   const device = await GpuDevice.open();
   const gpu = await openGpuModel(q8(), device, { tokenizer: false });
@@ -110,12 +204,12 @@ test(
   { skip },
   async () => {
     await assert.rejects(
-      chooseKernels('webgpu', gpuRefusalFor(qwen(), undefined)),
-      (e) => isTandemError(e, 'KERNELS_DEVICE_LIMIT') && /dense llama-architecture/.test(e.message),
+      chooseKernels('webgpu', gpuRefusalFor(bf16(), undefined)),
+      (e) => isTandemError(e, 'KERNELS_DEVICE_LIMIT') && /is BF16; the WGSL kernels read/.test(e.message),
     );
-    const auto = await chooseKernels('auto', gpuRefusalFor(qwen(), undefined));
+    const auto = await chooseKernels('auto', gpuRefusalFor(bf16(), undefined));
     assert.ok(auto.backend === 'native' || auto.backend === 'wasm');
-    assert.ok('note' in auto && /qwen2/.test(auto.note ?? ''));
+    assert.ok('note' in auto && /BF16/.test(auto.note ?? ''));
     const chosen = await chooseKernels('auto', gpuRefusalFor(q8(), 64));
     assert.equal(chosen.backend, 'webgpu');
     if (chosen.backend === 'webgpu') chosen.device.destroy();

@@ -31,6 +31,8 @@ export interface GpuModel {
   readonly llama: GpuLlama;
   newSession(options?: { contextLength?: number; kvType?: 'f32' | 'f16' }): SequenceCache;
   forward(tokens: ArrayLike<number>, cache: SequenceCache): Promise<Float32Array>;
+  /** One decode step of several sequences (token t at the next position of caches[t]); each row as it would alone. */
+  forwardBatch(tokens: readonly number[], caches: readonly SequenceCache[]): Promise<Float32Array[]>;
   close(): Promise<void>;
 }
 
@@ -50,28 +52,30 @@ function gpuMatrices(file: GgufModelFile, config: ModelConfig): [string, GgmlTyp
 
 /**
  * Why the model at `path` cannot run on an adapter with `limits` at `contextLength` (undefined:
- * it can): an architecture the GPU forward pass does not run, a weight type the WGSL kernels
- * do not read, or a buffer past the adapter's largest binding.
+ * it can): a weight type the WGSL kernels do not read, or a buffer past the adapter's largest
+ * binding. Every architecture the engine runs (llama, qwen2/qwen3 and their MoE) runs here.
  */
 export function gpuRefusalFor(path: string, contextLength: number | undefined): GpuRefusal {
   return (limits: GpuLimits) => {
     const file = GgufModelFile.open(path);
     try {
       const c = readConfig(file);
-      if (c.arch !== 'llama' || c.expertCount > 0 || c.hasQkvBias || c.hasQkNorm)
-        return `the WebGPU forward pass runs dense llama-architecture models; ${path} is ${c.arch}${c.expertCount > 0 ? ' with experts' : ''}`;
       const binding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
       for (const [name, type, cols] of gpuMatrices(file, c)) {
         if (!gpuTypes.includes(type))
           return `tensor ${name} is ${typeName(type)}; the WGSL kernels read ${gpuTypes.map((t) => typeName(t)).join(', ')}`;
         if (gpuRowBytes(type, cols) > binding)
-          return `a row of tensor ${name} exceeds the adapter's largest storage binding (${binding} bytes)`;
+          return `a row of tensor ${name} (${gpuRowBytes(type, cols)} bytes) exceeds the adapter's largest storage binding (maxStorageBufferBindingSize ${limits.maxStorageBufferBindingSize}, maxBufferSize ${limits.maxBufferSize})`;
       }
       const ctx = Math.min(contextLength ?? c.contextLength, c.contextLength);
-      const kv = 4 * ctx * c.headCountKv * c.headDim;
-      const scores = 4 * GPU_CHUNK * c.headCount * ctx;
-      if (Math.max(kv, scores) > binding)
-        return `a context of ${ctx} positions needs ${Math.max(kv, scores)}-byte buffers, past the adapter's largest storage binding (maxStorageBufferBindingSize ${binding}); lower --context`;
+      const buffers: [string, number][] = [
+        [`a layer's KV cache at a context of ${ctx} positions`, 4 * ctx * c.headCountKv * c.headDim],
+        [`the attention scores at a context of ${ctx} positions`, 4 * GPU_CHUNK * c.headCount * ctx],
+        [`the logits of ${GPU_CHUNK} rows`, 4 * GPU_CHUNK * c.vocabSize],
+      ];
+      for (const [what, bytes] of buffers)
+        if (bytes > binding)
+          return `${what} needs a ${bytes}-byte buffer, past the adapter's largest storage binding (maxStorageBufferBindingSize ${limits.maxStorageBufferBindingSize}, maxBufferSize ${limits.maxBufferSize})${what.includes('context') ? '; lower --context' : ''}`;
       return undefined;
     } finally {
       file.close();
@@ -89,6 +93,17 @@ function specOf(c: ModelConfig, freqFactors: Float32Array | undefined): GpuLlama
     kvHeads: c.headCountKv,
     headDim: c.headDim,
     rmsEps: c.rmsEps,
+    ...(c.expertCount > 0
+      ? {
+          moe: {
+            experts: c.expertCount,
+            used: c.expertUsedCount,
+            expertFfn: c.expertFeedForwardLength,
+            sharedFfn: c.sharedExpertFeedForwardLength,
+            norm: c.expertWeightsNorm,
+          },
+        }
+      : {}),
     rope: {
       headDim: c.headDim,
       style: c.ropeStyle,
@@ -139,6 +154,7 @@ export async function openGpuModel(
         });
       },
       forward: (tokens, cache) => llama.forward(tokens, cache),
+      forwardBatch: (tokens, caches) => llama.forwardBatch(tokens, caches),
       async close() {
         await device.finish();
         llama.destroy();
@@ -155,6 +171,6 @@ export async function openGpuModel(
 
 /** The `--kernels` help text, one for every command that takes it. */
 export const kernelsDescription =
-  'kernels backend: webgpu (the GPU through Dawn: dense llama models with F32/F16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights, f32 KV cache), ' +
+  'kernels backend: webgpu (the GPU through Dawn: llama, qwen2/qwen3 and their MoE with F32/F16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K weights, f32 KV cache), ' +
   'auto (webgpu where an adapter is found and the model fits its limits, else native, else wasm), native, wasm or reference ' +
   '(default: native when a C compiler builds it here, else wasm)';

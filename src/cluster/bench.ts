@@ -2,12 +2,12 @@ import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
-import type { ParallelKind, WireFormat } from '../parallel/index.js';
+import type { ExpertSets, ParallelKind, WireFormat } from '../parallel/index.js';
 import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import type { HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
 import { resolveModelPath } from './model-path.js';
-import { ClusterSession, type ClusterResult } from './session.js';
+import { ClusterSession, type ClusterResult, type LoadOptions } from './session.js';
 import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 
 /** How long each node streams weights for the ceiling, per round. */
@@ -28,7 +28,7 @@ export interface BenchClusterOptions {
   wire?: WireFormat;
   tpSize?: number;
   /** ep: each node's experts (balanceExperts); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
   /** Prompt length (default 128) and decoded tokens (default 32). */
   promptTokens?: number;
   tokens?: number;
@@ -58,6 +58,11 @@ export interface BenchClusterOptions {
    * timed runs (the local nodes all run on this machine, so its meter covers them all).
    */
   power?: PowerMeter;
+  /**
+   * Runs on the N-node session after its warm-up, before the timed runs (bench moe: experts
+   * re-placed by the nodes' counters while loaded), with the options it was loaded with.
+   */
+  prepare?: (session: ClusterSession, load: LoadOptions, prompt: readonly number[]) => Promise<void>;
   onProgress?: (line: string) => void;
 }
 
@@ -169,7 +174,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       progress(
         `loading ${model} on ${n} node(s)${n > 1 ? `: --parallel ${o.parallel} over ${o.provider}, wire ${wire}` : ''}`,
       );
-      const placement = await session.load({
+      const load: LoadOptions = {
         model,
         parallel: n > 1 ? o.parallel : 'tp',
         provider: o.provider,
@@ -178,11 +183,13 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
         ...(o.tpSize ? { tpSize: o.tpSize } : {}),
         ...(n > 1 && o.expertSets ? { expertSets: o.expertSets } : {}),
         contextLength: promptTokens + Math.max(tokens, agreementSteps) + 8,
-      });
+      };
+      const placement = await session.load(load);
       const vocab = placement.plan.ranks[placement.plan.ranks.length - 1]!.shard.vocab.end;
       const prompt = benchPrompt(promptTokens, vocab);
       // Warm-up: compiles the hot paths on every node before the timed runs.
       await session.generate({ prompt: prompt.slice(0, 8), maxTokens: 4 });
+      if (n > 1 && o.prepare) await o.prepare(session, load, prompt);
       return { session, prompt };
     };
     const one = await open(1);

@@ -78,7 +78,11 @@ function controlLinks(members: readonly LinkedMember[]): LinkView[] {
  * direction as its sender's heartbeat reports it; a member whose figures are not yet of this
  * placement contributes none until its next heartbeat.
  */
-function placementLinks(placed: readonly ControlClient[], provider: string): LinkView[] {
+function placementLinks(
+  placed: readonly ControlClient[],
+  provider: string,
+  isDown: (a: ControlClient, b: ControlClient) => boolean,
+): LinkView[] {
   const out: LinkView[] = [];
   placed.forEach((c, rank) => {
     const cur = figuresOf(c.heartbeat, rank);
@@ -99,18 +103,50 @@ function placementLinks(placed: readonly ControlClient[], provider: string): Lin
         bytes_sent: l.sent,
         bytes_received: l.received,
         bytes_per_s: span ? Math.max(0, moved) / span : 0,
-        state: c.lostWith === undefined && peer.lostWith === undefined ? 'up' : 'down',
+        state: c.lostWith === undefined && peer.lostWith === undefined && !isDown(c, peer) ? 'up' : 'down',
       });
     }
   });
   return out;
 }
 
-/** Every link `/v1/cluster` shows: the control links first, then the placement's. */
+/** A link that went down between two members alive, shown down (nothing is measured over it). */
+function downLink(a: LinkedMember, b: LinkedMember, provider: string): LinkView {
+  return {
+    from: a.client.label,
+    to: b.client.label,
+    kind: provider,
+    latency_us: null,
+    bandwidth_MBps: null,
+    bytes_sent: 0,
+    bytes_received: 0,
+    bytes_per_s: 0,
+    state: 'down',
+  };
+}
+
+/**
+ * Every link `/v1/cluster` shows: the control links first, then the placement's, then each
+ * link gone down between two members alive (`unlinked`) that the placement's do not show.
+ */
 export function clusterLinks(
   members: readonly LinkedMember[],
   placed: readonly ControlClient[],
   provider: string,
+  unlinked: readonly (readonly [ControlClient, ControlClient])[] = [],
 ): LinkView[] {
-  return [...controlLinks(members), ...placementLinks(placed, provider)];
+  const isDown = (a: ControlClient, b: ControlClient): boolean =>
+    unlinked.some(([x, y]) => (x === a && y === b) || (x === b && y === a));
+  const links = [...controlLinks(members), ...placementLinks(placed, provider, isDown)];
+  const alive = (c: ControlClient): LinkedMember | undefined =>
+    members.find((m) => m.client === c && m.state !== 'dead');
+  for (const [a, b] of unlinked) {
+    const ma = alive(a);
+    const mb = alive(b);
+    const shown = links.some(
+      (l) => l.kind !== 'control' && l.from === a.label && l.to === b.label && l.state === 'down',
+    );
+    if (ma && mb && !shown) links.push(downLink(ma, mb, provider));
+  }
+  return links;
 }

@@ -56,6 +56,8 @@ export interface ClusterView {
     /** Why `--parallel auto` chose this split; null when it was given. */
     reason: string | null;
     ranks: { id: string; holds: string }[];
+    /** Pairs of its members not linked directly (a link went down), relayed through the others: `a-b`. */
+    relaying?: string[];
   } | null;
   /** Why the model is placed nowhere, when it is not. */
   waiting: string | null;
@@ -63,15 +65,17 @@ export interface ClusterView {
   replan: string | null;
   /** Placements done, the first included. */
   placements: number;
-  /** Placements after the first (a member lost or joined). */
+  /** Placements after the first (a member lost or joined, or a link down with no relay path). */
   replacements: number;
+  /** Times a link went down inside the placement and it was kept, its communicators rebuilt to relay around it. */
+  relays?: number;
   /** The latest events, oldest first (at most MAX_EVENTS). */
   events: ClusterEvent[];
 }
 
 /** What happened to the cluster, in order (the log and the dashboard show them). */
 export interface ClusterEvent {
-  kind: 'joined' | 'lost' | 'replaced' | 'no-placement' | 'link-down';
+  kind: 'joined' | 'lost' | 'replaced' | 'relayed' | 'no-placement' | 'link-down' | 'experts';
   atMs: number;
   message: string;
 }

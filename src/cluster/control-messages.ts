@@ -8,15 +8,22 @@ import type { SliceSource } from './slices/slice-server.js';
  * The control protocol's version: the node's challenge and the coordinator's answer both
  * carry it, and a peer of another version is refused during the handshake.
  */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 export interface LoadRequest {
   model: string;
   plan: ParallelPlan;
   rank: number;
   provider: ProviderName;
-  /** Rank 0 listens here (port 0 allowed) and reports the address; others connect to it. */
+  /** The rendezvous root (`root`, default rank 0) listens here (port 0 allowed) and reports the address; others connect to it. */
   rendezvous: string;
+  /** The rank that listens at `rendezvous`: one linked directly to every other (default 0). */
+  root?: number;
+  /**
+   * The links between ranks, as [rankA, rankB] pairs, when not every pair is linked (a link
+   * went down): pairs without one are relayed through the others. Absent: a full mesh.
+   */
+  edges?: [number, number][];
   /** The host this node's fabric listens on (reachable by the other nodes). */
   fabricHost: string;
   wire: WireFormat;
@@ -46,7 +53,20 @@ export type NodeRequest = { id: number } & (
   | { type: 'release'; seqs: number[] }
   | { type: 'unload' }
   | { type: 'stream'; bytes: number; ms: number }
+  | { type: 'expert-load' }
+  | { type: 'experts-stage'; replace: ExpertsStage }
+  | { type: 'experts-switch'; replaceId: number }
 );
+
+/**
+ * A new placement of the loaded model's experts (an expert-parallel plan that moves only
+ * experts): the node loads its new experts beside the old ones and answers when they are
+ * loaded, while its steps go on; a later `experts-switch` with the same id makes it hold them.
+ */
+export interface ExpertsStage {
+  replaceId: number;
+  plan: ParallelPlan;
+}
 
 /** What a coordinator tells a node without an answer: handled at once, beside the requests. */
 export type NodeNotice = { type: 'heartbeat' } | { type: 'abort'; reason: string };
@@ -91,7 +111,25 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
   switch (type) {
     case 'hello':
     case 'unload':
+    case 'expert-load':
       return { type, id };
+    case 'experts-stage': {
+      const plan = m.plan as { ranks?: unknown; nodes?: unknown; kind?: unknown } | null;
+      need(isInt(m.replaceId), type, 'no integer replaceId');
+      need(
+        typeof plan === 'object' &&
+          plan !== null &&
+          plan.kind === 'ep' &&
+          Array.isArray(plan.ranks) &&
+          isInt(plan.nodes),
+        type,
+        'no expert-parallel plan',
+      );
+      return { type, id, replace: { replaceId: m.replaceId as number, plan: m.plan as ParallelPlan } };
+    }
+    case 'experts-switch':
+      need(isInt(m.replaceId), type, 'no integer replaceId');
+      return { type, id, replaceId: m.replaceId as number };
     case 'load': {
       const plan = m.plan as { ranks?: unknown; nodes?: unknown } | null;
       need(typeof m.model === 'string' && m.model !== '', type, 'no model path');
@@ -120,6 +158,13 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
       );
       need(typeof m.timeoutMs === 'number' && m.timeoutMs > 0, type, 'no timeout');
       need(m.source === undefined || isSliceSource(m.source), type, 'a bad slice source');
+      need(m.root === undefined || isInt(m.root), type, 'a bad rendezvous root');
+      need(
+        m.edges === undefined ||
+          (Array.isArray(m.edges) && m.edges.every((e) => ints(e) && (e as number[]).length === 2)),
+        type,
+        'bad edges',
+      );
       return { type, id, load: m as unknown as LoadRequest };
     }
     case 'generate':

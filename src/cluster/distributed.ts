@@ -5,7 +5,14 @@ import type { KernelsBackend } from '../kernels/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
 import { GgufModelFile, configFromMetadata, maxTokensThatFit } from '../engine/index.js';
 import type { ProviderName } from '../fabric/index.js';
-import type { ParallelKind, Placement, WireFormat } from '../parallel/index.js';
+import {
+  profileFromRanks,
+  writeExpertProfile,
+  type ExpertProfile,
+  type ParallelKind,
+  type Placement,
+  type WireFormat,
+} from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
 import { loadSecret } from '../topology/index.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
@@ -49,6 +56,8 @@ export interface ClusterStartOptions {
    * false: each node must open the model at its path, and one that cannot fails the load.
    */
   slices?: boolean;
+  /** ep: each layer's experts placed by this routing profile (--expert-profile), hot ones copied. */
+  expertProfile?: ExpertProfile;
   /** Progress lines (starting nodes, plan, loading). */
   onProgress?: (line: string) => void;
 }
@@ -63,6 +72,8 @@ export interface RunDistributedOptions extends Omit<ClusterStartOptions, 'greedy
    */
   sampling?: SamplerOptions;
   onToken?: (token: number) => void;
+  /** After the run: each layer's expert routing, from the nodes' counters, written here (--save-expert-profile). */
+  saveExpertProfile?: string;
   /**
    * Called before any node starts when maxTokens goes past the nodes' context: the run then
    * generates `fits` tokens and ends with stopReason `length` instead of failing.
@@ -151,6 +162,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       ...(o.onProgress ? { onProgress: o.onProgress } : {}),
       ...(o.slices === false ? { slices: false } : {}),
+      ...(o.expertProfile ? { expertProfile: o.expertProfile } : {}),
     };
     const placement = await session.load(load);
     if (session.choice) progress(session.choice);
@@ -197,6 +209,7 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
       ...(o.onToken ? { onToken: o.onToken } : {}),
       ...(greedy ? {} : { sampling: o.sampling as SamplerOptions }),
     });
+    if (o.saveExpertProfile) await saveProfile(cluster, o.saveExpertProfile);
     return {
       ...result,
       plan: cluster.session.planLines(),
@@ -209,6 +222,16 @@ export async function runDistributed(o: RunDistributedOptions): Promise<Distribu
   } finally {
     await cluster.close();
   }
+}
+
+/** Writes each layer's expert routing from the nodes' counters (their decaying window). */
+async function saveProfile(cluster: StartedCluster, path: string): Promise<void> {
+  const counts = await cluster.session.expertCounts();
+  if (counts.length === 0)
+    throw new TandemError('PAR_BAD_PROFILE', 'expert profile: the model has no experts to profile', {
+      hint: 'drop --save-expert-profile, or run a mixture-of-experts model',
+    });
+  writeExpertProfile(path, profileFromRanks(cluster.placement.plan, counts));
 }
 
 /**

@@ -40,3 +40,9 @@ export {
 export { resolveModelPath } from './model-path.js';
 export { whySplitMayNotPay, type SplitFacts } from './split-verdict.js';
 export { calibrate, calibrationPath, loadCalibration, saveCalibration } from './calibrate.js';
+export {
+  REBALANCE_MARGIN,
+  rebalanceExperts,
+  type RebalanceOptions,
+  type RebalanceReport,
+} from './expert-rebalance.js';

@@ -23,6 +23,7 @@ import {
 } from './control-messages.js';
 import { probeLinks, type LinkProbe } from './link-probe.js';
 import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
+import { NodeExperts, noExperts, stageBesideQueue } from './node-experts.js';
 import { NodeSequences } from './node-sequences.js';
 import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
@@ -81,6 +82,8 @@ class Session {
   /** This rank's links as measured at the load, and its serving steps' compute and communication time. */
   private probes: LinkProbe[] = [];
   private clock = new StepClock();
+  /** The loaded model's experts: counters, and new placements staged beside the old (after a load). */
+  experts: NodeExperts | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -115,6 +118,13 @@ class Session {
         return {};
       case 'stream':
         return this.stream(r.bytes, r.ms);
+      case 'expert-load':
+        return this.experts?.counts() ?? {};
+      case 'experts-stage':
+      case 'experts-switch': {
+        if (!this.experts) throw noExperts();
+        return r.type === 'experts-stage' ? this.experts.stage(r.replace) : this.experts.switch(r.replaceId);
+      }
     }
   }
 
@@ -138,6 +148,7 @@ class Session {
       ...(this.o.threads ? { threads: this.o.threads } : {}),
     });
     const root = parseHostPort(r.rendezvous, 'rendezvous');
+    const rootRank = r.root ?? 0;
     const world = await createCommunicator({
       rank: r.rank,
       size: r.plan.nodes,
@@ -145,10 +156,13 @@ class Session {
       secret: this.o.secret,
       timeoutMs: r.timeoutMs,
       connectTimeoutMs: r.timeoutMs,
+      // a partial graph: the pairs it lacks are relayed through the other ranks
+      ...(r.edges ? { graph: { size: r.plan.nodes, edges: r.edges } } : {}),
       rendezvous: {
         kind: 'root',
-        address: r.rank === 0 ? `${root.host}:${root.port}` : r.rendezvous,
+        address: r.rank === rootRank ? `${root.host}:${root.port}` : r.rendezvous,
         host: r.fabricHost,
+        rank: rootRank,
       },
       onListening: (address) => send(this.socket, { event: 'listening', address }),
       threadsPerRank: this.o.threads ?? availableParallelism(),
@@ -198,6 +212,7 @@ class Session {
     }
     this.clock = new StepClock();
     this.ctx = loaded;
+    this.experts = new NodeExperts(loaded, file, r, this.o.memLimit);
     const c = this.ctx.model.config;
     this.sequences = new NodeSequences(loaded, Math.min(r.contextLength ?? c.contextLength, c.contextLength));
     return {
@@ -269,6 +284,7 @@ class Session {
     const exchange = this.ctx?.exchange;
     this.world = undefined;
     this.ctx = undefined;
+    this.experts = undefined;
     this.sequences = undefined;
     await exchange?.close();
     if (world) await world.close().catch(() => undefined);
@@ -399,6 +415,7 @@ export function serve(
         s.abort(`the coordinator aborted: ${r.reason}`);
         return;
       }
+      if (r.type === 'experts-stage') return stageBesideQueue(socket, r, () => s.experts, o.log);
       const request = r;
       // Requests run one at a time, in order, like the collectives they drive.
       queue = queue.then(async () => {

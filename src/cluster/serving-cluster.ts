@@ -1,11 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import { TandemError } from '../errors/index.js';
-import { describePlan, type Placement } from '../parallel/index.js';
+import { describePlan, usesDirectExchange, type Placement } from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
 import { clusterLinks, memberShares } from './cluster-links.js';
 import type { ClusterEvent, ClusterView } from './cluster-view.js';
 import type { ControlClient, Message } from './protocol.js';
-import { ClusterSession, type LoadOptions } from './session.js';
+import { rebalanceExperts, type RebalanceOptions, type RebalanceReport } from './expert-rebalance.js';
+import { relayWiring, unlinkedRanks } from './relay.js';
+import { ClusterSession, type LoadOptions, type Wiring } from './session.js';
 
 export type { ClusterEvent, ClusterView, MemberView } from './cluster-view.js';
 
@@ -66,8 +68,14 @@ export class ServingCluster {
   replacements = 0;
   /** Why the latest join did or did not re-plan (the predicted decode speeds and the margin). */
   replanVerdict: string | undefined;
-  /** Pairs of members whose link went down: no placement holds both. */
+  /** Pairs of members whose link went down: a placement holds both only when it relays around it. */
   private readonly unlinked: [ControlClient, ControlClient][] = [];
+  /** How the current placement's ranks are linked; undefined: every pair directly. */
+  private wiring: Wiring | undefined;
+  /** A link of the current placement went down and the others can relay around it: rebuild its communicators, same shards. */
+  private relayWanted = false;
+  /** Times the placement was kept and its communicators rebuilt around a link gone down. */
+  relays = 0;
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
   onEvent: (e: ClusterEvent) => void = () => {};
@@ -130,7 +138,7 @@ export class ServingCluster {
   /** Whether placing on every member alive pays, by the cost model's decode step of each placement. */
   private judgeJoin(): { replan: boolean; reason: string } {
     const margin = this.options.replanMargin ?? REPLAN_MARGIN;
-    const alive = this.placeable();
+    const alive = this.placeable().members;
     const placement = this.placement as Placement;
     let planned;
     try {
@@ -180,12 +188,21 @@ export class ServingCluster {
 
   private async placeNow(): Promise<Placement> {
     this.replanWanted = false;
-    const alive = this.placeable();
+    const { members: alive, wiring } = this.placeable();
+    // a link went down inside a placement that can relay around it: the same members keep the
+    // same shards and only their communicators are rebuilt on the links left
+    const kept =
+      this.relayWanted &&
+      alive.length === this.current.clients.length &&
+      alive.every((m, r) => m.client === this.current.clients[r])
+        ? this.placement
+        : undefined;
+    this.relayWanted = false;
     this.placement = undefined;
     // --min-members holds back the first placement; after it, any survivors that can hold the model do
     if (alive.length < (this.generation === 0 ? (this.options.minMembers ?? 1) : 1))
       throw this.noPlacement(this.tooFew());
-    const session = ClusterSession.of(alive);
+    const session = kept ? this.current : ClusterSession.of(alive);
     const started = performance.now();
     // every member of the old placement lets go of it together: a lone unload would wait in
     // the closing barrier of its communicator for peers not yet told
@@ -193,7 +210,7 @@ export class ServingCluster {
       await this.current.without(new Set(this.current.clients.filter((c) => c.lostWith))).unload();
     let placement: Placement;
     try {
-      placement = await session.load(this.load);
+      placement = await session.load(this.load, wiring, kept);
     } catch (error) {
       if (error instanceof TandemError && error.code === 'PAR_NO_FIT')
         throw this.noPlacement(
@@ -207,38 +224,101 @@ export class ServingCluster {
     }
     this.current = session;
     this.placement = placement;
+    this.wiring = wiring;
     this.waiting = undefined;
     for (const m of alive) m.state = 'alive';
     this.generation++;
-    if (this.generation > 1) this.replacements++;
-    this.event(
-      'replaced',
-      `placed on ${alive.length} member(s) in ${(performance.now() - started).toFixed(0)} ms: ${describePlan(placement.plan).join('; ')}${session.choice ? ` (${session.choice})` : ''}`,
-    );
+    const ms = (performance.now() - started).toFixed(0);
+    if (kept) {
+      this.relays++;
+      this.event(
+        'relayed',
+        `kept the placement on ${alive.length} member(s), communicators rebuilt in ${ms} ms without the link(s) ${this.cutNames(session.clients)}, relayed through the others: ${describePlan(placement.plan).join('; ')}`,
+      );
+    } else {
+      if (this.generation > 1) this.replacements++;
+      const relayed = wiring ? `; relaying around the link(s) ${this.cutNames(session.clients)}` : '';
+      this.event(
+        'replaced',
+        `placed on ${alive.length} member(s) in ${ms} ms: ${describePlan(placement.plan).join('; ')}${session.choice ? ` (${session.choice})` : ''}${relayed}`,
+      );
+    }
     for (const w of this.placedWaiters.splice(0)) w();
     return placement;
   }
 
   /**
    * The link between the members holding ranks `ranks` of the current placement went down
-   * while both still reach the coordinator: every later placement leaves out one of the two
-   * (the later to join), and the model is placed again at the next step.
+   * while both still reach the coordinator. When every pair of the placement can still reach
+   * each other through the others (relayWiring), the placement is kept and its communicators
+   * are rebuilt on the links left at the next step (`relayed`); otherwise the model is placed
+   * again without one of the two, the later to join (`replaced`). Later placements relay
+   * around the pair where they can, else leave one of it out.
    */
   linkDown(ranks: readonly [number, number], why: string): void {
     const [a, b] = ranks.map((r) => this.current.clients[r]);
     if (!a || !b) return;
     this.unlinked.push([a, b]);
     this.replanWanted = true;
+    const clients = this.current.clients;
+    const relay = this.placement !== undefined && this.relayable(clients) !== undefined;
+    this.relayWanted = relay;
+    const others = clients.filter((c) => c !== a && c !== b).map((c) => c.label);
     const drop = this.members.find((m) => m.client === b);
     this.event(
       'link-down',
-      `the link between ${a.label} and ${b.label} is down (${why}); placing without ${drop?.id ?? b.label}`,
+      `the link between ${a.label} and ${b.label} is down (${why}); ${relay ? `relaying around it through ${others.join(', ')}, same placement` : `no relay path (${this.noRelayWhy(clients)}): placing without ${drop?.id ?? b.label}`}`,
     );
   }
 
-  /** Members alive, less one of each pair whose link is down (the later to join), in join order. */
-  private placeable(): Member[] {
+  /**
+   * Re-places the experts of an expert-parallel model by the members' counters while it
+   * serves (expert-rebalance.ts): steps go on meanwhile; the outcome is an event.
+   */
+  async rebalanceExperts(o: Omit<RebalanceOptions, 'stillCurrent'> = {}): Promise<RebalanceReport> {
+    if (!this.placement) throw this.waiting ?? this.tooFew();
+    const generation = this.generation;
+    const session = this.current;
+    const report = await rebalanceExperts(session, this.load, {
+      ...o,
+      stillCurrent: () => generation === this.generation && !this.someLost(),
+    });
+    if (report.switched && generation === this.generation) this.placement = session.placement;
+    this.event('experts', report.reason);
+    return report;
+  }
+
+  /** How `clients` (in rank order) are linked when some pairs are down, if every pair can still be relayed. */
+  private relayable(clients: readonly ControlClient[]): Wiring | undefined {
+    if (usesDirectExchange(this.load.provider)) return undefined;
+    return relayWiring(clients.length, unlinkedRanks(clients, this.unlinked));
+  }
+
+  private noRelayWhy(clients: readonly ControlClient[]): string {
+    if (clients.length < 3) return `${clients.length} member(s), no third to relay through`;
+    if (usesDirectExchange(this.load.provider))
+      return `the ${this.load.provider} provider's tensor-parallel exchange links every pair directly`;
+    return 'the links left do not connect every member with one linked to all';
+  }
+
+  /** The pairs down among `clients`, by label. */
+  private cutNames(clients: readonly ControlClient[]): string {
+    return unlinkedRanks(clients, this.unlinked)
+      .map(([x, y]) => `${clients[x]?.label}-${clients[y]?.label}`)
+      .join(', ');
+  }
+
+  /**
+   * Members alive in join order, and how they are linked: all of them over the links left
+   * when the others can relay around every pair down among them, else less one of each such
+   * pair (the later to join) over every link.
+   */
+  private placeable(): { members: Member[]; wiring: Wiring | undefined } {
     const alive = this.members.filter((m) => m.state !== 'dead' && m.client.lostWith === undefined);
+    const clients = alive.map((m) => m.client);
+    if (unlinkedRanks(clients, this.unlinked).length === 0) return { members: alive, wiring: undefined };
+    const wiring = this.relayable(clients);
+    if (wiring) return { members: alive, wiring };
     const out: Member[] = [];
     for (const m of alive) {
       const cut = this.unlinked.some(
@@ -249,7 +329,7 @@ export class ServingCluster {
       if (cut) m.state = 'joining';
       else out.push(m);
     }
-    return out;
+    return { members: out, wiring: undefined };
   }
 
   view(): ClusterView {
@@ -269,19 +349,26 @@ export class ServingCluster {
           ...memberShares(m.client, rank),
         };
       }),
-      links: clusterLinks(this.members, this.placement ? this.current.clients : [], this.load.provider),
+      links: clusterLinks(
+        this.members,
+        this.placement ? this.current.clients : [],
+        this.load.provider,
+        this.unlinked,
+      ),
       placement: this.placement
         ? {
             parallel: this.placement.plan.kind,
             provider: this.load.provider,
             reason: this.current.choice ?? null,
             ranks: this.current.clients.map((c, r) => ({ id: c.label, holds: plan[r] ?? '' })),
+            relaying: this.wiring ? this.cutNames(this.current.clients).split(', ') : [],
           }
         : null,
       waiting: this.waiting?.message ?? null,
       replan: this.replanVerdict ?? null,
       placements: this.generation,
       replacements: this.replacements,
+      relays: this.relays,
       events: [...this.events],
     };
   }

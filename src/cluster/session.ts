@@ -6,11 +6,17 @@ import type { SamplerOptions } from '../engine/sampling/index.js';
 import {
   chooseParallel,
   describePlan,
+  checkProfile,
+  EXPERT_ROOM,
+  expertSetsFromProfile,
   placeModel,
   predictStepSeconds,
+  type ExpertProfile,
+  type ExpertSets,
   type NodeSpec,
   type ParallelKind,
   type Placement,
+  type RankExpertCounts,
   type RankMetrics,
   type WireFormat,
 } from '../parallel/index.js';
@@ -28,7 +34,9 @@ export interface LoadOptions {
   /** hybrid: ranks per tensor-parallel group (default 2). */
   tpSize?: number;
   /** ep: each node's experts (balanceExperts: by load, hot ones copied); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
+  /** ep (given or chosen), without `expertSets`: each layer's experts placed by this routing profile. */
+  expertProfile?: ExpertProfile;
   provider: ProviderName;
   wire?: WireFormat;
   /** Greedy decoding: exchange only each rank's best logit (exact for greedy). */
@@ -81,6 +89,34 @@ export interface ClusterResult {
   decodeTokS: number;
   /** With `forced`: the greedy pick at each step. */
   predicted?: number[];
+}
+
+/**
+ * How the ranks of a load are linked when not every pair is (a link between two members went
+ * down): the links there are, and the rank linked to all that serves the rendezvous.
+ */
+export interface Wiring {
+  edges: [number, number][];
+  root: number;
+}
+
+/**
+ * Each layer's experts placed by the profile, with room for EXPERT_ROOM extra experts a layer
+ * on each node for copies of hot ones, fewer where the nodes' memory does not hold that many
+ * (PAR_NO_FIT from `place` at every room down to none: the error of the last).
+ */
+function placeProfiled(
+  profile: ExpertProfile,
+  nodes: number,
+  place: (expertSets: ExpertSets) => Placement,
+): Placement {
+  for (let room = EXPERT_ROOM; ; room--) {
+    try {
+      return place(expertSetsFromProfile(profile, nodes, room));
+    } catch (e) {
+      if (room <= 0 || !(e instanceof TandemError && e.code === 'PAR_NO_FIT')) throw e;
+    }
+  }
 }
 
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
@@ -187,14 +223,19 @@ export class ClusterSession {
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       };
       const choice = o.parallel === 'auto' ? chooseParallel(info, specs, common) : undefined;
-      const placement =
-        choice?.placement ??
+      const kind = choice?.placement.plan.kind ?? (o.parallel as ParallelKind);
+      const place = (expertSets?: ExpertSets): Placement =>
         placeModel(info, specs, {
           ...common,
-          kind: o.parallel as ParallelKind,
+          kind,
           ...(o.tpSize ? { tpSize: o.tpSize } : {}),
-          ...(o.expertSets ? { expertSets: o.expertSets } : {}),
+          ...(expertSets ? { expertSets } : {}),
         });
+      const profiled = kind === 'ep' && !o.expertSets && o.expertProfile ? o.expertProfile : undefined;
+      if (profiled) checkProfile(profiled, { experts: config.expertCount, layers: config.blockCount });
+      const placement = profiled
+        ? placeProfiled(profiled, specs.length, place)
+        : (choice?.placement ?? place(o.expertSets));
       const step = (p: Placement, nodes: readonly NodeSpec[]): number =>
         predictStepSeconds(info, p, nodes, o.provider);
       const held = current?.holders.map((c) => specs[this.clients.indexOf(c)] ?? {});
@@ -209,9 +250,19 @@ export class ClusterSession {
     }
   }
 
-  /** Plans the split (checking memory before anything loads), then loads every shard. */
-  async load(o: LoadOptions): Promise<Placement> {
-    const planned = this.plan(o);
+  /** Every rank's expert counters (Model.expertLoad) as the loaded model holds them; [] for a dense model. */
+  async expertCounts(timeoutMs = 30_000): Promise<RankExpertCounts[]> {
+    const answers = await Promise.all(this.clients.map((c) => c.request('expert-load', {}, timeoutMs)));
+    return answers.flatMap((a) => (a.counts ? [a.counts as unknown as RankExpertCounts] : []));
+  }
+
+  /**
+   * Plans the split (checking memory before anything loads), then loads every shard. With
+   * `keep` (a placement these nodes held, in this rank order) the same split is loaded again,
+   * as when only the links between the ranks changed; `wiring` leaves out the pairs not linked.
+   */
+  async load(o: LoadOptions, wiring?: Wiring, keep?: Placement): Promise<Placement> {
+    const planned = keep ? { placement: keep, choice: this.choice } : this.plan(o);
     const placement = planned.placement;
     this.choice = planned.choice;
     const slices =
@@ -223,7 +274,7 @@ export class ClusterSession {
             ...(o.onProgress ? { onProgress: o.onProgress } : {}),
           });
     try {
-      await this.loadShards(o, placement, slices);
+      await this.loadShards(o, placement, slices, wiring);
     } finally {
       this.slicesSent = slices?.sentBytes ?? 0;
       slices?.close();
@@ -236,8 +287,10 @@ export class ClusterSession {
     o: LoadOptions,
     placement: Placement,
     slices: SliceServer | undefined,
+    wiring: Wiring | undefined,
   ): Promise<void> {
     const timeoutMs = o.timeoutMs ?? 300_000;
+    const root = wiring?.root ?? 0;
     const base = (rank: number, rendezvous: string): Omit<LoadRequest, never> => ({
       model: o.model,
       plan: placement.plan,
@@ -250,19 +303,22 @@ export class ClusterSession {
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
       timeoutMs: o.commTimeoutMs ?? 30_000,
       ...(slices ? { source: slices.addressFor(this.clients[rank]!.localAddress) } : {}),
+      ...(wiring ? { root, edges: wiring.edges } : {}),
     });
-    const first = this.clients[0]!;
+    // the root listens first and names its address; the others then connect to it
+    const first = this.clients[root]!;
     const listening = new Promise<string>((resolve) => {
       first.onEvent = (m) => {
         if (m.event === 'listening' && typeof m.address === 'string') resolve(m.address);
       };
     });
-    const load0 = first.request('load', { ...base(0, `${base(0, '').fabricHost}:0`) }, timeoutMs);
-    const address = await Promise.race([listening, load0.then(() => '')]);
-    const rest = this.clients
-      .slice(1)
-      .map((c, i) => c.request('load', { ...base(i + 1, address) }, timeoutMs));
-    const answers = await Promise.all([load0, ...rest]);
+    const loadRoot = first.request('load', { ...base(root, `${base(root, '').fabricHost}:0`) }, timeoutMs);
+    const address = await Promise.race([listening, loadRoot.then(() => '')]);
+    const answers = await Promise.all(
+      this.clients.map((c, r) =>
+        r === root ? loadRoot : c.request('load', { ...base(r, address) }, timeoutMs),
+      ),
+    );
     this.origins = answers.map((a) => (a.origin as ShardOrigin | undefined) ?? { kind: 'local' });
     this.origins.forEach((g, rank) => {
       if (g.kind === 'slices')

@@ -66,3 +66,43 @@ test('addresses must be host:port', () => {
   assert.throws(() => parseAddress('10.0.0.1'), /host:port/);
   assert.throws(() => parseAddress('h:70000'), /host:port/);
 });
+
+test('root rendezvous at another rank than 0: a line 0-1-2 rooted at its middle works, 0 and 2 relayed', async () => {
+  const port = 57000 + Math.floor(Math.random() * 3000);
+  const address = `loopback:${port}`;
+  const comms = await Promise.all(
+    [0, 1, 2].map((rank) =>
+      createCommunicator({
+        rank,
+        size: 3,
+        provider: 'loopback',
+        graph: {
+          size: 3,
+          edges: [
+            [0, 1],
+            [1, 2],
+          ],
+        },
+        rendezvous: { kind: 'root', address, rank: 1 },
+        timeoutMs: 20_000,
+      }),
+    ),
+  );
+  const out = await Promise.all(
+    comms.map(async (c) => {
+      const d = Int32Array.of(c.rank, 1);
+      await c.allReduce(d);
+      if (c.rank === 0) await c.send(2, Int32Array.of(7));
+      const got = new Int32Array(1);
+      if (c.rank === 2) await c.recv(0, got);
+      return [...d, got[0]];
+    }),
+  );
+  assert.deepEqual(out, [
+    [3, 3, 0],
+    [3, 3, 0],
+    [3, 3, 7],
+  ]);
+  assert.ok(comms[1]!.relayed > 0, 'the middle rank relayed between the ends');
+  await Promise.all(comms.map((c) => c.close()));
+});

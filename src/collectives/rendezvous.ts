@@ -11,12 +11,14 @@ import type { LinkSpec } from './router/index.js';
 
 /**
  * Who is where. `hosts`: every rank listens at addresses[rank] (host:port) and the links of
- * the graph are made directly. `root`: rank 0 listens at `address` and acts as the
- * rendezvous server: every other rank listens on a free port of `host`, tells rank 0 where,
- * and gets the whole table back; the connection to rank 0 stays open as a link.
+ * the graph are made directly. `root`: rank `rank` (default 0) listens at `address` and acts
+ * as the rendezvous server: every other rank listens on a free port of `host`, tells the root
+ * where, and gets the whole table back; the connection to the root stays open as a link, so
+ * the root must reach every rank directly (pick one linked to all when the graph is partial).
  */
 export type Rendezvous =
-  { kind: 'hosts'; addresses: readonly string[] } | { kind: 'root'; address: string; host?: string };
+  | { kind: 'hosts'; addresses: readonly string[] }
+  | { kind: 'root'; address: string; host?: string; rank?: number };
 
 export interface ConnectWorldOptions {
   rank: number;
@@ -165,7 +167,7 @@ async function exchangeTable(
       throw rendezvousError(o, 'receiving the address table failed', new Error(wc?.status ?? 'none'));
     const parsed = JSON.parse(new TextDecoder().decode(mr.buffer.subarray(0, wc.byteLen))) as unknown;
     if (!Array.isArray(parsed) || parsed.length !== o.size || !parsed.every((a) => typeof a === 'string')) {
-      throw rendezvousError(o, 'rank 0 sent a malformed address table', new Error('bad table'));
+      throw rendezvousError(o, 'the rendezvous root sent a malformed address table', new Error('bad table'));
     }
     return parsed as string[];
   } catch (e) {
@@ -177,7 +179,7 @@ async function exchangeTable(
 
 /**
  * Builds one queue pair per graph edge (the higher rank connects to the lower one), plus
- * rank 0's rendezvous connections in `root` mode. Returns the links of this rank.
+ * the root's rendezvous connections in `root` mode. Returns the links of this rank.
  */
 export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> {
   const deadline = Date.now() + o.timeoutMs;
@@ -199,15 +201,17 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
       }
     } else {
       const root = parseAddress(o.rendezvous.address);
-      if (o.rank === 0) {
+      const rootRank = o.rendezvous.rank ?? 0;
+      if (o.rank === rootRank) {
         listener ??= await o.device.listen({ host: root.host, port: root.port, secret: o.secret });
         o.onListening?.(`${listener.host}:${listener.port}`);
-        const all = new Set(Array.from({ length: o.size - 1 }, (_, i) => `${i + 1}:0`));
+        const others = Array.from({ length: o.size }, (_, r) => r).filter((r) => r !== rootRank);
+        const all = new Set(others.map((r) => `${r}:0`));
         for (const [key, qp] of await acceptPeers(o, listener, all, deadline)) links.set(key, qp);
         const at = (r: number): string =>
           `${String(links.get(`${r}:0`)?.peerInfo.host)}:${String(links.get(`${r}:0`)?.peerInfo.port)}`;
         table = Array.from({ length: o.size }, (_, r) =>
-          r === 0 ? `${listener?.host}:${listener?.port}` : at(r),
+          r === rootRank ? `${listener?.host}:${listener?.port}` : at(r),
         );
         await exchangeTable(o, [...links.values()], table, deadline);
       } else {
@@ -218,8 +222,8 @@ export async function connectWorld(o: ConnectWorldOptions): Promise<LinkSpec[]> 
             secret: o.secret,
           });
         const me = { host: listener?.host ?? '', port: listener?.port ?? 0 };
-        const qp = await connectRetry(o, o.rendezvous.address, deadline, 0, me);
-        links.set('0:0', qp);
+        const qp = await connectRetry(o, o.rendezvous.address, deadline, rootRank, me);
+        links.set(`${rootRank}:0`, qp);
         table = await exchangeTable(o, [qp], undefined, deadline);
       }
     }

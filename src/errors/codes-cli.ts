@@ -20,4 +20,6 @@ export const cliCodes = {
   CLI_TOP_UNREACHABLE: 'system',
   /** `top`: the server refused the API key (401/403). */
   CLI_TOP_AUTH: 'invalid_usage',
+  /** `bench slices --link`: not a rate, or the shaped link cannot be built here (not root, no tc). */
+  CLI_BENCH_LINK: 'invalid_usage',
 } as const satisfies Record<string, ErrorCategory>;

@@ -18,4 +18,7 @@ export const engineCodes = {
   TOKENIZER_NO_SPECIAL_TOKEN: 'invalid_usage',
   TOKENIZER_TOKEN_ID: 'invalid_argument',
   TOKENIZER_UNSUPPORTED: 'invalid_argument',
+  TRAIN_CHECKPOINT: 'invalid_argument',
+  TRAIN_DATA: 'invalid_argument',
+  TRAIN_OPTIONS: 'invalid_usage',
 } as const satisfies Record<string, ErrorCategory>;

@@ -22,7 +22,7 @@ const qp = await dev.connect({
   cq,
   recvCq: rcq,
   info: { region },
-  timeoutMs: 30_000,
+  timeoutMs: 120_000,
 });
 const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
 for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });

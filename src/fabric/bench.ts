@@ -81,7 +81,8 @@ export interface Endpoint {
   remote: RemoteRegion;
 }
 
-const WAIT = { timeoutMs: 30_000 };
+// a window of 4 MiB writes on a device under software emulation (the soft-RoCE guest, a few MB/s) takes ~40 s
+const WAIT = { timeoutMs: 120_000 };
 
 export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion {
   const r = info.region as { addr: string; rkey: number; length: number } | undefined;
@@ -282,7 +283,8 @@ export async function runFabricBench(
     const local = pd.allocate(maxBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
     const region = { addr: String(local.addr), rkey: local.rkey, length: local.length };
     const qp = await Promise.race([
-      listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 30_000 }),
+      // a peer started under software emulation (the soft-RoCE guest) takes up to a minute
+      listener.accept({ pd, cq, recvCq: rcq, info: { region }, timeoutMs: 120_000 }),
       exited.then((code) => {
         throw new TandemError(
           'FABRIC_CONNECT_FAILED',

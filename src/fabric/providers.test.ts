@@ -11,6 +11,6 @@ test('probeProviders lists loopback, shm, tcp and rdma, each with a reason', () 
   for (const r of rows) assert.ok(r.detail.length > 10, `${r.provider} explains itself`);
   assert.equal(rows[0]?.available, true);
   assert.equal(rows[2]?.available, true);
-  // no RDMA provider is implemented: the row must say why it is unavailable
+  // this machine has no RDMA device: the row must say why rdma is unavailable
   assert.equal(rows[3]?.available, false);
 });

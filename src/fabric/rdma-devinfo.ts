@@ -1,5 +1,6 @@
 import { networkInterfaces } from 'node:os';
 import { chooseGid, listDevices, mtuBytes, RdmaContext, type GidEntry } from './rdma-context.js';
+import { regionsInUse } from './rdma-memory.js';
 import { IBV, loadVerbs } from './rdma-verbs.js';
 
 /** One RDMA device as `tandem devinfo` shows it. */
@@ -14,6 +15,8 @@ export interface RdmaDeviceInfo {
   chosenGid?: { index: number; reason: string } | undefined;
   /** Memory regions the device allows (max_mr); a registration pool keeps far below it. */
   regionCap: number;
+  /** Regions this process holds on the device now (a registration pool keeps it to a few slabs). */
+  regionsInUse: number;
   maxQpWr: number;
   maxSge: number;
   error?: string;
@@ -39,6 +42,7 @@ export function describeRdmaDevices(): RdmaDeviceInfo[] {
         gids: gids.map((g) => ({ index: g.index, gid: formatGid(g.gid), type: g.type, ipv4: g.ipv4 })),
         chosenGid: chosen ? { index: chosen.index, reason: chosen.reason } : undefined,
         regionCap: ctx.attr.maxMr,
+        regionsInUse: regionsInUse(name),
         maxQpWr: ctx.attr.maxQpWr,
         maxSge: ctx.attr.maxSge,
       });
@@ -51,6 +55,7 @@ export function describeRdmaDevices(): RdmaDeviceInfo[] {
         linkLayer: 'unspecified',
         gids: [],
         regionCap: 0,
+        regionsInUse: regionsInUse(name),
         maxQpWr: 0,
         maxSge: 0,
         error: (e as Error).message,
@@ -82,7 +87,7 @@ function localIpv4Of(gids: readonly GidEntry[]): string | undefined {
 export function rdmaDeviceLines(d: RdmaDeviceInfo): string[] {
   if (d.error) return [`  ${d.device}: ${d.error}`];
   const lines = [
-    `  ${d.device} port ${d.port}: ${d.state}, ${d.linkLayer}, MTU ${d.mtu}, regions cap ${d.regionCap}, ` +
+    `  ${d.device} port ${d.port}: ${d.state}, ${d.linkLayer}, MTU ${d.mtu}, regions cap ${d.regionCap} (${d.regionsInUse} in use here), ` +
       `queue depth ${d.maxQpWr}, SGEs ${d.maxSge}`,
   ];
   for (const g of d.gids)

@@ -2,6 +2,7 @@ import { randomInt } from 'node:crypto';
 import { TandemError } from '../errors/index.js';
 import {
   WR_OPCODES,
+  wrIdHalves,
   qpError,
   type QpCaps,
   type QpEndpoint,
@@ -168,7 +169,8 @@ export class RdmaQp {
     if (v.fn.ibv_modify_qp(this.qp, b, mask) !== 0) qpError(`ibv_modify_qp to ${what}`, v);
   }
 
-  postSend(wr: SendWr): void {
+  /** Posts `wr`; `tag` rides in wr_id's high bits (WR_TAG_SHIFT) and comes back in its completion. */
+  postSend(wr: SendWr, tag = 0): void {
     if (this.type === 'uc' && wr.opcode === 'read') {
       throw new TandemError(
         'FABRIC_INVALID_REQUEST',
@@ -180,7 +182,9 @@ export class RdmaQp {
     }
     const d = this.wrView;
     const n = this.fillSges(wr.sgl);
-    d.setBigUint64(0, BigInt(wr.wrId), true);
+    const [lo, hi] = wrIdHalves(wr.wrId, tag);
+    d.setUint32(0, lo, true);
+    d.setUint32(4, hi, true);
     d.setBigUint64(8, 0n, true);
     d.setBigUint64(16, n > 0 ? this.sgesAddr : 0n, true);
     d.setInt32(24, n, true);
@@ -195,10 +199,12 @@ export class RdmaQp {
     if (rc !== 0) this.postFailed('ibv_post_send', rc);
   }
 
-  postRecv(wr: RecvWr): void {
+  postRecv(wr: RecvWr, tag = 0): void {
     const d = this.rwrView;
     const n = this.fillSges(wr.sgl);
-    d.setBigUint64(0, BigInt(wr.wrId), true);
+    const [lo, hi] = wrIdHalves(wr.wrId, tag);
+    d.setUint32(0, lo, true);
+    d.setUint32(4, hi, true);
     d.setBigUint64(8, 0n, true);
     d.setBigUint64(16, n > 0 ? this.sgesAddr : 0n, true);
     d.setInt32(24, n, true);

@@ -68,6 +68,8 @@ export const WR_OPCODES: Record<Opcode, number> = {
 
 export interface RawCompletion {
   wrId: number;
+  /** The bits above wrId in verbs' 64-bit wr_id (WR_TAG_SHIFT): what the poster noted there. */
+  tag: number;
   status: WcStatus;
   /** verbs' own status name, for messages. */
   verbsStatus: string;
@@ -76,6 +78,20 @@ export interface RawCompletion {
   byteLen: number;
   imm?: number;
   qpNum: number;
+}
+
+/**
+ * verbs' wr_id is 64 bits; a fabric wrId is a JS integer below 2^53. The poster keeps its own
+ * notes in the 11 bits above it (the rdma provider: opcode and flags), so a failed completion,
+ * whose opcode verbs leaves unset, still says what it was.
+ */
+export const WR_TAG_SHIFT = 21;
+const WR_ID_HIGH_MASK = (1 << WR_TAG_SHIFT) - 1;
+
+/** The two u32 halves of a wr_id carrying `wrId` and `tag`. */
+export function wrIdHalves(wrId: number, tag: number): [lo: number, hi: number] {
+  const hi = Math.floor(wrId / 0x100000000);
+  return [wrId >>> 0, ((hi & WR_ID_HIGH_MASK) | (tag << WR_TAG_SHIFT)) >>> 0];
 }
 
 export class RdmaPd {
@@ -127,6 +143,10 @@ export class RdmaMr {
 export class RdmaCq {
   readonly cq: bigint;
   readonly channel: bigint;
+  /** The completion channel's descriptor: readable once an armed CQ has a completion. */
+  readonly fd: number;
+  /** Whether a notification was requested and not yet consumed (ibv_req_notify_cq is one-shot). */
+  armed = false;
   private readonly wcs: Uint8Array;
   private readonly view: DataView;
   private readonly wcSize: number;
@@ -140,6 +160,7 @@ export class RdmaCq {
     if (this.channel === 0n) fail(v, 'ibv_create_comp_channel', 'the device is out of event channels');
     this.cq = v.fn.ibv_create_cq(context.ctx, Math.min(depth, context.attr.maxCqe), 0n, this.channel, 0);
     if (this.cq === 0n) fail(v, `ibv_create_cq(${depth})`, 'lower the completion queue depth');
+    this.fd = v.readU32(this.channel, v.layout.offset('ibv_comp_channel', 'fd'));
     this.wcSize = v.layout.size('ibv_wc');
     this.wcs = new Uint8Array(this.wcSize * batch);
     this.view = new DataView(this.wcs.buffer);
@@ -156,8 +177,11 @@ export class RdmaCq {
       const status = this.view.getInt32(o + L.offset('ibv_wc', 'status'), true);
       const opcode = this.view.getInt32(o + L.offset('ibv_wc', 'opcode'), true);
       const flags = this.view.getUint32(o + L.offset('ibv_wc', 'wc_flags'), true);
+      const lo = this.view.getUint32(o, true);
+      const hi = this.view.getUint32(o + 4, true);
       const wc: RawCompletion = {
-        wrId: Number(this.view.getBigUint64(o, true)),
+        wrId: (hi & WR_ID_HIGH_MASK) * 0x100000000 + lo,
+        tag: hi >>> WR_TAG_SHIFT,
         status: mapWcStatus(status),
         verbsStatus: WC_STATUS_NAMES[status] ?? `status ${status}`,
         opcode: status === 0 ? WC_OPCODES[opcode] : undefined,
@@ -173,7 +197,18 @@ export class RdmaCq {
 
   /** Asks for one event on the channel at the next completion (then poll again before sleeping). */
   arm(): void {
-    if (this.context.ops.reqNotifyCq(this.cq, 0) !== 0) fail(this.context.verbs, 'ibv_req_notify_cq', '');
+    if (this.context.ops.reqNotifyCq(this.cq, 0) !== 0)
+      fail(this.context.verbs, 'ibv_req_notify_cq', 'the completion queue is broken: reopen the device');
+    this.armed = true;
+  }
+
+  /** Takes the channel's event after poll(2) said the fd is readable (it would block otherwise). */
+  consumeEvent(): void {
+    const v = this.context.verbs;
+    const cq = [0n];
+    const ctx = [0n];
+    if (v.fn.ibv_get_cq_event(this.channel, cq, ctx) === 0) v.fn.ibv_ack_cq_events(this.cq, 1);
+    this.armed = false;
   }
 
   close(): void {

@@ -1,7 +1,8 @@
-import { readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { TandemError } from '../errors/index.js';
 import { wasmApi } from '../kernels/wasm-api.js';
+import { posixAbi, type PosixAbi } from './posix-abi.js';
+import { shmNamesFor, type ShmNames } from './shm-names.js';
 
 /**
  * POSIX shared memory through koffi: shm_open + ftruncate, then mmap MAP_FIXED over the pages
@@ -10,14 +11,14 @@ import { wasmApi } from '../kernels/wasm-api.js';
  * that koffi.view returns they are only promised to be atomic), and the views stay valid for
  * as long as JavaScript holds them: V8 unmaps the pages when it frees the memory, and
  * unmap() puts private zero pages over the shared ones instead of leaving a hole.
- * Linux x86_64/arm64 only.
+ * Linux and macOS (the platform's constants and library: posix-abi.ts).
  */
 interface Libc {
   shm_open(name: string, oflag: number, mode: number): number;
   shm_unlink(name: string): number;
   ftruncate(fd: number, len: number): number;
-  /** 0, or the error number (it does not set errno). */
-  posix_fallocate(fd: number, offset: number, len: number): number;
+  /** 0, or the error number (it does not set errno); absent where the platform has none. */
+  posix_fallocate?(fd: number, offset: number, len: number): number;
   mmap(addr: bigint, len: number, prot: number, flags: number, fd: number, off: number): bigint;
   /** memset(s, 0, 0) does nothing and returns s: the address of a buffer's memory. */
   addressOf(s: Uint8Array, c: number, n: number): bigint;
@@ -25,18 +26,13 @@ interface Libc {
   sched_yield(): number;
 }
 
-const O_RDWR = 2;
-const O_CREAT = 0o100;
-const O_EXCL = 0o200;
-const PROT_RW = 3;
-const MAP_SHARED = 1;
-const MAP_PRIVATE = 2;
-const MAP_FIXED = 0x10;
-const MAP_ANONYMOUS = 0x20;
-const MAP_POPULATE = 0x8000;
 const WASM_PAGE = 65536;
 /** A wasm32 memory holds at most 2^16 pages. */
 const MAX_SEGMENT = 65536 * WASM_PAGE;
+
+const abi: PosixAbi | undefined = posixAbi();
+/** Where this host's tandem segments are listed, for the sweep of dead processes' ones. */
+const names: ShmNames | undefined = abi && shmNamesFor(abi);
 
 let libc: Libc | undefined;
 let loadError: string | undefined;
@@ -44,18 +40,25 @@ let loadError: string | undefined;
 /** Loads libc through koffi once; undefined with a reason when that is impossible here. */
 export function loadLibc(): Libc | undefined {
   if (libc || loadError) return libc;
-  if (process.platform !== 'linux') {
-    loadError = `shm needs Linux (this is ${process.platform})`;
+  if (!abi) {
+    loadError = `shm needs Linux or macOS (this is ${process.platform})`;
     return undefined;
   }
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
-    const lib = koffi.load('libc.so.6');
+    const lib = koffi.load(abi.libc);
     const f = {
-      shm_open: lib.func('int shm_open(const char *name, int oflag, uint32_t mode)'),
+      // shm_open is variadic in C: on Apple arm64 the mode must go on the stack, as a variadic argument
+      shm_open: (
+        (open) =>
+        (name: string, oflag: number, mode: number): number =>
+          open(name, oflag, 'uint32_t', mode) as number
+      )(lib.func('int shm_open(const char *name, int oflag, ...)')),
       shm_unlink: lib.func('int shm_unlink(const char *name)'),
       ftruncate: lib.func('int ftruncate(int fd, int64_t len)'),
-      posix_fallocate: lib.func('int posix_fallocate(int fd, int64_t offset, int64_t len)'),
+      ...(abi.hasFallocate
+        ? { posix_fallocate: lib.func('int posix_fallocate(int fd, int64_t offset, int64_t len)') }
+        : {}),
       mmap: lib.func('uintptr_t mmap(uintptr_t addr, size_t len, int prot, int flags, int fd, int64_t off)'),
       addressOf: lib.func('uintptr_t memset(void *s, int c, size_t n)'),
       close: lib.func('int close(int fd)'),
@@ -130,8 +133,9 @@ export class ShmSegment {
       throw shmError(`no address space for ${name} (${length} bytes): ${(e as Error).message}`);
     }
     this.address = c.addressOf(new Uint8Array(this.buffer, 0, 1), 0, 0);
+    const { MAP_SHARED, MAP_FIXED, MAP_POPULATE, PROT_READ_WRITE } = abi!;
     const flags = MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0);
-    if (c.mmap(this.address, length, PROT_RW, flags, fd, 0) !== this.address)
+    if (c.mmap(this.address, length, PROT_READ_WRITE, flags, fd, 0) !== this.address)
       throw shmError(`mmap of ${name} (${length} bytes) failed`);
   }
 
@@ -141,21 +145,27 @@ export class ShmSegment {
   static create(name: string, length: number, options: MapOptions = {}): ShmSegment {
     checkLength(length);
     const c = need();
+    const { O_RDWR, O_CREAT, O_EXCL, shmNameMax } = abi!;
+    if (name.length > shmNameMax)
+      throw shmError(`the segment name ${name} is longer than this system's ${shmNameMax} characters`);
     const fd = c.shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0o600);
     if (fd < 0) throw shmError(`shm_open(${name}) failed`);
     owned.add(name);
+    names!.add(name);
     unlinkOwnedOnExit();
     try {
       if (c.ftruncate(fd, length) !== 0)
         throw shmError(`ftruncate(${name}, ${length}) failed (is /dev/shm full?)`);
       // A page that does not fit in /dev/shm kills the process (SIGBUS) when first touched:
       // a segment mapped whole is allocated whole first, so a short /dev/shm is an error here.
-      const err = options.populate === true ? c.posix_fallocate(fd, 0, length) : 0;
+      // (where posix_fallocate is missing, the first touch of a page past the system's room fails)
+      const err = options.populate === true && c.posix_fallocate ? c.posix_fallocate(fd, 0, length) : 0;
       if (err !== 0) throw shmError(`/dev/shm has no room for ${name} (${length} bytes; error ${err})`);
       return new ShmSegment(name, length, fd, true, options.populate === true);
     } catch (e) {
       c.shm_unlink(name);
       owned.delete(name);
+      names!.remove(name);
       throw e;
     } finally {
       c.close(fd);
@@ -168,7 +178,7 @@ export class ShmSegment {
     const c = need();
     if (!/^\/tandem-[0-9]+-[0-9a-f]+(-[a-z]+)?$/.test(name))
       throw shmError(`refusing to map '${name}': not a tandem segment name`);
-    const fd = c.shm_open(name, O_RDWR, 0);
+    const fd = c.shm_open(name, abi!.O_RDWR, 0);
     if (fd < 0) throw shmError(`shm_open(${name}) failed: the peer's segment is gone`);
     try {
       return new ShmSegment(name, length, fd, false, options.populate === true);
@@ -181,6 +191,7 @@ export class ShmSegment {
   unlink(): void {
     need().shm_unlink(this.name);
     owned.delete(this.name);
+    names!.remove(this.name);
     this.owner = false;
   }
 
@@ -193,7 +204,8 @@ export class ShmSegment {
     if (!this.mapped) return;
     this.mapped = false;
     if (this.owner) this.unlink();
-    need().mmap(this.address, this.length, PROT_RW, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    const { MAP_PRIVATE, MAP_ANONYMOUS, MAP_FIXED, PROT_READ_WRITE } = abi!;
+    need().mmap(this.address, this.length, PROT_READ_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   }
 }
 
@@ -220,21 +232,21 @@ export function yieldCore(): boolean {
   return true;
 }
 
-/** Removes segments left by tandem processes that died without cleaning up (e.g. SIGKILL). */
-export function sweepStale(): number {
+/**
+ * Removes segments left by tandem processes that died without cleaning up (e.g. SIGKILL), as
+ * `from` lists them (this platform's way by default: shm-names.ts).
+ */
+export function sweepStale(from: ShmNames | undefined = names): number {
   let removed = 0;
-  let names: string[];
-  try {
-    names = readdirSync('/dev/shm');
-  } catch {
-    return 0;
-  }
-  for (const n of names) {
-    const m = /^tandem-([0-9]+)-/.exec(n);
+  const c = loadLibc();
+  if (!c || !from) return 0;
+  for (const name of from.list()) {
+    const m = /^\/tandem-([0-9]+)-/.exec(name);
     if (!m) continue;
     const pid = Number(m[1]);
     if (pid === process.pid || alive(pid)) continue;
-    if (loadLibc()?.shm_unlink('/' + n) === 0) removed++;
+    if (c.shm_unlink(name) === 0) removed++;
+    from.remove(name);
   }
   return removed;
 }

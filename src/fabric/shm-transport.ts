@@ -43,8 +43,13 @@ const SMALL_COPY = 64;
 export const TICK_MS = 1;
 const KNOCK = new Uint8Array([1]);
 
-export const segName = (kind: string): string =>
-  `/tandem-${process.pid}-${randomU32().toString(16)}${randomU32().toString(16)}-${kind}`;
+/**
+ * A new segment's name: '/tandem-PID-RANDOM-KIND', at most 29 characters (a 7-digit pid, 8 hex
+ * digits, a kind of up to 4 letters), inside macOS's 31. The pid lets a sweep find the
+ * segments of dead processes; the random part keeps one process's names apart (a repeat
+ * would fail shm_open's O_EXCL, never share a segment).
+ */
+export const segName = (kind: string): string => `/tandem-${process.pid}-${randomU32().toString(16)}-${kind}`;
 
 /** Unread WRITE frames tracked by range; more than this and a direct write waits for all of them. */
 const UNREAD_CAP = 64;

@@ -125,7 +125,7 @@ export async function clientHandshake(
   host: string,
   port: number,
   secret: string | Uint8Array,
-  setup: { psn: number; info: Record<string, unknown>; extra: () => Record<string, unknown> },
+  setup: { psn: number; info: Record<string, unknown>; extra: (socket: Socket) => Record<string, unknown> },
 ): Promise<Authenticated> {
   const key = secretBytes(secret);
   const socket = await new Promise<Socket>((resolve, reject) => {
@@ -160,7 +160,7 @@ export async function clientHandshake(
       proof: hex(proof(key, `client:${provider}`, sN, cN)),
       psn: setup.psn,
       info: setup.info,
-      extra: setup.extra(),
+      extra: setup.extra(socket),
     });
     const w = await reader.next().catch((e: Error) => {
       throw authError(`the listener closed the connection (${e.message})`, host, port);

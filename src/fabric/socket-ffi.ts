@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { posixAbi } from './posix-abi.js';
 
 /**
  * Non-blocking socket calls through koffi, for the tcp data path: while a wait busy-polls,
@@ -20,20 +21,18 @@ export interface SocketLib {
   errno(): number;
 }
 
-export const MSG_DONTWAIT = 0x40;
-export const MSG_NOSIGNAL = 0x4000;
-export const EAGAIN = 11;
-export const EINTR = 4;
-export const POLLIN = 1;
-export const POLLOUT = 4;
-export const SO_SNDBUF = 7;
-export const SO_RCVBUF = 8;
-/** Milliseconds sent data may stay unacknowledged before the kernel drops the connection (Linux). */
-export const TCP_USER_TIMEOUT = 18;
-const SOL_SOCKET = 1;
-const IPPROTO_TCP = 6;
-const F_GETFL = 3;
-const O_NONBLOCK = 0o4000;
+// The constants of this platform (Linux's where tandem has no table: the calls are then not made).
+const abi = posixAbi() ?? posixAbi('linux')!;
+export const MSG_DONTWAIT = abi.MSG_DONTWAIT;
+export const MSG_NOSIGNAL = abi.MSG_NOSIGNAL;
+export const EAGAIN = abi.EAGAIN;
+export const EINTR = abi.EINTR;
+export const POLLIN = abi.POLLIN;
+export const POLLOUT = abi.POLLOUT;
+export const SO_SNDBUF = abi.SO_SNDBUF;
+export const SO_RCVBUF = abi.SO_RCVBUF;
+/** Milliseconds sent data may stay unacknowledged before the kernel drops the connection; undefined where absent. */
+export const TCP_USER_TIMEOUT = abi.TCP_USER_TIMEOUT;
 
 let lib: SocketLib | null | undefined;
 
@@ -46,14 +45,15 @@ export function socketLib(): SocketLib | null {
 export function rawSocketLib(): SocketLib | null {
   if (lib !== undefined) return lib;
   lib = null;
-  if (process.platform !== 'linux') return lib;
+  const here = posixAbi();
+  if (here === undefined) return lib;
   try {
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
-    const c = koffi.load('libc.so.6');
+    const c = koffi.load(here.libc);
     const recv = c.func('long recv(int fd, void *buf, size_t len, int flags)');
     const send = c.func('long send(int fd, const void *buf, size_t len, int flags)');
     const poll = c.func('int poll(void *fds, unsigned long n, int timeout)');
-    const loc = c.func('int *__errno_location(void)');
+    const loc = c.func(`int *${here.errnoFunction}(void)`);
     const setsockopt = c.func('int setsockopt(int fd, int level, int opt, void *val, uint32_t len)');
     koffi.struct('tandem_iovec', { base: 'void *', len: 'size_t' });
     const fcntl = c.func('int fcntl(int fd, int cmd, ...)');
@@ -73,17 +73,17 @@ export function rawSocketLib(): SocketLib | null {
         ),
       poll: (fds, n, t) => poll(fds, n, t) as number,
       nonBlocking: (fd) => {
-        const flags = fcntl(fd, F_GETFL) as number;
-        return flags >= 0 && (flags & O_NONBLOCK) !== 0;
+        const flags = fcntl(fd, here.F_GETFL) as number;
+        return flags >= 0 && (flags & here.O_NONBLOCK) !== 0;
       },
       errno: () => errnoView[0] as number,
       setIntOption: (fd, opt, value) => {
         intBuf[0] = value;
-        return setsockopt(fd, SOL_SOCKET, opt, intBuf, 4) as number;
+        return setsockopt(fd, here.SOL_SOCKET, opt, intBuf, 4) as number;
       },
       setTcpOption: (fd, opt, value) => {
         intBuf[0] = value;
-        return setsockopt(fd, IPPROTO_TCP, opt, intBuf, 4) as number;
+        return setsockopt(fd, here.IPPROTO_TCP, opt, intBuf, 4) as number;
       },
     };
   } catch {

@@ -142,11 +142,15 @@ const SOCKET_BUFFER_BYTES = 4 << 20;
  */
 const USER_TIMEOUT_MS = 2000;
 
-/** Sets USER_TIMEOUT_MS on a connection (Linux, where koffi loads; elsewhere the kernel's default stays). */
+/**
+ * Sets USER_TIMEOUT_MS on a connection (Linux, where koffi loads; elsewhere the kernel's
+ * default stays, and a dead path is found by the control channel's heartbeats).
+ */
 function failOnDeadPath(socket: Socket): void {
   const lib = rawSocketLib();
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  if (lib && typeof fd === 'number' && fd >= 0) lib.setTcpOption(fd, TCP_USER_TIMEOUT, USER_TIMEOUT_MS);
+  if (lib && TCP_USER_TIMEOUT !== undefined && typeof fd === 'number' && fd >= 0)
+    lib.setTcpOption(fd, TCP_USER_TIMEOUT, USER_TIMEOUT_MS);
 }
 
 /** Queued pieces sent by one writev(2). */

@@ -1,6 +1,6 @@
 /**
  * The fabric's public API: the RDMA verbs model, identical for every provider (loopback,
- * shm, tcp; rdma later). Collectives are written against these interfaces only.
+ * shm, tcp, rdma). Collectives are written against these interfaces only.
  *
  * Life of a connection:
  *   const dev = await openDevice('tcp');
@@ -14,7 +14,7 @@
  *   const wcs = await cq.wait({ timeoutMs: 5000 });   // throws on deadline or abort
  */
 
-export type ProviderName = 'loopback' | 'shm' | 'tcp';
+export type ProviderName = 'loopback' | 'shm' | 'tcp' | 'rdma';
 
 /** Access flags of a memory region; none by default (local read is always allowed). */
 export const Access = {

@@ -5,6 +5,7 @@ export declare const reduceWasmPath: string;
 export declare const nativeSource: string;
 export declare const nativeDir: string;
 export declare const nativeSources: string[];
+export declare const nativeSourcesByArch: Readonly<Record<'x64' | 'arm64', string[]>>;
 export declare const nativePath: string;
 export declare const ascFlags: readonly string[];
 export declare const reduceAscFlags: readonly string[];
@@ -14,5 +15,5 @@ export declare function isStale(path?: string): boolean;
 export declare function buildKernels(options?: { force?: boolean; quiet?: boolean }): Promise<string>;
 /** Builds build/wasm/reduce.wasm if stale (or forced); returns its path. */
 export declare function buildReduceWasm(options?: { force?: boolean; quiet?: boolean }): Promise<string>;
-/** Builds build/native/kernels.so if stale (or forced); returns its path; throws without a working compiler. */
+/** Builds build/native/kernels-<arch>.so (the compiler's target: x86-64 or arm64) if stale (or forced); returns its path; throws without a working compiler. */
 export declare function buildNative(options?: { force?: boolean; quiet?: boolean }): Promise<string>;

@@ -1,7 +1,7 @@
 // Builds tandem's kernels: the AssemblyScript sources (src/kernels/wasm/*.ts) into
 // build/wasm/kernels.wasm and build/wasm/reduce.wasm (the collectives' reductions), and,
-// when a C compiler is present, the optional native kernels (src/kernels/native/*.c,
-// -O3 -march=native) into build/native/kernels.so. Plain JS so that `node bin/build.js` runs
+// when a C compiler is present, the optional native kernels (src/kernels/native/*.c, the
+// x86-64 or the arm64 set, -O3 tuned to this CPU) into build/native/kernels-<arch>.so. Plain JS so that `node bin/build.js` runs
 // it without tsx; the kernels call it lazily at first use too.
 import { execFile } from 'node:child_process';
 import { mkdirSync, readdirSync, renameSync, statSync } from 'node:fs';
@@ -88,9 +88,37 @@ export async function buildReduceWasm({ force = false, quiet = true } = {}) {
 
 export const nativeDir = join(root, 'src', 'kernels', 'native');
 export const nativeSource = join(nativeDir, 'kernels.c');
-/** The C sources compiled together into the native library (headers: common.h). */
-export const nativeSources = ['kernels.c', 'gemm-vnni.c', 'ops.c', 'kquant.c'].map((f) => join(nativeDir, f));
-export const nativePath = join(root, 'build', 'native', 'kernels.so');
+/**
+ * The C sources compiled together into the native library, per target architecture (headers:
+ * common.h, neon.h): x86-64 (AVX2 / AVX-512 / VNNI, chosen by -march) and arm64 (NEON, with
+ * dotprod and i8mm when the target has them). Both export the same symbols.
+ */
+export const nativeSourcesByArch = {
+  x64: ['kernels.c', 'gemm-vnni.c', 'ops.c', 'kquant.c', 'q4-vnni.c'].map((f) => join(nativeDir, f)),
+  arm64: ['kernels-neon.c', 'gemm-neon.c', 'ops-neon.c', 'kquant-neon.c'].map((f) => join(nativeDir, f)),
+};
+export const nativeSources = nativeSourcesByArch.x64;
+
+/**
+ * $TANDEM_NATIVE_CFLAGS (space-separated) replaces the target flags (-march=native and its
+ * fallbacks), e.g. `-march=armv8.2-a+dotprod` to build one arm64 variant on purpose; each
+ * value gets its own library file, so variants never overwrite each other.
+ */
+function flagsOverride() {
+  const v = process.env.TANDEM_NATIVE_CFLAGS?.trim();
+  return v ? v.split(/\s+/) : undefined;
+}
+
+function variantSuffix() {
+  const v = process.env.TANDEM_NATIVE_CFLAGS?.trim();
+  if (!v) return '';
+  let h = 0;
+  for (const c of v) h = (Math.imul(h, 31) + c.charCodeAt(0)) >>> 0;
+  return `-${h.toString(16)}`;
+}
+
+/** The library for this process's architecture (the one that loads it). */
+export const nativePath = join(root, 'build', 'native', `kernels-${process.arch}${variantSuffix()}.so`);
 
 function newestNativeSource() {
   let newest = statSync(fileURLToPath(import.meta.url)).mtimeMs; // flags live here
@@ -101,9 +129,21 @@ function newestNativeSource() {
   return newest;
 }
 
+/** The compiler's target: 'x64', 'arm64', or undefined for any other (no native kernels there). */
+async function targetArch(run, cc) {
+  const { stdout } = await run(cc, ['-dumpmachine'], { timeout: 30_000 });
+  const machine = stdout.trim();
+  if (/^(x86_64|amd64)/.test(machine)) return 'x64';
+  if (/^(aarch64|arm64)/.test(machine)) return 'arm64';
+  return undefined;
+}
+
 /**
- * Builds the native kernels if stale (or forced) with $CC (default cc); returns the shared
- * library's path. Throws when no compiler works: callers fall back to the wasm kernels.
+ * Builds the native kernels if stale (or forced) with $CC (default cc) for the compiler's
+ * target (x86-64 or arm64), tuned to this CPU where the compiler can (-march=native on x86,
+ * -mcpu=native on arm64; plain flags otherwise); returns the shared library's path. Throws
+ * when no compiler works or it targets another architecture: callers fall back to the wasm
+ * kernels.
  */
 export async function buildNative({ force = false, quiet = true } = {}) {
   const out = statSync(nativePath, { throwIfNoEntry: false });
@@ -112,11 +152,25 @@ export async function buildNative({ force = false, quiet = true } = {}) {
   const tmp = `${nativePath}.${process.pid}.${Date.now()}.tmp`;
   const run = promisify(execFile);
   const cc = process.env.CC ?? 'cc';
-  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, ...nativeSources, '-lm'];
-  try {
-    await run(cc, ['-march=native', ...args], { timeout: 120_000 });
-  } catch {
-    await run(cc, args, { timeout: 120_000 });
+  const arch = await targetArch(run, cc);
+  if (!arch) throw new Error(`${cc} targets neither x86-64 nor arm64: no native kernels for it`);
+  if (arch !== process.arch)
+    throw new Error(
+      `${cc} builds for ${arch} but this Node runs on ${process.arch}: unset CC or point it at a compiler for ${process.arch}`,
+    );
+  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, ...nativeSourcesByArch[arch], '-lm'];
+  const tries = flagsOverride()
+    ? [flagsOverride()]
+    : arch === 'x64'
+      ? [['-march=native'], []]
+      : [['-mcpu=native'], ['-march=native'], []];
+  for (let i = 0; ; i++) {
+    try {
+      await run(cc, [...tries[i], ...args], { timeout: 120_000 });
+      break;
+    } catch (err) {
+      if (i === tries.length - 1) throw err;
+    }
   }
   renameSync(tmp, nativePath);
   if (!quiet) console.log(`built ${nativePath}`);

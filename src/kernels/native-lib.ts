@@ -2,7 +2,8 @@ import { buildNative } from './build-kernels.js';
 
 /**
  * Optional native (C) twins of the hottest WebAssembly kernels, compiled on this machine
- * with -O3 -march=native when a C compiler is present, loaded through koffi, and run in
+ * with -O3 tuned to this CPU when a C compiler is present (x86-64: AVX2 / AVX-512 / VNNI;
+ * arm64: NEON with dotprod / i8mm; the same symbols from both source sets), loaded through koffi, and run in
  * place on the kernels' WebAssembly memories (same layouts, same thread split). Never
  * required: without a compiler the wasm kernels run alone.
  */
@@ -16,7 +17,7 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
-/** Float, attention and SwiGLU kernels exist only in AVX-512 builds; elsewhere the wasm ones run. */
+/** Float, attention and SwiGLU kernels exist in AVX-512 and NEON builds; elsewhere the wasm ones run. */
 const avx512Prototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
@@ -30,27 +31,52 @@ const avx512Prototypes: Readonly<Record<string, string>> = {
     'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
-/** Q8_0 with activations quantised once per matmul (native only): AVX-512 VNNI builds. */
-const vnniPrototypes: Readonly<Record<string, string>> = {
-  repack_q8l:
-    'void tk_repack_q8l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
+/**
+ * Activations quantised once per matmul (native only), AVX-512 VNNI and NEON builds: the
+ * blocked q8_0 activation layouts (q8_prep, q8t_prep) and Q4_0 on them; the K-quant GEMM.
+ */
+const preparedPrototypes: Readonly<Record<string, string>> = {
   q8_prep:
-    'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt)',
-  mm_q8v:
-    'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+    'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
   q8t_prep:
     'void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
+  mm_q4v:
+    'void tk_mm_q4v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q4t:
+    'void tk_mm_q4t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
   kt_prep:
     'void tk_kt_prep(uintptr_t base, uint32_t x16, uint32_t xd, uint32_t xs, int n, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int tid, int nt)',
   mm_kt:
     'void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8tv:
-    'void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8t:
-    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
-/** K-quants times q8_K activations (kquant.c): AVX-512 builds, and AVX2 ones with F16C (tk_kv). */
+/** Q8_0 in the tile layout on the blocked activations (gemm-neon.c): NEON builds. */
+const tileQ8Prototypes: Readonly<Record<string, string>> = {
+  mm_q8v:
+    'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8t:
+    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8tv:
+    'void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
+/** Q8_0 in the lanes layout (gemm-vnni.c: weights re-laid at upload, own activation layouts): AVX-512 VNNI builds. */
+const lanesQ8Prototypes: Readonly<Record<string, string>> = {
+  repack_q8l:
+    'void tk_repack_q8l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
+  q8l_prep:
+    'void tk_q8l_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt)',
+  q8lt_prep:
+    'void tk_q8lt_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
+  mm_q8l:
+    'void tk_mm_q8l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8lt:
+    'void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8ltv:
+    'void tk_mm_q8ltv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
+};
+
+/** K-quants times q8_K activations (kquant.c, kquant-neon.c): AVX-512, AVX2 with F16C, and NEON builds (tk_kv). */
 const kvPrototypes: Readonly<Record<string, string>> = {
   kv_prep:
     'void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt)',
@@ -60,7 +86,7 @@ const kvPrototypes: Readonly<Record<string, string>> = {
 
 export interface NativeLib {
   path: string;
-  /** Instruction set the library was compiled for: avx512-vnni, avx512, avx2 or scalar. */
+  /** Instruction set the library was compiled for: avx512-vnni, avx512, avx2, neon-i8mm, neon-dotprod or neon. */
   isa: string;
   prototypes: Readonly<Record<string, string>>;
 }
@@ -82,15 +108,18 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
           'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
         return undefined;
       }
-      const vnni = isa === 'avx512' && Number(lib.func('int tk_vnni512(void)')()) === 1;
+      // NEON builds carry every kernel (the same symbols as an AVX-512 VNNI build)
+      const full = isa === 'avx512' || isa.startsWith('neon');
+      const vnni = full && Number(lib.func('int tk_vnni512(void)')()) === 1;
       const kv = Number(lib.func('int tk_kv(void)')()) === 1;
       const prototypes = {
         ...nativePrototypes,
-        ...(isa === 'avx512' ? avx512Prototypes : {}),
-        ...(vnni ? vnniPrototypes : {}),
+        ...(full ? avx512Prototypes : {}),
+        ...(vnni ? preparedPrototypes : {}),
+        ...(vnni ? (isa.startsWith('neon') ? tileQ8Prototypes : lanesQ8Prototypes) : {}),
         ...(kv ? kvPrototypes : {}),
       };
-      return { path, isa: vnni ? 'avx512-vnni' : isa, prototypes };
+      return { path, isa: vnni && isa === 'avx512' ? 'avx512-vnni' : isa, prototypes };
     } catch (err) {
       nativeUnavailableReason = (err as Error).message.split('\n')[0] ?? 'unknown';
       return undefined;

@@ -122,6 +122,12 @@ export interface Kernels {
 
   /** Copies (and may repack) a weight into kernel-owned memory. */
   uploadWeight(source: WeightSource): Weight;
+  /**
+   * Optional: gives a weight's memory back for later uploads; no call may use the weight
+   * afterwards. Without it a weight's memory stays until `close` (the reference twin's goes
+   * with the weight's last reference).
+   */
+  releaseWeight?(w: Weight): void;
 
   /** y = W x. x: [cols], y: [rows]. */
   matvec(w: Weight, x: Float32Array, y: Float32Array): void;

@@ -11,9 +11,10 @@ export const BASE = 1 << 20;
 const GROW_STEP = 64 << 20;
 
 /**
- * One shared WasmMemory used as a bump arena: weights and KV caches are allocated
- * once and never freed (until the Kernels instance closes); per-call scratch reuses one
- * region that is replaced by a bigger one when a call needs more.
+ * One shared WasmMemory used as a bump arena: weights and KV caches are allocated once;
+ * a released block (a weight let go) is reused only by an allocation of its exact size, and
+ * the rest stays until the Kernels instance closes; per-call scratch reuses one region that
+ * is replaced by a bigger one when a call needs more.
  */
 export class Arena {
   readonly memory: WasmMemory;
@@ -22,6 +23,11 @@ export class Arena {
   private f32View: Float32Array;
   private scratchPtr = 0;
   private scratchSize = 0;
+  /**
+   * Released blocks by their aligned size: an allocation of that size takes one before the
+   * bump pointer moves (a released expert's room holds the next expert of its shape).
+   */
+  private readonly released = new Map<number, number[]>();
 
   constructor(
     readonly index: number,
@@ -61,6 +67,11 @@ export class Arena {
 
   /** Allocates `bytes` (64-byte aligned, zeroed); `limit` bounds the end address. */
   alloc(bytes: number, limit = this.capacity): number {
+    const reuse = this.released.get(align(bytes, 64))?.pop();
+    if (reuse !== undefined) {
+      this.u8.fill(0, reuse, reuse + align(bytes, 64));
+      return reuse;
+    }
     const ptr = align(this.top, 64);
     const end = ptr + align(bytes, 64);
     if (end > limit) {
@@ -93,6 +104,14 @@ export class Arena {
     }
     this.top = end;
     return ptr;
+  }
+
+  /** Gives back a block from `alloc` (of `bytes`, as asked) for a later allocation of the same size. */
+  release(ptr: number, bytes: number): void {
+    const size = align(bytes, 64);
+    const list = this.released.get(size);
+    if (list) list.push(ptr);
+    else this.released.set(size, [ptr]);
   }
 
   /** A scratch region of at least `bytes` (contents undefined); invalidated by the next call. */

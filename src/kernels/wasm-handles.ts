@@ -17,8 +17,13 @@ export interface WasmContext {
   readonly pool: ThreadPool;
   /** Arenas in creation order; the first is where activation-only kernels run. */
   readonly slots: readonly ArenaSlot[];
-  /** Q8_0 runs the native VNNI path: weights in the lanes layout (laneGroups), mm_q8v/mm_q8t. */
+  /**
+   * Q8_0 and Q4_0 run the native prepared-activation kernels (q8_prep / q8t_prep blocked
+   * activations; mm_q4v / mm_q4t, and on NEON mm_q8v / mm_q8t): AVX-512 VNNI and NEON builds.
+   */
   readonly q8v: boolean;
+  /** Q8_0 is held in the lanes layout (laneGroups) and runs mm_q8l / mm_q8lt (AVX-512 VNNI builds). */
+  readonly q8l: boolean;
   /** rmsNorm, rope and SwiGLU rows run the native (bit-identical) kernels. */
   readonly nativeNorm: boolean;
   /** K-quants run the native q8_K kernels (kv_prep, mm_kv: AVX-512 or AVX2 builds). */
@@ -34,10 +39,10 @@ export class WasmWeight implements Weight {
     readonly slot: ArenaSlot,
     /**
      * Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]; Q8_0
-     * on the VNNI path in the lanes layout (laneGroups).
+     * in the lanes layout (laneGroups) where ctx.q8l.
      */
     readonly ptr: number,
-    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, groups * 16] f16); 0 otherwise. */
+    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, laneGroups * 16] f16); 0 otherwise. */
     readonly scales: number,
     readonly rowsPad: number,
     readonly rowBytes: number,

@@ -52,14 +52,16 @@ export class WasmKernels implements Kernels {
     readonly backend: 'wasm' | 'native',
     /** For 'native': the instruction set the C kernels were compiled for. */
     readonly isa: string,
-    /** Q8_0 runs the native VNNI path (activations quantised once to u8, mm_q8v). */
+    /** Q8_0 / Q4_0 run the native prepared-activation kernels (q8_prep: VNNI, NEON). */
     q8v: boolean,
+    /** Q8_0 is held in the lanes layout and runs mm_q8l / mm_q8lt (VNNI). */
+    q8l: boolean,
     /** rmsNorm and rope run the native (bit-identical) kernels. */
     private readonly nativeNorm: boolean,
     /** K-quants run the native q8_K kernels (mm_kv). */
     kv = false,
   ) {
-    this.ctx = { pool, slots: this.slots, q8v, nativeNorm, kv };
+    this.ctx = { pool, slots: this.slots, q8v, q8l, nativeNorm, kv };
   }
 
   get threads(): number {
@@ -85,7 +87,8 @@ export class WasmKernels implements Kernels {
       arenaBytes,
       native ? 'native' : 'wasm',
       native ? native.isa : 'wasm-simd128',
-      native?.prototypes.mm_q8v !== undefined,
+      native?.prototypes.q8_prep !== undefined,
+      native?.prototypes.repack_q8l !== undefined,
       native?.prototypes.rms_norm !== undefined,
       native?.prototypes.mm_kv !== undefined,
     );
@@ -114,7 +117,7 @@ export class WasmKernels implements Kernels {
 
   uploadWeight(source: WeightSource): Weight {
     const s = resolveSlice(source);
-    if (this.ctx.q8v && s.type === GgmlType.Q8_0) return this.uploadLanes(s);
+    if (this.ctx.q8l && s.type === GgmlType.Q8_0) return this.uploadLanes(s);
     const rowsPad = align(s.rows, 4);
     const nb = s.cols / 32;
     const q32 = isQ32(s.type);
@@ -163,6 +166,15 @@ export class WasmKernels implements Kernels {
     a.u8.fill(0x80, ptr + s.rows * rowBytes, ptr + rowsPad * rowBytes);
     a.u8.fill(0, scales + s.rows * ng * 32, scales + rowsPad * ng * 32);
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
+  }
+
+  releaseWeight(weight: Weight): void {
+    const w = own(weight, WasmWeight, 'weight');
+    const arena = w.slot.arena;
+    arena.release(w.ptr, w.rowsPad * w.rowBytes);
+    const lanes = this.ctx.q8l && w.type === GgmlType.Q8_0;
+    if (w.scales !== 0)
+      arena.release(w.scales, w.rowsPad * (lanes ? laneGroups(w.cols) * 32 : (w.cols / 32) * 4));
   }
 
   matvec(w: Weight, x: Float32Array, y: Float32Array): void {
@@ -218,7 +230,7 @@ export class WasmKernels implements Kernels {
     const u8 = arena.u8;
     const f32 = arena.f32;
     const nb = w.cols / 32;
-    if (this.ctx.q8v && w.type === GgmlType.Q8_0) {
+    if (this.ctx.q8l && w.type === GgmlType.Q8_0) {
       // lanes layout: weight 4k + i of block b at (b >> 4) * 512 + 64k + 4 (b & 15) + i, + 128
       const sc = w.scales + row * laneGroups(w.cols) * 32;
       for (let b = 0; b < nb; b++) {

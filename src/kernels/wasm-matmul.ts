@@ -21,8 +21,9 @@ export function matmulRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
-  if (ctx.q8v && w.type === GgmlType.Q8_0) {
-    matmulQ8v(ctx, w, x, y, n, true, swiglu);
+  const p = preparedFor(ctx, w.type);
+  if (p) {
+    matmulPrepared(ctx, p, w, x, y, n, true, swiglu);
     return;
   }
   // K-quants: mm_kv below GEMM_TOKENS, and at any n where there is no VNNI GEMM (mm_kt)
@@ -138,13 +139,66 @@ function matmulKv(
 }
 
 /**
- * Q8_0 on the native VNNI kernels, weights in the lanes layout (laneGroups): x quantised once
- * per call, then all rows x all tokens. Few tokens: mm_q8v (each row streamed once for up to
- * 8 tokens, each token with a lone matvec's bits); from GEMM_TOKENS on, when `gemm`: mm_q8t
- * (tokens across the vector lanes, 8 rows x 16 tokens per tile).
+ * A weight type's native prepared-activation kernels (x quantised once per call): the prep
+ * and matmul ops and the sizes of the activation buffers they read.
+ * - lanes (Q8_0 where ctx.q8l, gemm-vnni.c): few tokens xq [n, ng * 512] s8 and dxc [n, ng *
+ *   32] (f32 scales, then i32 corrections), ng = laneGroups(cols); GEMM groups of 16 tokens,
+ *   dxt [G][nb][32].
+ * - blocked (Q4_0, and Q8_0 on NEON): xu [n, nbp * 32] u8 and dx [n, nbp] f32 (nbp: blocks
+ *   rounded up to even); GEMM groups of 15 tokens beside a zero token, dxt [G][nb][16] f32.
+ * The GEMM quants xt [G][cols / 4][16] u32 have one size in both.
  */
-export function matmulQ8v(
+interface Prepared {
+  readonly prep: number;
+  readonly tprep: number;
+  readonly mmv: number;
+  readonly mmt: number;
+  /** The GEMM and one-token rows in one pass (Q8_0 only). */
+  readonly mmtv?: number;
+  readonly group: number;
+  xBytes(n: number, cols: number): number;
+  dBytes(n: number, cols: number): number;
+  dtBytes(groups: number, cols: number): number;
+}
+
+const lanesQ8: Prepared = {
+  prep: op.q8l_prep,
+  tprep: op.q8lt_prep,
+  mmv: op.mm_q8l,
+  mmt: op.mm_q8lt,
+  mmtv: op.mm_q8ltv,
+  group: 16,
+  xBytes: (n, cols) => n * laneGroups(cols) * 512,
+  dBytes: (n, cols) => n * laneGroups(cols) * 128,
+  dtBytes: (g, cols) => align(g * (cols / 32) * 128, 64),
+};
+
+const blockedBase = {
+  prep: op.q8_prep,
+  tprep: op.q8t_prep,
+  group: 15,
+  xBytes: (n: number, cols: number) => align(n * 2 * Math.ceil(cols / 64) * 32, 64),
+  dBytes: (n: number, cols: number) => align(n * 2 * Math.ceil(cols / 64) * 4, 64),
+  dtBytes: (g: number, cols: number) => align(g * (cols / 32) * 64, 64),
+};
+const blockedQ8: Prepared = { ...blockedBase, mmv: op.mm_q8v, mmt: op.mm_q8t, mmtv: op.mm_q8tv };
+const blockedQ4: Prepared = { ...blockedBase, mmv: op.mm_q4v, mmt: op.mm_q4t };
+
+/** The prepared kernels this build runs `type` on, if any. */
+function preparedFor(ctx: WasmContext, type: number): Prepared | undefined {
+  if (type === GgmlType.Q8_0 && ctx.q8l) return lanesQ8;
+  if (!ctx.q8v) return undefined;
+  return type === GgmlType.Q8_0 ? blockedQ8 : type === GgmlType.Q4_0 ? blockedQ4 : undefined;
+}
+
+/**
+ * x quantised once per call, then all rows x all tokens. Few tokens: p.mmv (each row streamed
+ * once for up to 8 tokens, each token with a lone matvec's bits); from GEMM_TOKENS on, when
+ * `gemm`: p.mmt (tokens across the vector lanes, 8 rows x p.group tokens per tile).
+ */
+function matmulPrepared(
   ctx: WasmContext,
+  p: Prepared,
   w: WasmWeight,
   x: Float32Array,
   y: Float32Array,
@@ -154,41 +208,36 @@ export function matmulQ8v(
 ): void {
   const { arena } = w.slot;
   const cols = w.cols;
+  const xfBytes = align(n * cols * 4, 64);
+  const yBytes = align(n * w.rowsPad * 4, 64);
+  const tiles = w.rowsPad / 4;
   if (n >= GEMM_TOKENS && gemm) {
-    const groups = Math.ceil(n / 16);
-    const xfBytes = align(n * cols * 4, 64);
-    const xtBytes = align(groups * cols * 16, 64);
-    const dtBytes = align(groups * (cols / 32) * 128, 64);
-    const xf = arena.scratch(xfBytes + xtBytes + dtBytes + align(n * w.rowsPad * 4, 64));
+    const xtBytes = align(Math.ceil(n / p.group) * cols * 16, 64);
+    const xf = arena.scratch(xfBytes + xtBytes + p.dtBytes(Math.ceil(n / p.group), cols) + yBytes);
     const xt = xf + xfBytes;
     const dt = xt + xtBytes;
-    const yp = dt + dtBytes;
+    const yp = dt + p.dtBytes(Math.ceil(n / p.group), cols);
     arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
-    ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
+    ctx.pool.run(arena.index, p.tprep, [xf, n, cols, xt, dt], n * cols);
     ctx.pool.run(
       arena.index,
-      op.mm_q8t,
-      [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, w.rowsPad / 4],
+      p.mmt,
+      [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, tiles],
       n * w.rowsPad * cols,
     );
     copyOut(ctx, arena, yp, w, y, n, swiglu);
     return;
   }
-  const ng = laneGroups(cols);
-  const xfBytes = align(n * cols * 4, 64);
-  const xqBytes = n * ng * 512;
-  const dxBytes = n * ng * 128;
-  const yBytes = align(n * w.rowsPad * 4, 64);
-  const xf = arena.scratch(xfBytes + xqBytes + dxBytes + yBytes);
+  const xf = arena.scratch(xfBytes + p.xBytes(n, cols) + p.dBytes(n, cols) + yBytes);
   const xq = xf + xfBytes;
-  const dx = xq + xqBytes;
-  const yp = dx + dxBytes;
+  const dx = xq + p.xBytes(n, cols);
+  const yp = dx + p.dBytes(n, cols);
   arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
-  ctx.pool.run(arena.index, op.q8_prep, [xf, n, cols, xq, dx], n * cols);
+  ctx.pool.run(arena.index, p.prep, [xf, n, cols, xq, dx], n * cols);
   ctx.pool.run(
     arena.index,
-    op.mm_q8v,
-    [w.ptr, w.scales, cols, xq, dx, n, yp, w.rowsPad, w.rowsPad / 4],
+    p.mmv,
+    [w.ptr, w.scales, cols, xq, dx, n, yp, w.rowsPad, tiles],
     n * w.rowsPad * cols,
   );
   copyOut(ctx, arena, yp, w, y, n, swiglu);
@@ -221,7 +270,7 @@ function copyOut(
 
 /**
  * n one-token products, row t bit for bit matvec(w, x[t]): every kernel gives a token
- * matvec's bits below GEMM_TOKENS (types.ts), and Q8_0 on VNNI keeps mm_q8v at any n. With
+ * matvec's bits below GEMM_TOKENS (types.ts), and the prepared kernels keep p.mmv at any n. With
  * `swiglu`, SwiGLU of each row into it.
  */
 export function matvecRowsRun(
@@ -232,8 +281,9 @@ export function matvecRowsRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
-  if (ctx.q8v && w.type === GgmlType.Q8_0) {
-    matmulQ8v(ctx, w, x, y, n, false, swiglu);
+  const p = preparedFor(ctx, w.type);
+  if (p) {
+    matmulPrepared(ctx, p, w, x, y, n, false, swiglu);
     return;
   }
   const step = GEMM_TOKENS - 1;
@@ -254,7 +304,7 @@ export function matvecRowsRun(
 /**
  * Tokens 0..n-1 as a matmul of n, then `rows` more each with matvec's bits (x: [n + rows,
  * cols], y: [n + rows, rows of w]; with `swiglu`, SwiGLU of each row into it instead). Q8_0
- * on VNNI with n from GEMM_TOKENS on: one pass over the weights (mm_q8tv).
+ * on the prepared kernels with n from GEMM_TOKENS on: one pass over the weights (p.mmtv).
  */
 export function matmulPlusRowsRun(
   ctx: WasmContext,
@@ -267,8 +317,9 @@ export function matmulPlusRowsRun(
 ): void {
   if (rows === 0) return matmulRun(ctx, w, x, y, n, swiglu);
   if (n === 0) return matvecRowsRun(ctx, w, x, y, rows, swiglu);
-  if (ctx.q8v && w.type === GgmlType.Q8_0 && n >= GEMM_TOKENS)
-    return matmulQ8tv(ctx, w, x, y, n, rows, swiglu);
+  const p = preparedFor(ctx, w.type);
+  if (p?.mmtv !== undefined && n >= GEMM_TOKENS)
+    return matmulPreparedPlusRows(ctx, p, p.mmtv, w, x, y, n, rows, swiglu);
   // below GEMM_TOKENS in all, every token gets matvec's bits in one matmul
   if (n + rows < GEMM_TOKENS) return matmulRun(ctx, w, x, y, n + rows, swiglu);
   const half = w.rows / 2;
@@ -276,9 +327,11 @@ export function matmulPlusRowsRun(
   matvecRowsRun(ctx, w, x.subarray(n * w.cols), y.subarray(n * w.rows), rows, swiglu?.subarray(n * half));
 }
 
-/** Q8_0 on VNNI: the prefill GEMM of n tokens and `rows` one-token rows in one pass (mm_q8tv). */
-function matmulQ8tv(
+/** The prefill GEMM of n tokens and `rows` one-token rows in one pass over the weights (mmtv: p.mmtv). */
+function matmulPreparedPlusRows(
   ctx: WasmContext,
+  p: Prepared,
+  mmtv: number,
   w: WasmWeight,
   x: Float32Array,
   y: Float32Array,
@@ -289,27 +342,25 @@ function matmulQ8tv(
   const { arena } = w.slot;
   const cols = w.cols;
   const total = n + rows;
-  const groups = Math.ceil(n / 16);
-  const ng = laneGroups(cols);
+  const groups = Math.ceil(n / p.group);
   const xfBytes = align(total * cols * 4, 64);
   const xtBytes = align(groups * cols * 16, 64);
-  const dtBytes = align(groups * (cols / 32) * 128, 64);
-  const xqBytes = rows * ng * 512;
-  const dxBytes = rows * ng * 128;
+  const dtBytes = p.dtBytes(groups, cols);
+  const xqBytes = p.xBytes(rows, cols);
   const xf = arena.scratch(
-    xfBytes + xtBytes + dtBytes + xqBytes + dxBytes + align(total * w.rowsPad * 4, 64),
+    xfBytes + xtBytes + dtBytes + xqBytes + p.dBytes(rows, cols) + align(total * w.rowsPad * 4, 64),
   );
   const xt = xf + xfBytes;
   const dt = xt + xtBytes;
   const xq = dt + dtBytes;
   const dx = xq + xqBytes;
-  const yp = dx + dxBytes;
+  const yp = dx + p.dBytes(rows, cols);
   arena.f32.set(x.subarray(0, total * cols), xf >>> 2);
-  ctx.pool.run(arena.index, op.q8t_prep, [xf, n, cols, xt, dt], n * cols);
-  ctx.pool.run(arena.index, op.q8_prep, [xf + n * cols * 4, rows, cols, xq, dx], rows * cols);
+  ctx.pool.run(arena.index, p.tprep, [xf, n, cols, xt, dt], n * cols);
+  ctx.pool.run(arena.index, p.prep, [xf + n * cols * 4, rows, cols, xq, dx], rows * cols);
   ctx.pool.run(
     arena.index,
-    op.mm_q8tv,
+    mmtv,
     [w.ptr, w.scales, cols, xt, dt, n, xq, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
     total * w.rowsPad * cols,
   );

@@ -24,8 +24,12 @@ import {
 /** Bytes per second a node of relative speed 1 reads weights at during decode. */
 const NOMINAL_BYTES_PER_S = 20e9;
 
-/** One collective's latency on each provider, in seconds (the order of this VM's measurements, docs/benchmarks.md). */
-const LATENCY_S: Record<ProviderName, number> = { loopback: 5e-6, shm: 2e-5, tcp: 1e-4 };
+/**
+ * One collective's latency on each provider, in seconds (the order of this VM's measurements,
+ * docs/benchmarks.md; rdma, unmeasured on hardware here, taken as shm's order: a NIC hop is a
+ * few microseconds).
+ */
+const LATENCY_S: Record<ProviderName, number> = { loopback: 5e-6, shm: 2e-5, tcp: 1e-4, rdma: 2e-5 };
 
 export interface AutoChoice {
   kind: ParallelKind;

@@ -28,10 +28,14 @@ export function contiguousExperts(loads: readonly number[], ranks: number): Expe
       (_, i) => Math.ceil((n * r) / ranks) + i,
     ),
   );
-  return withShares(loads, perRank);
+  return placementOf(loads, perRank);
 }
 
-function withShares(loads: readonly number[], perRank: number[][]): ExpertPlacement {
+/** The placement `perRank` (each rank's experts) with each rank's share of routed work under `loads`. */
+export function placementOf(
+  loads: readonly number[],
+  perRank: readonly (readonly number[])[],
+): ExpertPlacement {
   const copies = loads.map(() => [] as number[]);
   perRank.forEach((experts, r) => experts.forEach((e) => copies[e]!.push(r)));
   const total = loads.reduce((a, b) => a + b, 0) || 1;
@@ -88,7 +92,7 @@ export function balanceExperts(loads: readonly number[], ranks: number, capacity
     perRank[best]!.push(p.e);
     load[best]! += p.size;
   }
-  return withShares(loads, perRank);
+  return placementOf(loads, perRank);
 }
 
 /**
@@ -105,4 +109,44 @@ export function copyFor(p: ExpertPlacement, expert: number, token: number): numb
 export function maxNodeShare(p: ExpertPlacement): number {
   const mean = 1 / p.rankShares.length;
   return Math.max(...p.rankShares) / mean;
+}
+
+/**
+ * Each layer's experts placed by that layer's own load (`loads[layer][expert]`): the hot
+ * experts of a real model differ by layer, and deeper layers drift from the shallow ones.
+ * Each rank holds at most `capacity` experts per layer, so its memory for experts is that of
+ * `capacity` experts in every layer.
+ */
+export function balanceLayers(
+  loads: readonly (readonly number[])[],
+  ranks: number,
+  capacity: number,
+): ExpertPlacement[] {
+  return loads.map((l) => balanceExperts(l, ranks, capacity));
+}
+
+/** The static placement in every layer (contiguous id ranges), with each layer's shares. */
+export function contiguousLayers(loads: readonly (readonly number[])[], ranks: number): ExpertPlacement[] {
+  return loads.map((l) => contiguousExperts(l, ranks));
+}
+
+/** The plan's expert sets for per-layer placements (`layers[layer][rank]`). */
+export function layerExpertSets(layers: readonly ExpertPlacement[]): {
+  layers: readonly (readonly number[])[][];
+} {
+  return { layers: layers.map((p) => p.perRank) };
+}
+
+/**
+ * The busiest rank's share over the mean, averaged over the layers: each MoE layer waits for
+ * its own busiest rank, and every token passes every layer, so a step's expert time follows
+ * the sum of the layers' maxima.
+ */
+export function layersMaxNodeShare(layers: readonly ExpertPlacement[]): number {
+  return layers.reduce((a, p) => a + maxNodeShare(p), 0) / Math.max(1, layers.length);
+}
+
+/** Copies beyond one per expert, summed over the layers. */
+export function layerReplicas(layers: readonly ExpertPlacement[]): number {
+  return layers.reduce((a, p) => a + p.perRank.flat().length - p.copies.length, 0);
 }

@@ -19,6 +19,35 @@ export function expertOwners(plan: ParallelPlan, stage: number): number[][] | un
   return copies.map((c) => c.sort((a, b) => a - b));
 }
 
+/** Owners of every routed expert, one table per model layer ([layer][expert]: the ranks holding it). */
+export interface LayerOwners {
+  layers: readonly (readonly (readonly number[])[])[];
+}
+
+/**
+ * The owners a stage's dispatch follows: per layer where the plan places experts per layer
+ * (ShardSpec.layerExperts), else one table for every layer (expertOwners).
+ */
+export function dispatchOwners(plan: ParallelPlan, stage: number): number[][] | LayerOwners | undefined {
+  const owners = expertOwners(plan, stage);
+  const ranks = plan.ranks.filter((r) => r.stage === stage);
+  const layers = ranks[0]?.shard.layerExperts?.length ?? 0;
+  if (!owners || !ranks.every((r) => r.shard.layerExperts)) return owners;
+  return {
+    layers: Array.from({ length: layers }, (_, l) => {
+      const copies = owners.map(() => [] as number[]);
+      for (const r of ranks) for (const e of r.shard.layerExperts![l]!) copies[e]!.push(r.tpRank);
+      return copies.map((c) => c.sort((a, b) => a - b));
+    }),
+  };
+}
+
+/** Where one layer's experts live: copies[e] the ranks holding e (empty: nobody); held[e] 1 where this rank does. */
+interface OwnerTable {
+  copies: readonly (readonly number[])[];
+  held: Uint8Array;
+}
+
 /**
  * Expert parallel over a communicator: tokens travel to the ranks holding their experts and
  * their outputs travel back. One dispatch (one MoE layer) is three steps:
@@ -48,25 +77,52 @@ export function expertOwners(plan: ParallelPlan, stage: number): number[][] | un
 const MAX_ROWS = 1 << 24;
 
 export class CollectiveExpertDispatch implements ExpertDispatch {
-  /** copies[e]: the ranks holding expert e (empty: nobody). */
-  private readonly copies: readonly (readonly number[])[];
-  /** 1 where this rank holds the expert. */
-  private readonly held: Uint8Array;
+  /** The owners of every layer's experts (`all`), or of each layer's (`layers`, by model layer). */
+  private all: OwnerTable | undefined;
+  private layers: OwnerTable[] | undefined;
   private rowsIn = new Float32Array(0);
   private rowsOut = new Float32Array(0);
   private result = new Float32Array(0);
 
   constructor(
     private readonly comm: Communicator,
-    owners: Int32Array | readonly (readonly number[])[],
+    owners: Int32Array | readonly (readonly number[])[] | LayerOwners,
     private readonly meter: CommMeter,
     private readonly exchange?: TpExchange,
   ) {
-    this.copies =
-      owners instanceof Int32Array
-        ? Array.from(owners, (o) => (o >= 0 ? [o] : []))
-        : owners.map((c) => [...c]);
-    this.held = Uint8Array.from(this.copies, (c) => (c.includes(comm.rank) ? 1 : 0));
+    this.setOwners(owners);
+  }
+
+  /**
+   * Follows new owners from the next dispatch on: every rank of the group switches at the same
+   * step boundary (a re-placement of experts), after the experts it now holds are loaded.
+   */
+  setOwners(owners: Int32Array | readonly (readonly number[])[] | LayerOwners): void {
+    const table = (copies: readonly (readonly number[])[]): OwnerTable => ({
+      copies: copies.map((c) => [...c]),
+      held: Uint8Array.from(copies, (c) => (c.includes(this.comm.rank) ? 1 : 0)),
+    });
+    if (owners instanceof Int32Array) {
+      this.all = table(Array.from(owners, (o) => (o >= 0 ? [o] : [])));
+      this.layers = undefined;
+    } else if ('layers' in owners) {
+      this.all = undefined;
+      this.layers = owners.layers.map(table);
+    } else {
+      this.all = table(owners);
+      this.layers = undefined;
+    }
+  }
+
+  /** The owners of model layer `layer`'s experts. */
+  private tableFor(layer: number): OwnerTable {
+    const t = this.layers ? this.layers[layer] : this.all;
+    if (!t)
+      throw this.fail(`no expert placement for layer ${layer} (${this.layers?.length ?? 0} layers placed)`, {
+        hint: 'load the model with a plan from buildPlan: it places the experts of every layer',
+        details: { layer },
+      });
+    return t;
   }
 
   share(n: number): { start: number; end: number } {
@@ -79,7 +135,8 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     const { rows, ids, tokens, used, width } = request;
     const rank = this.comm.rank;
     const row = width + 1;
-    const { slotPair, sendRows } = this.layout(ids, tokens * used, used, request.first ?? 0);
+    const table = this.tableFor(request.layer ?? 0);
+    const { slotPair, sendRows } = this.layout(table, ids, tokens * used, used, request.first ?? 0);
     const total = slotPair.length;
     const send = new Float32Array(total * row);
     for (let q = 0; q < total; q++) {
@@ -94,7 +151,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     const to = (s: number, d: number): number => counts[s * size + d] as number;
     const recv = await this.allToAll(send, to, row);
     const recvRows = Array.from({ length: size }, (_, s) => to(s, rank));
-    const back = this.runExperts(recv, recvRows, width, run);
+    const back = this.runExperts(table, recv, recvRows, width, run);
     const ret = await this.allToAll(back, (s, d) => to(d, s), width);
     if (this.result.length < tokens * used * width) this.result = new Float32Array(tokens * used * width);
     const out = this.result.subarray(0, tokens * used * width);
@@ -112,12 +169,13 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
    * without an expert (-1) are left out.
    */
   private layout(
+    table: OwnerTable,
     ids: Int32Array,
     pairs: number,
     used: number,
     first: number,
   ): { slotPair: Int32Array; sendRows: number[] } {
-    const experts = this.copies.length;
+    const experts = table.copies.length;
     const size = this.comm.size;
     const key = new Int32Array(pairs);
     const count = new Int32Array(size * experts + 1);
@@ -125,7 +183,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
       const e = ids[p] as number;
       key[p] = -1;
       if (e < 0) continue;
-      const copies = this.copies[e];
+      const copies = table.copies[e];
       if (e >= experts || !copies || copies.length === 0) {
         throw this.fail(`expert ${e} was routed to, but no rank of the group holds it (${experts} experts)`, {
           hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
@@ -238,15 +296,21 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
    * id then its hidden row; rank order, each rank's rows by expert then token) and returns
    * their outputs [rows, width] in the same order.
    */
-  private runExperts(recv: Float32Array, recvRows: number[], width: number, run: RunExpert): Float32Array {
+  private runExperts(
+    table: OwnerTable,
+    recv: Float32Array,
+    recvRows: number[],
+    width: number,
+    run: RunExpert,
+  ): Float32Array {
     const row = width + 1;
     const total = recvRows.reduce((a, b) => a + b, 0);
-    const experts = this.copies.length;
+    const experts = table.copies.length;
     // per expert, its rows in arrival order (a counting sort by expert)
     const count = new Int32Array(experts + 1);
     for (let q = 0; q < total; q++) {
       const e = recv[q * row] as number;
-      if (!Number.isInteger(e) || e < 0 || e >= experts || this.held[e] !== 1) {
+      if (!Number.isInteger(e) || e < 0 || e >= experts || table.held[e] !== 1) {
         throw this.fail(`rank ${this.comm.rank} received a token for expert ${e}, which it does not hold`, {
           hint: 'run the same tandem version and plan on every node',
           details: { expert: e, rank: this.comm.rank },

@@ -4,6 +4,7 @@ export {
   parallelKinds,
   proportionalCounts,
   type ParallelKind,
+  type ExpertSets,
   type ParallelPlan,
   type PlanOptions,
   type RankPlan,
@@ -27,8 +28,30 @@ export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';
 export * from './forecast/index.js';
 export {
   balanceExperts,
+  balanceLayers,
   contiguousExperts,
+  contiguousLayers,
   copyFor,
+  layerExpertSets,
+  layerReplicas,
+  layersMaxNodeShare,
   maxNodeShare,
+  placementOf,
   type ExpertPlacement,
 } from './expert-balance.js';
+export {
+  checkProfile,
+  EXPERT_PROFILE_FORMAT,
+  EXPERT_ROOM,
+  expertSetsFromProfile,
+  parseExpertProfile,
+  placeByProfile,
+  profileFromCounts,
+  profileFromRanks,
+  profileOfModel,
+  readExpertProfile,
+  writeExpertProfile,
+  type ExpertProfile,
+  type RankExpertCounts,
+} from './expert-profile.js';
+export { RankExperts, type ReplaceBudget } from './expert-replace.js';

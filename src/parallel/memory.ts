@@ -1,6 +1,12 @@
 import type { ModelConfig } from '../engine/model/config.js';
 import { matrixShape, rowBytes, type TensorEntry } from '../engine/model/model-file.js';
-import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from '../engine/model/shard.js';
+import {
+  expertsInLayer,
+  kvHeadsFor,
+  rangeLength,
+  type Range,
+  type ShardSpec,
+} from '../engine/model/shard.js';
 import {
   exchangeBufferBytes,
   fabricFootprint,
@@ -59,7 +65,7 @@ export function shardBytes(
         perExpert(`${p}ffn_gate_exps.weight`) +
         perExpert(`${p}ffn_up_exps.weight`) +
         perExpert(`${p}ffn_down_exps.weight`);
-      total += one * s.experts.length;
+      total += one * expertsInLayer(s, i).length;
       total +=
         bytesOf(`${p}ffn_gate_shexp.weight`, s.sharedFfn) +
         bytesOf(`${p}ffn_up_shexp.weight`, s.sharedFfn) +

@@ -4,7 +4,14 @@ import type { TensorEntry } from '../engine/model/model-file.js';
 import { fullShard } from '../engine/model/shard.js';
 import type { ProviderName } from '../collectives/index.js';
 import { commBytes, formatBytes, shardBytes, type MemoryOptions } from './memory.js';
-import { buildPlan, describePlan, proportionalCounts, type ParallelKind, type ParallelPlan } from './plan.js';
+import {
+  buildPlan,
+  describePlan,
+  proportionalCounts,
+  type ExpertSets,
+  type ParallelKind,
+  type ParallelPlan,
+} from './plan.js';
 
 /** What the solver knows of a node: its memory cap and relative speed (both optional). */
 export interface NodeSpec {
@@ -21,7 +28,7 @@ export interface PlaceOptions extends MemoryOptions {
   /** The fabric between the nodes: its buffers count against each node's limit (none when absent). */
   provider?: ProviderName;
   /** ep: each node's experts (balanceExperts); default contiguous ranges. */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
 }
 
 export interface Placement {

@@ -34,10 +34,17 @@ export interface PlanOptions {
   stageLayers?: readonly number[];
   /**
    * ep: the experts each rank of the group holds (balanceExperts: by load, hot ones on
-   * several ranks); default contiguous ranges of ids.
+   * several ranks), or per layer (balanceLayers); default contiguous ranges of ids.
    */
-  expertSets?: readonly (readonly number[])[];
+  expertSets?: ExpertSets;
 }
+
+/**
+ * Expert parallel placements: each rank's experts ([rank] -> ids), the same in every layer,
+ * or one such list per model layer (`layers[layer][rank]`).
+ */
+export type ExpertSets =
+  readonly (readonly number[])[] | { readonly layers: readonly (readonly (readonly number[])[])[] };
 
 export function badPlan(message: string, hint: string, details: Record<string, unknown> = {}): TandemError {
   return new TandemError('PAR_BAD_PLAN', message, { hint, details });
@@ -105,22 +112,32 @@ function checkSplit(
   }
 }
 
-/** Replaces each ep rank's experts by the given sets, checked: one set a rank, valid ids, every expert held. */
+/**
+ * Replaces each ep rank's experts by the given sets, checked: one set a rank (per layer: one
+ * list of sets per model layer), valid ids, every expert held at least once in every layer.
+ */
 function setExperts(
   c: ModelConfig,
   kind: ParallelKind,
   group: Omit<ShardSpec, 'layers' | 'embed' | 'head'>[],
-  sets: readonly (readonly number[])[],
+  sets: ExpertSets,
 ): void {
-  const held = new Set(sets.flat());
-  const valid = sets.flat().every((e) => Number.isInteger(e) && e >= 0 && e < c.expertCount);
-  if (kind !== 'ep' || sets.length !== group.length || !valid || held.size !== c.expertCount)
+  const layers = 'layers' in sets ? sets.layers : [sets];
+  const complete = (one: readonly (readonly number[])[]): boolean =>
+    one.length === group.length &&
+    one.flat().every((e) => Number.isInteger(e) && e >= 0 && e < c.expertCount) &&
+    new Set(one.flat()).size === c.expertCount;
+  if (kind !== 'ep' || !layers.every(complete) || ('layers' in sets && layers.length !== c.blockCount))
     throw badPlan(
-      `expert sets must give each of the ${group.length} expert-parallel ranks its experts, every one of the ${c.expertCount} held at least once`,
-      'place experts with balanceExperts, or leave the default split',
+      `expert sets must give each of the ${group.length} expert-parallel ranks its experts${'layers' in sets ? ` in each of the ${c.blockCount} layers (got ${layers.length})` : ''}, every one of the ${c.expertCount} held at least once`,
+      'place experts with balanceExperts or balanceLayers, or leave the default split',
       { ranks: group.length, experts: c.expertCount },
     );
-  group.forEach((g, r) => (g.experts = [...new Set(sets[r])].sort((a, b) => a - b)));
+  const sorted = (ids: readonly number[]): number[] => [...new Set(ids)].sort((a, b) => a - b);
+  group.forEach((g, r) => {
+    g.experts = sorted(layers.flatMap((l) => l[r]!));
+    if ('layers' in sets) g.layerExperts = layers.map((l) => sorted(l[r]!));
+  });
 }
 
 /** Builds the plan: what each rank holds. Throws PAR_BAD_PLAN when the model cannot be split that way. */
@@ -193,7 +210,9 @@ export function describePlan(plan: ParallelPlan): string[] {
     const parts = [`rank ${r.rank}: layers ${s.layers.start}-${s.layers.end - 1}`];
     if (plan.tpSize > 1)
       parts.push(`heads ${s.heads.start}-${s.heads.end - 1}`, `ffn ${s.ffn.start}-${s.ffn.end}`);
-    if (plan.kind === 'ep') parts.push(`experts ${s.experts.join(',')}`);
+    if (plan.kind === 'ep' && s.layerExperts)
+      parts.push(`experts by layer ${s.layerExperts.map((l) => l.join(',')).join(' | ')}`);
+    else if (plan.kind === 'ep') parts.push(`experts ${s.experts.join(',')}`);
     if (s.embed) parts.push('embed');
     if (s.head) parts.push(`head ${s.vocab.start}-${s.vocab.end}`);
     return parts.join(', ');

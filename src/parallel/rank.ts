@@ -5,7 +5,7 @@ import { Model } from '../engine/model/model.js';
 import type { ModelFile } from '../engine/model/model-file.js';
 import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
-import { CollectiveExpertDispatch, expertOwners } from './expert-dispatch.js';
+import { CollectiveExpertDispatch, dispatchOwners } from './expert-dispatch.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
 import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
@@ -51,7 +51,7 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
   const exchange =
     o.exchange && group.size > 1 ? await TpExchange.connect({ group, wire, ...o.exchange }) : undefined;
   try {
-    const owners = expertOwners(o.plan, me.stage);
+    const owners = dispatchOwners(o.plan, me.stage);
     const comm = new CollectiveShardComm(group, {
       wire,
       logits: o.logits ?? 'full',

@@ -5,17 +5,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { writeStreamClient } from './netns-stream-client.js';
-import { NetnsRig, rigUnavailable, sweepStaleNamespaces } from './netns-rig.js';
+import { NetnsRig, rigUnavailable, sweepStaleNamespaces, type Cable } from './netns-rig.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
 /*
- * A cable pulled between two members that both still reach the coordinator: three namespaces,
- * the coordinator cabled to each member and the members to each other, their fabric traffic
- * routed over their own cable (host routes to each other's address). `ip link set down` on
- * that cable fails the step in flight on a fabric error with every member alive: the link is
- * seen down within 3 s (the fabric's TCP user timeout), the coordinator places the model
- * again without one of the two, and the 4 streams running go on with the texts they have
- * without the failure. Nobody is marked dead.
+ * A cable pulled between two members that both still reach the coordinator: namespaces for
+ * the coordinator and each member, the coordinator cabled to each member and the members to
+ * each other, their fabric traffic routed over their own cables (host routes to each other's
+ * address). `ip link set down` on one members' cable fails the step in flight on a fabric
+ * error with every member alive: the link is seen down within 3 s (the fabric's TCP user
+ * timeout). With 2 members there is no one to relay through: the model is placed again
+ * without one of the two. With 3, the placement is kept and its communicators are rebuilt
+ * without that link, the third member relaying between the two. Either way the 4 streams
+ * running go on with the texts they have without the failure, and nobody is marked dead.
  */
 
 const skip = rigUnavailable();
@@ -37,86 +39,175 @@ after(() => {
 
 const prompts = Array.from({ length: 4 }, (_, i) => PROMPT.map((t) => ((t + 37 * i) % 500) + 3));
 
+interface Cluster {
+  members: { id: string; address: string; state: string }[];
+  links: { from: string; to: string; kind: string; state: string }[];
+  events: { kind: string; atMs: number; message: string }[];
+  placement: { ranks: { id: string; holds: string }[]; relaying?: string[] } | null;
+  replacements: number;
+  relays?: number;
+}
+
+/**
+ * Coordinator `c` and members m1..mN, each member cabled to `c` (10.81.i.0/24) and to every
+ * other member (10.81.(10+k).0/24), with host routes so each member reaches the others'
+ * coordinator-side addresses over their own cable; `extra` goes to serve. Returns the rig, the members' cables by
+ * pair ('m1-m2'), the members' addresses and the serving URL once it listens.
+ */
+async function startRig(
+  members: number,
+  extra: readonly string[] = [],
+): Promise<{ rig: NetnsRig; pairs: Map<string, Cable>; address: Map<string, string>; url: string }> {
+  const rig = new NetnsRig();
+  const names = Array.from({ length: members }, (_, i) => `m${i + 1}`);
+  for (const h of ['c', ...names]) rig.addHost(h);
+  const address = new Map<string, string>();
+  names.forEach((m, i) => {
+    const c = rig.cable('c', m);
+    rig.addAddress('c', c.aIf, `10.81.${i + 1}.1/24`);
+    rig.addAddress(m, c.bIf, `10.81.${i + 1}.2/24`);
+    address.set(m, `10.81.${i + 1}.2`);
+  });
+  const pairs = new Map<string, Cable>();
+  const route = (host: string, to: string, via: string): void =>
+    void execFileSync('ip', ['-n', rig.ns(host), 'route', 'add', to, 'via', via], { timeout: 10_000 });
+  let net = 10;
+  for (let i = 0; i < members; i++)
+    for (let j = i + 1; j < members; j++) {
+      const [a, b] = [names[i] as string, names[j] as string];
+      const cable = rig.cable(a, b);
+      net++;
+      rig.addAddress(a, cable.aIf, `10.81.${net}.1/24`);
+      rig.addAddress(b, cable.bIf, `10.81.${net}.2/24`);
+      // each member reaches the other's address (the one the coordinator sees) over their own cable only
+      route(a, `${address.get(b)}/32`, `10.81.${net}.2`);
+      route(b, `${address.get(a)}/32`, `10.81.${net}.1`);
+      pairs.set(`${a}-${b}`, cable);
+    }
+  const serve = rig.tandem(
+    'c',
+    [
+      'serve',
+      path,
+      '--cluster',
+      '0.0.0.0:7110',
+      '--min-members',
+      String(members),
+      '--host',
+      '10.81.1.1',
+      '--port',
+      '8080',
+      ...extra,
+    ],
+    { ...env },
+  );
+  serve.child.stdout?.resume();
+  names.forEach((m, i) => rig.tandem(m, ['node', '--join', `10.81.${i + 1}.1:7110`, '--threads', '1'], env));
+  const listening = Date.now() + 60_000;
+  while (!/listening on http/.test(serve.stderr) && Date.now() < listening && serve.exitCode === undefined)
+    await new Promise((r) => setTimeout(r, 100));
+  assert.match(serve.stderr, /listening on http/, serve.stderr);
+  return { rig, pairs, address, url: 'http://10.81.1.1:8080' };
+}
+
+/** The texts of the 4 streams on the cluster as placed, then on a run during which `cut` is called a quarter in. */
+async function streamsAcross(
+  rig: NetnsRig,
+  url: string,
+  cut: () => void,
+): Promise<{ alone: string[]; before: Cluster; texts: string[]; cluster: Cluster; downAt: number }> {
+  const reference = rig.node('c', [client, url, JSON.stringify(prompts)], env);
+  const ref = await reference.waitFor((l) => Array.isArray(l.texts), 60_000, 'the reference texts');
+  const alone = ref.texts as string[];
+  assert.ok(
+    alone.every((t) => !t.startsWith('ERROR')),
+    JSON.stringify(alone),
+  );
+  const run = rig.node('c', [client, url, JSON.stringify(prompts)], env);
+  await run.waitFor(
+    (l) => typeof l.chunk === 'number' && run.lines.length >= 12,
+    60_000,
+    'a quarter of the tokens',
+  );
+  const downAt = Date.now();
+  cut();
+  const end = await run.waitFor((l) => Array.isArray(l.texts), 90_000, 'the streams to end');
+  return {
+    alone,
+    before: ref.cluster as Cluster,
+    texts: end.texts as string[],
+    cluster: end.cluster as Cluster,
+    downAt,
+  };
+}
+
 test(
-  'a link down between two members is seen within 3 s; the model is placed without one of them and the streams go on',
+  'a link down between the only two members is seen within 3 s; no relay path: the model is placed without one of them and the streams go on',
   { skip, timeout: 240_000 },
   async () => {
-    const rig = new NetnsRig();
+    const { rig, pairs, url } = await startRig(2);
     try {
-      for (const h of ['c', 'm1', 'm2']) rig.addHost(h);
-      const c1 = rig.cable('c', 'm1');
-      const c2 = rig.cable('c', 'm2');
-      const mm = rig.cable('m1', 'm2');
-      rig.addAddress('c', c1.aIf, '10.81.1.1/24');
-      rig.addAddress('m1', c1.bIf, '10.81.1.2/24');
-      rig.addAddress('c', c2.aIf, '10.81.2.1/24');
-      rig.addAddress('m2', c2.bIf, '10.81.2.2/24');
-      rig.addAddress('m1', mm.aIf, '10.81.3.1/24');
-      rig.addAddress('m2', mm.bIf, '10.81.3.2/24');
-      // each member reaches the other's address (the one the coordinator sees) over their own cable only
-      const route = (host: string, to: string, via: string): void =>
-        void execFileSync('ip', ['-n', rig.ns(host), 'route', 'add', to, 'via', via], { timeout: 10_000 });
-      route('m1', '10.81.2.2/32', '10.81.3.2');
-      route('m2', '10.81.1.2/32', '10.81.3.1');
-      const serve = rig.tandem(
-        'c',
-        [
-          'serve',
-          path,
-          '--cluster',
-          '0.0.0.0:7110',
-          '--min-members',
-          '2',
-          '--host',
-          '10.81.1.1',
-          '--port',
-          '8080',
-        ],
-        { ...env },
+      const mm = pairs.get('m1-m2') as Cable;
+      const { alone, before, texts, cluster, downAt } = await streamsAcross(rig, url, () =>
+        rig.setLink('m1', mm.aIf, false),
       );
-      serve.child.stdout?.resume();
-      rig.tandem('m1', ['node', '--join', '10.81.1.1:7110', '--threads', '1'], env);
-      rig.tandem('m2', ['node', '--join', '10.81.2.1:7110', '--threads', '1'], env);
-      const listening = Date.now() + 60_000;
-      while (
-        !/listening on http/.test(serve.stderr) &&
-        Date.now() < listening &&
-        serve.exitCode === undefined
-      )
-        await new Promise((r) => setTimeout(r, 100));
-      assert.match(serve.stderr, /listening on http/, serve.stderr);
-
-      const url = 'http://10.81.1.1:8080';
-      const reference = rig.node('c', [client, url, JSON.stringify(prompts)], env);
-      const ref = await reference.waitFor((l) => Array.isArray(l.texts), 60_000, 'the reference texts');
-      const alone = ref.texts as string[];
-      assert.ok(
-        alone.every((t) => !t.startsWith('ERROR')),
-        JSON.stringify(alone),
-      );
-      assert.equal((ref.cluster as { placement: { ranks: unknown[] } }).placement.ranks.length, 2);
-
-      const run = rig.node('c', [client, url, JSON.stringify(prompts)], env);
-      await run.waitFor(
-        (l) => typeof l.chunk === 'number' && run.lines.length >= 12,
-        60_000,
-        'a quarter of the tokens',
-      );
-      const downAt = Date.now();
-      rig.setLink('m1', mm.aIf, false);
-      const end = await run.waitFor((l) => Array.isArray(l.texts), 90_000, 'the streams to end');
-      assert.deepEqual(end.texts, alone, 'each text as without the failure');
-      const cluster = end.cluster as {
-        members: { state: string }[];
-        events: { kind: string; atMs: number; message: string }[];
-        placement: { ranks: unknown[] } | null;
-      };
+      assert.equal(before.placement?.ranks.length, 2);
+      assert.deepEqual(texts, alone, 'each text as without the failure');
       const down = cluster.events.find((e) => e.kind === 'link-down');
       assert.ok(down, JSON.stringify(cluster.events));
       assert.ok(down.atMs - downAt <= 3000 + 1000, `seen ${down.atMs - downAt} ms after the link went down`);
+      assert.match(down.message, /no relay path/);
       assert.ok(!cluster.events.some((e) => e.kind === 'lost'), 'nobody lost');
+      assert.ok(!cluster.events.some((e) => e.kind === 'relayed'), 'nothing to relay through');
       assert.equal(cluster.placement?.ranks.length, 1);
       assert.deepEqual(cluster.members.map((m) => m.state).sort(), ['alive', 'joining']);
+    } finally {
+      await rig.cleanup();
+    }
+  },
+);
+
+test(
+  'a link down between two of 3 members is seen within 3 s; the placement is kept, the third relays, the streams go on',
+  { skip, timeout: 300_000 },
+  async () => {
+    // tensor parallel: every pair of members exchanges each layer, so the cut link carries the step
+    // (a pipeline over 3 may not use it, and a link no step uses is not seen down)
+    const { rig, pairs, address, url } = await startRig(3, ['--parallel', 'tp']);
+    try {
+      const mm = pairs.get('m1-m2') as Cable;
+      const { alone, before, texts, cluster, downAt } = await streamsAcross(rig, url, () =>
+        rig.setLink('m1', mm.aIf, false),
+      );
+      const ranks = before.placement?.ranks ?? [];
+      assert.equal(ranks.length, 3);
+      assert.deepEqual(texts, alone, 'each text as without the failure');
+      const down = cluster.events.find((e) => e.kind === 'link-down');
+      assert.ok(down, JSON.stringify(cluster.events));
+      assert.ok(down.atMs - downAt <= 3000 + 1000, `seen ${down.atMs - downAt} ms after the link went down`);
+      assert.match(down.message, /relaying around it/);
+      assert.ok(!cluster.events.some((e) => e.kind === 'lost'), 'nobody lost');
+      const relayed = cluster.events.find((e) => e.kind === 'relayed');
+      assert.ok(relayed, JSON.stringify(cluster.events));
+      // the same members hold the same shards: no re-placement, one relay
+      assert.equal(cluster.replacements, before.replacements);
+      assert.equal(cluster.relays, 1);
+      assert.deepEqual(cluster.placement?.ranks, ranks);
+      assert.deepEqual(
+        cluster.members.map((m) => m.state),
+        ['alive', 'alive', 'alive'],
+      );
+      // the cut pair shows as down and as relayed around
+      const id = (m: string): string =>
+        cluster.members.find((x) => x.address.startsWith(`${address.get(m)}:`))?.id ?? m;
+      const pair = [id('m1'), id('m2')].sort();
+      const downLinks = cluster.links.filter((l) => l.kind !== 'control' && l.state === 'down');
+      assert.ok(downLinks.length > 0, JSON.stringify(cluster.links));
+      for (const l of downLinks) assert.deepEqual([l.from, l.to].sort(), pair, JSON.stringify(l));
+      assert.deepEqual(
+        cluster.placement?.relaying?.map((p) => p.split('-').sort()),
+        [pair],
+      );
     } finally {
       await rig.cleanup();
     }

@@ -48,12 +48,14 @@ before(async () => {
   });
   assert.equal(res.status, 200);
   await res.json();
-  // both members' links are in the view once a heartbeat after the placement has come
+  // both members' links, and their compute and comm shares of the request, are in the view
+  // once a heartbeat after the request has come (they may come in different heartbeats)
   const deadline = Date.now() + 10_000;
   for (;;) {
     const v = (await (await fetch(`${server.url}/v1/cluster`, { headers: auth })).json()) as ClusterView;
-    if (v.links.filter((l) => l.kind === 'tcp').length === 2) break;
-    assert.ok(Date.now() < deadline, 'the members reported their links within 10 s');
+    const shares = v.members.every((m) => m.compute_share !== null && m.comm_share !== null);
+    if (v.links.filter((l) => l.kind === 'tcp').length === 2 && shares) break;
+    assert.ok(Date.now() < deadline, 'the members reported their links and shares within 10 s');
     await new Promise((r) => setTimeout(r, 200));
   }
 });

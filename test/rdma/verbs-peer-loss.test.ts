@@ -15,9 +15,10 @@ import { Access } from '../../src/fabric/types.js';
 const device = process.env['TANDEM_RDMA_DEVICE'];
 const skip = device === undefined ? 'needs an RDMA device (TANDEM_RDMA_DEVICE; npm run test:rdma)' : false;
 // Known to fail: with the peer killed, rxe's loopback gives the survivor's write no completion
-// at all; the provider must learn the loss from the side channel and move its queue pairs to
-// the error state (not written yet). Reported, not counted as a failure.
-const todo = 'the rdma provider does not detect a dead peer yet (docs/fabric.md, rdma)';
+// at all, so verbs alone misses the bound; the rdma provider learns the loss from the side
+// channel and moves its queue pairs to ERR (rdma-peer-loss.test.ts). Reported, not counted.
+const todo =
+  'verbs alone gets no completion for a dead peer on rxe; the provider learns it from the side channel (rdma-peer-loss.test.ts)';
 
 async function next(cq: RdmaCq, waitMs: number): Promise<RawCompletion> {
   const end = Date.now() + waitMs;

@@ -26,9 +26,10 @@ export const command = defineCommand({
   options: {
     provider: {
       type: 'string',
-      choices: ['shm', 'tcp'],
+      choices: ['shm', 'tcp', 'rdma'],
       default: 'shm',
-      description: 'fabric provider to measure',
+      description:
+        'fabric provider to measure (rdma: a verbs device, TANDEM_RDMA_DEVICE names one, TANDEM_RDMA_QP=uc for UC queue pairs)',
     },
     sizes: {
       type: 'list',
@@ -61,6 +62,7 @@ export const command = defineCommand({
     'tandem bench fabric --provider tcp --sizes 64,4M --json',
     'tandem bench fabric --provider tcp --anchors',
     'tandem bench fabric --provider shm --sizes 8,4M --anchors --rounds 5',
+    'tandem bench fabric --provider rdma --sizes 8,4194304 --json',
   ],
   async run({ options }) {
     const sizes = options.sizes ? options.sizes.map(parseSize) : DEFAULT_SIZES;
@@ -78,6 +80,15 @@ export const command = defineCommand({
       });
     }
     const provider = options.provider;
+    if (provider === 'rdma' && options.anchors) {
+      throw new TandemError(
+        'CLI_USAGE',
+        'bench fabric: --anchors has no rdma anchors (UCX, sockperf and iperf3 are shm and tcp figures)',
+        {
+          hint: "compare rdma with perftest's ib_write_lat / ib_write_bw on the same device (npm run test:rdma prints both)",
+        },
+      );
+    }
     const print = (r: BenchRow): void => {
       process.stdout.write((options.json ? JSON.stringify(r) : formatRow(r)) + '\n');
     };

@@ -1,5 +1,7 @@
 import { defineCommand } from '../options.js';
 import { checkInteger } from '../checks.js';
+import { TandemError } from '../../errors/index.js';
+import { parseBytes } from '../../parallel/index.js';
 import { benchRecover, table } from '../../../bench/recover.js';
 import { benchJoin, joinTable } from '../../../bench/recover-join.js';
 
@@ -26,6 +28,21 @@ export const command = defineCommand({
       description:
         'one member joins during the streams instead of one killed; --json then prints {"members_before","members_after","replanned","verdict","tok_s_before","tok_s_after","replan_ms","pause_ms","streams","streams_completed","texts_equal"}',
     },
+    'member-mem': {
+      type: 'string',
+      description:
+        "with --join: every member's memory limit (tandem node --mem-limit, e.g. 27M): what each may hold",
+    },
+    parallel: {
+      type: 'string',
+      description: 'with --join: the split (default auto: the cost model chooses on each placement)',
+      choices: ['tp', 'pp', 'auto'],
+    },
+    'slow-member': {
+      type: 'number',
+      description:
+        'with --join: the last member serving before the join runs capped at this fraction of one core (Linux cgroup cpu controller, root): a slow machine',
+    },
     streams: { type: 'number', description: 'concurrent greedy streams', default: 4 },
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 32 },
     'max-tokens': { type: 'number', description: 'tokens per stream', default: 32 },
@@ -40,6 +57,7 @@ export const command = defineCommand({
     'tandem bench recover /tmp/tl-q8_0.gguf --members 3',
     'tandem bench recover m.gguf --streams 2 --json',
     'tandem bench recover /tmp/tl-q8_0.gguf --join --members 2 --max-tokens 64',
+    'tandem bench recover m.gguf --join --parallel pp --slow-member 0.05 --member-mem 27M --max-tokens 128',
   ],
   async run({ options, positionals }) {
     const common = {
@@ -54,7 +72,12 @@ export const command = defineCommand({
       ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
     };
     if (options.join) {
-      const joined = await benchJoin(common);
+      const joined = await benchJoin({
+        ...common,
+        parallel: (options.parallel ?? 'auto') as 'tp' | 'pp' | 'auto',
+        ...(options['member-mem'] !== undefined ? { memberMem: memberMem(options['member-mem']) } : {}),
+        ...(options['slow-member'] !== undefined ? { slowMember: options['slow-member'] } : {}),
+      });
       process.stdout.write(options.json ? JSON.stringify(joined) + '\n' : joinTable(joined));
       return joined.texts_equal && joined.streams_completed === joined.streams ? 0 : 1;
     }
@@ -63,3 +86,12 @@ export const command = defineCommand({
     return row.texts_equal && row.streams_completed === row.streams ? 0 : 1;
   },
 });
+
+function memberMem(text: string): number {
+  const bytes = parseBytes(text);
+  if (bytes === undefined || bytes <= 0)
+    throw new TandemError('CLI_USAGE', `bench recover: --member-mem '${text}' is not a byte size`, {
+      hint: 'for example --member-mem 27M',
+    });
+  return bytes;
+}

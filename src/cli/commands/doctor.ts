@@ -15,6 +15,7 @@ import {
 } from '../../topology/index.js';
 import { checkHostReport } from '../../topology/probes/check-report.js';
 import { loadHostfile } from '../../cluster/hostfile.js';
+import { checkRdmaPorts } from '../../fabric/rdma-port-check.js';
 
 function readJson(path: string, what: string): unknown {
   try {
@@ -51,7 +52,7 @@ export const command = defineCommand({
   summary:
     'check this host (and with a hostfile every host) for what breaks a cluster, and say how to fix it',
   description:
-    'Checks RDMA (rdma_ctl, verbs devices, port state), Thunderbolt Bridge loops, Thunderbolt 4 links, IPv4 on RDMA interfaces, MTU, clock and version skew, and missing cables for the chosen topology. Exits 1 when any finding is an error.',
+    'Checks RDMA (rdma_ctl, verbs devices, port state; with --mode rdma a write and a send through the rdma provider on each device), Thunderbolt Bridge loops, Thunderbolt 4 links, IPv4 on RDMA interfaces, MTU, clock and version skew, and missing cables for the chosen topology. Exits 1 when any finding is an error.',
   options: {
     mode: {
       type: 'string',
@@ -125,6 +126,22 @@ export const command = defineCommand({
       topology: options.topology,
       ...(graph ? { graph } : {}),
     });
+    if (mode === 'rdma') {
+      for (const c of await checkRdmaPorts()) {
+        findings.push({
+          check: 'rdma-port',
+          host: report.host,
+          severity: c.ok ? 'ok' : 'error',
+          title: c.ok
+            ? `${c.device} carries verbs traffic`
+            : `${c.device} failed a transfer through the rdma provider`,
+          evidence: c.detail,
+          fix: c.ok
+            ? ''
+            : 'check the port state and GIDs with `tandem devinfo`; on macOS try TANDEM_RDMA_QP=uc',
+        });
+      }
+    }
     for (const u of unreachable) {
       findings.push({
         check: 'reach',

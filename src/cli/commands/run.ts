@@ -21,7 +21,14 @@ import {
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
-import { formatBytes, parseBytes, shardBytes } from '../../parallel/index.js';
+import {
+  formatBytes,
+  parseBytes,
+  profileOfModel,
+  readExpertProfile,
+  shardBytes,
+  writeExpertProfile,
+} from '../../parallel/index.js';
 import { chooseKernels, kernelsChoices } from '../../kernels/webgpu/index.js';
 import { gpuRefusalFor, kernelsDescription, openGpuModel } from '../webgpu-model.js';
 
@@ -107,6 +114,18 @@ const runOptions = {
     description:
       'bytes each node (or this machine) may hold, e.g. 8G; stops before loading when the model and its KV cache cannot fit',
     placeholder: 'BYTES',
+  },
+  'expert-profile': {
+    type: 'string',
+    description:
+      "with --nodes/--hosts and --parallel ep: place each layer's experts by this routing profile (written by --save-expert-profile), hot experts copied",
+    placeholder: 'FILE',
+  },
+  'save-expert-profile': {
+    type: 'string',
+    description:
+      "after the run, write each MoE layer's expert routing (the counters' decaying window) to FILE, for --expert-profile",
+    placeholder: 'FILE',
   },
   ...secretOptions,
 } as const satisfies OptionTable;
@@ -232,6 +251,8 @@ export const command = defineCommand({
       });
       const tail = stream?.flush() ?? '';
       text += tail;
+      if (options['save-expert-profile'] !== undefined)
+        writeExpertProfile(options['save-expert-profile'], profileOfModel(model));
       if (options.json) {
         process.stdout.write(
           JSON.stringify({
@@ -364,6 +385,12 @@ async function runOnNodes(
       ? { secret: clusterSecret('run', options) }
       : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options['expert-profile'] !== undefined
+      ? { expertProfile: readExpertProfile(options['expert-profile']) }
+      : {}),
+    ...(options['save-expert-profile'] !== undefined
+      ? { saveExpertProfile: options['save-expert-profile'] }
+      : {}),
     ...(options.json
       ? {}
       : {
@@ -431,7 +458,7 @@ function checkRunOptions(options: RunOptions): void {
     );
   }
   if (!onNodes) {
-    const given = (['parallel', 'wire', 'secret-file', 'provider'] as const).filter(
+    const given = (['parallel', 'wire', 'secret-file', 'provider', 'expert-profile'] as const).filter(
       (k) => options[k] !== undefined,
     );
     if (given.length > 0) {

@@ -2,11 +2,14 @@ import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
 import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
-import { ApiServer, loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
+import { ApiServer, loadClusterServedModel, type ServedModel } from '../../api/index.js';
+import { kernelsChoices } from '../../kernels/webgpu/index.js';
+import { loadKernelsServedModel } from '../served-kernels.js';
+import { kernelsDescription } from '../webgpu-model.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { CLUSTER_PORT, DISCOVERY_PORT } from '../../cluster/index.js';
-import { parseBytes } from '../../parallel/index.js';
+import { parseBytes, readExpertProfile, type ExpertProfile } from '../../parallel/index.js';
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 import { createLogger, defaultLogFormat, logFormats } from '../../util/log.js';
 import { openPowerMeter } from '../../util/power/index.js';
@@ -53,6 +56,11 @@ export const command = defineCommand({
       default: 8080,
     },
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
+    kernels: {
+      type: 'string',
+      description: `${kernelsDescription}. Without --nodes/--hosts/--cluster only: there each node uses its own (\`tandem node --kernels\`)`,
+      choices: kernelsChoices,
+    },
     slots: {
       type: 'number',
       description: 'sequences generated at once, each with its own KV cache',
@@ -99,6 +107,18 @@ export const command = defineCommand({
       description:
         'with --nodes/--hosts: bytes each node may hold, e.g. 8G (placement fails before loading when the model cannot fit)',
       placeholder: 'BYTES',
+    },
+    'expert-profile': {
+      type: 'string',
+      description:
+        "with --nodes/--hosts/--cluster and expert parallel: place each layer's experts by this routing profile (tandem run --save-expert-profile), hot experts copied",
+      placeholder: 'FILE',
+    },
+    'rebalance-experts': {
+      type: 'number',
+      description:
+        "with --nodes/--hosts/--cluster and expert parallel: every SECONDS, re-place each layer's experts by the members' counters while serving (loaded beside the old, switched at a step boundary; logged and on /v1/cluster)",
+      placeholder: 'SECONDS',
     },
     'log-format': {
       type: 'string',
@@ -167,11 +187,17 @@ export const command = defineCommand({
       options.hosts !== undefined || options.cluster !== undefined
         ? clusterSecret('serve', options)
         : undefined;
+    if (options.kernels !== undefined && (cluster || members))
+      throw usage(
+        '--kernels applies to a model served from this process only',
+        'drop --kernels: with --nodes/--hosts/--cluster each node uses its own (`tandem node --kernels`)',
+      );
     if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
         'add --nodes N or --hosts FILE, or drop it',
       );
+    const experts = expertOptions(options, cluster !== undefined || members !== undefined);
     const threads =
       options.threads !== undefined || (!cluster && !members)
         ? checkThreads('serve', options.threads ?? availableParallelism())
@@ -209,8 +235,9 @@ export const command = defineCommand({
               ...(cluster ? { ...cluster, parallel: cluster.parallel ?? 'auto' } : members),
               ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
+              ...experts,
             })
-          : await loadServedModel(path, common);
+          : await loadKernelsServedModel(path, options.kernels, common);
       name = served.name;
       return served;
     };
@@ -266,3 +293,23 @@ export const command = defineCommand({
     return 0;
   },
 });
+
+/** --expert-profile and --rebalance-experts, checked: only over nodes, a readable profile, 1..86400 s. */
+function expertOptions(
+  options: { 'expert-profile'?: string | undefined; 'rebalance-experts'?: number | undefined },
+  onNodes: boolean,
+): { expertProfile?: ExpertProfile; rebalanceEverySeconds?: number } {
+  const profile = options['expert-profile'];
+  const every = options['rebalance-experts'];
+  if ((profile !== undefined || every !== undefined) && !onNodes)
+    throw usage(
+      '--expert-profile and --rebalance-experts apply only with --nodes, --hosts or --cluster',
+      'add --nodes N --parallel ep, or drop them',
+    );
+  return {
+    ...(profile !== undefined ? { expertProfile: readExpertProfile(profile) } : {}),
+    ...(every !== undefined
+      ? { rebalanceEverySeconds: checkInteger('serve', 'rebalance-experts', every, 1, 86_400, 60) }
+      : {}),
+  };
+}

@@ -6,11 +6,14 @@ import { createInterface } from 'node:readline';
 import { TandemError } from '../../errors/index.js';
 import { resolveModelPath } from '../model-path.js';
 import { mac } from '../protocol.js';
+import { ShapedLink } from './bench-link.js';
 import { SliceServer } from './slice-server.js';
 
-/** One round's rates in MB/s (1e6 bytes), coordinator to member over 127.0.0.1. */
+/** One round's rates in MB/s (1e6 bytes), coordinator to member over 127.0.0.1 or a shaped link. */
 export interface BenchSlicesRow {
   round: number | 'best';
+  /** 'loopback', or the shaped link's rate (`--link`). */
+  link: string;
   /** A plain Node TCP stream of the model's size: the link as a Node process sees it. */
   tcp_MBps: number;
   /** iperf3 over the same link, when installed. */
@@ -26,11 +29,13 @@ export interface BenchSlicesRow {
 export interface BenchSlicesOptions {
   model: string;
   rounds: number;
+  /** A tc rate (`10gbit`): the member runs in a namespace behind a veth pair shaped to it. */
+  link?: string | undefined;
   onRow?: (r: BenchSlicesRow) => void;
 }
 
 /** A TCP server that sends 4 MiB buffers to whoever connects until they close. */
-async function tcpSource(): Promise<{ server: Server; port: number }> {
+async function tcpSource(host: string): Promise<{ server: Server; port: number }> {
   const block = randomBytes(4 * 1024 * 1024);
   const server = createServer((socket) => {
     socket.on('error', () => socket.destroy());
@@ -40,18 +45,22 @@ async function tcpSource(): Promise<{ server: Server; port: number }> {
     socket.on('drain', pump);
     pump();
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   return { server, port: (server.address() as { port: number }).port };
 }
 
-/** iperf3's receive rate over 127.0.0.1 for 2 s (MB/s), or undefined without iperf3. */
-function iperf3(): number | undefined {
+/**
+ * iperf3's receive rate for 2 s (MB/s) from this namespace to `to`, its server started by
+ * `wrap` (inside the link's namespace), or undefined without iperf3.
+ */
+function iperf3(to: string, wrap: (argv: string[]) => string[]): number | undefined {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const server = spawn('iperf3', ['-s', '-1', '-p', String(port)], { stdio: 'ignore' });
+  const [cmd, ...args] = wrap(['iperf3', '-s', '-1', '-p', String(port)]);
+  const server = spawn(cmd!, args, { stdio: 'ignore' });
   server.on('error', () => undefined);
   try {
     spawnSync('sleep', ['0.3']);
-    const r = spawnSync('iperf3', ['-c', '127.0.0.1', '-p', String(port), '-t', '2', '-J'], {
+    const r = spawnSync('iperf3', ['-c', to, '-p', String(port), '-t', '2', '-J'], {
       encoding: 'utf8',
       timeout: 20_000,
     });
@@ -96,25 +105,42 @@ function asker(child: ChildProcess): (line: string) => Promise<{ bytes: number; 
 
 /**
  * `tandem bench slices MODEL`: the model sent as slices from this process (the coordinator) to
- * a member process over 127.0.0.1, beside the link's raw rate measured in the same run (a
+ * a member process over 127.0.0.1 (or a link shaped to `link`), beside the link's raw rate measured in the same run (a
  * plain TCP stream, and iperf3 when installed); rounds alternate the three, the best of each counts.
  */
 export async function benchSlices(o: BenchSlicesOptions): Promise<BenchSlicesRow[]> {
   const model = resolveModelPath(o.model);
+  const link = o.link === undefined ? undefined : ShapedLink.open(o.link);
+  try {
+    return await benchOver(model, link, o);
+  } finally {
+    link?.close();
+  }
+}
+
+async function benchOver(
+  model: string,
+  link: ShapedLink | undefined,
+  o: BenchSlicesOptions,
+): Promise<BenchSlicesRow[]> {
+  const here = link?.here ?? '127.0.0.1';
+  const there = link?.there ?? '127.0.0.1';
+  const wrap = (argv: string[]): string[] => (link ? link.inside(argv) : argv);
   const secret = randomBytes(16).toString('hex');
   const server = await SliceServer.start({ model, mac: (role, n) => mac(secret, role, n) });
-  const source = await tcpSource();
-  const child = spawn(
+  const source = await tcpSource(here);
+  const [cmd, ...args] = wrap([
     process.execPath,
-    [
-      '--import',
-      import.meta.resolve('tsx'),
-      join(import.meta.dirname, 'bench-member.ts'),
-      server.addressFor('127.0.0.1').address,
-      String(server.source.size),
-    ],
-    { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, TANDEM_BENCH_SECRET: secret } },
-  );
+    '--import',
+    import.meta.resolve('tsx'),
+    join(import.meta.dirname, 'bench-member.ts'),
+    server.addressFor(here).address,
+    String(server.source.size),
+  ]);
+  const child = spawn(cmd!, args, {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, TANDEM_BENCH_SECRET: secret },
+  });
   const ask = asker(child);
   const rows: BenchSlicesRow[] = [];
   try {
@@ -122,12 +148,13 @@ export async function benchSlices(o: BenchSlicesOptions): Promise<BenchSlicesRow
     const warm = await ask('slices');
     const rate = (r: { bytes: number; ms: number }): number => r.bytes / 1e6 / (r.ms / 1000);
     for (let round = 1; round <= o.rounds; round++) {
-      const tcp = rate(await ask(`tcp 127.0.0.1:${source.port} ${warm.bytes}`));
+      const tcp = rate(await ask(`tcp ${here}:${source.port} ${warm.bytes}`));
       const slices = rate(await ask('slices'));
       const cached = rate(await ask('slices-cache'));
-      const raw = iperf3();
+      const raw = iperf3(there, wrap);
       const row = {
         round,
+        link: o.link ?? 'loopback',
         tcp_MBps: tcp,
         iperf3_MBps: raw,
         slices_MBps: slices,
@@ -142,6 +169,7 @@ export async function benchSlices(o: BenchSlicesOptions): Promise<BenchSlicesRow
     const iperfs = rows.flatMap((r) => (r.iperf3_MBps === undefined ? [] : [r.iperf3_MBps]));
     const bestRow: BenchSlicesRow = {
       round: 'best',
+      link: o.link ?? 'loopback',
       tcp_MBps: best('tcp_MBps'),
       iperf3_MBps: iperfs.length ? Math.max(...iperfs) : undefined,
       slices_MBps: best('slices_MBps'),

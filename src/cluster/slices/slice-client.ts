@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { isTandemError, TandemError } from '../../errors/index.js';
 import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.js';
-import { sha256, type ModelManifest } from './manifest.js';
+import { sha256OffThread, type ModelManifest } from './manifest.js';
 import type { SliceChunks } from './slice-cache.js';
 import {
   frameAssembler,
@@ -34,6 +34,11 @@ export class SliceClient {
   private failure: TandemError | undefined;
   /** Bytes of tensor data received over this connection. */
   received = 0;
+  /**
+   * Where the pieces of the rows asked for land as they arrive: `into` from `at` on (each
+   * piece's bytes copied there once, out of the read buffer); undefined between answers.
+   */
+  private target: { into: Uint8Array; at: number } | undefined;
   /** Takes the bytes of each read (from one reused buffer: `onread`). */
   private readonly feed: (data: Uint8Array) => void;
 
@@ -45,6 +50,7 @@ export class SliceClient {
     this.feed = frameAssembler(
       (f) => (this.onFrame ? this.onFrame(f) : this.queued.push(f)),
       (why) => this.fail(sliceProtocolError(why, address)),
+      (kind, length) => this.place(kind, length),
     );
     socket.on('close', () =>
       this.fail(
@@ -140,18 +146,24 @@ export class SliceClient {
     const lengths: number[] = [];
     const hashes: string[] = [];
     let at = 0;
-    await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash) => {
-      if (at + data.length > into.length)
-        throw sliceProtocolError(
-          `more bytes than rows [${start}, ${start + count}) of ${tensor} hold`,
-          this.address,
-        );
-      into.set(data, at);
-      at += data.length;
-      lengths.push(data.length);
-      hashes.push(hash);
-      return data.length;
-    });
+    this.target = { into, at: 0 };
+    try {
+      await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash) => {
+        if (at + data.length > into.length)
+          throw sliceProtocolError(
+            `more bytes than rows [${start}, ${start + count}) of ${tensor} hold`,
+            this.address,
+          );
+        // a placed piece is already there (place() put it at `at`)
+        if (data.buffer !== into.buffer || data.byteOffset !== into.byteOffset + at) into.set(data, at);
+        at += data.length;
+        lengths.push(data.length);
+        hashes.push(hash);
+        return data.length;
+      });
+    } finally {
+      this.target = undefined;
+    }
     if (at !== into.length)
       throw sliceProtocolError(
         `${at} bytes for rows [${start}, ${start + count}) of ${tensor} (${into.length} expected)`,
@@ -161,23 +173,34 @@ export class SliceClient {
     return { bytes: at, lengths, hashes };
   }
 
+  /** A chunk's data goes straight to the rows' destination, in order, while it has room (else a fresh buffer: the answer then fails its length check). */
+  private place(kind: number, length: number): { head: Buffer; body: Uint8Array } | undefined {
+    const t = this.target;
+    if (!t || kind !== FrameKind.chunk || length < 32 || t.at + length - 32 > t.into.length) return undefined;
+    const body = t.into.subarray(t.at, t.at + length - 32);
+    t.at += length - 32;
+    return { head: Buffer.allocUnsafe(32), body };
+  }
+
   /**
-   * Sends `r` and feeds each checked piece to `take` until the answer ends. A piece whose hash
-   * does not match is not passed on; the answer is drained, then CLUSTER_SLICE_CORRUPT thrown.
+   * Sends `r` and feeds each piece to `take` as it arrives, while its SHA-256 is checked on the
+   * thread pool (pieces hash in parallel with receiving). The answer counts only once every
+   * piece matched: otherwise the whole answer is drained, then CLUSTER_SLICE_CORRUPT thrown,
+   * and the bytes `take` got must not be used.
    */
   private async ask(
     r: SliceRequest,
     what: string,
-    take: (data: Buffer, hash: string) => number,
+    take: (data: Uint8Array, hash: string) => number,
   ): Promise<void> {
     await this.send(r);
     await this.readAnswer(what, take);
   }
 
-  private async readAnswer(what: string, take: (data: Buffer, hash: string) => number): Promise<void> {
+  private async readAnswer(what: string, take: (data: Uint8Array, hash: string) => number): Promise<void> {
     let corrupt: TandemError | undefined;
-    let piece = 0;
-    for (;;) {
+    const checks: Promise<void>[] = [];
+    for (let piece = 0; ; piece++) {
       const f = await this.next(this.idleMs, what);
       this.throwIfError(f);
       if (f.kind === FrameKind.end) break;
@@ -186,25 +209,32 @@ export class SliceClient {
           sliceProtocolError(`an unexpected frame (kind ${f.kind}) in ${what}`, this.address),
         );
       const hash = f.payload.subarray(0, 32).toString('hex');
-      const data = f.payload.subarray(32);
-      if (!corrupt && sha256(data) !== hash)
-        corrupt = new TandemError(
-          'CLUSTER_SLICE_CORRUPT',
-          `piece ${piece} of ${what} from ${this.address} does not match its SHA-256 (${data.length} bytes)`,
-          {
-            hint: 'the bytes were damaged on the way; they are fetched again. If it repeats, check the network and the memory of both machines',
-            details: { what, piece, address: this.address },
-          },
-        );
-      if (!corrupt)
-        try {
-          take(data, hash);
-        } catch (e) {
-          throw this.broken(e as TandemError);
-        }
-      piece++;
+      const data = f.body ?? f.payload.subarray(32);
+      const index = piece;
+      checks.push(
+        sha256OffThread(data).then((h) => {
+          if (h !== hash) corrupt ??= this.corruptPiece(what, index, data.length);
+        }),
+      );
+      try {
+        take(data, hash);
+      } catch (e) {
+        throw this.broken(e as TandemError);
+      }
     }
+    await Promise.all(checks);
     if (corrupt) throw corrupt;
+  }
+
+  private corruptPiece(what: string, piece: number, bytes: number): TandemError {
+    return new TandemError(
+      'CLUSTER_SLICE_CORRUPT',
+      `piece ${piece} of ${what} from ${this.address} does not match its SHA-256 (${bytes} bytes)`,
+      {
+        hint: 'the bytes were damaged on the way; they are fetched again. If it repeats, check the network and the memory of both machines',
+        details: { what, piece, address: this.address },
+      },
+    );
   }
 
   private send(r: SliceRequest): Promise<void> {

@@ -34,7 +34,20 @@ export const MAX_FRAME = 256 * 1024 * 1024;
 export interface Frame {
   kind: number;
   payload: Buffer;
+  /**
+   * Where a placed frame's payload went past its head (see FramePlace): `payload` is then only
+   * the head, and these bytes already sit where the receiver wanted them.
+   */
+  body?: Uint8Array;
 }
+
+/**
+ * Where the payload of a frame of `kind` and `length` bytes should be written instead of a
+ * fresh buffer: its first `head.length` bytes into `head`, the rest into `body` (the two
+ * lengths add up to `length`), or undefined for a fresh buffer. This lets a piece of tensor
+ * data land straight in its destination, copied once out of the socket's read buffer.
+ */
+export type FramePlace = (kind: number, length: number) => { head: Buffer; body: Uint8Array } | undefined;
 
 export type SliceRequest =
   { what: 'header' } | { what: 'manifest' } | { what: 'rows'; tensor: string; start: number; count: number };
@@ -90,22 +103,24 @@ export function parseJson(frame: Frame): Record<string, unknown> {
 
 /**
  * Assembles frames from bytes as they are read: each payload is allocated once, at its
- * length, and the read bytes are copied into it (so the caller may reuse its read buffer, as
- * `onread` does). An oversized frame ends the stream through `onBad`.
+ * length (or placed where `place` says), and the read bytes are copied into it (so the caller
+ * may reuse its read buffer, as `onread` does). An oversized frame ends the stream through `onBad`.
  */
 export function frameAssembler(
   onFrame: (f: Frame) => void,
   onBad: (why: string) => void,
+  place?: FramePlace,
 ): (data: Uint8Array) => void {
   const header = Buffer.alloc(5);
   let headerHave = 0;
-  let payload: Buffer | undefined;
+  let head: Buffer | undefined;
+  let body: Uint8Array | undefined;
   let have = 0;
   let broken = false;
   return (data) => {
     let at = 0;
     while (!broken && at < data.length) {
-      if (payload === undefined) {
+      if (head === undefined) {
         const n = Math.min(5 - headerHave, data.length - at);
         header.set(data.subarray(at, at + n), headerHave);
         headerHave += n;
@@ -116,16 +131,25 @@ export function frameAssembler(
           broken = true;
           return onBad(`a slice frame of ${need} bytes exceeds ${MAX_FRAME}`);
         }
-        payload = Buffer.allocUnsafeSlow(need);
+        const placed = place?.(header.readUInt8(0), need);
+        head = placed ? placed.head : Buffer.allocUnsafeSlow(need);
+        body = placed?.body;
         have = 0;
       }
-      const n = Math.min(payload.length - have, data.length - at);
-      payload.set(data.subarray(at, at + n), have);
+      // bytes [0, head.length) of the payload go to head, the rest to body
+      const total = head.length + (body?.length ?? 0);
+      const n = Math.min(total - have, data.length - at);
+      const inHead = Math.max(0, Math.min(n, head.length - have));
+      if (inHead > 0) head.set(data.subarray(at, at + inHead), have);
+      if (n > inHead) body!.set(data.subarray(at + inHead, at + n), have + inHead - head.length);
       have += n;
       at += n;
-      if (have === payload.length) {
-        const f = { kind: header.readUInt8(0), payload };
-        payload = undefined;
+      if (have === total) {
+        const f: Frame = body
+          ? { kind: header.readUInt8(0), payload: head, body }
+          : { kind: header.readUInt8(0), payload: head };
+        head = undefined;
+        body = undefined;
         headerHave = 0;
         onFrame(f);
       }

@@ -64,6 +64,8 @@ export interface ExpertRequest {
   width: number;
   /** The index of the share's first token in the whole batch (copies of an expert are chosen by it); default 0. */
   first?: number;
+  /** The model layer (experts may be placed per layer); default 0. */
+  layer?: number;
 }
 
 /**

@@ -158,7 +158,8 @@ export async function moeFfn(
 
 /**
  * The mixture-of-experts FFN under expert parallel, into `out` [n, width] complete on every
- * rank: the routed experts live whole on the ranks of the group. This rank routes its share
+ * rank: the routed experts live whole on the ranks of the group (`layer`: the model layer, whose
+ * placement the dispatch follows). This rank routes its share
  * of the tokens, `dispatch` sends them to their experts' ranks and brings the outputs back,
  * and this rank combines its tokens; the group's sum then puts every rank's tokens in every
  * `out` (the other ranks add zeros there: exact), and the shared expert is added as in
@@ -177,6 +178,7 @@ export async function moeFfnDispatched(
   dispatch: ExpertDispatch,
   comm: ShardComm,
   onRoute?: (ids: Int32Array) => void,
+  layer = 0,
 ): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
@@ -190,7 +192,15 @@ export async function moeFfnDispatched(
     m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   onRoute?.(ids);
-  const request = { rows: x.subarray(start * width, end * width), ids, tokens: m, used, width, first: start };
+  const request = {
+    rows: x.subarray(start * width, end * width),
+    ids,
+    tokens: m,
+    used,
+    width,
+    first: start,
+    layer,
+  };
   const y = await dispatch.dispatch(request, (e, rows, o, r) => {
     const ffn = w.experts.get(e);
     assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);

@@ -16,8 +16,14 @@ import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { prefillPiece } from './prefill.js';
-import { fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
-import { leafParts, loadShardWeights, type ShardWeights } from './weights.js';
+import { expertsInLayer, fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
+import {
+  leafParts,
+  loadLayerExperts,
+  loadShardWeights,
+  type FfnWeights,
+  type ShardWeights,
+} from './weights.js';
 
 export interface LoadOptions {
   /** The part of the model to hold; default the whole model. */
@@ -38,6 +44,14 @@ export interface SessionOptions {
   contextLength?: number;
   /** KV cache element type; default f32. */
   kvType?: KvCacheType;
+}
+
+/** A placement of experts loaded beside the one in use (Model.stageExperts). */
+export interface StagedExperts {
+  /** The shard once switched. */
+  readonly shard: ShardSpec;
+  /** By local layer: the experts loaded for it. */
+  readonly loaded: readonly ReadonlyMap<number, FfnWeights>[];
 }
 
 /** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
@@ -63,13 +77,14 @@ export class Model {
   private constructor(
     readonly kernels: Kernels,
     readonly config: ModelConfig,
-    readonly shard: ShardSpec,
+    private held: ShardSpec,
     private readonly weights: ShardWeights,
     private readonly comm: ShardComm,
+    private readonly group: readonly ShardSpec[] | undefined,
   ) {
-    this.layout = headLayout(config, shard);
+    this.layout = headLayout(config, held);
     this.expertLoad =
-      config.expertCount > 0 ? new ExpertLoad(rangeLength(shard.layers), config.expertCount) : undefined;
+      config.expertCount > 0 ? new ExpertLoad(rangeLength(held.layers), config.expertCount) : undefined;
     this.parts = Math.max(
       1,
       ...weights.layers.flatMap((l) => [leafParts(l.attention.o), ...(l.ffn ? [leafParts(l.ffn.down)] : [])]),
@@ -92,7 +107,61 @@ export class Model {
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
     const weights = await loadShardWeights(file, kernels, config, shard, options.group, options.onLayer);
-    return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm);
+    return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm, options.group);
+  }
+
+  /** The part of the model held now (its experts change with switchExperts). */
+  get shard(): ShardSpec {
+    return this.held;
+  }
+
+  /**
+   * Loads, beside the experts this shard holds, those of `layerExperts` (one list per model
+   * layer) that it lacks: a new placement of experts, staged while forwards go on (it yields
+   * to the event loop after each expert). Nothing a forward uses changes until switchExperts.
+   */
+  async stageExperts(file: ModelFile, layerExperts: readonly (readonly number[])[]): Promise<StagedExperts> {
+    const next: ShardSpec = {
+      ...this.held,
+      experts: [...new Set(layerExperts.flat())].sort((a, b) => a - b),
+      layerExperts: layerExperts.map((l) => [...l].sort((a, b) => a - b)),
+    };
+    validateShard(this.config, next);
+    const loaded: Map<number, FfnWeights>[] = [];
+    for (let l = 0; l < this.weights.layers.length; l++) {
+      const layer = this.held.layers.start + l;
+      const have = this.weights.layers[l]!.moe?.experts;
+      const lack = expertsInLayer(next, layer).filter((e) => !have?.has(e));
+      const got = new Map<number, FfnWeights>();
+      for (const e of lack) {
+        const one = await loadLayerExperts(file, this.kernels, this.config, next, this.group, layer, [e]);
+        for (const [id, w] of one) got.set(id, w);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      loaded.push(got);
+    }
+    return { shard: next, loaded };
+  }
+
+  /**
+   * Holds the staged placement from the next forward on (call it between forwards); returns
+   * the weights of the experts let go, which no forward uses any more.
+   */
+  switchExperts(staged: StagedExperts): FfnWeights[] {
+    const dropped: FfnWeights[] = [];
+    this.weights.layers.forEach((w, l) => {
+      if (!w.moe) return;
+      const keep = new Set(expertsInLayer(staged.shard, this.held.layers.start + l));
+      const experts = new Map<number, FfnWeights>();
+      for (const [e, ffn] of w.moe.experts) {
+        if (keep.has(e)) experts.set(e, ffn);
+        else dropped.push(ffn);
+      }
+      for (const [e, ffn] of staged.loaded[l] ?? []) experts.set(e, ffn);
+      w.moe.experts = new Map([...experts].sort((a, b) => a[0] - b[0]));
+    });
+    this.held = staged.shard;
+    return dropped;
   }
 
   /** A new KV cache sized for this shard. */
@@ -183,6 +252,7 @@ export class Model {
           experts,
           this.comm,
           onRoute,
+          this.held.layers.start + l,
         );
       else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm, onRoute);
       else {

@@ -28,6 +28,11 @@ export interface ShardSpec {
   heads: Range;
   ffn: Range;
   experts: readonly number[];
+  /**
+   * Expert parallel with a placement per layer: layerExperts[i] lists the routed experts held
+   * in model layer i (absent: `experts` in every layer); `experts` is then their union.
+   */
+  layerExperts?: readonly (readonly number[])[];
   expertFfn: Range;
   /** Shared-expert hidden units (qwen2moe), split like `ffn`. */
   sharedFfn: Range;
@@ -78,8 +83,37 @@ export function validateShard(config: ModelConfig, shard: ShardSpec): void {
   checkRange('expertFfn', shard.expertFfn, config.expertFeedForwardLength, true);
   checkRange('sharedFfn', shard.sharedFfn, config.sharedExpertFeedForwardLength, true);
   checkRange('vocab', shard.vocab, config.vocabSize, !shard.head);
+  checkExperts(config, shard.experts);
+  if (shard.layerExperts) {
+    if (shard.layerExperts.length !== config.blockCount)
+      throw new TandemError(
+        'MODEL_SHARD',
+        `shard lists experts for ${shard.layerExperts.length} layers; the model has ${config.blockCount}`,
+        {
+          hint: 'give one expert list per layer of the model',
+          details: { layers: shard.layerExperts.length, blockCount: config.blockCount },
+        },
+      );
+    const union = new Set(shard.experts);
+    for (const held of shard.layerExperts) {
+      checkExperts(config, held);
+      if (held.some((e) => !union.has(e)))
+        throw new TandemError('MODEL_SHARD', 'a layer holds an expert the shard does not list in `experts`', {
+          hint: "`experts` must be the union of every layer's experts",
+          details: { experts: [...held] },
+        });
+    }
+  }
+}
+
+/** The routed experts the shard holds in model layer `layer`. */
+export function expertsInLayer(shard: ShardSpec, layer: number): readonly number[] {
+  return shard.layerExperts?.[layer] ?? shard.experts;
+}
+
+function checkExperts(config: ModelConfig, experts: readonly number[]): void {
   const seen = new Set<number>();
-  for (const e of shard.experts) {
+  for (const e of experts) {
     if (!Number.isInteger(e) || e < 0 || e >= config.expertCount || seen.has(e)) {
       throw new TandemError(
         'MODEL_SHARD',

@@ -6,7 +6,7 @@ import type { ModelConfig } from './config.js';
 import { treeSpares, type SumTree } from '../../kernels/reduce-native.js';
 import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves, type GroupSum } from './leaves.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
-import { kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
+import { expertsInLayer, kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
 import { tensorSplit } from './tp-split.js';
 
 /**
@@ -375,6 +375,48 @@ async function loadFfn(
   };
 }
 
+/** Routed experts `ids` of model layer `i`, each over the shard's slice of its hidden units. */
+async function loadRoutedExperts(
+  l: WeightLoader,
+  c: ModelConfig,
+  s: ShardSpec,
+  i: number,
+  ids: readonly number[],
+  cuts: ColumnCuts,
+): Promise<Map<number, FfnWeights>> {
+  const p = `blk.${i}.`;
+  const experts = new Map<number, FfnWeights>();
+  const names: [string, string, string] = [
+    `${p}ffn_gate_exps.weight`,
+    `${p}ffn_up_exps.weight`,
+    `${p}ffn_down_exps.weight`,
+  ];
+  if (rangeLength(s.expertFfn) === 0) return experts;
+  for (const e of ids)
+    experts.set(
+      e,
+      await loadFfn(l, names, c.embeddingLength, c.expertFeedForwardLength, s.expertFfn, e, cuts),
+    );
+  return experts;
+}
+
+/**
+ * Loads routed experts `ids` of model layer `layer` for a shard already loaded (`group` as
+ * at its load): what a re-placement of experts adds beside the ones the shard holds.
+ */
+export async function loadLayerExperts(
+  file: ModelFile,
+  kernels: Kernels,
+  c: ModelConfig,
+  s: ShardSpec,
+  group: readonly ShardSpec[] | undefined,
+  layer: number,
+  ids: readonly number[],
+): Promise<Map<number, FfnWeights>> {
+  const cuts = columnCuts(file, c, group);
+  return loadRoutedExperts(new WeightLoader(file, kernels), c, s, layer, ids, cuts.experts);
+}
+
 async function loadMoe(
   l: WeightLoader,
   c: ModelConfig,
@@ -384,19 +426,9 @@ async function loadMoe(
 ): Promise<MoeWeights> {
   const p = `blk.${i}.`;
   const width = c.embeddingLength;
-  const experts = new Map<number, FfnWeights>();
-  const names: [string, string, string] = [
-    `${p}ffn_gate_exps.weight`,
-    `${p}ffn_up_exps.weight`,
-    `${p}ffn_down_exps.weight`,
-  ];
-  for (const e of s.experts) {
-    if (rangeLength(s.expertFfn) > 0)
-      experts.set(e, await loadFfn(l, names, width, c.expertFeedForwardLength, s.expertFfn, e, cuts.experts));
-  }
   const moe: MoeWeights = {
     router: await l.matrix(`${p}ffn_gate_inp.weight`, { rows: c.expertCount, cols: width }),
-    experts,
+    experts: await loadRoutedExperts(l, c, s, i, expertsInLayer(s, i), cuts.experts),
   };
   if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.sharedFfn) > 0) {
     const shNames: [string, string, string] = [

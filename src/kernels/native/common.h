@@ -1,5 +1,5 @@
-// Shared by the native kernels (kernels.c, gemm-vnni.c, ops.c): includes, the thread split
-// and f16 helpers. Every kernel takes `base` (the WebAssembly memory's address) and byte
+// Shared by the native kernels (x86: kernels.c, gemm-vnni.c, ops.c, kquant.c, q4-vnni.c;
+// arm64: the *-neon.c files, see neon.h): includes, the thread split and f16 helpers. Every kernel takes `base` (the WebAssembly memory's address) and byte
 // offsets into it; thread tid of nt computes [part(total, tid), part(total, tid + 1)).
 #ifndef TK_COMMON_H
 #define TK_COMMON_H
@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #if defined(__AVX2__) || defined(__AVX512BW__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 // Bytes ahead of a streamed weight row to prefetch (measured: 2-8 KiB all reach DRAM bandwidth).
@@ -31,5 +34,17 @@ static inline float f16(uint16_t h) {
 // f32 -> nearest f16 value (round to nearest even), as f32.
 static inline float round_f16(float v) { return _cvtsh_ss(_cvtss_sh(v, 0)); }
 
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON)
+// f16 bit pattern -> f32 (exact) and f32 -> nearest-even f16 value as f32 (the FPCR's default
+// rounding), through the IEEE __fp16 type that AArch64 compilers provide.
+static inline float f16(uint16_t h) {
+  __fp16 v;
+  __builtin_memcpy(&v, &h, 2);
+  return (float)v;
+}
+static inline float round_f16(float v) { return (float)(__fp16)v; }
+#define PREFETCH_R(p) __builtin_prefetch((const void *)(p), 0, 3)
 #endif
 #endif

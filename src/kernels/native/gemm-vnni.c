@@ -36,7 +36,7 @@ static inline float quant_block(const float *xb, uint32_t q[8], int32_t *sum) {
 // x [n, cols] f32 -> per token xq [ng * 512] s8 in the weights' lane order, then dxc
 // [2][ng * 16]: the block scales d (f32) and the corrections -128 * sum(q) (i32), padding 0.
 // Quantised as quant_q8_0 (wasm) and llama.cpp: d = f16(amax / 127), q = round-even(x / d').
-void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt) {
+void tk_q8l_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
   const int ng = (nb + 15) / 16;
@@ -102,7 +102,7 @@ static inline __attribute__((always_inline)) void row_q8l(const uint8_t *wr, con
   for (int t = 0; t < T; t++) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
 }
 
-// Rows [r0, r1) times n tokens (xq, dxc from tk_q8_prep), runs of up to 8 tokens per pass.
+// Rows [r0, r1) times n tokens (xq, dxc from tk_q8l_prep), runs of up to 8 tokens per pass.
 static void rows_q8l(uint8_t *m, uint32_t wq, uint32_t ws, int ng, int r0, int r1, uint32_t xq, uint32_t dxc, int n, float *y, int ystride) {
   const size_t xstride = (size_t)ng * 512;
   const size_t dstride = (size_t)ng * 32;
@@ -130,7 +130,7 @@ static void rows_q8l(uint8_t *m, uint32_t wq, uint32_t ws, int ng, int r0, int r
 // n tokens (any n; the matmul takes it below GEMM_TOKENS, matvecRows at any n): token t's
 // outputs are bit for bit those of n = 1 on x_t alone; each weight row is read once per run
 // of up to 8 tokens. Threads split the 4-row tiles.
-void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+void tk_mm_q8l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int ng = (cols / 32 + 15) / 16;
   rows_q8l(m, wq, ws, ng, 4 * part(tiles, tid, nt), 4 * part(tiles, tid + 1, nt), xq, dxc, n, (float *)(m + y), ystride);
@@ -141,7 +141,7 @@ void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, 
 // dxt [G][nb][2][16]: per block the 16 tokens' scales (f32, 0 for zero tokens), then their
 // corrections -128 * sum(q) (i32). One vpdpbusd with 4 weight bytes broadcast then advances
 // 16 tokens at once.
-void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt) {
+void tk_q8lt_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
   const int groups = (n + 15) / 16;
@@ -217,7 +217,7 @@ static void gemm_q8t_rows(uint8_t *m, uint32_t wq, uint32_t ws, int nb, int pr, 
 // of pair pr (8, 4 or none) for thread tid, whose pairs end at p1.
 static inline int pair_rows(int pr, int p1, int tiles, int tid, int nt) { return pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0); }
 
-void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int p1 = part(tiles / 2, tid + 1, nt);
   for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
@@ -227,13 +227,13 @@ void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, 
   }
 }
 
-// A prefill GEMM and one-token rows in one pass over the weights: tokens 0..n-1 as tk_mm_q8t
-// (xt, dxt from tk_q8t_prep; n >= GEMM_TOKENS), then d more tokens (xq, dxc from tk_q8_prep)
-// each as tk_mm_q8v, over each 8-row tile while it is still in cache. Token n + t's outputs go
-// to row n + t of y and are bit for bit those of tk_mm_q8v on it alone; rows 0..n-1 those of
-// tk_mm_q8t. So decode steps of other sequences ride along a prefill without streaming the
+// A prefill GEMM and one-token rows in one pass over the weights: tokens 0..n-1 as tk_mm_q8lt
+// (xt, dxt from tk_q8lt_prep; n >= GEMM_TOKENS), then d more tokens (xq, dxc from tk_q8l_prep)
+// each as tk_mm_q8l, over each 8-row tile while it is still in cache. Token n + t's outputs go
+// to row n + t of y and are bit for bit those of tk_mm_q8l on it alone; rows 0..n-1 those of
+// tk_mm_q8lt. So decode steps of other sequences ride along a prefill without streaming the
 // weights a second time.
-void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
+void tk_mm_q8ltv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int ng = (cols / 32 + 15) / 16;
   float *yv = (float *)(m + y) + (size_t)n * ystride;
@@ -246,7 +246,7 @@ void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt,
   }
 }
 
-// ---- K-quant prefill GEMM (tokens across the lanes, as mm_q8t) ------------------------------
+// ---- K-quant prefill GEMM (tokens across the lanes, 15-token groups as tk_q8t_prep in q4-vnni.c) 
 // tk_kt_prep transposes the q8_K activations of quant_q8_k (x16 [n, cols] i16, xd [n, nb] f32,
 // xs [n, cols/32] i32 sums) into groups of 15 tokens + a zero token: xt [G][cols/4][16] u32
 // (q + 128), dxt [G][nb][16] f32, bst [G][cols/32][16] f32 (the sums, exact in f32).

@@ -48,10 +48,15 @@ export class GpuDevice {
     };
   }
 
-  /** Opens the adapter's device with its full buffer and workgroup limits. */
-  static async open(): Promise<GpuDevice> {
+  /**
+   * Opens the adapter's device with its full buffer and workgroup limits, or with `lower`
+   * ones where given (tests: a model past a small device's limits on any adapter).
+   */
+  static async open(lower: Partial<GpuLimits> = {}): Promise<GpuDevice> {
     const found = await findAdapter();
-    const l = found.limits;
+    const l = { ...found.limits };
+    for (const [key, value] of Object.entries(lower) as [keyof GpuLimits, number][])
+      l[key] = Math.min(l[key], value);
     let device: GPUDevice;
     try {
       device = await found.adapter.requestDevice({

@@ -5,10 +5,21 @@ import { ropeAngles } from '../ref/ops-ref.js';
 import { dequantRow } from '../ref/quant-ref.js';
 import type { KvCache, KvCacheOptions, RopeParams, WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
+import {
+  GpuLayerLoader,
+  destroyLayer,
+  layerMatrices,
+  type GpuLayerWeights,
+  type GpuTensorReader,
+} from './gpu-layer-weights.js';
+import { GpuMoe, type GpuMoeShape } from './gpu-moe.js';
 import { GpuOps } from './gpu-ops.js';
 import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
 
-/** The hyperparameters of a llama-architecture model the GPU forward pass needs. */
+/**
+ * The hyperparameters of a llama-family model (llama, qwen2/qwen3, their MoE variants) the
+ * GPU forward pass needs; qwen2's biases and qwen3's q/k norms are found by their tensors.
+ */
 export interface GpuLlamaSpec {
   vocabSize: number;
   /** Width of the residual stream. */
@@ -21,10 +32,9 @@ export interface GpuLlamaSpec {
   headDim: number;
   rmsEps: number;
   rope: RopeParams;
+  /** Mixture of experts (absent: dense); `width` is the model's. */
+  moe?: Omit<GpuMoeShape, 'width'>;
 }
-
-/** A tensor by its GGUF name as raw ggml rows; undefined when the model has none of that name. */
-export type GpuTensorReader = (name: string) => Promise<WeightSource | undefined>;
 
 /** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
 export interface GpuSequence {
@@ -44,32 +54,25 @@ export class GpuKvCache implements KvCache {
   ) {}
 }
 
-interface LayerWeights {
-  attnNorm: GPUBuffer;
-  q: GpuWeight;
-  k: GpuWeight;
-  v: GpuWeight;
-  o: GpuWeight;
-  ffnNorm: GPUBuffer;
-  gate: GpuWeight;
-  up: GpuWeight;
-  down: GpuWeight;
-}
+/** Where a forward's rows go: one sequence's chunk from pos0, or each row its own sequence's decode step. */
+type RowsKv = { cache: GpuKvCache; pos0: number } | { rows: readonly { cache: GpuKvCache; pos: number }[] };
 
 /** Tokens per recorded chunk of a prefill: bounds the activation and attention-score buffers. */
 export const GPU_CHUNK = 64;
 const CHUNK = GPU_CHUNK;
 
 /**
- * A llama-architecture model held on the GPU: weights uploaded once, the KV cache on the
- * GPU, and a forward pass that records every layer of a chunk of tokens into one compute pass
- * (one submission) and reads back only the logits of the last token. The embedding rows are
- * dequantised on the host (one row per token) and written in; RoPE's angles are computed on
- * the host by the reference's ropeAngles, so the GPU only rotates.
+ * A llama-family model held on the GPU: weights uploaded once, the KV cache on the GPU, and
+ * a forward pass that records every layer of a chunk of tokens into one compute pass (one
+ * submission) and reads back only logits. The embedding rows are dequantised on the host
+ * (one row per token) and written in; RoPE's angles are computed on the host by the
+ * reference's ropeAngles, so the GPU only rotates. A prefill chunk's matmuls run tiled; a
+ * batched decode step's rows run per row, each as it would alone (batch-invariant).
  */
 export class GpuLlama {
   private readonly ops: GpuOps;
   private readonly buf: Record<string, GPUBuffer> = {};
+  private readonly moe: GpuMoe | undefined;
   private scores: GPUBuffer | undefined;
   private scoresFloats = 0;
 
@@ -77,7 +80,7 @@ export class GpuLlama {
     readonly gpu: GpuDevice,
     readonly spec: GpuLlamaSpec,
     private readonly embed: WeightSource,
-    private readonly layers: readonly LayerWeights[],
+    private readonly layers: readonly GpuLayerWeights[],
     private readonly outputNorm: GPUBuffer,
     private readonly output: GpuWeight,
   ) {
@@ -89,18 +92,20 @@ export class GpuLlama {
       q: s.heads * s.headDim,
       k: s.kvHeads * s.headDim,
       v: s.kvHeads * s.headDim,
+      qn: s.heads * s.headDim,
+      kn: s.kvHeads * s.headDim,
       att: s.heads * s.headDim,
       tmp: s.width,
       gate: s.ffn,
       up: s.ffn,
       h: s.ffn,
       cs: (s.rope.ropeDim ?? s.headDim) + 1,
+      lastN: s.width,
+      logits: s.vocabSize,
     };
     for (const [name, floats] of Object.entries(sizes))
-      this.buf[name] = gpu.storage(4 * CHUNK * floats, name);
-    this.buf['last'] = gpu.storage(4 * s.width, 'last');
-    this.buf['lastN'] = gpu.storage(4 * s.width, 'lastN');
-    this.buf['logits'] = gpu.storage(4 * s.vocabSize, 'logits');
+      this.buf[name] = gpu.storage(4 * CHUNK * Math.max(1, floats), name);
+    this.moe = s.moe ? new GpuMoe(gpu, this.ops, { ...s.moe, width: s.width }, CHUNK) : undefined;
   }
 
   /** Uploads the weights named as in GGUF (`blk.N.attn_q.weight`, ...); `onLayer` after each layer. */
@@ -110,34 +115,14 @@ export class GpuLlama {
     read: GpuTensorReader,
     onLayer?: (loaded: number, total: number) => void,
   ): Promise<GpuLlama> {
-    const need = async (name: string): Promise<WeightSource> => {
-      const w = await read(name);
-      if (!w)
-        throw new TandemError('KERNELS_BAD_SHAPE', `the model has no tensor '${name}'`, {
-          hint: 'the WebGPU forward pass runs llama-architecture GGUF files; check the file',
-        });
-      return { ...w, name };
-    };
-    const vector = async (name: string): Promise<GPUBuffer> => gpu.upload(toF32(await need(name)), name);
-    const matrix = async (name: string): Promise<GpuWeight> => uploadGpuWeight(gpu, await need(name));
-    const embed = await need('token_embd.weight');
-    const layers: LayerWeights[] = [];
+    const loader = new GpuLayerLoader(gpu, read);
+    const embed = await loader.need('token_embd.weight');
+    const layers: GpuLayerWeights[] = [];
     for (let l = 0; l < spec.layers; l++) {
-      const b = `blk.${l}.`;
-      layers.push({
-        attnNorm: await vector(`${b}attn_norm.weight`),
-        q: await matrix(`${b}attn_q.weight`),
-        k: await matrix(`${b}attn_k.weight`),
-        v: await matrix(`${b}attn_v.weight`),
-        o: await matrix(`${b}attn_output.weight`),
-        ffnNorm: await vector(`${b}ffn_norm.weight`),
-        gate: await matrix(`${b}ffn_gate.weight`),
-        up: await matrix(`${b}ffn_up.weight`),
-        down: await matrix(`${b}ffn_down.weight`),
-      });
+      layers.push(await loader.layer(l, spec.moe?.experts ?? 0));
       onLayer?.(l + 1, spec.layers);
     }
-    const outputNorm = await vector('output_norm.weight');
+    const outputNorm = await loader.vector('output_norm.weight');
     const outSource = (await read('output.weight')) ?? embed;
     const output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
     return new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
@@ -145,10 +130,7 @@ export class GpuLlama {
 
   /** Bytes of weights on the GPU. */
   get weightBytes(): number {
-    return [this.output, ...this.layers.flatMap((l) => [l.q, l.k, l.v, l.o, l.gate, l.up, l.down])].reduce(
-      (sum, w) => sum + w.bytes,
-      0,
-    );
+    return [this.output, ...this.layers.flatMap(layerMatrices)].reduce((sum, w) => sum + w.bytes, 0);
   }
 
   /** A KV cache on the GPU; f32 only (the f16 cache's rounding is the CPU backends'). */
@@ -173,28 +155,62 @@ export class GpuLlama {
    * [vocab] of the last one. Throws (from reserve) before computing when they do not fit.
    */
   async forward(tokens: ArrayLike<number>, seq: GpuSequence): Promise<Float32Array> {
-    const cache = seq.cache;
-    assert.ok(cache instanceof GpuKvCache, 'forward takes a sequence whose cache this model created');
+    const cache = gpuCache(seq);
     assert.ok(tokens.length > 0, 'forward needs at least one token');
     seq.reserve(tokens.length);
-    const width = this.spec.width;
     let n = 0;
     for (let s = 0; s < tokens.length; s += n) {
       n = Math.min(CHUNK, tokens.length - s);
-      this.writeInputs(Array.prototype.slice.call(tokens, s, s + n) as number[], seq.length);
-      for (let l = 0; l < this.spec.layers; l++) this.layer(l, n, seq.length, cache);
+      const chunk = Array.prototype.slice.call(tokens, s, s + n) as number[];
+      this.writeInputs(
+        chunk,
+        chunk.map((_, t) => seq.length + t),
+      );
+      this.runLayers(n, { cache, pos0: seq.length }, false);
       seq.advance(n);
     }
-    const b = this.buf as Record<string, GPUBuffer>;
-    const ops = this.ops;
-    ops.copy(b['x']!, b['last']!, width, 0, (n - 1) * width);
-    ops.rmsNorm(b['last']!, this.outputNorm, this.spec.rmsEps, b['lastN']!, 1, width);
-    ops.matmul(this.output, b['lastN']!, b['logits']!, 1);
-    return this.gpu.read(b['logits']!, 4 * this.spec.vocabSize);
+    return (await this.logitsOf(n - 1, 1))[0] as Float32Array;
   }
 
-  /** The chunk's embedding rows [n, width] and RoPE's cos/sin [n, half] each, written in. */
-  private writeInputs(tokens: readonly number[], pos0: number): void {
+  /**
+   * One decode step of several sequences: tokens[t] at the next position of seqs[t]. Each
+   * row's logits are bit for bit those of `forward([tokens[t]], seqs[t])`: every kernel of
+   * the step computes a row in workgroups of its own with the dispatch a lone token gets
+   * (per-row matmuls, per-row attention against the row's cache), whatever the batch.
+   */
+  async forwardBatch(tokens: readonly number[], seqs: readonly GpuSequence[]): Promise<Float32Array[]> {
+    assert.equal(tokens.length, seqs.length, 'forwardBatch takes one sequence per token');
+    assert.equal(new Set(seqs).size, seqs.length, 'forwardBatch takes one token per sequence');
+    for (const seq of seqs) seq.reserve(1);
+    const out: Float32Array[] = [];
+    for (let s = 0; s < tokens.length; s += CHUNK) {
+      const group = seqs.slice(s, s + CHUNK);
+      const rows = group.map((seq) => ({ cache: gpuCache(seq), pos: seq.length }));
+      this.writeInputs(
+        tokens.slice(s, s + CHUNK),
+        rows.map((r) => r.pos),
+      );
+      this.runLayers(rows.length, { rows }, true);
+      for (const seq of group) seq.advance(1);
+      out.push(...(await this.logitsOf(0, rows.length)));
+    }
+    return out;
+  }
+
+  /** Records the output head over `count` rows of x from row `first`, per row, and reads their logits back. */
+  private async logitsOf(first: number, count: number): Promise<Float32Array[]> {
+    const { width, vocabSize } = this.spec;
+    const b = this.buf as Record<string, GPUBuffer>;
+    const rows = first === 0 ? b['x']! : b['tmp']!;
+    if (first > 0) this.ops.copy(b['x']!, rows, count * width, 0, first * width);
+    this.ops.rmsNorm(rows, this.outputNorm, this.spec.rmsEps, b['lastN']!, count, width);
+    this.ops.matmul(this.output, b['lastN']!, b['logits']!, count, vocabSize, 0, true);
+    const all = await this.gpu.read(b['logits']!, 4 * count * vocabSize);
+    return Array.from({ length: count }, (_, t) => all.slice(t * vocabSize, (t + 1) * vocabSize));
+  }
+
+  /** The rows' embeddings [n, width] and RoPE's cos/sin [n, half] each at `positions`, written in. */
+  private writeInputs(tokens: readonly number[], positions: readonly number[]): void {
     // queued writes land before anything not yet submitted: submit the previous chunk first
     this.gpu.flush();
     const { width, vocabSize, rope } = this.spec;
@@ -218,7 +234,7 @@ export class GpuLlama {
     const cs = new Float32Array(2 * n * half);
     for (let t = 0; t < n; t++)
       ropeAngles(
-        pos0 + t,
+        positions[t] as number,
         rope,
         cs.subarray(t * half, (t + 1) * half),
         cs.subarray((n + t) * half, (n + t + 1) * half),
@@ -227,42 +243,75 @@ export class GpuLlama {
     this.gpu.write(this.buf['cs']!, cs);
   }
 
-  /** Records layer l over the chunk's n tokens at positions pos0.. (x updated in place). */
-  private layer(l: number, n: number, pos0: number, cache: GpuKvCache): void {
+  /** Records every layer over the n rows of x (updated in place). */
+  private runLayers(n: number, kv: RowsKv, perRow: boolean): void {
     const s = this.spec;
-    const w = this.layers[l] as LayerWeights;
     const b = this.buf as Record<string, GPUBuffer>;
     const ops = this.ops;
+    for (let l = 0; l < s.layers; l++) {
+      const w = this.layers[l] as GpuLayerWeights;
+      ops.rmsNorm(b['x']!, w.attnNorm, s.rmsEps, b['xn']!, n, s.width);
+      this.attention(l, w, n, kv, perRow);
+      ops.matmul(w.o, b['att']!, b['tmp']!, n, s.width, 0, perRow);
+      ops.add(b['x']!, b['tmp']!, n * s.width);
+      ops.rmsNorm(b['x']!, w.ffnNorm, s.rmsEps, b['xn']!, n, s.width);
+      if (w.moe) (this.moe as GpuMoe).record(w.moe, b['xn']!, b['tmp']!, n, perRow);
+      else if (w.ffn) {
+        ops.matmul(w.ffn.gate, b['xn']!, b['gate']!, n, s.ffn, 0, perRow);
+        ops.matmul(w.ffn.up, b['xn']!, b['up']!, n, s.ffn, 0, perRow);
+        ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
+        ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
+      }
+      ops.add(b['x']!, b['tmp']!, n * s.width);
+    }
+  }
+
+  /** Layer l's attention over the n rows of xn into att: q/k/v (biases, q/k norms), RoPE, cache store, GQA. */
+  private attention(l: number, w: GpuLayerWeights, n: number, kv: RowsKv, perRow: boolean): void {
+    const s = this.spec;
+    const b = this.buf as Record<string, GPUBuffer>;
+    const ops = this.ops;
+    const qw = s.heads * s.headDim;
     const kvWidth = s.kvHeads * s.headDim;
     const half = (s.rope.ropeDim ?? s.headDim) / 2;
     const neox = s.rope.style === 'neox';
-    ops.rmsNorm(b['x']!, w.attnNorm, s.rmsEps, b['xn']!, n, s.width);
-    ops.matmul(w.q, b['xn']!, b['q']!, n);
-    ops.matmul(w.k, b['xn']!, b['k']!, n);
-    ops.matmul(w.v, b['xn']!, b['v']!, n);
-    ops.rope(b['q']!, b['cs']!, n, s.heads, s.headDim, half, neox);
-    ops.rope(b['k']!, b['cs']!, n, s.kvHeads, s.headDim, half, neox);
-    ops.copy(b['k']!, cache.k[l]!, n * kvWidth, pos0 * kvWidth);
-    ops.copy(b['v']!, cache.v[l]!, n * kvWidth, pos0 * kvWidth);
+    ops.matmul(w.q, b['xn']!, b['q']!, n, qw, 0, perRow);
+    ops.matmul(w.k, b['xn']!, b['k']!, n, kvWidth, 0, perRow);
+    ops.matmul(w.v, b['xn']!, b['v']!, n, kvWidth, 0, perRow);
+    if (w.qBias) ops.addBias(b['q']!, w.qBias, n, qw);
+    if (w.kBias) ops.addBias(b['k']!, w.kBias, n, kvWidth);
+    if (w.vBias) ops.addBias(b['v']!, w.vBias, n, kvWidth);
+    // qwen3: RMSNorm over each head, [n, heads, hd] as [n * heads, hd] rows
+    const q = w.qNorm ? b['qn']! : b['q']!;
+    const k = w.kNorm ? b['kn']! : b['k']!;
+    if (w.qNorm) ops.rmsNorm(b['q']!, w.qNorm, s.rmsEps, q, n * s.heads, s.headDim);
+    if (w.kNorm) ops.rmsNorm(b['k']!, w.kNorm, s.rmsEps, k, n * s.kvHeads, s.headDim);
+    ops.rope(q, b['cs']!, n, s.heads, s.headDim, half, neox);
+    ops.rope(k, b['cs']!, n, s.kvHeads, s.headDim, half, neox);
     const scale = Math.fround(1 / Math.fround(Math.sqrt(s.headDim)));
-    const stride = pos0 + n;
-    ops.attention(b['q']!, cache.k[l]!, cache.v[l]!, this.scoresFor(n * s.heads * stride), b['att']!, {
-      heads: s.heads,
-      kvHeads: s.kvHeads,
-      headDim: s.headDim,
-      pos0,
-      n,
-      stride,
-      scale,
+    const shape = { heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, scale };
+    if ('cache' in kv) {
+      const { cache, pos0 } = kv;
+      ops.copy(k, cache.k[l]!, n * kvWidth, pos0 * kvWidth);
+      ops.copy(b['v']!, cache.v[l]!, n * kvWidth, pos0 * kvWidth);
+      const stride = pos0 + n;
+      const scores = this.scoresFor(n * s.heads * stride);
+      ops.attention(q, cache.k[l]!, cache.v[l]!, scores, b['att']!, { ...shape, pos0, n, stride });
+      return;
+    }
+    const stride = Math.max(...kv.rows.map((r) => r.pos)) + 1;
+    const scores = this.scoresFor(n * s.heads * stride);
+    kv.rows.forEach(({ cache, pos }, t) => {
+      ops.copy(k, cache.k[l]!, kvWidth, pos * kvWidth, t * kvWidth);
+      ops.copy(b['v']!, cache.v[l]!, kvWidth, pos * kvWidth, t * kvWidth);
+      ops.attention(q, cache.k[l]!, cache.v[l]!, scores, b['att']!, {
+        ...shape,
+        pos0: pos,
+        n: 1,
+        stride,
+        t0: t,
+      });
     });
-    ops.matmul(w.o, b['att']!, b['tmp']!, n);
-    ops.add(b['x']!, b['tmp']!, n * s.width);
-    ops.rmsNorm(b['x']!, w.ffnNorm, s.rmsEps, b['xn']!, n, s.width);
-    ops.matmul(w.gate, b['xn']!, b['gate']!, n);
-    ops.matmul(w.up, b['xn']!, b['up']!, n);
-    ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
-    ops.matmul(w.down, b['h']!, b['tmp']!, n);
-    ops.add(b['x']!, b['tmp']!, n * s.width);
   }
 
   /** The attention scores scratch, grown to hold `floats` (never shrunk while recording). */
@@ -279,21 +328,17 @@ export class GpuLlama {
 
   destroy(): void {
     this.ops.destroy();
+    this.moe?.destroy();
     this.scores?.destroy();
     for (const b of Object.values(this.buf)) b.destroy();
-    for (const l of this.layers) {
-      l.attnNorm.destroy();
-      l.ffnNorm.destroy();
-      for (const w of [l.q, l.k, l.v, l.o, l.gate, l.up, l.down]) destroyGpuWeight(w);
-    }
+    for (const l of this.layers) destroyLayer(l);
     this.outputNorm.destroy();
     destroyGpuWeight(this.output);
   }
 }
 
-/** A vector tensor (norm weights) as f32, whatever its stored type. */
-function toF32(w: WeightSource): Float32Array {
-  const out = new Float32Array(w.cols * w.rows);
-  dequantRow(w.type, w.data, 0, w.cols * w.rows, out);
-  return out;
+function gpuCache(seq: GpuSequence): GpuKvCache {
+  const cache = seq.cache;
+  assert.ok(cache instanceof GpuKvCache, 'forward takes a sequence whose cache this model created');
+  return cache;
 }

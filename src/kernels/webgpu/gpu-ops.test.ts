@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { ReferenceKernels } from '../reference.js';
 import { GgmlType, type GgmlTypeId, type RopeParams } from '../types.js';
 import { randomFloats, randomWeightBytes } from '../testing/random-weights.js';
-import { attentionRef, ropeAngles, rmsNormRef, ropeRef, swigluRef } from '../ref/ops-ref.js';
+import { attentionRef, ropeAngles, rmsNormRef, ropeRef, softmaxRef, swigluRef } from '../ref/ops-ref.js';
 import { isTandemError } from '../../errors/index.js';
 import { probeAdapter } from './adapter.js';
 import { GpuDevice } from './gpu-device.js';
@@ -81,6 +81,30 @@ test(
 );
 
 test(
+  'webgpu: the tiled prefill matmul gives each token the bits of its own per-row workgroup',
+  { skip },
+  async () => {
+    const g = gpu as GpuDevice;
+    for (const [name, type] of types) {
+      // 70 rows and 13 tokens: partial tiles in both directions
+      const [rows, n] = [70, 13];
+      const cols = name.endsWith('_K') ? 512 : 96;
+      const data = randomWeightBytes(type, rows, cols, 3 * rows + cols);
+      const wg = uploadGpuWeight(g, { type, rows, cols, data, name });
+      const xb = put(randomFloats(n * cols, 31), 'x');
+      const tiled = g.storage(4 * n * rows, 'tiled');
+      const perRow = g.storage(4 * n * rows, 'per row');
+      ops?.matmul(wg, xb, tiled, n);
+      ops?.matmul(wg, xb, perRow, n, rows, 0, true);
+      const a = await get(tiled, n * rows);
+      const b = await get(perRow, n * rows);
+      for (let i = 0; i < a.length; i++)
+        if (!Object.is(a[i], b[i])) assert.fail(`${name}: output ${i}: tiled ${a[i]}, per row ${b[i]}`);
+    }
+  },
+);
+
+test(
   'webgpu: a weight larger than one binding is cut into row chunks with the same results',
   { skip },
   async () => {
@@ -100,6 +124,77 @@ test(
     const y = g.storage(4 * rows, 'y');
     ops?.matmul(wg, put(x, 'x'), y, 1);
     assertClose(await get(y, rows), want, TOL, 'chunked Q8_0');
+  },
+);
+
+test(
+  'webgpu: MoE routing (softmax, top-k, slot lists), a listed expert matmul and the combine match their twins',
+  { skip },
+  async () => {
+    const g = gpu as GpuDevice;
+    const [n, experts, used, cols, rows] = [5, 8, 3, 64, 6];
+    const logits = randomFloats(n * experts, 41, 2);
+    // expert 2 and 5 tie exactly on token 0: the lower id goes first
+    logits[2] = logits[5] = 9;
+    const route = {
+      probs: put(logits, 'probs'),
+      ids: g.storage(4 * n * used, 'ids'),
+      weights: g.storage(4 * n * used, 'weights'),
+      lists: g.storage(4 * (experts + experts * n), 'lists'),
+      experts,
+      used,
+    };
+    ops?.routeTopK(route, n, true);
+    const probs = logits.slice();
+    softmaxRef(probs, n, experts);
+    const wantIds: number[] = [];
+    const wantW: number[] = [];
+    for (let t = 0; t < n; t++) {
+      const row = Array.from(probs.subarray(t * experts, (t + 1) * experts));
+      const order = row.map((p, e) => [p, e] as const).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+      const top = order.slice(0, used);
+      const sum = top.reduce((acc, [p]) => acc + p, 0);
+      for (const [p, e] of top) {
+        wantIds.push(e);
+        wantW.push(p / sum);
+      }
+    }
+    const ids = new Uint32Array((await get(route.ids, n * used)).buffer);
+    assert.deepEqual([...ids], wantIds);
+    assertClose(await get(route.weights, n * used), Float32Array.from(wantW), 1e-6, 'routing weights');
+    const lists = new Uint32Array((await get(route.lists, experts + experts * n)).buffer);
+    for (let e = 0; e < experts; e++) {
+      const slots = wantIds.flatMap((id, s) => (id === e ? [s] : []));
+      assert.deepEqual([...lists.subarray(experts + e * n, experts + e * n + slots.length)], slots);
+      assert.equal(lists[e], slots.length, `expert ${e}'s count`);
+    }
+    // expert 2's F32 matmul over its slots: y[s] = W x[s / used]; other slots untouched (zero)
+    const ref = new ReferenceKernels();
+    const data = randomWeightBytes(GgmlType.F32, rows, cols, 43);
+    const w = uploadGpuWeight(g, { type: GgmlType.F32, rows, cols, data, name: 'expert 2' });
+    const x = randomFloats(n * cols, 44);
+    const y = g.storage(4 * n * used * rows, 'slots');
+    ops?.matmulListed(w, put(x, 'x'), y, n, 2, route, used);
+    const got = await get(y, n * used * rows);
+    const wr = ref.uploadWeight({ type: GgmlType.F32, rows, cols, data });
+    for (let s = 0; s < n * used; s++) {
+      const want = new Float32Array(rows);
+      if (wantIds[s] === 2)
+        ref.matvec(wr, x.subarray(((s / used) | 0) * cols, ((s / used) | 0) * cols + cols), want);
+      assertClose(got.subarray(s * rows, (s + 1) * rows), want, TOL, `slot ${s}`);
+    }
+    // the combine: each token's slots weighted, in ascending expert id
+    const slots = randomFloats(n * used * rows, 45);
+    const out = g.storage(4 * n * rows, 'combined');
+    ops?.combine(route, put(slots, 'slot outputs'), out, n, rows);
+    const want = new Float32Array(n * rows);
+    for (let t = 0; t < n; t++) {
+      const js = [0, 1, 2].sort((a, b) => wantIds[t * used + a]! - wantIds[t * used + b]!);
+      for (let i = 0; i < rows; i++)
+        for (const j of js)
+          want[t * rows + i] = want[t * rows + i]! + wantW[t * used + j]! * slots[(t * used + j) * rows + i]!;
+    }
+    assertClose(await get(out, n * rows), want, 1e-6, 'combine');
   },
 );
 

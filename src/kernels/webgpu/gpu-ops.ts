@@ -10,8 +10,17 @@ import {
   MATMUL_Q8_0,
   QUANTIZE_Q8,
   QUANTIZE_Q8K,
+  TILE_ROWS,
+  TILE_TOKENS,
+  TILED_F16,
+  TILED_F32,
+  TILED_Q4_0,
+  TILED_Q4K,
+  TILED_Q6K,
+  TILED_Q8_0,
 } from './wgsl-matmul.js';
-import { ADD, ATTENTION, COPY, RMS_NORM, ROPE, SWIGLU } from './wgsl-ops.js';
+import { COMBINE, ROUTE_TOPK, SHARED_GATE, listedMatmul } from './wgsl-moe.js';
+import { ADD, ADD_BIAS, ATTENTION, COPY, RMS_NORM, ROPE, SWIGLU } from './wgsl-ops.js';
 
 /** Words of one activation row [cols] in q8_0 (q8_K): quants cols / 4, scales cols / 32 (cols / 256). */
 const q8Words = (cols: number): number => cols / 4 + cols / 32;
@@ -39,6 +48,22 @@ export interface AttentionShape {
   /** Floats per (token, head) row of the scores scratch: at least pos0 + n. */
   stride: number;
   scale: number;
+  /** The first row of q, out and the scores these n tokens take (default 0). */
+  t0?: number;
+}
+
+/** One MoE step's routing on the GPU (wgsl-moe.ts): probabilities, choices, per-expert slot lists. */
+export interface MoeRouting {
+  /** [n, experts] router logits, turned into probabilities. */
+  probs: GPUBuffer;
+  /** [n, used] u32 expert ids. */
+  ids: GPUBuffer;
+  /** [n, used] f32 routing weights. */
+  weights: GPUBuffer;
+  /** counts [experts], then each expert's slots (wgsl-moe.ts). */
+  lists: GPUBuffer;
+  experts: number;
+  used: number;
 }
 
 /**
@@ -55,16 +80,100 @@ export class GpuOps {
 
   /**
    * y[t, yOffset + r] = sum_c W[r, c] x[t, c] for n tokens; yStride floats between tokens'
-   * rows of y (default W's rows). x: [n, cols].
+   * rows of y (default W's rows). x: [n, cols]. Several tokens run tiled (a tile of rows x
+   * tokens per workgroup, each weight block fetched once per tile) unless `perRow`, where
+   * each (row, token) output has a workgroup of its own (decode rows: the same dispatch a
+   * token alone gets). Both give an output the same sums (wgsl-matmul.ts).
    */
-  matmul(w: GpuWeight, x: GPUBuffer, y: GPUBuffer, n: number, yStride = w.rows, yOffset = 0): void {
-    const q8 = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
-    const xin = q8 || isKQuant(w.type) ? this.quantize(x, n, w.cols, q8 ? 32 : 256) : x;
-    const [name, code] = kernelFor(w.type);
+  matmul(
+    w: GpuWeight,
+    x: GPUBuffer,
+    y: GPUBuffer,
+    n: number,
+    yStride = w.rows,
+    yOffset = 0,
+    perRow = false,
+  ): void {
+    const xin = this.prepare(w, x, n);
+    const tiled = n > 1 && !perRow;
+    const [name, code] = kernelFor(w.type, tiled);
     for (const c of w.chunks) {
-      const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4]);
-      this.gpu.dispatch(name, code, p, [c.buffer, xin, y], [c.rows, n]);
+      const p = params([c.rows, w.cols, yStride, yOffset + c.rowStart, c.scales, (n * w.cols) / 4, n]);
+      const groups = tiled ? [Math.ceil(c.rows / TILE_ROWS), Math.ceil(n / TILE_TOKENS)] : [c.rows, n];
+      this.gpu.dispatch(name, code, p, [c.buffer, xin, y], groups);
     }
+  }
+
+  /**
+   * The activation x [rows, w.cols] in w's dot type: x itself for F32/F16, else q8_0 or q8_K
+   * in the scratch (valid until the next prepare or matmul is recorded).
+   */
+  prepare(w: GpuWeight, x: GPUBuffer, rows: number): GPUBuffer {
+    const q8 = w.type === GgmlType.Q8_0 || w.type === GgmlType.Q4_0;
+    return q8 || isKQuant(w.type) ? this.quantize(x, rows, w.cols, q8 ? 32 : 256) : x;
+  }
+
+  /**
+   * Expert `expert`'s matmul over the slots routed to it (wgsl-moe.ts): for each slot s in
+   * its list, y[s, r] = sum_c W[r, c] xin[s / div, c]. xin: from `prepare` of the same weight
+   * type ([n, cols] with div = used, [n * used, cols] with div 1); y: [n * used, w.rows].
+   */
+  matmulListed(
+    w: GpuWeight,
+    xin: GPUBuffer,
+    y: GPUBuffer,
+    n: number,
+    expert: number,
+    route: MoeRouting,
+    div: number,
+  ): void {
+    const [name] = kernelFor(w.type, false);
+    const type = name.slice('matmul_'.length);
+    const xRows = div === 1 ? n * route.used : n;
+    for (const c of w.chunks) {
+      const p = params([
+        c.rows,
+        w.cols,
+        w.rows,
+        c.rowStart,
+        c.scales,
+        (xRows * w.cols) / 4,
+        n,
+        expert,
+        route.experts,
+        div,
+      ]);
+      this.gpu.dispatch(
+        `listed_${type}`,
+        listedMatmul(type),
+        p,
+        [c.buffer, xin, y, route.lists],
+        [c.rows, n],
+      );
+    }
+  }
+
+  /** Softmax and top-k of n tokens' router logits, and every expert's slot list (n <= 64). */
+  routeTopK(route: MoeRouting, n: number, norm: boolean): void {
+    const p = params([n, route.experts, route.used, norm ? 1 : 0]);
+    this.gpu.dispatch('route_topk', ROUTE_TOPK, p, [route.probs, route.ids, route.weights, route.lists], [1]);
+  }
+
+  /** out [n, width] = each token's expert outputs y [n * used, width] weighted, in ascending expert id. */
+  combine(route: MoeRouting, y: GPUBuffer, out: GPUBuffer, n: number, width: number): void {
+    const p = params([n, route.used, width]);
+    const bufs = [route.ids, route.weights, y, out];
+    this.gpu.dispatch('combine', COMBINE, p, bufs, groups1d(n * width));
+  }
+
+  /** out[t] += sigmoid(x[t] . gate) * y[t] for n tokens (the shared expert). x, y, out: [n, width]. */
+  sharedGate(x: GPUBuffer, gate: GPUBuffer, y: GPUBuffer, out: GPUBuffer, n: number, width: number): void {
+    this.gpu.dispatch('shared_gate', SHARED_GATE, params([width]), [x, gate, y, out], [n]);
+  }
+
+  /** x[t] += b for the n rows of x [n, len]. */
+  addBias(x: GPUBuffer, b: GPUBuffer, n: number, len: number): void {
+    this.gpu.dispatch('add_bias', ADD_BIAS, params([n * len, len]), [b, x], groups1d(n * len));
   }
 
   /** x [n, cols] f32 to q8_0 (block 32) or q8_K (block 256) in the scratch (quants [n, cols / 4] words, then scales). */
@@ -135,7 +244,7 @@ export class GpuOps {
     out: GPUBuffer,
     s: AttentionShape,
   ): void {
-    const p = params([s.heads, s.kvHeads, s.headDim, s.pos0, s.stride], [s.scale]);
+    const p = params([s.heads, s.kvHeads, s.headDim, s.pos0, s.stride, s.t0 ?? 0], [s.scale]);
     this.gpu.dispatch('attention', ATTENTION, p, [q, k, v, scores, out], [s.heads, s.n]);
   }
 
@@ -145,19 +254,21 @@ export class GpuOps {
   }
 }
 
-function kernelFor(type: number): [string, string] {
+function kernelFor(type: number, tiled: boolean): [string, string] {
+  const pick = (name: string, matvec: string, tile: string): [string, string] =>
+    tiled ? [`tiled_${name}`, tile] : [`matmul_${name}`, matvec];
   switch (type) {
     case GgmlType.F32:
-      return ['matmul_f32', MATMUL_F32];
+      return pick('f32', MATMUL_F32, TILED_F32);
     case GgmlType.F16:
-      return ['matmul_f16', MATMUL_F16];
+      return pick('f16', MATMUL_F16, TILED_F16);
     case GgmlType.Q8_0:
-      return ['matmul_q8_0', MATMUL_Q8_0];
+      return pick('q8_0', MATMUL_Q8_0, TILED_Q8_0);
     case GgmlType.Q4_0:
-      return ['matmul_q4_0', MATMUL_Q4_0];
+      return pick('q4_0', MATMUL_Q4_0, TILED_Q4_0);
     case GgmlType.Q6_K:
-      return ['matmul_q6k', MATMUL_Q6K];
+      return pick('q6k', MATMUL_Q6K, TILED_Q6K);
     default:
-      return ['matmul_q4k', MATMUL_Q4K];
+      return pick('q4k', MATMUL_Q4K, TILED_Q4K);
   }
 }

@@ -88,7 +88,7 @@ export function chunkRows(device: GpuDevice, type: GgmlTypeId, cols: number, nam
   if (rows < 1) {
     throw new TandemError(
       'KERNELS_DEVICE_LIMIT',
-      `${name}: one row of ${cols} ${typeName(type)} elements (${perRow} bytes) exceeds the adapter's largest storage binding (${device.maxBinding} bytes)`,
+      `${name}: one row of ${cols} ${typeName(type)} elements (${perRow} bytes) exceeds the adapter's largest storage binding (maxStorageBufferBindingSize ${device.limits.maxStorageBufferBindingSize}, maxBufferSize ${device.limits.maxBufferSize})`,
       { hint: 'use --kernels native/wasm for this model', details: { cols, perRow } },
     );
   }

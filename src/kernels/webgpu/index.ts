@@ -1,17 +1,11 @@
 // The WebGPU backend's public surface (WGSL kernels through Dawn): adapter discovery, the
-// `--kernels` choice, and a llama-architecture model held and run on the GPU.
+// `--kernels` choice, and a llama-family model (dense or MoE) held and run on the GPU.
 export { findAdapter, probeAdapter, describeAdapter, type AdapterInfo, type GpuLimits } from './adapter.js';
 export { GpuDevice } from './gpu-device.js';
 export { GpuOps, type AttentionShape } from './gpu-ops.js';
 export { gpuTypes, gpuRowBytes, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
-export {
-  GpuLlama,
-  GpuKvCache,
-  GPU_CHUNK,
-  type GpuLlamaSpec,
-  type GpuSequence,
-  type GpuTensorReader,
-} from './gpu-llama.js';
+export { GpuLlama, GpuKvCache, GPU_CHUNK, type GpuLlamaSpec, type GpuSequence } from './gpu-llama.js';
+export type { GpuTensorReader } from './gpu-layer-weights.js';
 export {
   chooseKernels,
   isKernelsChoice,

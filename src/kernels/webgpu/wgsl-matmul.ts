@@ -1,14 +1,15 @@
 /**
- * WGSL for y = x W^T over weights in their GPU layout (gpu-weights.ts). One workgroup of 64
- * threads computes one output y[t, r]: workgroup (r, t). The threads stride over the row's
- * blocks, each summing in f32, and a tree over workgroup memory adds the 64 partial sums.
- * The activation is in the weight type's dot type, as llama.cpp (types.ts): f32 for F32,
- * rounded to f16 for F16, q8_0 blocks (quantize_q8) for Q8_0 and Q4_0, whose dots are exact
- * integers per block (dot4I8Packed) times d_w * d_x.
+ * WGSL for y = x W^T over weights in their GPU layout (gpu-weights.ts), in two shapes: MATVEC
+ * (one workgroup per output, for decode rows) and TILED (one workgroup per tile of rows x
+ * tokens, for prefill), both over a weight type's DotSteps, so an output's float sums are
+ * the same in both. The activation is in the weight type's dot type, as llama.cpp
+ * (types.ts): f32 for F32, rounded to f16 for F16, q8_0 blocks (quantize_q8) for Q8_0 and
+ * Q4_0, whose dots are exact integers per block (dot4I8Packed) times d_w * d_x.
  *
  * Parameters (binding 0): rows (of this chunk), cols, yStride (floats between tokens' rows
  * of y), yOffset (first output row of this chunk), wScales (word offset of the weight's
- * scales), xScales (word offset of the activation's scales).
+ * scales), xScales (word offset of the activation's scales), n (tokens; TILED and the MoE's
+ * listed matmuls), expert, experts, div (the listed matmuls only, wgsl-moe.ts).
  */
 
 /**
@@ -40,90 +41,168 @@ fn f16ToF32(h: u32) -> f32 {
 }
 `;
 
-const HEAD = /* wgsl */ `
-struct P { rows: u32, cols: u32, yStride: u32, yOffset: u32, wScales: u32, xScales: u32 }
+/** The parameters and bindings every matmul shares (the listed MoE matmuls too). */
+export const matmulHead = /* wgsl */ `
+struct P { rows: u32, cols: u32, yStride: u32, yOffset: u32, wScales: u32, xScales: u32, n: u32, expert: u32, experts: u32, div: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<u32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-var<workgroup> part: array<f32, 64>;
 ${ROUND_F16}
 ${F16_TO_F32}
-
-fn finish(s: f32, tid: u32, r: u32, t: u32) {
-  part[tid] = s;
-  workgroupBarrier();
-  for (var k = 32u; k > 0u; k >>= 1u) {
-    if (tid < k) { part[tid] += part[tid + k]; }
-    workgroupBarrier();
-  }
-  if (tid == 0u) { y[t * p.yStride + p.yOffset + r] = part[0]; }
-}
 `;
 
-const MAIN = (body: string): string => /* wgsl */ `${HEAD}
+/**
+ * A weight type's part of a matmul: `acc(s, r, t, i)` adds the i-th step of row r's dot with
+ * token t's activation to the running sum s (a step is an element, a pair or a block), and
+ * `steps` is the WGSL expression of how many steps a row has.
+ */
+export interface DotSteps {
+  steps: string;
+  acc: string;
+}
+
+/**
+ * One workgroup per output y[t, r] (workgroup (r, t)): thread tid sums steps tid, tid + 64,
+ * ... in order, then a tree over workgroup memory adds the 64 partial sums. The decode path:
+ * each row's bits come from its own workgroup, whatever else is dispatched beside it.
+ */
+const MATVEC = (d: DotSteps): string => /* wgsl */ `${matmulHead}
+var<workgroup> part: array<f32, 64>;
+
+fn acc(s: f32, r: u32, t: u32, i: u32) -> f32 {
+${d.acc}
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) tid: u32) {
   let r = wg.x;
   let t = wg.y;
   var s = 0.0;
   if (r < p.rows) {
-${body}
+    for (var i = tid; i < ${d.steps}; i += 64u) { s = acc(s, r, t, i); }
   }
-  finish(s, tid, min(r, p.rows - 1u), t);
+  part[tid] = s;
+  workgroupBarrier();
+  for (var k = 32u; k > 0u; k >>= 1u) {
+    if (tid < k) { part[tid] += part[tid + k]; }
+    workgroupBarrier();
+  }
+  if (tid == 0u && r < p.rows) { y[t * p.yStride + p.yOffset + r] = part[0]; }
 }
 `;
 
-/** F32 weights [rows, cols], f32 activation [n, cols] (both read as bit patterns). */
-export const MATMUL_F32 = MAIN(/* wgsl */ `
-    let wo = r * p.cols;
-    let xo = t * p.cols;
-    for (var c = tid; c < p.cols; c += 64u) {
-      s += bitcast<f32>(w[wo + c]) * bitcast<f32>(x[xo + c]);
-    }`);
+/** Rows and tokens of one tile of the tiled matmul (TILE_ROWS x TILE_TOKENS outputs per workgroup). */
+export const TILE_ROWS = 4;
+export const TILE_TOKENS = 8;
+const TILE = TILE_ROWS * TILE_TOKENS;
 
-/** F16 weights as u32 pairs [rows, cols / 2]; the f32 activation is rounded to f16 first. */
-export const MATMUL_F16 = MAIN(/* wgsl */ `
-    let wo = r * (p.cols / 2u);
-    let xo = t * p.cols;
-    for (var c = tid; c < p.cols / 2u; c += 64u) {
-      let pair = w[wo + c];
-      s += f16ToF32(pair & 0xffffu) * roundF16(bitcast<f32>(x[xo + 2u * c]));
-      s += f16ToF32(pair >> 16u) * roundF16(bitcast<f32>(x[xo + 2u * c + 1u]));
-    }`);
+/**
+ * The prefill matmul: one workgroup per tile of TILE_ROWS rows x TILE_TOKENS tokens. Thread
+ * tid walks steps tid, tid + 64, ... once for the whole tile, so a weight step is fetched
+ * once per tile and reused (from registers and cache) for every token of it, and an
+ * activation step for every row. Each output's partial sums and their tree are MATVEC's,
+ * the same f32 expressions in the same order: a token's outputs do not depend on whether
+ * they were computed tiled or alone. Partials: [TILE outputs, 64 threads] in workgroup memory.
+ */
+const TILED = (d: DotSteps): string => /* wgsl */ `${matmulHead}
+var<workgroup> part: array<f32, ${TILE * 64}>;
 
-/** Q8_0: quants packed 4 to a word [rows, cols / 4], then f32 scales [rows, cols / 32] at wScales. */
-export const MATMUL_Q8_0 = MAIN(/* wgsl */ `
-    let nb = p.cols / 32u;
-    for (var b = tid; b < nb; b += 64u) {
-      let wo = (r * nb + b) * 8u;
-      let xo = (t * nb + b) * 8u;
-      var sumi = 0;
-      for (var j = 0u; j < 8u; j++) { sumi += dot4I8Packed(w[wo + j], x[xo + j]); }
-      let d = bitcast<f32>(w[p.wScales + r * nb + b]) * bitcast<f32>(x[p.xScales + t * nb + b]);
-      s += f32(sumi) * d;
-    }`);
+fn acc(s: f32, r: u32, t: u32, i: u32) -> f32 {
+${d.acc}
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) tid: u32) {
+  let r0 = wg.x * ${TILE_ROWS}u;
+  let t0 = wg.y * ${TILE_TOKENS}u;
+  let nr = min(${TILE_ROWS}u, p.rows - min(r0, p.rows));
+  let nt = min(${TILE_TOKENS}u, p.n - min(t0, p.n));
+  var s: array<f32, ${TILE}>;
+  for (var i = tid; i < ${d.steps}; i += 64u) {
+    for (var a = 0u; a < nr; a++) {
+      for (var b = 0u; b < nt; b++) {
+        let o = a * ${TILE_TOKENS}u + b;
+        s[o] = acc(s[o], r0 + a, t0 + b, i);
+      }
+    }
+  }
+  for (var o = 0u; o < ${TILE}u; o++) { part[o * 64u + tid] = s[o]; }
+  workgroupBarrier();
+  for (var k = 32u; k > 0u; k >>= 1u) {
+    if (tid < k) {
+      for (var o = 0u; o < ${TILE}u; o++) { part[o * 64u + tid] += part[o * 64u + tid + k]; }
+    }
+    workgroupBarrier();
+  }
+  if (tid < ${TILE}u) {
+    let a = tid / ${TILE_TOKENS}u;
+    let b = tid % ${TILE_TOKENS}u;
+    if (a < nr && b < nt) { y[(t0 + b) * p.yStride + p.yOffset + r0 + a] = part[tid * 64u]; }
+  }
+}
+`;
+
+/** F32 weights [rows, cols], f32 activation [n, cols] (both read as bit patterns); a step is an element. */
+const F32_DOT: DotSteps = {
+  steps: 'p.cols',
+  acc: /* wgsl */ `
+  return s + bitcast<f32>(w[r * p.cols + i]) * bitcast<f32>(x[t * p.cols + i]);`,
+};
+
+/** F16 weights as u32 pairs [rows, cols / 2]; the f32 activation is rounded to f16 first; a step is a pair. */
+const F16_DOT: DotSteps = {
+  steps: '(p.cols / 2u)',
+  acc: /* wgsl */ `
+  let pair = w[r * (p.cols / 2u) + i];
+  let xo = t * p.cols + 2u * i;
+  let s1 = s + f16ToF32(pair & 0xffffu) * roundF16(bitcast<f32>(x[xo]));
+  return s1 + f16ToF32(pair >> 16u) * roundF16(bitcast<f32>(x[xo + 1u]));`,
+};
+
+/** Q8_0: quants packed 4 to a word [rows, cols / 4], then f32 scales [rows, cols / 32] at wScales; a step is a block. */
+const Q8_0_DOT: DotSteps = {
+  steps: '(p.cols / 32u)',
+  acc: /* wgsl */ `
+  let nb = p.cols / 32u;
+  let wo = (r * nb + i) * 8u;
+  let xo = (t * nb + i) * 8u;
+  var sumi = 0;
+  for (var j = 0u; j < 8u; j++) { sumi += dot4I8Packed(w[wo + j], x[xo + j]); }
+  let d = bitcast<f32>(w[p.wScales + r * nb + i]) * bitcast<f32>(x[p.xScales + t * nb + i]);
+  return s + f32(sumi) * d;`,
+};
 
 /**
  * Q4_0: ggml's 16 nibble bytes per block as 4 words [rows, cols / 8] (byte i: element i low,
  * element i + 16 high), then f32 scales at wScales. The dot takes the nibbles as 0..15 and
  * subtracts 8 * sum(x quants), exactly (q - 8) . x.
  */
-export const MATMUL_Q4_0 = MAIN(/* wgsl */ `
-    let nb = p.cols / 32u;
-    for (var b = tid; b < nb; b += 64u) {
-      let wo = (r * nb + b) * 4u;
-      let xo = (t * nb + b) * 8u;
-      var sumi = 0;
-      var sumx = 0;
-      for (var j = 0u; j < 4u; j++) {
-        let q = w[wo + j];
-        sumi += dot4I8Packed(q & 0x0f0f0f0fu, x[xo + j]) + dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, x[xo + 4u + j]);
-        sumx += dot4I8Packed(0x01010101u, x[xo + j]) + dot4I8Packed(0x01010101u, x[xo + 4u + j]);
-      }
-      let d = bitcast<f32>(w[p.wScales + r * nb + b]) * bitcast<f32>(x[p.xScales + t * nb + b]);
-      s += f32(sumi - 8 * sumx) * d;
-    }`);
+const Q4_0_DOT: DotSteps = {
+  steps: '(p.cols / 32u)',
+  acc: /* wgsl */ `
+  let nb = p.cols / 32u;
+  let wo = (r * nb + i) * 4u;
+  let xo = (t * nb + i) * 8u;
+  var sumi = 0;
+  var sumx = 0;
+  for (var j = 0u; j < 4u; j++) {
+    let q = w[wo + j];
+    sumi += dot4I8Packed(q & 0x0f0f0f0fu, x[xo + j]) + dot4I8Packed((q >> 4u) & 0x0f0f0f0fu, x[xo + 4u + j]);
+    sumx += dot4I8Packed(0x01010101u, x[xo + j]) + dot4I8Packed(0x01010101u, x[xo + 4u + j]);
+  }
+  let d = bitcast<f32>(w[p.wScales + r * nb + i]) * bitcast<f32>(x[p.xScales + t * nb + i]);
+  return s + f32(sumi - 8 * sumx) * d;`,
+};
+
+export const MATMUL_F32 = MATVEC(F32_DOT);
+export const MATMUL_F16 = MATVEC(F16_DOT);
+export const MATMUL_Q8_0 = MATVEC(Q8_0_DOT);
+export const MATMUL_Q4_0 = MATVEC(Q4_0_DOT);
+export const TILED_F32 = TILED(F32_DOT);
+export const TILED_F16 = TILED(F16_DOT);
+export const TILED_Q8_0 = TILED(Q8_0_DOT);
+export const TILED_Q4_0 = TILED(Q4_0_DOT);
 
 /**
  * llama.cpp's q8_0 activation quantisation, one thread per 32-element block: d = f16(amax /
@@ -162,39 +241,56 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
  * the integer sums per sub-block times their scales are exact, then scaled by d * d_x as
  * llama.cpp's vec_dot_q*_K_q8_K. `six` picks Q6_K's sub-blocks.
  */
-const MATMUL_K = (six: boolean): string =>
-  MAIN(/* wgsl */ `
-    let nb = p.cols / 256u;
-    for (var b = tid; b < nb; b += 64u) {
-      let wo = (r * nb + b) * 70u;
-      let xo = (t * nb + b) * 64u;
-      var sumi = 0;
-      var summ = 0;
-      ${
-        six
-          ? `for (var g = 0u; g < 16u; g++) {
-        var si = 0;
-        for (var j = 0u; j < 4u; j++) { si += dot4I8Packed(w[wo + 4u * g + j], x[xo + 4u * g + j]); }
-        sumi += extractBits(i32(w[wo + 64u + g / 4u]), 8u * (g % 4u), 8u) * si;
-      }`
-          : `for (var g = 0u; g < 8u; g++) {
-        var si = 0;
-        var sx = 0;
-        for (var j = 0u; j < 8u; j++) {
-          let xv = x[xo + 8u * g + j];
-          si += dot4I8Packed(w[wo + 8u * g + j], xv);
-          sx += dot4I8Packed(0x01010101u, xv);
-        }
-        sumi += i32(extractBits(w[wo + 64u + g / 4u], 8u * (g % 4u), 8u)) * si;
-        summ += i32(extractBits(w[wo + 66u + g / 4u], 8u * (g % 4u), 8u)) * sx;
-      }`
-      }
-      let dx = bitcast<f32>(x[p.xScales + t * nb + b]);
-      s += (bitcast<f32>(w[wo + 68u]) * dx) * f32(sumi) - (bitcast<f32>(w[wo + 69u]) * dx) * f32(summ);
-    }`);
+const K_DOT = (six: boolean): DotSteps => ({
+  steps: '(p.cols / 256u)',
+  acc: /* wgsl */ `
+  let nb = p.cols / 256u;
+  let wo = (r * nb + i) * 70u;
+  let xo = (t * nb + i) * 64u;
+  var sumi = 0;
+  var summ = 0;
+  ${
+    six
+      ? `for (var g = 0u; g < 16u; g++) {
+    var si = 0;
+    for (var j = 0u; j < 4u; j++) { si += dot4I8Packed(w[wo + 4u * g + j], x[xo + 4u * g + j]); }
+    sumi += extractBits(i32(w[wo + 64u + g / 4u]), 8u * (g % 4u), 8u) * si;
+  }`
+      : `for (var g = 0u; g < 8u; g++) {
+    var si = 0;
+    var sx = 0;
+    for (var j = 0u; j < 8u; j++) {
+      let xv = x[xo + 8u * g + j];
+      si += dot4I8Packed(w[wo + 8u * g + j], xv);
+      sx += dot4I8Packed(0x01010101u, xv);
+    }
+    sumi += i32(extractBits(w[wo + 64u + g / 4u], 8u * (g % 4u), 8u)) * si;
+    summ += i32(extractBits(w[wo + 66u + g / 4u], 8u * (g % 4u), 8u)) * sx;
+  }`
+  }
+  let dx = bitcast<f32>(x[p.xScales + t * nb + i]);
+  return s + ((bitcast<f32>(w[wo + 68u]) * dx) * f32(sumi) - (bitcast<f32>(w[wo + 69u]) * dx) * f32(summ));`,
+});
 
-export const MATMUL_Q4K = MATMUL_K(false);
-export const MATMUL_Q6K = MATMUL_K(true);
+/** A weight type's dot steps by kernel name suffix ('f32', 'f16', 'q8_0', 'q4_0', 'q4k', 'q6k'). */
+export function dotSteps(type: string): DotSteps {
+  const steps: Record<string, DotSteps> = {
+    f32: F32_DOT,
+    f16: F16_DOT,
+    q8_0: Q8_0_DOT,
+    q4_0: Q4_0_DOT,
+    q4k: K_DOT(false),
+    q6k: K_DOT(true),
+  };
+  const d = steps[type];
+  if (!d) throw new Error(`no WGSL dot steps for '${type}'`);
+  return d;
+}
+
+export const MATMUL_Q4K = MATVEC(K_DOT(false));
+export const MATMUL_Q6K = MATVEC(K_DOT(true));
+export const TILED_Q4K = TILED(K_DOT(false));
+export const TILED_Q6K = TILED(K_DOT(true));
 
 /**
  * llama.cpp's q8_K activation quantisation, one thread per 256-element block: iscale =

@@ -91,6 +91,21 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
 }
 `;
 
+/** x[t, i] += b[i] for the n rows of x [n, len] (qwen2's q/k/v biases), one thread per element. */
+export const ADD_BIAS = /* wgsl */ `
+struct P { total: u32, len: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> x: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let i = g.x + g.y * 65535u * 64u;
+  if (i >= p.total) { return; }
+  x[i] += b[i % p.len];
+}
+`;
+
 /** dst[dstOffset + i] = src[srcOffset + i] for i < len: K/V rows into the cache, a token's row out. */
 export const COPY = /* wgsl */ `
 struct P { len: u32, dstOffset: u32, srcOffset: u32 }
@@ -108,12 +123,13 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
 
 /**
  * Causal grouped-query attention over an f32 cache, one 64-thread workgroup per (head,
- * token). q, out: [n, heads, hd]; k, v: [maxSeq, kvHeads, hd]; scores: scratch [n, heads,
- * stride]. Token t sees positions 0..pos0+t. Softmax as the twin: max, exp(s - max), sum;
- * the output is the exp-weighted sum of V times 1 / sum.
+ * token). q, out: [rows, heads, hd]; k, v: [maxSeq, kvHeads, hd]; scores: scratch [rows,
+ * heads, stride]. Workgroup (h, t) takes row t0 + t, which sees positions 0..pos0+t (a
+ * batched decode step dispatches each row with its own cache, t0 and pos0). Softmax as the
+ * twin: max, exp(s - max), sum; the output is the exp-weighted sum of V times 1 / sum.
  */
 export const ATTENTION = /* wgsl */ `
-struct P { heads: u32, kvHeads: u32, hd: u32, pos0: u32, stride: u32, scale: f32 }
+struct P { heads: u32, kvHeads: u32, hd: u32, pos0: u32, stride: u32, t0: u32, scale: f32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
@@ -140,8 +156,8 @@ fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) tid: 
   let t = wg.y;
   let len = p.pos0 + t + 1u;
   let kvh = h / (p.heads / p.kvHeads);
-  let qo = (t * p.heads + h) * p.hd;
-  let so = (t * p.heads + h) * p.stride;
+  let qo = ((p.t0 + t) * p.heads + h) * p.hd;
+  let so = ((p.t0 + t) * p.heads + h) * p.stride;
   var m = bitcast<f32>(0xff7fffffu); // -FLT_MAX
   for (var j = tid; j < len; j += 64u) {
     let ko = (j * p.kvHeads + kvh) * p.hd;

@@ -17,5 +17,6 @@ export {
   type ForecastParallel,
 } from './predict.js';
 export { forecastError } from './error-band.js';
+export { sharedHostMachines, measuredLink } from './shared-host.js';
 export { publishedCases, type PublishedCase } from './published-cases.js';
 export { validateForecasts, validationSummary, type ValidationRow } from './validate.js';

@@ -19,7 +19,7 @@ export interface Calibration {
   layerOverheadMs: number;
 }
 
-function thisMachine(c: Calibration | undefined): MachineSpec {
+export function thisMachine(c: Calibration | undefined): MachineSpec {
   if (!c)
     throw new TandemError('PAR_NOT_CALIBRATED', "plan: 'this' needs a calibration of this machine", {
       hint: 'run `tandem plan --calibrate` first (about a minute); it measures memory bandwidth and kernel speed here',

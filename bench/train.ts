@@ -1,0 +1,174 @@
+// `tandem bench train`: the training step of a llama shape on 1..N local data-parallel ranks
+// (one compute thread each), with PyTorch's CPU step of the same shape, batch and threads as
+// the anchor, measured in alternated rounds in the same run (best step of each kept).
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { trainShape } from '../src/engine/train/index.js';
+import type { BenchRankConfig, BenchRankLine } from './train-rank.js';
+import { formatTable } from './table.js';
+
+export interface TrainBenchOptions {
+  shape: string;
+  nodes: number[];
+  batch: number;
+  seq: number;
+  /** Updates per round; the first of each round is a warm-up and not counted. */
+  steps: number;
+  rounds: number;
+  /** Skip the PyTorch anchor. */
+  noTorch?: boolean;
+  log?: (line: string) => void;
+}
+
+export interface TrainBenchRow {
+  nodes: number | 'pytorch';
+  step_ms: number;
+  tokens_per_s: number;
+  /** Share of the step spent waiting for gradients with nothing left to compute. */
+  comm_share: number;
+  /** Share of the all-reduce time hidden behind the backward pass (0 with one node). */
+  overlap: number;
+  /** Compute threads per rank (PyTorch: its threads). */
+  threads: number;
+}
+
+const rankScript = join(import.meta.dirname, 'train-rank.ts');
+const torchScript = join(import.meta.dirname, 'train-torch.py');
+const PYTHON = '/usr/bin/python3';
+
+/** Whether Debian's python3-torch answers; the anchor is skipped (and said so) when not. */
+export function torchAvailable(): boolean {
+  return spawnSync(PYTHON, ['-c', 'import torch'], { timeout: 60_000 }).status === 0;
+}
+
+function lines(child: ReturnType<typeof spawn>, onLine: (l: string) => void): void {
+  let buf = '';
+  child.stdout?.setEncoding('utf8').on('data', (d: string) => {
+    buf += d;
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      onLine(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+    }
+  });
+}
+
+function exited(child: ReturnType<typeof spawn>, what: string, ms: number): Promise<void> {
+  let err = '';
+  child.stderr?.setEncoding('utf8').on('data', (d: string) => (err += d));
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${what} did not finish within ${ms} ms`));
+    }, ms);
+    child.once('exit', (code) => {
+      clearTimeout(t);
+      if (code === 0) resolve();
+      else reject(new Error(`${what} exited with ${code}: ${err.slice(-1500)}`));
+    });
+  });
+}
+
+/** One round on `size` ranks: rank 0's per-update lines. */
+async function tandemRound(o: TrainBenchOptions, size: number): Promise<BenchRankLine[]> {
+  const base = {
+    size,
+    secret: randomBytes(8).toString('hex'),
+    shape: o.shape,
+    batch: o.batch,
+    seq: o.seq,
+    steps: o.steps,
+  };
+  const start = (rank: number, address: string): ReturnType<typeof spawn> => {
+    const config: BenchRankConfig = { ...base, rank, address };
+    return spawn(process.execPath, ['--import', 'tsx', rankScript, JSON.stringify(config)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+  };
+  const got: BenchRankLine[] = [];
+  const zero = start(0, '127.0.0.1:0');
+  const all = [exited(zero, 'rank 0', 600_000)];
+  lines(zero, (l) => {
+    const m = /^LISTENING (\S+)$/.exec(l);
+    if (m) for (let r = 1; r < size; r++) all.push(exited(start(r, m[1] as string), `rank ${r}`, 600_000));
+    else if (l.startsWith('{')) got.push(JSON.parse(l) as BenchRankLine);
+  });
+  await all[0];
+  await Promise.all(all);
+  return got;
+}
+
+async function torchRound(o: TrainBenchOptions): Promise<number[]> {
+  const child = spawn(
+    PYTHON,
+    [
+      torchScript,
+      JSON.stringify({ shape: trainShape(o.shape), batch: o.batch, seq: o.seq, steps: o.steps, threads: 1 }),
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const ms: number[] = [];
+  lines(child, (l) => ms.push((JSON.parse(l) as { ms: number }).ms));
+  await exited(child, 'pytorch', 600_000);
+  return ms;
+}
+
+function rowOf(nodes: number, best: BenchRankLine, o: TrainBenchOptions): TrainBenchRow {
+  return {
+    nodes,
+    step_ms: best.ms,
+    tokens_per_s: (o.batch * o.seq * 1000) / best.ms,
+    comm_share: best.exposedMs / best.ms,
+    overlap: best.commMs > 0 ? Math.max(0, 1 - best.exposedMs / best.commMs) : 0,
+    threads: 1,
+  };
+}
+
+/** Alternates the configurations round by round; keeps each one's fastest counted update. */
+export async function benchTrain(o: TrainBenchOptions): Promise<TrainBenchRow[]> {
+  const best = new Map<number, BenchRankLine>();
+  let torchBest = Infinity;
+  const torch = !o.noTorch && torchAvailable();
+  if (!o.noTorch && !torch)
+    o.log?.('PyTorch is not installed (apt-get install python3-torch): no anchor row');
+  for (let round = 0; round < o.rounds; round++) {
+    if (torch) {
+      const ms = (await torchRound(o)).slice(1);
+      torchBest = Math.min(torchBest, ...ms);
+      o.log?.(`round ${round + 1}: pytorch ${Math.min(...ms).toFixed(0)} ms/step`);
+    }
+    for (const n of o.nodes) {
+      const steps = (await tandemRound(o, n)).slice(1);
+      const fastest = steps.reduce((a, b) => (b.ms < a.ms ? b : a));
+      if (!best.has(n) || fastest.ms < best.get(n)!.ms) best.set(n, fastest);
+      o.log?.(`round ${round + 1}: ${n} node(s) ${fastest.ms.toFixed(0)} ms/step`);
+    }
+  }
+  const rows: TrainBenchRow[] = o.nodes.map((n) => rowOf(n, best.get(n)!, o));
+  if (torch)
+    rows.push({
+      nodes: 'pytorch',
+      step_ms: torchBest,
+      tokens_per_s: (o.batch * o.seq * 1000) / torchBest,
+      comm_share: 0,
+      overlap: 0,
+      threads: 1,
+    });
+  return rows;
+}
+
+export function trainTable(rows: readonly TrainBenchRow[]): string {
+  const torch = rows.find((r) => r.nodes === 'pytorch');
+  return formatTable(
+    ['nodes', 'step ms', 'tokens/s', 'comm share', 'overlap', 'x pytorch'],
+    rows.map((r) => [
+      String(r.nodes),
+      r.step_ms.toFixed(0),
+      r.tokens_per_s.toFixed(0),
+      r.comm_share.toFixed(3),
+      r.overlap.toFixed(2),
+      torch ? (torch.step_ms / r.step_ms).toFixed(2) : '-',
+    ]),
+  );
+}

@@ -1,0 +1,61 @@
+import { defineCommand } from '../options.js';
+import { checkInteger } from '../checks.js';
+import { TandemError } from '../../errors/index.js';
+import { trainShape, trainShapes } from '../../engine/train/index.js';
+import { benchTrain, trainTable } from '../../../bench/train.js';
+
+export const command = defineCommand({
+  name: 'bench train',
+  summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
+  description:
+    'Runs a few updates of the shape on synthetic tokens for each node count (one compute thread per node; gradients all-reduced over tcp in buckets during the backward), ' +
+    "and PyTorch's CPU step of the same shape, batch and thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
+    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward.',
+  options: {
+    nodes: { type: 'list', description: 'node counts to measure', default: ['1', '2'] },
+    shape: {
+      type: 'string',
+      description: 'model shape',
+      choices: Object.keys(trainShapes),
+      default: 'shipped',
+    },
+    batch: { type: 'number', description: 'rows per update (split over the nodes)', default: 8 },
+    seq: { type: 'number', description: 'tokens per row', default: 64 },
+    steps: { type: 'number', description: 'updates per round (the first is not counted)', default: 4 },
+    rounds: { type: 'number', description: 'alternated rounds', default: 2 },
+    'no-torch': { type: 'boolean', description: 'skip the PyTorch anchor' },
+    json: {
+      type: 'boolean',
+      description:
+        'print JSON lines {"nodes","step_ms","tokens_per_s","comm_share","overlap"} instead of a table',
+    },
+  },
+  examples: ['tandem bench train --nodes 1,2 --json'],
+  async run({ options }) {
+    const nodes = options.nodes.flatMap((n) => n.split(',')).map(Number);
+    for (const n of nodes) checkInteger('bench train', 'nodes', n, 1, 16, 2);
+    const shape = trainShape(options.shape);
+    const batch = checkInteger('bench train', 'batch', options.batch, 1, 1024, 8);
+    if (Math.max(...nodes) > batch)
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench train: --nodes ${Math.max(...nodes)} is more than --batch ${batch} rows`,
+        {
+          hint: 'raise --batch or lower --nodes',
+        },
+      );
+    const rows = await benchTrain({
+      shape: options.shape,
+      nodes,
+      batch,
+      seq: checkInteger('bench train', 'seq', options.seq, 1, shape.context, 64),
+      steps: checkInteger('bench train', 'steps', options.steps, 2, 100, 4),
+      rounds: checkInteger('bench train', 'rounds', options.rounds, 1, 20, 2),
+      noTorch: options['no-torch'],
+      log: (l) => process.stderr.write(`${l}\n`),
+    });
+    if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
+    else process.stdout.write(trainTable(rows));
+    return 0;
+  },
+});

@@ -1,0 +1,99 @@
+import type { Gemm } from '../../kernels/backward/gemm.js';
+import { AdamW, clipGradNorm, learningRate, ADAMW_DEFAULTS } from './adamw.js';
+import { saveCheckpoint, type Checkpoint, type CurvePoint, type RunSettings } from './checkpoint.js';
+import { batchAt } from './data.js';
+import { LlamaGrad, type GradReady } from './llama-grad.js';
+import { initParams, paramLayout, type ParamLayout } from './params.js';
+
+/**
+ * How a data-parallel rank joins its gradients with the others' (the parallel layer
+ * implements it over collectives; a single node has none). Per step: `begin`, then `ready`
+ * for each range as the backward finishes it (the sync may start reducing it at once),
+ * then `finish`, after which grad holds the sum over ranks; `sum` adds a scalar over ranks;
+ * `agree` checks that every rank holds the same weights after the update.
+ */
+export interface GradSync {
+  readonly rank: number;
+  readonly size: number;
+  begin(grad: Float32Array): void;
+  ready: GradReady;
+  finish(): Promise<void>;
+  sum(value: number): Promise<number>;
+  agree(weights: Float32Array, step: number): Promise<void>;
+}
+
+export interface StepLog {
+  step: number;
+  loss: number;
+  lr: number;
+  tokens_per_s: number;
+}
+
+export interface TrainConfig {
+  settings: RunSettings;
+  tokens: Int32Array;
+  gemm: Gemm;
+  /** Where checkpoints go (atomically), every `checkpointEvery` updates and at the end. */
+  checkpoint?: string;
+  checkpointEvery?: number;
+  /** Stop after this many updates of this run (the schedule still spans settings.steps). */
+  stopAfter?: number;
+  resume?: Checkpoint;
+  sync?: GradSync;
+  onStep?: (log: StepLog) => void;
+}
+
+export interface TrainResult {
+  layout: ParamLayout;
+  weights: Float32Array;
+  step: number;
+  curve: CurvePoint[];
+  finalLoss: number;
+}
+
+/** Runs updates from the resumed step (or 0) until settings.steps or stopAfter. */
+export async function train(cfg: TrainConfig): Promise<TrainResult> {
+  const s = cfg.settings;
+  const layout = paramLayout(s.shape);
+  const weights = cfg.resume ? cfg.resume.weights : initParams(layout, s.seed);
+  const opt = new AdamW(layout, { ...ADAMW_DEFAULTS, weightDecay: s.weightDecay }, cfg.resume);
+  const model = new LlamaGrad(layout, weights, cfg.gemm);
+  const grad = new Float32Array(layout.total);
+  const curve = cfg.resume ? [...cfg.resume.curve] : [];
+  const sync = cfg.sync;
+  const size = sync?.size ?? 1;
+  const rank = sync?.rank ?? 0;
+  const first = Math.floor((s.batch * rank) / size);
+  const count = Math.floor((s.batch * (rank + 1)) / size) - first;
+  const schedule = { peak: s.lr, warmup: s.warmup, total: s.steps, minRatio: s.minLrRatio };
+  let step = cfg.resume?.step ?? 0;
+  const end = Math.min(s.steps, cfg.stopAfter !== undefined ? step + cfg.stopAfter : s.steps);
+  const save = async (): Promise<void> => {
+    if (cfg.checkpoint === undefined || rank !== 0) return;
+    await saveCheckpoint(cfg.checkpoint, { settings: s, step, curve, weights, m: opt.m, v: opt.v });
+  };
+  while (step < end) {
+    const t0 = performance.now();
+    grad.fill(0);
+    const batch = batchAt(cfg.tokens, s.seed, step, s.batch, s.seq, first, count);
+    sync?.begin(grad);
+    let loss = sync
+      ? await model.stepAsync(batch, count, s.seq, grad, s.batch * s.seq, sync.ready)
+      : model.step(batch, count, s.seq, grad);
+    if (sync) {
+      await sync.finish();
+      loss = await sync.sum(loss);
+    }
+    if (s.clip > 0) clipGradNorm(grad, s.clip);
+    const lr = learningRate(schedule, step);
+    opt.update(weights, grad, lr, step + 1);
+    step++;
+    if (sync) await sync.agree(weights, step);
+    curve.push({ step, loss, lr });
+    const seconds = (performance.now() - t0) / 1000;
+    cfg.onStep?.({ step, loss, lr, tokens_per_s: (s.batch * s.seq) / seconds });
+    if (cfg.checkpointEvery && step % cfg.checkpointEvery === 0 && step < end) await save();
+  }
+  await save();
+  return { layout, weights, step, curve, finalLoss: curve.at(-1)?.loss ?? NaN };
+}

@@ -1,0 +1,246 @@
+import { TandemError } from '../errors/index.js';
+import type { RdmaPd } from './rdma-resources.js';
+import { RdmaMr } from './rdma-resources.js';
+import {
+  Access,
+  type AccessFlags,
+  type Device,
+  type MemoryRegion,
+  type PoolOptions,
+  type PoolSlice,
+  type PoolStats,
+  type ProtectionDomain,
+  type RegistrationPool,
+  type RemoteAddress,
+  type RemoteRegion,
+  type Sge,
+} from './types.js';
+
+/**
+ * The rdma provider's protection domains and memory regions: each region is one ibv_reg_mr of
+ * memory in this process (its keys and address are the device's and the process's own), and
+ * the registration pool packs small buffers into large registered slabs, so that a long run
+ * stays far below a device's region cap (max_mr; about 100 on Apple's Thunderbolt driver).
+ */
+
+const ALL_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ;
+
+/** Regions this process holds registered, per verbs device name (what `tandem devinfo` shows as the use). */
+const inUse = new Map<string, number>();
+
+export function regionsInUse(device: string): number {
+  return inUse.get(device) ?? 0;
+}
+
+/** Live regions of one device, by local key (work requests name memory by lkey). */
+export class RdmaRegionTable {
+  readonly byLkey = new Map<number, RdmaRegion>();
+  /** Regions registered now, and the device's cap (max_mr). */
+  get live(): number {
+    return this.byLkey.size;
+  }
+  constructor(
+    readonly device: string,
+    readonly cap: number,
+  ) {}
+
+  add(r: RdmaRegion): void {
+    this.byLkey.set(r.lkey, r);
+    inUse.set(this.device, regionsInUse(this.device) + 1);
+  }
+
+  remove(r: RdmaRegion): void {
+    if (this.byLkey.delete(r.lkey)) inUse.set(this.device, regionsInUse(this.device) - 1);
+  }
+}
+
+export class RdmaRegion implements MemoryRegion {
+  readonly lkey: number;
+  readonly rkey: number;
+  readonly addr: bigint;
+  readonly length: number;
+  private isLive = true;
+
+  constructor(
+    readonly pd: RdmaDomain,
+    readonly buffer: Uint8Array,
+    readonly access: AccessFlags,
+    private readonly mr: RdmaMr,
+  ) {
+    this.lkey = mr.lkey;
+    this.rkey = mr.rkey;
+    this.addr = mr.addr;
+    this.length = buffer.byteLength;
+  }
+
+  get live(): boolean {
+    return this.isLive;
+  }
+
+  /** Offset of `[addr, addr + length)` in this region, or -1 when it is not inside. */
+  offsetOf(addr: bigint, length: number): number {
+    const off = addr - this.addr;
+    if (off < 0n || length < 0 || off + BigInt(length) > BigInt(this.length)) return -1;
+    return Number(off);
+  }
+
+  sge(offset = 0, length = this.length - offset): Sge {
+    return { addr: this.addr + BigInt(offset), length, lkey: this.lkey };
+  }
+
+  remote(offset = 0): RemoteAddress {
+    return { addr: this.addr + BigInt(offset), rkey: this.rkey };
+  }
+
+  describe(): RemoteRegion {
+    return { addr: this.addr, rkey: this.rkey, length: this.length };
+  }
+
+  deregister(): void {
+    if (!this.isLive) return;
+    this.isLive = false;
+    this.pd.table.remove(this);
+    this.mr.deregister();
+  }
+}
+
+export class RdmaDomain implements ProtectionDomain {
+  private static nextId = 1;
+  readonly id = RdmaDomain.nextId++;
+
+  constructor(
+    readonly device: Device,
+    readonly pd: RdmaPd,
+    readonly table: RdmaRegionTable,
+  ) {}
+
+  register(buffer: Uint8Array, access: AccessFlags): RdmaRegion {
+    if (!(buffer instanceof Uint8Array)) {
+      throw new TandemError(
+        'FABRIC_INVALID_REQUEST',
+        `register: expected a Uint8Array, got ${typeof buffer}`,
+        {
+          hint: 'pass a Uint8Array (or a Buffer) view of the memory to register',
+        },
+      );
+    }
+    if (!Number.isInteger(access) || access < 0 || (access & ~ALL_ACCESS) !== 0) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `register: unknown access flags ${access}`, {
+        hint: 'combine Access.LOCAL_WRITE, Access.REMOTE_WRITE and Access.REMOTE_READ',
+      });
+    }
+    if (this.table.live >= this.table.cap) {
+      throw new TandemError(
+        'FABRIC_KEY_EXHAUSTED',
+        `register: ${this.table.live} regions are live, the device allows ${this.table.cap}`,
+        {
+          hint: 'deregister regions or use a registration pool (pd.createPool), which packs buffers into slabs',
+        },
+      );
+    }
+    const region = new RdmaRegion(this, buffer, access, this.pd.register(buffer, access));
+    this.table.add(region);
+    return region;
+  }
+
+  allocate(length: number, access: AccessFlags): RdmaRegion {
+    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `allocate: length ${length} is not in 1..2^31-1`, {
+        hint: 'allocate a positive length below 2 GiB; split larger buffers',
+      });
+    }
+    return this.register(new Uint8Array(length), access);
+  }
+
+  createPool(options: PoolOptions = {}): RegistrationPool {
+    return new RdmaPool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
+  }
+}
+
+/** Smallest slice: 64 bytes, so slices are cache-line aligned inside their slab. */
+const MIN_CLASS = 6;
+
+/** Power-of-two size classes carved from registered slabs; a released slice is reused by its class. */
+export class RdmaPool implements RegistrationPool {
+  private readonly free = new Map<number, { mr: RdmaRegion; offset: number }[]>();
+  private readonly slabs: RdmaRegion[] = [];
+  private current: RdmaRegion | undefined;
+  private used = 0;
+  private hits = 0;
+  private misses = 0;
+  private inUse = 0;
+
+  constructor(
+    private readonly pd: RdmaDomain,
+    private readonly access: AccessFlags,
+    private readonly slabBytes: number,
+  ) {}
+
+  acquire(length: number): PoolSlice {
+    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', `pool.acquire: length ${length} is not in 1..2^31-1`, {
+        hint: 'ask for a positive length below 2 GiB',
+      });
+    }
+    const cls = Math.max(MIN_CLASS, Math.ceil(Math.log2(length)));
+    const size = 2 ** cls;
+    const reused = this.free.get(cls)?.pop();
+    let mr: RdmaRegion;
+    let offset: number;
+    if (reused) {
+      ({ mr, offset } = reused);
+      this.hits++;
+    } else {
+      if (this.current === undefined || this.used + size > this.current.length) {
+        this.current = this.pd.allocate(Math.max(size, this.slabBytes), this.access);
+        this.slabs.push(this.current);
+        this.used = 0;
+        this.misses++;
+      } else {
+        this.hits++;
+      }
+      mr = this.current;
+      offset = this.used;
+      this.used += size;
+    }
+    this.inUse++;
+    return this.slice(mr, offset, length, cls);
+  }
+
+  private slice(mr: RdmaRegion, offset: number, length: number, cls: number): PoolSlice {
+    let released = false;
+    return {
+      mr,
+      offset,
+      length,
+      view: mr.buffer.subarray(offset, offset + length),
+      sge: (o = 0, l = length - o) => mr.sge(offset + o, l),
+      remote: (o = 0) => mr.remote(offset + o),
+      release: () => {
+        if (released) return;
+        released = true;
+        this.inUse--;
+        let list = this.free.get(cls);
+        if (!list) this.free.set(cls, (list = []));
+        list.push({ mr, offset });
+      },
+    };
+  }
+
+  stats(): PoolStats {
+    return {
+      hits: this.hits,
+      misses: this.misses,
+      regions: this.slabs.length,
+      bytesRegistered: this.slabs.reduce((s, c) => s + c.length, 0),
+      slicesInUse: this.inUse,
+    };
+  }
+
+  close(): void {
+    for (const c of this.slabs) c.deregister();
+    this.slabs.length = 0;
+    this.free.clear();
+    this.current = undefined;
+  }
+}

@@ -1,0 +1,336 @@
+import type { Socket } from 'node:net';
+import { TandemError } from '../errors/index.js';
+import { CQ, type ProgressEngine } from './completion-queue.js';
+import { DEFAULT_CONNECT_TIMEOUT_MS, withDeadline } from './device-base.js';
+import { chooseGid, RdmaContext, type GidChoice, type GidEntry } from './rdma-context.js';
+import { decodeSetup, encodeSetup } from './rdma-endpoint.js';
+import { RdmaDomain, RdmaRegionTable } from './rdma-memory.js';
+import { RdmaQp } from './rdma-qp.js';
+import { RdmaQueuePair } from './rdma-queue-pair.js';
+import { checkQpType, RdmaCq, RdmaPd, verbsAccess, type QpType } from './rdma-resources.js';
+import { CompletionSleeper } from './rdma-sleep.js';
+import {
+  clientHandshake,
+  sendMessage,
+  SideChannelBackedListener,
+  SideChannelListener,
+  type Authenticated,
+  type PendingPeer,
+} from './side-channel.js';
+import {
+  Access,
+  type AcceptOptions,
+  type CompletionQueue,
+  type ConnectOptions,
+  type Device,
+  type DeviceStats,
+  type Listener,
+  type ListenOptions,
+  type ProtectionDomain,
+  type QueuePair,
+} from './types.js';
+
+/**
+ * The rdma provider: the fabric's Device over one verbs device (rdma-context.ts and friends).
+ * Completion queues are the fabric's CQ, fed by polling the verbs completion queues and put to
+ * sleep on their completion channels (rdma-sleep.ts); queue pairs are RdmaQueuePairs, set up
+ * over the authenticated side channel:
+ *   client: create its QP, handshake (proof carries its setup) -> welcome (the server's setup)
+ *           -> INIT/RTR/RTS -> 'ready'
+ *   server: the client's setup -> create its QP, INIT/RTR/RTS -> welcome -> waits for 'ready'
+ * so both queue pairs are in RTS before either side may post.
+ */
+
+export interface RdmaDeviceOptions {
+  /** The verbs device (default: TANDEM_RDMA_DEVICE, else the first one). */
+  name?: string;
+  /** Queue pair type (default: TANDEM_RDMA_QP, else rc; uc on macOS, whose driver offers only UC). */
+  qpType?: QpType;
+}
+
+/** Queue depths asked of the device (capped by its max_qp_wr) and the inline sizes tried in turn. */
+const QP_DEPTH = 1024;
+const QP_SGES = 16;
+const INLINE_TRIES = [256, 64, 0];
+const DEFAULT_CQ_DEPTH = 16384;
+
+const ALL_ACCESS = verbsAccess(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ);
+
+export class RdmaDevice implements Device {
+  readonly provider = 'rdma' as const;
+  readonly name: string;
+  readonly qpType: QpType;
+  readonly context: RdmaContext;
+  readonly regions: RdmaRegionTable;
+  readonly engine: ProgressEngine;
+  private readonly gidTable: GidEntry[];
+  private readonly pds: RdmaPd[] = [];
+  private readonly cqs = new Map<CQ, RdmaCq>();
+  private readonly qps = new Map<number, RdmaQueuePair>();
+  private readonly verbsQps: RdmaQp[] = [];
+  private readonly listeners = new Set<Listener>();
+  private readonly sleeper: CompletionSleeper;
+  private authFailures = 0;
+  private closed = false;
+
+  constructor(options: RdmaDeviceOptions = {}) {
+    const env = process.env;
+    this.qpType = checkQpType(
+      options.qpType ?? env.TANDEM_RDMA_QP ?? (process.platform === 'darwin' ? 'uc' : 'rc'),
+    );
+    this.context = RdmaContext.open(options.name ?? env.TANDEM_RDMA_DEVICE);
+    this.name = this.context.name;
+    this.regions = new RdmaRegionTable(
+      this.name,
+      this.context.attr.maxMr > 0 ? this.context.attr.maxMr : 0x7fffffff,
+    );
+    this.gidTable = this.context.gids();
+    this.sleeper = new CompletionSleeper(
+      () => this.cqs.values(),
+      () => this.progress(),
+    );
+    this.engine = {
+      progress: () => this.progress(),
+      spins: true,
+      sleep: (ms: number) => this.sleeper.sleep(ms),
+    };
+  }
+
+  /** Polls every verbs completion queue once; each completion goes to its queue pair. */
+  private progress(): boolean {
+    let any = false;
+    for (const rcq of this.cqs.values()) {
+      for (;;) {
+        const wcs = rcq.poll();
+        if (wcs.length === 0) break;
+        any = true;
+        for (const wc of wcs) this.qps.get(wc.qpNum)?.onCompletion(wc);
+      }
+    }
+    return any;
+  }
+
+  allocPd(): ProtectionDomain {
+    this.checkOpen();
+    const pd = new RdmaPd(this.context);
+    this.pds.push(pd);
+    return new RdmaDomain(this, pd, this.regions);
+  }
+
+  createCq(options: { depth?: number } = {}): CompletionQueue {
+    this.checkOpen();
+    const depth = Math.min(options.depth ?? DEFAULT_CQ_DEPTH, this.context.attr.maxCqe);
+    const cq = new CQ(this.engine, depth);
+    this.cqs.set(cq, new RdmaCq(this.context, depth));
+    return cq;
+  }
+
+  async listen(options: ListenOptions): Promise<Listener> {
+    this.checkOpen();
+    const side = new SideChannelListener('rdma', options.secret, () => this.authFailures++);
+    await side.start(options.host ?? '127.0.0.1', options.port ?? 0);
+    const l = new RdmaListener(this, side);
+    this.listeners.add(l);
+    return l;
+  }
+
+  forget(l: Listener): void {
+    this.listeners.delete(l);
+  }
+
+  /** A verbs queue pair in RESET on this device with the fabric's completion queues. */
+  makeQp(options: AcceptOptions): { qp: RdmaQp; pd: RdmaDomain } {
+    this.checkOpen();
+    const pd = options.pd;
+    if (!(pd instanceof RdmaDomain) || pd.device !== this) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', 'the protection domain belongs to another device', {
+        hint: 'allocate the PD with allocPd() on the device that makes the connection',
+      });
+    }
+    const send = this.verbsCq(options.cq);
+    const recv = this.verbsCq(options.recvCq ?? options.cq);
+    const a = this.context.attr;
+    const depth = Math.min(QP_DEPTH, a.maxQpWr);
+    let last: unknown;
+    for (const maxInline of INLINE_TRIES) {
+      try {
+        const caps = { maxSendWr: depth, maxRecvWr: depth, maxSge: Math.min(QP_SGES, a.maxSge), maxInline };
+        const qp = new RdmaQp(pd.pd, this.qpType, send, recv, caps);
+        this.verbsQps.push(qp);
+        return { qp, pd };
+      } catch (e) {
+        last = e;
+      }
+    }
+    throw last;
+  }
+
+  private verbsCq(cq: CompletionQueue): RdmaCq {
+    const r = cq instanceof CQ ? this.cqs.get(cq) : undefined;
+    if (r === undefined) {
+      throw new TandemError('FABRIC_INVALID_REQUEST', 'the completion queue belongs to another device', {
+        hint: 'create the completion queues with createCq() on the device that makes the connection',
+      });
+    }
+    return r;
+  }
+
+  /** The GID for traffic leaving through `localAddress` (TANDEM_RDMA_IPV4 overrides it). */
+  gidFor(socket: Socket): GidChoice {
+    const local = process.env.TANDEM_RDMA_IPV4 ?? socket.localAddress?.replace(/^::ffff:/, '');
+    const choice = chooseGid(this.gidTable, local);
+    if (choice === undefined) {
+      throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `${this.name} port 1 has no usable GID`, {
+        hint: 'give the RDMA interface an IP address (RoCE) or check the subnet manager (InfiniBand); tandem devinfo lists the GIDs',
+      });
+    }
+    return choice;
+  }
+
+  /** INIT -> RTR -> RTS towards the peer whose setup arrived on the side channel. */
+  bring(qp: RdmaQp, gid: GidChoice, extra: Record<string, unknown>, peer: string): void {
+    const setup = decodeSetup(extra, this.qpType, peer);
+    qp.connect(setup, gid.index, ALL_ACCESS);
+  }
+
+  /** Wraps a connected verbs queue pair; the side channel now only tells whether the peer lives. */
+  adopt(qp: RdmaQp, pd: RdmaDomain, options: AcceptOptions, peer: Authenticated): QueuePair {
+    peer.reader.detach();
+    const cq = options.cq as CQ;
+    const recvCq = (options.recvCq ?? options.cq) as CQ;
+    const q = new RdmaQueuePair(qp, pd, cq, recvCq, peer.socket, peer.info, () => {});
+    this.qps.set(q.qpNum, q);
+    return q;
+  }
+
+  async connect(options: ConnectOptions): Promise<QueuePair> {
+    const { qp, pd } = this.makeQp(options);
+    const where = `${options.host}:${options.port}`;
+    let gid: GidChoice | undefined;
+    let done: Authenticated | undefined;
+    let gaveUp = false;
+    try {
+      const peer = await withDeadline(
+        clientHandshake('rdma', options.host, options.port, options.secret, {
+          psn: qp.psn,
+          info: options.info ?? {},
+          extra: (socket) => {
+            gid = this.gidFor(socket);
+            return encodeSetup({ qpType: this.qpType, ...qp.endpoint(gid.gid) });
+          },
+        }).then((p) => {
+          if (gaveUp) p.socket.destroy();
+          return (done = p);
+        }),
+        options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+        options.signal,
+        `connect to rdma ${where}`,
+        () => {
+          gaveUp = true;
+          done?.socket.destroy();
+        },
+      );
+      try {
+        this.bring(qp, gid as GidChoice, peer.extra, where);
+        sendMessage(peer.socket, { t: 'ready' });
+        return this.adopt(qp, pd, options, peer);
+      } catch (e) {
+        peer.socket.destroy();
+        throw e;
+      }
+    } catch (e) {
+      this.dropQp(qp);
+      throw e;
+    }
+  }
+
+  dropQp(qp: RdmaQp): void {
+    const i = this.verbsQps.indexOf(qp);
+    if (i >= 0) this.verbsQps.splice(i, 1);
+    qp.close();
+  }
+
+  stats(): DeviceStats {
+    // the NIC validates and acknowledges one-sided requests; it keeps no counters of ours
+    return {
+      rejectedKey: 0,
+      rejectedAccess: 0,
+      rejectedBounds: 0,
+      rejectedInvalid: 0,
+      malformedFrames: 0,
+      authFailures: this.authFailures,
+      acksSent: 0,
+    };
+  }
+
+  private checkOpen(): void {
+    if (this.closed) {
+      throw new TandemError('FABRIC_CLOSED', `rdma device ${this.name} is closed`, {
+        hint: 'open a new device with openDevice()',
+      });
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const l of [...this.listeners]) await l.close();
+    for (const q of this.qps.values()) await q.close();
+    for (const qp of this.verbsQps) qp.close();
+    for (const r of [...this.regions.byLkey.values()]) if (r.pd.device === this) r.deregister();
+    for (const [cq, rcq] of this.cqs) {
+      cq.abort('the device closed');
+      rcq.close();
+    }
+    for (const pd of this.pds) pd.close();
+    this.context.close();
+  }
+}
+
+class RdmaListener extends SideChannelBackedListener {
+  constructor(
+    private readonly device: RdmaDevice,
+    side: SideChannelListener,
+  ) {
+    super(side);
+  }
+
+  override async accept(options: AcceptOptions): Promise<QueuePair> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    const peer: PendingPeer = await this.side.next(timeoutMs, options.signal);
+    const where = `${peer.socket.remoteAddress ?? '?'}:${peer.socket.remotePort ?? '?'}`;
+    let made: ReturnType<RdmaDevice['makeQp']> | undefined;
+    try {
+      made = this.device.makeQp(options);
+      const gid = this.device.gidFor(peer.socket);
+      this.device.bring(made.qp, gid, peer.extra, where);
+      peer.welcome(made.qp.psn, options.info ?? {}, {
+        ...encodeSetup({ qpType: this.device.qpType, ...made.qp.endpoint(gid.gid) }),
+      });
+      const ready = await withDeadline(
+        peer.reader.next(),
+        timeoutMs,
+        options.signal,
+        `rdma setup with ${where}`,
+      );
+      if (ready.t !== 'ready') throw new Error(`expected 'ready', got '${String(ready.t)}'`);
+      return this.device.adopt(made.qp, made.pd, options, peer);
+    } catch (e) {
+      peer.socket.destroy();
+      if (made) this.device.dropQp(made.qp);
+      if (e instanceof TandemError) throw e;
+      throw new TandemError(
+        'FABRIC_CONNECT_FAILED',
+        `rdma setup with ${where} failed: ${(e as Error).message}`,
+        {
+          hint: 'the peer went away during setup; start it again',
+        },
+      );
+    }
+  }
+
+  override async close(): Promise<void> {
+    this.device.forget(this);
+    await super.close();
+  }
+}

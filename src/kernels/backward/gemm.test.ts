@@ -1,0 +1,69 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { referenceGemm, type Gemm } from './gemm.js';
+import { loadWasmGemm } from './gemm-wasm.js';
+
+function random(n: number, seed: number): Float32Array {
+  let s = seed >>> 0 || 1;
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    out[i] = ((s >>> 0) / 2 ** 32) * 2 - 1;
+  }
+  return out;
+}
+
+/** Largest |x - y| over max |y|: f32 sums of k products against f64 ones differ by ~k ulps. */
+function relDiff(x: Float32Array, y: Float32Array): number {
+  let d = 0;
+  let m = 0;
+  for (let i = 0; i < y.length; i++) {
+    d = Math.max(d, Math.abs((x[i] as number) - (y[i] as number)));
+    m = Math.max(m, Math.abs(y[i] as number));
+  }
+  return d / m;
+}
+
+test('the wasm GEMMs match the reference twin on odd shapes, with and without accumulation', async () => {
+  const wasm: Gemm = await loadWasmGemm();
+  for (const [m, n, k] of [
+    [1, 1, 1],
+    [3, 5, 7],
+    [8, 12, 16],
+    [17, 33, 65],
+    [64, 48, 130],
+  ] as const) {
+    const a = random(Math.max(m, k) * Math.max(k, m), m * 1000 + k);
+    const b = random(Math.max(n, k) * Math.max(k, n), n * 77 + k);
+    const c0 = random(m * n, 5);
+    for (const op of ['nt', 'nn', 'tn'] as const) {
+      for (const acc of [false, true]) {
+        const want = c0.slice();
+        const got = c0.slice();
+        referenceGemm[op](a, b, want, m, n, k, acc);
+        wasm[op](a, b, got, m, n, k, acc);
+        assert.ok(relDiff(got, want) < 1e-5, `${op} ${m}x${n}x${k} acc=${acc}: ${relDiff(got, want)}`);
+      }
+    }
+  }
+});
+
+test('the three products agree with each other through transposes', () => {
+  const [m, n, k] = [4, 3, 5];
+  const a = random(m * k, 1);
+  const b = random(n * k, 2);
+  const bt = new Float32Array(k * n);
+  for (let j = 0; j < n; j++) for (let p = 0; p < k; p++) bt[p * n + j] = b[j * k + p] as number;
+  const at = new Float32Array(k * m);
+  for (let i = 0; i < m; i++) for (let p = 0; p < k; p++) at[p * m + i] = a[i * k + p] as number;
+  const c1 = new Float32Array(m * n);
+  const c2 = new Float32Array(m * n);
+  const c3 = new Float32Array(m * n);
+  referenceGemm.nt(a, b, c1, m, n, k);
+  referenceGemm.nn(a, bt, c2, m, n, k);
+  referenceGemm.tn(at, bt, c3, m, n, k);
+  assert.deepEqual(c2, c1);
+  assert.deepEqual(c3, c1);
+});

@@ -1,0 +1,176 @@
+import { TandemError } from '../../errors/index.js';
+import { rowBytes } from '../ggml-blocks.js';
+import { dequantRow } from '../ref/quant-ref.js';
+import type { WeightSource } from '../types.js';
+import type { GpuDevice } from './gpu-device.js';
+import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
+
+/** A tensor by its GGUF name as raw ggml rows; undefined when the model has none of that name. */
+export type GpuTensorReader = (name: string) => Promise<WeightSource | undefined>;
+
+/** A SwiGLU FFN: down(silu(gate x) * up x). */
+export interface GpuFfnWeights {
+  gate: GpuWeight;
+  up: GpuWeight;
+  down: GpuWeight;
+}
+
+/** A mixture-of-experts FFN: the router [experts, width], each routed expert, the shared one (qwen2moe). */
+export interface GpuMoeWeights {
+  router: GpuWeight;
+  experts: readonly GpuFfnWeights[];
+  shared?: GpuFfnWeights & { gateInp: GPUBuffer };
+}
+
+/** One layer's weights: attention (with qwen2's biases, qwen3's q/k norms) and a dense or MoE FFN. */
+export interface GpuLayerWeights {
+  attnNorm: GPUBuffer;
+  q: GpuWeight;
+  k: GpuWeight;
+  v: GpuWeight;
+  o: GpuWeight;
+  qBias?: GPUBuffer;
+  kBias?: GPUBuffer;
+  vBias?: GPUBuffer;
+  /** [headDim]: RMSNorm over each q (k) head before RoPE. */
+  qNorm?: GPUBuffer;
+  kNorm?: GPUBuffer;
+  ffnNorm: GPUBuffer;
+  ffn?: GpuFfnWeights;
+  moe?: GpuMoeWeights;
+}
+
+/** Reads and uploads the tensors of a layer, named as in GGUF. */
+export class GpuLayerLoader {
+  constructor(
+    private readonly gpu: GpuDevice,
+    private readonly read: GpuTensorReader,
+  ) {}
+
+  /** The tensor `name`, or a typed error naming it. */
+  async need(name: string): Promise<WeightSource> {
+    const w = await this.read(name);
+    if (!w)
+      throw new TandemError('KERNELS_BAD_SHAPE', `the model has no tensor '${name}'`, {
+        hint: 'the WebGPU forward pass runs llama, qwen2/qwen3 and their MoE GGUF files; check the file',
+      });
+    return { ...w, name };
+  }
+
+  async vector(name: string): Promise<GPUBuffer> {
+    return this.gpu.upload(toF32(await this.need(name)), name);
+  }
+
+  async optionalVector(name: string): Promise<GPUBuffer | undefined> {
+    return (await this.read(name)) ? this.vector(name) : undefined;
+  }
+
+  async matrix(name: string): Promise<GpuWeight> {
+    return uploadGpuWeight(this.gpu, await this.need(name));
+  }
+
+  /** Layer l: attention, then a dense FFN, or an MoE FFN where the layer has a router. */
+  async layer(l: number, experts: number): Promise<GpuLayerWeights> {
+    const b = `blk.${l}.`;
+    const w: GpuLayerWeights = {
+      attnNorm: await this.vector(`${b}attn_norm.weight`),
+      q: await this.matrix(`${b}attn_q.weight`),
+      k: await this.matrix(`${b}attn_k.weight`),
+      v: await this.matrix(`${b}attn_v.weight`),
+      o: await this.matrix(`${b}attn_output.weight`),
+      ffnNorm: await this.vector(`${b}ffn_norm.weight`),
+    };
+    for (const [key, name] of [
+      ['qBias', 'attn_q.bias'],
+      ['kBias', 'attn_k.bias'],
+      ['vBias', 'attn_v.bias'],
+      ['qNorm', 'attn_q_norm.weight'],
+      ['kNorm', 'attn_k_norm.weight'],
+    ] as const) {
+      const v = await this.optionalVector(b + name);
+      if (v) w[key] = v;
+    }
+    if (experts > 0 && (await this.read(`${b}ffn_gate_inp.weight`))) w.moe = await this.moe(b, experts);
+    else
+      w.ffn = {
+        gate: await this.matrix(`${b}ffn_gate.weight`),
+        up: await this.matrix(`${b}ffn_up.weight`),
+        down: await this.matrix(`${b}ffn_down.weight`),
+      };
+    return w;
+  }
+
+  /** The MoE FFN of the layer with prefix b: the 3-D expert tensors cut into one weight per expert. */
+  private async moe(b: string, experts: number): Promise<GpuMoeWeights> {
+    const [gate, up, down] = await Promise.all(
+      ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => this.need(`${b}${n}.weight`)),
+    );
+    const list: GpuFfnWeights[] = [];
+    for (let e = 0; e < experts; e++)
+      list.push({
+        gate: uploadGpuWeight(this.gpu, expertSlice(gate!, e, experts)),
+        up: uploadGpuWeight(this.gpu, expertSlice(up!, e, experts)),
+        down: uploadGpuWeight(this.gpu, expertSlice(down!, e, experts)),
+      });
+    const moe: GpuMoeWeights = { router: await this.matrix(`${b}ffn_gate_inp.weight`), experts: list };
+    if (await this.read(`${b}ffn_gate_shexp.weight`)) {
+      moe.shared = {
+        gate: await this.matrix(`${b}ffn_gate_shexp.weight`),
+        up: await this.matrix(`${b}ffn_up_shexp.weight`),
+        down: await this.matrix(`${b}ffn_down_shexp.weight`),
+        gateInp: await this.vector(`${b}ffn_gate_inp_shexp.weight`),
+      };
+    }
+    return moe;
+  }
+}
+
+/** Expert e's rows of a 3-D expert tensor held as [experts * rows, cols]. */
+function expertSlice(w: WeightSource, e: number, experts: number): WeightSource {
+  const rows = w.rows / experts;
+  const bytes = rowBytes(w.type, w.cols);
+  return {
+    type: w.type,
+    rows,
+    cols: w.cols,
+    data: w.data.subarray(e * rows * bytes, (e + 1) * rows * bytes),
+    name: `${w.name ?? 'experts'}[${e}]`,
+  };
+}
+
+/** The matrices of a layer (for their bytes, and to release them). */
+export function layerMatrices(l: GpuLayerWeights): GpuWeight[] {
+  const ffn = (f: GpuFfnWeights): GpuWeight[] => [f.gate, f.up, f.down];
+  return [
+    l.q,
+    l.k,
+    l.v,
+    l.o,
+    ...(l.ffn ? ffn(l.ffn) : []),
+    ...(l.moe
+      ? [l.moe.router, ...l.moe.experts.flatMap(ffn), ...(l.moe.shared ? ffn(l.moe.shared) : [])]
+      : []),
+  ];
+}
+
+export function destroyLayer(l: GpuLayerWeights): void {
+  for (const b of [
+    l.attnNorm,
+    l.ffnNorm,
+    l.qBias,
+    l.kBias,
+    l.vBias,
+    l.qNorm,
+    l.kNorm,
+    l.moe?.shared?.gateInp,
+  ])
+    b?.destroy();
+  for (const w of layerMatrices(l)) destroyGpuWeight(w);
+}
+
+/** A vector tensor (norm weights, biases) as f32, whatever its stored type. */
+export function toF32(w: WeightSource): Float32Array {
+  const out = new Float32Array(w.cols * w.rows);
+  dequantRow(w.type, w.data, 0, w.cols * w.rows, out);
+  return out;
+}

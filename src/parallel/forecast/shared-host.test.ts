@@ -1,0 +1,78 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Calibration } from './machine-list.js';
+import { measuredLink, sharedHostMachines } from './shared-host.js';
+
+const cal = (threads: number, decodeGBs: number, prefillGflops: number): Calibration => ({
+  date: '2026-11-28',
+  threads,
+  memoryBytes: 24e9,
+  cpuCores: 2,
+  decodeBytesPerS: decodeGBs * 1e9,
+  prefillFlopsPerS: prefillGflops * 1e9,
+  layerOverheadMs: 0.1,
+});
+
+describe('several nodes on one host', () => {
+  it('each node gets the lesser of its own rate and its share of what the host gives all at once', () => {
+    // one thread streams 6 GB/s, two together 8: two nodes get 4 each, not 6
+    const two = sharedHostMachines({
+      nodes: 2,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 8, 40),
+      cores: 2,
+      concurrent: true,
+    });
+    assert.equal(two.length, 2);
+    assert.deepEqual(
+      two.map((m) => m.name),
+      ['this-node-1', 'this-node-2'],
+    );
+    assert.equal(two[0]!.rates!.decodeBytesPerS, 4e9);
+    assert.equal(two[0]!.rates!.prefillFlopsPerS, 20e9);
+    assert.equal(two[0]!.rates!.layerOverheadMs, 0.1);
+    assert.equal(two[0]!.memory.gb, 12);
+    // a host that scales perfectly leaves each node its own rate
+    const ideal = sharedHostMachines({
+      nodes: 2,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 14, 40),
+      cores: 2,
+      concurrent: true,
+    });
+    assert.equal(ideal[0]!.rates!.decodeBytesPerS, 6e9);
+  });
+
+  it('pipeline stages that take turns do not share: each streams at what one node alone gets', () => {
+    const pp = sharedHostMachines({
+      nodes: 3,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 8, 40),
+      cores: 2,
+      concurrent: false,
+    });
+    assert.equal(pp[0]!.rates!.decodeBytesPerS, 6e9);
+    assert.equal(pp[0]!.rates!.prefillFlopsPerS, 20e9);
+    assert.equal(pp[0]!.rates!.layerOverheadMs, 0.1);
+  });
+
+  it('more threads than cores: the cores are shared and a layer waits its turn', () => {
+    const three = sharedHostMachines({
+      nodes: 3,
+      perNode: cal(1, 6, 20),
+      together: cal(2, 9, 36),
+      cores: 2,
+      concurrent: true,
+    });
+    assert.equal(three[2]!.rates!.decodeBytesPerS, 3e9);
+    assert.equal(three[2]!.rates!.prefillFlopsPerS, 12e9);
+    assert.ok(Math.abs(three[2]!.rates!.layerOverheadMs - 0.15) < 1e-12);
+  });
+
+  it('the measured link: a small all-reduce is one step, a large one adds its bytes over the bandwidth', () => {
+    const link = measuredLink({ provider: 'shm', smallUs: 10, largeBytes: 1e6, largeUs: 510 });
+    assert.equal(link.latencyUs, 10);
+    assert.equal(link.bandwidthGBs, 2);
+    assert.equal(link.id, 'local-shm');
+  });
+});

@@ -1,0 +1,64 @@
+import type { LinkSpec } from './links.js';
+import type { Calibration } from './machine-list.js';
+import { thisMachine } from './machine-list.js';
+import type { ForecastMachine } from './predict.js';
+
+/**
+ * N nodes of T threads each on ONE host, as `tandem bench cluster` runs them: separate
+ * processes that share the host's memory bandwidth and cores. Each node's rates are the
+ * lesser of what one node alone gets (`perNode`, calibrated at T threads) and its 1/N share
+ * of what the host gives all of them at once (`together`, calibrated at min(N x T, cores)
+ * threads: the bandwidth N streams reach together, and the compute of the cores they share).
+ * Where N x T exceeds the cores, processes take turns on them, and a layer's fixed cost (its
+ * calls and waits) stretches by that factor. Only nodes that compute at the same time share:
+ * the stages of a pipeline running one sequence take turns (`concurrent` false), so each
+ * streams at what one node alone gets.
+ */
+export function sharedHostMachines(o: {
+  nodes: number;
+  perNode: Calibration;
+  together: Calibration;
+  cores: number;
+  concurrent: boolean;
+}): ForecastMachine[] {
+  const { nodes: n, perNode } = o;
+  const together = o.concurrent
+    ? o.together
+    : { ...perNode, decodeBytesPerS: Infinity, prefillFlopsPerS: Infinity };
+  const spec = thisMachine(perNode);
+  const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
+  const rates = {
+    decodeBytesPerS: Math.min(perNode.decodeBytesPerS, together.decodeBytesPerS / n),
+    prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
+    layerOverheadMs: perNode.layerOverheadMs * oversubscribed,
+  };
+  const memory = { gb: perNode.memoryBytes / 1e9 / n, bandwidthGBs: rates.decodeBytesPerS / 1e9 };
+  return Array.from({ length: n }, (_, i) => ({
+    name: n > 1 ? `this-node-${i + 1}` : 'this-node',
+    spec,
+    memory,
+    rates,
+  }));
+}
+
+/**
+ * The link between processes on this host as a collective over it measured: `smallUs`, the
+ * time of one all-reduce of a decode step's activations over two ranks (a single step of the
+ * forecast's all-reduce, software included), and the bandwidth of a large one.
+ */
+export function measuredLink(o: {
+  provider: string;
+  smallUs: number;
+  largeBytes: number;
+  largeUs: number;
+}): LinkSpec {
+  // an all-reduce of S bytes over 2 ranks moves S each way: its time is S / bandwidth plus a step
+  const bandwidthGBs = o.largeBytes / Math.max(1e-3, o.largeUs - o.smallUs) / 1e3;
+  return {
+    id: `local-${o.provider}`,
+    name: `${o.provider} between processes on this host (measured)`,
+    latencyUs: o.smallUs,
+    bandwidthGBs,
+    source: `tandem bench collectives --provider ${o.provider} (2 ranks), in the same run`,
+  };
+}

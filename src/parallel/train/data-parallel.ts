@@ -1,0 +1,72 @@
+import { createCommunicator, type Communicator } from '../../collectives/index.js';
+import { isTandemError, TandemError } from '../../errors/index.js';
+import { train, type StepLog, type TrainConfig, type TrainResult } from '../../engine/train/index.js';
+import { CollectiveGradSync, type SyncTimes } from './grad-sync.js';
+
+export interface RankOptions {
+  rank: number;
+  size: number;
+  /** Rank 0 listens here (port 0: any free port) and the others join it. */
+  rendezvous: string;
+  secret: string;
+  provider?: 'tcp' | 'shm';
+  /** Bound on every wait inside a collective (a rank computing a step must finish within it). */
+  timeoutMs?: number;
+  onListening?: (address: string) => void;
+  /** Each update's communication time (rank-local), for the benchmark. */
+  onTimes?: (times: SyncTimes) => void;
+}
+
+/** Collectives' codes that mean a rank is gone or stuck: the survivors stop. */
+const LOST = new Set(['COLL_PEER_LOST', 'COLL_TIMEOUT', 'COLL_ABORTED']);
+
+/**
+ * One rank of a data-parallel run: connects the world, then runs the engine's training loop
+ * on this rank's rows of every batch with gradients summed over ranks (CollectiveGradSync).
+ * Rank 0 alone writes checkpoints. A rank that dies makes every survivor stop with
+ * PAR_TRAIN_NODE_LOST, naming the last completed update; the run resumes from the last
+ * checkpoint on the ranks left (the global batch, hence the curve, does not depend on the
+ * number of ranks, up to the order of float sums).
+ */
+export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions): Promise<TrainResult> {
+  const comm: Communicator = await createCommunicator({
+    rank: o.rank,
+    size: o.size,
+    provider: o.provider ?? 'tcp',
+    rendezvous: { kind: 'root', address: o.rendezvous },
+    secret: o.secret,
+    timeoutMs: o.timeoutMs ?? 60_000,
+    connectTimeoutMs: 60_000,
+    ...(o.onListening ? { onListening: o.onListening } : {}),
+  });
+  const sync = new CollectiveGradSync(comm);
+  let done = cfg.resume?.step ?? 0;
+  try {
+    return await train({
+      ...cfg,
+      sync,
+      onStep: (l: StepLog) => {
+        done = l.step;
+        o.onTimes?.(sync.last);
+        cfg.onStep?.(l);
+      },
+    });
+  } catch (e) {
+    if (isTandemError(e) && LOST.has(e.code)) {
+      throw new TandemError(
+        'PAR_TRAIN_NODE_LOST',
+        `rank ${o.rank} of ${o.size}: a node was lost after update ${done} (${e.message})`,
+        {
+          hint:
+            cfg.checkpoint !== undefined
+              ? `resume on the nodes left: tandem train --resume ${cfg.checkpoint} --nodes ${Math.max(1, o.size - 1)} (same --data)`
+              : 'rerun; pass --checkpoint to be able to resume',
+          cause: e,
+        },
+      );
+    }
+    throw e;
+  } finally {
+    await Promise.race([comm.close(), new Promise((r) => setTimeout(r, 2000).unref())]);
+  }
+}

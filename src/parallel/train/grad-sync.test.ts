@@ -1,0 +1,84 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLocalWorld } from '../../collectives/index.js';
+import { TandemError } from '../../errors/index.js';
+import { hashTokens, train, type RunSettings } from '../../engine/train/index.js';
+import { MICRO_SHAPE } from '../../engine/train/testing.js';
+import { referenceGemm } from '../../kernels/backward/gemm.js';
+import { BUCKET_VALUES, CollectiveGradSync } from './grad-sync.js';
+
+const tokens = Int32Array.from({ length: 500 }, (_, i) => (i * 5 + (i >> 3)) % 31);
+
+function settings(): RunSettings {
+  return {
+    shapeName: 'micro-test',
+    shape: MICRO_SHAPE,
+    seed: 4,
+    steps: 5,
+    batch: 3,
+    seq: 10,
+    lr: 1e-2,
+    warmup: 2,
+    minLrRatio: 0.1,
+    weightDecay: 0.1,
+    clip: 1,
+    dataTokens: tokens.length,
+    dataHash: hashTokens(tokens),
+  };
+}
+
+test('two data-parallel ranks end with the same weights, and the curve of one process up to sum order', async () => {
+  const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
+  const world = await createLocalWorld(2);
+  try {
+    const runs = await Promise.all(
+      world.map((comm) =>
+        train({ settings: settings(), tokens, gemm: referenceGemm, sync: new CollectiveGradSync(comm) }),
+      ),
+    );
+    assert.deepEqual(runs[0]!.weights, runs[1]!.weights);
+    assert.deepEqual(
+      runs[0]!.curve.map((p) => p.loss),
+      runs[1]!.curve.map((p) => p.loss),
+    );
+    // batch 3 over 2 ranks (1 and 2 rows): the same global batch, summed in another order
+    for (const [i, p] of runs[0]!.curve.entries())
+      assert.ok(
+        Math.abs(p.loss - single.curve[i]!.loss) < 1e-5,
+        `update ${i + 1}: ${p.loss} against ${single.curve[i]!.loss}`,
+      );
+  } finally {
+    await Promise.all(world.map((c) => c.close()));
+  }
+});
+
+test('ranges larger than a bucket are summed whole; differing weights are PAR_TRAIN_DIVERGED on every rank', async () => {
+  const world = await createLocalWorld(2);
+  try {
+    const n = BUCKET_VALUES * 2 + 5;
+    const syncs = world.map((c) => new CollectiveGradSync(c));
+    const grads = [0, 1].map((r) => Float32Array.from({ length: n }, (_, i) => (i % 7) + r * 0.5));
+    await Promise.all(
+      syncs.map(async (s, r) => {
+        s.begin(grads[r]!);
+        s.ready(3, n);
+        s.ready(0, 3);
+        await s.finish();
+        assert.equal(await s.sum(r === 0 ? 0.1 : 0.2), 0.1 + 0.2);
+      }),
+    );
+    for (const g of grads) for (let i = 0; i < n; i += 99_991) assert.equal(g[i], 2 * (i % 7) + 0.5);
+    const same = Float32Array.from([1, 2, 3]);
+    await Promise.all(syncs.map((s) => s.agree(same, 1)));
+    const outcomes = await Promise.allSettled(
+      syncs.map((s, r) => s.agree(Float32Array.from([1, 2, 3 + r]), 2)),
+    );
+    for (const o of outcomes) {
+      assert.equal(o.status, 'rejected');
+      const e = (o as PromiseRejectedResult).reason as unknown;
+      assert.ok(e instanceof TandemError && e.code === 'PAR_TRAIN_DIVERGED', String(e));
+    }
+  } finally {
+    await Promise.all(world.map((c) => c.close()));
+  }
+});

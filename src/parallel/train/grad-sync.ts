@@ -1,0 +1,115 @@
+import { createHash } from 'node:crypto';
+import type { Communicator } from '../../collectives/index.js';
+import { TandemError } from '../../errors/index.js';
+import type { GradSync } from '../../engine/train/index.js';
+
+/** Largest bucket, in f32 values (4 MiB): a layer's range is cut into pieces of at most this. */
+export const BUCKET_VALUES = 1 << 20;
+
+/** Where a step's communication time went, for `tandem bench train`. */
+export interface SyncTimes {
+  /** From the first bucket's start to the last one's end, ms. */
+  commMs: number;
+  /** Of it, the time the rank waited in finish() with nothing left to compute, ms. */
+  exposedMs: number;
+}
+
+/**
+ * The GradSync of a data-parallel rank over tandem's collectives: each range the backward
+ * announces is all-reduced (sum) in buckets as soon as it is final, while the backward goes
+ * on with the layers below (the communicator runs its calls in order, the same order on
+ * every rank since every rank runs the same backward). Gradients are already scaled by the
+ * global token count, so the sum is the global mean's gradient. Every all-reduce is
+ * deterministic and gives every rank the same bits, so ranks that start equal stay equal;
+ * `agree` checks that with a hash of the weights after every update.
+ */
+export class CollectiveGradSync implements GradSync {
+  private grad: Float32Array = new Float32Array(0);
+  private pending: Promise<void>[] = [];
+  private firstStart = 0;
+  private lastEnd = 0;
+  last: SyncTimes = { commMs: 0, exposedMs: 0 };
+
+  constructor(private readonly comm: Communicator) {}
+
+  get rank(): number {
+    return this.comm.rank;
+  }
+
+  get size(): number {
+    return this.comm.size;
+  }
+
+  begin(grad: Float32Array): void {
+    this.grad = grad;
+    this.pending = [];
+    this.firstStart = 0;
+  }
+
+  readonly ready = (start: number, end: number): void => {
+    if (this.firstStart === 0) this.firstStart = performance.now();
+    for (let a = start; a < end; a += BUCKET_VALUES) {
+      const bucket = this.grad.subarray(a, Math.min(end, a + BUCKET_VALUES));
+      const reduced = this.comm.allReduce(bucket, { op: 'sum' }).then(() => {
+        this.lastEnd = performance.now();
+      });
+      // finish() awaits it; a bucket that fails while the backward pass still runs (a lost
+      // rank) must not be an unhandled rejection before then
+      reduced.catch(() => {});
+      this.pending.push(reduced);
+    }
+  };
+
+  async finish(): Promise<void> {
+    const t0 = performance.now();
+    await Promise.all(this.pending);
+    const t1 = performance.now();
+    this.last = { commMs: Math.max(0, this.lastEnd - this.firstStart), exposedMs: t1 - t0 };
+  }
+
+  /**
+   * The sum over ranks of a double, exactly as one process adds them in rank order: each rank
+   * puts its value's two 32-bit words in its own slots of an i32 vector, zeros elsewhere, so
+   * the integer sum is a gather of every rank's bits.
+   */
+  async sum(value: number): Promise<number> {
+    const f = new Float64Array(1);
+    const w = new Int32Array(f.buffer);
+    const words = new Int32Array(2 * this.size);
+    f[0] = value;
+    words[2 * this.rank] = w[0] as number;
+    words[2 * this.rank + 1] = w[1] as number;
+    await this.comm.allReduce(words, { op: 'sum' });
+    let total = 0;
+    for (let r = 0; r < this.size; r++) {
+      w[0] = words[2 * r] as number;
+      w[1] = words[2 * r + 1] as number;
+      total += f[0];
+    }
+    return total;
+  }
+
+  async agree(weights: Float32Array, step: number): Promise<void> {
+    const digest = createHash('sha256')
+      .update(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength))
+      .digest();
+    // max over ranks of the hash words and of their complements (~h, order-reversing): max(~h) = ~min(h)
+    const words = new Int32Array(8);
+    for (let i = 0; i < 4; i++) {
+      words[i] = digest.readInt32LE(4 * i);
+      words[4 + i] = ~(words[i] as number);
+    }
+    const mine = words.slice(0, 4);
+    await this.comm.allReduce(words, { op: 'max' });
+    for (let i = 0; i < 4; i++) {
+      if (words[i] !== ~(words[4 + i] as number) || words[i] !== mine[i])
+        throw new TandemError(
+          'PAR_TRAIN_DIVERGED',
+          `rank ${this.rank}: the weights differ between ranks after update ${step} (sha256 prefix ${digest.toString('hex').slice(0, 16)})`,
+          {
+            hint: 'a bug: every rank applies the same all-reduced gradient; rerun and report it with the command',
+          },
+        );
+    }
+  }
+}
