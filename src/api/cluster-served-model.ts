@@ -124,6 +124,7 @@ async function servedByMembers(
     provider: o.provider ?? 'tcp',
     greedy: false,
     contextLength: parts.contextLength,
+    ...(o.sequences ? { sequences: o.sequences } : {}),
     ...(o.tpSize !== undefined ? { tpSize: o.tpSize } : {}),
     ...(o.wire ? { wire: o.wire } : {}),
     ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),

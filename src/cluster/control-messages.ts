@@ -29,6 +29,8 @@ export interface LoadRequest {
   wire: WireFormat;
   logits: 'full' | 'argmax';
   contextLength?: number;
+  /** Sequences served at once, each with a KV cache of contextLength (default 1). */
+  sequences?: number;
   timeoutMs: number;
   /** Where a member without the model (or with another file at its path) gets its slices. */
   source?: SliceSource;
@@ -155,6 +157,11 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
         m.contextLength === undefined || (isInt(m.contextLength) && (m.contextLength as number) > 0),
         type,
         'a bad context length',
+      );
+      need(
+        m.sequences === undefined || (isInt(m.sequences) && (m.sequences as number) > 0),
+        type,
+        'a bad sequence count',
       );
       need(typeof m.timeoutMs === 'number' && m.timeoutMs > 0, type, 'no timeout');
       need(m.source === undefined || isSliceSource(m.source), type, 'a bad slice source');

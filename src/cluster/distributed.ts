@@ -51,6 +51,8 @@ export interface ClusterStartOptions {
    */
   secret?: string;
   contextLength?: number;
+  /** Sequences served at once (`serve --slots`): placement counts a KV cache of contextLength for each (default 1). */
+  sequences?: number;
   /**
    * Members that lack the model receive their slices from the coordinator (default true);
    * false: each node must open the model at its path, and one that cannot fails the load.
@@ -160,6 +162,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       ...(o.wire ? { wire: o.wire } : {}),
       ...(o.memLimit !== undefined ? { memLimit: o.memLimit } : {}),
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      ...(o.sequences ? { sequences: o.sequences } : {}),
       ...(o.onProgress ? { onProgress: o.onProgress } : {}),
       ...(o.slices === false ? { slices: false } : {}),
       ...(o.expertProfile ? { expertProfile: o.expertProfile } : {}),

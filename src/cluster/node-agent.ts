@@ -218,8 +218,10 @@ class Session {
     return {
       rank: r.rank,
       bytes:
-        shardBytes(c, file.tensors, me.shard, r.contextLength ? { contextLength: r.contextLength } : {}) +
-        commBytes(r.plan, r.provider),
+        shardBytes(c, file.tensors, me.shard, {
+          ...(r.contextLength ? { contextLength: r.contextLength } : {}),
+          ...(r.sequences ? { sequences: r.sequences } : {}),
+        }) + commBytes(r.plan, r.provider),
       loadMs: Date.now() - started,
       origin: shard.origin(),
     };

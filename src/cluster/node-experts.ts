@@ -34,6 +34,7 @@ export class NodeExperts {
       provider: this.load.provider,
       ...(this.memLimit !== undefined ? { memLimit: this.memLimit } : {}),
       ...(this.load.contextLength ? { contextLength: this.load.contextLength } : {}),
+      ...(this.load.sequences ? { sequences: this.load.sequences } : {}),
     });
     return { loaded, peakBytes, stageMs: Date.now() - started };
   }

@@ -44,6 +44,8 @@ export interface LoadOptions {
   /** Caps every node (overrides the hostfile's and the nodes' own). */
   memLimit?: number;
   contextLength?: number;
+  /** Sequences served at once (a server's slots): placement counts a KV cache for each (default 1). */
+  sequences?: number;
   /** Deadline for every wait inside a collective on the nodes (default 30000 ms). */
   commTimeoutMs?: number;
   /** Deadline for the whole load (default 300000 ms). */
@@ -221,6 +223,7 @@ export class ClusterSession {
       const common = {
         provider: o.provider,
         ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+        ...(o.sequences ? { sequences: o.sequences } : {}),
       };
       const choice = o.parallel === 'auto' ? chooseParallel(info, specs, common) : undefined;
       const kind = choice?.placement.plan.kind ?? (o.parallel as ParallelKind);
@@ -301,6 +304,7 @@ export class ClusterSession {
       wire: o.wire ?? 'f32',
       logits: o.greedy ? 'argmax' : 'full',
       ...(o.contextLength ? { contextLength: o.contextLength } : {}),
+      ...(o.sequences ? { sequences: o.sequences } : {}),
       timeoutMs: o.commTimeoutMs ?? 30_000,
       ...(slices ? { source: slices.addressFor(this.clients[rank]!.localAddress) } : {}),
       ...(wiring ? { root, edges: wiring.edges } : {}),

@@ -15,6 +15,7 @@ import type { LoadedRank } from './rank.js';
 export interface ReplaceBudget {
   memLimit?: number;
   contextLength?: number;
+  sequences?: number;
   provider: ProviderName;
 }
 
@@ -93,12 +94,10 @@ export class RankExperts {
     ]);
     const peak: ShardSpec = { ...held, experts: [...new Set(union.flat())], layerExperts: union };
     const peakBytes =
-      shardBytes(
-        c,
-        this.file.tensors,
-        peak,
-        budget.contextLength ? { contextLength: budget.contextLength } : {},
-      ) + commBytes(plan, budget.provider);
+      shardBytes(c, this.file.tensors, peak, {
+        ...(budget.contextLength ? { contextLength: budget.contextLength } : {}),
+        ...(budget.sequences ? { sequences: budget.sequences } : {}),
+      }) + commBytes(plan, budget.provider);
     if (budget.memLimit !== undefined && peakBytes > budget.memLimit)
       throw new TandemError(
         'PAR_NO_FIT',

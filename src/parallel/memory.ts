@@ -20,10 +20,13 @@ export interface MemoryOptions {
   /** Positions of KV cache per sequence (default the model's context length). */
   contextLength?: number;
   kvType?: 'f32' | 'f16';
+  /** Sequences whose KV caches a shard holds at once (a server's slots; default 1). */
+  sequences?: number;
 }
 
 /**
- * Bytes a shard holds once loaded: its weight slices (at their file type) plus its KV cache.
+ * Bytes a shard holds once loaded: its weight slices (at their file type) plus the KV cache of
+ * each sequence it serves at once.
  * Mirrors what the engine's loader reads, so a plan can be checked before anything loads.
  */
 export function shardBytes(
@@ -85,7 +88,14 @@ export function shardBytes(
     total += 4 * width;
   }
   const ctx = Math.min(o.contextLength ?? c.contextLength, c.contextLength);
-  const kvBytes = 2 * rangeLength(s.layers) * rangeLength(kv) * hd * ctx * (o.kvType === 'f16' ? 2 : 4);
+  const kvBytes =
+    2 *
+    rangeLength(s.layers) *
+    rangeLength(kv) *
+    hd *
+    ctx *
+    (o.kvType === 'f16' ? 2 : 4) *
+    (o.sequences ?? 1);
   return Math.ceil(total + kvBytes);
 }
 

@@ -121,3 +121,19 @@ test('pipeline layers move off a node over its limit when the limit also holds t
   assert.ok(small.bytes[1]! <= limit, `${small.bytes[1]} B over ${limit}`);
   assert.equal(small.commBytes, tcp);
 });
+
+test('every slot of a server holds a KV cache: a plan that fits one sequence is refused for many, and the hint names --slots', () => {
+  const one = shardBytes(config, file.tensors, fullShard(config), o);
+  const four = shardBytes(config, file.tensors, fullShard(config), { ...o, sequences: 4 });
+  const kv = 2 * 6 * 2 * 16 * 64 * 4;
+  assert.equal(four - one, 3 * kv);
+  const limit = [{ memLimit: one + kv }];
+  assert.ok(placeModel(m, limit, { kind: 'tp', ...o }).bytes[0]! <= one + kv);
+  assert.throws(
+    () => placeModel(m, limit, { kind: 'tp', ...o, sequences: 4 }),
+    (e) =>
+      isTandemError(e, 'PAR_NO_FIT') &&
+      /fewer --slots/.test(String(e.hint)) &&
+      /4 slots/.test(String(e.hint)),
+  );
+});

@@ -169,7 +169,16 @@ export function placeModel(m: ModelInfo, nodes: readonly NodeSpec[], o: PlaceOpt
   const limits = nodes.map((n) => (n.memLimit === undefined ? 'unlimited' : formatBytes(n.memLimit)));
   const over = need.map((b, r) => `rank ${r} needs ${formatBytes(b)} of ${limits[r]}`).join(', ');
   const ofWhich = buffers > 0 ? ` (each including ${formatBytes(buffers)} of ${o.provider} buffers)` : '';
-  const hint = suggestion(m, nodes, o);
+  const seqs = o.sequences ?? 1;
+  const perSlot =
+    seqs > 1
+      ? (total - shardBytes(m.config, m.tensors, fullShard(m.config), { ...o, sequences: 1 })) / (seqs - 1)
+      : 0;
+  const hint =
+    suggestion(m, nodes, o) +
+    (seqs > 1
+      ? `; or serve fewer --slots or a smaller --context: each of the ${seqs} slots holds ${formatBytes(perSlot)} of KV cache`
+      : '');
   throw new TandemError(
     'PAR_NO_FIT',
     `the model (${formatBytes(total)} with its KV cache) does not fit ${nodes.length} node(s) with --parallel ${o.kind}: ${over}${ofWhich}`,

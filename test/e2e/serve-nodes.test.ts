@@ -10,6 +10,7 @@ import { loadClusterServedModel, type ClusterServeOptions } from '../../src/api/
 import { startTestServer } from '../../src/api/testing.js';
 import { streamCompletion } from '../../src/api/sse-reader.js';
 import { tandemBin } from '../../src/cli/testing.js';
+import { isTandemError } from '../../src/errors/index.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
 /*
@@ -34,7 +35,7 @@ function startClusterServer(o: Omit<ClusterServeOptions, 'threads'>, slots: numb
     maxBodyBytes: 1 << 20,
     slots,
     maxQueue: 64,
-    load: () => loadClusterServedModel(path, { threads: 1, ...o }),
+    load: () => loadClusterServedModel(path, { threads: 1, sequences: slots, ...o }),
   });
 }
 
@@ -167,5 +168,40 @@ describe('tandem serve --nodes', { timeout: 120_000 }, () => {
     } finally {
       child.kill('SIGKILL');
     }
+  });
+});
+
+describe('serve over nodes: memory', { timeout: 120_000 }, () => {
+  it('placement counts a KV cache for every slot: a limit that holds one slot refuses 8, naming --slots', async () => {
+    const need = async (sequences: number): Promise<number> => {
+      const e = await loadClusterServedModel(path, {
+        nodes: 1,
+        threads: 1,
+        context: 256,
+        memLimit: 1,
+        sequences,
+      }).then(
+        () => assert.fail('a 1-byte limit holds nothing'),
+        (err: unknown) => err,
+      );
+      assert.ok(isTandemError(e, 'PAR_NO_FIT'), String(e));
+      return (e.details as { needBytes: number[] }).needBytes[0]!;
+    };
+    const one = await need(1);
+    const eight = await need(8);
+    assert.ok(eight > one, `8 slots need more than 1 (${eight} vs ${one})`);
+    const memLimit = Math.floor((one + eight) / 2);
+    const served = await loadClusterServedModel(path, {
+      nodes: 1,
+      threads: 1,
+      context: 256,
+      memLimit,
+      sequences: 1,
+    });
+    await served.close();
+    await assert.rejects(
+      loadClusterServedModel(path, { nodes: 1, threads: 1, context: 256, memLimit, sequences: 8 }),
+      (e) => isTandemError(e, 'PAR_NO_FIT') && /fewer --slots/.test(e.hint) && /8 slots/.test(e.hint),
+    );
   });
 });

@@ -235,6 +235,7 @@ export const command = defineCommand({
               ...(cluster ? { ...cluster, parallel: cluster.parallel ?? 'auto' } : members),
               ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
+              sequences: slots,
               ...experts,
             })
           : await loadKernelsServedModel(path, options.kernels, common);
