@@ -6,17 +6,16 @@
 // greedy tokens fed back for 32 steps, ours must pick the same at every step, and every step's
 // logits agree within the tolerance stated per type (the e2e test's rules and tolerances).
 // The oracle gets 20 minutes: emulated, it is 10-50x slower than on the host.
-import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createKernels, type Kernels } from '../../src/kernels/index.js';
-import { generate } from '../../src/engine/generate/generate.js';
 import { GgufModelFile } from '../../src/engine/model/gguf-model-file.js';
 import { Model } from '../../src/engine/model/model.js';
 import { writeTinyGguf, type WeightTypeName } from '../e2e/llama-cpp-models.js';
 import { runLlamaCpp, type OracleAnswer } from '../e2e/llama-cpp-oracle.js';
+import { assertAgreesWithLlamaCpp } from '../e2e/llama-cpp-compare.js';
 
 const STEPS = 32;
 // 20 tokens: prefill runs the GEMM kernels (12 tokens and more), decode the matvec ones.
@@ -32,38 +31,6 @@ const tolerance: Partial<Record<WeightTypeName, number>> = {
   Q6_K: 3e-2,
 };
 const types = Object.keys(tolerance) as WeightTypeName[];
-
-function argmax(x: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
-  return best;
-}
-
-function maxAbs(x: Float32Array): number {
-  let m = 0;
-  for (const v of x) m = Math.max(m, Math.abs(v));
-  return m;
-}
-
-function topGap(x: Float32Array): number {
-  let a = -Infinity;
-  let b = -Infinity;
-  for (const v of x) {
-    if (v > a) [a, b] = [v, a];
-    else if (v > b) b = v;
-  }
-  return a - b;
-}
-
-function relDiff(ours: Float32Array, theirs: Float32Array): number {
-  let scale = 0;
-  let diff = 0;
-  for (let i = 0; i < theirs.length; i++) {
-    scale = Math.max(scale, Math.abs(theirs[i]!));
-    diff = Math.max(diff, Math.abs(ours[i]! - theirs[i]!));
-  }
-  return diff / Math.max(scale, 1e-6);
-}
 
 describe('arm64: engine on the NEON kernels against llama.cpp (linux-arm64 build)', () => {
   let dir: string;
@@ -91,40 +58,16 @@ describe('arm64: engine on the NEON kernels against llama.cpp (linux-arm64 build
     it(`llama ${type}: ${STEPS} greedy tokens identical, logits within ${tolerance[type]}`, async () => {
       const tol = tolerance[type]!;
       const answer = answers.get(type)!;
-      const theirTokens = answer.steps.map(argmax);
       const file = GgufModelFile.open(join(dir, `${type}.gguf`));
       try {
         const model = await Model.load(file, kernels);
-        const diffs: number[] = [];
-        const mismatches: string[] = [];
-        const ties: number[] = [];
-        let close = 0;
-        await generate(model, model.newSession({ contextLength: 64 }), PROMPT, {
-          maxTokens: STEPS,
-          pick: (_logits, history) => theirTokens[history.length - PROMPT.length]!,
-          onLogits: (logits, step) => {
-            const theirs = answer.steps[step]!;
-            diffs.push(relDiff(logits, theirs));
-            const tie = topGap(theirs) <= tol * maxAbs(theirs);
-            if (tie) close++;
-            if (argmax(logits) === theirTokens[step]) return;
-            if (tie) ties.push(step);
-            else mismatches.push(`step ${step}: ours ${argmax(logits)}, llama.cpp ${theirTokens[step]}`);
-          },
+        await assertAgreesWithLlamaCpp(model, answer, {
+          prompt: PROMPT,
+          steps: STEPS,
+          tolerance: tol,
+          exact: type === 'F32',
+          varied: true,
         });
-        assert.deepEqual(
-          mismatches,
-          [],
-          `greedy choices differ; per-step logit differences ${diffs.join(' ')}`,
-        );
-        const allowed = type === 'F32' ? 0 : Math.min(Math.ceil(close / 2), STEPS / 8);
-        assert.ok(ties.length <= allowed, `near-ties at steps ${ties.join(', ')} (${close} inside the band)`);
-        const worst = Math.max(...diffs);
-        assert.ok(
-          worst <= tol,
-          `worst relative logit difference ${worst.toExponential(2)} over ${STEPS} steps`,
-        );
-        assert.ok(new Set(theirTokens).size > 1, 'the model does not just repeat one token');
       } finally {
         file.close();
       }
