@@ -111,7 +111,7 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
           'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
         return undefined;
       }
-      // NEON builds carry every kernel (the same symbols as an AVX-512 VNNI build)
+      // NEON builds carry every kernel of an AVX-512 VNNI build (Q8_0/Q4_0 in the tile layout, not the lanes one)
       const full = isa === 'avx512' || isa.startsWith('neon');
       const vnni = full && Number(lib.func('int tk_vnni512(void)')()) === 1;
       const kv = Number(lib.func('int tk_kv(void)')()) === 1;

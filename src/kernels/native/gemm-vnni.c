@@ -198,7 +198,7 @@ void tk_mm_q8ltv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt
   }
 }
 
-// ---- K-quant prefill GEMM (tokens across the lanes, 15-token groups as tk_q8t_prep in q4-vnni.c) 
+// ---- K-quant prefill GEMM (tokens across the lanes: groups of 15 tokens beside a zero token) ---
 // tk_kt_prep transposes the q8_K activations of quant_q8_k (x16 [n, cols] i16, xd [n, nb] f32,
 // xs [n, cols/32] i32 sums) into groups of 15 tokens + a zero token: xt [G][cols/4][16] u32
 // (q + 128), dxt [G][nb][16] f32, bst [G][cols/32][16] f32 (the sums, exact in f32).
