@@ -31,49 +31,52 @@ const avx512Prototypes: Readonly<Record<string, string>> = {
     'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
-/**
- * Activations quantised once per matmul (native only), AVX-512 VNNI and NEON builds: the
- * blocked q8_0 activation layouts (q8_prep, q8t_prep) and Q4_0 on them; the K-quant GEMM.
- */
-const preparedPrototypes: Readonly<Record<string, string>> = {
-  q8_prep:
-    'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
-  q8t_prep:
-    'void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
-  mm_q4v:
-    'void tk_mm_q4v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q4t:
-    'void tk_mm_q4t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+/** The K-quant prefill GEMM on q8_K activations transposed into token groups: AVX-512 VNNI and NEON builds. */
+const ktPrototypes: Readonly<Record<string, string>> = {
   kt_prep:
     'void tk_kt_prep(uintptr_t base, uint32_t x16, uint32_t xd, uint32_t xs, int n, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int tid, int nt)',
   mm_kt:
     'void tk_mm_kt(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xt, uint32_t dxt, uint32_t bst, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
 
-/** Q8_0 in the tile layout on the blocked activations (gemm-neon.c): NEON builds. */
-const tileQ8Prototypes: Readonly<Record<string, string>> = {
-  mm_q8v:
-    'void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8t:
-    'void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+const mmPrepared = 'int n, uint32_t y, int ystride, int tiles, int tid, int nt';
+
+/**
+ * Q8_0 / Q4_0 in the tile layout with the activations quantised once per matmul to the
+ * blocked q8_0 layouts (q8_prep, q8t_prep; gemm-neon.c): NEON builds.
+ */
+const tilePrototypes: Readonly<Record<string, string>> = {
+  q8_prep:
+    'void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt)',
+  q8t_prep:
+    'void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
+  mm_q8v: `void tk_mm_q8v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, ${mmPrepared})`,
+  mm_q8t: `void tk_mm_q8t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, ${mmPrepared})`,
   mm_q8tv:
     'void tk_mm_q8tv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xu, uint32_t dx, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q4v: `void tk_mm_q4v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, ${mmPrepared})`,
+  mm_q4t: `void tk_mm_q4t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, ${mmPrepared})`,
 };
 
-/** Q8_0 in the lanes layout (gemm-vnni.c: weights re-laid at upload, own activation layouts): AVX-512 VNNI builds. */
-const lanesQ8Prototypes: Readonly<Record<string, string>> = {
+/**
+ * Q8_0 / Q4_0 in the lanes layouts (weights re-laid at upload; gemm-vnni.c, q4-vnni.c), with
+ * the activations quantised once per matmul to the lanes activation layouts: AVX-512 VNNI builds.
+ */
+const lanesPrototypes: Readonly<Record<string, string>> = {
   repack_q8l:
     'void tk_repack_q8l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
+  repack_q4l:
+    'void tk_repack_q4l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
   q8l_prep:
     'void tk_q8l_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dxc, int tid, int nt)',
   q8lt_prep:
     'void tk_q8lt_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt)',
-  mm_q8l:
-    'void tk_mm_q8l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
-  mm_q8lt:
-    'void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q8l: `void tk_mm_q8l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, ${mmPrepared})`,
+  mm_q8lt: `void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, ${mmPrepared})`,
   mm_q8ltv:
     'void tk_mm_q8ltv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t xq, uint32_t dxc, int d, uint32_t y, int ystride, int tiles, int tid, int nt)',
+  mm_q4l: `void tk_mm_q4l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, ${mmPrepared})`,
+  mm_q4lt: `void tk_mm_q4lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, ${mmPrepared})`,
 };
 
 /** K-quants times q8_K activations (kquant.c, kquant-neon.c): AVX-512, AVX2 with F16C, and NEON builds (tk_kv). */
@@ -108,15 +111,15 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
           'no AVX2 or AVX-512 here: the WebAssembly SIMD kernels are faster than scalar C';
         return undefined;
       }
-      // NEON builds carry every kernel (the same symbols as an AVX-512 VNNI build)
+      // NEON builds carry every kernel of an AVX-512 VNNI build (Q8_0/Q4_0 in the tile layout, not the lanes one)
       const full = isa === 'avx512' || isa.startsWith('neon');
       const vnni = full && Number(lib.func('int tk_vnni512(void)')()) === 1;
       const kv = Number(lib.func('int tk_kv(void)')()) === 1;
       const prototypes = {
         ...nativePrototypes,
         ...(full ? avx512Prototypes : {}),
-        ...(vnni ? preparedPrototypes : {}),
-        ...(vnni ? (isa.startsWith('neon') ? tileQ8Prototypes : lanesQ8Prototypes) : {}),
+        ...(vnni ? ktPrototypes : {}),
+        ...(vnni ? (isa.startsWith('neon') ? tilePrototypes : lanesPrototypes) : {}),
         ...(kv ? kvPrototypes : {}),
       };
       return { path, isa: vnni && isa === 'avx512' ? 'avx512-vnni' : isa, prototypes };

@@ -5,10 +5,10 @@ import { GEMM_TOKENS, GgmlType } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 
 /*
- * Q4_0 on the native kernels with the activations quantised once per matmul (mm_q4v below
- * GEMM_TOKENS, mm_q4t from there on; the wasm ones where the build has no such kernels)
- * against the TypeScript reference twin: token counts on both sides of GEMM_TOKENS and past
- * one group of 15, row counts that leave an odd 4-row tile, an odd block count (a tail block
+ * Q4_0 on the native kernels with the activations quantised once per matmul (AVX-512 VNNI:
+ * mm_q4l below GEMM_TOKENS, mm_q4lt from there on; NEON: mm_q4v, mm_q4t; the wasm ones where
+ * the build has no such kernels) against the TypeScript reference twin: token counts on both
+ * sides of GEMM_TOKENS and past one group of 16 tokens, row counts that leave an odd 4-row tile, an odd block count (a tail block
  * without its pair) and a real width; one and two threads. Tolerance: 2e-5 of the output's
  * magnitude (the block dots are exact integers on both sides; only the float accumulation of
  * the blocks differs).

@@ -17,13 +17,12 @@ export interface WasmContext {
   readonly pool: ThreadPool;
   /** Arenas in creation order; the first is where activation-only kernels run. */
   readonly slots: readonly ArenaSlot[];
-  /**
-   * Q8_0 and Q4_0 run the native prepared-activation kernels (q8_prep / q8t_prep blocked
-   * activations; mm_q4v / mm_q4t, and on NEON mm_q8v / mm_q8t): AVX-512 VNNI and NEON builds.
-   */
-  readonly q8v: boolean;
-  /** Q8_0 is held in the lanes layout (laneGroups) and runs mm_q8l / mm_q8lt (AVX-512 VNNI builds). */
-  readonly q8l: boolean;
+  /** K-quant prefill runs the native GEMM on transposed q8_K activations (mm_kt): AVX-512 VNNI and NEON builds. */
+  readonly kt: boolean;
+  /** Q8_0 / Q4_0 run the native tile-layout kernels on prepared activations (mm_q8v, mm_q4v, ...): NEON builds. */
+  readonly tile: boolean;
+  /** Q8_0 / Q4_0 are held in the lanes layouts (laneGroups) and run mm_q8l / mm_q4l and their GEMMs: AVX-512 VNNI builds. */
+  readonly lanes: boolean;
   /** rmsNorm, rope and SwiGLU rows run the native (bit-identical) kernels. */
   readonly nativeNorm: boolean;
   /** K-quants run the native q8_K kernels (kv_prep, mm_kv: AVX-512 or AVX2 builds). */
@@ -39,7 +38,7 @@ export class WasmWeight implements Weight {
     readonly slot: ArenaSlot,
     /**
      * Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]; Q8_0
-     * in the lanes layout (laneGroups) where ctx.q8l.
+     * and Q4_0 in the lanes layouts (laneGroups) where ctx.lanes.
      */
     readonly ptr: number,
     /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, laneGroups * 16] f16); 0 otherwise. */
@@ -78,12 +77,18 @@ export function copyRows(
 }
 
 /**
- * Q8_0 on the native VNNI path (gemm-vnni.c, tk_repack_q8l): each row is re-laid once at upload
- * as groups of 16 blocks (512 bytes: [8][16 blocks][4] u8, weight + 128, so that one 64-byte
- * load holds 4 weights of each of 16 blocks), with the f16 block scales apart ([rowsPad,
- * groups * 16]); blocks past the row's end are padding (quants 128, scale 0). Groups per row.
+ * The lanes layouts of the native VNNI path (tk_repack_q8l in gemm-vnni.c, tk_repack_q4l in
+ * q4-vnni.c): each row is re-laid once at upload as groups of 16 blocks, so that one 64-byte
+ * load holds 4 weights (Q8_0: [8][16 blocks][4] u8, weight + 128; 512 bytes) or 8 weights
+ * (Q4_0: [4][16 blocks][4] u8, two nibbles of weight + 8; 256 bytes) of each of the 16 blocks,
+ * with the f16 block scales apart ([rowsPad, groups * 16]); blocks past the row's end are
+ * padding (weight 0, scale 0). Groups per row.
  */
 export const laneGroups = (cols: number): number => Math.ceil(cols / 512);
+
+/** Bytes of one row's quants in the lanes layout of `type` (Q8_0 or Q4_0). */
+export const laneRowBytes = (type: GgmlTypeId, cols: number): number =>
+  laneGroups(cols) * (type === GgmlType.Q8_0 ? 512 : 256);
 
 export const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
 export const isK = (t: GgmlTypeId): boolean =>

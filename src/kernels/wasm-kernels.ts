@@ -12,6 +12,7 @@ import {
   copyRows,
   isQ32,
   laneGroups,
+  laneRowBytes,
   own,
   WasmWeight,
   type ArenaSlot,
@@ -52,16 +53,14 @@ export class WasmKernels implements Kernels {
     readonly backend: 'wasm' | 'native',
     /** For 'native': the instruction set the C kernels were compiled for. */
     readonly isa: string,
-    /** Q8_0 / Q4_0 run the native prepared-activation kernels (q8_prep: VNNI, NEON). */
-    q8v: boolean,
-    /** Q8_0 is held in the lanes layout and runs mm_q8l / mm_q8lt (VNNI). */
-    q8l: boolean,
+    /** Which native prepared-activation kernels there are (WasmContext: kt, tile, lanes). */
+    prepared: { kt: boolean; tile: boolean; lanes: boolean },
     /** rmsNorm and rope run the native (bit-identical) kernels. */
     private readonly nativeNorm: boolean,
     /** K-quants run the native q8_K kernels (mm_kv). */
     kv = false,
   ) {
-    this.ctx = { pool, slots: this.slots, q8v, q8l, nativeNorm, kv };
+    this.ctx = { pool, slots: this.slots, ...prepared, nativeNorm, kv };
   }
 
   get threads(): number {
@@ -87,8 +86,11 @@ export class WasmKernels implements Kernels {
       arenaBytes,
       native ? 'native' : 'wasm',
       native ? native.isa : 'wasm-simd128',
-      native?.prototypes.q8_prep !== undefined,
-      native?.prototypes.repack_q8l !== undefined,
+      {
+        kt: native?.prototypes.mm_kt !== undefined,
+        tile: native?.prototypes.mm_q8v !== undefined,
+        lanes: native?.prototypes.repack_q8l !== undefined,
+      },
       native?.prototypes.rms_norm !== undefined,
       native?.prototypes.mm_kv !== undefined,
     );
@@ -117,7 +119,7 @@ export class WasmKernels implements Kernels {
 
   uploadWeight(source: WeightSource): Weight {
     const s = resolveSlice(source);
-    if (this.ctx.q8l && s.type === GgmlType.Q8_0) return this.uploadLanes(s);
+    if (this.ctx.lanes && isQ32(s.type)) return this.uploadLanes(s);
     const rowsPad = align(s.rows, 4);
     const nb = s.cols / 32;
     const q32 = isQ32(s.type);
@@ -144,14 +146,16 @@ export class WasmKernels implements Kernels {
   }
 
   /**
-   * Q8_0 on the VNNI path: the raw rows staged in scratch a chunk at a time and re-laid into
-   * the lanes layout (laneGroups) by tk_repack_q8l on all threads; the padding rows get zero
-   * weights and scales. The layout replaces the tile layout, so the weights are held once.
+   * Q8_0 / Q4_0 on the VNNI path: the raw rows staged in scratch a chunk at a time and re-laid
+   * into the lanes layout (laneGroups) by tk_repack_q8l / tk_repack_q4l on all threads; the
+   * padding rows get zero weights and scales. The layout replaces the tile layout, so the
+   * weights are held once.
    */
   private uploadLanes(s: SlicedWeight): Weight {
     const rowsPad = align(s.rows, 4);
     const ng = laneGroups(s.cols);
-    const rowBytes = ng * 512;
+    const q8 = s.type === GgmlType.Q8_0;
+    const rowBytes = laneRowBytes(s.type, s.cols);
     const slot = this.slotFor(rowsPad * rowBytes + rowsPad * ng * 32 + 128);
     const a = slot.arena;
     const ptr = a.alloc(rowsPad * rowBytes);
@@ -161,9 +165,14 @@ export class WasmKernels implements Kernels {
     for (let r0 = 0; r0 < s.rows; r0 += chunk) {
       const rows = Math.min(chunk, s.rows - r0);
       copyRows(a, s, r0, rows, stage, s.rowBytes);
-      this.pool.run(a.index, op.repack_q8l, [stage, rows, r0, s.cols, ptr, scales], rows * s.cols);
+      this.pool.run(
+        a.index,
+        q8 ? op.repack_q8l : op.repack_q4l,
+        [stage, rows, r0, s.cols, ptr, scales],
+        rows * s.cols,
+      );
     }
-    a.u8.fill(0x80, ptr + s.rows * rowBytes, ptr + rowsPad * rowBytes);
+    a.u8.fill(q8 ? 0x80 : 0x88, ptr + s.rows * rowBytes, ptr + rowsPad * rowBytes);
     a.u8.fill(0, scales + s.rows * ng * 32, scales + rowsPad * ng * 32);
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
   }
@@ -172,9 +181,8 @@ export class WasmKernels implements Kernels {
     const w = own(weight, WasmWeight, 'weight');
     const arena = w.slot.arena;
     arena.release(w.ptr, w.rowsPad * w.rowBytes);
-    const lanes = this.ctx.q8l && w.type === GgmlType.Q8_0;
     if (w.scales !== 0)
-      arena.release(w.scales, w.rowsPad * (lanes ? laneGroups(w.cols) * 32 : (w.cols / 32) * 4));
+      arena.release(w.scales, w.rowsPad * (this.ctx.lanes ? laneGroups(w.cols) * 32 : (w.cols / 32) * 4));
   }
 
   matvec(w: Weight, x: Float32Array, y: Float32Array): void {
@@ -230,14 +238,20 @@ export class WasmKernels implements Kernels {
     const u8 = arena.u8;
     const f32 = arena.f32;
     const nb = w.cols / 32;
-    if (this.ctx.q8l && w.type === GgmlType.Q8_0) {
-      // lanes layout: weight 4k + i of block b at (b >> 4) * 512 + 64k + 4 (b & 15) + i, + 128
+    if (this.ctx.lanes) {
+      // Q8_0: weight 4k + i of block b at (b >> 4) * 512 + 64k + 4 (b & 15) + i, + 128; Q4_0:
+      // weight 8k + i (+ 4: the high nibble) at (b >> 4) * 256 + 64k + 4 (b & 15) + i, + 8
       const sc = w.scales + row * laneGroups(w.cols) * 32;
+      const q8 = w.type === GgmlType.Q8_0;
       for (let b = 0; b < nb; b++) {
         const d = f16ToF32((u8[sc + 2 * b] as number) | ((u8[sc + 2 * b + 1] as number) << 8));
-        const q = w.ptr + row * w.rowBytes + (b >> 4) * 512 + 4 * (b & 15);
-        for (let i = 0; i < 32; i++)
-          out[32 * b + i] = d * ((u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128);
+        const q = w.ptr + row * w.rowBytes + (b >> 4) * (q8 ? 512 : 256) + 4 * (b & 15);
+        for (let i = 0; i < 32; i++) {
+          const v = q8
+            ? (u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128
+            : (((u8[q + 64 * (i >> 3) + (i & 3)] as number) >> (i & 4)) & 15) - 8;
+          out[32 * b + i] = d * v;
+        }
       }
       return;
     }

@@ -27,7 +27,7 @@ export function matmulRun(
     return;
   }
   // K-quants: mm_kv below GEMM_TOKENS, and at any n where there is no VNNI GEMM (mm_kt)
-  if (ctx.kv && isK(w.type) && !(ctx.q8v && n >= GEMM_TOKENS)) {
+  if (ctx.kv && isK(w.type) && !(ctx.kt && n >= GEMM_TOKENS)) {
     matmulKv(ctx, w, x, y, n, swiglu);
     return;
   }
@@ -38,7 +38,7 @@ export function matmulRun(
   const x16Bytes = align(n * cols * 2, 64);
   const xdBytes = align(n * groups * 4, 64);
   const yBytes = align(n * w.rowsPad * 4, 64);
-  const ktGemm = isK(w.type) && ctx.q8v && n >= GEMM_TOKENS;
+  const ktGemm = isK(w.type) && ctx.kt && n >= GEMM_TOKENS;
   const tgroups = Math.ceil(n / 15);
   const xtBytes = ktGemm ? align(tgroups * cols * 16, 64) : 0;
   const dtBytes = ktGemm ? align(tgroups * (cols / 256) * 64, 64) : 0;
@@ -141,11 +141,12 @@ function matmulKv(
 /**
  * A weight type's native prepared-activation kernels (x quantised once per call): the prep
  * and matmul ops and the sizes of the activation buffers they read.
- * - lanes (Q8_0 where ctx.q8l, gemm-vnni.c): few tokens xq [n, ng * 512] s8 and dxc [n, ng *
- *   32] (f32 scales, then i32 corrections), ng = laneGroups(cols); GEMM groups of 16 tokens,
- *   dxt [G][nb][32].
- * - blocked (Q4_0, and Q8_0 on NEON): xu [n, nbp * 32] u8 and dx [n, nbp] f32 (nbp: blocks
- *   rounded up to even); GEMM groups of 15 tokens beside a zero token, dxt [G][nb][16] f32.
+ * - lanes (Q8_0 / Q4_0 where ctx.lanes: gemm-vnni.c, q4-vnni.c): few tokens xq [n, ng * 512]
+ *   s8 and dxc [n, ng * 32] (f32 scales, then i32 corrections), ng = laneGroups(cols); GEMM
+ *   groups of 16 tokens, dxt [G][nb][32].
+ * - blocked (Q8_0 / Q4_0 where ctx.tile: gemm-neon.c): xu [n, nbp * 32] u8 and dx [n, nbp] f32
+ *   (nbp: blocks rounded up to even); GEMM groups of 15 tokens beside a zero token, dxt
+ *   [G][nb][16] f32.
  * The GEMM quants xt [G][cols / 4][16] u32 have one size in both.
  */
 interface Prepared {
@@ -161,17 +162,16 @@ interface Prepared {
   dtBytes(groups: number, cols: number): number;
 }
 
-const lanesQ8: Prepared = {
+const lanesBase = {
   prep: op.q8l_prep,
   tprep: op.q8lt_prep,
-  mmv: op.mm_q8l,
-  mmt: op.mm_q8lt,
-  mmtv: op.mm_q8ltv,
   group: 16,
-  xBytes: (n, cols) => n * laneGroups(cols) * 512,
-  dBytes: (n, cols) => n * laneGroups(cols) * 128,
-  dtBytes: (g, cols) => align(g * (cols / 32) * 128, 64),
+  xBytes: (n: number, cols: number) => n * laneGroups(cols) * 512,
+  dBytes: (n: number, cols: number) => n * laneGroups(cols) * 128,
+  dtBytes: (g: number, cols: number) => align(g * (cols / 32) * 128, 64),
 };
+const lanesQ8: Prepared = { ...lanesBase, mmv: op.mm_q8l, mmt: op.mm_q8lt, mmtv: op.mm_q8ltv };
+const lanesQ4: Prepared = { ...lanesBase, mmv: op.mm_q4l, mmt: op.mm_q4lt };
 
 const blockedBase = {
   prep: op.q8_prep,
@@ -186,9 +186,11 @@ const blockedQ4: Prepared = { ...blockedBase, mmv: op.mm_q4v, mmt: op.mm_q4t };
 
 /** The prepared kernels this build runs `type` on, if any. */
 function preparedFor(ctx: WasmContext, type: number): Prepared | undefined {
-  if (type === GgmlType.Q8_0 && ctx.q8l) return lanesQ8;
-  if (!ctx.q8v) return undefined;
-  return type === GgmlType.Q8_0 ? blockedQ8 : type === GgmlType.Q4_0 ? blockedQ4 : undefined;
+  const q8 = type === GgmlType.Q8_0;
+  if (!q8 && type !== GgmlType.Q4_0) return undefined;
+  if (ctx.lanes) return q8 ? lanesQ8 : lanesQ4;
+  if (ctx.tile) return q8 ? blockedQ8 : blockedQ4;
+  return undefined;
 }
 
 /**

@@ -1,6 +1,6 @@
 // Native-only GEMM kernels for AVX-512 VNNI (Q8_0 decode and prefill, K-quant prefill); see
 // docs/kernels.md.
-#include "common.h"
+#include "lanes.h"
 
 // ---- AVX-512 VNNI Q8_0 in the lanes layout ------------------------------------------------
 // Q8_0 weights are re-laid once at upload (tk_repack_q8l) so that one 64-byte load holds 4
@@ -162,60 +162,12 @@ void tk_q8lt_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint
   }
 }
 
-// R rows (wr: R row pointers' base, rowBytes apart; sr: their scales) by one group of 16
-// tokens. Block b's 4-byte word k of a row sits at (b >> 4) * 512 + 64 * k + 4 * (b & 15).
-static inline __attribute__((always_inline)) void gemm_q8t(const uint8_t *w, size_t rowBytes, const uint16_t *s, size_t srow, int nb, const uint8_t *X, const float *D,
-                                                           float *y, int ystride, int tokens, const int R) {
-  __m512 acc[8];
-  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-  for (int b = 0; b < nb; b++) {
-    __m512i xv[8];
-    for (int j = 0; j < 8; j++) xv[j] = _mm512_loadu_si512((const void *)(X + 64 * (size_t)(8 * b + j)));
-    const __m512 dv = _mm512_loadu_ps(D + 32 * (size_t)b);
-    const __m512i cv = _mm512_loadu_si512((const void *)(D + 32 * (size_t)b + 16));
-    const size_t off = (size_t)(b >> 4) * 512 + 4 * (size_t)(b & 15);
-    for (int r = 0; r < R; r++) {
-      const uint8_t *wb = w + r * rowBytes + off;
-      __m512i a0 = _mm512_dpbusd_epi32(cv, _mm512_set1_epi32(*(const int32_t *)wb), xv[0]);
-      __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(*(const int32_t *)(wb + 64)), xv[1]);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 128)), xv[2]);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 192)), xv[3]);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 256)), xv[4]);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 320)), xv[5]);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(*(const int32_t *)(wb + 384)), xv[6]);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(*(const int32_t *)(wb + 448)), xv[7]);
-      const __m512i p = _mm512_add_epi32(a0, a1);
-      const float sr = _cvtsh_ss(s[(size_t)r * srow + b]);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(sr)), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; r++) {
-    float o[16];
-    _mm512_storeu_ps(o, acc[r]);
-    for (int t = 0; t < tokens; t++) y[(size_t)t * ystride + r] = o[t];
-  }
-}
-
-// The GEMM of n tokens over rows 8 * pr .. 8 * pr + R - 1 (R = 8 or 4).
-static void gemm_q8t_rows(uint8_t *m, uint32_t wq, uint32_t ws, int nb, int pr, int R, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride) {
+// The lanes GEMM over rows 8 * pr .. 8 * pr + R - 1 of a Q8_0 weight.
+static void gemm_q8_rows(uint8_t *m, uint32_t wq, uint32_t ws, int nb, int pr, int R, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride) {
   const int ng = (nb + 15) / 16;
-  const size_t rowBytes = (size_t)ng * 512;
-  const uint8_t *w = m + wq + (size_t)pr * 8 * rowBytes;
-  const uint16_t *s = (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16;
-  const int cols = nb * 32;
-  for (int g = 0; g < (n + 15) / 16; g++) {
-    const int tokens = n - 16 * g < 16 ? n - 16 * g : 16;
-    const uint8_t *X = m + xt + (size_t)g * cols * 16;
-    const float *D = (const float *)(m + dxt) + (size_t)g * nb * 32;
-    float *yt = (float *)(m + y) + (size_t)g * 16 * ystride + 8 * (size_t)pr;
-    if (R == 8) gemm_q8t(w, rowBytes, s, (size_t)ng * 16, nb, X, D, yt, ystride, tokens, 8);
-    else gemm_q8t(w, rowBytes, s, (size_t)ng * 16, nb, X, D, yt, ystride, tokens, 4);
-  }
+  lanes_gemm_rows(m + wq + (size_t)pr * 8 * ng * 512, (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16, nb, R, m + xt, (const float *)(m + dxt), n,
+                  (float *)(m + y) + 8 * (size_t)pr, ystride);
 }
-
-// Thread shares in pairs of tiles (8 rows); the odd last tile goes to the last thread: the rows
-// of pair pr (8, 4 or none) for thread tid, whose pairs end at p1.
-static inline int pair_rows(int pr, int p1, int tiles, int tid, int nt) { return pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0); }
 
 void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
@@ -223,7 +175,7 @@ void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt,
   for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
     const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
-    gemm_q8t_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
+    gemm_q8_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
   }
 }
 
@@ -241,12 +193,12 @@ void tk_mm_q8ltv(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt
   for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
     const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
-    gemm_q8t_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
+    gemm_q8_rows(m, wq, ws, cols / 32, pr, R, xt, dxt, n, y, ystride);
     rows_q8l(m, wq, ws, ng, 8 * pr, 8 * pr + R, xq, dxc, d, yv, ystride);
   }
 }
 
-// ---- K-quant prefill GEMM (tokens across the lanes, 15-token groups as tk_q8t_prep in q4-vnni.c) 
+// ---- K-quant prefill GEMM (tokens across the lanes: groups of 15 tokens beside a zero token) ---
 // tk_kt_prep transposes the q8_K activations of quant_q8_k (x16 [n, cols] i16, xd [n, nb] f32,
 // xs [n, cols/32] i32 sums) into groups of 15 tokens + a zero token: xt [G][cols/4][16] u32
 // (q + 128), dxt [G][nb][16] f32, bst [G][cols/32][16] f32 (the sums, exact in f32).

@@ -1,238 +1,145 @@
-// Q4_0 on AVX-512 VNNI with the activations quantised once per matmul, as llama.cpp does
-// (q8_0 blocks of the activations: tk_q8_prep / tk_q8t_prep below, the "blocked" activation
-// layouts, which the NEON build shares for Q8_0 and Q4_0), on the repacked Q4_0 weights of
-// kernels.c (quants [rowsPad, cols / 2]: per block of 32, 16 bytes, low nibbles elements 0-15,
-// high nibbles 16-31; scales [rowsPad/4, nb, 4] f32). Q8_0 on VNNI has its own layouts
-// (gemm-vnni.c, lanes).
-//
-// Decode (tk_mm_q4v): per pair of blocks the 32 bytes become 64 i8 weights (nibble - 8) in one
-// vector and one vpdpbusd multiplies them by (q + 128) of the activations, 128 * sum(w) taken
-// off. Prefill (tk_mm_q4t): each 8-row tile is decoded once to i8 rows, then multiplied by a
-// tokens-across-lanes GEMM, so the nibble decoding is paid once per tile for all tokens
-// instead of once per group of 15.
-#include "common.h"
+// Q4_0 on AVX-512 VNNI in a lanes layout, the 4-bit twin of Q8_0's (gemm-vnni.c): the
+// weights are re-laid once at upload (tk_repack_q4l) so that one 64-byte load holds 8 weights
+// of each of 16 blocks, and the activations are those of Q8_0's preps (tk_q8l_prep,
+// tk_q8lt_prep: s8 quants in the same lane order, f32 scales, i32 corrections). Per row, ng =
+// ceil(nb / 16) groups of 256 bytes:
+//   wq [rowsPad][ng][4 k][16 j][4 i] u8: low nibble w[block 16g + j][8k + i] + 8, high nibble
+//      w[16g + j][8k + 4 + i] + 8 (8 | 8 << 4 in padding blocks),
+//   ws [rowsPad][ng * 16] f16 bits: the block scales (0 in padding).
+// The nibbles are the unsigned u8 operand of vpdpbusd, times the signed activations; the +8
+// comes back off as -8 * sum(q) per block and token, the Q8_0 correction -128 * sum(q) shifted
+// right by 4 (exact: a multiple of 16). So a row's 16 block sums of a group come out of 8
+// vpdpbusd in one vector, exact in i32, and are scaled and added in f32 in Q8_0's fixed order:
+// a row-token gets the same bits at n = 1 and in any batch, whatever the thread split.
+// Prefill unpacks each 8-row tile once to Q8_0's lanes layout and runs its GEMM (lanes.h).
+#include "lanes.h"
+#include <stdio.h>
+#include <stdlib.h>
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
-// tk_q8_prep quantises x [n, cols] f32 exactly as quant_q8_0 (wasm) and llama.cpp do (d =
-// f16(amax / 127), q = nearest-even(x * 127 / amax)) and stores q + 128 as u8: xu [n, cp]
-// (cp = cols rounded up to 64 elements, padding q = 0) and d: dx [n, nbp] f32 (nbp = cp / 32,
-// padding 0).
-void tk_q8_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xu, uint32_t dx, int tid, int nt) {
+// Raw ggml Q4_0 rows at src (18 bytes a block: f16 scale, 16 bytes: element e < 16 the low
+// nibble of byte e, e >= 16 the high nibble of byte e - 16) -> rows r0..r0+rows-1 of the layout.
+void tk_repack_q4l(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m128i flip = _mm_set1_epi8((char)0x80);
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    const float *xt = (const float *)(m + x) + (size_t)t * cols;
-    uint8_t *q = m + xu + (size_t)t * cp;
-    float *d = (float *)(m + dx) + (size_t)t * nbp;
-    for (int b = 0; b < nb; b++) {
-      const __m512 a = _mm512_loadu_ps(xt + 32 * (size_t)b);
-      const __m512 c = _mm512_loadu_ps(xt + 32 * (size_t)b + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
-      d[b] = round_f16(amax / 127.0f);
-      const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-      const __m512i qa = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i qc = _mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b), _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
-      _mm_storeu_si128((__m128i *)(q + 32 * (size_t)b + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(qc), flip));
-    }
-    for (int b = nb; b < nbp; b++) {
-      d[b] = 0;
-      for (int i = 0; i < 32; i++) q[32 * (size_t)b + i] = 0x80;
+  const int ng = (nb + 15) / 16;
+  for (int i = part(rows, tid, nt); i < part(rows, tid + 1, nt); i++) {
+    const uint8_t *s = m + src + (size_t)i * nb * 18;
+    uint8_t *q = m + wq + (size_t)(r0 + i) * ng * 256;
+    uint16_t *sc = (uint16_t *)(m + ws) + (size_t)(r0 + i) * ng * 16;
+    for (int b = 0; b < ng * 16; b++) {
+      uint8_t e[32];
+      for (int k = 0; k < 16; k++) {
+        e[k] = b < nb ? s[18 * b + 2 + k] & 15 : 8;
+        e[k + 16] = b < nb ? s[18 * b + 2 + k] >> 4 : 8;
+      }
+      sc[b] = b < nb ? rd16(s + 18 * (size_t)b) : 0;
+      uint8_t *qb = q + (size_t)(b >> 4) * 256 + 4 * (b & 15);
+      for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 4; j++) qb[64 * k + j] = (uint8_t)(e[8 * k + j] | (e[8 * k + 4 + j] << 4));
     }
   }
 }
 
-// Tokens across the lanes: xt [G][cols/4][16][4] u8 holds, per group of 15 tokens, 4
-// consecutive (q + 128) quants of each token in lanes 0-14 and of a zero token in lane 15
-// (tokens past n are zero tokens too); dxt [G][nb][16] f32 their block scales (0 for zero
-// tokens). One vpdpbusd with 4 weight bytes broadcast then advances 15 tokens at once; lane 15
-// comes out as 128 * sum(w) of the block, the correction every lane takes off.
-void tk_q8t_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint32_t dxt, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const int nb = cols / 32;
-  const int groups = (n + 14) / 15;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m128i flip = _mm_set1_epi8((char)0x80);
-  for (int g = part(groups, tid, nt); g < part(groups, tid + 1, nt); g++) {
-    uint32_t *X = (uint32_t *)(m + xt + (size_t)g * cols * 16);
-    float *D = (float *)(m + dxt) + (size_t)g * nb * 16;
-    for (int lane = 0; lane < 16; lane++) {
-      const int t = g * 15 + lane;
-      if (lane == 15 || t >= n) {
-        for (int k = 0; k < cols / 4; k++) X[16 * (size_t)k + lane] = 0x80808080u;
-        for (int b = 0; b < nb; b++) D[16 * b + lane] = 0;
-        continue;
-      }
-      const float *xr = (const float *)(m + x) + (size_t)t * cols;
-      for (int b = 0; b < nb; b++) {
-        const __m512 a = _mm512_loadu_ps(xr + 32 * (size_t)b);
-        const __m512 c = _mm512_loadu_ps(xr + 32 * (size_t)b + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, absmask), _mm512_and_ps(c, absmask)));
-        D[16 * b + lane] = round_f16(amax / 127.0f);
-        const __m512 id = _mm512_set1_ps(amax != 0 ? 127.0f / amax : 0.0f);
-        uint32_t q[8];
-        _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
-        _mm_storeu_si128((__m128i *)(q + 4), _mm_xor_si128(_mm512_cvtsepi32_epi8(_mm512_cvt_roundps_epi32(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), flip));
-        for (int j = 0; j < 8; j++) X[16 * (size_t)(8 * b + j) + lane] = q[j];
-      }
-    }
-  }
-}
-
-// Blocks b and b + 1 of a Q4_0 row (32 bytes): lanes 0-7 block b, 8-15 block b + 1.
-static inline __m512i q4_pair(const uint8_t *p) {
-  const __m256i v = _mm256_loadu_si256((const __m256i *)p);
-  const __m256i m = _mm256_set1_epi8(0x0f);
-  const __m256i lo = _mm256_and_si256(v, m);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-  // block b: lo[0..15] then hi[0..15]; block b + 1: lo[16..31] then hi[16..31]
-  const __m256i b0 = _mm256_permute2x128_si256(lo, hi, 0x20);
-  const __m256i b1 = _mm256_permute2x128_si256(lo, hi, 0x31);
-  return _mm512_sub_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1), _mm512_set1_epi8(8));
-}
-
-// One 4-row tile times T (1..8) tokens; each token's arithmetic is the same whatever T is
-// (two accumulators alternating over block pairs, the odd tail block in the first).
-static inline __attribute__((always_inline)) void tile_q4v(const uint8_t *w, size_t rowBytes, const float *s, int nb, const uint8_t *xu, size_t xstride,
-                                                           const float *dx, int dxstride, float *y, int ystride, const int T) {
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i k128 = _mm512_set1_epi8((char)0x80);
-  const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int r = 0; r < 4; r++) {
-    const uint8_t *wr = w + r * rowBytes;
-    __m512 acc[2][8];
-    for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
-    int b = 0;
-    for (int i = 0; b + 2 <= nb; i++, b += 2) {
-      _mm_prefetch((const char *)(wr + 16 * (size_t)b) + PREFETCH, _MM_HINT_T0);
-      const __m512i wv = q4_pair(wr + 16 * (size_t)b);
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wv));
-      const __m512 sw = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(_mm_set_ps(0, 0, s[4 * (b + 1) + r], s[4 * b + r])));
-      for (int t = 0; t < T; t++) {
-        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wv);
-        const __m512 dxv = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(dx + (size_t)t * dxstride + b))));
-        acc[i & 1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, _mm512_permutexvar_ps(dsel, dxv)), acc[i & 1][t]);
-      }
-    }
-    if (b < nb) {
-      // the last block alone: its 16 bytes as the low half, the high half's products masked off
-      const __m256i v = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(wr + 16 * (size_t)b)));
-      const __m256i m = _mm256_set1_epi8(0x0f);
-      const __m256i b0 = _mm256_permute2x128_si256(_mm256_and_si256(v, m), _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 0x20);
-      const __m512i wv = _mm512_sub_epi8(_mm512_castsi256_si512(b0), _mm512_set1_epi8(8));
-      const __m512i wz = _mm512_maskz_mov_epi8(0xffffffffULL, wv);
-      const __m512i neg = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k128, wz));
-      for (int t = 0; t < T; t++) {
-        const __m512i p = _mm512_dpbusd_epi32(neg, _mm512_loadu_si512((const void *)(xu + t * xstride + 32 * (size_t)b)), wz);
-        acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0xff, _mm512_set1_ps(s[4 * b + r] * dx[(size_t)t * dxstride + b])), acc[0][t]);
-      }
-    }
-    for (int t = 0; t < T; t++) y[t * ystride + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]));
-  }
-}
-
-// xu, dx from tk_q8_prep (xu [n, cp] u8, dx [n, nbp] f32); any n, each row read once per 8 tokens.
-void tk_mm_q4v(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xu, uint32_t dx, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const int nb = cols / 32;
-  const int nbp = (nb + 1) & ~1;
-  const size_t cp = (size_t)nbp * 32;
-  const size_t rowBytes = (size_t)cols / 2;
-  for (int tl = part(tiles, tid, nt); tl < part(tiles, tid + 1, nt); tl++) {
-    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-    for (int t = 0; t < n; t += 8) {
-      const uint8_t *xt = m + xu + (size_t)t * cp;
-      const float *dt = (const float *)(m + dx) + (size_t)t * nbp;
-      float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
-      switch (n - t < 8 ? n - t : 8) {
-        case 1: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 1); break;
-        case 2: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 2); break;
-        case 3: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 3); break;
-        case 4: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 4); break;
-        case 5: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 5); break;
-        case 6: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 6); break;
-        case 7: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 7); break;
-        default: tile_q4v(w, rowBytes, s, nb, xt, cp, dt, nbp, yt, ystride, 8); break;
-      }
-    }
-  }
-}
-
-// R decoded i8 rows (cols bytes apart; scales s of their 4-row tiles) by one group of 15
-// tokens (xt, dxt from tk_q8t_prep): one vpdpbusd per 4 weights and
-// 15 tokens, lane 15 (the zero token) carrying 128 * sum(w) to take off.
-static inline __attribute__((always_inline)) void gemm_q4t(const int8_t *w, int cols, const float *s, int nb, const uint8_t *X, const float *D, float *y,
-                                                           int ystride, int tokens, const int R) {
+// One row (wr: its ng groups, sr: its scales) times T (1..8) tokens: token t's quants at
+// xq + t * xstride, its scales and corrections at dxc + t * dstride (floats), as row_q8l.
+static inline __attribute__((always_inline)) void row_q4l(const uint8_t *wr, const uint16_t *sr, int ng, const uint8_t *xq, size_t xstride, const float *dxc,
+                                                          size_t dstride, float *y, int ystride, const int T) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
   __m512 acc[8];
-  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-  const __m512i last = _mm512_set1_epi32(15);
-  for (int b = 0; b < nb; b++) {
-    __m512i xv[8];
-    for (int j = 0; j < 8; j++) xv[j] = _mm512_loadu_si512((const void *)(X + 64 * (size_t)(8 * b + j)));
-    const __m512 dv = _mm512_loadu_ps(D + 16 * (size_t)b);
-    for (int r = 0; r < R; r++) {
-      const int32_t *wr = (const int32_t *)(w + r * (size_t)cols + 32 * (size_t)b);
-      __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[0], _mm512_set1_epi32(wr[0]));
-      __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv[1], _mm512_set1_epi32(wr[1]));
-      for (int j = 2; j < 8; j += 2) {
-        a0 = _mm512_dpbusd_epi32(a0, xv[j], _mm512_set1_epi32(wr[j]));
-        a1 = _mm512_dpbusd_epi32(a1, xv[j + 1], _mm512_set1_epi32(wr[j + 1]));
+  for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+  for (int g = 0; g < ng; g++) {
+    const uint8_t *wg = wr + 256 * (size_t)g;
+    __m512i s[8];
+    for (int t = 0; t < T; t++) s[t] = _mm512_srai_epi32(_mm512_loadu_si512((const void *)(dxc + t * dstride + 16 * (size_t)(ng + g))), 4);
+    for (int k = 0; k < 4; k++) {
+      _mm_prefetch((const char *)wg + PREFETCH + 64 * k, _MM_HINT_T1);
+      const __m512i wv = _mm512_loadu_si512((const void *)(wg + 64 * k));
+      const __m512i lo = _mm512_and_si512(wv, low);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), low);
+      for (int t = 0; t < T; t++) {
+        const uint8_t *x = xq + t * xstride + 512 * (size_t)g + 128 * k;
+        s[t] = _mm512_dpbusd_epi32(s[t], lo, _mm512_loadu_si512((const void *)x));
+        s[t] = _mm512_dpbusd_epi32(s[t], hi, _mm512_loadu_si512((const void *)(x + 64)));
       }
-      const __m512i ai = _mm512_add_epi32(a0, a1);
-      const __m512i p = _mm512_sub_epi32(ai, _mm512_permutexvar_epi32(last, ai));
-      const float sr = s[(size_t)(r >> 2) * nb * 4 + 4 * (size_t)b + (r & 3)];
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dv, _mm512_set1_ps(sr)), acc[r]);
     }
+    const __m512 sw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sr + 16 * (size_t)g)));
+    for (int t = 0; t < T; t++) acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(sw, _mm512_loadu_ps(dxc + t * dstride + 16 * (size_t)g)), acc[t]);
   }
-  for (int r = 0; r < R; r++) {
-    float o[16];
-    _mm512_storeu_ps(o, acc[r]);
-    for (int t = 0; t < tokens; t++) y[(size_t)t * ystride + r] = o[t];
+  for (int t = 0; t < T; t++) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// n tokens (any n; xq, dxc from tk_q8l_prep): token t's outputs are bit for bit those of n = 1
+// on x_t alone; each weight row is read once per run of up to 8 tokens. Threads split the
+// 4-row tiles.
+void tk_mm_q4l(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dxc, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int ng = (cols / 32 + 15) / 16;
+  const size_t xstride = (size_t)ng * 512;
+  const size_t dstride = (size_t)ng * 32;
+  for (int r = 4 * part(tiles, tid, nt); r < 4 * part(tiles, tid + 1, nt); r++) {
+    const uint8_t *wr = m + wq + (size_t)r * ng * 256;
+    const uint16_t *sr = (const uint16_t *)(m + ws) + (size_t)r * ng * 16;
+    for (int t = 0; t < n; t += 8) {
+      const uint8_t *xt = m + xq + (size_t)t * xstride;
+      const float *dt = (const float *)(m + dxc) + (size_t)t * dstride;
+      float *yt = (float *)(m + y) + (size_t)t * ystride + r;
+      switch (n - t < 8 ? n - t : 8) {
+        case 1: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 1); break;
+        case 2: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 2); break;
+        case 3: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 3); break;
+        case 4: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 4); break;
+        case 5: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 5); break;
+        case 6: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 6); break;
+        case 7: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 7); break;
+        default: row_q4l(wr, sr, ng, xt, xstride, dt, dstride, yt, ystride, 8); break;
+      }
+    }
   }
 }
 
-// R Q4_0 rows (rowBytes = cols / 2 apart) -> i8 rows (nibble - 8, element order) in buf [R, cols].
-static void decode_rows(const uint8_t *w, int cols, int R, int8_t *buf) {
-  const __m128i m = _mm_set1_epi8(0x0f);
-  const __m128i eight = _mm_set1_epi8(8);
-  for (int r = 0; r < R; r++)
-    for (int b = 0; b < cols / 32; b++) {
-      const __m128i v = _mm_loadu_si128((const __m128i *)(w + (size_t)r * (cols / 2) + 16 * (size_t)b));
-      int8_t *o = buf + (size_t)r * cols + 32 * (size_t)b;
-      _mm_storeu_si128((__m128i *)o, _mm_sub_epi8(_mm_and_si128(v, m), eight));
-      _mm_storeu_si128((__m128i *)(o + 16), _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), eight));
-    }
+// R rows of the Q4_0 layout -> R rows of Q8_0's lanes layout (weight + 128 = nibble + 120):
+// load k's low nibbles are Q8_0's word 2k, its high nibbles word 2k + 1.
+static void unpack_rows(const uint8_t *w, int ng, int R, uint8_t *out) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  const __m512i k120 = _mm512_set1_epi8(120);
+  for (size_t v = 0; v < (size_t)R * ng * 4; v++) {
+    const __m512i wv = _mm512_loadu_si512((const void *)(w + 64 * v));
+    _mm512_storeu_si512((void *)(out + 128 * v), _mm512_add_epi8(_mm512_and_si512(wv, low), k120));
+    _mm512_storeu_si512((void *)(out + 128 * v + 64), _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(wv, 4), low), k120));
+  }
 }
 
-// Prefill GEMM, tiles shared in pairs (8 rows); the odd last tile goes to the last thread.
-void tk_mm_q4t(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
+// Each thread's unpacked tile, grown to the widest weight it has met and kept.
+static __thread uint8_t *tile_buf;
+static __thread size_t tile_cap;
+
+static uint8_t *tile_buffer(size_t bytes) {
+  if (bytes > tile_cap) {
+    free(tile_buf);
+    tile_buf = aligned_alloc(64, bytes);
+    tile_cap = tile_buf ? bytes : 0;
+    if (!tile_buf) {
+      fprintf(stderr, "tandem: out of memory for a %zu-byte Q4_0 tile\n", bytes);
+      abort();
+    }
+  }
+  return tile_buf;
+}
+
+// Prefill GEMM (xt, dxt from tk_q8lt_prep), tiles shared in pairs (8 rows) as tk_mm_q8lt: each
+// pair unpacked once to Q8_0's layout, then Q8_0's GEMM for all tokens.
+void tk_mm_q4lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
-  const int groups = (n + 14) / 15;
-  const int pairs = tiles / 2;
-  const int p0 = part(pairs, tid, nt);
-  const int p1 = part(pairs, tid + 1, nt);
-  int8_t *buf = (int8_t *)malloc((size_t)8 * cols);
-  if (!buf) return;
-  for (int pr = p0; pr <= p1; pr++) {
-    const int R = pr < p1 ? 8 : (tid == nt - 1 && (tiles & 1) ? 4 : 0);
+  const int ng = (nb + 15) / 16;
+  uint8_t *buf = tile_buffer((size_t)8 * ng * 512);
+  const int p1 = part(tiles / 2, tid + 1, nt);
+  for (int pr = part(tiles / 2, tid, nt); pr <= p1; pr++) {
+    const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
-    decode_rows(m + wq + (size_t)pr * 8 * (cols / 2), cols, R, buf);
-    const float *s = (const float *)(m + ws) + (size_t)pr * 2 * nb * 4;
-    for (int g = 0; g < groups; g++) {
-      const int tokens = n - 15 * g < 15 ? n - 15 * g : 15;
-      const uint8_t *X = m + xt + (size_t)g * cols * 16;
-      const float *D = (const float *)(m + dxt) + (size_t)g * nb * 16;
-      float *yt = (float *)(m + y) + (size_t)g * 15 * ystride + 8 * (size_t)pr;
-      if (R == 8) gemm_q4t(buf, cols, s, nb, X, D, yt, ystride, tokens, 8);
-      else gemm_q4t(buf, cols, s, nb, X, D, yt, ystride, tokens, 4);
-    }
+    unpack_rows(m + wq + (size_t)pr * 8 * ng * 256, ng, R, buf);
+    lanes_gemm_rows(buf, (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16, nb, R, m + xt, (const float *)(m + dxt), n, (float *)(m + y) + 8 * (size_t)pr, ystride);
   }
-  free(buf);
 }
 #endif
