@@ -140,7 +140,7 @@ export function gpuShardRefusal(
 ): string | undefined {
   const layout = headLayout(c, s);
   if (c.expertCount > 0 && g.group.length > 1)
-    return 'a mixture-of-experts model split by tensor parallel (experts cut across the group) does not run on a WebGPU shard; split it by layers (--parallel pp)';
+    return 'a mixture-of-experts model split by tensor or expert parallel (experts cut or spread across the group) does not run on a WebGPU shard; split it by layers (--parallel pp)';
   if (layout.expand)
     return `its query heads [${s.heads.start}, ${s.heads.end}) cut a group of ${c.headCount / c.headCountKv} heads sharing a KV head; use a tensor-parallel size that divides the ${c.headCountKv} KV heads`;
   if (rangeLength(s.layers) > 0 && (layout.heads === 0 || (c.expertCount === 0 && rangeLength(s.ffn) === 0)))

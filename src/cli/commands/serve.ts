@@ -182,16 +182,16 @@ export const command = defineCommand({
         : undefined;
     const memLimit = memLimitOption('serve', options['mem-limit']);
     refuseSecretArgument('serve', options);
-    // --nodes makes its own secret; listed or joining members share the cluster's
-    const secret =
-      options.hosts !== undefined || options.cluster !== undefined
-        ? clusterSecret('serve', options)
-        : undefined;
     if (options.kernels !== undefined && (members || (cluster && cluster.nodes === undefined)))
       throw usage(
         '--kernels applies to a model served from this process or its local nodes (--nodes) only',
         'drop --kernels: with --hosts/--cluster each node uses its own (`tandem node --kernels`)',
       );
+    // --nodes makes its own secret; listed or joining members share the cluster's
+    const secret =
+      options.hosts !== undefined || options.cluster !== undefined
+        ? clusterSecret('serve', options)
+        : undefined;
     if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
