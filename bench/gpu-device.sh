@@ -13,7 +13,8 @@
 #
 # What it measures: `tandem bench model --kernels webgpu` (tandem on Dawn/Vulkan, llama.cpp's
 # prebuilt Vulkan build on the same GPU as the anchor, same file, same token ids, greedy) on a
-# generated TinyLlama-1.1B-shaped Q8_0 model, then a small qwen3moe model (no goal). Goals
+# generated TinyLlama-1.1B-shaped Q8_0 model, then `tandem bench cluster --kernels webgpu` on it
+# (tp and pp over 2 node processes on the GPU, against 1), then a small qwen3moe model (no goal). Goals
 # (docs/benchmarks.md): decode >= 0.7x and prefill >= 0.5x llama.cpp Vulkan; 8B-shaped Q4_K_M
 # decode >= 0.5x (GPU_8B=1: generating the ~4.9 GB file takes minutes of the 15; run it in a
 # call of its own if the first leaves time).
@@ -74,6 +75,14 @@ for round in 1 2; do
 done
 node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --timeout 240 --json \
   >"$out/bench-tinyllama-q8_0.jsonl" || true
+
+# shards on the GPU (`tandem node --kernels webgpu`, issue 32's distributed item): the same model
+# split over 2 local node processes sharing the one GPU, tp then pp, against 1 node on the GPU
+# (bench cluster's own reference, alternated, best of 3); no goal: the split shares one GPU
+for parallel in tp pp; do
+  node bin/tandem.js bench cluster /tmp/tl-q8_0.gguf --kernels webgpu --nodes 2 --parallel "$parallel" \
+    --provider shm --threads 4 --repeat 3 --no-ceiling | tee "$out/bench-cluster-webgpu-$parallel.txt" || true
+done
 
 # the MoE path on the GPU (router top-k and listed expert matmuls), no goal: beside llama.cpp Vulkan
 node bin/tandem.js make-model /tmp/moe-q8_0.gguf --arch qwen3moe --shape small --experts 16 --type q8_0 --threads 16

@@ -57,10 +57,17 @@ test(
   },
 );
 
-test('tandem serve --kernels: refused beside --nodes; a bad choice names the choices', () => {
-  const nodes = runTandem(['serve', '/nonexistent.gguf', '--kernels', 'webgpu', '--nodes', '2']);
+test('tandem serve --kernels: refused beside --hosts (nodes there choose their own); a bad choice names the choices', () => {
+  const nodes = runTandem([
+    'serve',
+    '/nonexistent.gguf',
+    '--kernels',
+    'webgpu',
+    '--hosts',
+    '/nonexistent-hosts',
+  ]);
   assert.notEqual(nodes.code, 0);
-  assert.match(nodes.stderr, /--kernels applies to a model served from this process only/);
+  assert.match(nodes.stderr, /--kernels applies to a model served from this process or its local nodes/);
   const bad = runTandem(['serve', '/nonexistent.gguf', '--kernels', 'cuda']);
   assert.notEqual(bad.code, 0);
   assert.match(bad.stderr, /webgpu/);

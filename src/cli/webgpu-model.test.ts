@@ -217,7 +217,7 @@ test(
 );
 
 test(
-  'tandem run --kernels webgpu: the greedy tokens of the default kernels; --kv-type f16 and --nodes refused',
+  'tandem run --kernels webgpu: the greedy tokens of the default kernels; --kv-type f16 and --hosts refused',
   { skip },
   async () => {
     const args = [
@@ -240,8 +240,8 @@ test(
     const f16 = runTandem([...args, '--kernels', 'webgpu', '--kv-type', 'f16']);
     assert.notEqual(f16.code, 0);
     assert.match(f16.stderr, /WebGPU KV cache holds f32/);
-    const nodes = runTandem([...args, '--kernels', 'webgpu', '--nodes', '2']);
+    const nodes = runTandem([...args, '--kernels', 'webgpu', '--hosts', '/nonexistent-hosts']);
     assert.notEqual(nodes.code, 0);
-    assert.match(nodes.stderr, /--kernels applies to runs on this machine only/);
+    assert.match(nodes.stderr, /--kernels applies to runs on this machine or its local nodes/);
   },
 );

@@ -16,8 +16,8 @@ import {
   type GpuDevice,
   type GpuLimits,
   type GpuRefusal,
-  type GpuLlamaSpec,
 } from '../kernels/webgpu/index.js';
+import { gpuLlamaSpec } from '../parallel/gpu-shard-slices.js';
 
 /**
  * A GGUF model on the WebGPU backend, with what `run` and `bench model` need of it: its
@@ -83,37 +83,6 @@ export function gpuRefusalFor(path: string, contextLength: number | undefined): 
   };
 }
 
-function specOf(c: ModelConfig, freqFactors: Float32Array | undefined): GpuLlamaSpec {
-  return {
-    vocabSize: c.vocabSize,
-    width: c.embeddingLength,
-    layers: c.blockCount,
-    ffn: c.feedForwardLength,
-    heads: c.headCount,
-    kvHeads: c.headCountKv,
-    headDim: c.headDim,
-    rmsEps: c.rmsEps,
-    ...(c.expertCount > 0
-      ? {
-          moe: {
-            experts: c.expertCount,
-            used: c.expertUsedCount,
-            expertFfn: c.expertFeedForwardLength,
-            sharedFfn: c.sharedExpertFeedForwardLength,
-            norm: c.expertWeightsNorm,
-          },
-        }
-      : {}),
-    rope: {
-      headDim: c.headDim,
-      style: c.ropeStyle,
-      freqBase: c.ropeFreqBase,
-      freqScale: c.ropeFreqScale,
-      ...(freqFactors ? { freqFactors } : {}),
-    },
-  };
-}
-
 /** Opens a GGUF file and loads it onto `device` (which the model then owns and destroys on close). */
 export async function openGpuModel(
   path: string,
@@ -134,7 +103,7 @@ export async function openGpuModel(
       factors && factors.type === GgmlType.F32
         ? new Float32Array(factors.data.slice().buffer, 0, factors.cols)
         : undefined;
-    const llama = await GpuLlama.load(device, specOf(config, freqFactors), read, options.onLayer);
+    const llama = await GpuLlama.load(device, gpuLlamaSpec(config, freqFactors), read, options.onLayer);
     const tokenizer =
       options.tokenizer === false
         ? undefined

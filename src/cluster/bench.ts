@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
+import type { KernelsChoice } from '../kernels/webgpu/index.js';
 import type { ExpertSets, ParallelKind, WireFormat } from '../parallel/index.js';
 import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import type { HostEntry } from './hostfile.js';
@@ -34,6 +35,8 @@ export interface BenchClusterOptions {
   tokens?: number;
   /** Threads per node (default 1). */
   threads?: number;
+  /** Local nodes' kernels, the single-node reference's too (`tandem node --kernels`; webgpu: shards on the GPU). */
+  kernels?: KernelsChoice;
   /**
    * Timed generations per configuration (default 3): each figure is the best of them
    * (highest tokens/s, lowest TTFT), as a machine shared with other work only ever slows a run.
@@ -160,7 +163,12 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
     progress(
       `starting ${o.nodes} local node(s) and a single-node reference, ${o.threads ?? 1} thread(s) each`,
     );
-    local = await launchLocalNodes(o.nodes + 1, { secret, threads: o.threads ?? 1, once: false });
+    local = await launchLocalNodes(o.nodes + 1, {
+      secret,
+      threads: o.threads ?? 1,
+      once: false,
+      ...(o.kernels ? { kernels: o.kernels } : {}),
+    });
     hosts = local.addresses.map((address) => ({ address }));
   }
   const sessions: ClusterSession[] = [];

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { isTandemError, TandemError } from '../errors/index.js';
-import type { KernelsBackend } from '../kernels/index.js';
+import type { KernelsChoice } from '../kernels/webgpu/index.js';
 import type { SamplerOptions } from '../engine/sampling/index.js';
 import { GgufModelFile, configFromMetadata, maxTokensThatFit } from '../engine/index.js';
 import type { ProviderName } from '../fabric/index.js';
@@ -44,7 +44,8 @@ export interface ClusterStartOptions {
   greedy?: boolean;
   /** Compute threads per local node (default: the cores shared out). */
   threads?: number;
-  kernels?: KernelsBackend;
+  /** Local nodes' kernels (`tandem node --kernels`; webgpu/auto: shards on the GPU). */
+  kernels?: KernelsChoice;
   /**
    * Cluster secret. Local nodes get a random one of their own when absent; a hostfile run
    * takes TANDEM_SECRET by the one rule (at least 16 bytes, topology/discovery/secret.ts).

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { isTandemError, TandemError } from '../errors/index.js';
-import type { KernelsBackend } from '../kernels/index.js';
+import type { KernelsChoice } from '../kernels/webgpu/index.js';
 
 /** The CLI entry point next to this source tree (runs TypeScript through tsx). */
 const tandemBin = fileURLToPath(new URL('../../bin/tandem.js', import.meta.url));
@@ -11,7 +11,8 @@ export interface LaunchOptions {
   /** Compute threads per node. */
   threads: number;
   memLimit?: number;
-  kernels?: KernelsBackend;
+  /** `tandem node --kernels` of every node (webgpu/auto: their shards on this machine's GPU). */
+  kernels?: KernelsChoice;
   /** Deadline for every node to report its address (default 60000 ms: startup is slow on a loaded machine). */
   timeoutMs?: number;
   /** Node processes' stderr goes here (default: ignored unless TANDEM_NODE_LOG is set). */

@@ -3,7 +3,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import type { Communicator } from '../collectives/communicator.js';
 import { createCommunicator } from '../collectives/create-communicator.js';
 import { TandemError } from '../errors/index.js';
-import { createKernels, type Kernels, type KernelsBackend } from '../kernels/index.js';
+import type { KernelsChoice } from '../kernels/webgpu/index.js';
 import { Sampler } from '../engine/sampling/index.js';
 import {
   commBytes,
@@ -24,6 +24,7 @@ import {
 import { probeLinks, type LinkProbe } from './link-probe.js';
 import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
 import { NodeExperts, noExperts, stageBesideQueue } from './node-experts.js';
+import { cpuBackendOf, NodeKernels } from './node-kernels.js';
 import { NodeSequences } from './node-sequences.js';
 import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
@@ -48,8 +49,12 @@ export interface NodeAgentOptions {
   threads?: number;
   /** Bytes this node may hold; a load over it is refused before reading weights. */
   memLimit?: number;
-  /** Kernels backend (default: the fastest available, as `tandem run` and `bench model` use). */
-  kernels?: KernelsBackend;
+  /**
+   * Kernels backend (default: the fastest CPU one, as `tandem run` and `bench model` use);
+   * `webgpu` and `auto` put the shard on this node's GPU (NodeKernels). The speed and stream
+   * probes measure the CPU kernels.
+   */
+  kernels?: KernelsChoice;
   /** Exit after the first coordinator session ends (nodes a launcher started). */
   once?: boolean;
   /**
@@ -74,7 +79,7 @@ class Session {
   private world: Communicator | undefined;
   private ctx: LoadedRank | undefined;
   private file: ShardFile | undefined;
-  private kernels: Kernels | undefined;
+  private compute: NodeKernels | undefined;
   /** Serving: this rank's KV caches of the sequences the coordinator drives (after a load). */
   private sequences: NodeSequences | undefined;
   /** The coordinator left: a load still under way frees what it built instead of keeping it. */
@@ -143,10 +148,13 @@ class Session {
       ...(this.o.log ? { log: this.o.log } : {}),
     }));
     const file = shard.file;
-    this.kernels ??= await createKernels({
-      ...(this.o.kernels ? { backend: this.o.kernels } : {}),
+    this.compute ??= new NodeKernels({
+      ...(this.o.kernels ? { choice: this.o.kernels } : {}),
       ...(this.o.threads ? { threads: this.o.threads } : {}),
+      ...(this.o.log ? { log: this.o.log } : {}),
     });
+    // before the fabric comes up: a GPU that is absent or refuses the shard fails this node's load at once
+    const compute = await this.compute.forLoad(file, r.plan, r.rank, r.contextLength);
     const root = parseHostPort(r.rendezvous, 'rendezvous');
     const rootRank = r.root ?? 0;
     const world = await createCommunicator({
@@ -178,7 +186,8 @@ class Session {
     this.world = world;
     const loaded = await loadRank({
       file,
-      kernels: this.kernels,
+      ...compute,
+      ...(r.contextLength ? { contextLength: r.contextLength } : {}),
       plan: r.plan,
       world,
       wire: r.wire,
@@ -197,6 +206,7 @@ class Session {
     });
     if (this.ended) {
       world.abort('the coordinator left during the load');
+      loaded.model.destroy?.();
       await loaded.exchange?.close();
       await world.close().catch(() => undefined);
       throw new TandemError('CLUSTER_PROTOCOL', 'the coordinator left during the load', {
@@ -207,6 +217,7 @@ class Session {
     try {
       this.probes = await probeLinks(world);
     } catch (e) {
+      loaded.model.destroy?.();
       await loaded.exchange?.close();
       throw e;
     }
@@ -267,11 +278,12 @@ class Session {
           hint: `ask for ${STREAM_PROBE_MIN_BYTES}..${STREAM_PROBE_MAX_BYTES} bytes and 10..10000 ms`,
         },
       );
+    const backend = cpuBackendOf(this.o.kernels);
     const bytesPerSecond = await probeStream({
       bytes,
       ms,
       ...(this.o.threads ? { threads: this.o.threads } : {}),
-      ...(this.o.kernels ? { kernels: this.o.kernels } : {}),
+      ...(backend ? { kernels: backend } : {}),
     });
     return { bytesPerSecond };
   }
@@ -284,6 +296,7 @@ class Session {
   async unload(): Promise<void> {
     const world = this.world;
     const exchange = this.ctx?.exchange;
+    this.ctx?.model.destroy?.();
     this.world = undefined;
     this.ctx = undefined;
     this.experts = undefined;
@@ -300,8 +313,8 @@ class Session {
     this.ctx?.exchange?.abort('the coordinator disconnected');
     this.world?.abort('the coordinator disconnected');
     await this.unload();
-    await this.kernels?.close().catch(() => undefined);
-    this.kernels = undefined;
+    await this.compute?.close();
+    this.compute = undefined;
   }
 
   abort(reason: string): void {
@@ -443,9 +456,10 @@ export function serve(
  */
 export async function withSpeed<T extends Omit<NodeAgentOptions, 'listen'>>(o: T): Promise<T> {
   if (o.speed !== undefined || !(o.probe ?? process.env.TANDEM_SPEED_PROBE !== '0')) return o;
+  const backend = cpuBackendOf(o.kernels);
   const speed = await probeSpeed({
     ...(o.threads ? { threads: o.threads } : {}),
-    ...(o.kernels ? { kernels: o.kernels } : {}),
+    ...(backend ? { kernels: backend } : {}),
   }).catch((e: unknown) => {
     o.log?.(`speed probe failed (placement treats this node as average): ${(e as Error).message}`);
     return undefined;

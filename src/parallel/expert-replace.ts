@@ -1,6 +1,6 @@
 import { TandemError } from '../errors/index.js';
 import type { ModelFile } from '../engine/model/model-file.js';
-import type { StagedExperts } from '../engine/model/model.js';
+import { Model, type StagedExperts } from '../engine/model/model.js';
 import { expertsInLayer, type ShardSpec } from '../engine/model/shard.js';
 import type { FfnWeights } from '../engine/model/weights.js';
 import type { Weight } from '../kernels/types.js';
@@ -72,7 +72,8 @@ export class RankExperts {
     plan: ParallelPlan,
     budget: ReplaceBudget,
   ): Promise<{ loaded: number; peakBytes: number }> {
-    const { model, plan: now } = this.ctx;
+    const model = this.cpuModel();
+    const now = this.ctx.plan;
     const rank = this.ctx.me.rank;
     const next = plan.ranks[rank];
     const same =
@@ -132,7 +133,7 @@ export class RankExperts {
     if (!(dispatch instanceof CollectiveExpertDispatch) || !owners)
       throw badReplace('the loaded model does not dispatch experts', { id });
     this.staged = undefined;
-    const dropped = this.ctx.model.switchExperts(s.experts);
+    const dropped = this.cpuModel().switchExperts(s.experts);
     dispatch.setOwners(owners);
     this.ctx.plan = s.plan;
     this.ctx.me = s.plan.ranks[this.ctx.me.rank]!;
@@ -140,9 +141,22 @@ export class RankExperts {
     return { dropped: dropped.length };
   }
 
+  /** The rank's Model: experts are re-placed on CPU shards only (a GPU shard holds no expert-parallel split). */
+  private cpuModel(): Model {
+    const model = this.ctx.model;
+    if (!(model instanceof Model))
+      throw badReplace(
+        `rank ${this.ctx.me.rank} holds its shard on the GPU, whose experts are not re-placed`,
+        {
+          rank: this.ctx.me.rank,
+        },
+      );
+    return model;
+  }
+
   /** Gives the experts' weights back to the kernels, where they can take them. */
   private release(experts: readonly FfnWeights[]): void {
-    const kernels = this.ctx.model.kernels;
+    const kernels = this.cpuModel().kernels;
     if (kernels.releaseWeight)
       for (const ffn of experts) for (const w of weightsOf(ffn)) kernels.releaseWeight(w);
   }

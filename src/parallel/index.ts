@@ -20,7 +20,9 @@ export {
   type RankMetrics,
   type RankResult,
 } from './runner.js';
-export { loadRank, type LoadRankOptions, type LoadedRank } from './rank.js';
+export { loadRank, stageShards, type LoadRankOptions, type LoadedRank } from './rank.js';
+export type { ShardModel } from './shard-model.js';
+export { GpuShardModel, refuseGpuShard, type GpuShardOptions } from './gpu-shard-model.js';
 export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
 export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';
 export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';

@@ -1,18 +1,26 @@
 import assert from 'node:assert/strict';
 import type { Communicator, ProviderName } from '../collectives/index.js';
 import type { Kernels } from '../kernels/types.js';
+import type { GpuDevice } from '../kernels/webgpu/index.js';
 import { Model } from '../engine/model/model.js';
 import type { ModelFile } from '../engine/model/model-file.js';
+import type { ShardSpec } from '../engine/model/shard.js';
 import type { ParallelPlan } from './plan.js';
 import type { RankContext } from './runner.js';
 import { CollectiveExpertDispatch, dispatchOwners } from './expert-dispatch.js';
+import { GpuShardModel } from './gpu-shard-model.js';
 import { CollectiveShardComm, CommMeter } from './shard-comm.js';
 import { TpExchange } from './tp-exchange.js';
 import type { WireFormat } from './wire.js';
 
 export interface LoadRankOptions {
   file: ModelFile;
-  kernels: Kernels;
+  /** The shard runs on these CPU kernels (the engine's Model)... */
+  kernels?: Kernels;
+  /** ...or on this GPU (GpuShardModel); exactly one of the two. */
+  gpu?: GpuDevice;
+  /** The longest context a session of this rank asks for (the GPU shard's limit check; default the model's). */
+  contextLength?: number;
   plan: ParallelPlan;
   /** This rank's communicator over every rank of the run (rank = plan rank). */
   world: Communicator;
@@ -34,6 +42,14 @@ export interface LoadRankOptions {
 
 export type LoadedRank = RankContext & { group: Communicator; exchange?: TpExchange };
 
+/** The shards of stage `stage`'s tensor-parallel group, in rank order. */
+export function stageShards(plan: ParallelPlan, stage: number): ShardSpec[] {
+  return plan.ranks
+    .filter((r) => r.stage === stage)
+    .sort((a, b) => a.tpRank - b.tpRank)
+    .map((r) => r.shard);
+}
+
 /**
  * Collective over `world`: splits it into tensor-parallel groups (one per pipeline stage)
  * and loads this rank's shard, reading only its slices of the file.
@@ -44,6 +60,7 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
     me && o.world.size === o.plan.nodes,
     `world of ${o.world.size} ranks does not match a plan for ${o.plan.nodes} nodes`,
   );
+  assert.ok((o.kernels === undefined) !== (o.gpu === undefined), 'loadRank takes kernels or a GPU');
   const group =
     o.plan.tpSize === o.plan.nodes ? o.world : ((await o.world.split(me.stage, me.tpRank)) as Communicator);
   const meter = new CommMeter();
@@ -59,11 +76,18 @@ export async function loadRank(o: LoadRankOptions): Promise<LoadedRank> {
       ...(exchange ? { exchange } : {}),
       ...(owners ? { experts: new CollectiveExpertDispatch(group, owners, meter, exchange) } : {}),
     });
-    const shards = o.plan.ranks
-      .filter((r) => r.stage === me.stage)
-      .sort((a, b) => a.tpRank - b.tpRank)
-      .map((r) => r.shard);
-    const model = await Model.load(o.file, o.kernels, { shard: me.shard, comm, group: shards });
+    const shards = stageShards(o.plan, me.stage);
+    const model = o.gpu
+      ? await GpuShardModel.load({
+          file: o.file,
+          device: o.gpu,
+          shard: me.shard,
+          group: shards,
+          tpRank: me.tpRank,
+          comm,
+          ...(o.contextLength !== undefined ? { contextLength: o.contextLength } : {}),
+        })
+      : await Model.load(o.file, o.kernels as Kernels, { shard: me.shard, comm, group: shards });
     return {
       model,
       plan: o.plan,

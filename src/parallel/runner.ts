@@ -3,16 +3,17 @@ import type { Communicator } from '../collectives/communicator.js';
 import { TandemError } from '../errors/index.js';
 import { generate, greedy, type TokenPicker } from '../engine/generate/generate.js';
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
-import type { Model } from '../engine/model/model.js';
 import type { ShardComm } from '../engine/model/comm.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
 import type { CommMeter } from './shard-comm.js';
 import type { ParallelPlan, RankPlan } from './plan.js';
+import type { ShardModel } from './shard-model.js';
 import { decodeWire, encodeWire, wireBuffer, type WireFormat } from './wire.js';
 
 /** Everything one rank needs to take part in a distributed generation. */
 export interface RankContext {
-  model: Model;
+  /** This rank's shard: the engine's Model on CPU kernels, or a GpuShardModel. */
+  model: ShardModel;
   plan: ParallelPlan;
   me: RankPlan;
   /** Every rank of the run (pipeline handoffs and the token broadcast go here). */

@@ -12,6 +12,8 @@ import {
 import { readTokenizer } from '../../engine/model/gguf-model-file.js';
 import { TandemError } from '../../errors/index.js';
 import { checkWire, parallelKinds } from '../../parallel/index.js';
+import { kernelsChoices } from '../../kernels/webgpu/index.js';
+import { kernelsDescription } from '../webgpu-model.js';
 import { openPowerMeter } from '../../util/power/index.js';
 
 /** The rows as a text table (one line per configuration). */
@@ -101,6 +103,11 @@ export const command = defineCommand({
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     tokens: { type: 'number', description: 'tokens to decode', default: 32 },
     threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
+    kernels: {
+      type: 'string',
+      description: `the local nodes' kernels, the single-node reference's too: ${kernelsDescription}; webgpu/auto put every node's shard on this machine's GPU (tp and pp). Not with --hosts (each node uses its own \`tandem node --kernels\`)`,
+      choices: kernelsChoices,
+    },
     repeat: {
       type: 'number',
       description: 'timed runs of each configuration, alternated; the best counts',
@@ -138,6 +145,10 @@ export const command = defineCommand({
     if (options.agreement !== undefined)
       checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);
     refuseSecretArgument('bench cluster', options);
+    if (options.hosts !== undefined && options.kernels !== undefined)
+      throw new TandemError('CLI_USAGE', 'bench cluster: --kernels applies to local nodes only', {
+        hint: 'drop --kernels: with --hosts each node uses its own (`tandem node --kernels`)',
+      });
     if (options.hosts === undefined && options['secret-file'] !== undefined)
       throw new TandemError('CLI_USAGE', 'bench cluster: --secret-file applies only with --hosts', {
         hint: 'local nodes make a random secret of their own: drop --secret-file, or add --hosts FILE',
@@ -186,6 +197,7 @@ export const command = defineCommand({
       promptTokens: options['prompt-tokens'],
       tokens: options.tokens,
       threads: options.threads,
+      ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
       repeat: options.repeat,
       ceiling: options.ceiling,
       ...(options.agreement !== undefined ? { agreementSteps: options.agreement } : {}),

@@ -4,6 +4,8 @@ import { TandemError } from '../../errors/index.js';
 import { DISCOVERY_PORT, joinCluster, startNode } from '../../cluster/index.js';
 import { parseBytes } from '../../parallel/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
+import { kernelsChoices } from '../../kernels/webgpu/index.js';
+import { kernelsDescription } from '../webgpu-model.js';
 
 export const command = defineCommand({
   name: 'node',
@@ -37,8 +39,8 @@ export const command = defineCommand({
     },
     kernels: {
       type: 'string',
-      description: 'kernels backend (default: native when a C compiler builds it here, else wasm)',
-      choices: ['native', 'wasm', 'reference'],
+      description: `${kernelsDescription}. webgpu: this node's shards run on its GPU (tensor and pipeline parallel; a load the GPU cannot take fails naming this node); auto: the GPU where there is one and the shard runs on it, else the CPU kernels. The speed probe measures the CPU kernels`,
+      choices: kernelsChoices,
     },
     join: {
       type: 'string',

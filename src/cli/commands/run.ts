@@ -90,7 +90,7 @@ const runOptions = {
   threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
   kernels: {
     type: 'string',
-    description: kernelsDescription,
+    description: `${kernelsDescription}. With --nodes: the local nodes' kernels (webgpu/auto: their shards on this machine's GPU); not with --hosts, where each node uses its own (\`tandem node --kernels\`)`,
     choices: kernelsChoices,
   },
   context: {
@@ -385,6 +385,7 @@ async function runOnNodes(
       ? { secret: clusterSecret('run', options) }
       : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
     ...(options['expert-profile'] !== undefined
       ? { expertProfile: readExpertProfile(options['expert-profile']) }
       : {}),
@@ -439,10 +440,10 @@ function checkRunOptions(options: RunOptions): void {
   if (options.context !== undefined)
     checkInteger('run', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   if (options.tp !== undefined) checkInteger('run', 'tp', options.tp, 1, 64, 2);
-  if (onNodes && options.kernels !== undefined) {
+  if (options.hosts !== undefined && options.kernels !== undefined) {
     throw usage(
-      '--kernels applies to runs on this machine only',
-      'drop --kernels: with --nodes/--hosts each node uses its own (`tandem node --kernels`)',
+      '--kernels applies to runs on this machine or its local nodes (--nodes) only',
+      'drop --kernels: with --hosts each node uses its own (`tandem node --kernels`)',
     );
   }
   if (onNodes && options.context !== undefined) {

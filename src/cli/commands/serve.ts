@@ -58,7 +58,7 @@ export const command = defineCommand({
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
     kernels: {
       type: 'string',
-      description: `${kernelsDescription}. Without --nodes/--hosts/--cluster only: there each node uses its own (\`tandem node --kernels\`)`,
+      description: `${kernelsDescription}. With --nodes: the local nodes' kernels (webgpu/auto: their shards on this machine's GPU, tensor and pipeline parallel). Not with --hosts/--cluster: there each node uses its own (\`tandem node --kernels\`)`,
       choices: kernelsChoices,
     },
     slots: {
@@ -182,16 +182,16 @@ export const command = defineCommand({
         : undefined;
     const memLimit = memLimitOption('serve', options['mem-limit']);
     refuseSecretArgument('serve', options);
+    if (options.kernels !== undefined && (members || (cluster && cluster.nodes === undefined)))
+      throw usage(
+        '--kernels applies to a model served from this process or its local nodes (--nodes) only',
+        'drop --kernels: with --hosts/--cluster each node uses its own (`tandem node --kernels`)',
+      );
     // --nodes makes its own secret; listed or joining members share the cluster's
     const secret =
       options.hosts !== undefined || options.cluster !== undefined
         ? clusterSecret('serve', options)
         : undefined;
-    if (options.kernels !== undefined && (cluster || members))
-      throw usage(
-        '--kernels applies to a model served from this process only',
-        'drop --kernels: with --nodes/--hosts/--cluster each node uses its own (`tandem node --kernels`)',
-      );
     if (memLimit !== undefined && !cluster && !members)
       throw usage(
         '--mem-limit applies only with --nodes or --hosts',
@@ -233,6 +233,7 @@ export const command = defineCommand({
           ? await loadClusterServedModel(path, {
               ...common,
               ...(cluster ? { ...cluster, parallel: cluster.parallel ?? 'auto' } : members),
+              ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
               ...(secret !== undefined ? { secret } : {}),
               ...(memLimit !== undefined ? { memLimit } : {}),
               sequences: slots,

@@ -54,11 +54,15 @@ export interface StagedExperts {
   readonly loaded: readonly ReadonlyMap<number, FfnWeights>[];
 }
 
-/** Tokens per forward chunk during prefill: bounds activation memory for long prompts. */
-const FORWARD_CHUNK = 256;
+/**
+ * Tokens per forward chunk during prefill: bounds activation memory for long prompts. A
+ * tensor-parallel group sums each chunk's partial outputs at once, so a shard on another
+ * backend (the GPU shard) cuts a prompt where this one does.
+ */
+export const FORWARD_CHUNK = 256;
 
 /** Rows per batched decode forward: below GEMM_TOKENS, so each row gets matvec's bits (a lone token's). */
-const DECODE_BATCH = GEMM_TOKENS - 1;
+export const DECODE_BATCH = GEMM_TOKENS - 1;
 
 /**
  * A loaded model (or shard of one) on one kernels backend. The forward pass is split into

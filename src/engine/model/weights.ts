@@ -4,7 +4,14 @@ import { ggmlTypeInfo } from '../../kernels/quant/types.js';
 import type { GgmlTypeId, Kernels, Weight } from '../../kernels/types.js';
 import type { ModelConfig } from './config.js';
 import { treeSpares, type SumTree } from '../../kernels/reduce-native.js';
-import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves, type GroupSum } from './leaves.js';
+import {
+  EXACT_GROUP_SIZES,
+  groupSum,
+  leafPlan,
+  shardLeaves,
+  type GroupSum,
+  type ShardLeaves,
+} from './leaves.js';
 import { matrixShape, missingTensor, rowBytes, type ModelFile } from './model-file.js';
 import { expertsInLayer, kvHeadsFor, rangeLength, type Range, type ShardSpec } from './shard.js';
 import { tensorSplit } from './tp-split.js';
@@ -192,12 +199,9 @@ export class WeightLoader {
     cuts: ColumnCuts,
     base = 0,
   ): Promise<Leaves> {
-    const block = ggmlTypeInfo(this.entry(name).type)?.blockSize ?? 1;
-    const plan = leafPlan(expect.cols, cuts.sets, lcm(block, unit));
-    const mine = shardLeaves(plan, cols);
+    const { mine, group } = leafLayout(this.entry(name).type, expect.cols, cols, unit, cuts);
     const weights: Weight[] = [];
     for (const range of mine.ranges) weights.push(await this.matrix(name, expect, { cols: range, base }));
-    const group = cuts.group && groupSum(plan, cuts.group);
     return {
       weights,
       pieces: mine.pieces,
@@ -291,6 +295,24 @@ export class WeightLoader {
   has(name: string): boolean {
     return this.file.tensors.has(name);
   }
+}
+
+/**
+ * The leaves of a row-parallel projection of ggml type `type` with `cols` input columns that a
+ * shard holding columns `range` multiplies (edges on `cuts` holding whole blocks and whole
+ * `unit`s of columns), the pieces it sends, and how its group adds them (undefined: one part
+ * per rank, the flat tree). Every backend's shard takes its cut from here.
+ */
+export function leafLayout(
+  type: number,
+  cols: number,
+  range: Range,
+  unit: number,
+  cuts: ColumnCuts,
+): { mine: ShardLeaves; group: GroupSum | undefined } {
+  const block = ggmlTypeInfo(type)?.blockSize ?? 1;
+  const plan = leafPlan(cols, cuts.sets, lcm(block, unit));
+  return { mine: shardLeaves(plan, range), group: cuts.group && groupSum(plan, cuts.group) };
 }
 
 function lcm(a: number, b: number): number {
@@ -455,7 +477,7 @@ async function loadMoe(
  * (the planner's splits, tp-split.ts), and this shard's group's ranges when `group` (the
  * shards of its tensor-parallel group, in rank order) is given.
  */
-function columnCuts(
+export function columnCuts(
   file: ModelFile,
   c: ModelConfig,
   group: readonly ShardSpec[] | undefined,

@@ -74,6 +74,10 @@ function readLimits(limits: GPUSupportedLimits): GpuLimits {
 
 /** The high-performance adapter Dawn finds here; throws KERNELS_NO_ADAPTER when there is none. */
 export async function findAdapter(): Promise<FoundAdapter> {
+  if (process.env.TANDEM_WEBGPU === 'off')
+    throw new TandemError('KERNELS_NO_ADAPTER', 'WebGPU is turned off here (TANDEM_WEBGPU=off)', {
+      hint: 'unset TANDEM_WEBGPU to use the GPU, or use --kernels native/wasm',
+    });
   const gpu = await loadGpu();
   let adapter: GPUAdapter | null;
   try {

@@ -34,6 +34,36 @@ export interface GpuLlamaSpec {
   rope: RopeParams;
   /** Mixture of experts (absent: dense); `width` is the model's. */
   moe?: Omit<GpuMoeShape, 'width'>;
+  /**
+   * A shard of the model (tensor or pipeline parallel): `layers`, `heads`, `kvHeads` and `ffn`
+   * above are then the shard's own counts. Absent: the whole model.
+   */
+  shard?: GpuShardShape;
+}
+
+/**
+ * Sums a row-parallel partial output [n, width] of the shard's layer `layer` (attention's o,
+ * or the FFN's down) across the tensor-parallel group, in place: every rank of the group calls
+ * it with the same n, in the same order, and every rank gets the same sum back.
+ */
+export type GpuReduce = (partial: Float32Array, layer: number, half: 'attention' | 'ffn') => Promise<void>;
+
+/** What a shard holds beyond its counts, and how its group sums. */
+export interface GpuShardShape {
+  /** The model layer of the shard's layer 0 (tensors are read by model layer). */
+  firstLayer: number;
+  /** Whether it embeds token ids (holds `token_embd.weight`) and holds the output head. */
+  embed: boolean;
+  head: boolean;
+  /** Rows of the output head it holds (its vocabulary slice; the reader gives `output.weight` as those rows). */
+  vocabRows: number;
+  /**
+   * Rows recorded per pass (default GPU_CHUNK). With `reduce` a pass's rows are summed across
+   * the group at once, so every rank of the group must cut its rows where the others do.
+   */
+  chunk?: number;
+  /** Present when the shard's tensor-parallel group has more than one rank. */
+  reduce?: GpuReduce;
 }
 
 /** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
@@ -59,7 +89,6 @@ type RowsKv = { cache: GpuKvCache; pos0: number } | { rows: readonly { cache: Gp
 
 /** Tokens per recorded chunk of a prefill: bounds the activation and attention-score buffers. */
 export const GPU_CHUNK = 64;
-const CHUNK = GPU_CHUNK;
 
 /**
  * A llama-family model held on the GPU: weights uploaded once, the KV cache on the GPU, and
@@ -68,6 +97,12 @@ const CHUNK = GPU_CHUNK;
  * (one row per token) and written in; RoPE's angles are computed on the host by the
  * reference's ropeAngles, so the GPU only rotates. A prefill chunk's matmuls run tiled; a
  * batched decode step's rows run per row, each as it would alone (batch-invariant).
+ *
+ * A shard (spec.shard) holds a layer range, a slice of the heads and FFN units and of the
+ * output head; with a group `reduce` each pass reads back the row-parallel partial outputs
+ * [n, width] once per layer half, has them summed and writes the sums back, and nothing else.
+ * Hidden states cross a pipeline stage's boundary through `layersAt` / `layersRows` (uploaded,
+ * read back after the last layer) and `logitsOfHidden`.
  */
 export class GpuLlama {
   private readonly ops: GpuOps;
@@ -75,17 +110,20 @@ export class GpuLlama {
   private readonly moe: GpuMoe | undefined;
   private scores: GPUBuffer | undefined;
   private scoresFloats = 0;
+  /** Rows per recorded pass. */
+  readonly chunk: number;
 
   private constructor(
     readonly gpu: GpuDevice,
     readonly spec: GpuLlamaSpec,
-    private readonly embed: WeightSource,
+    private readonly embed: WeightSource | undefined,
     private readonly layers: readonly GpuLayerWeights[],
-    private readonly outputNorm: GPUBuffer,
-    private readonly output: GpuWeight,
+    private readonly outputNorm: GPUBuffer | undefined,
+    private readonly output: GpuWeight | undefined,
   ) {
     this.ops = new GpuOps(gpu);
     const s = spec;
+    const CHUNK = (this.chunk = s.shard?.chunk ?? GPU_CHUNK);
     const sizes: Record<string, number> = {
       x: s.width,
       xn: s.width,
@@ -101,7 +139,7 @@ export class GpuLlama {
       h: s.ffn,
       cs: (s.rope.ropeDim ?? s.headDim) + 1,
       lastN: s.width,
-      logits: s.vocabSize,
+      logits: s.shard?.vocabRows ?? s.vocabSize,
     };
     for (const [name, floats] of Object.entries(sizes))
       this.buf[name] = gpu.storage(4 * CHUNK * Math.max(1, floats), name);
@@ -115,22 +153,31 @@ export class GpuLlama {
     read: GpuTensorReader,
     onLayer?: (loaded: number, total: number) => void,
   ): Promise<GpuLlama> {
+    const shard = spec.shard;
     const loader = new GpuLayerLoader(gpu, read);
-    const embed = await loader.need('token_embd.weight');
+    const embed = (shard?.embed ?? true) ? await loader.need('token_embd.weight') : undefined;
     const layers: GpuLayerWeights[] = [];
-    for (let l = 0; l < spec.layers; l++) {
-      layers.push(await loader.layer(l, spec.moe?.experts ?? 0));
-      onLayer?.(l + 1, spec.layers);
+    try {
+      for (let l = 0; l < spec.layers; l++) {
+        layers.push(await loader.layer((shard?.firstLayer ?? 0) + l, spec.moe?.experts ?? 0));
+        onLayer?.(l + 1, spec.layers);
+      }
+      if (!(shard?.head ?? true)) return new GpuLlama(gpu, spec, embed, layers, undefined, undefined);
+      const outputNorm = await loader.vector('output_norm.weight');
+      const outSource = (await read('output.weight')) ?? embed;
+      assert.ok(outSource, 'a shard that holds the head reads output.weight');
+      const output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
+      return new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
+    } catch (e) {
+      for (const l of layers) destroyLayer(l);
+      throw e;
     }
-    const outputNorm = await loader.vector('output_norm.weight');
-    const outSource = (await read('output.weight')) ?? embed;
-    const output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
-    return new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
   }
 
   /** Bytes of weights on the GPU. */
   get weightBytes(): number {
-    return [this.output, ...this.layers.flatMap(layerMatrices)].reduce((sum, w) => sum + w.bytes, 0);
+    const out = this.output ? [this.output] : [];
+    return [...out, ...this.layers.flatMap(layerMatrices)].reduce((sum, w) => sum + w.bytes, 0);
   }
 
   /** A KV cache on the GPU; f32 only (the f16 cache's rounding is the CPU backends'). */
@@ -155,21 +202,72 @@ export class GpuLlama {
    * [vocab] of the last one. Throws (from reserve) before computing when they do not fit.
    */
   async forward(tokens: ArrayLike<number>, seq: GpuSequence): Promise<Float32Array> {
+    const n = await this.pass(tokens, seq);
+    return (await this.logitsOf(n - 1, 1))[0] as Float32Array;
+  }
+
+  /**
+   * `forward` without the logits: runs tokens at the sequence's next positions through the
+   * layers in chunks of `chunk` rows, leaving the last chunk's hidden states on the GPU; returns
+   * that chunk's row count.
+   */
+  async pass(tokens: ArrayLike<number>, seq: GpuSequence): Promise<number> {
     const cache = gpuCache(seq);
     assert.ok(tokens.length > 0, 'forward needs at least one token');
     seq.reserve(tokens.length);
     let n = 0;
     for (let s = 0; s < tokens.length; s += n) {
-      n = Math.min(CHUNK, tokens.length - s);
+      n = Math.min(this.chunk, tokens.length - s);
       const chunk = Array.prototype.slice.call(tokens, s, s + n) as number[];
       this.writeInputs(
-        chunk,
+        this.embedRows(chunk),
         chunk.map((_, t) => seq.length + t),
       );
-      this.runLayers(n, { cache, pos0: seq.length }, false);
+      await this.runLayers(n, { cache, pos0: seq.length }, false);
       seq.advance(n);
     }
-    return (await this.logitsOf(n - 1, 1))[0] as Float32Array;
+    return n;
+  }
+
+  /**
+   * Hidden states x [n, width] (a pipeline stage's input) through the layers at positions
+   * pos0.., in place: uploaded, run in chunks of `chunk` rows, read back. The caller reserves
+   * the positions and advances the cache afterwards (as Model.forwardLayers).
+   */
+  async layersAt(x: Float32Array, n: number, pos0: number, cache: GpuKvCache): Promise<void> {
+    const width = this.spec.width;
+    for (let s = 0; s < n; s += this.chunk) {
+      const m = Math.min(this.chunk, n - s);
+      const rows = x.subarray(s * width, (s + m) * width);
+      this.writeInputs(
+        rows,
+        Array.from({ length: m }, (_, t) => pos0 + s + t),
+      );
+      await this.runLayers(m, { cache, pos0: pos0 + s }, false);
+      rows.set(await this.gpu.read(this.buf['x']!, 4 * m * width));
+    }
+  }
+
+  /**
+   * A pipeline stage's part of a batched decode step: row t of x [n, width] at position
+   * rows[t].pos of its own cache, in place, each row as it would run alone (n <= chunk).
+   */
+  async layersRows(x: Float32Array, rows: readonly { cache: GpuKvCache; pos: number }[]): Promise<void> {
+    assert.ok(rows.length <= this.chunk, 'layersRows takes at most a chunk of rows');
+    this.writeInputs(
+      x,
+      rows.map((r) => r.pos),
+    );
+    await this.runLayers(rows.length, { rows }, true);
+    x.set(await this.gpu.read(this.buf['x']!, 4 * rows.length * this.spec.width));
+  }
+
+  /** The output head's logits [vocab rows held] of each of n hidden states [n, width] (n <= chunk). */
+  async logitsOfHidden(hidden: Float32Array, n: number): Promise<Float32Array[]> {
+    assert.ok(n <= this.chunk, 'logitsOfHidden takes at most a chunk of rows');
+    this.gpu.flush();
+    this.gpu.write(this.buf['x']!, hidden.subarray(0, n * this.spec.width));
+    return this.logitsOf(0, n);
   }
 
   /**
@@ -183,14 +281,14 @@ export class GpuLlama {
     assert.equal(new Set(seqs).size, seqs.length, 'forwardBatch takes one token per sequence');
     for (const seq of seqs) seq.reserve(1);
     const out: Float32Array[] = [];
-    for (let s = 0; s < tokens.length; s += CHUNK) {
-      const group = seqs.slice(s, s + CHUNK);
+    for (let s = 0; s < tokens.length; s += this.chunk) {
+      const group = seqs.slice(s, s + this.chunk);
       const rows = group.map((seq) => ({ cache: gpuCache(seq), pos: seq.length }));
       this.writeInputs(
-        tokens.slice(s, s + CHUNK),
+        this.embedRows(tokens.slice(s, s + this.chunk)),
         rows.map((r) => r.pos),
       );
-      this.runLayers(rows.length, { rows }, true);
+      await this.runLayers(rows.length, { rows }, true);
       for (const seq of group) seq.advance(1);
       out.push(...(await this.logitsOf(0, rows.length)));
     }
@@ -199,7 +297,9 @@ export class GpuLlama {
 
   /** Records the output head over `count` rows of x from row `first`, per row, and reads their logits back. */
   private async logitsOf(first: number, count: number): Promise<Float32Array[]> {
-    const { width, vocabSize } = this.spec;
+    const { width } = this.spec;
+    const vocabSize = this.spec.shard?.vocabRows ?? this.spec.vocabSize;
+    assert.ok(this.output && this.outputNorm, 'this shard does not hold the output head');
     const b = this.buf as Record<string, GPUBuffer>;
     const rows = first === 0 ? b['x']! : b['tmp']!;
     if (first > 0) this.ops.copy(b['x']!, rows, count * width, 0, first * width);
@@ -209,12 +309,11 @@ export class GpuLlama {
     return Array.from({ length: count }, (_, t) => all.slice(t * vocabSize, (t + 1) * vocabSize));
   }
 
-  /** The rows' embeddings [n, width] and RoPE's cos/sin [n, half] each at `positions`, written in. */
-  private writeInputs(tokens: readonly number[], positions: readonly number[]): void {
-    // queued writes land before anything not yet submitted: submit the previous chunk first
-    this.gpu.flush();
-    const { width, vocabSize, rope } = this.spec;
+  /** The embeddings [n, width] of token ids, dequantised on the host (the shard must hold the embedding). */
+  embedRows(tokens: readonly number[]): Float32Array {
+    const { width, vocabSize } = this.spec;
     const e = this.embed;
+    assert.ok(e, 'this shard does not hold the token embedding');
     const x = new Float32Array(tokens.length * width);
     const bytes = rowBytes(e.type, e.cols);
     tokens.forEach((id, t) => {
@@ -229,8 +328,16 @@ export class GpuLlama {
         );
       dequantRow(e.type, e.data, id * bytes, width, x, t * width);
     });
+    return x;
+  }
+
+  /** Rows x [n, width] and RoPE's cos/sin [n, half] each at `positions`, written in. */
+  private writeInputs(x: Float32Array, positions: readonly number[]): void {
+    // queued writes land before anything not yet submitted: submit the previous chunk first
+    this.gpu.flush();
+    const { rope } = this.spec;
     const half = (rope.ropeDim ?? rope.headDim) / 2;
-    const n = tokens.length;
+    const n = positions.length;
     const cs = new Float32Array(2 * n * half);
     for (let t = 0; t < n; t++)
       ropeAngles(
@@ -243,8 +350,11 @@ export class GpuLlama {
     this.gpu.write(this.buf['cs']!, cs);
   }
 
-  /** Records every layer over the n rows of x (updated in place). */
-  private runLayers(n: number, kv: RowsKv, perRow: boolean): void {
+  /**
+   * Records every layer over the n rows of x (updated in place); with a group `reduce`, the
+   * partial outputs are summed across the group after each layer's attention and FFN.
+   */
+  private async runLayers(n: number, kv: RowsKv, perRow: boolean): Promise<void> {
     const s = this.spec;
     const b = this.buf as Record<string, GPUBuffer>;
     const ops = this.ops;
@@ -253,6 +363,7 @@ export class GpuLlama {
       ops.rmsNorm(b['x']!, w.attnNorm, s.rmsEps, b['xn']!, n, s.width);
       this.attention(l, w, n, kv, perRow);
       ops.matmul(w.o, b['att']!, b['tmp']!, n, s.width, 0, perRow);
+      await this.reduced(n, l, 'attention');
       ops.add(b['x']!, b['tmp']!, n * s.width);
       ops.rmsNorm(b['x']!, w.ffnNorm, s.rmsEps, b['xn']!, n, s.width);
       if (w.moe) (this.moe as GpuMoe).record(w.moe, b['xn']!, b['tmp']!, n, perRow);
@@ -262,8 +373,20 @@ export class GpuLlama {
         ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
         ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
       }
+      await this.reduced(n, l, 'ffn');
       ops.add(b['x']!, b['tmp']!, n * s.width);
     }
+  }
+
+  /** The group sum of the partial output in tmp [n, width]: its one read-back and write per layer half. */
+  private async reduced(n: number, layer: number, half: 'attention' | 'ffn'): Promise<void> {
+    const reduce = this.spec.shard?.reduce;
+    if (!reduce) return;
+    const tmp = this.buf['tmp']!;
+    const partial = await this.gpu.read(tmp, 4 * n * this.spec.width);
+    await reduce(partial, layer, half);
+    // the read submitted everything recorded, so this write lands before the add reads tmp
+    this.gpu.write(tmp, partial);
   }
 
   /** Layer l's attention over the n rows of xn into att: q/k/v (biases, q/k norms), RoPE, cache store, GQA. */
@@ -332,8 +455,8 @@ export class GpuLlama {
     this.scores?.destroy();
     for (const b of Object.values(this.buf)) b.destroy();
     for (const l of this.layers) destroyLayer(l);
-    this.outputNorm.destroy();
-    destroyGpuWeight(this.output);
+    this.outputNorm?.destroy();
+    if (this.output) destroyGpuWeight(this.output);
   }
 }
 

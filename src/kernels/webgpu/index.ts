@@ -4,7 +4,15 @@ export { findAdapter, probeAdapter, describeAdapter, type AdapterInfo, type GpuL
 export { GpuDevice } from './gpu-device.js';
 export { GpuOps, type AttentionShape } from './gpu-ops.js';
 export { gpuTypes, gpuRowBytes, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
-export { GpuLlama, GpuKvCache, GPU_CHUNK, type GpuLlamaSpec, type GpuSequence } from './gpu-llama.js';
+export {
+  GpuLlama,
+  GpuKvCache,
+  GPU_CHUNK,
+  type GpuLlamaSpec,
+  type GpuReduce,
+  type GpuSequence,
+  type GpuShardShape,
+} from './gpu-llama.js';
 export type { GpuTensorReader } from './gpu-layer-weights.js';
 export {
   chooseKernels,

@@ -1,0 +1,225 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLocalWorld } from '../collectives/local-world.js';
+import { generate } from '../engine/generate/generate.js';
+import { configFromMetadata, type ModelConfig } from '../engine/model/config.js';
+import { Model } from '../engine/model/model.js';
+import type { ModelFile } from '../engine/model/model-file.js';
+import { tinyModelFile } from '../engine/model/tiny-model.js';
+import { isTandemError } from '../errors/index.js';
+import { ReferenceKernels } from '../kernels/index.js';
+import { GpuDevice, probeAdapter } from '../kernels/webgpu/index.js';
+import { refuseGpuShard } from './gpu-shard-model.js';
+import { buildPlan, type ParallelKind, type ParallelPlan } from './plan.js';
+import { loadRank, type LoadedRank } from './rank.js';
+import { generateOnRank } from './runner.js';
+import { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';
+
+/**
+ * Ranks whose shards run on the GPU (GpuShardModel) beside ranks on the CPU engine, in one
+ * process over a local world: tensor parallel (each layer half's partial output read back,
+ * summed by the group's ShardComm, written back) and pipeline parallel (the stage boundary's
+ * hidden states read back and uploaded). Greedy tokens must equal the single-process CPU run
+ * on the reference kernels and the GPU holding the whole model: the GPU sums in f32 trees where
+ * the reference sums in f64, so logits differ in the last bits, never enough to change a
+ * greedy pick on these models (their top two logits are far apart).
+ */
+const probe = await probeAdapter();
+const skip = probe.found ? false : `no WebGPU adapter here: ${probe.reason}`;
+const kernels = new ReferenceKernels();
+const steps = 6;
+
+const dense = tinyModelFile({
+  arch: 'llama',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 64,
+  layers: 3,
+  vocab: 96,
+  context: 320,
+  seed: 3,
+});
+const qwen2 = tinyModelFile({
+  arch: 'qwen2',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 64,
+  layers: 2,
+  vocab: 96,
+  seed: 4,
+});
+
+async function single(file: ModelFile, prompt: readonly number[]): Promise<number[]> {
+  const model = await Model.load(file, kernels);
+  return (await generate(model, model.newSession(), prompt, { maxTokens: steps })).tokens;
+}
+
+/** Loads every rank of `plan` (rank r on the GPU where gpu[r]), runs `work` on them, frees them. */
+async function withRanks<T>(
+  file: ModelFile,
+  plan: ParallelPlan,
+  gpu: readonly boolean[],
+  work: (ranks: LoadedRank[]) => Promise<T>,
+  direct = false,
+): Promise<T> {
+  const world = await createLocalWorld(plan.nodes, { timeoutMs: 20_000 });
+  const devices = await Promise.all(gpu.map((g) => (g ? GpuDevice.open() : undefined)));
+  const exchange = direct
+    ? { exchange: { provider: 'loopback' as const, host: '127.0.0.1', secret: 's', timeoutMs: 20_000 } }
+    : {};
+  const loads = world.map((w, r) => {
+    const device = devices[r];
+    return loadRank({ file, plan, world: w, ...exchange, ...(device ? { gpu: device } : { kernels }) });
+  });
+  const ranks = (await Promise.allSettled(loads)).flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  try {
+    const failed = (await Promise.allSettled(loads)).find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return await work(ranks);
+  } finally {
+    for (const r of ranks) r.model.destroy?.();
+    await Promise.all(ranks.map((r) => r.exchange?.close()));
+    await Promise.all(world.map((w) => w.close()));
+    for (const d of devices) d?.destroy();
+  }
+}
+
+/** Every rank's greedy tokens; `gpu[r]`: rank r runs on the GPU. */
+async function onRanks(
+  file: ModelFile,
+  plan: ParallelPlan,
+  gpu: readonly boolean[],
+  prompt: readonly number[],
+  direct = false,
+): Promise<number[][]> {
+  return withRanks(
+    file,
+    plan,
+    gpu,
+    async (ranks) => {
+      const results = await Promise.all(
+        ranks.map((ctx) => generateOnRank(ctx, prompt, { maxTokens: steps })),
+      );
+      for (const [r, ctx] of ranks.entries())
+        if (plan.nodes > 1)
+          assert.ok(
+            results[r]!.metrics.wireBytesPerToken > 0 || ctx.me.stage > 0 || plan.stages === 1,
+            'rank sends',
+          );
+      return results.map((r) => r.tokens);
+    },
+    direct,
+  );
+}
+
+function configOf(file: ModelFile): ModelConfig {
+  return configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+}
+
+function plan(file: ModelFile, kind: ParallelKind, nodes: number): ParallelPlan {
+  return buildPlan(configOf(file), file.tensors, { kind, nodes });
+}
+
+test(
+  'webgpu shards: tensor parallel, one rank and both on the GPU, give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [1, 8, 30, 2, 17, 5, 9, 11, 40, 3];
+    for (const file of [dense, qwen2]) {
+      const expected = await single(file, prompt);
+      const whole = await onRanks(file, plan(file, 'tp', 1), [true], prompt);
+      assert.deepEqual(whole[0], expected, 'the whole model on one GPU');
+      const tp = plan(file, 'tp', 2);
+      for (const gpu of [
+        [false, true],
+        [true, true],
+      ])
+        for (const tokens of await onRanks(file, tp, gpu, prompt))
+          assert.deepEqual(tokens, expected, `tp ${gpu}`);
+    }
+    // the direct exchange (shm nodes' path) sums the GPU rank's parts as the communicator does
+    const expected = await single(dense, prompt);
+    for (const tokens of await onRanks(dense, plan(dense, 'tp', 2), [true, false], prompt, true))
+      assert.deepEqual(tokens, expected, 'tp over the direct exchange');
+  },
+);
+
+test(
+  'webgpu shards: pipeline stages on the GPU and the CPU give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [4, 9, 2, 33, 70, 12, 5];
+    const expected = await single(dense, prompt);
+    const pp = plan(dense, 'pp', 2);
+    for (const gpu of [
+      [true, false],
+      [false, true],
+      [true, true],
+    ])
+      for (const tokens of await onRanks(dense, pp, gpu, prompt))
+        assert.deepEqual(tokens, expected, `pp ${gpu}`);
+    const hybrid = buildPlan(configOf(dense), dense.tensors, { kind: 'hybrid', nodes: 4, tpSize: 2 });
+    for (const tokens of await onRanks(dense, hybrid, [true, false, false, true], prompt))
+      assert.deepEqual(tokens, expected, 'hybrid 2 x 2');
+  },
+);
+
+test(
+  'webgpu shards: a prompt past one pass (270 tokens) is cut where the CPU rank cuts it',
+  { skip },
+  async () => {
+    const prompt = Array.from({ length: 270 }, (_, i) => 1 + ((i * 37) % 95));
+    const expected = await single(dense, prompt);
+    for (const tokens of await onRanks(dense, plan(dense, 'tp', 2), [false, true], prompt))
+      assert.deepEqual(tokens, expected, 'tp');
+    for (const tokens of await onRanks(dense, plan(dense, 'pp', 2), [true, false], prompt))
+      assert.deepEqual(tokens, expected, 'pp');
+  },
+);
+
+test('webgpu shards: a serving decode step of several sequences, GPU and CPU ranks', { skip }, async () => {
+  const prompts = [[5], [6, 7, 8], [9, 10, 11, 12, 13]];
+  const next = [20, 21, 22];
+  const argmax = (l: Float32Array): number => l.indexOf(Math.max(...l));
+  const cpu = await Model.load(dense, kernels);
+  const cpuCaches = prompts.map(() => cpu.newSession());
+  for (const [i, p] of prompts.entries()) await cpu.forward(p, cpuCaches[i]!);
+  const want = (await cpu.forwardBatch(next, cpuCaches)).map(argmax);
+  for (const kind of ['tp', 'pp'] as const) {
+    const got = await withRanks(dense, plan(dense, kind, 2), [true, false], async (ranks) => {
+      const caches = ranks.map((ctx) => prompts.map(() => ctx.model.newSession()));
+      for (const [i, p] of prompts.entries())
+        await Promise.all(ranks.map((ctx, r) => forwardOnRank(ctx, caches[r]![i]!, p)));
+      const rows = await Promise.all(ranks.map((ctx, r) => forwardBatchOnRank(ctx, caches[r]!, next)));
+      return rows[logitsRank(ranks[0]!.plan)]!.map(argmax);
+    });
+    assert.deepEqual(got, want, kind);
+  }
+});
+
+test(
+  'webgpu shards: a shard the GPU does not run is refused with a typed error naming why',
+  { skip },
+  async () => {
+    const moe = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 2, vocab: 96, seed: 5 });
+    await assert.rejects(
+      withRanks(moe, plan(moe, 'tp', 2), [true, false], async () => undefined),
+      (e) =>
+        isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
+        /mixture-of-experts model split by tensor or expert parallel.*--parallel pp/.test(e.message),
+    );
+    const device = await GpuDevice.open();
+    try {
+      const small = { ...device.limits, maxStorageBufferBindingSize: 1024, maxBufferSize: 1024 };
+      const c = configOf(dense);
+      const shard = plan(dense, 'tp', 2).ranks[1]!.shard;
+      const refusal = refuseGpuShard(dense, shard, [shard, shard], 1, { limits: small });
+      assert.match(refusal ?? '', /maxStorageBufferBindingSize 1024/);
+      assert.ok(c.blockCount > 0);
+    } finally {
+      device.destroy();
+    }
+  },
+);

@@ -1,0 +1,142 @@
+// Node processes whose shards run on the GPU (`tandem node --kernels webgpu`) beside CPU nodes:
+// tensor and pipeline parallel over 2 local nodes, one and both on WebGPU, give the greedy
+// tokens of the CPU cluster and of the single-process run; a GPU that is absent or refuses the
+// shard fails the load with a typed error naming the node. Runs on Mesa's lavapipe where no GPU
+// exists; skips with the reason where no adapter is found.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { ClusterSession, launchLocalNodes, type LocalNodes } from '../../src/cluster/index.js';
+import { generate, openModel } from '../../src/engine/index.js';
+import { tempModel } from '../../src/engine/testing/temp-model.js';
+import { runTandem } from '../../src/cli/testing.js';
+import { isTandemError } from '../../src/errors/index.js';
+import { probeAdapter } from '../../src/kernels/webgpu/index.js';
+import type { ParallelKind } from '../../src/parallel/index.js';
+
+const probe = await probeAdapter();
+const skip = probe.found ? false : `no WebGPU adapter here: ${probe.reason}`;
+const secret = 'webgpu-nodes-e2e-secret';
+const prompt = [5, 6, 7, 8, 90, 1000, 33];
+const steps = 6;
+const q8 = tempModel('tandem-webgpu-nodes-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 4 });
+const bf16 = tempModel('tandem-webgpu-nodes-bf16-', { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 6 });
+
+describe('webgpu nodes', { skip }, () => {
+  let gpu: LocalNodes | undefined;
+  let cpu: LocalNodes | undefined;
+  const gpuLog: string[] = [];
+  before(async () => {
+    [gpu, cpu] = await Promise.all([
+      launchLocalNodes(2, {
+        secret,
+        threads: 1,
+        once: false,
+        kernels: 'webgpu',
+        log: (rank, line) => void gpuLog.push(`${rank}: ${line}`),
+      }),
+      launchLocalNodes(2, { secret, threads: 1, once: false }),
+    ]);
+  });
+  after(async () => {
+    await Promise.all([gpu?.stop(), cpu?.stop()]);
+  });
+
+  /** The greedy tokens of `parallel` over the nodes at `addresses` (shm between them). */
+  async function run(model: string, addresses: readonly string[], parallel: ParallelKind): Promise<number[]> {
+    const session = await ClusterSession.connect(
+      addresses.map((address) => ({ address })),
+      secret,
+    );
+    try {
+      await session.load({
+        model,
+        parallel,
+        provider: 'shm',
+        greedy: true,
+        contextLength: 64,
+        commTimeoutMs: 20_000,
+      });
+      const result = await session.generate({ prompt, maxTokens: steps });
+      assert.ok(
+        result.nodes.some((m) => m.wireBytesPerToken > 0),
+        `${parallel}: activations travel between the nodes`,
+      );
+      return result.tokens;
+    } finally {
+      session.close();
+    }
+  }
+
+  async function single(model: string): Promise<number[]> {
+    const opened = await openModel(model, { backend: 'reference', threads: 1, tokenizer: false });
+    try {
+      const m = opened.model;
+      return (await generate(m, m.newSession({ contextLength: 64 }), prompt, { maxTokens: steps })).tokens;
+    } finally {
+      await opened.close();
+    }
+  }
+
+  it('tp and pp: one node and both on WebGPU give the CPU cluster and the single-process tokens', async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const expected = await single(q8());
+    for (const parallel of ['tp', 'pp'] as const) {
+      assert.deepEqual(await run(q8(), c, parallel), expected, `${parallel}: the CPU cluster`);
+      assert.deepEqual(await run(q8(), g, parallel), expected, `${parallel}: both nodes on WebGPU`);
+      assert.deepEqual(await run(q8(), [g[0]!, c[1]!], parallel), expected, `${parallel}: rank 0 on WebGPU`);
+      assert.deepEqual(await run(q8(), [c[0]!, g[1]!], parallel), expected, `${parallel}: rank 1 on WebGPU`);
+    }
+    for (const rank of [0, 1])
+      assert.ok(
+        gpuLog.some((l) => l.startsWith(`${rank}: `) && /webgpu: shards run on/.test(l)),
+        `node ${rank} put its shards on the GPU: ${gpuLog.join(' | ')}`,
+      );
+  });
+
+  it('tandem run --nodes 2 --kernels webgpu: the single-process tokens', async () => {
+    const args = ['run', q8(), '--prompt-tokens', prompt.join(','), '--max-tokens', String(steps)];
+    const r = runTandem([
+      ...args,
+      '--temperature',
+      '0',
+      '--json',
+      '--nodes',
+      '2',
+      '--parallel',
+      'pp',
+      '--kernels',
+      'webgpu',
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual((JSON.parse(r.stdout) as { tokens: number[] }).tokens, await single(q8()));
+  });
+
+  it('a shard the GPU refuses fails the load with a typed error naming the node', async () => {
+    await assert.rejects(
+      run(bf16(), [cpu!.addresses[0]!, gpu!.addresses[1]!], 'tp'),
+      (e) =>
+        isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
+        /node 1 \(127\.0\.0\.1:\d+\)/.test(e.message) &&
+        /--kernels webgpu on .*\(rank 1\): tensor \S+ is BF16/.test(e.message),
+    );
+  });
+
+  it('a node without a GPU fails the load with a typed error naming it', async () => {
+    // the launcher hands its environment to the processes it spawns (synchronously, at the call)
+    process.env.TANDEM_WEBGPU = 'off';
+    const launching = launchLocalNodes(1, { secret, threads: 1, once: false, kernels: 'webgpu' });
+    delete process.env.TANDEM_WEBGPU;
+    const off = await launching;
+    try {
+      await assert.rejects(
+        run(q8(), [cpu!.addresses[0]!, off.addresses[0]!], 'pp'),
+        (e) =>
+          isTandemError(e, 'KERNELS_NO_ADAPTER') &&
+          /node 1 \(127\.0\.0\.1:\d+\): --kernels webgpu on .*: WebGPU is turned off here/.test(e.message),
+      );
+    } finally {
+      await off.stop();
+    }
+  });
+});
