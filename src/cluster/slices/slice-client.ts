@@ -1,10 +1,10 @@
 import { connect, type Socket } from 'node:net';
 import { isTandemError, TandemError } from '../../errors/index.js';
 import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.js';
-import { sha256OffThread, type ModelManifest } from './manifest.js';
+import { sha256, type ModelManifest } from './manifest.js';
 import type { SliceChunks } from './slice-cache.js';
 import {
-  frameAssembler,
+  FrameAssembler,
   FrameKind,
   parseJson,
   sliceProtocolError,
@@ -39,15 +39,15 @@ export class SliceClient {
    * piece's bytes copied there once, out of the read buffer); undefined between answers.
    */
   private target: { into: Uint8Array; at: number } | undefined;
-  /** Takes the bytes of each read (from one reused buffer: `onread`). */
-  private readonly feed: (data: Uint8Array) => void;
+  /** Takes the bytes of each read: read into a piece's destination (`want`), else into one reused buffer. */
+  readonly assembler: FrameAssembler;
 
   private constructor(
     private readonly socket: Socket,
     readonly address: string,
     private readonly idleMs: number,
   ) {
-    this.feed = frameAssembler(
+    this.assembler = new FrameAssembler(
       (f) => (this.onFrame ? this.onFrame(f) : this.queued.push(f)),
       (why) => this.fail(sliceProtocolError(why, address)),
       (kind, length) => this.place(kind, length),
@@ -75,20 +75,24 @@ export class SliceClient {
     timeoutMs = 10_000,
   ): Promise<SliceClient> {
     const { host, port } = parseHostPort(address, 'slice server address');
-    // reads land in one reused buffer and are copied once, into their frame
+    // a piece's data is read straight into its destination; headers, hashes and small frames
+    // land in one reused buffer and are copied once, into their frame
+    const spare = Buffer.allocUnsafe(READ_BUFFER);
+    // the client is made after its socket; reads before that (none carry data) use the spare buffer
+    const made: { client?: SliceClient } = {};
     const socket = connect({
       host,
       port,
       onread: {
-        buffer: Buffer.allocUnsafe(READ_BUFFER),
+        buffer: () => made.client?.assembler.want() ?? spare,
         callback: (n, buf) => {
-          client.feed(buf.subarray(0, n));
+          made.client?.assembler.feed(buf.subarray(0, n));
           return true;
         },
       },
     });
     socket.setNoDelay(true);
-    const client = new SliceClient(socket, address, timeoutMs);
+    const client = (made.client = new SliceClient(socket, address, timeoutMs));
     try {
       const hello = await client.next(timeoutMs, 'the handshake');
       const m = hello.kind === FrameKind.hello ? parseJson(hello) : {};
@@ -183,10 +187,10 @@ export class SliceClient {
   }
 
   /**
-   * Sends `r` and feeds each piece to `take` as it arrives, while its SHA-256 is checked on the
-   * thread pool (pieces hash in parallel with receiving). The answer counts only once every
-   * piece matched: otherwise the whole answer is drained, then CLUSTER_SLICE_CORRUPT thrown,
-   * and the bytes `take` got must not be used.
+   * Sends `r` and feeds each piece to `take` as it arrives, its SHA-256 checked as it completes
+   * (the kernel goes on receiving the next piece into the socket's buffer meanwhile). The answer
+   * counts only once every piece matched: otherwise the whole answer is drained, then
+   * CLUSTER_SLICE_CORRUPT thrown, and the bytes `take` got must not be used.
    */
   private async ask(
     r: SliceRequest,
@@ -199,7 +203,6 @@ export class SliceClient {
 
   private async readAnswer(what: string, take: (data: Uint8Array, hash: string) => number): Promise<void> {
     let corrupt: TandemError | undefined;
-    const checks: Promise<void>[] = [];
     for (let piece = 0; ; piece++) {
       const f = await this.next(this.idleMs, what);
       this.throwIfError(f);
@@ -210,19 +213,13 @@ export class SliceClient {
         );
       const hash = f.payload.subarray(0, 32).toString('hex');
       const data = f.body ?? f.payload.subarray(32);
-      const index = piece;
-      checks.push(
-        sha256OffThread(data).then((h) => {
-          if (h !== hash) corrupt ??= this.corruptPiece(what, index, data.length);
-        }),
-      );
+      if (sha256(data) !== hash) corrupt ??= this.corruptPiece(what, piece, data.length);
       try {
         take(data, hash);
       } catch (e) {
         throw this.broken(e as TandemError);
       }
     }
-    await Promise.all(checks);
     if (corrupt) throw corrupt;
   }
 
