@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { matrixShape, rowBytes } from '../../engine/model/model-file.js';
 import { parseHostPort } from '../protocol.js';
-import { CHUNK_BYTES } from './manifest.js';
+import { CHUNK_BYTES, chunkRows } from './manifest.js';
 import { RemoteModelFile } from './remote-model-file.js';
 import { SliceCache } from './slice-cache.js';
 import { SliceClient } from './slice-client.js';
@@ -37,7 +37,8 @@ async function slices(cached: boolean): Promise<number> {
     for (const [name, entry] of file.tensors) {
       const { rows, cols } = matrixShape(entry);
       const stride = rowBytes(entry.type, cols);
-      const step = Math.max(1, Math.floor(READ_BYTES / stride));
+      // whole pieces of the manifest's grid, as a loader reading whole tensors asks for them
+      const step = (READ_BYTES / CHUNK_BYTES) * chunkRows(stride);
       for (let r = 0; r < rows; r += step) {
         const n = Math.min(step, rows - r);
         bytes += (await file.readRows(name, r, n, n * stride <= buffer.length ? buffer : undefined)).length;

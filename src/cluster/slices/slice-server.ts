@@ -16,7 +16,9 @@ import {
 import {
   FrameKind,
   parseJson,
+  QUEUED_BYTES,
   readFrames,
+  sendFrame,
   writeFrame,
   writeJson,
   type Frame,
@@ -212,18 +214,28 @@ export class SliceServer {
     const step = chunkRows(stride);
     const known = this.known?.chunks[r.tensor];
     const size = Math.max(CHUNK_BYTES, stride);
+    // pieces handed to the socket and not yet to the kernel: the next piece is read while they
+    // go out, so the socket never runs empty between pieces (as waiting for 'drain' would let it)
+    const queued: Promise<void>[] = [];
+    const most = Math.max(2, Math.floor(QUEUED_BYTES / size));
     // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
     for (let at = start, n = 0; at < start + count; at += n) {
+      if (queued.length >= most) await queued.shift();
+      if (socket.destroyed) return;
       n = Math.min(step - (at % step), start + count - at);
       const whole = at % step === 0 && n === Math.min(step, rows - at);
       const spare = free.pop();
       const buffer = spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
       const data = this.file.readRows(r.tensor, at, n, buffer);
       const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
-      await writeFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data], () => free.push(buffer));
+      queued.push(
+        sendFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data]).then(() => {
+          free.push(buffer);
+        }),
+      );
       this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
-      if (socket.destroyed) return;
     }
+    await Promise.all(queued);
     await writeJson(socket, FrameKind.end, {});
   }
 

@@ -94,6 +94,24 @@ export function writeFrame(
   });
 }
 
+/**
+ * Writes one frame without waiting on backpressure; resolves once the socket has handed its
+ * bytes to the kernel (their buffers may then be reused) or was destroyed. The caller bounds
+ * how many it leaves queued.
+ */
+export function sendFrame(socket: Socket, kind: FrameKind, parts: readonly Uint8Array[]): Promise<void> {
+  return new Promise((resolve) => {
+    if (socket.destroyed) return resolve();
+    const done = (): void => {
+      socket.off('close', done);
+      resolve();
+    };
+    socket.on('close', done);
+    // an error (the socket destroyed) also ends the wait: the bytes are gone either way
+    void writeFrame(socket, kind, parts, done);
+  });
+}
+
 export function writeJson(socket: Socket, kind: FrameKind, value: unknown): Promise<void> {
   return writeFrame(socket, kind, [Buffer.from(JSON.stringify(value))]);
 }
