@@ -56,6 +56,11 @@ export function chunkRows(stride: number): number {
   return Math.max(1, Math.floor(CHUNK_BYTES / stride));
 }
 
+/** Pieces the grid of `step` rows cuts rows [start, start + count) into (one per grid cell they touch). */
+export function gridPieces(start: number, count: number, step: number): number {
+  return Math.ceil((start + count) / step) - Math.floor(start / step);
+}
+
 /** Bytes of one row of a tensor of `file`, and its row count. */
 export function tensorLayout(file: GgufModelFile, name: string): { stride: number; rows: number } {
   const entry = file.tensors.get(name);

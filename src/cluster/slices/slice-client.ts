@@ -2,7 +2,7 @@ import { connect, type Socket } from 'node:net';
 import { isTandemError, TandemError } from '../../errors/index.js';
 import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.js';
 import { sha256, type ModelManifest } from './manifest.js';
-import type { SliceChunks } from './slice-cache.js';
+import type { SliceChunks } from './slice-writer.js';
 import {
   FrameAssembler,
   FrameKind,
@@ -145,14 +145,23 @@ export class SliceClient {
     return parseJson(f) as unknown as ModelManifest;
   }
 
-  /** Rows [start, start + count) of `tensor` into `into` (from its start). */
-  async rows(tensor: string, start: number, count: number, into: Uint8Array): Promise<ReceivedSlice> {
+  /**
+   * Rows [start, start + count) of `tensor` into `into` (from its start). `checked` is told of
+   * each piece that matched its hash, as it arrives (its offset in `into` and its bytes).
+   */
+  async rows(
+    tensor: string,
+    start: number,
+    count: number,
+    into: Uint8Array,
+    checked?: (offset: number, data: Uint8Array) => void,
+  ): Promise<ReceivedSlice> {
     const lengths: number[] = [];
     const hashes: string[] = [];
     let at = 0;
     this.target = { into, at: 0 };
     try {
-      await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash) => {
+      await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash, ok) => {
         if (at + data.length > into.length)
           throw sliceProtocolError(
             `more bytes than rows [${start}, ${start + count}) of ${tensor} hold`,
@@ -160,6 +169,7 @@ export class SliceClient {
           );
         // a placed piece is already there (place() put it at `at`)
         if (data.buffer !== into.buffer || data.byteOffset !== into.byteOffset + at) into.set(data, at);
+        if (ok) checked?.(at, into.subarray(at, at + data.length));
         at += data.length;
         lengths.push(data.length);
         hashes.push(hash);
@@ -195,13 +205,16 @@ export class SliceClient {
   private async ask(
     r: SliceRequest,
     what: string,
-    take: (data: Uint8Array, hash: string) => number,
+    take: (data: Uint8Array, hash: string, ok: boolean) => number,
   ): Promise<void> {
     await this.send(r);
     await this.readAnswer(what, take);
   }
 
-  private async readAnswer(what: string, take: (data: Uint8Array, hash: string) => number): Promise<void> {
+  private async readAnswer(
+    what: string,
+    take: (data: Uint8Array, hash: string, ok: boolean) => number,
+  ): Promise<void> {
     let corrupt: TandemError | undefined;
     for (let piece = 0; ; piece++) {
       const f = await this.next(this.idleMs, what);
@@ -213,9 +226,10 @@ export class SliceClient {
         );
       const hash = f.payload.subarray(0, 32).toString('hex');
       const data = f.body ?? f.payload.subarray(32);
-      if (sha256(data) !== hash) corrupt ??= this.corruptPiece(what, piece, data.length);
+      const ok = sha256(data) === hash;
+      if (!ok) corrupt ??= this.corruptPiece(what, piece, data.length);
       try {
-        take(data, hash);
+        take(data, hash, ok);
       } catch (e) {
         throw this.broken(e as TandemError);
       }
