@@ -35,12 +35,12 @@ export class SliceClient {
   /** Bytes of tensor data received over this connection. */
   received = 0;
   /**
-   * Where the pieces of the rows asked for land as they arrive: `into` from `at` on (each
-   * piece's bytes copied there once, out of the read buffer); undefined between answers.
+   * Where the pieces of the rows asked for land as they arrive: `into` from `at` on (a piece's
+   * data read there straight from the socket); undefined between answers.
    */
   private target: { into: Uint8Array; at: number } | undefined;
   /** Takes the bytes of each read: read into a piece's destination (`want`), else into one reused buffer. */
-  readonly assembler: FrameAssembler;
+  private readonly assembler: FrameAssembler;
 
   private constructor(
     private readonly socket: Socket,

@@ -45,7 +45,8 @@ export interface Frame {
  * Where the payload of a frame of `kind` and `length` bytes should be written instead of a
  * fresh buffer: its first `head.length` bytes into `head`, the rest into `body` (the two
  * lengths add up to `length`), or undefined for a fresh buffer. This lets a piece of tensor
- * data land straight in its destination, copied once out of the socket's read buffer.
+ * data land straight in its destination: read there from the socket (FrameAssembler.want), or
+ * copied there once out of a read buffer.
  */
 export type FramePlace = (kind: number, length: number) => { head: Buffer; body: Uint8Array } | undefined;
 
