@@ -1,7 +1,8 @@
 // The member's side of `tandem bench slices`, in its own process: on each stdin line it
 // receives the coordinator's whole model through the slice connection (`slices`, or
 // `slices-cache` writing each slice to a fresh cache as a member does) or reads `bytes` from a
-// plain TCP connection (`tcp HOST:PORT BYTES`, the link's raw rate), and prints one JSON line.
+// plain TCP connection (`tcp HOST:PORT BYTES`, the link's raw rate), and prints one JSON line
+// (bytes, ms, and cpuMs: the CPU time of this process, every thread, user and system).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -9,7 +10,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { matrixShape, rowBytes } from '../../engine/model/model-file.js';
 import { parseHostPort } from '../protocol.js';
-import { CHUNK_BYTES } from './manifest.js';
+import { CHUNK_BYTES, chunkRows } from './manifest.js';
 import { RemoteModelFile } from './remote-model-file.js';
 import { SliceCache } from './slice-cache.js';
 import { SliceClient } from './slice-client.js';
@@ -37,7 +38,8 @@ async function slices(cached: boolean): Promise<number> {
     for (const [name, entry] of file.tensors) {
       const { rows, cols } = matrixShape(entry);
       const stride = rowBytes(entry.type, cols);
-      const step = Math.max(1, Math.floor(READ_BYTES / stride));
+      // whole pieces of the manifest's grid, as a loader reading whole tensors asks for them
+      const step = (READ_BYTES / CHUNK_BYTES) * chunkRows(stride);
       for (let r = 0; r < rows; r += step) {
         const n = Math.min(step, rows - r);
         bytes += (await file.readRows(name, r, n, n * stride <= buffer.length ? buffer : undefined)).length;
@@ -69,9 +71,12 @@ function tcp(to: string, bytes: number): Promise<number> {
 for await (const line of createInterface({ input: process.stdin })) {
   const [what, to, bytes] = line.split(' ');
   const started = performance.now();
+  const cpu = process.cpuUsage();
   try {
     const got = what === 'tcp' ? await tcp(to ?? '', Number(bytes)) : await slices(what === 'slices-cache');
-    process.stdout.write(JSON.stringify({ what, bytes: got, ms: performance.now() - started }) + '\n');
+    const used = process.cpuUsage(cpu);
+    const cpuMs = (used.user + used.system) / 1000;
+    process.stdout.write(JSON.stringify({ what, bytes: got, ms: performance.now() - started, cpuMs }) + '\n');
   } catch (e) {
     process.stdout.write(JSON.stringify({ what, error: (e as Error).message }) + '\n');
   }

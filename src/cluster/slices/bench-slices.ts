@@ -24,6 +24,13 @@ export interface BenchSlicesRow {
   slices_cache_MBps: number;
   /** slices_MBps over the link's raw rate (iperf3 when present, else tcp). */
   ratio: number;
+  /**
+   * CPU time per GB of the slices transfer (user and system, every thread): the member process
+   * and the coordinator's. On a shared machine these move less than the rates do; over
+   * 127.0.0.1 the kernel's work for the link is counted in them, over a shaped link partly.
+   */
+  slices_member_cpu_ms_per_GB: number;
+  slices_coordinator_cpu_ms_per_GB: number;
 }
 
 export interface BenchSlicesOptions {
@@ -75,8 +82,15 @@ function iperf3(to: string, wrap: (argv: string[]) => string[]): number | undefi
   }
 }
 
+/** The member's answer to one command: bytes received, in `ms`, using `cpuMs` of its CPU time. */
+interface Answer {
+  bytes: number;
+  ms: number;
+  cpuMs: number;
+}
+
 /** Sends one command line to the member process and waits (bounded) for its JSON answer. */
-function asker(child: ChildProcess): (line: string) => Promise<{ bytes: number; ms: number }> {
+function asker(child: ChildProcess): (line: string) => Promise<Answer> {
   const waiting: ((l: string) => void)[] = [];
   createInterface({ input: child.stdout! }).on('line', (l) => waiting.shift()?.(l));
   return (line) =>
@@ -92,7 +106,7 @@ function asker(child: ChildProcess): (line: string) => Promise<{ bytes: number; 
       );
       waiting.push((l) => {
         clearTimeout(timer);
-        const m = JSON.parse(l) as { bytes: number; ms: number; error?: string };
+        const m = JSON.parse(l) as Answer & { error?: string };
         if (m.error)
           reject(
             new TandemError('CLUSTER_PROTOCOL', `bench slices: ${m.error}`, { hint: 'see the message' }),
@@ -149,7 +163,11 @@ async function benchOver(
     const rate = (r: { bytes: number; ms: number }): number => r.bytes / 1e6 / (r.ms / 1000);
     for (let round = 1; round <= o.rounds; round++) {
       const tcp = rate(await ask(`tcp ${here}:${source.port} ${warm.bytes}`));
-      const slices = rate(await ask('slices'));
+      const cpu = process.cpuUsage();
+      const sliced = await ask('slices');
+      const used = process.cpuUsage(cpu);
+      const slices = rate(sliced);
+      const perGB = (ms: number): number => ms / (sliced.bytes / 1e9);
       const cached = rate(await ask('slices-cache'));
       const raw = iperf3(there, wrap);
       const row = {
@@ -160,6 +178,8 @@ async function benchOver(
         slices_MBps: slices,
         slices_cache_MBps: cached,
         ratio: slices / (raw ?? tcp),
+        slices_member_cpu_ms_per_GB: perGB(sliced.cpuMs),
+        slices_coordinator_cpu_ms_per_GB: perGB((used.user + used.system) / 1000),
       };
       rows.push(row);
       o.onRow?.(row);
@@ -175,6 +195,8 @@ async function benchOver(
       slices_MBps: best('slices_MBps'),
       slices_cache_MBps: best('slices_cache_MBps'),
       ratio: best('slices_MBps') / (iperfs.length ? Math.max(...iperfs) : best('tcp_MBps')),
+      slices_member_cpu_ms_per_GB: Math.min(...rows.map((r) => r.slices_member_cpu_ms_per_GB)),
+      slices_coordinator_cpu_ms_per_GB: Math.min(...rows.map((r) => r.slices_coordinator_cpu_ms_per_GB)),
     };
     rows.push(bestRow);
     o.onRow?.(bestRow);

@@ -43,17 +43,14 @@ export function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
-/**
- * SHA-256 of `bytes` on libuv's thread pool (WebCrypto's digest runs there), so several pieces
- * hash at once while the event loop goes on receiving. `bytes` must not change until it resolves.
- */
-export async function sha256OffThread(bytes: Uint8Array): Promise<string> {
-  return Buffer.from(await crypto.subtle.digest('SHA-256', bytes)).toString('hex');
-}
-
 /** Rows per chunk for rows of `stride` bytes: CHUNK_BYTES worth, at least one. */
 export function chunkRows(stride: number): number {
   return Math.max(1, Math.floor(CHUNK_BYTES / stride));
+}
+
+/** Pieces the grid of `step` rows cuts rows [start, start + count) into (one per grid cell they touch). */
+export function gridPieces(start: number, count: number, step: number): number {
+  return Math.ceil((start + count) / step) - Math.floor(start / step);
 }
 
 /** Bytes of one row of a tensor of `file`, and its row count. */

@@ -9,7 +9,7 @@ import {
   type ModelFile,
   type TensorEntry,
 } from '../../engine/model/model-file.js';
-import type { ModelManifest } from './manifest.js';
+import { chunkRows, gridPieces, type ModelManifest } from './manifest.js';
 import { SliceCache } from './slice-cache.js';
 import type { SliceClient } from './slice-client.js';
 
@@ -83,15 +83,20 @@ export class RemoteModelFile implements ModelFile {
       this.cachedBytes += need;
       return out;
     }
+    const pieces = gridPieces(start, count, chunkRows(rowBytes(entry.type, matrixShape(entry).cols)));
     for (let attempt = 1; ; attempt++) {
+      // checked pieces go to the cache as they arrive, written while the next ones are received
+      const writer = this.cache?.writer(key, pieces);
       try {
-        const got = await this.client.rows(name, start, count, out);
+        const got = await this.client.rows(name, start, count, out, (at, data) => writer?.piece(at, data));
         this.fetchedBytes += need;
-        await this.cache?.write(key, out, got).catch((e: unknown) => {
+        await writer?.finish(got, out).catch((e: unknown) => {
           this.log?.(`cannot cache ${what}: ${(e as Error).message}`);
         });
         return out;
       } catch (e) {
+        // nothing of a failed fetch stays in the cache, nor writes from `out` once it is reused
+        await writer?.abort(e as Error);
         if (!isTandemError(e, 'CLUSTER_SLICE_CORRUPT') || attempt >= SLICE_TRIES) throw e;
         this.refetches++;
         this.log?.(`${e.message}: asking again (${attempt} of ${SLICE_TRIES - 1} retries)`);

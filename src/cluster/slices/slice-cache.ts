@@ -1,22 +1,15 @@
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { removeStaleTemporaries, writeFileAtomically } from '../../engine/format/atomic-file.js';
+import { removeStaleTemporaries } from '../../engine/format/atomic-file.js';
 import { cacheDir, ensureCacheDir } from '../demo.js';
 import { sha256 } from './manifest.js';
-
-/** A slice as it arrived: its pieces' lengths and SHA-256 (as the coordinator sent them), and its bytes. */
-export interface SliceChunks {
-  lengths: number[];
-  hashes: string[];
-}
-
-const MAGIC = 0x54534c31; // 'TSL1'
+import { SLICE_MAGIC, SliceWriter } from './slice-writer.js';
 
 /**
  * A member's slices received from coordinators, one file per slice under
  * TANDEM_CACHE_DIR/slices, named by the content hash of its tensor and its row range: the same
  * tensor of any model file (whatever its path) finds it again. A file holds
- * `[magic u32][chunks u32]([length u32][sha256 32 bytes])*` then the bytes; each piece is
+ * `[magic u32][chunks u32]([length u32][sha256 32 bytes])*` then the bytes (slice-writer.ts); each piece is
  * checked against its hash on every read, so a corrupted entry is detected, removed and fetched
  * again, never used. Entries are written through a temporary file renamed into place; the
  * temporaries a killed member left are removed when the cache opens.
@@ -56,7 +49,7 @@ export class SliceCache {
   }
 
   private verify(file: Buffer, into: Uint8Array): boolean {
-    if (file.length < 8 || file.readUInt32BE(0) !== MAGIC) return false;
+    if (file.length < 8 || file.readUInt32BE(0) !== SLICE_MAGIC) return false;
     const chunks = file.readUInt32BE(4);
     let at = 8 + chunks * 36;
     if (file.length < at) return false;
@@ -73,18 +66,11 @@ export class SliceCache {
     return at === file.length && out === into.length;
   }
 
-  /** Stores a slice whose pieces were checked against `chunks.hashes` as they arrived. */
-  async write(key: string, data: Uint8Array, chunks: SliceChunks): Promise<void> {
-    const head = Buffer.alloc(8 + chunks.lengths.length * 36);
-    head.writeUInt32BE(MAGIC, 0);
-    head.writeUInt32BE(chunks.lengths.length, 4);
-    chunks.lengths.forEach((length, c) => {
-      head.writeUInt32BE(length, 8 + c * 36);
-      Buffer.from(chunks.hashes[c] as string, 'hex').copy(head, 12 + c * 36);
-    });
-    await writeFileAtomically(this.path(key), async (f) => {
-      await f.write(head);
-      await f.writeFile(data);
-    });
+  /**
+   * Starts the entry of a slice expected in `pieces` pieces: each checked piece is handed to
+   * the writer as it arrives, and `finish` puts the entry in place (SliceWriter).
+   */
+  writer(key: string, pieces: number): SliceWriter {
+    return new SliceWriter(this.path(key), pieces);
   }
 }

@@ -1,10 +1,10 @@
 import { connect, type Socket } from 'node:net';
 import { isTandemError, TandemError } from '../../errors/index.js';
 import { errorFromJson, mac, nonce, parseHostPort, sameMac } from '../protocol.js';
-import { sha256OffThread, type ModelManifest } from './manifest.js';
-import type { SliceChunks } from './slice-cache.js';
+import { sha256, type ModelManifest } from './manifest.js';
+import type { SliceChunks } from './slice-writer.js';
 import {
-  frameAssembler,
+  FrameAssembler,
   FrameKind,
   parseJson,
   sliceProtocolError,
@@ -35,19 +35,19 @@ export class SliceClient {
   /** Bytes of tensor data received over this connection. */
   received = 0;
   /**
-   * Where the pieces of the rows asked for land as they arrive: `into` from `at` on (each
-   * piece's bytes copied there once, out of the read buffer); undefined between answers.
+   * Where the pieces of the rows asked for land as they arrive: `into` from `at` on (a piece's
+   * data read there straight from the socket); undefined between answers.
    */
   private target: { into: Uint8Array; at: number } | undefined;
-  /** Takes the bytes of each read (from one reused buffer: `onread`). */
-  private readonly feed: (data: Uint8Array) => void;
+  /** Takes the bytes of each read: read into a piece's destination (`want`), else into one reused buffer. */
+  private readonly assembler: FrameAssembler;
 
   private constructor(
     private readonly socket: Socket,
     readonly address: string,
     private readonly idleMs: number,
   ) {
-    this.feed = frameAssembler(
+    this.assembler = new FrameAssembler(
       (f) => (this.onFrame ? this.onFrame(f) : this.queued.push(f)),
       (why) => this.fail(sliceProtocolError(why, address)),
       (kind, length) => this.place(kind, length),
@@ -75,20 +75,24 @@ export class SliceClient {
     timeoutMs = 10_000,
   ): Promise<SliceClient> {
     const { host, port } = parseHostPort(address, 'slice server address');
-    // reads land in one reused buffer and are copied once, into their frame
+    // a piece's data is read straight into its destination; headers, hashes and small frames
+    // land in one reused buffer and are copied once, into their frame
+    const spare = Buffer.allocUnsafe(READ_BUFFER);
+    // the client is made after its socket; reads before that (none carry data) use the spare buffer
+    const made: { client?: SliceClient } = {};
     const socket = connect({
       host,
       port,
       onread: {
-        buffer: Buffer.allocUnsafe(READ_BUFFER),
+        buffer: () => made.client?.assembler.want() ?? spare,
         callback: (n, buf) => {
-          client.feed(buf.subarray(0, n));
+          made.client?.assembler.feed(buf.subarray(0, n));
           return true;
         },
       },
     });
     socket.setNoDelay(true);
-    const client = new SliceClient(socket, address, timeoutMs);
+    const client = (made.client = new SliceClient(socket, address, timeoutMs));
     try {
       const hello = await client.next(timeoutMs, 'the handshake');
       const m = hello.kind === FrameKind.hello ? parseJson(hello) : {};
@@ -141,14 +145,23 @@ export class SliceClient {
     return parseJson(f) as unknown as ModelManifest;
   }
 
-  /** Rows [start, start + count) of `tensor` into `into` (from its start). */
-  async rows(tensor: string, start: number, count: number, into: Uint8Array): Promise<ReceivedSlice> {
+  /**
+   * Rows [start, start + count) of `tensor` into `into` (from its start). `checked` is told of
+   * each piece that matched its hash, as it arrives (its offset in `into` and its bytes).
+   */
+  async rows(
+    tensor: string,
+    start: number,
+    count: number,
+    into: Uint8Array,
+    checked?: (offset: number, data: Uint8Array) => void,
+  ): Promise<ReceivedSlice> {
     const lengths: number[] = [];
     const hashes: string[] = [];
     let at = 0;
     this.target = { into, at: 0 };
     try {
-      await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash) => {
+      await this.ask({ what: 'rows', tensor, start, count }, `tensor ${tensor}`, (data, hash, ok) => {
         if (at + data.length > into.length)
           throw sliceProtocolError(
             `more bytes than rows [${start}, ${start + count}) of ${tensor} hold`,
@@ -156,6 +169,7 @@ export class SliceClient {
           );
         // a placed piece is already there (place() put it at `at`)
         if (data.buffer !== into.buffer || data.byteOffset !== into.byteOffset + at) into.set(data, at);
+        if (ok) checked?.(at, into.subarray(at, at + data.length));
         at += data.length;
         lengths.push(data.length);
         hashes.push(hash);
@@ -183,23 +197,25 @@ export class SliceClient {
   }
 
   /**
-   * Sends `r` and feeds each piece to `take` as it arrives, while its SHA-256 is checked on the
-   * thread pool (pieces hash in parallel with receiving). The answer counts only once every
-   * piece matched: otherwise the whole answer is drained, then CLUSTER_SLICE_CORRUPT thrown,
-   * and the bytes `take` got must not be used.
+   * Sends `r` and feeds each piece to `take` as it arrives, its SHA-256 checked as it completes
+   * (the kernel goes on receiving the next piece into the socket's buffer meanwhile). The answer
+   * counts only once every piece matched: otherwise the whole answer is drained, then
+   * CLUSTER_SLICE_CORRUPT thrown, and the bytes `take` got must not be used.
    */
   private async ask(
     r: SliceRequest,
     what: string,
-    take: (data: Uint8Array, hash: string) => number,
+    take: (data: Uint8Array, hash: string, ok: boolean) => number,
   ): Promise<void> {
     await this.send(r);
     await this.readAnswer(what, take);
   }
 
-  private async readAnswer(what: string, take: (data: Uint8Array, hash: string) => number): Promise<void> {
+  private async readAnswer(
+    what: string,
+    take: (data: Uint8Array, hash: string, ok: boolean) => number,
+  ): Promise<void> {
     let corrupt: TandemError | undefined;
-    const checks: Promise<void>[] = [];
     for (let piece = 0; ; piece++) {
       const f = await this.next(this.idleMs, what);
       this.throwIfError(f);
@@ -210,19 +226,14 @@ export class SliceClient {
         );
       const hash = f.payload.subarray(0, 32).toString('hex');
       const data = f.body ?? f.payload.subarray(32);
-      const index = piece;
-      checks.push(
-        sha256OffThread(data).then((h) => {
-          if (h !== hash) corrupt ??= this.corruptPiece(what, index, data.length);
-        }),
-      );
+      const ok = sha256(data) === hash;
+      if (!ok) corrupt ??= this.corruptPiece(what, piece, data.length);
       try {
-        take(data, hash);
+        take(data, hash, ok);
       } catch (e) {
         throw this.broken(e as TandemError);
       }
     }
-    await Promise.all(checks);
     if (corrupt) throw corrupt;
   }
 

@@ -4,6 +4,7 @@ import { TandemError } from '../../errors/index.js';
 import { GgufModelFile } from '../../engine/model/gguf-model-file.js';
 import { errorToJson, nonce, sameMac } from '../protocol.js';
 import {
+  CHUNK_BYTES,
   chunkRows,
   modelManifest,
   sha256,
@@ -15,7 +16,9 @@ import {
 import {
   FrameKind,
   parseJson,
+  QUEUED_BYTES,
   readFrames,
+  sendFrame,
   writeFrame,
   writeJson,
   type Frame,
@@ -143,6 +146,8 @@ export class SliceServer {
     const timer = setTimeout(() => socket.destroy(), HANDSHAKE_MS);
     let rank = -1;
     let queue = Promise.resolve();
+    // read buffers the socket has sent, reused by the next pieces of any answer on this connection
+    const free: Uint8Array[] = [];
     void writeJson(socket, FrameKind.hello, { nonce: challenge });
     readFrames(
       socket,
@@ -170,7 +175,7 @@ export class SliceServer {
           return;
         }
         queue = queue.then(() =>
-          this.answer(socket, rank, request as SliceRequest).catch((e: unknown) =>
+          this.answer(socket, rank, request as SliceRequest, free).catch((e: unknown) =>
             writeJson(socket, FrameKind.error, errorToJson(e)),
           ),
         );
@@ -179,7 +184,12 @@ export class SliceServer {
     );
   }
 
-  private async answer(socket: Socket, rank: number, r: SliceRequest): Promise<void> {
+  /**
+   * Answers one request. Pieces are read into buffers from `free` (the connection's: fresh
+   * buffers would cost a page fault per page and the collector's time on every piece), each
+   * given back once the socket has sent it, so a connection holds a few pieces at most.
+   */
+  private async answer(socket: Socket, rank: number, r: SliceRequest, free: Uint8Array[]): Promise<void> {
     if (r.what === 'header') {
       const header = this.file.gguf.readHeaderBytes();
       await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(header), 'hex'), header]);
@@ -203,19 +213,29 @@ export class SliceServer {
       throw badRequest(`rows [${start}, ${start + count}) of ${r.tensor} are outside 0..${rows}`);
     const step = chunkRows(stride);
     const known = this.known?.chunks[r.tensor];
-    // read buffers go back to `free` once the socket has sent them: a few pieces in memory at most
-    const free: Uint8Array[] = [];
+    const size = Math.max(CHUNK_BYTES, stride);
+    // pieces handed to the socket and not yet to the kernel: the next piece is read while they
+    // go out, so the socket never runs empty between pieces (as waiting for 'drain' would let it)
+    const queued: Promise<void>[] = [];
+    const most = Math.max(2, Math.floor(QUEUED_BYTES / size));
     // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
     for (let at = start, n = 0; at < start + count; at += n) {
+      if (queued.length >= most) await queued.shift();
+      if (socket.destroyed) return;
       n = Math.min(step - (at % step), start + count - at);
       const whole = at % step === 0 && n === Math.min(step, rows - at);
-      const buffer = free.pop() ?? new Uint8Array(step * stride);
+      const spare = free.pop();
+      const buffer = spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
       const data = this.file.readRows(r.tensor, at, n, buffer);
       const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
-      await writeFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data], () => free.push(buffer));
+      queued.push(
+        sendFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data]).then(() => {
+          free.push(buffer);
+        }),
+      );
       this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
-      if (socket.destroyed) return;
     }
+    await Promise.all(queued);
     await writeJson(socket, FrameKind.end, {});
   }
 

@@ -45,7 +45,8 @@ export interface Frame {
  * Where the payload of a frame of `kind` and `length` bytes should be written instead of a
  * fresh buffer: its first `head.length` bytes into `head`, the rest into `body` (the two
  * lengths add up to `length`), or undefined for a fresh buffer. This lets a piece of tensor
- * data land straight in its destination, copied once out of the socket's read buffer.
+ * data land straight in its destination: read there from the socket (FrameAssembler.want), or
+ * copied there once out of a read buffer.
  */
 export type FramePlace = (kind: number, length: number) => { head: Buffer; body: Uint8Array } | undefined;
 
@@ -77,8 +78,11 @@ export function writeFrame(
   sent?: () => void,
 ): Promise<void> {
   const length = parts.reduce((n, p) => n + p.byteLength, 0);
+  // corked: the header and the parts leave in one writev, not a small segment each
+  socket.cork();
   socket.write(frameHeader(kind, length));
   parts.forEach((p, i) => socket.write(p, i === parts.length - 1 ? sent : undefined));
+  socket.uncork();
   if (socket.writableLength < QUEUED_BYTES || socket.destroyed) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -88,6 +92,24 @@ export function writeFrame(
     };
     socket.on('drain', done);
     socket.on('close', done);
+  });
+}
+
+/**
+ * Writes one frame without waiting on backpressure; resolves once the socket has handed its
+ * bytes to the kernel (their buffers may then be reused) or was destroyed. The caller bounds
+ * how many it leaves queued.
+ */
+export function sendFrame(socket: Socket, kind: FrameKind, parts: readonly Uint8Array[]): Promise<void> {
+  return new Promise((resolve) => {
+    if (socket.destroyed) return resolve();
+    const done = (): void => {
+      socket.off('close', done);
+      resolve();
+    };
+    socket.on('close', done);
+    // an error (the socket destroyed) also ends the wait: the bytes are gone either way
+    void writeFrame(socket, kind, parts, done);
   });
 }
 
@@ -104,57 +126,99 @@ export function parseJson(frame: Frame): Record<string, unknown> {
 /**
  * Assembles frames from bytes as they are read: each payload is allocated once, at its
  * length (or placed where `place` says), and the read bytes are copied into it (so the caller
- * may reuse its read buffer, as `onread` does). An oversized frame ends the stream through `onBad`.
+ * may reuse its read buffer). A reader that asks `want()` before each read may read straight
+ * into the placed body: bytes fed from that very view are not copied again. An oversized frame
+ * ends the stream through `onBad`.
  */
+export class FrameAssembler {
+  private readonly header = Buffer.alloc(5);
+  private headerHave = 0;
+  private head: Buffer | undefined;
+  private body: Uint8Array | undefined;
+  /** Payload bytes of the current frame received so far (head first, then body). */
+  private have = 0;
+  private broken = false;
+
+  constructor(
+    private readonly onFrame: (f: Frame) => void,
+    private readonly onBad: (why: string) => void,
+    private readonly place?: FramePlace,
+  ) {}
+
+  /**
+   * Where the next read may land: the rest of the current placed body (a view of its
+   * destination), or undefined when the next bytes are a header or a fresh payload.
+   */
+  want(): Uint8Array | undefined {
+    if (this.head === undefined || this.body === undefined || this.have < this.head.length) return undefined;
+    return this.body.subarray(this.have - this.head.length);
+  }
+
+  feed(data: Uint8Array): void {
+    let at = 0;
+    while (!this.broken && at < data.length) {
+      if (this.head === undefined) {
+        const n = Math.min(5 - this.headerHave, data.length - at);
+        this.header.set(data.subarray(at, at + n), this.headerHave);
+        this.headerHave += n;
+        at += n;
+        if (this.headerHave < 5) return;
+        this.headerHave = 0;
+        if (!this.begin()) return;
+      }
+      at += this.fill(data, at);
+    }
+  }
+
+  /** Sets up the payload of the frame whose header was just read; false when it is refused. */
+  private begin(): boolean {
+    const need = this.header.readUInt32BE(1);
+    if (need > MAX_FRAME) {
+      this.broken = true;
+      this.onBad(`a slice frame of ${need} bytes exceeds ${MAX_FRAME}`);
+      return false;
+    }
+    const placed = this.place?.(this.header.readUInt8(0), need);
+    this.head = placed ? placed.head : Buffer.allocUnsafeSlow(need);
+    this.body = placed?.body;
+    this.have = 0;
+    return true;
+  }
+
+  /** Copies payload bytes from data[at..] (none for bytes read straight into place); returns how many it took. */
+  private fill(data: Uint8Array, at: number): number {
+    const head = this.head!;
+    const body = this.body;
+    // bytes [0, head.length) of the payload go to head, the rest to body
+    const total = head.length + (body?.length ?? 0);
+    const n = Math.min(total - this.have, data.length - at);
+    const inHead = Math.max(0, Math.min(n, head.length - this.have));
+    if (inHead > 0) head.set(data.subarray(at, at + inHead), this.have);
+    if (n > inHead) {
+      const to = this.have + inHead - head.length;
+      const from = data.subarray(at + inHead, at + n);
+      if (from.buffer !== body!.buffer || from.byteOffset !== body!.byteOffset + to) body!.set(from, to);
+    }
+    this.have += n;
+    if (this.have === total) {
+      const kind = this.header.readUInt8(0);
+      const f: Frame = body ? { kind, payload: head, body } : { kind, payload: head };
+      this.head = undefined;
+      this.body = undefined;
+      this.onFrame(f);
+    }
+    return n;
+  }
+}
+
+/** FrameAssembler's feed, for a reader that never reads into place. */
 export function frameAssembler(
   onFrame: (f: Frame) => void,
   onBad: (why: string) => void,
   place?: FramePlace,
 ): (data: Uint8Array) => void {
-  const header = Buffer.alloc(5);
-  let headerHave = 0;
-  let head: Buffer | undefined;
-  let body: Uint8Array | undefined;
-  let have = 0;
-  let broken = false;
-  return (data) => {
-    let at = 0;
-    while (!broken && at < data.length) {
-      if (head === undefined) {
-        const n = Math.min(5 - headerHave, data.length - at);
-        header.set(data.subarray(at, at + n), headerHave);
-        headerHave += n;
-        at += n;
-        if (headerHave < 5) return;
-        const need = header.readUInt32BE(1);
-        if (need > MAX_FRAME) {
-          broken = true;
-          return onBad(`a slice frame of ${need} bytes exceeds ${MAX_FRAME}`);
-        }
-        const placed = place?.(header.readUInt8(0), need);
-        head = placed ? placed.head : Buffer.allocUnsafeSlow(need);
-        body = placed?.body;
-        have = 0;
-      }
-      // bytes [0, head.length) of the payload go to head, the rest to body
-      const total = head.length + (body?.length ?? 0);
-      const n = Math.min(total - have, data.length - at);
-      const inHead = Math.max(0, Math.min(n, head.length - have));
-      if (inHead > 0) head.set(data.subarray(at, at + inHead), have);
-      if (n > inHead) body!.set(data.subarray(at + inHead, at + n), have + inHead - head.length);
-      have += n;
-      at += n;
-      if (have === total) {
-        const f: Frame = body
-          ? { kind: header.readUInt8(0), payload: head, body }
-          : { kind: header.readUInt8(0), payload: head };
-        head = undefined;
-        body = undefined;
-        headerHave = 0;
-        onFrame(f);
-      }
-    }
-  };
+  const a = new FrameAssembler(onFrame, onBad, place);
+  return (data) => a.feed(data);
 }
 
 /** Splits a socket's bytes into frames (frameAssembler on its 'data' events). */
