@@ -41,20 +41,9 @@ const NONE: readonly WorkCompletion[] = Object.freeze([]);
 
 const immediate = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
-/** First capacity of a queue's ring of completions (a power of two; it doubles when full). */
-const FIRST_CAPACITY = 16;
-
 export class CQ implements CompletionQueue {
-  /**
-   * Completions not yet taken: a ring of `count` from `head` (capacity a power of two). A ring,
-   * so taking one completion neither allocates a new backing store nor trims the old one, as
-   * swapping or truncating an array would on every completion of a ping-pong.
-   */
-  private ring: (WorkCompletion | undefined)[] = new Array<WorkCompletion | undefined>(FIRST_CAPACITY).fill(
-    undefined,
-  );
+  private items: WorkCompletion[] = [];
   private head = 0;
-  private count = 0;
   private readonly waiters = new Set<() => void>();
   private abortGen = 0;
   private abortReason = '';
@@ -66,7 +55,7 @@ export class CQ implements CompletionQueue {
   ) {}
 
   get size(): number {
-    return this.count;
+    return this.items.length - this.head;
   }
 
   get sleepBlocks(): boolean {
@@ -74,39 +63,23 @@ export class CQ implements CompletionQueue {
   }
 
   push(wc: WorkCompletion): void {
-    if (this.count === this.ring.length) this.grow();
-    this.ring[(this.head + this.count++) & (this.ring.length - 1)] = wc;
+    this.items.push(wc);
     if (this.waiters.size > 0) this.wake();
   }
 
-  /** Doubles the ring, oldest completion first. */
-  private grow(): void {
-    const old = this.ring;
-    const ring = new Array<WorkCompletion | undefined>(old.length * 2).fill(undefined);
-    for (let i = 0; i < this.count; i++) ring[i] = old[(this.head + i) & (old.length - 1)];
-    this.ring = ring;
-    this.head = 0;
-  }
-
-  /** The oldest min(max, size) completions, oldest first (size > 0). */
   private take(max: number): WorkCompletion[] {
-    const ring = this.ring;
-    const mask = ring.length - 1;
-    if (this.count === 1 || max === 1) {
-      const wc = ring[this.head] as WorkCompletion;
-      ring[this.head] = undefined;
-      this.head = (this.head + 1) & mask;
-      this.count--;
-      return [wc];
+    if (this.head === 0 && this.items.length <= max) {
+      const all = this.items;
+      this.items = [];
+      return all;
     }
-    const n = Math.min(this.count, max);
-    const out: WorkCompletion[] = [];
-    for (let i = 0; i < n; i++) {
-      out.push(ring[this.head] as WorkCompletion);
-      ring[this.head] = undefined;
-      this.head = (this.head + 1) & mask;
+    const end = Math.min(this.items.length, this.head + max);
+    const out = this.items.slice(this.head, end);
+    this.head = end;
+    if (this.head === this.items.length) {
+      this.items = [];
+      this.head = 0;
     }
-    this.count -= n;
     return out;
   }
 

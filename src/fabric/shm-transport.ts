@@ -42,7 +42,6 @@ const SMALL_COPY = 64;
 /** While the application is active, rings are also polled this often (acks, reads for a busy peer). */
 export const TICK_MS = 1;
 const KNOCK = new Uint8Array([1]);
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /**
  * A new segment's name: '/tandem-PID-RANDOM-KIND', at most 29 characters (a 7-digit pid, 8 hex
@@ -58,7 +57,6 @@ const UNREAD_CAP = 64;
 /** Rings are mapped whole at connection time (their frames stream through every page). */
 export const POPULATED = { populate: true } as const;
 const PAGE = 4096;
-const LINE = 64;
 
 /**
  * The frames in the peer's ring that place data in its memory and that it has not read yet:
@@ -139,8 +137,6 @@ export class ShmTransport implements Transport {
   private readonly inData: Uint8Array;
   private readonly outCtl: Int32Array;
   private readonly outData: Uint8Array;
-  /** outData as words, for frames that start 4-byte aligned in the ring (see putWords). */
-  private readonly outWords: Int32Array;
   private readonly bellCtl: Int32Array;
   private readonly mask: number;
   private readIdx = 0;
@@ -172,7 +168,6 @@ export class ShmTransport implements Transport {
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
     this.outData = new Uint8Array(theirs.buffer, DATA, theirs.length - DATA);
-    this.outWords = new Int32Array(theirs.buffer, DATA, (theirs.length - DATA) >>> 2);
     this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
     this.mask = this.inData.length - 1;
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
@@ -252,17 +247,12 @@ export class ShmTransport implements Transport {
   private wordsOf(src: Uint8Array): Int32Array<ArrayBufferLike> {
     if (src !== this.lastSrc) {
       this.lastSrc = src;
-      this.lastSrcAligned = (src.byteOffset & 3) === 0;
-      this.lastSrcWords = this.lastSrcAligned
-        ? new Int32Array(src.buffer, src.byteOffset, src.byteLength >>> 2)
-        : new Int32Array(0);
+      this.lastSrcWords = new Int32Array(src.buffer, src.byteOffset, src.byteLength >>> 2);
     }
     return this.lastSrcWords;
   }
 
   private lastSrc: Uint8Array | undefined;
-  /** Whether the last source starts 4-byte aligned (else lastSrcWords is empty). */
-  private lastSrcAligned = false;
   private lastSrcWords: Int32Array<ArrayBufferLike> = new Int32Array(0);
 
   /** The peer's region the last direct write went to: its key-table entry, as validated then, and its segment. */
@@ -347,7 +337,6 @@ export class ShmTransport implements Transport {
     const avail = (w - this.readIdx) >>> 0;
     if (avail === 0) {
       if (Atomics.load(this.inCtl, CLOSED) !== 0) this.shut('the peer closed the connection', false);
-      this.peekNext();
       return did;
     }
     const pos = this.readIdx & this.mask;
@@ -369,21 +358,6 @@ export class ShmTransport implements Transport {
     return did;
   }
 
-  /**
-   * Reads the two cache lines where the peer's next frame will start, on every empty poll. A
-   * spinning poll then holds them: the peer's stores take them from this core's cache rather
-   * than from memory (a 16 MiB ring is out of every cache by the time its writer comes back to
-   * a line), and once the frame is published both this line and the write index's come over
-   * at once, not one after the other.
-   */
-  private peekNext(): void {
-    const at = this.readIdx & this.mask;
-    this.peeked = (this.inData[at] as number) ^ (this.inData[(at + LINE) & this.mask] as number);
-  }
-
-  /** What peekNext() read (kept so the reads are not optimised away). */
-  private peeked = 0;
-
   send(header: Uint8Array, payload: readonly Uint8Array[]): void {
     if (this.isClosed) return;
     let len = header.length;
@@ -392,7 +366,8 @@ export class ShmTransport implements Transport {
     this.track(header, len - header.length);
     if (this.backlog.length === 0 && this.room(4 + len)) {
       // the whole frame fits: copy it straight into the ring and publish it with one store
-      let w = this.putHead(this.writeIdx, len, header);
+      let w = this.put32(this.writeIdx, len);
+      w = this.put(w, header);
       for (let i = 0; i < payload.length; i++) w = this.put(w, payload[i] as Uint8Array);
       this.writeIdx = w;
       Atomics.store(this.outCtl, W, w | 0);
@@ -422,18 +397,12 @@ export class ShmTransport implements Transport {
     }
     this.streamPos = (this.streamPos + 4 + total) >>> 0;
     this.track(header, len);
-    let w = this.putHead(this.writeIdx, total, header);
+    let w = this.put32(this.writeIdx, total);
+    w = this.put(w, header);
     const data = this.outData;
     const pos = w & this.mask;
     if (len <= SMALL_COPY && pos + len <= data.length) {
-      const from = this.wordsOf(src);
-      if (((pos | len | off) & 3) === 0 && this.lastSrcAligned) {
-        const words = this.outWords;
-        for (let i = 0, d = pos >>> 2, o = off >>> 2, n = len >>> 2; i < n; i++)
-          words[d + i] = from[o + i] as number;
-      } else {
-        for (let i = 0; i < len; i++) data[pos + i] = src[off + i] as number;
-      }
+      for (let i = 0; i < len; i++) data[pos + i] = src[off + i] as number;
       w = (w + len) >>> 0;
     } else {
       w = this.put(w, src.subarray(off, off + len));
@@ -490,51 +459,6 @@ export class ShmTransport implements Transport {
     }
     return (w + n) >>> 0;
   }
-
-  /**
-   * Writes a frame's length prefix and header at stream index `w` (space checked by the
-   * caller); returns the index after them. Where the frame starts 4-byte aligned in the ring,
-   * does not wrap and the header is whole words (every header is: frame-header.ts), as words:
-   * a tenth of the stores of a byte copy, and the frames of a small ping-pong all start
-   * aligned (their payloads are whole words). The ring's bytes are little endian, as the
-   * words are on every platform shm runs on (x86-64, arm64).
-   */
-  private putHead(w: number, len: number, header: Uint8Array): number {
-    const pos = w & this.mask;
-    const n = header.length;
-    const head = this.headerWords(header);
-    if (((pos | n) & 3) !== 0 || head === undefined || pos + 4 + n > this.outData.length)
-      return this.put(this.put32(w, len), header);
-    const words = this.outWords;
-    const d = pos >>> 2;
-    words[d] = len;
-    for (let i = 0, m = n >>> 2; i < m; i++) words[d + 1 + i] = head[i] as number;
-    return (w + 4 + n) >>> 0;
-  }
-
-  /**
-   * A header's words: headers are views a HeaderWriter hands out again and again (its
-   * scratch: every header a queue pair sends is one of a few), so the word views of the last
-   * two are kept and matched by identity (reading a view's buffer costs more than a frame).
-   */
-  private headerWords(header: Uint8Array): Int32Array<ArrayBufferLike> | undefined {
-    if (header === this.headA) return this.headWordsA;
-    if (header === this.headB) return this.headWordsB;
-    // the older of the two is replaced
-    this.headB = this.headA;
-    this.headWordsB = this.headWordsA;
-    this.headA = header;
-    this.headWordsA =
-      (header.byteOffset & 3) === 0 && LITTLE_ENDIAN
-        ? new Int32Array(header.buffer, header.byteOffset, header.length >>> 2)
-        : undefined;
-    return this.headWordsA;
-  }
-
-  private headA: Uint8Array | undefined;
-  private headWordsA: Int32Array<ArrayBufferLike> | undefined;
-  private headB: Uint8Array | undefined;
-  private headWordsB: Int32Array<ArrayBufferLike> | undefined;
 
   private put32(w: number, v: number): number {
     const data = this.outData;
