@@ -88,13 +88,12 @@ typedef struct {
   float d, dmin;
 } ksb;
 
-static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, __m128i sm, ksb *s) {
   // Vector k of the quants: the low (k even) or high (k odd) nibbles of bytes 64(k/2)..+63, i.e.
   // sub-blocks a = 4(k/2) + (k&1) in bytes 0-31 and a + 2 in bytes 32-63 (the KV_PERM order).
   // The scales as i16 pairs: z[h] holds in each i16 lane of bytes 0-31 the scales of sub-blocks
   // 4h, 4h + 1 (low byte, high byte), of bytes 32-63 those of 4h + 2, 4h + 3 (vpshufb picks
   // bytes per 128-bit lane of the broadcast); a mask or a shift then leaves one of them.
-  const __m128i sm = q45_scales(p);
   const __m512i all = _mm512_broadcast_i32x4(sm);
   const __m512i m8 = _mm512_set1_epi16(0xff);
   for (int h = 0; h < 2; h++) {
@@ -132,6 +131,20 @@ static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, i
   }
 }
 
+// q45_scales of super-blocks p, p + bytes, .. (m <= 4 of them) at once, one per 128-bit lane, into
+// out[0..m-1]; the lanes past m repeat the first super-block (the loads stay inside the row).
+static inline __attribute__((always_inline)) void q45_scales4(const uint8_t *p, size_t bytes, int m, __m128i *out) {
+  __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 4)));
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 1 ? bytes : 0) + 4)), 1);
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 2 ? 2 * bytes : 0) + 4)), 2);
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 3 ? 3 * bytes : 0) + 4)), 3);
+  const __m512i lo = _mm512_shuffle_epi8(q, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+  const __m512i hi = _mm512_shuffle_epi8(q, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+  const __m512i los = _mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4));
+  const __m512i low = _mm512_and_si512(los, _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15)));
+  _mm512_storeu_si512((void *)out, _mm512_or_si512(low, _mm512_srli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8((char)0xc0)), 2)));
+}
+
 static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
   const __m128i sc8 = _mm_loadu_si128((const __m128i *)(p + 192));
   const __m512i all = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
@@ -149,18 +162,20 @@ static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ks
   s->d = _cvtsh_ss(rd16(p + 208));
   s->dmin = 0;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
   for (int h = 0; h < 2; h++) {
     // ql[64h + l]: low nibble element 128h + l (l < 64), high nibble element 128h + 64 + l;
     // qh[32h + l]: bits 0-1, 2-3, 4-5, 6-7 the high bits of elements 128h + l, +32, +64, +96.
     const __m512i ql = _mm512_loadu_si512((const void *)(p + 64 * h));
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h)));
-    const __m512i slo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i shi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1);
-    const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, slo), m3), 4);
-    const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shi), m3), 4);
-    s->q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
-    s->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
+    // each pair of high bits shifted straight to bits 4-5 (the 16-bit shifts carry bits across
+    // the bytes only outside the 0x30 mask), then (quant & 15) | high in one vpternlog
+    const __m512i slo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+    const __m512i shi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, slo), m30);
+    const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shi), m30);
+    s->q[2 * h] = _mm512_ternarylogic_epi32(ql, m4, hlo, 0xea);
+    s->q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, hhi, 0xea);
   }
 }
 
@@ -208,19 +223,17 @@ typedef struct {
   float d, dmin;
 } ksb;
 
-static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
-  uint32_t u[4];
-  __builtin_memcpy(u, p + 4, 12);
-  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
-  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-  const uint32_t mins = u[1] & k1;
-  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-  u[2] = mins;
-  u[0] &= k1;
-  const uint8_t *sb = (const uint8_t *)u;
-  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_set1_epi16(sb[j]);
+// q45_scales of super-blocks p, p + bytes, .. (m <= 4) into out[0..m-1].
+static inline __attribute__((always_inline)) void q45_scales4(const uint8_t *p, size_t bytes, int m, __m128i *out) {
+  for (int i = 0; i < m; i++) out[i] = q45_scales(p + (size_t)i * bytes);
+}
+
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, __m128i sm, ksb *s) {
+  // sc[j]: scale j as 16 i16 lanes (vpshufb: byte j, then a zero byte)
+  const __m256i all = _mm256_broadcastsi128_si256(sm);
+  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi16((short)(0xff00 | j)));
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)u), dup));
+  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
   const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
   s->d = _mm_cvtss_f32(dd);
   s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
@@ -284,16 +297,23 @@ static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t
                                                          const float *XD, int t0, int T, float *Y, size_t ystride) {
   kacc acc[KV_TOKENS];
   for (int t = 0; t < T; t++) acc[t] = kacc_zero();
-  for (int b = 0; b < nb; b++) {
-    const uint8_t *p = wr + (size_t)b * bytes;
-    // Far software prefetch of the weight stream (as mm_q8v's).
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
-    ksb s;
-    if (type == 14) unpack_q6(p, &s);
-    else unpack_q45(p, type == 13, &s);
-    for (int t = 0; t < T; t++) {
-      const size_t tt = (size_t)(t0 + t);
-      acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+  // Q4_K / Q5_K: the scales and mins of four super-blocks decoded together
+  for (int b0 = 0; b0 < nb; b0 += (type == 14 ? 1 : 4)) {
+    const int m = type == 14 ? 1 : nb - b0 < 4 ? nb - b0 : 4;
+    __m128i sm[4];
+    if (type != 14) q45_scales4(wr + (size_t)b0 * bytes, bytes, m, sm);
+    for (int i = 0; i < m; i++) {
+      const int b = b0 + i;
+      const uint8_t *p = wr + (size_t)b * bytes;
+      // Far software prefetch of the weight stream (as mm_q8v's).
+      for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
+      ksb s;
+      if (type == 14) unpack_q6(p, &s);
+      else unpack_q45(p, type == 13, sm[i], &s);
+      for (int t = 0; t < T; t++) {
+        const size_t tt = (size_t)(t0 + t);
+        acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+      }
     }
   }
   for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
