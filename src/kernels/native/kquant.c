@@ -1,10 +1,11 @@
 // K-quant (Q4_K, Q5_K, Q6_K) matvec and few-token matmul on AVX-512 VNNI, below GEMM_TOKENS:
 // the activations are quantised once per matmul to q8_K (quant_q8_k: per 256 a f32 scale and
-// i8 values) and tk_kv_prep stores them as i8 xq [n, cols] with i16 sums of each 16 values
-// bs [n, cols/16], as llama.cpp's block_q8_K. Weights stay in ggml's raw super-blocks.
+// i8 values) and tk_kv_prep stores them as i8 xq [n, cols] (in the order the weight type's
+// unpacking yields, KV_PERM) with i16 sums of each 16 values bs [n, cols/16], as llama.cpp's
+// block_q8_K. Weights stay in ggml's raw super-blocks.
 //
 // Per super-block of 256 the weights are unpacked once into four vectors of 64 unsigned
-// quants in element order (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63); per vector and token,
+// quants (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63; AVX2: eight of 32); per vector and token,
 // vpmaddubsw multiplies them by the signed activations into i16 pair sums and vpdpwssd
 // multiplies those by the integer sub-block scales into i32 lanes. The lanes are summed in
 // i32, exact as llama.cpp's vec_dot_q*_K_q8_K:
