@@ -82,7 +82,7 @@ const lanesPrototypes: Readonly<Record<string, string>> = {
 /** K-quants times q8_K activations (kquant.c, kquant-neon.c): AVX-512, AVX2 with F16C, and NEON builds (tk_kv). */
 const kvPrototypes: Readonly<Record<string, string>> = {
   kv_prep:
-    'void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt)',
+    'void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int type, int tid, int nt)',
   mm_kv:
     'void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };

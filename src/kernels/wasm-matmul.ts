@@ -98,8 +98,9 @@ export function matmulRun(
 
 /**
  * K-quants on the native q8_K kernels (mm_kv, AVX-512 or AVX2): x quantised once to q8_K
- * (quant_q8_k: x16 i16, xd scales, xs per-32 sums), stored as i8 with per-16 sums (kv_prep),
- * then each weight row streamed once for up to 8 tokens, each token with a lone matvec's bits.
+ * (quant_q8_k: x16 i16, xd scales, xs per-32 sums), stored as i8 in the order the weight type's
+ * kernel reads them, with per-16 sums (kv_prep), then each weight row streamed once for up to 8
+ * tokens, each token with a lone matvec's bits.
  */
 function matmulKv(
   ctx: WasmContext,
@@ -128,7 +129,7 @@ function matmulKv(
   arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
   if (n > 1) ctx.pool.run(arena.index, op.quant_part, [1, xf, n, cols, x16, xd, xs], n * cols);
   else main.quant_q8_k!(xf, n, cols, x16, xd, xs);
-  ctx.pool.run(arena.index, op.kv_prep, [x16, n, cols, xq, bs], n * cols);
+  ctx.pool.run(arena.index, op.kv_prep, [x16, n, cols, xq, bs, w.type], n * cols);
   ctx.pool.run(
     arena.index,
     op.mm_kv,

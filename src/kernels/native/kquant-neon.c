@@ -10,8 +10,10 @@
 #include "neon.h"
 
 // x16 [n, cols] i16 (quant_q8_k's values, |q| <= 127) -> xq [n, cols] i8 and bs [n, cols/16]
-// i16 (each sum |s| <= 16 * 127). Thread tid takes its share of tokens.
-void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt) {
+// i16 (each sum |s| <= 16 * 127). Thread tid takes its share of tokens. The NEON kernels read
+// every type's activations in element order, so `type` (kquant.c's layout choice) is unused.
+void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int type, int tid, int nt) {
+  (void)type;
   uint8_t *m = (uint8_t *)base;
   for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
     const int16_t *q = (const int16_t *)(m + x16) + (size_t)t * cols;

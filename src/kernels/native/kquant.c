@@ -1,10 +1,11 @@
 // K-quant (Q4_K, Q5_K, Q6_K) matvec and few-token matmul on AVX-512 VNNI, below GEMM_TOKENS:
 // the activations are quantised once per matmul to q8_K (quant_q8_k: per 256 a f32 scale and
-// i8 values) and tk_kv_prep stores them as i8 xq [n, cols] with i16 sums of each 16 values
-// bs [n, cols/16], as llama.cpp's block_q8_K. Weights stay in ggml's raw super-blocks.
+// i8 values) and tk_kv_prep stores them as i8 xq [n, cols] (in the order the weight type's
+// unpacking yields, KV_PERM) with i16 sums of each 16 values bs [n, cols/16], as llama.cpp's
+// block_q8_K. Weights stay in ggml's raw super-blocks.
 //
 // Per super-block of 256 the weights are unpacked once into four vectors of 64 unsigned
-// quants in element order (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63); per vector and token,
+// quants (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63; AVX2: eight of 32); per vector and token,
 // vpmaddubsw multiplies them by the signed activations into i16 pair sums and vpdpwssd
 // multiplies those by the integer sub-block scales into i32 lanes. The lanes are summed in
 // i32, exact as llama.cpp's vec_dot_q*_K_q8_K:
@@ -15,23 +16,52 @@
 #include "common.h"
 
 #if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__F16C__))
-// tk_kv_prep: x16 [n, cols] i16 (quant_q8_k's values, |q| <= 127) -> xq [n, cols] i8 and
-// bs [n, cols/16] i16 (each sum |s| <= 16 * 127). Thread tid takes its share of tokens.
-void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int tid, int nt) {
+// Q4_K / Q5_K on AVX-512 read each 64 bytes of quants as two vectors (low nibbles, high
+// nibbles), so their activations are stored in that order: per 128 elements 0-31, 64-95, 32-63,
+// 96-127 (KV_PERM). AVX2's 32-byte vectors, and Q6_K's, are in element order already.
+#if defined(__AVX512BW__)
+#define KV_PERM 1
+#else
+#define KV_PERM 0
+#endif
+
+// tk_kv_prep: x16 [n, cols] i16 (quant_q8_k's values, |q| <= 127) -> xq [n, cols] i8 (in the
+// order tk_mm_kv reads for the weight type: see KV_PERM) and bs [n, cols/16] i16, the sums of
+// each 16 in element order (each |s| <= 16 * 127). Thread tid takes its share of tokens.
+void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint32_t bs, int type, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
+  const int perm = KV_PERM && type != 14;
   for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
     const int16_t *q = (const int16_t *)(m + x16) + (size_t)t * cols;
     int8_t *o = (int8_t *)(m + xq) + (size_t)t * cols;
     int16_t *s = (int16_t *)(m + bs) + (size_t)t * (cols / 16);
     for (int g = 0; g < cols / 16; g++) {
+      // element e = 16g + i goes to e with bits 5 and 6 swapped (32-groups 1 and 2 of each 128)
+      const int e = 16 * g;
+      const int at = perm ? (e & ~0x60) | ((e & 0x20) << 1) | ((e & 0x40) >> 1) : e;
       int sum = 0;
       for (int i = 0; i < 16; i++) {
-        o[16 * g + i] = (int8_t)q[16 * g + i];
-        sum += q[16 * g + i];
+        o[at + i] = (int8_t)q[e + i];
+        sum += q[e + i];
       }
       s[g] = (int16_t)sum;
     }
   }
+}
+
+// The 12 bytes of 6-bit scales and mins at p + 4 of a Q4_K / Q5_K super-block -> bytes 0-7 the
+// scales, 8-15 the mins (ggml's get_scale_min_k4): for j < 4 scale q[j] & 63, min q[j + 4] & 63;
+// for j >= 4 scale (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, min (q[j + 4] >> 4) | (q[j] >> 6) << 4.
+// The 16-byte load reads 4 bytes past the scales (the quants that follow), which no lane uses.
+static inline __attribute__((always_inline)) __m128i q45_scales(const uint8_t *p) {
+  const __m128i q = _mm_loadu_si128((const __m128i *)(p + 4));
+  const __m128i lo = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i hi = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  // bytes 12-15 take the high nibble (a 16-bit shift; the bits it carries over are masked off)
+  const __m128i sel = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1);
+  const __m128i los = _mm_blendv_epi8(lo, _mm_srli_epi16(lo, 4), sel);
+  const __m128i low = _mm_and_si128(los, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  return _mm_or_si128(low, _mm_srli_epi16(_mm_and_si128(hi, _mm_set1_epi8((char)0xc0)), 2));
 }
 
 // Tokens sharing one pass over a row: the super-block is unpacked once for all of them.
@@ -48,9 +78,10 @@ typedef __m512 kacc;
 static inline kacc kacc_zero(void) { return _mm512_setzero_ps(); }
 static inline float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
 
-// One super-block unpacked: q[k] holds elements 64k..64k+63 (unsigned), sc[k] the i16 scale of
-// each pair of them (i16 lane i covers elements 64k + 2i, 64k + 2i + 1), mc the 16 i16 factors of the 16-group sums (Q4_K/Q5_K: each
-// sub-block's min twice; Q6_K: the 16 scales), d and dmin the f16 factors.
+// One super-block unpacked: q[k] holds the 64 (unsigned) quants that meet xq's values 64k..64k+63
+// (element order for Q6_K, the KV_PERM order for Q4_K/Q5_K), sc[k] the i16 scale of each pair of
+// them (i16 lane i covers values 64k + 2i, 64k + 2i + 1), mc the 16 i16 factors of the 16-group
+// sums (Q4_K/Q5_K: each sub-block's min twice; Q6_K: the 16 scales), d and dmin the f16 factors.
 typedef struct {
   __m512i q[4];
   __m512i sc[4];
@@ -58,43 +89,61 @@ typedef struct {
   float d, dmin;
 } ksb;
 
-static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
-  // The 12 bytes of 6-bit scales and mins -> bytes 0-7 scales, 8-15 mins (llama.cpp's utmp).
-  uint32_t u[4];
-  __builtin_memcpy(u, p + 4, 12);
-  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
-  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-  const uint32_t mins = u[1] & k1;
-  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-  u[2] = mins;
-  u[0] &= k1;
-  const __m128i sm = _mm_loadu_si128((const __m128i *)u);
-  const __m512i all = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(sm));
-  for (int k = 0; k < 4; k++) {
-    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * k))), _mm256_set1_epi16((short)(2 * k + 1)), 1);
-    s->sc[k] = _mm512_permutexvar_epi16(idx, all);
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, __m128i sm, ksb *s) {
+  // Vector k of the quants: the low (k even) or high (k odd) nibbles of bytes 64(k/2)..+63, i.e.
+  // sub-blocks a = 4(k/2) + (k&1) in bytes 0-31 and a + 2 in bytes 32-63 (the KV_PERM order).
+  // The scales as i16 pairs: z[h] holds in each i16 lane of bytes 0-31 the scales of sub-blocks
+  // 4h, 4h + 1 (low byte, high byte), of bytes 32-63 those of 4h + 2, 4h + 3 (vpshufb picks
+  // bytes per 128-bit lane of the broadcast); a mask or a shift then leaves one of them.
+  const __m512i all = _mm512_broadcast_i32x4(sm);
+  const __m512i m8 = _mm512_set1_epi16(0xff);
+  for (int h = 0; h < 2; h++) {
+    const __m512i idx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(((4 * h + 1) << 8) | (4 * h)))),
+                                           _mm256_set1_epi16((short)(((4 * h + 3) << 8) | (4 * h + 2))), 1);
+    const __m512i z = _mm512_shuffle_epi8(all, idx);
+    s->sc[2 * h] = _mm512_and_si512(z, m8);
+    s->sc[2 * h + 1] = _mm512_srli_epi16(z, 8);
   }
-  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
-  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
+  // each 16-group's min: bytes 8 + g / 2 zero-extended to i16
+  const __m256i dup = _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1, 12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14,
+                                       -1, 15, -1, 15, -1);
+  s->mc = _mm256_shuffle_epi8(_mm512_castsi512_si256(all), dup);
+  uint32_t dd32;
+  __builtin_memcpy(&dd32, p, 4);
+  const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
   s->d = _mm_cvtss_f32(dd);
   s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
   const uint8_t *qs = p + (five ? 48 : 16);
-  // low nibbles of 32 bytes: sub-block 2k; high nibbles: 2k + 1 (upper half of the vector)
-  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i qh = five ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16))) : _mm512_setzero_si512();
-  for (int k = 0; k < 4; k++) {
-    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * k)));
-    __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
-    if (five) {
-      // bit 2k of qh[l] is the fifth bit of element 64k + l, bit 2k + 1 of element 64k + 32 + l
-      const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << (2 * k)))),
-                                             _mm256_set1_epi8((char)(1 << (2 * k + 1))), 1);
-      q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+  for (int h = 0; h < 2; h++) {
+    const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * h));
+    for (int j = 0; j < 2; j++) {
+      __m512i q = _mm512_and_si512(j ? _mm512_srli_epi16(v, 4) : v, m4);
+      if (five) {
+        // bit a of qh[l] is the fifth bit of element 32a + l
+        const int a = 4 * h + j;
+        const __m512i bit =
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8((char)(1 << a))), _mm256_set1_epi8((char)(1 << (a + 2))), 1);
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+      }
+      s->q[2 * h + j] = q;
     }
-    s->q[k] = q;
   }
+}
+
+// q45_scales of super-blocks p, p + bytes, .. (m <= 4 of them) at once, one per 128-bit lane, into
+// out[0..m-1]; the lanes past m repeat the first super-block (the loads stay inside the row).
+static inline __attribute__((always_inline)) void q45_scales4(const uint8_t *p, size_t bytes, int m, __m128i *out) {
+  __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + 4)));
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 1 ? bytes : 0) + 4)), 1);
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 2 ? 2 * bytes : 0) + 4)), 2);
+  q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)(p + (m > 3 ? 3 * bytes : 0) + 4)), 3);
+  const __m512i lo = _mm512_shuffle_epi8(q, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11)));
+  const __m512i hi = _mm512_shuffle_epi8(q, _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7)));
+  const __m512i los = _mm512_mask_blend_epi8(0xf000f000f000f000ull, lo, _mm512_srli_epi16(lo, 4));
+  const __m512i low = _mm512_and_si512(los, _mm512_broadcast_i32x4(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15)));
+  _mm512_storeu_si512((void *)out, _mm512_or_si512(low, _mm512_srli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8((char)0xc0)), 2)));
 }
 
 static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ksb *s) {
@@ -114,18 +163,20 @@ static inline __attribute__((always_inline)) void unpack_q6(const uint8_t *p, ks
   s->d = _cvtsh_ss(rd16(p + 208));
   s->dmin = 0;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
   for (int h = 0; h < 2; h++) {
     // ql[64h + l]: low nibble element 128h + l (l < 64), high nibble element 128h + 64 + l;
     // qh[32h + l]: bits 0-1, 2-3, 4-5, 6-7 the high bits of elements 128h + l, +32, +64, +96.
     const __m512i ql = _mm512_loadu_si512((const void *)(p + 64 * h));
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 128 + 32 * h)));
-    const __m512i slo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    const __m512i shi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(6), 1);
-    const __m512i hlo = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, slo), m3), 4);
-    const __m512i hhi = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shi), m3), 4);
-    s->q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), hlo);
-    s->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), hhi);
+    // each pair of high bits shifted straight to bits 4-5 (the 16-bit shifts carry bits across
+    // the bytes only outside the 0x30 mask), then (quant & 15) | high in one vpternlog
+    const __m512i slo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(4)), _mm256_set1_epi16(2), 1);
+    const __m512i shi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, slo), m30);
+    const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shi), m30);
+    s->q[2 * h] = _mm512_ternarylogic_epi32(ql, m4, hlo, 0xea);
+    s->q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m4, hhi, 0xea);
   }
 }
 
@@ -173,19 +224,17 @@ typedef struct {
   float d, dmin;
 } ksb;
 
-static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, ksb *s) {
-  uint32_t u[4];
-  __builtin_memcpy(u, p + 4, 12);
-  const uint32_t k1 = 0x3f3f3f3fu, k2 = 0x0f0f0f0fu, k3 = 0x03030303u;
-  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-  const uint32_t mins = u[1] & k1;
-  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-  u[2] = mins;
-  u[0] &= k1;
-  const uint8_t *sb = (const uint8_t *)u;
-  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_set1_epi16(sb[j]);
+// q45_scales of super-blocks p, p + bytes, .. (m <= 4) into out[0..m-1].
+static inline __attribute__((always_inline)) void q45_scales4(const uint8_t *p, size_t bytes, int m, __m128i *out) {
+  for (int i = 0; i < m; i++) out[i] = q45_scales(p + (size_t)i * bytes);
+}
+
+static inline __attribute__((always_inline)) void unpack_q45(const uint8_t *p, int five, __m128i sm, ksb *s) {
+  // sc[j]: scale j as 16 i16 lanes (vpshufb: byte j, then a zero byte)
+  const __m256i all = _mm256_broadcastsi128_si256(sm);
+  for (int j = 0; j < 8; j++) s->sc[j] = _mm256_shuffle_epi8(all, _mm256_set1_epi16((short)(0xff00 | j)));
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)u), dup));
+  s->mc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));
   const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(rd16(p) | ((uint32_t)rd16(p + 2) << 16))));
   s->d = _mm_cvtss_f32(dd);
   s->dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
@@ -249,16 +298,23 @@ static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t
                                                          const float *XD, int t0, int T, float *Y, size_t ystride) {
   kacc acc[KV_TOKENS];
   for (int t = 0; t < T; t++) acc[t] = kacc_zero();
-  for (int b = 0; b < nb; b++) {
-    const uint8_t *p = wr + (size_t)b * bytes;
-    // Far software prefetch of the weight stream (as mm_q8v's).
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
-    ksb s;
-    if (type == 14) unpack_q6(p, &s);
-    else unpack_q45(p, type == 13, &s);
-    for (int t = 0; t < T; t++) {
-      const size_t tt = (size_t)(t0 + t);
-      acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+  // Q4_K / Q5_K: the scales and mins of four super-blocks decoded together
+  for (int b0 = 0; b0 < nb; b0 += (type == 14 ? 1 : 4)) {
+    const int m = type == 14 ? 1 : nb - b0 < 4 ? nb - b0 : 4;
+    __m128i sm[4];
+    if (type != 14) q45_scales4(wr + (size_t)b0 * bytes, bytes, m, sm);
+    for (int i = 0; i < m; i++) {
+      const int b = b0 + i;
+      const uint8_t *p = wr + (size_t)b * bytes;
+      // Far software prefetch of the weight stream (as mm_q8v's).
+      for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
+      ksb s;
+      if (type == 14) unpack_q6(p, &s);
+      else unpack_q45(p, type == 13, sm[i], &s);
+      for (int t = 0; t < T; t++) {
+        const size_t tt = (size_t)(t0 + t);
+        acc[t] = sb_dot(type == 14, &s, X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+      }
     }
   }
   for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
@@ -272,7 +328,12 @@ static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_
     const uint8_t *wr = w + (size_t)r * rowBytes;
     for (int t0 = 0; t0 < n; t0 += KV_TOKENS) {
       const int T = n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS;
-      kv_row(type, wr, bytes, nb, cols, X, BS, XD, t0, T, Y + r, (size_t)ystride);
+      // T as a constant in each instance, so the accumulators stay in registers
+      switch (T) {
+#define KV_CASE(c) case c: kv_row(type, wr, bytes, nb, cols, X, BS, XD, t0, c, Y + r, (size_t)ystride); break;
+        KV_CASE(1) KV_CASE(2) KV_CASE(3) KV_CASE(4) KV_CASE(5) KV_CASE(6) KV_CASE(7) default: KV_CASE(8)
+#undef KV_CASE
+      }
     }
   }
 }
