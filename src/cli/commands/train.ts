@@ -24,8 +24,7 @@ import {
 import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
 import { curveSvg } from './train-plot.js';
 import { trainRank } from '../../parallel/train/index.js';
-import { referenceGemm, type Gemm } from '../../kernels/backward/gemm.js';
-import { loadWasmGemm } from '../../kernels/backward/gemm-wasm.js';
+import { gemmKinds, loadGemm, type GemmKind } from '../../kernels/backward/load-gemm.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('TRAIN_OPTIONS', `train: ${message}`, { hint });
@@ -113,6 +112,7 @@ async function runRankZero(
   options: {
     data: string;
     kernels: string;
+    threads: number;
     provider: 'tcp' | 'shm';
     resume?: string | undefined;
     'stop-after'?: number | undefined;
@@ -129,6 +129,7 @@ async function runRankZero(
       ];
   const ranks = localRanks(nodes, (rank, address) => [
     ...['--data', options.data, '--nodes', String(nodes), '--kernels', options.kernels],
+    ...['--threads', String(options.threads)],
     ...['--provider', options.provider, '--json', ...settingsArgs],
     ...(options['stop-after'] !== undefined ? ['--stop-after', String(options['stop-after'])] : []),
     ...['--rank', String(rank), '--rendezvous', address],
@@ -219,9 +220,16 @@ export const command = defineCommand({
     },
     kernels: {
       type: 'string',
-      description: 'matrix products: wasm (SIMD, default) or reference (plain TypeScript, slow)',
-      choices: ['wasm', 'reference'],
-      default: 'wasm',
+      description:
+        'matrix products: native (C compiled on this machine at first use, multi-threaded; falls back to wasm without a C compiler), wasm (SIMD, one thread) or reference (plain TypeScript, slow)',
+      choices: [...gemmKinds],
+      default: 'native',
+    },
+    threads: {
+      type: 'number',
+      description:
+        'compute threads of each process for the native matrix products (the result does not depend on it)',
+      default: 1,
     },
     curve: {
       type: 'string',
@@ -282,9 +290,10 @@ export const command = defineCommand({
         ? checkInteger('train', 'stop-after', options['stop-after'], 1)
         : undefined;
     const every = checkInteger('train', 'checkpoint-every', options['checkpoint-every'], 1);
-    const gemm: Gemm = options.kernels === 'reference' ? referenceGemm : await loadWasmGemm();
-    const checkpoint = options.checkpoint ?? `${options.out}.ckpt`;
+    const threads = checkInteger('train', 'threads', options.threads, 1, 256, 2);
     const say = (s: string): void => void process.stderr.write(s);
+    const gemm = await loadGemm(options.kernels as GemmKind, threads, (why) => say(`train: ${why}\n`));
+    const checkpoint = options.checkpoint ?? `${options.out}.ckpt`;
     if (!options.json)
       say(
         `training ${settings.shapeName} (${(layout.total / 1e6).toFixed(2)}M parameters) on ${options.data}: ${tokens.length} tokens, ` +
@@ -317,7 +326,10 @@ export const command = defineCommand({
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;
     }
-    const r = nodes === 1 ? await train(cfg) : await runRankZero(cfg, nodes, options, resume !== undefined);
+    const r =
+      nodes === 1
+        ? await train(cfg)
+        : await runRankZero(cfg, nodes, { ...options, threads }, resume !== undefined);
     const done = r.step >= settings.steps;
     if (done)
       await writeTrainedGguf(
