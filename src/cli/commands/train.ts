@@ -22,6 +22,8 @@ import {
   type TrainResult,
 } from '../../engine/train/index.js';
 import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
+import { trainOnHosts } from './train-hosts.js';
+import { clusterSecret, secretOptions } from '../secret.js';
 import { curveSvg } from './train-plot.js';
 import { trainRank } from '../../parallel/train/index.js';
 import { gemmKinds, loadGemm, type GemmKind } from '../../kernels/backward/load-gemm.js';
@@ -247,9 +249,16 @@ export const command = defineCommand({
         'train data-parallel in N local processes: each computes its share of --batch, gradients are summed by all-reduce',
       default: 1,
     },
+    hosts: {
+      type: 'string',
+      description:
+        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here (the secret: --secret-file or TANDEM_SECRET)',
+      placeholder: 'FILE',
+    },
+    ...secretOptions,
     provider: {
       type: 'string',
-      description: 'fabric between the --nodes processes',
+      description: 'fabric between the --nodes processes (--hosts: tcp)',
       choices: ['tcp', 'shm'],
       default: 'tcp',
     },
@@ -267,6 +276,7 @@ export const command = defineCommand({
   },
   examples: [
     'tandem train --data notes.txt --model-shape tiny --steps 300 --out notes.gguf',
+    'tandem train --data notes.txt --hosts hosts.txt --secret-file cluster.secret --out notes.gguf',
     'tandem train --data notes.txt --stop-after 100 --out notes.gguf && tandem train --data notes.txt --resume notes.gguf.ckpt --out notes.gguf',
   ],
   async run({ options }) {
@@ -326,10 +336,24 @@ export const command = defineCommand({
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;
     }
+    if (options.hosts !== undefined && (options.nodes !== 1 || resume))
+      throw usage(
+        options.nodes !== 1 ? '--hosts and --nodes both given' : '--hosts does not resume a run (--resume)',
+        options.nodes !== 1
+          ? 'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both'
+          : 'resume it on this machine (--resume CKPT, with --nodes N if you like); --hosts starts fresh runs',
+      );
     const r =
-      nodes === 1
-        ? await train(cfg)
-        : await runRankZero(cfg, nodes, { ...options, threads }, resume !== undefined);
+      options.hosts !== undefined
+        ? await trainOnHosts(cfg, {
+            hostfile: options.hosts,
+            secret: clusterSecret('train', options),
+            kernels: options.kernels as GemmKind,
+            threads,
+          })
+        : nodes === 1
+          ? await train(cfg)
+          : await runRankZero(cfg, nodes, { ...options, threads }, resume !== undefined);
     const done = r.step >= settings.steps;
     if (done)
       await writeTrainedGguf(
