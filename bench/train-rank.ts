@@ -3,7 +3,7 @@
 // time and communication figures. argv: JSON BenchRankConfig. Rank 0 of a world of 2 or
 // more prints `LISTENING host:port` first.
 import { hashTokens, train, trainShape, type RunSettings } from '../src/engine/train/index.js';
-import { loadWasmGemm } from '../src/kernels/backward/gemm-wasm.js';
+import { loadGemm, type GemmKind } from '../src/kernels/backward/load-gemm.js';
 import { trainRank, type SyncTimes } from '../src/parallel/train/index.js';
 
 export interface BenchRankConfig {
@@ -15,6 +15,9 @@ export interface BenchRankConfig {
   batch: number;
   seq: number;
   steps: number;
+  /** Matrix products and their threads per rank. */
+  kernels: GemmKind;
+  threads: number;
 }
 
 export interface BenchRankLine {
@@ -48,7 +51,7 @@ let last = performance.now();
 const cfg = {
   settings,
   tokens,
-  gemm: await loadWasmGemm(),
+  gemm: await loadGemm(c.kernels, c.threads, (why) => process.stderr.write(`${why}\n`)),
   onStep: (l: { step: number }) => {
     const now = performance.now();
     const line: BenchRankLine = {

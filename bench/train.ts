@@ -7,10 +7,15 @@ import { join } from 'node:path';
 import { trainShape } from '../src/engine/train/index.js';
 import type { BenchRankConfig, BenchRankLine } from './train-rank.js';
 import { formatTable } from './table.js';
+import type { GemmKind } from '../src/kernels/backward/load-gemm.js';
 
 export interface TrainBenchOptions {
   shape: string;
   nodes: number[];
+  /** Compute threads per rank to measure each node count with, and PyTorch with (default [1]). */
+  threads?: number[];
+  /** The ranks' matrix products (default native). */
+  kernels?: GemmKind;
   batch: number;
   seq: number;
   /** Updates per round; the first of each round is a warm-up and not counted. */
@@ -71,7 +76,7 @@ function exited(child: ReturnType<typeof spawn>, what: string, ms: number): Prom
 }
 
 /** One round on `size` ranks: rank 0's per-update lines. */
-async function tandemRound(o: TrainBenchOptions, size: number): Promise<BenchRankLine[]> {
+async function tandemRound(o: TrainBenchOptions, size: number, threads: number): Promise<BenchRankLine[]> {
   const base = {
     size,
     secret: randomBytes(8).toString('hex'),
@@ -79,6 +84,8 @@ async function tandemRound(o: TrainBenchOptions, size: number): Promise<BenchRan
     batch: o.batch,
     seq: o.seq,
     steps: o.steps,
+    kernels: o.kernels ?? 'native',
+    threads,
   };
   const start = (rank: number, address: string): ReturnType<typeof spawn> => {
     const config: BenchRankConfig = { ...base, rank, address };
@@ -99,12 +106,12 @@ async function tandemRound(o: TrainBenchOptions, size: number): Promise<BenchRan
   return got;
 }
 
-async function torchRound(o: TrainBenchOptions): Promise<number[]> {
+async function torchRound(o: TrainBenchOptions, threads: number): Promise<number[]> {
   const child = spawn(
     PYTHON,
     [
       torchScript,
-      JSON.stringify({ shape: trainShape(o.shape), batch: o.batch, seq: o.seq, steps: o.steps, threads: 1 }),
+      JSON.stringify({ shape: trainShape(o.shape), batch: o.batch, seq: o.seq, steps: o.steps, threads }),
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
@@ -114,61 +121,67 @@ async function torchRound(o: TrainBenchOptions): Promise<number[]> {
   return ms;
 }
 
-function rowOf(nodes: number, best: BenchRankLine, o: TrainBenchOptions): TrainBenchRow {
+function rowOf(nodes: number, threads: number, best: BenchRankLine, o: TrainBenchOptions): TrainBenchRow {
   return {
     nodes,
     step_ms: best.ms,
     tokens_per_s: (o.batch * o.seq * 1000) / best.ms,
     comm_share: best.exposedMs / best.ms,
     overlap: best.commMs > 0 ? Math.max(0, 1 - best.exposedMs / best.commMs) : 0,
-    threads: 1,
+    threads,
   };
 }
 
 /** Alternates the configurations round by round; keeps each one's fastest counted update. */
 export async function benchTrain(o: TrainBenchOptions): Promise<TrainBenchRow[]> {
-  const best = new Map<number, BenchRankLine>();
-  let torchBest = Infinity;
+  const threadCounts = o.threads ?? [1];
+  const configs = threadCounts.flatMap((t) => o.nodes.map((n) => [n, t] as const));
+  const best = new Map<string, BenchRankLine>();
+  const torchBest = new Map<number, number>();
   const torch = !o.noTorch && torchAvailable();
   if (!o.noTorch && !torch)
     o.log?.('PyTorch is not installed (apt-get install python3-torch): no anchor row');
   for (let round = 0; round < o.rounds; round++) {
-    if (torch) {
-      const ms = (await torchRound(o)).slice(1);
-      torchBest = Math.min(torchBest, ...ms);
-      o.log?.(`round ${round + 1}: pytorch ${Math.min(...ms).toFixed(0)} ms/step`);
+    for (const t of torch ? threadCounts : []) {
+      const ms = (await torchRound(o, t)).slice(1);
+      torchBest.set(t, Math.min(torchBest.get(t) ?? Infinity, ...ms));
+      o.log?.(`round ${round + 1}: pytorch x ${t} thread(s) ${Math.min(...ms).toFixed(0)} ms/step`);
     }
-    for (const n of o.nodes) {
-      const steps = (await tandemRound(o, n)).slice(1);
+    for (const [n, t] of configs) {
+      const steps = (await tandemRound(o, n, t)).slice(1);
       const fastest = steps.reduce((a, b) => (b.ms < a.ms ? b : a));
-      if (!best.has(n) || fastest.ms < best.get(n)!.ms) best.set(n, fastest);
-      o.log?.(`round ${round + 1}: ${n} node(s) ${fastest.ms.toFixed(0)} ms/step`);
+      const key = `${n}x${t}`;
+      if (!best.has(key) || fastest.ms < best.get(key)!.ms) best.set(key, fastest);
+      o.log?.(`round ${round + 1}: ${n} node(s) x ${t} thread(s) ${fastest.ms.toFixed(0)} ms/step`);
     }
   }
-  const rows: TrainBenchRow[] = o.nodes.map((n) => rowOf(n, best.get(n)!, o));
-  if (torch)
+  const rows: TrainBenchRow[] = configs.map(([n, t]) => rowOf(n, t, best.get(`${n}x${t}`)!, o));
+  for (const [t, ms] of torchBest)
     rows.push({
       nodes: 'pytorch',
-      step_ms: torchBest,
-      tokens_per_s: (o.batch * o.seq * 1000) / torchBest,
+      step_ms: ms,
+      tokens_per_s: (o.batch * o.seq * 1000) / ms,
       comm_share: 0,
       overlap: 0,
-      threads: 1,
+      threads: t,
     });
   return rows;
 }
 
 export function trainTable(rows: readonly TrainBenchRow[]): string {
-  const torch = rows.find((r) => r.nodes === 'pytorch');
+  // each row against PyTorch on as many threads as the row's process has
+  const torch = (t: number): TrainBenchRow | undefined =>
+    rows.find((r) => r.nodes === 'pytorch' && r.threads === t);
   return formatTable(
-    ['nodes', 'step ms', 'tokens/s', 'comm share', 'overlap', 'x pytorch'],
+    ['nodes', 'step ms', 'tokens/s', 'comm share', 'overlap', 'threads', 'x pytorch'],
     rows.map((r) => [
       String(r.nodes),
       r.step_ms.toFixed(0),
       r.tokens_per_s.toFixed(0),
       r.comm_share.toFixed(3),
       r.overlap.toFixed(2),
-      torch ? (torch.step_ms / r.step_ms).toFixed(2) : '-',
+      String(r.threads),
+      torch(r.threads) ? (torch(r.threads)!.step_ms / r.step_ms).toFixed(2) : '-',
     ]),
   );
 }

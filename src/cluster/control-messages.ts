@@ -3,6 +3,7 @@ import type { ProviderName } from '../fabric/index.js';
 import { wireFormats, type ParallelPlan, type WireFormat } from '../parallel/index.js';
 import type { Message } from './protocol.js';
 import type { SliceSource } from './slices/slice-server.js';
+import { isTrainRequest, type TrainRequest } from './node-train.js';
 
 /**
  * The control protocol's version: the node's challenge and the coordinator's answer both
@@ -58,6 +59,7 @@ export type NodeRequest = { id: number } & (
   | { type: 'expert-load' }
   | { type: 'experts-stage'; replace: ExpertsStage }
   | { type: 'experts-switch'; replaceId: number }
+  | { type: 'train'; train: TrainRequest }
 );
 
 /**
@@ -208,6 +210,9 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
     case 'stream':
       need(typeof m.bytes === 'number' && typeof m.ms === 'number', type, 'no bytes or ms');
       return { type, id, bytes: m.bytes as number, ms: m.ms as number };
+    case 'train':
+      need(isTrainRequest(m), type, 'bad training fields');
+      return { type, id, train: m as unknown as TrainRequest };
     default:
       throw new MalformedMessage(`an unknown request '${type}'`);
   }

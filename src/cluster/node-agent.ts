@@ -26,6 +26,7 @@ import { collectFigures, StepClock, type NodeFigures } from './node-figures.js';
 import { NodeExperts, noExperts, stageBesideQueue } from './node-experts.js';
 import { cpuBackendOf, NodeKernels } from './node-kernels.js';
 import { NodeSequences } from './node-sequences.js';
+import { trainOnNode } from './node-train.js';
 import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
@@ -89,6 +90,8 @@ class Session {
   private clock = new StepClock();
   /** The loaded model's experts: counters, and new placements staged beside the old (after a load). */
   experts: NodeExperts | undefined;
+  /** A training rank under way (`tandem train --hosts`): aborted when the session ends. */
+  private training: AbortController | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -129,6 +132,14 @@ class Session {
       case 'experts-switch': {
         if (!this.experts) throw noExperts();
         return r.type === 'experts-stage' ? this.experts.stage(r.replace) : this.experts.switch(r.replaceId);
+      }
+      case 'train': {
+        const training = (this.training = new AbortController());
+        try {
+          return await trainOnNode(r.train, this.o.secret, training.signal, this.o.log);
+        } finally {
+          this.training = undefined;
+        }
       }
     }
   }
@@ -310,6 +321,7 @@ class Session {
   /** The coordinator went away: fail fast on every peer, then free everything. */
   async end(): Promise<void> {
     this.ended = true;
+    this.training?.abort('the coordinator disconnected');
     this.ctx?.exchange?.abort('the coordinator disconnected');
     this.world?.abort('the coordinator disconnected');
     await this.unload();
@@ -318,6 +330,7 @@ class Session {
   }
 
   abort(reason: string): void {
+    this.training?.abort(reason);
     this.ctx?.exchange?.abort(reason);
     this.world?.abort(reason);
   }

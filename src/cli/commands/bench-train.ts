@@ -3,16 +3,28 @@ import { checkInteger } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { trainShape, trainShapes } from '../../engine/train/index.js';
 import { benchTrain, trainTable } from '../../../bench/train.js';
+import type { GemmKind } from '../../kernels/backward/load-gemm.js';
 
 export const command = defineCommand({
   name: 'bench train',
   summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
   description:
-    'Runs a few updates of the shape on synthetic tokens for each node count (one compute thread per node; gradients all-reduced over tcp in buckets during the backward), ' +
-    "and PyTorch's CPU step of the same shape, batch and thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
+    'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients all-reduced over tcp in buckets during the backward), ' +
+    "and PyTorch's CPU step of the same shape, batch and each thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
     'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward.',
   options: {
     nodes: { type: 'list', description: 'node counts to measure', default: ['1', '2'] },
+    threads: {
+      type: 'list',
+      description: 'compute threads per node to measure each node count with (and PyTorch with)',
+      default: ['1'],
+    },
+    kernels: {
+      type: 'string',
+      description: 'matrix products of the nodes (native: C, multi-threaded; wasm: SIMD, one thread)',
+      choices: ['native', 'wasm'],
+      default: 'native',
+    },
     shape: {
       type: 'string',
       description: 'model shape',
@@ -27,13 +39,15 @@ export const command = defineCommand({
     json: {
       type: 'boolean',
       description:
-        'print JSON lines {"nodes","step_ms","tokens_per_s","comm_share","overlap"} instead of a table',
+        'print JSON lines {"nodes","step_ms","tokens_per_s","comm_share","overlap","threads"} instead of a table',
     },
   },
-  examples: ['tandem bench train --nodes 1,2 --json'],
+  examples: ['tandem bench train --nodes 1,2 --json', 'tandem bench train --nodes 1,2 --threads 1,2'],
   async run({ options }) {
     const nodes = options.nodes.flatMap((n) => n.split(',')).map(Number);
     for (const n of nodes) checkInteger('bench train', 'nodes', n, 1, 16, 2);
+    const threads = options.threads.flatMap((n) => n.split(',')).map(Number);
+    for (const t of threads) checkInteger('bench train', 'threads', t, 1, 64, 2);
     const shape = trainShape(options.shape);
     const batch = checkInteger('bench train', 'batch', options.batch, 1, 1024, 8);
     if (Math.max(...nodes) > batch)
@@ -47,6 +61,8 @@ export const command = defineCommand({
     const rows = await benchTrain({
       shape: options.shape,
       nodes,
+      threads,
+      kernels: options.kernels as GemmKind,
       batch,
       seq: checkInteger('bench train', 'seq', options.seq, 1, shape.context, 64),
       steps: checkInteger('bench train', 'steps', options.steps, 2, 100, 4),

@@ -22,10 +22,11 @@ import {
   type TrainResult,
 } from '../../engine/train/index.js';
 import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
+import { trainOnHosts } from './train-hosts.js';
+import { clusterSecret, secretOptions } from '../secret.js';
 import { curveSvg } from './train-plot.js';
 import { trainRank } from '../../parallel/train/index.js';
-import { referenceGemm, type Gemm } from '../../kernels/backward/gemm.js';
-import { loadWasmGemm } from '../../kernels/backward/gemm-wasm.js';
+import { gemmKinds, loadGemm, type GemmKind } from '../../kernels/backward/load-gemm.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('TRAIN_OPTIONS', `train: ${message}`, { hint });
@@ -113,6 +114,7 @@ async function runRankZero(
   options: {
     data: string;
     kernels: string;
+    threads: number;
     provider: 'tcp' | 'shm';
     resume?: string | undefined;
     'stop-after'?: number | undefined;
@@ -129,6 +131,7 @@ async function runRankZero(
       ];
   const ranks = localRanks(nodes, (rank, address) => [
     ...['--data', options.data, '--nodes', String(nodes), '--kernels', options.kernels],
+    ...['--threads', String(options.threads)],
     ...['--provider', options.provider, '--json', ...settingsArgs],
     ...(options['stop-after'] !== undefined ? ['--stop-after', String(options['stop-after'])] : []),
     ...['--rank', String(rank), '--rendezvous', address],
@@ -219,9 +222,16 @@ export const command = defineCommand({
     },
     kernels: {
       type: 'string',
-      description: 'matrix products: wasm (SIMD, default) or reference (plain TypeScript, slow)',
-      choices: ['wasm', 'reference'],
-      default: 'wasm',
+      description:
+        'matrix products: native (C compiled on this machine at first use, multi-threaded; falls back to wasm without a C compiler), wasm (SIMD, one thread) or reference (plain TypeScript, slow)',
+      choices: [...gemmKinds],
+      default: 'native',
+    },
+    threads: {
+      type: 'number',
+      description:
+        'compute threads of each process for the native matrix products (the result does not depend on it)',
+      default: 1,
     },
     curve: {
       type: 'string',
@@ -239,9 +249,16 @@ export const command = defineCommand({
         'train data-parallel in N local processes: each computes its share of --batch, gradients are summed by all-reduce',
       default: 1,
     },
+    hosts: {
+      type: 'string',
+      description:
+        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here (the secret: --secret-file or TANDEM_SECRET)',
+      placeholder: 'FILE',
+    },
+    ...secretOptions,
     provider: {
       type: 'string',
-      description: 'fabric between the --nodes processes',
+      description: 'fabric between the --nodes processes (--hosts: tcp)',
       choices: ['tcp', 'shm'],
       default: 'tcp',
     },
@@ -259,6 +276,7 @@ export const command = defineCommand({
   },
   examples: [
     'tandem train --data notes.txt --model-shape tiny --steps 300 --out notes.gguf',
+    'tandem train --data notes.txt --hosts hosts.txt --secret-file cluster.secret --out notes.gguf',
     'tandem train --data notes.txt --stop-after 100 --out notes.gguf && tandem train --data notes.txt --resume notes.gguf.ckpt --out notes.gguf',
   ],
   async run({ options }) {
@@ -282,9 +300,10 @@ export const command = defineCommand({
         ? checkInteger('train', 'stop-after', options['stop-after'], 1)
         : undefined;
     const every = checkInteger('train', 'checkpoint-every', options['checkpoint-every'], 1);
-    const gemm: Gemm = options.kernels === 'reference' ? referenceGemm : await loadWasmGemm();
-    const checkpoint = options.checkpoint ?? `${options.out}.ckpt`;
+    const threads = checkInteger('train', 'threads', options.threads, 1, 256, 2);
     const say = (s: string): void => void process.stderr.write(s);
+    const gemm = await loadGemm(options.kernels as GemmKind, threads, (why) => say(`train: ${why}\n`));
+    const checkpoint = options.checkpoint ?? `${options.out}.ckpt`;
     if (!options.json)
       say(
         `training ${settings.shapeName} (${(layout.total / 1e6).toFixed(2)}M parameters) on ${options.data}: ${tokens.length} tokens, ` +
@@ -317,7 +336,24 @@ export const command = defineCommand({
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;
     }
-    const r = nodes === 1 ? await train(cfg) : await runRankZero(cfg, nodes, options, resume !== undefined);
+    if (options.hosts !== undefined && (options.nodes !== 1 || resume))
+      throw usage(
+        options.nodes !== 1 ? '--hosts and --nodes both given' : '--hosts does not resume a run (--resume)',
+        options.nodes !== 1
+          ? 'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both'
+          : 'resume it on this machine (--resume CKPT, with --nodes N if you like); --hosts starts fresh runs',
+      );
+    const r =
+      options.hosts !== undefined
+        ? await trainOnHosts(cfg, {
+            hostfile: options.hosts,
+            secret: clusterSecret('train', options),
+            kernels: options.kernels as GemmKind,
+            threads,
+          })
+        : nodes === 1
+          ? await train(cfg)
+          : await runRankZero(cfg, nodes, { ...options, threads }, resume !== undefined);
     const done = r.step >= settings.steps;
     if (done)
       await writeTrainedGguf(

@@ -17,12 +17,18 @@ export function crossEntropyInPlace(
     const o = t * vocab;
     let max = -Infinity;
     for (let j = 0; j < vocab; j++) max = Math.max(max, logits[o + j] as number);
-    let sum = 0;
-    for (let j = 0; j < vocab; j++) sum += Math.exp((logits[o + j] as number) - max);
     const target = targets[t] as number;
-    total += Math.log(sum) + max - (logits[o + target] as number);
-    for (let j = 0; j < vocab; j++)
-      logits[o + j] = Math.exp((logits[o + j] as number) - max) / sum / denominator;
+    const picked = logits[o + target] as number;
+    // one exp per entry: kept in place (f32) and scaled once the row's sum is known
+    let sum = 0;
+    for (let j = 0; j < vocab; j++) {
+      const e = Math.exp((logits[o + j] as number) - max);
+      logits[o + j] = e;
+      sum += e;
+    }
+    total += Math.log(sum) + max - picked;
+    const scale = 1 / (sum * denominator);
+    for (let j = 0; j < vocab; j++) logits[o + j] = (logits[o + j] as number) * scale;
     logits[o + target] = (logits[o + target] as number) - 1 / denominator;
   }
   return total / denominator;

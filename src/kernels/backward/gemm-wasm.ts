@@ -30,13 +30,24 @@ export const trainGemmWasmPath = join(root, 'build', 'wasm', 'train-gemm.wasm');
 const BASE = 65536;
 const PAGE = 65536;
 
+/** The part of assemblyscript/asc's API the build uses. */
+interface AscMain {
+  main(
+    argv: string[],
+    o: { stdout: { write(s: unknown): boolean }; stderr: { write(s: unknown): boolean } },
+  ): Promise<{ error: Error | null }>;
+}
+
 async function build(): Promise<string> {
   const [src, out] = await Promise.all([stat(source), stat(trainGemmWasmPath).catch(() => undefined)]);
   if (out && out.mtimeMs >= src.mtimeMs) return trainGemmWasmPath;
   await mkdir(dirname(trainGemmWasmPath), { recursive: true });
   // a unique temporary then rename: concurrent builds never see half a file
   const tmp = `${trainGemmWasmPath}.${process.pid}.${Date.now()}.tmp`;
-  const { default: asc } = await import('assemblyscript/asc');
+  // the specifier through a variable: the compiler's own declarations (which declare a
+  // `console` namespace of their own) stay out of the program's types
+  const ascModule = 'assemblyscript/asc';
+  const { default: asc } = (await import(ascModule)) as { default: AscMain };
   let errors = '';
   const { error } = await asc.main(
     [source, '-O3', '--runtime', 'stub', '--noAssert', '--enable', 'simd', '-o', tmp],

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { referenceGemm, type Gemm } from './gemm.js';
 import { loadWasmGemm } from './gemm-wasm.js';
+import { loadNativeGemm } from './gemm-native.js';
 
 function random(n: number, seed: number): Float32Array {
   let s = seed >>> 0 || 1;
@@ -66,4 +67,32 @@ test('the three products agree with each other through transposes', () => {
   referenceGemm.tn(at, bt, c3, m, n, k);
   assert.deepEqual(c2, c1);
   assert.deepEqual(c3, c1);
+});
+
+test('the native GEMMs match the reference twin on odd shapes, and give the same bits on 1 and 3 threads', async () => {
+  const one = await loadNativeGemm(1);
+  const three = await loadNativeGemm(3);
+  for (const [m, n, k] of [
+    [1, 1, 1],
+    [3, 5, 7],
+    [7, 33, 16],
+    [17, 65, 65],
+    [64, 100, 130],
+  ] as const) {
+    const a = random(Math.max(m, k) * Math.max(k, m), m * 1000 + k);
+    const b = random(Math.max(n, k) * Math.max(k, n), n * 77 + k);
+    const c0 = random(m * n, 5);
+    for (const op of ['nt', 'nn', 'tn'] as const) {
+      for (const acc of [false, true]) {
+        const want = c0.slice();
+        const got = c0.slice();
+        const got3 = c0.slice();
+        referenceGemm[op](a, b, want, m, n, k, acc);
+        one[op](a, b, got, m, n, k, acc);
+        three[op](a, b, got3, m, n, k, acc);
+        assert.ok(relDiff(got, want) < 1e-5, `${op} ${m}x${n}x${k} acc=${acc}: ${relDiff(got, want)}`);
+        assert.deepEqual(got3, got, `${op} ${m}x${n}x${k} acc=${acc}: 3 threads differ from 1`);
+      }
+    }
+  }
 });

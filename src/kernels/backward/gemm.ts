@@ -9,7 +9,7 @@
  *   tn: c[m, n] = a[k, m]^T . b[k, n]   weight gradient dW = dY^T X
  */
 export interface Gemm {
-  readonly name: 'reference' | 'wasm';
+  readonly name: 'reference' | 'wasm' | 'native';
   nt(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;
   nn(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;
   tn(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;

@@ -15,6 +15,8 @@ export interface RankOptions {
   onListening?: (address: string) => void;
   /** Each update's communication time (rank-local), for the benchmark. */
   onTimes?: (times: SyncTimes) => void;
+  /** Aborts the run's communicator (a node agent whose coordinator left): the rank stops with PAR_TRAIN_NODE_LOST. */
+  signal?: AbortSignal;
 }
 
 /** Collectives' codes that mean a rank is gone or stuck: the survivors stop. */
@@ -39,6 +41,9 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
     connectTimeoutMs: 60_000,
     ...(o.onListening ? { onListening: o.onListening } : {}),
   });
+  const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
+  if (o.signal?.aborted) onAbort();
+  o.signal?.addEventListener('abort', onAbort, { once: true });
   const sync = new CollectiveGradSync(comm);
   let done = cfg.resume?.step ?? 0;
   try {
@@ -67,6 +72,7 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
     }
     throw e;
   } finally {
+    o.signal?.removeEventListener('abort', onAbort);
     await Promise.race([comm.close(), new Promise((r) => setTimeout(r, 2000).unref())]);
   }
 }

@@ -1,0 +1,61 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startNode } from '../../cluster/index.js';
+import { hashTokens, train, type RunSettings } from '../../engine/train/index.js';
+import { MICRO_SHAPE } from '../../engine/train/testing.js';
+import { referenceGemm } from '../../kernels/backward/gemm.js';
+import { trainOnHosts } from './train-hosts.js';
+
+const tokens = Int32Array.from({ length: 500 }, (_, i) => (i * 5 + (i >> 3)) % 31);
+const secret = 'train-hosts-test-secret-0123456789';
+
+function settings(): RunSettings {
+  return {
+    shapeName: 'micro-test',
+    shape: MICRO_SHAPE,
+    seed: 4,
+    steps: 3,
+    batch: 3,
+    seq: 10,
+    lr: 1e-2,
+    warmup: 1,
+    minLrRatio: 0.1,
+    weightDecay: 0.1,
+    clip: 1,
+    dataTokens: tokens.length,
+    dataHash: hashTokens(tokens),
+  };
+}
+
+test(
+  'train --hosts: rank 0 here and two `tandem node` agents on 127.0.0.1 follow one process up to sum order',
+  { timeout: 120_000 },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
+    const nodes = await Promise.all(
+      [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
+    );
+    try {
+      const hostfile = join(dir, 'hosts.txt');
+      writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
+      const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
+      const spread = await trainOnHosts(
+        { settings: settings(), tokens, gemm: referenceGemm },
+        { hostfile, secret, kernels: 'reference', threads: 1, timeoutMs: 30_000 },
+      );
+      assert.equal(spread.step, 3);
+      for (let i = 0; i < 3; i++)
+        assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
+      let d = 0;
+      for (let i = 0; i < single.weights.length; i++)
+        d = Math.max(d, Math.abs((spread.weights[i] as number) - (single.weights[i] as number)));
+      assert.ok(d < 1e-4, `weights differ by ${d}`);
+    } finally {
+      await Promise.all(nodes.map((n) => n.close()));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
