@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
-import { IBV, loadVerbs, verbsProblem, type ContextOps, type Verbs } from './rdma-verbs.js';
+import { IBV } from './rdma-verbs-enums.js';
+import { loadVerbs, verbsProblem, type ContextOps, type Verbs } from './rdma-verbs.js';
 
 /**
  * One open verbs device: its attributes, port 1, its GID table, and the objects made on it

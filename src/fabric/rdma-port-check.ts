@@ -60,6 +60,8 @@ interface Progress {
   opened: RdmaDevice[];
   qpType: QpType;
   step: string;
+  /** Set once the verdict is given: the devices are closing, the transfer must touch them no more. */
+  over: boolean;
 }
 
 async function checkPort(
@@ -68,7 +70,7 @@ async function checkPort(
   options: RdmaPortCheckOptions,
 ): Promise<RdmaPortCheck> {
   const deadlineMs = options.deadlineMs ?? CHECK_MS;
-  const at: Progress = { opened: [], qpType: qpType ?? 'rc', step: 'opening the device' };
+  const at: Progress = { opened: [], qpType: qpType ?? 'rc', step: 'opening the device', over: false };
   const verdict = (v: RdmaPortVerdict, detail: string): RdmaPortCheck => ({
     device: name,
     qpType: at.qpType,
@@ -93,6 +95,7 @@ async function checkPort(
     ]);
   } finally {
     clearTimeout(timer);
+    at.over = true;
     await closeWithin(at.opened, CLOSE_MS);
   }
 }
@@ -114,11 +117,16 @@ async function transfer(name: string, qpType: QpType | undefined, at: Progress):
   const [ca, cb] = [a.createCq(), b.createCq()];
   at.step = 'connecting two queue pairs over the side channel on 127.0.0.1';
   const listener = await b.listen({ host: '127.0.0.1', port: 0, secret });
+  if (at.over) {
+    await listener.close();
+    return 'abandoned after its deadline';
+  }
   const [qb, qa] = await Promise.all([
     listener.accept({ pd: pb, cq: cb, timeoutMs: STEP_MS }),
     a.connect({ host: '127.0.0.1', port: listener.port, secret, pd: pa, cq: ca, timeoutMs: STEP_MS }),
   ]);
   await listener.close();
+  if (at.over) return 'abandoned after its deadline';
   at.step = `waiting for a ${BYTES} B write and send`;
   const src = pa.allocate(BYTES, Access.NONE);
   src.buffer.set(randomBytes(BYTES));
