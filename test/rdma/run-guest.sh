@@ -5,7 +5,8 @@
 # status (124 when the guest did not finish within TANDEM_GUEST_TIMEOUT seconds, default 1800).
 # Without a network card, unless TANDEM_GUEST_NET gives qemu's -netdev (e.g.
 # socket,listen=127.0.0.1:PORT): then one virtio NIC on it, with the MAC TANDEM_GUEST_MAC
-# (run-two-guests.sh joins two guests so).
+# (run-two-guests.sh joins two guests so). The kernel skips its IO-APIC timer check
+# (no_timer_check): on a loaded host the emulated timer failed it and the kernel panicked.
 #   test/rdma/run-guest.sh test/rdma/guest-job.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
