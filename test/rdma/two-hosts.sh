@@ -32,10 +32,12 @@ answers() {
 }
 ARGS="--threads 1 --temperature 0 --prompt-tokens 1,450,2996 --max-tokens 6 --json"
 if [ "$IDX" = 2 ]; then
-  timeout 1800 node bin/tandem.js node --listen $B:7100 --threads 1 --speed 1 --kernels reference &
+  # Bounded by the guest's own deadline (run-guest.sh): a shorter bound here ended this node
+  # while host a, slower under load, still ran over it.
+  timeout 7200 node bin/tandem.js node --listen $B:7100 --threads 1 --speed 1 --kernels reference &
   node_pid=$!
   # host a says when its runs are done; then this node ends
-  timeout 1800 nc -l -p 7399 >/dev/null
+  timeout 7200 nc -l -p 7399 >/dev/null
   kill $node_pid 2>/dev/null
   exit $status
 fi
@@ -43,7 +45,7 @@ fi
 trap 'echo done | nc $B 7399' EXIT
 M=/tmp/two-hosts.gguf
 node bin/tandem.js make-model $M --seed 11 --json || exit 4
-timeout 1800 node bin/tandem.js node --listen $A:7100 --threads 1 --speed 1 --kernels reference &
+timeout 7200 node bin/tandem.js node --listen $A:7100 --threads 1 --speed 1 --kernels reference &
 node_pid=$!
 printf '%s\n%s\n' "$A:7100" "$B:7100" > /tmp/hosts.txt
 for _ in $(seq 120); do answers $A 7100 && answers $B 7100 && break; sleep 5; done
