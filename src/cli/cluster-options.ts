@@ -34,8 +34,9 @@ export const clusterOptions = {
   },
   provider: {
     type: 'string',
-    description: 'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts)',
-    choices: ['shm', 'tcp'],
+    description:
+      'with --nodes/--hosts: fabric between nodes (default shm for --nodes, tcp for --hosts; rdma: a verbs device on every node, TANDEM_RDMA_DEVICE names one, see `tandem devinfo`)',
+    choices: ['shm', 'tcp', 'rdma'],
   },
   wire: {
     type: 'string',
@@ -64,7 +65,7 @@ export function clusterChoice(
     hosts?: string | undefined;
     parallel?: ParallelKind | 'auto' | undefined;
     tp?: number | undefined;
-    provider?: 'shm' | 'tcp' | undefined;
+    provider?: 'shm' | 'tcp' | 'rdma' | undefined;
     wire?: WireFormat | undefined;
     /** serve --cluster: members join instead of being listed, and the split options apply to them. */
     cluster?: string | undefined;

@@ -1,12 +1,11 @@
 import { TandemError } from '../errors/index.js';
+import { SlabPool } from './slab-pool.js';
 import { freshKey, randomU32 } from './random.js';
 import type {
   AccessFlags,
   Device,
   MemoryRegion,
   PoolOptions,
-  PoolSlice,
-  PoolStats,
   ProtectionDomain,
   RegistrationPool,
   RemoteAddress,
@@ -152,95 +151,6 @@ export class Domain implements ProtectionDomain {
   }
 
   createPool(options: PoolOptions = {}): RegistrationPool {
-    return new Pool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
-  }
-}
-
-const MIN_CLASS = 6; // 64-byte slices at least: cache-line aligned
-
-/** Power-of-two size classes carved from big registered chunks; freed slices are reused. */
-class Pool implements RegistrationPool {
-  private readonly free = new Map<number, { mr: Region; offset: number }[]>();
-  private readonly chunks: Region[] = [];
-  private current: Region | undefined;
-  private used = 0;
-  private hits = 0;
-  private misses = 0;
-  private inUse = 0;
-
-  constructor(
-    private readonly pd: Domain,
-    private readonly access: AccessFlags,
-    private readonly chunkBytes: number,
-  ) {}
-
-  acquire(length: number): PoolSlice {
-    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
-      throw new TandemError('FABRIC_INVALID_REQUEST', `pool.acquire: length ${length} is not in 1..2^31-1`, {
-        hint: 'ask for a positive length below 2 GiB',
-      });
-    }
-    const cls = Math.max(MIN_CLASS, Math.ceil(Math.log2(length)));
-    const size = 2 ** cls;
-    const list = this.free.get(cls);
-    const reused = list?.pop();
-    let mr: Region;
-    let offset: number;
-    if (reused) {
-      ({ mr, offset } = reused);
-      this.hits++;
-    } else {
-      if (this.current === undefined || this.used + size > this.current.length) {
-        this.current = this.pd.allocate(Math.max(size, this.chunkBytes), this.access);
-        this.chunks.push(this.current);
-        this.used = 0;
-        this.misses++;
-      } else {
-        this.hits++;
-      }
-      mr = this.current;
-      offset = this.used;
-      this.used += size;
-    }
-    this.inUse++;
-    return this.slice(mr, offset, length, cls);
-  }
-
-  private slice(mr: Region, offset: number, length: number, cls: number): PoolSlice {
-    let released = false;
-    const release = (): void => {
-      if (released) return;
-      released = true;
-      this.inUse--;
-      let list = this.free.get(cls);
-      if (!list) this.free.set(cls, (list = []));
-      list.push({ mr, offset });
-    };
-    return {
-      mr,
-      offset,
-      length,
-      view: mr.buffer.subarray(offset, offset + length),
-      sge: (o = 0, l = length - o) => mr.sge(offset + o, l),
-      remote: (o = 0) => mr.remote(offset + o),
-      release,
-    };
-  }
-
-  stats(): PoolStats {
-    return {
-      hits: this.hits,
-      misses: this.misses,
-      regions: this.chunks.length,
-      bytesRegistered: this.chunks.reduce((s, c) => s + c.length, 0),
-      slicesInUse: this.inUse,
-    };
-  }
-
-  close(): void {
-    for (const c of this.chunks) c.deregister();
-    this.chunks.length = 0;
-    this.free.clear();
-    this.current = undefined;
+    return new SlabPool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
   }
 }

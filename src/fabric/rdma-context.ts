@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
-import { IBV, loadVerbs, verbsProblem, type ContextOps, type Verbs } from './rdma-verbs.js';
+import { IBV } from './rdma-verbs-enums.js';
+import { loadVerbs, verbsProblem, type ContextOps, type Verbs } from './rdma-verbs.js';
 
 /**
  * One open verbs device: its attributes, port 1, its GID table, and the objects made on it
@@ -95,21 +96,7 @@ export class RdmaContext {
 
   /** Opens the device `name` (default: the first one). */
   static open(name?: string): RdmaContext {
-    const verbs = loadVerbs();
-    if (!verbs) {
-      throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `rdma is unavailable: ${verbsProblem()}`, {
-        hint: 'use --provider tcp, or install the RDMA stack (tandem devinfo says what is missing)',
-      });
-    }
-    const names = listDevices(verbs);
-    const pick = name === undefined ? names[0] : names.find((d) => d.name === name);
-    if (pick === undefined) {
-      throw new TandemError(
-        'FABRIC_PROVIDER_UNAVAILABLE',
-        name === undefined ? 'no RDMA device is present' : `no RDMA device named ${name}`,
-        { hint: `devices here: ${names.map((d) => d.name).join(', ') || 'none'} (tandem devinfo)` },
-      );
-    }
+    const { verbs, pick } = selectDevice(name);
     const num = [0];
     const list = verbs.fn.ibv_get_device_list(num);
     try {
@@ -182,6 +169,49 @@ export class RdmaContext {
 }
 
 /** The devices' names, in the library's order. */
+/**
+ * The verbs library and the device `name` (default: the first one), or the typed error that
+ * says why the rdma provider cannot open it here: no library, no device, no device of that name.
+ */
+function selectDevice(name: string | undefined): { verbs: Verbs; pick: { index: number; name: string } } {
+  const verbs = loadVerbs();
+  if (!verbs) {
+    throw new TandemError('FABRIC_PROVIDER_UNAVAILABLE', `rdma is unavailable: ${verbsProblem()}`, {
+      hint: 'use --provider tcp, or install the RDMA stack (tandem devinfo says what is missing)',
+    });
+  }
+  const names = listDevices(verbs);
+  const pick = name === undefined ? names[0] : names.find((d) => d.name === name);
+  if (pick === undefined) {
+    const here = names.map((d) => d.name).join(', ') || 'none';
+    throw new TandemError(
+      'FABRIC_PROVIDER_UNAVAILABLE',
+      name === undefined
+        ? 'no RDMA device is present (the verbs library loaded, but it lists no device: this host has no RDMA NIC, or its kernel no RDMA support)'
+        : `no RDMA device named ${name} (TANDEM_RDMA_DEVICE or the caller's choice)`,
+      {
+        hint: `devices here: ${here} (tandem devinfo); use --provider tcp (shm between processes of one host), or bring a device up (soft-RoCE: rdma link add rxe0 type rxe netdev IFACE)`,
+      },
+    );
+  }
+  return { verbs, pick };
+}
+
+/**
+ * Why `openDevice('rdma')` would fail here for the device `name` (default: TANDEM_RDMA_DEVICE,
+ * else the first one), as its typed error; undefined when a device is there to open. Commands
+ * check it once before they start local processes, so a missing device is one error up front.
+ */
+export function rdmaUnavailable(name = process.env.TANDEM_RDMA_DEVICE): TandemError | undefined {
+  try {
+    selectDevice(name);
+    return undefined;
+  } catch (e) {
+    if (e instanceof TandemError) return e;
+    throw e;
+  }
+}
+
 export function listDevices(verbs: Verbs): { index: number; name: string }[] {
   const num = [0];
   const list = verbs.fn.ibv_get_device_list(num);

@@ -1,7 +1,8 @@
 import { networkInterfaces } from 'node:os';
 import { chooseGid, listDevices, mtuBytes, RdmaContext, type GidEntry } from './rdma-context.js';
 import { regionsInUse } from './rdma-memory.js';
-import { IBV, loadVerbs } from './rdma-verbs.js';
+import { IBV } from './rdma-verbs-enums.js';
+import { loadVerbs } from './rdma-verbs.js';
 
 /** One RDMA device as `tandem devinfo` shows it. */
 export interface RdmaDeviceInfo {

@@ -1,4 +1,5 @@
 import { TandemError } from '../errors/index.js';
+import { SlabPool } from './slab-pool.js';
 import type { RdmaPd } from './rdma-resources.js';
 import { RdmaMr } from './rdma-resources.js';
 import {
@@ -7,8 +8,6 @@ import {
   type Device,
   type MemoryRegion,
   type PoolOptions,
-  type PoolSlice,
-  type PoolStats,
   type ProtectionDomain,
   type RegistrationPool,
   type RemoteAddress,
@@ -153,94 +152,6 @@ export class RdmaDomain implements ProtectionDomain {
   }
 
   createPool(options: PoolOptions = {}): RegistrationPool {
-    return new RdmaPool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
-  }
-}
-
-/** Smallest slice: 64 bytes, so slices are cache-line aligned inside their slab. */
-const MIN_CLASS = 6;
-
-/** Power-of-two size classes carved from registered slabs; a released slice is reused by its class. */
-export class RdmaPool implements RegistrationPool {
-  private readonly free = new Map<number, { mr: RdmaRegion; offset: number }[]>();
-  private readonly slabs: RdmaRegion[] = [];
-  private current: RdmaRegion | undefined;
-  private used = 0;
-  private hits = 0;
-  private misses = 0;
-  private inUse = 0;
-
-  constructor(
-    private readonly pd: RdmaDomain,
-    private readonly access: AccessFlags,
-    private readonly slabBytes: number,
-  ) {}
-
-  acquire(length: number): PoolSlice {
-    if (!Number.isInteger(length) || length <= 0 || length >= 0x80000000) {
-      throw new TandemError('FABRIC_INVALID_REQUEST', `pool.acquire: length ${length} is not in 1..2^31-1`, {
-        hint: 'ask for a positive length below 2 GiB',
-      });
-    }
-    const cls = Math.max(MIN_CLASS, Math.ceil(Math.log2(length)));
-    const size = 2 ** cls;
-    const reused = this.free.get(cls)?.pop();
-    let mr: RdmaRegion;
-    let offset: number;
-    if (reused) {
-      ({ mr, offset } = reused);
-      this.hits++;
-    } else {
-      if (this.current === undefined || this.used + size > this.current.length) {
-        this.current = this.pd.allocate(Math.max(size, this.slabBytes), this.access);
-        this.slabs.push(this.current);
-        this.used = 0;
-        this.misses++;
-      } else {
-        this.hits++;
-      }
-      mr = this.current;
-      offset = this.used;
-      this.used += size;
-    }
-    this.inUse++;
-    return this.slice(mr, offset, length, cls);
-  }
-
-  private slice(mr: RdmaRegion, offset: number, length: number, cls: number): PoolSlice {
-    let released = false;
-    return {
-      mr,
-      offset,
-      length,
-      view: mr.buffer.subarray(offset, offset + length),
-      sge: (o = 0, l = length - o) => mr.sge(offset + o, l),
-      remote: (o = 0) => mr.remote(offset + o),
-      release: () => {
-        if (released) return;
-        released = true;
-        this.inUse--;
-        let list = this.free.get(cls);
-        if (!list) this.free.set(cls, (list = []));
-        list.push({ mr, offset });
-      },
-    };
-  }
-
-  stats(): PoolStats {
-    return {
-      hits: this.hits,
-      misses: this.misses,
-      regions: this.slabs.length,
-      bytesRegistered: this.slabs.reduce((s, c) => s + c.length, 0),
-      slicesInUse: this.inUse,
-    };
-  }
-
-  close(): void {
-    for (const c of this.slabs) c.deregister();
-    this.slabs.length = 0;
-    this.free.clear();
-    this.current = undefined;
+    return new SlabPool(this, options.access ?? ALL_ACCESS, options.chunkBytes ?? 16 << 20);
   }
 }

@@ -130,6 +130,11 @@ export class RdmaDevice implements Device {
     const side = new SideChannelListener('rdma', options.secret, () => this.authFailures++);
     await side.start(options.host ?? '127.0.0.1', options.port ?? 0);
     const l = new RdmaListener(this, side);
+    if (this.closed) {
+      // closed while the socket opened: close() did not see this listener
+      await l.close();
+      this.checkOpen();
+    }
     this.listeners.add(l);
     return l;
   }
@@ -231,6 +236,8 @@ export class RdmaDevice implements Device {
         },
       );
       try {
+        // the device may have closed while the handshake ran: its queue pairs are destroyed then
+        this.checkOpen();
         this.bring(qp, gid as GidChoice, peer.extra, where);
         sendMessage(peer.socket, { t: 'ready' });
         return this.adopt(qp, pd, options, peer);
@@ -244,9 +251,11 @@ export class RdmaDevice implements Device {
     }
   }
 
+  /** Destroys a queue pair of this device once: one the device's close() destroyed is not touched again. */
   dropQp(qp: RdmaQp): void {
     const i = this.verbsQps.indexOf(qp);
-    if (i >= 0) this.verbsQps.splice(i, 1);
+    if (i < 0) return;
+    this.verbsQps.splice(i, 1);
     qp.close();
   }
 
@@ -263,7 +272,8 @@ export class RdmaDevice implements Device {
     };
   }
 
-  private checkOpen(): void {
+  /** Throws FABRIC_CLOSED once close() began: every verbs object of the device is (being) destroyed. */
+  checkOpen(): void {
     if (this.closed) {
       throw new TandemError('FABRIC_CLOSED', `rdma device ${this.name} is closed`, {
         hint: 'open a new device with openDevice()',
@@ -276,7 +286,7 @@ export class RdmaDevice implements Device {
     this.closed = true;
     for (const l of [...this.listeners]) await l.close();
     for (const q of this.qps.values()) await q.close();
-    for (const qp of this.verbsQps) qp.close();
+    for (const qp of this.verbsQps.splice(0)) qp.close();
     for (const r of [...this.regions.byLkey.values()]) if (r.pd.device === this) r.deregister();
     for (const [cq, rcq] of this.cqs) {
       cq.abort('the device closed');
@@ -314,6 +324,7 @@ class RdmaListener extends SideChannelBackedListener {
         `rdma setup with ${where}`,
       );
       if (ready.t !== 'ready') throw new Error(`expected 'ready', got '${String(ready.t)}'`);
+      this.device.checkOpen();
       return this.device.adopt(made.qp, made.pd, options, peer);
     } catch (e) {
       peer.socket.destroy();

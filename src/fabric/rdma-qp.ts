@@ -10,7 +10,7 @@ import {
   type RdmaCq,
   type RdmaPd,
 } from './rdma-resources.js';
-import { IBV, QP_ATTR } from './rdma-verbs.js';
+import { IBV, QP_ATTR } from './rdma-verbs-enums.js';
 import type { RecvWr, SendWr } from './types.js';
 
 /** Attributes of the transitions (verbs' units): ~67 ms ack timeout, 7 retries (peer loss in < 1 s). */

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mapWcStatus, verbsAccess } from './rdma-resources.js';
-import { IBV, WC_STATUS_NAMES } from './rdma-verbs.js';
+import { IBV, WC_STATUS_NAMES } from './rdma-verbs-enums.js';
 import { Access } from './types.js';
 
 test('rdma completions: every verbs status maps to a fabric status; only SUCCESS is success', () => {

@@ -1,6 +1,7 @@
 import { TandemError } from '../errors/index.js';
 import { fail, type RdmaContext } from './rdma-context.js';
-import { IBV, WC_STATUS_NAMES, type Verbs } from './rdma-verbs.js';
+import { IBV, WC_STATUS_NAMES } from './rdma-verbs-enums.js';
+import type { Verbs } from './rdma-verbs.js';
 import { Access, type CompletionOpcode, type Opcode, type Sge, type WcStatus } from './types.js';
 
 /**

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadVerbs, verbsInstallHint, verbsLayout, verbsLibraryName, verbsProblem } from './rdma-verbs.js';
+import { loadVerbs, verbsInstallHint, verbsLibraryName, verbsProblem } from './rdma-verbs.js';
+import { verbsLayout } from './rdma-verbs-structs.js';
 
 // Offsets and sizes printed by a C program compiled against rdma-core 44's
 // <infiniband/verbs.h> (libibverbs-dev, Debian 12, x86_64) with offsetof/sizeof.

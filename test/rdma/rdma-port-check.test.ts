@@ -18,3 +18,17 @@ test('rdma: the doctor port check passes on the device, RC and UC', { skip, time
     assert.match(mine.detail, /arrived intact/);
   }
 });
+
+test(
+  'rdma: a port check that cannot finish in time is a timeout verdict naming its step',
+  { skip, timeout: 120_000 },
+  async () => {
+    // 50 ms: the devices open, but the connection over the side channel cannot complete.
+    const [mine] = (await checkRdmaPorts('rc', { deadlineMs: 50 })).filter((c) => c.device === device);
+    assert.ok(mine);
+    assert.deepEqual([mine.verdict, mine.ok], ['timeout', false], mine.detail);
+    assert.match(mine.detail, /^no verdict within 50 ms \(stopped while .+\)$/);
+    const again = (await checkRdmaPorts('rc')).find((c) => c.device === device);
+    assert.equal(again?.verdict, 'ok', `a later check on the same device still passes: ${again?.detail}`);
+  },
+);

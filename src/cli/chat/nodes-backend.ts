@@ -16,7 +16,7 @@ import { answerBudget, type AnswerStats, type ChatBackend } from './backend.js';
 export interface NodesBackendOptions {
   nodes: number;
   parallel: ParallelKind | 'auto';
-  provider: 'shm' | 'tcp';
+  provider: 'shm' | 'tcp' | 'rdma';
   /** Compute threads per node. */
   threads: number;
   /** KV positions on every node; default the model's context length, at most 4096. */

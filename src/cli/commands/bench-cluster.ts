@@ -1,5 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { defineCommand } from '../options.js';
+import { checkLocalProvider } from '../provider-check.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import {
@@ -89,8 +90,8 @@ export const command = defineCommand({
     parallel: { type: 'string', description: 'how to split', choices: parallelKinds, default: 'tp' },
     provider: {
       type: 'string',
-      description: 'fabric provider between nodes',
-      choices: ['shm', 'tcp'],
+      description: 'fabric provider between nodes (rdma: a verbs device on every node, see `tandem devinfo`)',
+      choices: ['shm', 'tcp', 'rdma'],
       default: 'tcp',
     },
     wire: {
@@ -157,6 +158,7 @@ export const command = defineCommand({
     const model = resolveModelPath(positionals[0] as string);
     const hosts = options.hosts === undefined ? undefined : loadHostfile(options.hosts).entries;
     const secret = hosts === undefined ? undefined : clusterSecret('bench cluster', options);
+    if (hosts === undefined) await checkLocalProvider('bench cluster', options.provider);
     const textPath = options['agreement-text'];
     let agreementText: number[] | undefined;
     if (textPath !== undefined) {

@@ -16,6 +16,7 @@ import { algorithms } from '../../collectives/call.js';
 import { formatGoalTable } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
+import { checkLocalProvider } from '../provider-check.js';
 import type { BenchOp } from '../../collectives/bench-rank.js';
 
 /**
@@ -81,7 +82,7 @@ export const command = defineCommand({
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
     provider: {
       type: 'string',
-      choices: ['shm', 'tcp', 'loopback'],
+      choices: ['shm', 'tcp', 'rdma', 'loopback'],
       default: 'shm',
       description: 'fabric provider between the ranks (loopback: in-process, --ranks 1 only)',
     },
@@ -161,6 +162,7 @@ export const command = defineCommand({
         },
       );
     }
+    await checkLocalProvider('bench collectives', options.provider);
     const op = options.op;
     const sizes = options.sizes ? options.sizes.map(parseSize) : defaultSizes(op, ranks);
     checkSizes(op, ranks, sizes);

@@ -9,6 +9,7 @@ import { ChatLoop } from '../chat/chat-loop.js';
 import { Conversation } from '../chat/conversation.js';
 import { LocalBackend } from '../chat/local-backend.js';
 import { NodesBackend } from '../chat/nodes-backend.js';
+import { checkLocalProvider } from '../provider-check.js';
 import { RemoteBackend } from '../chat/remote-backend.js';
 import { command as run, samplingOptions } from './run.js';
 
@@ -139,7 +140,8 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
     checkInteger('chat', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   const path = model ?? embeddedModelPath('chat');
   const context = options.context !== undefined ? { context: options.context } : {};
-  if (options.nodes !== undefined)
+  if (options.nodes !== undefined) {
+    await checkLocalProvider('chat', options.provider);
     return NodesBackend.open(path, {
       nodes: options.nodes,
       parallel: options.parallel ?? 'tp',
@@ -152,6 +154,7 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
       log,
       ...context,
     });
+  }
   return LocalBackend.open(path, {
     threads: checkThreads('chat', options.threads ?? availableParallelism()),
     kvType: options['kv-type'],

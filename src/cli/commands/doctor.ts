@@ -10,12 +10,11 @@ import {
   probeHost,
   readClusterConfig,
   runCommand,
+  type Finding,
   type HostReport,
   type TopologyGraph,
 } from '../../topology/index.js';
 import { checkHostReport } from '../../topology/probes/check-report.js';
-import { loadHostfile } from '../../cluster/hostfile.js';
-import { checkRdmaPorts } from '../../fabric/rdma-port-check.js';
 
 function readJson(path: string, what: string): unknown {
   try {
@@ -45,6 +44,29 @@ async function remoteReport(ssh: string, sshCommand: string): Promise<HostReport
   } catch (e) {
     return `${ssh}: ${(e as Error).message.split('\n')[0]}`;
   }
+}
+
+/** One finding per verbs device from a transfer through the rdma provider, each with its verdict. */
+async function rdmaPortFindings(host: string): Promise<Finding[]> {
+  const { checkRdmaPorts } = await import('../../fabric/rdma-port-check.js');
+  return (await checkRdmaPorts()).map((c) => ({
+    check: 'rdma-port',
+    host,
+    severity: c.ok ? 'ok' : 'error',
+    title:
+      c.verdict === 'ok'
+        ? `${c.device} carries verbs traffic`
+        : c.verdict === 'timeout'
+          ? `${c.device} gave no verdict through the rdma provider in time`
+          : `${c.device} failed a transfer through the rdma provider`,
+    evidence: c.detail,
+    fix:
+      c.verdict === 'ok'
+        ? ''
+        : c.verdict === 'timeout'
+          ? 'the device or its completions stall: check `tandem devinfo` (port active, GIDs) and the kernel log; on macOS try TANDEM_RDMA_QP=uc'
+          : 'check the port state and GIDs with `tandem devinfo`; on macOS try TANDEM_RDMA_QP=uc',
+  }));
 }
 
 export const command = defineCommand({
@@ -107,6 +129,9 @@ export const command = defineCommand({
     if (options.config !== undefined || existsSync(configPath)) graph = readClusterConfig(configPath).graph;
     const unreachable: string[] = [];
     if (options.hostfile !== undefined) {
+      // Loaded only here: the hostfile reader pulls in the cluster layer (~240 modules), which
+      // doctor without --hostfile does not need (it starts in seconds, not a minute, in an emulated guest).
+      const { loadHostfile } = await import('../../cluster/hostfile.js');
       const hostfile = loadHostfile(options.hostfile, '--hostfile');
       // A host:port list names no cables: its hosts are checked, the cabling is not.
       if (hostfile.format === 'mlx') graph = hostfile.graph;
@@ -126,22 +151,7 @@ export const command = defineCommand({
       topology: options.topology,
       ...(graph ? { graph } : {}),
     });
-    if (mode === 'rdma') {
-      for (const c of await checkRdmaPorts()) {
-        findings.push({
-          check: 'rdma-port',
-          host: report.host,
-          severity: c.ok ? 'ok' : 'error',
-          title: c.ok
-            ? `${c.device} carries verbs traffic`
-            : `${c.device} failed a transfer through the rdma provider`,
-          evidence: c.detail,
-          fix: c.ok
-            ? ''
-            : 'check the port state and GIDs with `tandem devinfo`; on macOS try TANDEM_RDMA_QP=uc',
-        });
-      }
-    }
+    if (mode === 'rdma') findings.push(...(await rdmaPortFindings(report.host)));
     for (const u of unreachable) {
       findings.push({
         check: 'reach',

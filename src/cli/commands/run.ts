@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand, type OptionTable, type ParsedOptions } from '../options.js';
 import { clusterOptions } from '../cluster-options.js';
+import { checkLocalProvider } from '../provider-check.js';
 import { checkInteger, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import {
@@ -369,6 +370,7 @@ async function runOnNodes(
   memLimit: number | undefined,
   prompt: Prompt,
 ): Promise<number> {
+  if (options.nodes !== undefined) await checkLocalProvider('run', options.provider);
   if (!options.json) noteRandomWeights(model);
   const r = await runDistributedText({
     model,

@@ -7,6 +7,7 @@ import { kernelsChoices } from '../../kernels/webgpu/index.js';
 import { loadKernelsServedModel } from '../served-kernels.js';
 import { kernelsDescription } from '../webgpu-model.js';
 import { clusterChoice, clusterOptions, memLimitOption } from '../cluster-options.js';
+import { checkLocalProvider } from '../provider-check.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { CLUSTER_PORT, DISCOVERY_PORT } from '../../cluster/index.js';
 import { parseBytes, readExpertProfile, type ExpertProfile } from '../../parallel/index.js';
@@ -152,6 +153,7 @@ export const command = defineCommand({
         '--cluster and --nodes/--hosts both given',
         'members either join the cluster port (--cluster) or are listed (--nodes, --hosts)',
       );
+    if (cluster?.nodes !== undefined) await checkLocalProvider('serve', cluster.provider);
     if (options['min-members'] !== undefined && options.cluster === undefined)
       throw usage('--min-members applies only with --cluster', 'add --cluster HOST:PORT, or drop it');
     if (options['discovery-port'] !== undefined && options.cluster === undefined)
