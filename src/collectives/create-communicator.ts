@@ -56,7 +56,8 @@ function ranksOnThisHost(
   rank: number,
   size: number,
 ): number {
-  if (provider !== 'tcp' || rendezvous === undefined) return size; // loopback and shm worlds are one host
+  // loopback and shm worlds are one host; tcp and rdma ranks are where their addresses say
+  if ((provider !== 'tcp' && provider !== 'rdma') || rendezvous === undefined) return size;
   const hostOf = (a: string): string => a.slice(0, Math.max(0, a.lastIndexOf(':')));
   if (rendezvous.kind === 'hosts') {
     const mine = hostOf(rendezvous.addresses[rank] ?? '');
