@@ -27,28 +27,52 @@ function relDiff(x: Float32Array, y: Float32Array): number {
   return d / m;
 }
 
-test('the wasm GEMMs match the reference twin on odd shapes, with and without accumulation', async () => {
-  const wasm: Gemm = await loadWasmGemm();
-  for (const [m, n, k] of [
-    [1, 1, 1],
-    [3, 5, 7],
-    [8, 12, 16],
-    [17, 33, 65],
-    [64, 48, 130],
-  ] as const) {
+interface ProductCase {
+  op: 'nt' | 'nn' | 'tn';
+  acc: boolean;
+  a: Float32Array;
+  b: Float32Array;
+  c0: Float32Array;
+  m: number;
+  n: number;
+  k: number;
+}
+
+/** Every product (nt, nn, tn; with and without accumulation) of each shape on seeded inputs, with the reference's answer. */
+function eachProduct(
+  shapes: readonly (readonly [number, number, number])[],
+  check: (c: ProductCase, want: Float32Array, label: string) => void,
+): void {
+  for (const [m, n, k] of shapes) {
     const a = random(Math.max(m, k) * Math.max(k, m), m * 1000 + k);
     const b = random(Math.max(n, k) * Math.max(k, n), n * 77 + k);
     const c0 = random(m * n, 5);
     for (const op of ['nt', 'nn', 'tn'] as const) {
       for (const acc of [false, true]) {
         const want = c0.slice();
-        const got = c0.slice();
         referenceGemm[op](a, b, want, m, n, k, acc);
-        wasm[op](a, b, got, m, n, k, acc);
-        assert.ok(relDiff(got, want) < 1e-5, `${op} ${m}x${n}x${k} acc=${acc}: ${relDiff(got, want)}`);
+        check({ op, acc, a, b, c0, m, n, k }, want, `${op} ${m}x${n}x${k} acc=${acc}`);
       }
     }
   }
+}
+
+test('the wasm GEMMs match the reference twin on odd shapes, with and without accumulation', async () => {
+  const wasm: Gemm = await loadWasmGemm();
+  eachProduct(
+    [
+      [1, 1, 1],
+      [3, 5, 7],
+      [8, 12, 16],
+      [17, 33, 65],
+      [64, 48, 130],
+    ],
+    (c, want, label) => {
+      const got = c.c0.slice();
+      wasm[c.op](c.a, c.b, got, c.m, c.n, c.k, c.acc);
+      assert.ok(relDiff(got, want) < 1e-5, `${label}: ${relDiff(got, want)}`);
+    },
+  );
 });
 
 test('the three products agree with each other through transposes', () => {
@@ -72,27 +96,21 @@ test('the three products agree with each other through transposes', () => {
 test('the native GEMMs match the reference twin on odd shapes, and give the same bits on 1 and 3 threads', async () => {
   const one = await loadNativeGemm(1);
   const three = await loadNativeGemm(3);
-  for (const [m, n, k] of [
-    [1, 1, 1],
-    [3, 5, 7],
-    [7, 33, 16],
-    [17, 65, 65],
-    [64, 100, 130],
-  ] as const) {
-    const a = random(Math.max(m, k) * Math.max(k, m), m * 1000 + k);
-    const b = random(Math.max(n, k) * Math.max(k, n), n * 77 + k);
-    const c0 = random(m * n, 5);
-    for (const op of ['nt', 'nn', 'tn'] as const) {
-      for (const acc of [false, true]) {
-        const want = c0.slice();
-        const got = c0.slice();
-        const got3 = c0.slice();
-        referenceGemm[op](a, b, want, m, n, k, acc);
-        one[op](a, b, got, m, n, k, acc);
-        three[op](a, b, got3, m, n, k, acc);
-        assert.ok(relDiff(got, want) < 1e-5, `${op} ${m}x${n}x${k} acc=${acc}: ${relDiff(got, want)}`);
-        assert.deepEqual(got3, got, `${op} ${m}x${n}x${k} acc=${acc}: 3 threads differ from 1`);
-      }
-    }
-  }
+  eachProduct(
+    [
+      [1, 1, 1],
+      [3, 5, 7],
+      [7, 33, 16],
+      [17, 65, 65],
+      [64, 100, 130],
+    ],
+    (c, want, label) => {
+      const got = c.c0.slice();
+      const got3 = c.c0.slice();
+      one[c.op](c.a, c.b, got, c.m, c.n, c.k, c.acc);
+      three[c.op](c.a, c.b, got3, c.m, c.n, c.k, c.acc);
+      assert.ok(relDiff(got, want) < 1e-5, `${label}: ${relDiff(got, want)}`);
+      assert.deepEqual(got3, got, `${label}: 3 threads differ from 1`);
+    },
+  );
 });
