@@ -75,3 +75,55 @@ test('native K-quant matmul below GEMM_TOKENS equals the reference (random and e
     await ref.close();
   }
 });
+
+/*
+ * The K-quant GEMM (mm_kt from GEMM_TOKENS tokens on, where the build has it): the same
+ * reference and tolerance as above, on an odd count of 4-row tiles (36 rows: the last thread
+ * takes a lone tile) and on 70 rows, with token counts around the GEMM's 16-token groups; and a
+ * token's outputs carry the same bits whichever lane and group of the batch it lands in
+ * (tokens 1..n-1 run again as a batch of their own, one lane over).
+ */
+test('native K-quant GEMM equals the reference, and a token has the same bits at any place in the batch', async (t) => {
+  const k = await createKernels({ backend: 'native', threads: 2, smallJob: 0 }).catch(() => undefined);
+  if (!k) return t.skip('no native kernels here');
+  const ref = await createKernels({ backend: 'reference' });
+  try {
+    for (const type of kTypes)
+      for (const [rows, cols] of [
+        [36, 256],
+        [70, 2048],
+      ] as const)
+        for (const wkind of ['random', 'extreme'] as const) {
+          const data =
+            wkind === 'random'
+              ? randomWeightBytes(type, rows, cols, rows * 5 + type)
+              : extremeWeights(type, rows, cols);
+          const w = k.uploadWeight({ type, rows, cols, data });
+          const wr = ref.uploadWeight({ type, rows, cols, data });
+          for (const xkind of ['random', 'zero-block', 'outlier'] as const)
+            for (const n of [GEMM_TOKENS + 1, 16, 17, 33]) {
+              const x = activations(xkind, n, cols);
+              const y = new Float32Array(n * rows);
+              const want = new Float32Array(n * rows);
+              k.matmul(w, x, y, n);
+              ref.matmul(wr, x, want, n);
+              const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0) || 1;
+              for (let i = 0; i < y.length; i++)
+                assert.ok(
+                  Math.abs((y[i] as number) - (want[i] as number)) <= 2e-5 * scale,
+                  `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x, n=${n}, out ${i}: ${y[i]} vs ${want[i]}`,
+                );
+              const shifted = new Float32Array((n - 1) * rows);
+              k.matmul(w, x.subarray(cols), shifted, n - 1);
+              assert.deepEqual(
+                shifted,
+                y.subarray(rows),
+                `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x: tokens 1..${n - 1} of ${n} alone`,
+              );
+            }
+        }
+  } finally {
+    await k.close();
+    await ref.close();
+  }
+});

@@ -68,7 +68,9 @@ export function matmulRun(
       work,
     );
   } else if (ktGemm) {
-    // K-quant GEMM (native VNNI): the q8_K activations transposed into 15-token groups
+    // K-quant GEMM (native): the q8_K activations transposed into token groups, 16 tokens on
+    // AVX-512 VNNI (kquant-gemm.c), 15 beside a zero token on NEON (kquant-neon.c); the buffers
+    // above are sized for ceil(n / 15) groups, which holds either layout
     const xt = yp + yBytes;
     pool.run(
       arena.index,

@@ -1,4 +1,4 @@
-// Shared by the native kernels (x86: kernels.c, gemm-vnni.c, ops.c, kquant.c, q4-vnni.c;
+// Shared by the native kernels (x86: kernels.c, gemm-vnni.c, ops.c, kquant.c, kquant-gemm.c, q4-vnni.c;
 // arm64: the *-neon.c files, see neon.h): includes, the thread split and f16 helpers. Every kernel takes `base` (the WebAssembly memory's address) and byte
 // offsets into it; thread tid of nt computes [part(total, tid), part(total, tid + 1)).
 #ifndef TK_COMMON_H

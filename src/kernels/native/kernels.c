@@ -183,7 +183,7 @@ void tk_mm_q4_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16
   mm(base, wq, ws, cols, x16, xd, n, y, ystride, tiles, tid, nt, 1);
 }
 
-// K-quants: kquant.c (tk_mm_kv) and gemm-vnni.c (tk_mm_kt).
+// K-quants: kquant.c (tk_mm_kv) and kquant-gemm.c (tk_mm_kt).
 #if defined(__AVX512BW__)
 // ---- F32 / F16 / BF16 weights times f32 activations (already rounded to the dot type) -------
 // type: 0 F32, 1 F16, 30 BF16; rows [rowsPad, cols] raw; one 4-row tile times each token.
