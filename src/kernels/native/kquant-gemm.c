@@ -17,7 +17,7 @@
 // only and is taken off once per super-block (corr). mins stays below 2^24 (8 * 4064 * 63), so
 // it converts to f32 exactly. A token's lane runs the same arithmetic in every group and at
 // every n, so its outputs do not depend on the batch (types.ts, GEMM_TOKENS).
-#include "common.h"
+#include "kquant.h"
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // Tokens per group: one per 32-bit lane of a vector.
@@ -82,31 +82,24 @@ typedef struct {
   float *dmin;
 } krow;
 
-// Sum of the 32 unsigned bytes of v.
-static inline int hsum_u8(__m256i v) {
-  const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
-  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-  return (int)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1));
-}
-
-// Q4_K / Q5_K super-block p into the row's block b: scales and mins as ggml's get_scale_min_k4,
-// quants as dequantize_row_q4_K / q5_K (bytes 32j..32j+31 of the quants: low nibbles elements
-// 64j.., high nibbles 64j + 32..; Q5_K's fifth bits from qh, bit 2j and 2j + 1).
+// Q4_K / Q5_K super-block p into the row's block b: scales and mins as ggml's get_scale_min_k4
+// (q45_scales), quants as dequantize_row_q4_K / q5_K (bytes 32j..32j+31 of the quants: low
+// nibbles elements 64j.., high nibbles 64j + 32..; Q5_K's fifth bits from qh, bits 2j and
+// 2j + 1). corr: vpmaddubsw of the quants (u8, <= 31) by their sub-block's scale (as i8, <= 63)
+// gives i16 pair sums <= 3906, eight of them per lane <= 31248, then one vpmaddwd by 1 and a
+// horizontal sum.
 static void unpack_q45(const uint8_t *p, int five, int b, krow r) {
-  const uint8_t *sq = p + 4;
-  int sc[8], mn[8];
-  for (int j = 0; j < 4; j++) {
-    sc[j] = sq[j] & 63;
-    mn[j] = sq[j + 4] & 63;
-    sc[j + 4] = (sq[j + 8] & 0xf) | ((sq[j] >> 6) << 4);
-    mn[j + 4] = (sq[j + 8] >> 4) | ((sq[j + 4] >> 6) << 4);
-  }
+  const __m128i sm = q45_scales(p);
+  _mm256_storeu_si256((__m256i *)(r.sc + 8 * (size_t)b), _mm256_cvtepu8_epi32(sm));
+  // mins 2j, 2j + 1 as the low and high i16 of u32 j
+  _mm_storeu_si128((__m128i *)(r.mn + 4 * (size_t)b), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+  const __m256i all = _mm256_broadcastsi128_si256(sm);
   const uint8_t *qs = p + (five ? 48 : 16);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
   const __m256i one = _mm256_set1_epi8(1);
   int8_t *q = r.q + 256 * (size_t)b;
-  int corr = 0;
+  __m256i c16 = _mm256_setzero_si256();
   for (int j = 0; j < 4; j++) {
     const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
     __m256i lo = _mm256_and_si256(v, m4);
@@ -117,25 +110,29 @@ static void unpack_q45(const uint8_t *p, int five, int b, krow r) {
     }
     _mm256_storeu_si256((__m256i *)(q + 64 * j), lo);
     _mm256_storeu_si256((__m256i *)(q + 64 * j + 32), hi);
-    corr += sc[2 * j] * hsum_u8(lo) + sc[2 * j + 1] * hsum_u8(hi);
+    c16 = _mm256_add_epi16(c16, _mm256_maddubs_epi16(lo, _mm256_shuffle_epi8(all, _mm256_set1_epi8((char)(2 * j)))));
+    c16 = _mm256_add_epi16(c16, _mm256_maddubs_epi16(hi, _mm256_shuffle_epi8(all, _mm256_set1_epi8((char)(2 * j + 1)))));
   }
-  for (int j = 0; j < 8; j++) r.sc[8 * b + j] = sc[j];
-  for (int j = 0; j < 4; j++) r.mn[4 * b + j] = (uint32_t)mn[2 * j] | ((uint32_t)mn[2 * j + 1] << 16);
-  r.corr[b] = 128 * corr;
-  r.d[b] = f16(rd16(p));
-  r.dmin[b] = f16(rd16(p + 2));
+  r.corr[b] = 128 * _mm512_reduce_add_epi32(_mm512_castsi256_si512(_mm256_madd_epi16(c16, _mm256_set1_epi16(1))));
+  r.d[b] = _cvtsh_ss(rd16(p));
+  r.dmin[b] = _cvtsh_ss(rd16(p + 2));
 }
 
 // Q6_K super-block p into the row's block b (dequantize_row_q6_K's order: per half h, ql bytes
 // 64h.. low / high nibbles and qh's bit pairs 0-1, 2-3, 4-5, 6-7 give elements 128h + l, +32,
-// +64, +96).
+// +64, +96). corr from the unsigned quants u = q + 32 (<= 63) times their i8 scales
+// (vpmaddubsw pairs <= 2 * 63 * 128, summed in i32 per vector), less 32 * 16 * sum(sc).
 static void unpack_q6(const uint8_t *p, int b, krow r) {
   const int8_t *sc = (const int8_t *)(p + 192);
+  const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
+  _mm512_storeu_si512((void *)(r.sc + 16 * (size_t)b), _mm512_cvtepi8_epi32(sc8));
+  const __m256i all = _mm256_broadcastsi128_si256(sc8);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i m32 = _mm256_set1_epi8(32);
+  const __m256i ones = _mm256_set1_epi16(1);
   int8_t *q = r.q + 256 * (size_t)b;
-  int corr = 0;
+  __m256i c32 = _mm256_setzero_si256();
   for (int h = 0; h < 2; h++) {
     const __m256i a = _mm256_loadu_si256((const __m256i *)(p + 64 * h));
     const __m256i c = _mm256_loadu_si256((const __m256i *)(p + 64 * h + 32));
@@ -146,17 +143,17 @@ static void unpack_q6(const uint8_t *p, int b, krow r) {
     u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
     u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
     for (int k = 0; k < 4; k++) {
-      // elements 128h + 32k.. : sub-blocks 8h + 2k and 8h + 2k + 1 (16 each)
+      // elements 128h + 32k.. : sub-blocks 8h + 2k (bytes 0-15) and 8h + 2k + 1 (bytes 16-31)
       _mm256_storeu_si256((__m256i *)(q + 128 * h + 32 * k), _mm256_sub_epi8(u[k], m32));
-      const __m256i s = _mm256_sad_epu8(u[k], _mm256_setzero_si256());
-      const int s0 = (int)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1)) - 32 * 16;
-      const int s1 = (int)(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3)) - 32 * 16;
-      corr += sc[8 * h + 2 * k] * s0 + sc[8 * h + 2 * k + 1] * s1;
+      const __m256i s = _mm256_shuffle_epi8(
+          all, _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi8((char)(8 * h + 2 * k))), _mm_set1_epi8((char)(8 * h + 2 * k + 1)), 1));
+      c32 = _mm256_add_epi32(c32, _mm256_madd_epi16(_mm256_maddubs_epi16(u[k], s), ones));
     }
   }
-  for (int s = 0; s < 16; s++) r.sc[16 * b + s] = sc[s];
-  r.corr[b] = 128 * corr;
-  r.d[b] = f16(rd16(p + 208));
+  int ssum = 0;
+  for (int i = 0; i < 16; i++) ssum += sc[i];
+  r.corr[b] = 128 * (_mm512_reduce_add_epi32(_mm512_castsi256_si512(c32)) - 32 * 16 * ssum);
+  r.d[b] = _cvtsh_ss(rd16(p + 208));
   r.dmin[b] = 0;
 }
 

@@ -13,7 +13,7 @@
 //   Q6_K:        d * dx * (sum(sc * dot) - 32 * sum(sc * bsum16))   (q - 32 is the weight)
 // Every token of a call runs the same arithmetic in the same order as a lone token, so its
 // outputs do not depend on how many tokens share the call (batch invariance, types.ts).
-#include "common.h"
+#include "kquant.h"
 
 #if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__F16C__))
 // Q4_K / Q5_K on AVX-512 read each 64 bytes of quants as two vectors (low nibbles, high
@@ -47,21 +47,6 @@ void tk_kv_prep(uintptr_t base, uint32_t x16, int n, int cols, uint32_t xq, uint
       s[g] = (int16_t)sum;
     }
   }
-}
-
-// The 12 bytes of 6-bit scales and mins at p + 4 of a Q4_K / Q5_K super-block -> bytes 0-7 the
-// scales, 8-15 the mins (ggml's get_scale_min_k4): for j < 4 scale q[j] & 63, min q[j + 4] & 63;
-// for j >= 4 scale (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, min (q[j + 4] >> 4) | (q[j] >> 6) << 4.
-// The 16-byte load reads 4 bytes past the scales (the quants that follow), which no lane uses.
-static inline __attribute__((always_inline)) __m128i q45_scales(const uint8_t *p) {
-  const __m128i q = _mm_loadu_si128((const __m128i *)(p + 4));
-  const __m128i lo = _mm_shuffle_epi8(q, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-  const __m128i hi = _mm_shuffle_epi8(q, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
-  // bytes 12-15 take the high nibble (a 16-bit shift; the bits it carries over are masked off)
-  const __m128i sel = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1);
-  const __m128i los = _mm_blendv_epi8(lo, _mm_srli_epi16(lo, 4), sel);
-  const __m128i low = _mm_and_si128(los, _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-  return _mm_or_si128(low, _mm_srli_epi16(_mm_and_si128(hi, _mm_set1_epi8((char)0xc0)), 2));
 }
 
 // Tokens sharing one pass over a row: the super-block is unpacked once for all of them.
