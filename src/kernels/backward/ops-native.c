@@ -1,0 +1,374 @@
+// Native twins of the training step's element-wise and attention ops (train-ops.ts holds the
+// TypeScript ones, the truth for tests), compiled into the same library as gemm-native.c and
+// called through koffi on the caller's Float32Arrays in place. Shapes and semantics are the
+// TypeScript functions' (rms-norm.ts, swiglu.ts, cross-entropy.ts, rope.ts, attention.ts,
+// adamw.ts); the sums differ from theirs only in f32 rounding and order.
+//
+// Determinism: every output is computed by one thread in a fixed order, and reductions over
+// rows (a row's loss, RMSNorm's weight gradient) are summed serially in row order, so no
+// result depends on `threads`. Loops marked `omp simd` vectorise (their reductions reassociate
+// across lanes, always the same way); exp is a polynomial (exp_f) so that they can.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_num_threads(void) { return 1; }
+static int omp_get_thread_num(void) { return 0; }
+#endif
+
+// Work below this many elements stays on the calling thread (waking threads costs more).
+#define SMALL_OP (1L << 16)
+
+// Runs CALL (which reads lo, hi) over [0, n) cut into one contiguous range per thread.
+#define SPLIT(n, threads, CALL)                                                                     \
+  do {                                                                                              \
+    if ((threads) > 1 && (n) >= SMALL_OP) {                                                         \
+      _Pragma("omp parallel num_threads(threads)") {                                                \
+        const long nt_ = omp_get_num_threads(), id_ = omp_get_thread_num();                         \
+        const long lo = (n) * id_ / nt_, hi = (n) * (id_ + 1) / nt_;                                  \
+        CALL;                                                                                       \
+      }                                                                                             \
+    } else {                                                                                        \
+      const long lo = 0, hi = (n);                                                                  \
+      CALL;                                                                                         \
+    }                                                                                               \
+  } while (0)
+
+// exp(x) within 2 ulp for x in [-87.3, 88], 0 below, exp(88) above: 2^n exp(r) with
+// n = round(x / ln 2), |r| <= ln 2 / 2 and Cephes' expf polynomial for exp(r). Branch-free,
+// so that loops calling it vectorise.
+static inline float exp_f(float x) {
+  const float lo = -87.3f;
+  const float c = x > 88.0f ? 88.0f : (x < lo ? lo : x);
+  // 1.5 * 2^23 added: the sum's low mantissa bits hold round(c / ln 2) + 2^22
+  const float t = c * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
+  float r = c - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int bits;
+  memcpy(&bits, &t, sizeof bits);
+  const int e = (bits - 0x4B400000 + 127) << 23;
+  float scale;
+  memcpy(&scale, &e, sizeof scale);
+  return x < lo ? 0.0f : p * scale;
+}
+
+static void swiglu_fwd(const float *g, const float *u, float *h, long lo, long hi) {
+#pragma omp simd
+  for (long i = lo; i < hi; i++) h[i] = g[i] / (1.0f + exp_f(-g[i])) * u[i];
+}
+
+// h = silu(g) * u over n elements.
+void to_swiglu_fwd(const float *g, const float *u, float *h, long n, int threads) {
+  SPLIT(n, threads, swiglu_fwd(g, u, h, lo, hi));
+}
+
+static void swiglu_bwd(const float *g, const float *u, const float *dh, float *dg, float *du, long lo,
+                       long hi) {
+#pragma omp simd
+  for (long i = lo; i < hi; i++) {
+    const float s = 1.0f / (1.0f + exp_f(-g[i]));
+    du[i] = dh[i] * g[i] * s;
+    dg[i] = dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+  }
+}
+
+// dg = dh u silu'(g), silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g); du = dh silu(g).
+void to_swiglu_bwd(const float *g, const float *u, const float *dh, float *dg, float *du, long n,
+                   int threads) {
+  SPLIT(n, threads, swiglu_bwd(g, u, dh, dg, du, lo, hi));
+}
+
+// y = x r w per row of dim, r = 1 / sqrt(mean(x^2) + eps) saved per row.
+void to_rmsnorm_fwd(const float *x, const float *w, double eps, float *y, float *r, int n, int dim,
+                    int threads) {
+#pragma omp parallel for num_threads(threads) if (threads > 1 && (long)n * dim >= SMALL_OP) schedule(static)
+  for (int t = 0; t < n; t++) {
+    const float *xr = x + (long)t * dim;
+    float *yr = y + (long)t * dim;
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+    const float rt = (float)(1.0 / sqrt(ss / dim + eps));
+    r[t] = rt;
+#pragma omp simd
+    for (int i = 0; i < dim; i++) yr[i] = xr[i] * rt * w[i];
+  }
+}
+
+// dx = r dy w - x r^3 / dim sum(dy w x) (overwritten); dw += sum over rows of dy x r, rows in order.
+void to_rmsnorm_bwd(const float *x, const float *w, const float *r, const float *dy, float *dx, float *dw,
+                    int n, int dim) {
+  for (int t = 0; t < n; t++) {
+    const float *xr = x + (long)t * dim;
+    const float *dyr = dy + (long)t * dim;
+    float *dxr = dx + (long)t * dim;
+    const float rt = r[t];
+    double dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < dim; i++) dot += (double)(dyr[i] * w[i]) * xr[i];
+#pragma omp simd
+    for (int i = 0; i < dim; i++) dw[i] += dyr[i] * xr[i] * rt;
+    const float k = (float)((double)rt * rt * rt * dot / dim);
+#pragma omp simd
+    for (int i = 0; i < dim; i++) dxr[i] = rt * dyr[i] * w[i] - xr[i] * k;
+  }
+}
+
+// One row of cross-entropy: the row's loss (log-sum-exp minus the target's logit); the row is
+// overwritten by (softmax - onehot(target)) / denominator. NaN for a target outside the vocabulary.
+static double ce_row(float *z, int target, int vocab, double denominator) {
+  float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+  for (int j = 0; j < vocab; j++) max = z[j] > max ? z[j] : max;
+  if (target < 0 || target >= vocab) return NAN;
+  const float picked = z[target];
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < vocab; j++) {
+    const float e = exp_f(z[j] - max);
+    z[j] = e;
+    sum += e;
+  }
+  const float scale = (float)(1.0 / ((double)sum * denominator));
+#pragma omp simd
+  for (int j = 0; j < vocab; j++) z[j] *= scale;
+  z[target] -= (float)(1.0 / denominator);
+  return log((double)sum) + max - picked;
+}
+
+// Cross-entropy of n rows of logits [n, vocab] against targets [n], gradient in place; returns
+// the summed loss over denominator (rows summed in order).
+double to_cross_entropy(float *logits, const int *targets, int n, int vocab, double denominator,
+                        int threads) {
+  double *loss = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+  if (!loss) return NAN;
+#pragma omp parallel for num_threads(threads) if (threads > 1 && (long)n * vocab >= SMALL_OP) schedule(static)
+  for (int t = 0; t < n; t++) loss[t] = ce_row(logits + (long)t * vocab, targets[t], vocab, denominator);
+  double total = 0;
+  for (int t = 0; t < n; t++) total += loss[t];
+  free(loss);
+  return total / denominator;
+}
+
+// Rotates pairs (2i, 2i + 1) of x [rows, seq, heads, d] by position t's angles; sign -1 rotates back.
+void to_rope(float *x, const float *cos_t, const float *sin_t, int rows, int seq, int heads, int d,
+             int sign) {
+  const int half = d / 2;
+  for (int b = 0; b < rows; b++)
+    for (int t = 0; t < seq; t++) {
+      const float *c = cos_t + (long)t * half;
+      const float *sn = sin_t + (long)t * half;
+      for (int h = 0; h < heads; h++) {
+        float *o = x + (((long)b * seq + t) * heads + h) * d;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+          const float s = sign * sn[i];
+          const float x0 = o[2 * i];
+          const float x1 = o[2 * i + 1];
+          o[2 * i] = x0 * c[i] - x1 * s;
+          o[2 * i + 1] = x0 * s + x1 * c[i];
+        }
+      }
+    }
+}
+
+// a += b over n elements.
+void to_add(float *a, const float *b, long n) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) a[i] += b[i];
+}
+
+// Sum of squares, in f64, in one fixed order.
+double to_sum_squares(const float *x, long n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (long i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return s;
+}
+
+void to_scale(float *x, long n, float f) {
+#pragma omp simd
+  for (long i = 0; i < n; i++) x[i] *= f;
+}
+
+static void adamw(float *w, const float *g, float *m, float *v, const unsigned char *mask, long lo, long hi,
+                  const double *k) {
+  const double lr = k[0], beta1 = k[1], beta2 = k[2], eps = k[3], c1 = k[4], c2 = k[5], decay = k[6];
+#pragma omp simd
+  for (long i = lo; i < hi; i++) {
+    const double gi = g[i];
+    const double mi = beta1 * m[i] + (1 - beta1) * gi;
+    const double vi = beta2 * v[i] + (1 - beta2) * gi * gi;
+    m[i] = (float)mi;
+    v[i] = (float)vi;
+    // times 1 where not decayed: exact, and keeps the loop branch-free
+    const double p = (double)w[i] * (mask[i] ? decay : 1.0);
+    w[i] = (float)(p - (lr * (mi / c1)) / (sqrt(vi / c2) + eps));
+  }
+}
+
+// AdamW as adamw.ts computes it, in f64 per element: moments, decoupled decay where mask[i],
+// then w -= lr m_hat / (sqrt(v_hat) + eps), with c1, c2 the bias corrections 1 - beta^step.
+void to_adamw(float *w, const float *g, float *m, float *v, const unsigned char *mask, long n, double lr,
+              double beta1, double beta2, double eps, double c1, double c2, double decay, int threads) {
+  const double k[7] = {lr, beta1, beta2, eps, c1, c2, decay};
+  SPLIT(n, threads, adamw(w, g, m, v, mask, lo, hi, k));
+}
+
+// Causal grouped-query attention (attention.ts's shapes): q, out [rows, seq, heads, d];
+// k, v [rows, seq, kvHeads, d]; probs [rows, heads, seq, seq], row t filled for j <= t and 0
+// above. One task is a (row, kv head): its heads share the gathered k and v, and it alone
+// writes their outputs (and, backward, the kv head's gradients), so tasks run on any thread.
+typedef struct {
+  int rows, seq, heads, kv_heads, d;
+} attn_shape;
+
+static inline long at(const attn_shape *s, int b, int t, int h, int nh) {
+  return (((long)b * s->seq + t) * nh + h) * s->d;
+}
+
+// Scores of query row qt against keys 0..t (kT [d, seq]), softmax of scale * scores into p.
+static void attn_probs(const float *qt, const float *kT, float *p, int t, int seq, int d, float scale) {
+  memset(p, 0, sizeof(float) * (size_t)seq);
+  for (int i = 0; i < d; i++) {
+    const float qi = qt[i];
+    const float *kr = kT + (long)i * seq;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) p[j] += qi * kr[j];
+  }
+  float max = -INFINITY;
+#pragma omp simd reduction(max : max)
+  for (int j = 0; j <= t; j++) max = p[j] * scale > max ? p[j] * scale : max;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j <= t; j++) {
+    const float e = exp_f(p[j] * scale - max);
+    p[j] = e;
+    sum += e;
+  }
+#pragma omp simd
+  for (int j = 0; j <= t; j++) p[j] /= sum;
+}
+
+static void attn_fwd_task(const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                          float *probs, int b, int kvh, float *kT, float *vh) {
+  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads;
+  const float scale = (float)(1.0 / sqrt((double)d));
+  for (int j = 0; j < seq; j++) {
+    const float *kj = k + at(s, b, j, kvh, s->kv_heads);
+    for (int i = 0; i < d; i++) kT[(long)i * seq + j] = kj[i];
+    memcpy(vh + (long)j * d, v + at(s, b, j, kvh, s->kv_heads), sizeof(float) * (size_t)d);
+  }
+  for (int h = kvh * group; h < (kvh + 1) * group; h++)
+    for (int t = 0; t < seq; t++) {
+      float *p = probs + (((long)b * s->heads + h) * seq + t) * seq;
+      attn_probs(q + at(s, b, t, h, s->heads), kT, p, t, seq, d, scale);
+      float *ot = out + at(s, b, t, h, s->heads);
+      memset(ot, 0, sizeof(float) * (size_t)d);
+      for (int j = 0; j <= t; j++) {
+        const float pj = p[j];
+        const float *vr = vh + (long)j * d;
+#pragma omp simd
+        for (int i = 0; i < d; i++) ot[i] += pj * vr[i];
+      }
+    }
+}
+
+void to_attn_fwd(const float *q, const float *k, const float *v, float *out, float *probs, int rows,
+                 int seq, int heads, int kv_heads, int d, int threads) {
+  const attn_shape s = {rows, seq, heads, kv_heads, d};
+  const int tasks = rows * kv_heads;
+  const int th = threads < tasks ? threads : tasks;
+#pragma omp parallel num_threads(th) if (th > 1)
+  {
+    float *buf = malloc(sizeof(float) * 2 * (size_t)seq * d);
+#pragma omp for schedule(static)
+    for (int task = 0; task < tasks; task++)
+      if (buf) attn_fwd_task(&s, q, k, v, out, probs, task / kv_heads, task % kv_heads, buf, buf + (long)seq * d);
+    free(buf);
+  }
+}
+
+// Backward of one query head's row t: ds = dP (dP = dO v^T, through vT [d, seq]) turned into
+// the scores' gradient P (dP - sum(P dP)) scale; dq[t] written, dk and dv rows 0..t accumulated.
+static void attn_bwd_row(const float *p, const float *dot, const float *qt, const float *kh, const float *vT,
+                         float *ds, float *dqt, float *dk, float *dv, int t, int seq, int d, float scale) {
+  memset(ds, 0, sizeof(float) * (size_t)(t + 1));
+  for (int i = 0; i < d; i++) {
+    const float di = dot[i];
+    const float *vr = vT + (long)i * seq;
+#pragma omp simd
+    for (int j = 0; j <= t; j++) ds[j] += di * vr[j];
+  }
+  double mean = 0;
+#pragma omp simd reduction(+ : mean)
+  for (int j = 0; j <= t; j++) mean += (double)p[j] * ds[j];
+  const float mf = (float)mean;
+#pragma omp simd
+  for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - mf) * scale;
+  memset(dqt, 0, sizeof(float) * (size_t)d);
+  for (int j = 0; j <= t; j++) {
+    const float sj = ds[j], pj = p[j];
+    const float *kr = kh + (long)j * d;
+    float *dkr = dk + (long)j * d;
+    float *dvr = dv + (long)j * d;
+#pragma omp simd
+    for (int i = 0; i < d; i++) {
+      dqt[i] += sj * kr[i];
+      dkr[i] += sj * qt[i];
+      dvr[i] += pj * dot[i];
+    }
+  }
+}
+
+static void attn_bwd_task(const attn_shape *s, const float *q, const float *k, const float *v,
+                          const float *probs, const float *dout, float *dq, float *dk, float *dv, int b,
+                          int kvh, float *buf) {
+  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads;
+  const float scale = (float)(1.0 / sqrt((double)d));
+  float *kh = buf, *vT = buf + (long)seq * d, *dkl = vT + (long)seq * d, *dvl = dkl + (long)seq * d;
+  float *ds = dvl + (long)seq * d;
+  memset(dkl, 0, sizeof(float) * 2 * (size_t)seq * d);
+  for (int j = 0; j < seq; j++) {
+    memcpy(kh + (long)j * d, k + at(s, b, j, kvh, s->kv_heads), sizeof(float) * (size_t)d);
+    const float *vj = v + at(s, b, j, kvh, s->kv_heads);
+    for (int i = 0; i < d; i++) vT[(long)i * seq + j] = vj[i];
+  }
+  for (int h = kvh * group; h < (kvh + 1) * group; h++)
+    for (int t = 0; t < seq; t++) {
+      const float *p = probs + (((long)b * s->heads + h) * seq + t) * seq;
+      attn_bwd_row(p, dout + at(s, b, t, h, s->heads), q + at(s, b, t, h, s->heads), kh, vT, ds,
+                   dq + at(s, b, t, h, s->heads), dkl, dvl, t, seq, d, scale);
+    }
+  for (int j = 0; j < seq; j++) {
+    memcpy(dk + at(s, b, j, kvh, s->kv_heads), dkl + (long)j * d, sizeof(float) * (size_t)d);
+    memcpy(dv + at(s, b, j, kvh, s->kv_heads), dvl + (long)j * d, sizeof(float) * (size_t)d);
+  }
+}
+
+// dq is written, dk and dv overwritten with the sums over each kv head's query heads.
+void to_attn_bwd(const float *q, const float *k, const float *v, const float *probs, const float *dout,
+                 float *dq, float *dk, float *dv, int rows, int seq, int heads, int kv_heads, int d,
+                 int threads) {
+  const attn_shape s = {rows, seq, heads, kv_heads, d};
+  const int tasks = rows * kv_heads;
+  const int th = threads < tasks ? threads : tasks;
+#pragma omp parallel num_threads(th) if (th > 1)
+  {
+    float *buf = malloc(sizeof(float) * ((size_t)4 * seq * d + seq));
+#pragma omp for schedule(static)
+    for (int task = 0; task < tasks; task++)
+      if (buf) attn_bwd_task(&s, q, k, v, probs, dout, dq, dk, dv, task / kv_heads, task % kv_heads, buf);
+    free(buf);
+  }
+}
