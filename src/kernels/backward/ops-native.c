@@ -229,6 +229,22 @@ void to_adamw(float *w, const float *g, float *m, float *v, const unsigned char 
 // k, v [rows, seq, kvHeads, d]; probs [rows, heads, seq, seq], row t filled for j <= t and 0
 // above. One task is a (row, kv head): its heads share the gathered k and v, and it alone
 // writes their outputs (and, backward, the kv head's gradients), so tasks run on any thread.
+//
+// The products run on blocks of 16 floats: a score row over key blocks (keys transposed and
+// zero-padded to SP, a multiple of 16, columns), and sums of rows over the head dimension.
+// Past position t a row's probabilities and score gradients are 0, so the padded lanes add
+// nothing.
+typedef float vf __attribute__((vector_size(64)));
+#define W 16
+
+static inline vf vld(const float *p) {
+  vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
 typedef struct {
   int rows, seq, heads, kv_heads, d;
 } attn_shape;
@@ -237,17 +253,60 @@ static inline long at(const attn_shape *s, int b, int t, int h, int nh) {
   return (((long)b * s->seq + t) * nh + h) * s->d;
 }
 
-// Scores of query row qt against keys 0..t (kT [d, seq]), softmax of scale * scores into p.
-static void attn_probs(const float *qt, const float *kT, float *p, int t, int seq, int d, float scale) {
-  memset(p, 0, sizeof(float) * (size_t)seq);
-  for (int i = 0; i < d; i++) {
-    const float qi = qt[i];
-    const float *kr = kT + (long)i * seq;
-#pragma omp simd
-    for (int j = 0; j <= t; j++) p[j] += qi * kr[j];
+// out[jb * 16 ..] = sum over i < d of x[i] * mT[i * sp + jb * 16 ..] for the nb blocks.
+static void row_times_t(const float *x, const float *mT, float *out, int nb, int d, long sp) {
+  int jb = 0;
+  for (; jb + 4 <= nb; jb += 4) {
+    vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int i = 0; i < d; i++) {
+      const float *r = mT + i * sp + jb * W;
+      const float xi = x[i];
+      a0 += xi * vld(r);
+      a1 += xi * vld(r + W);
+      a2 += xi * vld(r + 2 * W);
+      a3 += xi * vld(r + 3 * W);
+    }
+    vst(out + jb * W, a0);
+    vst(out + (jb + 1) * W, a1);
+    vst(out + (jb + 2) * W, a2);
+    vst(out + (jb + 3) * W, a3);
   }
+  for (; jb < nb; jb++) {
+    vf a0 = {0};
+    for (int i = 0; i < d; i++) a0 += x[i] * vld(mT + i * sp + jb * W);
+    vst(out + jb * W, a0);
+  }
+}
+
+// out[0..d) = (add ? out : 0) + sum over r in [r0, r1) of c[r * cs] * m[r * ms .. + d).
+static void sum_rows(float *out, const float *c, long cs, const float *m, long ms, int r0, int r1, int d,
+                     int add) {
+  if (d % W != 0) {
+    if (!add) memset(out, 0, sizeof(float) * (size_t)d);
+    for (int r = r0; r < r1; r++) {
+      const float cr = c[r * cs];
+      const float *mr = m + r * ms;
+#pragma omp simd
+      for (int i = 0; i < d; i++) out[i] += cr * mr[i];
+    }
+    return;
+  }
+  for (int ib = 0; ib < d; ib += W) {
+    vf a0 = {0}, a1 = {0};
+    int r = r0;
+    for (; r + 2 <= r1; r += 2) {
+      a0 += c[r * cs] * vld(m + r * ms + ib);
+      a1 += c[(r + 1) * cs] * vld(m + (r + 1) * ms + ib);
+    }
+    if (r < r1) a0 += c[r * cs] * vld(m + r * ms + ib);
+    const vf sum = a0 + a1;
+    vst(out + ib, add ? vld(out + ib) + sum : sum);
+  }
+}
+
+// p[0..t] = softmax(scale * p[0..t]); p[t + 1 .. sp) = 0.
+static void causal_softmax(float *p, int t, int sp, float scale) {
   float max = -INFINITY;
-#pragma omp simd reduction(max : max)
   for (int j = 0; j <= t; j++) max = p[j] * scale > max ? p[j] * scale : max;
   float sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -256,31 +315,41 @@ static void attn_probs(const float *qt, const float *kT, float *p, int t, int se
     p[j] = e;
     sum += e;
   }
+  const float inv = 1.0f / sum;
 #pragma omp simd
-  for (int j = 0; j <= t; j++) p[j] /= sum;
+  for (int j = 0; j <= t; j++) p[j] *= inv;
+  memset(p + t + 1, 0, sizeof(float) * (size_t)(sp - t - 1));
 }
 
-static void attn_fwd_task(const attn_shape *s, const float *q, const float *k, const float *v, float *out,
-                          float *probs, int b, int kvh, float *kT, float *vh) {
-  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads;
-  const float scale = (float)(1.0 / sqrt((double)d));
-  for (int j = 0; j < seq; j++) {
-    const float *kj = k + at(s, b, j, kvh, s->kv_heads);
-    for (int i = 0; i < d; i++) kT[(long)i * seq + j] = kj[i];
-    memcpy(vh + (long)j * d, v + at(s, b, j, kvh, s->kv_heads), sizeof(float) * (size_t)d);
+// m [seq, nh, d] at (b, h) gathered into rows [sp, d] (rows past seq zero), or transposed into
+// columns [d, sp].
+static void gather_kv(const attn_shape *s, const float *m, int b, int h, float *dst, int transpose, int sp) {
+  const int d = s->d;
+  memset(dst, 0, sizeof(float) * (size_t)sp * d);
+  for (int j = 0; j < s->seq; j++) {
+    const float *mj = m + at(s, b, j, h, s->kv_heads);
+    if (transpose)
+      for (int i = 0; i < d; i++) dst[(long)i * sp + j] = mj[i];
+    else
+      memcpy(dst + (long)j * d, mj, sizeof(float) * (size_t)d);
   }
+}
+
+static inline int padded(int seq) { return (seq + W - 1) / W * W; }
+
+static void attn_fwd_task(const attn_shape *s, const float *q, const float *k, const float *v, float *out,
+                          float *probs, int b, int kvh, float *buf) {
+  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads, sp = padded(seq);
+  const float scale = (float)(1.0 / sqrt((double)d));
+  float *kT = buf, *vh = buf + (long)sp * d, *p = vh + (long)sp * d;
+  gather_kv(s, k, b, kvh, kT, 1, sp);
+  gather_kv(s, v, b, kvh, vh, 0, sp);
   for (int h = kvh * group; h < (kvh + 1) * group; h++)
     for (int t = 0; t < seq; t++) {
-      float *p = probs + (((long)b * s->heads + h) * seq + t) * seq;
-      attn_probs(q + at(s, b, t, h, s->heads), kT, p, t, seq, d, scale);
-      float *ot = out + at(s, b, t, h, s->heads);
-      memset(ot, 0, sizeof(float) * (size_t)d);
-      for (int j = 0; j <= t; j++) {
-        const float pj = p[j];
-        const float *vr = vh + (long)j * d;
-#pragma omp simd
-        for (int i = 0; i < d; i++) ot[i] += pj * vr[i];
-      }
+      row_times_t(q + at(s, b, t, h, s->heads), kT, p, t / W + 1, d, sp);
+      causal_softmax(p, t, sp, scale);
+      memcpy(probs + (((long)b * s->heads + h) * seq + t) * seq, p, sizeof(float) * (size_t)seq);
+      sum_rows(out + at(s, b, t, h, s->heads), p, 1, vh, d, 0, t + 1, d, 0);
     }
 }
 
@@ -289,67 +358,57 @@ void to_attn_fwd(const float *q, const float *k, const float *v, float *out, flo
   const attn_shape s = {rows, seq, heads, kv_heads, d};
   const int tasks = rows * kv_heads;
   const int th = threads < tasks ? threads : tasks;
+  const size_t floats = (size_t)padded(seq) * (2 * (size_t)d + 1);
 #pragma omp parallel num_threads(th) if (th > 1)
   {
-    float *buf = malloc(sizeof(float) * 2 * (size_t)seq * d);
+    float *buf = malloc(sizeof(float) * floats);
 #pragma omp for schedule(static)
     for (int task = 0; task < tasks; task++)
-      if (buf) attn_fwd_task(&s, q, k, v, out, probs, task / kv_heads, task % kv_heads, buf, buf + (long)seq * d);
+      if (buf) attn_fwd_task(&s, q, k, v, out, probs, task / kv_heads, task % kv_heads, buf);
     free(buf);
   }
 }
 
-// Backward of one query head's row t: ds = dP (dP = dO v^T, through vT [d, seq]) turned into
-// the scores' gradient P (dP - sum(P dP)) scale; dq[t] written, dk and dv rows 0..t accumulated.
-static void attn_bwd_row(const float *p, const float *dot, const float *qt, const float *kh, const float *vT,
-                         float *ds, float *dqt, float *dk, float *dv, int t, int seq, int d, float scale) {
-  memset(ds, 0, sizeof(float) * (size_t)(t + 1));
-  for (int i = 0; i < d; i++) {
-    const float di = dot[i];
-    const float *vr = vT + (long)i * seq;
-#pragma omp simd
-    for (int j = 0; j <= t; j++) ds[j] += di * vr[j];
-  }
-  double mean = 0;
+// One query head of a task's backward: dS = P (dP - rowsum(P dP)) scale with dP = dO v^T
+// (rows [seq, sp] in ds), then dq rows written, the kv head's dk, dv (dkl, dvl [sp, d])
+// accumulated: dk[j] += sum over t of dS[t, j] q[t], dv[j] += sum over t of P[t, j] dO[t].
+static void attn_bwd_head(const attn_shape *s, const float *q, const float *p, const float *dout, float *dq,
+                          const float *kh, const float *vT, float *ds, float *dkl, float *dvl, int b, int h) {
+  const int seq = s->seq, d = s->d, sp = padded(seq);
+  const float scale = (float)(1.0 / sqrt((double)d));
+  const long qs = (long)s->heads * d; // stride between positions of one head in q, dout, dq
+  for (int t = 0; t < seq; t++) {
+    float *dst = ds + (long)t * sp;
+    const float *pt = p + (long)t * seq;
+    row_times_t(dout + at(s, b, t, h, s->heads), vT, dst, t / W + 1, d, sp);
+    double mean = 0;
 #pragma omp simd reduction(+ : mean)
-  for (int j = 0; j <= t; j++) mean += (double)p[j] * ds[j];
-  const float mf = (float)mean;
+    for (int j = 0; j <= t; j++) mean += (double)pt[j] * dst[j];
+    const float mf = (float)mean;
 #pragma omp simd
-  for (int j = 0; j <= t; j++) ds[j] = p[j] * (ds[j] - mf) * scale;
-  memset(dqt, 0, sizeof(float) * (size_t)d);
-  for (int j = 0; j <= t; j++) {
-    const float sj = ds[j], pj = p[j];
-    const float *kr = kh + (long)j * d;
-    float *dkr = dk + (long)j * d;
-    float *dvr = dv + (long)j * d;
-#pragma omp simd
-    for (int i = 0; i < d; i++) {
-      dqt[i] += sj * kr[i];
-      dkr[i] += sj * qt[i];
-      dvr[i] += pj * dot[i];
-    }
+    for (int j = 0; j <= t; j++) dst[j] = pt[j] * (dst[j] - mf) * scale;
+    memset(dst + t + 1, 0, sizeof(float) * (size_t)(sp - t - 1));
+    sum_rows(dq + at(s, b, t, h, s->heads), dst, 1, kh, d, 0, t + 1, d, 0);
+  }
+  const float *q0 = q + at(s, b, 0, h, s->heads);
+  const float *do0 = dout + at(s, b, 0, h, s->heads);
+  for (int j = 0; j < seq; j++) {
+    sum_rows(dkl + (long)j * d, ds + j, sp, q0, qs, j, seq, d, 1);
+    sum_rows(dvl + (long)j * d, p + j, seq, do0, qs, j, seq, d, 1);
   }
 }
 
 static void attn_bwd_task(const attn_shape *s, const float *q, const float *k, const float *v,
                           const float *probs, const float *dout, float *dq, float *dk, float *dv, int b,
                           int kvh, float *buf) {
-  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads;
-  const float scale = (float)(1.0 / sqrt((double)d));
-  float *kh = buf, *vT = buf + (long)seq * d, *dkl = vT + (long)seq * d, *dvl = dkl + (long)seq * d;
-  float *ds = dvl + (long)seq * d;
-  memset(dkl, 0, sizeof(float) * 2 * (size_t)seq * d);
-  for (int j = 0; j < seq; j++) {
-    memcpy(kh + (long)j * d, k + at(s, b, j, kvh, s->kv_heads), sizeof(float) * (size_t)d);
-    const float *vj = v + at(s, b, j, kvh, s->kv_heads);
-    for (int i = 0; i < d; i++) vT[(long)i * seq + j] = vj[i];
-  }
+  const int seq = s->seq, d = s->d, group = s->heads / s->kv_heads, sp = padded(seq);
+  float *kh = buf, *vT = kh + (long)sp * d, *dkl = vT + (long)sp * d, *dvl = dkl + (long)sp * d;
+  float *ds = dvl + (long)sp * d;
+  gather_kv(s, k, b, kvh, kh, 0, sp);
+  gather_kv(s, v, b, kvh, vT, 1, sp);
+  memset(dkl, 0, sizeof(float) * 2 * (size_t)sp * d);
   for (int h = kvh * group; h < (kvh + 1) * group; h++)
-    for (int t = 0; t < seq; t++) {
-      const float *p = probs + (((long)b * s->heads + h) * seq + t) * seq;
-      attn_bwd_row(p, dout + at(s, b, t, h, s->heads), q + at(s, b, t, h, s->heads), kh, vT, ds,
-                   dq + at(s, b, t, h, s->heads), dkl, dvl, t, seq, d, scale);
-    }
+    attn_bwd_head(s, q, probs + ((long)b * s->heads + h) * seq * seq, dout, dq, kh, vT, ds, dkl, dvl, b, h);
   for (int j = 0; j < seq; j++) {
     memcpy(dk + at(s, b, j, kvh, s->kv_heads), dkl + (long)j * d, sizeof(float) * (size_t)d);
     memcpy(dv + at(s, b, j, kvh, s->kv_heads), dvl + (long)j * d, sizeof(float) * (size_t)d);
@@ -363,9 +422,10 @@ void to_attn_bwd(const float *q, const float *k, const float *v, const float *pr
   const attn_shape s = {rows, seq, heads, kv_heads, d};
   const int tasks = rows * kv_heads;
   const int th = threads < tasks ? threads : tasks;
+  const size_t floats = (size_t)padded(seq) * (4 * (size_t)d + (size_t)padded(seq));
 #pragma omp parallel num_threads(th) if (th > 1)
   {
-    float *buf = malloc(sizeof(float) * ((size_t)4 * seq * d + seq));
+    float *buf = malloc(sizeof(float) * floats);
 #pragma omp for schedule(static)
     for (int task = 0; task < tasks; task++)
       if (buf) attn_bwd_task(&s, q, k, v, probs, dout, dq, dk, dv, task / kv_heads, task % kv_heads, buf);
