@@ -336,12 +336,10 @@ export const command = defineCommand({
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;
     }
-    if (options.hosts !== undefined && (options.nodes !== 1 || resume))
+    if (options.hosts !== undefined && options.nodes !== 1)
       throw usage(
-        options.nodes !== 1 ? '--hosts and --nodes both given' : '--hosts does not resume a run (--resume)',
-        options.nodes !== 1
-          ? 'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both'
-          : 'resume it on this machine (--resume CKPT, with --nodes N if you like); --hosts starts fresh runs',
+        '--hosts and --nodes both given',
+        'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both',
       );
     const r =
       options.hosts !== undefined
