@@ -203,7 +203,9 @@ void to_scale(float *x, long n, float f) {
 
 static void adamw(float *w, const float *g, float *m, float *v, const unsigned char *mask, long lo, long hi,
                   const double *k) {
-  const double lr = k[0], beta1 = k[1], beta2 = k[2], eps = k[3], c1 = k[4], c2 = k[5], decay = k[6];
+  const double beta1 = k[1], beta2 = k[2], eps = k[3], decay = k[6];
+  // one division and one square root an element: lr / c1 and 1 / c2 hoisted
+  const double step = k[0] / k[4], inv_c2 = 1.0 / k[5];
 #pragma omp simd
   for (long i = lo; i < hi; i++) {
     const double gi = g[i];
@@ -213,12 +215,13 @@ static void adamw(float *w, const float *g, float *m, float *v, const unsigned c
     v[i] = (float)vi;
     // times 1 where not decayed: exact, and keeps the loop branch-free
     const double p = (double)w[i] * (mask[i] ? decay : 1.0);
-    w[i] = (float)(p - (lr * (mi / c1)) / (sqrt(vi / c2) + eps));
+    w[i] = (float)(p - step * mi / (sqrt(vi * inv_c2) + eps));
   }
 }
 
 // AdamW as adamw.ts computes it, in f64 per element: moments, decoupled decay where mask[i],
-// then w -= lr m_hat / (sqrt(v_hat) + eps), with c1, c2 the bias corrections 1 - beta^step.
+// then w -= lr m_hat / (sqrt(v_hat) + eps), with c1, c2 the bias corrections 1 - beta^step
+// (the same formula up to the rounding of the hoisted factors).
 void to_adamw(float *w, const float *g, float *m, float *v, const unsigned char *mask, long n, double lr,
               double beta1, double beta2, double eps, double c1, double c2, double decay, int threads) {
   const double k[7] = {lr, beta1, beta2, eps, c1, c2, decay};
