@@ -39,7 +39,10 @@ let built: Promise<string> | undefined;
  * KERNELS_BUILD_FAILED where no C compiler works.
  */
 export async function buildTrainKernels(): Promise<string> {
-  built ??= compile([...baseFlags, '-fopenmp']).catch(() => compile(baseFlags));
+  // without an OpenMP runtime, -fopenmp-simd still vectorises the ops' `omp simd` loops
+  built ??= compile([...baseFlags, '-fopenmp'])
+    .catch(() => compile([...baseFlags, '-fopenmp-simd']))
+    .catch(() => compile(baseFlags));
   try {
     return await built;
   } catch (e) {
