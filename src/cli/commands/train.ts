@@ -252,7 +252,7 @@ export const command = defineCommand({
     hosts: {
       type: 'string',
       description:
-        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here (the secret: --secret-file or TANDEM_SECRET)',
+        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here, and with --resume the checkpoint weights and moments (the secret: --secret-file or TANDEM_SECRET)',
       placeholder: 'FILE',
     },
     ...secretOptions,
