@@ -23,6 +23,8 @@ export interface BenchRankConfig {
 export interface BenchRankLine {
   step: number;
   ms: number;
+  /** CPU time of this process (all its threads) over the update. */
+  cpuMs: number;
   commMs: number;
   exposedMs: number;
 }
@@ -48,19 +50,23 @@ const settings: RunSettings = {
 };
 let times: SyncTimes = { commMs: 0, exposedMs: 0 };
 let last = performance.now();
+let lastCpu = process.cpuUsage();
 const cfg = {
   settings,
   tokens,
   gemm: await loadGemm(c.kernels, c.threads, (why) => process.stderr.write(`${why}\n`)),
   onStep: (l: { step: number }) => {
     const now = performance.now();
+    const cpu = process.cpuUsage(lastCpu);
     const line: BenchRankLine = {
       step: l.step,
       ms: now - last,
+      cpuMs: (cpu.user + cpu.system) / 1000,
       commMs: times.commMs,
       exposedMs: times.exposedMs,
     };
     last = now;
+    lastCpu = process.cpuUsage();
     if (c.rank === 0) process.stdout.write(`${JSON.stringify(line)}\n`);
   },
 };

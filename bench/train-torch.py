@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The anchor of `tandem bench train`: one PyTorch CPU training step (forward, backward,
 AdamW) of the same llama shape, batch and threads, with bench/trained/train.py's model.
-Prints one JSON line per timed step: {"ms": ...}. argv: JSON {shape, batch, seq, steps, threads}.
+Prints one JSON line per timed step: {"ms": ..., "cpu_ms": ...} (wall and process CPU time). argv: JSON {shape, batch, seq, steps, threads}.
 """
 import importlib.util
 import json
@@ -26,9 +26,10 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_d
 x = torch.randint(0, shape['vocab'], (cfg['batch'], cfg['seq'] + 1))
 for _ in range(cfg['steps']):
     t = time.perf_counter()
+    c = time.process_time()
     loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    print(json.dumps({'ms': (time.perf_counter() - t) * 1000}), flush=True)
+    print(json.dumps({'ms': (time.perf_counter() - t) * 1000, 'cpu_ms': (time.process_time() - c) * 1000}), flush=True)

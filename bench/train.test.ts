@@ -21,7 +21,7 @@ test(
     );
     for (const r of rows) {
       for (const k of ['nodes', 'step_ms', 'tokens_per_s', 'comm_share', 'overlap']) assert.ok(k in r, k);
-      assert.ok(r.step_ms > 0 && r.tokens_per_s > 0);
+      assert.ok(r.step_ms > 0 && r.tokens_per_s > 0 && r.cpu_ms > 0);
       assert.ok(r.comm_share >= 0 && r.comm_share <= 1 && r.overlap >= 0 && r.overlap <= 1);
     }
     assert.equal(rows[0]!.comm_share, 0);

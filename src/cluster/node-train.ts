@@ -21,6 +21,10 @@ export interface TrainRequest {
   kernels: GemmKind;
   threads: number;
   timeoutMs: number;
+  /** Resume from rank 0's checkpoint, which it sends over the communicator (`--resume` with `--hosts`). */
+  resume?: boolean;
+  /** Stop after this many updates of this invocation, as rank 0 does (`--stop-after`). */
+  stopAfter?: number;
 }
 
 /**
@@ -56,6 +60,8 @@ export function isTrainRequest(m: Message): boolean {
     int(m.threads) &&
     (m.threads as number) >= 1 &&
     typeof m.timeoutMs === 'number' &&
+    (m.resume === undefined || typeof m.resume === 'boolean') &&
+    (m.stopAfter === undefined || (int(m.stopAfter) && (m.stopAfter as number) >= 1)) &&
     typeof s === 'object' &&
     s !== null &&
     typeof s.shape === 'object' &&
@@ -83,9 +89,11 @@ export async function trainOnNode(
       },
     );
   const gemm = await loadGemm(r.kernels, r.threads, (why) => log?.(`train: ${why}`));
-  log?.(`train: rank ${r.rank} of ${r.size}, ${r.settings.steps} updates, joining ${r.rendezvous}`);
+  log?.(
+    `train: rank ${r.rank} of ${r.size}, ${r.settings.steps} updates${r.resume ? " (resuming from rank 0's checkpoint)" : ''}, joining ${r.rendezvous}`,
+  );
   const result = await trainRank(
-    { settings: r.settings, tokens, gemm },
+    { settings: r.settings, tokens, gemm, ...(r.stopAfter !== undefined ? { stopAfter: r.stopAfter } : {}) },
     {
       rank: r.rank,
       size: r.size,
@@ -94,6 +102,7 @@ export async function trainOnNode(
       provider: r.provider,
       timeoutMs: r.timeoutMs,
       signal,
+      resumeFromRoot: r.resume === true,
     },
   );
   return { step: result.step, finalLoss: result.finalLoss };

@@ -11,7 +11,8 @@ export const command = defineCommand({
   description:
     'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients all-reduced over tcp in buckets during the backward), ' +
     "and PyTorch's CPU step of the same shape, batch and each thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
-    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward.',
+    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward; ' +
+    "cpu_ms: the least CPU time of an update (rank 0's process, all its threads; PyTorch's process), which waiting for a core on a shared machine does not inflate.",
   options: {
     nodes: { type: 'list', description: 'node counts to measure', default: ['1', '2'] },
     threads: {

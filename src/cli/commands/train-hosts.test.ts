@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startNode } from '../../cluster/index.js';
-import { hashTokens, train, type RunSettings } from '../../engine/train/index.js';
+import { hashTokens, loadCheckpoint, train, type RunSettings } from '../../engine/train/index.js';
 import { MICRO_SHAPE } from '../../engine/train/testing.js';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
 import { trainOnHosts } from './train-hosts.js';
@@ -48,6 +48,42 @@ test(
       );
       assert.equal(spread.step, 3);
       for (let i = 0; i < 3; i++)
+        assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
+      let d = 0;
+      for (let i = 0; i < single.weights.length; i++)
+        d = Math.max(d, Math.abs((spread.weights[i] as number) - (single.weights[i] as number)));
+      assert.ok(d < 1e-4, `weights differ by ${d}`);
+    } finally {
+      await Promise.all(nodes.map((n) => n.close()));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  'train --hosts --resume: the nodes take the checkpoint from rank 0 and the run ends as an uninterrupted one',
+  { timeout: 120_000 },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
+    const nodes = await Promise.all(
+      [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
+    );
+    try {
+      const hostfile = join(dir, 'hosts.txt');
+      writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
+      const checkpoint = join(dir, 'run.ckpt');
+      const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
+      await train({ settings: settings(), tokens, gemm: referenceGemm, checkpoint, stopAfter: 1 });
+      const resume = await loadCheckpoint(checkpoint);
+      assert.equal(resume.step, 1);
+      const spread = await trainOnHosts(
+        { settings: settings(), tokens, gemm: referenceGemm, resume },
+        { hostfile, secret, kernels: 'reference', threads: 1, timeoutMs: 30_000 },
+      );
+      assert.equal(spread.step, 3);
+      assert.equal(spread.curve.length, 3);
+      assert.equal(spread.curve[0]!.loss, single.curve[0]!.loss);
+      for (let i = 1; i < 3; i++)
         assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
       let d = 0;
       for (let i = 0; i < single.weights.length; i++)

@@ -23,7 +23,8 @@ const CONNECT_MS = 10_000;
  * the GGUF) and each node of the hostfile, a `tandem node` agent, is one more rank (the
  * hostfile's order is rank order from 1): each gets the run's settings and tokens in a
  * `train` request over its authenticated control connection, and joins rank 0's
- * communicator over TCP at the address this host reaches it from.
+ * communicator over TCP at the address this host reaches it from. A resumed run (cfg.resume)
+ * sends the checkpoint's weights and moments to the nodes over that communicator.
  */
 export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<TrainResult> {
   const { entries } = loadHostfile(o.hostfile);
@@ -58,6 +59,7 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
       secret: o.secret,
       provider: 'tcp',
       timeoutMs,
+      resumeFromRoot: cfg.resume !== undefined,
       onListening: (address) => {
         clients.forEach((c, i) => {
           const body: TrainRequest = {
@@ -70,6 +72,8 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
             kernels: o.kernels,
             threads: o.threads,
             timeoutMs,
+            ...(cfg.resume ? { resume: true } : {}),
+            ...(cfg.stopAfter !== undefined ? { stopAfter: cfg.stopAfter } : {}),
           };
           // a node that fails says why here; the collectives stop the other ranks
           const answer = c.request('train', { ...body }, 7 * 24 * 3600_000);

@@ -252,7 +252,7 @@ export const command = defineCommand({
     hosts: {
       type: 'string',
       description:
-        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here (the secret: --secret-file or TANDEM_SECRET)',
+        'train data-parallel with the nodes of a hostfile, each running `tandem node` (host:port lines or an MLX JSON hostfile, as `run --hosts`): this process is rank 0, the nodes ranks 1..N in file order; they get the settings and tokens from here, and with --resume the checkpoint weights and moments (the secret: --secret-file or TANDEM_SECRET)',
       placeholder: 'FILE',
     },
     ...secretOptions,
@@ -336,12 +336,10 @@ export const command = defineCommand({
       await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
       return 0;
     }
-    if (options.hosts !== undefined && (options.nodes !== 1 || resume))
+    if (options.hosts !== undefined && options.nodes !== 1)
       throw usage(
-        options.nodes !== 1 ? '--hosts and --nodes both given' : '--hosts does not resume a run (--resume)',
-        options.nodes !== 1
-          ? 'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both'
-          : 'resume it on this machine (--resume CKPT, with --nodes N if you like); --hosts starts fresh runs',
+        '--hosts and --nodes both given',
+        'pass --nodes N for local processes or --hosts FILE for `tandem node` agents, not both',
       );
     const r =
       options.hosts !== undefined

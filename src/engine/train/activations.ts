@@ -63,3 +63,40 @@ export function allocActs(s: ModelShape, rows: number, seq: number): Acts {
   }
   return { rows, seq, layers, xOut: f(n * E), hf: f(n * E), rf: f(n), logits: f(n * s.vocab) };
 }
+
+/**
+ * The backward's gradient buffers for a batch of n tokens, allocated once and overwritten each
+ * step: dh, dx, dr [n, E] (a norm's input gradient, the residual's, a norm's output before it is
+ * added); da, dg, du [n, F]; dout, dq [n, Q]; dk, dv [n, K].
+ */
+export interface GradScratch {
+  dh: Float32Array;
+  dx: Float32Array;
+  dr: Float32Array;
+  da: Float32Array;
+  dg: Float32Array;
+  du: Float32Array;
+  dout: Float32Array;
+  dq: Float32Array;
+  dk: Float32Array;
+  dv: Float32Array;
+}
+
+export function allocGrads(s: ModelShape, rows: number, seq: number): GradScratch {
+  const n = rows * seq;
+  const Q = s.heads * s.headDim;
+  const K = s.kvHeads * s.headDim;
+  const f = (len: number): Float32Array => new Float32Array(len);
+  return {
+    dh: f(n * s.embd),
+    dx: f(n * s.embd),
+    dr: f(n * s.embd),
+    da: f(n * s.ff),
+    dg: f(n * s.ff),
+    du: f(n * s.ff),
+    dout: f(n * Q),
+    dq: f(n * Q),
+    dk: f(n * K),
+    dv: f(n * K),
+  };
+}

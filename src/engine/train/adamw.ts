@@ -1,4 +1,8 @@
+import { referenceOps, type TrainOps } from '../../kernels/backward/train-ops.js';
+import { referenceGemm } from '../../kernels/backward/gemm.js';
 import type { ParamLayout } from './params.js';
+
+const reference = referenceOps(referenceGemm);
 
 /** AdamW's hyper-parameters (PyTorch's names and defaults except betas, as GPT-2 recipes use). */
 export interface AdamWOptions {
@@ -14,7 +18,8 @@ export const ADAMW_DEFAULTS: AdamWOptions = { beta1: 0.9, beta2: 0.95, eps: 1e-8
  * AdamW as torch.optim.AdamW computes it: decoupled weight decay p *= 1 - lr wd (matrices
  * only; norms are not decayed), then p -= lr m_hat / (sqrt(v_hat) + eps) with bias-corrected
  * moments. Moments live in flat buffers beside the weights (paramLayout's order); `step` is
- * the 1-based update count, kept by the caller (and the checkpoint).
+ * the 1-based update count, kept by the caller (and the checkpoint). The pass runs on `ops`
+ * (the native one in C, over all parameters in one call; TypeScript by default).
  */
 export class AdamW {
   readonly m: Float32Array;
@@ -25,6 +30,7 @@ export class AdamW {
     layout: ParamLayout,
     readonly options: AdamWOptions = ADAMW_DEFAULTS,
     moments?: { m: Float32Array; v: Float32Array },
+    private readonly ops: TrainOps = reference,
   ) {
     this.m = moments?.m ?? new Float32Array(layout.total);
     this.v = moments?.v ?? new Float32Array(layout.total);
@@ -34,20 +40,15 @@ export class AdamW {
 
   update(weights: Float32Array, grad: Float32Array, lr: number, step: number): void {
     const { beta1, beta2, eps, weightDecay } = this.options;
-    const c1 = 1 - beta1 ** step;
-    const c2 = 1 - beta2 ** step;
-    const decay = 1 - lr * weightDecay;
-    const { m, v, decayMask } = this;
-    for (let i = 0; i < weights.length; i++) {
-      const g = grad[i] as number;
-      const mi = beta1 * (m[i] as number) + (1 - beta1) * g;
-      const vi = beta2 * (v[i] as number) + (1 - beta2) * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      let p = weights[i] as number;
-      if (decayMask[i]) p *= decay;
-      weights[i] = p - (lr * (mi / c1)) / (Math.sqrt(vi / c2) + eps);
-    }
+    this.ops.adamw(weights, grad, this.m, this.v, this.decayMask, {
+      lr,
+      beta1,
+      beta2,
+      eps,
+      c1: 1 - beta1 ** step,
+      c2: 1 - beta2 ** step,
+      decay: 1 - lr * weightDecay,
+    });
   }
 }
 
@@ -55,12 +56,10 @@ export class AdamW {
  * Scales grad so that its L2 norm is at most maxNorm (torch.nn.utils.clip_grad_norm_: factor
  * maxNorm / (norm + 1e-6) when below 1). Returns the norm before clipping.
  */
-export function clipGradNorm(grad: Float32Array, maxNorm: number): number {
-  let ss = 0;
-  for (let i = 0; i < grad.length; i++) ss += (grad[i] as number) ** 2;
-  const norm = Math.sqrt(ss);
+export function clipGradNorm(grad: Float32Array, maxNorm: number, ops: TrainOps = reference): number {
+  const norm = Math.sqrt(ops.sumSquares(grad));
   const factor = maxNorm / (norm + 1e-6);
-  if (factor < 1) for (let i = 0; i < grad.length; i++) grad[i] = (grad[i] as number) * factor;
+  if (factor < 1) ops.scale(grad, factor);
   return norm;
 }
 

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
+import { loadNativeGemm } from '../../kernels/backward/gemm-native.js';
 import { loadWasmGemm } from '../../kernels/backward/gemm-wasm.js';
 import { LlamaGrad } from './llama-grad.js';
 import { MICRO_SHAPE, testBatch, testWeights } from './testing.js';
@@ -42,6 +43,28 @@ test('the wasm GEMMs give the reference gradients within f32 sum-order noise', a
   const l1 = new LlamaGrad(layout, weights, referenceGemm).step(batch, ROWS, SEQ, want);
   const l2 = new LlamaGrad(layout, weights, await loadWasmGemm()).step(batch, ROWS, SEQ, got);
   assert.ok(Math.abs(l1 - l2) < 1e-5);
+  let d = 0;
+  let m = 0;
+  for (let i = 0; i < want.length; i++) {
+    d = Math.max(d, Math.abs((got[i] as number) - (want[i] as number)));
+    m = Math.max(m, Math.abs(want[i] as number));
+  }
+  assert.ok(d / m < 1e-4, `relative difference ${d / m}`);
+});
+
+test('the native kernels (products and ops in C) give the reference gradients within f32 noise', async () => {
+  const { layout, weights } = testWeights(MICRO_SHAPE, 7);
+  const batch = testBatch(ROWS, SEQ, MICRO_SHAPE.vocab, 8);
+  const want = new Float32Array(layout.total);
+  const got = new Float32Array(layout.total);
+  const native = await loadNativeGemm(1);
+  assert.equal(native.ops?.name, 'native');
+  const l1 = new LlamaGrad(layout, weights, referenceGemm).step(batch, ROWS, SEQ, want);
+  // twice: the second step reuses the model's buffers, which must not carry anything over
+  const model = new LlamaGrad(layout, weights, native);
+  model.step(batch, ROWS, SEQ, new Float32Array(layout.total));
+  const l2 = model.step(batch, ROWS, SEQ, got);
+  assert.ok(Math.abs(l1 - l2) < 1e-5, `loss ${l2} against ${l1}`);
   let d = 0;
   let m = 0;
   for (let i = 0; i < want.length; i++) {

@@ -1,11 +1,9 @@
 import type { AttentionShape } from '../../kernels/backward/attention.js';
-import { attentionBackwardGemm, attentionForwardGemm } from '../../kernels/backward/attention-gemm.js';
-import { crossEntropyInPlace, crossEntropyLoss } from '../../kernels/backward/cross-entropy.js';
+import { crossEntropyLoss } from '../../kernels/backward/cross-entropy.js';
 import type { Gemm } from '../../kernels/backward/gemm.js';
-import { rmsNormBackward, rmsNormForward } from '../../kernels/backward/rms-norm.js';
-import { ropeApply, ropeTable, type RopeTable } from '../../kernels/backward/rope.js';
-import { swigluBackward, swigluForward } from '../../kernels/backward/swiglu.js';
-import { allocActs, type Acts, type LayerActs } from './activations.js';
+import { ropeTable, type RopeTable } from '../../kernels/backward/rope.js';
+import { referenceOps, type TrainOps } from '../../kernels/backward/train-ops.js';
+import { allocActs, allocGrads, type Acts, type GradScratch, type LayerActs } from './activations.js';
 import { views, type ParamLayout } from './params.js';
 
 /** RMSNorm epsilon and RoPE base of make-model's llama metadata, which the written GGUF carries. */
@@ -18,16 +16,19 @@ export type GradReady = (start: number, end: number) => void;
 /**
  * The llama forward pass over a batch with what the backward needs kept, and the backward
  * pass into a flat gradient buffer (paramLayout's order). Gradients accumulate: the caller
- * zeroes them once per step. The matrix products (attention's included) run on `gemm`; the
- * rest is the kernels' TypeScript backward ops.
+ * zeroes them once per step. The weight products run on `gemm`, everything else (attention,
+ * norms, SwiGLU, RoPE, cross-entropy) on its ops: the native ones where `gemm` has them, else
+ * the kernels' TypeScript twins.
  *
  * A batch is rows x (seq + 1) token ids: inputs are a row's first seq tokens, targets its
  * last seq.
  */
 export class LlamaGrad {
   private acts: Acts | undefined;
+  private scratch: GradScratch | undefined;
   private rope: RopeTable | undefined;
   private readonly w: Map<string, Float32Array>;
+  private readonly ops: TrainOps;
 
   constructor(
     readonly layout: ParamLayout,
@@ -35,6 +36,7 @@ export class LlamaGrad {
     private readonly gemm: Gemm,
   ) {
     this.w = views(layout, weights);
+    this.ops = gemm.ops ?? referenceOps(gemm);
   }
 
   private get(name: string): Float32Array {
@@ -44,6 +46,7 @@ export class LlamaGrad {
   private ready(rows: number, seq: number): Acts {
     if (this.acts?.rows !== rows || this.acts.seq !== seq) {
       this.acts = allocActs(this.layout.shape, rows, seq);
+      this.scratch = allocGrads(this.layout.shape, rows, seq);
       this.rope = ropeTable(seq, this.layout.shape.headDim, LLAMA_ROPE_BASE);
     }
     return this.acts;
@@ -76,7 +79,7 @@ export class LlamaGrad {
       x.set(la.xMid);
       this.gemm.nt(la.a, this.get(`blk.${l}.ffn_down.weight`), x, n, E, s.ff, true);
     }
-    rmsNormForward(acts.xOut, this.get('output_norm.weight'), LLAMA_EPS, acts.hf, acts.rf, n);
+    this.ops.rmsNormForward(acts.xOut, this.get('output_norm.weight'), LLAMA_EPS, acts.hf, acts.rf, n);
     this.gemm.nt(acts.hf, this.get('output.weight'), acts.logits, n, s.vocab, E);
     return acts;
   }
@@ -90,19 +93,20 @@ export class LlamaGrad {
     const K = s.kvHeads * s.headDim;
     const p = `blk.${l}.`;
     const rope = this.rope as RopeTable;
-    rmsNormForward(la.xIn, this.get(`${p}attn_norm.weight`), LLAMA_EPS, la.h1, la.r1, n);
+    const ops = this.ops;
+    ops.rmsNormForward(la.xIn, this.get(`${p}attn_norm.weight`), LLAMA_EPS, la.h1, la.r1, n);
     this.gemm.nt(la.h1, this.get(`${p}attn_q.weight`), la.q, n, Q, E);
     this.gemm.nt(la.h1, this.get(`${p}attn_k.weight`), la.k, n, K, E);
     this.gemm.nt(la.h1, this.get(`${p}attn_v.weight`), la.v, n, K, E);
-    ropeApply(la.q, rope, rows, seq, s.heads, 1);
-    ropeApply(la.k, rope, rows, seq, s.kvHeads, 1);
-    attentionForwardGemm(this.attnShape(rows, seq), la.q, la.k, la.v, la.o, la.probs, this.gemm);
+    ops.ropeApply(la.q, rope, rows, seq, s.heads, 1);
+    ops.ropeApply(la.k, rope, rows, seq, s.kvHeads, 1);
+    ops.attentionForward(this.attnShape(rows, seq), la.q, la.k, la.v, la.o, la.probs);
     la.xMid.set(la.xIn);
     this.gemm.nt(la.o, this.get(`${p}attn_output.weight`), la.xMid, n, E, Q, true);
-    rmsNormForward(la.xMid, this.get(`${p}ffn_norm.weight`), LLAMA_EPS, la.h2, la.r2, n);
+    ops.rmsNormForward(la.xMid, this.get(`${p}ffn_norm.weight`), LLAMA_EPS, la.h2, la.r2, n);
     this.gemm.nt(la.h2, this.get(`${p}ffn_gate.weight`), la.g, n, s.ff, E);
     this.gemm.nt(la.h2, this.get(`${p}ffn_up.weight`), la.u, n, s.ff, E);
-    swigluForward(la.g, la.u, la.a);
+    ops.swigluForward(la.g, la.u, la.a);
   }
 
   /** Mean cross-entropy of a batch (forward only), in nats per token. */
@@ -164,15 +168,20 @@ export class LlamaGrad {
     const s = this.layout.shape;
     const n = rows * seq;
     const acts = this.forward(batch, rows, seq);
-    const loss = crossEntropyInPlace(acts.logits, targetsOf(batch, rows, seq), n, s.vocab, denominator);
+    const loss = this.ops.crossEntropyInPlace(
+      acts.logits,
+      targetsOf(batch, rows, seq),
+      n,
+      s.vocab,
+      denominator,
+    );
     const g = views(this.layout, grad);
     const dl = acts.logits;
     const E = s.embd;
     this.gemm.tn(dl, acts.hf, g.get('output.weight') as Float32Array, s.vocab, E, n, true);
-    const dh = new Float32Array(n * E);
+    const { dh, dx } = this.scratch as GradScratch;
     this.gemm.nn(dl, this.get('output.weight'), dh, n, E, s.vocab);
-    const dx = new Float32Array(n * E);
-    rmsNormBackward(
+    this.ops.rmsNormBackward(
       acts.xOut,
       this.get('output_norm.weight'),
       acts.rf,
@@ -183,9 +192,8 @@ export class LlamaGrad {
     );
     this.announce(onReady, 'output_norm.weight', 'output.weight');
     yield;
-    const scratch = new Float32Array(n * E);
     for (let l = s.layers - 1; l >= 0; l--) {
-      this.layerBackward(l, acts.layers[l] as LayerActs, rows, seq, dx, scratch, g);
+      this.layerBackward(l, acts.layers[l] as LayerActs, rows, seq, dx, g);
       this.announce(onReady, `blk.${l}.attn_norm.weight`, `blk.${l}.ffn_down.weight`);
       yield;
     }
@@ -215,7 +223,6 @@ export class LlamaGrad {
     rows: number,
     seq: number,
     dx: Float32Array,
-    scratch: Float32Array,
     g: Map<string, Float32Array>,
   ): void {
     const s = this.layout.shape;
@@ -226,44 +233,50 @@ export class LlamaGrad {
     const K = s.kvHeads * s.headDim;
     const p = `blk.${l}.`;
     const gw = (name: string): Float32Array => g.get(p + name) as Float32Array;
+    const ops = this.ops;
+    const { da, dg, du, dh, dr: scratch, dout, dq, dk, dv } = this.scratch as GradScratch;
     // FFN: x += down(swiglu(gate h2, up h2)), h2 = ffn_norm(xMid)
     this.gemm.tn(dx, la.a, gw('ffn_down.weight'), E, F, n, true);
-    const da = new Float32Array(n * F);
     this.gemm.nn(dx, this.get(`${p}ffn_down.weight`), da, n, F, E);
-    const dg = new Float32Array(n * F);
-    const du = new Float32Array(n * F);
-    swigluBackward(la.g, la.u, da, dg, du);
+    ops.swigluBackward(la.g, la.u, da, dg, du);
     this.gemm.tn(dg, la.h2, gw('ffn_gate.weight'), F, E, n, true);
     this.gemm.tn(du, la.h2, gw('ffn_up.weight'), F, E, n, true);
-    const dh = new Float32Array(n * E);
     this.gemm.nn(dg, this.get(`${p}ffn_gate.weight`), dh, n, E, F);
     this.gemm.nn(du, this.get(`${p}ffn_up.weight`), dh, n, E, F, true);
-    rmsNormBackward(la.xMid, this.get(`${p}ffn_norm.weight`), la.r2, dh, scratch, gw('ffn_norm.weight'), n);
-    addInto(dx, scratch);
+    ops.rmsNormBackward(
+      la.xMid,
+      this.get(`${p}ffn_norm.weight`),
+      la.r2,
+      dh,
+      scratch,
+      gw('ffn_norm.weight'),
+      n,
+    );
+    ops.add(dx, scratch);
     // attention: xMid = xIn + o W_o^T, o = attention(rope(q), rope(k), v) of h1 = attn_norm(xIn)
     this.gemm.tn(dx, la.o, gw('attn_output.weight'), E, Q, n, true);
-    const dout = new Float32Array(n * Q);
     this.gemm.nn(dx, this.get(`${p}attn_output.weight`), dout, n, Q, E);
-    const dq = new Float32Array(n * Q);
-    const dk = new Float32Array(n * K);
-    const dv = new Float32Array(n * K);
-    attentionBackwardGemm(this.attnShape(rows, seq), la.q, la.k, la.v, la.probs, dout, dq, dk, dv, this.gemm);
+    ops.attentionBackward(this.attnShape(rows, seq), la.q, la.k, la.v, la.probs, dout, dq, dk, dv);
     const rope = this.rope as RopeTable;
-    ropeApply(dq, rope, rows, seq, s.heads, -1);
-    ropeApply(dk, rope, rows, seq, s.kvHeads, -1);
+    ops.ropeApply(dq, rope, rows, seq, s.heads, -1);
+    ops.ropeApply(dk, rope, rows, seq, s.kvHeads, -1);
     this.gemm.tn(dq, la.h1, gw('attn_q.weight'), Q, E, n, true);
     this.gemm.tn(dk, la.h1, gw('attn_k.weight'), K, E, n, true);
     this.gemm.tn(dv, la.h1, gw('attn_v.weight'), K, E, n, true);
     this.gemm.nn(dq, this.get(`${p}attn_q.weight`), dh, n, E, Q);
     this.gemm.nn(dk, this.get(`${p}attn_k.weight`), dh, n, E, K, true);
     this.gemm.nn(dv, this.get(`${p}attn_v.weight`), dh, n, E, K, true);
-    rmsNormBackward(la.xIn, this.get(`${p}attn_norm.weight`), la.r1, dh, scratch, gw('attn_norm.weight'), n);
-    addInto(dx, scratch);
+    ops.rmsNormBackward(
+      la.xIn,
+      this.get(`${p}attn_norm.weight`),
+      la.r1,
+      dh,
+      scratch,
+      gw('attn_norm.weight'),
+      n,
+    );
+    ops.add(dx, scratch);
   }
-}
-
-function addInto(a: Float32Array, b: Float32Array): void {
-  for (let i = 0; i < a.length; i++) a[i] = (a[i] as number) + (b[i] as number);
 }
 
 /** Targets of a rows x (seq + 1) batch: each row's tokens 1..seq. */

@@ -1,4 +1,5 @@
 import type { Gemm } from '../../kernels/backward/gemm.js';
+import { referenceOps } from '../../kernels/backward/train-ops.js';
 import { AdamW, clipGradNorm, learningRate, ADAMW_DEFAULTS } from './adamw.js';
 import { saveCheckpoint, type Checkpoint, type CurvePoint, type RunSettings } from './checkpoint.js';
 import { batchAt } from './data.js';
@@ -56,7 +57,8 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
   const s = cfg.settings;
   const layout = paramLayout(s.shape);
   const weights = cfg.resume ? cfg.resume.weights : initParams(layout, s.seed);
-  const opt = new AdamW(layout, { ...ADAMW_DEFAULTS, weightDecay: s.weightDecay }, cfg.resume);
+  const ops = cfg.gemm.ops ?? referenceOps(cfg.gemm);
+  const opt = new AdamW(layout, { ...ADAMW_DEFAULTS, weightDecay: s.weightDecay }, cfg.resume, ops);
   const model = new LlamaGrad(layout, weights, cfg.gemm);
   const grad = new Float32Array(layout.total);
   const curve = cfg.resume ? [...cfg.resume.curve] : [];
@@ -84,7 +86,7 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
       await sync.finish();
       loss = await sync.sum(loss);
     }
-    if (s.clip > 0) clipGradNorm(grad, s.clip);
+    if (s.clip > 0) clipGradNorm(grad, s.clip, ops);
     const lr = learningRate(schedule, step);
     opt.update(weights, grad, lr, step + 1);
     step++;

@@ -9,7 +9,8 @@
 //
 // Blocking: c is cut into panels of NR = 32 columns; a thread packs its panel's b (k x 32,
 // zero-padded past n) contiguously, then sweeps the rows MR = 6 at a time with 12 vector
-// accumulators (6 rows x 2 vectors of 16 floats). Threads take whole panels.
+// accumulators (6 rows x 2 vectors of 16 floats). Threads take whole panels. tn's a is first
+// packed once per call into row blocks of 6 (pack_a), shared read-only by the threads.
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -85,15 +86,17 @@ static void pack(int mode, const float *b, float *bp, int j0, int w, int n, int 
 
 static void panel(int mode, const float *a, const float *b, float *c, int m, int n, int k, int acc,
                   int jp, float *bp) {
-  const long ars = mode == 2 ? 1 : k;
-  const long aps = mode == 2 ? m : 1;
+  // mode 2 reads a packed by pack_a: row block i0's A(r, p) at a[i0 * k + p * MR + r]
+  const long ars = mode == 0 || mode == 1 ? k : 1;
+  const long aps = mode == 2 ? MR : 1;
   const int j0 = jp * NR;
   const int w = n - j0 < NR ? n - j0 : NR;
   float t[MR * NR];
   pack(mode, b, bp, j0, w, n, k);
   for (int i0 = 0; i0 < m; i0 += MR) {
     const int R = m - i0 < MR ? m - i0 : MR;
-    kern_rows(R, a + i0 * ars, ars, aps, bp, k, t);
+    const float *ab = mode == 2 ? a + (long)i0 * k : a + (long)i0 * ars;
+    kern_rows(R, ab, ars, aps, bp, k, t);
     for (int r = 0; r < R; r++) {
       float *cr = c + (long)(i0 + r) * n + j0;
       const float *tr = t + r * NR;
@@ -102,6 +105,18 @@ static void panel(int mode, const float *a, const float *b, float *c, int m, int
       else
         memcpy(cr, tr, sizeof(float) * w);
     }
+  }
+}
+
+// tn's a [k, m] into row blocks of MR: block i0 holds A(r, p) = a[p * m + i0 + r] at
+// ap[i0 * k + p * MR + r], so that the kernel reads it in order (a's own rows are m floats
+// apart, which for m a multiple of 256 puts every p in the same few cache sets).
+static void pack_a(const float *a, float *ap, int m, int k) {
+  for (int i0 = 0; i0 < m; i0 += MR) {
+    const int R = m - i0 < MR ? m - i0 : MR;
+    float *dst = ap + (long)i0 * k;
+    for (int p = 0; p < k; p++)
+      for (int r = 0; r < MR; r++) dst[(long)p * MR + r] = r < R ? a[(long)p * m + i0 + r] : 0;
   }
 }
 
@@ -120,10 +135,19 @@ void tg_gemm(int mode, const float *a, const float *b, float *c, int m, int n, i
   const size_t bytes = ((sizeof(float) * (size_t)k * NR) + 63) & ~(size_t)63;
   int th = threads < panels ? threads : panels;
   if ((long)m * n * k < SMALL_JOB) th = 1;
+  float *ap = NULL;
+  if (mode == 2) {
+    const size_t blocks = (size_t)(m + MR - 1) / MR;
+    ap = aligned_alloc(64, ((sizeof(float) * blocks * MR * (size_t)k) + 63) & ~(size_t)63);
+    if (!ap) return;
+    pack_a(a, ap, m, k);
+    a = ap;
+  }
   if (th <= 1) {
     float *bp = aligned_alloc(64, bytes);
     for (int jp = 0; jp < panels; jp++) panel(mode, a, b, c, m, n, k, acc, jp, bp);
     free(bp);
+    free(ap);
     return;
   }
 #ifdef _OPENMP
@@ -139,6 +163,7 @@ void tg_gemm(int mode, const float *a, const float *b, float *c, int m, int n, i
   for (int jp = 0; jp < panels; jp++) panel(mode, a, b, c, m, n, k, acc, jp, bp);
   free(bp);
 #endif
+  free(ap);
 }
 
 // Whether this build splits work over threads (compiled with OpenMP).

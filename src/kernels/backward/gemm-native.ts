@@ -1,15 +1,11 @@
-import { execFile } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { promisify } from 'node:util';
-import { TandemError } from '../../errors/index.js';
 import type { Gemm } from './gemm.js';
+import { buildTrainKernels } from './native-build.js';
+import { bindNativeOps } from './ops-native.js';
 
 /**
- * The native twin of gemm.ts (gemm-native.c): compiled on this machine at first use with
- * -O3 -march=native (and OpenMP where the compiler has it), loaded through koffi, and run on
- * the caller's Float32Arrays in place (no copies, unlike the wasm twin). `threads` splits a
+ * The native twin of gemm.ts (gemm-native.c, built by native-build.ts), loaded through koffi
+ * and run on the caller's Float32Arrays in place (no copies, unlike the wasm twin), with the
+ * native element-wise ops of the same library (ops-native.ts) as its `ops`. `threads` splits a
  * product's column panels over OpenMP threads; the result does not depend on it (each output
  * is one sum in increasing k on whichever thread computes it).
  */
@@ -26,10 +22,6 @@ type Native = (
   threads: number,
 ) => void;
 
-const root = resolve(import.meta.dirname, '..', '..', '..');
-const source = join(import.meta.dirname, 'gemm-native.c');
-const baseFlags = ['-O3', '-march=native', '-fno-strict-aliasing', '-shared', '-fPIC'];
-
 export interface NativeGemm extends Gemm {
   /** Threads a product is split over (1: the calling thread only). */
   readonly threads: number;
@@ -37,42 +29,12 @@ export interface NativeGemm extends Gemm {
   readonly threaded: boolean;
 }
 
-async function compile(flags: string[]): Promise<string> {
-  const hash = createHash('sha256').update(readFileSync(source)).update(flags.join(' ')).digest('hex');
-  const lib = join(root, 'build', 'native', `train-gemm-${hash.slice(0, 12)}.so`);
-  if (existsSync(lib)) return lib;
-  mkdirSync(dirname(lib), { recursive: true });
-  // a unique temporary name, then rename: concurrent builds never load half a file
-  const tmp = `${lib}.${process.pid}.${Date.now()}.tmp`;
-  await promisify(execFile)(process.env.CC ?? 'cc', [...flags, '-o', tmp, source], { timeout: 120_000 });
-  renameSync(tmp, lib);
-  return lib;
-}
-
-let built: Promise<string> | undefined;
-
-/** Builds the library (OpenMP first, else serial) and returns its path. */
-function buildNativeGemm(): Promise<string> {
-  built ??= compile([...baseFlags, '-fopenmp']).catch(() => compile(baseFlags));
-  return built;
-}
-
 /**
  * Loads the native GEMMs on `threads` threads; throws KERNELS_BUILD_FAILED where no C
  * compiler works (the caller falls back to the wasm twin).
  */
 export async function loadNativeGemm(threads = 1): Promise<NativeGemm> {
-  let path: string;
-  try {
-    path = await buildNativeGemm();
-  } catch (e) {
-    built = undefined;
-    throw new TandemError(
-      'KERNELS_BUILD_FAILED',
-      `cannot compile ${source}: ${((e as Error).message.split('\n')[0] ?? '').slice(0, 300)}`,
-      { hint: 'install a C compiler (apt-get install gcc), or use --kernels wasm' },
-    );
-  }
+  const path = await buildTrainKernels();
   const { default: koffi } = await import('koffi');
   const lib = koffi.load(path);
   const fn = lib.func(
@@ -83,6 +45,7 @@ export async function loadNativeGemm(threads = 1): Promise<NativeGemm> {
     name: 'native',
     threads,
     threaded,
+    ops: bindNativeOps(lib, threads),
     nt: (a, b, c, m, n, k, acc = false) => fn(0, a, b, c, m, n, k, acc ? 1 : 0, threads),
     nn: (a, b, c, m, n, k, acc = false) => fn(1, a, b, c, m, n, k, acc ? 1 : 0, threads),
     tn: (a, b, c, m, n, k, acc = false) => fn(2, a, b, c, m, n, k, acc ? 1 : 0, threads),

@@ -1,3 +1,5 @@
+import type { TrainOps } from './train-ops.js';
+
 /**
  * The three f32 matrix products a training step needs, row-major, behind one interface so
  * that the layer code is written once and runs on the TypeScript twin (the truth for tests)
@@ -10,6 +12,8 @@
  */
 export interface Gemm {
   readonly name: 'reference' | 'wasm' | 'native';
+  /** The step's other ops where this backend has its own (native); else train-ops.ts's referenceOps. */
+  readonly ops?: TrainOps;
   nt(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;
   nn(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;
   tn(a: Float32Array, b: Float32Array, c: Float32Array, m: number, n: number, k: number, acc?: boolean): void;

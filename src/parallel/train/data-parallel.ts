@@ -1,6 +1,13 @@
 import { createCommunicator, type Communicator } from '../../collectives/index.js';
 import { isTandemError, TandemError } from '../../errors/index.js';
-import { train, type StepLog, type TrainConfig, type TrainResult } from '../../engine/train/index.js';
+import {
+  paramLayout,
+  train,
+  type Checkpoint,
+  type StepLog,
+  type TrainConfig,
+  type TrainResult,
+} from '../../engine/train/index.js';
 import { CollectiveGradSync, type SyncTimes } from './grad-sync.js';
 
 export interface RankOptions {
@@ -17,6 +24,27 @@ export interface RankOptions {
   onTimes?: (times: SyncTimes) => void;
   /** Aborts the run's communicator (a node agent whose coordinator left): the rank stops with PAR_TRAIN_NODE_LOST. */
   signal?: AbortSignal;
+  /**
+   * Every rank resumes from rank 0's checkpoint (cfg.resume there), received over the
+   * communicator before the first update: ranks on other machines (`--hosts`) have no copy.
+   */
+  resumeFromRoot?: boolean;
+}
+
+/** Elements per broadcast when the checkpoint is shared: 4 MiB of f32. */
+const SHARE_CHUNK = 1 << 20;
+
+/** Rank 0's update count, weights and both AdamW moments, on every rank (others get an empty curve). */
+async function shareResume(comm: Communicator, cfg: Omit<TrainConfig, 'sync'>): Promise<Checkpoint> {
+  const total = paramLayout(cfg.settings.shape).total;
+  const mine = comm.rank === 0 ? cfg.resume : undefined;
+  const step = Int32Array.of(mine?.step ?? 0);
+  await comm.broadcast(step, 0);
+  const arrays = mine ? [mine.weights, mine.m, mine.v] : [0, 1, 2].map(() => new Float32Array(total));
+  for (const a of arrays)
+    for (let i = 0; i < a.length; i += SHARE_CHUNK) await comm.broadcast(a.subarray(i, i + SHARE_CHUNK), 0);
+  const [weights, m, v] = arrays as [Float32Array, Float32Array, Float32Array];
+  return mine ?? { settings: cfg.settings, step: step[0] as number, curve: [], weights, m, v };
 }
 
 /** Collectives' codes that mean a rank is gone or stuck: the survivors stop. */
@@ -47,8 +75,15 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
   const sync = new CollectiveGradSync(comm);
   let done = cfg.resume?.step ?? 0;
   try {
+    if (o.resumeFromRoot && o.rank === 0 && !cfg.resume)
+      throw new TandemError('TRAIN_CHECKPOINT', 'rank 0 was asked to share a checkpoint it does not hold', {
+        hint: 'pass the checkpoint to rank 0 (--resume CKPT)',
+      });
+    const resume = o.resumeFromRoot ? await shareResume(comm, cfg) : cfg.resume;
+    done = resume?.step ?? 0;
     return await train({
       ...cfg,
+      ...(resume ? { resume } : {}),
       sync,
       onStep: (l: StepLog) => {
         done = l.step;
