@@ -1,6 +1,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bestAnchors, bestBenchRows, formatGoalTable, goalCheck, type Anchors } from './bench-anchors.js';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  anchorLines,
+  bestAnchors,
+  bestBenchRows,
+  formatGoalTable,
+  goalCheck,
+  type Anchors,
+} from './bench-anchors.js';
 import type { BenchRow } from './bench.js';
 
 const lat = (p50: number, p99: number, wait: number): BenchRow => ({
@@ -62,4 +72,29 @@ test('the goal table shows ours, the anchor, the ratio and the verdict of each g
   assert.match(table, /best of 3 alternated rounds/);
   assert.match(table, /shm 8 B latency <= 3x UCX posix +0\.45 +0\.15 +3\.00 +met/);
   assert.match(table, /x +- +1 +- +n\/a/);
+});
+
+test('an anchor script past its time is killed with everything it started', { timeout: 20_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tandem-anchors-'));
+  const pidFile = join(dir, 'child.pid');
+  try {
+    // a script that starts a long child in the background (as mpirun starts its ranks) and waits
+    const script = `echo '{"anchor":"x","v":1}'; sleep 30 & echo $! > ${pidFile}; wait`;
+    const lines = await anchorLines('', '', 1500, ['-c', script]);
+    assert.deepEqual(lines, [{ anchor: 'x', v: 1 }]);
+    const child = Number(readFileSync(pidFile, 'utf8'));
+    const alive = (): boolean => {
+      try {
+        process.kill(child, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const deadline = Date.now() + 5000;
+    while (alive() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(alive(), false, "the script's background child outlived the timeout");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -34,21 +34,34 @@ export interface Anchors {
 
 /**
  * Runs one part of `run-anchors.sh` (`fabric`, `allreduce`) and returns its JSON lines; the
- * script prints `"key":,` when a tool produced no figure, read here as null.
+ * script prints `"key":,` when a tool produced no figure, read here as null. The script runs
+ * in a process group of its own, and a timeout (or this process exiting) kills the whole
+ * group: killing bash alone left its mpirun and the spinning MPI ranks running for good,
+ * taking the cores from every later round. `args` replaces `[script, part]` (tests).
  */
 export async function anchorLines(
   script: string,
   part: string,
   timeoutMs: number,
+  args: readonly string[] = [script, part],
 ): Promise<Record<string, unknown>[]> {
   const out = await new Promise<string>((resolveOut, reject) => {
-    const p = spawn('bash', [script, part], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const p = spawn('bash', args, { stdio: ['ignore', 'pipe', 'inherit'], detached: true });
+    const killGroup = (): void => {
+      try {
+        if (p.pid !== undefined) process.kill(-p.pid, 'SIGKILL');
+      } catch {
+        // the group is gone already
+      }
+    };
     let text = '';
     p.stdout.on('data', (d: Buffer) => (text += d.toString()));
-    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    const timer = setTimeout(killGroup, timeoutMs);
+    process.once('exit', killGroup);
     p.on('error', reject);
     p.on('exit', () => {
       clearTimeout(timer);
+      process.removeListener('exit', killGroup);
       resolveOut(text);
     });
   });

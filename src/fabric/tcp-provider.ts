@@ -123,6 +123,15 @@ export class TcpTransport implements Transport {
 
 const READS_PER_POLL = 64;
 /**
+ * A read at a frame boundary behind a large frame takes at most this much: a whole scratch's
+ * worth would carry most of the next large frame into scratch (under load, where the reader
+ * comes late, nearly all of it), to be copied into its target from there. Small frames (ACKs,
+ * credits) still arrive by the dozen per read.
+ */
+const BOUNDARY_READ = 4096;
+/** Frames above this count as large for BOUNDARY_READ (the decoder places WRITEs above it). */
+const LARGE_FRAME = 64 * 1024;
+/**
  * SO_SNDBUF and SO_RCVBUF of a polled connection (the kernel caps them at wmem_max/rmem_max
  * and doubles them; they are limits, not allocations). Fixed sizes turn off the kernel's
  * autotuning, under which a connection settles, run by run, into one of two speeds; with
@@ -166,13 +175,21 @@ export class PolledTcpTransport implements Transport {
   private events: TransportEvents | undefined;
   private isClosed = false;
   private readonly decoder = new FrameDecoder(
-    (buf, off, len) => this.events?.frame(buf, off, len),
-    (head, len) => this.events?.place?.(head, len),
+    (buf, off, len) => {
+      if (len > LARGE_FRAME) this.streaming = true;
+      this.events?.frame(buf, off, len);
+    },
+    (head, len) => {
+      this.streaming = true;
+      return this.events?.place?.(head, len);
+    },
     (head) => this.events?.placed?.(head),
   );
   private readonly scratch = new Uint8Array(SCRATCH_BYTES);
   private readonly staging = new Uint8Array(STAGING_BYTES);
   private staged = 0;
+  /** Large frames are arriving: set by one, cleared by a boundary read filled with small frames (BOUNDARY_READ). */
+  private streaming = false;
   private corked = false;
   private backlog: Uint8Array[] = [];
   private backlogHead = 0;
@@ -227,9 +244,15 @@ export class PolledTcpTransport implements Transport {
     for (let k = 0; k < READS_PER_POLL && !this.isClosed; k++) {
       const direct = this.decoder.partialTarget();
       const target = direct ?? this.scratch;
-      const n = this.lib.recv(this.fd, target, target.length, MSG_DONTWAIT);
+      // at a frame boundary behind a large frame, read little: the next large frame's payload
+      // then lands in its target, not in scratch and copied from there
+      const want = direct !== undefined || !this.streaming ? target.length : BOUNDARY_READ;
+      const n = this.lib.recv(this.fd, target, want, MSG_DONTWAIT);
       if (n > 0) {
         got = true;
+        // a chunk filled with small frames ends streaming; a large frame in it sets it again
+        // (the decoder's callbacks)
+        if (direct === undefined && n === want) this.streaming = false;
         if (direct) {
           try {
             this.decoder.advance(n);
@@ -238,7 +261,7 @@ export class PolledTcpTransport implements Transport {
             this.shut(`malformed frame: ${e.message}`, true);
           }
         } else if (!this.feed(this.scratch.subarray(0, n))) break;
-        if (n < target.length) break;
+        if (n < want) break;
         continue;
       }
       if (n === 0) {
