@@ -248,7 +248,8 @@ function matmulPrepared(
  * The prepared GEMMs' output row stride (floats) for a weight of rowsPad rows: an odd multiple
  * of 16 floats, so that the 16 token rows one tile of 16 tokens writes (stride * 4 bytes
  * apart) fall in 16 different L1 sets; at a multiple of 4 KiB (2048 or 11264 rows) they share
- * one set and evict each other, which cost the GEMM up to half its speed (docs/benchmarks.md).
+ * one set and evict each other as the tile's outputs are stored (measured: docs/benchmarks.md,
+ * "A faster prefill").
  */
 export function gemmStride(rowsPad: number): number {
   const s = Math.ceil(rowsPad / 16) * 16;
