@@ -217,20 +217,18 @@ function matmulPrepared(
   const yBytes = align(n * w.rowsPad * 4, 64);
   const tiles = w.rowsPad / 4;
   if (n >= GEMM_TOKENS && gemm) {
+    const ys = gemmStride(w.rowsPad);
     const xtBytes = align(Math.ceil(n / p.group) * cols * 16, 64);
-    const xf = arena.scratch(xfBytes + xtBytes + p.dtBytes(Math.ceil(n / p.group), cols) + yBytes);
+    const xf = arena.scratch(
+      xfBytes + xtBytes + p.dtBytes(Math.ceil(n / p.group), cols) + align(n * ys * 4, 64),
+    );
     const xt = xf + xfBytes;
     const dt = xt + xtBytes;
     const yp = dt + p.dtBytes(Math.ceil(n / p.group), cols);
     arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
     ctx.pool.run(arena.index, p.tprep, [xf, n, cols, xt, dt], n * cols);
-    ctx.pool.run(
-      arena.index,
-      p.mmt,
-      [w.ptr, w.scales, cols, xt, dt, n, yp, w.rowsPad, tiles],
-      n * w.rowsPad * cols,
-    );
-    copyOut(ctx, arena, yp, w, y, n, swiglu);
+    ctx.pool.run(arena.index, p.mmt, [w.ptr, w.scales, cols, xt, dt, n, yp, ys, tiles], n * w.rowsPad * cols);
+    copyOut(ctx, arena, yp, w, y, n, swiglu, ys);
     return;
   }
   const xf = arena.scratch(xfBytes + p.xBytes(n, cols) + p.dBytes(n, cols) + yBytes);
@@ -248,7 +246,22 @@ function matmulPrepared(
   copyOut(ctx, arena, yp, w, y, n, swiglu);
 }
 
-/** Copies the result rows out of the arena; with `swiglu` first applies SwiGLU to them there. */
+/**
+ * The prepared GEMMs' output row stride (floats) for a weight of rowsPad rows: an odd multiple
+ * of 16 floats, so that the 16 token rows one tile of 16 tokens writes (stride * 4 bytes
+ * apart) fall in 16 different L1 sets; at a multiple of 4 KiB (2048 or 11264 rows) they share
+ * one set and evict each other as the tile's outputs are stored (measured: docs/benchmarks.md,
+ * "A faster prefill").
+ */
+export function gemmStride(rowsPad: number): number {
+  const s = Math.ceil(rowsPad / 16) * 16;
+  return (s / 16) % 2 === 0 ? s + 16 : s;
+}
+
+/**
+ * Copies the result rows (`stride` floats apart in the arena) out; with `swiglu` first applies
+ * SwiGLU to them there.
+ */
 function copyOut(
   ctx: WasmContext,
   arena: Arena,
@@ -257,20 +270,18 @@ function copyOut(
   y: Float32Array,
   n: number,
   swiglu: Float32Array | undefined,
+  stride = w.rowsPad,
 ): void {
   const f32 = arena.f32;
+  const y0 = yp >>> 2;
   if (swiglu) {
     const half = w.rows / 2;
-    ctx.pool.run(arena.index, op.swiglu_rows, [yp, w.rowsPad, half, n], n * half * 8);
-    for (let t = 0; t < n; t++)
-      swiglu.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + half), t * half);
+    ctx.pool.run(arena.index, op.swiglu_rows, [yp, stride, half, n], n * half * 8);
+    for (let t = 0; t < n; t++) swiglu.set(f32.subarray(y0 + t * stride, y0 + t * stride + half), t * half);
     return;
   }
-  if (w.rowsPad === w.rows || n === 1)
-    y.set(f32.subarray(yp >>> 2, (yp >>> 2) + (n === 1 ? w.rows : n * w.rows)));
-  else
-    for (let t = 0; t < n; t++)
-      y.set(f32.subarray((yp >>> 2) + t * w.rowsPad, (yp >>> 2) + t * w.rowsPad + w.rows), t * w.rows);
+  if (stride === w.rows || n === 1) y.set(f32.subarray(y0, y0 + (n === 1 ? w.rows : n * w.rows)));
+  else for (let t = 0; t < n; t++) y.set(f32.subarray(y0 + t * stride, y0 + t * stride + w.rows), t * w.rows);
 }
 
 /**
@@ -352,8 +363,9 @@ function matmulPreparedPlusRows(
   const xtBytes = align(groups * cols * 16, 64);
   const dtBytes = p.dtBytes(groups, cols);
   const xqBytes = p.xBytes(rows, cols);
+  const ys = gemmStride(w.rowsPad);
   const xf = arena.scratch(
-    xfBytes + xtBytes + dtBytes + xqBytes + p.dBytes(rows, cols) + align(total * w.rowsPad * 4, 64),
+    xfBytes + xtBytes + dtBytes + xqBytes + p.dBytes(rows, cols) + align(total * ys * 4, 64),
   );
   const xt = xf + xfBytes;
   const dt = xt + xtBytes;
@@ -366,10 +378,10 @@ function matmulPreparedPlusRows(
   ctx.pool.run(
     arena.index,
     mmtv,
-    [w.ptr, w.scales, cols, xt, dt, n, xq, dx, rows, yp, w.rowsPad, w.rowsPad / 4],
+    [w.ptr, w.scales, cols, xt, dt, n, xq, dx, rows, yp, ys, w.rowsPad / 4],
     total * w.rowsPad * cols,
   );
-  copyOut(ctx, arena, yp, w, y, total, swiglu);
+  copyOut(ctx, arena, yp, w, y, total, swiglu, ys);
 }
 
 /**

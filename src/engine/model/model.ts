@@ -8,6 +8,7 @@ import {
   type KvCacheType,
   type RopeParams,
 } from '../../kernels/types.js';
+import { loadFastReduce } from '../../kernels/reduce-native.js';
 import { SequenceCache } from '../kv/kv-cache.js';
 import { attentionForward, headLayout, type HeadLayout } from './attention.js';
 import { reduceAcross, singleNodeComm, type ShardComm } from './comm.js';
@@ -111,6 +112,8 @@ export class Model {
     const shard = options.shard ?? fullShard(config);
     validateShard(config, shard);
     const weights = await loadShardWeights(file, kernels, config, shard, options.group, options.onLayer);
+    // the leaf sums and residual adds in C (same bits as the TypeScript loop; else it runs)
+    await loadFastReduce();
     return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm, options.group);
   }
 

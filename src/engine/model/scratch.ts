@@ -1,3 +1,5 @@
+import { reduceFast } from '../../kernels/reduce-native.js';
+
 /**
  * Named activation buffers reused across forward calls, so decoding allocates nothing per
  * token. A buffer grows (to the largest size asked for) and is handed out as a view of the
@@ -17,9 +19,12 @@ export class Scratch {
   }
 }
 
-/** y += x element-wise. */
+/**
+ * y += x element-wise (f32, one rounding per element: the same bits in C as in TypeScript),
+ * through the native reduction once loadFastReduce has run (Model.load starts it).
+ */
 export function addInPlace(y: Float32Array, x: Float32Array): void {
-  for (let i = 0; i < y.length; i++) y[i] = (y[i] as number) + (x[i] as number);
+  reduceFast('sum', 'f32', y, x);
 }
 
 /** Adds `bias` [width] to every row of x [n, width]. */

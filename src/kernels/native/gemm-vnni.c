@@ -91,8 +91,10 @@ static inline __attribute__((always_inline)) void row_q8l(const uint8_t *wr, con
     __m512i s[8];
     for (int t = 0; t < T; t++) s[t] = _mm512_loadu_si512((const void *)(dxc + t * dstride + 16 * (size_t)(ng + g)));
     for (int k = 0; k < 8; k++) {
-      // Far software prefetch into L2 (into L1 it measured slower than none at one token).
-      _mm_prefetch((const char *)wg + PREFETCH + 64 * k, _MM_HINT_T1);
+      // Far software prefetch into L2 (into L1 it measured slower than none at one token);
+      // twice as far with several tokens, whose longer work per row hid less of the stream
+      // at the lone token's distance (docs/benchmarks.md, "A faster prefill").
+      _mm_prefetch((const char *)wg + (T == 1 ? PREFETCH : 2 * PREFETCH) + 64 * k, _MM_HINT_T1);
       const __m512i wv = _mm512_loadu_si512((const void *)(wg + 64 * k));
       for (int t = 0; t < T; t++) s[t] = _mm512_dpbusd_epi32(s[t], wv, _mm512_loadu_si512((const void *)(xq + t * xstride + 512 * (size_t)g + 64 * k)));
     }

@@ -91,7 +91,13 @@ void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t o
   float qr[nc * 16];
   float oa[nc * 16];
   const int items = n * heads;
-  for (int item = part(items, tid, nt); item < part(items, tid + 1, nt); item++) {
+  // Causal rows cost in proportion to their length, so a prompt's tokens are dealt round-robin
+  // (contiguous shares gave the last thread the long rows); a few tokens share their items
+  // contiguously. An item's arithmetic is the same whichever thread runs it.
+  const int dealt = n >= 4 * nt;
+  const int i0 = dealt ? tid * heads : part(items, tid, nt);
+  const int i1 = dealt ? items : part(items, tid + 1, nt);
+  for (int item = i0; item < i1; item = dealt && item % heads == heads - 1 ? item + 1 + (nt - 1) * heads : item + 1) {
     const int t = item / heads;
     const int h = item % heads;
     const int len = pos0 + t + 1;
