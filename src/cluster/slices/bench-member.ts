@@ -18,8 +18,28 @@ import { SliceClient } from './slice-client.js';
 const [address = '', size = '0'] = process.argv.slice(2);
 const secret = process.env.TANDEM_BENCH_SECRET ?? '';
 
-/** Rows per read: 16 pieces' worth, so a large tensor is never held whole. */
-const READ_BYTES = 16 * CHUNK_BYTES;
+/** Rows per read: 4 pieces' worth, so a large tensor is never held whole. */
+const READ_BYTES = 4 * CHUNK_BYTES;
+/**
+ * Reads in flight at once, each into a buffer of its own: the next requests wait at the
+ * coordinator while one is answered, so no read costs a round trip on an idle link.
+ */
+const WINDOW = 4;
+
+/** Every tensor's rows, in whole pieces of the manifest's grid, as a loader reading whole tensors asks for them. */
+function reads(file: RemoteModelFile): { name: string; start: number; count: number; bytes: number }[] {
+  const all: { name: string; start: number; count: number; bytes: number }[] = [];
+  for (const [name, entry] of file.tensors) {
+    const { rows, cols } = matrixShape(entry);
+    const stride = rowBytes(entry.type, cols);
+    const step = (READ_BYTES / CHUNK_BYTES) * chunkRows(stride);
+    for (let r = 0; r < rows; r += step) {
+      const count = Math.min(step, rows - r);
+      all.push({ name, start: r, count, bytes: count * stride });
+    }
+  }
+  return all;
+}
 
 async function slices(cached: boolean): Promise<number> {
   const client = await SliceClient.connect(address, secret, 1);
@@ -33,18 +53,22 @@ async function slices(cached: boolean): Promise<number> {
       await client.manifest(),
       dir ? new SliceCache(dir) : undefined,
     );
-    const buffer = new Uint8Array(READ_BYTES);
+    const todo = reads(file);
     let bytes = 0;
-    for (const [name, entry] of file.tensors) {
-      const { rows, cols } = matrixShape(entry);
-      const stride = rowBytes(entry.type, cols);
-      // whole pieces of the manifest's grid, as a loader reading whole tensors asks for them
-      const step = (READ_BYTES / CHUNK_BYTES) * chunkRows(stride);
-      for (let r = 0; r < rows; r += step) {
-        const n = Math.min(step, rows - r);
-        bytes += (await file.readRows(name, r, n, n * stride <= buffer.length ? buffer : undefined)).length;
+    // WINDOW readers, each taking the next read as its last completes, into its own buffer
+    const reader = async (): Promise<void> => {
+      const buffer = new Uint8Array(READ_BYTES);
+      for (let r = todo.shift(); r; r = todo.shift()) {
+        const got = await file.readRows(
+          r.name,
+          r.start,
+          r.count,
+          r.bytes <= buffer.length ? buffer : undefined,
+        );
+        bytes += got.length;
       }
-    }
+    };
+    await Promise.all(Array.from({ length: WINDOW }, reader));
     return bytes;
   } finally {
     client.close();

@@ -146,8 +146,7 @@ export class SliceServer {
     const timer = setTimeout(() => socket.destroy(), HANDSHAKE_MS);
     let rank = -1;
     let queue = Promise.resolve();
-    // read buffers the socket has sent, reused by the next pieces of any answer on this connection
-    const free: Uint8Array[] = [];
+    const sending = new Outgoing();
     void writeJson(socket, FrameKind.hello, { nonce: challenge });
     readFrames(
       socket,
@@ -175,7 +174,7 @@ export class SliceServer {
           return;
         }
         queue = queue.then(() =>
-          this.answer(socket, rank, request as SliceRequest, free).catch((e: unknown) =>
+          this.answer(socket, rank, request as SliceRequest, sending).catch((e: unknown) =>
             writeJson(socket, FrameKind.error, errorToJson(e)),
           ),
         );
@@ -185,11 +184,11 @@ export class SliceServer {
   }
 
   /**
-   * Answers one request. Pieces are read into buffers from `free` (the connection's: fresh
-   * buffers would cost a page fault per page and the collector's time on every piece), each
-   * given back once the socket has sent it, so a connection holds a few pieces at most.
+   * Answers one request. Pieces are read into the connection's reused buffers (`out`) and
+   * queued on the socket without waiting for the ones before them to leave: requests a member
+   * sent ahead are answered back to back, so the socket never runs empty between answers.
    */
-  private async answer(socket: Socket, rank: number, r: SliceRequest, free: Uint8Array[]): Promise<void> {
+  private async answer(socket: Socket, rank: number, r: SliceRequest, out: Outgoing): Promise<void> {
     if (r.what === 'header') {
       const header = this.file.gguf.readHeaderBytes();
       await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(header), 'hex'), header]);
@@ -214,28 +213,17 @@ export class SliceServer {
     const step = chunkRows(stride);
     const known = this.known?.chunks[r.tensor];
     const size = Math.max(CHUNK_BYTES, stride);
-    // pieces handed to the socket and not yet to the kernel: the next piece is read while they
-    // go out, so the socket never runs empty between pieces (as waiting for 'drain' would let it)
-    const queued: Promise<void>[] = [];
-    const most = Math.max(2, Math.floor(QUEUED_BYTES / size));
     // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
     for (let at = start, n = 0; at < start + count; at += n) {
-      if (queued.length >= most) await queued.shift();
+      const buffer = await out.buffer(size);
       if (socket.destroyed) return;
       n = Math.min(step - (at % step), start + count - at);
       const whole = at % step === 0 && n === Math.min(step, rows - at);
-      const spare = free.pop();
-      const buffer = spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
       const data = this.file.readRows(r.tensor, at, n, buffer);
       const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
-      queued.push(
-        sendFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data]).then(() => {
-          free.push(buffer);
-        }),
-      );
+      out.send(socket, [Buffer.from(hash, 'hex'), data], buffer);
       this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
     }
-    await Promise.all(queued);
     await writeJson(socket, FrameKind.end, {});
   }
 
@@ -243,6 +231,33 @@ export class SliceServer {
     if (typeof name !== 'string' || !this.file.tensors.has(name))
       throw badRequest(`the model has no tensor '${String(name)}'`);
     return this.file;
+  }
+}
+
+/**
+ * A connection's pieces on their way out: read buffers given back once the socket has handed
+ * their bytes to the kernel and reused for the next pieces (fresh ones would cost a page
+ * fault per page and the collector's time on every piece), and at most QUEUED_BYTES of them
+ * queued, so the next piece is read while the last ones go out, across answers.
+ */
+class Outgoing {
+  private readonly free: Uint8Array[] = [];
+  private readonly queued: Promise<void>[] = [];
+
+  /** A buffer of at least `size` bytes, once fewer than QUEUED_BYTES worth of pieces are queued. */
+  async buffer(size: number): Promise<Uint8Array> {
+    while (this.queued.length >= Math.max(2, Math.floor(QUEUED_BYTES / size))) await this.queued.shift();
+    const spare = this.free.pop();
+    return spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
+  }
+
+  /** Queues one chunk frame of `parts`; `buffer` (which they view) is reused once it has left. */
+  send(socket: Socket, parts: readonly Uint8Array[], buffer: Uint8Array): void {
+    this.queued.push(
+      sendFrame(socket, FrameKind.chunk, parts).then(() => {
+        this.free.push(buffer);
+      }),
+    );
   }
 }
 
