@@ -2,7 +2,8 @@
 // receives the coordinator's whole model through the slice connection (`slices`, or
 // `slices-cache` writing each slice to a fresh cache as a member does) or reads `bytes` from a
 // plain TCP connection (`tcp HOST:PORT BYTES`, the link's raw rate), and prints one JSON line
-// (bytes, ms, and cpuMs: the CPU time of this process, every thread, user and system).
+// (bytes, ms, cpuMs: the CPU time of this process, every thread, user and system, and loopMs:
+// its main thread's, the part of the work that cannot spread over cores).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -10,6 +11,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { matrixShape, rowBytes } from '../../engine/model/model-file.js';
 import { parseHostPort } from '../protocol.js';
+import { mainThreadCpuMs } from './bench-link.js';
 import { CHUNK_BYTES, chunkRows } from './manifest.js';
 import { RemoteModelFile } from './remote-model-file.js';
 import { SliceCache } from './slice-cache.js';
@@ -96,11 +98,15 @@ for await (const line of createInterface({ input: process.stdin })) {
   const [what, to, bytes] = line.split(' ');
   const started = performance.now();
   const cpu = process.cpuUsage();
+  const loop = mainThreadCpuMs();
   try {
     const got = what === 'tcp' ? await tcp(to ?? '', Number(bytes)) : await slices(what === 'slices-cache');
     const used = process.cpuUsage(cpu);
     const cpuMs = (used.user + used.system) / 1000;
-    process.stdout.write(JSON.stringify({ what, bytes: got, ms: performance.now() - started, cpuMs }) + '\n');
+    const loopMs = mainThreadCpuMs() - loop;
+    process.stdout.write(
+      JSON.stringify({ what, bytes: got, ms: performance.now() - started, cpuMs, loopMs }) + '\n',
+    );
   } catch (e) {
     process.stdout.write(JSON.stringify({ what, error: (e as Error).message }) + '\n');
   }
