@@ -1,8 +1,10 @@
+import { statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { TandemError } from '../../errors/index.js';
 import { GgufModelFile } from '../../engine/model/gguf-model-file.js';
 import { errorToJson, nonce, sameMac } from '../protocol.js';
+import { mappedTensors } from './mapped-tensors.js';
 import {
   CHUNK_BYTES,
   chunkRows,
@@ -68,6 +70,8 @@ export class SliceServer {
   private constructor(
     private readonly server: Server,
     private readonly file: GgufModelFile,
+    /** The tensors mapped for sending (mapped-tensors.ts), else undefined: pieces are then read into buffers. */
+    private readonly views: ReadonlyMap<string, Uint8Array> | undefined,
     readonly source: Omit<SliceSource, 'address'>,
     private readonly o: SliceServerOptions,
   ) {
@@ -88,7 +92,7 @@ export class SliceServer {
         server.once('error', reject);
         server.listen(0, () => resolve());
       });
-      return new SliceServer(server, file, source, o);
+      return new SliceServer(server, file, mapOrNot(o.model, file), source, o);
     } catch (e) {
       file.close();
       throw e;
@@ -213,16 +217,23 @@ export class SliceServer {
     const step = chunkRows(stride);
     const known = this.known?.chunks[r.tensor];
     const size = Math.max(CHUNK_BYTES, stride);
-    // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
+    const view = this.views?.get(r.tensor);
+    // pieces follow the manifest's grid, so a whole one goes out with the hash it has there,
+    // straight from the mapped file when it is mapped (nothing in this process reads those bytes)
     for (let at = start, n = 0; at < start + count; at += n) {
-      const buffer = await out.buffer(size);
+      await out.room(size);
       if (socket.destroyed) return;
       n = Math.min(step - (at % step), start + count - at);
       const whole = at % step === 0 && n === Math.min(step, rows - at);
-      const data = this.file.readRows(r.tensor, at, n, buffer);
-      const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
-      out.send(socket, [Buffer.from(hash, 'hex'), data], buffer);
-      this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
+      const hash = whole ? known?.[at / step] : undefined;
+      if (view && hash !== undefined) {
+        out.send(socket, [Buffer.from(hash, 'hex'), view.subarray(at * stride, (at + n) * stride)]);
+      } else {
+        const buffer = out.buffer(size);
+        const data = this.file.readRows(r.tensor, at, n, buffer);
+        out.send(socket, [Buffer.from(hash ?? sha256(data), 'hex'), data], buffer);
+      }
+      this.sent.set(rank, (this.sent.get(rank) ?? 0) + n * stride);
     }
     await writeJson(socket, FrameKind.end, {});
   }
@@ -244,20 +255,33 @@ class Outgoing {
   private readonly free: Uint8Array[] = [];
   private readonly queued: Promise<void>[] = [];
 
-  /** A buffer of at least `size` bytes, once fewer than QUEUED_BYTES worth of pieces are queued. */
-  async buffer(size: number): Promise<Uint8Array> {
+  /** Resolves once fewer than QUEUED_BYTES worth of pieces of `size` bytes are queued. */
+  async room(size: number): Promise<void> {
     while (this.queued.length >= Math.max(2, Math.floor(QUEUED_BYTES / size))) await this.queued.shift();
+  }
+
+  /** A read buffer of at least `size` bytes: one that has left, else a new one. */
+  buffer(size: number): Uint8Array {
     const spare = this.free.pop();
     return spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
   }
 
-  /** Queues one chunk frame of `parts`; `buffer` (which they view) is reused once it has left. */
-  send(socket: Socket, parts: readonly Uint8Array[], buffer: Uint8Array): void {
+  /** Queues one chunk frame of `parts`; `buffer` (a read buffer they view) is reused once it has left. */
+  send(socket: Socket, parts: readonly Uint8Array[], buffer?: Uint8Array): void {
     this.queued.push(
       sendFrame(socket, FrameKind.chunk, parts).then(() => {
-        this.free.push(buffer);
+        if (buffer) this.free.push(buffer);
       }),
     );
+  }
+}
+
+/** The model's tensors mapped for sending, or undefined (a folder, no koffi, a file that changed since it was opened). */
+function mapOrNot(path: string, file: GgufModelFile): ReadonlyMap<string, Uint8Array> | undefined {
+  try {
+    return statSync(path).size === file.fileSize ? mappedTensors(path, file) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

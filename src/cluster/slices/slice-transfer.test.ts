@@ -138,6 +138,8 @@ describe('slice transfer', () => {
     const local = GgufModelFile.open(model);
     try {
       const client = await SliceClient.connect(address, secret, 0);
+      // once the manifest is known the coordinator sends whole pieces from its mapped file
+      await client.manifest();
       // the embedding first: its first piece is the one the relay damages
       const names = [
         'token_embd.weight',
