@@ -32,8 +32,8 @@ describe('piece digest', () => {
     }
   });
 
-  it('many pieces in flight at once each get their own hash', async () => {
-    const pieces = Array.from({ length: 24 }, (_, i) => bytes(65536 + i * 1001, i + 1));
+  it('many pieces in flight at once, more than koffi queues (256), each get their own hash', async () => {
+    const pieces = Array.from({ length: 300 }, (_, i) => bytes(4096 + i * 101, i + 1));
     const got = await Promise.all(pieces.map((p) => pieceDigest()(p)));
     assert.deepEqual(
       got,

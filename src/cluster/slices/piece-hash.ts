@@ -26,6 +26,9 @@ export function digestOffThread(): boolean {
   return pieceDigest() !== mainThreadDigest;
 }
 
+/** Pieces hashed on the pool at once: enough to keep libuv's 4 threads busy. */
+const IN_FLIGHT = 8;
+
 const mainThreadDigest: PieceDigest = (data) => Promise.resolve(sha256(data));
 
 interface AsyncSha256 {
@@ -51,18 +54,45 @@ function openSslDigest(): PieceDigest | undefined {
       const md = new Uint8Array(32);
       fn(probe, probe.length, md);
       if (Buffer.from(md).toString('hex') !== sha256(probe)) continue;
-      return (data) =>
-        new Promise((resolve, reject) => {
-          const out = Buffer.allocUnsafe(32);
-          fn.async(data, data.length, out, (e) => {
-            // `data` is named here so that it stays alive until the pool thread is done with it
-            if (e || data.length < 0) reject(e as Error);
-            else resolve(out.toString('hex'));
-          });
-        });
+      return queued(fn);
     } catch {
       // not in this process or not installed: the next, else node:crypto
     }
   }
   return undefined;
+}
+
+/**
+ * Hashes at most IN_FLIGHT pieces on the pool at once, the rest waiting their turn here: koffi
+ * refuses asynchronous calls past its queue's bound (256), and a slice of a large tensor
+ * arrives as hundreds of pieces faster than the pool hashes them. A call koffi refuses anyway
+ * is hashed here, on the main thread.
+ */
+function queued(fn: AsyncSha256): PieceDigest {
+  const waiting: (() => void)[] = [];
+  let running = 0;
+  const next = (): void => {
+    running--;
+    waiting.shift()?.();
+  };
+  return (data) =>
+    new Promise((resolve, reject) => {
+      const start = (): void => {
+        running++;
+        const out = Buffer.allocUnsafe(32);
+        try {
+          fn.async(data, data.length, out, (e) => {
+            next();
+            // `data` is named here so that it stays alive until the pool thread is done with it
+            if (e || data.length < 0) reject(e as Error);
+            else resolve(out.toString('hex'));
+          });
+        } catch {
+          next();
+          resolve(sha256(data));
+        }
+      };
+      if (running < IN_FLIGHT) start();
+      else waiting.push(start);
+    });
 }
