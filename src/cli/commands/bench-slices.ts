@@ -15,6 +15,8 @@ export function slicesRow(r: BenchSlicesRow): string {
     r.ratio.toFixed(2),
     fmt(r.slices_member_cpu_ms_per_GB),
     fmt(r.slices_coordinator_cpu_ms_per_GB),
+    fmt(r.slices_member_loop_ms_per_GB),
+    fmt(r.slices_coordinator_loop_ms_per_GB),
   ]
     .map((c, i) => c.padStart(HEAD[i]!.length))
     .join('  ');
@@ -29,6 +31,8 @@ const HEAD = [
   'slices/link',
   'member CPU ms/GB',
   'coordinator CPU ms/GB',
+  'member main ms/GB',
+  'coordinator main ms/GB',
 ];
 
 export const command = defineCommand({
@@ -38,7 +42,8 @@ export const command = defineCommand({
     'Sends the whole model as slices (each 4 MiB piece hashed with SHA-256 and checked, as a member without the file receives it) from this process to a member process over 127.0.0.1, or with --link over a link of that rate, ' +
     "alternated with a plain Node TCP stream of the same bytes and iperf3 (when installed) over the same link; prints each round's MB/s and the best of each. " +
     "'slices+cache' also writes every slice to a fresh cache, as a member does. 'slices/link' is slices over iperf3's rate (else the tcp stream's). " +
-    "'member CPU ms/GB' and 'coordinator CPU ms/GB' are the CPU time (user and system, every thread) each process spent per GB of the slices transfer; the best row takes the least of each.",
+    "'member CPU ms/GB' and 'coordinator CPU ms/GB' are the CPU time (user and system, every thread) each process spent per GB of the slices transfer; the best row takes the least of each. " +
+    "'member main ms/GB' and 'coordinator main ms/GB' are the CPU time of each process's main thread per GB: the serial part of the work (hashing on the thread pool is not in it; Linux only).",
   positionals: [{ name: 'model', description: 'GGUF model file or model folder', required: true }],
   options: {
     rounds: { type: 'number', description: 'alternated rounds; the best of each counts', default: 3 },

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { TandemError } from '../../errors/index.js';
 
 /**
@@ -87,4 +88,21 @@ export function parseRate(rate: string): number {
 
 function run(cmd: string, ...args: string[]): void {
   execFileSync(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
+}
+
+/**
+ * CPU time (user and system, ms) this process's main thread has used, from
+ * /proc/self/task/PID/stat in ticks of 10 ms (USER_HZ 100, the value on every Linux tandem
+ * runs on); 0 where there is no /proc. The bench's figure for the serial part of a process's
+ * work: process.cpuUsage counts every thread, the thread pool's hashing among them.
+ */
+export function mainThreadCpuMs(): number {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
+    // fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return 0;
+  }
 }

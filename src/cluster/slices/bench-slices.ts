@@ -6,7 +6,7 @@ import { createInterface } from 'node:readline';
 import { TandemError } from '../../errors/index.js';
 import { resolveModelPath } from '../model-path.js';
 import { mac } from '../protocol.js';
-import { ShapedLink } from './bench-link.js';
+import { mainThreadCpuMs, ShapedLink } from './bench-link.js';
 import { SliceServer } from './slice-server.js';
 
 /** One round's rates in MB/s (1e6 bytes), coordinator to member over 127.0.0.1 or a shaped link. */
@@ -31,6 +31,14 @@ export interface BenchSlicesRow {
    */
   slices_member_cpu_ms_per_GB: number;
   slices_coordinator_cpu_ms_per_GB: number;
+  /**
+   * The CPU time of each process's main thread per GB of the slices transfer: the serial part
+   * of its work (what runs on the pool's threads is not in it). 1000 over the larger of the two
+   * is about the rate in MB/s the two main threads allow when cores are to spare. Linux only
+   * (from /proc; 10 ms ticks), else 0.
+   */
+  slices_member_loop_ms_per_GB: number;
+  slices_coordinator_loop_ms_per_GB: number;
 }
 
 export interface BenchSlicesOptions {
@@ -82,11 +90,12 @@ function iperf3(to: string, wrap: (argv: string[]) => string[]): number | undefi
   }
 }
 
-/** The member's answer to one command: bytes received, in `ms`, using `cpuMs` of its CPU time. */
+/** The member's answer to one command: bytes received, in `ms`, using `cpuMs` of its CPU time and `loopMs` of its main thread's. */
 interface Answer {
   bytes: number;
   ms: number;
   cpuMs: number;
+  loopMs: number;
 }
 
 /** Sends one command line to the member process and waits (bounded) for its JSON answer. */
@@ -164,8 +173,10 @@ async function benchOver(
     for (let round = 1; round <= o.rounds; round++) {
       const tcp = rate(await ask(`tcp ${here}:${source.port} ${warm.bytes}`));
       const cpu = process.cpuUsage();
+      const loop = mainThreadCpuMs();
       const sliced = await ask('slices');
       const used = process.cpuUsage(cpu);
+      const busy = mainThreadCpuMs() - loop;
       const slices = rate(sliced);
       const perGB = (ms: number): number => ms / (sliced.bytes / 1e9);
       const cached = rate(await ask('slices-cache'));
@@ -180,6 +191,8 @@ async function benchOver(
         ratio: slices / (raw ?? tcp),
         slices_member_cpu_ms_per_GB: perGB(sliced.cpuMs),
         slices_coordinator_cpu_ms_per_GB: perGB((used.user + used.system) / 1000),
+        slices_member_loop_ms_per_GB: perGB(sliced.loopMs),
+        slices_coordinator_loop_ms_per_GB: perGB(busy),
       };
       rows.push(row);
       o.onRow?.(row);
@@ -197,6 +210,8 @@ async function benchOver(
       ratio: best('slices_MBps') / (iperfs.length ? Math.max(...iperfs) : best('tcp_MBps')),
       slices_member_cpu_ms_per_GB: Math.min(...rows.map((r) => r.slices_member_cpu_ms_per_GB)),
       slices_coordinator_cpu_ms_per_GB: Math.min(...rows.map((r) => r.slices_coordinator_cpu_ms_per_GB)),
+      slices_member_loop_ms_per_GB: Math.min(...rows.map((r) => r.slices_member_loop_ms_per_GB)),
+      slices_coordinator_loop_ms_per_GB: Math.min(...rows.map((r) => r.slices_coordinator_loop_ms_per_GB)),
     };
     rows.push(bestRow);
     o.onRow?.(bestRow);

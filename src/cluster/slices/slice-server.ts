@@ -1,8 +1,10 @@
+import { statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { TandemError } from '../../errors/index.js';
 import { GgufModelFile } from '../../engine/model/gguf-model-file.js';
 import { errorToJson, nonce, sameMac } from '../protocol.js';
+import { mappedTensors } from './mapped-tensors.js';
 import {
   CHUNK_BYTES,
   chunkRows,
@@ -68,6 +70,8 @@ export class SliceServer {
   private constructor(
     private readonly server: Server,
     private readonly file: GgufModelFile,
+    /** The tensors mapped for sending (mapped-tensors.ts), else undefined: pieces are then read into buffers. */
+    private readonly views: ReadonlyMap<string, Uint8Array> | undefined,
     readonly source: Omit<SliceSource, 'address'>,
     private readonly o: SliceServerOptions,
   ) {
@@ -88,7 +92,7 @@ export class SliceServer {
         server.once('error', reject);
         server.listen(0, () => resolve());
       });
-      return new SliceServer(server, file, source, o);
+      return new SliceServer(server, file, mapOrNot(o.model, file), source, o);
     } catch (e) {
       file.close();
       throw e;
@@ -146,8 +150,7 @@ export class SliceServer {
     const timer = setTimeout(() => socket.destroy(), HANDSHAKE_MS);
     let rank = -1;
     let queue = Promise.resolve();
-    // read buffers the socket has sent, reused by the next pieces of any answer on this connection
-    const free: Uint8Array[] = [];
+    const sending = new Outgoing();
     void writeJson(socket, FrameKind.hello, { nonce: challenge });
     readFrames(
       socket,
@@ -175,7 +178,7 @@ export class SliceServer {
           return;
         }
         queue = queue.then(() =>
-          this.answer(socket, rank, request as SliceRequest, free).catch((e: unknown) =>
+          this.answer(socket, rank, request as SliceRequest, sending).catch((e: unknown) =>
             writeJson(socket, FrameKind.error, errorToJson(e)),
           ),
         );
@@ -185,11 +188,11 @@ export class SliceServer {
   }
 
   /**
-   * Answers one request. Pieces are read into buffers from `free` (the connection's: fresh
-   * buffers would cost a page fault per page and the collector's time on every piece), each
-   * given back once the socket has sent it, so a connection holds a few pieces at most.
+   * Answers one request. Pieces are read into the connection's reused buffers (`out`) and
+   * queued on the socket without waiting for the ones before them to leave: requests a member
+   * sent ahead are answered back to back, so the socket never runs empty between answers.
    */
-  private async answer(socket: Socket, rank: number, r: SliceRequest, free: Uint8Array[]): Promise<void> {
+  private async answer(socket: Socket, rank: number, r: SliceRequest, out: Outgoing): Promise<void> {
     if (r.what === 'header') {
       const header = this.file.gguf.readHeaderBytes();
       await writeFrame(socket, FrameKind.chunk, [Buffer.from(sha256(header), 'hex'), header]);
@@ -214,28 +217,24 @@ export class SliceServer {
     const step = chunkRows(stride);
     const known = this.known?.chunks[r.tensor];
     const size = Math.max(CHUNK_BYTES, stride);
-    // pieces handed to the socket and not yet to the kernel: the next piece is read while they
-    // go out, so the socket never runs empty between pieces (as waiting for 'drain' would let it)
-    const queued: Promise<void>[] = [];
-    const most = Math.max(2, Math.floor(QUEUED_BYTES / size));
-    // pieces follow the manifest's grid, so a whole one goes out with the hash it has there
+    const view = this.views?.get(r.tensor);
+    // pieces follow the manifest's grid, so a whole one goes out with the hash it has there,
+    // straight from the mapped file when it is mapped (nothing in this process reads those bytes)
     for (let at = start, n = 0; at < start + count; at += n) {
-      if (queued.length >= most) await queued.shift();
+      await out.room(size);
       if (socket.destroyed) return;
       n = Math.min(step - (at % step), start + count - at);
       const whole = at % step === 0 && n === Math.min(step, rows - at);
-      const spare = free.pop();
-      const buffer = spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
-      const data = this.file.readRows(r.tensor, at, n, buffer);
-      const hash = (whole ? known?.[at / step] : undefined) ?? sha256(data);
-      queued.push(
-        sendFrame(socket, FrameKind.chunk, [Buffer.from(hash, 'hex'), data]).then(() => {
-          free.push(buffer);
-        }),
-      );
-      this.sent.set(rank, (this.sent.get(rank) ?? 0) + data.byteLength);
+      const hash = whole ? known?.[at / step] : undefined;
+      if (view && hash !== undefined) {
+        out.send(socket, [Buffer.from(hash, 'hex'), view.subarray(at * stride, (at + n) * stride)]);
+      } else {
+        const buffer = out.buffer(size);
+        const data = this.file.readRows(r.tensor, at, n, buffer);
+        out.send(socket, [Buffer.from(hash ?? sha256(data), 'hex'), data], buffer);
+      }
+      this.sent.set(rank, (this.sent.get(rank) ?? 0) + n * stride);
     }
-    await Promise.all(queued);
     await writeJson(socket, FrameKind.end, {});
   }
 
@@ -243,6 +242,46 @@ export class SliceServer {
     if (typeof name !== 'string' || !this.file.tensors.has(name))
       throw badRequest(`the model has no tensor '${String(name)}'`);
     return this.file;
+  }
+}
+
+/**
+ * A connection's pieces on their way out: read buffers given back once the socket has handed
+ * their bytes to the kernel and reused for the next pieces (fresh ones would cost a page
+ * fault per page and the collector's time on every piece), and at most QUEUED_BYTES of them
+ * queued, so the next piece is read while the last ones go out, across answers.
+ */
+class Outgoing {
+  private readonly free: Uint8Array[] = [];
+  private readonly queued: Promise<void>[] = [];
+
+  /** Resolves once fewer than QUEUED_BYTES worth of pieces of `size` bytes are queued. */
+  async room(size: number): Promise<void> {
+    while (this.queued.length >= Math.max(2, Math.floor(QUEUED_BYTES / size))) await this.queued.shift();
+  }
+
+  /** A read buffer of at least `size` bytes: one that has left, else a new one. */
+  buffer(size: number): Uint8Array {
+    const spare = this.free.pop();
+    return spare !== undefined && spare.length >= size ? spare : new Uint8Array(size);
+  }
+
+  /** Queues one chunk frame of `parts`; `buffer` (a read buffer they view) is reused once it has left. */
+  send(socket: Socket, parts: readonly Uint8Array[], buffer?: Uint8Array): void {
+    this.queued.push(
+      sendFrame(socket, FrameKind.chunk, parts).then(() => {
+        if (buffer) this.free.push(buffer);
+      }),
+    );
+  }
+}
+
+/** The model's tensors mapped for sending, or undefined (a folder, no koffi, a file that changed since it was opened). */
+function mapOrNot(path: string, file: GgufModelFile): ReadonlyMap<string, Uint8Array> | undefined {
+  try {
+    return statSync(path).size === file.fileSize ? mappedTensors(path, file) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

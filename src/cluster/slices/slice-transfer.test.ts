@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { isTandemError } from '../../errors/index.js';
 import { makeModel } from '../../engine/format/make-model.js';
 import { GgufModelFile } from '../../engine/model/gguf-model-file.js';
+import { matrixShape } from '../../engine/model/model-file.js';
 import { mac } from '../protocol.js';
 import { openShardFile } from './model-source.js';
 import { SliceCache } from './slice-cache.js';
@@ -128,6 +129,42 @@ describe('slice transfer', () => {
       assert.deepEqual(Buffer.from(rows), Buffer.from(check.readRows('token_embd.weight', 100, 3000)));
       check.close();
     } finally {
+      relay.close();
+    }
+  });
+
+  it('requests sent together are answered in order, each into its own place; a damaged one fails alone', async () => {
+    const { address, relay, damaged } = await damagingRelay(server.addressFor('127.0.0.1').address);
+    const local = GgufModelFile.open(model);
+    try {
+      const client = await SliceClient.connect(address, secret, 0);
+      // once the manifest is known the coordinator sends whole pieces from its mapped file
+      await client.manifest();
+      // the embedding first: its first piece is the one the relay damages
+      const names = [
+        'token_embd.weight',
+        ...[...local.tensors.keys()].filter((n) => n !== 'token_embd.weight'),
+      ];
+      const asks = names.map((name) => {
+        const rows = matrixShape(local.tensors.get(name)!).rows;
+        const want = local.readRows(name, 0, rows);
+        return { name, rows, want: Buffer.from(want), into: new Uint8Array(want.length) };
+      });
+      const settled = await Promise.allSettled(asks.map((a) => client.rows(a.name, 0, a.rows, a.into)));
+      assert.equal(damaged(), 1);
+      const first = settled[0]!;
+      assert.ok(first.status === 'rejected' && isTandemError(first.reason, 'CLUSTER_SLICE_CORRUPT'));
+      assert.match((first.reason as Error).message, /token_embd\.weight/);
+      settled.slice(1).forEach((r, i) => {
+        assert.equal(r.status, 'fulfilled', names[i + 1]);
+        assert.deepEqual(Buffer.from(asks[i + 1]!.into), asks[i + 1]!.want, names[i + 1]);
+      });
+      // asked again on the same connection: the coordinator's bytes
+      await client.rows(asks[0]!.name, 0, asks[0]!.rows, asks[0]!.into);
+      assert.deepEqual(Buffer.from(asks[0]!.into), asks[0]!.want);
+      client.close();
+    } finally {
+      local.close();
       relay.close();
     }
   });

@@ -5,7 +5,8 @@ import { TandemError } from '../../errors/index.js';
  * The slice connection's frames, both ways: `[kind u8][length u32 BE][payload]`. The member
  * dials the coordinator's slice server, both prove the cluster secret (HMAC challenge-response,
  * as the control connection does, under their own roles), then the member asks and the
- * coordinator answers, one request at a time:
+ * coordinator answers. A member may send requests before the earlier ones are answered; the
+ * coordinator answers them in the order they came, each answer whole before the next:
  *
  *   hello    coordinator -> member  JSON {nonce}
  *   auth     member -> coordinator  JSON {mac, nonce, rank}
