@@ -37,8 +37,10 @@ export function matmulRun(
   const xfBytes = align(n * cols * 4, 64);
   const x16Bytes = align(n * cols * 2, 64);
   const xdBytes = align(n * groups * 4, 64);
-  const yBytes = align(n * w.rowsPad * 4, 64);
   const ktGemm = isK(w.type) && ctx.kt && n >= GEMM_TOKENS;
+  // the K-quant GEMM's tiles write 16 token rows at once: rows kept off one L1 set (gemmStride)
+  const ys = ktGemm ? gemmStride(w.rowsPad) : w.rowsPad;
+  const yBytes = align(n * ys * 4, 64);
   const tgroups = Math.ceil(n / 15);
   const xtBytes = ktGemm ? align(tgroups * cols * 16, 64) : 0;
   const dtBytes = ktGemm ? align(tgroups * (cols / 256) * 64, 64) : 0;
@@ -81,7 +83,7 @@ export function matmulRun(
     pool.run(
       arena.index,
       op.mm_kt,
-      [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, w.rowsPad, tiles],
+      [w.type, w.ptr, w.rowBytes, cols, xt, xt + xtBytes, xt + xtBytes + dtBytes, n, yp, ys, tiles],
       work,
     );
   } else if (isK(w.type)) {
@@ -95,7 +97,7 @@ export function matmulRun(
     if (w.type !== GgmlType.F32) main.round_x!(xf, n * cols, w.type);
     pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
   }
-  copyOut(ctx, arena, yp, w, y, n, swiglu);
+  copyOut(ctx, arena, yp, w, y, n, swiglu, ys);
 }
 
 /**
