@@ -13,7 +13,7 @@ import { matrixShape, rowBytes } from '../../engine/model/model-file.js';
 import { parseHostPort } from '../protocol.js';
 import { mainThreadCpuMs } from './bench-link.js';
 import { CHUNK_BYTES, chunkRows } from './manifest.js';
-import { RemoteModelFile } from './remote-model-file.js';
+import { REMOTE_READS_IN_FLIGHT, RemoteModelFile } from './remote-model-file.js';
 import { SliceCache } from './slice-cache.js';
 import { SliceClient } from './slice-client.js';
 
@@ -23,10 +23,11 @@ const secret = process.env.TANDEM_BENCH_SECRET ?? '';
 /** Rows per read: 4 pieces' worth, so a large tensor is never held whole. */
 const READ_BYTES = 4 * CHUNK_BYTES;
 /**
- * Reads in flight at once, each into a buffer of its own: the next requests wait at the
- * coordinator while one is answered, so no read costs a round trip on an idle link.
+ * Reads in flight at once, each into a buffer of its own, as many as a member's loader keeps
+ * (RemoteModelFile.readsInFlight): the next requests wait at the coordinator while one is
+ * answered, so no read costs a round trip on an idle link.
  */
-const WINDOW = 4;
+const WINDOW = REMOTE_READS_IN_FLIGHT;
 
 /** Every tensor's rows, in whole pieces of the manifest's grid, as a loader reading whole tensors asks for them. */
 function reads(file: RemoteModelFile): { name: string; start: number; count: number; bytes: number }[] {

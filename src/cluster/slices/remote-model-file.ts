@@ -16,6 +16,9 @@ import type { SliceClient } from './slice-client.js';
 /** Fetches of one slice before a piece that keeps failing its hash ends the load. */
 export const SLICE_TRIES = 3;
 
+/** Layers a member loads at once from the coordinator (ModelFile.readsInFlight). */
+export const REMOTE_READS_IN_FLIGHT = 2;
+
 /**
  * A GGUF header received from the coordinator, as a ByteSource of the whole file's size: the
  * parser reads only header bytes, and reads that run past them (its read-ahead window) see
@@ -48,6 +51,8 @@ export class RemoteModelFile implements ModelFile {
   cachedBytes = 0;
   /** Pieces that failed their hash and were asked for again. */
   refetches = 0;
+  /** Reads a loader keeps in flight: the next layer's requests travel while one is uploaded. */
+  readonly readsInFlight = REMOTE_READS_IN_FLIGHT;
   private readonly header: GgufModelFile;
 
   constructor(

@@ -21,6 +21,11 @@ export interface ModelFile {
    * given (and large enough) the bytes land there and a view of it is returned.
    */
   readRows(name: string, start: number, count: number, into?: Uint8Array): Uint8Array | Promise<Uint8Array>;
+  /**
+   * How many reads a loader may keep in flight (default 1): a file whose reads wait on a link
+   * (a remote model) sets more, so the next reads travel while earlier bytes are uploaded.
+   */
+  readonly readsInFlight?: number;
 }
 
 /** Row width (elements) and row count of a tensor viewed as a matrix. */

@@ -512,27 +512,14 @@ export async function loadShardWeights(
   const out: ShardWeights = { layers: [] };
   if (c.hasRopeFreqFactors) out.ropeFreqFactors = await l.vector('rope_freqs.weight', c.headDim / 2);
   if (s.embed) out.embed = await l.matrix('token_embd.weight', { rows: c.vocabSize, cols: width });
-  for (let i = s.layers.start; i < s.layers.end; i++) {
-    const layer: LayerWeights = {
-      attention: await loadAttention(l, c, s, i, cuts.heads),
-      ffnNorm: await l.vector(`blk.${i}.ffn_norm.weight`, width),
-    };
-    if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i, cuts);
-    else if (rangeLength(s.ffn) > 0) {
-      const p = `blk.${i}.`;
-      layer.ffn = await loadFfn(
-        l,
-        [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`],
-        width,
-        c.feedForwardLength,
-        s.ffn,
-        0,
-        cuts.ffn,
-      );
-    }
-    out.layers.push(layer);
-    onLayer?.(out.layers.length, rangeLength(s.layers));
-  }
+  out.layers = await loadLayers(
+    file,
+    kernels,
+    l,
+    (loader, i) => loadLayer(loader, c, s, i, cuts),
+    s.layers,
+    onLayer,
+  );
   if (s.head) {
     out.outputNorm = await l.vector('output_norm.weight', width);
     const name = c.tiedEmbeddings ? 'token_embd.weight' : 'output.weight';
@@ -543,4 +530,69 @@ export async function loadShardWeights(
         : await l.matrix(name, { rows: c.vocabSize, cols: width }, { rows: s.vocab });
   }
   return out;
+}
+
+async function loadLayer(
+  l: WeightLoader,
+  c: ModelConfig,
+  s: ShardSpec,
+  i: number,
+  cuts: ReturnType<typeof columnCuts>,
+): Promise<LayerWeights> {
+  const layer: LayerWeights = {
+    attention: await loadAttention(l, c, s, i, cuts.heads),
+    ffnNorm: await l.vector(`blk.${i}.ffn_norm.weight`, c.embeddingLength),
+  };
+  if (c.expertCount > 0) layer.moe = await loadMoe(l, c, s, i, cuts);
+  else if (rangeLength(s.ffn) > 0) {
+    const p = `blk.${i}.`;
+    layer.ffn = await loadFfn(
+      l,
+      [`${p}ffn_gate.weight`, `${p}ffn_up.weight`, `${p}ffn_down.weight`],
+      c.embeddingLength,
+      c.feedForwardLength,
+      s.ffn,
+      0,
+      cuts.ffn,
+    );
+  }
+  return layer;
+}
+
+/**
+ * Layers `range`, by local index, each loaded by `one`. With `file.readsInFlight` above 1 that
+ * many layers load at once, each through a loader (and scratch buffer) of its own, so a remote
+ * file's next reads are on the wire while earlier bytes are uploaded; a layer's own reads keep
+ * their order. Every loader has stopped before this returns or throws (the first error).
+ */
+async function loadLayers(
+  file: ModelFile,
+  kernels: Kernels,
+  first: WeightLoader,
+  one: (l: WeightLoader, layer: number) => Promise<LayerWeights>,
+  range: Range,
+  onLayer?: (loaded: number, total: number) => void,
+): Promise<LayerWeights[]> {
+  const total = rangeLength(range);
+  const layers = new Array<LayerWeights>(total);
+  const lanes = Math.max(1, Math.min(total, Math.floor(file.readsInFlight ?? 1)));
+  let next = range.start;
+  let loaded = 0;
+  let failed = false;
+  const lane = async (l: WeightLoader): Promise<void> => {
+    for (let i = next++; i < range.end && !failed; i = next++) {
+      try {
+        layers[i - range.start] = await one(l, i);
+      } catch (e) {
+        failed = true;
+        throw e;
+      }
+      onLayer?.(++loaded, total);
+    }
+  };
+  const loaders = [first, ...Array.from({ length: lanes - 1 }, () => new WeightLoader(file, kernels))];
+  const settled = await Promise.allSettled(loaders.map(lane));
+  const error = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (error) throw error.reason;
+  return layers;
 }
