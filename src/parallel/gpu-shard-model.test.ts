@@ -147,6 +147,35 @@ test(
 );
 
 test(
+  'webgpu shards: tensor parallel over 3 ranks (heads cutting KV groups, sums in several pieces)',
+  { skip },
+  async () => {
+    // 6 heads over 2 KV heads on 3 ranks: each rank's 2 heads straddle a KV group, and the
+    // group adds each rank's o and down outputs in 2 pieces of the leaf tree
+    const wide = tinyModelFile({
+      arch: 'llama',
+      heads: 6,
+      kvHeads: 2,
+      width: 48,
+      ff: 96,
+      layers: 2,
+      vocab: 96,
+      seed: 7,
+    });
+    const tp = plan(wide, 'tp', 3);
+    assert.equal(tp.ranks[1]!.shard.heads.start, 2, 'rank 1 starts inside the first KV group');
+    const prompt = [3, 14, 15, 92, 65, 35, 8];
+    const expected = await single(wide, prompt);
+    for (const gpu of [
+      [false, true, false],
+      [true, true, true],
+    ])
+      for (const tokens of await onRanks(wide, tp, gpu, prompt))
+        assert.deepEqual(tokens, expected, `tp ${gpu}`);
+  },
+);
+
+test(
   'webgpu shards: pipeline stages on the GPU and the CPU give the single-process tokens',
   { skip },
   async () => {

@@ -91,13 +91,20 @@ export class GpuShardModel implements ShardModel {
       throw new TandemError('KERNELS_DEVICE_LIMIT', `--kernels webgpu: this rank's shard: ${refusal}`, {
         hint: 'use --kernels native/wasm (or auto, which falls back) on this node, or another split',
       });
-    const { sums } = layerSums(o.file, c, s, o.group, o.tpRank);
+    const sums = layerSums(o.file, c, s, o.group);
     const kv = kvHeadsFor(c, s.heads);
     const comm = o.comm;
     const reduce = async (partial: Float32Array, layer: number, half: keyof LayerSums): Promise<void> => {
       const group = sums[layer]![half];
-      const p = group ? comm.allReduceSum(partial, group) : comm.allReduceSum(partial);
+      const pieces = group?.counts[o.tpRank] ?? 1;
+      // The GPU multiplies its columns as one part (its own f32 order, not the leaf tree); where
+      // the group adds a rank's columns in several pieces (3 ranks), the part goes as the first
+      // piece and zeros as the others: the group's tree adds the same terms, exact zeros nothing.
+      const x = pieces > 1 ? new Float32Array(pieces * partial.length) : partial;
+      if (x !== partial) x.set(partial);
+      const p = group ? comm.allReduceSum(x, group) : comm.allReduceSum(x);
       if (p) await p;
+      if (x !== partial) partial.set(x.subarray(0, partial.length));
     };
     const whole = gpuLlamaSpec(c, await ropeFreqFactors(o.file, c));
     const llama = await GpuLlama.load(
@@ -114,6 +121,8 @@ export class GpuShardModel implements ShardModel {
           head: s.head,
           vocabRows: s.head ? rangeLength(s.vocab) : 0,
           chunk: gpuShardChunk(o.group.length),
+          kvGroup: c.headCount / c.headCountKv,
+          headOffset: s.heads.start - kv.start * (c.headCount / c.headCountKv),
           ...(o.group.length > 1 ? { reduce } : {}),
         },
       },

@@ -64,6 +64,13 @@ export interface GpuShardShape {
   chunk?: number;
   /** Present when the shard's tensor-parallel group has more than one rank. */
   reduce?: GpuReduce;
+  /**
+   * The model's query heads per KV head, and the place of the shard's first head in its KV
+   * group: local head h attends with local KV head (h + headOffset) / kvGroup. Defaults
+   * heads / kvHeads and 0 (the shard's heads begin a group).
+   */
+  kvGroup?: number;
+  headOffset?: number;
 }
 
 /** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
@@ -412,7 +419,14 @@ export class GpuLlama {
     ops.rope(q, b['cs']!, n, s.heads, s.headDim, half, neox);
     ops.rope(k, b['cs']!, n, s.kvHeads, s.headDim, half, neox);
     const scale = Math.fround(1 / Math.fround(Math.sqrt(s.headDim)));
-    const shape = { heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, scale };
+    const shape = {
+      heads: s.heads,
+      kvHeads: s.kvHeads,
+      headDim: s.headDim,
+      scale,
+      group: s.shard?.kvGroup ?? s.heads / s.kvHeads,
+      headOffset: s.shard?.headOffset ?? 0,
+    };
     if ('cache' in kv) {
       const { cache, pos0 } = kv;
       ops.copy(k, cache.k[l]!, n * kvWidth, pos0 * kvWidth);

@@ -50,6 +50,14 @@ export interface AttentionShape {
   scale: number;
   /** The first row of q, out and the scores these n tokens take (default 0). */
   t0?: number;
+  /**
+   * Query heads per KV head in the whole model, and where head 0 sits in its group: head h
+   * attends with KV head (h + headOffset) / group. Defaults heads / kvHeads and 0; a
+   * tensor-parallel shard whose heads start inside a group (3 ranks over 2 KV heads) passes
+   * the model's group and its first head's place in it.
+   */
+  group?: number;
+  headOffset?: number;
 }
 
 /** One MoE step's routing on the GPU (wgsl-moe.ts): probabilities, choices, per-expert slot lists. */
@@ -244,7 +252,11 @@ export class GpuOps {
     out: GPUBuffer,
     s: AttentionShape,
   ): void {
-    const p = params([s.heads, s.kvHeads, s.headDim, s.pos0, s.stride, s.t0 ?? 0], [s.scale]);
+    const group = s.group ?? s.heads / s.kvHeads;
+    const p = params(
+      [s.heads, s.kvHeads, s.headDim, s.pos0, s.stride, s.t0 ?? 0, group, s.headOffset ?? 0],
+      [s.scale],
+    );
     this.gpu.dispatch('attention', ATTENTION, p, [q, k, v, scores, out], [s.heads, s.n]);
   }
 
