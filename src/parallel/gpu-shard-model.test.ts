@@ -175,6 +175,84 @@ test(
   },
 );
 
+const qwen3moe = tinyModelFile({
+  arch: 'qwen3moe',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 32,
+  experts: 6,
+  expertsUsed: 2,
+  layers: 2,
+  vocab: 96,
+  seed: 8,
+});
+const qwen2moe = tinyModelFile({
+  arch: 'qwen2moe',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 32,
+  experts: 4,
+  expertsUsed: 2,
+  sharedFf: 32,
+  layers: 2,
+  vocab: 96,
+  seed: 9,
+});
+
+test(
+  'webgpu shards: mixtures of experts under expert parallel give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    const expected = await single(qwen3moe, prompt);
+    for (const gpu of [
+      [false, true],
+      [true, true],
+    ])
+      for (const tokens of await onRanks(qwen3moe, plan(qwen3moe, 'ep', 2), gpu, prompt))
+        assert.deepEqual(tokens, expected, `ep ${gpu}`);
+    // experts placed per layer over 3 ranks (rank 0 holds one expert in layer 1)
+    const layers = [
+      [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+      ],
+      [[5], [0, 2, 4], [1, 3]],
+    ];
+    const perLayer = buildPlan(configOf(qwen3moe), qwen3moe.tensors, {
+      kind: 'ep',
+      nodes: 3,
+      expertSets: { layers },
+    });
+    for (const tokens of await onRanks(qwen3moe, perLayer, [true, false, true], prompt))
+      assert.deepEqual(tokens, expected, 'ep by layer over 3 ranks');
+    // the direct exchange (shm nodes' path) on a prompt routed in one pass of more than 64 rows
+    // (the GPU rank's share is rows 50-99), and qwen2moe's shared expert summed across the group
+    const long = Array.from({ length: 100 }, (_, i) => 1 + ((i * 29) % 95));
+    for (const tokens of await onRanks(qwen3moe, plan(qwen3moe, 'ep', 2), [false, true], long, true))
+      assert.deepEqual(tokens, await single(qwen3moe, long), 'ep over the direct exchange, 100 tokens');
+    for (const tokens of await onRanks(qwen2moe, plan(qwen2moe, 'ep', 2), [false, true], prompt))
+      assert.deepEqual(tokens, await single(qwen2moe, prompt), 'qwen2moe ep');
+  },
+);
+
+test(
+  'webgpu shards: mixtures of experts under tensor parallel (experts cut) give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    for (const file of [qwen3moe, qwen2moe])
+      for (const tokens of await onRanks(file, plan(file, 'tp', 2), [true, false], prompt))
+        assert.deepEqual(tokens, await single(file, prompt), `${file.meta('general.architecture')} tp`);
+    const hybrid = buildPlan(configOf(qwen2moe), qwen2moe.tensors, { kind: 'hybrid', nodes: 4, tpSize: 2 });
+    for (const tokens of await onRanks(qwen2moe, hybrid, [true, true, false, true], prompt))
+      assert.deepEqual(tokens, await single(qwen2moe, prompt), 'hybrid 2 x 2');
+  },
+);
+
 test(
   'webgpu shards: pipeline stages on the GPU and the CPU give the single-process tokens',
   { skip },
@@ -233,11 +311,13 @@ test(
   { skip },
   async () => {
     const moe = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 2, vocab: 96, seed: 5 });
+    const cut = plan(moe, 'tp', 2);
+    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, expertFfn: { start: 0, end: 0 } };
     await assert.rejects(
-      withRanks(moe, plan(moe, 'tp', 2), [true, false], async () => undefined),
+      withRanks(moe, cut, [false, true], async () => undefined),
       (e) =>
         isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
-        /mixture-of-experts model split by tensor or expert parallel.*--parallel pp/.test(e.message),
+        /this rank's shard: it holds none of the routed experts' hidden units/.test(e.message),
     );
     const device = await GpuDevice.open();
     try {

@@ -6,9 +6,17 @@ import { configFromMetadata, type ModelConfig } from '../engine/model/config.js'
 import type { ModelFile } from '../engine/model/model-file.js';
 import { DECODE_BATCH, FORWARD_CHUNK } from '../engine/model/model.js';
 import { prefillPiece } from '../engine/model/prefill.js';
-import { kvHeadsFor, rangeLength, type ShardSpec } from '../engine/model/shard.js';
+import { expertsInLayer, kvHeadsFor, rangeLength, type ShardSpec } from '../engine/model/shard.js';
+import { ExpertLoad } from '../engine/model/expert-load.js';
+import { dispatchRouted } from '../engine/model/ffn.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
-import { GPU_CHUNK, GpuKvCache, GpuLlama, type GpuDevice } from '../kernels/webgpu/index.js';
+import {
+  GPU_CHUNK,
+  GpuKvCache,
+  GpuLlama,
+  type GpuDevice,
+  type GpuExpertExchange,
+} from '../kernels/webgpu/index.js';
 import {
   gpuLlamaSpec,
   gpuShardRefusal,
@@ -80,6 +88,8 @@ export class GpuShardModel implements ShardModel {
     readonly shard: ShardSpec,
     readonly llama: GpuLlama,
     private readonly comm: ShardComm,
+    /** Expert parallel: the choices of this rank's tokens, counted from the routing it reads back. */
+    readonly expertLoad: ExpertLoad | undefined,
   ) {}
 
   /** Checks the shard against the device's limits (KERNELS_DEVICE_LIMIT), then uploads its slices. */
@@ -107,10 +117,18 @@ export class GpuShardModel implements ShardModel {
       if (x !== partial) partial.set(x.subarray(0, partial.length));
     };
     const whole = gpuLlamaSpec(c, await ropeFreqFactors(o.file, c));
+    const moe = whole.moe && {
+      ...whole.moe,
+      expertFfn: rangeLength(s.expertFfn),
+      sharedFfn: rangeLength(s.sharedFfn),
+    };
+    const expertLoad = comm.experts ? new ExpertLoad(rangeLength(s.layers), c.expertCount) : undefined;
+    const experts = comm.experts && expertExchange(c, comm, s.layers.start, expertLoad);
     const llama = await GpuLlama.load(
       o.device,
       {
         ...whole,
+        ...(moe ? { moe } : {}),
         layers: rangeLength(s.layers),
         heads: rangeLength(s.heads),
         kvHeads: rangeLength(kv),
@@ -124,11 +142,15 @@ export class GpuShardModel implements ShardModel {
           kvGroup: c.headCount / c.headCountKv,
           headOffset: s.heads.start - kv.start * (c.headCount / c.headCountKv),
           ...(o.group.length > 1 ? { reduce } : {}),
+          ...(moe
+            ? { expertSlice: (layer: number) => ({ held: expertsInLayer(s, layer), hidden: s.expertFfn }) }
+            : {}),
+          ...(experts ? { experts } : {}),
         },
       },
       shardReader(o.file, c, s),
     );
-    return new GpuShardModel(c, s, llama, comm);
+    return new GpuShardModel(c, s, llama, comm, expertLoad);
   }
 
   newSession(options: { contextLength?: number } = {}): SequenceCache {
@@ -228,6 +250,39 @@ export class GpuShardModel implements ShardModel {
   destroy(): void {
     this.llama.destroy();
   }
+}
+
+/**
+ * Expert parallel from a GPU shard: the GPU routes and reads back its share of the tokens,
+ * and the exchange, combine and group sum are the CPU shard's own (dispatchRouted over the
+ * group's ExpertDispatch), so GPU and CPU ranks share one expert-parallel group.
+ */
+function expertExchange(
+  c: ModelConfig,
+  comm: ShardComm,
+  firstLayer: number,
+  load: ExpertLoad | undefined,
+): GpuExpertExchange | undefined {
+  const dispatch = comm.experts;
+  if (!dispatch) return undefined;
+  const width = c.embeddingLength;
+  return {
+    share: (n) => dispatch.share(n),
+    exchange: async (layer, n, share, run) => {
+      load?.record(layer - firstLayer, share.ids);
+      const out = new Float32Array(n * width);
+      await dispatchRouted(dispatch, comm, {
+        ...share,
+        n,
+        used: c.expertUsedCount,
+        width,
+        layer,
+        out,
+        run,
+      });
+      return out;
+    },
+  };
 }
 
 function gpuKv(cache: SequenceCache): GpuKvCache {

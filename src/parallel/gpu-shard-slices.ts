@@ -74,6 +74,11 @@ function sliceOf(c: ModelConfig, s: ShardSpec, name: string): TensorSlice {
       return { rows: s.ffn };
     case 'ffn_down.weight':
       return { cols: s.ffn };
+    case 'ffn_gate_shexp.weight':
+    case 'ffn_up_shexp.weight':
+      return { rows: s.sharedFfn };
+    case 'ffn_down_shexp.weight':
+      return { cols: s.sharedFfn };
     default:
       return {};
   }
@@ -151,8 +156,10 @@ export function gpuShardRefusal(
   limits: GpuLimits,
 ): string | undefined {
   const layout = headLayout(c, s);
-  if (c.expertCount > 0 && g.group.length > 1)
-    return 'a mixture-of-experts model split by tensor or expert parallel (experts cut or spread across the group) does not run on a WebGPU shard; split it by layers (--parallel pp)';
+  if (c.expertCount > 0 && rangeLength(s.layers) > 0 && rangeLength(s.expertFfn) === 0)
+    return "it holds none of the routed experts' hidden units; use fewer tensor-parallel ranks";
+  if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.layers) > 0 && rangeLength(s.sharedFfn) === 0)
+    return "it holds none of the shared expert's hidden units; use fewer tensor-parallel ranks";
   if (rangeLength(s.layers) > 0 && (layout.heads === 0 || (c.expertCount === 0 && rangeLength(s.ffn) === 0)))
     return 'it holds no attention heads or no FFN units; use fewer tensor-parallel ranks';
   const binding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
@@ -163,7 +170,9 @@ export function gpuShardRefusal(
       layer >= 0 ? layer >= s.layers.start && layer < s.layers.end : name === 'output.weight' && s.head;
     if (!held || t.dims.length < 2) continue;
     const slice = sliceOf(c, s, name);
-    const cols = slice.cols ? rangeLength(slice.cols) : matrixShape(t).cols;
+    // the routed experts' down projections are cut per expert on load (GpuExpertSlice)
+    const cut = name.endsWith('.ffn_down_exps.weight') ? s.expertFfn : slice.cols;
+    const cols = cut ? rangeLength(cut) : matrixShape(t).cols;
     if (!gpuTypes.includes(t.type as GgmlTypeId))
       return `tensor ${name} is ${typeName(t.type as GgmlTypeId)}; the WGSL kernels read ${gpuTypes.map((x) => typeName(x)).join(', ')}`;
     if (gpuRowBytes(t.type as GgmlTypeId, cols) > binding)
@@ -174,6 +183,10 @@ export function gpuShardRefusal(
     [`a layer's KV cache at a context of ${ctx} positions`, 4 * ctx * layout.kvProjected * c.headDim],
     [`the attention scores of ${g.chunk} rows at a context of ${ctx}`, 4 * g.chunk * layout.heads * ctx],
     [`the logits of ${g.chunk} rows`, 4 * g.chunk * (s.head ? rangeLength(s.vocab) : 0)],
+    [
+      `the expert outputs of ${g.chunk} rows`,
+      4 * g.chunk * c.expertUsedCount * Math.max(c.embeddingLength, rangeLength(s.expertFfn)),
+    ],
   ];
   for (const [what, bytes] of buffers)
     if (bytes > binding) return `${what} needs a ${bytes}-byte buffer, past ${limit}`;

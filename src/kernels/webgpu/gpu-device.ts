@@ -176,10 +176,21 @@ export class GpuDevice {
 
   /** Flushes, then reads `bytes` of `buffer` from byte `offset` back as f32s. */
   async read(buffer: GPUBuffer, bytes: number, offset = 0): Promise<Float32Array> {
+    return this.readParts([{ buffer, bytes, offset }], bytes);
+  }
+
+  private async readParts(
+    parts: readonly { buffer: GPUBuffer; bytes: number; offset?: number }[],
+    bytes: number,
+  ): Promise<Float32Array> {
     this.flush();
     const staging = this.device.createBuffer({ size: bytes, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     const enc = this.device.createCommandEncoder();
-    enc.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
+    let at = 0;
+    for (const p of parts) {
+      if (p.bytes > 0) enc.copyBufferToBuffer(p.buffer, p.offset ?? 0, staging, at, p.bytes);
+      at += p.bytes;
+    }
     this.device.queue.submit([enc.finish()]);
     try {
       await staging.mapAsync(MAP_READ);
@@ -198,6 +209,21 @@ export class GpuDevice {
     staging.destroy();
     this.check();
     return out;
+  }
+
+  /**
+   * Flushes, then reads several ranges back at once (one copy each into one staging buffer,
+   * one map): parts[i] gives bytes of a buffer from a byte offset (multiples of 4); an empty
+   * part gives an empty array.
+   */
+  async readMany(
+    parts: readonly { buffer: GPUBuffer; bytes: number; offset?: number }[],
+  ): Promise<Float32Array[]> {
+    const total = parts.reduce((a, p) => a + p.bytes, 0);
+    if (total === 0) return parts.map(() => new Float32Array(0));
+    const all = await this.readParts(parts, total);
+    let at = 0;
+    return parts.map((p) => all.slice(at / 4, (at += p.bytes) / 4));
   }
 
   /** Flushes and waits until the GPU has done everything submitted. */

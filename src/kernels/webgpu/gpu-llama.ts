@@ -9,10 +9,12 @@ import {
   GpuLayerLoader,
   destroyLayer,
   layerMatrices,
+  type GpuExpertSlice,
   type GpuLayerWeights,
+  type GpuMoeWeights,
   type GpuTensorReader,
 } from './gpu-layer-weights.js';
-import { GpuMoe, type GpuMoeShape } from './gpu-moe.js';
+import { GpuMoe, type GpuExpertExchange, type GpuMoeShape } from './gpu-moe.js';
 import { GpuOps } from './gpu-ops.js';
 import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
 
@@ -42,11 +44,16 @@ export interface GpuLlamaSpec {
 }
 
 /**
- * Sums a row-parallel partial output [n, width] of the shard's layer `layer` (attention's o,
- * or the FFN's down) across the tensor-parallel group, in place: every rank of the group calls
+ * Sums a row-parallel partial output of the shard's layer `layer` across the tensor-parallel
+ * group (attention's o or the FFN's down [n, width]; an MoE layer's routed slot outputs
+ * [n * used, width] or its shared expert's [n, width]), in place: every rank of the group calls
  * it with the same n, in the same order, and every rank gets the same sum back.
  */
-export type GpuReduce = (partial: Float32Array, layer: number, half: 'attention' | 'ffn') => Promise<void>;
+export type GpuReduce = (
+  partial: Float32Array,
+  layer: number,
+  half: 'attention' | 'ffn' | 'experts' | 'shared',
+) => Promise<void>;
 
 /** What a shard holds beyond its counts, and how its group sums. */
 export interface GpuShardShape {
@@ -71,6 +78,10 @@ export interface GpuShardShape {
    */
   kvGroup?: number;
   headOffset?: number;
+  /** The routed experts held in model layer `layer` and their slice (absent: every expert whole). */
+  expertSlice?: (layer: number) => GpuExpertSlice;
+  /** Expert parallel: the group's exchange of routed tokens (absent: the shard runs its experts on every token). */
+  experts?: GpuExpertExchange;
 }
 
 /** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
@@ -166,7 +177,8 @@ export class GpuLlama {
     const layers: GpuLayerWeights[] = [];
     try {
       for (let l = 0; l < spec.layers; l++) {
-        layers.push(await loader.layer((shard?.firstLayer ?? 0) + l, spec.moe?.experts ?? 0));
+        const layer = (shard?.firstLayer ?? 0) + l;
+        layers.push(await loader.layer(layer, spec.moe?.experts ?? 0, shard?.expertSlice?.(layer)));
         onLayer?.(l + 1, spec.layers);
       }
       if (!(shard?.head ?? true)) return new GpuLlama(gpu, spec, embed, layers, undefined, undefined);
@@ -373,16 +385,36 @@ export class GpuLlama {
       await this.reduced(n, l, 'attention');
       ops.add(b['x']!, b['tmp']!, n * s.width);
       ops.rmsNorm(b['x']!, w.ffnNorm, s.rmsEps, b['xn']!, n, s.width);
-      if (w.moe) (this.moe as GpuMoe).record(w.moe, b['xn']!, b['tmp']!, n, perRow);
-      else if (w.ffn) {
-        ops.matmul(w.ffn.gate, b['xn']!, b['gate']!, n, s.ffn, 0, perRow);
-        ops.matmul(w.ffn.up, b['xn']!, b['up']!, n, s.ffn, 0, perRow);
-        ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
-        ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
+      if (w.moe) await this.moeLayer(l, w.moe, n, perRow);
+      else {
+        if (w.ffn) {
+          ops.matmul(w.ffn.gate, b['xn']!, b['gate']!, n, s.ffn, 0, perRow);
+          ops.matmul(w.ffn.up, b['xn']!, b['up']!, n, s.ffn, 0, perRow);
+          ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
+          ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
+        }
+        await this.reduced(n, l, 'ffn');
       }
-      await this.reduced(n, l, 'ffn');
       ops.add(b['x']!, b['tmp']!, n * s.width);
     }
+  }
+
+  /**
+   * Layer l's MoE FFN of xn into tmp, complete on every rank: recorded without a read-back on
+   * one node; under expert parallel through the group's exchange; under tensor parallel with
+   * the slot outputs summed across the group (GpuMoe).
+   */
+  private async moeLayer(l: number, w: GpuMoeWeights, n: number, perRow: boolean): Promise<void> {
+    const b = this.buf as Record<string, GPUBuffer>;
+    const moe = this.moe as GpuMoe;
+    const shard = this.spec.shard;
+    const reduce = shard?.reduce;
+    if (!reduce) return moe.record(w, b['xn']!, b['tmp']!, n, perRow);
+    const sum = (partial: Float32Array, half: 'experts' | 'shared'): Promise<void> =>
+      reduce(partial, l, half);
+    if (!shard.experts) return moe.recordSummed(w, b['xn']!, b['tmp']!, n, perRow, sum);
+    const layer = shard.firstLayer + l;
+    return moe.recordDispatched(w, b['xn']!, b['tmp']!, { n, perRow, layer, group: shard.experts, sum });
   }
 
   /** The group sum of the partial output in tmp [n, width]: its one read-back and write per layer half. */

@@ -74,6 +74,9 @@ export interface MoeRouting {
   used: number;
 }
 
+/** Per-expert slot lists (MoeRouting's, or lists written by the host) and their expert count and choices per token. */
+export type SlotLists = Pick<MoeRouting, 'lists' | 'experts' | 'used'>;
+
 /**
  * The kernels of a llama layer recorded on GPU buffers (f32 activations, row-major, shapes
  * in comments). Nothing here reads back: the caller reads the result it wants
@@ -132,7 +135,7 @@ export class GpuOps {
     y: GPUBuffer,
     n: number,
     expert: number,
-    route: MoeRouting,
+    route: SlotLists,
     div: number,
   ): void {
     const [name] = kernelFor(w.type, false);
@@ -161,7 +164,7 @@ export class GpuOps {
     }
   }
 
-  /** Softmax and top-k of n tokens' router logits, and every expert's slot list (n <= 64). */
+  /** Softmax and top-k of n tokens' router logits, and every expert's slot list. */
   routeTopK(route: MoeRouting, n: number, norm: boolean): void {
     const p = params([n, route.experts, route.used, norm ? 1 : 0]);
     this.gpu.dispatch('route_topk', ROUTE_TOPK, p, [route.probs, route.ids, route.weights, route.lists], [1]);

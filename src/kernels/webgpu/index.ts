@@ -13,7 +13,8 @@ export {
   type GpuSequence,
   type GpuShardShape,
 } from './gpu-llama.js';
-export type { GpuTensorReader } from './gpu-layer-weights.js';
+export type { GpuExpertSlice, GpuTensorReader } from './gpu-layer-weights.js';
+export type { GpuExpertExchange, GpuExpertRunner, GpuRoutedShare } from './gpu-moe.js';
 export {
   chooseKernels,
   isKernelsChoice,
