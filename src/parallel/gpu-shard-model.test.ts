@@ -290,19 +290,25 @@ test('webgpu shards: a serving decode step of several sequences, GPU and CPU ran
   const prompts = [[5], [6, 7, 8], [9, 10, 11, 12, 13]];
   const next = [20, 21, 22];
   const argmax = (l: Float32Array): number => l.indexOf(Math.max(...l));
-  const cpu = await Model.load(dense, kernels);
-  const cpuCaches = prompts.map(() => cpu.newSession());
-  for (const [i, p] of prompts.entries()) await cpu.forward(p, cpuCaches[i]!);
-  const want = (await cpu.forwardBatch(next, cpuCaches)).map(argmax);
-  for (const kind of ['tp', 'pp'] as const) {
-    const got = await withRanks(dense, plan(dense, kind, 2), [true, false], async (ranks) => {
-      const caches = ranks.map((ctx) => prompts.map(() => ctx.model.newSession()));
-      for (const [i, p] of prompts.entries())
-        await Promise.all(ranks.map((ctx, r) => forwardOnRank(ctx, caches[r]![i]!, p)));
-      const rows = await Promise.all(ranks.map((ctx, r) => forwardBatchOnRank(ctx, caches[r]!, next)));
-      return rows[logitsRank(ranks[0]!.plan)]!.map(argmax);
-    });
-    assert.deepEqual(got, want, kind);
+  // a decode batch through the MoE layers too: expert parallel routes each row on the GPU rank
+  for (const [file, kinds] of [
+    [dense, ['tp', 'pp']],
+    [qwen3moe, ['ep']],
+  ] as const) {
+    const cpu = await Model.load(file, kernels);
+    const cpuCaches = prompts.map(() => cpu.newSession());
+    for (const [i, p] of prompts.entries()) await cpu.forward(p, cpuCaches[i]!);
+    const want = (await cpu.forwardBatch(next, cpuCaches)).map(argmax);
+    for (const kind of kinds) {
+      const got = await withRanks(file, plan(file, kind, 2), [true, false], async (ranks) => {
+        const caches = ranks.map((ctx) => prompts.map(() => ctx.model.newSession()));
+        for (const [i, p] of prompts.entries())
+          await Promise.all(ranks.map((ctx, r) => forwardOnRank(ctx, caches[r]![i]!, p)));
+        const rows = await Promise.all(ranks.map((ctx, r) => forwardBatchOnRank(ctx, caches[r]!, next)));
+        return rows[logitsRank(ranks[0]!.plan)]!.map(argmax);
+      });
+      assert.deepEqual(got, want, kind);
+    }
   }
 });
 

@@ -132,6 +132,25 @@ export class GpuDevice {
     return p;
   }
 
+  /**
+   * Compiles kernels ahead of their first dispatch, each in a turn of the event loop of its
+   * own: `pipeline` compiles on first use, synchronously (on lavapipe a shader can take seconds
+   * under load), and several first uses in one recorded pass would stall the process, a
+   * node's heartbeats included, for their sum. Kernels compiled already are skipped.
+   */
+  async precompile(kernels: Iterable<readonly [name: string, code: string]>): Promise<void> {
+    for (const [name, code] of kernels) {
+      if (this.pipelines.has(name)) continue;
+      await new Promise((resolve) => setImmediate(resolve));
+      const module = this.device.createShaderModule({ label: name, code });
+      const compute = { module, entryPoint: 'main' };
+      this.pipelines.set(
+        name,
+        await this.device.createComputePipelineAsync({ label: name, layout: 'auto', compute }),
+      );
+    }
+  }
+
   /** Records kernel `name` over `groups` workgroups with `params` and the storage `buffers`. */
   dispatch(
     name: string,

@@ -181,12 +181,23 @@ export class GpuLlama {
         layers.push(await loader.layer(layer, spec.moe?.experts ?? 0, shard?.expertSlice?.(layer)));
         onLayer?.(l + 1, spec.layers);
       }
-      if (!(shard?.head ?? true)) return new GpuLlama(gpu, spec, embed, layers, undefined, undefined);
-      const outputNorm = await loader.vector('output_norm.weight');
-      const outSource = (await read('output.weight')) ?? embed;
-      assert.ok(outSource, 'a shard that holds the head reads output.weight');
-      const output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
-      return new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
+      let outputNorm: GPUBuffer | undefined;
+      let output: GpuWeight | undefined;
+      if (shard?.head ?? true) {
+        outputNorm = await loader.vector('output_norm.weight');
+        const outSource = (await read('output.weight')) ?? embed;
+        assert.ok(outSource, 'a shard that holds the head reads output.weight');
+        output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
+      }
+      const model = new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
+      const weights = [...layers.flatMap(layerMatrices), ...(output ? [output] : [])];
+      await gpu.precompile(
+        model.ops.kernels(
+          weights.map((w) => w.type),
+          spec.moe !== undefined,
+        ),
+      );
+      return model;
     } catch (e) {
       for (const l of layers) destroyLayer(l);
       throw e;

@@ -263,6 +263,33 @@ export class GpuOps {
     this.gpu.dispatch('attention', ATTENTION, p, [q, k, v, scores, out], [s.heads, s.n]);
   }
 
+  /**
+   * The kernels (name, WGSL) a model with weights of `types` records: the dense ops, each
+   * type's matmuls (per row and tiled) and activation quantisation, and with `moe` the router,
+   * the listed expert matmuls, the combine and the shared gate (GpuDevice.precompile).
+   */
+  kernels(types: Iterable<number>, moe: boolean): [string, string][] {
+    const out: [string, string][] = [
+      ['rms_norm', RMS_NORM],
+      ['rope', ROPE],
+      ['attention', ATTENTION],
+      ['swiglu', SWIGLU],
+      ['add', ADD],
+      ['add_bias', ADD_BIAS],
+      ['copy', COPY],
+    ];
+    if (moe) out.push(['route_topk', ROUTE_TOPK], ['combine', COMBINE], ['shared_gate', SHARED_GATE]);
+    for (const type of new Set(types)) {
+      const matvec = kernelFor(type, false);
+      out.push(matvec, kernelFor(type, true));
+      const name = matvec[0].slice('matmul_'.length);
+      if (moe) out.push([`listed_${name}`, listedMatmul(name)]);
+      if (type === GgmlType.Q8_0 || type === GgmlType.Q4_0) out.push(['quantize_q8', QUANTIZE_Q8]);
+      else if (isKQuant(type)) out.push(['quantize_q8k', QUANTIZE_Q8K]);
+    }
+    return out;
+  }
+
   destroy(): void {
     this.xq?.destroy();
     this.xq = undefined;
