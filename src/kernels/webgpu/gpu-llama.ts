@@ -3,104 +3,21 @@ import { TandemError } from '../../errors/index.js';
 import { rowBytes } from '../ggml-blocks.js';
 import { ropeAngles } from '../ref/ops-ref.js';
 import { dequantRow } from '../ref/quant-ref.js';
-import type { KvCache, KvCacheOptions, RopeParams, WeightSource } from '../types.js';
+import type { KvCacheOptions, WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
 import {
   GpuLayerLoader,
   destroyLayer,
   layerMatrices,
-  type GpuExpertSlice,
   type GpuLayerWeights,
   type GpuMoeWeights,
   type GpuTensorReader,
 } from './gpu-layer-weights.js';
-import { GpuMoe, type GpuExpertExchange, type GpuMoeShape } from './gpu-moe.js';
+import { GpuKvCache, type GpuSequence } from './gpu-kv-cache.js';
+import type { GpuLlamaSpec } from './gpu-llama-spec.js';
+import { GpuMoe } from './gpu-moe.js';
 import { GpuOps } from './gpu-ops.js';
 import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
-
-/**
- * The hyperparameters of a llama-family model (llama, qwen2/qwen3, their MoE variants) the
- * GPU forward pass needs; qwen2's biases and qwen3's q/k norms are found by their tensors.
- */
-export interface GpuLlamaSpec {
-  vocabSize: number;
-  /** Width of the residual stream. */
-  width: number;
-  layers: number;
-  /** Hidden width of the FFN. */
-  ffn: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  rmsEps: number;
-  rope: RopeParams;
-  /** Mixture of experts (absent: dense); `width` is the model's. */
-  moe?: Omit<GpuMoeShape, 'width'>;
-  /**
-   * A shard of the model (tensor or pipeline parallel): `layers`, `heads`, `kvHeads` and `ffn`
-   * above are then the shard's own counts. Absent: the whole model.
-   */
-  shard?: GpuShardShape;
-}
-
-/**
- * Sums a row-parallel partial output of the shard's layer `layer` across the tensor-parallel
- * group (attention's o or the FFN's down [n, width]; an MoE layer's routed slot outputs
- * [n * used, width] or its shared expert's [n, width]), in place: every rank of the group calls
- * it with the same n, in the same order, and every rank gets the same sum back.
- */
-export type GpuReduce = (
-  partial: Float32Array,
-  layer: number,
-  half: 'attention' | 'ffn' | 'experts' | 'shared',
-) => Promise<void>;
-
-/** What a shard holds beyond its counts, and how its group sums. */
-export interface GpuShardShape {
-  /** The model layer of the shard's layer 0 (tensors are read by model layer). */
-  firstLayer: number;
-  /** Whether it embeds token ids (holds `token_embd.weight`) and holds the output head. */
-  embed: boolean;
-  head: boolean;
-  /** Rows of the output head it holds (its vocabulary slice; the reader gives `output.weight` as those rows). */
-  vocabRows: number;
-  /**
-   * Rows recorded per pass (default GPU_CHUNK). With `reduce` a pass's rows are summed across
-   * the group at once, so every rank of the group must cut its rows where the others do.
-   */
-  chunk?: number;
-  /** Present when the shard's tensor-parallel group has more than one rank. */
-  reduce?: GpuReduce;
-  /**
-   * The model's query heads per KV head, and the place of the shard's first head in its KV
-   * group: local head h attends with local KV head (h + headOffset) / kvGroup. Defaults
-   * heads / kvHeads and 0 (the shard's heads begin a group).
-   */
-  kvGroup?: number;
-  headOffset?: number;
-  /** The routed experts held in model layer `layer` and their slice (absent: every expert whole). */
-  expertSlice?: (layer: number) => GpuExpertSlice;
-  /** Expert parallel: the group's exchange of routed tokens (absent: the shard runs its experts on every token). */
-  experts?: GpuExpertExchange;
-}
-
-/** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
-export interface GpuSequence {
-  readonly cache: KvCache;
-  readonly length: number;
-  /** Checks that n more positions fit the context; throws before anything is computed. */
-  reserve(n: number): number;
-  advance(n: number): void;
-}
-
-/** A sequence's KV cache on the GPU: per layer K and V [maxSeq, kvHeads, headDim] f32. */
-export class GpuKvCache implements KvCache {
-  constructor(
-    readonly options: Readonly<KvCacheOptions>,
-    readonly k: readonly GPUBuffer[],
-    readonly v: readonly GPUBuffer[],
-  ) {}
-}
 
 /** Where a forward's rows go: one sequence's chunk from pos0, or each row its own sequence's decode step. */
 type RowsKv = { cache: GpuKvCache; pos0: number } | { rows: readonly { cache: GpuKvCache; pos: number }[] };
