@@ -79,8 +79,12 @@ export function refuseGpuShard(
  * half's partial output [n, width] is read back, summed by the ShardComm (the same call a CPU
  * rank makes, so GPU and CPU ranks share a group) and written back; nothing else is read back
  * but the logits. Pipeline: the hidden states at the stage boundary are uploaded and read
- * back (forwardLayers). Prompts are cut as Model cuts them (prefillPiece of FORWARD_CHUNK,
- * decode batches of DECODE_BATCH rows), the group's sums then agree in length and order.
+ * back (forwardLayers). Mixtures of experts: under tensor parallel each expert's hidden units
+ * are cut and the slot outputs summed as the CPU's moeFfn sums them; under expert parallel
+ * the GPU routes, reads back its share of the rows and their choices, and the exchange is the
+ * CPU shard's own (expertExchange). Prompts are cut as Model cuts them (prefillPiece of
+ * FORWARD_CHUNK, decode batches of DECODE_BATCH rows), the group's sums then agree in length
+ * and order.
  */
 export class GpuShardModel implements ShardModel {
   private constructor(
