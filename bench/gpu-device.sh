@@ -14,7 +14,8 @@
 # What it measures: `tandem bench model --kernels webgpu` (tandem on Dawn/Vulkan, llama.cpp's
 # prebuilt Vulkan build on the same GPU as the anchor, same file, same token ids, greedy) on a
 # generated TinyLlama-1.1B-shaped Q8_0 model, then `tandem bench cluster --kernels webgpu` on it
-# (tp and pp over 2 node processes on the GPU, against 1), then a small qwen3moe model (no goal). Goals
+# (tp and pp over 2 node processes on the GPU, against 1), then a small qwen3moe model alone and over 2
+# GPU nodes by ep and tp (no goal). Goals
 # (docs/benchmarks.md): decode >= 0.7x and prefill >= 0.5x llama.cpp Vulkan; 8B-shaped Q4_K_M
 # decode >= 0.5x (GPU_8B=1: generating the ~4.9 GB file takes minutes of the 15; run it in a
 # call of its own if the first leaves time).
@@ -88,6 +89,14 @@ done
 node bin/tandem.js make-model /tmp/moe-q8_0.gguf --arch qwen3moe --shape small --experts 16 --type q8_0 --threads 16
 node bin/tandem.js bench model /tmp/moe-q8_0.gguf --kernels webgpu --threads 16 --timeout 120 |
   tee "$out/bench-qwen3moe-q8_0.txt" || true
+
+# the MoE model's shards on the GPU: expert parallel (each node routes its share of the tokens on the
+# GPU and runs the experts the other sends it in one submission) and tp (every expert cut), over 2
+# local nodes sharing the one GPU, against 1 node on the GPU (best of 3); no goal
+for parallel in ep tp; do
+  node bin/tandem.js bench cluster /tmp/moe-q8_0.gguf --kernels webgpu --nodes 2 --parallel "$parallel" \
+    --provider shm --threads 4 --repeat 3 --no-ceiling | tee "$out/bench-cluster-webgpu-moe-$parallel.txt" || true
+done
 
 if [ "${GPU_8B:-0}" = 1 ]; then
   node --import tsx --input-type=module -e "

@@ -1,5 +1,5 @@
 import type { Communicator } from '../collectives/communicator.js';
-import type { ExpertDispatch, ExpertRequest, RunExpert } from '../engine/model/comm.js';
+import type { ExpertDispatch, ExpertRequest, RunExpert, RunExperts } from '../engine/model/comm.js';
 import { TandemError } from '../errors/index.js';
 import type { ParallelPlan } from './plan.js';
 import type { CommMeter } from './shard-comm.js';
@@ -131,7 +131,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     return { start: Math.ceil((n * rank) / size), end: Math.ceil((n * (rank + 1)) / size) };
   }
 
-  async dispatch(request: ExpertRequest, run: RunExpert): Promise<Float32Array> {
+  async dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<Float32Array> {
     const { rows, ids, tokens, used, width } = request;
     const rank = this.comm.rank;
     const row = width + 1;
@@ -151,7 +151,7 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     const to = (s: number, d: number): number => counts[s * size + d] as number;
     const recv = await this.allToAll(send, to, row);
     const recvRows = Array.from({ length: size }, (_, s) => to(s, rank));
-    const back = this.runExperts(table, recv, recvRows, width, run);
+    const back = await this.runExperts(table, recv, recvRows, width, run);
     const ret = await this.allToAll(back, (s, d) => to(d, s), width);
     if (this.result.length < tokens * used * width) this.result = new Float32Array(tokens * used * width);
     const out = this.result.subarray(0, tokens * used * width);
@@ -294,19 +294,19 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   /**
    * Runs this rank's experts on the rows received (recv: [rows, width + 1], each its expert
    * id then its hidden row; rank order, each rank's rows by expert then token) and returns
-   * their outputs [rows, width] in the same order.
+   * their outputs [rows, width] in the same order. The rows are gathered by expert (a
+   * counting sort, arrival order kept) into one block, run expert by expert or in one batch.
    */
-  private runExperts(
+  private async runExperts(
     table: OwnerTable,
     recv: Float32Array,
     recvRows: number[],
     width: number,
-    run: RunExpert,
-  ): Float32Array {
+    run: RunExpert | RunExperts,
+  ): Promise<Float32Array> {
     const row = width + 1;
     const total = recvRows.reduce((a, b) => a + b, 0);
     const experts = table.copies.length;
-    // per expert, its rows in arrival order (a counting sort by expert)
     const count = new Int32Array(experts + 1);
     for (let q = 0; q < total; q++) {
       const e = recv[q * row] as number;
@@ -319,28 +319,37 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
       count[e + 1]!++;
     }
     for (let e = 0; e < experts; e++) count[e + 1]! += count[e] as number;
+    // order[i]: the arrival index of the i-th row by expert
     const order = new Int32Array(total);
     const fill = count.slice(0, experts);
     for (let q = 0; q < total; q++) order[fill[recv[q * row] as number]!++] = q;
-    const back = new Float32Array(total * width);
-    for (let e = 0; e < experts; e++) {
-      const from = count[e] as number;
-      const m = (count[e + 1] as number) - from;
-      if (m === 0) continue;
-      if (this.rowsIn.length < m * width) {
-        this.rowsIn = new Float32Array(m * width);
-        this.rowsOut = new Float32Array(m * width);
-      }
-      const xs = this.rowsIn.subarray(0, m * width);
-      const ys = this.rowsOut.subarray(0, m * width);
-      for (let i = 0; i < m; i++) {
-        const q = order[from + i] as number;
-        xs.set(recv.subarray(q * row + 1, (q + 1) * row), i * width);
-      }
-      run(e, xs, ys, m);
-      for (let i = 0; i < m; i++)
-        back.set(ys.subarray(i * width, (i + 1) * width), (order[from + i] as number) * width);
+    if (this.rowsIn.length < total * width) {
+      this.rowsIn = new Float32Array(total * width);
+      this.rowsOut = new Float32Array(total * width);
     }
+    const xs = this.rowsIn.subarray(0, total * width);
+    const ys = this.rowsOut.subarray(0, total * width);
+    for (let i = 0; i < total; i++) {
+      const q = order[i] as number;
+      xs.set(recv.subarray(q * row + 1, (q + 1) * row), i * width);
+    }
+    const ran = Int32Array.from({ length: experts }, (_, e) => e).filter((e) => count[e + 1]! > count[e]!);
+    if (typeof run === 'function') {
+      for (const e of ran) {
+        const [from, to] = [(count[e] as number) * width, (count[e + 1] as number) * width];
+        run(e, xs.subarray(from, to), ys.subarray(from, to), (count[e + 1] as number) - (count[e] as number));
+      }
+    } else if (ran.length > 0) {
+      await run.batch(
+        ran,
+        Int32Array.from([...ran, experts], (e) => count[e] as number),
+        xs,
+        ys,
+      );
+    }
+    const back = new Float32Array(total * width);
+    for (let i = 0; i < total; i++)
+      back.set(ys.subarray(i * width, (i + 1) * width), (order[i] as number) * width);
     return back;
   }
 }

@@ -141,7 +141,7 @@ export class RankExperts {
     return { dropped: dropped.length };
   }
 
-  /** The rank's Model: experts are re-placed on CPU shards only (a GPU shard holds no expert-parallel split). */
+  /** The rank's Model: experts are re-placed on CPU shards only (a GPU shard keeps the experts it loaded). */
   private cpuModel(): Model {
     const model = this.ctx.model;
     if (!(model instanceof Model))

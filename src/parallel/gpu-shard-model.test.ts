@@ -147,6 +147,113 @@ test(
 );
 
 test(
+  'webgpu shards: tensor parallel over 3 ranks (heads cutting KV groups, sums in several pieces)',
+  { skip },
+  async () => {
+    // 6 heads over 2 KV heads on 3 ranks: each rank's 2 heads straddle a KV group, and the
+    // group adds each rank's o and down outputs in 2 pieces of the leaf tree
+    const wide = tinyModelFile({
+      arch: 'llama',
+      heads: 6,
+      kvHeads: 2,
+      width: 48,
+      ff: 96,
+      layers: 2,
+      vocab: 96,
+      seed: 7,
+    });
+    const tp = plan(wide, 'tp', 3);
+    assert.equal(tp.ranks[1]!.shard.heads.start, 2, 'rank 1 starts inside the first KV group');
+    const prompt = [3, 14, 15, 92, 65, 35, 8];
+    const expected = await single(wide, prompt);
+    for (const gpu of [
+      [false, true, false],
+      [true, true, true],
+    ])
+      for (const tokens of await onRanks(wide, tp, gpu, prompt))
+        assert.deepEqual(tokens, expected, `tp ${gpu}`);
+  },
+);
+
+const qwen3moe = tinyModelFile({
+  arch: 'qwen3moe',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 32,
+  experts: 6,
+  expertsUsed: 2,
+  layers: 2,
+  vocab: 96,
+  seed: 8,
+});
+const qwen2moe = tinyModelFile({
+  arch: 'qwen2moe',
+  heads: 4,
+  kvHeads: 2,
+  width: 32,
+  ff: 32,
+  experts: 4,
+  expertsUsed: 2,
+  sharedFf: 32,
+  layers: 2,
+  vocab: 96,
+  seed: 9,
+});
+
+test(
+  'webgpu shards: mixtures of experts under expert parallel give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    const expected = await single(qwen3moe, prompt);
+    for (const gpu of [
+      [false, true],
+      [true, true],
+    ])
+      for (const tokens of await onRanks(qwen3moe, plan(qwen3moe, 'ep', 2), gpu, prompt))
+        assert.deepEqual(tokens, expected, `ep ${gpu}`);
+    // experts placed per layer over 3 ranks (rank 0 holds one expert in layer 1)
+    const layers = [
+      [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+      ],
+      [[5], [0, 2, 4], [1, 3]],
+    ];
+    const perLayer = buildPlan(configOf(qwen3moe), qwen3moe.tensors, {
+      kind: 'ep',
+      nodes: 3,
+      expertSets: { layers },
+    });
+    for (const tokens of await onRanks(qwen3moe, perLayer, [true, false, true], prompt))
+      assert.deepEqual(tokens, expected, 'ep by layer over 3 ranks');
+    // the direct exchange (shm nodes' path) on a prompt routed in one pass of more than 64 rows
+    // (the GPU rank's share is rows 50-99), and qwen2moe's shared expert summed across the group
+    const long = Array.from({ length: 100 }, (_, i) => 1 + ((i * 29) % 95));
+    for (const tokens of await onRanks(qwen3moe, plan(qwen3moe, 'ep', 2), [false, true], long, true))
+      assert.deepEqual(tokens, await single(qwen3moe, long), 'ep over the direct exchange, 100 tokens');
+    for (const tokens of await onRanks(qwen2moe, plan(qwen2moe, 'ep', 2), [false, true], prompt))
+      assert.deepEqual(tokens, await single(qwen2moe, prompt), 'qwen2moe ep');
+  },
+);
+
+test(
+  'webgpu shards: mixtures of experts under tensor parallel (experts cut) give the single-process tokens',
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    for (const file of [qwen3moe, qwen2moe])
+      for (const tokens of await onRanks(file, plan(file, 'tp', 2), [true, false], prompt))
+        assert.deepEqual(tokens, await single(file, prompt), `${file.meta('general.architecture')} tp`);
+    const hybrid = buildPlan(configOf(qwen2moe), qwen2moe.tensors, { kind: 'hybrid', nodes: 4, tpSize: 2 });
+    for (const tokens of await onRanks(qwen2moe, hybrid, [true, true, false, true], prompt))
+      assert.deepEqual(tokens, await single(qwen2moe, prompt), 'hybrid 2 x 2');
+  },
+);
+
+test(
   'webgpu shards: pipeline stages on the GPU and the CPU give the single-process tokens',
   { skip },
   async () => {
@@ -183,19 +290,25 @@ test('webgpu shards: a serving decode step of several sequences, GPU and CPU ran
   const prompts = [[5], [6, 7, 8], [9, 10, 11, 12, 13]];
   const next = [20, 21, 22];
   const argmax = (l: Float32Array): number => l.indexOf(Math.max(...l));
-  const cpu = await Model.load(dense, kernels);
-  const cpuCaches = prompts.map(() => cpu.newSession());
-  for (const [i, p] of prompts.entries()) await cpu.forward(p, cpuCaches[i]!);
-  const want = (await cpu.forwardBatch(next, cpuCaches)).map(argmax);
-  for (const kind of ['tp', 'pp'] as const) {
-    const got = await withRanks(dense, plan(dense, kind, 2), [true, false], async (ranks) => {
-      const caches = ranks.map((ctx) => prompts.map(() => ctx.model.newSession()));
-      for (const [i, p] of prompts.entries())
-        await Promise.all(ranks.map((ctx, r) => forwardOnRank(ctx, caches[r]![i]!, p)));
-      const rows = await Promise.all(ranks.map((ctx, r) => forwardBatchOnRank(ctx, caches[r]!, next)));
-      return rows[logitsRank(ranks[0]!.plan)]!.map(argmax);
-    });
-    assert.deepEqual(got, want, kind);
+  // a decode batch through the MoE layers too: expert parallel routes each row on the GPU rank
+  for (const [file, kinds] of [
+    [dense, ['tp', 'pp']],
+    [qwen3moe, ['ep']],
+  ] as const) {
+    const cpu = await Model.load(file, kernels);
+    const cpuCaches = prompts.map(() => cpu.newSession());
+    for (const [i, p] of prompts.entries()) await cpu.forward(p, cpuCaches[i]!);
+    const want = (await cpu.forwardBatch(next, cpuCaches)).map(argmax);
+    for (const kind of kinds) {
+      const got = await withRanks(file, plan(file, kind, 2), [true, false], async (ranks) => {
+        const caches = ranks.map((ctx) => prompts.map(() => ctx.model.newSession()));
+        for (const [i, p] of prompts.entries())
+          await Promise.all(ranks.map((ctx, r) => forwardOnRank(ctx, caches[r]![i]!, p)));
+        const rows = await Promise.all(ranks.map((ctx, r) => forwardBatchOnRank(ctx, caches[r]!, next)));
+        return rows[logitsRank(ranks[0]!.plan)]!.map(argmax);
+      });
+      assert.deepEqual(got, want, kind);
+    }
   }
 });
 
@@ -204,11 +317,13 @@ test(
   { skip },
   async () => {
     const moe = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 2, vocab: 96, seed: 5 });
+    const cut = plan(moe, 'tp', 2);
+    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, expertFfn: { start: 0, end: 0 } };
     await assert.rejects(
-      withRanks(moe, plan(moe, 'tp', 2), [true, false], async () => undefined),
+      withRanks(moe, cut, [false, true], async () => undefined),
       (e) =>
         isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
-        /mixture-of-experts model split by tensor or expert parallel.*--parallel pp/.test(e.message),
+        /this rank's shard: it holds none of the routed experts' hidden units/.test(e.message),
     );
     const device = await GpuDevice.open();
     try {

@@ -6,9 +6,17 @@ import { configFromMetadata, type ModelConfig } from '../engine/model/config.js'
 import type { ModelFile } from '../engine/model/model-file.js';
 import { DECODE_BATCH, FORWARD_CHUNK } from '../engine/model/model.js';
 import { prefillPiece } from '../engine/model/prefill.js';
-import { kvHeadsFor, rangeLength, type ShardSpec } from '../engine/model/shard.js';
+import { expertsInLayer, kvHeadsFor, rangeLength, type ShardSpec } from '../engine/model/shard.js';
+import { ExpertLoad } from '../engine/model/expert-load.js';
+import { dispatchRouted } from '../engine/model/ffn.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
-import { GPU_CHUNK, GpuKvCache, GpuLlama, type GpuDevice } from '../kernels/webgpu/index.js';
+import {
+  GPU_CHUNK,
+  GpuKvCache,
+  GpuLlama,
+  type GpuDevice,
+  type GpuExpertExchange,
+} from '../kernels/webgpu/index.js';
 import {
   gpuLlamaSpec,
   gpuShardRefusal,
@@ -71,8 +79,12 @@ export function refuseGpuShard(
  * half's partial output [n, width] is read back, summed by the ShardComm (the same call a CPU
  * rank makes, so GPU and CPU ranks share a group) and written back; nothing else is read back
  * but the logits. Pipeline: the hidden states at the stage boundary are uploaded and read
- * back (forwardLayers). Prompts are cut as Model cuts them (prefillPiece of FORWARD_CHUNK,
- * decode batches of DECODE_BATCH rows), the group's sums then agree in length and order.
+ * back (forwardLayers). Mixtures of experts: under tensor parallel each expert's hidden units
+ * are cut and the slot outputs summed as the CPU's moeFfn sums them; under expert parallel
+ * the GPU routes, reads back its share of the rows and their choices, and the exchange is the
+ * CPU shard's own (expertExchange). Prompts are cut as Model cuts them (prefillPiece of
+ * FORWARD_CHUNK, decode batches of DECODE_BATCH rows), the group's sums then agree in length
+ * and order.
  */
 export class GpuShardModel implements ShardModel {
   private constructor(
@@ -80,6 +92,8 @@ export class GpuShardModel implements ShardModel {
     readonly shard: ShardSpec,
     readonly llama: GpuLlama,
     private readonly comm: ShardComm,
+    /** Expert parallel: the choices of this rank's tokens, counted from the routing it reads back. */
+    readonly expertLoad: ExpertLoad | undefined,
   ) {}
 
   /** Checks the shard against the device's limits (KERNELS_DEVICE_LIMIT), then uploads its slices. */
@@ -91,19 +105,34 @@ export class GpuShardModel implements ShardModel {
       throw new TandemError('KERNELS_DEVICE_LIMIT', `--kernels webgpu: this rank's shard: ${refusal}`, {
         hint: 'use --kernels native/wasm (or auto, which falls back) on this node, or another split',
       });
-    const { sums } = layerSums(o.file, c, s, o.group, o.tpRank);
+    const sums = layerSums(o.file, c, s, o.group);
     const kv = kvHeadsFor(c, s.heads);
     const comm = o.comm;
     const reduce = async (partial: Float32Array, layer: number, half: keyof LayerSums): Promise<void> => {
       const group = sums[layer]![half];
-      const p = group ? comm.allReduceSum(partial, group) : comm.allReduceSum(partial);
+      const pieces = group?.counts[o.tpRank] ?? 1;
+      // The GPU multiplies its columns as one part (its own f32 order, not the leaf tree); where
+      // the group adds a rank's columns in several pieces (3 ranks), the part goes as the first
+      // piece and zeros as the others: the group's tree adds the same terms, exact zeros nothing.
+      const x = pieces > 1 ? new Float32Array(pieces * partial.length) : partial;
+      if (x !== partial) x.set(partial);
+      const p = group ? comm.allReduceSum(x, group) : comm.allReduceSum(x);
       if (p) await p;
+      if (x !== partial) partial.set(x.subarray(0, partial.length));
     };
     const whole = gpuLlamaSpec(c, await ropeFreqFactors(o.file, c));
+    const moe = whole.moe && {
+      ...whole.moe,
+      expertFfn: rangeLength(s.expertFfn),
+      sharedFfn: rangeLength(s.sharedFfn),
+    };
+    const expertLoad = comm.experts ? new ExpertLoad(rangeLength(s.layers), c.expertCount) : undefined;
+    const experts = comm.experts && expertExchange(c, comm, s.layers.start, expertLoad);
     const llama = await GpuLlama.load(
       o.device,
       {
         ...whole,
+        ...(moe ? { moe } : {}),
         layers: rangeLength(s.layers),
         heads: rangeLength(s.heads),
         kvHeads: rangeLength(kv),
@@ -114,12 +143,18 @@ export class GpuShardModel implements ShardModel {
           head: s.head,
           vocabRows: s.head ? rangeLength(s.vocab) : 0,
           chunk: gpuShardChunk(o.group.length),
+          kvGroup: c.headCount / c.headCountKv,
+          headOffset: s.heads.start - kv.start * (c.headCount / c.headCountKv),
           ...(o.group.length > 1 ? { reduce } : {}),
+          ...(moe
+            ? { expertSlice: (layer: number) => ({ held: expertsInLayer(s, layer), hidden: s.expertFfn }) }
+            : {}),
+          ...(experts ? { experts } : {}),
         },
       },
       shardReader(o.file, c, s),
     );
-    return new GpuShardModel(c, s, llama, comm);
+    return new GpuShardModel(c, s, llama, comm, expertLoad);
   }
 
   newSession(options: { contextLength?: number } = {}): SequenceCache {
@@ -219,6 +254,39 @@ export class GpuShardModel implements ShardModel {
   destroy(): void {
     this.llama.destroy();
   }
+}
+
+/**
+ * Expert parallel from a GPU shard: the GPU routes and reads back its share of the tokens,
+ * and the exchange, combine and group sum are the CPU shard's own (dispatchRouted over the
+ * group's ExpertDispatch), so GPU and CPU ranks share one expert-parallel group.
+ */
+function expertExchange(
+  c: ModelConfig,
+  comm: ShardComm,
+  firstLayer: number,
+  load: ExpertLoad | undefined,
+): GpuExpertExchange | undefined {
+  const dispatch = comm.experts;
+  if (!dispatch) return undefined;
+  const width = c.embeddingLength;
+  return {
+    share: (n) => dispatch.share(n),
+    exchange: async (layer, n, share, run) => {
+      load?.record(layer - firstLayer, share.ids);
+      const out = new Float32Array(n * width);
+      await dispatchRouted(dispatch, comm, {
+        ...share,
+        n,
+        used: c.expertUsedCount,
+        width,
+        layer,
+        out,
+        run,
+      });
+      return out;
+    },
+  };
 }
 
 function gpuKv(cache: SequenceCache): GpuKvCache {

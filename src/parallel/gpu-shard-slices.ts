@@ -29,10 +29,16 @@ interface TensorSlice {
   elems?: Range;
 }
 
-/** How a shard's tensor-parallel group adds the partial outputs of one layer (undefined: the flat tree). */
+/**
+ * How a shard's tensor-parallel group adds the partial outputs of one layer (undefined: the
+ * flat tree): attention's o, the dense FFN's down, the routed experts' down (every expert
+ * alike) and the shared expert's down.
+ */
 export interface LayerSums {
   attention: GroupSum | undefined;
   ffn: GroupSum | undefined;
+  experts: GroupSum | undefined;
+  shared: GroupSum | undefined;
 }
 
 /** Query-head rows ([heads * headDim]) and KV rows of a shard. */
@@ -68,6 +74,11 @@ function sliceOf(c: ModelConfig, s: ShardSpec, name: string): TensorSlice {
       return { rows: s.ffn };
     case 'ffn_down.weight':
       return { cols: s.ffn };
+    case 'ffn_gate_shexp.weight':
+    case 'ffn_up_shexp.weight':
+      return { rows: s.sharedFfn };
+    case 'ffn_down_shexp.weight':
+      return { cols: s.sharedFfn };
     default:
       return {};
   }
@@ -99,35 +110,41 @@ export function shardReader(file: ModelFile, c: ModelConfig, s: ShardSpec): GpuT
 }
 
 /**
- * Per local layer, how the group adds the shard's attention and FFN parts (weights.ts's leaf
- * layout), and the layers where this rank would hand the group several parts (a split the
- * GPU does not cut into pieces: it multiplies its columns as one part).
+ * Per local layer, how the group adds the shard's parts (weights.ts's leaf layout, the CPU
+ * shard's own arithmetic). A rank that holds several pieces of a sum (a group of 3) hands the
+ * GPU's one part as its first piece (GpuShardModel).
  */
 export function layerSums(
   file: ModelFile,
   c: ModelConfig,
   s: ShardSpec,
   group: readonly ShardSpec[],
-  tpRank: number,
-): { sums: LayerSums[]; pieces: number } {
+): LayerSums[] {
   const cuts = columnCuts(file, c, group.length > 1 ? group : undefined);
   const type = (name: string): number => file.tensors.get(name)?.type ?? GgmlType.F32;
   const { q } = headRows(c, s);
   const sums: LayerSums[] = [];
-  let pieces = 1;
   for (let i = s.layers.start; i < s.layers.end; i++) {
-    const o = leafLayout(
-      type(`blk.${i}.attn_output.weight`),
-      c.headCount * c.headDim,
-      q,
-      c.headDim,
-      cuts.heads,
+    const b = `blk.${i}.`;
+    const o = leafLayout(type(`${b}attn_output.weight`), c.headCount * c.headDim, q, c.headDim, cuts.heads);
+    const d = leafLayout(type(`${b}ffn_down.weight`), c.feedForwardLength, s.ffn, 1, cuts.ffn);
+    const e = leafLayout(
+      type(`${b}ffn_down_exps.weight`),
+      c.expertFeedForwardLength,
+      s.expertFfn,
+      1,
+      cuts.experts,
     );
-    const d = leafLayout(type(`blk.${i}.ffn_down.weight`), c.feedForwardLength, s.ffn, 1, cuts.ffn);
-    for (const g of [o.group, d.group]) pieces = Math.max(pieces, g?.counts[tpRank] ?? 1);
-    sums.push({ attention: o.group, ffn: d.group });
+    const sh = leafLayout(
+      type(`${b}ffn_down_shexp.weight`),
+      c.sharedExpertFeedForwardLength,
+      s.sharedFfn,
+      1,
+      cuts.shared,
+    );
+    sums.push({ attention: o.group, ffn: d.group, experts: e.group, shared: sh.group });
   }
-  return { sums, pieces };
+  return sums;
 }
 
 /** Why this shard cannot run on a GPU with `limits` (undefined: it can); `chunk` rows per pass. */
@@ -139,14 +156,12 @@ export function gpuShardRefusal(
   limits: GpuLimits,
 ): string | undefined {
   const layout = headLayout(c, s);
-  if (c.expertCount > 0 && g.group.length > 1)
-    return 'a mixture-of-experts model split by tensor or expert parallel (experts cut or spread across the group) does not run on a WebGPU shard; split it by layers (--parallel pp)';
-  if (layout.expand)
-    return `its query heads [${s.heads.start}, ${s.heads.end}) cut a group of ${c.headCount / c.headCountKv} heads sharing a KV head; use a tensor-parallel size that divides the ${c.headCountKv} KV heads`;
+  if (c.expertCount > 0 && rangeLength(s.layers) > 0 && rangeLength(s.expertFfn) === 0)
+    return "it holds none of the routed experts' hidden units; use fewer tensor-parallel ranks";
+  if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.layers) > 0 && rangeLength(s.sharedFfn) === 0)
+    return "it holds none of the shared expert's hidden units; use fewer tensor-parallel ranks";
   if (rangeLength(s.layers) > 0 && (layout.heads === 0 || (c.expertCount === 0 && rangeLength(s.ffn) === 0)))
     return 'it holds no attention heads or no FFN units; use fewer tensor-parallel ranks';
-  if (layerSums(file, c, s, g.group, g.tpRank).pieces > 1)
-    return 'its group adds this rank’s row-parallel outputs in several pieces (a split of 3 ranks), which the GPU shard does not cut; use 2 or 4 ranks per tensor-parallel group';
   const binding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   const limit = `the adapter's largest storage binding (maxStorageBufferBindingSize ${limits.maxStorageBufferBindingSize}, maxBufferSize ${limits.maxBufferSize})`;
   for (const [name, t] of file.tensors) {
@@ -155,7 +170,9 @@ export function gpuShardRefusal(
       layer >= 0 ? layer >= s.layers.start && layer < s.layers.end : name === 'output.weight' && s.head;
     if (!held || t.dims.length < 2) continue;
     const slice = sliceOf(c, s, name);
-    const cols = slice.cols ? rangeLength(slice.cols) : matrixShape(t).cols;
+    // the routed experts' down projections are cut per expert on load (GpuExpertSlice)
+    const cut = name.endsWith('.ffn_down_exps.weight') ? s.expertFfn : slice.cols;
+    const cols = cut ? rangeLength(cut) : matrixShape(t).cols;
     if (!gpuTypes.includes(t.type as GgmlTypeId))
       return `tensor ${name} is ${typeName(t.type as GgmlTypeId)}; the WGSL kernels read ${gpuTypes.map((x) => typeName(x)).join(', ')}`;
     if (gpuRowBytes(t.type as GgmlTypeId, cols) > binding)
@@ -163,9 +180,13 @@ export function gpuShardRefusal(
   }
   const ctx = g.contextLength;
   const buffers: [string, number][] = [
-    [`a layer's KV cache at a context of ${ctx} positions`, 4 * ctx * layout.kvStored * c.headDim],
+    [`a layer's KV cache at a context of ${ctx} positions`, 4 * ctx * layout.kvProjected * c.headDim],
     [`the attention scores of ${g.chunk} rows at a context of ${ctx}`, 4 * g.chunk * layout.heads * ctx],
     [`the logits of ${g.chunk} rows`, 4 * g.chunk * (s.head ? rangeLength(s.vocab) : 0)],
+    [
+      `the expert outputs of ${g.chunk} rows`,
+      4 * g.chunk * c.expertUsedCount * Math.max(c.embeddingLength, rangeLength(s.expertFfn)),
+    ],
   ];
   for (const [what, bytes] of buffers)
     if (bytes > binding) return `${what} needs a ${bytes}-byte buffer, past ${limit}`;

@@ -1,6 +1,7 @@
 // Node processes whose shards run on the GPU (`tandem node --kernels webgpu`) beside CPU nodes:
-// tensor and pipeline parallel over 2 local nodes, one and both on WebGPU, give the greedy
-// tokens of the CPU cluster and of the single-process run; a GPU that is absent or refuses the
+// tensor and pipeline parallel over 2 local nodes, one and both on WebGPU, tensor parallel over
+// 3, and a mixture of experts under expert and tensor parallel, give the greedy tokens of the
+// CPU cluster and of the single-process run; a GPU that is absent or refuses the
 // shard fails the load with a typed error naming the node. Runs on Mesa's lavapipe where no GPU
 // exists; skips with the reason where no adapter is found.
 import assert from 'node:assert/strict';
@@ -20,6 +21,7 @@ const prompt = [5, 6, 7, 8, 90, 1000, 33];
 const steps = 6;
 const q8 = tempModel('tandem-webgpu-nodes-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 4 });
 const bf16 = tempModel('tandem-webgpu-nodes-bf16-', { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 6 });
+const moe = tempModel('tandem-webgpu-nodes-moe-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 7 });
 
 describe('webgpu nodes', { skip }, () => {
   let gpu: LocalNodes | undefined;
@@ -27,14 +29,14 @@ describe('webgpu nodes', { skip }, () => {
   const gpuLog: string[] = [];
   before(async () => {
     [gpu, cpu] = await Promise.all([
-      launchLocalNodes(2, {
+      launchLocalNodes(3, {
         secret,
         threads: 1,
         once: false,
         kernels: 'webgpu',
         log: (rank, line) => void gpuLog.push(`${rank}: ${line}`),
       }),
-      launchLocalNodes(2, { secret, threads: 1, once: false }),
+      launchLocalNodes(3, { secret, threads: 1, once: false }),
     ]);
   });
   after(async () => {
@@ -78,8 +80,8 @@ describe('webgpu nodes', { skip }, () => {
   }
 
   it('tp and pp: one node and both on WebGPU give the CPU cluster and the single-process tokens', async () => {
-    const g = gpu!.addresses;
-    const c = cpu!.addresses;
+    const g = gpu!.addresses.slice(0, 2);
+    const c = cpu!.addresses.slice(0, 2);
     const expected = await single(q8());
     for (const parallel of ['tp', 'pp'] as const) {
       assert.deepEqual(await run(q8(), c, parallel), expected, `${parallel}: the CPU cluster`);
@@ -92,6 +94,25 @@ describe('webgpu nodes', { skip }, () => {
         gpuLog.some((l) => l.startsWith(`${rank}: `) && /webgpu: shards run on/.test(l)),
         `node ${rank} put its shards on the GPU: ${gpuLog.join(' | ')}`,
       );
+  });
+
+  it('tp over 3 nodes (heads cutting KV groups): GPU nodes give the CPU cluster and single-process tokens', async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const expected = await single(q8());
+    assert.deepEqual(await run(q8(), c, 'tp'), expected, 'the CPU cluster');
+    assert.deepEqual(await run(q8(), g, 'tp'), expected, 'every node on WebGPU');
+    assert.deepEqual(await run(q8(), [c[0]!, g[1]!, c[2]!], 'tp'), expected, 'rank 1 on WebGPU');
+  });
+
+  it('a mixture of experts under ep and tp: GPU nodes give the CPU cluster and single-process tokens', async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const expected = await single(moe());
+    assert.deepEqual(await run(moe(), c.slice(0, 2), 'ep'), expected, 'ep: the CPU cluster');
+    assert.deepEqual(await run(moe(), g.slice(0, 2), 'ep'), expected, 'ep: both nodes on WebGPU');
+    assert.deepEqual(await run(moe(), [c[0]!, g[1]!], 'ep'), expected, 'ep: rank 1 on WebGPU');
+    assert.deepEqual(await run(moe(), [g[0]!, c[1]!], 'tp'), expected, 'tp: rank 0 on WebGPU');
   });
 
   it('tandem run --nodes 2 --kernels webgpu: the single-process tokens', async () => {

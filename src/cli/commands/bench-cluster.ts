@@ -106,7 +106,7 @@ export const command = defineCommand({
     threads: { type: 'number', description: `threads per node, ${threadsBound}`, default: 1 },
     kernels: {
       type: 'string',
-      description: `the local nodes' kernels, the single-node reference's too: ${kernelsDescription}; webgpu/auto put every node's shard on this machine's GPU (tp and pp). Not with --hosts (each node uses its own \`tandem node --kernels\`)`,
+      description: `the local nodes' kernels, the single-node reference's too: ${kernelsDescription}; webgpu/auto put every node's shard on this machine's GPU (tp, pp, ep and hybrid). Not with --hosts (each node uses its own \`tandem node --kernels\`)`,
       choices: kernelsChoices,
     },
     repeat: {

@@ -39,7 +39,7 @@ export const command = defineCommand({
     },
     kernels: {
       type: 'string',
-      description: `${kernelsDescription}. webgpu: this node's shards run on its GPU (tensor and pipeline parallel; a load the GPU cannot take fails naming this node); auto: the GPU where there is one and the shard runs on it, else the CPU kernels. The speed probe measures the CPU kernels`,
+      description: `${kernelsDescription}. webgpu: this node's shards run on its GPU (tensor, pipeline, expert and hybrid parallel; a load the GPU cannot take fails naming this node); auto: the GPU where there is one and the shard runs on it, else the CPU kernels. The speed probe measures the CPU kernels`,
       choices: kernelsChoices,
     },
     join: {

@@ -59,7 +59,7 @@ export const command = defineCommand({
     threads: { type: 'number', description: `compute threads, ${threadsBound} (default: all cores)` },
     kernels: {
       type: 'string',
-      description: `${kernelsDescription}. With --nodes: the local nodes' kernels (webgpu/auto: their shards on this machine's GPU, tensor and pipeline parallel). Not with --hosts/--cluster: there each node uses its own (\`tandem node --kernels\`)`,
+      description: `${kernelsDescription}. With --nodes: the local nodes' kernels (webgpu/auto: their shards on this machine's GPU: tensor, pipeline, expert and hybrid parallel). Not with --hosts/--cluster: there each node uses its own (\`tandem node --kernels\`)`,
       choices: kernelsChoices,
     },
     slots: {

@@ -53,6 +53,16 @@ export async function reduceAcross(
 /** Runs routed expert `expert` (held by this rank) on rows [m, width] into out [m, width]. */
 export type RunExpert = (expert: number, rows: Float32Array, out: Float32Array, m: number) => void;
 
+/**
+ * Runs this rank's experts on every row a dispatch brought, in one call (a GPU records them
+ * into one submission): xs [total, width] grouped by expert, segment i expert experts[i]
+ * (ascending) on rows [starts[i], starts[i + 1]), each segment's rows those RunExpert would get,
+ * in the same order; the outputs go to ys [total, width] alike.
+ */
+export interface RunExperts {
+  batch(experts: Int32Array, starts: Int32Array, xs: Float32Array, ys: Float32Array): Promise<void>;
+}
+
 /** One rank's part of an expert dispatch: its share of a batch and what it routed them to. */
 export interface ExpertRequest {
   /** The share's hidden rows [tokens, width]. */
@@ -82,9 +92,10 @@ export interface ExpertDispatch {
    * expert that got rows, ascending expert id, with its rows in ascending token order of the
    * batch: exactly the rows, in the order, one node would run it on), and returns the outputs
    * of this rank's choices: [tokens, used, width], row (t, j) the output of expert ids[t, j]
-   * on row t. The result is valid until the next call.
+   * on row t. The result is valid until the next call. With a RunExperts, its `batch` runs
+   * every expert's rows at once instead.
    */
-  dispatch(request: ExpertRequest, run: RunExpert): Promise<Float32Array>;
+  dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<Float32Array>;
 }
 
 /** One node holds everything: nothing to exchange. */

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import type { Kernels } from '../../kernels/types.js';
-import { reduceAcross, type ExpertDispatch, type ShardComm } from './comm.js';
+import {
+  reduceAcross,
+  type ExpertDispatch,
+  type RunExpert,
+  type RunExperts,
+  type ShardComm,
+} from './comm.js';
 import type { ModelConfig } from './config.js';
 import { project, projectLeaves, projectParts } from './attention.js';
 import type { Scratch } from './scratch.js';
@@ -192,32 +198,62 @@ export async function moeFfnDispatched(
     m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   onRoute?.(ids);
-  const request = {
+  await dispatchRouted(dispatch, comm, {
     rows: x.subarray(start * width, end * width),
     ids,
-    tokens: m,
+    weights: routed.weights.subarray(start * used, end * used),
+    n,
     used,
     width,
-    first: start,
     layer,
-  };
-  const y = await dispatch.dispatch(request, (e, rows, o, r) => {
-    const ffn = w.experts.get(e);
-    assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);
-    swigluFfn(k, ffn, scratch, rows, o, r, 'moe');
+    out,
+    run: (e, rows, o, r) => {
+      const ffn = w.experts.get(e);
+      assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);
+      swigluFfn(k, ffn, scratch, rows, o, r, 'moe');
+    },
   });
-  out.fill(0);
-  combineRouted(
-    out.subarray(start * width, end * width),
-    y,
-    ids,
-    routed.weights.subarray(start * used, end * used),
-    m,
-    used,
-    width,
-  );
-  await reduceAcross(comm, out, n * width);
   if (w.shared) await addSharedExpert(k, w.shared, scratch, x, out, n, width, comm);
+}
+
+/** A routed batch handed to dispatchRouted. */
+export interface RoutedShare {
+  /** The hidden rows of this rank's share [m, width]. */
+  rows: Float32Array;
+  /** This rank's share's choices and their weights [m, used] (dispatch.share(n) gives the share). */
+  ids: Int32Array;
+  weights: Float32Array;
+  n: number;
+  used: number;
+  width: number;
+  /** The model layer (the dispatch follows its placement). */
+  layer: number;
+  /** Receives the MoE output of the routed experts [n, width], summed across the group. */
+  out: Float32Array;
+  /** Runs this rank's experts on the rows the group sends it. */
+  run: RunExpert | RunExperts;
+}
+
+/**
+ * Expert parallel once a rank has routed its share (whatever computed the routing: the CPU's
+ * kernels, a GPU): `dispatch` sends the share's rows to their experts' ranks, runs this rank's
+ * experts on what arrives, and brings the outputs back; the share's tokens are combined into
+ * `out` in ascending expert id (combineRouted) and the group's sum puts every rank's tokens
+ * in every `out` (the other ranks add zeros there: exact).
+ */
+export async function dispatchRouted(
+  dispatch: ExpertDispatch,
+  comm: ShardComm,
+  r: RoutedShare,
+): Promise<void> {
+  const { n, used, width, out } = r;
+  const { start, end } = dispatch.share(n);
+  const m = end - start;
+  const request = { rows: r.rows, ids: r.ids, tokens: m, used, width, first: start, layer: r.layer };
+  const y = await dispatch.dispatch(request, r.run);
+  out.fill(0);
+  combineRouted(out.subarray(start * width, end * width), y, r.ids, r.weights, m, used, width);
+  await reduceAcross(comm, out, n * width);
 }
 
 /**

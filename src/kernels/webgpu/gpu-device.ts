@@ -132,6 +132,25 @@ export class GpuDevice {
     return p;
   }
 
+  /**
+   * Compiles kernels ahead of their first dispatch, each in a turn of the event loop of its
+   * own: `pipeline` compiles on first use, synchronously (on lavapipe a shader can take seconds
+   * under load), and several first uses in one recorded pass would stall the process, a
+   * node's heartbeats included, for their sum. Kernels compiled already are skipped.
+   */
+  async precompile(kernels: Iterable<readonly [name: string, code: string]>): Promise<void> {
+    for (const [name, code] of kernels) {
+      if (this.pipelines.has(name)) continue;
+      await new Promise((resolve) => setImmediate(resolve));
+      const module = this.device.createShaderModule({ label: name, code });
+      const compute = { module, entryPoint: 'main' };
+      this.pipelines.set(
+        name,
+        await this.device.createComputePipelineAsync({ label: name, layout: 'auto', compute }),
+      );
+    }
+  }
+
   /** Records kernel `name` over `groups` workgroups with `params` and the storage `buffers`. */
   dispatch(
     name: string,
@@ -176,10 +195,21 @@ export class GpuDevice {
 
   /** Flushes, then reads `bytes` of `buffer` from byte `offset` back as f32s. */
   async read(buffer: GPUBuffer, bytes: number, offset = 0): Promise<Float32Array> {
+    return this.readParts([{ buffer, bytes, offset }], bytes);
+  }
+
+  private async readParts(
+    parts: readonly { buffer: GPUBuffer; bytes: number; offset?: number }[],
+    bytes: number,
+  ): Promise<Float32Array> {
     this.flush();
     const staging = this.device.createBuffer({ size: bytes, usage: USAGE.MAP_READ | USAGE.COPY_DST });
     const enc = this.device.createCommandEncoder();
-    enc.copyBufferToBuffer(buffer, offset, staging, 0, bytes);
+    let at = 0;
+    for (const p of parts) {
+      if (p.bytes > 0) enc.copyBufferToBuffer(p.buffer, p.offset ?? 0, staging, at, p.bytes);
+      at += p.bytes;
+    }
     this.device.queue.submit([enc.finish()]);
     try {
       await staging.mapAsync(MAP_READ);
@@ -198,6 +228,21 @@ export class GpuDevice {
     staging.destroy();
     this.check();
     return out;
+  }
+
+  /**
+   * Flushes, then reads several ranges back at once (one copy each into one staging buffer,
+   * one map): parts[i] gives bytes of a buffer from a byte offset (multiples of 4); an empty
+   * part gives an empty array.
+   */
+  async readMany(
+    parts: readonly { buffer: GPUBuffer; bytes: number; offset?: number }[],
+  ): Promise<Float32Array[]> {
+    const total = parts.reduce((a, p) => a + p.bytes, 0);
+    if (total === 0) return parts.map(() => new Float32Array(0));
+    const all = await this.readParts(parts, total);
+    let at = 0;
+    return parts.map((p) => all.slice(at / 4, (at += p.bytes) / 4));
   }
 
   /** Flushes and waits until the GPU has done everything submitted. */

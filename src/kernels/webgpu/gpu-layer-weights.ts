@@ -15,10 +15,14 @@ export interface GpuFfnWeights {
   down: GpuWeight;
 }
 
-/** A mixture-of-experts FFN: the router [experts, width], each routed expert, the shared one (qwen2moe). */
+/**
+ * A mixture-of-experts FFN: the router [experts, width], the routed experts held (ids[i] the
+ * expert id of experts[i], ascending), the shared one (qwen2moe).
+ */
 export interface GpuMoeWeights {
   router: GpuWeight;
   experts: readonly GpuFfnWeights[];
+  ids: readonly number[];
   shared?: GpuFfnWeights & { gateInp: GPUBuffer };
 }
 
@@ -38,6 +42,16 @@ export interface GpuLayerWeights {
   ffnNorm: GPUBuffer;
   ffn?: GpuFfnWeights;
   moe?: GpuMoeWeights;
+}
+
+/**
+ * The part of a layer's routed experts a shard holds: the expert ids (expert parallel places
+ * whole experts), and the range of each one's hidden units (tensor parallel cuts every expert:
+ * gate and up rows, down columns); absent: all of them.
+ */
+export interface GpuExpertSlice {
+  held: readonly number[];
+  hidden?: { start: number; end: number };
 }
 
 /** Reads and uploads the tensors of a layer, named as in GGUF. */
@@ -70,7 +84,7 @@ export class GpuLayerLoader {
   }
 
   /** Layer l: attention, then a dense FFN, or an MoE FFN where the layer has a router. */
-  async layer(l: number, experts: number): Promise<GpuLayerWeights> {
+  async layer(l: number, experts: number, slice?: GpuExpertSlice): Promise<GpuLayerWeights> {
     const b = `blk.${l}.`;
     const w: GpuLayerWeights = {
       attnNorm: await this.vector(`${b}attn_norm.weight`),
@@ -90,7 +104,8 @@ export class GpuLayerLoader {
       const v = await this.optionalVector(b + name);
       if (v) w[key] = v;
     }
-    if (experts > 0 && (await this.read(`${b}ffn_gate_inp.weight`))) w.moe = await this.moe(b, experts);
+    if (experts > 0 && (await this.read(`${b}ffn_gate_inp.weight`)))
+      w.moe = await this.moe(b, experts, slice);
     else
       w.ffn = {
         gate: await this.matrix(`${b}ffn_gate.weight`),
@@ -100,19 +115,25 @@ export class GpuLayerLoader {
     return w;
   }
 
-  /** The MoE FFN of the layer with prefix b: the 3-D expert tensors cut into one weight per expert. */
-  private async moe(b: string, experts: number): Promise<GpuMoeWeights> {
+  /** The MoE FFN of the layer with prefix b: the 3-D expert tensors cut into one weight per expert held. */
+  private async moe(b: string, experts: number, slice?: GpuExpertSlice): Promise<GpuMoeWeights> {
     const [gate, up, down] = await Promise.all(
       ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => this.need(`${b}${n}.weight`)),
     );
+    const held = slice?.held ?? Array.from({ length: experts }, (_, e) => e);
+    const h = slice?.hidden;
     const list: GpuFfnWeights[] = [];
-    for (let e = 0; e < experts; e++)
+    for (const e of held)
       list.push({
-        gate: uploadGpuWeight(this.gpu, expertSlice(gate!, e, experts)),
-        up: uploadGpuWeight(this.gpu, expertSlice(up!, e, experts)),
-        down: uploadGpuWeight(this.gpu, expertSlice(down!, e, experts)),
+        gate: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(gate!, e, experts), h)),
+        up: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(up!, e, experts), h)),
+        down: uploadGpuWeight(this.gpu, hiddenCols(expertSlice(down!, e, experts), h)),
       });
-    const moe: GpuMoeWeights = { router: await this.matrix(`${b}ffn_gate_inp.weight`), experts: list };
+    const moe: GpuMoeWeights = {
+      router: await this.matrix(`${b}ffn_gate_inp.weight`),
+      experts: list,
+      ids: [...held],
+    };
     if (await this.read(`${b}ffn_gate_shexp.weight`)) {
       moe.shared = {
         gate: await this.matrix(`${b}ffn_gate_shexp.weight`),
@@ -136,6 +157,18 @@ function expertSlice(w: WeightSource, e: number, experts: number): WeightSource 
     data: w.data.subarray(e * rows * bytes, (e + 1) * rows * bytes),
     name: `${w.name ?? 'experts'}[${e}]`,
   };
+}
+
+/** Rows [h.start, h.end) of an expert's gate or up weight (all of them without h). */
+function hiddenRows(w: WeightSource, h: { start: number; end: number } | undefined): WeightSource {
+  if (!h) return w;
+  const bytes = rowBytes(w.type, w.cols);
+  return { ...w, rows: h.end - h.start, data: w.data.subarray(h.start * bytes, h.end * bytes) };
+}
+
+/** Input columns [h.start, h.end) of an expert's down weight (all of them without h). */
+function hiddenCols(w: WeightSource, h: { start: number; end: number } | undefined): WeightSource {
+  return h ? { ...w, colStart: h.start, colCount: h.end - h.start } : w;
 }
 
 /** The matrices of a layer (for their bytes, and to release them). */

@@ -3,86 +3,21 @@ import { TandemError } from '../../errors/index.js';
 import { rowBytes } from '../ggml-blocks.js';
 import { ropeAngles } from '../ref/ops-ref.js';
 import { dequantRow } from '../ref/quant-ref.js';
-import type { KvCache, KvCacheOptions, RopeParams, WeightSource } from '../types.js';
+import type { KvCacheOptions, WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
 import {
   GpuLayerLoader,
   destroyLayer,
   layerMatrices,
   type GpuLayerWeights,
+  type GpuMoeWeights,
   type GpuTensorReader,
 } from './gpu-layer-weights.js';
-import { GpuMoe, type GpuMoeShape } from './gpu-moe.js';
+import { GpuKvCache, type GpuSequence } from './gpu-kv-cache.js';
+import type { GpuLlamaSpec } from './gpu-llama-spec.js';
+import { GpuMoe } from './gpu-moe.js';
 import { GpuOps } from './gpu-ops.js';
 import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
-
-/**
- * The hyperparameters of a llama-family model (llama, qwen2/qwen3, their MoE variants) the
- * GPU forward pass needs; qwen2's biases and qwen3's q/k norms are found by their tensors.
- */
-export interface GpuLlamaSpec {
-  vocabSize: number;
-  /** Width of the residual stream. */
-  width: number;
-  layers: number;
-  /** Hidden width of the FFN. */
-  ffn: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  rmsEps: number;
-  rope: RopeParams;
-  /** Mixture of experts (absent: dense); `width` is the model's. */
-  moe?: Omit<GpuMoeShape, 'width'>;
-  /**
-   * A shard of the model (tensor or pipeline parallel): `layers`, `heads`, `kvHeads` and `ffn`
-   * above are then the shard's own counts. Absent: the whole model.
-   */
-  shard?: GpuShardShape;
-}
-
-/**
- * Sums a row-parallel partial output [n, width] of the shard's layer `layer` (attention's o,
- * or the FFN's down) across the tensor-parallel group, in place: every rank of the group calls
- * it with the same n, in the same order, and every rank gets the same sum back.
- */
-export type GpuReduce = (partial: Float32Array, layer: number, half: 'attention' | 'ffn') => Promise<void>;
-
-/** What a shard holds beyond its counts, and how its group sums. */
-export interface GpuShardShape {
-  /** The model layer of the shard's layer 0 (tensors are read by model layer). */
-  firstLayer: number;
-  /** Whether it embeds token ids (holds `token_embd.weight`) and holds the output head. */
-  embed: boolean;
-  head: boolean;
-  /** Rows of the output head it holds (its vocabulary slice; the reader gives `output.weight` as those rows). */
-  vocabRows: number;
-  /**
-   * Rows recorded per pass (default GPU_CHUNK). With `reduce` a pass's rows are summed across
-   * the group at once, so every rank of the group must cut its rows where the others do.
-   */
-  chunk?: number;
-  /** Present when the shard's tensor-parallel group has more than one rank. */
-  reduce?: GpuReduce;
-}
-
-/** What `forward` needs of a sequence's state (the engine's SequenceCache has it). */
-export interface GpuSequence {
-  readonly cache: KvCache;
-  readonly length: number;
-  /** Checks that n more positions fit the context; throws before anything is computed. */
-  reserve(n: number): number;
-  advance(n: number): void;
-}
-
-/** A sequence's KV cache on the GPU: per layer K and V [maxSeq, kvHeads, headDim] f32. */
-export class GpuKvCache implements KvCache {
-  constructor(
-    readonly options: Readonly<KvCacheOptions>,
-    readonly k: readonly GPUBuffer[],
-    readonly v: readonly GPUBuffer[],
-  ) {}
-}
 
 /** Where a forward's rows go: one sequence's chunk from pos0, or each row its own sequence's decode step. */
 type RowsKv = { cache: GpuKvCache; pos0: number } | { rows: readonly { cache: GpuKvCache; pos: number }[] };
@@ -159,15 +94,27 @@ export class GpuLlama {
     const layers: GpuLayerWeights[] = [];
     try {
       for (let l = 0; l < spec.layers; l++) {
-        layers.push(await loader.layer((shard?.firstLayer ?? 0) + l, spec.moe?.experts ?? 0));
+        const layer = (shard?.firstLayer ?? 0) + l;
+        layers.push(await loader.layer(layer, spec.moe?.experts ?? 0, shard?.expertSlice?.(layer)));
         onLayer?.(l + 1, spec.layers);
       }
-      if (!(shard?.head ?? true)) return new GpuLlama(gpu, spec, embed, layers, undefined, undefined);
-      const outputNorm = await loader.vector('output_norm.weight');
-      const outSource = (await read('output.weight')) ?? embed;
-      assert.ok(outSource, 'a shard that holds the head reads output.weight');
-      const output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
-      return new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
+      let outputNorm: GPUBuffer | undefined;
+      let output: GpuWeight | undefined;
+      if (shard?.head ?? true) {
+        outputNorm = await loader.vector('output_norm.weight');
+        const outSource = (await read('output.weight')) ?? embed;
+        assert.ok(outSource, 'a shard that holds the head reads output.weight');
+        output = uploadGpuWeight(gpu, { ...outSource, name: 'output.weight' });
+      }
+      const model = new GpuLlama(gpu, spec, embed, layers, outputNorm, output);
+      const weights = [...layers.flatMap(layerMatrices), ...(output ? [output] : [])];
+      await gpu.precompile(
+        model.ops.kernels(
+          weights.map((w) => w.type),
+          spec.moe !== undefined,
+        ),
+      );
+      return model;
     } catch (e) {
       for (const l of layers) destroyLayer(l);
       throw e;
@@ -366,16 +313,36 @@ export class GpuLlama {
       await this.reduced(n, l, 'attention');
       ops.add(b['x']!, b['tmp']!, n * s.width);
       ops.rmsNorm(b['x']!, w.ffnNorm, s.rmsEps, b['xn']!, n, s.width);
-      if (w.moe) (this.moe as GpuMoe).record(w.moe, b['xn']!, b['tmp']!, n, perRow);
-      else if (w.ffn) {
-        ops.matmul(w.ffn.gate, b['xn']!, b['gate']!, n, s.ffn, 0, perRow);
-        ops.matmul(w.ffn.up, b['xn']!, b['up']!, n, s.ffn, 0, perRow);
-        ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
-        ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
+      if (w.moe) await this.moeLayer(l, w.moe, n, perRow);
+      else {
+        if (w.ffn) {
+          ops.matmul(w.ffn.gate, b['xn']!, b['gate']!, n, s.ffn, 0, perRow);
+          ops.matmul(w.ffn.up, b['xn']!, b['up']!, n, s.ffn, 0, perRow);
+          ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
+          ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
+        }
+        await this.reduced(n, l, 'ffn');
       }
-      await this.reduced(n, l, 'ffn');
       ops.add(b['x']!, b['tmp']!, n * s.width);
     }
+  }
+
+  /**
+   * Layer l's MoE FFN of xn into tmp, complete on every rank: recorded without a read-back on
+   * one node; under expert parallel through the group's exchange; under tensor parallel with
+   * the slot outputs summed across the group (GpuMoe).
+   */
+  private async moeLayer(l: number, w: GpuMoeWeights, n: number, perRow: boolean): Promise<void> {
+    const b = this.buf as Record<string, GPUBuffer>;
+    const moe = this.moe as GpuMoe;
+    const shard = this.spec.shard;
+    const reduce = shard?.reduce;
+    if (!reduce) return moe.record(w, b['xn']!, b['tmp']!, n, perRow);
+    const sum = (partial: Float32Array, half: 'experts' | 'shared'): Promise<void> =>
+      reduce(partial, l, half);
+    if (!shard.experts) return moe.recordSummed(w, b['xn']!, b['tmp']!, n, perRow, sum);
+    const layer = shard.firstLayer + l;
+    return moe.recordDispatched(w, b['xn']!, b['tmp']!, { n, perRow, layer, group: shard.experts, sum });
   }
 
   /** The group sum of the partial output in tmp [n, width]: its one read-back and write per layer half. */
@@ -412,7 +379,14 @@ export class GpuLlama {
     ops.rope(q, b['cs']!, n, s.heads, s.headDim, half, neox);
     ops.rope(k, b['cs']!, n, s.kvHeads, s.headDim, half, neox);
     const scale = Math.fround(1 / Math.fround(Math.sqrt(s.headDim)));
-    const shape = { heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, scale };
+    const shape = {
+      heads: s.heads,
+      kvHeads: s.kvHeads,
+      headDim: s.headDim,
+      scale,
+      group: s.shard?.kvGroup ?? s.heads / s.kvHeads,
+      headOffset: s.shard?.headOffset ?? 0,
+    };
     if ('cache' in kv) {
       const { cache, pos0 } = kv;
       ops.copy(k, cache.k[l]!, n * kvWidth, pos0 * kvWidth);

@@ -50,6 +50,14 @@ export interface AttentionShape {
   scale: number;
   /** The first row of q, out and the scores these n tokens take (default 0). */
   t0?: number;
+  /**
+   * Query heads per KV head in the whole model, and where head 0 sits in its group: head h
+   * attends with KV head (h + headOffset) / group. Defaults heads / kvHeads and 0; a
+   * tensor-parallel shard whose heads start inside a group (3 ranks over 2 KV heads) passes
+   * the model's group and its first head's place in it.
+   */
+  group?: number;
+  headOffset?: number;
 }
 
 /** One MoE step's routing on the GPU (wgsl-moe.ts): probabilities, choices, per-expert slot lists. */
@@ -65,6 +73,9 @@ export interface MoeRouting {
   experts: number;
   used: number;
 }
+
+/** Per-expert slot lists (MoeRouting's, or lists written by the host) and their expert count and choices per token. */
+export type SlotLists = Pick<MoeRouting, 'lists' | 'experts' | 'used'>;
 
 /**
  * The kernels of a llama layer recorded on GPU buffers (f32 activations, row-major, shapes
@@ -124,7 +135,7 @@ export class GpuOps {
     y: GPUBuffer,
     n: number,
     expert: number,
-    route: MoeRouting,
+    route: SlotLists,
     div: number,
   ): void {
     const [name] = kernelFor(w.type, false);
@@ -153,7 +164,7 @@ export class GpuOps {
     }
   }
 
-  /** Softmax and top-k of n tokens' router logits, and every expert's slot list (n <= 64). */
+  /** Softmax and top-k of n tokens' router logits, and every expert's slot list. */
   routeTopK(route: MoeRouting, n: number, norm: boolean): void {
     const p = params([n, route.experts, route.used, norm ? 1 : 0]);
     this.gpu.dispatch('route_topk', ROUTE_TOPK, p, [route.probs, route.ids, route.weights, route.lists], [1]);
@@ -244,8 +255,39 @@ export class GpuOps {
     out: GPUBuffer,
     s: AttentionShape,
   ): void {
-    const p = params([s.heads, s.kvHeads, s.headDim, s.pos0, s.stride, s.t0 ?? 0], [s.scale]);
+    const group = s.group ?? s.heads / s.kvHeads;
+    const p = params(
+      [s.heads, s.kvHeads, s.headDim, s.pos0, s.stride, s.t0 ?? 0, group, s.headOffset ?? 0],
+      [s.scale],
+    );
     this.gpu.dispatch('attention', ATTENTION, p, [q, k, v, scores, out], [s.heads, s.n]);
+  }
+
+  /**
+   * The kernels (name, WGSL) a model with weights of `types` records: the dense ops, each
+   * type's matmuls (per row and tiled) and activation quantisation, and with `moe` the router,
+   * the listed expert matmuls, the combine and the shared gate (GpuDevice.precompile).
+   */
+  kernels(types: Iterable<number>, moe: boolean): [string, string][] {
+    const out: [string, string][] = [
+      ['rms_norm', RMS_NORM],
+      ['rope', ROPE],
+      ['attention', ATTENTION],
+      ['swiglu', SWIGLU],
+      ['add', ADD],
+      ['add_bias', ADD_BIAS],
+      ['copy', COPY],
+    ];
+    if (moe) out.push(['route_topk', ROUTE_TOPK], ['combine', COMBINE], ['shared_gate', SHARED_GATE]);
+    for (const type of new Set(types)) {
+      const matvec = kernelFor(type, false);
+      out.push(matvec, kernelFor(type, true));
+      const name = matvec[0].slice('matmul_'.length);
+      if (moe) out.push([`listed_${name}`, listedMatmul(name)]);
+      if (type === GgmlType.Q8_0 || type === GgmlType.Q4_0) out.push(['quantize_q8', QUANTIZE_Q8]);
+      else if (isKQuant(type)) out.push(['quantize_q8k', QUANTIZE_Q8K]);
+    }
+    return out;
   }
 
   destroy(): void {

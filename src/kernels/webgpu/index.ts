@@ -4,16 +4,11 @@ export { findAdapter, probeAdapter, describeAdapter, type AdapterInfo, type GpuL
 export { GpuDevice } from './gpu-device.js';
 export { GpuOps, type AttentionShape } from './gpu-ops.js';
 export { gpuTypes, gpuRowBytes, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
-export {
-  GpuLlama,
-  GpuKvCache,
-  GPU_CHUNK,
-  type GpuLlamaSpec,
-  type GpuReduce,
-  type GpuSequence,
-  type GpuShardShape,
-} from './gpu-llama.js';
-export type { GpuTensorReader } from './gpu-layer-weights.js';
+export { GpuLlama, GPU_CHUNK } from './gpu-llama.js';
+export type { GpuLlamaSpec, GpuReduce, GpuShardShape } from './gpu-llama-spec.js';
+export { GpuKvCache, type GpuSequence } from './gpu-kv-cache.js';
+export type { GpuExpertSlice, GpuTensorReader } from './gpu-layer-weights.js';
+export type { GpuExpertExchange, GpuExpertRunner, GpuRoutedShare } from './gpu-moe.js';
 export {
   chooseKernels,
   isKernelsChoice,

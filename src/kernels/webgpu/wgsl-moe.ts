@@ -15,7 +15,7 @@ import { dotSteps, matmulHead } from './wgsl-matmul.js';
  * Softmax over each token's router logits and its top `used` experts (the largest
  * probability first, ties to the lower id, as the CPU's `route`), weights renormalised to sum
  * to 1 when `norm`; then each expert's list of slots. One workgroup of 64 threads: tokens
- * [n <= 64] one a thread, then experts one a thread. probs: [n, experts] (turned into
+ * one a thread (t, t + 64, ...), then experts likewise. probs: [n, experts] (turned into
  * probabilities in place); ids: [n, used] u32; weights: [n, used] f32.
  */
 export const ROUTE_TOPK = /* wgsl */ `
@@ -28,8 +28,7 @@ struct P { n: u32, experts: u32, used: u32, norm: u32 }
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) tid: u32) {
-  let t = tid;
-  if (t < p.n) {
+  for (var t = tid; t < p.n; t += 64u) {
     let o = t * p.experts;
     var m = probs[o];
     for (var e = 1u; e < p.experts; e++) { m = max(m, probs[o + e]); }

@@ -126,10 +126,11 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
  * token). q, out: [rows, heads, hd]; k, v: [maxSeq, kvHeads, hd]; scores: scratch [rows,
  * heads, stride]. Workgroup (h, t) takes row t0 + t, which sees positions 0..pos0+t (a
  * batched decode step dispatches each row with its own cache, t0 and pos0). Softmax as the
- * twin: max, exp(s - max), sum; the output is the exp-weighted sum of V times 1 / sum.
+ * twin: max, exp(s - max), sum; the output is the exp-weighted sum of V times 1 / sum. Head
+ * h reads KV head (h + hOff) / group (a shard's heads may start inside a KV group).
  */
 export const ATTENTION = /* wgsl */ `
-struct P { heads: u32, kvHeads: u32, hd: u32, pos0: u32, stride: u32, t0: u32, scale: f32 }
+struct P { heads: u32, kvHeads: u32, hd: u32, pos0: u32, stride: u32, t0: u32, group: u32, hOff: u32, scale: f32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
@@ -155,7 +156,7 @@ fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) tid: 
   let h = wg.x;
   let t = wg.y;
   let len = p.pos0 + t + 1u;
-  let kvh = h / (p.heads / p.kvHeads);
+  let kvh = (h + p.hOff) / p.group;
   let qo = ((p.t0 + t) * p.heads + h) * p.hd;
   let so = ((p.t0 + t) * p.heads + h) * p.stride;
   var m = bitcast<f32>(0xff7fffffu); // -FLT_MAX
