@@ -8,7 +8,8 @@
 #        bash bench/gpu-device.sh unpack-core
 #   2. carry [".device/llama", "build"], command:
 #        bash bench/gpu-device.sh unpack-llama && bash bench/gpu-device.sh run
-#      with timeout_s 540. Add GPU_8B=1 to run the 8B-shaped Q4_K_M model too (see below).
+#      with timeout_s 540. Add GPU_8B=1 to run the 8B-shaped Q4_K_M model too (see below), and
+#      MOE_CORES=1 for issue 34's 4-node MoE balance figure on the machine's CPU cores.
 # The figures come back in $OUT (bench-*.txt tables, bench-*.jsonl, adapter.txt, log.txt).
 #
 # What it measures: `tandem bench model --kernels webgpu` (tandem on Dawn/Vulkan, llama.cpp's
@@ -97,6 +98,16 @@ for parallel in ep tp; do
   node bin/tandem.js bench cluster /tmp/moe-q8_0.gguf --kernels webgpu --nodes 2 --parallel "$parallel" \
     --provider shm --threads 4 --repeat 3 --no-ceiling | tee "$out/bench-cluster-webgpu-moe-$parallel.txt" || true
 done
+
+# issue 34's prefill goal needs a core per node, which the 2-core VM cannot give: on this machine's
+# CPU cores (GPU unused), 4 local nodes over shm, experts static against re-placed by load
+# (MOE_CORES=1; about 2 minutes)
+if [ "${MOE_CORES:-0}" = 1 ]; then
+  node bin/tandem.js make-model /tmp/moe16-zipf.gguf --arch qwen3moe --shape small --experts 16 \
+    --router-skew zipf:1.2 --type q8_0 --threads 16
+  node bin/tandem.js bench moe /tmp/moe16-zipf.gguf --nodes 4 --balance static,profile,dynamic \
+    --prompt-tokens 128 --tokens 16 --repeat 3 | tee "$out/bench-moe-4-nodes.txt" || true
+fi
 
 if [ "${GPU_8B:-0}" = 1 ]; then
   node --import tsx --input-type=module -e "
