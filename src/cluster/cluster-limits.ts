@@ -62,5 +62,5 @@ export function checkClusterLimits(): void {
 
 /** For --help: the two variables, what they do and their defaults. */
 export const clusterLimitsHelp =
-  `on slow or emulated machines ${SILENCE_ENV} (default ${DEFAULT_SILENCE_MS}) raises the silence after which a node or coordinator is lost, ` +
-  `and ${NODE_START_ENV} (default ${DEFAULT_NODE_START_MS}) how long --nodes waits for each node to start; set both on every host`;
+  `on slow or emulated machines ${SILENCE_ENV} (default ${DEFAULT_SILENCE_MS}; set it on every host) raises the silence after which a node or coordinator is lost, ` +
+  `and ${NODE_START_ENV} (default ${DEFAULT_NODE_START_MS}) how long --nodes waits for each node to start`;
