@@ -75,6 +75,8 @@ export function clusterChoice(
 ): ClusterChoice | undefined {
   const usage = (message: string, hint: string): TandemError =>
     new TandemError('CLI_USAGE', `${command}: ${message}`, { hint });
+  // before anything starts: a malformed limit would otherwise surface inside a connection handler
+  if (o.nodes !== undefined || o.hosts !== undefined || o.cluster !== undefined) checkClusterLimits();
   if (o.nodes !== undefined && o.hosts !== undefined)
     throw usage(
       '--nodes and --hosts both given',
@@ -94,7 +96,6 @@ export function clusterChoice(
       );
     return undefined;
   }
-  checkClusterLimits();
   return {
     ...(o.nodes !== undefined ? { nodes: o.nodes } : { hosts: o.hosts as string }),
     ...(o.parallel !== undefined ? { parallel: o.parallel } : {}),
