@@ -7,6 +7,7 @@ import {
   type WireFormat,
 } from '../parallel/index.js';
 import type { ProviderName } from '../fabric/index.js';
+import { checkClusterLimits, clusterLimitsHelp } from '../cluster/cluster-limits.js';
 import { checkInteger } from './checks.js';
 import type { OptionTable } from './options.js';
 
@@ -14,12 +15,13 @@ import type { OptionTable } from './options.js';
 export const clusterOptions = {
   nodes: {
     type: 'number',
-    description: 'split the model across N local node processes (see docs/parallel.md)',
+    description: `split the model across N local node processes (see docs/parallel.md); ${clusterLimitsHelp}`,
   },
   hosts: {
     type: 'string',
     description:
-      'split the model across the nodes of a hostfile, each running `tandem node`: host:port [mem=8G] [speed=1] per line, or an MLX JSON hostfile',
+      'split the model across the nodes of a hostfile, each running `tandem node`: host:port [mem=8G] [speed=1] per line, or an MLX JSON hostfile; ' +
+      'on slow or emulated machines raise TANDEM_CLUSTER_SILENCE_MS here and on every node (see --nodes)',
     placeholder: 'FILE',
   },
   parallel: {
@@ -73,6 +75,8 @@ export function clusterChoice(
 ): ClusterChoice | undefined {
   const usage = (message: string, hint: string): TandemError =>
     new TandemError('CLI_USAGE', `${command}: ${message}`, { hint });
+  // before anything starts: a malformed limit would otherwise surface inside a connection handler
+  if (o.nodes !== undefined || o.hosts !== undefined || o.cluster !== undefined) checkClusterLimits();
   if (o.nodes !== undefined && o.hosts !== undefined)
     throw usage(
       '--nodes and --hosts both given',

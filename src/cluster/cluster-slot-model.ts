@@ -4,7 +4,8 @@ import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import { logitsRank } from '../parallel/index.js';
 import { brokenLink, LinkDownError } from './link-down.js';
-import { DEAD_AFTER_MS, HEARTBEAT_MS } from './protocol.js';
+import { HEARTBEAT_MS } from './protocol.js';
+import { silenceLimitMs } from './cluster-limits.js';
 import { decodeLogits } from './sequence-wire.js';
 import type { ServingCluster } from './serving-cluster.js';
 
@@ -185,7 +186,7 @@ export class ClusterSlotModel {
       // a member silent past a heartbeat may be the dead end of the link: let the silence rule judge it
       const quiet = (): boolean => this.cluster.session.clients.some((c) => c.silentMs > 1.2 * HEARTBEAT_MS);
       const waited = (): number => performance.now() - started;
-      while (!cut() && (waited() < LOSS_GRACE_MS || (quiet() && waited() < DEAD_AFTER_MS + LOSS_GRACE_MS)))
+      while (!cut() && (waited() < LOSS_GRACE_MS || (quiet() && waited() < silenceLimitMs() + LOSS_GRACE_MS)))
         await sleep(50);
       // both ends alive: place again without that link
       if (!cut()) this.cluster.linkDown(error.ranks, error.message);

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { isTandemError, TandemError } from '../errors/index.js';
 import type { KernelsChoice } from '../kernels/webgpu/index.js';
+import { DEFAULT_NODE_START_MS, nodeStartMs } from './cluster-limits.js';
 
 /** The CLI entry point next to this source tree (runs TypeScript through tsx). */
 const tandemBin = fileURLToPath(new URL('../../bin/tandem.js', import.meta.url));
@@ -13,7 +14,7 @@ export interface LaunchOptions {
   memLimit?: number;
   /** `tandem node --kernels` of every node (webgpu/auto: their shards on this machine's GPU). */
   kernels?: KernelsChoice;
-  /** Deadline for every node to report its address (default 60000 ms: startup is slow on a loaded machine). */
+  /** Deadline for every node to report its address (default nodeStartMs(): TANDEM_NODE_START_MS, else 60 s). */
   timeoutMs?: number;
   /** Node processes' stderr goes here (default: ignored unless TANDEM_NODE_LOG is set). */
   log?: (rank: number, line: string) => void;
@@ -65,7 +66,7 @@ function startOne(
     // Local nodes share one machine: no speed probe (their coordinator treats them as alike).
     env: { ...process.env, TANDEM_SECRET: o.secret, TANDEM_SPEED_PROBE: '0' },
   });
-  const timeoutMs = o.timeoutMs ?? 60_000;
+  const timeoutMs = o.timeoutMs ?? DEFAULT_NODE_START_MS;
   let err = '';
   const address = new Promise<string>((resolve, reject) => {
     let out = '';
@@ -114,7 +115,9 @@ function spawnError(rank: number, why: string, stderr: string): TandemError {
 
 /** Starts `n` node processes on 127.0.0.1 and waits until each listens. */
 export async function launchLocalNodes(n: number, o: LaunchOptions): Promise<LocalNodes> {
-  const started = Array.from({ length: n }, (_, r) => startOne(r, o));
+  // read before any node starts: a malformed TANDEM_NODE_START_MS leaves nothing to stop
+  const timeoutMs = o.timeoutMs ?? nodeStartMs();
+  const started = Array.from({ length: n }, (_, r) => startOne(r, { ...o, timeoutMs }));
   const processes = started.map((s) => s.proc);
   const stop = async (): Promise<void> => {
     for (const p of processes) if (p.exitCode === null && p.signalCode === null) p.kill('SIGTERM');

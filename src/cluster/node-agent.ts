@@ -27,10 +27,10 @@ import { NodeExperts, noExperts, stageBesideQueue } from './node-experts.js';
 import { cpuBackendOf, NodeKernels } from './node-kernels.js';
 import { NodeSequences } from './node-sequences.js';
 import { trainOnNode } from './node-train.js';
+import { silenceLimitMs } from './cluster-limits.js';
 import { openShardFile, type ShardFile } from './slices/model-source.js';
 import { probeSpeed, probeStream, STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 import {
-  DEAD_AFTER_MS,
   errorToJson,
   mac,
   nonce,
@@ -375,13 +375,14 @@ export function serve(
       stage = 'session';
       lastSeen = Date.now();
       session = new Session(socket, o);
-      // Both ends send heartbeats and drop a peer silent for DEAD_AFTER_MS: the coordinator
+      // Both ends send heartbeats and drop a peer silent for the silence limit: the coordinator
       // then re-places without this node; this node frees its model and waits for the next.
+      const silentMs = silenceLimitMs();
       heartbeat = watchSilence(
         () => lastSeen,
-        DEAD_AFTER_MS,
+        silentMs,
         () => {
-          o.log?.(`the coordinator sent nothing for ${DEAD_AFTER_MS} ms: ending its session`);
+          o.log?.(`the coordinator sent nothing for ${silentMs} ms: ending its session`);
           socket.destroy();
         },
         () => {

@@ -4,6 +4,7 @@ import { performance } from 'node:perf_hooks';
 import { TandemError, errorCodes, type ErrorCode } from '../errors/index.js';
 import { MalformedMessage, PROTOCOL_VERSION } from './control-messages.js';
 import { parseFigures, type NodeFigures } from './node-figures.js';
+import { DEFAULT_SILENCE_MS, silenceLimitMs } from './cluster-limits.js';
 
 /**
  * The control channel between a coordinator and a node: newline-delimited JSON over TCP,
@@ -17,11 +18,10 @@ export type Message = Record<string, unknown>;
 export const HEARTBEAT_MS = 1000;
 
 /**
- * A peer from which nothing (heartbeat, reply or event) came for this long is dead: two and a
- * half heartbeats, so that with the watchdog's tick (at most 250 ms) a stopped peer is
- * declared dead within 3 s.
+ * A peer from which nothing (heartbeat, reply or event) came for this long is dead, by
+ * default (silenceLimitMs() in cluster-limits.ts: TANDEM_CLUSTER_SILENCE_MS overrides it).
  */
-export const DEAD_AFTER_MS = 2500;
+export const DEAD_AFTER_MS = DEFAULT_SILENCE_MS;
 
 /**
  * Calls `onSilent` once nothing came from the peer (`lastSeen()`, Date.now() ms) for
@@ -266,7 +266,7 @@ export class ControlClient {
     secret: string,
     label: string,
     timeoutMs: number,
-    deadAfterMs = DEAD_AFTER_MS,
+    deadAfterMs = silenceLimitMs(),
   ): Promise<ControlClient> {
     const { host, port } = parseHostPort(address, 'node address');
     const socket = connect({ host, port });
@@ -296,7 +296,7 @@ export class ControlClient {
     secret: string,
     label: string,
     timeoutMs: number,
-    deadAfterMs: number = DEAD_AFTER_MS,
+    deadAfterMs: number = silenceLimitMs(),
     unreachable: (e: Error) => TandemError = (e) =>
       new TandemError('CLUSTER_NODE_LOST', `${label} at ${address}: ${e.message}`, {
         hint: 'the node went away during the handshake',

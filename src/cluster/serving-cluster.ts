@@ -45,7 +45,7 @@ export interface ServingClusterOptions {
  * this state; members never vote.
  *
  * A member is lost when its control connection closes or fails, or nothing comes from it for
- * DEAD_AFTER_MS (a stopped or stuck process); the members of the placement are then told at
+ * the silence limit (silenceLimitMs(): a stopped or stuck process); the members of the placement are then told at
  * once to abort the step they run, so they do not wait out their collective's timeout. A lost
  * member's state is dropped from every later placement. A member that joins is placed at the
  * next step boundary (`replanWanted`), or at once when the model is placed nowhere; a lost

@@ -155,7 +155,9 @@ const comm = await createCommunicator({
   rendezvous: { kind: 'root', address: config.address },
   secret: 'tandem-bench',
   timeoutMs: 120_000,
-  connectTimeoutMs: 60_000,
+  // a rank waits for the others as `--nodes` waits for its nodes: TANDEM_NODE_START_MS raises it
+  // on slow or emulated machines (docs/cluster.md; `tandem bench collectives` checked it)
+  connectTimeoutMs: Number(process.env.TANDEM_NODE_START_MS) || 60_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });
 for (const bytes of config.sizes) {

@@ -18,16 +18,21 @@ export interface ProgressEngine {
   readonly arm?: (() => boolean) | undefined;
   /** Waits asleep on the doorbell (a knock ends their sleep so they poll and see the activity). */
   readonly sleepers?: Set<CQ>;
-  /** Sleeps up to `ms` or until a peer's data arrives (blocks the loop for at most `ms`). */
-  sleep?(ms: number): void;
+  /**
+   * Sleeps up to `ms` or until a peer's data arrives (blocks the loop for at most `ms`); true
+   * when it ended on data, so the wait polls at once instead of after an event-loop turn.
+   */
+  sleep?(ms: number): boolean | void;
 }
 
 /**
  * A wait busy-polls for the spin window (SpinPolicy: adaptive; fixed with `spin: us`; none with `spin: false`;
  * TANDEM_FABRIC_SPIN_US to fix it) in slices of at most SPIN_SLICE_MS with event-loop turns
  * between them. Then it sleeps: with a doorbell (shm) the event loop stays free and the
- * peer's doorbell (or a completion, abort, or the deadline) ends the sleep; otherwise (tcp)
- * in the kernel (poll(2)) at most SLEEP_SLICE_MS at a time, waking at once on data.
+ * peer's doorbell (or a completion, abort, or the deadline) ends the sleep; otherwise (tcp,
+ * rdma) in the kernel (poll(2)) at most SLEEP_SLICE_MS at a time, waking at once on data; a
+ * sleep that says it ended on data is polled at once, without the event-loop turn between
+ * slices (once in a row, so timers and sockets still run).
  */
 const SPIN_SLICE_MS = 0.05;
 /** A blocking sleep holds the event loop at most this long at a time. */
@@ -117,6 +122,8 @@ export class CQ implements CompletionQueue {
       // stream of frames keeps a wait spinning, a silent peer sends it to sleep
       let idleSince = start;
       let turned = start;
+      // the last sleep ended on data and the loop polled without a turn (at most once in a row)
+      let skippedTurn = false;
       for (;;) {
         if (this.abortGen !== gen || signal?.aborted) throw this.aborted(signal);
         let now = performance.now();
@@ -151,7 +158,12 @@ export class CQ implements CompletionQueue {
             sleepers.delete(this);
           }
         } else {
-          this.engine.sleep?.(Math.min(SLEEP_SLICE_MS, deadline - now));
+          const woke = this.engine.sleep?.(Math.min(SLEEP_SLICE_MS, deadline - now)) === true;
+          if (woke && !skippedTurn) {
+            skippedTurn = true;
+            continue;
+          }
+          skippedTurn = false;
           await immediate();
         }
       }

@@ -1,19 +1,13 @@
-# Runs inside the soft-RoCE guest (run-guest.sh): one rxe device on a veth end, then the
-# tests and benchmarks that need it. Linux 6.1's rxe only carries traffic in the initial
+# Runs inside the soft-RoCE guest (run-guest.sh): one rxe device on a veth end (guest-rxe.sh),
+# then the tests and benchmarks that need it. Linux 6.1's rxe only carries traffic in the initial
 # network namespace, so both ends of every test are processes (or queue pairs) on rxe0.
 set -u
-cd "$(dirname "$0")/../.."
-modprobe -a crc32_generic rdma_rxe veth ib_uverbs
-ip link add va type veth peer name vb
-ip addr add 10.77.0.1/24 dev va
-ip link set lo up; ip link set va up; ip link set vb up
-rdma link add rxe0 type rxe netdev va || exit 3
-export TANDEM_RDMA_DEVICE=rxe0 TANDEM_RDMA_IPV4=10.77.0.1
-# The reductions' and copies' C kernels are built with -march=native for the host and cached
-# where the guest sees them; qemu's emulated CPU lacks those instructions (SIGILL): WebAssembly.
-export TANDEM_NATIVE_REDUCE=0 TANDEM_NATIVE_COPY=0
+. "$(dirname "$0")/guest-rxe.sh"
+# each stage's start, in seconds since the guest booted (the job's time is the sum of its stages)
+at() { echo "   (at $(cut -d' ' -f1 /proc/uptime) s)"; }
 echo "== rdma: verbs tests (loopback, peer loss); the rdma provider: conformance (RC, UC), peer loss,"
 echo "   a 2-rank all-reduce against tcp's bits, doctor's port check, --provider rdma through the commands"
+at
 node --import tsx --test --test-concurrency=1 --test-timeout=2700000 \
   test/rdma/verbs-loopback.test.ts test/rdma/verbs-peer-loss.test.ts \
   test/rdma/rdma-conformance.test.ts test/rdma/rdma-peer-loss.test.ts \
@@ -21,10 +15,12 @@ node --import tsx --test --test-concurrency=1 --test-timeout=2700000 \
   test/rdma/rdma-commands.test.ts
 status=$?
 echo "== rdma: tandem devinfo; tandem doctor --mode rdma"
+at
 node bin/tandem.js devinfo
 # About a minute here: loading the CLI under emulation, then the port check (each bounded at 60 s).
 timeout 300 node bin/tandem.js doctor --mode rdma || status=1
 echo "== rdma: perftest anchors (JSON lines)"
+at
 # ib_write_lat's t_typical is its median; ib_write_bw's BW average is in perftest's MB/s.
 timeout 300 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 >/tmp/lat.server 2>&1 &
 sleep 2
@@ -37,11 +33,15 @@ timeout 300 ib_write_bw -d rxe0 -x 1 -s 4194304 -n 20 10.77.0.1 >/tmp/bw.client 
 wait
 awk '$1 == 4194304 && NF >= 4 {printf "{\"anchor\":\"ib_write_bw\",\"bytes\":4194304,\"bandwidth_MBps\":%s}\n", $4}' /tmp/bw.client
 echo "== rdma: tandem bench fabric --provider rdma (JSON lines)"
+at
 # Two invocations: one size each, with round trips and writes sized for software emulation
 # (the default --iterations would move gigabytes at 4 MiB, hours at rxe's emulated speed):
 # 8 B with 1000 timed round trips (ib_write_lat -n 1000), 4 MiB with 5 round trips and 40 writes.
 timeout 600 node bin/tandem.js bench fabric --provider rdma --sizes 8 --iterations 1000 --json || status=1
 timeout 600 node bin/tandem.js bench fabric --provider rdma --sizes 4194304 --iterations 2 --json || status=1
 echo "== rdma: the verbs layer's own figures (JSON lines)"
+at
 timeout 300 node --import tsx test/rdma/verbs-bench.ts || status=1
+echo "== rdma: done"
+at
 exit $status

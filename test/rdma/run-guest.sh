@@ -2,11 +2,16 @@
 # Boots the soft-RoCE guest (build-guest.sh, cached) with qemu's software emulation and runs
 # JOB (a shell script inside the project) in it; the project and its node_modules are shared
 # read-write over 9p at their own paths. Prints the guest's console; exits with the job's
-# status (124 when the guest did not finish within TANDEM_GUEST_TIMEOUT seconds, default 1800).
+# status (124 when the guest did not finish within TANDEM_GUEST_TIMEOUT seconds, default 3600).
 # Without a network card, unless TANDEM_GUEST_NET gives qemu's -netdev (e.g.
 # socket,listen=127.0.0.1:PORT): then one virtio NIC on it, with the MAC TANDEM_GUEST_MAC
 # (run-two-guests.sh joins two guests so). The kernel skips its IO-APIC timer check
-# (no_timer_check): on a loaded host the emulated timer failed it and the kernel panicked.
+# (no_timer_check): on a loaded host the emulated timer failed it and the kernel panicked. It
+# keeps the TSC as its clock (tsc=reliable): qemu derives every vCPU's TSC from the host's
+# clock, but on a loaded host the clock-source watchdog took the stalls of a vCPU for TSC skew
+# and fell back to the emulated HPET, which makes every clock read a system call and a device
+# access (docs/fabric.md: Node reads the clock in every wait and event-loop turn).
+# TANDEM_GUEST_APPEND adds kernel arguments.
 #   test/rdma/run-guest.sh test/rdma/guest-job.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -27,11 +32,11 @@ if [[ -n "${TANDEM_GUEST_NET:-}" ]]; then
   NET=(-netdev "$TANDEM_GUEST_NET,id=n0" -device "virtio-net-pci,netdev=n0,mac=${TANDEM_GUEST_MAC:-52:54:00:12:34:56}")
 fi
 command -v qemu-system-x86_64 >/dev/null || { echo "run-guest: qemu-system-x86_64 is missing (apt-get install qemu-system-x86)" >&2; exit 2; }
-timeout --foreground "${TANDEM_GUEST_TIMEOUT:-1800}" qemu-system-x86_64 \
+timeout --foreground "${TANDEM_GUEST_TIMEOUT:-3600}" qemu-system-x86_64 \
   -accel tcg,thread=multi -smp "${TANDEM_GUEST_CPUS:-2}" -m "${TANDEM_GUEST_MEM:-2048}" \
   -nographic -no-reboot "${NET[@]}" \
   -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1 no_timer_check tandem.shares=$LIST tandem.job=$JOB" \
+  -append "console=ttyS0 quiet panic=-1 no_timer_check tsc=reliable ${TANDEM_GUEST_APPEND:-} tandem.shares=$LIST tandem.job=$JOB" \
   -virtfs "local,path=$GUEST/rootfs,mount_tag=root,security_model=none" \
   -virtfs "local,path=$OUT,mount_tag=out,security_model=none" \
   "${SHARES[@]}" </dev/null || { rc=$?; [[ $rc == 124 ]] && echo "run-guest: the guest did not finish in time" >&2; exit $rc; }

@@ -18,6 +18,9 @@ rdma link add rxe0 type rxe netdev eth0 || exit 3
 export TANDEM_RDMA_DEVICE=rxe0 TANDEM_TWO_HOSTS=$SIDE TANDEM_SECRET=rdma-two-hosts-secret-0123456789
 # The host's -march=native C kernels SIGILL under qemu's emulated CPU: WebAssembly.
 export TANDEM_NATIVE_REDUCE=0 TANDEM_NATIVE_COPY=0
+# Emulation stalls a process for seconds: the cluster's silence limit (2.5 s) ended host b's
+# node's session while host a's coordinator shared its one vCPU (see guest-rxe.sh).
+export TANDEM_CLUSTER_SILENCE_MS=60000 TANDEM_NODE_START_MS=600000
 up() { cut -d. -f1 /proc/uptime; }
 for _ in $(seq 120); do ping -c 1 -W 1 "$([ "$IDX" = 1 ] && echo $B || echo $A)" >/dev/null 2>&1 && break; sleep 1; done
 echo "== two hosts ($SIDE, $ME): rxe0 on eth0; the cross-host tests"

@@ -10,6 +10,7 @@ import {
   whySplitMayNotPay,
   type BenchClusterRow,
 } from '../../cluster/index.js';
+import { checkClusterLimits, clusterLimitsHelp } from '../../cluster/cluster-limits.js';
 import { readTokenizer } from '../../engine/model/gguf-model-file.js';
 import { TandemError } from '../../errors/index.js';
 import { checkWire, parallelKinds } from '../../parallel/index.js';
@@ -79,7 +80,7 @@ export const command = defineCommand({
     },
   ],
   options: {
-    nodes: { type: 'number', description: 'nodes to split across, 1..64', default: 2 },
+    nodes: { type: 'number', description: `nodes to split across, 1..64; ${clusterLimitsHelp}`, default: 2 },
     hosts: {
       type: 'string',
       description:
@@ -142,6 +143,7 @@ export const command = defineCommand({
       checkInteger('bench cluster', key, options[key], 1);
     // The same cap as `tandem run --nodes`: each node is a process on this machine.
     checkInteger('bench cluster', 'nodes', options.nodes, 1, 64, 2);
+    checkClusterLimits();
     checkThreads('bench cluster', options.threads);
     if (options.agreement !== undefined)
       checkInteger('bench cluster', 'agreement', options.agreement, 0, Number.MAX_SAFE_INTEGER, 256);

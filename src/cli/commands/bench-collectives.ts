@@ -17,6 +17,7 @@ import { formatGoalTable } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 import { checkLocalProvider } from '../provider-check.js';
+import { checkClusterLimits } from '../../cluster/cluster-limits.js';
 import type { BenchOp } from '../../collectives/bench-rank.js';
 
 /**
@@ -71,7 +72,8 @@ export const command = defineCommand({
     "nccl-tests style: time is the slowest rank's average, busbw = algbw x the bus factor. With --anchors " +
     'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) and prints its figures beside ours with the ratio, ' +
     'alternated with ours in rounds (--rounds, default 3 with --anchors), each figure the best of its rounds, ' +
-    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least its).",
+    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least its). " +
+    'Each rank waits 60 s for the others to start and connect; TANDEM_NODE_START_MS raises that on slow or emulated machines.',
   options: {
     op: {
       type: 'string',
@@ -130,6 +132,7 @@ export const command = defineCommand({
     'tandem bench collectives --ranks 2 --provider tcp --sizes 1M --anchors --rounds 5',
   ],
   async run({ options }) {
+    checkClusterLimits();
     const ranks = options.ranks;
     if (!Number.isInteger(ranks) || ranks < 1 || ranks > 64) {
       throw new TandemError(

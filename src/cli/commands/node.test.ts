@@ -19,3 +19,23 @@ test('node refuses --join with --discover, --discovery-port without --discover, 
     assert.match(r.stderr, message);
   }
 });
+
+test('node and run --nodes refuse a malformed TANDEM_CLUSTER_SILENCE_MS or TANDEM_NODE_START_MS before starting anything', () => {
+  const cases: [string[], NodeJS.ProcessEnv, RegExp][] = [
+    [
+      ['node', '--listen', '127.0.0.1:0'],
+      { TANDEM_CLUSTER_SILENCE_MS: 'slow' },
+      /TANDEM_CLUSTER_SILENCE_MS=slow/,
+    ],
+    [
+      ['run', 'missing.gguf', '--nodes', '2', '--prompt-tokens', '1'],
+      { TANDEM_NODE_START_MS: '5' },
+      /TANDEM_NODE_START_MS=5 /,
+    ],
+  ];
+  for (const [args, extra, message] of cases) {
+    const r = runTandem(args, { env: { ...env, ...extra }, timeoutMs: 30_000 });
+    assert.equal(r.code, exitCodeFor('invalid_usage'), `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, message);
+  }
+});

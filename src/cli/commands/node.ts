@@ -2,6 +2,7 @@ import { defineCommand } from '../options.js';
 import { checkPort, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { DISCOVERY_PORT, joinCluster, startNode } from '../../cluster/index.js';
+import { checkClusterLimits, DEFAULT_SILENCE_MS } from '../../cluster/cluster-limits.js';
 import { parseBytes } from '../../parallel/index.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { kernelsChoices } from '../../kernels/webgpu/index.js';
@@ -14,7 +15,8 @@ export const command = defineCommand({
     'Listens for a coordinator (`tandem run --hosts FILE`, `tandem bench cluster`) on --listen. Only coordinators that hold the cluster secret ' +
     '(--secret-file or TANDEM_SECRET, at least 16 bytes) are accepted (mutual HMAC challenge-response; the traffic is not encrypted, see docs/security.md). ' +
     "Each load reads only this node's slices of the model: from the file at the coordinator's absolute path when this host holds the same model there, " +
-    'otherwise received from the coordinator (verified by SHA-256, cached by content hash under TANDEM_CACHE_DIR/slices), so the model may exist on the coordinator only.',
+    'otherwise received from the coordinator (verified by SHA-256, cached by content hash under TANDEM_CACHE_DIR/slices), so the model may exist on the coordinator only. ' +
+    `A coordinator silent for TANDEM_CLUSTER_SILENCE_MS (default ${DEFAULT_SILENCE_MS}) is lost and its session ended: raise it on slow or emulated machines, here and on the coordinator.`,
   options: {
     listen: {
       type: 'string',
@@ -76,6 +78,7 @@ export const command = defineCommand({
   ],
   async run({ options }) {
     refuseSecretArgument('node', options);
+    checkClusterLimits();
     let memLimit: number | undefined;
     if (options['mem-limit'] !== undefined) {
       memLimit = parseBytes(options['mem-limit']);

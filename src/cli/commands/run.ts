@@ -21,6 +21,7 @@ import {
   type TokenPicker,
 } from '../../engine/index.js';
 import { runDistributedText } from '../../cluster/index.js';
+import { checkClusterLimits } from '../../cluster/cluster-limits.js';
 import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import {
   formatBytes,
@@ -460,6 +461,7 @@ function checkRunOptions(options: RunOptions): void {
       'add --parallel hybrid (with --nodes or --hosts), or drop --tp',
     );
   }
+  if (onNodes) checkClusterLimits();
   if (!onNodes) {
     const given = (['parallel', 'wire', 'secret-file', 'provider', 'expert-profile'] as const).filter(
       (k) => options[k] !== undefined,
