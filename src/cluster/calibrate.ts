@@ -7,10 +7,14 @@ import { TandemError } from '../errors/index.js';
 import { createKernels, GgmlType, rowBytes, type Kernels } from '../kernels/index.js';
 import type { Calibration } from '../parallel/index.js';
 import { cacheDir, ensureCacheDir } from './demo.js';
+import { measureFixedCosts, median } from './calibrate-twin.js';
 import { probeStream } from './speed.js';
 
-/** Kernel calls a llama layer makes per token: 7 projections, 2 norms, attention, SwiGLU, 2 adds. */
-const CALLS_PER_LAYER = 13;
+/** Stream samples a calibration takes, and each one's length: a distribution, not one best case. */
+const STREAM_SAMPLES = 8;
+const STREAM_SAMPLE_MS = 400;
+/** A sample within this share of the fastest one seen counts as the VM's fast mode. */
+export const FAST_MODE_SHARE = 0.85;
 
 export function calibrationPath(): string {
   return join(cacheDir(), 'plan-calibration.json');
@@ -37,15 +41,42 @@ function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnT
 }
 
 /**
+ * `count` separate samples of the rate decode streams Q8_0 weights at on `threads` (a 512 MiB
+ * working set, far beyond any cache), bytes a second each. A VM that flips between a fast and
+ * a slow mode shows both in the samples, where one long probe would average them.
+ */
+export async function streamSamples(threads: number, count = STREAM_SAMPLES): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < count; i++)
+    out.push(await probeStream({ threads, bytes: 512 << 20, ms: STREAM_SAMPLE_MS }));
+  return out;
+}
+
+/**
+ * The calibration with its decode rate taken from `samples` (the median; the range from the
+ * slowest to the fastest): a calibration's own samples merged with those taken around a run.
+ */
+export function withStreamSamples(c: Calibration, samples: readonly number[]): Calibration {
+  const best = Math.max(...samples);
+  return {
+    ...c,
+    decodeBytesPerS: median(samples),
+    decodeBytesPerSRange: [Math.min(...samples), best],
+    streamSamples: [...samples],
+    fastShare: samples.filter((s) => s >= FAST_MODE_SHARE * best).length / samples.length,
+  };
+}
+
+/**
  * Measures what `tandem plan` needs of this machine with tandem's own kernels on `threads`:
- * the rate decode streams Q8_0 weights from memory (a working set far beyond any cache),
- * prefill's FLOP/s (a 64-token Q8_0 matmul on a 2048-wide matrix), and the fixed cost a layer
- * pays per token (the time of CALLS_PER_LAYER calls on a matrix small enough to stay in cache).
+ * the rate decode streams Q8_0 weights from memory (STREAM_SAMPLES samples: the median and
+ * the range), prefill's FLOP/s (a 64-token Q8_0 matmul on a 2048-wide matrix), and what a
+ * layer and a step cost beyond their weights (the narrow twin, calibrate-twin.ts).
  */
 export async function calibrate(o: { threads: number; log?: (line: string) => void }): Promise<Calibration> {
   const log = o.log ?? (() => {});
-  log(`calibrating on ${o.threads} thread(s): memory stream...`);
-  const decodeBytesPerS = await probeStream({ threads: o.threads, bytes: 512 << 20, ms: 3000 });
+  log(`calibrating on ${o.threads} thread(s): memory stream (${STREAM_SAMPLES} samples)...`);
+  const samples = await streamSamples(o.threads);
   const kernels = await createKernels({ threads: o.threads });
   try {
     log('prefill matmul...');
@@ -56,20 +87,24 @@ export async function calibrate(o: { threads: number; log?: (line: string) => vo
     const x = new Float32Array(n * cols).fill(0.25);
     const y = new Float32Array(n * rows);
     const gemm = secondsPerCall(() => kernels.matmul(w, x, y, n), 1500);
-    log('per-layer overhead...');
-    const small = q8Weight(kernels, 64, 64, 'calibrate-small');
-    const xs = new Float32Array(64).fill(0.25);
-    const ys = new Float32Array(64);
-    const call = secondsPerCall(() => kernels.matvec(small, xs, ys), 500);
-    return {
-      date: new Date().toISOString(),
-      threads: o.threads,
-      memoryBytes: totalmem(),
-      cpuCores: availableParallelism(),
-      decodeBytesPerS,
-      prefillFlopsPerS: (2 * rows * cols * n) / gemm,
-      layerOverheadMs: call * CALLS_PER_LAYER * 1000,
-    };
+    const prefillFlopsPerS = (2 * rows * cols * n) / gemm;
+    log('fixed costs of a layer and a step (the narrow twin at two depths)...');
+    const fixed = await measureFixedCosts(kernels, {
+      bytesPerS: median(samples),
+      flopsPerS: prefillFlopsPerS,
+    });
+    return withStreamSamples(
+      {
+        date: new Date().toISOString(),
+        threads: o.threads,
+        memoryBytes: totalmem(),
+        cpuCores: availableParallelism(),
+        decodeBytesPerS: median(samples),
+        prefillFlopsPerS,
+        ...fixed,
+      },
+      samples,
+    );
   } finally {
     await kernels.close();
   }
