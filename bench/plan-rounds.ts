@@ -92,7 +92,11 @@ export function probeRate(c: Calibration): number {
 const pct = (e: number): string => `${e >= 0 ? '+' : ''}${(e * 100).toFixed(1)}%`;
 
 /** The table's columns for a case's figures, after the columns that name it. */
-export function figureTable(head: readonly string[], measuredBy: string, rows: [string[], PlanFigures][]): string {
+export function figureTable(
+  head: readonly string[],
+  measuredBy: string,
+  rows: [string[], PlanFigures][],
+): string {
   return formatTable(
     [...head, 'predicted (range)', `measured (${measuredBy})`, 'error', 'rounds: probe/run mode, error'],
     rows.map(([names, f]) => [

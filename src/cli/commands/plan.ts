@@ -190,7 +190,8 @@ export const command = defineCommand({
     },
     calibrate: {
       type: 'boolean',
-      description: "measure this machine for 'this': the memory stream (8 samples: median and range), a matmul, and a layer's and a step's fixed costs (a narrow model at two depths)",
+      description:
+        "measure this machine for 'this': the memory stream (8 samples: median and range), a matmul, and a layer's and a step's fixed costs (a narrow model at two depths)",
     },
     threads: { type: 'number', description: 'threads for --calibrate (default: all cores)' },
   },

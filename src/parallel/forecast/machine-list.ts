@@ -96,9 +96,7 @@ export function parseForecastMachines(spec: string, calibration?: Calibration): 
         name: machine.id,
         spec: machine,
         memory,
-        ...(id === 'this' && calibration
-          ? { rates: calibratedRates(calibration) }
-          : {}),
+        ...(id === 'this' && calibration ? { rates: calibratedRates(calibration) } : {}),
       });
   }
   if (out.length === 0) throw badPart(spec, 'no machine named');
