@@ -8,7 +8,6 @@ import { createKernels, GgmlType, rowBytes, type Kernels } from '../kernels/inde
 import type { Calibration } from '../parallel/index.js';
 import { cacheDir, ensureCacheDir } from './demo.js';
 import { measureFixedCosts, median } from './calibrate-twin.js';
-import { probeStream } from './speed.js';
 
 /** Stream samples a calibration takes, and each one's length: a distribution, not one best case. */
 const STREAM_SAMPLES = 8;
@@ -20,9 +19,9 @@ export function calibrationPath(): string {
   return join(cacheDir(), 'plan-calibration.json');
 }
 
-/** Runs `call` until `ms` have passed (after 3 untimed calls); returns seconds per call. */
-function secondsPerCall(call: () => void, ms: number): number {
-  for (let i = 0; i < 3; i++) call();
+/** Runs `call` until `ms` have passed (after `warm` untimed calls); returns seconds per call. */
+function secondsPerCall(call: () => void, ms: number, warm = 3): number {
+  for (let i = 0; i < warm; i++) call();
   let calls = 0;
   const t0 = performance.now();
   let t = t0;
@@ -41,15 +40,32 @@ function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnT
 }
 
 /**
- * `count` separate samples of the rate decode streams Q8_0 weights at on `threads` (a 512 MiB
- * working set, far beyond any cache), bytes a second each. A VM that flips between a fast and
- * a slow mode shows both in the samples, where one long probe would average them.
+ * `count` separate samples of the rate decode streams Q8_0 weights at on `threads`, bytes a
+ * second each: a 512 MiB working set (far beyond any cache) of 16 MiB matrices of 2048
+ * columns, uploaded once, each sample as many passes over all of them as fit in
+ * STREAM_SAMPLE_MS (as probeStream, speed.ts). A VM that flips between a fast and a slow
+ * mode shows both in the samples, where one long probe would average them.
  */
 export async function streamSamples(threads: number, count = STREAM_SAMPLES): Promise<number[]> {
-  const out: number[] = [];
-  for (let i = 0; i < count; i++)
-    out.push(await probeStream({ threads, bytes: 512 << 20, ms: STREAM_SAMPLE_MS }));
-  return out;
+  const kernels = await createKernels({ threads });
+  try {
+    const cols = 2048;
+    const rows = Math.floor((16 << 20) / rowBytes(GgmlType.Q8_0, cols));
+    const matrices = 32;
+    const ws = Array.from({ length: matrices }, (_, i) =>
+      q8Weight(kernels, rows, cols, `stream-sample-${i}`),
+    );
+    const x = new Float32Array(cols).fill(0.5);
+    const y = new Float32Array(rows);
+    const pass = (): void => {
+      for (const w of ws) kernels.matvec(w, x, y);
+    };
+    const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
+    pass();
+    return Array.from({ length: count }, () => bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
+  } finally {
+    await kernels.close();
+  }
 }
 
 /**
