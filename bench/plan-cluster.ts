@@ -36,15 +36,18 @@ export interface PlanClusterRow extends PlanFigures {
   figure: Figure;
 }
 
-/** A 2-rank all-reduce of `bytes` and of 1 MiB over `provider`: the local link as the forecast sees it. */
+/**
+ * A 2-rank all-reduce of `bytes` and of 1 MiB over `provider`: the local link as the forecast
+ * sees it. The mean time, not the median: a decode's tokens a second are a mean over its
+ * steps, so a collective's stalls (a scavenge, a rank losing its core) count in full.
+ */
 async function measureLocalLink(provider: ProviderName, bytes: number): Promise<LinkSpec> {
   const large = 1 << 20;
   const rows = await runCollectivesBench(
     { op: 'all-reduce', ranks: 2, provider, sizes: [bytes, large] },
     () => {},
   );
-  const at = (b: number): number =>
-    rows.find((r) => r.bytes === b)?.p50_us ?? rows.find((r) => r.bytes === b)!.time_us;
+  const at = (b: number): number => rows.find((r) => r.bytes === b)!.time_us;
   return measuredLink({ provider, smallUs: at(bytes), largeBytes: large, largeUs: at(large) });
 }
 
