@@ -8,6 +8,7 @@ import { createKernels, GgmlType, rowBytes, type Kernels } from '../kernels/inde
 import type { Calibration } from '../parallel/index.js';
 import { cacheDir, ensureCacheDir } from './demo.js';
 import { measureFixedCosts, median } from './calibrate-twin.js';
+import { measureWakeMs } from './calibrate-wake.js';
 
 /** Stream samples a calibration takes, and each one's length: a distribution, not one best case. */
 const STREAM_SAMPLES = 8;
@@ -109,6 +110,8 @@ export async function calibrate(o: { threads: number; log?: (line: string) => vo
       bytesPerS: median(samples),
       flopsPerS: prefillFlopsPerS,
     });
+    log('waking a sleeping thread...');
+    const wakeMs = await measureWakeMs();
     return withStreamSamples(
       {
         date: new Date().toISOString(),
@@ -118,6 +121,7 @@ export async function calibrate(o: { threads: number; log?: (line: string) => vo
         decodeBytesPerS: median(samples),
         prefillFlopsPerS,
         ...fixed,
+        wakeMs,
       },
       samples,
     );

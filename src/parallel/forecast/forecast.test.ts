@@ -221,3 +221,31 @@ test("per step on the link: tandem's tensor parallel gathers the logits, a pipel
   // a pipeline of 2: one hand-off and one broadcast of the token, a latency step each
   assert.ok(Math.abs(forecastSplit(input('pp', 'tandem-cpu')).terms.link_latency_ms - 0.2) < 1e-9);
 });
+
+test("a calibrated machine's wake-up: each pipeline hand-off and the token's broadcast wake a stage that slept", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
+  const calibration = (wakeMs: number) => ({
+    date: '2026-11-28',
+    threads: 1,
+    memoryBytes: 24e9,
+    cpuCores: 2,
+    decodeBytesPerS: 20e9,
+    prefillFlopsPerS: 200e9,
+    layerOverheadMs: 0.1,
+    wakeMs,
+  });
+  const latency = (parallel: 'tp' | 'pp', wakeMs: number): number =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('3x this', calibration(wakeMs)),
+      link,
+      engine: findEngine('tandem-cpu'),
+      parallel,
+      promptTokens: 16,
+      context: 64,
+    }).terms.link_latency_ms;
+  // 3 stages: 2 hand-offs and a broadcast wake a sleeper; tensor parallel's ranks work at once
+  assert.ok(Math.abs(latency('pp', 5) - latency('pp', 0) - 3 * 5) < 1e-9);
+  assert.equal(latency('tp', 5), latency('tp', 0));
+});

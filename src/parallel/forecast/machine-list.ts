@@ -24,6 +24,8 @@ export interface Calibration {
   stepOverheadMs?: number;
   /** Prefill: ms per layer per prompt token beyond the matmuls' FLOPs (norms, RoPE, attention). */
   prefillLayerTokenMs?: number;
+  /** Mean ms from waking a sleeping thread to its running: each pipeline hand-off pays it. */
+  wakeMs?: number;
   /** The slowest and the fastest stream sample (bytes a second): the decode forecast's range. */
   decodeBytesPerSRange?: [number, number];
   /** Every stream sample, in the order taken (bytes a second). */
@@ -40,6 +42,7 @@ export function calibratedRates(c: Calibration): ForecastRates {
     layerOverheadMs: c.layerOverheadMs,
     stepOverheadMs: c.stepOverheadMs ?? 0,
     prefillLayerTokenMs: c.prefillLayerTokenMs ?? 0,
+    wakeMs: c.wakeMs ?? 0,
   };
 }
 

@@ -15,6 +15,8 @@ export interface ForecastRates {
   layerOverheadMs: number;
   stepOverheadMs?: number;
   prefillLayerTokenMs?: number;
+  /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
+  wakeMs?: number;
 }
 
 /** A machine of the planned cluster; `rates` replaces the catalog's peaks x engine shares (a calibrated machine). */
@@ -272,6 +274,9 @@ function linkTimes(
     { latency: link.latencyUs / 1000, wire: bytesMs(T * model.hidden * wireBytes) },
   );
   if (handOffs > 0) add(1, { latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000, wire: 0 });
+  // stages take turns, so each hand-off and the token's broadcast wake a stage that slept
+  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
+  if (handOffs > 0) add(handOffs + 1, { latency: wake, wire: 0 }, { latency: wake, wire: 0 });
   return { step, prefillMs };
 }
 

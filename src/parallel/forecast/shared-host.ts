@@ -34,6 +34,7 @@ export function sharedHostMachines(o: {
     layerOverheadMs: own.layerOverheadMs * oversubscribed,
     stepOverheadMs: own.stepOverheadMs! * oversubscribed,
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
+    wakeMs: own.wakeMs!,
   };
   const memory = { gb: perNode.memoryBytes / 1e9 / n, bandwidthGBs: rates.decodeBytesPerS / 1e9 };
   return Array.from({ length: n }, (_, i) => ({
