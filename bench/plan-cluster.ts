@@ -3,7 +3,7 @@
 // layout; rounds alternate, each forecast from stream samples taken around its own run.
 import { availableParallelism } from 'node:os';
 import { benchCluster } from '../src/cluster/bench.js';
-import { calibrate } from '../src/cluster/calibrate.js';
+import { calibrate, streamSamples } from '../src/cluster/calibrate.js';
 import { runCollectivesBench } from '../src/collectives/bench.js';
 import type { ProviderName } from '../src/fabric/index.js';
 import {
@@ -18,6 +18,7 @@ import {
 } from '../src/parallel/index.js';
 import {
   atRange,
+  BRACKET_SAMPLES,
   bracketed,
   figures,
   figureTable,
@@ -111,6 +112,11 @@ export async function benchPlanCluster(o: {
       o.log(`${tag}: the ${provider} link...`);
       const link = await measureLocalLink(provider, model.hidden * 4);
       for (const parallel of o.parallel) {
+        // the round's calibration may be minutes old by now: the rates come from samples around this run
+        const before = {
+          perNode: await streamSamples(perNode.threads, BRACKET_SAMPLES),
+          together: await streamSamples(together.threads, BRACKET_SAMPLES),
+        };
         o.log(`${tag}: bench cluster --nodes ${o.nodes} --parallel ${parallel} --provider ${provider}...`);
         const measured = await benchCluster({
           model: o.model,
@@ -123,7 +129,10 @@ export async function benchPlanCluster(o: {
           repeat: 1,
           ceiling: false,
         });
-        const host = { perNode: await bracketed(perNode), together: await bracketed(together) };
+        const host = {
+          perNode: await bracketed(perNode, before.perNode),
+          together: await bracketed(together, before.together),
+        };
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
         const low = { perNode: atRange(host.perNode).low, together: atRange(host.together).low };
         const high = { perNode: atRange(host.perNode).high, together: atRange(host.together).high };

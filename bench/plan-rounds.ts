@@ -6,8 +6,8 @@ import { FAST_MODE_SHARE, streamSamples, withStreamSamples } from '../src/cluste
 import type { Calibration } from '../src/parallel/index.js';
 import { formatTable } from './table.js';
 
-/** Stream samples taken after a run, to merge with the calibration's taken before it. */
-const AFTER_SAMPLES = 4;
+/** Stream samples taken right before and right after a run. */
+export const BRACKET_SAMPLES = 4;
 
 export type Figure = 'decode_tok_s' | 'prefill_tok_s';
 export const figures: readonly Figure[] = ['decode_tok_s', 'prefill_tok_s'];
@@ -38,10 +38,13 @@ export interface PlanFigures {
   modes: string[];
 }
 
-/** The calibration `before` a run with its decode rate from its samples and `AFTER_SAMPLES` more taken now. */
-export async function bracketed(before: Calibration): Promise<Calibration> {
-  const after = await streamSamples(before.threads, AFTER_SAMPLES);
-  return withStreamSamples(before, [...(before.streamSamples ?? [before.decodeBytesPerS]), ...after]);
+/**
+ * The calibration `c` with its decode rate from `beforeRun` (samples taken right before the
+ * run; by default the calibration's own) and BRACKET_SAMPLES more taken now, after it.
+ */
+export async function bracketed(c: Calibration, beforeRun?: readonly number[]): Promise<Calibration> {
+  const after = await streamSamples(c.threads, BRACKET_SAMPLES);
+  return withStreamSamples(c, [...(beforeRun ?? c.streamSamples ?? [c.decodeBytesPerS]), ...after]);
 }
 
 /**
