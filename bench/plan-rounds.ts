@@ -39,12 +39,28 @@ export interface PlanFigures {
 }
 
 /**
- * The calibration `c` with its decode rate from `beforeRun` (samples taken right before the
- * run; by default the calibration's own) and BRACKET_SAMPLES more taken now, after it.
+ * The calibration `c` as the run saw the machine: its decode rate from `beforeRun` (samples
+ * taken right before the run; by default the calibration's own) and BRACKET_SAMPLES more
+ * taken now, after it, and its other rates moved by as much as the stream's median moved
+ * since the calibration (the VM's modes move compute with the memory stream).
  */
 export async function bracketed(c: Calibration, beforeRun?: readonly number[]): Promise<Calibration> {
   const after = await streamSamples(c.threads, BRACKET_SAMPLES);
-  return withStreamSamples(c, [...(beforeRun ?? c.streamSamples ?? [c.decodeBytesPerS]), ...after]);
+  const samples = [...(beforeRun ?? c.streamSamples ?? [c.decodeBytesPerS]), ...after];
+  return withStreamSamples(scaledTo(c, median(samples)), samples);
+}
+
+/** `c` with every rate moved by rate / c.decodeBytesPerS (the fixed costs by its inverse). */
+function scaledTo(c: Calibration, rate: number): Calibration {
+  const k = rate / c.decodeBytesPerS;
+  return {
+    ...c,
+    decodeBytesPerS: rate,
+    prefillFlopsPerS: c.prefillFlopsPerS * k,
+    layerOverheadMs: c.layerOverheadMs / k,
+    ...(c.stepOverheadMs !== undefined ? { stepOverheadMs: c.stepOverheadMs / k } : {}),
+    ...(c.prefillLayerTokenMs !== undefined ? { prefillLayerTokenMs: c.prefillLayerTokenMs / k } : {}),
+  };
 }
 
 /**
@@ -54,18 +70,7 @@ export async function bracketed(c: Calibration, beforeRun?: readonly number[]): 
  */
 export function atRange(c: Calibration): { low: Calibration; high: Calibration } {
   const [lo, hi] = c.decodeBytesPerSRange ?? [c.decodeBytesPerS, c.decodeBytesPerS];
-  const at = (rate: number): Calibration => {
-    const k = rate / c.decodeBytesPerS;
-    return {
-      ...c,
-      decodeBytesPerS: rate,
-      prefillFlopsPerS: c.prefillFlopsPerS * k,
-      layerOverheadMs: c.layerOverheadMs / k,
-      ...(c.stepOverheadMs !== undefined ? { stepOverheadMs: c.stepOverheadMs / k } : {}),
-      ...(c.prefillLayerTokenMs !== undefined ? { prefillLayerTokenMs: c.prefillLayerTokenMs / k } : {}),
-    };
-  };
-  return { low: at(lo), high: at(hi) };
+  return { low: scaledTo(c, lo), high: scaledTo(c, hi) };
 }
 
 /** Sums up a case's rounds; `fastest` is the fastest stream sample of the whole run at these threads. */
