@@ -34,10 +34,15 @@ function secondsPerCall(call: () => void, ms: number, warm = 3): number {
   return (t - t0) / 1000 / calls;
 }
 
-function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnType<Kernels['uploadWeight']> {
+/** `rows` x `cols` Q8_0 bytes with finite f16 scales and small quants. */
+function q8Bytes(rows: number, cols: number): Uint8Array {
   const data = new Uint8Array(rows * rowBytes(GgmlType.Q8_0, cols));
   for (let i = 0; i < data.length; i++) data[i] = (i * 131) & 0x3f;
-  return k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data, name });
+  return data;
+}
+
+function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnType<Kernels['uploadWeight']> {
+  return k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data: q8Bytes(rows, cols), name });
 }
 
 /**
@@ -53,8 +58,9 @@ export async function streamSamples(threads: number, count = STREAM_SAMPLES): Pr
     const cols = 2048;
     const rows = Math.floor((16 << 20) / rowBytes(GgmlType.Q8_0, cols));
     const matrices = 32;
+    const data = q8Bytes(rows, cols);
     const ws = Array.from({ length: matrices }, (_, i) =>
-      q8Weight(kernels, rows, cols, `stream-sample-${i}`),
+      kernels.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data, name: `stream-sample-${i}` }),
     );
     const x = new Float32Array(cols).fill(0.5);
     const y = new Float32Array(rows);
