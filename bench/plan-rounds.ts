@@ -41,13 +41,15 @@ export interface PlanFigures {
 /**
  * The calibration `c` as the run saw the machine: its decode rate from `beforeRun` (samples
  * taken right before the run; by default the calibration's own) and BRACKET_SAMPLES more
- * taken now, after it, and its other rates moved by as much as the stream's median moved
- * since the calibration (the VM's modes move compute with the memory stream).
+ * taken now, after it; its prefill rate the calibration's compute per stream byte (measured
+ * in pairs, each in one mode) times that rate.
  */
 export async function bracketed(c: Calibration, beforeRun?: readonly number[]): Promise<Calibration> {
   const after = await streamSamples(c.threads, BRACKET_SAMPLES);
   const samples = [...(beforeRun ?? c.streamSamples ?? [c.decodeBytesPerS]), ...after];
-  return withStreamSamples(scaledTo(c, median(samples)), samples);
+  const ratio = c.prefillFlopsPerStreamByte;
+  const prefill = ratio === undefined ? {} : { prefillFlopsPerS: ratio * median(samples) };
+  return withStreamSamples({ ...c, ...prefill }, samples);
 }
 
 /** `c` with every rate moved by rate / c.decodeBytesPerS (the fixed costs by its inverse). */

@@ -45,14 +45,24 @@ function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnT
   return k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data: q8Bytes(rows, cols), name });
 }
 
+/** FLOPs of the prefill probe's call: a 64-token Q8_0 matmul on a 2048 x 2048 matrix. */
+const GEMM = { rows: 2048, cols: 2048, tokens: 64 } as const;
+const GEMM_SAMPLE_MS = 200;
+
 /**
  * `count` separate samples of the rate decode streams Q8_0 weights at on `threads`, bytes a
  * second each: a 512 MiB working set (far beyond any cache) of 16 MiB matrices of 2048
  * columns, uploaded once, each sample as many passes over all of them as fit in
  * STREAM_SAMPLE_MS (as probeStream, speed.ts). A VM that flips between a fast and a slow
- * mode shows both in the samples, where one long probe would average them.
+ * mode shows both in the samples, where one long probe would average them. With `gemm`,
+ * each stream sample is followed by one of the prefill probe (FLOP/s), so the two pair up
+ * by the mode they saw.
  */
-export async function streamSamples(threads: number, count = STREAM_SAMPLES): Promise<number[]> {
+async function sampleRates(
+  threads: number,
+  count: number,
+  gemm: boolean,
+): Promise<{ stream: number[]; gemm: number[] }> {
   const kernels = await createKernels({ threads });
   try {
     const cols = 2048;
@@ -67,12 +77,28 @@ export async function streamSamples(threads: number, count = STREAM_SAMPLES): Pr
     const pass = (): void => {
       for (const w of ws) kernels.matvec(w, x, y);
     };
+    const g = gemm ? q8Weight(kernels, GEMM.rows, GEMM.cols, 'calibrate-gemm') : undefined;
+    const gx = new Float32Array(gemm ? GEMM.tokens * GEMM.cols : 0).fill(0.25);
+    const gy = new Float32Array(gemm ? GEMM.tokens * GEMM.rows : 0);
+    const call = (): void => kernels.matmul(g!, gx, gy, GEMM.tokens);
     const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
     pass();
-    return Array.from({ length: count }, () => bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
+    if (g) call();
+    const out = { stream: [] as number[], gemm: [] as number[] };
+    for (let i = 0; i < count; i++) {
+      out.stream.push(bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
+      if (g)
+        out.gemm.push((2 * GEMM.rows * GEMM.cols * GEMM.tokens) / secondsPerCall(call, GEMM_SAMPLE_MS, 0));
+    }
+    return out;
   } finally {
     await kernels.close();
   }
+}
+
+/** `count` samples of the decode stream rate on `threads` (bytes a second each; see sampleRates). */
+export async function streamSamples(threads: number, count = STREAM_SAMPLES): Promise<number[]> {
+  return (await sampleRates(threads, count, false)).stream;
 }
 
 /**
@@ -93,24 +119,21 @@ export function withStreamSamples(c: Calibration, samples: readonly number[]): C
 /**
  * Measures what `tandem plan` needs of this machine with tandem's own kernels on `threads`:
  * the rate decode streams Q8_0 weights from memory (STREAM_SAMPLES samples: the median and
- * the range), prefill's FLOP/s (a 64-token Q8_0 matmul on a 2048-wide matrix), and what a
+ * the range), prefill's FLOP/s (a 64-token Q8_0 matmul on a 2048-wide matrix, sampled after
+ * each stream sample: the median, and its ratio to the stream in the same mode), and what a
  * layer and a step cost beyond their weights (the narrow twin, calibrate-twin.ts).
  */
 export async function calibrate(o: { threads: number; log?: (line: string) => void }): Promise<Calibration> {
   const log = o.log ?? (() => {});
-  log(`calibrating on ${o.threads} thread(s): memory stream (${STREAM_SAMPLES} samples)...`);
-  const samples = await streamSamples(o.threads);
+  log(
+    `calibrating on ${o.threads} thread(s): memory stream and prefill matmul (${STREAM_SAMPLES} samples each)...`,
+  );
+  const rates = await sampleRates(o.threads, STREAM_SAMPLES, true);
+  const samples = rates.stream;
+  const prefillFlopsPerS = median(rates.gemm);
+  const prefillFlopsPerStreamByte = median(rates.gemm.map((f, i) => f / samples[i]!));
   const kernels = await createKernels({ threads: o.threads });
   try {
-    log('prefill matmul...');
-    const cols = 2048;
-    const rows = 2048;
-    const n = 64;
-    const w = q8Weight(kernels, rows, cols, 'calibrate-gemm');
-    const x = new Float32Array(n * cols).fill(0.25);
-    const y = new Float32Array(n * rows);
-    const gemm = secondsPerCall(() => kernels.matmul(w, x, y, n), 1500);
-    const prefillFlopsPerS = (2 * rows * cols * n) / gemm;
     log('fixed costs of a layer and a step (the narrow twin at two depths)...');
     const fixed = await measureFixedCosts(kernels, {
       bytesPerS: median(samples),
@@ -126,6 +149,7 @@ export async function calibrate(o: { threads: number; log?: (line: string) => vo
         cpuCores: availableParallelism(),
         decodeBytesPerS: median(samples),
         prefillFlopsPerS,
+        prefillFlopsPerStreamByte,
         ...fixed,
         wakeMs,
       },

@@ -18,6 +18,8 @@ export interface Calibration {
   /** Decode: Q8_0 weight bytes a second streamed through the matvec (the samples' median). */
   decodeBytesPerS: number;
   prefillFlopsPerS: number;
+  /** The prefill probe's FLOP/s over the stream's bytes a second, sample by sample (their median): compute per stream byte in one mode. */
+  prefillFlopsPerStreamByte?: number;
   /** Decode: ms a layer costs per token beyond streaming its weights (the narrow twin). */
   layerOverheadMs: number;
   /** Decode: ms a token costs beyond its layers and weights (embedding, head call, sampling, loop). */
