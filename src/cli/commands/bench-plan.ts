@@ -3,12 +3,8 @@ import { checkThreads } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { resolveModelPath } from '../../cluster/index.js';
 import type { ProviderName } from '../../fabric/index.js';
-import {
-  benchPlanCluster,
-  benchPlanLocal,
-  planCheckTable,
-  planClusterTable,
-} from '../../../bench/plan-local.js';
+import { benchPlanCluster, planClusterTable } from '../../../bench/plan-cluster.js';
+import { benchPlanLocal, planCheckTable } from '../../../bench/plan-local.js';
 
 export const command = defineCommand({
   name: 'bench plan',

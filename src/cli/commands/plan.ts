@@ -190,7 +190,8 @@ export const command = defineCommand({
     },
     calibrate: {
       type: 'boolean',
-      description: "measure this machine (memory stream, matmul, per-call cost) for 'this'",
+      description:
+        "measure this machine for 'this': the memory stream (8 samples: median and range), a matmul, and a layer's and a step's fixed costs (a narrow model at two depths)",
     },
     threads: { type: 'number', description: 'threads for --calibrate (default: all cores)' },
   },
@@ -215,9 +216,14 @@ export const command = defineCommand({
       const threads = options.threads ?? availableParallelism();
       checkThreads('plan', threads);
       const c = await calibrate({ threads, log: (l) => process.stderr.write(`${l}\n`) });
+      const gbs = (b: number): string => (b / 1e9).toFixed(2);
       await saveCalibration(c);
       process.stderr.write(
-        `this machine: ${formatBytes(c.memoryBytes)}, decode streams ${(c.decodeBytesPerS / 1e9).toFixed(2)} GB/s, prefill ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ${c.layerOverheadMs.toFixed(3)} ms a layer; saved to ${calibrationPath()}\n`,
+        `this machine: ${formatBytes(c.memoryBytes)}, decode streams ${gbs(c.decodeBytesPerS)} GB/s ` +
+          `(median of ${c.streamSamples?.length ?? 1} samples, ${c.decodeBytesPerSRange?.map(gbs).join('-') ?? '?'} GB/s, ` +
+          `${Math.round((c.fastShare ?? 1) * 100)}% in the fast mode), prefill ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ` +
+          `${c.layerOverheadMs.toFixed(3)} ms a layer and ${(c.stepOverheadMs ?? 0).toFixed(3)} ms a step beyond the weights, ` +
+          `${(c.prefillLayerTokenMs ?? 0).toFixed(4)} ms a layer per prompt token; saved to ${calibrationPath()}\n`,
       );
       if (!options.model) return 0;
     }

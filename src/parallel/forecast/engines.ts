@@ -16,6 +16,11 @@ export interface EngineModel {
   decodeEfficiency: { cpu: number; gpu: number };
   layerOverheadMs: { cpu: number; gpu: number };
   prefillEfficiency: { cpu: number; gpu: number };
+  /**
+   * Tensor parallel splits the output head by vocabulary, so each step all-gathers the logits
+   * (tandem: ShardComm.allGatherLogits); mlx-lm's tensor-parallel shard keeps the head whole.
+   */
+  shardsHead?: boolean;
   /** Where the numbers come from; `validated` says whether measured cases check them. */
   basis: string;
   validated: boolean;
@@ -52,6 +57,7 @@ export const engines: Record<EngineId, EngineModel> = {
   'tandem-cpu': {
     id: 'tandem-cpu',
     device: () => 'cpu',
+    shardsHead: true,
     decodeEfficiency: { cpu: 0.6, gpu: 0.6 },
     layerOverheadMs: { cpu: 0.03, gpu: 0.03 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.25 },
@@ -62,6 +68,7 @@ export const engines: Record<EngineId, EngineModel> = {
   'tandem-gpu': {
     ...llamaCpp,
     id: 'tandem-gpu',
+    shardsHead: true,
     device: (m) => (m.gpuTflops !== undefined ? 'gpu' : 'cpu'),
     decodeEfficiency: { cpu: 0.6, gpu: 0.885 * 0.7 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.634 * 0.5 },

@@ -168,3 +168,84 @@ test('bad names are typed errors that say what to use', () => {
     'TOPOLOGY_UNKNOWN_MACHINE',
   );
 });
+
+test("a calibrated node's fixed costs: the step's once a token, the prefill's per layer and prompt token", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const machine = (step: number, prefill: number): ForecastInput['machines'] =>
+    parseForecastMachines('this', {
+      date: '2026-11-28',
+      threads: 1,
+      memoryBytes: 24e9,
+      cpuCores: 2,
+      decodeBytesPerS: 20e9,
+      prefillFlopsPerS: 200e9,
+      layerOverheadMs: 0.1,
+      stepOverheadMs: step,
+      prefillLayerTokenMs: prefill,
+    });
+  const run = (step: number, prefill: number) =>
+    forecastSplit({
+      model,
+      machines: machine(step, prefill),
+      link: findLink('10gbe'),
+      engine: findEngine('tandem-cpu'),
+      parallel: 'tp',
+      promptTokens: 128,
+      context: 192,
+    });
+  const base = run(0, 0);
+  const withCosts = run(2, 0.01);
+  assert.ok(Math.abs(1000 / withCosts.decode_tok_s - 1000 / base.decode_tok_s - 2) < 1e-9);
+  assert.ok(Math.abs(withCosts.ttft_ms - base.ttft_ms - model.layers.length * 128 * 0.01) < 1e-9);
+});
+
+test("per step on the link: tandem's tensor parallel gathers the logits, a pipeline broadcasts the token", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
+  const input = (parallel: 'tp' | 'pp', engine: string): ForecastInput => ({
+    model,
+    machines: parseForecastMachines('2x mac-mini-m4-pro'),
+    link,
+    engine: findEngine(engine),
+    parallel,
+    promptTokens: 16,
+    context: 64,
+  });
+  const tandem = forecastSplit(input('tp', 'tandem-cpu')).terms;
+  const mlx = forecastSplit(input('tp', 'mlx')).terms;
+  // 2 all-reduces a layer, one latency step each at 2 ranks, plus the gather's one step for tandem
+  assert.ok(Math.abs(mlx.link_latency_ms - 2 * model.layers.length * 0.1) < 1e-9);
+  assert.ok(Math.abs(tandem.link_latency_ms - mlx.link_latency_ms - 0.1) < 1e-9);
+  const gatherBytes = (model.vocab * 4) / 2;
+  assert.ok(Math.abs(tandem.link_bytes_ms - mlx.link_bytes_ms - (gatherBytes / 1e9) * 1000) < 1e-9);
+  // a pipeline of 2: one hand-off and one broadcast of the token, a latency step each
+  assert.ok(Math.abs(forecastSplit(input('pp', 'tandem-cpu')).terms.link_latency_ms - 0.2) < 1e-9);
+});
+
+test("a calibrated machine's wake-up: each pipeline hand-off and the token's broadcast wake a stage that slept", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
+  const calibration = (wakeMs: number) => ({
+    date: '2026-11-28',
+    threads: 1,
+    memoryBytes: 24e9,
+    cpuCores: 2,
+    decodeBytesPerS: 20e9,
+    prefillFlopsPerS: 200e9,
+    layerOverheadMs: 0.1,
+    wakeMs,
+  });
+  const latency = (parallel: 'tp' | 'pp', wakeMs: number): number =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('3x this', calibration(wakeMs)),
+      link,
+      engine: findEngine('tandem-cpu'),
+      parallel,
+      promptTokens: 16,
+      context: 64,
+    }).terms.link_latency_ms;
+  // 3 stages: 2 hand-offs and a broadcast wake a sleeper; tensor parallel's ranks work at once
+  assert.ok(Math.abs(latency('pp', 5) - latency('pp', 0) - 3 * 5) < 1e-9);
+  assert.equal(latency('tp', 5), latency('tp', 0));
+});

@@ -1,22 +1,51 @@
 import { TandemError } from '../../errors/index.js';
 import { findMachineSpec, type MachineSpec } from './machine-catalog.js';
-import type { ForecastMachine } from './predict.js';
+import type { ForecastMachine, ForecastRates } from './predict.js';
 
 /** The most machines one forecast takes (as `topology plan`). */
 export const maxForecastMachines = 64;
 
 /**
  * What `tandem plan --calibrate` measured on this machine: its memory, cores, and the rates
- * tandem's own kernels reached (decode weight bytes a second, prefill FLOP/s, ms a layer).
+ * tandem's own kernels reached. The optional fields came later; a file without them still
+ * forecasts (without the step's and the prefill's fixed costs).
  */
 export interface Calibration {
   date: string;
   threads: number;
   memoryBytes: number;
   cpuCores: number;
+  /** Decode: Q8_0 weight bytes a second streamed through the matvec (the samples' median). */
   decodeBytesPerS: number;
   prefillFlopsPerS: number;
+  /** The prefill probe's FLOP/s over the stream's bytes a second, sample by sample (their median): compute per stream byte in one mode. */
+  prefillFlopsPerStreamByte?: number;
+  /** Decode: ms a layer costs per token beyond streaming its weights (the narrow twin). */
   layerOverheadMs: number;
+  /** Decode: ms a token costs beyond its layers and weights (embedding, head call, sampling, loop). */
+  stepOverheadMs?: number;
+  /** Prefill: ms per layer per prompt token beyond the matmuls' FLOPs (norms, RoPE, attention). */
+  prefillLayerTokenMs?: number;
+  /** Mean ms from waking a sleeping thread to its running: each pipeline hand-off pays it. */
+  wakeMs?: number;
+  /** The slowest and the fastest stream sample (bytes a second): the decode forecast's range. */
+  decodeBytesPerSRange?: [number, number];
+  /** Every stream sample, in the order taken (bytes a second). */
+  streamSamples?: number[];
+  /** Share of the samples within FAST_MODE_SHARE of the fastest: how much of the probe saw the VM's fast mode. */
+  fastShare?: number;
+}
+
+/** The rates a forecast of a calibrated machine uses. */
+export function calibratedRates(c: Calibration): ForecastRates {
+  return {
+    decodeBytesPerS: c.decodeBytesPerS,
+    prefillFlopsPerS: c.prefillFlopsPerS,
+    layerOverheadMs: c.layerOverheadMs,
+    stepOverheadMs: c.stepOverheadMs ?? 0,
+    prefillLayerTokenMs: c.prefillLayerTokenMs ?? 0,
+    wakeMs: c.wakeMs ?? 0,
+  };
 }
 
 export function thisMachine(c: Calibration | undefined): MachineSpec {
@@ -72,15 +101,7 @@ export function parseForecastMachines(spec: string, calibration?: Calibration): 
         name: machine.id,
         spec: machine,
         memory,
-        ...(id === 'this' && calibration
-          ? {
-              rates: {
-                decodeBytesPerS: calibration.decodeBytesPerS,
-                prefillFlopsPerS: calibration.prefillFlopsPerS,
-                layerOverheadMs: calibration.layerOverheadMs,
-              },
-            }
-          : {}),
+        ...(id === 'this' && calibration ? { rates: calibratedRates(calibration) } : {}),
       });
   }
   if (out.length === 0) throw badPart(spec, 'no machine named');

@@ -13,6 +13,8 @@ export interface ModelBytes {
   hidden: number;
   heads: number;
   headDim: number;
+  /** Vocabulary size (tensor parallel gathers this many logits a step). */
+  vocab: number;
   layers: { total: number; active: number; expert: number }[];
   embedding: number;
   head: number;
@@ -33,6 +35,7 @@ export function bytesFromShape(m: ModelShape, quant: QuantName): ModelBytes {
     hidden: m.hidden,
     heads: m.heads,
     headDim: m.headDim,
+    vocab: m.vocab,
     layers: p.layer.map((l, i) => ({ total: b(l.total), active: b(l.active), expert: b(p.expert[i]!) })),
     embedding: b(p.embedding),
     head: b(p.head),
@@ -87,6 +90,7 @@ export function bytesFromGguf(path: string): ModelBytes {
       hidden: config.embeddingLength,
       heads: config.headCount,
       headDim: config.headDim,
+      vocab: config.vocabSize,
       layers,
       embedding,
       head,

@@ -3,12 +3,28 @@ import type { LinkSpec } from './links.js';
 import type { MachineSpec, MemoryConfig } from './machine-catalog.js';
 import type { ModelBytes } from './model-bytes.js';
 
+/**
+ * A machine's rates under an engine: weight bytes a second in decode, FLOP/s in prefill, ms a
+ * layer costs per token beyond its weights; for a calibrated machine also ms a token costs
+ * beyond its layers and ms per layer per prompt token beyond the prefill's FLOPs (0 where
+ * unmeasured: the catalog's engines fold them into the per-layer cost).
+ */
+export interface ForecastRates {
+  decodeBytesPerS: number;
+  prefillFlopsPerS: number;
+  layerOverheadMs: number;
+  stepOverheadMs?: number;
+  prefillLayerTokenMs?: number;
+  /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
+  wakeMs?: number;
+}
+
 /** A machine of the planned cluster; `rates` replaces the catalog's peaks x engine shares (a calibrated machine). */
 export interface ForecastMachine {
   name: string;
   spec: MachineSpec;
   memory: MemoryConfig;
-  rates?: { decodeBytesPerS: number; prefillFlopsPerS: number; layerOverheadMs: number };
+  rates?: ForecastRates;
 }
 
 export type ForecastParallel = 'tp' | 'pp' | 'ep' | 'hybrid';
@@ -21,6 +37,8 @@ export interface ForecastInput {
   parallel: ForecastParallel;
   promptTokens: number;
   context: number;
+  /** Bytes an activation value takes on the wire (default 2: f16/bf16; 4 for an f32 wire). */
+  wireBytes?: number;
 }
 
 /** One rank's share: layers [start, end), the fraction of each layer's tensors (tp), of the experts (ep). */
@@ -61,8 +79,10 @@ export interface Forecast {
 }
 
 const GB = 1e9;
-/** Bytes an activation crossing a link carries per value (f16/bf16, as the engines send them). */
+/** Bytes an activation crossing a link carries per value by default (f16/bf16, as the engines send them). */
 const WIRE_BYTES = 2;
+/** Bytes a logit takes in tensor parallel's all-gather of the vocabulary (f32). */
+const LOGIT_BYTES = 4;
 /** Runtime memory besides weights and cache: buffers, logits, the process itself. */
 const RUNTIME_BYTES = 0.5 * GB;
 
@@ -77,7 +97,7 @@ function usableBytes(m: ForecastMachine, e: EngineModel): number {
 }
 
 /** The machine's rates under this engine: weight bytes a second in decode, FLOP/s in prefill, ms a layer. */
-export function machineRates(m: ForecastMachine, e: EngineModel): ForecastMachine['rates'] & {} {
+export function machineRates(m: ForecastMachine, e: EngineModel): ForecastRates {
   if (m.rates) return m.rates;
   const d = device(m, e);
   const bw = m.memory.bandwidthGBs * GB * (d === 'cpu' ? m.spec.cpuBandwidthShare : 1);
@@ -199,9 +219,70 @@ function stagesOf(input: ForecastInput, placement: readonly RankShare[]): number
   return stages;
 }
 
+interface LinkTime {
+  latency: number;
+  wire: number;
+}
+
+/**
+ * The decode step's and the prefill's time on the link, ms. Per layer: tensor parallel's 2
+ * all-reduces of the activations in each stage of more than one rank, expert parallel's 2
+ * all-to-alls a MoE layer. Per step: one hand-off per stage boundary; tensor parallel's
+ * all-gather of the logits where the engine splits the head by vocabulary; a pipeline's
+ * broadcast of the picked token from the last stage to every rank.
+ */
+function linkTimes(
+  input: ForecastInput,
+  stages: readonly number[][],
+  costs: readonly RankCost[],
+): { step: LinkTime; prefillMs: number } {
+  const { model, link } = input;
+  const wireBytes = input.wireBytes ?? WIRE_BYTES;
+  const T = input.promptTokens;
+  const n = input.machines.length;
+  const group = stages[0]!.length;
+  const step: LinkTime = { latency: 0, wire: 0 };
+  let prefillMs = 0;
+  const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
+    step.latency += times * s.latency;
+    step.wire += times * s.wire;
+    if (pre) prefillMs += times * (pre.latency + pre.wire);
+  };
+  if (input.parallel !== 'ep' && group > 1) {
+    const layers = stages.reduce((a, st) => a + costs[st[0]!]!.layerCount, 0);
+    add(
+      2 * layers,
+      allReduceMs(group, model.hidden * wireBytes, link),
+      allReduceMs(group, T * model.hidden * wireBytes, link),
+    );
+    // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
+    // only the last stage's group computes logits
+    const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);
+    const half = { latency: gather.latency, wire: gather.wire / 2 };
+    if (input.engine.shardsHead) add(1, half, half);
+  }
+  if (input.parallel === 'ep' && group > 1 && model.moe) {
+    const moeLayers = model.layers.filter((l) => l.expert > 0).length;
+    const perToken = model.moe.active * model.hidden * wireBytes;
+    add(2 * moeLayers, allReduceMs(group, perToken, link), allReduceMs(group, T * perToken, link));
+  }
+  const handOffs = stages.length - 1;
+  const bytesMs = (bytes: number): number => (bytes / (link.bandwidthGBs * GB)) * 1000;
+  add(
+    handOffs,
+    { latency: link.latencyUs / 1000, wire: bytesMs(model.hidden * wireBytes) },
+    { latency: link.latencyUs / 1000, wire: bytesMs(T * model.hidden * wireBytes) },
+  );
+  if (handOffs > 0) add(1, { latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000, wire: 0 });
+  // stages take turns, so each hand-off and the token's broadcast wake a stage that slept
+  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
+  if (handOffs > 0) add(handOffs + 1, { latency: wake, wire: 0 }, { latency: wake, wire: 0 });
+  return { step, prefillMs };
+}
+
 /** The forecast of one split on these machines. */
 export function forecastSplit(input: ForecastInput): Forecast {
-  const { model, machines, link, engine } = input;
+  const { model, machines, engine } = input;
   const placement = shares(input);
   const stages = stagesOf(input, placement);
   const costs = placement.map((s, r) =>
@@ -229,9 +310,13 @@ export function forecastSplit(input: ForecastInput): Forecast {
       overhead_ms: c.layerCount * rates[r]!.layerOverheadMs,
     };
   });
-  const group = stages[0]!.length;
-  const moeLayers = model.moe ? model.layers.filter((l) => l.expert > 0).length : 0;
-  const terms = { read_ms: 0, overhead_ms: 0, link_latency_ms: 0, link_bytes_ms: 0 };
+  // a token's own fixed cost (embedding, head call, sampling, the loop) runs once along the chain
+  const terms = {
+    read_ms: 0,
+    overhead_ms: Math.max(...rates.map((r) => r.stepOverheadMs ?? 0)),
+    link_latency_ms: 0,
+    link_bytes_ms: 0,
+  };
   let prefillMs = 0;
   const flops = 2 * model.activeParams * T + 2 * model.layers.length * model.heads * model.headDim * T * T;
   for (const stage of stages) {
@@ -243,31 +328,17 @@ export function forecastSplit(input: ForecastInput): Forecast {
     );
     terms.read_ms += per_machine[slowest]!.read_ms;
     terms.overhead_ms += per_machine[slowest]!.overhead_ms;
+    // the fixed prefill cost is mostly attention, whose heads split as the tensors do
+    const fixedMs = (r: number): number =>
+      costs[r]!.layerCount * placement[r]!.tensorShare * T * (rates[r]!.prefillLayerTokenMs ?? 0);
     prefillMs += Math.max(
-      ...stage.map((r) => ((flops * costs[r]!.flopShare) / rates[r]!.prefillFlopsPerS) * 1000),
+      ...stage.map((r) => ((flops * costs[r]!.flopShare) / rates[r]!.prefillFlopsPerS) * 1000 + fixedMs(r)),
     );
-    const layers = costs[stage[0]!]!.layerCount;
-    if (input.parallel !== 'ep' && group > 1) {
-      const step = allReduceMs(group, model.hidden * WIRE_BYTES, link);
-      const pre = allReduceMs(group, T * model.hidden * WIRE_BYTES, link);
-      terms.link_latency_ms += 2 * layers * step.latency;
-      terms.link_bytes_ms += 2 * layers * step.wire;
-      prefillMs += 2 * layers * (pre.latency + pre.wire);
-    }
   }
-  if (input.parallel === 'ep' && group > 1 && model.moe) {
-    const perToken = model.moe.active * model.hidden * WIRE_BYTES;
-    const step = allReduceMs(group, perToken, link);
-    const pre = allReduceMs(group, T * perToken, link);
-    terms.link_latency_ms += 2 * moeLayers * step.latency;
-    terms.link_bytes_ms += 2 * moeLayers * step.wire;
-    prefillMs += 2 * moeLayers * (pre.latency + pre.wire);
-  }
-  const handOffs = stages.length - 1;
-  terms.link_latency_ms += (handOffs * link.latencyUs) / 1000;
-  terms.link_bytes_ms += ((handOffs * model.hidden * WIRE_BYTES) / (link.bandwidthGBs * GB)) * 1000;
-  prefillMs +=
-    handOffs * (link.latencyUs / 1000 + ((T * model.hidden * WIRE_BYTES) / (link.bandwidthGBs * GB)) * 1000);
+  const onLink = linkTimes(input, stages, costs);
+  terms.link_latency_ms = onLink.step.latency;
+  terms.link_bytes_ms = onLink.step.wire;
+  prefillMs += onLink.prefillMs;
   const stepMs = terms.read_ms + terms.overhead_ms + terms.link_latency_ms + terms.link_bytes_ms;
   const labels = {
     read_ms: 'memory bandwidth',

@@ -1,7 +1,7 @@
 import type { LinkSpec } from './links.js';
 import type { Calibration } from './machine-list.js';
-import { thisMachine } from './machine-list.js';
-import type { ForecastMachine } from './predict.js';
+import { calibratedRates, thisMachine } from './machine-list.js';
+import type { ForecastMachine, ForecastRates } from './predict.js';
 
 /**
  * N nodes of T threads each on ONE host, as `tandem bench cluster` runs them: separate
@@ -9,8 +9,8 @@ import type { ForecastMachine } from './predict.js';
  * lesser of what one node alone gets (`perNode`, calibrated at T threads) and its 1/N share
  * of what the host gives all of them at once (`together`, calibrated at min(N x T, cores)
  * threads: the bandwidth N streams reach together, and the compute of the cores they share).
- * Where N x T exceeds the cores, processes take turns on them, and a layer's fixed cost (its
- * calls and waits) stretches by that factor. Only nodes that compute at the same time share:
+ * Where N x T exceeds the cores, processes take turns on them, and the fixed costs (a layer's
+ * and a step's calls and waits, the prefill's per-token work) stretch by that factor. Only nodes that compute at the same time share:
  * the stages of a pipeline running one sequence take turns (`concurrent` false), so each
  * streams at what one node alone gets.
  */
@@ -27,10 +27,14 @@ export function sharedHostMachines(o: {
     : { ...perNode, decodeBytesPerS: Infinity, prefillFlopsPerS: Infinity };
   const spec = thisMachine(perNode);
   const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
-  const rates = {
+  const own = calibratedRates(perNode);
+  const rates: ForecastRates = {
     decodeBytesPerS: Math.min(perNode.decodeBytesPerS, together.decodeBytesPerS / n),
     prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
-    layerOverheadMs: perNode.layerOverheadMs * oversubscribed,
+    layerOverheadMs: own.layerOverheadMs * oversubscribed,
+    stepOverheadMs: own.stepOverheadMs! * oversubscribed,
+    prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
+    wakeMs: own.wakeMs!,
   };
   const memory = { gb: perNode.memoryBytes / 1e9 / n, bandwidthGBs: rates.decodeBytesPerS / 1e9 };
   return Array.from({ length: n }, (_, i) => ({

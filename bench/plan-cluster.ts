@@ -1,0 +1,171 @@
+// `tandem bench plan --nodes N`: the forecast for N local nodes beside what `tandem bench
+// cluster` measures with the same nodes, its 1-node row checking one node in the same process
+// layout; rounds alternate, each forecast from stream samples taken around its own run.
+import { availableParallelism } from 'node:os';
+import { benchCluster } from '../src/cluster/bench.js';
+import { calibrate, streamSamples } from '../src/cluster/calibrate.js';
+import { runCollectivesBench } from '../src/collectives/bench.js';
+import type { ProviderName } from '../src/fabric/index.js';
+import {
+  bytesFromGguf,
+  findEngine,
+  forecastSplit,
+  measuredLink,
+  sharedHostMachines,
+  type Calibration,
+  type LinkSpec,
+  type ModelBytes,
+} from '../src/parallel/index.js';
+import {
+  atRange,
+  BRACKET_SAMPLES,
+  bracketed,
+  figures,
+  figureTable,
+  probeRate,
+  summarize,
+  type Figure,
+  type PlanFigures,
+  type Round,
+} from './plan-rounds.js';
+
+/** One configuration of local nodes: the forecast for this host beside `bench cluster`'s figures. */
+export interface PlanClusterRow extends PlanFigures {
+  nodes: number;
+  parallel: 'tp' | 'pp';
+  provider: ProviderName;
+  figure: Figure;
+}
+
+/**
+ * A 2-rank all-reduce of `bytes` and of 1 MiB over `provider`: the local link as the forecast
+ * sees it. The mean time, not the median: a decode's tokens a second are a mean over its
+ * steps, so a collective's stalls (a scavenge, a rank losing its core) count in full.
+ */
+async function measureLocalLink(provider: ProviderName, bytes: number): Promise<LinkSpec> {
+  const large = 1 << 20;
+  const rows = await runCollectivesBench(
+    { op: 'all-reduce', ranks: 2, provider, sizes: [bytes, large] },
+    () => {},
+  );
+  const at = (b: number): number => rows.find((r) => r.bytes === b)!.time_us;
+  return measuredLink({ provider, smallUs: at(bytes), largeBytes: large, largeUs: at(large) });
+}
+
+interface HostCalibration {
+  perNode: Calibration;
+  together: Calibration;
+}
+
+/** The forecast for `nodes` nodes of this host, as bench cluster runs them (an f32 wire). */
+function forecastNodes(
+  model: ModelBytes,
+  host: HostCalibration,
+  o: { nodes: number; parallel: 'tp' | 'pp'; link: LinkSpec; promptTokens: number; tokens: number },
+): Record<Figure, number> {
+  return forecastSplit({
+    model,
+    // a pipeline's stages take turns on one sequence; tensor-parallel ranks work at once
+    machines: sharedHostMachines({
+      nodes: o.nodes,
+      ...host,
+      cores: availableParallelism(),
+      concurrent: o.parallel === 'tp',
+    }),
+    link: o.link,
+    engine: findEngine('tandem-cpu'),
+    parallel: o.parallel,
+    promptTokens: o.promptTokens,
+    context: o.promptTokens + o.tokens,
+    wireBytes: 4,
+  });
+}
+
+/**
+ * `tandem bench plan --nodes N`: for each parallel kind and provider, the forecast for N nodes
+ * of `threads` on this host (they share its bandwidth and cores: sharedHostMachines; the link
+ * measured by a 2-rank all-reduce in the same round) beside what `tandem bench cluster`
+ * measures with the same nodes; the 1-node row of each bench cluster run checks the
+ * single-node forecast on the same process layout.
+ */
+export async function benchPlanCluster(o: {
+  model: string;
+  nodes: number;
+  threads: number;
+  parallel: readonly ('tp' | 'pp')[];
+  providers: readonly ProviderName[];
+  rounds: number;
+  promptTokens: number;
+  tokens: number;
+  log: (line: string) => void;
+}): Promise<PlanClusterRow[]> {
+  const model = bytesFromGguf(o.model);
+  const cores = availableParallelism();
+  const cases = new Map<string, Round[]>();
+  let fastest = 0;
+  for (let round = 1; round <= o.rounds; round++) {
+    const tag = `round ${round}/${o.rounds}`;
+    o.log(`${tag}: calibrating at ${o.threads} and ${o.nodes * o.threads} threads...`);
+    const perNode = await calibrate({ threads: o.threads });
+    const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads) });
+    for (const provider of o.providers) {
+      o.log(`${tag}: the ${provider} link...`);
+      const link = await measureLocalLink(provider, model.hidden * 4);
+      for (const parallel of o.parallel) {
+        // the round's calibration may be minutes old by now: the rates come from samples around this run
+        const before = {
+          perNode: await streamSamples(perNode.threads, BRACKET_SAMPLES),
+          together: await streamSamples(together.threads, BRACKET_SAMPLES),
+        };
+        o.log(`${tag}: bench cluster --nodes ${o.nodes} --parallel ${parallel} --provider ${provider}...`);
+        const measured = await benchCluster({
+          model: o.model,
+          nodes: o.nodes,
+          parallel,
+          provider,
+          threads: o.threads,
+          promptTokens: o.promptTokens,
+          tokens: o.tokens,
+          repeat: 1,
+          ceiling: false,
+        });
+        const host = {
+          perNode: await bracketed(perNode, before.perNode),
+          together: await bracketed(together, before.together),
+        };
+        fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
+        const low = { perNode: atRange(host.perNode).low, together: atRange(host.together).low };
+        const high = { perNode: atRange(host.perNode).high, together: atRange(host.together).high };
+        for (const row of measured) {
+          const at = { nodes: row.nodes, parallel, link, promptTokens: o.promptTokens, tokens: o.tokens };
+          const [f, lo, hi] = [host, low, high].map((h) => forecastNodes(model, h, at));
+          for (const figure of figures) {
+            const key = `${row.nodes}|${parallel}|${provider}|${figure}`;
+            cases.set(key, [
+              ...(cases.get(key) ?? []),
+              {
+                predicted: f![figure],
+                low: lo![figure],
+                high: hi![figure],
+                measured: row[figure],
+                probe: probeRate(host.perNode),
+              },
+            ]);
+          }
+        }
+      }
+    }
+  }
+  return [...cases].map(([key, rounds]) => {
+    const [nodes, parallel, provider, figure] = key.split('|') as [string, 'tp' | 'pp', ProviderName, Figure];
+    return { nodes: Number(nodes), parallel, provider, figure, ...summarize(rounds, fastest) };
+  });
+}
+
+export function planClusterTable(rows: readonly PlanClusterRow[]): string {
+  return figureTable(
+    ['nodes', 'parallel', 'provider', 'figure'],
+    'bench cluster',
+    rows.map((r) => [[String(r.nodes), r.parallel, r.provider, r.figure], r]),
+  );
+}
