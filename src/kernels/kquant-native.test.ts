@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createKernels } from './index.js';
-import { GEMM_TOKENS, GgmlType, type GgmlTypeId } from './types.js';
+import { GEMM_TOKENS, GgmlType, type GgmlTypeId, type Kernels, type Weight } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
 
 /*
@@ -37,43 +37,87 @@ function activations(kind: 'random' | 'zero-block' | 'outlier', n: number, cols:
   return x;
 }
 
-test('native K-quant matmul below GEMM_TOKENS equals the reference (random and extreme weights and activations)', async (t) => {
+type Case = {
+  type: GgmlTypeId;
+  rows: number;
+  cols: number;
+  n: number;
+  w: Weight;
+  x: Float32Array;
+  y: Float32Array;
+  label: string;
+};
+
+/**
+ * Every K-quant type x shape x weight kind (random with `seed`, extreme) x activation kind x
+ * token count in `counts`: the native product `run` against the reference within 2e-5 of the
+ * output's magnitude, then `more` on the case. False where no native kernels exist.
+ */
+async function againstReference(
+  shapes: readonly (readonly [number, number])[],
+  seed: number,
+  counts: readonly number[],
+  run: (k: Kernels, c: Case) => void,
+  more?: (k: Kernels, c: Case) => void,
+): Promise<boolean> {
   const k = await createKernels({ backend: 'native', threads: 2, smallJob: 0 }).catch(() => undefined);
-  if (!k) return t.skip('no native kernels here');
+  if (!k) return false;
   const ref = await createKernels({ backend: 'reference' });
   try {
     for (const type of kTypes)
-      for (const [rows, cols] of [
-        [37, 256],
-        [70, 2048],
-      ] as const)
+      for (const [rows, cols] of shapes)
         for (const wkind of ['random', 'extreme'] as const) {
           const data =
             wkind === 'random'
-              ? randomWeightBytes(type, rows, cols, rows * 3 + type)
+              ? randomWeightBytes(type, rows, cols, rows * seed + type)
               : extremeWeights(type, rows, cols);
           const w = k.uploadWeight({ type, rows, cols, data });
           const wr = ref.uploadWeight({ type, rows, cols, data });
           for (const xkind of ['random', 'zero-block', 'outlier'] as const)
-            for (let n = 1; n < GEMM_TOKENS; n += n < 4 ? 1 : 3) {
-              const x = activations(xkind, n, cols);
-              const y = new Float32Array(n * rows);
+            for (const n of counts) {
+              const label = `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x, n=${n}`;
+              const c: Case = {
+                type,
+                rows,
+                cols,
+                n,
+                w,
+                x: activations(xkind, n, cols),
+                y: new Float32Array(n * rows),
+                label,
+              };
+              run(k, c);
               const want = new Float32Array(n * rows);
-              if (n === 1) k.matvec(w, x, y);
-              else k.matmul(w, x, y, n);
-              ref.matmul(wr, x, want, n);
+              ref.matmul(wr, c.x, want, n);
               const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0) || 1;
-              for (let i = 0; i < y.length; i++)
+              for (let i = 0; i < c.y.length; i++)
                 assert.ok(
-                  Math.abs((y[i] as number) - (want[i] as number)) <= 2e-5 * scale,
-                  `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x, n=${n}, out ${i}: ${y[i]} vs ${want[i]}`,
+                  Math.abs((c.y[i] as number) - (want[i] as number)) <= 2e-5 * scale,
+                  `${label}, out ${i}: ${c.y[i]} vs ${want[i]}`,
                 );
+              more?.(k, c);
             }
         }
   } finally {
     await k.close();
     await ref.close();
   }
+  return true;
+}
+
+test('native K-quant matmul below GEMM_TOKENS equals the reference (random and extreme weights and activations)', async (t) => {
+  const below: number[] = [];
+  for (let n = 1; n < GEMM_TOKENS; n += n < 4 ? 1 : 3) below.push(n);
+  const ran = await againstReference(
+    [
+      [37, 256],
+      [70, 2048],
+    ],
+    3,
+    below,
+    (k, c) => (c.n === 1 ? k.matvec(c.w, c.x, c.y) : k.matmul(c.w, c.x, c.y, c.n)),
+  );
+  if (!ran) t.skip('no native kernels here');
 });
 
 /*
@@ -84,46 +128,19 @@ test('native K-quant matmul below GEMM_TOKENS equals the reference (random and e
  * (tokens 1..n-1 run again as a batch of their own, one lane over).
  */
 test('native K-quant GEMM equals the reference, and a token has the same bits at any place in the batch', async (t) => {
-  const k = await createKernels({ backend: 'native', threads: 2, smallJob: 0 }).catch(() => undefined);
-  if (!k) return t.skip('no native kernels here');
-  const ref = await createKernels({ backend: 'reference' });
-  try {
-    for (const type of kTypes)
-      for (const [rows, cols] of [
-        [36, 256],
-        [70, 2048],
-      ] as const)
-        for (const wkind of ['random', 'extreme'] as const) {
-          const data =
-            wkind === 'random'
-              ? randomWeightBytes(type, rows, cols, rows * 5 + type)
-              : extremeWeights(type, rows, cols);
-          const w = k.uploadWeight({ type, rows, cols, data });
-          const wr = ref.uploadWeight({ type, rows, cols, data });
-          for (const xkind of ['random', 'zero-block', 'outlier'] as const)
-            for (const n of [GEMM_TOKENS + 1, 16, 17, 33]) {
-              const x = activations(xkind, n, cols);
-              const y = new Float32Array(n * rows);
-              const want = new Float32Array(n * rows);
-              k.matmul(w, x, y, n);
-              ref.matmul(wr, x, want, n);
-              const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0) || 1;
-              for (let i = 0; i < y.length; i++)
-                assert.ok(
-                  Math.abs((y[i] as number) - (want[i] as number)) <= 2e-5 * scale,
-                  `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x, n=${n}, out ${i}: ${y[i]} vs ${want[i]}`,
-                );
-              const shifted = new Float32Array((n - 1) * rows);
-              k.matmul(w, x.subarray(cols), shifted, n - 1);
-              assert.deepEqual(
-                shifted,
-                y.subarray(rows),
-                `type ${type} [${rows}, ${cols}] ${wkind} weights, ${xkind} x: tokens 1..${n - 1} of ${n} alone`,
-              );
-            }
-        }
-  } finally {
-    await k.close();
-    await ref.close();
-  }
+  const ran = await againstReference(
+    [
+      [36, 256],
+      [70, 2048],
+    ],
+    5,
+    [GEMM_TOKENS + 1, 16, 17, 33],
+    (k, c) => k.matmul(c.w, c.x, c.y, c.n),
+    (k, c) => {
+      const shifted = new Float32Array((c.n - 1) * c.rows);
+      k.matmul(c.w, c.x.subarray(c.cols), shifted, c.n - 1);
+      assert.deepEqual(shifted, c.y.subarray(c.rows), `${c.label}: tokens 1..${c.n - 1} alone`);
+    },
+  );
+  if (!ran) t.skip('no native kernels here');
 });
