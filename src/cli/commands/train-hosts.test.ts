@@ -30,17 +30,35 @@ function settings(): RunSettings {
   };
 }
 
+/** Two `tandem node` agents on 127.0.0.1 and a hostfile naming them, for `body`; both closed after. */
+async function withTwoNodes(body: (dir: string, hostfile: string) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
+  const nodes = await Promise.all(
+    [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
+  );
+  try {
+    const hostfile = join(dir, 'hosts.txt');
+    writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
+    await body(dir, hostfile);
+  } finally {
+    await Promise.all(nodes.map((n) => n.close()));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The largest difference between two runs' final weights is below 1e-4 (sum order only). */
+function assertSameWeights(spread: ArrayLike<number>, single: ArrayLike<number>): void {
+  let d = 0;
+  for (let i = 0; i < single.length; i++)
+    d = Math.max(d, Math.abs((spread[i] as number) - (single[i] as number)));
+  assert.ok(d < 1e-4, `weights differ by ${d}`);
+}
+
 test(
   'train --hosts: rank 0 here and two `tandem node` agents on 127.0.0.1 follow one process up to sum order',
   { timeout: 120_000 },
   async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
-    const nodes = await Promise.all(
-      [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
-    );
-    try {
-      const hostfile = join(dir, 'hosts.txt');
-      writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
+    await withTwoNodes(async (_dir, hostfile) => {
       const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
       const spread = await trainOnHosts(
         { settings: settings(), tokens, gemm: referenceGemm },
@@ -49,14 +67,8 @@ test(
       assert.equal(spread.step, 3);
       for (let i = 0; i < 3; i++)
         assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
-      let d = 0;
-      for (let i = 0; i < single.weights.length; i++)
-        d = Math.max(d, Math.abs((spread.weights[i] as number) - (single.weights[i] as number)));
-      assert.ok(d < 1e-4, `weights differ by ${d}`);
-    } finally {
-      await Promise.all(nodes.map((n) => n.close()));
-      rmSync(dir, { recursive: true, force: true });
-    }
+      assertSameWeights(spread.weights, single.weights);
+    });
   },
 );
 
@@ -64,13 +76,7 @@ test(
   'train --hosts --resume: the nodes take the checkpoint from rank 0 and the run ends as an uninterrupted one',
   { timeout: 120_000 },
   async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
-    const nodes = await Promise.all(
-      [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
-    );
-    try {
-      const hostfile = join(dir, 'hosts.txt');
-      writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
+    await withTwoNodes(async (dir, hostfile) => {
       const checkpoint = join(dir, 'run.ckpt');
       const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
       await train({ settings: settings(), tokens, gemm: referenceGemm, checkpoint, stopAfter: 1 });
@@ -85,13 +91,7 @@ test(
       assert.equal(spread.curve[0]!.loss, single.curve[0]!.loss);
       for (let i = 1; i < 3; i++)
         assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
-      let d = 0;
-      for (let i = 0; i < single.weights.length; i++)
-        d = Math.max(d, Math.abs((spread.weights[i] as number) - (single.weights[i] as number)));
-      assert.ok(d < 1e-4, `weights differ by ${d}`);
-    } finally {
-      await Promise.all(nodes.map((n) => n.close()));
-      rmSync(dir, { recursive: true, force: true });
-    }
+      assertSameWeights(spread.weights, single.weights);
+    });
   },
 );
