@@ -147,7 +147,15 @@ export class ClusterSlotModel {
     if (!plan)
       throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
     const body = { seqs: seqs.map((s) => s.id), tokens, reset: seqs.filter((s) => s.stale).map((s) => s.id) };
-    const sent = session.clients.map((c) => c.request(type, body, this.stepTimeoutMs));
+    // the members' failures in the order they arrived: the first names the link that broke, later
+    // ones may name a rank that closed its links on the abort below
+    const failures: PromiseRejectedResult[] = [];
+    const sent = session.clients.map((c) =>
+      c.request(type, body, this.stepTimeoutMs).catch((reason: unknown) => {
+        failures.push({ status: 'rejected', reason });
+        throw reason;
+      }),
+    );
     let replies;
     try {
       replies = await Promise.all(sent);
@@ -157,7 +165,8 @@ export class ClusterSlotModel {
       // notice cannot cross the broken link)
       if (error instanceof TandemError && error.code === 'COLL_PEER_LOST')
         for (const c of session.clients) c.notify('abort', { reason: error.message });
-      const link = brokenLink(await Promise.allSettled(sent));
+      await Promise.allSettled(sent);
+      const link = brokenLink(failures);
       throw link ? new LinkDownError(link, error) : error;
     }
     const rows = decodeLogits(

@@ -16,6 +16,16 @@ test('a step whose member lost its link to another names the pair, lower rank fi
   assert.deepEqual(brokenLink([lost({ rank: 3, reportedBy: 1 })]), [1, 3]);
 });
 
+test('the first answer that names a pair wins; a peer that closed its communicator names none', () => {
+  // rank 2 lost rank 0; rank 0 then saw rank 1, aborting, drop its link
+  assert.deepEqual(brokenLink([lost({ rank: 0, reportedBy: 2 }), lost({ rank: 1, reportedBy: 0 })]), [0, 2]);
+  assert.deepEqual(
+    brokenLink([lost({ rank: 1, reportedBy: 0, left: true }), lost({ rank: 0, reportedBy: 2 })]),
+    [0, 2],
+  );
+  assert.equal(brokenLink([lost({ rank: 1, reportedBy: 0, left: true })]), undefined);
+});
+
 test('other failures name no link', () => {
   const other: PromiseSettledResult<unknown> = {
     status: 'rejected',

@@ -11,7 +11,7 @@ export function lostLinkError(rank: number, peer: number, left: boolean): Tandem
   const why = left ? `rank ${peer} closed its communicator` : `the link to rank ${peer} is closed`;
   return new TandemError('COLL_PEER_LOST', `rank ${rank}: ${why}`, {
     hint: 'a rank closed (or died) while others still needed it; make the same calls on every rank before close()',
-    details: { rank: peer, reportedBy: rank },
+    details: { rank: peer, reportedBy: rank, ...(left ? { left: true } : {}) },
   });
 }
 
