@@ -201,6 +201,40 @@ void to_scale(float *x, long n, float f) {
   for (long i = 0; i < n; i++) x[i] *= f;
 }
 
+// fingerprint.ts's fingerprint, bit for bit: 16 lanes of MurmurHash3's block step, element i
+// feeding lane i mod 16, each lane finalised with n. One pass over memory; the 16 lanes are
+// independent, so the loop over a block of them vectorises.
+#define FP_LANES 16
+
+static inline unsigned rotl32(unsigned x, int r) { return (x << r) | (x >> (32 - r)); }
+
+void to_fingerprint(const float *x, long n, unsigned *out) {
+  const unsigned *u = (const unsigned *)x;
+  unsigned h[FP_LANES];
+  for (int j = 0; j < FP_LANES; j++) h[j] = 0x9747b28cu + (unsigned)j;
+  long i = 0;
+  for (; i + FP_LANES <= n; i += FP_LANES) {
+#pragma omp simd
+    for (int j = 0; j < FP_LANES; j++) {
+      const unsigned k = rotl32(u[i + j] * 0xcc9e2d51u, 15) * 0x1b873593u;
+      h[j] = rotl32(h[j] ^ k, 13) * 5u + 0xe6546b64u;
+    }
+  }
+  for (; i < n; i++) {
+    const unsigned k = rotl32(u[i] * 0xcc9e2d51u, 15) * 0x1b873593u;
+    const int j = (int)(i & (FP_LANES - 1));
+    h[j] = rotl32(h[j] ^ k, 13) * 5u + 0xe6546b64u;
+  }
+  for (int j = 0; j < FP_LANES; j++) {
+    unsigned f = h[j] ^ (unsigned)n;
+    f ^= f >> 16;
+    f *= 0x85ebca6bu;
+    f ^= f >> 13;
+    f *= 0xc2b2ae35u;
+    out[j] = f ^ (f >> 16);
+  }
+}
+
 static void adamw(float *w, const float *g, float *m, float *v, const unsigned char *mask, long lo, long hi,
                   const double *k) {
   const double beta1 = k[1], beta2 = k[2], eps = k[3], decay = k[6];

@@ -41,6 +41,7 @@ export function bindNativeOps(lib: LibraryHandle, threads: number): TrainOps {
   const adamw = f(
     'void to_adamw(float *w, const float *g, float *m, float *v, const uint8_t *mask, long n, double lr, double beta1, double beta2, double eps, double c1, double c2, double decay, int threads)',
   );
+  const fingerprint = f('void to_fingerprint(const float *x, long n, uint32_t *out)');
   const shape = (s: AttentionShape): number[] => [s.rows, s.seq, s.heads, s.kvHeads, s.headDim];
   return {
     name: 'native',
@@ -60,5 +61,6 @@ export function bindNativeOps(lib: LibraryHandle, threads: number): TrainOps {
     scale: (x, factor) => scale(x, x.length, factor),
     adamw: (w, g, m, v, mask, s: AdamWStep) =>
       adamw(w, g, m, v, mask, w.length, s.lr, s.beta1, s.beta2, s.eps, s.c1, s.c2, s.decay, threads),
+    fingerprint: (x, out) => fingerprint(x, x.length, out),
   };
 }

@@ -1,6 +1,7 @@
 import { attentionBackwardGemm, attentionForwardGemm } from './attention-gemm.js';
 import type { AttentionShape } from './attention.js';
 import { crossEntropyInPlace } from './cross-entropy.js';
+import { fingerprint } from './fingerprint.js';
 import type { Gemm } from './gemm.js';
 import { rmsNormBackward, rmsNormForward } from './rms-norm.js';
 import { ropeApply, type RopeTable } from './rope.js';
@@ -93,6 +94,8 @@ export interface TrainOps {
     mask: Uint8Array,
     s: AdamWStep,
   ): void;
+  /** x's 512-bit fingerprint into out (16 words): fingerprint.ts's, bit for bit in every implementation. */
+  fingerprint(x: Float32Array, out: Uint32Array): void;
 }
 
 /** The TypeScript ops, attention's products on `gemm`: the truth the native ops are held to. */
@@ -120,6 +123,7 @@ export function referenceOps(gemm: Gemm): TrainOps {
       for (let i = 0; i < x.length; i++) x[i] = (x[i] as number) * factor;
     },
     adamw: adamwReference,
+    fingerprint,
   };
 }
 

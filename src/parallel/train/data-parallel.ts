@@ -72,7 +72,7 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
   const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
   if (o.signal?.aborted) onAbort();
   o.signal?.addEventListener('abort', onAbort, { once: true });
-  const sync = new CollectiveGradSync(comm);
+  const sync = new CollectiveGradSync(comm, cfg.gemm.ops?.fingerprint);
   let done = cfg.resume?.step ?? 0;
   try {
     if (o.resumeFromRoot && o.rank === 0 && !cfg.resume)

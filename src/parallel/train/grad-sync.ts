@@ -1,7 +1,10 @@
-import { createHash } from 'node:crypto';
 import type { Communicator } from '../../collectives/index.js';
 import { TandemError } from '../../errors/index.js';
 import type { GradSync } from '../../engine/train/index.js';
+import { FINGERPRINT_LANES, fingerprint } from '../../kernels/backward/fingerprint.js';
+
+/** Writes a Float32Array's fingerprint (16 words): fingerprint.ts's, or the native ops' twin of it. */
+export type Fingerprint = (x: Float32Array, out: Uint32Array) => void;
 
 /** Largest bucket, in f32 values (4 MiB): a layer's range is cut into pieces of at most this. */
 export const BUCKET_VALUES = 1 << 20;
@@ -21,7 +24,9 @@ export interface SyncTimes {
  * every rank since every rank runs the same backward). Gradients are already scaled by the
  * global token count, so the sum is the global mean's gradient. Every all-reduce is
  * deterministic and gives every rank the same bits, so ranks that start equal stay equal;
- * `agree` checks that with a hash of the weights after every update.
+ * `agree` checks that with a 512-bit fingerprint of the weights after every update (one pass
+ * over them: `fingerprint`, the native ops' where the rank has them; every implementation
+ * gives the same bits, so ranks with different kernels compare).
  */
 export class CollectiveGradSync implements GradSync {
   private grad: Float32Array = new Float32Array(0);
@@ -30,7 +35,10 @@ export class CollectiveGradSync implements GradSync {
   private lastEnd = 0;
   last: SyncTimes = { commMs: 0, exposedMs: 0 };
 
-  constructor(private readonly comm: Communicator) {}
+  constructor(
+    private readonly comm: Communicator,
+    private readonly fingerprintOf: Fingerprint = fingerprint,
+  ) {}
 
   get rank(): number {
     return this.comm.rank;
@@ -90,22 +98,22 @@ export class CollectiveGradSync implements GradSync {
   }
 
   async agree(weights: Float32Array, step: number): Promise<void> {
-    const digest = createHash('sha256')
-      .update(new Uint8Array(weights.buffer, weights.byteOffset, weights.byteLength))
-      .digest();
-    // max over ranks of the hash words and of their complements (~h, order-reversing): max(~h) = ~min(h)
-    const words = new Int32Array(8);
-    for (let i = 0; i < 4; i++) {
-      words[i] = digest.readInt32LE(4 * i);
-      words[4 + i] = ~(words[i] as number);
+    const L = FINGERPRINT_LANES;
+    const fp = new Uint32Array(L);
+    this.fingerprintOf(weights, fp);
+    // max over ranks of the fingerprint words and of their complements (~h, order-reversing): max(~h) = ~min(h)
+    const words = new Int32Array(2 * L);
+    for (let i = 0; i < L; i++) {
+      words[i] = fp[i] as number;
+      words[L + i] = ~(words[i] as number);
     }
-    const mine = words.slice(0, 4);
+    const mine = words.slice(0, L);
     await this.comm.allReduce(words, { op: 'max' });
-    for (let i = 0; i < 4; i++) {
-      if (words[i] !== ~(words[4 + i] as number) || words[i] !== mine[i])
+    for (let i = 0; i < L; i++) {
+      if (words[i] !== ~(words[L + i] as number) || words[i] !== mine[i])
         throw new TandemError(
           'PAR_TRAIN_DIVERGED',
-          `rank ${this.rank}: the weights differ between ranks after update ${step} (sha256 prefix ${digest.toString('hex').slice(0, 16)})`,
+          `rank ${this.rank}: the weights differ between ranks after update ${step} (fingerprint prefix ${Buffer.from(fp.buffer).toString('hex').slice(0, 16)})`,
           {
             hint: 'a bug: every rank applies the same all-reduced gradient; rerun and report it with the command',
           },
