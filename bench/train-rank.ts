@@ -18,6 +18,8 @@ export interface BenchRankConfig {
   /** Matrix products and their threads per rank. */
   kernels: GemmKind;
   threads: number;
+  /** Fabric between the ranks. */
+  provider: 'tcp' | 'shm';
 }
 
 export interface BenchRankLine {
@@ -77,6 +79,8 @@ else
     size: c.size,
     rendezvous: c.address,
     secret: c.secret,
+    provider: c.provider,
+    threadsPerRank: c.threads,
     onListening: (a) => process.stdout.write(`LISTENING ${a}\n`),
     onTimes: (t) => (times = t),
   });

@@ -16,6 +16,8 @@ export interface TrainBenchOptions {
   threads?: number[];
   /** The ranks' matrix products (default native). */
   kernels?: GemmKind;
+  /** Fabric between the ranks (default shm: they share this host). */
+  provider?: 'tcp' | 'shm';
   batch: number;
   seq: number;
   /** Updates per round; the first of each round is a warm-up and not counted. */
@@ -91,6 +93,7 @@ async function tandemRound(o: TrainBenchOptions, size: number, threads: number):
     steps: o.steps,
     kernels: o.kernels ?? 'native',
     threads,
+    provider: o.provider ?? 'shm',
   };
   const start = (rank: number, address: string): ReturnType<typeof spawn> => {
     const config: BenchRankConfig = { ...base, rank, address };

@@ -9,7 +9,7 @@ export const command = defineCommand({
   name: 'bench train',
   summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
   description:
-    'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients all-reduced over tcp in buckets during the backward), ' +
+    'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients all-reduced over --provider in buckets during the backward), ' +
     "and PyTorch's CPU step of the same shape, batch and each thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
     'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward; ' +
     "cpu_ms: the least CPU time of an update (rank 0's process, all its threads; PyTorch's process), which waiting for a core on a shared machine does not inflate.",
@@ -25,6 +25,13 @@ export const command = defineCommand({
       description: 'matrix products of the nodes (native: C, multi-threaded; wasm: SIMD, one thread)',
       choices: ['native', 'wasm'],
       default: 'native',
+    },
+    provider: {
+      type: 'string',
+      description:
+        'fabric between the nodes (all on this host: shm shares memory, tcp goes through loopback sockets)',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
     },
     shape: {
       type: 'string',
@@ -64,6 +71,7 @@ export const command = defineCommand({
       nodes,
       threads,
       kernels: options.kernels as GemmKind,
+      provider: options.provider as 'shm' | 'tcp',
       batch,
       seq: checkInteger('bench train', 'seq', options.seq, 1, shape.context, 64),
       steps: checkInteger('bench train', 'steps', options.steps, 2, 100, 4),

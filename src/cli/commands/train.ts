@@ -92,6 +92,7 @@ async function runChildRank(
   rank: number,
   rendezvous: string | undefined,
   provider: 'tcp' | 'shm',
+  threads: number,
 ): Promise<void> {
   const secret = process.env[TRAIN_SECRET_ENV];
   if (
@@ -104,7 +105,7 @@ async function runChildRank(
       'run tandem train --nodes N instead',
     );
   const { onStep: _quiet, checkpoint: _rank0Writes, ...rest } = cfg;
-  await trainRank(rest, { rank, size: nodes, rendezvous, secret, provider });
+  await trainRank(rest, { rank, size: nodes, rendezvous, secret, provider, threadsPerRank: threads });
 }
 
 /** Rank 0 of a local data-parallel run: starts the other ranks once it listens, reports, writes. */
@@ -143,6 +144,7 @@ async function runRankZero(
       rendezvous: '127.0.0.1:0',
       secret: ranks.secret,
       provider: options.provider,
+      threadsPerRank: options.threads,
       onListening: (address) => ranks.start(address),
     });
     const failed = await ranks.wait(10_000);
@@ -333,7 +335,7 @@ export const command = defineCommand({
         'give every node at least one row: raise --batch or lower --nodes',
       );
     if (options.rank !== undefined) {
-      await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider);
+      await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider, threads);
       return 0;
     }
     if (options.hosts !== undefined && options.nodes !== 1)

@@ -17,6 +17,11 @@ export interface RankOptions {
   rendezvous: string;
   secret: string;
   provider?: 'tcp' | 'shm';
+  /**
+   * Compute threads of each rank (default 1): waits busy-poll only where the host's ranks x
+   * threads fit its cores (createCommunicator's threadsPerRank).
+   */
+  threadsPerRank?: number;
   /** Bound on every wait inside a collective (a rank computing a step must finish within it). */
   timeoutMs?: number;
   onListening?: (address: string) => void;
@@ -67,6 +72,7 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
     secret: o.secret,
     timeoutMs: o.timeoutMs ?? 60_000,
     connectTimeoutMs: 60_000,
+    ...(o.threadsPerRank ? { threadsPerRank: o.threadsPerRank } : {}),
     ...(o.onListening ? { onListening: o.onListening } : {}),
   });
   const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
