@@ -260,9 +260,10 @@ export const command = defineCommand({
     ...secretOptions,
     provider: {
       type: 'string',
-      description: 'fabric between the --nodes processes (--hosts: tcp)',
-      choices: ['tcp', 'shm'],
-      default: 'tcp',
+      description:
+        'fabric between the --nodes processes, which share this host (shm: shared memory, the cheaper in CPU; tcp: loopback sockets); --hosts always uses tcp',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
     },
     rank: { type: 'number', description: 'internal: the rank of a process that `--nodes` started' },
     rendezvous: {
