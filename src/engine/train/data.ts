@@ -59,3 +59,10 @@ export function batchAt(
   }
   return out;
 }
+
+/** The distinct input token ids of a rows x (seq + 1) batch (each row's first seq tokens), ascending. */
+export function inputIds(batch: Int32Array, rows: number, seq: number): Int32Array {
+  const ids = new Set<number>();
+  for (let b = 0; b < rows; b++) for (let t = 0; t < seq; t++) ids.add(batch[b * (seq + 1) + t] as number);
+  return Int32Array.from(ids).sort();
+}

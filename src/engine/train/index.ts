@@ -20,4 +20,11 @@ export { LlamaGrad, LLAMA_EPS, LLAMA_ROPE_BASE, type GradReady } from './llama-g
 export { initParams, paramLayout, views, type ParamEntry, type ParamLayout } from './params.js';
 export { trainShape, trainShapes } from './shapes.js';
 export { trainingPlan, trainingTokenizer, writeTrainedGguf, type TrainedModelInfo } from './to-gguf.js';
-export { train, type GradSync, type StepLog, type TrainConfig, type TrainResult } from './trainer.js';
+export {
+  train,
+  type EmbeddingRows,
+  type GradSync,
+  type StepLog,
+  type TrainConfig,
+  type TrainResult,
+} from './trainer.js';

@@ -2,21 +2,36 @@ import type { Gemm } from '../../kernels/backward/gemm.js';
 import { referenceOps } from '../../kernels/backward/train-ops.js';
 import { AdamW, clipGradNorm, learningRate, ADAMW_DEFAULTS } from './adamw.js';
 import { saveCheckpoint, type Checkpoint, type CurvePoint, type RunSettings } from './checkpoint.js';
-import { batchAt } from './data.js';
+import { batchAt, inputIds } from './data.js';
 import { LlamaGrad, type GradReady } from './llama-grad.js';
-import { initParams, paramLayout, type ParamLayout } from './params.js';
+import { initParams, paramLayout, type ParamEntry, type ParamLayout } from './params.js';
+
+/**
+ * The token-embedding rows that a step's gradient can touch on any rank: the input ids of the
+ * whole (global) batch. Every other row of [offset, offset + size) is 0 on every rank (the
+ * gradient is zeroed per step and only an input's row gathers), so its sum over ranks is 0 too.
+ */
+export interface EmbeddingRows {
+  offset: number;
+  size: number;
+  /** Values per row (the embedding width). */
+  width: number;
+  /** Row indices, ascending, distinct. */
+  rows: Int32Array;
+}
 
 /**
  * How a data-parallel rank joins its gradients with the others' (the parallel layer
  * implements it over collectives; a single node has none). Per step: `begin`, then `ready`
  * for each range as the backward finishes it (the sync may start reducing it at once),
  * then `finish`, after which grad holds the sum over ranks; `sum` adds a scalar over ranks;
- * `agree` checks that every rank holds the same weights after the update.
+ * `agree` checks that every rank holds the same weights after the update. `embedding` names
+ * the embedding rows any rank touches, so that the sync may reduce those alone.
  */
 export interface GradSync {
   readonly rank: number;
   readonly size: number;
-  begin(grad: Float32Array): void;
+  begin(grad: Float32Array, embedding?: EmbeddingRows): void;
   ready: GradReady;
   finish(): Promise<void>;
   sum(value: number): Promise<number>;
@@ -67,6 +82,8 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
   const rank = sync?.rank ?? 0;
   const first = Math.floor((s.batch * rank) / size);
   const count = Math.floor((s.batch * (rank + 1)) / size) - first;
+  const embed = layout.byName.get('token_embd.weight') as ParamEntry;
+  const embedding = { offset: embed.offset, size: embed.size, width: s.shape.embd };
   const schedule = { peak: s.lr, warmup: s.warmup, total: s.steps, minRatio: s.minLrRatio };
   let step = cfg.resume?.step ?? 0;
   const end = Math.min(s.steps, cfg.stopAfter !== undefined ? step + cfg.stopAfter : s.steps);
@@ -78,7 +95,10 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
     const t0 = performance.now();
     grad.fill(0);
     const batch = batchAt(cfg.tokens, s.seed, step, s.batch, s.seq, first, count);
-    sync?.begin(grad);
+    if (sync) {
+      const everyRow = batchAt(cfg.tokens, s.seed, step, s.batch, s.seq);
+      sync.begin(grad, { ...embedding, rows: inputIds(everyRow, s.batch, s.seq) });
+    }
     let loss = sync
       ? await model.stepAsync(batch, count, s.seq, grad, s.batch * s.seq, sync.ready)
       : model.step(batch, count, s.seq, grad);

@@ -82,3 +82,43 @@ test('ranges larger than a bucket are summed whole; differing weights are PAR_TR
     await Promise.all(world.map((c) => c.close()));
   }
 });
+
+test("the embedding's range is summed on the named rows alone; the other rows stay 0", async () => {
+  const world = await createLocalWorld(2);
+  try {
+    const [offset, width, vocab] = [4, 3, 6];
+    const n = offset + vocab * width + 2;
+    const rows = Int32Array.of(1, 4);
+    // each rank touched a subset of the rows the whole batch reads; every other row is 0
+    const grads = [0, 1].map((r) => {
+      const g = Float32Array.from({ length: n }, (_, i) =>
+        i < offset || i >= offset + vocab * width ? i + r : 0,
+      );
+      for (const row of r === 0 ? [1, 4] : [4])
+        g.fill(r + 1 + row, offset + row * width, offset + row * width + width);
+      // a row outside the named ones does not travel: it stays what this rank holds
+      if (r === 1) g[offset + 2 * width] = 7;
+      return g;
+    });
+    await Promise.all(
+      world.map(async (c, r) => {
+        const s = new CollectiveGradSync(c);
+        s.begin(grads[r]!, { offset, size: vocab * width, width, rows });
+        s.ready(offset + vocab * width, n);
+        s.ready(offset, offset + vocab * width);
+        s.ready(0, offset);
+        await s.finish();
+      }),
+    );
+    const want = Float32Array.from({ length: n }, (_, i) =>
+      i < offset || i >= offset + vocab * width ? 2 * i + 1 : 0,
+    );
+    want.fill(1 + 1 + 0, offset + width, offset + 2 * width); // row 1: rank 0's 2, rank 1's 0
+    want.fill(5 + 6, offset + 4 * width, offset + 5 * width); // row 4: 5 + 6
+    assert.deepEqual(grads[0], want);
+    want[offset + 2 * width] = 7;
+    assert.deepEqual(grads[1], want);
+  } finally {
+    await Promise.all(world.map((c) => c.close()));
+  }
+});

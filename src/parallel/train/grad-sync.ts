@@ -1,6 +1,6 @@
 import type { Communicator } from '../../collectives/index.js';
 import { TandemError } from '../../errors/index.js';
-import type { GradSync } from '../../engine/train/index.js';
+import type { EmbeddingRows, GradSync } from '../../engine/train/index.js';
 import { FINGERPRINT_LANES, fingerprint } from '../../kernels/backward/fingerprint.js';
 
 /** Writes a Float32Array's fingerprint (16 words): fingerprint.ts's, or the native ops' twin of it. */
@@ -30,6 +30,7 @@ export interface SyncTimes {
  */
 export class CollectiveGradSync implements GradSync {
   private grad: Float32Array = new Float32Array(0);
+  private embedding: EmbeddingRows | undefined;
   private pending: Promise<void>[] = [];
   private firstStart = 0;
   private lastEnd = 0;
@@ -48,25 +49,57 @@ export class CollectiveGradSync implements GradSync {
     return this.comm.size;
   }
 
-  begin(grad: Float32Array): void {
+  begin(grad: Float32Array, embedding?: EmbeddingRows): void {
     this.grad = grad;
+    this.embedding = embedding;
     this.pending = [];
     this.firstStart = 0;
   }
 
   readonly ready = (start: number, end: number): void => {
     if (this.firstStart === 0) this.firstStart = performance.now();
-    for (let a = start; a < end; a += BUCKET_VALUES) {
-      const bucket = this.grad.subarray(a, Math.min(end, a + BUCKET_VALUES));
-      const reduced = this.comm.allReduce(bucket, { op: 'sum' }).then(() => {
-        this.lastEnd = performance.now();
-      });
-      // finish() awaits it; a bucket that fails while the backward pass still runs (a lost
-      // rank) must not be an unhandled rejection before then
-      reduced.catch(() => {});
-      this.pending.push(reduced);
-    }
+    const e = this.embedding;
+    const reduced =
+      e && start === e.offset && end === e.offset + e.size
+        ? this.reduceRows(e)
+        : this.reduce(this.grad.subarray(start, end));
+    // finish() awaits it; a bucket that fails while the backward pass still runs (a lost
+    // rank) must not be an unhandled rejection before then
+    reduced.catch(() => {});
+    this.pending.push(reduced);
   };
+
+  /** All-reduces `values` (sum) in buckets of at most BUCKET_VALUES, each started at once. */
+  private reduce(values: Float32Array): Promise<void> {
+    const buckets: Promise<void>[] = [];
+    for (let a = 0; a < values.length; a += BUCKET_VALUES)
+      buckets.push(
+        this.comm.allReduce(values.subarray(a, Math.min(values.length, a + BUCKET_VALUES)), { op: 'sum' }),
+      );
+    return Promise.all(buckets).then(() => {
+      this.lastEnd = performance.now();
+    });
+  }
+
+  /**
+   * The embedding's gradient, reduced on the rows some rank touched only: they are packed,
+   * summed and put back; every other row is 0 on every rank, and stays so. A step's batch
+   * reads a fraction of the vocabulary, so this cuts the bytes of the last range of the
+   * backward, the one nothing is left to overlap with.
+   */
+  private reduceRows(e: EmbeddingRows): Promise<void> {
+    const w = e.width;
+    const packed = new Float32Array(e.rows.length * w);
+    for (let i = 0; i < e.rows.length; i++) {
+      const at = e.offset + (e.rows[i] as number) * w;
+      packed.set(this.grad.subarray(at, at + w), i * w);
+    }
+    const grad = this.grad;
+    return this.reduce(packed).then(() => {
+      for (let i = 0; i < e.rows.length; i++)
+        grad.set(packed.subarray(i * w, i * w + w), e.offset + (e.rows[i] as number) * w);
+    });
+  }
 
   async finish(): Promise<void> {
     const t0 = performance.now();
