@@ -1,0 +1,44 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createLocalWorld } from './local-world.js';
+import { pairSegments, PAIR_SEGMENT_MIN, PAIR_SEGMENTS_MAX } from './all-reduce-ring-pair.js';
+import { assertIdentical } from './collectives.cases.js';
+import type { Communicator } from './communicator.js';
+
+test('pairSegments: two to four segments of 64 KiB .. one fragment per half, none below two', () => {
+  const frag = 256 * 1024;
+  assert.equal(pairSegments((2 * 2 * PAIR_SEGMENT_MIN) / 4 - 2, 4, frag), 0, 'a half under two segments');
+  assert.equal(pairSegments((2 * 2 * PAIR_SEGMENT_MIN) / 4, 4, frag), 2);
+  assert.equal(pairSegments((1 << 20) / 4, 4, frag), PAIR_SEGMENTS_MAX, '1 MiB: four 128 KiB segments');
+  assert.equal(pairSegments((64 << 20) / 4, 4, frag), PAIR_SEGMENTS_MAX, 'large: segments capped');
+  assert.equal(pairSegments((1 << 20) / 4, 4, 64 * 1024), PAIR_SEGMENTS_MAX);
+});
+
+test('2-rank ring, pipelined: random f32 (sum, max), odd counts, equal to kept + received and identical on both ranks', async () => {
+  const comms = await createLocalWorld(2, { timeoutMs: 20_000 });
+  try {
+    await checkPair(comms);
+  } finally {
+    await Promise.all(comms.map((c) => c.close()));
+  }
+});
+
+async function checkPair(comms: readonly Communicator[]): Promise<void> {
+  let seed = 12345;
+  const rand = (): number => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
+  for (const count of [(1 << 20) / 4, 300_001, 65_537]) {
+    for (const reduce of ['sum', 'max'] as const) {
+      const inputs = comms.map(() => Float32Array.from({ length: count }, rand));
+      const want = Float32Array.from({ length: count }, (_, i) => {
+        const a = inputs[0]![i]!;
+        const b = inputs[1]![i]!;
+        return reduce === 'sum' ? a + b : Math.max(a, b);
+      });
+      const data = inputs.map((x) => x.slice());
+      await Promise.all(comms.map((c, r) => c.allReduce(data[r]!, { algorithm: 'ring', op: reduce })));
+      assertIdentical(data, `${reduce} ${count}`);
+      const at = data[0]!.findIndex((v, i) => v !== want[i]);
+      assert.equal(at, -1, `${reduce} ${count}: element ${at} is ${data[0]![at]}, expected ${want[at]}`);
+    }
+  }
+}

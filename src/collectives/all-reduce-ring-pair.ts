@@ -1,0 +1,70 @@
+import { bytesOf, bytesPerElement, type DTypeArray } from '../kernels/dtype.js';
+import { chunkRanges, splitRange, type Range } from './chunks.js';
+import { sub, type Call } from './call.js';
+
+/**
+ * Smallest segment of the pipelined 2-rank ring, in bytes: the router writes payloads of at
+ * least 64 KiB from the caller's memory without a copy (ZERO_COPY_MIN in router/link.ts), so
+ * no segment is copied on its way out.
+ */
+export const PAIR_SEGMENT_MIN = 64 * 1024;
+
+/** At most this many segments per half: enough to overlap the two halves, few enough that per-message costs stay small. */
+export const PAIR_SEGMENTS_MAX = 4;
+
+/**
+ * Segments per half for a 2-rank ring all-reduce of `count` values of `bytesPerValue` bytes:
+ * 0 when a half is too small for two segments (the plain ring then runs).
+ */
+export function pairSegments(count: number, bytesPerValue: number, fragmentBytes: number): number {
+  const half = Math.floor(count / 2) * bytesPerValue;
+  const size = Math.max(PAIR_SEGMENT_MIN, Math.min(fragmentBytes, Math.ceil(half / PAIR_SEGMENTS_MAX)));
+  const segs = Math.min(PAIR_SEGMENTS_MAX, Math.floor(half / size));
+  return segs >= 2 ? segs : 0;
+}
+
+/** A receive posted ahead of its turn: its rejection (an abort) is seen when awaited, not as unhandled. */
+function early<T>(p: Promise<T>): Promise<T> {
+  p.catch(() => undefined);
+  return p;
+}
+
+/**
+ * The 2-rank ring all-reduce, pipelined (raw wire only). Position p of `order` keeps half p
+ * (chunkRanges(count, 2)[p]) and gives the other half, as the ring does; both halves are cut
+ * into `segs` segments. Every reduce-scatter segment goes out at once (steps 0..segs-1); the
+ * peer's segment k is reduced into the kept half as it arrives and sent back at once (step
+ * segs + k), so the all-gather of segment k travels while segment k+1 of the reduce-scatter
+ * is still arriving, and both directions of the connection carry data at the same time.
+ *
+ * Each element is reduced once, by the rank that keeps its half, as `kept (op) received`,
+ * the ring's order: the bits equal the unpipelined ring's. A received all-gather segment k
+ * overwrites given segment k only after the peer reduced it, so after this rank's send of it
+ * was written out.
+ */
+export async function allReduceRingPair(
+  call: Call,
+  data: DTypeArray,
+  order: readonly number[],
+  segs: number,
+): Promise<void> {
+  const p = order.indexOf(call.rank);
+  const peer = order[1 - p] as number;
+  const halves = chunkRanges(data.length, 2);
+  const keep = splitRange(halves[p] as Range, segs);
+  const give = splitRange(halves[1 - p] as Range, segs);
+  const reduced = keep.map((r, k) => early(call.recvReduce(peer, sub(data, r), 0, k)));
+  const gathered = give.map((r, k) => early(call.recvCopy(peer, sub(data, r), 0, segs + k)));
+  const sends = give.map((r, k) => call.send(peer, bytesOf(sub(data, r)), 0, k));
+  for (let k = 0; k < segs; k++) {
+    await call.drive(reduced[k] as Promise<void>);
+    sends.push(call.send(peer, bytesOf(sub(data, keep[k] as Range)), 0, segs + k));
+  }
+  await call.driveAll(gathered);
+  await call.driveAll(sends);
+}
+
+/** Segments for `call` on `data` (see pairSegments). */
+export function pairSegmentsOf(call: Call, data: DTypeArray): number {
+  return pairSegments(data.length, bytesPerElement(call.spec.dtype), call.comm.router.fragmentBytes);
+}
