@@ -5,13 +5,14 @@ import { pairSegments, PAIR_SEGMENT_MIN, PAIR_SEGMENTS_MAX } from './all-reduce-
 import { assertIdentical } from './collectives.cases.js';
 import type { Communicator } from './communicator.js';
 
-test('pairSegments: two to four segments of 64 KiB .. one fragment per half, none below two', () => {
+test('pairSegments: one segment per fragment of a half, at least two, none when a half is under two of 64 KiB', () => {
   const frag = 256 * 1024;
-  assert.equal(pairSegments((2 * 2 * PAIR_SEGMENT_MIN) / 4 - 2, 4, frag), 0, 'a half under two segments');
-  assert.equal(pairSegments((2 * 2 * PAIR_SEGMENT_MIN) / 4, 4, frag), 2);
-  assert.equal(pairSegments((1 << 20) / 4, 4, frag), PAIR_SEGMENTS_MAX, '1 MiB: four 128 KiB segments');
-  assert.equal(pairSegments((64 << 20) / 4, 4, frag), PAIR_SEGMENTS_MAX, 'large: segments capped');
-  assert.equal(pairSegments((1 << 20) / 4, 4, 64 * 1024), PAIR_SEGMENTS_MAX);
+  assert.equal(pairSegments((4 * PAIR_SEGMENT_MIN) / 4 - 2, 4, frag), 0, 'a half under two segments');
+  assert.equal(pairSegments((4 * PAIR_SEGMENT_MIN) / 4, 4, frag), 2, 'a half of 128 KiB: two of 64 KiB');
+  assert.equal(pairSegments((1 << 20) / 4, 4, frag), 2, '1 MiB: a fragment per segment');
+  assert.equal(pairSegments((4 << 20) / 4, 4, frag), 8);
+  assert.equal(pairSegments((1 << 20) / 4 + 1, 4, 64 * 1024), 8, 'an odd count');
+  assert.equal(pairSegments(2 ** 31, 4, frag), PAIR_SEGMENTS_MAX, 'capped: segments span fragments');
 });
 
 test('2-rank ring, pipelined: random f32 (sum, max), odd counts, equal to kept + received and identical on both ranks', async () => {

@@ -9,18 +9,23 @@ import { sub, type Call } from './call.js';
  */
 export const PAIR_SEGMENT_MIN = 64 * 1024;
 
-/** At most this many segments per half: enough to overlap the two halves, few enough that per-message costs stay small. */
-export const PAIR_SEGMENTS_MAX = 4;
+/**
+ * At most this many segments per half (the header's step field is 16 bits and each segment
+ * is a receive posted ahead); past it segments span several fragments.
+ */
+export const PAIR_SEGMENTS_MAX = 1024;
 
 /**
  * Segments per half for a 2-rank ring all-reduce of `count` values of `bytesPerValue` bytes:
- * 0 when a half is too small for two segments (the plain ring then runs).
+ * one per fragment, so the pipelined ring sends as many messages as the plain ring sends
+ * fragments (each message costs its own socket calls, ACK requests and credits), and at least
+ * two, so that the halves overlap; 0 when a half is too small for two segments (the plain
+ * ring then runs).
  */
 export function pairSegments(count: number, bytesPerValue: number, fragmentBytes: number): number {
   const half = Math.floor(count / 2) * bytesPerValue;
-  const size = Math.max(PAIR_SEGMENT_MIN, Math.min(fragmentBytes, Math.ceil(half / PAIR_SEGMENTS_MAX)));
-  const segs = Math.min(PAIR_SEGMENTS_MAX, Math.floor(half / size));
-  return segs >= 2 ? segs : 0;
+  if (half < 2 * PAIR_SEGMENT_MIN) return 0;
+  return Math.min(PAIR_SEGMENTS_MAX, Math.max(2, Math.ceil(half / fragmentBytes)));
 }
 
 /** A receive posted ahead of its turn: its rejection (an abort) is seen when awaited, not as unhandled. */
