@@ -1,15 +1,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalWorld } from './local-world.js';
-import { pairSegments, PAIR_SEGMENT_MIN, PAIR_SEGMENTS_MAX } from './all-reduce-ring-pair.js';
+import { pairSegments, PAIR_SEGMENTS_MAX } from './all-reduce-ring-pair.js';
 import { assertIdentical } from './collectives.cases.js';
 import type { Communicator } from './communicator.js';
 
-test('pairSegments: one segment per fragment of a half, at least two, none when a half is under two of 64 KiB', () => {
+test('pairSegments: one segment per fragment of a half, none when a half is one fragment', () => {
   const frag = 256 * 1024;
-  assert.equal(pairSegments((4 * PAIR_SEGMENT_MIN) / 4 - 2, 4, frag), 0, 'a half under two segments');
-  assert.equal(pairSegments((4 * PAIR_SEGMENT_MIN) / 4, 4, frag), 2, 'a half of 128 KiB: two of 64 KiB');
-  assert.equal(pairSegments((1 << 20) / 4, 4, frag), 2, '1 MiB: a fragment per segment');
+  assert.equal(pairSegments((512 * 1024) / 4, 4, frag), 0, '512 KiB: a half is one fragment');
+  assert.equal(pairSegments((512 * 1024) / 4 + 2, 4, frag), 2, 'one value past it: two segments');
+  assert.equal(pairSegments((1 << 20) / 4, 4, frag), 2, '1 MiB: two segments of 256 KiB');
   assert.equal(pairSegments((4 << 20) / 4, 4, frag), 8);
   assert.equal(pairSegments((1 << 20) / 4 + 1, 4, 64 * 1024), 8, 'an odd count');
   assert.equal(pairSegments(2 ** 31, 4, frag), PAIR_SEGMENTS_MAX, 'capped: segments span fragments');
@@ -27,7 +27,7 @@ test('2-rank ring, pipelined: random f32 (sum, max), odd counts, equal to kept +
 async function checkPair(comms: readonly Communicator[]): Promise<void> {
   let seed = 12345;
   const rand = (): number => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
-  for (const count of [(1 << 20) / 4, 300_001, 65_537]) {
+  for (const count of [(1 << 20) / 4, 300_001, 1_000_003]) {
     for (const reduce of ['sum', 'max'] as const) {
       const inputs = comms.map(() => Float32Array.from({ length: count }, rand));
       const want = Float32Array.from({ length: count }, (_, i) => {

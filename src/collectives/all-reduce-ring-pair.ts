@@ -3,13 +3,6 @@ import { chunkRanges, splitRange, type Range } from './chunks.js';
 import { sub, type Call } from './call.js';
 
 /**
- * Smallest segment of the pipelined 2-rank ring, in bytes: the router writes payloads of at
- * least 64 KiB from the caller's memory without a copy (ZERO_COPY_MIN in router/link.ts), so
- * no segment is copied on its way out.
- */
-export const PAIR_SEGMENT_MIN = 64 * 1024;
-
-/**
  * At most this many segments per half (the header's step field is 16 bits and each segment
  * is a receive posted ahead); past it segments span several fragments.
  */
@@ -17,15 +10,13 @@ export const PAIR_SEGMENTS_MAX = 1024;
 
 /**
  * Segments per half for a 2-rank ring all-reduce of `count` values of `bytesPerValue` bytes:
- * one per fragment, so the pipelined ring sends as many messages as the plain ring sends
- * fragments (each message costs its own socket calls, ACK requests and credits), and at least
- * two, so that the halves overlap; 0 when a half is too small for two segments (the plain
- * ring then runs).
+ * one per fragment, so the pipelined ring sends exactly the messages the plain ring sends
+ * fragments (each message costs its own socket calls, ACK request and credits); 0 when a half
+ * is a single fragment (nothing to overlap: the plain ring runs).
  */
 export function pairSegments(count: number, bytesPerValue: number, fragmentBytes: number): number {
-  const half = Math.floor(count / 2) * bytesPerValue;
-  if (half < 2 * PAIR_SEGMENT_MIN) return 0;
-  return Math.min(PAIR_SEGMENTS_MAX, Math.max(2, Math.ceil(half / fragmentBytes)));
+  const segs = Math.ceil((Math.floor(count / 2) * bytesPerValue) / fragmentBytes);
+  return segs >= 2 ? Math.min(PAIR_SEGMENTS_MAX, segs) : 0;
 }
 
 /** A receive posted ahead of its turn: its rejection (an abort) is seen when awaited, not as unhandled. */
