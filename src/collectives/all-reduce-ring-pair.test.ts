@@ -4,6 +4,7 @@ import { createLocalWorld } from './local-world.js';
 import { pairSegments, PAIR_SEGMENTS_MAX } from './all-reduce-ring-pair.js';
 import { assertIdentical } from './collectives.cases.js';
 import type { Communicator } from './communicator.js';
+import { createCommunicator } from './create-communicator.js';
 
 test('pairSegments: one segment per fragment of a half, none when a half is one fragment', () => {
   const frag = 256 * 1024;
@@ -17,6 +18,27 @@ test('pairSegments: one segment per fragment of a half, none when a half is one 
 
 test('2-rank ring, pipelined: random f32 (sum, max), odd counts, equal to kept + received and identical on both ranks', async () => {
   const comms = await createLocalWorld(2, { timeoutMs: 20_000 });
+  try {
+    await checkPair(comms);
+  } finally {
+    await Promise.all(comms.map((c) => c.close()));
+  }
+});
+
+test('2-rank ring, pipelined, over tcp: segments written from the caller memory both ways at once', async () => {
+  let listening: (address: string) => void = () => undefined;
+  const address = new Promise<string>((resolve) => (listening = resolve));
+  const common = { size: 2, provider: 'tcp' as const, timeoutMs: 20_000 };
+  const root = createCommunicator({
+    ...common,
+    rank: 0,
+    rendezvous: { kind: 'root', address: '127.0.0.1:0' },
+    onListening: listening,
+  });
+  const other = address.then((a) =>
+    createCommunicator({ ...common, rank: 1, rendezvous: { kind: 'root', address: a } }),
+  );
+  const comms = await Promise.all([root, other]);
   try {
     await checkPair(comms);
   } finally {
