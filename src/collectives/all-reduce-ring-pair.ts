@@ -26,8 +26,8 @@ function early<T>(p: Promise<T>): Promise<T> {
 }
 
 /**
- * The 2-rank ring all-reduce, pipelined (raw wire only). Position p of `order` keeps half p
- * (chunkRanges(count, 2)[p]) and gives the other half, as the ring does; both halves are cut
+ * The 2-rank ring all-reduce, pipelined (raw wire only). Each rank keeps the half of its rank
+ * (chunkRanges(count, 2)[rank]) and gives the peer's, as the ring does; both halves are cut
  * into `segs` segments. Every reduce-scatter segment goes out at once (steps 0..segs-1); the
  * peer's segment k is reduced into the kept half as it arrives and sent back at once (step
  * segs + k), so the all-gather of segment k travels while segment k+1 of the reduce-scatter
@@ -47,8 +47,8 @@ export async function allReduceRingPair(
   const p = order.indexOf(call.rank);
   const peer = order[1 - p] as number;
   const halves = chunkRanges(data.length, 2);
-  const keep = splitRange(halves[p] as Range, segs);
-  const give = splitRange(halves[1 - p] as Range, segs);
+  const keep = splitRange(halves[call.rank] as Range, segs);
+  const give = splitRange(halves[peer] as Range, segs);
   const reduced = keep.map((r, k) => early(call.recvReduce(peer, sub(data, r), 0, k)));
   const gathered = give.map((r, k) => early(call.recvCopy(peer, sub(data, r), 0, segs + k)));
   const sends = give.map((r, k) => call.send(peer, bytesOf(sub(data, r)), 0, k));
