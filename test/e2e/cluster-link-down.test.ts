@@ -103,7 +103,7 @@ async function startRig(
   );
   serve.child.stdout?.resume();
   names.forEach((m, i) => rig.tandem(m, ['node', '--join', `10.81.${i + 1}.1:7110`, '--threads', '1'], env));
-  const listening = Date.now() + 60_000;
+  const listening = Date.now() + 120_000;
   while (!/listening on http/.test(serve.stderr) && Date.now() < listening && serve.exitCode === undefined)
     await new Promise((r) => setTimeout(r, 100));
   assert.match(serve.stderr, /listening on http/, serve.stderr);
@@ -117,7 +117,7 @@ async function streamsAcross(
   cut: () => void,
 ): Promise<{ alone: string[]; before: Cluster; texts: string[]; cluster: Cluster; downAt: number }> {
   const reference = rig.node('c', [client, url, JSON.stringify(prompts)], env);
-  const ref = await reference.waitFor((l) => Array.isArray(l.texts), 60_000, 'the reference texts');
+  const ref = await reference.waitFor((l) => Array.isArray(l.texts), 120_000, 'the reference texts');
   const alone = ref.texts as string[];
   assert.ok(
     alone.every((t) => !t.startsWith('ERROR')),
@@ -143,7 +143,7 @@ async function streamsAcross(
 
 test(
   'a link down between the only two members is seen within 3 s; no relay path: the model is placed without one of them and the streams go on',
-  { skip, timeout: 240_000 },
+  { skip, timeout: 420_000 },
   async () => {
     const { rig, pairs, url } = await startRig(2);
     try {
@@ -169,7 +169,7 @@ test(
 
 test(
   'a link down between two of 3 members is seen within 3 s; the placement is kept, the third relays, the streams go on',
-  { skip, timeout: 300_000 },
+  { skip, timeout: 420_000 },
   async () => {
     // tensor parallel: every pair of members exchanges each layer, so the cut link carries the step
     // (a pipeline over 3 may not use it, and a link no step uses is not seen down)
