@@ -11,21 +11,24 @@ import { CpuCap } from './cpu-cap.js';
 const path = tempModel('tandem-bench-join-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
 test('bench recover --join --json: a member joins mid-stream; the verdict is reported and every stream completes with its text', () => {
-  const r = runTandem([
-    'bench',
-    'recover',
-    path(),
-    '--join',
-    '--streams',
-    '2',
-    '--prompt-tokens',
-    '8',
-    '--max-tokens',
-    '24',
-    '--threads',
-    '1',
-    '--json',
-  ]);
+  const r = runTandem(
+    [
+      'bench',
+      'recover',
+      path(),
+      '--join',
+      '--streams',
+      '2',
+      '--prompt-tokens',
+      '8',
+      '--max-tokens',
+      '24',
+      '--threads',
+      '1',
+      '--json',
+    ],
+    { timeoutMs: 240_000 },
+  );
   assert.equal(r.code, 0, r.stderr);
   const row = JSON.parse(r.stdout.trim()) as Record<string, number | boolean | string>;
   assert.deepEqual(Object.keys(row), [

@@ -10,7 +10,7 @@ import { resolve } from 'node:path';
 import { ApiServer } from '../src/api/http-server.js';
 import { loadClusterServedModel } from '../src/api/cluster-served-model.js';
 import { streamCompletion, type StreamedCompletion } from '../src/api/sse-reader.js';
-import type { ClusterView } from '../src/cluster/index.js';
+import { probeSpeed, type ClusterView } from '../src/cluster/index.js';
 import { TandemError } from '../src/errors/index.js';
 import type { ParallelKind } from '../src/parallel/index.js';
 import { benchPromptFor } from './model.js';
@@ -66,10 +66,11 @@ export interface JoinBenchRow {
 function startMember(
   address: string,
   secret: string,
-  o: { threads: number; memLimit?: number | undefined; cap?: CpuCap | undefined },
+  o: { threads: number; memLimit?: number | undefined; cap?: CpuCap | undefined; speed?: number | undefined },
 ): ChildProcess {
   const mem = o.memLimit !== undefined ? ['--mem-limit', String(o.memLimit)] : [];
-  const node = [tandemBin, 'node', '--join', address, '--threads', String(o.threads), ...mem];
+  const speed = o.speed !== undefined ? ['--speed', String(o.speed)] : [];
+  const node = [tandemBin, 'node', '--join', address, '--threads', String(o.threads), ...mem, ...speed];
   const cap = o.cap;
   const env = { ...process.env, TANDEM_SECRET: secret };
   if (!cap) return spawn(process.execPath, node, { stdio: 'ignore', env });
@@ -130,6 +131,11 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
   const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / (o.members + 1)));
   const progress = o.onProgress ?? (() => {});
   const secret = randomBytes(24).toString('hex');
+  // The uncapped members are one machine's cores, alike by construction; each probing itself
+  // at its own start on a shared machine would compare moments of its load (a joiner measured
+  // at a busy moment looks slower than the member it should relieve). They report one figure,
+  // probed here once; the capped member measures itself, the slow machine the bench stands for.
+  const uncapped = o.slowMember !== undefined ? await probeSpeed({ threads }) : undefined;
   const cap =
     o.slowMember !== undefined ? CpuCap.create(`tandem-join-bench-${process.pid}`, o.slowMember) : undefined;
   const children: ChildProcess[] = [];
@@ -157,7 +163,7 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
               startMember(a, secret, {
                 threads,
                 memLimit: o.memberMem,
-                cap: i === o.members - 1 ? cap : undefined,
+                ...(i === o.members - 1 ? { cap } : { speed: uncapped }),
               }),
             );
         },
@@ -181,7 +187,7 @@ export async function benchJoin(o: JoinBenchOptions): Promise<JoinBenchRow> {
     progress(`${o.streams} streams again; one more member joins once a quarter of the tokens are out`);
     const door = await gate(port);
     closeGate = door.close;
-    children.push(startMember(door.address, secret, { threads, memLimit: o.memberMem }));
+    children.push(startMember(door.address, secret, { threads, memLimit: o.memberMem, speed: uncapped }));
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       door.dialed,

@@ -27,9 +27,12 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.TANDEM_TEST_CONCURRENCY ?? '2';
+// --test-timeout bounds each file as a whole too: it must leave room for the sum of the bounds
+// its tests set themselves (a multi-process file's tests each allow minutes on a loaded machine),
+// so that a slow file fails on the bound that names what it waited for, not on this one.
 const result = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=300000', ...files],
+  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=900000', ...files],
   { stdio: 'inherit' },
 );
 process.exit(result.status ?? 1);

@@ -152,10 +152,21 @@ const SOCKET_BUFFER_BYTES = 4 << 20;
 const USER_TIMEOUT_MS = 2000;
 
 /**
- * Sets USER_TIMEOUT_MS on a connection (Linux, where koffi loads; elsewhere the kernel's
- * default stays, and a dead path is found by the control channel's heartbeats).
+ * An end with nothing of its own in flight (a pipeline's last stage waiting for activations)
+ * has no unacknowledged data to time out: after this long with nothing received, the kernel
+ * probes the path (libuv then probes every second), and a probe unanswered past
+ * USER_TIMEOUT_MS drops the connection as unacknowledged data does. A live peer's kernel
+ * answers probes whatever its process does, so an idle but live connection stays up.
+ */
+const KEEPALIVE_IDLE_MS = 1000;
+
+/**
+ * Sets USER_TIMEOUT_MS and keepalive probes on a connection (the user timeout on Linux, where
+ * koffi loads; elsewhere the kernel's default stays, the probes alone find a dead path, more
+ * slowly, and the control channel's heartbeats find a dead peer).
  */
 function failOnDeadPath(socket: Socket): void {
+  socket.setKeepAlive(true, KEEPALIVE_IDLE_MS);
   const lib = rawSocketLib();
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (lib && TCP_USER_TIMEOUT !== undefined && typeof fd === 'number' && fd >= 0)

@@ -121,7 +121,7 @@ describe('members that join', { timeout: 240_000 }, () => {
       await until(
         async () => (await view(server.url)).members.length === 3,
         'the third member is listed',
-        20_000,
+        60_000,
       );
       // the next step boundary places the model on all three
       assert.equal((await complete(server.url, prompts[0]!)).text, alone[0]);
@@ -176,7 +176,7 @@ describe('members that join', { timeout: 240_000 }, () => {
       await until(
         async () => (await fetch(`${server.url}/health`)).status === 200,
         'a join restores service',
-        30_000,
+        60_000,
       );
       assert.equal((await complete(server.url, PROMPT, 4)).status, 200);
     } finally {

@@ -83,7 +83,7 @@ async function joinThird(speed: number | undefined, third: number | undefined): 
     await server.ready;
     assert.equal((await view(server.url)).replan, null, 'no join to a placed model yet');
     member(port, third);
-    await until(async () => (await view(server.url)).replan !== null, 'the join is judged', 20_000);
+    await until(async () => (await view(server.url)).replan !== null, 'the join is judged', 60_000);
     assert.equal(await complete(server.url), 200);
     return await view(server.url);
   } finally {

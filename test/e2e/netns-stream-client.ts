@@ -19,7 +19,7 @@ const prompts = JSON.parse(promptsJson);
 const say = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
 async function stream(i) {
   const res = await fetch(url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ prompt: prompts[i], max_tokens: 24, temperature: 0, stream: true }), signal: AbortSignal.timeout(90000) });
+    body: JSON.stringify({ prompt: prompts[i], max_tokens: 24, temperature: 0, stream: true }), signal: AbortSignal.timeout(150000) });
   let text = '', pending = '', error = null;
   const decoder = new TextDecoder();
   for await (const bytes of res.body) {
