@@ -11,6 +11,7 @@ import {
   findEngine,
   forecastSplit,
   measuredLink,
+  prefillShapeOf,
   sharedHostMachines,
   type Calibration,
   type LinkSpec,
@@ -106,8 +107,9 @@ export async function benchPlanCluster(o: {
   for (let round = 1; round <= o.rounds; round++) {
     const tag = `round ${round}/${o.rounds}`;
     o.log(`${tag}: calibrating at ${o.threads} and ${o.nodes * o.threads} threads...`);
-    const perNode = await calibrate({ threads: o.threads });
-    const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads) });
+    const prefill = prefillShapeOf(model, o.promptTokens);
+    const perNode = await calibrate({ threads: o.threads, prefill });
+    const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads), prefill });
     for (const provider of o.providers) {
       o.log(`${tag}: the ${provider} link...`);
       const link = await measureLocalLink(provider, model.hidden * 4);

@@ -41,27 +41,40 @@ export interface PlanFigures {
 /**
  * The calibration `c` as the run saw the machine: its decode rate from `beforeRun` (samples
  * taken right before the run; by default the calibration's own) and BRACKET_SAMPLES more
- * taken now, after it; its prefill rate the calibration's compute per stream byte (measured
- * in pairs, each in one mode) times that rate.
+ * taken now, after it; its prefill GEMM rate the calibration's compute per stream byte
+ * (measured in pairs, each in one mode) times that rate, and the prefill's other terms moved
+ * in the same ratio.
  */
 export async function bracketed(c: Calibration, beforeRun?: readonly number[]): Promise<Calibration> {
   const after = await streamSamples(c.threads, BRACKET_SAMPLES);
   const samples = [...(beforeRun ?? c.streamSamples ?? [c.decodeBytesPerS]), ...after];
   const ratio = c.prefillFlopsPerStreamByte;
-  const prefill = ratio === undefined ? {} : { prefillFlopsPerS: ratio * median(samples) };
-  return withStreamSamples({ ...c, ...prefill }, samples);
+  return withStreamSamples(
+    ratio === undefined ? c : prefillScaled(c, (ratio * median(samples)) / c.prefillFlopsPerS),
+    samples,
+  );
+}
+
+/** `c` with its prefill moved by `k`: the FLOP/s times k, the per-token fixed cost over k. */
+function prefillScaled(c: Calibration, k: number): Calibration {
+  return {
+    ...c,
+    prefillFlopsPerS: c.prefillFlopsPerS * k,
+    ...(c.prefillAttentionFlopsPerS !== undefined
+      ? { prefillAttentionFlopsPerS: c.prefillAttentionFlopsPerS * k }
+      : {}),
+    ...(c.prefillLayerTokenMs !== undefined ? { prefillLayerTokenMs: c.prefillLayerTokenMs / k } : {}),
+  };
 }
 
 /** `c` with every rate moved by rate / c.decodeBytesPerS (the fixed costs by its inverse). */
 function scaledTo(c: Calibration, rate: number): Calibration {
   const k = rate / c.decodeBytesPerS;
   return {
-    ...c,
+    ...prefillScaled(c, k),
     decodeBytesPerS: rate,
-    prefillFlopsPerS: c.prefillFlopsPerS * k,
     layerOverheadMs: c.layerOverheadMs / k,
     ...(c.stepOverheadMs !== undefined ? { stepOverheadMs: c.stepOverheadMs / k } : {}),
-    ...(c.prefillLayerTokenMs !== undefined ? { prefillLayerTokenMs: c.prefillLayerTokenMs / k } : {}),
   };
 }
 

@@ -17,6 +17,13 @@ export interface ForecastRates {
   prefillLayerTokenMs?: number;
   /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
   wakeMs?: number;
+  /**
+   * A machine calibrated with the prefill probe: causal attention's FLOP/s (attention then is
+   * not charged at `prefillFlopsPerS`, which is the GEMMs' rate), and the width the probe's
+   * per-token cost was measured at (it scales with the model's).
+   */
+  prefillAttentionFlopsPerS?: number;
+  prefillWidth?: number;
 }
 
 /** A machine of the planned cluster; `rates` replaces the catalog's peaks x engine shares (a calibrated machine). */
@@ -280,6 +287,42 @@ function linkTimes(
   return { step, prefillMs };
 }
 
+/**
+ * One rank's prefill of the prompt, ms. Peak-based (the catalog's engines): 2 x active
+ * parameters x T plus attention's 2 L H d T^2 at the prefill FLOP/s. Probe-based (a machine
+ * calibrated with the prefill probe): the layers' GEMMs at the probe's GEMM rate, attention at
+ * its own rate, and only the last token through the head (a matvec: its bytes at the decode
+ * rate). Either way, on a calibrated machine, the per-token fixed cost of each layer
+ * (prefillLayerTokenMs, at the probe's width, scaled to the model's), shared as attention's
+ * heads split.
+ */
+function rankPrefillMs(
+  input: ForecastInput,
+  rate: ForecastRates,
+  cost: RankCost,
+  share: RankShare,
+  last: boolean,
+): number {
+  const { model } = input;
+  const T = input.promptTokens;
+  const attention = 2 * model.layers.length * model.heads * model.headDim * T * T;
+  const widthScale = rate.prefillWidth ? model.hidden / rate.prefillWidth : 1;
+  const fixedMs = cost.layerCount * share.tensorShare * T * (rate.prefillLayerTokenMs ?? 0) * widthScale;
+  if (rate.prefillAttentionFlopsPerS === undefined) {
+    const flops = 2 * model.activeParams * T + attention;
+    return ((flops * cost.flopShare) / rate.prefillFlopsPerS) * 1000 + fixedMs;
+  }
+  const gemm = 2 * (model.activeParams - model.vocab * model.hidden) * T;
+  const headBytes = model.head > 0 ? model.head : model.embedding;
+  const headMs = last ? ((headBytes * share.tensorShare) / rate.decodeBytesPerS) * 1000 : 0;
+  return (
+    ((gemm * cost.flopShare) / rate.prefillFlopsPerS) * 1000 +
+    ((attention * cost.flopShare) / rate.prefillAttentionFlopsPerS) * 1000 +
+    fixedMs +
+    headMs
+  );
+}
+
 /** The forecast of one split on these machines. */
 export function forecastSplit(input: ForecastInput): Forecast {
   const { model, machines, engine } = input;
@@ -318,7 +361,6 @@ export function forecastSplit(input: ForecastInput): Forecast {
     link_bytes_ms: 0,
   };
   let prefillMs = 0;
-  const flops = 2 * model.activeParams * T + 2 * model.layers.length * model.heads * model.headDim * T * T;
   for (const stage of stages) {
     const slowest = stage.reduce((a, r) =>
       per_machine[r]!.read_ms + per_machine[r]!.overhead_ms >
@@ -328,11 +370,9 @@ export function forecastSplit(input: ForecastInput): Forecast {
     );
     terms.read_ms += per_machine[slowest]!.read_ms;
     terms.overhead_ms += per_machine[slowest]!.overhead_ms;
-    // the fixed prefill cost is mostly attention, whose heads split as the tensors do
-    const fixedMs = (r: number): number =>
-      costs[r]!.layerCount * placement[r]!.tensorShare * T * (rates[r]!.prefillLayerTokenMs ?? 0);
+    const last = stage === stages[stages.length - 1];
     prefillMs += Math.max(
-      ...stage.map((r) => ((flops * costs[r]!.flopShare) / rates[r]!.prefillFlopsPerS) * 1000 + fixedMs(r)),
+      ...stage.map((r) => rankPrefillMs(input, rates[r]!, costs[r]!, placement[r]!, last)),
     );
   }
   const onLink = linkTimes(input, stages, costs);

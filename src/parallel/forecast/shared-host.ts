@@ -35,6 +35,15 @@ export function sharedHostMachines(o: {
     stepOverheadMs: own.stepOverheadMs! * oversubscribed,
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
     wakeMs: own.wakeMs!,
+    ...(own.prefillAttentionFlopsPerS !== undefined
+      ? {
+          prefillAttentionFlopsPerS: Math.min(
+            own.prefillAttentionFlopsPerS,
+            (together.prefillAttentionFlopsPerS ?? Infinity) / n,
+          ),
+        }
+      : {}),
+    ...(own.prefillWidth !== undefined ? { prefillWidth: own.prefillWidth } : {}),
   };
   const memory = { gb: perNode.memoryBytes / 1e9 / n, bandwidthGBs: rates.decodeBytesPerS / 1e9 };
   return Array.from({ length: n }, (_, i) => ({
