@@ -250,6 +250,9 @@ function linkTimes(
   const group = stages[0]!.length;
   const step: LinkTime = { latency: 0, wire: 0 };
   let prefillMs = 0;
+  // a calibrated machine's wake-up: what an exchange costs when the rank it waits for slept
+  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
+  const woken = { latency: wake, wire: 0 };
   const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
     step.latency += times * s.latency;
     step.wire += times * s.wire;
@@ -262,11 +265,19 @@ function linkTimes(
       allReduceMs(group, model.hidden * wireBytes, link),
       allReduceMs(group, T * model.hidden * wireBytes, link),
     );
+    // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
+    // then sleeps; its peer, if other work holds its core, is late by about a wake-up. The
+    // calibration's mean wake-up is tens of us on an idle host and what the scheduler's
+    // queue costs on a busy one, so each all-reduce is charged one
+    add(2 * layers, woken, woken);
     // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
     // only the last stage's group computes logits
     const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);
     const half = { latency: gather.latency, wire: gather.wire / 2 };
-    if (input.engine.shardsHead) add(1, half, half);
+    if (input.engine.shardsHead) {
+      add(1, half, half);
+      add(1, woken, woken);
+    }
   }
   if (input.parallel === 'ep' && group > 1 && model.moe) {
     const moeLayers = model.layers.filter((l) => l.expert > 0).length;
@@ -282,8 +293,7 @@ function linkTimes(
   );
   if (handOffs > 0) add(1, { latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000, wire: 0 });
   // stages take turns, so each hand-off and the token's broadcast wake a stage that slept
-  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
-  if (handOffs > 0) add(handOffs + 1, { latency: wake, wire: 0 }, { latency: wake, wire: 0 });
+  if (handOffs > 0) add(handOffs + 1, woken, woken);
   return { step, prefillMs };
 }
 
