@@ -64,7 +64,9 @@ export async function benchPlanLocal(o: {
       o.log(`threads ${threads}, round ${round}/${o.rounds}: calibrating...`);
       const before = await calibrate({ threads, prefill: prefillShapeOf(model, o.promptTokens) });
       if (before.prefillThreadScaling !== undefined)
-        o.log(`the prefill probe runs ${before.prefillThreadScaling.toFixed(2)}x faster on ${threads} threads than on 1`);
+        o.log(
+          `the prefill probe's speedup on ${threads} threads over 1: ${before.prefillThreadScaling.toFixed(2)}x`,
+        );
       o.log(`threads ${threads}, round ${round}/${o.rounds}: bench model...`);
       const { rows: m } = await benchModel({
         model: o.model,

@@ -227,7 +227,7 @@ export const command = defineCommand({
           `${(c.prefillLayerTokenMs ?? 0).toFixed(4)} ms a layer per prompt token beside the GEMMs` +
           (c.prefillThreadScaling === undefined
             ? ''
-            : ` (the prefill ${c.prefillThreadScaling.toFixed(2)}x faster on ${threads} threads than on 1)`) +
+            : ` (the prefill probe's speedup on ${threads} threads over 1: ${c.prefillThreadScaling.toFixed(2)}x)`) +
           `; saved to ${calibrationPath()}\n`,
       );
       if (!options.model) return 0;
