@@ -24,7 +24,12 @@ export function sharedHostMachines(o: {
   const { nodes: n, perNode } = o;
   const together = o.concurrent
     ? o.together
-    : { ...perNode, decodeBytesPerS: Infinity, prefillFlopsPerS: Infinity };
+    : {
+        ...perNode,
+        decodeBytesPerS: Infinity,
+        prefillFlopsPerS: Infinity,
+        prefillAttentionFlopsPerS: Infinity,
+      };
   const spec = thisMachine(perNode);
   const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
   const own = calibratedRates(perNode);
