@@ -107,7 +107,7 @@ export async function benchPlanCluster(o: {
   let fastest = 0;
   for (let round = 1; round <= o.rounds; round++) {
     const tag = `round ${round}/${o.rounds}`;
-    o.log(`${tag}: calibrating at ${o.threads} and ${o.nodes * o.threads} threads...`);
+    o.log(`${tag}: calibrating at ${o.threads} and ${Math.min(cores, o.nodes * o.threads)} threads...`);
     const prefill = prefillShapeOf(model, o.promptTokens);
     const perNode = await calibrate({ threads: o.threads, prefill });
     const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads), prefill });
