@@ -4,6 +4,7 @@
 import { availableParallelism } from 'node:os';
 import { benchCluster } from '../src/cluster/bench.js';
 import { calibrate, streamSamples } from '../src/cluster/calibrate.js';
+import { measureWakeMs } from '../src/cluster/calibrate-wake.js';
 import { runCollectivesBench } from '../src/collectives/bench.js';
 import type { ProviderName } from '../src/fabric/index.js';
 import {
@@ -11,6 +12,7 @@ import {
   findEngine,
   forecastSplit,
   measuredLink,
+  prefillShapeOf,
   sharedHostMachines,
   type Calibration,
   type LinkSpec,
@@ -105,9 +107,10 @@ export async function benchPlanCluster(o: {
   let fastest = 0;
   for (let round = 1; round <= o.rounds; round++) {
     const tag = `round ${round}/${o.rounds}`;
-    o.log(`${tag}: calibrating at ${o.threads} and ${o.nodes * o.threads} threads...`);
-    const perNode = await calibrate({ threads: o.threads });
-    const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads) });
+    o.log(`${tag}: calibrating at ${o.threads} and ${Math.min(cores, o.nodes * o.threads)} threads...`);
+    const prefill = prefillShapeOf(model, o.promptTokens);
+    const perNode = await calibrate({ threads: o.threads, prefill });
+    const together = await calibrate({ threads: Math.min(cores, o.nodes * o.threads), prefill });
     for (const provider of o.providers) {
       o.log(`${tag}: the ${provider} link...`);
       const link = await measureLocalLink(provider, model.hidden * 4);
@@ -117,6 +120,7 @@ export async function benchPlanCluster(o: {
           perNode: await streamSamples(perNode.threads, BRACKET_SAMPLES),
           together: await streamSamples(together.threads, BRACKET_SAMPLES),
         };
+        const wakeBefore = await measureWakeMs();
         o.log(`${tag}: bench cluster --nodes ${o.nodes} --parallel ${parallel} --provider ${provider}...`);
         const measured = await benchCluster({
           model: o.model,
@@ -129,13 +133,22 @@ export async function benchPlanCluster(o: {
           repeat: 1,
           ceiling: false,
         });
+        // the wake-ups right before and right after the run: their mean, and each end of the range
+        const wakes = [wakeBefore, await measureWakeMs()];
+        const wakeMs = (wakeBefore + wakes[1]!) / 2;
         const host = {
-          perNode: await bracketed(perNode, before.perNode),
+          perNode: { ...(await bracketed(perNode, before.perNode)), wakeMs },
           together: await bracketed(together, before.together),
         };
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
-        const low = { perNode: atRange(host.perNode).low, together: atRange(host.together).low };
-        const high = { perNode: atRange(host.perNode).high, together: atRange(host.together).high };
+        const low = {
+          perNode: { ...atRange(host.perNode).low, wakeMs: Math.max(...wakes) },
+          together: atRange(host.together).low,
+        };
+        const high = {
+          perNode: { ...atRange(host.perNode).high, wakeMs: Math.min(...wakes) },
+          together: atRange(host.together).high,
+        };
         for (const row of measured) {
           const at = { nodes: row.nodes, parallel, link, promptTokens: o.promptTokens, tokens: o.tokens };
           const [f, lo, hi] = [host, low, high].map((h) => forecastNodes(model, h, at));

@@ -8,6 +8,7 @@ import {
   findLink,
   forecastSplit,
   parseForecastMachines,
+  prefillShapeOf,
   type Calibration,
   type ModelBytes,
 } from '../src/parallel/index.js';
@@ -61,7 +62,11 @@ export async function benchPlanLocal(o: {
     let fastest = 0;
     for (let round = 1; round <= o.rounds; round++) {
       o.log(`threads ${threads}, round ${round}/${o.rounds}: calibrating...`);
-      const before = await calibrate({ threads });
+      const before = await calibrate({ threads, prefill: prefillShapeOf(model, o.promptTokens) });
+      if (before.prefillThreadScaling !== undefined)
+        o.log(
+          `the prefill probe's speedup on ${threads} threads over 1: ${before.prefillThreadScaling.toFixed(2)}x`,
+        );
       o.log(`threads ${threads}, round ${round}/${o.rounds}: bench model...`);
       const { rows: m } = await benchModel({
         model: o.model,

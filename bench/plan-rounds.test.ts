@@ -45,4 +45,8 @@ test("rounds: the best forecast against the best run, each round's own error and
   assert.equal(s.predicted_high, 22);
   assert.ok(Math.abs(s.round_errors[1]! - 0.2) < 1e-12);
   assert.deepEqual(s.modes, ['fast/fast', 'slow/slow']);
+  // the best run (19) lies inside the range 10-22; round 2's run (10) lies 10% below its own 11-21
+  assert.equal(s.range_error, 0);
+  assert.equal(s.round_range_errors[0], 0);
+  assert.ok(Math.abs(s.round_range_errors[1]! - 0.1) < 1e-12);
 });

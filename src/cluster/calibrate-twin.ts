@@ -12,20 +12,15 @@ import type { Kernels } from '../kernels/index.js';
 const TWIN = { arch: 'llama', width: 32, heads: 32, kvHeads: 4, headDim: 64, ff: 64, vocab: 256 } as const;
 const SHALLOW = 2;
 const DEEP = 22;
-/** The prompt the prefill cost is measured at (`bench model`'s and `bench cluster`'s default). */
-export const TWIN_PROMPT_TOKENS = 128;
+/** The prompt before the decode steps (`bench model`'s and `bench cluster`'s default length). */
+const TWIN_PROMPT_TOKENS = 128;
 const DECODE_TOKENS = 32;
 const RUNS = 3;
 
-/** Parameters of one twin layer (for the FLOPs its prefill spends in matmuls). */
+/** Parameters of one twin layer (for the bytes its decode step reads). */
 function twinLayerParams(): number {
   const { width, heads, kvHeads, headDim, ff } = TWIN;
   return width * (heads + 2 * kvHeads) * headDim + heads * headDim * width + 3 * width * ff;
-}
-
-interface TwinTimes {
-  decodeMs: number;
-  prefillMs: number;
 }
 
 /** The middle of `values` (the mean of the two middle ones for an even count). */
@@ -35,21 +30,19 @@ export function median(values: readonly number[]): number {
   return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
-/** Median over RUNS generations of the twin at `layers` deep: ms per decode step and for the prompt. */
-async function timeTwin(kernels: Kernels, layers: number): Promise<TwinTimes> {
+/** Median over RUNS generations of the twin at `layers` deep: ms per decode step. */
+async function timeTwin(kernels: Kernels, layers: number): Promise<number> {
   const model = await Model.load(tinyModelFile({ ...TWIN, layers, context: 512, seed: 3 }), kernels);
   const prompt = Array.from({ length: TWIN_PROMPT_TOKENS }, (_, i) => (i * 37 + 1) % TWIN.vocab);
   const decode: number[] = [];
-  const prefill: number[] = [];
   // one untimed generation compiles the paths
   for (let run = 0; run <= RUNS; run++) {
     const cache = model.newSession({ contextLength: TWIN_PROMPT_TOKENS + DECODE_TOKENS + 8 });
     const r = await generate(model, cache, prompt, { maxTokens: DECODE_TOKENS });
     if (run === 0) continue;
     decode.push(1000 / r.decodeTokS);
-    prefill.push((TWIN_PROMPT_TOKENS / r.prefillTokS) * 1000);
   }
-  return { decodeMs: median(decode), prefillMs: median(prefill) };
+  return median(decode);
 }
 
 /** What a node pays beyond its weights' bytes and FLOPs, from the twin at two depths. */
@@ -58,29 +51,21 @@ export interface FixedCosts {
   layerOverheadMs: number;
   /** Decode, per token beyond the layers: embedding, head call, sampling, the loop (ms). */
   stepOverheadMs: number;
-  /** Prefill, per layer per prompt token at TWIN_PROMPT_TOKENS, beyond the matmuls' FLOPs (ms). */
-  prefillLayerTokenMs: number;
 }
 
 /**
- * Fits the fixed costs on `kernels`. The twin's own weight reads (`bytesPerS`) and matmul
- * FLOPs (`flopsPerS`) are taken out, as the forecast counts the real model's separately.
+ * Fits the decode step's fixed costs on `kernels`. The twin's own weight reads (`bytesPerS`)
+ * are taken out, as the forecast counts the real model's separately. (A prefill's costs come
+ * from the probe at the model's own width, calibrate-prefill.ts: at a width of 32 the twin's
+ * norms and stores cost nothing like a real layer's.)
  */
-export async function measureFixedCosts(
-  kernels: Kernels,
-  rates: { bytesPerS: number; flopsPerS: number },
-): Promise<FixedCosts> {
+export async function measureFixedCosts(kernels: Kernels, rates: { bytesPerS: number }): Promise<FixedCosts> {
   const shallow = await timeTwin(kernels, SHALLOW);
   const deep = await timeTwin(kernels, DEEP);
-  const params = twinLayerParams();
-  const readMs = ((params * 4) / rates.bytesPerS) * 1000;
-  const flopMs = ((2 * params * TWIN_PROMPT_TOKENS) / rates.flopsPerS) * 1000;
-  const perLayer = (deep.decodeMs - shallow.decodeMs) / (DEEP - SHALLOW);
-  const perLayerPrefill = (deep.prefillMs - shallow.prefillMs) / (DEEP - SHALLOW);
-  const layerOverheadMs = Math.max(1e-3, perLayer - readMs);
+  const readMs = ((twinLayerParams() * 4) / rates.bytesPerS) * 1000;
+  const perLayer = (deep - shallow) / (DEEP - SHALLOW);
   return {
-    layerOverheadMs,
-    stepOverheadMs: Math.max(0, shallow.decodeMs - SHALLOW * perLayer),
-    prefillLayerTokenMs: Math.max(0, perLayerPrefill - flopMs) / TWIN_PROMPT_TOKENS,
+    layerOverheadMs: Math.max(1e-3, perLayer - readMs),
+    stepOverheadMs: Math.max(0, shallow - SHALLOW * perLayer),
   };
 }

@@ -4,9 +4,16 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { writeFileAtomically } from '../engine/format/atomic-file.js';
 import { TandemError } from '../errors/index.js';
-import { createKernels, GgmlType, rowBytes, type Kernels } from '../kernels/index.js';
-import type { Calibration } from '../parallel/index.js';
+import { createKernels, GgmlType, rowBytes } from '../kernels/index.js';
+import type { Calibration, PrefillShape } from '../parallel/index.js';
 import { cacheDir, ensureCacheDir } from './demo.js';
+import {
+  DEFAULT_PREFILL_SHAPE,
+  openPrefillProbe,
+  prefillRates,
+  probeable,
+  type PrefillSample,
+} from './calibrate-prefill.js';
 import { measureFixedCosts, median } from './calibrate-twin.js';
 import { measureWakeMs } from './calibrate-wake.js';
 
@@ -41,28 +48,22 @@ function q8Bytes(rows: number, cols: number): Uint8Array {
   return data;
 }
 
-function q8Weight(k: Kernels, rows: number, cols: number, name: string): ReturnType<Kernels['uploadWeight']> {
-  return k.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data: q8Bytes(rows, cols), name });
+/** Stream samples, each paired with the prefill probe's sample that followed it (when probed). */
+interface Samples {
+  stream: number[];
+  prefill: PrefillSample[];
 }
-
-/** FLOPs of the prefill probe's call: a 64-token Q8_0 matmul on a 2048 x 2048 matrix. */
-const GEMM = { rows: 2048, cols: 2048, tokens: 64 } as const;
-const GEMM_SAMPLE_MS = 200;
 
 /**
  * `count` separate samples of the rate decode streams Q8_0 weights at on `threads`, bytes a
  * second each: a 512 MiB working set (far beyond any cache) of 16 MiB matrices of 2048
  * columns, uploaded once, each sample as many passes over all of them as fit in
  * STREAM_SAMPLE_MS (as probeStream, speed.ts). A VM that flips between a fast and a slow
- * mode shows both in the samples, where one long probe would average them. With `gemm`,
- * each stream sample is followed by one of the prefill probe (FLOP/s), so the two pair up
- * by the mode they saw.
+ * mode shows both in the samples, where one long probe would average them. With `prefill`,
+ * each stream sample is followed by one of the prefill probe at that shape, so the two pair
+ * up by the mode they saw.
  */
-async function sampleRates(
-  threads: number,
-  count: number,
-  gemm: boolean,
-): Promise<{ stream: number[]; gemm: number[] }> {
+async function sampleRates(threads: number, count: number, prefill?: PrefillShape): Promise<Samples> {
   const kernels = await createKernels({ threads });
   try {
     const cols = 2048;
@@ -77,18 +78,13 @@ async function sampleRates(
     const pass = (): void => {
       for (const w of ws) kernels.matvec(w, x, y);
     };
-    const g = gemm ? q8Weight(kernels, GEMM.rows, GEMM.cols, 'calibrate-gemm') : undefined;
-    const gx = new Float32Array(gemm ? GEMM.tokens * GEMM.cols : 0).fill(0.25);
-    const gy = new Float32Array(gemm ? GEMM.tokens * GEMM.rows : 0);
-    const call = (): void => kernels.matmul(g!, gx, gy, GEMM.tokens);
+    const probe = prefill ? await openPrefillProbe(kernels, prefill) : undefined;
     const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
     pass();
-    if (g) call();
-    const out = { stream: [] as number[], gemm: [] as number[] };
+    const out: Samples = { stream: [], prefill: [] };
     for (let i = 0; i < count; i++) {
       out.stream.push(bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
-      if (g)
-        out.gemm.push((2 * GEMM.rows * GEMM.cols * GEMM.tokens) / secondsPerCall(call, GEMM_SAMPLE_MS, 0));
+      if (probe) out.prefill.push(await probe.sample());
     }
     return out;
   } finally {
@@ -96,9 +92,32 @@ async function sampleRates(
   }
 }
 
+/** Pairs of the prefill probe at 1 thread and at `threads`, alternated: the second's speedup. */
+const SCALING_PAIRS = 3;
+
+/**
+ * How much faster the prefill probe runs on `threads` than on 1, the median of SCALING_PAIRS
+ * pairs taken back to back (so both halves of a pair see the same minutes): below `threads`
+ * by what the calls' hand-offs to worker threads and the work left on one thread cost.
+ */
+export async function prefillThreadScaling(threads: number, shape: PrefillShape): Promise<number> {
+  const one = await createKernels({ threads: 1 });
+  const many = await createKernels({ threads });
+  try {
+    const probes = [await openPrefillProbe(one, shape), await openPrefillProbe(many, shape)] as const;
+    const layerMs = (x: PrefillSample): number => x.gemmMs + x.attentionMs + x.otherMs;
+    const ratios: number[] = [];
+    for (let i = 0; i < SCALING_PAIRS; i++)
+      ratios.push(layerMs(await probes[0].sample()) / layerMs(await probes[1].sample()));
+    return median(ratios);
+  } finally {
+    await Promise.all([one.close(), many.close()]);
+  }
+}
+
 /** `count` samples of the decode stream rate on `threads` (bytes a second each; see sampleRates). */
 export async function streamSamples(threads: number, count = STREAM_SAMPLES): Promise<number[]> {
-  return (await sampleRates(threads, count, false)).stream;
+  return (await sampleRates(threads, count)).stream;
 }
 
 /**
@@ -117,28 +136,61 @@ export function withStreamSamples(c: Calibration, samples: readonly number[]): C
 }
 
 /**
+ * The prefill terms from the probe's samples, each paired with a stream sample: the GEMMs'
+ * and attention's FLOP/s and the rest per layer per token (medians), and the GEMMs' FLOP/s per
+ * stream byte (the median of each pair's ratio: compute per stream byte within one mode).
+ */
+function prefillTerms(
+  samples: Samples,
+  shape: PrefillShape,
+): Pick<
+  Calibration,
+  | 'prefillFlopsPerS'
+  | 'prefillFlopsPerStreamByte'
+  | 'prefillAttentionFlopsPerS'
+  | 'prefillLayerTokenMs'
+  | 'prefillShape'
+> {
+  const rates = samples.prefill.map((x) => prefillRates(x, shape));
+  return {
+    prefillFlopsPerS: median(rates.map((r) => r.gemmFlopsPerS)),
+    prefillFlopsPerStreamByte: median(rates.map((r, i) => r.gemmFlopsPerS / samples.stream[i]!)),
+    prefillAttentionFlopsPerS: median(rates.map((r) => r.attentionFlopsPerS)),
+    prefillLayerTokenMs: median(rates.map((r) => r.layerTokenMs)),
+    prefillShape: shape,
+  };
+}
+
+/**
  * Measures what `tandem plan` needs of this machine with tandem's own kernels on `threads`:
  * the rate decode streams Q8_0 weights from memory (STREAM_SAMPLES samples: the median and
- * the range), prefill's FLOP/s (a 64-token Q8_0 matmul on a 2048-wide matrix, sampled after
- * each stream sample: the median, and its ratio to the stream in the same mode), and what a
- * layer and a step cost beyond their weights (the narrow twin, calibrate-twin.ts).
+ * the range), the prefill's terms at `prefill` (a model's layer shape and prompt; default
+ * TinyLlama's at 128 tokens) from the probe sampled after each stream sample, on more than one
+ * thread the probe's speedup over one thread, what a decode layer and step cost beyond their
+ * weights (the narrow twin, calibrate-twin.ts), and a sleeping thread's wake-up.
  */
-export async function calibrate(o: { threads: number; log?: (line: string) => void }): Promise<Calibration> {
+export async function calibrate(o: {
+  threads: number;
+  prefill?: PrefillShape;
+  log?: (line: string) => void;
+}): Promise<Calibration> {
   const log = o.log ?? (() => {});
+  // a shape whose rows would not fill whole Q8_0 blocks is probed at TinyLlama's
+  const shape = o.prefill && probeable(o.prefill) ? o.prefill : DEFAULT_PREFILL_SHAPE;
   log(
-    `calibrating on ${o.threads} thread(s): memory stream and prefill matmul (${STREAM_SAMPLES} samples each)...`,
+    `calibrating on ${o.threads} thread(s): memory stream and the prefill probe (${STREAM_SAMPLES} samples each)...`,
   );
-  const rates = await sampleRates(o.threads, STREAM_SAMPLES, true);
-  const samples = rates.stream;
-  const prefillFlopsPerS = median(rates.gemm);
-  const prefillFlopsPerStreamByte = median(rates.gemm.map((f, i) => f / samples[i]!));
+  const samples = await sampleRates(o.threads, STREAM_SAMPLES, shape);
+  const prefill = prefillTerms(samples, shape);
+  let scaling: { prefillThreadScaling?: number } = {};
+  if (o.threads > 1) {
+    log(`the prefill probe at 1 and ${o.threads} threads, alternated...`);
+    scaling = { prefillThreadScaling: await prefillThreadScaling(o.threads, shape) };
+  }
   const kernels = await createKernels({ threads: o.threads });
   try {
-    log('fixed costs of a layer and a step (the narrow twin at two depths)...');
-    const fixed = await measureFixedCosts(kernels, {
-      bytesPerS: median(samples),
-      flopsPerS: prefillFlopsPerS,
-    });
+    log('fixed costs of a decode layer and step (the narrow twin at two depths)...');
+    const fixed = await measureFixedCosts(kernels, { bytesPerS: median(samples.stream) });
     log('waking a sleeping thread...');
     const wakeMs = await measureWakeMs();
     return withStreamSamples(
@@ -147,13 +199,13 @@ export async function calibrate(o: { threads: number; log?: (line: string) => vo
         threads: o.threads,
         memoryBytes: totalmem(),
         cpuCores: availableParallelism(),
-        decodeBytesPerS: median(samples),
-        prefillFlopsPerS,
-        prefillFlopsPerStreamByte,
+        decodeBytesPerS: median(samples.stream),
+        ...prefill,
+        ...scaling,
         ...fixed,
         wakeMs,
       },
-      samples,
+      samples.stream,
     );
   } finally {
     await kernels.close();

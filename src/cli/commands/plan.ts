@@ -221,9 +221,14 @@ export const command = defineCommand({
       process.stderr.write(
         `this machine: ${formatBytes(c.memoryBytes)}, decode streams ${gbs(c.decodeBytesPerS)} GB/s ` +
           `(median of ${c.streamSamples?.length ?? 1} samples, ${c.decodeBytesPerSRange?.map(gbs).join('-') ?? '?'} GB/s, ` +
-          `${Math.round((c.fastShare ?? 1) * 100)}% in the fast mode), prefill ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ` +
+          `${Math.round((c.fastShare ?? 1) * 100)}% in the fast mode), prefill GEMMs ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ` +
           `${c.layerOverheadMs.toFixed(3)} ms a layer and ${(c.stepOverheadMs ?? 0).toFixed(3)} ms a step beyond the weights, ` +
-          `${(c.prefillLayerTokenMs ?? 0).toFixed(4)} ms a layer per prompt token; saved to ${calibrationPath()}\n`,
+          `prefill attention ${((c.prefillAttentionFlopsPerS ?? 0) / 1e9).toFixed(1)} GFLOP/s and ` +
+          `${(c.prefillLayerTokenMs ?? 0).toFixed(4)} ms a layer per prompt token beside the GEMMs` +
+          (c.prefillThreadScaling === undefined
+            ? ''
+            : ` (the prefill probe's speedup on ${threads} threads over 1: ${c.prefillThreadScaling.toFixed(2)}x)`) +
+          `; saved to ${calibrationPath()}\n`,
       );
       if (!options.model) return 0;
     }

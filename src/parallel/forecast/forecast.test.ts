@@ -14,8 +14,10 @@ import {
   paramCounts,
   parseForecastMachines,
   parseQuant,
+  prefillShapeOf,
   validateForecasts,
   validationSummary,
+  type Forecast,
   type ForecastInput,
 } from './index.js';
 
@@ -222,7 +224,7 @@ test("per step on the link: tandem's tensor parallel gathers the logits, a pipel
   assert.ok(Math.abs(forecastSplit(input('pp', 'tandem-cpu')).terms.link_latency_ms - 0.2) < 1e-9);
 });
 
-test("a calibrated machine's wake-up: each pipeline hand-off and the token's broadcast wake a stage that slept", () => {
+test("a calibrated machine's wake-up: each pipeline hand-off and the token's broadcast wake a stage that slept, each tensor-parallel exchange waits for one", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
   const calibration = (wakeMs: number) => ({
@@ -245,7 +247,50 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
       promptTokens: 16,
       context: 64,
     }).terms.link_latency_ms;
-  // 3 stages: 2 hand-offs and a broadcast wake a sleeper; tensor parallel's ranks work at once
+  // 3 stages: 2 hand-offs and a broadcast wake a sleeper
   assert.ok(Math.abs(latency('pp', 5) - latency('pp', 0) - 3 * 5) < 1e-9);
-  assert.equal(latency('tp', 5), latency('tp', 0));
+  // tensor parallel: each of a layer's 2 all-reduces and the logits' gather waits for a peer
+  // that may have lost its core
+  assert.ok(Math.abs(latency('tp', 5) - latency('tp', 0) - (2 * model.layers.length + 1) * 5) < 1e-9);
+});
+
+test("a node calibrated with the prefill probe: the layers' GEMMs, attention at its own rate, the head's last token, the per-token cost at the model's width", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const probed = (attention: number, width: number): Forecast =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('this', {
+        date: '2026-11-29',
+        threads: 1,
+        memoryBytes: 24e9,
+        cpuCores: 2,
+        decodeBytesPerS: 20e9,
+        prefillFlopsPerS: 100e9,
+        prefillAttentionFlopsPerS: attention,
+        prefillShape: { hidden: width, heads: 32, kvHeads: 4, headDim: 64, ff: 5632, tokens: 128 },
+        layerOverheadMs: 0.1,
+        prefillLayerTokenMs: 0.01,
+      }),
+      link: findLink('10gbe'),
+      engine: findEngine('tandem-cpu'),
+      parallel: 'tp',
+      promptTokens: 128,
+      context: 192,
+    });
+  const L = model.layers.length;
+  const gemmMs = ((2 * (model.activeParams - model.vocab * model.hidden) * 128) / 100e9) * 1000;
+  const attentionMs = ((2 * L * model.heads * model.headDim * 128 * 128) / 10e9) * 1000;
+  const headMs = (model.head / 20e9) * 1000;
+  const at = probed(10e9, model.hidden);
+  assert.ok(Math.abs(at.ttft_ms - (gemmMs + attentionMs + L * 128 * 0.01 + headMs)) < 1e-9);
+  // attention twice as fast halves its term only; a probe at half the width doubles the per-token cost
+  assert.ok(Math.abs(at.ttft_ms - probed(20e9, model.hidden).ttft_ms - attentionMs / 2) < 1e-9);
+  assert.ok(Math.abs(probed(10e9, model.hidden / 2).ttft_ms - at.ttft_ms - L * 128 * 0.01) < 1e-9);
+});
+
+test('the prefill probe stands for a model with its own layer: width, heads, KV heads, feed-forward', () => {
+  const shape = prefillShapeOf(bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0'), 128);
+  assert.deepEqual(shape, { hidden: 2048, heads: 32, kvHeads: 4, headDim: 64, ff: 5632, tokens: 128 });
+  const llama = prefillShapeOf(bytesFromShape(findModelShape('llama-3.1-8b'), 'q4_k_m'), 512);
+  assert.deepEqual(llama, { hidden: 4096, heads: 32, kvHeads: 8, headDim: 128, ff: 14336, tokens: 512 });
 });

@@ -5,6 +5,18 @@ import type { ForecastMachine, ForecastRates } from './predict.js';
 /** The most machines one forecast takes (as `topology plan`). */
 export const maxForecastMachines = 64;
 
+/** The layer shape and prompt length the prefill probe ran at (calibrate-prefill.ts). */
+export interface PrefillShape {
+  hidden: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  /** Feed-forward width (SwiGLU: gate, up and down of hidden x ff). */
+  ff: number;
+  /** Prompt tokens of one forward. */
+  tokens: number;
+}
+
 /**
  * What `tandem plan --calibrate` measured on this machine: its memory, cores, and the rates
  * tandem's own kernels reached. The optional fields came later; a file without them still
@@ -17,14 +29,25 @@ export interface Calibration {
   cpuCores: number;
   /** Decode: Q8_0 weight bytes a second streamed through the matvec (the samples' median). */
   decodeBytesPerS: number;
+  /** Prefill: the GEMMs' FLOP/s at the probe's shapes and prompt (`prefillShape`; older files: one 2048-wide 64-token matmul). */
   prefillFlopsPerS: number;
-  /** The prefill probe's FLOP/s over the stream's bytes a second, sample by sample (their median): compute per stream byte in one mode. */
+  /** The prefill GEMMs' FLOP/s over the stream's bytes a second, sample by sample (their median): compute per stream byte in one mode. */
   prefillFlopsPerStreamByte?: number;
+  /** Prefill: causal attention's FLOP/s over the probe's prompt (2 H d T^2 a layer). */
+  prefillAttentionFlopsPerS?: number;
+  /** The shape the prefill probe ran at. */
+  prefillShape?: PrefillShape;
+  /** The prefill probe's speedup on `threads` over 1 thread, sampled in alternation (absent at 1 thread). */
+  prefillThreadScaling?: number;
   /** Decode: ms a layer costs per token beyond streaming its weights (the narrow twin). */
   layerOverheadMs: number;
   /** Decode: ms a token costs beyond its layers and weights (embedding, head call, sampling, loop). */
   stepOverheadMs?: number;
-  /** Prefill: ms per layer per prompt token beyond the matmuls' FLOPs (norms, RoPE, attention). */
+  /**
+   * Prefill: ms per layer per prompt token beyond the GEMMs and attention (norms, RoPE, the KV
+   * store, the calls' hand-offs, the JS between them), at `prefillShape.hidden`; older files:
+   * beyond the matmuls only, attention included.
+   */
   prefillLayerTokenMs?: number;
   /** Mean ms from waking a sleeping thread to its running: each pipeline hand-off pays it. */
   wakeMs?: number;
@@ -45,6 +68,9 @@ export function calibratedRates(c: Calibration): ForecastRates {
     stepOverheadMs: c.stepOverheadMs ?? 0,
     prefillLayerTokenMs: c.prefillLayerTokenMs ?? 0,
     wakeMs: c.wakeMs ?? 0,
+    ...(c.prefillAttentionFlopsPerS !== undefined && c.prefillShape
+      ? { prefillAttentionFlopsPerS: c.prefillAttentionFlopsPerS, prefillWidth: c.prefillShape.hidden }
+      : {}),
   };
 }
 

@@ -1,5 +1,6 @@
 import { GgufModelFile, configFromMetadata } from '../../engine/index.js';
 import { kvElementsPerPosition, paramCounts, type ModelShape } from './model-shape.js';
+import type { PrefillShape } from './machine-list.js';
 import { quantBits, type QuantName } from './quant.js';
 
 /**
@@ -102,4 +103,19 @@ export function bytesFromGguf(path: string): ModelBytes {
   } finally {
     file.close();
   }
+}
+
+/**
+ * The layer shape the prefill probe runs to stand for `m` at a prompt of `tokens`: its width
+ * and attention heads; KV heads from the cache's bytes a position (f16 K and V a layer); the
+ * feed-forward width that gives a layer its parameters beyond attention (a mixture of experts:
+ * its active experts' as one dense SwiGLU).
+ */
+export function prefillShapeOf(m: ModelBytes, tokens: number): PrefillShape {
+  const L = m.layers.length;
+  const kvHeads = Math.max(1, Math.round(m.kvBytesPerPosition / (4 * L * m.headDim)));
+  const attention = 2 * m.hidden * (m.heads + kvHeads) * m.headDim;
+  const layerParams = (m.activeParams - m.vocab * m.hidden) / L;
+  const ff = Math.max(32, Math.round((layerParams - attention) / (3 * m.hidden) / 32) * 32);
+  return { hidden: m.hidden, heads: m.heads, kvHeads, headDim: m.headDim, ff, tokens };
 }

@@ -17,6 +17,13 @@ export interface ForecastRates {
   prefillLayerTokenMs?: number;
   /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
   wakeMs?: number;
+  /**
+   * A machine calibrated with the prefill probe: causal attention's FLOP/s (attention then is
+   * not charged at `prefillFlopsPerS`, which is the GEMMs' rate), and the width the probe's
+   * per-token cost was measured at (it scales with the model's).
+   */
+  prefillAttentionFlopsPerS?: number;
+  prefillWidth?: number;
 }
 
 /** A machine of the planned cluster; `rates` replaces the catalog's peaks x engine shares (a calibrated machine). */
@@ -243,6 +250,9 @@ function linkTimes(
   const group = stages[0]!.length;
   const step: LinkTime = { latency: 0, wire: 0 };
   let prefillMs = 0;
+  // a calibrated machine's wake-up: what an exchange costs when the rank it waits for slept
+  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
+  const woken = { latency: wake, wire: 0 };
   const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
     step.latency += times * s.latency;
     step.wire += times * s.wire;
@@ -255,11 +265,19 @@ function linkTimes(
       allReduceMs(group, model.hidden * wireBytes, link),
       allReduceMs(group, T * model.hidden * wireBytes, link),
     );
+    // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
+    // then sleeps; its peer, if other work holds its core, is late by about a wake-up. The
+    // calibration's mean wake-up is tens of us on an idle host and what the scheduler's
+    // queue costs on a busy one, so each all-reduce is charged one
+    add(2 * layers, woken, woken);
     // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
     // only the last stage's group computes logits
     const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);
     const half = { latency: gather.latency, wire: gather.wire / 2 };
-    if (input.engine.shardsHead) add(1, half, half);
+    if (input.engine.shardsHead) {
+      add(1, half, half);
+      add(1, woken, woken);
+    }
   }
   if (input.parallel === 'ep' && group > 1 && model.moe) {
     const moeLayers = model.layers.filter((l) => l.expert > 0).length;
@@ -275,9 +293,44 @@ function linkTimes(
   );
   if (handOffs > 0) add(1, { latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000, wire: 0 });
   // stages take turns, so each hand-off and the token's broadcast wake a stage that slept
-  const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
-  if (handOffs > 0) add(handOffs + 1, { latency: wake, wire: 0 }, { latency: wake, wire: 0 });
+  if (handOffs > 0) add(handOffs + 1, woken, woken);
   return { step, prefillMs };
+}
+
+/**
+ * One rank's prefill of the prompt, ms. Peak-based (the catalog's engines): 2 x active
+ * parameters x T plus attention's 2 L H d T^2 at the prefill FLOP/s. Probe-based (a machine
+ * calibrated with the prefill probe): the layers' GEMMs at the probe's GEMM rate, attention at
+ * its own rate, and only the last token through the head (a matvec: its bytes at the decode
+ * rate). Either way, on a calibrated machine, the per-token fixed cost of each layer
+ * (prefillLayerTokenMs, at the probe's width, scaled to the model's), shared as attention's
+ * heads split.
+ */
+function rankPrefillMs(
+  input: ForecastInput,
+  rate: ForecastRates,
+  cost: RankCost,
+  share: RankShare,
+  last: boolean,
+): number {
+  const { model } = input;
+  const T = input.promptTokens;
+  const attention = 2 * model.layers.length * model.heads * model.headDim * T * T;
+  const widthScale = rate.prefillWidth ? model.hidden / rate.prefillWidth : 1;
+  const fixedMs = cost.layerCount * share.tensorShare * T * (rate.prefillLayerTokenMs ?? 0) * widthScale;
+  if (rate.prefillAttentionFlopsPerS === undefined) {
+    const flops = 2 * model.activeParams * T + attention;
+    return ((flops * cost.flopShare) / rate.prefillFlopsPerS) * 1000 + fixedMs;
+  }
+  const gemm = 2 * (model.activeParams - model.vocab * model.hidden) * T;
+  const headBytes = model.head > 0 ? model.head : model.embedding;
+  const headMs = last ? ((headBytes * share.tensorShare) / rate.decodeBytesPerS) * 1000 : 0;
+  return (
+    ((gemm * cost.flopShare) / rate.prefillFlopsPerS) * 1000 +
+    ((attention * cost.flopShare) / rate.prefillAttentionFlopsPerS) * 1000 +
+    fixedMs +
+    headMs
+  );
 }
 
 /** The forecast of one split on these machines. */
@@ -318,7 +371,6 @@ export function forecastSplit(input: ForecastInput): Forecast {
     link_bytes_ms: 0,
   };
   let prefillMs = 0;
-  const flops = 2 * model.activeParams * T + 2 * model.layers.length * model.heads * model.headDim * T * T;
   for (const stage of stages) {
     const slowest = stage.reduce((a, r) =>
       per_machine[r]!.read_ms + per_machine[r]!.overhead_ms >
@@ -328,11 +380,9 @@ export function forecastSplit(input: ForecastInput): Forecast {
     );
     terms.read_ms += per_machine[slowest]!.read_ms;
     terms.overhead_ms += per_machine[slowest]!.overhead_ms;
-    // the fixed prefill cost is mostly attention, whose heads split as the tensors do
-    const fixedMs = (r: number): number =>
-      costs[r]!.layerCount * placement[r]!.tensorShare * T * (rates[r]!.prefillLayerTokenMs ?? 0);
+    const last = stage === stages[stages.length - 1];
     prefillMs += Math.max(
-      ...stage.map((r) => ((flops * costs[r]!.flopShare) / rates[r]!.prefillFlopsPerS) * 1000 + fixedMs(r)),
+      ...stage.map((r) => rankPrefillMs(input, rates[r]!, costs[r]!, placement[r]!, last)),
     );
   }
   const onLink = linkTimes(input, stages, costs);

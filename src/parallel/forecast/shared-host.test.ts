@@ -14,6 +14,25 @@ const cal = (threads: number, decodeGBs: number, prefillGflops: number): Calibra
 });
 
 describe('several nodes on one host', () => {
+  it("the prefill probe's attention rate is shared as the GEMMs' are, by ranks that run at once only", () => {
+    const probed = (threads: number, attention: number): Calibration => ({
+      ...cal(threads, 6, 20),
+      prefillAttentionFlopsPerS: attention * 1e9,
+      prefillShape: { hidden: 2048, heads: 32, kvHeads: 4, headDim: 64, ff: 5632, tokens: 128 },
+    });
+    const at = (concurrent: boolean) =>
+      sharedHostMachines({
+        nodes: 2,
+        perNode: probed(1, 10),
+        together: probed(2, 12),
+        cores: 2,
+        concurrent,
+      })[0]!.rates!;
+    assert.equal(at(true).prefillAttentionFlopsPerS, 6e9);
+    assert.equal(at(false).prefillAttentionFlopsPerS, 10e9);
+    assert.equal(at(true).prefillWidth, 2048);
+  });
+
   it('each node gets the lesser of its own rate and its share of what the host gives all at once', () => {
     // one thread streams 6 GB/s, two together 8: two nodes get 4 each, not 6
     const two = sharedHostMachines({

@@ -24,7 +24,12 @@ export function sharedHostMachines(o: {
   const { nodes: n, perNode } = o;
   const together = o.concurrent
     ? o.together
-    : { ...perNode, decodeBytesPerS: Infinity, prefillFlopsPerS: Infinity };
+    : {
+        ...perNode,
+        decodeBytesPerS: Infinity,
+        prefillFlopsPerS: Infinity,
+        prefillAttentionFlopsPerS: Infinity,
+      };
   const spec = thisMachine(perNode);
   const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
   const own = calibratedRates(perNode);
@@ -35,6 +40,15 @@ export function sharedHostMachines(o: {
     stepOverheadMs: own.stepOverheadMs! * oversubscribed,
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
     wakeMs: own.wakeMs!,
+    ...(own.prefillAttentionFlopsPerS !== undefined
+      ? {
+          prefillAttentionFlopsPerS: Math.min(
+            own.prefillAttentionFlopsPerS,
+            (together.prefillAttentionFlopsPerS ?? Infinity) / n,
+          ),
+        }
+      : {}),
+    ...(own.prefillWidth !== undefined ? { prefillWidth: own.prefillWidth } : {}),
   };
   const memory = { gb: perNode.memoryBytes / 1e9 / n, bandwidthGBs: rates.decodeBytesPerS / 1e9 };
   return Array.from({ length: n }, (_, i) => ({
