@@ -46,14 +46,14 @@ const LOSS_GRACE_MS = 500;
 /**
  * A model loaded across a cluster's nodes, driven step by step from the coordinator: the
  * forwards a single-process model offers (a prompt chunk of one sequence, a decode step of
- * several), each sent to every node at once; the nodes run their shards in lockstep and the
- * logits rank answers. Steps go one at a time (the caller awaits each), so the collectives
- * inside them pair up.
+ * several, or both in one mixed step), each sent to every node at once; the nodes run their
+ * shards in lockstep and the logits rank answers. Steps go one at a time (the caller awaits
+ * each), so the collectives inside them pair up.
  *
  * When a member is lost during a step, the step does not fail: the model is re-placed on the
  * survivors, every sequence's caches are filled again by replaying its forwards in the same
- * shapes (prompt chunks as chunks, decode tokens as batch rows, which give a lone token's
- * bits), and the step runs again. The caller sees a slower step with the logits it would have
+ * shapes (prompt chunks, and the pieces of mixed steps, as chunks; decode tokens as batch
+ * rows, which give a lone token's bits), and the step runs again. The caller sees a slower step with the logits it would have
  * had. A member that joins is placed the same way between two steps. A step fails when no
  * placement is found within a minute (too few members or too little memory left).
  */
