@@ -7,6 +7,7 @@ import { brokenLink, LinkDownError } from './link-down.js';
 import { HEARTBEAT_MS } from './protocol.js';
 import { silenceLimitMs } from './cluster-limits.js';
 import { decodeLogits } from './sequence-wire.js';
+import type { Message } from './protocol.js';
 import type { ServingCluster } from './serving-cluster.js';
 
 /**
@@ -45,14 +46,14 @@ const LOSS_GRACE_MS = 500;
 /**
  * A model loaded across a cluster's nodes, driven step by step from the coordinator: the
  * forwards a single-process model offers (a prompt chunk of one sequence, a decode step of
- * several), each sent to every node at once; the nodes run their shards in lockstep and the
- * logits rank answers. Steps go one at a time (the caller awaits each), so the collectives
- * inside them pair up.
+ * several, or both in one mixed step), each sent to every node at once; the nodes run their
+ * shards in lockstep and the logits rank answers. Steps go one at a time (the caller awaits
+ * each), so the collectives inside them pair up.
  *
  * When a member is lost during a step, the step does not fail: the model is re-placed on the
  * survivors, every sequence's caches are filled again by replaying its forwards in the same
- * shapes (prompt chunks as chunks, decode tokens as batch rows, which give a lone token's
- * bits), and the step runs again. The caller sees a slower step with the logits it would have
+ * shapes (prompt chunks, and the pieces of mixed steps, as chunks; decode tokens as batch
+ * rows, which give a lone token's bits), and the step runs again. The caller sees a slower step with the logits it would have
  * had. A member that joins is placed the same way between two steps. A step fails when no
  * placement is found within a minute (too few members or too little memory left).
  */
@@ -95,22 +96,37 @@ export class ClusterSlotModel {
 
   /** Runs tokens at the sequence's next positions on every node; the logits of the last one. */
   async forward(tokens: ArrayLike<number>, seq: RemoteSequence): Promise<Float32Array> {
-    const rows = await this.step('forward', [seq], Array.from(tokens));
+    const rows = await this.step({ prefill: { seq, tokens: Array.from(tokens) } });
     return rows[0] as Float32Array;
   }
 
   /** One decode step: tokens[t] at the next position of seqs[t]; each row's logits. */
   async forwardBatch(tokens: readonly number[], seqs: readonly RemoteSequence[]): Promise<Float32Array[]> {
-    return this.step('forward-batch', seqs, [...tokens]);
+    return this.step({ decode: { seqs, tokens: [...tokens] } });
   }
 
-  private async step(
-    type: 'forward' | 'forward-batch',
-    seqs: readonly RemoteSequence[],
-    tokens: number[],
-  ): Promise<Float32Array[]> {
-    const grow = type === 'forward' ? tokens.length : 1;
-    for (const seq of seqs) {
+  /**
+   * A prompt piece of one sequence and a decode step of others as one step on every node
+   * (`forward-mixed`): the decode rows ride along the piece's forward there instead of waiting
+   * for it, and give what `forward` and `forwardBatch` would, bit for bit.
+   */
+  async forwardMixed(
+    prefill: { tokens: readonly number[]; cache: RemoteSequence },
+    decode: { tokens: readonly number[]; caches: readonly RemoteSequence[] },
+  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }> {
+    const piece = { seq: prefill.cache, tokens: [...prefill.tokens] };
+    const rows = { seqs: decode.caches, tokens: [...decode.tokens] };
+    if (rows.seqs.length === 0)
+      return { prefill: await this.step({ prefill: piece }).then((r) => r[0]!), decode: [] };
+    if (piece.tokens.length === 0)
+      return { prefill: new Float32Array(0), decode: await this.step({ decode: rows }) };
+    const [first, ...rest] = await this.step({ prefill: piece, decode: rows });
+    this.cluster.mixedSteps++;
+    return { prefill: first as Float32Array, decode: rest };
+  }
+
+  private async step(step: Step): Promise<Float32Array[]> {
+    for (const [seq, grow] of growth(step)) {
       if (seq.length + grow > seq.contextLength)
         throw new TandemError(
           'KV_CONTEXT_FULL',
@@ -126,9 +142,12 @@ export class ClusterSlotModel {
         // on every member now, between two steps), or one was lost (its placement runs)
         if (this.cluster.replanWanted || !this.cluster.placed || this.cluster.someLost())
           await this.rebuild();
-        const rows = await this.send(type, seqs, tokens);
-        for (const [t, seq] of seqs.entries())
-          seq.ops.push(type === 'forward' ? tokens : (tokens[t] as number));
+        const rows = await this.send(step);
+        // what replay runs again: a piece as a prompt chunk, a decode token as a batch row
+        // (a mixed step gives each the bits of those, so the caches come back the same)
+        step.prefill?.seq.ops.push(step.prefill.tokens);
+        for (const [t, seq] of (step.decode?.seqs ?? []).entries())
+          seq.ops.push(step.decode!.tokens[t] as number);
         return rows;
       } catch (error) {
         await this.heal(error, generation);
@@ -137,16 +156,12 @@ export class ClusterSlotModel {
   }
 
   /** One step on every node of the current placement; every request has settled when this throws. */
-  private async send(
-    type: 'forward' | 'forward-batch',
-    seqs: readonly RemoteSequence[],
-    tokens: number[],
-  ): Promise<Float32Array[]> {
+  private async send(step: Step): Promise<Float32Array[]> {
     const session = this.cluster.session;
     const plan = session.placement?.plan;
     if (!plan)
       throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
-    const body = { seqs: seqs.map((s) => s.id), tokens, reset: seqs.filter((s) => s.stale).map((s) => s.id) };
+    const { type, body } = stepMessage(step, session.onePass);
     // the members' failures in the order they arrived: the first names the link that broke, later
     // ones may name a rank that closed its links on the abort below
     const failures: PromiseRejectedResult[] = [];
@@ -171,12 +186,12 @@ export class ClusterSlotModel {
     }
     const rows = decodeLogits(
       replies[logitsRank(plan)]?.logits,
-      type === 'forward' ? 1 : seqs.length,
+      (step.prefill ? 1 : 0) + (step.decode?.seqs.length ?? 0),
       this.config.vocabSize,
     );
-    for (const seq of seqs) {
+    for (const [seq, grow] of growth(step)) {
       seq.stale = false;
-      seq.length += type === 'forward' ? tokens.length : 1;
+      seq.length += grow;
     }
     return rows;
   }
@@ -244,22 +259,66 @@ export class ClusterSlotModel {
     for (const s of live) {
       let i = 0;
       for (; i < s.ops.length && Array.isArray(s.ops[i]); i++)
-        await this.send('forward', [s], s.ops[i] as number[]);
+        await this.send({ prefill: { seq: s, tokens: s.ops[i] as number[] } });
       const rest = s.ops.slice(i);
       if (rest.some(Array.isArray)) {
         // a chunk after a decode step: replay this sequence one forward at a time
         for (const op of rest)
-          await (Array.isArray(op) ? this.send('forward', [s], op) : this.send('forward-batch', [s], [op]));
+          await this.send(
+            Array.isArray(op) ? { prefill: { seq: s, tokens: op } } : { decode: { seqs: [s], tokens: [op] } },
+          );
       } else if (rest.length > 0) rows.set(s, rest as number[]);
     }
     for (let t = 0; ; t++) {
       const batch = [...rows].filter(([, r]) => r.length > t);
       if (batch.length === 0) break;
-      await this.send(
-        'forward-batch',
-        batch.map(([s]) => s),
-        batch.map(([, r]) => r[t] as number),
-      );
+      await this.send({
+        decode: { seqs: batch.map(([s]) => s), tokens: batch.map(([, r]) => r[t] as number) },
+      });
     }
   }
+}
+
+/**
+ * A serving step as the coordinator drives it: a prompt piece of one sequence (`forward`), a
+ * decode token of each of several (`forward-batch`), or both in one request (`forward-mixed`).
+ */
+interface Step {
+  prefill?: { seq: RemoteSequence; tokens: number[] };
+  decode?: { seqs: readonly RemoteSequence[]; tokens: number[] };
+}
+
+/** The positions each sequence of a step takes. */
+function growth(step: Step): [RemoteSequence, number][] {
+  const out: [RemoteSequence, number][] = [];
+  if (step.prefill) out.push([step.prefill.seq, step.prefill.tokens.length]);
+  for (const seq of step.decode?.seqs ?? []) out.push([seq, 1]);
+  return out;
+}
+
+/** The control request of a step (sequence-wire.ts); `reset` names the sequences whose caches start over. */
+function stepMessage(step: Step, onePass: boolean): { type: string; body: Message } {
+  const { prefill, decode } = step;
+  const reset = growth(step)
+    .filter(([s]) => s.stale)
+    .map(([s]) => s.id);
+  if (prefill && decode)
+    return {
+      type: 'forward-mixed',
+      body: {
+        prefill: { seq: prefill.seq.id, tokens: prefill.tokens },
+        decode: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens },
+        reset,
+        onePass,
+      },
+    };
+  if (prefill) return { type: 'forward', body: { seqs: [prefill.seq.id], tokens: prefill.tokens, reset } };
+  if (decode)
+    return {
+      type: 'forward-batch',
+      body: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens, reset },
+    };
+  throw new TandemError('CLUSTER_PROTOCOL', 'a serving step with no prompt piece and no decode row', {
+    hint: 'this is a bug: report it',
+  });
 }

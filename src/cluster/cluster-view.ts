@@ -69,6 +69,8 @@ export interface ClusterView {
   replacements: number;
   /** Times a link went down inside the placement and it was kept, its communicators rebuilt to relay around it. */
   relays?: number;
+  /** Serving steps that ran a prompt piece and other streams' decode rows in one request to the nodes. */
+  mixed_steps?: number;
   /** The latest events, oldest first (at most MAX_EVENTS). */
   events: ClusterEvent[];
 }

@@ -152,6 +152,15 @@ test('after authentication, a malformed request closes the connection unanswered
     { type: 'generate', id: 3, prompt: [], maxTokens: 4 },
     { type: 'no-such-request', id: 4 },
     { type: 'hello' }, // no id
+    {
+      type: 'forward-mixed',
+      id: 5,
+      prefill: { seq: 1, tokens: [1] },
+      decode: { seqs: [2], tokens: ['x'] },
+      onePass: true,
+    },
+    { type: 'forward-mixed', id: 6, prefill: { seq: 1, tokens: [1] }, decode: { seqs: [2], tokens: [3] } }, // no onePass
+    { type: 'forward-mixed', id: 7, prefill: [1, 2], decode: { seqs: [2], tokens: [3] }, onePass: false },
   ]) {
     const { socket, challenge } = await open();
     const replies: string[] = [];

@@ -9,7 +9,7 @@ import { isTrainRequest, type TrainRequest } from './node-train.js';
  * The control protocol's version: the node's challenge and the coordinator's answer both
  * carry it, and a peer of another version is refused during the handshake.
  */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 export interface LoadRequest {
   model: string;
@@ -52,7 +52,7 @@ export type NodeRequest = { id: number } & (
   | { type: 'hello' }
   | { type: 'load'; load: LoadRequest }
   | { type: 'generate'; generate: GenerateBody }
-  | { type: 'forward' | 'forward-batch'; step: Message }
+  | { type: 'forward' | 'forward-batch' | 'forward-mixed'; step: Message }
   | { type: 'release'; seqs: number[] }
   | { type: 'unload' }
   | { type: 'stream'; bytes: number; ms: number }
@@ -204,6 +204,19 @@ export function parseNodeMessage(m: Message): NodeRequest | NodeNotice {
     case 'forward-batch':
       need(ints(m.seqs) && ints(m.tokens), type, 'no sequence ids or tokens');
       return { type, id, step: m };
+    case 'forward-mixed': {
+      const part = (v: unknown): Record<string, unknown> | null =>
+        typeof v === 'object' && v !== null ? (v as Record<string, unknown>) : null;
+      const prefill = part(m.prefill);
+      const decode = part(m.decode);
+      need(
+        isInt(prefill?.seq) && ints(prefill?.tokens) && ints(decode?.seqs) && ints(decode?.tokens),
+        type,
+        'no prompt piece or no decode rows',
+      );
+      need(typeof m.onePass === 'boolean', type, 'no onePass flag');
+      return { type, id, step: m };
+    }
     case 'release':
       need(ints(m.seqs), type, 'no sequence ids');
       return { type, id, seqs: m.seqs as number[] };

@@ -9,6 +9,7 @@ import {
   commBytes,
   generateOnRank,
   loadRank,
+  runsMixedInOnePass,
   shardBytes,
   usesDirectExchange,
   type LoadedRank,
@@ -114,7 +115,8 @@ class Session {
       case 'generate':
         return this.generate(r.generate);
       case 'forward':
-      case 'forward-batch': {
+      case 'forward-batch':
+      case 'forward-mixed': {
         const sequences = this.loaded();
         return this.clock.time((this.ctx as LoadedRank).meter, () => sequences.step(r.step));
       }
@@ -246,6 +248,7 @@ class Session {
         }) + commBytes(r.plan, r.provider),
       loadMs: Date.now() - started,
       origin: shard.origin(),
+      onePass: runsMixedInOnePass(loaded),
     };
   }
 

@@ -1,7 +1,13 @@
 import { TandemError } from '../errors/index.js';
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
-import { forwardBatchOnRank, forwardOnRank, logitsRank, type RankContext } from '../parallel/index.js';
-import { encodeLogits, MAX_SEQUENCES, parseForward } from './sequence-wire.js';
+import {
+  forwardBatchOnRank,
+  forwardMixedOnRank,
+  forwardOnRank,
+  logitsRank,
+  type RankContext,
+} from '../parallel/index.js';
+import { encodeLogits, MAX_SEQUENCES, parseForward, parseMixed } from './sequence-wire.js';
 import type { Message } from './protocol.js';
 
 /** A node's side of serving: a KV cache per sequence id, and the forwards the coordinator drives. */
@@ -13,14 +19,33 @@ export class NodeSequences {
     private readonly contextLength: number,
   ) {}
 
-  /** Runs a `forward` or `forward-batch` request; the logits rank answers with the logits. */
+  /** Runs a `forward`, `forward-batch` or `forward-mixed` request; the logits rank answers with the logits. */
   async step(m: Message): Promise<Message> {
+    if (m.type === 'forward-mixed') return this.mixed(m);
     const r = parseForward(m, this.ctx.model.config.vocabSize);
     for (const id of r.reset) this.cacheOf(id).reset();
     const caches = r.seqs.map((id) => this.cacheOf(id));
     const rows = r.single
       ? [await forwardOnRank(this.ctx, caches[0] as SequenceCache, r.tokens)]
       : await forwardBatchOnRank(this.ctx, caches, r.tokens);
+    return this.answer(rows);
+  }
+
+  /** A prompt piece of one sequence and a decode row of each of others in one step. */
+  private async mixed(m: Message): Promise<Message> {
+    const r = parseMixed(m, this.ctx.model.config.vocabSize);
+    for (const id of r.reset) this.cacheOf(id).reset();
+    const rows = await forwardMixedOnRank(
+      this.ctx,
+      { tokens: r.prefill.tokens, cache: this.cacheOf(r.prefill.seq) },
+      { tokens: r.decode.tokens, caches: r.decode.seqs.map((id) => this.cacheOf(id)) },
+      r.onePass,
+    );
+    return this.answer(rows);
+  }
+
+  /** The logits rank's answer: its rows' logits; the other ranks answer nothing. */
+  private answer(rows: (Float32Array | undefined)[] | undefined): Message {
     if (this.ctx.me.rank !== logitsRank(this.ctx.plan)) return {};
     if (!rows || rows.some((row) => row === undefined))
       throw new TandemError('CLUSTER_PROTOCOL', 'the logits rank computed no logits', {

@@ -76,6 +76,8 @@ export class ServingCluster {
   private relayWanted = false;
   /** Times the placement was kept and its communicators rebuilt around a link gone down. */
   relays = 0;
+  /** Serving steps that carried a prompt piece and decode rows in one request (ClusterSlotModel.forwardMixed). */
+  mixedSteps = 0;
   readonly events: ClusterEvent[] = [];
   /** Called with each event as it happens. */
   onEvent: (e: ClusterEvent) => void = () => {};
@@ -369,6 +371,7 @@ export class ServingCluster {
       placements: this.generation,
       replacements: this.replacements,
       relays: this.relays,
+      mixed_steps: this.mixedSteps,
       events: [...this.events],
     };
   }

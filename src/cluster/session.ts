@@ -129,6 +129,8 @@ export class ClusterSession {
   /** Where each rank's shard came from at the last load (its own file, or slices received), and the bytes sent. */
   origins: ShardOrigin[] = [];
   slicesSent = 0;
+  /** Every rank of the last load runs a prompt piece and decode rows in one pass (runsMixedInOnePass). */
+  onePass = false;
 
   private constructor(
     readonly hosts: readonly HostEntry[],
@@ -324,6 +326,7 @@ export class ClusterSession {
       ),
     );
     this.origins = answers.map((a) => (a.origin as ShardOrigin | undefined) ?? { kind: 'local' });
+    this.onePass = answers.every((a) => a.onePass === true);
     this.origins.forEach((g, rank) => {
       if (g.kind === 'slices')
         o.onProgress?.(

@@ -25,7 +25,13 @@ export type { ShardModel } from './shard-model.js';
 export { GpuShardModel, refuseGpuShard, type GpuShardOptions } from './gpu-shard-model.js';
 export { TpExchange, type TpExchangeOptions } from './tp-exchange.js';
 export { exchangeBufferBytes, usesDirectExchange } from '../collectives/index.js';
-export { forwardBatchOnRank, forwardOnRank, logitsRank } from './serving-step.js';
+export {
+  forwardBatchOnRank,
+  forwardMixedOnRank,
+  forwardOnRank,
+  logitsRank,
+  runsMixedInOnePass,
+} from './serving-step.js';
 export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';
 export * from './forecast/index.js';
 export {

@@ -1,4 +1,5 @@
 import type { SequenceCache } from '../engine/kv/kv-cache.js';
+import { Model } from '../engine/model/model.js';
 import { q8BlockSize } from '../kernels/q8.js';
 import type { ParallelPlan } from './plan.js';
 import { microBatches, stageForward, type RankContext } from './runner.js';
@@ -49,6 +50,40 @@ export async function forwardBatchOnRank(
     if (logits) rows.push(logits);
   }
   return rows.length === caches.length ? rows : undefined;
+}
+
+/**
+ * Whether this rank runs a prompt piece and decode rows in one pass over its weights (the
+ * engine's forwardMixed on kernels with matmulPlusRows, a single stage). The two ways call the
+ * group's collectives with different lengths, so a coordinator asks for one pass only when
+ * every rank of the placement answers true here; the bits are the same either way.
+ */
+export function runsMixedInOnePass(ctx: RankContext): boolean {
+  return (
+    ctx.plan.stages === 1 && ctx.model instanceof Model && ctx.model.kernels.matmulPlusRows !== undefined
+  );
+}
+
+/**
+ * A prompt piece of one sequence and a decode step of others in one serving step. With
+ * `onePass` (every rank runsMixedInOnePass) the decode rows ride along the piece's pass over
+ * the weights (the model's forwardMixed); otherwise the piece runs, then the rows (a pipeline
+ * sends each through its stages). Returns the piece's last logits, then each row's, on the
+ * last stage (undefined elsewhere): bit for bit what forwardOnRank and forwardBatchOnRank give.
+ */
+export async function forwardMixedOnRank(
+  ctx: RankContext,
+  prefill: { tokens: readonly number[]; cache: SequenceCache },
+  decode: { tokens: readonly number[]; caches: readonly SequenceCache[] },
+  onePass: boolean,
+): Promise<Float32Array[] | undefined> {
+  if (onePass && ctx.plan.stages === 1 && ctx.model instanceof Model) {
+    const out = await ctx.model.forwardMixed(prefill, decode);
+    return [out.prefill, ...out.decode];
+  }
+  const first = await forwardOnRank(ctx, prefill.cache, prefill.tokens);
+  const rows = await forwardBatchOnRank(ctx, decode.caches, decode.tokens);
+  return first && rows ? [first, ...rows] : undefined;
 }
 
 /**

@@ -10,13 +10,14 @@ import { loadClusterServedModel, type ClusterServeOptions } from '../../src/api/
 import { startTestServer } from '../../src/api/testing.js';
 import { streamCompletion } from '../../src/api/sse-reader.js';
 import { tandemBin } from '../../src/cli/testing.js';
+import type { ClusterView } from '../../src/cluster/index.js';
 import { isTandemError } from '../../src/errors/index.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
 /*
  * `tandem serve` over local node processes: the scheduler drives every forward on the nodes
- * (one batch per decode step), and each greedy stream equals the same prompt served alone by
- * one process. The model: a 4-layer Q8_0 llama with a large weight spread, so greedy tokens
+ * (one batch per decode step, a prompt piece and the running streams' decode rows in one
+ * mixed step), and each greedy stream equals the same prompt served alone by one process. The model: a 4-layer Q8_0 llama with a large weight spread, so greedy tokens
  * move (test/e2e/parallel-models.ts).
  */
 
@@ -41,6 +42,19 @@ function startClusterServer(o: Omit<ClusterServeOptions, 'threads'>, slots: numb
 
 /** Eight distinct prompts of token ids. */
 const prompts = Array.from({ length: 8 }, (_, i) => PROMPT.map((t) => ((t + 37 * i) % 500) + 3));
+/**
+ * Four prompts of 70 tokens: beside running streams each is prefilled in pieces of the mixed
+ * chunk (30, then 40), alone in one piece.
+ */
+const longPrompts = Array.from({ length: 4 }, (_, i) =>
+  Array.from({ length: 70 }, (_, j) => ((13 * j + 41 * i) % 500) + 3),
+);
+
+/** Serving steps that carried a prompt piece and decode rows in one request, from /v1/cluster. */
+async function mixedSteps(url: string): Promise<number> {
+  const view = (await (await fetch(`${url}/v1/cluster`)).json()) as ClusterView;
+  return view.mixed_steps ?? 0;
+}
 
 interface Completion {
   text: string;
@@ -63,6 +77,7 @@ async function streamed(url: string, prompt: number[], maxTokens: number): Promi
 
 describe('serve over nodes', { timeout: 240_000 }, () => {
   let alone: Completion[] = [];
+  let aloneLong: Completion[] = [];
 
   before(async () => {
     const one = await startTestServer(path, { slots: 1 });
@@ -70,6 +85,8 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       await one.ready;
       alone = [];
       for (const p of prompts) alone.push(await streamed(one.url, p, 12));
+      aloneLong = [];
+      for (const p of longPrompts) aloneLong.push(await streamed(one.url, p, 12));
     } finally {
       await one.close(0);
     }
@@ -82,6 +99,12 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       await server.ready;
       const together = await Promise.all(prompts.map((p) => streamed(server.url, p, 12)));
       assert.deepEqual(together, alone);
+      const mixed = await mixedSteps(server.url);
+      assert.ok(mixed > 0, 'prompts were prefilled beside running streams in mixed steps');
+      // long prompts prefilled in pieces, each piece beside the running streams' decode rows
+      const long = await Promise.all(longPrompts.map((p) => streamed(server.url, p, 12)));
+      assert.deepEqual(long, aloneLong);
+      assert.ok((await mixedSteps(server.url)) >= mixed + 4, 'the long prompts ran in mixed steps');
       // a cancelled stream leaves the nodes serving: the next request is answered as before
       const ac = new AbortController();
       const res = await fetch(`${server.url}/v1/completions`, {
@@ -99,12 +122,15 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
     }
   });
 
-  it('pipeline on 2 nodes: 4 concurrent greedy streams each equal the prompt served alone', async () => {
+  it('pipeline on 2 nodes: 6 concurrent greedy streams (2 with long prompts) each equal the prompt served alone', async () => {
     const server = await startClusterServer({ nodes: 2, parallel: 'pp', provider: 'tcp' }, 4);
     try {
       await server.ready;
-      const together = await Promise.all(prompts.slice(0, 4).map((p) => streamed(server.url, p, 12)));
-      assert.deepEqual(together, alone.slice(0, 4));
+      const together = await Promise.all(
+        [...prompts.slice(0, 4), ...longPrompts.slice(0, 2)].map((p) => streamed(server.url, p, 12)),
+      );
+      assert.deepEqual(together, [...alone.slice(0, 4), ...aloneLong.slice(0, 2)]);
+      assert.ok((await mixedSteps(server.url)) > 0, 'prompts were prefilled beside running streams');
     } finally {
       await server.close(0);
     }

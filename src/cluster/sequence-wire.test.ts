@@ -1,0 +1,83 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { isTandemError } from '../errors/index.js';
+import { decodeLogits, encodeLogits, parseForward, parseMixed } from './sequence-wire.js';
+
+/*
+ * The serving steps' wire, checked once at the node's edge: a well-formed step comes out as
+ * typed fields; anything else is a CLUSTER_PROTOCOL error naming what was wrong (the node
+ * answers it as a failed request and keeps running), never a crash or a step run on bad ids.
+ */
+
+const VOCAB = 100;
+
+const mixed = {
+  type: 'forward-mixed',
+  prefill: { seq: 1, tokens: [5, 6, 7] },
+  decode: { seqs: [2, 3], tokens: [8, 9] },
+  reset: [1],
+  onePass: true,
+};
+
+/** Asserts that parsing `m` throws CLUSTER_PROTOCOL with a message matching `what`. */
+function refused(parse: () => unknown, what: RegExp): void {
+  assert.throws(parse, (e) => isTandemError(e, 'CLUSTER_PROTOCOL') && what.test(e.message) && e.hint !== '');
+}
+
+describe('forward-mixed', () => {
+  test('a well-formed step: the piece, the rows, the resets and the pass mode', () => {
+    assert.deepEqual(parseMixed(mixed, VOCAB), {
+      prefill: { seq: 1, tokens: [5, 6, 7] },
+      decode: { seqs: [2, 3], tokens: [8, 9] },
+      reset: [1],
+      onePass: true,
+    });
+    assert.deepEqual(parseMixed({ ...mixed, reset: undefined, onePass: false }, VOCAB).reset, []);
+  });
+
+  test('bad ids, shapes and flags are refused, each naming what was wrong', () => {
+    const cases: [Record<string, unknown>, RegExp][] = [
+      [{ prefill: { seq: 1, tokens: [5, VOCAB] } }, /prefill\.tokens \(ids below 100\)/],
+      [{ decode: { seqs: [2, 3], tokens: [8, -1] } }, /decode\.tokens/],
+      [{ prefill: { seq: 'a', tokens: [5] } }, /prefill\.seq/],
+      [{ prefill: 7 }, /prefill\.seq/],
+      [{ decode: null }, /decode\.seqs/],
+      [{ prefill: { seq: 1, tokens: [] } }, /no prompt piece or no decode row/],
+      [{ decode: { seqs: [], tokens: [] } }, /no prompt piece or no decode row/],
+      [{ decode: { seqs: [2, 3], tokens: [8] } }, /one decode token per distinct sequence/],
+      [{ decode: { seqs: [2, 2], tokens: [8, 9] } }, /one decode token per distinct sequence/],
+      [{ decode: { seqs: [1, 3], tokens: [8, 9] } }, /sequence once/],
+      [{ reset: [4] }, /reset names a sequence/],
+      [{ onePass: 'yes' }, /onePass/],
+    ];
+    for (const [change, what] of cases) refused(() => parseMixed({ ...mixed, ...change }, VOCAB), what);
+  });
+});
+
+describe('forward and forward-batch', () => {
+  test('a prompt chunk takes one sequence, a decode step one token per distinct sequence', () => {
+    assert.deepEqual(parseForward({ type: 'forward', seqs: [4], tokens: [1, 2, 3] }, VOCAB), {
+      seqs: [4],
+      tokens: [1, 2, 3],
+      single: true,
+      reset: [],
+    });
+    assert.equal(parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2] }, VOCAB).single, false);
+    refused(() => parseForward({ type: 'forward', seqs: [4, 5], tokens: [1, 2] }, VOCAB), /one sequence/);
+    refused(
+      () => parseForward({ type: 'forward-batch', seqs: [4, 4], tokens: [1, 2] }, VOCAB),
+      /one token per distinct sequence/,
+    );
+    refused(() => parseForward({ type: 'forward', seqs: [4], tokens: [VOCAB] }, VOCAB), /ids below/);
+  });
+});
+
+test('logits rows go through the wire bit for bit; a reply of the wrong size is refused', () => {
+  const rows = [Float32Array.from([1.5, -0, NaN, 3e-39]), Float32Array.from([-2, 7, 1e30, -1e-45])];
+  const back = decodeLogits(encodeLogits(rows), 2, 4);
+  assert.deepEqual(
+    back.map((r) => [...new Uint32Array(r.slice().buffer)]),
+    rows.map((r) => [...new Uint32Array(r.buffer)]),
+  );
+  refused(() => decodeLogits(encodeLogits(rows), 3, 4), /logits of 32 bytes for 3 row/);
+});
