@@ -3,7 +3,14 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { generate, greedy, openModel, type OpenedModel, type SequenceCache } from '../engine/index.js';
+import {
+  generate,
+  greedy,
+  MIXED_PREFILL_CHUNK,
+  openModel,
+  type OpenedModel,
+  type SequenceCache,
+} from '../engine/index.js';
 import { makeModel } from '../engine/format/make-model.js';
 import { wideModelShape } from '../engine/model/wide-model.js';
 import { Metrics } from './metrics.js';
@@ -165,3 +172,38 @@ for (const mixed of [false, true]) {
     assert.ok(bFirst > to, 'the long request emits its first token after its last piece');
   });
 }
+
+test("without a mixedChunk option the pieces beside running streams are the model's mixedChunk", async () => {
+  const model = opened.model;
+  const pieces: number[] = [];
+  const sized: SlotModel = {
+    newSession: (o) => model.newSession(o),
+    forward: (tokens: ArrayLike<number>, cache) => model.forward(tokens, cache as SequenceCache),
+    forwardBatch: (tokens, caches) => model.forwardBatch(tokens, caches as readonly SequenceCache[]),
+    forwardMixed: (prefill, decode) => {
+      if (decode.tokens.length > 0) pieces.push(prefill.tokens.length);
+      return model.forwardMixed(
+        { tokens: prefill.tokens, cache: prefill.cache as SequenceCache },
+        { tokens: decode.tokens, caches: decode.caches as readonly SequenceCache[] },
+      );
+    },
+    mixedChunk: 20,
+  };
+  const short = promptOf(3, 4);
+  const long = promptOf(4, 70);
+  const want = await alone(long, 2);
+  const s = scheduler(sized, { prefillChunk: 24 });
+  let started: (() => void) | undefined;
+  const decoding = new Promise<void>((resolve) => (started = resolve));
+  const first = run(s, short, 40, () => started?.());
+  await decoding;
+  const got = await run(s, long, 2);
+  await first;
+  assert.deepEqual(got.tokens, want.tokens);
+  // 70 tokens in pieces of 20 beside the first stream: 20, 20, 30 (the last takes what would
+  // leave under GEMM_TOKENS); the first stream has 40 tokens to go, so it decodes beside all
+  assert.deepEqual(pieces, [20, 20, 30]);
+  // the model's own chunk: two of its kernels' GEMM lane groups where they have groups
+  const group = opened.kernels.gemmGroup;
+  assert.equal(model.mixedChunk, group === undefined ? MIXED_PREFILL_CHUNK : 2 * group);
+});

@@ -27,6 +27,8 @@ export interface SlotModel {
     prefill: { tokens: readonly number[]; cache: SlotCache },
     decode: { tokens: readonly number[]; caches: readonly SlotCache[] },
   ): Promise<{ prefill: Float32Array; decode: Float32Array[] }>;
+  /** Optional: the forwardMixed piece that suits the model's kernels (default MIXED_PREFILL_CHUNK). */
+  readonly mixedChunk?: number;
 }
 
 /** One sequence to run: its prompt, how it picks tokens, and where its tokens go. */
@@ -67,7 +69,10 @@ export interface SchedulerOptions {
    * does not change a sequence's tokens.
    */
   prefillChunk?: number;
-  /** Prompt tokens per round while other streams decode beside it through forwardMixed (default MIXED_PREFILL_CHUNK). */
+  /**
+   * Prompt tokens per round while other streams decode beside it through forwardMixed (default
+   * the model's mixedChunk, else MIXED_PREFILL_CHUNK).
+   */
   mixedChunk?: number;
   metrics: Metrics;
   /**
@@ -276,7 +281,7 @@ export class Scheduler {
     const { prompt } = seq.request;
     const chunk =
       rows.length > 0
-        ? (this.options.mixedChunk ?? MIXED_PREFILL_CHUNK)
+        ? (this.options.mixedChunk ?? this.model.mixedChunk ?? MIXED_PREFILL_CHUNK)
         : (this.options.prefillChunk ?? PREFILL_CHUNK);
     const piece = prompt.slice(
       seq.prefilled,

@@ -1,7 +1,7 @@
 // The engine's public surface: single-node inference on one model or one shard of it.
 export { Model, type LoadOptions, type SessionOptions } from './model/model.js';
 export { ExpertLoad } from './model/expert-load.js';
-export { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, prefillPiece } from './model/prefill.js';
+export { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, mixedPrefillChunk, prefillPiece } from './model/prefill.js';
 export { openModel, type OpenModelOptions, type OpenedModel } from './model/open-model.js';
 export {
   configFromMetadata,

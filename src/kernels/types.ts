@@ -119,6 +119,12 @@ export interface Kernels {
   readonly backend: KernelsBackend;
   /** Compute threads, the calling thread included. */
   readonly threads: number;
+  /**
+   * Optional: tokens per lane group of the prepared GEMMs (16 on x86 AVX-512 VNNI, 15 on NEON;
+   * undefined where the GEMM has no groups). A GEMM of a multiple of it fills every group,
+   * while one token more costs a whole group; numerics do not depend on it.
+   */
+  readonly gemmGroup?: number | undefined;
 
   /** Copies (and may repack) a weight into kernel-owned memory. */
   uploadWeight(source: WeightSource): Weight;

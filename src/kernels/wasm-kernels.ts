@@ -67,6 +67,10 @@ export class WasmKernels implements Kernels {
     return this.pool.threads;
   }
 
+  get gemmGroup(): number | undefined {
+    return this.ctx.lanes ? 16 : this.ctx.tile ? 15 : undefined;
+  }
+
   /** Memories in use (more than one once weights pass arenaBytes). */
   get arenas(): number {
     return this.slots.length;

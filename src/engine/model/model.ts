@@ -16,7 +16,7 @@ import { configFromMetadata, type ModelConfig } from './config.js';
 import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
-import { prefillPiece } from './prefill.js';
+import { mixedPrefillChunk, prefillPiece } from './prefill.js';
 import { expertsInLayer, fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
 import {
   leafParts,
@@ -115,6 +115,11 @@ export class Model {
     // the leaf sums and residual adds in C (same bits as the TypeScript loop; else it runs)
     await loadFastReduce();
     return new Model(kernels, config, shard, weights, options.comm ?? singleNodeComm, options.group);
+  }
+
+  /** Prompt tokens per forwardMixed piece that fill the kernels' GEMM lane groups (mixedPrefillChunk). */
+  get mixedChunk(): number {
+    return mixedPrefillChunk(this.kernels.gemmGroup);
   }
 
   /** The part of the model held now (its experts change with switchExperts). */

@@ -8,12 +8,22 @@ import { GEMM_TOKENS } from '../../kernels/types.js';
 export const PREFILL_CHUNK = 120;
 
 /**
- * Prompt tokens per prefill piece while other streams decode along with it (Model.forwardMixed):
- * two of the GEMM's 15-token lane groups. Each piece carries one decode step of every running
- * stream, so smaller pieces give running streams more tokens during a prefill, while a piece
- * still costs about as much compute as streaming the weights once.
+ * Prompt tokens per prefill piece while other streams decode along with it (Model.forwardMixed)
+ * where the kernels name no GEMM lane group: two of NEON's 15-token groups. Each piece carries
+ * one decode step of every running stream, so smaller pieces give running streams more tokens
+ * during a prefill, while a piece still costs about as much compute as streaming the weights
+ * once.
  */
 export const MIXED_PREFILL_CHUNK = 30;
+
+/**
+ * The mixed piece for kernels whose GEMM runs tokens in lane groups of `group`: two whole
+ * groups (32 tokens on x86 VNNI, 30 on NEON), so that no piece pays for empty lanes but the
+ * last one of a prompt (prefillPiece gives it the remainder).
+ */
+export function mixedPrefillChunk(group: number | undefined): number {
+  return group !== undefined && group > 0 ? 2 * group : MIXED_PREFILL_CHUNK;
+}
 
 /**
  * The length of the next prefill piece when `remaining` prompt tokens are left and pieces

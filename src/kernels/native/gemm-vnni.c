@@ -167,8 +167,11 @@ void tk_q8lt_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xt, uint
 // The lanes GEMM over rows 8 * pr .. 8 * pr + R - 1 of a Q8_0 weight.
 static void gemm_q8_rows(uint8_t *m, uint32_t wq, uint32_t ws, int nb, int pr, int R, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride) {
   const int ng = (nb + 15) / 16;
+  // the next pair's 8 rows of quants and scales, each contiguous
+  const struct tile_prefetch next = {m + wq + (size_t)(pr + 1) * 8 * ng * 512, (size_t)ng * 64, (const uint8_t *)((const uint16_t *)(m + ws) + (size_t)(pr + 1) * 8 * ng * 16),
+                                     (size_t)ng * 4};
   lanes_gemm_rows(m + wq + (size_t)pr * 8 * ng * 512, (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16, nb, R, m + xt, (const float *)(m + dxt), n,
-                  (float *)(m + y) + 8 * (size_t)pr, ystride);
+                  (float *)(m + y) + 8 * (size_t)pr, ystride, next);
 }
 
 void tk_mm_q8lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, int n, uint32_t y, int ystride, int tiles, int tid, int nt) {

@@ -139,7 +139,10 @@ void tk_mm_q4lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt,
     const int R = pair_rows(pr, p1, tiles, tid, nt);
     if (R == 0) break;
     unpack_rows(m + wq + (size_t)pr * 8 * ng * 256, ng, R, buf);
-    lanes_gemm_rows(buf, (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16, nb, R, m + xt, (const float *)(m + dxt), n, (float *)(m + y) + 8 * (size_t)pr, ystride);
+    // the next pair's 8 packed rows and their scales, each contiguous
+    const struct tile_prefetch next = {m + wq + (size_t)(pr + 1) * 8 * ng * 256, (size_t)ng * 32, (const uint8_t *)((const uint16_t *)(m + ws) + (size_t)(pr + 1) * 8 * ng * 16),
+                                       (size_t)ng * 4};
+    lanes_gemm_rows(buf, (const uint16_t *)(m + ws) + (size_t)pr * 8 * ng * 16, nb, R, m + xt, (const float *)(m + dxt), n, (float *)(m + y) + 8 * (size_t)pr, ystride, next);
   }
 }
 #endif
