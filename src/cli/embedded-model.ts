@@ -13,9 +13,9 @@ export const EMBEDDED_MODEL = {
   name: 'tandem-tiny',
   /** What it is and what it is not, for --help and the first lines a user sees. */
   about:
-    'tandem-tiny: a 3.7M-parameter llama (4 layers, width 256, Q8_0, 4.5 MB) trained for 40 minutes on this ' +
-    "project's build machine, on the Markdown shipped in npm packages and Debian's license texts. It writes fluent " +
-    'fragments of such text; it knows nothing and follows no instructions (models/README.md)',
+    'tandem-tiny: a 4.2M-parameter llama (4 layers, width 256, Q8_0, 4.5 MB) trained by `tandem train` on ' +
+    "the King James Bible (Debian's bible-kjv-text, public domain), 4.1M tokens. It writes fluent fragments of " +
+    'such text; it knows nothing and follows no instructions (models/README.md)',
 } as const;
 
 /** The embedded model's path; a checkout without models/ (a trimmed package) says so instead of failing later. */

@@ -134,7 +134,7 @@ test('tandem serve without MODEL serves the shipped model and answers in words',
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: 'The license', max_tokens: 24, temperature: 0 }),
+      body: JSON.stringify({ prompt: 'And the LORD said', max_tokens: 24, temperature: 0 }),
     });
     assert.equal(res.status, 200);
     const body = (await res.json()) as { choices: { text: string }[]; usage: { completion_tokens: number } };
