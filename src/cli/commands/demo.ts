@@ -169,7 +169,7 @@ export const command = defineCommand({
     if (served) {
       out.push('');
       out.push(
-        `served ${EMBEDDED_MODEL.name} (trained on local text, tiny: fluent fragments, no knowledge) at ${served.url}, split across ${served.members.length} local nodes (${served.parallel}: ${served.members.map((m) => `${m.id} ${m.state}`).join(', ')})`,
+        `served ${EMBEDDED_MODEL.name} (trained by tandem train on the King James Bible, tiny: fluent fragments, no knowledge) at ${served.url}, split across ${served.members.length} local nodes (${served.parallel}: ${served.members.map((m) => `${m.id} ${m.state}`).join(', ')})`,
       );
       out.push(
         `  POST /v1/chat/completions ${JSON.stringify(options.prompt)} -> ${JSON.stringify(served.answer)}`,
