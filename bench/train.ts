@@ -5,7 +5,6 @@ import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { trainShape } from '../src/engine/train/index.js';
-import { localTrainProvider } from '../src/parallel/train/index.js';
 import type { BenchRankConfig, BenchRankLine } from './train-rank.js';
 import { formatTable } from './table.js';
 import type { GemmKind } from '../src/kernels/backward/load-gemm.js';
@@ -94,7 +93,7 @@ async function tandemRound(o: TrainBenchOptions, size: number, threads: number):
     steps: o.steps,
     kernels: o.kernels ?? 'native',
     threads,
-    provider: o.provider ?? localTrainProvider(size, threads),
+    provider: o.provider ?? 'shm',
   };
   const start = (rank: number, address: string): ReturnType<typeof spawn> => {
     const config: BenchRankConfig = { ...base, rank, address };

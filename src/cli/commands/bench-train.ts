@@ -29,9 +29,9 @@ export const command = defineCommand({
     provider: {
       type: 'string',
       description:
-        'fabric between the nodes (all on this host: shm shares memory, tcp goes through loopback sockets; auto: shm while nodes x threads fit the cores, else tcp)',
-      choices: ['auto', 'shm', 'tcp'],
-      default: 'auto',
+        'fabric between the nodes (all on this host: shm shares memory, tcp goes through loopback sockets)',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
     },
     shape: {
       type: 'string',
@@ -71,7 +71,7 @@ export const command = defineCommand({
       nodes,
       threads,
       kernels: options.kernels as GemmKind,
-      ...(options.provider === 'shm' || options.provider === 'tcp' ? { provider: options.provider } : {}),
+      provider: options.provider as 'shm' | 'tcp',
       batch,
       seq: checkInteger('bench train', 'seq', options.seq, 1, shape.context, 64),
       steps: checkInteger('bench train', 'steps', options.steps, 2, 100, 4),

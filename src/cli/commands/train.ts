@@ -25,7 +25,7 @@ import { localRanks, TRAIN_SECRET_ENV } from './train-ranks.js';
 import { trainOnHosts } from './train-hosts.js';
 import { clusterSecret, secretOptions } from '../secret.js';
 import { curveSvg } from './train-plot.js';
-import { localTrainProvider, trainRank } from '../../parallel/train/index.js';
+import { trainRank } from '../../parallel/train/index.js';
 import { gemmKinds, loadGemm, type GemmKind } from '../../kernels/backward/load-gemm.js';
 
 function usage(message: string, hint: string): TandemError {
@@ -261,9 +261,9 @@ export const command = defineCommand({
     provider: {
       type: 'string',
       description:
-        'fabric between the --nodes processes, which share this host (shm: shared memory, the cheaper in CPU; tcp: loopback sockets; auto: shm while nodes x threads fit the cores, else tcp); --hosts always uses tcp',
-      choices: ['auto', 'shm', 'tcp'],
-      default: 'auto',
+        'fabric between the --nodes processes, which share this host (shm: shared memory, the cheaper in CPU; tcp: loopback sockets); --hosts always uses tcp',
+      choices: ['shm', 'tcp'],
+      default: 'shm',
     },
     rank: { type: 'number', description: 'internal: the rank of a process that `--nodes` started' },
     rendezvous: {
@@ -335,12 +335,8 @@ export const command = defineCommand({
         `--nodes ${nodes} is more than --batch ${settings.batch} rows`,
         'give every node at least one row: raise --batch or lower --nodes',
       );
-    const provider =
-      options.provider === 'shm' || options.provider === 'tcp'
-        ? options.provider
-        : localTrainProvider(nodes, threads);
     if (options.rank !== undefined) {
-      await runChildRank(cfg, nodes, options.rank, options.rendezvous, provider, threads);
+      await runChildRank(cfg, nodes, options.rank, options.rendezvous, options.provider, threads);
       return 0;
     }
     if (options.hosts !== undefined && options.nodes !== 1)
@@ -358,7 +354,7 @@ export const command = defineCommand({
           })
         : nodes === 1
           ? await train(cfg)
-          : await runRankZero(cfg, nodes, { ...options, threads, provider }, resume !== undefined);
+          : await runRankZero(cfg, nodes, { ...options, threads }, resume !== undefined);
     const done = r.step >= settings.steps;
     if (done)
       await writeTrainedGguf(

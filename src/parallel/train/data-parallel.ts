@@ -1,4 +1,3 @@
-import { availableParallelism } from 'node:os';
 import { createCommunicator, type Communicator } from '../../collectives/index.js';
 import { isTandemError, TandemError } from '../../errors/index.js';
 import {
@@ -10,20 +9,6 @@ import {
   type TrainResult,
 } from '../../engine/train/index.js';
 import { CollectiveGradSync, type SyncTimes } from './grad-sync.js';
-
-/**
- * The fabric for `ranks` data-parallel processes on one host with `threadsPerRank` compute
- * threads each: shared memory while ranks x threads fit the cores (its all-reduce costs less
- * CPU than loopback tcp), else tcp: oversubscribed, shm ranks of 2 threads ran several times
- * slower than tcp ones (docs/train.md, "Two nodes against two threads").
- */
-export function localTrainProvider(
-  ranks: number,
-  threadsPerRank: number,
-  cores: number = availableParallelism(),
-): 'shm' | 'tcp' {
-  return ranks * threadsPerRank <= cores ? 'shm' : 'tcp';
-}
 
 export interface RankOptions {
   rank: number;
