@@ -56,7 +56,7 @@ let lastCpu = process.cpuUsage();
 const cfg = {
   settings,
   tokens,
-  gemm: await loadGemm(c.kernels, c.threads, (why) => process.stderr.write(`${why}\n`)),
+  gemm: await loadGemm(c.kernels, c.threads, (why) => process.stderr.write(`${why}\n`), c.size * c.threads),
   onStep: (l: { step: number }) => {
     const now = performance.now();
     const cpu = process.cpuUsage(lastCpu);

@@ -305,7 +305,14 @@ export const command = defineCommand({
     const every = checkInteger('train', 'checkpoint-every', options['checkpoint-every'], 1);
     const threads = checkInteger('train', 'threads', options.threads, 1, 256, 2);
     const say = (s: string): void => void process.stderr.write(s);
-    const gemm = await loadGemm(options.kernels as GemmKind, threads, (why) => say(`train: ${why}\n`));
+    // --nodes ranks share this host; --hosts ranks run elsewhere
+    const localRanks = options.hosts === undefined ? Math.max(1, Math.floor(options.nodes)) : 1;
+    const gemm = await loadGemm(
+      options.kernels as GemmKind,
+      threads,
+      (why) => say(`train: ${why}\n`),
+      localRanks * threads,
+    );
     const checkpoint = options.checkpoint ?? `${options.out}.ckpt`;
     if (!options.json)
       say(

@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import type { Gemm } from './gemm.js';
 import { buildTrainKernels } from './native-build.js';
 import { bindNativeOps } from './ops-native.js';
@@ -31,9 +32,16 @@ export interface NativeGemm extends Gemm {
 
 /**
  * Loads the native GEMMs on `threads` threads; throws KERNELS_BUILD_FAILED where no C
- * compiler works (the caller falls back to the wasm twin).
+ * compiler works (the caller falls back to the wasm twin). `hostThreads`: the compute threads
+ * of every process on this host that trains beside this one (local ranks x threads). Past the
+ * cores, OpenMP's threads must sleep between products instead of spinning (OMP_WAIT_POLICY
+ * passive, unless the user set it): a spinning thread takes the timeslices of another
+ * process's thread that its peers wait for. libgomp reads the variable when the library is
+ * first loaded, so it is set before.
  */
-export async function loadNativeGemm(threads = 1): Promise<NativeGemm> {
+export async function loadNativeGemm(threads = 1, hostThreads = threads): Promise<NativeGemm> {
+  if (hostThreads > availableParallelism() && process.env.OMP_WAIT_POLICY === undefined)
+    process.env.OMP_WAIT_POLICY = 'passive';
   const path = await buildTrainKernels();
   const { default: koffi } = await import('koffi');
   const lib = koffi.load(path);
