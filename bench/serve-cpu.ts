@@ -3,7 +3,7 @@
 // --rounds requests of --prompt-tokens prompt tokens and --max-tokens tokens, one after the
 // other), every forward of the model timed by kind: a prefill (`forward p=N`), a batched decode
 // step (`batch d=N`), a prompt piece with decode rows along (`mixed p=N d=M`).
-//   npx tsx bench/serve-cpu.ts [MODEL] [--threads 1] [--concurrency 1,4] [--rounds 2]
+//   npx tsx bench/serve-cpu.ts [MODEL] [--threads 1] [--concurrency 1,4] [--rounds 2] [--mixed-chunk K]
 //     [--prompt-tokens 128] [--max-tokens 64]
 // With one thread the process CPU time is the work itself, so a shared machine's other load
 // counts less than in wall time (memory traffic still does); the ratio of a level's CPU per
@@ -23,6 +23,7 @@ const { values, positionals } = parseArgs({
     rounds: { type: 'string', default: '2' },
     'prompt-tokens': { type: 'string', default: '128' },
     'max-tokens': { type: 'string', default: '64' },
+    'mixed-chunk': { type: 'string' },
   },
 });
 const path = positionals[0] ?? '/work/models/tinyllama-q8_0.gguf';
@@ -35,6 +36,7 @@ const prompt = benchPromptFor(path, Number(values['prompt-tokens']));
 interface Spent {
   calls: number;
   cpuMs: number;
+  wallMs: number;
 }
 const spent = new Map<string, Spent>();
 const cpuMs = (): number => {
@@ -43,10 +45,12 @@ const cpuMs = (): number => {
 };
 async function timed<T>(kind: string, run: () => Promise<T>): Promise<T> {
   const c0 = cpuMs();
+  const w0 = performance.now();
   const out = await run();
-  const s = spent.get(kind) ?? { calls: 0, cpuMs: 0 };
+  const s = spent.get(kind) ?? { calls: 0, cpuMs: 0, wallMs: 0 };
   s.calls++;
   s.cpuMs += cpuMs() - c0;
+  s.wallMs += performance.now() - w0;
   spent.set(kind, s);
   return out;
 }
@@ -75,6 +79,7 @@ const scheduler = new Scheduler(slotModel, {
   maxQueue: slots,
   contextLength: prompt.length + maxTokens + 8,
   metrics: new Metrics(slots),
+  ...(values['mixed-chunk'] ? { mixedChunk: Number(values['mixed-chunk']) } : {}),
 });
 const argmax = (l: Float32Array): number => {
   let best = 0;
@@ -96,19 +101,21 @@ try {
   for (const c of levels) {
     spent.clear();
     const c0 = cpuMs();
+    const w0 = performance.now();
     await Promise.all(
       Array.from({ length: c }, async () => {
         for (let r = 0; r < rounds; r++) await request(maxTokens);
       }),
     );
     const total = cpuMs() - c0;
+    const wall = performance.now() - w0;
     const tokens = c * rounds * maxTokens;
     console.log(
-      `concurrency ${c}: ${tokens} tokens, CPU ${total.toFixed(0)} ms, ${(total / tokens).toFixed(2)} ms a token (${threads} thread${threads > 1 ? 's' : ''})`,
+      `concurrency ${c}: ${tokens} tokens, CPU ${total.toFixed(0)} ms, ${(total / tokens).toFixed(2)} ms a token; wall ${wall.toFixed(0)} ms, ${(wall / tokens).toFixed(2)} ms a token (${threads} thread${threads > 1 ? 's' : ''})`,
     );
     for (const [kind, s] of [...spent].sort(([a], [b]) => a.localeCompare(b)))
       console.log(
-        `  ${kind.padEnd(18)} ${String(s.calls).padStart(4)} calls  CPU ${s.cpuMs.toFixed(0).padStart(6)} ms  ${(s.cpuMs / s.calls).toFixed(1)} ms a call`,
+        `  ${kind.padEnd(18)} ${String(s.calls).padStart(4)} calls  CPU ${s.cpuMs.toFixed(0).padStart(6)} ms  ${(s.cpuMs / s.calls).toFixed(1)} ms a call  wall ${s.wallMs.toFixed(0).padStart(6)} ms  ${(s.wallMs / s.calls).toFixed(1)} ms a call`,
       );
   }
 } finally {
