@@ -21,6 +21,8 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
 const avx512Prototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
+  attention_rows:
+    'void tk_attention_rows(uintptr_t base, uint32_t q, uint32_t rows, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, float scale, int half, int tid, int nt)',
   swiglu: 'void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt)',
   swiglu_rows:
     'void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt)',

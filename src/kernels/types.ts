@@ -109,6 +109,17 @@ export interface AttentionParams {
   scale?: number;
 }
 
+/** attentionRows' parameters: one query row per cache, at its own position. */
+export interface AttentionRowsParams {
+  layer: number;
+  /** Query heads; a multiple of the caches' kvHeads. */
+  heads: number;
+  /** Row t's position in caches[t]: it sees positions 0..positions[t]. */
+  positions: Int32Array;
+  /** Score scale; default 1 / sqrt(headDim). */
+  scale?: number;
+}
+
 /**
  * 'reference': plain TypeScript; 'wasm': WebAssembly SIMD; 'native': the wasm backend with its
  * hottest kernels replaced by C compiled on this machine (needs a C compiler).
@@ -179,6 +190,19 @@ export interface Kernels {
    * pos0 + n - 1). q: [n, heads, headDim], out: [n, heads, headDim].
    */
   attention(cache: KvCache, q: Float32Array, out: Float32Array, params: AttentionParams): void;
+  /**
+   * Optional: one decode row of each of several sequences in one call. Row t of q
+   * [caches.length, heads, headDim] attends to caches[t] over positions 0..positions[t]
+   * (already stored), into row t of out; each row bit for bit
+   * `attention(caches[t], row t, { n: 1, pos0: positions[t] })`. Where the caches live apart
+   * (different kernel memories) the kernels may run the rows one by one.
+   */
+  attentionRows?(
+    caches: readonly KvCache[],
+    q: Float32Array,
+    out: Float32Array,
+    params: AttentionRowsParams,
+  ): void;
 
   /** Releases workers and memory; the instance is unusable afterwards. */
   close(): Promise<void>;

@@ -3,7 +3,7 @@ import { align } from './wasm-arena.js';
 import { checkAttention, checkKvStore } from './checks.js';
 import { op } from './wasm-module.js';
 import { own, WasmKvCache, type ArenaSlot, type WasmContext } from './wasm-handles.js';
-import type { AttentionParams, KvCache, KvCacheOptions } from './types.js';
+import type { AttentionParams, AttentionRowsParams, KvCache, KvCacheOptions } from './types.js';
 
 /*
  * The KV cache of the wasm/native kernels: K and V of each layer in one arena ([maxSeq,
@@ -94,6 +94,101 @@ export function attentionRun(
       half,
     ],
     2 * p.n * p.heads * headDim * (p.pos0 + p.n),
+  );
+  out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
+}
+
+/**
+ * Decode rows of several caches (attentionRows): one job over every (row, head) item where the
+ * native kernel is built and the caches share one memory and shape, else each row through
+ * attentionRun. Either way row t gets the bits of attentionRun at n = 1, pos0 = positions[t].
+ */
+export function attentionRowsRun(
+  ctx: WasmContext,
+  caches: readonly KvCache[],
+  q: Float32Array,
+  out: Float32Array,
+  p: AttentionRowsParams,
+): void {
+  const n = caches.length;
+  if (p.positions.length !== n)
+    throw new TandemError(
+      'KERNELS_BAD_SHAPE',
+      `attentionRows: ${p.positions.length} positions for ${n} caches`,
+      { hint: 'pass one position per cache' },
+    );
+  const owned = caches.map((c) => own(c, WasmKvCache, 'KV cache'));
+  const first = owned[0];
+  if (!first) return;
+  const { kvHeads, headDim, type } = first.options;
+  const row = p.heads * headDim;
+  const rowParams = (t: number): AttentionParams => ({
+    layer: p.layer,
+    heads: p.heads,
+    pos0: p.positions[t] as number,
+    n: 1,
+    ...(p.scale !== undefined ? { scale: p.scale } : {}),
+  });
+  const together =
+    ctx.nativeNorm &&
+    owned.every(
+      (c) =>
+        c.slot === first.slot &&
+        c.options.kvHeads === kvHeads &&
+        c.options.headDim === headDim &&
+        c.options.type === type,
+    );
+  if (!together) {
+    for (let t = 0; t < n; t++)
+      attentionRun(ctx, owned[t] as WasmKvCache, q.subarray(t * row), out.subarray(t * row), rowParams(t));
+    return;
+  }
+  let maxLen = 0;
+  let work = 0;
+  for (let t = 0; t < n; t++) {
+    checkAttention(
+      (owned[t] as WasmKvCache).options,
+      q.subarray(t * row),
+      out.subarray(t * row),
+      rowParams(t),
+    );
+    const len = (p.positions[t] as number) + 1;
+    maxLen = Math.max(maxLen, len);
+    work += 2 * row * len;
+  }
+  const { arena } = first.slot;
+  const len = n * row;
+  const qBytes = align(len * 4, 64);
+  const tableBytes = align(n * 12, 64);
+  const stride = align(maxLen * 4, 64);
+  const base = arena.scratch(2 * qBytes + tableBytes + stride * ctx.pool.threads);
+  const table = base + 2 * qBytes;
+  arena.f32.set(q.subarray(0, len), base >>> 2);
+  const words = new Uint32Array(arena.memory.buffer, table, 3 * n);
+  for (let t = 0; t < n; t++) {
+    const c = owned[t] as WasmKvCache;
+    words[3 * t] = c.k[p.layer] as number;
+    words[3 * t + 1] = c.v[p.layer] as number;
+    words[3 * t + 2] = p.positions[t] as number;
+  }
+  const scale = p.scale ?? 1 / Math.sqrt(headDim);
+  ctx.pool.run(
+    arena.index,
+    op.attention_rows,
+    [
+      base,
+      table,
+      base + qBytes,
+      table + tableBytes,
+      stride,
+      n,
+      p.heads,
+      kvHeads,
+      headDim,
+      scale,
+      type === 'f16' ? 1 : 0,
+    ],
+    work,
   );
   out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
 }

@@ -21,10 +21,11 @@ import {
 } from './wasm-handles.js';
 import { matmulPlusRowsRun, matmulRun, matmulSwigluRun, matvecRowsRun } from './wasm-matmul.js';
 import { RopeTables, ropeRun } from './wasm-rope.js';
-import { attentionRun, createKvCacheIn, kvStoreRun } from './wasm-attention.js';
+import { attentionRowsRun, attentionRun, createKvCacheIn, kvStoreRun } from './wasm-attention.js';
 import {
   GgmlType,
   type AttentionParams,
+  type AttentionRowsParams,
   type Kernels,
   type KvCache,
   type KvCacheOptions,
@@ -288,7 +289,9 @@ export class WasmKernels implements Kernels {
     const wp = xp + xBytes;
     arena.f32.set(x.subarray(0, n * dim), xp >>> 2);
     arena.f32.set(weight, wp >>> 2);
-    this.pool.run(arena.index, op.rms_norm, [xp, wp, xp, n, dim, Math.fround(eps)], n * dim * 8);
+    // about 2 multiply-adds an element: a decode step's few rows stay on this thread, where
+    // waking the workers for microseconds of work costs more than it saves
+    this.pool.run(arena.index, op.rms_norm, [xp, wp, xp, n, dim, Math.fround(eps)], n * dim * 2);
     out.set(arena.f32.subarray(xp >>> 2, (xp >>> 2) + n * dim));
   }
 
@@ -326,6 +329,15 @@ export class WasmKernels implements Kernels {
 
   attention(cache: KvCache, q: Float32Array, out: Float32Array, p: AttentionParams): void {
     attentionRun(this.ctx, cache, q, out, p);
+  }
+
+  attentionRows(
+    caches: readonly KvCache[],
+    q: Float32Array,
+    out: Float32Array,
+    p: AttentionRowsParams,
+  ): void {
+    attentionRowsRun(this.ctx, caches, q, out, p);
   }
 
   async close(): Promise<void> {

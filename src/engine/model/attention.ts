@@ -246,23 +246,47 @@ export function attentionForward(
     });
   }
   for (let t = p; t < n; t++) {
-    const cache = step.rowCaches![t - p] as KvCache;
-    const pos = step.positions[t] as number;
     k.kvStore(
-      cache,
+      step.rowCaches![t - p] as KvCache,
       step.layer,
-      pos,
+      step.positions[t] as number,
       kStore.subarray(t * kvw, (t + 1) * kvw),
       vStore.subarray(t * kvw, (t + 1) * kvw),
       1,
     );
-    k.attention(cache, q.subarray(t * qw, (t + 1) * qw), att.subarray(t * qw, (t + 1) * qw), {
+  }
+  if (lone > 0)
+    attendRows(k, step, q.subarray(p * qw, n * qw), att.subarray(p * qw, n * qw), layout.heads, scale);
+  projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o', lone);
+}
+
+/**
+ * The decode rows' attention (the last rowCaches.length rows of the step), each row against
+ * its own cache at its own position: one kernel call where the kernels have attentionRows, else
+ * one call a row; the bits are the same either way.
+ */
+function attendRows(
+  k: Kernels,
+  step: AttentionStep,
+  q: Float32Array,
+  out: Float32Array,
+  heads: number,
+  scale: number,
+): void {
+  const caches = step.rowCaches as readonly KvCache[];
+  const positions = step.positions.subarray(step.n - caches.length, step.n);
+  if (k.attentionRows) {
+    k.attentionRows(caches, q, out, { layer: step.layer, heads, positions, scale });
+    return;
+  }
+  const qw = q.length / caches.length;
+  for (let t = 0; t < caches.length; t++) {
+    k.attention(caches[t] as KvCache, q.subarray(t * qw, (t + 1) * qw), out.subarray(t * qw, (t + 1) * qw), {
       layer: step.layer,
-      heads: layout.heads,
-      pos0: pos,
+      heads,
+      pos0: positions[t] as number,
       n: 1,
       scale,
     });
   }
-  projectLeaves(k, w.o, att, step.out, n, scratch, 'attn.o', lone);
 }

@@ -59,17 +59,50 @@ static inline float softmax_scores(float *scores, int len) {
   return (float)(1.0 / vaddvq_f64(sum));
 }
 
+// One (token, head) item of a query row qo against K/V at k, v (kvo: the kv head's byte offset
+// inside a position's row) over positions 0..len-1, into oo; scores: len floats of scratch.
+static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                    float *scores, float *oo) {
+  const size_t es = half ? 2 : 4;
+  const int nc = (hd + 3) / 4;
+  float32x4_t qv[nc], o[nc];
+  for (int c = 0; c < nc; c++) {
+    float v4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4 && 4 * c + i < hd; i++) v4[i] = half ? round_f16(qo[4 * c + i]) : qo[4 * c + i];
+    qv[c] = vld1q_f32(v4);
+  }
+  for (int p = 0; p < len; p++) {
+    const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
+    float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);
+    for (int c = 0; c < nc; c += 2) {
+      a0 = vfmaq_f32(a0, qv[c], load_kv4(kp + 4 * (size_t)c * es, half, hd - 4 * c));
+      if (c + 1 < nc) a1 = vfmaq_f32(a1, qv[c + 1], load_kv4(kp + 4 * (size_t)(c + 1) * es, half, hd - 4 * (c + 1)));
+    }
+    scores[p] = hsum(vaddq_f32(a0, a1)) * scale;
+  }
+  const float inv = softmax_scores(scores, len);
+  for (int c = 0; c < nc; c++) o[c] = vdupq_n_f32(0);
+  for (int p = 0; p < len; p++) {
+    float pv = scores[p] * inv;
+    if (half) pv = round_f16(pv);
+    const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
+    for (int c = 0; c < nc; c++) o[c] = vfmaq_n_f32(o[c], load_kv4(vp + 4 * (size_t)c * es, half, hd - 4 * c), pv);
+  }
+  for (int c = 0; c < nc; c++) {
+    float v4[4];
+    vst1q_f32(v4, o[c]);
+    for (int i = 0; i < 4 && 4 * c + i < hd; i++) oo[4 * c + i] = v4[i];
+  }
+}
+
 // q, out: [n, heads, hd] f32; k, v: [maxSeq, kvHeads, hd] (f32, or f16 when half); scores:
 // per-thread scratch of scratchStride bytes. One (token, head) pair per work item.
 void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
                   int hd, int pos0, float scale, int half, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int group = heads / kvHeads;
-  const size_t es = half ? 2 : 4;
-  const size_t rowStride = (size_t)kvHeads * hd * es;
+  const size_t rowStride = (size_t)kvHeads * hd * (half ? 2 : 4);
   float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
-  const int nc = (hd + 3) / 4;
-  float32x4_t qv[nc], o[nc];
   const int items = n * heads;
   // Causal rows cost in proportion to their length, so a prompt's tokens are dealt round-robin
   // (contiguous shares gave the last thread the long rows); a few tokens share their items
@@ -78,39 +111,28 @@ void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t o
   const int i0 = dealt ? tid * heads : part(items, tid, nt);
   const int i1 = dealt ? items : part(items, tid + 1, nt);
   for (int item = i0; item < i1; item = dealt && item % heads == heads - 1 ? item + 1 + (nt - 1) * heads : item + 1) {
+    const int h = item % heads;
+    att_one(m, (const float *)(m + q) + (size_t)item * hd, k, v, (size_t)(h / group) * hd * (half ? 2 : 4), rowStride, pos0 + item / heads + 1, hd,
+            scale, half, scores, (float *)(m + out) + (size_t)item * hd);
+  }
+}
+
+// Decode rows of n sequences in one job: row t's q [heads, hd] (at q + t * heads * hd floats)
+// attends to its own cache, rows[3t] (K) and rows[3t + 1] (V) of one layer, over positions
+// 0..rows[3t + 2]. Items (row, head) are split contiguously; each is tk_attention's item at
+// n = 1, pos0 = rows[3t + 2], so a row gets the bits of a lone call.
+void tk_attention_rows(uintptr_t base, uint32_t q, uint32_t rows, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
+                       int hd, float scale, int half, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int group = heads / kvHeads;
+  const size_t rowStride = (size_t)kvHeads * hd * (half ? 2 : 4);
+  const uint32_t *table = (const uint32_t *)(m + rows);
+  float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
+  for (int item = part(n * heads, tid, nt); item < part(n * heads, tid + 1, nt); item++) {
     const int t = item / heads;
     const int h = item % heads;
-    const int len = pos0 + t + 1;
-    const float *qo = (const float *)(m + q) + (size_t)item * hd;
-    const size_t kvo = (size_t)(h / group) * hd * es;
-    float *oo = (float *)(m + out) + (size_t)item * hd;
-    for (int c = 0; c < nc; c++) {
-      float v4[4] = {0, 0, 0, 0};
-      for (int i = 0; i < 4 && 4 * c + i < hd; i++) v4[i] = half ? round_f16(qo[4 * c + i]) : qo[4 * c + i];
-      qv[c] = vld1q_f32(v4);
-    }
-    for (int p = 0; p < len; p++) {
-      const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
-      float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);
-      for (int c = 0; c < nc; c += 2) {
-        a0 = vfmaq_f32(a0, qv[c], load_kv4(kp + 4 * (size_t)c * es, half, hd - 4 * c));
-        if (c + 1 < nc) a1 = vfmaq_f32(a1, qv[c + 1], load_kv4(kp + 4 * (size_t)(c + 1) * es, half, hd - 4 * (c + 1)));
-      }
-      scores[p] = hsum(vaddq_f32(a0, a1)) * scale;
-    }
-    const float inv = softmax_scores(scores, len);
-    for (int c = 0; c < nc; c++) o[c] = vdupq_n_f32(0);
-    for (int p = 0; p < len; p++) {
-      float pv = scores[p] * inv;
-      if (half) pv = round_f16(pv);
-      const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
-      for (int c = 0; c < nc; c++) o[c] = vfmaq_n_f32(o[c], load_kv4(vp + 4 * (size_t)c * es, half, hd - 4 * c), pv);
-    }
-    for (int c = 0; c < nc; c++) {
-      float v4[4];
-      vst1q_f32(v4, o[c]);
-      for (int i = 0; i < 4 && 4 * c + i < hd; i++) oo[4 * c + i] = v4[i];
-    }
+    att_one(m, (const float *)(m + q) + (size_t)item * hd, table[3 * t], table[3 * t + 1], (size_t)(h / group) * hd * (half ? 2 : 4), rowStride,
+            (int)table[3 * t + 2] + 1, hd, scale, half, scores, (float *)(m + out) + (size_t)item * hd);
   }
 }
 

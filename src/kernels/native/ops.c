@@ -78,18 +78,52 @@ static inline __attribute__((always_inline)) void att_item(const float *qo, cons
   for (int c = 0; c < NC; c++) _mm512_storeu_ps(oo + 16 * c, o[c]);
 }
 
+// One (token, head) item of a query row qo against K/V at k, v (kvo: the kv head's byte offset
+// inside a position's row) over positions 0..len-1, into oo; scores: len floats of scratch.
+static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                    float *scores, float *oo) {
+  const size_t es = half ? 2 : 4;
+  if (hd == 64 || hd == 128) {
+    if (hd == 64) att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 4);
+    else att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 8);
+    return;
+  }
+  const int nc = (hd + 15) / 16;
+  float qr[nc * 16];
+  float oa[nc * 16];
+  for (int i = 0; i < nc * 16; i++) qr[i] = i < hd ? (half ? round_f16(qo[i]) : qo[i]) : 0.0f;
+  for (int p = 0; p < len; p++) {
+    const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
+    __m512 acc = _mm512_setzero_ps();
+    for (int c = 0; c < nc; c++) {
+      const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), load_kv(kp + 16 * (size_t)c * es, half, mk), acc);
+    }
+    scores[p] = _mm512_reduce_add_ps(acc) * scale;
+  }
+  const float inv = softmax_scores(scores, len);
+  for (int i = 0; i < nc * 16; i++) oa[i] = 0;
+  for (int p = 0; p < len; p++) {
+    float pv = scores[p] * inv;
+    if (half) pv = round_f16(pv);
+    const __m512 pw = _mm512_set1_ps(pv);
+    const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
+    for (int c = 0; c < nc; c++) {
+      const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
+      _mm512_storeu_ps(oa + 16 * c, _mm512_fmadd_ps(pw, load_kv(vp + 16 * (size_t)c * es, half, mk), _mm512_loadu_ps(oa + 16 * c)));
+    }
+  }
+  for (int i = 0; i < hd; i++) oo[i] = oa[i];
+}
+
 // q, out: [n, heads, hd] f32; k, v: [maxSeq, kvHeads, hd] (f32, or f16 when half); scores:
 // per-thread scratch of scratchStride bytes. One (token, head) pair per work item.
 void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
                   int hd, int pos0, float scale, int half, int tid, int nt) {
   uint8_t *m = (uint8_t *)base;
   const int group = heads / kvHeads;
-  const size_t es = half ? 2 : 4;
-  const size_t rowStride = (size_t)kvHeads * hd * es;
+  const size_t rowStride = (size_t)kvHeads * hd * (half ? 2 : 4);
   float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
-  const int nc = (hd + 15) / 16;
-  float qr[nc * 16];
-  float oa[nc * 16];
   const int items = n * heads;
   // Causal rows cost in proportion to their length, so a prompt's tokens are dealt round-robin
   // (contiguous shares gave the last thread the long rows); a few tokens share their items
@@ -98,40 +132,28 @@ void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t o
   const int i0 = dealt ? tid * heads : part(items, tid, nt);
   const int i1 = dealt ? items : part(items, tid + 1, nt);
   for (int item = i0; item < i1; item = dealt && item % heads == heads - 1 ? item + 1 + (nt - 1) * heads : item + 1) {
+    const int h = item % heads;
+    att_one(m, (const float *)(m + q) + (size_t)item * hd, k, v, (size_t)(h / group) * hd * (half ? 2 : 4), rowStride, pos0 + item / heads + 1, hd,
+            scale, half, scores, (float *)(m + out) + (size_t)item * hd);
+  }
+}
+
+// Decode rows of n sequences in one job: row t's q [heads, hd] (at q + t * heads * hd floats)
+// attends to its own cache, rows[3t] (K) and rows[3t + 1] (V) of one layer, over positions
+// 0..rows[3t + 2]. Items (row, head) are split contiguously; each is tk_attention's item at
+// n = 1, pos0 = rows[3t + 2], so a row gets the bits of a lone call.
+void tk_attention_rows(uintptr_t base, uint32_t q, uint32_t rows, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads,
+                       int hd, float scale, int half, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const int group = heads / kvHeads;
+  const size_t rowStride = (size_t)kvHeads * hd * (half ? 2 : 4);
+  const uint32_t *table = (const uint32_t *)(m + rows);
+  float *scores = (float *)(m + scratch + (size_t)tid * scratchStride);
+  for (int item = part(n * heads, tid, nt); item < part(n * heads, tid + 1, nt); item++) {
     const int t = item / heads;
     const int h = item % heads;
-    const int len = pos0 + t + 1;
-    const float *qo = (const float *)(m + q) + (size_t)item * hd;
-    const size_t kvo = (size_t)(h / group) * hd * es;
-    float *oo = (float *)(m + out) + (size_t)item * hd;
-    if (hd == 64 || hd == 128) {
-      if (hd == 64) att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 4);
-      else att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 8);
-      continue;
-    }
-    for (int i = 0; i < nc * 16; i++) qr[i] = i < hd ? (half ? round_f16(qo[i]) : qo[i]) : 0.0f;
-    for (int p = 0; p < len; p++) {
-      const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
-      __m512 acc = _mm512_setzero_ps();
-      for (int c = 0; c < nc; c++) {
-        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr + 16 * c), load_kv(kp + 16 * (size_t)c * es, half, mk), acc);
-      }
-      scores[p] = _mm512_reduce_add_ps(acc) * scale;
-    }
-    const float inv = softmax_scores(scores, len);
-    for (int i = 0; i < nc * 16; i++) oa[i] = 0;
-    for (int p = 0; p < len; p++) {
-      float pv = scores[p] * inv;
-      if (half) pv = round_f16(pv);
-      const __m512 pw = _mm512_set1_ps(pv);
-      const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
-      for (int c = 0; c < nc; c++) {
-        const __mmask16 mk = 16 * c + 16 <= hd ? 0xffff : (__mmask16)((1u << (hd - 16 * c)) - 1);
-        _mm512_storeu_ps(oa + 16 * c, _mm512_fmadd_ps(pw, load_kv(vp + 16 * (size_t)c * es, half, mk), _mm512_loadu_ps(oa + 16 * c)));
-      }
-    }
-    for (int i = 0; i < hd; i++) oo[i] = oa[i];
+    att_one(m, (const float *)(m + q) + (size_t)item * hd, table[3 * t], table[3 * t + 1], (size_t)(h / group) * hd * (half ? 2 : 4), rowStride,
+            (int)table[3 * t + 2] + 1, hd, scale, half, scores, (float *)(m + out) + (size_t)item * hd);
   }
 }
 
