@@ -38,7 +38,7 @@ const dotTests = [
   'src/kernels/kquant-native.test.ts',
   'src/kernels/matvec-rows.test.ts',
 ];
-const onceTests = ['src/kernels/wasm-kernels.test.ts'];
+const onceTests = ['src/kernels/wasm-kernels.test.ts', 'src/kernels/attention-rows.test.ts'];
 const proofTests = ['test/arm64/llama-cpp-proof.ts'];
 const TEST_TIMEOUT_MS = 20 * 60_000;
 
