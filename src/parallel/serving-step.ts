@@ -42,8 +42,7 @@ export async function forwardBatchOnRank(
   tokens: readonly number[],
 ): Promise<Float32Array[] | undefined> {
   if (ctx.plan.stages === 1) return ctx.model.forwardBatch(tokens, caches);
-  if (ctx.wire !== 'q8' || ctx.model.config.embeddingLength % q8BlockSize === 0)
-    return stageForwardRows(ctx, caches, tokens);
+  if (rowsTravelAlone(ctx)) return stageForwardRows(ctx, caches, tokens);
   const rows: Float32Array[] = [];
   for (const [t, cache] of caches.entries()) {
     const logits = await stageForward(ctx, cache, [tokens[t] as number], 1);
@@ -54,22 +53,34 @@ export async function forwardBatchOnRank(
 
 /**
  * Whether this rank runs a prompt piece and decode rows in one pass over its weights (the
- * engine's forwardMixed on kernels with matmulPlusRows, a single stage). The two ways call the
- * group's collectives with different lengths, so a coordinator asks for one pass only when
- * every rank of the placement answers true here; the bits are the same either way.
+ * engine's forwardMixed, or on a pipeline stage forwardLayersMixed, on kernels with
+ * matmulPlusRows). A pipeline sends the piece and the rows on as one message, so the wire must
+ * encode each row as it would alone (as the batched decode step's). The two ways call the
+ * group's collectives and the stages' sends with different lengths, so a coordinator asks for
+ * one pass only when every rank of the placement answers true here; the bits are the same
+ * either way.
  */
 export function runsMixedInOnePass(ctx: RankContext): boolean {
   return (
-    ctx.plan.stages === 1 && ctx.model instanceof Model && ctx.model.kernels.matmulPlusRows !== undefined
+    ctx.model instanceof Model &&
+    ctx.model.kernels.matmulPlusRows !== undefined &&
+    (ctx.plan.stages === 1 || rowsTravelAlone(ctx))
   );
+}
+
+/** Whether the wire encodes each row of a [n, width] message as it would alone. */
+function rowsTravelAlone(ctx: RankContext): boolean {
+  return ctx.wire !== 'q8' || ctx.model.config.embeddingLength % q8BlockSize === 0;
 }
 
 /**
  * A prompt piece of one sequence and a decode step of others in one serving step. With
  * `onePass` (every rank runsMixedInOnePass) the decode rows ride along the piece's pass over
- * the weights (the model's forwardMixed); otherwise the piece runs, then the rows (a pipeline
- * sends each through its stages). Returns the piece's last logits, then each row's, on the
- * last stage (undefined elsewhere): bit for bit what forwardOnRank and forwardBatchOnRank give.
+ * the weights (the model's forwardMixed; on a pipeline each stage's forwardLayersMixed, the
+ * piece and the rows sent on as one message); otherwise the piece runs, then the rows (a
+ * pipeline sends each through its stages). Returns the piece's last logits, then each row's,
+ * on the last stage (undefined elsewhere): bit for bit what forwardOnRank and
+ * forwardBatchOnRank give.
  */
 export async function forwardMixedOnRank(
   ctx: RankContext,
@@ -77,7 +88,8 @@ export async function forwardMixedOnRank(
   decode: { tokens: readonly number[]; caches: readonly SequenceCache[] },
   onePass: boolean,
 ): Promise<Float32Array[] | undefined> {
-  if (onePass && ctx.plan.stages === 1 && ctx.model instanceof Model) {
+  if (onePass && ctx.model instanceof Model) {
+    if (ctx.plan.stages > 1) return stageForwardMixed(ctx, ctx.model, prefill, decode);
     const out = await ctx.model.forwardMixed(prefill, decode);
     return [out.prefill, ...out.decode];
   }
@@ -111,6 +123,41 @@ async function stageForwardRows(
   }
   await model.forwardLayersBatch(x, caches);
   if (me.stage === plan.stages - 1) return model.logitsRows(x, n);
+  const msg = wireBuffer(wire, count);
+  encodeWire(wire, x, msg);
+  await meter.time(msg.byteLength, world.send((me.stage + 1) * plan.tpSize + me.tpRank, msg, dtype));
+  return undefined;
+}
+
+/**
+ * A pipeline's mixed step on this rank: the piece's p rows and the d decode rows [p + d, width]
+ * come from the previous stage as one message (or are embedded), run through this stage's
+ * layers in one pass (forwardLayersMixed) and go on to the next stage. The last stage returns
+ * the piece's last logits, then each decode row's. Row bits are those of stageForward and
+ * stageForwardRows: a prompt token's do not depend on where its prompt is cut, a decode row's
+ * on its batch, and the wire encodes each row as it would alone (runsMixedInOnePass).
+ */
+async function stageForwardMixed(
+  ctx: RankContext,
+  model: Model,
+  prefill: { tokens: readonly number[]; cache: SequenceCache },
+  decode: { tokens: readonly number[]; caches: readonly SequenceCache[] },
+): Promise<Float32Array[] | undefined> {
+  const { plan, me, world, meter, wire } = ctx;
+  const p = prefill.tokens.length;
+  const d = decode.caches.length;
+  const width = model.config.embeddingLength;
+  const count = (p + d) * width;
+  const dtype = wire === 'f16' ? ({ dtype: 'f16' } as const) : {};
+  const x = new Float32Array(count);
+  if (me.stage === 0) model.embed([...prefill.tokens, ...decode.tokens], x);
+  else {
+    const msg = wireBuffer(wire, count);
+    await meter.time(0, world.recv((me.stage - 1) * plan.tpSize + me.tpRank, msg, dtype));
+    decodeWire(wire, msg, x);
+  }
+  await model.forwardLayersMixed(x, p, prefill.cache, decode.caches);
+  if (me.stage === plan.stages - 1) return model.logitsRows(x.subarray((p - 1) * width), d + 1);
   const msg = wireBuffer(wire, count);
   encodeWire(wire, x, msg);
   await meter.time(msg.byteLength, world.send((me.stage + 1) * plan.tpSize + me.tpRank, msg, dtype));

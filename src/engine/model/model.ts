@@ -382,9 +382,7 @@ export class Model {
     const d = decode.tokens.length;
     assert.equal(d, decode.caches.length, 'forwardMixed takes one cache per decode token');
     assert.ok(!decode.caches.includes(prefill.cache), 'forwardMixed takes each sequence once');
-    const piece = prefillPiece(p, FORWARD_CHUNK);
-    const moe = this.weights.layers.some((l) => l.moe);
-    if (d === 0 || p === 0 || piece < p || moe || !this.kernels.matmulPlusRows) {
+    if (!this.mixesInOnePass(p, d)) {
       const first = p > 0 ? await this.forward(prefill.tokens, prefill.cache) : new Float32Array(0);
       return { prefill: first, decode: d > 0 ? await this.forwardBatch(decode.tokens, decode.caches) : [] };
     }
@@ -407,6 +405,60 @@ export class Model {
     // the logits of the prefill's last token and of each decode row, each a lone matvec's
     const [first, ...rest] = await this.logitsRows(x.subarray((p - 1) * width), d + 1);
     return { prefill: first as Float32Array, decode: rest };
+  }
+
+  /**
+   * forwardMixed's layers alone (a pipeline stage's part of a mixed step): x [p + d, width]
+   * holds p rows of the prefill cache's next positions, then one row per decode cache at its
+   * next position, run in place through this shard's layers; the first p rows bit for bit
+   * `forwardLayers` of them, the others `forwardLayersBatch`'s. One pass over the weights where
+   * forwardMixed would take one, else the two apart.
+   */
+  async forwardLayersMixed(
+    x: Float32Array,
+    p: number,
+    prefill: SequenceCache,
+    decode: readonly SequenceCache[],
+  ): Promise<void> {
+    const d = decode.length;
+    assert.ok(!decode.includes(prefill), 'forwardLayersMixed takes each sequence once');
+    const width = this.config.embeddingLength;
+    if (!this.mixesInOnePass(p, d)) {
+      if (p > 0) {
+        const pos0 = prefill.reserve(p);
+        await this.forwardLayers(x.subarray(0, p * width), p, pos0, prefill);
+        prefill.advance(p);
+      }
+      if (d > 0) await this.forwardLayersBatch(x.subarray(p * width, (p + d) * width), decode);
+      return;
+    }
+    assert.equal(new Set(decode).size, d, 'forwardLayersMixed takes one row per sequence');
+    prefill.reserve(p);
+    for (const cache of decode) cache.reserve(1);
+    const positions = new Int32Array(p + d);
+    for (let i = 0; i < p; i++) positions[i] = prefill.length + i;
+    for (let t = 0; t < d; t++) positions[p + t] = (decode[t] as SequenceCache).length;
+    await this.runLayers(x, p + d, positions, {
+      cache: prefill.cache,
+      pos0: prefill.length,
+      rowCaches: decode.map((cache) => cache.cache),
+    });
+    prefill.advance(p);
+    for (const cache of decode) cache.advance(1);
+  }
+
+  /**
+   * Whether a piece of p prompt tokens and d decode rows run as one pass: both present, the
+   * piece one forward's chunk, no experts, and kernels with matmulPlusRows.
+   */
+  private mixesInOnePass(p: number, d: number): boolean {
+    return (
+      d > 0 &&
+      p > 0 &&
+      prefillPiece(p, FORWARD_CHUNK) === p &&
+      !this.weights.layers.some((l) => l.moe) &&
+      this.kernels.matmulPlusRows !== undefined
+    );
   }
 
   /**
