@@ -23,6 +23,8 @@ export { trainingPlan, trainingTokenizer, writeTrainedGguf, type TrainedModelInf
 export {
   train,
   type EmbeddingRows,
+  type FlatRange,
+  type OptimizerShard,
   type GradSync,
   type StepLog,
   type TrainConfig,
