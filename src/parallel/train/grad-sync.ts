@@ -31,6 +31,7 @@ export interface SyncTimes {
 export class CollectiveGradSync implements GradSync {
   protected grad: Float32Array = new Float32Array(0);
   private embedding: EmbeddingRows | undefined;
+  private packedRows = new Float32Array(0);
   private pending: Promise<void>[] = [];
   private firstStart = 0;
   private lastEnd = 0;
@@ -93,7 +94,9 @@ export class CollectiveGradSync implements GradSync {
    */
   protected reduceRows(e: EmbeddingRows): Promise<void> {
     const w = e.width;
-    const packed = new Float32Array(e.rows.length * w);
+    // reused from step to step (each step's rows differ in number; the buffer only grows)
+    if (this.packedRows.length < e.rows.length * w) this.packedRows = new Float32Array(e.rows.length * w);
+    const packed = this.packedRows.subarray(0, e.rows.length * w);
     for (let i = 0; i < e.rows.length; i++) {
       const at = e.offset + (e.rows[i] as number) * w;
       packed.set(this.grad.subarray(at, at + w), i * w);
