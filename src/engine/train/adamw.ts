@@ -1,7 +1,6 @@
 import { referenceOps, type TrainOps } from '../../kernels/backward/train-ops.js';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
-import type { ParamLayout } from './params.js';
-import type { FlatRange } from './trainer.js';
+import type { FlatRange, ParamLayout } from './params.js';
 
 const reference = referenceOps(referenceGemm);
 

@@ -4,7 +4,7 @@ import { AdamW, clipGradNorm, clipGradNormOwned, learningRate, ADAMW_DEFAULTS } 
 import { saveCheckpoint, type Checkpoint, type CurvePoint, type RunSettings } from './checkpoint.js';
 import { batchAt, inputIds } from './data.js';
 import { LlamaGrad, type GradReady } from './llama-grad.js';
-import { initParams, paramLayout, type ParamEntry, type ParamLayout } from './params.js';
+import { initParams, paramLayout, type FlatRange, type ParamEntry, type ParamLayout } from './params.js';
 
 /**
  * The token-embedding rows that a step's gradient can touch on any rank: the input ids of the
@@ -39,9 +39,6 @@ export interface GradSync {
   /** Present when the ranks split the optimizer (ZeRO-1): see OptimizerShard. */
   readonly shard?: OptimizerShard;
 }
-
-/** A flat range [start, end) of the parameters. */
-export type FlatRange = readonly [start: number, end: number];
 
 /**
  * The optimizer split over the ranks (ZeRO stage 1): after `finish`, this rank holds the
@@ -133,9 +130,9 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
     }
     const shard = sync?.shard;
     const lr = learningRate(schedule, step);
-    if (shard) {
+    if (sync && shard) {
       const owned = shard.owned();
-      if (s.clip > 0) await clipGradNormOwned(grad, s.clip, owned, (x) => sync!.sum(x), ops);
+      if (s.clip > 0) await clipGradNormOwned(grad, s.clip, owned, (x) => sync.sum(x), ops);
       opt.updateOwned(weights, grad, lr, step + 1, owned);
       await shard.gatherWeights(weights);
     } else {
