@@ -40,7 +40,10 @@ export interface TrainBenchRow {
    */
   cpu_ms: number;
   tokens_per_s: number;
-  /** Share of the step spent waiting for gradients with nothing left to compute. */
+  /**
+   * Share of the step spent waiting for gradients with nothing left to compute (sharded: and
+   * in the weights' all-gather, which follows the update).
+   */
   comm_share: number;
   /** Share of the all-reduce time hidden behind the backward pass (0 with one node). */
   overlap: number;
@@ -152,7 +155,6 @@ function rowOf(
   o: TrainBenchOptions,
 ): TrainBenchRow {
   return {
-    ...(optimizer ? { optimizer } : {}),
     nodes,
     step_ms: best.ms,
     cpu_ms: cpuMs,
@@ -160,6 +162,7 @@ function rowOf(
     comm_share: best.exposedMs / best.ms,
     overlap: best.commMs > 0 ? Math.max(0, 1 - best.exposedMs / best.commMs) : 0,
     threads,
+    ...(optimizer ? { optimizer } : {}),
   };
 }
 

@@ -12,7 +12,7 @@ export const command = defineCommand({
   description:
     'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients summed over --provider in buckets during the backward; --optimizer says how the nodes split the update), ' +
     "and PyTorch's CPU step of the same shape, batch and each thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
-    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward; ' +
+    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients (and, sharded, in the all-gather of the weights); overlap: the share of all-reduce time hidden behind the backward; ' +
     "cpu_ms: the least CPU time of an update (rank 0's process, all its threads; PyTorch's process), which waiting for a core on a shared machine does not inflate.",
   options: {
     nodes: { type: 'list', description: 'node counts to measure', default: ['1', '2'] },
