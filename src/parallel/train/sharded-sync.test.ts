@@ -9,6 +9,7 @@ import {
   loadCheckpoint,
   train,
   type RunSettings,
+  type TrainConfig,
   type TrainResult,
 } from '../../engine/train/index.js';
 import { MICRO_SHAPE } from '../../engine/train/testing.js';
@@ -42,6 +43,7 @@ async function ranks(
   s: RunSettings,
   make: (c: Communicator) => CollectiveGradSync,
   checkpoint?: string,
+  more: Partial<TrainConfig> = {},
 ): Promise<TrainResult[]> {
   const world = await createLocalWorld(size);
   try {
@@ -53,6 +55,7 @@ async function ranks(
           gemm: referenceGemm,
           sync: make(comm),
           ...(checkpoint && comm.rank === 0 ? { checkpoint, checkpointEvery: 2 } : {}),
+          ...more,
         }),
       ),
     );
@@ -105,6 +108,28 @@ test("rank 0's checkpoint holds every rank's moments: the all-reduce run's, bit 
     assert.deepEqual(split.m, plain.m);
     assert.deepEqual(split.v, plain.v);
     assert.deepEqual(split.weights, plain.weights);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a split run stopped at update 3 and resumed from rank 0's checkpoint gives the uninterrupted curve bit for bit", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tandem-sharded-'));
+  try {
+    const whole = await ranks(2, settings(0.05), sharded);
+    const ckpt = join(dir, 'run.ckpt');
+    await ranks(2, settings(0.05), sharded, ckpt, { stopAfter: 3 });
+    const saved = await loadCheckpoint(ckpt);
+    assert.equal(saved.step, 3);
+    // every rank resumes from the checkpoint, as `train --nodes --resume` does
+    const rest = await ranks(2, settings(0.05), sharded, undefined, { resume: saved });
+    for (const r of rest) {
+      assert.deepEqual(r.weights, whole[0]!.weights);
+      assert.deepEqual(
+        r.curve.map((p) => p.loss),
+        whole[0]!.curve.map((p) => p.loss),
+      );
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
