@@ -4,7 +4,7 @@
 // more prints `LISTENING host:port` first.
 import { hashTokens, train, trainShape, type RunSettings } from '../src/engine/train/index.js';
 import { loadGemm, type GemmKind } from '../src/kernels/backward/load-gemm.js';
-import { trainRank, type SyncTimes } from '../src/parallel/train/index.js';
+import { trainRank, type OptimizerSplit, type SyncTimes } from '../src/parallel/train/index.js';
 
 export interface BenchRankConfig {
   rank: number;
@@ -20,6 +20,8 @@ export interface BenchRankConfig {
   threads: number;
   /** Fabric between the ranks. */
   provider: 'tcp' | 'shm';
+  /** How ranks of 2 or more split the optimizer (trainRank's default when absent). */
+  optimizer?: OptimizerSplit;
 }
 
 export interface BenchRankLine {
@@ -81,6 +83,7 @@ else
     secret: c.secret,
     provider: c.provider,
     threadsPerRank: c.threads,
+    ...(c.optimizer ? { optimizer: c.optimizer } : {}),
     onListening: (a) => process.stdout.write(`LISTENING ${a}\n`),
     onTimes: (t) => (times = t),
   });

@@ -8,6 +8,7 @@ import { trainShape } from '../src/engine/train/index.js';
 import type { BenchRankConfig, BenchRankLine } from './train-rank.js';
 import { formatTable } from './table.js';
 import type { GemmKind } from '../src/kernels/backward/load-gemm.js';
+import type { OptimizerSplit } from '../src/parallel/train/index.js';
 
 export interface TrainBenchOptions {
   shape: string;
@@ -18,6 +19,8 @@ export interface TrainBenchOptions {
   kernels?: GemmKind;
   /** Fabric between the ranks (default shm: they share this host). */
   provider?: 'tcp' | 'shm';
+  /** How ranks of 2 or more split the optimizer, each measured (default [sharded]). */
+  optimizers?: OptimizerSplit[];
   batch: number;
   seq: number;
   /** Updates per round; the first of each round is a warm-up and not counted. */
@@ -37,12 +40,17 @@ export interface TrainBenchRow {
    */
   cpu_ms: number;
   tokens_per_s: number;
-  /** Share of the step spent waiting for gradients with nothing left to compute. */
+  /**
+   * Share of the step spent waiting for gradients with nothing left to compute (sharded: and
+   * in the weights' all-gather, which follows the update).
+   */
   comm_share: number;
   /** Share of the all-reduce time hidden behind the backward pass (0 with one node). */
   overlap: number;
   /** Compute threads per rank (PyTorch: its threads). */
   threads: number;
+  /** How the ranks split the optimizer (absent for one node and PyTorch). */
+  optimizer?: OptimizerSplit;
 }
 
 const rankScript = join(import.meta.dirname, 'train-rank.ts');
@@ -83,8 +91,14 @@ function exited(child: ReturnType<typeof spawn>, what: string, ms: number): Prom
 }
 
 /** One round on `size` ranks: rank 0's per-update lines. */
-async function tandemRound(o: TrainBenchOptions, size: number, threads: number): Promise<BenchRankLine[]> {
+async function tandemRound(
+  o: TrainBenchOptions,
+  size: number,
+  threads: number,
+  optimizer: OptimizerSplit | undefined,
+): Promise<BenchRankLine[]> {
   const base = {
+    ...(optimizer ? { optimizer } : {}),
     size,
     secret: randomBytes(8).toString('hex'),
     shape: o.shape,
@@ -135,8 +149,7 @@ async function torchRound(o: TrainBenchOptions, threads: number): Promise<TorchS
 }
 
 function rowOf(
-  nodes: number,
-  threads: number,
+  [nodes, threads, optimizer]: Config,
   best: BenchRankLine,
   cpuMs: number,
   o: TrainBenchOptions,
@@ -149,13 +162,24 @@ function rowOf(
     comm_share: best.exposedMs / best.ms,
     overlap: best.commMs > 0 ? Math.max(0, 1 - best.exposedMs / best.commMs) : 0,
     threads,
+    ...(optimizer ? { optimizer } : {}),
   };
+}
+
+/** Nodes, threads a node, and how nodes of 2 or more split the optimizer. */
+type Config = readonly [number, number, OptimizerSplit | undefined];
+
+function configsOf(o: TrainBenchOptions): Config[] {
+  const splits = o.optimizers ?? ['sharded'];
+  return (o.threads ?? [1]).flatMap((t) =>
+    o.nodes.flatMap((n): Config[] => (n === 1 ? [[n, t, undefined]] : splits.map((x) => [n, t, x]))),
+  );
 }
 
 /** Alternates the configurations round by round; keeps each one's fastest counted update. */
 export async function benchTrain(o: TrainBenchOptions): Promise<TrainBenchRow[]> {
   const threadCounts = o.threads ?? [1];
-  const configs = threadCounts.flatMap((t) => o.nodes.map((n) => [n, t] as const));
+  const configs = configsOf(o);
   const best = new Map<string, BenchRankLine>();
   const cpuBest = new Map<string, number>();
   const torchBest = new Map<number, TorchStep>();
@@ -176,21 +200,22 @@ export async function benchTrain(o: TrainBenchOptions): Promise<TrainBenchRow[]>
         `round ${round + 1}: pytorch x ${t} thread(s) ${ms.toFixed(0)} ms/step (cpu ${cpu.toFixed(0)} ms)`,
       );
     }
-    for (const [n, t] of configs) {
-      const steps = (await tandemRound(o, n, t)).slice(1);
+    for (const [n, t, x] of configs) {
+      const steps = (await tandemRound(o, n, t, x)).slice(1);
       const fastest = steps.reduce((a, b) => (b.ms < a.ms ? b : a));
-      const key = `${n}x${t}`;
+      const key = `${n}x${t}${x ?? ''}`;
       if (!best.has(key) || fastest.ms < best.get(key)!.ms) best.set(key, fastest);
       const cpu = Math.min(...steps.map((x) => x.cpuMs));
       cpuBest.set(key, Math.min(cpuBest.get(key) ?? Infinity, cpu));
       o.log?.(
-        `round ${round + 1}: ${n} node(s) x ${t} thread(s) ${fastest.ms.toFixed(0)} ms/step (cpu ${cpu.toFixed(0)} ms)`,
+        `round ${round + 1}: ${n} node(s) x ${t} thread(s)${x ? ` ${x}` : ''} ${fastest.ms.toFixed(0)} ms/step (cpu ${cpu.toFixed(0)} ms)`,
       );
     }
   }
-  const rows: TrainBenchRow[] = configs.map(([n, t]) =>
-    rowOf(n, t, best.get(`${n}x${t}`)!, cpuBest.get(`${n}x${t}`)!, o),
-  );
+  const rows: TrainBenchRow[] = configs.map((c) => {
+    const key = `${c[0]}x${c[1]}${c[2] ?? ''}`;
+    return rowOf(c, best.get(key)!, cpuBest.get(key)!, o);
+  });
   for (const [t, b] of torchBest)
     rows.push({
       nodes: 'pytorch',
@@ -217,6 +242,7 @@ export function trainTable(rows: readonly TrainBenchRow[]): string {
       'comm share',
       'overlap',
       'threads',
+      'optimizer',
       'x pytorch',
       'x pytorch cpu',
     ],
@@ -228,6 +254,7 @@ export function trainTable(rows: readonly TrainBenchRow[]): string {
       r.comm_share.toFixed(3),
       r.overlap.toFixed(2),
       String(r.threads),
+      r.optimizer ?? '-',
       torch(r.threads) ? (torch(r.threads)!.step_ms / r.step_ms).toFixed(2) : '-',
       torch(r.threads) ? (torch(r.threads)!.cpu_ms / r.cpu_ms).toFixed(2) : '-',
     ]),

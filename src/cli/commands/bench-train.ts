@@ -4,14 +4,15 @@ import { TandemError } from '../../errors/index.js';
 import { trainShape, trainShapes } from '../../engine/train/index.js';
 import { benchTrain, trainTable } from '../../../bench/train.js';
 import type { GemmKind } from '../../kernels/backward/load-gemm.js';
+import type { OptimizerSplit } from '../../parallel/train/index.js';
 
 export const command = defineCommand({
   name: 'bench train',
   summary: 'the training step on 1..N local data-parallel nodes, against PyTorch CPU in the same run',
   description:
-    'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients all-reduced over --provider in buckets during the backward), ' +
+    'Runs a few updates of the shape on synthetic tokens for each node count and each thread count per node (gradients summed over --provider in buckets during the backward; --optimizer says how the nodes split the update), ' +
     "and PyTorch's CPU step of the same shape, batch and each thread count (Debian's python3-torch; skipped when missing), in alternated rounds; " +
-    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients; overlap: the share of all-reduce time hidden behind the backward; ' +
+    'keeps the fastest update of each (the first of every round is a warm-up). comm_share: the share of the step spent waiting for gradients (and, sharded, in the all-gather of the weights); overlap: the share of all-reduce time hidden behind the backward; ' +
     "cpu_ms: the least CPU time of an update (rank 0's process, all its threads; PyTorch's process), which waiting for a core on a shared machine does not inflate.",
   options: {
     nodes: { type: 'list', description: 'node counts to measure', default: ['1', '2'] },
@@ -33,6 +34,12 @@ export const command = defineCommand({
       choices: ['shm', 'tcp'],
       default: 'shm',
     },
+    optimizer: {
+      type: 'list',
+      description:
+        'how 2 or more nodes split the optimizer, each measured: sharded (each node clips and updates its share of the weights, then the nodes all-gather them; ZeRO-1) or replicated (the whole gradient all-reduced, every node updates every weight)',
+      default: ['sharded'],
+    },
     shape: {
       type: 'string',
       description: 'model shape',
@@ -47,7 +54,7 @@ export const command = defineCommand({
     json: {
       type: 'boolean',
       description:
-        'print JSON lines {"nodes","step_ms","tokens_per_s","comm_share","overlap","threads"} instead of a table',
+        'print JSON lines {"nodes","step_ms","tokens_per_s","comm_share","overlap","threads","optimizer"} instead of a table',
     },
   },
   examples: ['tandem bench train --nodes 1,2 --json', 'tandem bench train --nodes 1,2 --threads 1,2'],
@@ -56,6 +63,12 @@ export const command = defineCommand({
     for (const n of nodes) checkInteger('bench train', 'nodes', n, 1, 16, 2);
     const threads = options.threads.flatMap((n) => n.split(',')).map(Number);
     for (const t of threads) checkInteger('bench train', 'threads', t, 1, 64, 2);
+    const optimizers = options.optimizer.flatMap((x) => x.split(','));
+    for (const x of optimizers)
+      if (x !== 'sharded' && x !== 'replicated')
+        throw new TandemError('CLI_USAGE', `bench train: --optimizer ${x} is not sharded or replicated`, {
+          hint: 'pass --optimizer sharded, replicated or sharded,replicated',
+        });
     const shape = trainShape(options.shape);
     const batch = checkInteger('bench train', 'batch', options.batch, 1, 1024, 8);
     if (Math.max(...nodes) > batch)
@@ -72,6 +85,7 @@ export const command = defineCommand({
       threads,
       kernels: options.kernels as GemmKind,
       provider: options.provider as 'shm' | 'tcp',
+      optimizers: optimizers as OptimizerSplit[],
       batch,
       seq: checkInteger('bench train', 'seq', options.seq, 1, shape.context, 64),
       steps: checkInteger('bench train', 'steps', options.steps, 2, 100, 4),

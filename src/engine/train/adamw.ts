@@ -1,6 +1,6 @@
 import { referenceOps, type TrainOps } from '../../kernels/backward/train-ops.js';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
-import type { ParamLayout } from './params.js';
+import type { FlatRange, ParamLayout } from './params.js';
 
 const reference = referenceOps(referenceGemm);
 
@@ -50,6 +50,41 @@ export class AdamW {
       decay: 1 - lr * weightDecay,
     });
   }
+
+  /**
+   * update() on the `owned` ranges alone (a rank of a split optimizer): each element's update
+   * reads only its own weight, gradient and moments, so it equals update()'s on those ranges
+   * bit for bit.
+   */
+  updateOwned(
+    weights: Float32Array,
+    grad: Float32Array,
+    lr: number,
+    step: number,
+    owned: readonly FlatRange[],
+  ): void {
+    const { beta1, beta2, eps, weightDecay } = this.options;
+    const k = {
+      lr,
+      beta1,
+      beta2,
+      eps,
+      c1: 1 - beta1 ** step,
+      c2: 1 - beta2 ** step,
+      decay: 1 - lr * weightDecay,
+    };
+    const at = <T extends Float32Array | Uint8Array>(x: T, a: number, b: number): T => x.subarray(a, b) as T;
+    for (const [a, b] of owned)
+      if (b > a)
+        this.ops.adamw(
+          at(weights, a, b),
+          at(grad, a, b),
+          at(this.m, a, b),
+          at(this.v, a, b),
+          at(this.decayMask, a, b),
+          k,
+        );
+  }
 }
 
 /**
@@ -60,6 +95,27 @@ export function clipGradNorm(grad: Float32Array, maxNorm: number, ops: TrainOps 
   const norm = Math.sqrt(ops.sumSquares(grad));
   const factor = maxNorm / (norm + 1e-6);
   if (factor < 1) ops.scale(grad, factor);
+  return norm;
+}
+
+/**
+ * clipGradNorm() for a rank of a split optimizer, which holds the summed gradient on its
+ * `owned` ranges only: the squares are summed over those, then over the ranks (`sumRanks`,
+ * in rank order, so every rank gets the same norm), and the owned ranges scaled. The norm is
+ * the same sum grouped otherwise than clipGradNorm's, so it may differ in its last bits.
+ */
+export async function clipGradNormOwned(
+  grad: Float32Array,
+  maxNorm: number,
+  owned: readonly FlatRange[],
+  sumRanks: (x: number) => Promise<number>,
+  ops: TrainOps = reference,
+): Promise<number> {
+  let squares = 0;
+  for (const [a, b] of owned) squares += ops.sumSquares(grad.subarray(a, b));
+  const norm = Math.sqrt(await sumRanks(squares));
+  const factor = maxNorm / (norm + 1e-6);
+  if (factor < 1) for (const [a, b] of owned) ops.scale(grad.subarray(a, b), factor);
   return norm;
 }
 

@@ -17,12 +17,20 @@ export {
 export { curveCsv, writeTextAtomically } from './curve.js';
 export { batchAt, hashTokens, tokenizeFile } from './data.js';
 export { LlamaGrad, LLAMA_EPS, LLAMA_ROPE_BASE, type GradReady } from './llama-grad.js';
-export { initParams, paramLayout, views, type ParamEntry, type ParamLayout } from './params.js';
+export {
+  initParams,
+  paramLayout,
+  views,
+  type FlatRange,
+  type ParamEntry,
+  type ParamLayout,
+} from './params.js';
 export { trainShape, trainShapes } from './shapes.js';
 export { trainingPlan, trainingTokenizer, writeTrainedGguf, type TrainedModelInfo } from './to-gguf.js';
 export {
   train,
   type EmbeddingRows,
+  type OptimizerShard,
   type GradSync,
   type StepLog,
   type TrainConfig,

@@ -19,6 +19,9 @@ export interface ParamEntry {
   decay: boolean;
 }
 
+/** A range [start, end) of the flat parameter buffer (and of the gradient and moments beside it). */
+export type FlatRange = readonly [start: number, end: number];
+
 export interface ParamLayout {
   shape: ModelShape;
   entries: ParamEntry[];

@@ -1,10 +1,10 @@
 import type { Gemm } from '../../kernels/backward/gemm.js';
 import { referenceOps } from '../../kernels/backward/train-ops.js';
-import { AdamW, clipGradNorm, learningRate, ADAMW_DEFAULTS } from './adamw.js';
+import { AdamW, clipGradNorm, clipGradNormOwned, learningRate, ADAMW_DEFAULTS } from './adamw.js';
 import { saveCheckpoint, type Checkpoint, type CurvePoint, type RunSettings } from './checkpoint.js';
 import { batchAt, inputIds } from './data.js';
 import { LlamaGrad, type GradReady } from './llama-grad.js';
-import { initParams, paramLayout, type ParamEntry, type ParamLayout } from './params.js';
+import { initParams, paramLayout, type FlatRange, type ParamEntry, type ParamLayout } from './params.js';
 
 /**
  * The token-embedding rows that a step's gradient can touch on any rank: the input ids of the
@@ -36,6 +36,23 @@ export interface GradSync {
   finish(): Promise<void>;
   sum(value: number): Promise<number>;
   agree(weights: Float32Array, step: number): Promise<void>;
+  /** Present when the ranks split the optimizer (ZeRO-1): see OptimizerShard. */
+  readonly shard?: OptimizerShard;
+}
+
+/**
+ * The optimizer split over the ranks (ZeRO stage 1): after `finish`, this rank holds the
+ * summed gradient on its `owned` ranges only (the ranks' owned ranges are disjoint and cover
+ * every parameter), clips and updates those alone, then `gatherWeights` gives every rank every
+ * rank's updated ranges. AdamW's moments are current on the owned ranges only, so before rank
+ * 0 writes a checkpoint every rank calls `gatherMoments` at the same update, with `due` true
+ * on rank 0 when it is about to save (rank 0 decides: only it knows where checkpoints go).
+ */
+export interface OptimizerShard {
+  owned(): readonly FlatRange[];
+  gatherWeights(weights: Float32Array): Promise<void>;
+  /** Every rank's moments of its owned ranges onto every rank when rank 0's `due` is true; returns rank 0's `due`. */
+  gatherMoments(m: Float32Array, v: Float32Array, due: boolean): Promise<boolean>;
 }
 
 export interface StepLog {
@@ -91,6 +108,11 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
     if (cfg.checkpoint === undefined || rank !== 0) return;
     await saveCheckpoint(cfg.checkpoint, { settings: s, step, curve, weights, m: opt.m, v: opt.v });
   };
+  // whether rank 0 writes a checkpoint after update `n` (in the loop, or the one after it)
+  const saves = (n: number): boolean =>
+    cfg.checkpoint !== undefined &&
+    rank === 0 &&
+    (n === end || (!!cfg.checkpointEvery && n % cfg.checkpointEvery === 0));
   while (step < end) {
     const t0 = performance.now();
     grad.fill(0);
@@ -106,11 +128,20 @@ export async function train(cfg: TrainConfig): Promise<TrainResult> {
       await sync.finish();
       loss = await sync.sum(loss);
     }
-    if (s.clip > 0) clipGradNorm(grad, s.clip, ops);
+    const shard = sync?.shard;
     const lr = learningRate(schedule, step);
-    opt.update(weights, grad, lr, step + 1);
+    if (sync && shard) {
+      const owned = shard.owned();
+      if (s.clip > 0) await clipGradNormOwned(grad, s.clip, owned, (x) => sync.sum(x), ops);
+      opt.updateOwned(weights, grad, lr, step + 1, owned);
+      await shard.gatherWeights(weights);
+    } else {
+      if (s.clip > 0) clipGradNorm(grad, s.clip, ops);
+      opt.update(weights, grad, lr, step + 1);
+    }
     step++;
     if (sync) await sync.agree(weights, step);
+    if (shard) await shard.gatherMoments(opt.m, opt.v, saves(step));
     curve.push({ step, loss, lr });
     const seconds = (performance.now() - t0) / 1000;
     cfg.onStep?.({ step, loss, lr, tokens_per_s: (s.batch * s.seq) / seconds });

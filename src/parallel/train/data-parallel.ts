@@ -9,6 +9,7 @@ import {
   type TrainResult,
 } from '../../engine/train/index.js';
 import { CollectiveGradSync, type SyncTimes } from './grad-sync.js';
+import { ShardedGradSync } from './sharded-sync.js';
 
 export interface RankOptions {
   rank: number;
@@ -34,7 +35,16 @@ export interface RankOptions {
    * communicator before the first update: ranks on other machines (`--hosts`) have no copy.
    */
   resumeFromRoot?: boolean;
+  /**
+   * `sharded` (default): each rank clips and updates its share of the parameters, which the
+   * ranks then all-gather (ShardedGradSync, ZeRO-1); `replicated`: every rank all-reduces the
+   * whole gradient and updates every parameter (CollectiveGradSync). Same curve up to the
+   * clipping norm's last bits (sharded-sync.ts says when).
+   */
+  optimizer?: OptimizerSplit;
 }
+
+export type OptimizerSplit = 'sharded' | 'replicated';
 
 /** Elements per broadcast when the checkpoint is shared: 4 MiB of f32. */
 const SHARE_CHUNK = 1 << 20;
@@ -78,7 +88,11 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
   const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
   if (o.signal?.aborted) onAbort();
   o.signal?.addEventListener('abort', onAbort, { once: true });
-  const sync = new CollectiveGradSync(comm, cfg.gemm.ops?.fingerprint);
+  const fp = cfg.gemm.ops?.fingerprint;
+  const sync =
+    (o.optimizer ?? 'sharded') === 'sharded'
+      ? new ShardedGradSync(comm, fp)
+      : new CollectiveGradSync(comm, fp);
   let done = cfg.resume?.step ?? 0;
   try {
     if (o.resumeFromRoot && o.rank === 0 && !cfg.resume)

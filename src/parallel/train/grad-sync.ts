@@ -29,15 +29,16 @@ export interface SyncTimes {
  * gives the same bits, so ranks with different kernels compare).
  */
 export class CollectiveGradSync implements GradSync {
-  private grad: Float32Array = new Float32Array(0);
+  protected grad: Float32Array = new Float32Array(0);
   private embedding: EmbeddingRows | undefined;
+  private packedRows = new Float32Array(0);
   private pending: Promise<void>[] = [];
   private firstStart = 0;
   private lastEnd = 0;
   last: SyncTimes = { commMs: 0, exposedMs: 0 };
 
   constructor(
-    private readonly comm: Communicator,
+    protected readonly comm: Communicator,
     private readonly fingerprintOf: Fingerprint = fingerprint,
   ) {}
 
@@ -59,26 +60,30 @@ export class CollectiveGradSync implements GradSync {
   readonly ready = (start: number, end: number): void => {
     if (this.firstStart === 0) this.firstStart = performance.now();
     const e = this.embedding;
-    const reduced =
-      e && start === e.offset && end === e.offset + e.size
-        ? this.reduceRows(e)
-        : this.reduce(this.grad.subarray(start, end));
+    const reduced = (
+      e && start === e.offset && end === e.offset + e.size ? this.reduceRows(e) : this.reduceRange(start, end)
+    ).then(() => {
+      this.lastEnd = performance.now();
+    });
     // finish() awaits it; a bucket that fails while the backward pass still runs (a lost
     // rank) must not be an unhandled rejection before then
     reduced.catch(() => {});
     this.pending.push(reduced);
   };
 
+  /** Sums grad[start, end) over the ranks: all-reduced in buckets of at most BUCKET_VALUES. */
+  protected reduceRange(start: number, end: number): Promise<void> {
+    return this.allReduceBuckets(this.grad.subarray(start, end));
+  }
+
   /** All-reduces `values` (sum) in buckets of at most BUCKET_VALUES, each started at once. */
-  private reduce(values: Float32Array): Promise<void> {
+  private allReduceBuckets(values: Float32Array): Promise<void> {
     const buckets: Promise<void>[] = [];
     for (let a = 0; a < values.length; a += BUCKET_VALUES)
       buckets.push(
         this.comm.allReduce(values.subarray(a, Math.min(values.length, a + BUCKET_VALUES)), { op: 'sum' }),
       );
-    return Promise.all(buckets).then(() => {
-      this.lastEnd = performance.now();
-    });
+    return Promise.all(buckets).then(() => undefined);
   }
 
   /**
@@ -87,15 +92,17 @@ export class CollectiveGradSync implements GradSync {
    * reads a fraction of the vocabulary, so this cuts the bytes of the last range of the
    * backward, the one nothing is left to overlap with.
    */
-  private reduceRows(e: EmbeddingRows): Promise<void> {
+  protected reduceRows(e: EmbeddingRows): Promise<void> {
     const w = e.width;
-    const packed = new Float32Array(e.rows.length * w);
+    // reused from step to step (each step's rows differ in number; the buffer only grows)
+    if (this.packedRows.length < e.rows.length * w) this.packedRows = new Float32Array(e.rows.length * w);
+    const packed = this.packedRows.subarray(0, e.rows.length * w);
     for (let i = 0; i < e.rows.length; i++) {
       const at = e.offset + (e.rows[i] as number) * w;
       packed.set(this.grad.subarray(at, at + w), i * w);
     }
     const grad = this.grad;
-    return this.reduce(packed).then(() => {
+    return this.allReduceBuckets(packed).then(() => {
       for (let i = 0; i < e.rows.length; i++)
         grad.set(packed.subarray(i * w, i * w + w), e.offset + (e.rows[i] as number) * w);
     });

@@ -1,3 +1,4 @@
-// Data-parallel training over tandem's collectives (the engine's loop, gradients all-reduced).
+// Data-parallel training over tandem's collectives (the engine's loop, gradients summed over ranks).
 export { BUCKET_VALUES, CollectiveGradSync, type SyncTimes } from './grad-sync.js';
-export { trainRank, type RankOptions } from './data-parallel.js';
+export { ShardedGradSync } from './sharded-sync.js';
+export { trainRank, type OptimizerSplit, type RankOptions } from './data-parallel.js';
