@@ -14,6 +14,7 @@ import { openModel, type SequenceCache } from '../src/engine/index.js';
 import { Metrics } from '../src/api/metrics.js';
 import { Scheduler, type SlotCache, type SlotModel } from '../src/api/scheduler.js';
 import { benchPromptFor } from './model.js';
+import { requestPrompts } from './serve.js';
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -31,7 +32,10 @@ const threads = Number(values.threads);
 const levels = values.concurrency.split(',').map(Number);
 const rounds = Number(values.rounds);
 const maxTokens = Number(values['max-tokens']);
-const prompt = benchPromptFor(path, Number(values['prompt-tokens']));
+const base = benchPromptFor(path, Number(values['prompt-tokens']));
+// one prompt per request, each its own from the first token (as bench serve's): no prompt reuse
+let sent = 0;
+const nextPrompt = (): number[] => requestPrompts(base, 1, sent++)[0]!;
 
 interface Spent {
   calls: number;
@@ -77,7 +81,7 @@ const slots = Math.max(...levels);
 const scheduler = new Scheduler(slotModel, {
   slots,
   maxQueue: slots,
-  contextLength: prompt.length + maxTokens + 8,
+  contextLength: base.length + maxTokens + 8,
   metrics: new Metrics(slots),
   ...(values['mixed-chunk'] ? { mixedChunk: Number(values['mixed-chunk']) } : {}),
 });
@@ -88,7 +92,7 @@ const argmax = (l: Float32Array): number => {
 };
 const request = (tokens: number): Promise<unknown> =>
   scheduler.submit({
-    prompt,
+    prompt: nextPrompt(),
     maxTokens: tokens,
     pick: argmax,
     stopTokens: new Set(),

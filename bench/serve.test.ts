@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runTandem, tempModel } from '../src/cli/testing.js';
-import { summarize } from './serve.js';
+import { requestPrompts, summarize } from './serve.js';
 
 const path = tempModel('tandem-bench-serve-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
@@ -79,4 +79,17 @@ test("summarize: TTFT from each request's start to its first token, gaps between
     tok_s_total: 100,
     tok_s_per_stream: 100,
   });
+});
+
+test('requestPrompts: each request its own prompt from the first token on, the rest as the base, ids in range', () => {
+  const base = [500, 17, 3, 499, 42];
+  const prompts = requestPrompts(base, 600);
+  assert.equal(new Set(prompts.map((p) => p[0])).size, 498, 'first tokens cycle through ids 3..500');
+  assert.deepEqual(prompts[0], base);
+  for (const p of prompts) {
+    assert.deepEqual(p.slice(1), base.slice(1));
+    assert.ok((p[0] as number) >= 3 && (p[0] as number) <= 500, `first token ${p[0]}`);
+  }
+  const warm = requestPrompts(base, 1, 4)[0]!;
+  assert.ok(!prompts.slice(0, 4).some((p) => p[0] === warm[0]), 'the warm-up prompt is none of the first 4');
 });

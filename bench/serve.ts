@@ -59,7 +59,8 @@ export interface RequestTiming {
 export interface LlamaServeJob {
   model: string;
   threads: number;
-  prompt: number[];
+  /** Client i's round r sends prompts[i * rounds + r] (requestPrompts). */
+  prompts: number[][];
   maxTokens: number;
   concurrency: number;
   rounds: number;
@@ -170,16 +171,19 @@ async function streamOnce(url: string, prompt: readonly number[], maxTokens: num
   return { startMs, tokenMs: r.chunkTimes, endMs: performance.now(), tokens: r.completionTokens ?? 0 };
 }
 
-async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<ServeBenchRow[]> {
+async function benchTandem(o: ServeBenchOptions, base: number[]): Promise<ServeBenchRow[]> {
   const { child, url } = await startServer(o, o.timeoutMs);
   const rows: ServeBenchRow[] = [];
   try {
-    await streamOnce(url, prompt, 2); // warm-up: the first forward pays one-time costs
+    // warm-up (the first forward pays one-time costs), on a prompt no request sends
+    await streamOnce(url, requestPrompts(base, 1, 1 + Math.max(...o.concurrency) * o.rounds)[0]!, 2);
     for (const c of o.concurrency) {
+      const prompts = requestPrompts(base, c * o.rounds);
       const start = performance.now();
-      const clients = Array.from({ length: c }, async () => {
+      const clients = Array.from({ length: c }, async (_, i) => {
         const timings: RequestTiming[] = [];
-        for (let r = 0; r < o.rounds; r++) timings.push(await streamOnce(url, prompt, o.maxTokens));
+        for (let r = 0; r < o.rounds; r++)
+          timings.push(await streamOnce(url, prompts[i * o.rounds + r]!, o.maxTokens));
         return timings;
       });
       const timings = (await Promise.all(clients)).flat();
@@ -195,15 +199,15 @@ async function benchTandem(o: ServeBenchOptions, prompt: number[]): Promise<Serv
 
 /** Runs tandem's server at each level, then llama.cpp (never at once: they would share the cores). */
 export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]> {
-  const prompt = benchPromptFor(o.model, o.promptTokens);
-  const rows = await benchTandem(o, prompt);
+  const base = benchPromptFor(o.model, o.promptTokens);
+  const rows = await benchTandem(o, base);
   if (!o.anchors) return rows;
   for (const c of o.concurrency) {
     const job: LlamaServeJob = {
       model: o.model,
       // as many threads as all of tandem's nodes together
       threads: o.threads * (o.nodes ?? 1),
-      prompt,
+      prompts: requestPrompts(base, c * o.rounds),
       maxTokens: o.maxTokens,
       concurrency: c,
       rounds: o.rounds,
@@ -240,4 +244,19 @@ export function table(rows: readonly ServeBenchRow[]): string {
     r.tok_s_per_stream.toFixed(1),
   ]);
   return formatTable(head, body);
+}
+
+/**
+ * `count` prompts of base's length, the k-th (from `first`) base with its first token moved k
+ * places on: every request's prompt differs from its first token, so no engine can take one
+ * from a cache of another (tandem serve's prompt reuse, a llama.cpp sequence's history) and a
+ * level measures batching, not caching.
+ */
+export function requestPrompts(base: readonly number[], count: number, first = 0): number[][] {
+  // ids 3..top, top the largest base uses: inside the vocabulary, past the special tokens
+  const top = Math.max(...base);
+  return Array.from({ length: count }, (_, k) => [
+    3 + (((base[0] as number) - 3 + first + k) % Math.max(1, top - 2)),
+    ...base.slice(1),
+  ]);
 }

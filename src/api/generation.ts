@@ -19,20 +19,27 @@ export interface Delta {
 export interface GenerationOutcome {
   finishReason: 'stop' | 'length';
   promptTokens: number;
+  /** Prompt tokens whose K/V a slot held from an earlier prompt (not prefilled again). */
+  cachedPromptTokens: number;
   /** Every token generated, the end-of-generation token and a stop string's tokens included. */
   completionTokens: number;
 }
 
-/** OpenAI's `usage` object: exact token counts of one completion. */
+/**
+ * OpenAI's `usage` object: exact token counts of one completion; prompt_tokens counts the
+ * cached ones too (as OpenAI's does), prompt_tokens_details.cached_tokens says how many.
+ */
 export function usage(o: GenerationOutcome): {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
 } {
   return {
     prompt_tokens: o.promptTokens,
     completion_tokens: o.completionTokens,
     total_tokens: o.promptTokens + o.completionTokens,
+    prompt_tokens_details: { cached_tokens: o.cachedPromptTokens },
   };
 }
 
@@ -90,7 +97,12 @@ export function startGeneration(
     if (tail !== '' || pending.length > 0) onDelta({ text: tail, logprobs: pending });
     const finishReason = stop.stopped ? 'stop' : end.reason;
     trace?.finished(finishReason);
-    return { finishReason, promptTokens: prompt.length, completionTokens: end.generated };
+    return {
+      finishReason,
+      promptTokens: prompt.length,
+      cachedPromptTokens: end.cachedPromptTokens,
+      completionTokens: end.generated,
+    };
   };
   trace?.queued(prompt.length);
   const ended = scheduler.submit({

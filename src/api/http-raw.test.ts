@@ -2,6 +2,7 @@ import { after, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ChatTemplate, generate, openModel, type OpenedModel } from '../engine/index.js';
 import { tempModel } from '../engine/testing/temp-model.js';
+import { GEMM_TOKENS } from '../kernels/index.js';
 import { ApiServer } from './http-server.js';
 import { loadServedModel, type ServedModel } from './served-model.js';
 import { startTestServer } from './testing.js';
@@ -46,6 +47,7 @@ interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  prompt_tokens_details?: { cached_tokens: number };
 }
 interface Chunk {
   id: string;
@@ -135,11 +137,18 @@ test('a chat stream: role first, one id and created, finish_reason on the last c
   );
   const alone = await greedyAlone(prompt, 10);
   assert.equal(text, alone.text);
-  assert.deepEqual(usageChunk.usage, {
+  const { prompt_tokens_details: details, ...counts } = usageChunk.usage!;
+  assert.deepEqual(counts, {
     prompt_tokens: prompt.length,
     completion_tokens: alone.tokens.length,
     total_tokens: prompt.length + alone.tokens.length,
   });
+  // what a slot held of this prompt from earlier requests; never its last GEMM_TOKENS
+  const cached = details?.cached_tokens ?? -1;
+  assert.ok(
+    Number.isInteger(cached) && cached >= 0 && cached <= Math.max(0, prompt.length - GEMM_TOKENS),
+    `cached ${cached}`,
+  );
 });
 
 test('a completion stream over token ids: text_completion chunks, then [DONE]', async () => {

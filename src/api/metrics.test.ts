@@ -92,6 +92,7 @@ function chat(body: object): Promise<Response> {
 interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
 }
 
 /** A streamed chat's usage and finish reason, read from its events. */
@@ -141,9 +142,15 @@ test('metrics: counters move by exactly the tokens served and the right reasons;
   const after = await scrape();
   const served = [a.usage, b.usage];
   const sum = (f: (u: Usage) => number): number => served.reduce((s, u) => s + f(u), 0);
+  // the same messages twice: the second prompt's start comes from the slot's cache
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens > 0, 'the second prompt reused the first');
   assert.equal(
     delta(after, 'tandem:prompt_tokens_total'),
-    sum((u) => u.prompt_tokens),
+    sum((u) => u.prompt_tokens - u.prompt_tokens_details.cached_tokens),
+  );
+  assert.equal(
+    delta(after, 'tandem:prompt_tokens_cached_total'),
+    sum((u) => u.prompt_tokens_details.cached_tokens),
   );
   assert.equal(
     delta(after, 'tandem:generation_tokens_total'),

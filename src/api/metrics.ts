@@ -33,7 +33,7 @@ export class Metrics {
   readonly energy = new EnergyMetrics(this.registry, () => this.counts.generated);
   readonly experts = new ExpertMetrics(this.registry);
   private scheduler: () => SchedulerState | undefined = () => undefined;
-  private readonly counts = { prompt: 0, generated: 0, cancelled: 0 };
+  private readonly counts = { prompt: 0, cached: 0, generated: 0, cancelled: 0 };
   private readonly ttfts: { atMs: number; ttftS: number }[] = [];
 
   private readonly httpRequests = this.counter(
@@ -42,6 +42,11 @@ export class Metrics {
     ['route', 'status'],
   );
   private readonly promptTotal = this.counter('tandem:prompt_tokens_total', 'Prompt tokens prefilled.', []);
+  private readonly cachedTotal = this.counter(
+    'tandem:prompt_tokens_cached_total',
+    'Prompt tokens whose K/V a slot held from an earlier prompt (taken, not prefilled).',
+    [],
+  );
   private readonly generationTotal = this.counter(
     'tandem:generation_tokens_total',
     'Tokens generated (end-of-generation and stop-string tokens included).',
@@ -130,7 +135,7 @@ export class Metrics {
     this.energy.setProbe(probe);
   }
 
-  // The scheduler adds to these three as it works (`metrics.generatedTokens++`); each
+  // The scheduler adds to these as it works (`metrics.generatedTokens++`); each
   // addition goes to its counter.
   get promptTokens(): number {
     return this.counts.prompt;
@@ -138,6 +143,13 @@ export class Metrics {
   set promptTokens(n: number) {
     this.promptTotal.inc(n - this.counts.prompt);
     this.counts.prompt = n;
+  }
+  get promptTokensCached(): number {
+    return this.counts.cached;
+  }
+  set promptTokensCached(n: number) {
+    this.cachedTotal.inc(n - this.counts.cached);
+    this.counts.cached = n;
   }
   get generatedTokens(): number {
     return this.counts.generated;

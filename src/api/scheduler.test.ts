@@ -207,3 +207,79 @@ test("without a mixedChunk option the pieces beside running streams are the mode
   const group = opened.kernels.gemmGroup;
   assert.equal(model.mixedChunk, group === undefined ? MIXED_PREFILL_CHUNK : 2 * group);
 });
+
+/** Submits a greedy sequence alone; its logits and how many prompt tokens the slot held. */
+async function runCounted(
+  s: Scheduler,
+  prompt: readonly number[],
+  maxTokens: number,
+  stepHook?: () => void,
+): Promise<{ logits: Float32Array[]; cached: number }> {
+  const logits: Float32Array[] = [];
+  const end = await s.submit({
+    prompt,
+    maxTokens,
+    pick: greedy,
+    stopTokens: new Set(),
+    onToken: (_, l) => {
+      logits.push(l.slice());
+      stepHook?.();
+      return true;
+    },
+    signal: new AbortController().signal,
+  });
+  return { logits, cached: end.cachedPromptTokens };
+}
+
+const sameBits = (a: readonly Float32Array[], b: readonly Float32Array[]): boolean =>
+  a.length === b.length && a.every((l, i) => Buffer.from(l.buffer).equals(Buffer.from(b[i]!.buffer)));
+
+test('a slot keeps its prompt: the next prompt that starts the same is prefilled from where they part, logits bit for bit those of the prompt alone', async () => {
+  const metrics = new Metrics(1);
+  const s = scheduler(opened.model, { slots: 1, maxQueue: 4, metrics, prefillChunk: 24 });
+  const base = promptOf(3, 40);
+  const other = [...base.slice(0, 20), ...promptOf(5, 25)];
+  // [prompt, tokens the slot holds of it]: all the last prompt shares with it, but the last
+  // GEMM_TOKENS (12) of a prompt are prefilled again; a prompt under 12 tokens is not kept
+  const cases: [number[], number][] = [
+    [base, 0],
+    [[...base, ...promptOf(4, 10)], 38],
+    [other, 20],
+    [other, 33],
+    [promptOf(6, 8), 0],
+    [other, 0],
+  ];
+  let prefilled = 0;
+  let cached = 0;
+  for (const [i, [prompt, want]] of cases.entries()) {
+    const got = await runCounted(s, prompt, 4);
+    assert.equal(got.cached, want, `case ${i}: cached prompt tokens`);
+    assert.ok(sameBits(got.logits, (await alone(prompt, 4)).logits), `case ${i}: logits as the prompt alone`);
+    prefilled += prompt.length - want;
+    cached += want;
+  }
+  assert.equal(metrics.promptTokensCached, cached);
+  assert.equal(metrics.promptTokens, prefilled);
+});
+
+test('a sequence that fails leaves nothing of its prompt to reuse', async () => {
+  const s = scheduler(opened.model, { slots: 1, maxQueue: 4 });
+  const prompt = promptOf(7, 30);
+  await assert.rejects(
+    runCounted(s, prompt, 4, () => {
+      throw new Error('the client went away');
+    }),
+    /client went away/,
+  );
+  assert.equal((await runCounted(s, prompt, 2)).cached, 0);
+  assert.equal((await runCounted(s, prompt, 2)).cached, 18);
+});
+
+test('a new sequence takes the free slot that holds the longest start of its prompt', async () => {
+  const s = scheduler(opened.model, { slots: 3, maxQueue: 4 });
+  const a = promptOf(8, 30);
+  const b = promptOf(9, 30);
+  await Promise.all([runCounted(s, a, 2), runCounted(s, b, 2)]);
+  const next = await runCounted(s, [...b, ...promptOf(10, 14)], 2);
+  assert.equal(next.cached, 30);
+});

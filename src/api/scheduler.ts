@@ -1,5 +1,6 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, prefillPiece, type SessionOptions } from '../engine/index.js';
+import { GEMM_TOKENS } from '../kernels/index.js';
 import { cancelled, retryLater } from './errors.js';
 import type { Metrics } from './metrics.js';
 
@@ -9,6 +10,12 @@ import type { Metrics } from './metrics.js';
  */
 export interface SlotCache {
   reset(): void;
+  /**
+   * Optional: forgets positions from `length` on. With it, a finished slot keeps its prompt's
+   * K/V, and a next prompt that starts the same is prefilled from where they part (see
+   * Scheduler).
+   */
+  truncate?(length: number): void;
 }
 
 /** What the scheduler needs of a model: forwards against a cache, and caches to give slots. */
@@ -53,6 +60,8 @@ export interface SequenceRequest {
 export interface SequenceEnd {
   reason: 'stop' | 'length';
   generated: number;
+  /** Prompt tokens whose K/V the slot already held (not prefilled again). */
+  cachedPromptTokens: number;
 }
 
 export interface SchedulerOptions {
@@ -92,11 +101,15 @@ interface Sequence {
   generated: number;
   /** The last generated token: the next decode step's input. */
   next: number;
+  /** Prompt tokens taken from the slot's cache instead of prefilled. */
+  cached: number;
 }
 
 interface Slot {
   cache: SlotCache | undefined;
   seq: Sequence | undefined;
+  /** The prompt tokens whose K/V the cache holds from a prefill in the GEMM size class. */
+  held: readonly number[];
 }
 
 /** What waits in a slot or the queue, and when the server may answer again with a free place. */
@@ -111,6 +124,15 @@ const RETRY_AFTER_S = 1;
  * decode rows ride along the prefill's pass over the weights, and the chunk is smaller while
  * streams decode beside it, so they keep flowing. New requests take a free slot between rounds
  * (first come, first served). A finished slot keeps its KV cache for the next sequence.
+ *
+ * Prompt reuse: where the cache can truncate, a slot keeps the K/V of its last prompt, and a
+ * new sequence takes the free slot whose prompt shares the longest start with its own and is
+ * prefilled from there. Only positions a prefill computed in the GEMM size class (a prompt of
+ * GEMM_TOKENS or more, cut by prefillPiece) are kept, and at least GEMM_TOKENS of the new prompt
+ * are prefilled again, so every prompt position has the bits a fresh prefill would give (a
+ * position's K/V depends on the tokens up to it and its size class only, not on the cut) and
+ * the sequence's tokens are those of the prompt run alone. Generated positions are never
+ * reused: their decode steps ran in the one-token size class.
  */
 export class Scheduler {
   private readonly slots: Slot[];
@@ -123,7 +145,11 @@ export class Scheduler {
     private readonly model: SlotModel,
     private readonly options: SchedulerOptions,
   ) {
-    this.slots = Array.from({ length: options.slots }, () => ({ cache: undefined, seq: undefined }));
+    this.slots = Array.from({ length: options.slots }, () => ({
+      cache: undefined,
+      seq: undefined,
+      held: [],
+    }));
   }
 
   get queueDepth(): number {
@@ -161,7 +187,7 @@ export class Scheduler {
       );
     }
     return new Promise<SequenceEnd>((resolve, reject) => {
-      const seq: Sequence = { request, resolve, reject, prefilled: 0, generated: 0, next: -1 };
+      const seq: Sequence = { request, resolve, reject, prefilled: 0, generated: 0, next: -1, cached: 0 };
       this.queue.push(seq);
       request.signal.addEventListener('abort', () => this.dropQueued(seq), { once: true });
       if (!this.running) void this.loop();
@@ -208,10 +234,14 @@ export class Scheduler {
   }
 
   private admit(): void {
-    for (const slot of this.slots) {
-      if (slot.seq) continue;
-      const seq = this.queue.shift();
+    for (;;) {
+      const free = this.slots.filter((s) => !s.seq);
+      const seq = free.length > 0 ? this.queue.shift() : undefined;
       if (!seq) return;
+      const prompt = seq.request.prompt;
+      // the free slot that holds the longest start of this prompt (the first free one if none)
+      const reuse = (s: Slot): number => (s.cache?.truncate ? reusable(s.held, prompt) : 0);
+      const slot = free.reduce((best, s) => (reuse(s) > reuse(best) ? s : best));
       try {
         slot.cache ??= this.model.newSession({
           contextLength: this.options.contextLength,
@@ -222,7 +252,12 @@ export class Scheduler {
         this.fail(seq, error);
         continue;
       }
-      slot.cache.reset();
+      const cached = reuse(slot);
+      if (cached > 0) slot.cache.truncate!(cached);
+      else slot.cache.reset();
+      slot.held = [];
+      seq.prefilled = seq.cached = cached;
+      this.options.metrics.promptTokensCached += cached;
       slot.seq = seq;
       seq.request.onAdmit?.();
     }
@@ -359,9 +394,18 @@ export class Scheduler {
     const seq = slot.seq;
     if (!seq) return;
     slot.seq = undefined;
-    // nothing of the finished sequence is kept (a cluster's model would replay it after a loss)
-    slot.cache?.reset();
-    if (reason) seq.resolve({ reason, generated: seq.generated });
+    // a sequence that ended well leaves its prompt's K/V where the cache can truncate (see
+    // the class comment); otherwise nothing of it is kept (a cluster's model would replay it
+    // after a loss, and a failed forward may have left its positions half written)
+    const prompt = seq.request.prompt;
+    if (reason && slot.cache?.truncate && prompt.length >= GEMM_TOKENS) {
+      slot.cache.truncate(seq.prefilled);
+      slot.held = prompt.slice(0, seq.prefilled);
+    } else {
+      slot.cache?.reset();
+      slot.held = [];
+    }
+    if (reason) seq.resolve({ reason, generated: seq.generated, cachedPromptTokens: seq.cached });
     else this.fail(seq, error);
   }
 
@@ -369,4 +413,16 @@ export class Scheduler {
     if ((error as { code?: unknown } | null)?.code === 'API_CANCELLED') this.options.metrics.cancelled++;
     seq.reject(error);
   }
+}
+
+/**
+ * Positions of `held` a new prompt can keep: their common start, less what leaves fewer than
+ * GEMM_TOKENS of the prompt to prefill (a shorter last piece would run in another size class);
+ * 0 for a prompt under GEMM_TOKENS twice over.
+ */
+export function reusable(held: readonly number[], prompt: readonly number[]): number {
+  const most = Math.min(held.length, prompt.length - GEMM_TOKENS);
+  let n = 0;
+  while (n < most && held[n] === prompt[n]) n++;
+  return n;
 }

@@ -11,7 +11,8 @@ export const command = defineCommand({
     'drive `tandem serve` over HTTP with C concurrent streaming clients: TTFT, inter-token latency, tokens/s; llama.cpp beside it',
   description:
     'Starts `tandem serve MODEL` (slots = the largest concurrency) and, per concurrency level, runs that many clients, each sending --rounds streamed ' +
-    'completions of the same --prompt-tokens token ids (greedy, --max-tokens) one after the other. With --anchors, llama.cpp (node-llama-cpp, CPU) runs the same ' +
+    'completions (greedy, --max-tokens) one after the other, each request its own --prompt-tokens token ids that differ from the first token on (so ' +
+    "the server's prompt reuse does not apply: a level measures batching). With --anchors, llama.cpp (node-llama-cpp, CPU) runs the same " +
     "prompts with the same threads and as many sequences in one context. tok_s_total: all completion tokens over the level's wall time; " +
     "tok_s_per_stream: the mean of each request's tokens over its time, TTFT included. See docs/serve.md.",
   positionals: [

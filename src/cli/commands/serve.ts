@@ -34,6 +34,7 @@ export const command = defineCommand({
     "Loads the model and answers POST /v1/chat/completions (messages through the model's chat template), POST /v1/completions, " +
     'GET /v1/models, GET /health, POST /tokenize, POST /detokenize and GET /metrics (Prometheus), streaming with server-sent events as OpenAI does. ' +
     '--slots sequences run at once, each with its own KV cache of --context positions; more requests wait in a queue of --max-queue, and past it get 429 with Retry-After. ' +
+    "On one machine a slot keeps its last prompt's K/V, and a request that starts the same is prefilled only from where they part (usage.prompt_tokens_details.cached_tokens), with the tokens it would get alone. " +
     'The port answers /health with 503 while the model loads; `listening on http://HOST:PORT` is printed on stderr once it is loaded. ' +
     'With --nodes N (local node processes) or --hosts FILE (nodes started with `tandem node`) the model is split across the nodes as `tandem run` splits it, and each decode step of all running sequences goes to every node as one batch. ' +
     'SIGINT/SIGTERM stop accepting, let running requests finish for up to 5 s (then cancel them), stop the nodes and exit 0. ' +
