@@ -39,16 +39,7 @@ export class AdamW {
   }
 
   update(weights: Float32Array, grad: Float32Array, lr: number, step: number): void {
-    const { beta1, beta2, eps, weightDecay } = this.options;
-    this.ops.adamw(weights, grad, this.m, this.v, this.decayMask, {
-      lr,
-      beta1,
-      beta2,
-      eps,
-      c1: 1 - beta1 ** step,
-      c2: 1 - beta2 ** step,
-      decay: 1 - lr * weightDecay,
-    });
+    this.updateOwned(weights, grad, lr, step, [[0, weights.length]]);
   }
 
   /**
