@@ -201,6 +201,33 @@ test("a calibrated node's fixed costs: the step's once a token, the prefill's pe
   assert.ok(Math.abs(withCosts.ttft_ms - base.ttft_ms - model.layers.length * 128 * 0.01) < 1e-9);
 });
 
+test("a calibrated node's decode reads: the layers at their share of the stream rate, the head at the full rate", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const read = (decodeLayerShare?: number): number =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('this', {
+        date: '2026-11-29',
+        threads: 1,
+        memoryBytes: 24e9,
+        cpuCores: 2,
+        decodeBytesPerS: 20e9,
+        prefillFlopsPerS: 200e9,
+        layerOverheadMs: 0.1,
+        ...(decodeLayerShare === undefined ? {} : { decodeLayerShare }),
+      }),
+      link: findLink('10gbe'),
+      engine: findEngine('tandem-cpu'),
+      parallel: 'tp',
+      promptTokens: 128,
+      context: 160,
+    }).terms.read_ms;
+  const head = model.head > 0 ? model.head : model.embedding;
+  const layers = model.layers.reduce((a, l) => a + l.active, 0);
+  assert.ok(Math.abs(read() - ((layers + head) / 20e9) * 1000) < 1e-9);
+  assert.ok(Math.abs(read(0.8) - (layers / (0.8 * 20e9) + head / 20e9) * 1000) < 1e-9);
+});
+
 test("per step on the link: tandem's tensor parallel gathers the logits, a pipeline broadcasts the token", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };

@@ -14,6 +14,12 @@ export interface ForecastRates {
   prefillFlopsPerS: number;
   layerOverheadMs: number;
   stepOverheadMs?: number;
+  /**
+   * A calibrated machine: the share of `decodeBytesPerS` the layers' weights stream at, at the
+   * model's own shapes (narrow matvecs and each call's hand-off cost more than the stream
+   * probe's wide ones); the head streams at the full rate. 1 elsewhere.
+   */
+  decodeLayerShare?: number;
   prefillLayerTokenMs?: number;
   /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
   wakeMs?: number;
@@ -177,7 +183,9 @@ export function shares(input: ForecastInput): RankShare[] {
 interface RankCost {
   weights: number;
   kv: number;
+  /** Bytes a decode step reads: of the layers, and of the head (the last stage only). */
   read: number;
+  headRead: number;
   layerCount: number;
   flopShare: number;
 }
@@ -201,18 +209,22 @@ function rankCost(input: ForecastInput, s: RankShare, last: boolean, first: bool
   }
   const headBytes = model.head > 0 ? model.head : model.embedding;
   if (first || s.tensorShare < 1) weights += model.embedding;
-  if (last) {
-    weights += model.head * s.tensorShare;
-    read += headBytes * s.tensorShare;
-  }
+  const headRead = last ? headBytes * s.tensorShare : 0;
+  if (last) weights += model.head * s.tensorShare;
   const layerCount = s.layers[1] - s.layers[0];
   return {
     weights,
     kv: model.kvBytesPerPosition * (layerCount / L) * input.context * s.tensorShare,
     read,
+    headRead,
     layerCount,
     flopShare: (layerCount / L) * s.tensorShare * (ep ? 1 / n : 1),
   };
+}
+
+/** A rank's decode reads, ms: its layers' bytes at the layers' share of the stream rate, the head's at the full rate. */
+function readMs(c: RankCost, r: ForecastRates): number {
+  return (c.read / (r.decodeBytesPerS * (r.decodeLayerShare ?? 1)) + c.headRead / r.decodeBytesPerS) * 1000;
 }
 
 /** Stages in order, each the ranks that work at once. */
@@ -359,7 +371,7 @@ export function forecastSplit(input: ForecastInput): Forecast {
       activation_bytes: activation,
       headroom_bytes: headroom,
       fits: headroom >= 0,
-      read_ms: (c.read / rates[r]!.decodeBytesPerS) * 1000,
+      read_ms: readMs(c, rates[r]!),
       overhead_ms: c.layerCount * rates[r]!.layerOverheadMs,
     };
   });

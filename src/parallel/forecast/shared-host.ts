@@ -38,6 +38,7 @@ export function sharedHostMachines(o: {
     prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
     layerOverheadMs: own.layerOverheadMs * oversubscribed,
     stepOverheadMs: own.stepOverheadMs! * oversubscribed,
+    decodeLayerShare: own.decodeLayerShare!,
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
     wakeMs: own.wakeMs!,
     ...(own.prefillAttentionFlopsPerS !== undefined
