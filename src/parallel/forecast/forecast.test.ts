@@ -15,6 +15,7 @@ import {
   parseForecastMachines,
   parseQuant,
   prefillShapeOf,
+  sharedHostMachines,
   validateForecasts,
   validationSummary,
   type Forecast,
@@ -279,6 +280,27 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
   // tensor parallel: each of a layer's 2 all-reduces and the logits' gather waits for a peer
   // that may have lost its core
   assert.ok(Math.abs(latency('tp', 5) - latency('tp', 0) - (2 * model.layers.length + 1) * 5) < 1e-9);
+  // nodes sharing a host with a measured exchange pay it on each exchange instead, and the
+  // wake-up only where a pipeline hands off
+  const shared = (parallel: 'tp' | 'pp', exchangeMs: number): number =>
+    forecastSplit({
+      model,
+      machines: sharedHostMachines({
+        nodes: 3,
+        perNode: calibration(5),
+        together: calibration(5),
+        cores: 4,
+        concurrent: parallel === 'tp',
+        exchangeMs,
+      }),
+      link,
+      engine: findEngine('tandem-cpu'),
+      parallel,
+      promptTokens: 16,
+      context: 64,
+    }).terms.link_latency_ms;
+  assert.ok(Math.abs(shared('tp', 0.5) - latency('tp', 0) - (2 * model.layers.length + 1) * 0.5) < 1e-9);
+  assert.ok(Math.abs(shared('pp', 0.5) - latency('pp', 5)) < 1e-9);
 });
 
 test("a node calibrated with the prefill probe: the layers' GEMMs, attention at its own rate, the head's last token, the per-token cost at the model's width", () => {

@@ -24,6 +24,12 @@ export interface ForecastRates {
   /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
   wakeMs?: number;
   /**
+   * Nodes sharing one host: ms one tensor-parallel exchange costs beyond the link, the wait
+   * for the latest rank and the wake-up of one that slept (measured by ranks that compute and
+   * meet as the nodes do); where absent, each exchange pays a full `wakeMs`.
+   */
+  exchangeMs?: number;
+  /**
    * A machine calibrated with the prefill probe: causal attention's FLOP/s (attention then is
    * not charged at `prefillFlopsPerS`, which is the GEMMs' rate), and the width the probe's
    * per-token cost was measured at (it scales with the model's).
@@ -262,9 +268,11 @@ function linkTimes(
   const group = stages[0]!.length;
   const step: LinkTime = { latency: 0, wire: 0 };
   let prefillMs = 0;
-  // a calibrated machine's wake-up: what an exchange costs when the rank it waits for slept
+  // a calibrated machine's wake-up: what a hand-off costs when the rank it wakes slept
   const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
   const woken = { latency: wake, wire: 0 };
+  const exchange = Math.max(...input.machines.map((m) => m.rates?.exchangeMs ?? m.rates?.wakeMs ?? 0));
+  const met = { latency: exchange, wire: 0 };
   const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
     step.latency += times * s.latency;
     step.wire += times * s.wire;
@@ -278,17 +286,16 @@ function linkTimes(
       allReduceMs(group, T * model.hidden * wireBytes, link),
     );
     // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
-    // then sleeps; its peer, if other work holds its core, is late by about a wake-up. The
-    // calibration's mean wake-up is tens of us on an idle host and what the scheduler's
-    // queue costs on a busy one, so each all-reduce is charged one
-    add(2 * layers, woken, woken);
+    // then sleeps; a peer preempted mid-layer arrives late, and the sleeper wakes. Measured
+    // as such on nodes sharing a host (exchangeMs); elsewhere a full wake-up each
+    add(2 * layers, met, met);
     // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
     // only the last stage's group computes logits
     const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);
     const half = { latency: gather.latency, wire: gather.wire / 2 };
     if (input.engine.shardsHead) {
       add(1, half, half);
-      add(1, woken, woken);
+      add(1, met, met);
     }
   }
   if (input.parallel === 'ep' && group > 1 && model.moe) {
