@@ -4,6 +4,7 @@
 import { availableParallelism } from 'node:os';
 import { benchCluster } from '../src/cluster/bench.js';
 import { calibrate, streamSamples } from '../src/cluster/calibrate.js';
+import { measureExchangeMs } from '../src/cluster/calibrate-exchange.js';
 import { measureWakeMs } from '../src/cluster/calibrate-wake.js';
 import { runCollectivesBench } from '../src/collectives/bench.js';
 import type { ProviderName } from '../src/fabric/index.js';
@@ -57,6 +58,28 @@ async function measureLocalLink(provider: ProviderName, bytes: number): Promise<
 interface HostCalibration {
   perNode: Calibration;
   together: Calibration;
+  exchangeMs?: number;
+}
+
+/**
+ * What a tensor-parallel rank computes between two exchanges, ms: half of its share of a
+ * layer's decode (2 all-reduces a layer), at the calibration's rates.
+ */
+function exchangeChunkMs(model: ModelBytes, c: Calibration, nodes: number): number {
+  const layerBytes = model.layers.reduce((a, l) => a + l.active, 0) / model.layers.length;
+  const readMs = (layerBytes / nodes / (c.decodeBytesPerS * (c.decodeLayerShare ?? 1))) * 1000;
+  return (readMs + c.layerOverheadMs) / 2;
+}
+
+/** The exchange of `nodes` tensor-parallel ranks (measureExchangeMs); undefined for a pipeline, which has none. */
+async function exchangeMs(
+  parallel: 'tp' | 'pp',
+  model: ModelBytes,
+  c: Calibration,
+  nodes: number,
+): Promise<number | undefined> {
+  if (parallel !== 'tp') return undefined;
+  return measureExchangeMs({ ranks: nodes, chunkMs: exchangeChunkMs(model, c, nodes) });
 }
 
 /** The forecast for `nodes` nodes of this host, as bench cluster runs them (an f32 wire). */
@@ -121,6 +144,7 @@ export async function benchPlanCluster(o: {
           together: await streamSamples(together.threads, BRACKET_SAMPLES),
         };
         const wakeBefore = await measureWakeMs();
+        const exchangeBefore = await exchangeMs(parallel, model, perNode, o.nodes);
         o.log(`${tag}: bench cluster --nodes ${o.nodes} --parallel ${parallel} --provider ${provider}...`);
         const measured = await benchCluster({
           model: o.model,
@@ -133,22 +157,37 @@ export async function benchPlanCluster(o: {
           repeat: 1,
           ceiling: false,
         });
-        // the wake-ups right before and right after the run: their mean, and each end of the range
+        // the wake-ups and exchanges right before and right after the run: their means, and
+        // each end of the range
         const wakes = [wakeBefore, await measureWakeMs()];
         const wakeMs = (wakeBefore + wakes[1]!) / 2;
-        const host = {
+        const exchangeAfter = await exchangeMs(parallel, model, perNode, o.nodes);
+        const exchanges = exchangeBefore === undefined ? [] : [exchangeBefore, exchangeAfter!];
+        const exchangeAt = (pick: (xs: number[]) => number): { exchangeMs?: number } =>
+          exchanges.length > 0 ? { exchangeMs: pick(exchanges) } : {};
+        const host: HostCalibration = {
           perNode: { ...(await bracketed(perNode, before.perNode)), wakeMs },
           together: await bracketed(together, before.together),
+          ...exchangeAt((xs) => (xs[0]! + xs[1]!) / 2),
         };
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
-        const low = {
+        const low: HostCalibration = {
           perNode: { ...atRange(host.perNode).low, wakeMs: Math.max(...wakes) },
           together: atRange(host.together).low,
+          ...exchangeAt((xs) => Math.max(...xs)),
         };
-        const high = {
+        const high: HostCalibration = {
           perNode: { ...atRange(host.perNode).high, wakeMs: Math.min(...wakes) },
           together: atRange(host.together).high,
+          ...exchangeAt((xs) => Math.min(...xs)),
         };
+        o.log(
+          `${tag}: wake-up ${wakes.map((w) => w.toFixed(3)).join(' / ')} ms` +
+            (exchanges.length > 0
+              ? `, a ${o.nodes}-rank exchange ${exchanges.map((x) => x.toFixed(3)).join(' / ')} ms`
+              : '') +
+            ' (before / after the run)',
+        );
         for (const row of measured) {
           const at = { nodes: row.nodes, parallel, link, promptTokens: o.promptTokens, tokens: o.tokens };
           const [f, lo, hi] = [host, low, high].map((h) => forecastNodes(model, h, at));

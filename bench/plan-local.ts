@@ -63,6 +63,12 @@ export async function benchPlanLocal(o: {
     for (let round = 1; round <= o.rounds; round++) {
       o.log(`threads ${threads}, round ${round}/${o.rounds}: calibrating...`);
       const before = await calibrate({ threads, prefill: prefillShapeOf(model, o.promptTokens) });
+      if (before.decodeLayerShare !== undefined)
+        o.log(
+          `decode probe: the layers stream at ${before.decodeLayerShare.toFixed(3)} of the stream probe's ` +
+            `${(before.decodeBytesPerS / 1e9).toFixed(1)} GB/s; ${before.layerOverheadMs.toFixed(3)} ms a layer beyond ` +
+            `the weights, ${(before.stepOverheadMs ?? 0).toFixed(3)} ms a step, ${(before.decodeCallsPerLayer ?? 0).toFixed(1)} kernel calls a layer`,
+        );
       if (before.prefillThreadScaling !== undefined)
         o.log(
           `the prefill probe's speedup on ${threads} threads over 1: ${before.prefillThreadScaling.toFixed(2)}x`,

@@ -55,8 +55,11 @@ function q8Matrix(rows: number, cols: number): Uint8Array {
   return data;
 }
 
-/** The probe's model file: PROBE_LAYERS layers of shape `s`, every matrix Q8_0, the same bytes in each layer. */
-function probeFile(s: PrefillShape): MemoryModelFile {
+/**
+ * A probe's model file: `layers` layers of shape `s` (every matrix Q8_0, the same bytes in each
+ * layer; the kernels copy each layer's into memory of its own) holding `context` positions.
+ */
+export function probeFile(s: PrefillShape, layers = PROBE_LAYERS, context = s.tokens + 8): MemoryModelFile {
   const tensors = new Map<string, TensorEntry & { data: Uint8Array }>();
   const q8 = (name: string, cols: number, rows: number): void => {
     tensors.set(name, { type: GgmlType.Q8_0, dims: [cols, rows], data: q8Matrix(rows, cols) });
@@ -78,7 +81,7 @@ function probeFile(s: PrefillShape): MemoryModelFile {
     if (!shared.has(key)) shared.set(key, q8Matrix(rows, cols));
     tensors.set(name, { type: GgmlType.Q8_0, dims: [cols, rows], data: shared.get(key)! });
   };
-  for (let l = 0; l < PROBE_LAYERS; l++) {
+  for (let l = 0; l < layers; l++) {
     const p = `blk.${l}.`;
     ones(`${p}attn_norm.weight`, h);
     ones(`${p}ffn_norm.weight`, h);
@@ -92,9 +95,9 @@ function probeFile(s: PrefillShape): MemoryModelFile {
   }
   const meta = new Map<string, unknown>([
     ['general.architecture', 'llama'],
-    ['llama.context_length', s.tokens + 8],
+    ['llama.context_length', context],
     ['llama.embedding_length', h],
-    ['llama.block_count', PROBE_LAYERS],
+    ['llama.block_count', layers],
     ['llama.feed_forward_length', s.ff],
     ['llama.attention.head_count', s.heads],
     ['llama.attention.head_count_kv', s.kvHeads],
@@ -116,16 +119,28 @@ export interface PrefillSample {
 
 const GEMM_CALLS = new Set(['matmul', 'matmulSwiglu', 'matmulPlusRows', 'matvec', 'matvecRows']);
 
-/** `k` with the time of its GEMM and attention calls added to `spent` (every call is synchronous). */
-function timedKernels(k: Kernels, spent: { gemm: number; attention: number }): Kernels {
+/** Time spent in a probe's kernel calls, ms, and how many calls it made (every call is synchronous). */
+export interface KernelTime {
+  gemm: number;
+  attention: number;
+  calls: number;
+}
+
+/** Kernel methods that set up or tear down rather than compute a forward's step (not counted as calls). */
+const SETUP_CALLS = new Set(['uploadWeight', 'releaseWeight', 'createKvCache', 'close']);
+
+/** `k` with the time of its GEMM and attention calls added to `spent`, and its compute calls counted. */
+export function timedKernels(k: Kernels, spent: KernelTime): Kernels {
   return new Proxy(k, {
     get(target, name, receiver) {
       const value: unknown = Reflect.get(target, name, receiver);
       if (typeof value !== 'function') return value;
       const call = value as (...a: unknown[]) => unknown;
+      if (SETUP_CALLS.has(String(name))) return call.bind(target);
       const kind = name === 'attention' ? 'attention' : GEMM_CALLS.has(String(name)) ? 'gemm' : undefined;
-      if (!kind) return call.bind(target);
       return (...a: unknown[]): unknown => {
+        spent.calls++;
+        if (!kind) return call.apply(target, a);
         const t0 = performance.now();
         const r = call.apply(target, a);
         spent[kind] += performance.now() - t0;
@@ -154,7 +169,7 @@ export interface PrefillProbe {
 }
 
 export async function openPrefillProbe(kernels: Kernels, shape: PrefillShape): Promise<PrefillProbe> {
-  const spent = { gemm: 0, attention: 0 };
+  const spent: KernelTime = { gemm: 0, attention: 0, calls: 0 };
   const model = await Model.load(probeFile(shape), timedKernels(kernels, spent));
   const prompt = Array.from({ length: shape.tokens }, (_, i) => (i * 37 + 1) % PROBE_VOCAB);
   const forward = async (): Promise<number> => {

@@ -14,6 +14,7 @@ import {
   probeable,
   type PrefillSample,
 } from './calibrate-prefill.js';
+import { decodeRates, openDecodeProbe, type DecodeSample } from './calibrate-decode.js';
 import { measureFixedCosts, median } from './calibrate-twin.js';
 import { measureWakeMs } from './calibrate-wake.js';
 
@@ -48,10 +49,11 @@ function q8Bytes(rows: number, cols: number): Uint8Array {
   return data;
 }
 
-/** Stream samples, each paired with the prefill probe's sample that followed it (when probed). */
+/** Stream samples, each paired with the prefill and decode probes' samples that followed it (when probed). */
 interface Samples {
   stream: number[];
   prefill: PrefillSample[];
+  decode: DecodeSample[];
 }
 
 /**
@@ -60,8 +62,8 @@ interface Samples {
  * columns, uploaded once, each sample as many passes over all of them as fit in
  * STREAM_SAMPLE_MS (as probeStream, speed.ts). A VM that flips between a fast and a slow
  * mode shows both in the samples, where one long probe would average them. With `prefill`,
- * each stream sample is followed by one of the prefill probe at that shape, so the two pair
- * up by the mode they saw.
+ * each stream sample is followed by one of the prefill probe and one of the decode probe at
+ * that shape, so the three pair up by the mode they saw.
  */
 async function sampleRates(threads: number, count: number, prefill?: PrefillShape): Promise<Samples> {
   const kernels = await createKernels({ threads });
@@ -79,12 +81,14 @@ async function sampleRates(threads: number, count: number, prefill?: PrefillShap
       for (const w of ws) kernels.matvec(w, x, y);
     };
     const probe = prefill ? await openPrefillProbe(kernels, prefill) : undefined;
+    const decode = prefill ? await openDecodeProbe(kernels, prefill) : undefined;
     const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
     pass();
-    const out: Samples = { stream: [], prefill: [] };
+    const out: Samples = { stream: [], prefill: [], decode: [] };
     for (let i = 0; i < count; i++) {
       out.stream.push(bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
       if (probe) out.prefill.push(await probe.sample());
+      if (decode) out.decode.push(await decode.sample());
     }
     return out;
   } finally {
@@ -162,12 +166,32 @@ function prefillTerms(
 }
 
 /**
+ * The decode terms from the decode probe's samples, each paired with a stream sample: the
+ * layers' weights' rate at the model's shapes over the stream probe's (the median of each
+ * pair's ratio, so the share holds in either mode of the VM), the rest of a layer (attention,
+ * norms, RoPE, the KV store, the JS between calls; the median), and the kernel calls a layer
+ * makes.
+ */
+function decodeTerms(
+  samples: Samples,
+  shape: PrefillShape,
+): Pick<Calibration, 'decodeLayerShare' | 'layerOverheadMs' | 'decodeCallsPerLayer'> {
+  const rates = samples.decode.map((x) => decodeRates(x, shape));
+  return {
+    decodeLayerShare: median(rates.map((r, i) => r.layerBytesPerS / samples.stream[i]!)),
+    layerOverheadMs: median(rates.map((r) => r.layerOverheadMs)),
+    decodeCallsPerLayer: median(samples.decode.map((x) => x.callsPerLayer)),
+  };
+}
+
+/**
  * Measures what `tandem plan` needs of this machine with tandem's own kernels on `threads`:
  * the rate decode streams Q8_0 weights from memory (STREAM_SAMPLES samples: the median and
  * the range), the prefill's terms at `prefill` (a model's layer shape and prompt; default
- * TinyLlama's at 128 tokens) from the probe sampled after each stream sample, on more than one
- * thread the probe's speedup over one thread, what a decode layer and step cost beyond their
- * weights (the narrow twin, calibrate-twin.ts), and a sleeping thread's wake-up.
+ * TinyLlama's at 128 tokens) from the probe sampled after each stream sample, the decode
+ * layer's terms at the same shapes (calibrate-decode.ts, likewise sampled), on more than one
+ * thread the prefill probe's speedup over one thread, what a decode step costs beyond its
+ * layers (the narrow twin's intercept, calibrate-twin.ts), and a sleeping thread's wake-up.
  */
 export async function calibrate(o: {
   threads: number;
@@ -178,7 +202,7 @@ export async function calibrate(o: {
   // a shape whose rows would not fill whole Q8_0 blocks is probed at TinyLlama's
   const shape = o.prefill && probeable(o.prefill) ? o.prefill : DEFAULT_PREFILL_SHAPE;
   log(
-    `calibrating on ${o.threads} thread(s): memory stream and the prefill probe (${STREAM_SAMPLES} samples each)...`,
+    `calibrating on ${o.threads} thread(s): memory stream, the prefill and the decode probes (${STREAM_SAMPLES} samples each)...`,
   );
   const samples = await sampleRates(o.threads, STREAM_SAMPLES, shape);
   const prefill = prefillTerms(samples, shape);
@@ -189,7 +213,7 @@ export async function calibrate(o: {
   }
   const kernels = await createKernels({ threads: o.threads });
   try {
-    log('fixed costs of a decode layer and step (the narrow twin at two depths)...');
+    log("a decode step's fixed cost (the narrow twin at two depths)...");
     const fixed = await measureFixedCosts(kernels, { bytesPerS: median(samples.stream) });
     log('waking a sleeping thread...');
     const wakeMs = await measureWakeMs();
@@ -203,6 +227,8 @@ export async function calibrate(o: {
         ...prefill,
         ...scaling,
         ...fixed,
+        // a layer's cost beyond its weights, measured at the model's own width (the twin's is at 32)
+        ...decodeTerms(samples, shape),
         wakeMs,
       },
       samples.stream,

@@ -221,7 +221,8 @@ export const command = defineCommand({
       process.stderr.write(
         `this machine: ${formatBytes(c.memoryBytes)}, decode streams ${gbs(c.decodeBytesPerS)} GB/s ` +
           `(median of ${c.streamSamples?.length ?? 1} samples, ${c.decodeBytesPerSRange?.map(gbs).join('-') ?? '?'} GB/s, ` +
-          `${Math.round((c.fastShare ?? 1) * 100)}% in the fast mode), prefill GEMMs ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ` +
+          `${Math.round((c.fastShare ?? 1) * 100)}% in the fast mode; a model's layers at ${(c.decodeLayerShare ?? 1).toFixed(2)} of it ` +
+          `at TinyLlama's shapes), prefill GEMMs ${(c.prefillFlopsPerS / 1e9).toFixed(1)} GFLOP/s, ` +
           `${c.layerOverheadMs.toFixed(3)} ms a layer and ${(c.stepOverheadMs ?? 0).toFixed(3)} ms a step beyond the weights, ` +
           `prefill attention ${((c.prefillAttentionFlopsPerS ?? 0) / 1e9).toFixed(1)} GFLOP/s and ` +
           `${(c.prefillLayerTokenMs ?? 0).toFixed(4)} ms a layer per prompt token beside the GEMMs` +

@@ -15,6 +15,7 @@ import {
   parseForecastMachines,
   parseQuant,
   prefillShapeOf,
+  sharedHostMachines,
   validateForecasts,
   validationSummary,
   type Forecast,
@@ -201,6 +202,33 @@ test("a calibrated node's fixed costs: the step's once a token, the prefill's pe
   assert.ok(Math.abs(withCosts.ttft_ms - base.ttft_ms - model.layers.length * 128 * 0.01) < 1e-9);
 });
 
+test("a calibrated node's decode reads: the layers at their share of the stream rate, the head at the full rate", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const read = (decodeLayerShare?: number): number =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('this', {
+        date: '2026-11-29',
+        threads: 1,
+        memoryBytes: 24e9,
+        cpuCores: 2,
+        decodeBytesPerS: 20e9,
+        prefillFlopsPerS: 200e9,
+        layerOverheadMs: 0.1,
+        ...(decodeLayerShare === undefined ? {} : { decodeLayerShare }),
+      }),
+      link: findLink('10gbe'),
+      engine: findEngine('tandem-cpu'),
+      parallel: 'tp',
+      promptTokens: 128,
+      context: 160,
+    }).terms.read_ms;
+  const head = model.head > 0 ? model.head : model.embedding;
+  const layers = model.layers.reduce((a, l) => a + l.active, 0);
+  assert.ok(Math.abs(read() - ((layers + head) / 20e9) * 1000) < 1e-9);
+  assert.ok(Math.abs(read(0.8) - (layers / (0.8 * 20e9) + head / 20e9) * 1000) < 1e-9);
+});
+
 test("per step on the link: tandem's tensor parallel gathers the logits, a pipeline broadcasts the token", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
@@ -252,6 +280,27 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
   // tensor parallel: each of a layer's 2 all-reduces and the logits' gather waits for a peer
   // that may have lost its core
   assert.ok(Math.abs(latency('tp', 5) - latency('tp', 0) - (2 * model.layers.length + 1) * 5) < 1e-9);
+  // nodes sharing a host with a measured exchange pay it on each exchange instead, and the
+  // wake-up only where a pipeline hands off
+  const shared = (parallel: 'tp' | 'pp', exchangeMs: number): number =>
+    forecastSplit({
+      model,
+      machines: sharedHostMachines({
+        nodes: 3,
+        perNode: calibration(5),
+        together: calibration(5),
+        cores: 4,
+        concurrent: parallel === 'tp',
+        exchangeMs,
+      }),
+      link,
+      engine: findEngine('tandem-cpu'),
+      parallel,
+      promptTokens: 16,
+      context: 64,
+    }).terms.link_latency_ms;
+  assert.ok(Math.abs(shared('tp', 0.5) - latency('tp', 0) - (2 * model.layers.length + 1) * 0.5) < 1e-9);
+  assert.ok(Math.abs(shared('pp', 0.5) - latency('pp', 5)) < 1e-9);
 });
 
 test("a node calibrated with the prefill probe: the layers' GEMMs, attention at its own rate, the head's last token, the per-token cost at the model's width", () => {

@@ -39,8 +39,20 @@ export interface Calibration {
   prefillShape?: PrefillShape;
   /** The prefill probe's speedup on `threads` over 1 thread, sampled in alternation (absent at 1 thread). */
   prefillThreadScaling?: number;
-  /** Decode: ms a layer costs per token beyond streaming its weights (the narrow twin). */
+  /**
+   * Decode: ms a layer costs per token beyond streaming its weights: attention, norms, RoPE, the
+   * KV store, the JS between calls (the decode probe at the model's width; older files: the
+   * narrow twin's slope).
+   */
   layerOverheadMs: number;
+  /**
+   * Decode: the layers' weights' bytes a second at the model's shapes (the decode probe: every
+   * matvec a layer calls, the leaves of o and down included, each with its call and hand-off)
+   * over the stream probe's rate, paired sample by sample. Absent in older files: 1.
+   */
+  decodeLayerShare?: number;
+  /** Decode: kernel calls a layer's step makes (the decode probe's count; the step's own few spread over its layers). */
+  decodeCallsPerLayer?: number;
   /** Decode: ms a token costs beyond its layers and weights (embedding, head call, sampling, loop). */
   stepOverheadMs?: number;
   /**
@@ -66,6 +78,7 @@ export function calibratedRates(c: Calibration): ForecastRates {
     prefillFlopsPerS: c.prefillFlopsPerS,
     layerOverheadMs: c.layerOverheadMs,
     stepOverheadMs: c.stepOverheadMs ?? 0,
+    decodeLayerShare: c.decodeLayerShare ?? 1,
     prefillLayerTokenMs: c.prefillLayerTokenMs ?? 0,
     wakeMs: c.wakeMs ?? 0,
     ...(c.prefillAttentionFlopsPerS !== undefined && c.prefillShape

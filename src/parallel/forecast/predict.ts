@@ -14,9 +14,21 @@ export interface ForecastRates {
   prefillFlopsPerS: number;
   layerOverheadMs: number;
   stepOverheadMs?: number;
+  /**
+   * A calibrated machine: the share of `decodeBytesPerS` the layers' weights stream at, at the
+   * model's own shapes (narrow matvecs and each call's hand-off cost more than the stream
+   * probe's wide ones); the head streams at the full rate. 1 elsewhere.
+   */
+  decodeLayerShare?: number;
   prefillLayerTokenMs?: number;
   /** ms from waking a process that slept to its running (a calibrated machine; 0 elsewhere). */
   wakeMs?: number;
+  /**
+   * Nodes sharing one host: ms one tensor-parallel exchange costs beyond the link, the wait
+   * for the latest rank and the wake-up of one that slept (measured by ranks that compute and
+   * meet as the nodes do); where absent, each exchange pays a full `wakeMs`.
+   */
+  exchangeMs?: number;
   /**
    * A machine calibrated with the prefill probe: causal attention's FLOP/s (attention then is
    * not charged at `prefillFlopsPerS`, which is the GEMMs' rate), and the width the probe's
@@ -177,7 +189,9 @@ export function shares(input: ForecastInput): RankShare[] {
 interface RankCost {
   weights: number;
   kv: number;
+  /** Bytes a decode step reads: of the layers, and of the head (the last stage only). */
   read: number;
+  headRead: number;
   layerCount: number;
   flopShare: number;
 }
@@ -201,18 +215,22 @@ function rankCost(input: ForecastInput, s: RankShare, last: boolean, first: bool
   }
   const headBytes = model.head > 0 ? model.head : model.embedding;
   if (first || s.tensorShare < 1) weights += model.embedding;
-  if (last) {
-    weights += model.head * s.tensorShare;
-    read += headBytes * s.tensorShare;
-  }
+  const headRead = last ? headBytes * s.tensorShare : 0;
+  if (last) weights += model.head * s.tensorShare;
   const layerCount = s.layers[1] - s.layers[0];
   return {
     weights,
     kv: model.kvBytesPerPosition * (layerCount / L) * input.context * s.tensorShare,
     read,
+    headRead,
     layerCount,
     flopShare: (layerCount / L) * s.tensorShare * (ep ? 1 / n : 1),
   };
+}
+
+/** A rank's decode reads, ms: its layers' bytes at the layers' share of the stream rate, the head's at the full rate. */
+function readMs(c: RankCost, r: ForecastRates): number {
+  return (c.read / (r.decodeBytesPerS * (r.decodeLayerShare ?? 1)) + c.headRead / r.decodeBytesPerS) * 1000;
 }
 
 /** Stages in order, each the ranks that work at once. */
@@ -250,9 +268,11 @@ function linkTimes(
   const group = stages[0]!.length;
   const step: LinkTime = { latency: 0, wire: 0 };
   let prefillMs = 0;
-  // a calibrated machine's wake-up: what an exchange costs when the rank it waits for slept
+  // a calibrated machine's wake-up: what a hand-off costs when the rank it wakes slept
   const wake = Math.max(...input.machines.map((m) => m.rates?.wakeMs ?? 0));
   const woken = { latency: wake, wire: 0 };
+  const exchange = Math.max(...input.machines.map((m) => m.rates?.exchangeMs ?? m.rates?.wakeMs ?? 0));
+  const met = { latency: exchange, wire: 0 };
   const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
     step.latency += times * s.latency;
     step.wire += times * s.wire;
@@ -266,17 +286,16 @@ function linkTimes(
       allReduceMs(group, T * model.hidden * wireBytes, link),
     );
     // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
-    // then sleeps; its peer, if other work holds its core, is late by about a wake-up. The
-    // calibration's mean wake-up is tens of us on an idle host and what the scheduler's
-    // queue costs on a busy one, so each all-reduce is charged one
-    add(2 * layers, woken, woken);
+    // then sleeps; a peer preempted mid-layer arrives late, and the sleeper wakes. Measured
+    // as such on nodes sharing a host (exchangeMs); elsewhere a full wake-up each
+    add(2 * layers, met, met);
     // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
     // only the last stage's group computes logits
     const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);
     const half = { latency: gather.latency, wire: gather.wire / 2 };
     if (input.engine.shardsHead) {
       add(1, half, half);
-      add(1, woken, woken);
+      add(1, met, met);
     }
   }
   if (input.parallel === 'ep' && group > 1 && model.moe) {
@@ -359,7 +378,7 @@ export function forecastSplit(input: ForecastInput): Forecast {
       activation_bytes: activation,
       headroom_bytes: headroom,
       fits: headroom >= 0,
-      read_ms: (c.read / rates[r]!.decodeBytesPerS) * 1000,
+      read_ms: readMs(c, rates[r]!),
       overhead_ms: c.layerCount * rates[r]!.layerOverheadMs,
     };
   });

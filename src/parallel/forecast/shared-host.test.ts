@@ -14,6 +14,18 @@ const cal = (threads: number, decodeGBs: number, prefillGflops: number): Calibra
 });
 
 describe('several nodes on one host', () => {
+  it("each node's layers stream at its own calibration's share of the rate it gets", () => {
+    const rates = sharedHostMachines({
+      nodes: 2,
+      perNode: { ...cal(1, 6, 20), decodeLayerShare: 0.8 },
+      together: { ...cal(2, 8, 40), decodeLayerShare: 0.5 },
+      cores: 2,
+      concurrent: true,
+    })[0]!.rates!;
+    assert.equal(rates.decodeBytesPerS, 4e9);
+    assert.equal(rates.decodeLayerShare, 0.8);
+  });
+
   it("the prefill probe's attention rate is shared as the GEMMs' are, by ranks that run at once only", () => {
     const probed = (threads: number, attention: number): Calibration => ({
       ...cal(threads, 6, 20),
@@ -50,6 +62,8 @@ describe('several nodes on one host', () => {
     assert.equal(two[0]!.rates!.decodeBytesPerS, 4e9);
     assert.equal(two[0]!.rates!.prefillFlopsPerS, 20e9);
     assert.equal(two[0]!.rates!.layerOverheadMs, 0.1);
+    // a calibration without the decode probe reads its layers at the stream rate
+    assert.equal(two[0]!.rates!.decodeLayerShare, 1);
     assert.equal(two[0]!.memory.gb, 12);
     // a host that scales perfectly leaves each node its own rate
     const ideal = sharedHostMachines({

@@ -20,6 +20,8 @@ export function sharedHostMachines(o: {
   together: Calibration;
   cores: number;
   concurrent: boolean;
+  /** ms a tensor-parallel exchange of these nodes costs beyond the link (measured; see ForecastRates). */
+  exchangeMs?: number;
 }): ForecastMachine[] {
   const { nodes: n, perNode } = o;
   const together = o.concurrent
@@ -38,8 +40,10 @@ export function sharedHostMachines(o: {
     prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
     layerOverheadMs: own.layerOverheadMs * oversubscribed,
     stepOverheadMs: own.stepOverheadMs! * oversubscribed,
+    decodeLayerShare: own.decodeLayerShare!,
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
     wakeMs: own.wakeMs!,
+    ...(o.exchangeMs !== undefined ? { exchangeMs: o.exchangeMs } : {}),
     ...(own.prefillAttentionFlopsPerS !== undefined
       ? {
           prefillAttentionFlopsPerS: Math.min(
