@@ -6,8 +6,17 @@ import { ShmKeyTable } from './shm-key-table.js';
 import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
 import type { Transport, TransportEvents } from './transport.js';
 import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
-import { frameAddrHi, frameAddrLo, frameFlags, frameRkey, frameType } from './frame-header.js';
-import { FLAG_PLACED, FrameType, putU32 } from './wire.js';
+import {
+  frameAddrHi,
+  frameAddrLo,
+  frameFlags,
+  frameRkey,
+  frameType,
+  HeaderWriter,
+  putWriteWords,
+  WORDS_ARE_WIRE_ORDER,
+} from './frame-header.js';
+import { FLAG_PLACED, FrameType, putU32, WRITE_HEADER } from './wire.js';
 import { Access, MAX_INLINE } from './types.js';
 import { copyBytes } from '../kernels/copy.js';
 
@@ -137,6 +146,10 @@ export class ShmTransport implements Transport {
   private readonly inData: Uint8Array;
   private readonly outCtl: Int32Array;
   private readonly outData: Uint8Array;
+  /** outData as words (its length is a power of two, at least a page). */
+  private readonly outWords: Int32Array;
+  /** For sendWrite() when the frame cannot go as words. */
+  private readonly headers = new HeaderWriter();
   private readonly bellCtl: Int32Array;
   private readonly mask: number;
   private readIdx = 0;
@@ -168,6 +181,7 @@ export class ShmTransport implements Transport {
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
     this.outData = new Uint8Array(theirs.buffer, DATA, theirs.length - DATA);
+    this.outWords = new Int32Array(theirs.buffer, DATA, (theirs.length - DATA) >>> 2);
     this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
     this.mask = this.inData.length - 1;
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
@@ -409,6 +423,48 @@ export class ShmTransport implements Transport {
     }
     this.writeIdx = w;
     Atomics.store(this.outCtl, W, w | 0);
+    this.ring();
+  }
+
+  /**
+   * A WRITE frame from its header's fields: when the stream position is word aligned and the
+   * frame fits before the ring's end, the length prefix and header go in as 7 word stores
+   * (frames whose bodies are whole words, as 8 B and 64 B writes and every ACK are, keep the
+   * position aligned); otherwise through HeaderWriter and sendFrom().
+   */
+  sendWrite(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    src: Uint8Array,
+    off: number,
+    len: number,
+  ): void {
+    const total = WRITE_HEADER + len;
+    const w = this.writeIdx;
+    const pos = w & this.mask;
+    const data = this.outData;
+    if (
+      !WORDS_ARE_WIRE_ORDER ||
+      (pos & 3) !== 0 ||
+      len > SMALL_COPY ||
+      pos + 4 + total > data.length ||
+      this.isClosed ||
+      this.backlog.length > 0 ||
+      !this.room(4 + total)
+    )
+      return this.sendFrom(this.headers.write(flags, psn, rkey, addrLo, addrHi, imm), src, off, len);
+    const end = (w + 4 + total) >>> 0;
+    this.streamPos = end;
+    if ((flags & FLAG_PLACED) === 0) this.unread.write(end, rkey >>> 0, addrHi >>> 0, addrLo >>> 0, len);
+    putWriteWords(this.outWords, pos >>> 2, total, flags, psn, rkey, addrLo, addrHi, imm);
+    const at = pos + 4 + WRITE_HEADER;
+    for (let i = 0; i < len; i++) data[at + i] = src[off + i] as number;
+    this.writeIdx = end;
+    Atomics.store(this.outCtl, W, end | 0);
     this.ring();
   }
 

@@ -25,6 +25,21 @@ export interface Transport {
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
   /** Optional: send() with one payload given as `len` bytes at `off` of `src` (no view to build). */
   sendFrom?(header: Uint8Array, src: Uint8Array, off: number, len: number): void;
+  /**
+   * Optional: sendFrom() of a WRITE frame given by its header's fields (HeaderWriter.write's
+   * arguments), so a transport may store the header straight into its pipe (shm: as words).
+   */
+  sendWrite?(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    src: Uint8Array,
+    off: number,
+    len: number,
+  ): void;
   /** Optional: gather the frames sent until uncork() (one post and its ACK) into one write. */
   cork?(): void;
   uncork?(): void;
