@@ -51,6 +51,16 @@ const SMALL_COPY = 64;
 /** While the application is active, rings are also polled this often (acks, reads for a busy peer). */
 export const TICK_MS = 1;
 const KNOCK = new Uint8Array([1]);
+/**
+ * x86's memory order (TSO): a plain load is an acquire and a plain store a release, and V8
+ * keeps typed-array accesses in program order, so on x86 the hot path reads the indices and
+ * the doorbell and publishes the read index with plain accesses, where Atomics.load/store are
+ * calls into V8 builtins (about a hundred instructions each as Node 20 runs them). A write
+ * index is still published with Atomics.store (its full fence orders it before the doorbell
+ * load that follows: a sleeper re-checks the rings after arming, see ring()). Elsewhere
+ * (arm64: loads and stores may pass each other) everything stays Atomics.
+ */
+const TSO = process.arch === 'x64' || process.arch === 'ia32';
 
 /**
  * A new segment's name: '/tandem-PID-RANDOM-KIND', at most 29 characters (a 7-digit pid, 8 hex
@@ -347,7 +357,7 @@ export class ShmTransport implements Transport {
   poll(): boolean {
     if (this.isClosed) return false;
     let did = this.backlog.length > 0 && this.flush();
-    const w = Atomics.load(this.inCtl, W) >>> 0;
+    const w = (TSO ? (this.inCtl[W] as number) : Atomics.load(this.inCtl, W)) >>> 0;
     const avail = (w - this.readIdx) >>> 0;
     if (avail === 0) {
       if (Atomics.load(this.inCtl, CLOSED) !== 0) this.shut('the peer closed the connection', false);
@@ -365,7 +375,8 @@ export class ShmTransport implements Transport {
     }
     if (this.isClosed) return true;
     this.readIdx = w;
-    Atomics.store(this.inCtl, R, w | 0);
+    if (TSO) this.inCtl[R] = w | 0;
+    else Atomics.store(this.inCtl, R, w | 0);
     this.events?.batchEnd();
     if (this.backlog.length > 0) this.flush();
     did = true;
@@ -497,7 +508,7 @@ export class ShmTransport implements Transport {
   private room(n: number): boolean {
     const size = this.outData.length;
     if (size - ((this.writeIdx - this.peerRead) >>> 0) >= n) return true;
-    this.peerRead = Atomics.load(this.outCtl, R) >>> 0;
+    this.peerRead = (TSO ? (this.outCtl[R] as number) : Atomics.load(this.outCtl, R)) >>> 0;
     return size - ((this.writeIdx - this.peerRead) >>> 0) >= n;
   }
 
@@ -566,7 +577,7 @@ export class ShmTransport implements Transport {
   /** Wakes the peer if it sleeps: it armed its doorbell, we disarm it and knock once. */
   private ring(): void {
     const b = this.bellCtl;
-    if (Atomics.load(b, SLEEPING) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0) this.knock();
+    if ((TSO ? b[SLEEPING] : Atomics.load(b, SLEEPING)) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0) this.knock();
   }
 
   private knock(): void {
