@@ -360,7 +360,7 @@ export class ShmTransport implements Transport {
     const w = (TSO ? (this.inCtl[W] as number) : Atomics.load(this.inCtl, W)) >>> 0;
     const avail = (w - this.readIdx) >>> 0;
     if (avail === 0) {
-      if (Atomics.load(this.inCtl, CLOSED) !== 0) this.shut('the peer closed the connection', false);
+      if ((TSO ? this.inCtl[CLOSED] : Atomics.load(this.inCtl, CLOSED)) !== 0) this.shut('the peer closed the connection', false);
       return did;
     }
     const pos = this.readIdx & this.mask;
