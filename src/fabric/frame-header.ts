@@ -1,4 +1,4 @@
-import { ACK_BYTES, FrameType, getU32, putU32, SEND_HEADER, WRITE_HEADER } from './wire.js';
+import { ACK_BYTES, FLAG_PLACED, FrameType, getU32, putU32, SEND_HEADER, WRITE_HEADER } from './wire.js';
 
 /**
  * The frame header codec: every header field is written by HeaderWriter and read by the
@@ -175,6 +175,23 @@ export function putWriteWords(
   w[at + 4] = addrLo;
   w[at + 5] = addrHi;
   w[at + 6] = imm;
+}
+
+/**
+ * The body length of a frame whose stream prefix is word `at` of `w` when that frame is a
+ * WRITE without FLAG_PLACED and with its reserved bytes 0, else -1 (read it bytewise then).
+ * Its fields are words at + 2 (psn), + 3 (rkey), + 4 (addrLo), + 5 (addrHi), + 6 (imm);
+ * its flags, writeWordsFlags(). Only where WORDS_ARE_WIRE_ORDER.
+ */
+export function writeWordsLength(w: Int32Array, at: number): number {
+  const head = w[at + 1] as number;
+  if ((head & 0xffff00ff) !== FrameType.WRITE || (head & (FLAG_PLACED << 8)) !== 0) return -1;
+  return (w[at] as number) >>> 0;
+}
+
+/** The flags of the WRITE whose stream prefix is word `at` of `w` (see writeWordsLength). */
+export function writeWordsFlags(w: Int32Array, at: number): number {
+  return ((w[at + 1] as number) >>> 8) & 0xff;
 }
 
 function common(h: Uint8Array, type: number, flags: number, psn: number): void {

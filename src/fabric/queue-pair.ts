@@ -113,6 +113,11 @@ export class Qp implements QueuePair, ResponderHost {
     this.responder = new Responder(this, o.transport, this.regions, this.receives, o.stats, o.recvPsn);
     o.transport.bind({
       frame: (buf, off, len) => this.onFrame(buf, off, len),
+      write: (flags, psn, rkey, lo, hi, imm, buf, off, len) => {
+        // after an error nothing more is executed, even frames already in the pipe
+        if (this.qpState === 'ready')
+          this.responder.onWriteFields(flags, psn, rkey, lo, hi, imm, buf, off, len);
+      },
       // event-driven pipes send an asked-for ACK at the end of each batch; polled ones at the end of the poll
       batchEnd: () => {
         if (this.transport.poll === undefined) this.responder.flushIfDue();

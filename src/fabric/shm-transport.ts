@@ -15,8 +15,10 @@ import {
   HeaderWriter,
   putWriteWords,
   WORDS_ARE_WIRE_ORDER,
+  writeWordsFlags,
+  writeWordsLength,
 } from './frame-header.js';
-import { FLAG_PLACED, FrameType, putU32, WRITE_HEADER } from './wire.js';
+import { FLAG_PLACED, FrameType, MAX_BODY, putU32, WRITE_HEADER } from './wire.js';
 import { Access, MAX_INLINE } from './types.js';
 import { copyBytes } from '../kernels/copy.js';
 
@@ -154,6 +156,8 @@ export class ShmTransport implements Transport {
   );
   private readonly inCtl: Int32Array;
   private readonly inData: Uint8Array;
+  /** inData as words. */
+  private readonly inWords: Int32Array;
   private readonly outCtl: Int32Array;
   private readonly outData: Uint8Array;
   /** outData as words (its length is a power of two, at least a page). */
@@ -189,6 +193,7 @@ export class ShmTransport implements Transport {
     this.peerKeyTable = new ShmKeyTable(peerKeys.buffer);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
+    this.inWords = new Int32Array(mine.buffer, DATA, (mine.length - DATA) >>> 2);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
     this.outData = new Uint8Array(theirs.buffer, DATA, theirs.length - DATA);
     this.outWords = new Int32Array(theirs.buffer, DATA, (theirs.length - DATA) >>> 2);
@@ -360,14 +365,18 @@ export class ShmTransport implements Transport {
     const w = (TSO ? (this.inCtl[W] as number) : Atomics.load(this.inCtl, W)) >>> 0;
     const avail = (w - this.readIdx) >>> 0;
     if (avail === 0) {
-      if ((TSO ? this.inCtl[CLOSED] : Atomics.load(this.inCtl, CLOSED)) !== 0) this.shut('the peer closed the connection', false);
+      if ((TSO ? this.inCtl[CLOSED] : Atomics.load(this.inCtl, CLOSED)) !== 0)
+        this.shut('the peer closed the connection', false);
       return did;
     }
-    const pos = this.readIdx & this.mask;
-    const first = Math.min(avail, this.inData.length - pos);
+    const r = this.readWrites(this.readIdx, w);
+    if (this.isClosed) return true;
+    const left = (w - r) >>> 0;
+    const pos = r & this.mask;
+    const first = Math.min(left, this.inData.length - pos);
     try {
-      this.decoder.push(this.inData, pos, pos + first);
-      if (avail > first && !this.isClosed) this.decoder.push(this.inData, 0, avail - first);
+      if (left > 0) this.decoder.push(this.inData, pos, pos + first);
+      if (left > first && !this.isClosed) this.decoder.push(this.inData, 0, left - first);
     } catch (e) {
       if (!(e instanceof MalformedFrame)) throw e;
       this.shut(`malformed frame: ${e.message}`, true);
@@ -381,6 +390,36 @@ export class ShmTransport implements Transport {
     if (this.backlog.length > 0) this.flush();
     did = true;
     return did;
+  }
+
+  /**
+   * Hands the WRITE frames from stream position `r` on to events.write, their headers read as
+   * words, while they are word aligned, whole before `w` and before the ring's end; returns
+   * where it stopped, for the decoder to take the rest (any other frame, or a frame the
+   * decoder would refuse: it is the one that judges and reports malformed frames).
+   */
+  private readWrites(r: number, w: number): number {
+    const write = this.events?.write;
+    if (write === undefined || !WORDS_ARE_WIRE_ORDER || this.decoder.midFrame) return r;
+    const words = this.inWords;
+    const size = this.inData.length;
+    while (r !== w) {
+      const pos = r & this.mask;
+      if ((pos & 3) !== 0) break;
+      const at = pos >>> 2;
+      const len = writeWordsLength(words, at);
+      if (len < WRITE_HEADER || len > MAX_BODY || len + 4 > (w - r) >>> 0 || pos + 4 + len > size) break;
+      const flags = writeWordsFlags(words, at);
+      const psn = (words[at + 2] as number) >>> 0;
+      const rkey = (words[at + 3] as number) >>> 0;
+      const lo = (words[at + 4] as number) >>> 0;
+      const hi = (words[at + 5] as number) >>> 0;
+      const imm = (words[at + 6] as number) >>> 0;
+      write(flags, psn, rkey, lo, hi, imm, this.inData, pos + 4 + WRITE_HEADER, len - WRITE_HEADER);
+      r = (r + 4 + len) >>> 0;
+      if (this.isClosed) break;
+    }
+    return r;
   }
 
   send(header: Uint8Array, payload: readonly Uint8Array[]): void {
@@ -577,7 +616,8 @@ export class ShmTransport implements Transport {
   /** Wakes the peer if it sleeps: it armed its doorbell, we disarm it and knock once. */
   private ring(): void {
     const b = this.bellCtl;
-    if ((TSO ? b[SLEEPING] : Atomics.load(b, SLEEPING)) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0) this.knock();
+    if ((TSO ? b[SLEEPING] : Atomics.load(b, SLEEPING)) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0)
+      this.knock();
   }
 
   private knock(): void {

@@ -6,6 +6,23 @@
 export interface TransportEvents {
   /** One whole frame body: bytes `[off, off+len)` of `buf`, valid only during the call. */
   frame(buf: Uint8Array, off: number, len: number): void;
+  /**
+   * Optional: one whole WRITE frame without FLAG_PLACED, given by its header's fields (read
+   * by the transport, its reserved bytes 0) and its payload, `len` bytes at `off` of `buf`
+   * (valid only during the call). A transport that reads headers as words (shm) hands such
+   * frames here instead of to frame(); the queue pair checks them as frame() would.
+   */
+  write?(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    buf: Uint8Array,
+    off: number,
+    len: number,
+  ): void;
   /** A burst of frames ended: a good moment to send a cumulative ACK. */
   batchEnd(): void;
   /** A large WRITE's header, before its payload: a validated target view, or undefined. */
