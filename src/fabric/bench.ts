@@ -1,7 +1,7 @@
 /**
  * Fabric benchmark between two real processes (like ib_write_lat / ib_write_bw):
  * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip. Like
- *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.poll()`, the
+ *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.pollOne()`, the
  *   public API) for the reply; a second pass waits with `await cq.wait()` instead (its spin,
  *   then doorbell sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
  * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,

@@ -57,7 +57,7 @@ const KNOCK = new Uint8Array([1]);
  * x86's memory order (TSO): a plain load is an acquire and a plain store a release, and V8
  * keeps typed-array accesses in program order, so on x86 the hot path reads the indices and
  * the doorbell and publishes the read index with plain accesses, where Atomics.load/store are
- * calls into V8 builtins (about a hundred instructions each as Node 20 runs them). A write
+ * calls into V8 builtins as Node 20 compiles them (docs/fabric.md). A write
  * index is still published with Atomics.store (its full fence orders it before the doorbell
  * load that follows: a sleeper re-checks the rings after arming, see ring()). Elsewhere
  * (arm64: loads and stores may pass each other) everything stays Atomics.
@@ -507,9 +507,10 @@ export class ShmTransport implements Transport {
       !this.room(4 + total)
     )
       return this.sendFrom(this.headers.write(flags, psn, rkey, addrLo, addrHi, imm), src, off, len);
+    this.streamPos = (this.streamPos + 4 + total) >>> 0;
+    if ((flags & FLAG_PLACED) === 0)
+      this.unread.write(this.streamPos, rkey >>> 0, addrHi >>> 0, addrLo >>> 0, len);
     const end = (w + 4 + total) >>> 0;
-    this.streamPos = end;
-    if ((flags & FLAG_PLACED) === 0) this.unread.write(end, rkey >>> 0, addrHi >>> 0, addrLo >>> 0, len);
     putWriteWords(this.outWords, pos >>> 2, total, flags, psn, rkey, addrLo, addrHi, imm);
     const at = pos + 4 + WRITE_HEADER;
     for (let i = 0; i < len; i++) data[at + i] = src[off + i] as number;
