@@ -81,6 +81,13 @@ export class CQ implements CompletionQueue {
   }
 
   private take(max: number): WorkCompletion[] {
+    if (this.head === 0 && this.tail === this.items.length && this.tail <= max) {
+      // all of them, filling the array: hand the array itself over (no copy)
+      const all = this.items as WorkCompletion[];
+      this.items = [];
+      this.tail = 0;
+      return all;
+    }
     const end = Math.min(this.tail, this.head + max);
     const out = this.items.slice(this.head, end) as WorkCompletion[];
     this.drop(end);

@@ -1,8 +1,9 @@
 import { ACK_BYTES, FLAG_PLACED, FrameType, getU32, putU32, SEND_HEADER, WRITE_HEADER } from './wire.js';
 
 /**
- * The frame header codec: every header field is written by HeaderWriter and read by the
- * frame* functions below, nowhere else. Body layouts (little endian; a stream puts
+ * The frame header codec: every header field is written by HeaderWriter (a WRITE's also by
+ * putWriteWords, as words) and read by the frame* functions below (a WRITE's also by
+ * writeWords*), nowhere else. Body layouts (little endian; a stream puts
  * `u32 bodyLength` before each body, see wire.ts):
  *   common      0 type u8 | 1 flags u8 | 2 reserved u16 (0) | 4 psn u32
  *   SEND        8.. payload                                              (flags: MORE, ACKREQ)
