@@ -1,7 +1,7 @@
 /**
  * Fabric benchmark between two real processes (like ib_write_lat / ib_write_bw):
  * - latency: ping-pong of RDMA WRITE WITH IMMEDIATE of `bytes`; half of each round trip. Like
- *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.poll()`, the
+ *   ib_write_lat and ucx_perftest, each side busy-polls its completion queue (`cq.pollOne()`, the
  *   public API) for the reply; a second pass waits with `await cq.wait()` instead (its spin,
  *   then doorbell sleep, and the promise turns), reported as `wait_latency_us_p50/p99`;
  * - bandwidth: a window of RDMA WRITEs of `bytes` one way, the last with an immediate,
@@ -22,6 +22,7 @@ import {
   type MemoryRegion,
   type ProviderName,
   type QueuePair,
+  type RecvWr,
   type RemoteRegion,
   type SendWr,
   type WorkCompletion,
@@ -92,6 +93,8 @@ export function remoteOf(info: Readonly<Record<string, unknown>>): RemoteRegion 
 }
 
 const NO_SGL: [] = [];
+/** The receive every reply reposts (postRecv reads it, keeps nothing of it). */
+const RECV: RecvWr = { wrId: 0, sgl: NO_SGL };
 /** Busy-polling yields to the event loop this often (peer-loss events, timers). */
 const YIELD_MS = 2;
 
@@ -112,16 +115,16 @@ export async function awaitImm(e: Endpoint, poll = false): Promise<number> {
  * receive. The fast path of awaitImm: no promise is created while the reply is in flight.
  */
 export function spinImm(e: Endpoint): number | undefined {
-  let wc = e.rcq.poll(1)[0];
+  let wc = e.rcq.pollOne();
   if (wc === undefined) {
     const start = performance.now();
     for (let i = 1; wc === undefined; i++) {
-      wc = e.rcq.poll(1)[0];
+      wc = e.rcq.pollOne();
       if ((i & 63) === 0 && wc === undefined && performance.now() - start > YIELD_MS) return undefined;
     }
   }
-  expectSuccess([wc]);
-  e.qp.postRecv({ wrId: 0, sgl: NO_SGL });
+  if (wc.status !== 'success') expectSuccess([wc]);
+  e.qp.postRecv(RECV);
   return wc.imm ?? -1;
 }
 

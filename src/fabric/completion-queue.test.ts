@@ -68,3 +68,36 @@ test('sleeps that keep ending on data for another queue still let the event loop
   waiting = false;
   assert.ok(turns >= Math.floor(sleeps / 2) - 1, `${turns} turns for ${sleeps} sleeps`);
 });
+
+test('pollOne takes the oldest completion, one a call, in order with poll(); undefined when none', () => {
+  let progressed = 0;
+  const engine: ProgressEngine = { spins: true, progress: () => (progressed++, false) };
+  const cq = new CQ(engine, 16);
+  const wc = (wrId: number) => ({
+    wrId,
+    status: 'success' as const,
+    opcode: 'recv' as const,
+    byteLen: 0,
+    qpNum: 1,
+  });
+  assert.equal(cq.pollOne(), undefined);
+  for (let i = 1; i <= 3; i++) cq.push(wc(i));
+  assert.equal(cq.pollOne()?.wrId, 1);
+  cq.push(wc(4));
+  assert.deepEqual(
+    cq.poll(2).map((w) => w.wrId),
+    [2, 3],
+  );
+  assert.equal(cq.size, 1);
+  assert.equal(cq.pollOne()?.wrId, 4);
+  assert.equal(cq.pollOne(), undefined);
+  assert.equal(cq.size, 0);
+  // the slots are reused once emptied: a long run of single completions keeps the order
+  for (let i = 0; i < 100; i++) {
+    cq.push(wc(i));
+    cq.push(wc(i + 1000));
+    assert.equal(cq.pollOne()?.wrId, i);
+    assert.equal(cq.pollOne()?.wrId, i + 1000);
+  }
+  assert.ok(progressed >= 205, 'every pollOne drives progress once');
+});

@@ -47,8 +47,13 @@ const NONE: readonly WorkCompletion[] = Object.freeze([]);
 const immediate = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 export class CQ implements CompletionQueue {
-  private items: WorkCompletion[] = [];
+  /**
+   * Completions waiting are items[head..tail); the array is kept and reused (slots taken are
+   * cleared), so a queue that holds one completion at a time allocates no array per completion.
+   */
+  private items: (WorkCompletion | undefined)[] = [];
   private head = 0;
+  private tail = 0;
   private readonly waiters = new Set<() => void>();
   private abortGen = 0;
   private abortReason = '';
@@ -60,7 +65,7 @@ export class CQ implements CompletionQueue {
   ) {}
 
   get size(): number {
-    return this.items.length - this.head;
+    return this.tail - this.head;
   }
 
   get sleepBlocks(): boolean {
@@ -68,30 +73,48 @@ export class CQ implements CompletionQueue {
   }
 
   push(wc: WorkCompletion): void {
-    this.items.push(wc);
+    const items = this.items;
+    if (this.tail < items.length) items[this.tail] = wc;
+    else items.push(wc);
+    this.tail++;
     if (this.waiters.size > 0) this.wake();
   }
 
   private take(max: number): WorkCompletion[] {
-    if (this.head === 0 && this.items.length <= max) {
-      const all = this.items;
+    if (this.head === 0 && this.tail === this.items.length && this.tail <= max) {
+      // all of them, filling the array: hand the array itself over (no copy)
+      const all = this.items as WorkCompletion[];
       this.items = [];
+      this.tail = 0;
       return all;
     }
-    const end = Math.min(this.items.length, this.head + max);
-    const out = this.items.slice(this.head, end);
-    this.head = end;
-    if (this.head === this.items.length) {
-      this.items = [];
-      this.head = 0;
-    }
+    const end = Math.min(this.tail, this.head + max);
+    const out = this.items.slice(this.head, end) as WorkCompletion[];
+    this.drop(end);
     return out;
+  }
+
+  /** Forgets the completions before `end` (taken); the slots are cleared for reuse. */
+  private drop(end: number): void {
+    const items = this.items;
+    for (let i = this.head; i < end; i++) items[i] = undefined;
+    this.head = end;
+    if (end === this.tail) this.head = this.tail = 0;
   }
 
   poll(max = Infinity): readonly WorkCompletion[] {
     this.engine.active?.();
     this.engine.progress();
-    return this.size === 0 ? NONE : this.take(max);
+    return this.tail === this.head ? NONE : this.take(max);
+  }
+
+  pollOne(): WorkCompletion | undefined {
+    this.engine.active?.();
+    this.engine.progress();
+    if (this.tail === this.head) return undefined;
+    const wc = this.items[this.head];
+    this.drop(this.head + 1);
+    return wc;
   }
 
   abort(reason = 'aborted'): void {

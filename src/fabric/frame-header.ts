@@ -1,8 +1,9 @@
-import { ACK_BYTES, FrameType, getU32, putU32, SEND_HEADER, WRITE_HEADER } from './wire.js';
+import { ACK_BYTES, FLAG_PLACED, FrameType, getU32, putU32, SEND_HEADER, WRITE_HEADER } from './wire.js';
 
 /**
- * The frame header codec: every header field is written by HeaderWriter and read by the
- * frame* functions below, nowhere else. Body layouts (little endian; a stream puts
+ * The frame header codec: every header field is written by HeaderWriter (a WRITE's also by
+ * putWriteWords, as words) and read by the frame* functions below (a WRITE's also by
+ * writeWords*), nowhere else. Body layouts (little endian; a stream puts
  * `u32 bodyLength` before each body, see wire.ts):
  *   common      0 type u8 | 1 flags u8 | 2 reserved u16 (0) | 4 psn u32
  *   SEND        8.. payload                                              (flags: MORE, ACKREQ)
@@ -147,6 +148,51 @@ export class HeaderWriter {
     h[STATUS + 3] = 0;
     return h;
   }
+}
+
+/** Whether this host stores words little endian, as the wire does (word writes below need it). */
+export const WORDS_ARE_WIRE_ORDER = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/**
+ * A WRITE frame's stream prefix (u32 body length) and header as 7 words at word index `at`
+ * of `w`, for a body of `bodyLength` bytes: the same bytes as a length prefix plus
+ * HeaderWriter.write(), in 7 stores instead of 28 (only where WORDS_ARE_WIRE_ORDER).
+ */
+export function putWriteWords(
+  w: Int32Array,
+  at: number,
+  bodyLength: number,
+  flags: number,
+  psn: number,
+  rkey: number,
+  addrLo: number,
+  addrHi: number,
+  imm: number,
+): void {
+  w[at] = bodyLength;
+  w[at + 1] = FrameType.WRITE | (flags << 8); // reserved u16 = 0
+  w[at + 2] = psn;
+  w[at + 3] = rkey;
+  w[at + 4] = addrLo;
+  w[at + 5] = addrHi;
+  w[at + 6] = imm;
+}
+
+/**
+ * The body length of a frame whose stream prefix is word `at` of `w` when that frame is a
+ * WRITE without FLAG_PLACED and with its reserved bytes 0, else -1 (read it bytewise then).
+ * Its fields are words at + 2 (psn), + 3 (rkey), + 4 (addrLo), + 5 (addrHi), + 6 (imm);
+ * its flags, writeWordsFlags(). Only where WORDS_ARE_WIRE_ORDER.
+ */
+export function writeWordsLength(w: Int32Array, at: number): number {
+  const head = w[at + 1] as number;
+  if ((head & 0xffff00ff) !== FrameType.WRITE || (head & (FLAG_PLACED << 8)) !== 0) return -1;
+  return (w[at] as number) >>> 0;
+}
+
+/** The flags of the WRITE whose stream prefix is word `at` of `w` (see writeWordsLength). */
+export function writeWordsFlags(w: Int32Array, at: number): number {
+  return ((w[at + 1] as number) >>> 8) & 0xff;
 }
 
 function common(h: Uint8Array, type: number, flags: number, psn: number): void {

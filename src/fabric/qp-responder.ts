@@ -174,27 +174,68 @@ export class Responder {
       }
       return this.ack(psn);
     }
-    const len = n - WRITE_HEADER;
-    const t = this.regions.remote(
+    const imm = withImm ? frameImm(b, o) : -1;
+    this.write(
+      psn,
       frameRkey(b, o),
       frameAddrLo(b, o),
       frameAddrHi(b, o),
-      len,
-      Access.REMOTE_WRITE,
+      imm,
+      b,
+      o + WRITE_HEADER,
+      n - WRITE_HEADER,
     );
+  }
+
+  /**
+   * A WRITE frame (not placed) given by its header's fields, as a transport that reads
+   * headers as words hands it over (TransportEvents.write): the checks of onRequest and
+   * onWrite in the same order, on the fields.
+   */
+  onWriteFields(
+    flags: number,
+    psn: number,
+    rkey: number,
+    lo: number,
+    hi: number,
+    imm: number,
+    b: Uint8Array,
+    from: number,
+    len: number,
+  ): void {
+    const host = this.host;
+    if (psn !== this.expectPsn) return host.malformed(`sequence ${psn} where ${this.expectPsn} was expected`);
+    this.expectPsn = (psn + 1) >>> 0;
+    this.frameAsks = (flags & FLAG_ACKREQ) !== 0;
+    if ((flags & ~(FLAG_IMM | FLAG_ACKREQ)) !== 0)
+      return host.malformed('WRITE header truncated or bad flags');
+    this.write(psn, rkey, lo, hi, (flags & FLAG_IMM) !== 0 ? imm : -1, b, from, len);
+  }
+
+  /** Validates and executes a WRITE of `len` bytes at `from` of `b`; `imm` -1 when it carries none. */
+  private write(
+    psn: number,
+    rkey: number,
+    lo: number,
+    hi: number,
+    imm: number,
+    b: Uint8Array,
+    from: number,
+    len: number,
+  ): void {
+    const t = this.regions.remote(rkey, lo, hi, len, Access.REMOTE_WRITE);
     if (typeof t === 'string') return this.nak(psn, t);
     const dst = (this.regions.remoteRegion as Region).buffer;
-    const src = o + WRITE_HEADER;
-    if (withImm) {
+    if (imm >= 0) {
       const r = this.receives.take();
-      if (r === undefined && !this.receives.stash(frameImm(b, o), len)) {
+      if (r === undefined && !this.receives.stash(imm, len)) {
         this.stats.rejectedInvalid++;
         return this.nak(psn, 'remote_invalid');
       }
-      copyRange(dst, t, b, src, len);
-      if (r !== undefined) this.receives.complete(r, 'success', len, frameImm(b, o));
+      copyRange(dst, t, b, from, len);
+      if (r !== undefined) this.receives.complete(r, 'success', len, imm);
     } else {
-      copyRange(dst, t, b, src, len);
+      copyRange(dst, t, b, from, len);
     }
     this.ack(psn);
   }

@@ -113,6 +113,11 @@ export class Qp implements QueuePair, ResponderHost {
     this.responder = new Responder(this, o.transport, this.regions, this.receives, o.stats, o.recvPsn);
     o.transport.bind({
       frame: (buf, off, len) => this.onFrame(buf, off, len),
+      write: (flags, psn, rkey, lo, hi, imm, buf, off, len) => {
+        // after an error nothing more is executed, even frames already in the pipe
+        if (this.qpState === 'ready')
+          this.responder.onWriteFields(flags, psn, rkey, lo, hi, imm, buf, off, len);
+      },
       // event-driven pipes send an asked-for ACK at the end of each batch; polled ones at the end of the poll
       batchEnd: () => {
         if (this.transport.poll === undefined) this.responder.flushIfDue();
@@ -309,19 +314,27 @@ export class Qp implements QueuePair, ResponderHost {
       byteLen: len,
       postedAt: 0,
     });
-    let h: Uint8Array;
+    const t = this.transport;
     if (op === 'send') {
-      h = this.headers.send(this.asks(signaled), psn);
+      const h = this.headers.send(this.asks(signaled), psn);
+      (t.sendFrom as NonNullable<Transport['sendFrom']>).call(t, h, src, off, len);
     } else {
       const remote = wr.remote as NonNullable<SendWr['remote']>;
       split.split(remote.addr);
-      const imm = op === 'write_imm';
-      const flags = (imm ? FLAG_IMM : 0) | this.asks(signaled);
-      const lo = split.lo;
-      const hi = split.hi;
-      h = this.headers.write(flags, psn, remote.rkey >>> 0, lo, hi, imm ? (wr.imm ?? 0) >>> 0 : 0);
+      const withImm = op === 'write_imm';
+      const flags = (withImm ? FLAG_IMM : 0) | this.asks(signaled);
+      const imm = withImm ? (wr.imm ?? 0) >>> 0 : 0;
+      const rkey = remote.rkey >>> 0;
+      if (t.sendWrite !== undefined) t.sendWrite(flags, psn, rkey, split.lo, split.hi, imm, src, off, len);
+      else
+        (t.sendFrom as NonNullable<Transport['sendFrom']>).call(
+          t,
+          this.headers.write(flags, psn, rkey, split.lo, split.hi, imm),
+          src,
+          off,
+          len,
+        );
     }
-    (this.transport.sendFrom as NonNullable<Transport['sendFrom']>).call(this.transport, h, src, off, len);
     this.responder.flushIfDue();
   }
 

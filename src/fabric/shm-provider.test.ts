@@ -306,3 +306,68 @@ test(
     assert.match(result.message, /\/dev\/shm has no room/);
   },
 );
+
+test('shm: small writes of every alignment, word-read headers and bytewise ones mixed, land in order with their immediates', async () => {
+  const [da, db] = [await openDevice('shm'), await openDevice('shm')];
+  try {
+    const [pa, pb] = [da.allocPd(), db.allocPd()];
+    const [ca, cb] = [da.createCq(), db.createCq()];
+    const src = pa.allocate(4096, Access.NONE);
+    const dst = pb.allocate(64 * 1024, Access.LOCAL_WRITE | Access.REMOTE_WRITE);
+    const l = await da.listen({ port: 0, secret: 's' });
+    const [qa, qb] = await Promise.all([
+      l.accept({ pd: pa, cq: ca }),
+      db.connect({ host: '127.0.0.1', port: l.port, secret: 's', pd: pb, cq: cb }),
+    ]);
+    for (let i = 0; i < 4096; i++) src.buffer[i] = (i * 7 + 3) & 0xff;
+    // lengths that leave the ring position unaligned (1, 3, 13), aligned (8, 64), and longer
+    // than the word path takes (100), in every order, with SENDs between them
+    const lengths = [8, 1, 8, 3, 64, 13, 8, 100, 0, 8, 64, 2];
+    const rounds = 20;
+    const n = lengths.length * rounds;
+    for (let i = 0; i < n; i++) qb.postRecv({ wrId: i, sgl: [] });
+    let at = 0;
+    const expect: { at: number; len: number; imm: number }[] = [];
+    for (let i = 0; i < n; i++) {
+      const isSend = i % 5 === 4;
+      // a SEND lands in the posted receive, which has no buffer: it carries nothing
+      const len = isSend ? 0 : (lengths[i % lengths.length] as number);
+      const imm = (i * 2654435761) >>> 0;
+      qa.postSend({
+        wrId: i,
+        opcode: isSend ? 'send' : 'write_imm',
+        imm,
+        sgl: [src.sge(i % 4, len)],
+        remote: dst.remote(at),
+        signaled: false,
+      });
+      expect.push({ at, len, imm: isSend ? -1 : imm });
+      at += len;
+    }
+    const got: { wrId: number; imm: number | undefined; byteLen: number }[] = [];
+    for (let spins = 0; got.length < n; spins++) {
+      if (spins > 2_000_000) assert.fail(`only ${got.length} of ${n} completions`);
+      const wc = cb.pollOne();
+      if (wc === undefined) {
+        if ((spins & 1023) === 0) await new Promise((r) => setImmediate(r));
+        continue;
+      }
+      assert.equal(wc.status, 'success');
+      got.push({ wrId: wc.wrId, imm: wc.imm, byteLen: wc.byteLen });
+    }
+    for (let i = 0; i < n; i++) {
+      const e = expect[i] as { at: number; len: number; imm: number };
+      const g = got[i] as { wrId: number; imm: number | undefined; byteLen: number };
+      assert.equal(g.wrId, i, 'completions in posting order');
+      assert.equal(g.byteLen, e.len);
+      if (e.imm < 0) continue;
+      assert.equal(g.imm, e.imm);
+      const want = src.buffer.subarray(i % 4, (i % 4) + e.len);
+      assert.deepEqual([...dst.buffer.subarray(e.at, e.at + e.len)], [...want], `write ${i}`);
+    }
+    await l.close();
+  } finally {
+    await da.close();
+    await db.close();
+  }
+});

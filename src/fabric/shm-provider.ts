@@ -67,6 +67,12 @@ export class ShmDevice extends DeviceBase {
   /** poll()/wait() ran since the last tick. */
   private busy = false;
   private knocksReceived = 0;
+  /**
+   * arm() set the doorbell flag since markActive() last cleared it. Only arm() sets the flag
+   * (peers only clear it), so while this is false the flag is 0 and markActive, which runs
+   * on every poll, need not read it.
+   */
+  private mayBeArmed = false;
 
   constructor() {
     super();
@@ -119,13 +125,17 @@ export class ShmDevice extends DeviceBase {
   /** The application polls or spins: peers need not knock; keep the tick going. */
   private markActive(): void {
     this.busy = true;
-    if (Atomics.load(this.bellCtl, SLEEPING) !== 0) Atomics.store(this.bellCtl, SLEEPING, 0);
+    if (this.mayBeArmed) {
+      this.mayBeArmed = false;
+      if (Atomics.load(this.bellCtl, SLEEPING) !== 0) Atomics.store(this.bellCtl, SLEEPING, 0);
+    }
     if (this.ticker === undefined && this.transports.size > 0) this.startTicker();
   }
 
   /** Arms the doorbell, then re-checks the rings; false when work turned up (do not sleep). */
   private arm(): boolean {
     if (this.closed) return false;
+    this.mayBeArmed = true;
     Atomics.store(this.bellCtl, SLEEPING, 1);
     return !this.engine.progress();
   }

@@ -6,8 +6,19 @@ import { ShmKeyTable } from './shm-key-table.js';
 import { MSG_DONTWAIT, MSG_NOSIGNAL, rawSocketLib } from './socket-ffi.js';
 import type { Transport, TransportEvents } from './transport.js';
 import { FrameDecoder, MalformedFrame } from './frame-decoder.js';
-import { frameAddrHi, frameAddrLo, frameFlags, frameRkey, frameType } from './frame-header.js';
-import { FLAG_PLACED, FrameType, putU32 } from './wire.js';
+import {
+  frameAddrHi,
+  frameAddrLo,
+  frameFlags,
+  frameRkey,
+  frameType,
+  HeaderWriter,
+  putWriteWords,
+  WORDS_ARE_WIRE_ORDER,
+  writeWordsFlags,
+  writeWordsLength,
+} from './frame-header.js';
+import { FLAG_PLACED, FrameType, MAX_BODY, putU32, WRITE_HEADER } from './wire.js';
 import { Access, MAX_INLINE } from './types.js';
 import { copyBytes } from '../kernels/copy.js';
 
@@ -42,6 +53,16 @@ const SMALL_COPY = 64;
 /** While the application is active, rings are also polled this often (acks, reads for a busy peer). */
 export const TICK_MS = 1;
 const KNOCK = new Uint8Array([1]);
+/**
+ * x86's memory order (TSO): a plain load is an acquire and a plain store a release, and V8
+ * keeps typed-array accesses in program order, so on x86 the hot path reads the indices and
+ * the doorbell and publishes the read index with plain accesses, where Atomics.load/store are
+ * calls into V8 builtins as Node 20 compiles them (docs/fabric.md). A write
+ * index is still published with Atomics.store (its full fence orders it before the doorbell
+ * load that follows: a sleeper re-checks the rings after arming, see ring()). Elsewhere
+ * (arm64: loads and stores may pass each other) everything stays Atomics.
+ */
+const TSO = process.arch === 'x64' || process.arch === 'ia32';
 
 /**
  * A new segment's name: '/tandem-PID-RANDOM-KIND', at most 29 characters (a 7-digit pid, 8 hex
@@ -135,8 +156,14 @@ export class ShmTransport implements Transport {
   );
   private readonly inCtl: Int32Array;
   private readonly inData: Uint8Array;
+  /** inData as words. */
+  private readonly inWords: Int32Array;
   private readonly outCtl: Int32Array;
   private readonly outData: Uint8Array;
+  /** outData as words (its length is a power of two, at least a page). */
+  private readonly outWords: Int32Array;
+  /** For sendWrite() when the frame cannot go as words. */
+  private readonly headers = new HeaderWriter();
   private readonly bellCtl: Int32Array;
   private readonly mask: number;
   private readIdx = 0;
@@ -166,8 +193,10 @@ export class ShmTransport implements Transport {
     this.peerKeyTable = new ShmKeyTable(peerKeys.buffer);
     this.inCtl = new Int32Array(mine.buffer, 0, DATA / 4);
     this.inData = new Uint8Array(mine.buffer, DATA, mine.length - DATA);
+    this.inWords = new Int32Array(mine.buffer, DATA, (mine.length - DATA) >>> 2);
     this.outCtl = new Int32Array(theirs.buffer, 0, DATA / 4);
     this.outData = new Uint8Array(theirs.buffer, DATA, theirs.length - DATA);
+    this.outWords = new Int32Array(theirs.buffer, DATA, (theirs.length - DATA) >>> 2);
     this.bellCtl = new Int32Array(peerBell.buffer, 0, 16);
     this.mask = this.inData.length - 1;
     this.writeIdx = Atomics.load(this.outCtl, W) >>> 0;
@@ -333,17 +362,21 @@ export class ShmTransport implements Transport {
   poll(): boolean {
     if (this.isClosed) return false;
     let did = this.backlog.length > 0 && this.flush();
-    const w = Atomics.load(this.inCtl, W) >>> 0;
+    const w = (TSO ? (this.inCtl[W] as number) : Atomics.load(this.inCtl, W)) >>> 0;
     const avail = (w - this.readIdx) >>> 0;
     if (avail === 0) {
-      if (Atomics.load(this.inCtl, CLOSED) !== 0) this.shut('the peer closed the connection', false);
+      if ((TSO ? this.inCtl[CLOSED] : Atomics.load(this.inCtl, CLOSED)) !== 0)
+        this.shut('the peer closed the connection', false);
       return did;
     }
-    const pos = this.readIdx & this.mask;
-    const first = Math.min(avail, this.inData.length - pos);
+    const r = this.readWrites(this.readIdx, w);
+    if (this.isClosed) return true;
+    const left = (w - r) >>> 0;
+    const pos = r & this.mask;
+    const first = Math.min(left, this.inData.length - pos);
     try {
-      this.decoder.push(this.inData, pos, pos + first);
-      if (avail > first && !this.isClosed) this.decoder.push(this.inData, 0, avail - first);
+      if (left > 0) this.decoder.push(this.inData, pos, pos + first);
+      if (left > first && !this.isClosed) this.decoder.push(this.inData, 0, left - first);
     } catch (e) {
       if (!(e instanceof MalformedFrame)) throw e;
       this.shut(`malformed frame: ${e.message}`, true);
@@ -351,11 +384,42 @@ export class ShmTransport implements Transport {
     }
     if (this.isClosed) return true;
     this.readIdx = w;
-    Atomics.store(this.inCtl, R, w | 0);
+    if (TSO) this.inCtl[R] = w | 0;
+    else Atomics.store(this.inCtl, R, w | 0);
     this.events?.batchEnd();
     if (this.backlog.length > 0) this.flush();
     did = true;
     return did;
+  }
+
+  /**
+   * Hands the WRITE frames from stream position `r` on to events.write, their headers read as
+   * words, while they are word aligned, whole before `w` and before the ring's end; returns
+   * where it stopped, for the decoder to take the rest (any other frame, or a frame the
+   * decoder would refuse: it is the one that judges and reports malformed frames).
+   */
+  private readWrites(r: number, w: number): number {
+    const write = this.events?.write;
+    if (write === undefined || !WORDS_ARE_WIRE_ORDER || this.decoder.midFrame) return r;
+    const words = this.inWords;
+    const size = this.inData.length;
+    while (r !== w) {
+      const pos = r & this.mask;
+      if ((pos & 3) !== 0) break;
+      const at = pos >>> 2;
+      const len = writeWordsLength(words, at);
+      if (len < WRITE_HEADER || len > MAX_BODY || len + 4 > (w - r) >>> 0 || pos + 4 + len > size) break;
+      const flags = writeWordsFlags(words, at);
+      const psn = (words[at + 2] as number) >>> 0;
+      const rkey = (words[at + 3] as number) >>> 0;
+      const lo = (words[at + 4] as number) >>> 0;
+      const hi = (words[at + 5] as number) >>> 0;
+      const imm = (words[at + 6] as number) >>> 0;
+      write(flags, psn, rkey, lo, hi, imm, this.inData, pos + 4 + WRITE_HEADER, len - WRITE_HEADER);
+      r = (r + 4 + len) >>> 0;
+      if (this.isClosed) break;
+    }
+    return r;
   }
 
   send(header: Uint8Array, payload: readonly Uint8Array[]): void {
@@ -412,6 +476,49 @@ export class ShmTransport implements Transport {
     this.ring();
   }
 
+  /**
+   * A WRITE frame from its header's fields: when the stream position is word aligned and the
+   * frame fits before the ring's end, the length prefix and header go in as 7 word stores
+   * (frames whose bodies are whole words, as 8 B and 64 B writes and every ACK are, keep the
+   * position aligned); otherwise through HeaderWriter and sendFrom().
+   */
+  sendWrite(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    src: Uint8Array,
+    off: number,
+    len: number,
+  ): void {
+    const total = WRITE_HEADER + len;
+    const w = this.writeIdx;
+    const pos = w & this.mask;
+    const data = this.outData;
+    if (
+      !WORDS_ARE_WIRE_ORDER ||
+      (pos & 3) !== 0 ||
+      len > SMALL_COPY ||
+      pos + 4 + total > data.length ||
+      this.isClosed ||
+      this.backlog.length > 0 ||
+      !this.room(4 + total)
+    )
+      return this.sendFrom(this.headers.write(flags, psn, rkey, addrLo, addrHi, imm), src, off, len);
+    this.streamPos = (this.streamPos + 4 + total) >>> 0;
+    if ((flags & FLAG_PLACED) === 0)
+      this.unread.write(this.streamPos, rkey >>> 0, addrHi >>> 0, addrLo >>> 0, len);
+    const end = (w + 4 + total) >>> 0;
+    putWriteWords(this.outWords, pos >>> 2, total, flags, psn, rkey, addrLo, addrHi, imm);
+    const at = pos + 4 + WRITE_HEADER;
+    for (let i = 0; i < len; i++) data[at + i] = src[off + i] as number;
+    this.writeIdx = end;
+    Atomics.store(this.outCtl, W, end | 0);
+    this.ring();
+  }
+
   sendRaw(bytes: Uint8Array): void {
     if (this.isClosed) return;
     this.streamPos = (this.streamPos + bytes.length) >>> 0;
@@ -441,7 +548,7 @@ export class ShmTransport implements Transport {
   private room(n: number): boolean {
     const size = this.outData.length;
     if (size - ((this.writeIdx - this.peerRead) >>> 0) >= n) return true;
-    this.peerRead = Atomics.load(this.outCtl, R) >>> 0;
+    this.peerRead = (TSO ? (this.outCtl[R] as number) : Atomics.load(this.outCtl, R)) >>> 0;
     return size - ((this.writeIdx - this.peerRead) >>> 0) >= n;
   }
 
@@ -510,7 +617,8 @@ export class ShmTransport implements Transport {
   /** Wakes the peer if it sleeps: it armed its doorbell, we disarm it and knock once. */
   private ring(): void {
     const b = this.bellCtl;
-    if (Atomics.load(b, SLEEPING) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0) this.knock();
+    if ((TSO ? b[SLEEPING] : Atomics.load(b, SLEEPING)) !== 0 && Atomics.exchange(b, SLEEPING, 0) !== 0)
+      this.knock();
   }
 
   private knock(): void {

@@ -6,6 +6,23 @@
 export interface TransportEvents {
   /** One whole frame body: bytes `[off, off+len)` of `buf`, valid only during the call. */
   frame(buf: Uint8Array, off: number, len: number): void;
+  /**
+   * Optional: one whole WRITE frame without FLAG_PLACED, given by its header's fields (read
+   * by the transport, its reserved bytes 0) and its payload, `len` bytes at `off` of `buf`
+   * (valid only during the call). A transport that reads headers as words (shm) hands such
+   * frames here instead of to frame(); the queue pair checks them as frame() would.
+   */
+  write?(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    buf: Uint8Array,
+    off: number,
+    len: number,
+  ): void;
   /** A burst of frames ended: a good moment to send a cumulative ACK. */
   batchEnd(): void;
   /** A large WRITE's header, before its payload: a validated target view, or undefined. */
@@ -25,6 +42,21 @@ export interface Transport {
   send(header: Uint8Array, payload: readonly Uint8Array[]): void;
   /** Optional: send() with one payload given as `len` bytes at `off` of `src` (no view to build). */
   sendFrom?(header: Uint8Array, src: Uint8Array, off: number, len: number): void;
+  /**
+   * Optional: sendFrom() of a WRITE frame given by its header's fields (HeaderWriter.write's
+   * arguments), so a transport may store the header straight into its pipe (shm: as words).
+   */
+  sendWrite?(
+    flags: number,
+    psn: number,
+    rkey: number,
+    addrLo: number,
+    addrHi: number,
+    imm: number,
+    src: Uint8Array,
+    off: number,
+    len: number,
+  ): void;
   /** Optional: gather the frames sent until uncork() (one post and its ACK) into one write. */
   cork?(): void;
   uncork?(): void;

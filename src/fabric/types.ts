@@ -197,6 +197,12 @@ export interface CompletionQueue {
   /** Non-blocking: drives progress once and returns up to `max` completions. */
   poll(max?: number): readonly WorkCompletion[];
   /**
+   * poll(1) without the array: drives progress once and returns the oldest completion, or
+   * undefined. For busy-poll loops that take one completion at a time (a ping-pong), where
+   * poll(1)'s array would be the only allocation.
+   */
+  pollOne(): WorkCompletion | undefined;
+  /**
    * Busy-polls for a bounded time, then sleeps, always letting timers and sockets run.
    * Throws FABRIC_WAIT_TIMEOUT at the deadline and ABORTED on abort()/signal.
    */
