@@ -59,6 +59,28 @@ test("bench serve --json: one line per engine and level with the issue's fields,
   assert.match(bad.stderr, /--concurrency item 'x'/);
 });
 
+test('bench serve --repeat: the levels run alternated that many times, one line each (its best run)', () => {
+  const args = ['bench', 'serve', path(), '--threads', '1', '--concurrency', '2,1', '--prompt-tokens', '8'];
+  const r = runTandem([...args, '--max-tokens', '3', '--rounds', '1', '--repeat', '2']);
+  assert.equal(r.code, 0, r.stderr);
+  // the progress lines: one per run, in the alternated order
+  assert.deepEqual(
+    [...r.stderr.matchAll(/tandem, concurrency (\d+):/g)].map((m) => Number(m[1])),
+    [2, 1, 2, 1],
+  );
+  const rows = r.stdout.trim().split('\n').slice(1);
+  assert.deepEqual(
+    rows.map((l) => l.trim().split(/\s+/).slice(0, 3)),
+    [
+      ['tandem', '2', '2'],
+      ['tandem', '1', '1'],
+    ],
+  );
+  const bad = runTandem([...args, '--repeat', '0']);
+  assert.equal(bad.code, 3);
+  assert.match(bad.stderr, /--repeat must be an integer in 1\.\.20, got 0/);
+});
+
 test("summarize: TTFT from each request's start to its first token, gaps between tokens, tokens over wall time", () => {
   const row = summarize(
     'tandem',

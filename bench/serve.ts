@@ -20,6 +20,12 @@ export interface ServeBenchOptions {
   maxTokens: number;
   /** Requests each client sends, one after the other, per level. */
   rounds: number;
+  /**
+   * Runs of the level list, alternated (1, 4, 1, 4, ...) on the same server; each level keeps
+   * its best run (the highest tok_s_total), so a drift of the machine's speed between levels
+   * does not set their ratio. Default 1.
+   */
+  repeat?: number;
   /** Also run llama.cpp with as many sequences in one context. */
   anchors: boolean;
   timeoutMs: number;
@@ -177,7 +183,8 @@ async function benchTandem(o: ServeBenchOptions, base: number[]): Promise<ServeB
   try {
     // warm-up (the first forward pays one-time costs), on a prompt no request sends
     await streamOnce(url, requestPrompts(base, 1, 1 + Math.max(...o.concurrency) * o.rounds)[0]!, 2);
-    for (const c of o.concurrency) {
+    const best = new Map<number, ServeBenchRow>();
+    for (const c of repeated(o)) {
       const prompts = requestPrompts(base, c * o.rounds);
       const start = performance.now();
       const clients = Array.from({ length: c }, async (_, i) => {
@@ -188,9 +195,10 @@ async function benchTandem(o: ServeBenchOptions, base: number[]): Promise<ServeB
       });
       const timings = (await Promise.all(clients)).flat();
       const row = summarize('tandem', c, timings, performance.now() - start);
-      rows.push(o.nodes !== undefined ? { ...row, nodes: o.nodes, parallel: o.parallel ?? 'tp' } : row);
-      o.onProgress?.(`tandem, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
+      keepBest(best, o.nodes !== undefined ? { ...row, nodes: o.nodes, parallel: o.parallel ?? 'tp' } : row);
+      o.onProgress?.(`tandem, concurrency ${c}: ${row.tok_s_total} tok/s total`);
     }
+    rows.push(...best.values());
   } finally {
     child.kill('SIGTERM');
   }
@@ -202,7 +210,8 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
   const base = benchPromptFor(o.model, o.promptTokens);
   const rows = await benchTandem(o, base);
   if (!o.anchors) return rows;
-  for (const c of o.concurrency) {
+  const best = new Map<number, ServeBenchRow>();
+  for (const c of repeated(o)) {
     const job: LlamaServeJob = {
       model: o.model,
       // as many threads as all of tandem's nodes together
@@ -216,10 +225,22 @@ export async function benchServe(o: ServeBenchOptions): Promise<ServeBenchRow[]>
       timeoutMs: o.timeoutMs,
       what: `bench serve: llama.cpp at concurrency ${c}`,
     });
-    rows.push(summarize('llama.cpp', c, r.timings, r.wallMs));
-    o.onProgress?.(`llama.cpp, concurrency ${c}: ${rows.at(-1)?.tok_s_total} tok/s total`);
+    const row = summarize('llama.cpp', c, r.timings, r.wallMs);
+    keepBest(best, row);
+    o.onProgress?.(`llama.cpp, concurrency ${c}: ${row.tok_s_total} tok/s total`);
   }
-  return rows;
+  return [...rows, ...best.values()];
+}
+
+/** The levels in the order they run: the list, `repeat` times. */
+function repeated(o: ServeBenchOptions): number[] {
+  return Array.from({ length: o.repeat ?? 1 }, () => o.concurrency).flat();
+}
+
+/** Keeps a level's run with the highest tok_s_total (the first level order is kept). */
+function keepBest(best: Map<number, ServeBenchRow>, row: ServeBenchRow): void {
+  const had = best.get(row.concurrency);
+  if (!had || row.tok_s_total > had.tok_s_total) best.set(row.concurrency, row);
 }
 
 export function table(rows: readonly ServeBenchRow[]): string {

@@ -46,6 +46,12 @@ export const command = defineCommand({
     'prompt-tokens': { type: 'number', description: 'prompt length', default: 128 },
     'max-tokens': { type: 'number', description: 'tokens to generate per request', default: 64 },
     rounds: { type: 'number', description: 'requests each client sends, one after the other', default: 2 },
+    repeat: {
+      type: 'number',
+      description:
+        "runs of the level list, alternated (1, 4, 1, 4, ...); each level's best run (tok/s total) is kept, so the machine's drift does not set the levels' ratio",
+      default: 1,
+    },
     anchors: { type: 'boolean', description: 'also run llama.cpp with as many sequences in one context' },
     timeout: {
       type: 'number',
@@ -93,6 +99,7 @@ export const command = defineCommand({
       promptTokens: checkInteger('bench serve', 'prompt-tokens', options['prompt-tokens'], 1),
       maxTokens: checkInteger('bench serve', 'max-tokens', options['max-tokens'], 1),
       rounds: checkInteger('bench serve', 'rounds', options.rounds, 1),
+      repeat: checkInteger('bench serve', 'repeat', options.repeat, 1, 20),
       anchors: options.anchors,
       ...(nodes !== undefined ? { nodes, parallel: options.parallel ?? 'tp' } : {}),
       timeoutMs: options.timeout * 1000,
