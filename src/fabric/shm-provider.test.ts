@@ -53,7 +53,7 @@ test(
 );
 
 test('shm: a direct write waits only for unread writes that overlap it (64-bit addresses, exact)', async () => {
-  const { UnreadWrites } = await import('./shm-transport.js');
+  const { UnreadWrites } = await import('./shm-unread-writes.js');
   const u = new UnreadWrites(0);
   // addresses far above 2^53 (regions get random 64-bit addresses), one write crossing a 2^32 boundary
   const hi = 0x9f3a_1c07;
