@@ -386,22 +386,9 @@ export class Model {
       const first = p > 0 ? await this.forward(prefill.tokens, prefill.cache) : new Float32Array(0);
       return { prefill: first, decode: d > 0 ? await this.forwardBatch(decode.tokens, decode.caches) : [] };
     }
-    assert.equal(new Set(decode.caches).size, d, 'forwardMixed takes one token per sequence');
-    prefill.cache.reserve(p);
-    for (const cache of decode.caches) cache.reserve(1);
-    const n = p + d;
     const width = this.config.embeddingLength;
-    const x = this.embed([...prefill.tokens, ...decode.tokens], this.scratch.f32('x', n * width));
-    const positions = new Int32Array(n);
-    for (let i = 0; i < p; i++) positions[i] = prefill.cache.length + i;
-    for (let t = 0; t < d; t++) positions[p + t] = (decode.caches[t] as SequenceCache).length;
-    await this.runLayers(x, n, positions, {
-      cache: prefill.cache.cache,
-      pos0: prefill.cache.length,
-      rowCaches: decode.caches.map((cache) => cache.cache),
-    });
-    prefill.cache.advance(p);
-    for (const cache of decode.caches) cache.advance(1);
+    const x = this.embed([...prefill.tokens, ...decode.tokens], this.scratch.f32('x', (p + d) * width));
+    await this.forwardLayersMixed(x, p, prefill.cache, decode.caches);
     // the logits of the prefill's last token and of each decode row, each a lone matvec's
     const [first, ...rest] = await this.logitsRows(x.subarray((p - 1) * width), d + 1);
     return { prefill: first as Float32Array, decode: rest };
