@@ -240,8 +240,12 @@ export class Scheduler {
       if (!seq) return;
       const prompt = seq.request.prompt;
       // the free slot that holds the longest start of this prompt (the first free one if none)
-      const reuse = (s: Slot): number => (s.cache?.truncate ? reusable(s.held, prompt) : 0);
-      const slot = free.reduce((best, s) => (reuse(s) > reuse(best) ? s : best));
+      let slot = free[0] as Slot;
+      let cached = 0;
+      for (const s of free) {
+        const n = s.cache?.truncate ? reusable(s.held, prompt) : 0;
+        if (n > cached) [slot, cached] = [s, n];
+      }
       try {
         slot.cache ??= this.model.newSession({
           contextLength: this.options.contextLength,
@@ -252,7 +256,6 @@ export class Scheduler {
         this.fail(seq, error);
         continue;
       }
-      const cached = reuse(slot);
       if (cached > 0) slot.cache.truncate!(cached);
       else slot.cache.reset();
       slot.held = [];
@@ -418,7 +421,7 @@ export class Scheduler {
 /**
  * Positions of `held` a new prompt can keep: their common start, less what leaves fewer than
  * GEMM_TOKENS of the prompt to prefill (a shorter last piece would run in another size class);
- * 0 for a prompt under GEMM_TOKENS twice over.
+ * 0 for a prompt of GEMM_TOKENS tokens or fewer.
  */
 export function reusable(held: readonly number[], prompt: readonly number[]): number {
   const most = Math.min(held.length, prompt.length - GEMM_TOKENS);
