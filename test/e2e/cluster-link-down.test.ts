@@ -167,7 +167,11 @@ test(
         rig.setLink('m1', mm.aIf, false),
       );
       assert.equal(before.placement?.ranks.length, 2);
-      assert.deepEqual(texts, alone, 'each text as without the failure');
+      assert.deepEqual(
+        texts,
+        alone,
+        `each text as without the failure; events: ${JSON.stringify(cluster.events)}\ncoordinator: ${serve.stderr.slice(-3000)}`,
+      );
       const down = cluster.events.find((e) => e.kind === 'link-down');
       assert.ok(down, JSON.stringify(cluster.events));
       assert.ok(down.atMs - downAt <= 3000 + 1000, `seen ${down.atMs - downAt} ms after the link went down`);
@@ -196,7 +200,11 @@ test(
       );
       const ranks = before.placement?.ranks ?? [];
       assert.equal(ranks.length, 3);
-      assert.deepEqual(texts, alone, 'each text as without the failure');
+      assert.deepEqual(
+        texts,
+        alone,
+        `each text as without the failure; events: ${JSON.stringify(cluster.events)}\ncoordinator: ${serve.stderr.slice(-3000)}`,
+      );
       const down = cluster.events.find((e) => e.kind === 'link-down');
       assert.ok(down, JSON.stringify(cluster.events));
       assert.ok(down.atMs - downAt <= 3000 + 1000, `seen ${down.atMs - downAt} ms after the link went down`);

@@ -54,15 +54,22 @@ export function slotOrderError(peer: number, wrote: number | undefined, next: nu
 
 /**
  * The abort notice that floods `error` to every rank: the header's aux carries the lost rank
- * (or NO_RANK), the payload JSON `{ code, message, rank }`, cut to NOTICE_CHARS characters.
+ * (or NO_RANK), the payload JSON `{ code, message, rank, by }`, `by` the rank that saw the loss
+ * first-hand (kept as the notice is passed on, so that the pair a loss names is the link that
+ * broke, never the relaying rank's link to the lost one). The message is cut so that the JSON
+ * stays within NOTICE_CHARS characters.
  */
 export function abortNotice(error: TandemError): { lost: number; body: Uint8Array } {
   const lost =
     error.code === 'COLL_PEER_LOST' && typeof error.details.rank === 'number' ? error.details.rank : NO_RANK;
-  const body = new TextEncoder().encode(
-    JSON.stringify({ code: error.code, message: error.message, rank: lost }).slice(0, NOTICE_CHARS),
-  );
-  return { lost, body };
+  const by = typeof error.details.reportedBy === 'number' ? error.details.reportedBy : undefined;
+  let message = error.message;
+  let json = JSON.stringify({ code: error.code, message, rank: lost, by });
+  while (json.length > NOTICE_CHARS) {
+    message = message.slice(0, message.length >> 1);
+    json = JSON.stringify({ code: error.code, message, rank: lost, by });
+  }
+  return { lost, body: new TextEncoder().encode(json) };
 }
 
 /**
@@ -70,7 +77,7 @@ export function abortNotice(error: TandemError): { lost: number; body: Uint8Arra
  * stands for on this rank: its code if it is one a peer may report, else COLL_ABORTED.
  */
 export function readAbortNotice(h: Header, payload: Uint8Array, from: number): TandemError {
-  let info: { code?: string; message?: string; rank?: number } = {};
+  let info: { code?: string; message?: string; rank?: number; by?: unknown } = {};
   try {
     info = JSON.parse(new TextDecoder().decode(payload)) as typeof info;
   } catch {
@@ -81,15 +88,17 @@ export function readAbortNotice(h: Header, payload: Uint8Array, from: number): T
       ? info.code
       : 'COLL_ABORTED';
   const lost = h.aux === NO_RANK ? undefined : h.aux;
+  // a notice passed on keeps its first-hand reporter; one from an older sender names its sender
+  const by = typeof info.by === 'number' && Number.isInteger(info.by) ? info.by : h.src;
   const text =
     code === 'COLL_PEER_LOST' && lost !== undefined
-      ? `rank ${lost} was lost (reported by rank ${h.src} via rank ${from}): ${info.message ?? ''}`
+      ? `rank ${lost} was lost (reported by rank ${by} via rank ${from}): ${info.message ?? ''}`
       : `rank ${h.src} aborted the communicator: ${info.message ?? 'no reason given'}`;
   return new TandemError(code, text, {
     hint:
       code === 'COLL_MISMATCH'
         ? 'make every rank call the same collectives in the same order with the same count, dtype and op'
         : 'the communicator is aborted on every rank; create a new one',
-    details: { rank: lost ?? h.src, reportedBy: h.src },
+    details: { rank: lost ?? h.src, reportedBy: lost === undefined ? h.src : by },
   });
 }
