@@ -93,6 +93,8 @@ class Session {
   experts: NodeExperts | undefined;
   /** A training rank under way (`tandem train --hosts`): aborted when the session ends. */
   private training: AbortController | undefined;
+  /** Set while a load connects its world: an abort from the coordinator ends that wait. */
+  private connecting: AbortController | undefined;
 
   constructor(
     private readonly socket: Socket,
@@ -170,6 +172,7 @@ class Session {
     const compute = await this.compute.forLoad(file, r.plan, r.rank, r.contextLength);
     const root = parseHostPort(r.rendezvous, 'rendezvous');
     const rootRank = r.root ?? 0;
+    const connecting = (this.connecting = new AbortController());
     const world = await createCommunicator({
       rank: r.rank,
       size: r.plan.nodes,
@@ -187,7 +190,8 @@ class Session {
       },
       onListening: (address) => send(this.socket, { event: 'listening', address }),
       threadsPerRank: this.o.threads ?? availableParallelism(),
-    });
+      signal: connecting.signal,
+    }).finally(() => (this.connecting = undefined));
     if (this.ended) {
       world.abort('the coordinator left during the load');
       await world.close().catch(() => undefined);
@@ -324,6 +328,7 @@ class Session {
   /** The coordinator went away: fail fast on every peer, then free everything. */
   async end(): Promise<void> {
     this.ended = true;
+    this.connecting?.abort(new Error('the coordinator disconnected'));
     this.training?.abort('the coordinator disconnected');
     this.ctx?.exchange?.abort('the coordinator disconnected');
     this.world?.abort('the coordinator disconnected');
@@ -333,6 +338,7 @@ class Session {
   }
 
   abort(reason: string): void {
+    this.connecting?.abort(new Error(reason));
     this.training?.abort(reason);
     this.ctx?.exchange?.abort(reason);
     this.world?.abort(reason);

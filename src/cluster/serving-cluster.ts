@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { unreachablePair } from '../collectives/index.js';
 import { TandemError } from '../errors/index.js';
 import { describePlan, usesDirectExchange, type Placement } from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
@@ -222,6 +223,12 @@ export class ServingCluster {
             { hint: `add a member (tandem node --join) or raise its memory limit; ${error.hint}` },
           ),
         );
+      const cut = this.unreachable(session.clients, error);
+      if (cut) {
+        // the members still connecting would wait out their deadline for the missing link
+        for (const c of session.clients) c.notify('abort', { reason: `the link ${cut} is missing` });
+        return this.placeNow();
+      }
       throw error;
     }
     this.current = session;
@@ -271,6 +278,26 @@ export class ServingCluster {
       'link-down',
       `the link between ${a.label} and ${b.label} is down (${why}); ${relay ? `relaying around it through ${others.join(', ')}, same placement` : `no relay path (${this.noRelayWhy(clients)}): placing without ${drop?.id ?? b.label}`}`,
     );
+  }
+
+  /**
+   * A load that failed because one member found no route to another (a cable missing or
+   * down that no step had crossed yet): that pair is recorded as unlinked, like a link seen
+   * down in a step, so the next placement relays around it or leaves one of the two out.
+   * Returns the pair's name, or undefined when the error is not that or the pair is known.
+   */
+  private unreachable(clients: readonly ControlClient[], error: unknown): string | undefined {
+    const pair = unreachablePair(error);
+    const [a, b] = pair ? pair.map((r) => clients[r]) : [];
+    if (!a || !b || a.lostWith !== undefined || b.lostWith !== undefined) return undefined;
+    if (this.unlinked.some(([x, y]) => (x === a && y === b) || (x === b && y === a))) return undefined;
+    this.unlinked.push([a, b]);
+    const name = `${a.label}-${b.label}`;
+    this.event(
+      'link-down',
+      `the link between ${a.label} and ${b.label} is down (${(error as Error).message}); placing again without it`,
+    );
+    return name;
   }
 
   /**

@@ -28,6 +28,8 @@ export interface CommunicatorOptions {
   connectTimeoutMs?: number;
   listener?: Listener;
   onListening?: (address: string) => void;
+  /** Ends connecting the world early (its waits reject): a coordinator giving up on a load. */
+  signal?: AbortSignal;
   /** Connections per linked pair; ring algorithms stripe over them (default 1). */
   wires?: number;
   /** Receive slots per link and payload bytes per fragment (defaults 8 and 256 KiB). */
@@ -118,6 +120,7 @@ export async function createCommunicator(options: CommunicatorOptions): Promise<
         wires,
         ...(options.listener ? { listener: options.listener } : {}),
         ...(options.onListening ? { onListening: options.onListening } : {}),
+        ...(options.signal ? { signal: options.signal } : {}),
       });
     }
     const spin = mayBusyPoll(

@@ -6,7 +6,7 @@ export { chunkRanges, type Range } from './chunks.js';
 export { graphOf, adjacency, type Graph, type TopologyKind } from './graph.js';
 export { fullMeshGraph, ringGraph, lineGraph, starGraph } from '../topology/rank-graph.js';
 export { shortestRoutes, routePath } from '../topology/routing.js';
-export type { Rendezvous } from './rendezvous.js';
+export { unreachablePair, type Rendezvous } from './rendezvous.js';
 export { chooseAlgorithm } from './select.js';
 export { linkBufferBytes } from './router/index.js';
 export * from './one-sided/index.js';

@@ -1,8 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { TandemError } from '../errors/index.js';
 import { openDevice } from '../fabric/index.js';
 import { createCommunicator } from './create-communicator.js';
-import { parseAddress } from './rendezvous.js';
+import { parseAddress, unreachablePair } from './rendezvous.js';
 
 test('hosts rendezvous: every rank listens at its own address; a ring of links works', async () => {
   const base = 52000 + Math.floor(Math.random() * 5000);
@@ -59,6 +60,54 @@ test('a rank with the wrong secret cannot join: COLL_RENDEZVOUS, nothing hangs',
   }
   await listener.close();
   await dev.close();
+});
+
+test('a peer that refuses until the deadline names the pair but is not unreachable; an abort ends the wait early', async () => {
+  // a tcp port nothing listens on: refused, which is retried until the deadline (the peer may start late)
+  const dev = await openDevice('tcp');
+  const probe = await dev.listen({ host: '127.0.0.1', port: 0, secret: 's' });
+  const address = `127.0.0.1:${probe.port}`;
+  await probe.close();
+  const refused = await createCommunicator({
+    rank: 1,
+    size: 2,
+    device: dev,
+    rendezvous: { kind: 'root', address },
+    secret: 's',
+    connectTimeoutMs: 600,
+  }).catch((e: unknown) => e as TandemError);
+  assert.ok(refused instanceof TandemError && refused.code === 'COLL_RENDEZVOUS', String(refused));
+  assert.deepEqual([refused.details.rank, refused.details.peer, refused.details.unreachable], [1, 0, false]);
+  assert.equal(unreachablePair(refused), undefined, 'a refused peer is no missing link');
+  const abort = new AbortController();
+  const started = Date.now();
+  setTimeout(() => abort.abort(new Error('the coordinator gave up')), 100);
+  const aborted = await createCommunicator({
+    rank: 1,
+    size: 2,
+    device: dev,
+    rendezvous: { kind: 'root', address },
+    secret: 's',
+    connectTimeoutMs: 20_000,
+    signal: abort.signal,
+  }).catch((e: unknown) => e as TandemError);
+  assert.equal((aborted as TandemError).code, 'COLL_RENDEZVOUS');
+  assert.ok(Date.now() - started < 10_000, 'the abort, not the 20 s deadline, ended the wait');
+  await dev.close();
+});
+
+test('an unreachable peer names the pair a coordinator can route around', () => {
+  const error = new TandemError('COLL_RENDEZVOUS', 'rank 2 of 3: could not connect to rank 0', {
+    hint: 'h',
+    details: { rank: 2, peer: 0, unreachable: true },
+  });
+  assert.deepEqual(unreachablePair(error), [2, 0]);
+  assert.equal(
+    unreachablePair(
+      new TandemError('COLL_TIMEOUT', 'x', { hint: 'h', details: { rank: 2, peer: 0, unreachable: true } }),
+    ),
+    undefined,
+  );
 });
 
 test('addresses must be host:port', () => {

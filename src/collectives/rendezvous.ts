@@ -52,7 +52,20 @@ export function parseAddress(text: string): { host: string; port: number } {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** Connects to a rank that may not be listening yet: retries refused connections until the deadline. */
+/**
+ * How long a peer whose network or host is unreachable (no route: a cable out, an interface
+ * down) is tried again before the rank gives up on that link. A refused connection is tried
+ * until the deadline instead: the peer is reachable and may not be listening yet.
+ */
+export const UNREACHABLE_RETRY_MS = 2000;
+const UNREACHABLE = new Set(['ENETUNREACH', 'EHOSTUNREACH', 'ENETDOWN', 'EHOSTDOWN']);
+
+/**
+ * Connects to a rank that may not be listening yet: retries refused connections until the
+ * deadline, unreachable ones for UNREACHABLE_RETRY_MS. The error names the pair (`rank`,
+ * `peer`) and whether the peer was `unreachable` (no route to it: the link between the two is
+ * missing, which a coordinator can route around).
+ */
 async function connectRetry(
   o: ConnectWorldOptions,
   address: string,
@@ -61,6 +74,7 @@ async function connectRetry(
   extra: Record<string, unknown> = {},
 ): Promise<QueuePair> {
   const { host, port } = parseAddress(address);
+  const started = Date.now();
   for (;;) {
     const left = deadline - Date.now();
     try {
@@ -76,23 +90,47 @@ async function connectRetry(
         ...(o.signal ? { signal: o.signal } : {}),
       });
     } catch (e) {
-      if (!isTandemError(e, 'FABRIC_CONNECT_FAILED') || Date.now() + 50 >= deadline)
-        throw rendezvousError(o, `could not connect to rank ${peer} at ${address}`, e);
+      const unreachable =
+        isTandemError(e, 'FABRIC_CONNECT_FAILED') && UNREACHABLE.has(String(e.details.errno));
+      if (
+        !isTandemError(e, 'FABRIC_CONNECT_FAILED') ||
+        Date.now() + 50 >= deadline ||
+        (unreachable && Date.now() - started >= UNREACHABLE_RETRY_MS)
+      )
+        throw rendezvousError(o, `could not connect to rank ${peer} at ${address}`, e, {
+          peer,
+          unreachable,
+        });
       await sleep(50);
     }
   }
 }
 
-function rendezvousError(o: ConnectWorldOptions, what: string, cause: unknown): TandemError {
+function rendezvousError(
+  o: ConnectWorldOptions,
+  what: string,
+  cause: unknown,
+  details: Record<string, unknown> = {},
+): TandemError {
   return new TandemError(
     'COLL_RENDEZVOUS',
     `rank ${o.rank} of ${o.size}: ${what}: ${(cause as Error)?.message ?? String(cause)}`,
     {
       hint: 'start every rank with the same size, rendezvous and secret, and check that the addresses are reachable',
-      details: { rank: o.rank },
+      details: { ...details, rank: o.rank },
       cause,
     },
   );
+}
+
+/**
+ * The pair [rank, peer] that a failed world setup could not link because no route led from
+ * one to the other (connectRetry's `unreachable`), in the ranks of that world; else undefined.
+ */
+export function unreachablePair(error: unknown): [number, number] | undefined {
+  if (!isTandemError(error, 'COLL_RENDEZVOUS') || error.details.unreachable !== true) return undefined;
+  const { rank, peer } = error.details;
+  return typeof rank === 'number' && typeof peer === 'number' && rank !== peer ? [rank, peer] : undefined;
 }
 
 /** Accepts the expected peers, each identified by the `rank:wire` it sends as info. */

@@ -214,8 +214,7 @@ export function withDeadline<T>(
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
     };
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener('abort', onAbort);
+    // the work's outcome is always handled, also when the signal had aborted before the call
     work.then(
       (v) => {
         cleanup();
@@ -226,5 +225,7 @@ export function withDeadline<T>(
         reject(e);
       },
     );
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener('abort', onAbort);
   });
 }

@@ -135,6 +135,7 @@ export async function clientHandshake(
       reject(
         new TandemError('FABRIC_CONNECT_FAILED', `cannot connect to ${host}:${port}: ${e.message}`, {
           hint: 'start the listener first and check host and port',
+          details: { errno: (e as NodeJS.ErrnoException).code ?? null },
           cause: e,
         }),
       ),
