@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { tandemBin, tempModel } from '../../src/cli/testing.js';
@@ -46,7 +47,7 @@ test('topology and doctor take either hostfile format; a missing hostfile is a t
   assert.match(doctor.stderr, /CLUSTER_BAD_HOSTFILE/);
 });
 
-test('one secret rule: --secret is refused saying what to do, short secrets are refused, tandem secret writes one', () => {
+test('one secret rule: --secret is refused saying what to do, short secrets are refused, tandem secret writes one', async () => {
   for (const args of [
     ['node', '--secret', 's3cret', '--listen', '127.0.0.1:0'],
     ['run', 'model.gguf', '--hosts', 'hosts.txt', '--secret', 's3cret', '--prompt', 'hi'],
@@ -74,9 +75,19 @@ test('one secret rule: --secret is refused saying what to do, short secrets are 
   const again = tandem(['secret', '--out', file]);
   assert.equal(again.code, 2, 'an existing secret is kept unless --force');
   assert.match(again.stderr, /--force/);
-  // the file satisfies the rule: the node gets past the secret (and fails on its port instead)
-  const taken = tandem(['node', '--secret-file', file, '--listen', '127.0.0.1:1']);
-  assert.doesNotMatch(taken.stderr, /SECRET/);
+  // the file satisfies the rule: the node gets past the secret and fails on its port instead,
+  // one this process holds (a low port would not do: root may bind it, and the node would run)
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  try {
+    const port = (holder.address() as AddressInfo).port;
+    const taken = tandem(['node', '--secret-file', file, '--listen', `127.0.0.1:${port}`]);
+    assert.notEqual(taken.code, 0, 'the node exits: its port is taken');
+    assert.doesNotMatch(taken.stderr, /SECRET/);
+    assert.match(taken.stderr, /EADDRINUSE|in use/i, taken.stderr);
+  } finally {
+    holder.close();
+  }
 });
 
 test('the model path is checked before any node starts', () => {
