@@ -68,29 +68,28 @@ test('a peer that refuses until the deadline names the pair but is not unreachab
   const probe = await dev.listen({ host: '127.0.0.1', port: 0, secret: 's' });
   const address = `127.0.0.1:${probe.port}`;
   await probe.close();
-  const refused = await createCommunicator({
-    rank: 1,
-    size: 2,
-    device: dev,
-    rendezvous: { kind: 'root', address },
-    secret: 's',
-    connectTimeoutMs: 600,
-  }).catch((e: unknown) => e as TandemError);
+  // rank 1 dialling the root (rank 0) at `address`, its error as the value
+  const dial = (connectTimeoutMs: number, signal?: AbortSignal): Promise<TandemError> =>
+    createCommunicator({
+      rank: 1,
+      size: 2,
+      device: dev,
+      rendezvous: { kind: 'root', address },
+      secret: 's',
+      connectTimeoutMs,
+      ...(signal ? { signal } : {}),
+    }).then(
+      () => assert.fail('connected to a closed port'),
+      (e: unknown) => e as TandemError,
+    );
+  const refused = await dial(600);
   assert.ok(refused instanceof TandemError && refused.code === 'COLL_RENDEZVOUS', String(refused));
   assert.deepEqual([refused.details.rank, refused.details.peer, refused.details.unreachable], [1, 0, false]);
   assert.equal(unreachablePair(refused), undefined, 'a refused peer is no missing link');
   const abort = new AbortController();
   const started = Date.now();
   setTimeout(() => abort.abort(new Error('the coordinator gave up')), 100);
-  const aborted = await createCommunicator({
-    rank: 1,
-    size: 2,
-    device: dev,
-    rendezvous: { kind: 'root', address },
-    secret: 's',
-    connectTimeoutMs: 20_000,
-    signal: abort.signal,
-  }).catch((e: unknown) => e as TandemError);
+  const aborted = await dial(20_000, abort.signal);
   assert.equal((aborted as TandemError).code, 'COLL_RENDEZVOUS');
   assert.ok(Date.now() - started < 10_000, 'the abort, not the 20 s deadline, ended the wait');
   await dev.close();
