@@ -3,7 +3,8 @@
 // layout; rounds alternate, each forecast from stream samples taken around its own run.
 import { availableParallelism } from 'node:os';
 import { benchCluster } from '../src/cluster/bench.js';
-import { calibrate, streamSamples } from '../src/cluster/calibrate.js';
+import { calibrate, streamSamples, withStreamSamples } from '../src/cluster/calibrate.js';
+import { concurrentStreamSamples } from '../src/cluster/calibrate-together.js';
 import { measureExchangeMs } from '../src/cluster/calibrate-exchange.js';
 import { measureWakeMs } from '../src/cluster/calibrate-wake.js';
 import { runCollectivesBench } from '../src/collectives/bench.js';
@@ -82,6 +83,38 @@ async function exchangeMs(
   return measureExchangeMs({ ranks: nodes, chunkMs: exchangeChunkMs(model, c, nodes) });
 }
 
+/**
+ * Stream samples of `nodes` processes of `threads` reading at once (concurrentStreamSamples),
+ * for tensor parallel over 2 or more nodes, whose ranks stream at the same time; undefined
+ * otherwise (a pipeline's stages take turns).
+ */
+async function nodesStreaming(
+  parallel: 'tp' | 'pp',
+  nodes: number,
+  threads: number,
+): Promise<number[] | undefined> {
+  if (parallel !== 'tp' || nodes < 2) return undefined;
+  return concurrentStreamSamples(nodes, threads, BRACKET_SAMPLES);
+}
+
+/**
+ * The host's shared calibration with its decode rate taken from the nodes' own processes
+ * streaming at once, before and after the run, where there are such samples: a calibration
+ * of one process on nodes x threads threads reads less (its threads meet at every call),
+ * and its prefill terms stay.
+ */
+async function nodesStream(
+  together: Calibration,
+  before: readonly number[] | undefined,
+  o: { nodes: number; threads: number },
+): Promise<Calibration> {
+  if (before === undefined) return together;
+  return withStreamSamples(together, [
+    ...before,
+    ...(await concurrentStreamSamples(o.nodes, o.threads, BRACKET_SAMPLES)),
+  ]);
+}
+
 /** The forecast for `nodes` nodes of this host, as bench cluster runs them (an f32 wire). */
 function forecastNodes(
   model: ModelBytes,
@@ -142,6 +175,7 @@ export async function benchPlanCluster(o: {
         const before = {
           perNode: await streamSamples(perNode.threads, BRACKET_SAMPLES),
           together: await streamSamples(together.threads, BRACKET_SAMPLES),
+          nodes: await nodesStreaming(parallel, o.nodes, o.threads),
         };
         const wakeBefore = await measureWakeMs();
         const exchangeBefore = await exchangeMs(parallel, model, perNode, o.nodes);
@@ -167,7 +201,7 @@ export async function benchPlanCluster(o: {
           exchanges.length > 0 ? { exchangeMs: pick(exchanges) } : {};
         const host: HostCalibration = {
           perNode: { ...(await bracketed(perNode, before.perNode)), wakeMs },
-          together: await bracketed(together, before.together),
+          together: await nodesStream(await bracketed(together, before.together), before.nodes, o),
           ...exchangeAt((xs) => (xs[0]! + xs[1]!) / 2),
         };
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { writeFileAtomically } from '../engine/format/atomic-file.js';
 import { TandemError } from '../errors/index.js';
-import { createKernels, GgmlType, rowBytes } from '../kernels/index.js';
+import { createKernels, GgmlType, rowBytes, type Kernels } from '../kernels/index.js';
 import type { Calibration, PrefillShape } from '../parallel/index.js';
 import { cacheDir, ensureCacheDir } from './demo.js';
 import {
@@ -57,36 +57,44 @@ interface Samples {
 }
 
 /**
- * `count` separate samples of the rate decode streams Q8_0 weights at on `threads`, bytes a
- * second each: a 512 MiB working set (far beyond any cache) of 16 MiB matrices of 2048
- * columns, uploaded once, each sample as many passes over all of them as fit in
- * STREAM_SAMPLE_MS (as probeStream, speed.ts). A VM that flips between a fast and a slow
- * mode shows both in the samples, where one long probe would average them. With `prefill`,
- * each stream sample is followed by one of the prefill probe and one of the decode probe at
- * that shape, so the three pair up by the mode they saw.
+ * The rate decode streams Q8_0 weights at on `kernels`' threads, bytes a second per call: a
+ * 512 MiB working set (far beyond any cache) of 16 MiB matrices of 2048 columns, uploaded
+ * once (they stay until the kernels close), each sample as many passes over all of them as fit
+ * in STREAM_SAMPLE_MS (as probeStream, speed.ts).
+ */
+export function openStreamSampler(kernels: Kernels): () => number {
+  const cols = 2048;
+  const rows = Math.floor((16 << 20) / rowBytes(GgmlType.Q8_0, cols));
+  const matrices = 32;
+  const data = q8Bytes(rows, cols);
+  const ws = Array.from({ length: matrices }, (_, i) =>
+    kernels.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data, name: `stream-sample-${i}` }),
+  );
+  const x = new Float32Array(cols).fill(0.5);
+  const y = new Float32Array(rows);
+  const pass = (): void => {
+    for (const w of ws) kernels.matvec(w, x, y);
+  };
+  const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
+  pass();
+  return () => bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0);
+}
+
+/**
+ * `count` separate stream samples (openStreamSampler) on `threads`. A VM that flips between a
+ * fast and a slow mode shows both in the samples, where one long probe would average them.
+ * With `prefill`, each stream sample is followed by one of the prefill probe and one of the
+ * decode probe at that shape, so the three pair up by the mode they saw.
  */
 async function sampleRates(threads: number, count: number, prefill?: PrefillShape): Promise<Samples> {
   const kernels = await createKernels({ threads });
   try {
-    const cols = 2048;
-    const rows = Math.floor((16 << 20) / rowBytes(GgmlType.Q8_0, cols));
-    const matrices = 32;
-    const data = q8Bytes(rows, cols);
-    const ws = Array.from({ length: matrices }, (_, i) =>
-      kernels.uploadWeight({ type: GgmlType.Q8_0, rows, cols, data, name: `stream-sample-${i}` }),
-    );
-    const x = new Float32Array(cols).fill(0.5);
-    const y = new Float32Array(rows);
-    const pass = (): void => {
-      for (const w of ws) kernels.matvec(w, x, y);
-    };
+    const stream = openStreamSampler(kernels);
     const probe = prefill ? await openPrefillProbe(kernels, prefill) : undefined;
     const decode = prefill ? await openDecodeProbe(kernels, prefill) : undefined;
-    const bytes = matrices * rows * rowBytes(GgmlType.Q8_0, cols);
-    pass();
     const out: Samples = { stream: [], prefill: [], decode: [] };
     for (let i = 0; i < count; i++) {
-      out.stream.push(bytes / secondsPerCall(pass, STREAM_SAMPLE_MS, 0));
+      out.stream.push(stream());
       if (probe) out.prefill.push(await probe.sample());
       if (decode) out.decode.push(await decode.sample());
     }

@@ -8,7 +8,9 @@ import type { ForecastMachine, ForecastRates } from './predict.js';
  * processes that share the host's memory bandwidth and cores. Each node's rates are the
  * lesser of what one node alone gets (`perNode`, calibrated at T threads) and its 1/N share
  * of what the host gives all of them at once (`together`, calibrated at min(N x T, cores)
- * threads: the bandwidth N streams reach together, and the compute of the cores they share).
+ * threads: the bandwidth N streams reach together, and the compute of the cores they share;
+ * `bench plan` takes its decode rate from N processes streaming at once where their ranks
+ * stream at the same time).
  * Where N x T exceeds the cores, processes take turns on them, and the fixed costs (a layer's
  * and a step's calls and waits, the prefill's per-token work) stretch by that factor. Only nodes that compute at the same time share:
  * the stages of a pipeline running one sequence take turns (`concurrent` false), so each
