@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { runJsonChild } from '../engine/testing/json-child.js';
 import { TandemError } from '../errors/index.js';
 
@@ -20,7 +21,7 @@ export async function concurrentStreamSamples(
   count: number,
 ): Promise<number[]> {
   const dir = mkdtempSync(join(tmpdir(), 'tandem-stream-'));
-  const child = new URL('./stream-child.ts', import.meta.url).pathname;
+  const child = fileURLToPath(new URL('./stream-child.ts', import.meta.url));
   let failed: unknown;
   try {
     const runs = Array.from({ length: processes }, (_, id) =>
