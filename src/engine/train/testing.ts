@@ -1,5 +1,7 @@
 import type { ModelShape } from '../format/model-plan.js';
 import { Rng } from '../sampling/rng.js';
+import type { RunSettings } from './checkpoint.js';
+import { hashTokens } from './data.js';
 import { paramLayout, type ParamLayout } from './params.js';
 
 /** A llama small enough for finite differences and PyTorch in a test: every feature (GQA, 2 layers) kept. */
@@ -37,4 +39,26 @@ export function testWeights(shape: ModelShape, seed: number): { layout: ParamLay
 export function testBatch(rows: number, seq: number, vocab: number, seed: number): Int32Array {
   const rng = new Rng(seed);
   return Int32Array.from({ length: rows * (seq + 1) }, () => Math.floor(rng.next() * vocab));
+}
+
+/** A token stream the micro model learns from in the data-parallel tests: 500 ids below its vocabulary. */
+export const MICRO_TOKENS = Int32Array.from({ length: 500 }, (_, i) => (i * 5 + (i >> 3)) % 31);
+
+/** A 5-step run of MICRO_SHAPE on MICRO_TOKENS, batch 3 x 10; `clip` the gradient norm's bound (0: none). */
+export function microRunSettings(clip: number): RunSettings {
+  return {
+    shapeName: 'micro-test',
+    shape: MICRO_SHAPE,
+    seed: 4,
+    steps: 5,
+    batch: 3,
+    seq: 10,
+    lr: 1e-2,
+    warmup: 2,
+    minLrRatio: 0.1,
+    weightDecay: 0.1,
+    clip,
+    dataTokens: MICRO_TOKENS.length,
+    dataHash: hashTokens(MICRO_TOKENS),
+  };
 }

@@ -2,38 +2,25 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createLocalWorld } from '../../collectives/index.js';
 import { TandemError } from '../../errors/index.js';
-import { hashTokens, train, type RunSettings } from '../../engine/train/index.js';
-import { MICRO_SHAPE } from '../../engine/train/testing.js';
+import { train } from '../../engine/train/index.js';
+import { MICRO_TOKENS, microRunSettings } from '../../engine/train/testing.js';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
 import { BUCKET_VALUES, CollectiveGradSync } from './grad-sync.js';
 
-const tokens = Int32Array.from({ length: 500 }, (_, i) => (i * 5 + (i >> 3)) % 31);
-
-function settings(): RunSettings {
-  return {
-    shapeName: 'micro-test',
-    shape: MICRO_SHAPE,
-    seed: 4,
-    steps: 5,
-    batch: 3,
-    seq: 10,
-    lr: 1e-2,
-    warmup: 2,
-    minLrRatio: 0.1,
-    weightDecay: 0.1,
-    clip: 1,
-    dataTokens: tokens.length,
-    dataHash: hashTokens(tokens),
-  };
-}
+const tokens = MICRO_TOKENS;
 
 test('two data-parallel ranks end with the same weights, and the curve of one process up to sum order', async () => {
-  const single = await train({ settings: settings(), tokens, gemm: referenceGemm });
+  const single = await train({ settings: microRunSettings(1), tokens, gemm: referenceGemm });
   const world = await createLocalWorld(2);
   try {
     const runs = await Promise.all(
       world.map((comm) =>
-        train({ settings: settings(), tokens, gemm: referenceGemm, sync: new CollectiveGradSync(comm) }),
+        train({
+          settings: microRunSettings(1),
+          tokens,
+          gemm: referenceGemm,
+          sync: new CollectiveGradSync(comm),
+        }),
       ),
     );
     assert.deepEqual(runs[0]!.weights, runs[1]!.weights);

@@ -5,37 +5,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLocalWorld, type Communicator } from '../../collectives/index.js';
 import {
-  hashTokens,
   loadCheckpoint,
   train,
   type RunSettings,
   type TrainConfig,
   type TrainResult,
 } from '../../engine/train/index.js';
-import { MICRO_SHAPE } from '../../engine/train/testing.js';
+import { MICRO_TOKENS, microRunSettings } from '../../engine/train/testing.js';
 import { referenceGemm } from '../../kernels/backward/gemm.js';
 import { CollectiveGradSync } from './grad-sync.js';
 import { ShardedGradSync } from './sharded-sync.js';
 
-const tokens = Int32Array.from({ length: 500 }, (_, i) => (i * 5 + (i >> 3)) % 31);
-
-function settings(clip: number): RunSettings {
-  return {
-    shapeName: 'micro-test',
-    shape: MICRO_SHAPE,
-    seed: 4,
-    steps: 5,
-    batch: 3,
-    seq: 10,
-    lr: 1e-2,
-    warmup: 2,
-    minLrRatio: 0.1,
-    weightDecay: 0.1,
-    clip,
-    dataTokens: tokens.length,
-    dataHash: hashTokens(tokens),
-  };
-}
+const tokens = MICRO_TOKENS;
 
 /** A run on `size` local ranks, each with the sync `make` builds; rank 0 may checkpoint. */
 async function ranks(
@@ -69,8 +50,8 @@ const sharded = (c: Communicator): CollectiveGradSync => new ShardedGradSync(c);
 
 test('2 ranks, no clipping: the split optimizer gives the all-reduce run its curve and weights bit for bit', async () => {
   // clip 0: the update reads the summed gradient alone, which a reduce-scatter of 2 ranks sums as the all-reduce does
-  const plain = await ranks(2, settings(0), replicated);
-  const split = await ranks(2, settings(0), sharded);
+  const plain = await ranks(2, microRunSettings(0), replicated);
+  const split = await ranks(2, microRunSettings(0), sharded);
   for (const r of split) {
     assert.deepEqual(r.weights, plain[0]!.weights);
     assert.deepEqual(
@@ -82,8 +63,8 @@ test('2 ranks, no clipping: the split optimizer gives the all-reduce run its cur
 
 test('clipped, on 2 and 3 ranks: every rank holds the same weights, within 1e-6 of the all-reduce run', async () => {
   for (const size of [2, 3]) {
-    const plain = await ranks(size, settings(0.05), replicated);
-    const split = await ranks(size, settings(0.05), sharded);
+    const plain = await ranks(size, microRunSettings(0.05), replicated);
+    const split = await ranks(size, microRunSettings(0.05), sharded);
     // the same bits on every rank (3 ranks: buckets the ranks do not divide evenly travel padded)
     for (const r of split.slice(1)) assert.deepEqual(r.weights, split[0]!.weights);
     // the clipping norm is summed per rank first, then over ranks: its last bits may differ,
@@ -100,8 +81,8 @@ test('clipped, on 2 and 3 ranks: every rank holds the same weights, within 1e-6 
 test("rank 0's checkpoint holds every rank's moments: the all-reduce run's, bit for bit without clipping", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'tandem-sharded-'));
   try {
-    await ranks(2, settings(0), replicated, join(dir, 'plain.ckpt'));
-    await ranks(2, settings(0), sharded, join(dir, 'split.ckpt'));
+    await ranks(2, microRunSettings(0), replicated, join(dir, 'plain.ckpt'));
+    await ranks(2, microRunSettings(0), sharded, join(dir, 'split.ckpt'));
     const plain = await loadCheckpoint(join(dir, 'plain.ckpt'));
     const split = await loadCheckpoint(join(dir, 'split.ckpt'));
     assert.equal(split.step, 5);
@@ -116,13 +97,13 @@ test("rank 0's checkpoint holds every rank's moments: the all-reduce run's, bit 
 test("a split run stopped at update 3 and resumed from rank 0's checkpoint gives the uninterrupted curve bit for bit", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'tandem-sharded-'));
   try {
-    const whole = await ranks(2, settings(0.05), sharded);
+    const whole = await ranks(2, microRunSettings(0.05), sharded);
     const ckpt = join(dir, 'run.ckpt');
-    await ranks(2, settings(0.05), sharded, ckpt, { stopAfter: 3 });
+    await ranks(2, microRunSettings(0.05), sharded, ckpt, { stopAfter: 3 });
     const saved = await loadCheckpoint(ckpt);
     assert.equal(saved.step, 3);
     // every rank resumes from the checkpoint, as `train --nodes --resume` does
-    const rest = await ranks(2, settings(0.05), sharded, undefined, { resume: saved });
+    const rest = await ranks(2, microRunSettings(0.05), sharded, undefined, { resume: saved });
     for (const r of rest) {
       assert.deepEqual(r.weights, whole[0]!.weights);
       assert.deepEqual(
