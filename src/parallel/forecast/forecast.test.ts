@@ -18,9 +18,23 @@ import {
   sharedHostMachines,
   validateForecasts,
   validationSummary,
+  type Calibration,
   type Forecast,
   type ForecastInput,
 } from './index.js';
+
+/** 'this' calibrated as one thread of this VM (24 GB, 2 cores, 20 GB/s, 200 GFLOP/s), with `extra` terms. */
+const thisNode = (extra: Partial<Calibration> = {}): ForecastInput['machines'] =>
+  parseForecastMachines('this', {
+    date: '2026-11-29',
+    threads: 1,
+    memoryBytes: 24e9,
+    cpuCores: 2,
+    decodeBytesPerS: 20e9,
+    prefillFlopsPerS: 200e9,
+    layerOverheadMs: 0.1,
+    ...extra,
+  });
 
 const moe = tempModel('tandem-forecast-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 2 });
 
@@ -175,17 +189,7 @@ test('bad names are typed errors that say what to use', () => {
 test("a calibrated node's fixed costs: the step's once a token, the prefill's per layer and prompt token", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const machine = (step: number, prefill: number): ForecastInput['machines'] =>
-    parseForecastMachines('this', {
-      date: '2026-11-28',
-      threads: 1,
-      memoryBytes: 24e9,
-      cpuCores: 2,
-      decodeBytesPerS: 20e9,
-      prefillFlopsPerS: 200e9,
-      layerOverheadMs: 0.1,
-      stepOverheadMs: step,
-      prefillLayerTokenMs: prefill,
-    });
+    thisNode({ stepOverheadMs: step, prefillLayerTokenMs: prefill });
   const run = (step: number, prefill: number) =>
     forecastSplit({
       model,
@@ -207,16 +211,7 @@ test("a calibrated node's decode reads: the layers at their share of the stream 
   const read = (decodeLayerShare?: number): number =>
     forecastSplit({
       model,
-      machines: parseForecastMachines('this', {
-        date: '2026-11-29',
-        threads: 1,
-        memoryBytes: 24e9,
-        cpuCores: 2,
-        decodeBytesPerS: 20e9,
-        prefillFlopsPerS: 200e9,
-        layerOverheadMs: 0.1,
-        ...(decodeLayerShare === undefined ? {} : { decodeLayerShare }),
-      }),
+      machines: thisNode(decodeLayerShare === undefined ? {} : { decodeLayerShare }),
       link: findLink('10gbe'),
       engine: findEngine('tandem-cpu'),
       parallel: 'tp',
@@ -308,16 +303,10 @@ test("a node calibrated with the prefill probe: the layers' GEMMs, attention at 
   const probed = (attention: number, width: number): Forecast =>
     forecastSplit({
       model,
-      machines: parseForecastMachines('this', {
-        date: '2026-11-29',
-        threads: 1,
-        memoryBytes: 24e9,
-        cpuCores: 2,
-        decodeBytesPerS: 20e9,
+      machines: thisNode({
         prefillFlopsPerS: 100e9,
         prefillAttentionFlopsPerS: attention,
         prefillShape: { hidden: width, heads: 32, kvHeads: 4, headDim: 64, ff: 5632, tokens: 128 },
-        layerOverheadMs: 0.1,
         prefillLayerTokenMs: 0.01,
       }),
       link: findLink('10gbe'),
