@@ -23,18 +23,21 @@ import {
   type ForecastInput,
 } from './index.js';
 
-/** 'this' calibrated as one thread of this VM (24 GB, 2 cores, 20 GB/s, 200 GFLOP/s), with `extra` terms. */
+/** A calibration of one thread of this VM (24 GB, 2 cores, 20 GB/s, 200 GFLOP/s), with `extra` terms. */
+const thisCalibration = (extra: Partial<Calibration> = {}): Calibration => ({
+  date: '2026-11-29',
+  threads: 1,
+  memoryBytes: 24e9,
+  cpuCores: 2,
+  decodeBytesPerS: 20e9,
+  prefillFlopsPerS: 200e9,
+  layerOverheadMs: 0.1,
+  ...extra,
+});
+
+/** 'this' as thisCalibration(extra) measured it. */
 const thisNode = (extra: Partial<Calibration> = {}): ForecastInput['machines'] =>
-  parseForecastMachines('this', {
-    date: '2026-11-29',
-    threads: 1,
-    memoryBytes: 24e9,
-    cpuCores: 2,
-    decodeBytesPerS: 20e9,
-    prefillFlopsPerS: 200e9,
-    layerOverheadMs: 0.1,
-    ...extra,
-  });
+  parseForecastMachines('this', thisCalibration(extra));
 
 const moe = tempModel('tandem-forecast-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 2 });
 
@@ -250,26 +253,19 @@ test("per step on the link: tandem's tensor parallel gathers the logits, a pipel
 test("a calibrated machine's wake-up: each pipeline hand-off and the token's broadcast wake a stage that slept, each tensor-parallel exchange waits for one", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const link = { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' };
-  const calibration = (wakeMs: number) => ({
-    date: '2026-11-28',
-    threads: 1,
-    memoryBytes: 24e9,
-    cpuCores: 2,
-    decodeBytesPerS: 20e9,
-    prefillFlopsPerS: 200e9,
-    layerOverheadMs: 0.1,
-    wakeMs,
-  });
-  const latency = (parallel: 'tp' | 'pp', wakeMs: number): number =>
+  const calibration = (wakeMs: number): Calibration => thisCalibration({ wakeMs });
+  const linkLatency = (machines: ForecastInput['machines'], parallel: 'tp' | 'pp'): number =>
     forecastSplit({
       model,
-      machines: parseForecastMachines('3x this', calibration(wakeMs)),
+      machines,
       link,
       engine: findEngine('tandem-cpu'),
       parallel,
       promptTokens: 16,
       context: 64,
     }).terms.link_latency_ms;
+  const latency = (parallel: 'tp' | 'pp', wakeMs: number): number =>
+    linkLatency(parseForecastMachines('3x this', calibration(wakeMs)), parallel);
   // 3 stages: 2 hand-offs and a broadcast wake a sleeper
   assert.ok(Math.abs(latency('pp', 5) - latency('pp', 0) - 3 * 5) < 1e-9);
   // tensor parallel: each of a layer's 2 all-reduces and the logits' gather waits for a peer
@@ -278,9 +274,8 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
   // nodes sharing a host with a measured exchange pay it on each exchange instead, and the
   // wake-up only where a pipeline hands off
   const shared = (parallel: 'tp' | 'pp', exchangeMs: number): number =>
-    forecastSplit({
-      model,
-      machines: sharedHostMachines({
+    linkLatency(
+      sharedHostMachines({
         nodes: 3,
         perNode: calibration(5),
         together: calibration(5),
@@ -288,12 +283,8 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
         concurrent: parallel === 'tp',
         exchangeMs,
       }),
-      link,
-      engine: findEngine('tandem-cpu'),
       parallel,
-      promptTokens: 16,
-      context: 64,
-    }).terms.link_latency_ms;
+    );
   assert.ok(Math.abs(shared('tp', 0.5) - latency('tp', 0) - (2 * model.layers.length + 1) * 0.5) < 1e-9);
   assert.ok(Math.abs(shared('pp', 0.5) - latency('pp', 5)) < 1e-9);
 });
