@@ -45,7 +45,7 @@ export async function forwardBatchOnRank(
   if (rowsTravelAlone(ctx)) return stageForwardRows(ctx, caches, tokens);
   const rows: Float32Array[] = [];
   for (const [t, cache] of caches.entries()) {
-    const logits = await stageForward(ctx, cache, [tokens[t] as number], 1);
+    const logits = await stageForward(ctx, cache, [tokens[t] as number], [1]);
     if (logits) rows.push(logits);
   }
   return rows.length === caches.length ? rows : undefined;
