@@ -60,6 +60,7 @@ interface HostCalibration {
   perNode: Calibration;
   together: Calibration;
   exchangeMs?: number;
+  prefillExchangeMs?: number;
 }
 
 /**
@@ -70,6 +71,19 @@ function exchangeChunkMs(model: ModelBytes, c: Calibration, nodes: number): numb
   const layerBytes = model.layers.reduce((a, l) => a + l.active, 0) / model.layers.length;
   const readMs = (layerBytes / nodes / (c.decodeBytesPerS * (c.decodeLayerShare ?? 1))) * 1000;
   return (readMs + c.layerOverheadMs) / 2;
+}
+
+/**
+ * What a tensor-parallel rank computes between two exchanges of a prefill, ms: its share of
+ * one node's forecast prefill of the prompt, halved per layer (2 all-reduces a layer).
+ */
+function prefillChunkMs(
+  model: ModelBytes,
+  host: HostCalibration,
+  at: { nodes: number; link: LinkSpec; promptTokens: number; tokens: number },
+): number {
+  const one = forecastNodes(model, host, { ...at, nodes: 1, parallel: 'tp' });
+  return ((at.promptTokens / one.prefill_tok_s) * 1000) / at.nodes / (2 * model.layers.length);
 }
 
 /** The exchange of `nodes` tensor-parallel ranks (measureExchangeMs); undefined for a pipeline, which has none. */
@@ -204,21 +218,32 @@ export async function benchPlanCluster(o: {
           together: await nodesStream(await bracketed(together, before.together), before.nodes, o),
           ...exchangeAt((xs) => (xs[0]! + xs[1]!) / 2),
         };
+        // a prefill's exchanges come after a rank's share of the whole prompt: measured once, after the run
+        const linkAt = { nodes: o.nodes, link, promptTokens: o.promptTokens, tokens: o.tokens };
+        const chunkMs = parallel === 'tp' ? prefillChunkMs(model, host, linkAt) : 0;
+        const prefillExchange =
+          parallel === 'tp'
+            ? { prefillExchangeMs: await measureExchangeMs({ ranks: o.nodes, chunkMs }) }
+            : {};
+        Object.assign(host, prefillExchange);
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
         const low: HostCalibration = {
           perNode: { ...atRange(host.perNode).low, wakeMs: Math.max(...wakes) },
           together: atRange(host.together).low,
           ...exchangeAt((xs) => Math.max(...xs)),
+          ...prefillExchange,
         };
         const high: HostCalibration = {
           perNode: { ...atRange(host.perNode).high, wakeMs: Math.min(...wakes) },
           together: atRange(host.together).high,
           ...exchangeAt((xs) => Math.min(...xs)),
+          ...prefillExchange,
         };
         o.log(
           `${tag}: wake-up ${wakes.map((w) => w.toFixed(3)).join(' / ')} ms` +
             (exchanges.length > 0
-              ? `, a ${o.nodes}-rank exchange ${exchanges.map((x) => x.toFixed(3)).join(' / ')} ms`
+              ? `, a ${o.nodes}-rank exchange ${exchanges.map((x) => x.toFixed(3)).join(' / ')} ms` +
+                `, ${host.prefillExchangeMs!.toFixed(3)} ms after a prefill's ${chunkMs.toFixed(1)} ms chunk`
               : '') +
             ' (before / after the run)',
         );

@@ -289,6 +289,36 @@ test("a calibrated machine's wake-up: each pipeline hand-off and the token's bro
   assert.ok(Math.abs(shared('pp', 0.5) - latency('pp', 5)) < 1e-9);
 });
 
+test("nodes sharing a host: a prefill's exchanges pay the exchange measured after a prefill's chunk, a decode step's the decode one", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const at = (prefillExchangeMs?: number): Forecast =>
+    forecastSplit({
+      model,
+      machines: sharedHostMachines({
+        nodes: 3,
+        perNode: thisCalibration({ wakeMs: 5 }),
+        together: thisCalibration({ wakeMs: 5 }),
+        cores: 2,
+        concurrent: true,
+        exchangeMs: 0.5,
+        ...(prefillExchangeMs !== undefined ? { prefillExchangeMs } : {}),
+      }),
+      link: { id: 'l', name: 'l', latencyUs: 100, bandwidthGBs: 1, source: 'test' },
+      engine: findEngine('tandem-cpu'),
+      parallel: 'tp',
+      promptTokens: 128,
+      context: 192,
+    });
+  // a layer's 2 all-reduces; the logits' gather follows the one-token head, as in a decode step
+  const exchanges = 2 * model.layers.length;
+  const [plain, measured] = [at(), at(4)];
+  assert.equal(measured.terms.link_latency_ms, plain.terms.link_latency_ms, 'the decode step is unchanged');
+  assert.ok(
+    Math.abs(measured.ttft_ms - plain.ttft_ms - exchanges * (4 - 0.5)) < 1e-6,
+    'each prefill exchange pays 4 ms',
+  );
+});
+
 test("a node calibrated with the prefill probe: the layers' GEMMs, attention at its own rate, the head's last token, the per-token cost at the model's width", () => {
   const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
   const probed = (attention: number, width: number): Forecast =>

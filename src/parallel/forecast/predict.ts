@@ -30,6 +30,12 @@ export interface ForecastRates {
    */
   exchangeMs?: number;
   /**
+   * The same during a prefill, where a rank computes its share of a whole prompt between two
+   * exchanges: on a host with more ranks than cores the latest rank then arrives later (it
+   * was preempted for longer); where absent, `exchangeMs`.
+   */
+  prefillExchangeMs?: number;
+  /**
    * A machine calibrated with the prefill probe: causal attention's FLOP/s (attention then is
    * not charged at `prefillFlopsPerS`, which is the GEMMs' rate), and the width the probe's
    * per-token cost was measured at (it scales with the model's).
@@ -273,6 +279,10 @@ function linkTimes(
   const woken = { latency: wake, wire: 0 };
   const exchange = Math.max(...input.machines.map((m) => m.rates?.exchangeMs ?? m.rates?.wakeMs ?? 0));
   const met = { latency: exchange, wire: 0 };
+  const prefillExchange = Math.max(
+    ...input.machines.map((m) => m.rates?.prefillExchangeMs ?? m.rates?.exchangeMs ?? m.rates?.wakeMs ?? 0),
+  );
+  const metInPrefill = { latency: prefillExchange, wire: 0 };
   const add = (times: number, s: LinkTime, pre?: LinkTime): void => {
     step.latency += times * s.latency;
     step.wire += times * s.wire;
@@ -287,8 +297,8 @@ function linkTimes(
     );
     // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
     // then sleeps; a peer preempted mid-layer arrives late, and the sleeper wakes. Measured
-    // as such on nodes sharing a host (exchangeMs); elsewhere a full wake-up each
-    add(2 * layers, met, met);
+    // as such on nodes sharing a host (exchangeMs, prefillExchangeMs); elsewhere a full wake-up each
+    add(2 * layers, met, metInPrefill);
     // an all-gather moves (n-1)/n of the logits in as many latency steps as an all-reduce;
     // only the last stage's group computes logits
     const gather = allReduceMs(group, model.vocab * LOGIT_BYTES, link);

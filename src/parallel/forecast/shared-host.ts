@@ -24,6 +24,8 @@ export function sharedHostMachines(o: {
   concurrent: boolean;
   /** ms a tensor-parallel exchange of these nodes costs beyond the link (measured; see ForecastRates). */
   exchangeMs?: number;
+  /** The same between a prefill's longer chunks (see ForecastRates). */
+  prefillExchangeMs?: number;
 }): ForecastMachine[] {
   const { nodes: n, perNode } = o;
   const together = o.concurrent
@@ -46,6 +48,7 @@ export function sharedHostMachines(o: {
     prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
     wakeMs: own.wakeMs!,
     ...(o.exchangeMs !== undefined ? { exchangeMs: o.exchangeMs } : {}),
+    ...(o.prefillExchangeMs !== undefined ? { prefillExchangeMs: o.prefillExchangeMs } : {}),
     ...(own.prefillAttentionFlopsPerS !== undefined
       ? {
           prefillAttentionFlopsPerS: Math.min(
