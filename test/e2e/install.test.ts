@@ -6,9 +6,9 @@
 // bin/setup.sh's PATH step is checked the same way, against a temporary npm prefix.
 import assert from 'node:assert/strict';
 import { spawnSync, type SpawnSyncOptions } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, delimiter, dirname, join, resolve } from 'node:path';
+import { basename, delimiter, dirname, join, relative, resolve } from 'node:path';
 import { after, test } from 'node:test';
 
 const root = resolve(import.meta.dirname, '..', '..');
@@ -65,34 +65,53 @@ test(
       [],
       'tests stay out of the package',
     );
-    // Each runtime dependency as a tarball of its installed folder (npm strips the top directory).
+    // Each runtime dependency as a tarball of its installed folder (npm strips the top
+    // directory), placed where this checkout's lockfile places it: a lockfile for the prefix
+    // names every package's tarball, so npm resolves nothing (a package installed in two
+    // versions, as sonic-boom is, would otherwise send it to the registry for the other).
     const deps = sh(npm, ['ls', '--omit=dev', '--all', '--parseable'], { cwd: root })
       .split('\n')
       .slice(1)
       .filter((p) => p.includes('node_modules'));
     assert.ok(deps.length > 0, 'the package has runtime dependencies');
-    const depTars = [...new Set(deps)].map((p, i) => {
+    const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8')) as {
+      packages: Record<string, Record<string, unknown>>;
+    };
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as Record<string, unknown>;
+    const packages: Record<string, Record<string, unknown>> = {};
+    [...new Set(deps)].forEach((p, i) => {
       const out = join(packed, `dep-${i}-${basename(p)}.tar`);
       sh('tar', ['-cf', out, '-C', dirname(p), basename(p)]);
-      return out;
+      const key = relative(root, p);
+      const { integrity: _, ...entry } = lock.packages[key] ?? {};
+      packages[key] = { ...entry, resolved: `file:${out}` };
     });
+    // optional packages for other platforms stay as locked: npm skips them without a fetch
+    for (const [key, entry] of Object.entries(lock.packages))
+      if (key.startsWith('node_modules/') && !(key in packages) && !entry.dev) packages[key] = entry;
+    const spec = `file:${join(packed, tarball)}`;
+    packages['node_modules/tandem'] = {
+      version: pkg.version,
+      resolved: spec,
+      dependencies: pkg.dependencies,
+      bin: pkg.bin,
+    };
+    packages[''] = { name: 'prefix', dependencies: { tandem: spec } };
     const prefix = join(dir, 'prefix');
     mkdirSync(prefix);
+    writeFileSync(
+      join(prefix, 'package.json'),
+      JSON.stringify({ name: 'prefix', dependencies: { tandem: spec } }),
+    );
+    writeFileSync(
+      join(prefix, 'package-lock.json'),
+      JSON.stringify({ name: 'prefix', lockfileVersion: 3, requires: true, packages }),
+    );
+    // an empty cache of its own: whatever npm would download, it cannot
     sh(
       npm,
-      [
-        'install',
-        '--prefix',
-        prefix,
-        '--offline',
-        '--ignore-scripts',
-        '--no-audit',
-        '--no-fund',
-        '--no-save',
-        join(packed, tarball),
-        ...depTars,
-      ],
-      { cwd: dir },
+      ['ci', '--offline', '--ignore-scripts', '--no-audit', '--no-fund', '--cache', join(dir, 'npm-cache')],
+      { cwd: prefix },
     );
     const bin = join(prefix, 'node_modules', '.bin');
     const help = tandem(bin, ['--help']);
