@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Communicator } from '../collectives/communicator.js';
 import { TandemError } from '../errors/index.js';
 import { generate, greedy, type TokenPicker } from '../engine/generate/generate.js';
@@ -180,6 +181,11 @@ export async function stageForward(
   let lastHidden: Float32Array | undefined;
   let b = 0;
   for (const n of pieces) {
+    // A turn of the event loop before the next piece's layers: the communicator sends in
+    // order, and a send written from the caller's memory settles on its completion, which
+    // only a turn polls; without it the pieces after the first left only once this stage
+    // had computed them all, and the next stage waited.
+    if (sends.length > 0) await nextTurn();
     const a = b;
     b = a + n;
     const x = new Float32Array(n * width);
