@@ -135,22 +135,21 @@ function forecastNodes(
   host: HostCalibration,
   o: { nodes: number; parallel: 'tp' | 'pp'; link: LinkSpec; promptTokens: number; tokens: number },
 ): Record<Figure, number> {
-  return forecastSplit({
-    model,
-    // a pipeline's stages take turns on one sequence; tensor-parallel ranks work at once
-    machines: sharedHostMachines({
-      nodes: o.nodes,
-      ...host,
-      cores: availableParallelism(),
-      concurrent: o.parallel === 'tp',
-    }),
-    link: o.link,
-    engine: findEngine('tandem-cpu'),
-    parallel: o.parallel,
-    promptTokens: o.promptTokens,
-    context: o.promptTokens + o.tokens,
-    wireBytes: 4,
-  });
+  const at = (concurrent: boolean): Record<Figure, number> =>
+    forecastSplit({
+      model,
+      machines: sharedHostMachines({ nodes: o.nodes, ...host, cores: availableParallelism(), concurrent }),
+      link: o.link,
+      engine: findEngine('tandem-cpu'),
+      parallel: o.parallel,
+      promptTokens: o.promptTokens,
+      context: o.promptTokens + o.tokens,
+      wireBytes: 4,
+    });
+  // tensor-parallel ranks work at once; a pipeline's stages take turns on a decode step and
+  // work at once on a prefill's micro-batches
+  if (o.parallel === 'tp') return at(true);
+  return { decode_tok_s: at(false).decode_tok_s, prefill_tok_s: at(true).prefill_tok_s };
 }
 
 /**

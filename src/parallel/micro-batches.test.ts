@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { microBatches } from './runner.js';
+import { microBatches } from './micro-batches.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
 
 const sum = (a: readonly number[]): number => a.reduce((x, y) => x + y, 0);

@@ -2,7 +2,8 @@ import type { SequenceCache } from '../engine/kv/kv-cache.js';
 import { Model } from '../engine/model/model.js';
 import { q8BlockSize } from '../kernels/q8.js';
 import type { ParallelPlan } from './plan.js';
-import { microBatches, stageForward, type RankContext } from './runner.js';
+import { microBatches } from './micro-batches.js';
+import { stageForward, type RankContext } from './runner.js';
 import { decodeWire, encodeWire, wireBuffer } from './wire.js';
 
 /**

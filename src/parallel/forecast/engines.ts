@@ -21,6 +21,11 @@ export interface EngineModel {
    * (tandem: ShardComm.allGatherLogits); mlx-lm's tensor-parallel shard keeps the head whole.
    */
   shardsHead?: boolean;
+  /**
+   * A pipeline's prefill goes in micro-batches, stage s + 1 working on one while stage s works
+   * on the next (tandem: microBatches, stageForward); elsewhere the stages take the prompt in turn.
+   */
+  pipelinesPrefill?: boolean;
   /** Where the numbers come from; `validated` says whether measured cases check them. */
   basis: string;
   validated: boolean;
@@ -58,6 +63,7 @@ export const engines: Record<EngineId, EngineModel> = {
     id: 'tandem-cpu',
     device: () => 'cpu',
     shardsHead: true,
+    pipelinesPrefill: true,
     decodeEfficiency: { cpu: 0.6, gpu: 0.6 },
     layerOverheadMs: { cpu: 0.03, gpu: 0.03 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.25 },
@@ -69,6 +75,7 @@ export const engines: Record<EngineId, EngineModel> = {
     ...llamaCpp,
     id: 'tandem-gpu',
     shardsHead: true,
+    pipelinesPrefill: true,
     device: (m) => (m.gpuTflops !== undefined ? 'gpu' : 'cpu'),
     decodeEfficiency: { cpu: 0.6, gpu: 0.885 * 0.7 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.634 * 0.5 },

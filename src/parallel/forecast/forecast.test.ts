@@ -353,3 +353,25 @@ test('the prefill probe stands for a model with its own layer: width, heads, KV 
   const llama = prefillShapeOf(bytesFromShape(findModelShape('llama-3.1-8b'), 'q4_k_m'), 512);
   assert.deepEqual(llama, { hidden: 4096, heads: 32, kvHeads: 8, headDim: 128, ff: 14336, tokens: 512 });
 });
+
+test("tandem's pipeline prefill: its micro-batches overlap the stages, an engine without them takes the prompt stage by stage", () => {
+  const model = bytesFromShape(findModelShape('tinyllama-1.1b'), 'q8_0');
+  const prefillMs = (pipelines: boolean): number =>
+    forecastSplit({
+      model,
+      machines: parseForecastMachines('2x this', thisCalibration({ wakeMs: 0 })),
+      link: { id: 'l', name: 'l', latencyUs: 0, bandwidthGBs: 1e9, source: 'test' },
+      engine: { ...findEngine('tandem-cpu'), pipelinesPrefill: pipelines },
+      parallel: 'pp',
+      promptTokens: 128,
+      context: 192,
+    }).ttft_ms;
+  const [turns, overlapped] = [prefillMs(false), prefillMs(true)];
+  // 2 stages of nearly equal time S / 2 and 4 pieces of 32 tokens: (S + 3 S / 2) / 4 = 0.625 S
+  assert.ok(
+    overlapped > 0.6 * turns && overlapped < 0.7 * turns,
+    `${overlapped} ms against ${turns} ms in turns`,
+  );
+  assert.equal(findEngine('tandem-cpu').pipelinesPrefill, true);
+  assert.ok(!findEngine('llama.cpp').pipelinesPrefill);
+});

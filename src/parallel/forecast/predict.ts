@@ -2,6 +2,7 @@ import type { EngineModel } from './engines.js';
 import type { LinkSpec } from './links.js';
 import type { MachineSpec, MemoryConfig } from './machine-catalog.js';
 import type { ModelBytes } from './model-bytes.js';
+import { microBatches } from '../micro-batches.js';
 
 /**
  * A machine's rates under an engine: weight bytes a second in decode, FLOP/s in prefill, ms a
@@ -399,7 +400,7 @@ export function forecastSplit(input: ForecastInput): Forecast {
     link_latency_ms: 0,
     link_bytes_ms: 0,
   };
-  let prefillMs = 0;
+  const stageMs: number[] = [];
   for (const stage of stages) {
     const slowest = stage.reduce((a, r) =>
       per_machine[r]!.read_ms + per_machine[r]!.overhead_ms >
@@ -410,10 +411,15 @@ export function forecastSplit(input: ForecastInput): Forecast {
     terms.read_ms += per_machine[slowest]!.read_ms;
     terms.overhead_ms += per_machine[slowest]!.overhead_ms;
     const last = stage === stages[stages.length - 1];
-    prefillMs += Math.max(
-      ...stage.map((r) => rankPrefillMs(input, rates[r]!, costs[r]!, placement[r]!, last)),
+    stageMs.push(
+      Math.max(...stage.map((r) => rankPrefillMs(input, rates[r]!, costs[r]!, placement[r]!, last))),
     );
   }
+  // in micro-batches the stages overlap: the first piece passes every stage, each further one
+  // adds the slowest stage's time for a piece
+  const pieces =
+    input.engine.pipelinesPrefill && stages.length > 1 ? microBatches(T, stages.length).length : 1;
+  let prefillMs = (stageMs.reduce((a, b) => a + b, 0) + (pieces - 1) * Math.max(...stageMs)) / pieces;
   const onLink = linkTimes(input, stages, costs);
   terms.link_latency_ms = onLink.step.latency;
   terms.link_bytes_ms = onLink.step.wire;
