@@ -5,7 +5,7 @@ import { statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { TandemError, errorCodes, type ErrorCode } from '../src/errors/index.js';
 import { GgufModelFile, configFromMetadata } from '../src/engine/index.js';
-import { JsonChildError, runJsonChild } from '../src/engine/testing/json-child.js';
+import { JsonChildError, runJsonChild } from '../src/util/json-child.js';
 import type { KernelsChoice } from '../src/kernels/webgpu/index.js';
 import { formatTable } from './table.js';
 

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { streamCompletion } from '../src/api/sse-reader.js';
 import { TandemError } from '../src/errors/index.js';
-import { runJsonChild } from '../src/engine/testing/json-child.js';
+import { runJsonChild } from '../src/util/json-child.js';
 import { benchPromptFor } from './model.js';
 import { formatTable } from './table.js';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { runJsonChild } from '../engine/testing/json-child.js';
+import { runJsonChild } from '../util/json-child.js';
 import { TandemError } from '../errors/index.js';
 
 /** How long a child may take to set its sampler up (512 MiB uploaded), and to sample. */

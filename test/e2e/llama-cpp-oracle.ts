@@ -1,6 +1,6 @@
 // Runs models in llama.cpp (node-llama-cpp) in a child process and returns their logits.
 import { fileURLToPath } from 'node:url';
-import { runJsonChild } from '../../src/engine/testing/json-child.js';
+import { runJsonChild } from '../../src/util/json-child.js';
 
 export interface OracleJob {
   modelPath: string;

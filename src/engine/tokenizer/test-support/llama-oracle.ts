@@ -1,6 +1,6 @@
 // Runs llama.cpp's tokenizer (through node-llama-cpp) on a GGUF file in a child process.
 import { fileURLToPath } from 'node:url';
-import { runJsonChild } from '../../testing/json-child.js';
+import { runJsonChild } from '../../../util/json-child.js';
 
 /** One vocabulary file and what to ask llama.cpp about it. */
 export interface OracleJob {

@@ -1,6 +1,7 @@
 // Runs a TypeScript script in a child process (node --import tsx) with a JSON request on
-// stdin and parses the JSON it prints on stdout. The llama.cpp oracles of the tests use it:
-// a llama.cpp assertion aborts the whole process, so llama.cpp always runs in a child.
+// stdin and parses the JSON it prints on stdout: the llama.cpp oracles of the tests, the
+// benchmarks' engine runs and bench plan's concurrent stream probes (calibrate-together.ts).
+// A llama.cpp assertion aborts the whole process, so llama.cpp always runs in a child.
 import { spawn } from 'node:child_process';
 
 // Resolved here so the child finds tsx whatever the working directory.
