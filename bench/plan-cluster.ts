@@ -7,14 +7,18 @@ import { calibrate, streamSamples, withStreamSamples } from '../src/cluster/cali
 import { concurrentStreamSamples } from '../src/cluster/calibrate-together.js';
 import { measureExchangeMs } from '../src/cluster/calibrate-exchange.js';
 import { measureWakeMs } from '../src/cluster/calibrate-wake.js';
+import { exchangeSpin } from '../src/cluster/node-agent.js';
 import { runCollectivesBench } from '../src/collectives/bench.js';
+import { microBatches } from '../src/parallel/micro-batches.js';
 import type { ProviderName } from '../src/fabric/index.js';
 import {
+  allReduceMs,
   bytesFromGguf,
   findEngine,
   forecastSplit,
   measuredLink,
   prefillShapeOf,
+  pipelinePrefillMs,
   sharedHostMachines,
   type Calibration,
   type LinkSpec,
@@ -54,6 +58,38 @@ async function measureLocalLink(provider: ProviderName, bytes: number): Promise<
   );
   const at = (b: number): number => rows.find((r) => r.bytes === b)!.time_us;
   return measuredLink({ provider, smallUs: at(bytes), largeBytes: large, largeUs: at(large) });
+}
+
+/**
+ * What a prefill's tensor-parallel exchange costs beyond the link, ms: `nodes` rank processes
+ * of `threads` over `provider` each compute a chunk of `chunkMs` (a rank's share of a layer
+ * half of the prompt) and then sum the prompt's activations (`bytes`, f32) with the nodes' own
+ * exchange (TpExchange's DirectExchange, its waits spinning as a node's do), as a prefill's
+ * layers do; the mean call less what the forecast charges the link for it. On a host with
+ * more ranks than cores this holds what the 2-rank link probe cannot: a rank preempted
+ * mid-chunk arrives late, and the ranks' copies share the cores they compute on.
+ */
+async function prefillExchangeMs(o: {
+  provider: ProviderName;
+  nodes: number;
+  threads: number;
+  bytes: number;
+  chunkMs: number;
+  link: LinkSpec;
+}): Promise<number> {
+  const [row] = await runCollectivesBench(
+    {
+      op: 'tp-exchange',
+      ranks: o.nodes,
+      provider: o.provider,
+      sizes: [o.bytes],
+      computeMs: o.chunkMs,
+      spin: exchangeSpin(o.nodes, o.threads),
+    },
+    () => {},
+  );
+  const onLink = allReduceMs(o.nodes, o.bytes, o.link, true);
+  return Math.max(0, row!.time_us / 1000 - onLink.latency - onLink.wire);
 }
 
 interface HostCalibration {
@@ -147,9 +183,17 @@ function forecastNodes(
       wireBytes: 4,
     });
   // tensor-parallel ranks work at once; a pipeline's stages take turns on a decode step and
-  // work at once on a prefill's micro-batches
+  // work at once on a prefill's micro-batches, all of them only in the middle slots
   if (o.parallel === 'tp') return at(true);
-  return { decode_tok_s: at(false).decode_tok_s, prefill_tok_s: at(true).prefill_tok_s };
+  const alone = at(false);
+  const ms = (f: Record<Figure, number>): number => (o.promptTokens / f.prefill_tok_s) * 1000;
+  const prefillMs = pipelinePrefillMs({
+    stages: o.nodes,
+    pieces: microBatches(o.promptTokens, o.nodes).length,
+    aloneMs: ms(alone),
+    togetherMs: ms(at(true)),
+  });
+  return { decode_tok_s: alone.decode_tok_s, prefill_tok_s: (o.promptTokens / prefillMs) * 1000 };
 }
 
 /**
@@ -222,7 +266,16 @@ export async function benchPlanCluster(o: {
         const chunkMs = parallel === 'tp' ? prefillChunkMs(model, host, linkAt) : 0;
         const prefillExchange =
           parallel === 'tp'
-            ? { prefillExchangeMs: await measureExchangeMs({ ranks: o.nodes, chunkMs }) }
+            ? {
+                prefillExchangeMs: await prefillExchangeMs({
+                  provider,
+                  nodes: o.nodes,
+                  threads: o.threads,
+                  bytes: o.promptTokens * model.hidden * 4,
+                  chunkMs,
+                  link,
+                }),
+              }
             : {};
         Object.assign(host, prefillExchange);
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);

@@ -4,10 +4,17 @@ import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from './communicator.js';
 import { createCommunicator } from './create-communicator.js';
+import { DirectExchange } from './one-sided/index.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
 
-export type BenchOp = 'all-reduce' | 'all-gather' | 'reduce-scatter' | 'broadcast' | 'all-to-all';
+/**
+ * The collectives' calls, and `tp-exchange`: tensor parallel's sum of partial results
+ * (DirectExchange: each rank writes its whole part into every peer's slot, then every rank
+ * sums the parts in one fixed order), as a tensor-parallel layer's all-reduce runs it.
+ */
+export type BenchOp =
+  'all-reduce' | 'all-gather' | 'reduce-scatter' | 'broadcast' | 'all-to-all' | 'tp-exchange';
 
 export interface RankConfig {
   rank: number;
@@ -19,6 +26,15 @@ export interface RankConfig {
   /** Bytes per size in nccl-tests terms (see bench/collectives.ts). */
   sizes: number[];
   iterations?: number;
+  /**
+   * When set, every call follows `computeMs` of arithmetic on each rank (a tensor-parallel
+   * layer's share of a prompt before its exchange) and a row's time is the mean, over the
+   * ranks and the calls, of each call from the rank's arrival to its leaving: the wait for the
+   * latest rank (a rank preempted mid-chunk arrives late) and the transfer.
+   */
+  computeMs?: number;
+  /** tp-exchange: how its waits busy-poll (DirectExchangeOptions.spin; a node's exchangeSpin). */
+  spin?: boolean | number;
 }
 
 /**
@@ -95,8 +111,26 @@ function operation(
       const counts = new Array<number>(n).fill(per);
       return () => c.allToAll(d, counts, counts);
     }
+    case 'tp-exchange': {
+      const d = new Float32Array(elems).fill(c.rank);
+      let ex: Promise<DirectExchange> | undefined;
+      return async () => {
+        // connected by every rank's first call (a collective over the group), closed at the end
+        ex ??= DirectExchange.connect({
+          group: c,
+          provider: config.provider,
+          host: '127.0.0.1',
+          secret: 'tandem-bench',
+          ...(config.spin !== undefined ? { spin: config.spin } : {}),
+        }).then((e) => (exchanges.push(e), e));
+        await (await ex).allReduceSum(d);
+      };
+    }
   }
 }
+
+/** The tp-exchanges this rank connected, closed before its communicator. */
+const exchanges: DirectExchange[] = [];
 
 /**
  * Runs `each.length` calls, each one's duration (ms) into `each`; returns the total (ms). The
@@ -160,8 +194,54 @@ const comm = await createCommunicator({
   connectTimeoutMs: Number(process.env.TANDEM_NODE_START_MS) || 60_000,
   onListening: (a) => print(`LISTENING ${a}`),
 });
+/**
+ * Arithmetic that takes `ms` at this rank's fastest (calibrated once): the chunk before each
+ * call in computeMs mode. Its result goes to `sunk` so that it is not optimised away.
+ */
+function chunkOf(ms: number): () => void {
+  const buf = new Float64Array(4096).fill(1.5);
+  const work = (reps: number): void => {
+    let s = 0;
+    for (let r = 0; r < reps; r++) for (let i = 0; i < buf.length; i++) s += (buf[i] as number) * 1.0000001;
+    sunk.value += s;
+  };
+  let per = Infinity;
+  for (let t = 0; t < 5; t++) {
+    const t0 = performance.now();
+    work(4);
+    per = Math.min(per, (performance.now() - t0) / 4);
+  }
+  const reps = Math.max(1, Math.round(ms / Math.max(per, 1e-4)));
+  return () => work(reps);
+}
+const sunk = { value: 0 };
+
+/** computeMs mode: `iters` untimed rounds, then `iters` timed ones; the mean call, ms, over all ranks. */
+async function afterChunks(run: () => Promise<unknown>, computeMs: number, iters: number): Promise<number> {
+  const chunk = chunkOf(computeMs);
+  let spent = 0;
+  for (let i = 0; i < 2 * iters; i++) {
+    chunk();
+    const arrived = performance.now();
+    await run();
+    if (i >= iters) spent += performance.now() - arrived;
+  }
+  const sum = Float32Array.of(spent / iters);
+  await comm.allReduce(sum, { op: 'sum', algorithm: 'mesh' });
+  return (sum[0] as number) / comm.size;
+}
+
 for (const bytes of config.sizes) {
   const run = operation(comm, config.op, bytes, config.algorithm);
+  if (config.computeMs !== undefined) {
+    const iters = iterationsFor(bytes, config.iterations);
+    const us = (await afterChunks(run, config.computeMs, iters)) * 1000;
+    if (config.rank === 0)
+      print(
+        `ROW ${JSON.stringify({ bytes, time_us: us, p50_us: us, iterations: iters, algorithm: config.algorithm ?? 'auto', chosen: comm.lastAlgorithm ?? 'mesh' })}`,
+      );
+    continue;
+  }
   const iters = iterationsFor(bytes, config.iterations);
   await warmUp(run, warmupsFor(bytes, iters), WARMUP_MS); // ends with a barrier
   // the mean as the anchor takes it: one clock reading before and after the calls (a reading
@@ -187,5 +267,6 @@ for (const bytes of config.sizes) {
       `ROW ${JSON.stringify({ bytes, time_us: worst[0], p50_us: worst[1], iterations: iters, algorithm: config.algorithm ?? 'auto', chosen })}`,
     );
 }
+for (const e of exchanges) await e.close();
 await comm.close();
 print('DONE');

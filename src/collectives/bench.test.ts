@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkCollectiveGoals, fasterRows, toRow, type AnchorRow } from './bench.js';
+import { checkCollectiveGoals, fasterRows, runCollectivesBench, toRow, type AnchorRow } from './bench.js';
 
 const ompi = (btl: string, bytes: number, time_us: number, busbw_GBps: number): AnchorRow => ({
   anchor: 'openmpi-allreduce',
@@ -79,4 +79,27 @@ test("rounds keep, per size, the faster row, in the first round's order, and add
     ],
   );
   assert.equal(kept[1], r2[1], "the faster round's row itself, with its algbw and busbw");
+});
+
+test("with computeMs a row times each call from the rank's arrival, not its chunk of arithmetic", async () => {
+  // one rank: its all-reduce has nobody to wait for, so a call is far shorter than the 300 ms chunk before it
+  const rows = await runCollectivesBench(
+    { op: 'all-reduce', ranks: 1, provider: 'loopback', sizes: [1024], iterations: 3, computeMs: 300 },
+    () => {},
+  );
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0]!.bytes, 1024);
+  assert.ok(rows[0]!.time_us > 0 && rows[0]!.time_us < 100_000, `a call took ${rows[0]!.time_us} us`);
+});
+
+test("tp-exchange runs tensor parallel's exchange between rank processes and closes it", async () => {
+  const rows = await runCollectivesBench(
+    { op: 'tp-exchange', ranks: 2, provider: 'tcp', sizes: [4096, 1 << 16], iterations: 20 },
+    () => {},
+  );
+  assert.deepEqual(
+    rows.map((r) => r.bytes),
+    [4096, 1 << 16],
+  );
+  for (const r of rows) assert.ok(r.time_us > 0 && r.busbw_GBps > 0, JSON.stringify(r));
 });

@@ -45,6 +45,8 @@ export function busFactor(op: BenchOp, n: number): number {
   if (n <= 1) return 0;
   if (op === 'all-reduce') return (2 * (n - 1)) / n;
   if (op === 'broadcast') return 1;
+  // each rank sends its whole part to each of the n - 1 others
+  if (op === 'tp-exchange') return n - 1;
   return (n - 1) / n;
 }
 
@@ -99,6 +101,10 @@ export interface CollBenchOptions {
   algorithm?: Algorithm;
   sizes: number[];
   iterations?: number;
+  /** Arithmetic before each call, ms (RankConfig.computeMs): rows time the calls after it. */
+  computeMs?: number;
+  /** tp-exchange: RankConfig.spin. */
+  spin?: boolean | number;
 }
 
 /** Spawns the ranks, prints each row through `onRow` as it arrives, returns all rows. */
@@ -113,6 +119,8 @@ export async function runCollectivesBench(
     sizes: o.sizes,
     ...(o.algorithm ? { algorithm: o.algorithm } : {}),
     ...(o.iterations ? { iterations: o.iterations } : {}),
+    ...(o.computeMs !== undefined ? { computeMs: o.computeMs } : {}),
+    ...(o.spin !== undefined ? { spin: o.spin } : {}),
   };
   const children: ChildProcess[] = [];
   const rows: CollRow[] = [];

@@ -26,6 +26,12 @@ export interface EngineModel {
    * on the next (tandem: microBatches, stageForward); elsewhere the stages take the prompt in turn.
    */
   pipelinesPrefill?: boolean;
+  /**
+   * Tensor parallel's all-reduce writes each rank's whole part into every peer's memory and
+   * every rank sums the parts (tandem: TpExchange): one latency step, n - 1 parts out and in
+   * per rank; elsewhere a ring-style all-reduce (2 (n - 1) / n of the bytes, log2 n steps).
+   */
+  exchangesDirect?: boolean;
   /** Where the numbers come from; `validated` says whether measured cases check them. */
   basis: string;
   validated: boolean;
@@ -64,6 +70,7 @@ export const engines: Record<EngineId, EngineModel> = {
     device: () => 'cpu',
     shardsHead: true,
     pipelinesPrefill: true,
+    exchangesDirect: true,
     decodeEfficiency: { cpu: 0.6, gpu: 0.6 },
     layerOverheadMs: { cpu: 0.03, gpu: 0.03 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.25 },
@@ -76,6 +83,7 @@ export const engines: Record<EngineId, EngineModel> = {
     id: 'tandem-gpu',
     shardsHead: true,
     pipelinesPrefill: true,
+    exchangesDirect: true,
     device: (m) => (m.gpuTflops !== undefined ? 'gpu' : 'cpu'),
     decodeEfficiency: { cpu: 0.6, gpu: 0.885 * 0.7 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.634 * 0.5 },

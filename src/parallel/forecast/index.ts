@@ -16,12 +16,13 @@ export {
   forecastAuto,
   candidateSplits,
   machineRates,
+  allReduceMs,
   type Forecast,
   type ForecastInput,
   type ForecastMachine,
   type ForecastParallel,
 } from './predict.js';
 export { forecastError } from './error-band.js';
-export { sharedHostMachines, measuredLink } from './shared-host.js';
+export { sharedHostMachines, measuredLink, pipelinePrefillMs } from './shared-host.js';
 export { publishedCases, type PublishedCase } from './published-cases.js';
 export { validateForecasts, validationSummary, type ValidationRow } from './validate.js';

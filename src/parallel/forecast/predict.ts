@@ -135,12 +135,21 @@ export function machineRates(m: ForecastMachine, e: EngineModel): ForecastRates 
   };
 }
 
-/** Latency steps of an all-reduce over n ranks (recursive doubling) and the bytes each rank sends. */
-function allReduceMs(n: number, bytes: number, link: LinkSpec): { latency: number; wire: number } {
+/**
+ * Latency steps of an all-reduce over n ranks and the bytes each rank sends: recursive
+ * doubling's log2 n steps and 2 (n - 1) / n of the bytes; with `direct` (EngineModel
+ * .exchangesDirect) one step and n - 1 whole parts.
+ */
+export function allReduceMs(
+  n: number,
+  bytes: number,
+  link: LinkSpec,
+  direct = false,
+): { latency: number; wire: number } {
   if (n <= 1) return { latency: 0, wire: 0 };
   return {
-    latency: (Math.ceil(Math.log2(n)) * link.latencyUs) / 1000,
-    wire: ((2 * (n - 1)) / n) * (bytes / (link.bandwidthGBs * GB)) * 1000,
+    latency: ((direct ? 1 : Math.ceil(Math.log2(n))) * link.latencyUs) / 1000,
+    wire: (direct ? n - 1 : (2 * (n - 1)) / n) * (bytes / (link.bandwidthGBs * GB)) * 1000,
   };
 }
 
@@ -291,10 +300,11 @@ function linkTimes(
   };
   if (input.parallel !== 'ep' && group > 1) {
     const layers = stages.reduce((a, st) => a + costs[st[0]!]!.layerCount, 0);
+    const direct = input.engine.exchangesDirect === true;
     add(
       2 * layers,
-      allReduceMs(group, model.hidden * wireBytes, link),
-      allReduceMs(group, T * model.hidden * wireBytes, link),
+      allReduceMs(group, model.hidden * wireBytes, link, direct),
+      allReduceMs(group, T * model.hidden * wireBytes, link, direct),
     );
     // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
     // then sleeps; a peer preempted mid-layer arrives late, and the sleeper wakes. Measured

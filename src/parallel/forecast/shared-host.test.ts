@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Calibration } from './machine-list.js';
-import { measuredLink, sharedHostMachines } from './shared-host.js';
+import { measuredLink, pipelinePrefillMs, sharedHostMachines } from './shared-host.js';
 
 const cal = (threads: number, decodeGBs: number, prefillGflops: number): Calibration => ({
   date: '2026-11-28',
@@ -100,6 +100,21 @@ describe('several nodes on one host', () => {
     assert.equal(three[2]!.rates!.decodeBytesPerS, 3e9);
     assert.equal(three[2]!.rates!.prefillFlopsPerS, 12e9);
     assert.ok(Math.abs(three[2]!.rates!.layerOverheadMs - 0.15) < 1e-12);
+  });
+
+  it("a pipeline's prefill: only its middle slots run every stage at once", () => {
+    // 3 stages, 4 pieces: 6 slots with 1, 2, 3, 3, 2, 1 stages computing; all at once each
+    // stage takes 1.5x its time alone (3 on 2 cores): 2 stages each get 3 x (1/1.5) / 2 = 1
+    const three = pipelinePrefillMs({ stages: 3, pieces: 4, aloneMs: 600, togetherMs: 900 });
+    assert.ok(Math.abs(three - (600 / 6) * (1 + 1 + 1.5 + 1.5 + 1 + 1)) < 1e-9);
+    // a host that does not slow stages down together: the forecast alone; 2 stages sharing
+    // 1.2x: the 3 middle slots stretch, the first and last do not
+    assert.equal(pipelinePrefillMs({ stages: 2, pieces: 4, aloneMs: 500, togetherMs: 500 }), 500);
+    const two = pipelinePrefillMs({ stages: 2, pieces: 4, aloneMs: 500, togetherMs: 600 });
+    assert.ok(two > 500 && two < 600, `${two}`);
+    assert.ok(Math.abs(two - 100 * (1 + 1.2 * 3 + 1)) < 1e-9);
+    // a lone piece passes the stages one at a time: nothing shared
+    assert.equal(pipelinePrefillMs({ stages: 3, pieces: 1, aloneMs: 300, togetherMs: 450 }), 300);
   });
 
   it('the measured link: a small all-reduce is one step, a large one adds its bytes over the bandwidth', () => {

@@ -69,6 +69,33 @@ export function sharedHostMachines(o: {
 }
 
 /**
+ * A pipeline's prefill on one host, ms, from its forecast with every stage alone on the host
+ * (`aloneMs`) and with all of them computing at once (`togetherMs`). Its `pieces`
+ * micro-batches pass `stages` stages in stages + pieces - 1 slots, and in slot k only
+ * a_k = min(k + 1, stages, pieces, stages + pieces - 1 - k) stages compute (3 stages of 4
+ * pieces: 1, 2, 3, 3, 2, 1). The host gives all stages together `stages` x the together rate,
+ * so a_k stages each get min(1, stages x together / (a_k x alone)) of a stage's own rate: a
+ * slot takes a piece's time alone stretched by max(1, a_k x slowdown / stages), where
+ * slowdown = togetherMs / aloneMs. Stages of equal time (as bench cluster's nodes are).
+ */
+export function pipelinePrefillMs(o: {
+  stages: number;
+  pieces: number;
+  aloneMs: number;
+  togetherMs: number;
+}): number {
+  const { stages: s, pieces: m } = o;
+  const slots = s + m - 1;
+  const slowdown = Math.max(1, o.togetherMs / o.aloneMs);
+  let stretched = 0;
+  for (let k = 0; k < slots; k++) {
+    const active = Math.min(k + 1, s, m, slots - k);
+    stretched += Math.max(1, (active * slowdown) / s);
+  }
+  return (o.aloneMs / slots) * stretched;
+}
+
+/**
  * The link between processes on this host as a collective over it measured: `smallUs`, the
  * time of one all-reduce of a decode step's activations over two ranks (a single step of the
  * forecast's all-reduce, software included), and the bandwidth of a large one.
