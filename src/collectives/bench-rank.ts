@@ -129,6 +129,11 @@ function operation(
   }
 }
 
+/** The algorithm a row reports: tp-exchange's own, else the one the communicator last chose. */
+function chosenAlgorithm(): string {
+  return config.op === 'tp-exchange' ? 'direct' : (comm.lastAlgorithm ?? 'mesh');
+}
+
 /** The tp-exchanges this rank connected, closed before its communicator. */
 const exchanges: DirectExchange[] = [];
 
@@ -238,7 +243,7 @@ for (const bytes of config.sizes) {
     const us = (await afterChunks(run, config.computeMs, iters)) * 1000;
     if (config.rank === 0)
       print(
-        `ROW ${JSON.stringify({ bytes, time_us: us, p50_us: us, iterations: iters, algorithm: config.algorithm ?? 'auto', chosen: comm.lastAlgorithm ?? 'mesh' })}`,
+        `ROW ${JSON.stringify({ bytes, time_us: us, p50_us: us, iterations: iters, algorithm: config.algorithm ?? 'auto', chosen: chosenAlgorithm() })}`,
       );
     continue;
   }
@@ -258,7 +263,7 @@ for (const bytes of config.sizes) {
     );
   each.sort();
   const p50 = (each[Math.floor(iters / 2)] as number) * 1000;
-  const chosen = comm.lastAlgorithm ?? 'mesh';
+  const chosen = chosenAlgorithm();
   // the slowest rank's mean (nccl-tests' and Open MPI's statistic) and median
   const worst = Float32Array.of(us, p50);
   await comm.allReduce(worst, { op: 'max', algorithm: 'mesh' });

@@ -24,6 +24,14 @@ test('bench collectives and bench fabric refuse what they cannot run, before sta
       /size 1048576 B does not split into whole f32 values over 3 ranks: --op all-to-all needs sizes that are multiples of 12 B[^]*hint: use 1048572 or 1048584 instead of 1048576/,
     ],
     [['bench', 'fabric', '--sizes', ''], /--sizes is empty/],
+    [
+      ['bench', 'collectives', '--op', 'tp-exchange', '--ranks', '1', '--provider', 'tcp'],
+      /--op tp-exchange sums parts between ranks, so it needs at least 2, got --ranks 1/,
+    ],
+    [
+      ['bench', 'collectives', '--op', 'tp-exchange', '--algorithm', 'ring'],
+      /--op tp-exchange has one algorithm of its own, so --algorithm ring does not apply/,
+    ],
   ] as const) {
     const r = tandem(...args);
     assert.equal(r.code, 3, `${args.join(' ')}: ${r.stderr}`);

@@ -77,9 +77,10 @@ export const command = defineCommand({
   options: {
     op: {
       type: 'string',
-      choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all'],
+      choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all', 'tp-exchange'],
       default: 'all-reduce',
-      description: 'the collective to time',
+      description:
+        "the collective to time; tp-exchange: tensor parallel's sum of partial results as the nodes run it (each rank writes its part into every peer's memory, then sums in one fixed order; busbw counts the n - 1 parts each rank sends)",
     },
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
     provider: {
@@ -165,8 +166,17 @@ export const command = defineCommand({
         },
       );
     }
-    await checkLocalProvider('bench collectives', options.provider);
     const op = options.op;
+    if (op === 'tp-exchange' && (ranks < 2 || options.algorithm)) {
+      throw new TandemError(
+        'CLI_USAGE',
+        ranks < 2
+          ? `bench collectives: --op tp-exchange sums parts between ranks, so it needs at least 2, got --ranks ${ranks}`
+          : `bench collectives: --op tp-exchange has one algorithm of its own, so --algorithm ${options.algorithm} does not apply`,
+        { hint: ranks < 2 ? 'pass --ranks 2 or more' : 'leave out --algorithm' },
+      );
+    }
+    await checkLocalProvider('bench collectives', options.provider);
     const sizes = options.sizes ? options.sizes.map(parseSize) : defaultSizes(op, ranks);
     checkSizes(op, ranks, sizes);
     const script = options.anchors ? anchorsScript() : undefined;
