@@ -243,7 +243,7 @@ for (const bytes of config.sizes) {
     const us = (await afterChunks(run, config.computeMs, iters)) * 1000;
     if (config.rank === 0)
       print(
-        `ROW ${JSON.stringify({ bytes, time_us: us, p50_us: us, iterations: iters, algorithm: config.algorithm ?? 'auto', chosen: chosenAlgorithm() })}`,
+        `ROW ${JSON.stringify({ bytes, time_us: us, iterations: iters, algorithm: config.algorithm ?? 'auto', chosen: chosenAlgorithm() })}`,
       );
     continue;
   }
