@@ -18,6 +18,7 @@ import {
   type SendWr,
   type Sge,
   type WcStatus,
+  type WorkCompletion,
 } from './types.js';
 import { checkRecvWr, checkSendWr } from './work-request-check.js';
 
@@ -168,8 +169,8 @@ export class RdmaQueuePair implements QueuePair {
         `${raw.verbsStatus} on work request ${raw.wrId}`,
       );
     const opcode = recv ? (raw.opcode ?? 'recv') : tagged;
-    const wc = { wrId: raw.wrId, status, opcode, byteLen: raw.byteLen, qpNum: this.qpNum } as const;
-    const out = raw.imm === undefined ? { ...wc } : { ...wc, imm: raw.imm };
+    const out: WorkCompletion = { wrId: raw.wrId, status, opcode, byteLen: raw.byteLen, qpNum: this.qpNum };
+    if (raw.imm !== undefined) out.imm = raw.imm;
     if (status !== 'success') noteFailure(out, `${raw.verbsStatus}; ${this.reason}`);
     (recv ? this.recvCq : this.cq).push(out);
   }

@@ -141,6 +141,30 @@ export class RdmaMr {
   }
 }
 
+/** What RdmaCq.poll returns when the queue is empty (no array per empty poll); never written. */
+const NO_COMPLETIONS: readonly RawCompletion[] = [];
+
+interface WcOffsets {
+  status: number;
+  opcode: number;
+  wcFlags: number;
+  byteLen: number;
+  qpNum: number;
+  immData: number;
+}
+
+function wcOffsets(layout: Verbs['layout']): WcOffsets {
+  const at = (field: string): number => layout.offset('ibv_wc', field);
+  return {
+    status: at('status'),
+    opcode: at('opcode'),
+    wcFlags: at('wc_flags'),
+    byteLen: at('byte_len'),
+    qpNum: at('qp_num'),
+    immData: at('imm_data'),
+  };
+}
+
 export class RdmaCq {
   readonly cq: bigint;
   readonly channel: bigint;
@@ -151,6 +175,8 @@ export class RdmaCq {
   private readonly wcs: Uint8Array;
   private readonly view: DataView;
   private readonly wcSize: number;
+  /** ibv_wc's field offsets, taken once: koffi.offsetof looks a field up by name on each call. */
+  private readonly at: WcOffsets;
   constructor(
     readonly context: RdmaContext,
     depth: number,
@@ -163,34 +189,37 @@ export class RdmaCq {
     if (this.cq === 0n) fail(v, `ibv_create_cq(${depth})`, 'lower the completion queue depth');
     this.fd = v.readU32(this.channel, v.layout.offset('ibv_comp_channel', 'fd'));
     this.wcSize = v.layout.size('ibv_wc');
+    this.at = wcOffsets(v.layout);
     this.wcs = new Uint8Array(this.wcSize * batch);
     this.view = new DataView(this.wcs.buffer);
   }
 
-  /** Up to `max` completions now (ibv_poll_cq through the ops table). */
-  poll(max = this.batch): RawCompletion[] {
+  /** Up to `max` completions now (ibv_poll_cq through the ops table); NO_COMPLETIONS when none. */
+  poll(max = this.batch): readonly RawCompletion[] {
     const n = this.context.ops.pollCq(this.cq, Math.min(max, this.batch), this.wcs);
+    if (n === 0) return NO_COMPLETIONS;
     if (n < 0) fail(this.context.verbs, 'ibv_poll_cq', 'the completion queue overran or the device failed');
     const out: RawCompletion[] = [];
-    const L = this.context.verbs.layout;
+    const v = this.view;
+    const at = this.at;
     for (let i = 0; i < n; i++) {
       const o = i * this.wcSize;
-      const status = this.view.getInt32(o + L.offset('ibv_wc', 'status'), true);
-      const opcode = this.view.getInt32(o + L.offset('ibv_wc', 'opcode'), true);
-      const flags = this.view.getUint32(o + L.offset('ibv_wc', 'wc_flags'), true);
-      const lo = this.view.getUint32(o, true);
-      const hi = this.view.getUint32(o + 4, true);
+      const status = v.getInt32(o + at.status, true);
+      const opcode = v.getInt32(o + at.opcode, true);
+      const flags = v.getUint32(o + at.wcFlags, true);
+      const lo = v.getUint32(o, true);
+      const hi = v.getUint32(o + 4, true);
       const wc: RawCompletion = {
         wrId: (hi & WR_ID_HIGH_MASK) * 0x100000000 + lo,
         tag: hi >>> WR_TAG_SHIFT,
         status: mapWcStatus(status),
         verbsStatus: WC_STATUS_NAMES[status] ?? `status ${status}`,
         opcode: status === 0 ? WC_OPCODES[opcode] : undefined,
-        byteLen: this.view.getUint32(o + L.offset('ibv_wc', 'byte_len'), true),
-        qpNum: this.view.getUint32(o + L.offset('ibv_wc', 'qp_num'), true),
+        byteLen: v.getUint32(o + at.byteLen, true),
+        qpNum: v.getUint32(o + at.qpNum, true),
       };
       // imm_data is big-endian on the wire and in the struct (__be32).
-      if (flags & IBV.WC_WITH_IMM) wc.imm = this.view.getUint32(o + L.offset('ibv_wc', 'imm_data'), false);
+      if (flags & IBV.WC_WITH_IMM) wc.imm = v.getUint32(o + at.immData, false);
       out.push(wc);
     }
     return out;

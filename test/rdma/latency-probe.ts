@@ -6,7 +6,8 @@
  * child process: busy `poll()`, `await wait()` (its spin window, then the completion channel),
  * and `await wait({ spin: false })` (straight to the completion channel); then the same polled
  * ping-pong between two queue pairs of this one process. Prints one JSON line per figure.
- *   TANDEM_RDMA_DEVICE=rxe0 node --import tsx test/rdma/latency-probe.ts [provider] [round trips]
+ * With `one` after the round trips, only the one-process row (profile-job.sh profiles it).
+ *   TANDEM_RDMA_DEVICE=rxe0 node --import tsx test/rdma/latency-probe.ts [provider] [round trips] [one]
  */
 import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
@@ -157,4 +158,8 @@ async function peer(provider: ProviderName, trips: number, port: number): Promis
 
 const args = process.argv.slice(2);
 if (args[0] === 'peer') await peer(args[1] as ProviderName, Number(args[2]), Number(args[3]));
-else await parent((args[0] ?? 'rdma') as ProviderName, Number(args[1] ?? 300));
+else if (args[2] === 'one') {
+  const dev = await openDevice((args[0] ?? 'rdma') as ProviderName);
+  await oneProcess(dev, 0, Number(args[1] ?? 300));
+  await dev.close();
+} else await parent((args[0] ?? 'rdma') as ProviderName, Number(args[1] ?? 300));
