@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { TandemError } from '../../errors/index.js';
 import { rowBytes } from '../ggml-blocks.js';
 import { dequantRow } from '../ref/quant-ref.js';
@@ -105,7 +106,7 @@ export class GpuLayerLoader {
       if (v) w[key] = v;
     }
     if (experts > 0 && (await this.read(`${b}ffn_gate_inp.weight`)))
-      w.moe = await this.moe(b, experts, slice);
+      w.moe = await this.moe(l, experts, slice);
     else
       w.ffn = {
         gate: await this.matrix(`${b}ffn_gate.weight`),
@@ -115,20 +116,75 @@ export class GpuLayerLoader {
     return w;
   }
 
-  /** The MoE FFN of the layer with prefix b: the 3-D expert tensors cut into one weight per expert held. */
-  private async moe(b: string, experts: number, slice?: GpuExpertSlice): Promise<GpuMoeWeights> {
+  /**
+   * Routed experts `slice.held` of model layer l (of `experts`), each cut to `slice.hidden`:
+   * the 3-D expert tensors read once, one weight per expert uploaded, in the order listed.
+   * `between` runs after each expert's upload (a staging load yields to the event loop there).
+   */
+  async expertWeights(
+    l: number,
+    experts: number,
+    slice: GpuExpertSlice,
+    between?: () => Promise<void>,
+  ): Promise<GpuFfnWeights[]> {
     const [gate, up, down] = await Promise.all(
-      ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => this.need(`${b}${n}.weight`)),
+      ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => this.need(`blk.${l}.${n}.weight`)),
     );
-    const held = slice?.held ?? Array.from({ length: experts }, (_, e) => e);
-    const h = slice?.hidden;
+    const h = slice.hidden;
     const list: GpuFfnWeights[] = [];
-    for (const e of held)
-      list.push({
-        gate: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(gate!, e, experts), h)),
-        up: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(up!, e, experts), h)),
-        down: uploadGpuWeight(this.gpu, hiddenCols(expertSlice(down!, e, experts), h)),
-      });
+    try {
+      for (const e of slice.held) {
+        list.push({
+          gate: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(gate!, e, experts), h)),
+          up: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(up!, e, experts), h)),
+          down: uploadGpuWeight(this.gpu, hiddenCols(expertSlice(down!, e, experts), h)),
+        });
+        await between?.();
+      }
+    } catch (e) {
+      destroyExperts(list);
+      throw e;
+    }
+    return list;
+  }
+
+  /**
+   * Uploads, beside the routed experts `layers` hold (local layer l is model layer first + l),
+   * those of `layerExperts[l]` that a layer lacks, cut to `hidden`; yields to the event loop
+   * after each expert.
+   */
+  async stageExperts(
+    layers: readonly GpuLayerWeights[],
+    first: number,
+    experts: number,
+    layerExperts: readonly (readonly number[])[],
+    hidden: { start: number; end: number } | undefined,
+  ): Promise<GpuStagedExperts> {
+    const staged: Map<number, GpuFfnWeights>[] = [];
+    const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+    try {
+      for (const [l, w] of layers.entries()) {
+        const got = new Map<number, GpuFfnWeights>();
+        staged.push(got);
+        const held = w.moe?.ids;
+        const lack = held ? (layerExperts[l] ?? []).filter((e) => !held.includes(e)) : [];
+        if (lack.length === 0) continue;
+        const slice = { held: lack, ...(hidden ? { hidden } : {}) };
+        const list = await this.expertWeights(first + l, experts, slice, yieldTurn);
+        lack.forEach((e, i) => got.set(e, list[i]!));
+      }
+    } catch (e) {
+      destroyExperts(staged.flatMap((m) => [...m.values()]));
+      throw e;
+    }
+    return staged;
+  }
+
+  /** The MoE FFN of layer l: the 3-D expert tensors cut into one weight per expert held. */
+  private async moe(l: number, experts: number, slice?: GpuExpertSlice): Promise<GpuMoeWeights> {
+    const b = `blk.${l}.`;
+    const held = slice?.held ?? Array.from({ length: experts }, (_, e) => e);
+    const list = await this.expertWeights(l, experts, slice ? { ...slice, held } : { held });
     const moe: GpuMoeWeights = {
       router: await this.matrix(`${b}ffn_gate_inp.weight`),
       experts: list,
@@ -171,9 +227,48 @@ function hiddenCols(w: WeightSource, h: { start: number; end: number } | undefin
   return h ? { ...w, colStart: h.start, colCount: h.end - h.start } : w;
 }
 
+/** Routed experts uploaded beside those held (GpuLlama.stageExperts): by local layer, expert id to weights. */
+export type GpuStagedExperts = readonly ReadonlyMap<number, GpuFfnWeights>[];
+
+/**
+ * Each MoE layer l of `layers` holds `layerExperts[l]` (ascending) from now on: the experts
+ * held and listed stay, the staged ones join. Returns the experts let go (the caller frees
+ * them once no recorded pass binds them).
+ */
+export function switchLayerExperts(
+  layers: readonly GpuLayerWeights[],
+  layerExperts: readonly (readonly number[])[],
+  staged: GpuStagedExperts,
+): GpuFfnWeights[] {
+  const dropped: GpuFfnWeights[] = [];
+  layers.forEach((w, l) => {
+    const moe = w.moe;
+    if (!moe) return;
+    const keep = [...(layerExperts[l] ?? [])].sort((a, b) => a - b);
+    const byId = new Map(moe.ids.map((e, i) => [e, moe.experts[i]!]));
+    for (const [e, ffn] of byId) if (!keep.includes(e)) dropped.push(ffn);
+    const experts = keep.map((e) => {
+      const ffn = staged[l]?.get(e) ?? byId.get(e);
+      assert.ok(ffn, `expert ${e} of local layer ${l} is neither held nor staged`);
+      return ffn;
+    });
+    w.moe = { ...moe, experts, ids: keep };
+  });
+  return dropped;
+}
+
+export function destroyExperts(experts: readonly GpuFfnWeights[]): void {
+  for (const w of experts.flatMap(ffnMatrices)) destroyGpuWeight(w);
+}
+
+/** The matrices of an FFN. */
+export function ffnMatrices(f: GpuFfnWeights): GpuWeight[] {
+  return [f.gate, f.up, f.down];
+}
+
 /** The matrices of a layer (for their bytes, and to release them). */
 export function layerMatrices(l: GpuLayerWeights): GpuWeight[] {
-  const ffn = (f: GpuFfnWeights): GpuWeight[] => [f.gate, f.up, f.down];
+  const ffn = ffnMatrices;
   return [
     l.q,
     l.k,

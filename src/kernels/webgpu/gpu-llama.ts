@@ -7,9 +7,12 @@ import type { KvCacheOptions, WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
 import {
   GpuLayerLoader,
+  destroyExperts,
   destroyLayer,
   layerMatrices,
+  switchLayerExperts,
   type GpuLayerWeights,
+  type GpuStagedExperts,
   type GpuMoeWeights,
   type GpuTensorReader,
 } from './gpu-layer-weights.js';
@@ -119,6 +122,39 @@ export class GpuLlama {
       for (const l of layers) destroyLayer(l);
       throw e;
     }
+  }
+
+  /**
+   * Uploads, beside the routed experts held, those of `layerExperts[l]` (model expert ids, one
+   * list per local layer) that local layer l lacks, cut to the shard's hidden units (`hidden`);
+   * passes go on meanwhile. Nothing a pass uses changes until switchExperts.
+   */
+  async stageExperts(
+    read: GpuTensorReader,
+    layerExperts: readonly (readonly number[])[],
+    hidden?: { start: number; end: number },
+  ): Promise<GpuStagedExperts> {
+    const loader = new GpuLayerLoader(this.gpu, read);
+    const first = this.spec.shard?.firstLayer ?? 0;
+    return loader.stageExperts(this.layers, first, this.spec.moe?.experts ?? 0, layerExperts, hidden);
+  }
+
+  /**
+   * Holds `layerExperts[l]` in local layer l from the next pass on (call it between passes):
+   * experts held and listed stay, the staged ones join, the rest are freed. Returns how many
+   * experts were freed.
+   */
+  switchExperts(layerExperts: readonly (readonly number[])[], staged: GpuStagedExperts): number {
+    const dropped = switchLayerExperts(this.layers, layerExperts, staged);
+    // a pass recorded but not submitted may still bind the dropped weights
+    this.gpu.flush();
+    destroyExperts(dropped);
+    return dropped.length;
+  }
+
+  /** Frees experts staged and not switched to. */
+  dropStaged(staged: GpuStagedExperts): void {
+    destroyExperts(staged.flatMap((layer) => [...layer.values()]));
   }
 
   /** Bytes of weights on the GPU. */
