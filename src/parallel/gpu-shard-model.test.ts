@@ -250,6 +250,24 @@ test(
     const hybrid = buildPlan(configOf(qwen2moe), qwen2moe.tensors, { kind: 'hybrid', nodes: 4, tpSize: 2 });
     for (const tokens of await onRanks(qwen2moe, hybrid, [true, true, false, true], prompt))
       assert.deepEqual(tokens, await single(qwen2moe, prompt), 'hybrid 2 x 2');
+    // 3 ranks: every expert's and the shared expert's hidden units cut in 3, heads cutting a KV group
+    const wideMoe = tinyModelFile({
+      arch: 'qwen2moe',
+      heads: 6,
+      kvHeads: 2,
+      width: 48,
+      ff: 96,
+      experts: 4,
+      expertsUsed: 2,
+      sharedFf: 96,
+      layers: 2,
+      vocab: 96,
+      seed: 10,
+    });
+    const tp3 = plan(wideMoe, 'tp', 3);
+    assert.ok(tp3.ranks.every((r) => r.shard.expertFfn.end - r.shard.expertFfn.start < 96));
+    for (const tokens of await onRanks(wideMoe, tp3, [false, true, true], prompt))
+      assert.deepEqual(tokens, await single(wideMoe, prompt), 'qwen2moe tp over 3');
   },
 );
 

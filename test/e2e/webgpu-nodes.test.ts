@@ -1,6 +1,7 @@
 // Node processes whose shards run on the GPU (`tandem node --kernels webgpu`) beside CPU nodes:
 // tensor and pipeline parallel over 2 local nodes, one and both on WebGPU, tensor parallel over
-// 3, a mixture of experts under expert and tensor parallel, and experts re-placed while a stream
+// 3, hybrid 2 x 2, a mixture of experts under expert and tensor parallel (2 and 3 nodes), and
+// experts re-placed while a stream
 // decodes on GPU and CPU nodes, give the greedy tokens of the CPU cluster and of the
 // single-process run; a GPU that is absent or refuses the
 // shard fails the load with a typed error naming the node. Runs on Mesa's lavapipe where no GPU
@@ -156,6 +157,19 @@ describe('webgpu nodes', { skip }, () => {
     assert.deepEqual(await run(moe(), g.slice(0, 2), 'ep'), expected, 'ep: both nodes on WebGPU');
     assert.deepEqual(await run(moe(), [c[0]!, g[1]!], 'ep'), expected, 'ep: rank 1 on WebGPU');
     assert.deepEqual(await run(moe(), [g[0]!, c[1]!], 'tp'), expected, 'tp: rank 0 on WebGPU');
+    assert.deepEqual(await run(moe(), c, 'tp'), expected, 'tp over 3: the CPU cluster');
+    assert.deepEqual(
+      await run(moe(), [c[0]!, g[1]!, g[2]!], 'tp'),
+      expected,
+      'tp over 3: ranks 1 and 2 on WebGPU',
+    );
+  });
+
+  it('hybrid 2 x 2 (tp inside each pipeline stage), GPU and CPU nodes in both stages: the single-process tokens', async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const expected = await single(q8());
+    assert.deepEqual(await run(q8(), [g[0]!, c[0]!, c[1]!, g[1]!], 'hybrid'), expected, 'hybrid');
   });
 
   it("experts re-placed by the members' counters while a greedy stream decodes on GPU and CPU nodes: every member switches at one step, the tokens are one process's", async () => {
