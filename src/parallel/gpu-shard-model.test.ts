@@ -330,18 +330,67 @@ test('webgpu shards: a serving decode step of several sequences, GPU and CPU ran
   }
 });
 
+/**
+ * `kind` over 2 ranks where rank 1 holds none of the units `empty` names and rank 0 all of
+ * them (the split a block size larger than a rank's share gives: Q4_K's 256 columns over an
+ * FFN of 256 units on 2 ranks).
+ */
+function withEmpty(
+  file: ModelFile,
+  kind: ParallelKind,
+  empty: readonly ('ffn' | 'expertFfn' | 'sharedFfn')[],
+): ParallelPlan {
+  const p = plan(file, kind, 2);
+  const [a, b] = [p.ranks[0]!, p.ranks[1]!];
+  for (const k of empty) {
+    const end = b.shard[k].end;
+    a.shard = { ...a.shard, [k]: { start: 0, end } };
+    b.shard = { ...b.shard, [k]: { start: end, end } };
+  }
+  return p;
+}
+
+test(
+  "webgpu shards: a GPU rank holding none of a layer's FFN, expert or shared-expert units adds zeros to its group's sums",
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    const llama = tinyModelFile({
+      arch: 'llama',
+      heads: 4,
+      kvHeads: 2,
+      width: 32,
+      ff: 32,
+      layers: 2,
+      vocab: 96,
+      seed: 12,
+    });
+    for (const [file, kind, empty] of [
+      [llama, 'tp', ['ffn']],
+      [qwen2moe, 'tp', ['expertFfn']],
+      [qwen2moe, 'tp', ['expertFfn', 'sharedFfn']],
+      [qwen2moe, 'ep', ['sharedFfn']],
+    ] as const) {
+      // loaded without a refusal: KERNELS_DEVICE_LIMIT would fail the load
+      const cut = withEmpty(file, kind, empty);
+      for (const tokens of await onRanks(file, cut, [false, true], prompt))
+        assert.deepEqual(tokens, await single(file, prompt), `${kind}, rank 1 without ${empty.join(', ')}`);
+    }
+  },
+);
+
 test(
   'webgpu shards: a shard the GPU does not run is refused with a typed error naming why',
   { skip },
   async () => {
-    const moe = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 2, vocab: 96, seed: 5 });
-    const cut = plan(moe, 'tp', 2);
-    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, expertFfn: { start: 0, end: 0 } };
+    const cut = plan(dense, 'tp', 2);
+    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, heads: { start: 4, end: 4 } };
+    cut.ranks[0]!.shard = { ...cut.ranks[0]!.shard, heads: { start: 0, end: 4 } };
     await assert.rejects(
-      withRanks(moe, cut, [false, true], async () => undefined),
+      withRanks(dense, cut, [false, true], async () => undefined),
       (e) =>
         isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
-        /this rank's shard: it holds none of the routed experts' hidden units/.test(e.message),
+        /this rank's shard: it holds no attention heads/.test(e.message),
     );
     const device = await GpuDevice.open();
     try {

@@ -156,12 +156,9 @@ export function gpuShardRefusal(
   limits: GpuLimits,
 ): string | undefined {
   const layout = headLayout(c, s);
-  if (c.expertCount > 0 && rangeLength(s.layers) > 0 && rangeLength(s.expertFfn) === 0)
-    return "it holds none of the routed experts' hidden units; use fewer tensor-parallel ranks";
-  if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.layers) > 0 && rangeLength(s.sharedFfn) === 0)
-    return "it holds none of the shared expert's hidden units; use fewer tensor-parallel ranks";
-  if (rangeLength(s.layers) > 0 && (layout.heads === 0 || (c.expertCount === 0 && rangeLength(s.ffn) === 0)))
-    return 'it holds no attention heads or no FFN units; use fewer tensor-parallel ranks';
+  // a shard with no FFN, expert or shared-expert units adds zeros to its group's sums
+  if (rangeLength(s.layers) > 0 && layout.heads === 0)
+    return 'it holds no attention heads; use fewer tensor-parallel ranks';
   const binding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   const limit = `the adapter's largest storage binding (maxStorageBufferBindingSize ${limits.maxStorageBufferBindingSize}, maxBufferSize ${limits.maxBufferSize})`;
   for (const [name, t] of file.tensors) {

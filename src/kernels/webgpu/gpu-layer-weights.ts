@@ -18,13 +18,15 @@ export interface GpuFfnWeights {
 
 /**
  * A mixture-of-experts FFN: the router [experts, width], the routed experts held (ids[i] the
- * expert id of experts[i], ascending), the shared one (qwen2moe).
+ * expert id of experts[i], ascending; none where a tensor-parallel shard holds none of their
+ * hidden units), the shared one (qwen2moe: its sigmoid gate, and its FFN unless the shard
+ * holds none of its hidden units).
  */
 export interface GpuMoeWeights {
   router: GpuWeight;
   experts: readonly GpuFfnWeights[];
   ids: readonly number[];
-  shared?: GpuFfnWeights & { gateInp: GPUBuffer };
+  shared?: { gateInp: GPUBuffer; ffn?: GpuFfnWeights };
 }
 
 /** One layer's weights: attention (with qwen2's biases, qwen3's q/k norms) and a dense or MoE FFN. */
@@ -107,12 +109,16 @@ export class GpuLayerLoader {
     }
     if (experts > 0 && (await this.read(`${b}ffn_gate_inp.weight`)))
       w.moe = await this.moe(l, experts, slice);
-    else
-      w.ffn = {
-        gate: await this.matrix(`${b}ffn_gate.weight`),
-        up: await this.matrix(`${b}ffn_up.weight`),
-        down: await this.matrix(`${b}ffn_down.weight`),
-      };
+    else {
+      const gate = await this.need(`${b}ffn_gate.weight`);
+      // a tensor-parallel shard with no FFN units holds none (its part of the group sum is zeros)
+      if (gate.rows > 0)
+        w.ffn = {
+          gate: uploadGpuWeight(this.gpu, gate),
+          up: await this.matrix(`${b}ffn_up.weight`),
+          down: await this.matrix(`${b}ffn_down.weight`),
+        };
+    }
     return w;
   }
 
@@ -132,6 +138,7 @@ export class GpuLayerLoader {
     );
     const h = slice.hidden;
     const list: GpuFfnWeights[] = [];
+    if (h && h.end <= h.start) return list;
     try {
       for (const e of slice.held) {
         list.push({
@@ -188,15 +195,17 @@ export class GpuLayerLoader {
     const moe: GpuMoeWeights = {
       router: await this.matrix(`${b}ffn_gate_inp.weight`),
       experts: list,
-      ids: [...held],
+      ids: list.length > 0 ? [...held] : [],
     };
-    if (await this.read(`${b}ffn_gate_shexp.weight`)) {
-      moe.shared = {
-        gate: await this.matrix(`${b}ffn_gate_shexp.weight`),
-        up: await this.matrix(`${b}ffn_up_shexp.weight`),
-        down: await this.matrix(`${b}ffn_down_shexp.weight`),
-        gateInp: await this.vector(`${b}ffn_gate_inp_shexp.weight`),
-      };
+    const sharedGate = await this.read(`${b}ffn_gate_shexp.weight`);
+    if (sharedGate) {
+      moe.shared = { gateInp: await this.vector(`${b}ffn_gate_inp_shexp.weight`) };
+      if (sharedGate.rows > 0)
+        moe.shared.ffn = {
+          gate: uploadGpuWeight(this.gpu, { ...sharedGate, name: `${b}ffn_gate_shexp.weight` }),
+          up: await this.matrix(`${b}ffn_up_shexp.weight`),
+          down: await this.matrix(`${b}ffn_down_shexp.weight`),
+        };
     }
     return moe;
   }
@@ -276,7 +285,7 @@ export function layerMatrices(l: GpuLayerWeights): GpuWeight[] {
     l.o,
     ...(l.ffn ? ffn(l.ffn) : []),
     ...(l.moe
-      ? [l.moe.router, ...l.moe.experts.flatMap(ffn), ...(l.moe.shared ? ffn(l.moe.shared) : [])]
+      ? [l.moe.router, ...l.moe.experts.flatMap(ffn), ...(l.moe.shared?.ffn ? ffn(l.moe.shared.ffn) : [])]
       : []),
   ];
 }

@@ -357,7 +357,7 @@ export class GpuLlama {
           ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
           ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
         }
-        await this.reduced(n, l, 'ffn');
+        await this.reduced(n, l, 'ffn', !w.ffn);
       }
       ops.add(b['x']!, b['tmp']!, n * s.width);
     }
@@ -381,14 +381,22 @@ export class GpuLlama {
     return moe.recordDispatched(w, b['xn']!, b['tmp']!, { n, perRow, layer, group: shard.experts, sum });
   }
 
-  /** The group sum of the partial output in tmp [n, width]: its one read-back and write per layer half. */
-  private async reduced(n: number, layer: number, half: 'attention' | 'ffn'): Promise<void> {
+  /**
+   * The group sum of the partial output in tmp [n, width]: its one read-back and write per
+   * layer half. `none`: the shard holds none of the half's units (its part is zeros, not read).
+   */
+  private async reduced(n: number, layer: number, half: 'attention' | 'ffn', none = false): Promise<void> {
     const reduce = this.spec.shard?.reduce;
+    assert.ok(reduce || !none, 'a shard with no FFN units is part of a tensor-parallel group');
     if (!reduce) return;
     const tmp = this.buf['tmp']!;
-    const partial = await this.gpu.read(tmp, 4 * n * this.spec.width);
+    const partial = none
+      ? new Float32Array(n * this.spec.width)
+      : await this.gpu.read(tmp, 4 * n * this.spec.width);
     await reduce(partial, layer, half);
-    // the read submitted everything recorded, so this write lands before the add reads tmp
+    // a read submitted everything recorded (and nothing else was recorded since, when none was
+    // read: flushed here), so this write lands before the add reads tmp
+    this.gpu.flush();
     this.gpu.write(tmp, partial);
   }
 
