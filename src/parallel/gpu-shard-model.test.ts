@@ -4,7 +4,7 @@ import { createLocalWorld } from '../collectives/local-world.js';
 import { generate } from '../engine/generate/generate.js';
 import { configFromMetadata, type ModelConfig } from '../engine/model/config.js';
 import { Model } from '../engine/model/model.js';
-import type { ModelFile } from '../engine/model/model-file.js';
+import { matrixShape, type ModelFile } from '../engine/model/model-file.js';
 import { tinyModelFile } from '../engine/model/tiny-model.js';
 import { isTandemError } from '../errors/index.js';
 import { ReferenceKernels } from '../kernels/index.js';
@@ -236,6 +236,35 @@ test(
       assert.deepEqual(tokens, await single(qwen3moe, long), 'ep over the direct exchange, 100 tokens');
     for (const tokens of await onRanks(qwen2moe, plan(qwen2moe, 'ep', 2), [false, true], prompt))
       assert.deepEqual(tokens, await single(qwen2moe, prompt), 'qwen2moe ep');
+  },
+);
+
+test(
+  'webgpu shards: an expert-parallel rank reads the rows of the experts it holds, no others',
+  { skip },
+  async () => {
+    const file = tinyModelFile({
+      arch: 'qwen3moe',
+      heads: 4,
+      kvHeads: 2,
+      width: 32,
+      ff: 32,
+      experts: 6,
+      expertsUsed: 2,
+      layers: 2,
+      vocab: 96,
+      seed: 8,
+    });
+    const rowsRead = new Map<string, number>();
+    const readRows = file.readRows.bind(file);
+    file.readRows = (name, start, count, into) => {
+      rowsRead.set(name, (rowsRead.get(name) ?? 0) + count);
+      return readRows(name, start, count, into);
+    };
+    await withRanks(file, plan(file, 'ep', 2), [true, true], async () => undefined);
+    // the two ranks hold 3 experts each: together they read each expert tensor's rows once
+    for (const name of ['blk.0.ffn_gate_exps.weight', 'blk.1.ffn_down_exps.weight'])
+      assert.equal(rowsRead.get(name), matrixShape(file.tensors.get(name)!).rows, name);
   },
 );
 

@@ -86,17 +86,20 @@ function sliceOf(c: ModelConfig, s: ShardSpec, name: string): TensorSlice {
 
 /**
  * GpuLlama's tensor reader over a shard: each tensor's slice, read from the file (only the
- * rows it keeps). `output.weight` is the shard's vocabulary rows of the output head (of
- * `token_embd.weight` where the embeddings are tied).
+ * rows it keeps; of a routed-expert tensor, one expert's rows). `output.weight` is the shard's
+ * vocabulary rows of the output head (of `token_embd.weight` where the embeddings are tied).
  */
 export function shardReader(file: ModelFile, c: ModelConfig, s: ShardSpec): GpuTensorReader {
-  return async (name) => {
+  return async (name, expert) => {
     const source = name === 'output.weight' && !file.tensors.has(name) ? 'token_embd.weight' : name;
     const entry = file.tensors.get(source);
     if (!entry) return undefined;
     const { rows, cols } = matrixShape(entry);
     const slice = sliceOf(c, s, name);
-    const r = slice.rows ?? { start: 0, end: rows };
+    const per = expert && rows / expert.of;
+    const r = expert
+      ? { start: expert.index * per!, end: (expert.index + 1) * per! }
+      : (slice.rows ?? { start: 0, end: rows });
     const data = await file.readRows(source, r.start, rangeLength(r));
     const type = entry.type as GgmlTypeId;
     const w: WeightSource = { type, rows: rangeLength(r), cols, data, name };

@@ -42,7 +42,7 @@ async function clusterView(url: string): Promise<ClusterView> {
 describe('GPU nodes: serving survives a lost member', { skip, timeout: 300_000 }, () => {
   let dir = '';
   let path = '';
-  let alone: string[] = [];
+  const alone: string[] = [];
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'tandem-webgpu-recover-'));
     path = await makeTestModelFile(dir, 'llama', 'llama', 'q8_0');

@@ -6,8 +6,15 @@ import type { WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
 import { destroyGpuWeight, uploadGpuWeight, type GpuWeight } from './gpu-weights.js';
 
-/** A tensor by its GGUF name as raw ggml rows; undefined when the model has none of that name. */
-export type GpuTensorReader = (name: string) => Promise<WeightSource | undefined>;
+/**
+ * A tensor by its GGUF name as raw ggml rows; undefined when the model has none of that name.
+ * `expert`: of a 3-D routed-expert tensor (held as [of * rows, cols]), only the rows of expert
+ * `index`, so a shard reads the experts it holds and no others.
+ */
+export type GpuTensorReader = (
+  name: string,
+  expert?: { index: number; of: number },
+) => Promise<WeightSource | undefined>;
 
 /** A SwiGLU FFN: down(silu(gate x) * up x). */
 export interface GpuFfnWeights {
@@ -64,14 +71,14 @@ export class GpuLayerLoader {
     private readonly read: GpuTensorReader,
   ) {}
 
-  /** The tensor `name`, or a typed error naming it. */
-  async need(name: string): Promise<WeightSource> {
-    const w = await this.read(name);
+  /** The tensor `name` (`expert`: one routed expert's rows of it), or a typed error naming it. */
+  async need(name: string, expert?: { index: number; of: number }): Promise<WeightSource> {
+    const w = await this.read(name, expert);
     if (!w)
       throw new TandemError('KERNELS_BAD_SHAPE', `the model has no tensor '${name}'`, {
         hint: 'the WebGPU forward pass runs llama, qwen2/qwen3 and their MoE GGUF files; check the file',
       });
-    return { ...w, name };
+    return { ...w, name: expert ? `${name}[${expert.index}]` : name };
   }
 
   async vector(name: string): Promise<GPUBuffer> {
@@ -124,7 +131,7 @@ export class GpuLayerLoader {
 
   /**
    * Routed experts `slice.held` of model layer l (of `experts`), each cut to `slice.hidden`:
-   * the 3-D expert tensors read once, one weight per expert uploaded, in the order listed.
+   * each expert's rows read and uploaded as one weight per projection, in the order listed.
    * `between` runs after each expert's upload (a staging load yields to the event loop there).
    */
   async expertWeights(
@@ -133,18 +140,17 @@ export class GpuLayerLoader {
     slice: GpuExpertSlice,
     between?: () => Promise<void>,
   ): Promise<GpuFfnWeights[]> {
-    const [gate, up, down] = await Promise.all(
-      ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => this.need(`blk.${l}.${n}.weight`)),
-    );
+    const names = ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'].map((n) => `blk.${l}.${n}.weight`);
     const h = slice.hidden;
     const list: GpuFfnWeights[] = [];
     if (h && h.end <= h.start) return list;
     try {
-      for (const e of slice.held) {
+      for (const index of slice.held) {
+        const [gate, up, down] = await Promise.all(names.map((n) => this.need(n, { index, of: experts })));
         list.push({
-          gate: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(gate!, e, experts), h)),
-          up: uploadGpuWeight(this.gpu, hiddenRows(expertSlice(up!, e, experts), h)),
-          down: uploadGpuWeight(this.gpu, hiddenCols(expertSlice(down!, e, experts), h)),
+          gate: uploadGpuWeight(this.gpu, hiddenRows(gate!, h)),
+          up: uploadGpuWeight(this.gpu, hiddenRows(up!, h)),
+          down: uploadGpuWeight(this.gpu, hiddenCols(down!, h)),
         });
         await between?.();
       }
@@ -209,19 +215,6 @@ export class GpuLayerLoader {
     }
     return moe;
   }
-}
-
-/** Expert e's rows of a 3-D expert tensor held as [experts * rows, cols]. */
-function expertSlice(w: WeightSource, e: number, experts: number): WeightSource {
-  const rows = w.rows / experts;
-  const bytes = rowBytes(w.type, w.cols);
-  return {
-    type: w.type,
-    rows,
-    cols: w.cols,
-    data: w.data.subarray(e * rows * bytes, (e + 1) * rows * bytes),
-    name: `${w.name ?? 'experts'}[${e}]`,
-  };
 }
 
 /** Rows [h.start, h.end) of an expert's gate or up weight (all of them without h). */
