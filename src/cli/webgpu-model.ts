@@ -7,7 +7,7 @@ import {
   tokenizerMetadataFromGguf,
   type ModelConfig,
 } from '../engine/index.js';
-import { GgmlType, typeName, type GgmlTypeId, type WeightSource } from '../kernels/index.js';
+import { GgmlType, typeName, type GgmlTypeId } from '../kernels/index.js';
 import {
   GPU_CHUNK,
   GpuLlama,
@@ -16,6 +16,7 @@ import {
   type GpuDevice,
   type GpuLimits,
   type GpuRefusal,
+  type GpuTensorReader,
 } from '../kernels/webgpu/index.js';
 import { gpuLlamaSpec } from '../parallel/gpu-shard-slices.js';
 
@@ -92,11 +93,14 @@ export async function openGpuModel(
   const file = GgufModelFile.open(path);
   try {
     const config = readConfig(file);
-    const read = async (name: string): Promise<WeightSource | undefined> => {
+    const read: GpuTensorReader = async (name, expert) => {
       const t = file.tensors.get(name);
       if (!t) return undefined;
-      const { rows, cols } = matrixShape(t);
-      return { type: t.type as GgmlTypeId, rows, cols, data: await file.readRows(name, 0, rows), name };
+      const { rows: all, cols } = matrixShape(t);
+      // a routed-expert tensor: one expert's rows
+      const rows = expert ? all / expert.of : all;
+      const data = await file.readRows(name, expert ? expert.index * rows : 0, rows);
+      return { type: t.type as GgmlTypeId, rows, cols, data, name };
     };
     const factors = config.hasRopeFreqFactors ? await read('rope_freqs.weight') : undefined;
     const freqFactors =

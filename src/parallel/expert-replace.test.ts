@@ -3,12 +3,16 @@ import assert from 'node:assert/strict';
 import { createLocalWorld } from '../collectives/local-world.js';
 import { isTandemError } from '../errors/index.js';
 import { createKernels, ReferenceKernels, type Kernels } from '../kernels/index.js';
-import { GgmlType } from '../kernels/types.js';
+import { GgmlType, type GgmlTypeId } from '../kernels/types.js';
+import { GpuDevice, gpuRowBytes, probeAdapter } from '../kernels/webgpu/index.js';
 import { generate } from '../engine/generate/generate.js';
+import type { ModelConfig } from '../engine/model/config.js';
 import { Model } from '../engine/model/model.js';
+import { expertsInLayer } from '../engine/model/shard.js';
 import { tinyModelFile } from '../engine/model/tiny-model.js';
 import { balanceLayers, layerExpertSets } from './expert-balance.js';
 import { RankExperts } from './expert-replace.js';
+import { GpuShardModel } from './gpu-shard-model.js';
 import { buildPlan } from './plan.js';
 import { loadRank, type LoadedRank } from './rank.js';
 import { forwardBatchOnRank, forwardOnRank } from './serving-step.js';
@@ -73,6 +77,92 @@ test("experts staged beside the old ones while steps run, switched between two s
     await Promise.all(world.map((w) => w.close()));
   }
 });
+
+const probe = await probeAdapter();
+const noGpu = probe.found ? false : `no WebGPU adapter here: ${probe.reason}`;
+
+/** Bytes one routed expert of model layer l takes on the GPU (its gate, up and down as uploaded). */
+function gpuExpertBytes(c: ModelConfig, l: number): number {
+  const type = (n: string): GgmlTypeId => file.tensors.get(`blk.${l}.${n}.weight`)!.type as GgmlTypeId;
+  const ff = c.expertFeedForwardLength;
+  const width = c.embeddingLength;
+  return (
+    ff * (gpuRowBytes(type('ffn_gate_exps'), width) + gpuRowBytes(type('ffn_up_exps'), width)) +
+    width * gpuRowBytes(type('ffn_down_exps'), ff)
+  );
+}
+
+test(
+  "experts re-placed on GPU shards (one rank and both on WebGPU): staged while steps run, switched between two steps, the tokens stay one node's and the let-go experts leave the GPU",
+  { skip: noGpu },
+  async () => {
+    const single = await Model.load(file, new ReferenceKernels());
+    const c = single.config;
+    const expected = (await generate(single, single.newSession(), prompt, { maxTokens: 10 })).tokens;
+    const plan = buildPlan(c, file.tensors, { kind: 'ep', nodes: 2 });
+    const skew = Array.from({ length: 3 }, (_, l) =>
+      Array.from({ length: 8 }, (_, e) => 1 / (1 + ((e + 5 * l) % 8)) ** 2),
+    );
+    const next = buildPlan(c, file.tensors, {
+      kind: 'ep',
+      nodes: 2,
+      expertSets: layerExpertSets(balanceLayers(skew, 2, 5)),
+    });
+    for (const onGpu of [
+      [false, true],
+      [true, true],
+    ]) {
+      const devices = await Promise.all(onGpu.map((g) => (g ? GpuDevice.open() : undefined)));
+      const world = await createLocalWorld(2, { timeoutMs: 20_000 });
+      const ranks = await Promise.all(
+        world.map((w, r) => {
+          const gpu = devices[r];
+          return loadRank({ file, plan, world: w, ...(gpu ? { gpu } : { kernels: new ReferenceKernels() }) });
+        }),
+      );
+      try {
+        const gpuRank = ranks[1]!.model;
+        assert.ok(gpuRank instanceof GpuShardModel, 'rank 1 holds its shard on the GPU');
+        const bytesBefore = gpuRank.llama.weightBytes;
+        const experts = ranks.map((r) => new RankExperts(r, file));
+        let staging: Promise<unknown> | undefined;
+        let dropped: number[] = [];
+        const tokens = await decode(ranks, 10, async (step) => {
+          // staged twice without awaiting (the first one let go unswitched), switched at step 6
+          if (step === 2) await Promise.all(experts.map((x) => x.stage(8, next, { provider: 'loopback' })));
+          if (step === 3)
+            staging = Promise.all(experts.map((x) => x.stage(9, next, { provider: 'loopback' })));
+          if (step === 6) {
+            await staging;
+            dropped = experts.map((x) => x.switch(9).dropped);
+          }
+        });
+        assert.deepEqual(tokens, expected, `greedy tokens across the switch, GPU ranks ${onGpu}`);
+        assert.ok(
+          dropped.every((d) => d > 0),
+          `every rank let experts go: ${dropped}`,
+        );
+        ranks.forEach((r, i) =>
+          assert.deepEqual(r.model.shard.layerExperts, next.ranks[i]!.shard.layerExperts),
+        );
+        const was = plan.ranks[1]!.shard;
+        const now = next.ranks[1]!.shard;
+        let delta = 0;
+        for (let l = 0; l < c.blockCount; l++)
+          delta += (expertsInLayer(now, l).length - expertsInLayer(was, l).length) * gpuExpertBytes(c, l);
+        assert.equal(gpuRank.llama.weightBytes, bytesBefore + delta, 'the GPU holds exactly the new experts');
+        assert.ok(
+          experts[1]!.counts()!.totals.reduce((a, b) => a + b, 0) > 0,
+          "the GPU rank's counters count",
+        );
+      } finally {
+        for (const r of ranks) r.model.destroy?.();
+        await Promise.all(world.map((w) => w.close()));
+        for (const d of devices) d?.destroy();
+      }
+    }
+  },
+);
 
 test('a staged placement over the memory limit, or one that moves more than experts, is refused and the old one stays', async () => {
   const kernels = new ReferenceKernels();

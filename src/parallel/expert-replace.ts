@@ -1,11 +1,12 @@
 import { TandemError } from '../errors/index.js';
 import type { ModelFile } from '../engine/model/model-file.js';
-import { Model, type StagedExperts } from '../engine/model/model.js';
+import { Model } from '../engine/model/model.js';
 import { expertsInLayer, type ShardSpec } from '../engine/model/shard.js';
 import type { FfnWeights } from '../engine/model/weights.js';
 import type { Weight } from '../kernels/types.js';
 import type { ProviderName } from '../collectives/index.js';
 import { CollectiveExpertDispatch, dispatchOwners } from './expert-dispatch.js';
+import { GpuShardModel } from './gpu-shard-model.js';
 import type { RankExpertCounts } from './expert-profile.js';
 import { commBytes, shardBytes } from './memory.js';
 import type { ParallelPlan } from './plan.js';
@@ -35,13 +36,58 @@ function withoutExperts(s: ShardSpec): string {
 }
 
 /**
- * One rank's side of re-placing experts while it serves: the experts a new plan gives it are
- * loaded beside those it holds (`stage`, while forwards go on), then every rank of the group
- * switches at the same step boundary (`switch`, between two forwards: the coordinator's
- * requests run in order on every rank), and the experts let go are freed.
+ * A placement staged on a rank's shard, whichever backend holds it: `switchTo` holds it from
+ * the next forward on and frees the experts let go (returning how many), `drop` frees it
+ * unswitched.
+ */
+interface StagedOnShard {
+  readonly loaded: number;
+  switchTo(): number;
+  drop(): void;
+}
+
+/**
+ * Stages `layerExperts` (one list per model layer) on the rank's shard: the engine's Model
+ * (its experts' weights given back to its kernels when let go) or a GpuShardModel (its
+ * experts' buffers destroyed when let go).
+ */
+async function stageOnShard(
+  ctx: LoadedRank,
+  file: ModelFile,
+  layerExperts: readonly (readonly number[])[],
+): Promise<StagedOnShard> {
+  const model = ctx.model;
+  if (model instanceof GpuShardModel) {
+    const staged = await model.stageExperts(file, layerExperts);
+    return {
+      loaded: staged.loaded,
+      switchTo: () => model.switchExperts(staged),
+      drop: () => model.dropStaged(staged),
+    };
+  }
+  if (!(model instanceof Model))
+    throw badReplace(`rank ${ctx.me.rank}'s shard does not re-place its experts`, { rank: ctx.me.rank });
+  const staged = await model.stageExperts(file, layerExperts);
+  const release = (experts: readonly FfnWeights[]): number => {
+    if (model.kernels.releaseWeight)
+      for (const ffn of experts) for (const w of weightsOf(ffn)) model.kernels.releaseWeight(w);
+    return experts.length;
+  };
+  return {
+    loaded: staged.loaded.reduce((a, m) => a + m.size, 0),
+    switchTo: () => release(model.switchExperts(staged)),
+    drop: () => void release(staged.loaded.flatMap((m) => [...m.values()])),
+  };
+}
+
+/**
+ * One rank's side of re-placing experts while it serves, on a CPU or a GPU shard: the experts
+ * a new plan gives it are loaded beside those it holds (`stage`, while forwards go on), then
+ * every rank of the group switches at the same step boundary (`switch`, between two forwards:
+ * the coordinator's requests run in order on every rank), and the experts let go are freed.
  */
 export class RankExperts {
-  private staged: { id: number; plan: ParallelPlan; experts: StagedExperts } | undefined;
+  private staged: { id: number; plan: ParallelPlan; experts: StagedOnShard } | undefined;
 
   constructor(
     private readonly ctx: LoadedRank,
@@ -72,7 +118,7 @@ export class RankExperts {
     plan: ParallelPlan,
     budget: ReplaceBudget,
   ): Promise<{ loaded: number; peakBytes: number }> {
-    const model = this.cpuModel();
+    const model = this.ctx.model;
     const now = this.ctx.plan;
     const rank = this.ctx.me.rank;
     const next = plan.ranks[rank];
@@ -109,18 +155,17 @@ export class RankExperts {
         },
       );
     // an earlier placement staged and not switched to: its experts are let go
-    if (this.staged) this.release(this.staged.experts.loaded.flatMap((m) => [...m.values()]));
+    this.staged?.experts.drop();
     this.staged = undefined;
-    const experts = await model.stageExperts(this.file, layers);
+    const experts = await stageOnShard(this.ctx, this.file, layers);
     this.staged = { id, plan, experts };
-    return { loaded: experts.loaded.reduce((a, m) => a + m.size, 0), peakBytes };
+    return { loaded: experts.loaded, peakBytes };
   }
 
   /**
    * Holds the staged placement `id` from the next forward on (call it between forwards, on
-   * every rank of the group at the same boundary): the model's experts, the dispatch's owners
-   * and the rank's plan. Returns the experts let go, whose weights the kernels free where they
-   * can.
+   * every rank of the group at the same boundary): the shard's experts, the dispatch's owners
+   * and the rank's plan. Returns how many experts were let go (and freed).
    */
   switch(id: number): { dropped: number } {
     const s = this.staged;
@@ -133,32 +178,11 @@ export class RankExperts {
     if (!(dispatch instanceof CollectiveExpertDispatch) || !owners)
       throw badReplace('the loaded model does not dispatch experts', { id });
     this.staged = undefined;
-    const dropped = this.cpuModel().switchExperts(s.experts);
+    const dropped = s.experts.switchTo();
     dispatch.setOwners(owners);
     this.ctx.plan = s.plan;
     this.ctx.me = s.plan.ranks[this.ctx.me.rank]!;
-    this.release(dropped);
-    return { dropped: dropped.length };
-  }
-
-  /** The rank's Model: experts are re-placed on CPU shards only (a GPU shard keeps the experts it loaded). */
-  private cpuModel(): Model {
-    const model = this.ctx.model;
-    if (!(model instanceof Model))
-      throw badReplace(
-        `rank ${this.ctx.me.rank} holds its shard on the GPU, whose experts are not re-placed`,
-        {
-          rank: this.ctx.me.rank,
-        },
-      );
-    return model;
-  }
-
-  /** Gives the experts' weights back to the kernels, where they can take them. */
-  private release(experts: readonly FfnWeights[]): void {
-    const kernels = this.cpuModel().kernels;
-    if (kernels.releaseWeight)
-      for (const ffn of experts) for (const w of weightsOf(ffn)) kernels.releaseWeight(w);
+    return { dropped };
   }
 }
 

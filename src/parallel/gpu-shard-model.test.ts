@@ -4,7 +4,7 @@ import { createLocalWorld } from '../collectives/local-world.js';
 import { generate } from '../engine/generate/generate.js';
 import { configFromMetadata, type ModelConfig } from '../engine/model/config.js';
 import { Model } from '../engine/model/model.js';
-import type { ModelFile } from '../engine/model/model-file.js';
+import { matrixShape, type ModelFile } from '../engine/model/model-file.js';
 import { tinyModelFile } from '../engine/model/tiny-model.js';
 import { isTandemError } from '../errors/index.js';
 import { ReferenceKernels } from '../kernels/index.js';
@@ -240,6 +240,35 @@ test(
 );
 
 test(
+  'webgpu shards: an expert-parallel rank reads the rows of the experts it holds, no others',
+  { skip },
+  async () => {
+    const file = tinyModelFile({
+      arch: 'qwen3moe',
+      heads: 4,
+      kvHeads: 2,
+      width: 32,
+      ff: 32,
+      experts: 6,
+      expertsUsed: 2,
+      layers: 2,
+      vocab: 96,
+      seed: 8,
+    });
+    const rowsRead = new Map<string, number>();
+    const readRows = file.readRows.bind(file);
+    file.readRows = (name, start, count, into) => {
+      rowsRead.set(name, (rowsRead.get(name) ?? 0) + count);
+      return readRows(name, start, count, into);
+    };
+    await withRanks(file, plan(file, 'ep', 2), [true, true], async () => undefined);
+    // the two ranks hold 3 experts each: together they read each expert tensor's rows once
+    for (const name of ['blk.0.ffn_gate_exps.weight', 'blk.1.ffn_down_exps.weight'])
+      assert.equal(rowsRead.get(name), matrixShape(file.tensors.get(name)!).rows, name);
+  },
+);
+
+test(
   'webgpu shards: mixtures of experts under tensor parallel (experts cut) give the single-process tokens',
   { skip },
   async () => {
@@ -250,6 +279,24 @@ test(
     const hybrid = buildPlan(configOf(qwen2moe), qwen2moe.tensors, { kind: 'hybrid', nodes: 4, tpSize: 2 });
     for (const tokens of await onRanks(qwen2moe, hybrid, [true, true, false, true], prompt))
       assert.deepEqual(tokens, await single(qwen2moe, prompt), 'hybrid 2 x 2');
+    // 3 ranks: every expert's and the shared expert's hidden units cut in 3, heads cutting a KV group
+    const wideMoe = tinyModelFile({
+      arch: 'qwen2moe',
+      heads: 6,
+      kvHeads: 2,
+      width: 48,
+      ff: 96,
+      experts: 4,
+      expertsUsed: 2,
+      sharedFf: 96,
+      layers: 2,
+      vocab: 96,
+      seed: 10,
+    });
+    const tp3 = plan(wideMoe, 'tp', 3);
+    assert.ok(tp3.ranks.every((r) => r.shard.expertFfn.end - r.shard.expertFfn.start < 96));
+    for (const tokens of await onRanks(wideMoe, tp3, [false, true, true], prompt))
+      assert.deepEqual(tokens, await single(wideMoe, prompt), 'qwen2moe tp over 3');
   },
 );
 
@@ -312,18 +359,67 @@ test('webgpu shards: a serving decode step of several sequences, GPU and CPU ran
   }
 });
 
+/**
+ * `kind` over 2 ranks where rank 1 holds none of the units `empty` names and rank 0 all of
+ * them (the split a block size larger than a rank's share gives: Q4_K's 256 columns over an
+ * FFN of 256 units on 2 ranks).
+ */
+function withEmpty(
+  file: ModelFile,
+  kind: ParallelKind,
+  empty: readonly ('ffn' | 'expertFfn' | 'sharedFfn')[],
+): ParallelPlan {
+  const p = plan(file, kind, 2);
+  const [a, b] = [p.ranks[0]!, p.ranks[1]!];
+  for (const k of empty) {
+    const end = b.shard[k].end;
+    a.shard = { ...a.shard, [k]: { start: 0, end } };
+    b.shard = { ...b.shard, [k]: { start: end, end } };
+  }
+  return p;
+}
+
+test(
+  "webgpu shards: a GPU rank holding none of a layer's FFN, expert or shared-expert units adds zeros to its group's sums",
+  { skip },
+  async () => {
+    const prompt = [7, 21, 3, 60, 12, 44, 5, 81];
+    const llama = tinyModelFile({
+      arch: 'llama',
+      heads: 4,
+      kvHeads: 2,
+      width: 32,
+      ff: 32,
+      layers: 2,
+      vocab: 96,
+      seed: 12,
+    });
+    for (const [file, kind, empty] of [
+      [llama, 'tp', ['ffn']],
+      [qwen2moe, 'tp', ['expertFfn']],
+      [qwen2moe, 'tp', ['expertFfn', 'sharedFfn']],
+      [qwen2moe, 'ep', ['sharedFfn']],
+    ] as const) {
+      // loaded without a refusal: KERNELS_DEVICE_LIMIT would fail the load
+      const cut = withEmpty(file, kind, empty);
+      for (const tokens of await onRanks(file, cut, [false, true], prompt))
+        assert.deepEqual(tokens, await single(file, prompt), `${kind}, rank 1 without ${empty.join(', ')}`);
+    }
+  },
+);
+
 test(
   'webgpu shards: a shard the GPU does not run is refused with a typed error naming why',
   { skip },
   async () => {
-    const moe = tinyModelFile({ arch: 'llama', experts: 4, expertsUsed: 2, layers: 2, vocab: 96, seed: 5 });
-    const cut = plan(moe, 'tp', 2);
-    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, expertFfn: { start: 0, end: 0 } };
+    const cut = plan(dense, 'tp', 2);
+    cut.ranks[1]!.shard = { ...cut.ranks[1]!.shard, heads: { start: 4, end: 4 } };
+    cut.ranks[0]!.shard = { ...cut.ranks[0]!.shard, heads: { start: 0, end: 4 } };
     await assert.rejects(
-      withRanks(moe, cut, [false, true], async () => undefined),
+      withRanks(dense, cut, [false, true], async () => undefined),
       (e) =>
         isTandemError(e, 'KERNELS_DEVICE_LIMIT') &&
-        /this rank's shard: it holds none of the routed experts' hidden units/.test(e.message),
+        /this rank's shard: it holds no attention heads/.test(e.message),
     );
     const device = await GpuDevice.open();
     try {

@@ -6,7 +6,13 @@ import { configFromMetadata, type ModelConfig } from '../engine/model/config.js'
 import type { ModelFile } from '../engine/model/model-file.js';
 import { DECODE_BATCH, FORWARD_CHUNK } from '../engine/model/model.js';
 import { prefillPiece } from '../engine/model/prefill.js';
-import { expertsInLayer, kvHeadsFor, rangeLength, type ShardSpec } from '../engine/model/shard.js';
+import {
+  expertsInLayer,
+  kvHeadsFor,
+  rangeLength,
+  withLayerExperts,
+  type ShardSpec,
+} from '../engine/model/shard.js';
 import { ExpertLoad } from '../engine/model/expert-load.js';
 import { dispatchRouted } from '../engine/model/ffn.js';
 import { GEMM_TOKENS } from '../kernels/types.js';
@@ -16,6 +22,7 @@ import {
   GpuLlama,
   type GpuDevice,
   type GpuExpertExchange,
+  type GpuStagedExperts,
 } from '../kernels/webgpu/index.js';
 import {
   gpuLlamaSpec,
@@ -26,6 +33,15 @@ import {
   type LayerSums,
 } from './gpu-shard-slices.js';
 import type { ShardModel } from './shard-model.js';
+
+/** A placement of experts uploaded beside those a GPU shard holds (GpuShardModel.stageExperts). */
+export interface GpuStaged {
+  /** The shard once switched. */
+  readonly shard: ShardSpec;
+  readonly experts: GpuStagedExperts;
+  /** Experts uploaded. */
+  readonly loaded: number;
+}
 
 export interface GpuShardOptions {
   file: ModelFile;
@@ -82,14 +98,16 @@ export function refuseGpuShard(
  * back (forwardLayers). Mixtures of experts: under tensor parallel each expert's hidden units
  * are cut and the slot outputs summed as the CPU's moeFfn sums them; under expert parallel
  * the GPU routes, reads back its share of the rows and their choices, and the exchange is the
- * CPU shard's own (expertExchange). Prompts are cut as Model cuts them (prefillPiece of
+ * CPU shard's own (expertExchange); a new placement of experts is uploaded beside the held
+ * ones and switched to between passes (stageExperts, switchExperts: RankExperts drives both
+ * backends alike). Prompts are cut as Model cuts them (prefillPiece of
  * FORWARD_CHUNK, decode batches of DECODE_BATCH rows), the group's sums then agree in length
  * and order.
  */
 export class GpuShardModel implements ShardModel {
   private constructor(
     readonly config: ModelConfig,
-    readonly shard: ShardSpec,
+    private held: ShardSpec,
     readonly llama: GpuLlama,
     private readonly comm: ShardComm,
     /** Expert parallel: the choices of this rank's tokens, counted from the routing it reads back. */
@@ -155,6 +173,46 @@ export class GpuShardModel implements ShardModel {
       shardReader(o.file, c, s),
     );
     return new GpuShardModel(c, s, llama, comm, expertLoad);
+  }
+
+  /** The part of the model held now (its experts change with switchExperts). */
+  get shard(): ShardSpec {
+    return this.held;
+  }
+
+  /**
+   * Uploads, beside the experts this shard holds, those of `layerExperts` (one list per model
+   * layer) that it lacks: a new placement of experts, staged while passes go on. Nothing a
+   * pass uses changes until switchExperts. The next shard is the engine Model's
+   * (withLayerExperts).
+   */
+  async stageExperts(file: ModelFile, layerExperts: readonly (readonly number[])[]): Promise<GpuStaged> {
+    const next = withLayerExperts(this.config, this.held, layerExperts);
+    const local = Array.from({ length: rangeLength(next.layers) }, (_, l) =>
+      expertsInLayer(next, next.layers.start + l),
+    );
+    const experts = await this.llama.stageExperts(
+      shardReader(file, this.config, next),
+      local,
+      next.expertFfn,
+    );
+    return { shard: next, experts, loaded: experts.reduce((a, m) => a + m.size, 0) };
+  }
+
+  /** Holds the staged placement from the next pass on (call it between passes); returns the experts freed. */
+  switchExperts(staged: GpuStaged): number {
+    const s = staged.shard;
+    const local = Array.from({ length: rangeLength(s.layers) }, (_, l) =>
+      expertsInLayer(s, s.layers.start + l),
+    );
+    const dropped = this.llama.switchExperts(local, staged.experts);
+    this.held = s;
+    return dropped;
+  }
+
+  /** Frees a staged placement never switched to. */
+  dropStaged(staged: GpuStaged): void {
+    this.llama.dropStaged(staged.experts);
   }
 
   newSession(options: { contextLength?: number } = {}): SequenceCache {

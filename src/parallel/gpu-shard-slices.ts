@@ -86,17 +86,20 @@ function sliceOf(c: ModelConfig, s: ShardSpec, name: string): TensorSlice {
 
 /**
  * GpuLlama's tensor reader over a shard: each tensor's slice, read from the file (only the
- * rows it keeps). `output.weight` is the shard's vocabulary rows of the output head (of
- * `token_embd.weight` where the embeddings are tied).
+ * rows it keeps; of a routed-expert tensor, one expert's rows). `output.weight` is the shard's
+ * vocabulary rows of the output head (of `token_embd.weight` where the embeddings are tied).
  */
 export function shardReader(file: ModelFile, c: ModelConfig, s: ShardSpec): GpuTensorReader {
-  return async (name) => {
+  return async (name, expert) => {
     const source = name === 'output.weight' && !file.tensors.has(name) ? 'token_embd.weight' : name;
     const entry = file.tensors.get(source);
     if (!entry) return undefined;
     const { rows, cols } = matrixShape(entry);
     const slice = sliceOf(c, s, name);
-    const r = slice.rows ?? { start: 0, end: rows };
+    const per = expert && rows / expert.of;
+    const r = expert
+      ? { start: expert.index * per!, end: (expert.index + 1) * per! }
+      : (slice.rows ?? { start: 0, end: rows });
     const data = await file.readRows(source, r.start, rangeLength(r));
     const type = entry.type as GgmlTypeId;
     const w: WeightSource = { type, rows: rangeLength(r), cols, data, name };
@@ -156,12 +159,9 @@ export function gpuShardRefusal(
   limits: GpuLimits,
 ): string | undefined {
   const layout = headLayout(c, s);
-  if (c.expertCount > 0 && rangeLength(s.layers) > 0 && rangeLength(s.expertFfn) === 0)
-    return "it holds none of the routed experts' hidden units; use fewer tensor-parallel ranks";
-  if (c.sharedExpertFeedForwardLength > 0 && rangeLength(s.layers) > 0 && rangeLength(s.sharedFfn) === 0)
-    return "it holds none of the shared expert's hidden units; use fewer tensor-parallel ranks";
-  if (rangeLength(s.layers) > 0 && (layout.heads === 0 || (c.expertCount === 0 && rangeLength(s.ffn) === 0)))
-    return 'it holds no attention heads or no FFN units; use fewer tensor-parallel ranks';
+  // a shard with no FFN, expert or shared-expert units adds zeros to its group's sums
+  if (rangeLength(s.layers) > 0 && layout.heads === 0)
+    return 'it holds no attention heads; use fewer tensor-parallel ranks';
   const binding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   const limit = `the adapter's largest storage binding (maxStorageBufferBindingSize ${limits.maxStorageBufferBindingSize}, maxBufferSize ${limits.maxBufferSize})`;
   for (const [name, t] of file.tensors) {

@@ -1,13 +1,29 @@
 // Node processes whose shards run on the GPU (`tandem node --kernels webgpu`) beside CPU nodes:
 // tensor and pipeline parallel over 2 local nodes, one and both on WebGPU, tensor parallel over
-// 3, and a mixture of experts under expert and tensor parallel, give the greedy tokens of the
-// CPU cluster and of the single-process run; a GPU that is absent or refuses the
+// 3, hybrid 2 x 2, a mixture of experts under expert and tensor parallel (2 and 3 nodes), and
+// experts re-placed while a stream
+// decodes on GPU and CPU nodes, give the greedy tokens of the CPU cluster and of the
+// single-process run; a GPU that is absent or refuses the
 // shard fails the load with a typed error naming the node. Runs on Mesa's lavapipe where no GPU
 // exists; skips with the reason where no adapter is found.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ClusterSession, launchLocalNodes, type LocalNodes } from '../../src/cluster/index.js';
-import { generate, openModel } from '../../src/engine/index.js';
+import {
+  ClusterSession,
+  ClusterSlotModel,
+  launchLocalNodes,
+  ServingCluster,
+  type LoadOptions,
+  type LocalNodes,
+  type RebalanceReport,
+} from '../../src/cluster/index.js';
+import {
+  configFromMetadata,
+  generate,
+  GgufModelFile,
+  openModel,
+  type ModelConfig,
+} from '../../src/engine/index.js';
 import { tempModel } from '../../src/engine/testing/temp-model.js';
 import { runTandem } from '../../src/cli/testing.js';
 import { isTandemError } from '../../src/errors/index.js';
@@ -22,6 +38,34 @@ const steps = 6;
 const q8 = tempModel('tandem-webgpu-nodes-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 4 });
 const bf16 = tempModel('tandem-webgpu-nodes-bf16-', { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 6 });
 const moe = tempModel('tandem-webgpu-nodes-moe-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 7 });
+
+// routing skewed toward a few experts, so the members' counters give a placement worth switching to
+const skewed = tempModel('tandem-webgpu-nodes-skew-', {
+  arch: 'qwen3moe',
+  shape: 'tiny',
+  type: 'q8_0',
+  seed: 5,
+  experts: 8,
+  expertsUsed: 2,
+  routerSkew: { kind: 'zipf', s: 1.5 },
+});
+const skewedPrompt = Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 200));
+const skewedSteps = 12;
+
+function argmax(x: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
+  return best;
+}
+
+function configOf(path: string): ModelConfig {
+  const file = GgufModelFile.open(path);
+  try {
+    return configFromMetadata((k) => file.meta(k), new Map([...file.tensors].map(([n, t]) => [n, t.dims])));
+  } finally {
+    file.close();
+  }
+}
 
 describe('webgpu nodes', { skip }, () => {
   let gpu: LocalNodes | undefined;
@@ -69,11 +113,11 @@ describe('webgpu nodes', { skip }, () => {
     }
   }
 
-  async function single(model: string): Promise<number[]> {
+  async function single(model: string, tokens = prompt, maxTokens = steps): Promise<number[]> {
     const opened = await openModel(model, { backend: 'reference', threads: 1, tokenizer: false });
     try {
       const m = opened.model;
-      return (await generate(m, m.newSession({ contextLength: 64 }), prompt, { maxTokens: steps })).tokens;
+      return (await generate(m, m.newSession({ contextLength: 64 }), tokens, { maxTokens })).tokens;
     } finally {
       await opened.close();
     }
@@ -113,6 +157,70 @@ describe('webgpu nodes', { skip }, () => {
     assert.deepEqual(await run(moe(), g.slice(0, 2), 'ep'), expected, 'ep: both nodes on WebGPU');
     assert.deepEqual(await run(moe(), [c[0]!, g[1]!], 'ep'), expected, 'ep: rank 1 on WebGPU');
     assert.deepEqual(await run(moe(), [g[0]!, c[1]!], 'tp'), expected, 'tp: rank 0 on WebGPU');
+    assert.deepEqual(await run(moe(), c, 'tp'), expected, 'tp over 3: the CPU cluster');
+    assert.deepEqual(
+      await run(moe(), [c[0]!, g[1]!, g[2]!], 'tp'),
+      expected,
+      'tp over 3: ranks 1 and 2 on WebGPU',
+    );
+  });
+
+  it('hybrid 2 x 2 (tp inside each pipeline stage), GPU and CPU nodes in both stages: the single-process tokens', async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const expected = await single(q8());
+    assert.deepEqual(await run(q8(), [g[0]!, c[0]!, c[1]!, g[1]!], 'hybrid'), expected, 'hybrid');
+  });
+
+  it("experts re-placed by the members' counters while a greedy stream decodes on GPU and CPU nodes: every member switches at one step, the tokens are one process's", async () => {
+    const g = gpu!.addresses;
+    const c = cpu!.addresses;
+    const model = skewed();
+    const expected = await single(model, skewedPrompt, skewedSteps);
+    const session = await ClusterSession.connect(
+      [g[0]!, c[1]!, g[2]!].map((address) => ({ address })),
+      secret,
+    );
+    const load: LoadOptions = {
+      model,
+      parallel: 'ep',
+      provider: 'shm',
+      greedy: true,
+      contextLength: 64,
+      commTimeoutMs: 20_000,
+    };
+    const placement = await session.load(load);
+    const serving = new ServingCluster(session, placement, load);
+    try {
+      const slots = new ClusterSlotModel(serving, configOf(model), 64);
+      const seq = slots.newSession();
+      const tokens = [argmax(await slots.forward(skewedPrompt, seq))];
+      const before = session.placement!.plan;
+      let rebalance: Promise<RebalanceReport> | undefined;
+      while (tokens.length < skewedSteps) {
+        // after a few steps the counters hold the prompt's routing: re-place, and keep decoding
+        if (tokens.length === 3) rebalance = serving.rebalanceExperts();
+        const [logits] = await slots.forwardBatch([tokens[tokens.length - 1]!], [seq]);
+        tokens.push(argmax(logits!));
+      }
+      const report = await rebalance!;
+      assert.ok(report.switched, report.reason);
+      assert.ok(report.after < report.before, `${report.after} < ${report.before}`);
+      const after = session.placement!.plan;
+      for (const r of [0, 2])
+        assert.notDeepEqual(
+          after.ranks[r]!.shard.layerExperts,
+          before.ranks[r]!.shard.layerExperts,
+          `GPU node ${r} holds other experts`,
+        );
+      assert.deepEqual(tokens, expected, "greedy tokens across the switch equal one process's");
+      assert.equal(slots.heals.length, 0, 'no step failed or was replayed');
+      // after the switch the GPU nodes run the experts they were given: another stream on the new placement
+      const again = await slots.forward(skewedPrompt, slots.newSession());
+      assert.equal(argmax(again), expected[0], 'a new stream on the new placement');
+    } finally {
+      serving.close();
+    }
   });
 
   it('tandem run --nodes 2 --kernels webgpu: the single-process tokens', async () => {

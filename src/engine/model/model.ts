@@ -17,7 +17,14 @@ import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { mixedPrefillChunk, prefillPiece } from './prefill.js';
-import { expertsInLayer, fullShard, rangeLength, validateShard, type ShardSpec } from './shard.js';
+import {
+  expertsInLayer,
+  fullShard,
+  rangeLength,
+  validateShard,
+  withLayerExperts,
+  type ShardSpec,
+} from './shard.js';
 import {
   leafParts,
   loadLayerExperts,
@@ -133,12 +140,7 @@ export class Model {
    * to the event loop after each expert). Nothing a forward uses changes until switchExperts.
    */
   async stageExperts(file: ModelFile, layerExperts: readonly (readonly number[])[]): Promise<StagedExperts> {
-    const next: ShardSpec = {
-      ...this.held,
-      experts: [...new Set(layerExperts.flat())].sort((a, b) => a - b),
-      layerExperts: layerExperts.map((l) => [...l].sort((a, b) => a - b)),
-    };
-    validateShard(this.config, next);
+    const next = withLayerExperts(this.config, this.held, layerExperts);
     const loaded: Map<number, FfnWeights>[] = [];
     for (let l = 0; l < this.weights.layers.length; l++) {
       const layer = this.held.layers.start + l;

@@ -106,6 +106,24 @@ export function validateShard(config: ModelConfig, shard: ShardSpec): void {
   }
 }
 
+/**
+ * Shard `s` holding the routed experts of `layerExperts` (one list per model layer) in place
+ * of its own: its per-layer lists sorted, `experts` their union; validated (MODEL_SHARD).
+ */
+export function withLayerExperts(
+  config: ModelConfig,
+  s: ShardSpec,
+  layerExperts: readonly (readonly number[])[],
+): ShardSpec {
+  const next: ShardSpec = {
+    ...s,
+    experts: [...new Set(layerExperts.flat())].sort((a, b) => a - b),
+    layerExperts: layerExperts.map((l) => [...l].sort((a, b) => a - b)),
+  };
+  validateShard(config, next);
+  return next;
+}
+
 /** The routed experts the shard holds in model layer `layer`. */
 export function expertsInLayer(shard: ShardSpec, layer: number): readonly number[] {
   return shard.layerExperts?.[layer] ?? shard.experts;

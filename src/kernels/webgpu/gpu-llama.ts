@@ -7,9 +7,12 @@ import type { KvCacheOptions, WeightSource } from '../types.js';
 import type { GpuDevice } from './gpu-device.js';
 import {
   GpuLayerLoader,
+  destroyExperts,
   destroyLayer,
   layerMatrices,
+  switchLayerExperts,
   type GpuLayerWeights,
+  type GpuStagedExperts,
   type GpuMoeWeights,
   type GpuTensorReader,
 } from './gpu-layer-weights.js';
@@ -119,6 +122,39 @@ export class GpuLlama {
       for (const l of layers) destroyLayer(l);
       throw e;
     }
+  }
+
+  /**
+   * Uploads, beside the routed experts held, those of `layerExperts[l]` (model expert ids, one
+   * list per local layer) that local layer l lacks, cut to the shard's hidden units (`hidden`);
+   * passes go on meanwhile. Nothing a pass uses changes until switchExperts.
+   */
+  async stageExperts(
+    read: GpuTensorReader,
+    layerExperts: readonly (readonly number[])[],
+    hidden?: { start: number; end: number },
+  ): Promise<GpuStagedExperts> {
+    const loader = new GpuLayerLoader(this.gpu, read);
+    const first = this.spec.shard?.firstLayer ?? 0;
+    return loader.stageExperts(this.layers, first, this.spec.moe?.experts ?? 0, layerExperts, hidden);
+  }
+
+  /**
+   * Holds `layerExperts[l]` in local layer l from the next pass on (call it between passes):
+   * experts held and listed stay, the staged ones join, the rest are freed. Returns how many
+   * experts were freed.
+   */
+  switchExperts(layerExperts: readonly (readonly number[])[], staged: GpuStagedExperts): number {
+    const dropped = switchLayerExperts(this.layers, layerExperts, staged);
+    // a pass recorded but not submitted may still bind the dropped weights
+    this.gpu.flush();
+    destroyExperts(dropped);
+    return dropped.length;
+  }
+
+  /** Frees experts staged and not switched to. */
+  dropStaged(staged: GpuStagedExperts): void {
+    destroyExperts(staged.flatMap((layer) => [...layer.values()]));
   }
 
   /** Bytes of weights on the GPU. */
@@ -321,7 +357,7 @@ export class GpuLlama {
           ops.swiglu(b['gate']!, b['up']!, b['h']!, n * s.ffn);
           ops.matmul(w.ffn.down, b['h']!, b['tmp']!, n, s.width, 0, perRow);
         }
-        await this.reduced(n, l, 'ffn');
+        await this.reduced(n, l, 'ffn', !w.ffn);
       }
       ops.add(b['x']!, b['tmp']!, n * s.width);
     }
@@ -345,14 +381,22 @@ export class GpuLlama {
     return moe.recordDispatched(w, b['xn']!, b['tmp']!, { n, perRow, layer, group: shard.experts, sum });
   }
 
-  /** The group sum of the partial output in tmp [n, width]: its one read-back and write per layer half. */
-  private async reduced(n: number, layer: number, half: 'attention' | 'ffn'): Promise<void> {
+  /**
+   * The group sum of the partial output in tmp [n, width]: its one read-back and write per
+   * layer half. `none`: the shard holds none of the half's units (its part is zeros, not read).
+   */
+  private async reduced(n: number, layer: number, half: 'attention' | 'ffn', none = false): Promise<void> {
     const reduce = this.spec.shard?.reduce;
+    assert.ok(reduce || !none, 'a shard with no FFN units is part of a tensor-parallel group');
     if (!reduce) return;
     const tmp = this.buf['tmp']!;
-    const partial = await this.gpu.read(tmp, 4 * n * this.spec.width);
+    const partial = none
+      ? new Float32Array(n * this.spec.width)
+      : await this.gpu.read(tmp, 4 * n * this.spec.width);
     await reduce(partial, layer, half);
-    // the read submitted everything recorded, so this write lands before the add reads tmp
+    // a read submitted everything recorded (and nothing else was recorded since, when none was
+    // read: flushed here), so this write lands before the add reads tmp
+    this.gpu.flush();
     this.gpu.write(tmp, partial);
   }
 

@@ -98,10 +98,11 @@ export class GpuMoe {
    * run per row (decode rows), else tiled.
    */
   record(w: GpuMoeWeights, xn: GPUBuffer, out: GPUBuffer, n: number, perRow: boolean): void {
+    assert.ok(w.experts.length > 0 && (!w.shared || w.shared.ffn), 'a whole MoE FFN holds every hidden unit');
     this.routed(w, xn, n, perRow);
     this.ops.combine(this.route, this.buf.y, out, n, this.shape.width);
-    if (w.shared) {
-      this.sharedPartial(w.shared, xn, n, perRow);
+    if (w.shared?.ffn) {
+      this.sharedPartial(w.shared.ffn, xn, n, perRow);
       this.ops.sharedGate(xn, w.shared.gateInp, this.buf.sy, out, n, this.shape.width);
     }
   }
@@ -110,7 +111,8 @@ export class GpuMoe {
    * `record` on a tensor-parallel shard, whose experts are slices of their hidden units: the
    * slot outputs [n * used, width] and the shared expert's [n, width] are read back (one
    * read), summed across the group by `sum` (the routed experts' first, as the CPU's moeFfn),
-   * and written back before the combine and the shared gate.
+   * and written back before the combine and the shared gate. Where the shard holds none of
+   * the experts' (or the shared expert's) hidden units, its part of that sum is zeros.
    */
   async recordSummed(
     w: GpuMoeWeights,
@@ -122,18 +124,24 @@ export class GpuMoe {
   ): Promise<void> {
     const { used, width } = this.shape;
     const b = this.buf;
+    const held = w.experts.length > 0;
+    const sharedFfn = w.shared?.ffn;
     this.routed(w, xn, n, perRow);
-    if (w.shared) this.sharedPartial(w.shared, xn, n, perRow);
+    if (sharedFfn) this.sharedPartial(sharedFfn, xn, n, perRow);
     const [y, sy] = await this.gpu.readMany([
-      { buffer: b.y, bytes: 4 * n * used * width },
-      { buffer: b.sy, bytes: w.shared ? 4 * n * width : 0 },
+      { buffer: b.y, bytes: held ? 4 * n * used * width : 0 },
+      { buffer: b.sy, bytes: sharedFfn ? 4 * n * width : 0 },
     ]);
-    await sum(y!, 'experts');
-    if (w.shared) await sum(sy!, 'shared');
-    this.gpu.write(b.y, y!);
+    const ys = held ? y! : new Float32Array(n * used * width);
+    await sum(ys, 'experts');
+    const sys = sharedFfn ? sy! : new Float32Array(n * width);
+    if (w.shared) await sum(sys, 'shared');
+    // a read flushed what was recorded unless nothing was read: the writes must land after it
+    this.gpu.flush();
+    this.gpu.write(b.y, ys);
     this.ops.combine(this.route, b.y, out, n, width);
     if (w.shared) {
-      this.gpu.write(b.sy, sy!);
+      this.gpu.write(b.sy, sys);
       this.ops.sharedGate(xn, w.shared.gateInp, b.sy, out, n, width);
     }
   }
@@ -159,24 +167,26 @@ export class GpuMoe {
     const { start, end } = o.group.share(n);
     this.ops.matmul(w.router, xn, r.probs, n, w.router.rows, 0, perRow);
     this.ops.routeTopK(r, n, this.shape.norm);
-    if (w.shared) this.sharedPartial(w.shared, xn, n, perRow);
+    const sharedFfn = w.shared?.ffn;
+    if (sharedFfn) this.sharedPartial(sharedFfn, xn, n, perRow);
     const m = end - start;
-    const [rows, ids, weights, sy] = await this.gpu.readMany([
+    const [rows, ids, weights, read] = await this.gpu.readMany([
       { buffer: xn, bytes: 4 * m * width, offset: 4 * start * width },
       { buffer: r.ids, bytes: 4 * m * used, offset: 4 * start * used },
       { buffer: r.weights, bytes: 4 * m * used, offset: 4 * start * used },
-      { buffer: b.sy, bytes: w.shared ? 4 * n * width : 0 },
+      { buffer: b.sy, bytes: sharedFfn ? 4 * n * width : 0 },
     ]);
+    const sy = sharedFfn ? read! : new Float32Array(n * width);
     const share = { rows: rows!, ids: new Int32Array(ids!.buffer), weights: weights! };
     const routed = await o.group.exchange(o.layer, n, share, {
       batch: (experts, starts, xs, ys) => this.batch(w, experts, starts, xs, ys),
     });
-    if (w.shared) await o.sum(sy!, 'shared');
+    if (w.shared) await o.sum(sy, 'shared');
     // a read flushed what was recorded unless nothing was read: the write must land after it
     this.gpu.flush();
     this.gpu.write(out, routed);
     if (w.shared) {
-      this.gpu.write(b.sy, sy!);
+      this.gpu.write(b.sy, sy);
       this.ops.sharedGate(xn, w.shared.gateInp, b.sy, out, n, width);
     }
   }
@@ -231,12 +241,7 @@ export class GpuMoe {
   }
 
   /** The shared expert's output [n, width] of xn (this shard's slice of its hidden units) into sy. */
-  private sharedPartial(
-    s: NonNullable<GpuMoeWeights['shared']>,
-    xn: GPUBuffer,
-    n: number,
-    perRow: boolean,
-  ): void {
+  private sharedPartial(s: GpuFfnWeights, xn: GPUBuffer, n: number, perRow: boolean): void {
     const ops = this.ops;
     const b = this.buf;
     ops.matmul(s.gate, xn, b.sg, n, s.gate.rows, 0, perRow);

@@ -7,7 +7,7 @@ export { gpuTypes, gpuRowBytes, uploadGpuWeight, type GpuWeight } from './gpu-we
 export { GpuLlama, GPU_CHUNK } from './gpu-llama.js';
 export type { GpuLlamaSpec, GpuReduce, GpuShardShape } from './gpu-llama-spec.js';
 export { GpuKvCache, type GpuSequence } from './gpu-kv-cache.js';
-export type { GpuExpertSlice, GpuTensorReader } from './gpu-layer-weights.js';
+export type { GpuExpertSlice, GpuStagedExperts, GpuTensorReader } from './gpu-layer-weights.js';
 export type { GpuExpertExchange, GpuExpertRunner, GpuRoutedShare } from './gpu-moe.js';
 export {
   chooseKernels,
