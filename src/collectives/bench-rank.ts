@@ -200,10 +200,12 @@ const comm = await createCommunicator({
   onListening: (a) => print(`LISTENING ${a}`),
 });
 /**
- * Arithmetic that takes `ms` at this rank's fastest (calibrated once): the chunk before each
- * call in computeMs mode. Its result goes to `sunk` so that it is not optimised away.
+ * Arithmetic that takes `ms` at the ranks' fastest (each rank times it, all take the least
+ * time, so every rank runs the same amount, as a tensor-parallel layer gives each rank an
+ * equal share): the chunk before each call in computeMs mode. Its result goes to `sunk` so
+ * that it is not optimised away.
  */
-function chunkOf(ms: number): () => void {
+async function chunkOf(ms: number): Promise<() => void> {
   const buf = new Float64Array(4096).fill(1.5);
   const work = (reps: number): void => {
     let s = 0;
@@ -216,14 +218,16 @@ function chunkOf(ms: number): () => void {
     work(4);
     per = Math.min(per, (performance.now() - t0) / 4);
   }
-  const reps = Math.max(1, Math.round(ms / Math.max(per, 1e-4)));
+  const fastest = Float32Array.of(per);
+  await comm.allReduce(fastest, { op: 'min', algorithm: 'mesh' });
+  const reps = Math.max(1, Math.round(ms / Math.max(fastest[0] as number, 1e-4)));
   return () => work(reps);
 }
 const sunk = { value: 0 };
 
 /** computeMs mode: `iters` untimed rounds, then `iters` timed ones; the mean call, ms, over all ranks. */
 async function afterChunks(run: () => Promise<unknown>, computeMs: number, iters: number): Promise<number> {
-  const chunk = chunkOf(computeMs);
+  const chunk = await chunkOf(computeMs);
   let spent = 0;
   for (let i = 0; i < 2 * iters; i++) {
     chunk();
