@@ -145,10 +145,9 @@ export async function stageForward(
   let lastHidden: Float32Array | undefined;
   let b = 0;
   for (const n of pieces) {
-    // A turn of the event loop before the next piece's layers: the communicator sends in
-    // order, and a send written from the caller's memory settles on its completion, which
-    // only a turn polls; without it the pieces after the first left only once this stage
-    // had computed them all, and the next stage waited.
+    // A turn of the event loop before the next piece's layers, so that each piece leaves
+    // before the next is computed: the communicator sends in order, and a send written from
+    // the caller's memory settles on its completion, which only a turn polls.
     if (sends.length > 0) await nextTurn();
     const a = b;
     b = a + n;
