@@ -24,6 +24,7 @@ import {
   openModel,
   type ModelConfig,
 } from '../../src/engine/index.js';
+import { greedy } from '../../src/engine/generate/generate.js';
 import { tempModel } from '../../src/engine/testing/temp-model.js';
 import { runTandem } from '../../src/cli/testing.js';
 import { isTandemError } from '../../src/errors/index.js';
@@ -51,12 +52,6 @@ const skewed = tempModel('tandem-webgpu-nodes-skew-', {
 });
 const skewedPrompt = Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 200));
 const skewedSteps = 12;
-
-function argmax(x: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
-  return best;
-}
 
 function configOf(path: string): ModelConfig {
   const file = GgufModelFile.open(path);
@@ -194,14 +189,14 @@ describe('webgpu nodes', { skip }, () => {
     try {
       const slots = new ClusterSlotModel(serving, configOf(model), 64);
       const seq = slots.newSession();
-      const tokens = [argmax(await slots.forward(skewedPrompt, seq))];
+      const tokens = [greedy(await slots.forward(skewedPrompt, seq))];
       const before = session.placement!.plan;
       let rebalance: Promise<RebalanceReport> | undefined;
       while (tokens.length < skewedSteps) {
         // after a few steps the counters hold the prompt's routing: re-place, and keep decoding
         if (tokens.length === 3) rebalance = serving.rebalanceExperts();
         const [logits] = await slots.forwardBatch([tokens[tokens.length - 1]!], [seq]);
-        tokens.push(argmax(logits!));
+        tokens.push(greedy(logits!));
       }
       const report = await rebalance!;
       assert.ok(report.switched, report.reason);
@@ -217,7 +212,7 @@ describe('webgpu nodes', { skip }, () => {
       assert.equal(slots.heals.length, 0, 'no step failed or was replayed');
       // after the switch the GPU nodes run the experts they were given: another stream on the new placement
       const again = await slots.forward(skewedPrompt, slots.newSession());
-      assert.equal(argmax(again), expected[0], 'a new stream on the new placement');
+      assert.equal(greedy(again), expected[0], 'a new stream on the new placement');
     } finally {
       serving.close();
     }
