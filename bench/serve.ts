@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { streamCompletion } from '../src/api/sse-reader.js';
 import { TandemError } from '../src/errors/index.js';
+import { tiedToParent } from '../src/util/exit-with-parent.js';
 import { runJsonChild } from '../src/util/json-child.js';
 import { benchPromptFor } from './model.js';
 import { formatTable } from './table.js';
@@ -132,7 +133,7 @@ function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: 
     String(o.promptTokens + o.maxTokens + 8),
     ...(o.nodes !== undefined ? ['--nodes', String(o.nodes), '--parallel', o.parallel ?? 'tp'] : []),
   ];
-  const child = spawn(process.execPath, [tandemBin, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, [tandemBin, ...args], tiedToParent('ignore', 'pipe'));
   return new Promise((resolve, reject) => {
     let text = '';
     const fail = (why: string): void => {

@@ -7,6 +7,7 @@ import { createCommunicator } from './create-communicator.js';
 import { DirectExchange } from './one-sided/index.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
+import { exitWithParent } from '../util/exit-with-parent.js';
 
 /**
  * The collectives' calls, and `tp-exchange`: tensor parallel's sum of partial results
@@ -185,6 +186,7 @@ async function warmUp(run: () => Promise<unknown>, calls: number, ms: number): P
   }
 }
 
+exitWithParent();
 const config = JSON.parse(process.argv[2] as string) as RankConfig;
 const print = (line: string): void => void process.stdout.write(line + '\n');
 const comm = await createCommunicator({

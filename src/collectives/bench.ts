@@ -10,6 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { TandemError } from '../errors/index.js';
+import { tiedToParent } from '../util/exit-with-parent.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
 import { anchorLines, goalCheck, type GoalCheck } from '../fabric/bench.js';
@@ -128,7 +129,7 @@ export async function runCollectivesBench(
     const c = spawn(
       process.execPath,
       [...rankNodeArgs, '--import', tsxLoader, rankScript, JSON.stringify({ ...base, rank, address })],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
+      tiedToParent('pipe', 'inherit'),
     );
     children.push(c);
     return c;
