@@ -93,8 +93,14 @@ export interface PlannedTensor {
   init: Init;
   /** router-skew: each expert's logit offset, in units of the router's random spread (router-skew.ts). */
   offsets?: number[];
-  /** A skewed MoE keeps residual coordinate 0 for the router alone: 'in' zeroes what reads it, 'out' what writes it. */
-  isolate?: 'in' | 'out';
+  /**
+   * A skewed MoE keeps the residual's first `routing` coordinates for the routers alone
+   * (random-weights.ts): 'in' zeroes what reads them, 'out' what writes them, 'unit' weighs
+   * them by 1 in a residual norm.
+   */
+  isolate?: 'in' | 'out' | 'unit';
+  /** A skewed MoE: how many residual coordinates route (set on every tensor that touches them). */
+  routing?: number;
 }
 
 export interface ModelPlanOptions {
@@ -350,6 +356,9 @@ export function planModel(o: ModelPlanOptions): ModelPlan {
   if (o.ropeScaling === 'llama3') raw.unshift(['rope_freqs.weight', [s.headDim / 2], 'rope-llama3']);
   const experts = moe ? s.experts : 0;
   const offsets = o.routerSkew ? skewOffsets(o, s, moe) : undefined;
+  // the routing coordinates: a constant and enough random ones that every expert's row can be
+  // orthogonal to the others (independent random parts), within half the residual
+  const routing = Math.min(Math.floor(s.embd / 2), Math.max(64, experts + 1));
   if (o.routerSkew) metadata.set('tandem.router_skew', gv.str(`zipf:${o.routerSkew.s}`));
   const tensors = raw.map(([n, dims, init]): PlannedTensor => {
     const isOutput = n === 'output.weight' || (o.tied && n === 'token_embd.weight');
@@ -360,10 +369,12 @@ export function planModel(o: ModelPlanOptions): ModelPlan {
       type: tensorType(n, dims, o.type, s.layers, experts, isOutput),
     };
     if (!offsets) return t;
+    t.routing = routing;
     if (n === 'token_embd.weight') t.init = 'embedding-skew';
     else if (n.endsWith('ffn_gate_inp.weight')) Object.assign(t, { init: 'router-skew', offsets });
     else if (dims.length >= 2 && /(attn_output|ffn_down(_exps|_shexp)?)\.weight$/.test(n)) t.isolate = 'out';
     else if (dims.length >= 2) t.isolate = 'in';
+    else if (init === 'norm' && dims[0] === s.embd) t.isolate = 'unit';
     return t;
   });
   const params = tensors.reduce((acc, t) => acc + t.dims.reduce((a, b) => a * b, 1), 0);

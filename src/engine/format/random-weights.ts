@@ -93,47 +93,70 @@ export function chunkValues(job: ChunkJob, out?: Float32Array): Float32Array {
 }
 
 /**
- * A skewed MoE routes by residual coordinate 0, which only the embedding writes (every token
- * gets SKEW_CHANNEL x std x sqrt(width) there) and only the routers read: every other matrix
- * that reads the residual has input 0 zeroed, every one that writes it has output 0 zeroed.
- * After RMSNorm the coordinate is about KAPPA x sqrt(width) for every token, and a router
- * row's value there is its expert's bias; the rest of the residual is the random model's.
+ * A skewed MoE routes by the residual's first `tensor.routing` coordinates, which only the
+ * embedding writes and only the routers read: every other matrix that reads the residual has
+ * those inputs zeroed, every one that writes it has those outputs zeroed, and the residual
+ * norms weigh them by exactly 1. Coordinate 0 is the same for every token (ROUTING_CONSTANT x
+ * std); coordinates 1.. are the token's own random embedding values. A router row's value at
+ * 0 is its expert's bias and its values at 1.. the random part, so a token's router logits
+ * are (bias + its random part) / the token's RMS over the whole residual: whatever the layers
+ * write elsewhere only scales a token's logits together, which leaves its top-k as it is, so
+ * every layer routes as the first does.
  */
-const SKEW_CHANNEL = 0.5;
-/**
- * What writes the residual is drawn this much smaller, so each token's residual stays mostly
- * its embedding: the layers' outputs share components across tokens (a running mean of
- * attention's values, the hot experts' outputs) that would bias routing at random.
- */
-const WRITER_SCALE = 0.1;
-const KAPPA = SKEW_CHANNEL / Math.sqrt(1 + SKEW_CHANNEL * SKEW_CHANNEL);
+const ROUTING_CONSTANT = 1;
 
 function setChannel(values: Float32Array, width: number, job: ChunkJob): void {
-  const c = SKEW_CHANNEL * job.std * Math.sqrt(width);
-  for (let i = 0; i < values.length; i += width) values[i] = c;
+  for (let i = 0; i < values.length; i += width) values[i] = ROUTING_CONSTANT * job.std;
 }
 
-/** Zeroes input 0 of every row ('in'), or every row that is output 0 ('out'; experts stack [out, experts]). */
+/**
+ * Zeroes the routing inputs of every row ('in'); or every row that is a routing output ('out';
+ * experts stack [out, experts]); or sets a residual norm's routing weights to 1 ('unit').
+ */
 function isolateChannel(values: Float32Array, width: number, firstRow: number, tensor: PlannedTensor): void {
-  if (tensor.isolate === 'in') for (let i = 0; i < values.length; i += width) values[i] = 0;
+  const r = tensor.routing ?? 1;
+  if (tensor.isolate === 'unit') values.fill(1, 0, r);
+  else if (tensor.isolate === 'in') for (let i = 0; i < values.length; i += width) values.fill(0, i, i + r);
   else if (tensor.isolate === 'out') {
-    for (let i = 0; i < values.length; i++) values[i]! *= WRITER_SCALE;
     const outs = tensor.dims[1] as number;
-    for (let r = 0; r * width < values.length; r++)
-      if ((firstRow + r) % outs === 0) values.fill(0, r * width, (r + 1) * width);
+    for (let row = 0; row * width < values.length; row++)
+      if ((firstRow + row) % outs < r) values.fill(0, row * width, (row + 1) * width);
   }
 }
 
 /**
- * Router rows of a skewed MoE: the random part reads every coordinate but 0; coordinate 0
- * holds expert e's bias, offsets[e] x the random part's spread over the coordinate's value
- * (std x sqrt(width (1 - KAPPA^2)) over KAPPA x sqrt(width)).
+ * Router rows of a skewed MoE (all in one chunk: a router has few rows). The random part
+ * reads coordinates [1, routing) only, the rows there made orthogonal (as far as there are
+ * coordinates) and of one length L, so that over tokens, whose embedding values there are
+ * N(0, std), the experts' random parts are independent with spread std x L. Coordinate 0 is
+ * then offsets[e] x L x std over the coordinate's value: expert e's logit is offsets[e] +
+ * N(0, 1) in units of that spread, the model zipfLogitOffsets calibrated.
  */
 function skewRouterRows(values: Float32Array, width: number, firstRow: number, job: ChunkJob): void {
   const offsets = job.tensor.offsets ?? [];
-  const scale = (job.std * Math.sqrt(1 - KAPPA * KAPPA)) / KAPPA;
-  for (let r = 0; r * width < values.length; r++) values[r * width] = (offsets[firstRow + r] ?? 0) * scale;
+  const r = job.tensor.routing ?? 2;
+  const rows = values.length / width;
+  const length = job.std * Math.sqrt(r - 1);
+  const row = (k: number): Float32Array => values.subarray(k * width + 1, k * width + r);
+  for (let k = 0; k < rows; k++) {
+    values.fill(0, k * width + r, (k + 1) * width);
+    const v = row(k);
+    // Gram-Schmidt against the rows before (while they leave room), then to length L
+    for (let j = 0; j < Math.min(k, r - 2); j++) {
+      const u = row(j);
+      let dot = 0;
+      for (let i = 0; i < v.length; i++) dot += v[i]! * u[i]!;
+      const scale = dot / (length * length);
+      for (let i = 0; i < v.length; i++) v[i]! -= scale * u[i]!;
+    }
+    let norm = 0;
+    for (let i = 0; i < v.length; i++) norm += v[i]! * v[i]!;
+    const to = length / Math.sqrt(norm);
+    for (let i = 0; i < v.length; i++) v[i]! *= to;
+    values[k * width] = ((offsets[firstRow + k] ?? 0) * length) / ROUTING_CONSTANT;
+  }
 }
+
 /** One chunk generated and quantized to the tensor's type. */
 export function chunkBytes(job: ChunkJob, scratch?: Float32Array): Uint8Array {
   return quantize(job.tensor.type, chunkValues(job, scratch));

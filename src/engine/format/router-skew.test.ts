@@ -4,6 +4,7 @@ import { GgufModelFile } from '../model/gguf-model-file.js';
 import { Model } from '../model/model.js';
 import { ExpertLoad } from '../model/expert-load.js';
 import { planFor } from './make-model.js';
+import { modelShapes } from './model-plan.js';
 import { createKernels } from '../../kernels/index.js';
 import { tempModel } from '../testing/temp-model.js';
 import { Rng } from './random-weights.js';
@@ -12,9 +13,10 @@ import { parseRouterSkew, topKFrequencies, zipfChoiceShares, zipfLogitOffsets } 
 const EXPERTS = 16;
 const USED = 2;
 const S = 1.2;
+/** As deep as TinyLlama (22 layers): what the layers write must not move routing, layer after layer. */
 const skewed = tempModel('tandem-skew-', {
   arch: 'qwen3moe',
-  shape: 'tiny',
+  shape: { ...modelShapes.tiny!, layers: 22 },
   type: 'q8_0',
   seed: 4,
   experts: EXPERTS,
@@ -53,14 +55,16 @@ test('a generated model with --router-skew routes its tokens Zipf-skewed in ever
       const shares = load.shares(l);
       const hottest = shares.indexOf(Math.max(...shares));
       assert.equal(hottest, 0, `layer ${l}: hottest expert ${hottest} (${shares.map((v) => v.toFixed(3))})`);
-      assert.ok(
-        Math.abs(shares[0]! - target[0]!) < 0.12,
-        `layer ${l}: expert 0 share ${shares[0]} vs ${target[0]}`,
-      );
+      // 800 choices a layer: a share's sampling spread is about 0.02 at expert 0's
+      for (const e of [0, 1, 2])
+        assert.ok(
+          Math.abs(shares[e]! - target[e]!) < 0.06,
+          `layer ${l}: expert ${e} share ${shares[e]} vs ${target[e]}`,
+        );
       // the hot half takes most of the traffic, as Zipf's does
       const hot = shares.slice(0, EXPERTS / 2).reduce((a, b) => a + b, 0);
       const want = target.slice(0, EXPERTS / 2).reduce((a, b) => a + b, 0);
-      assert.ok(Math.abs(hot - want) < 0.12, `layer ${l}: hot half ${hot} vs ${want}`);
+      assert.ok(Math.abs(hot - want) < 0.06, `layer ${l}: hot half ${hot} vs ${want}`);
     }
     assert.equal(file.meta('tandem.router_skew'), `zipf:${S}`);
   } finally {
