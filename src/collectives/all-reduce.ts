@@ -6,7 +6,6 @@ import { span, sub, WHOLE_MAX, type Call } from './call.js';
 import { SENT } from './router/index.js';
 import type { Tree } from '../topology/routing.js';
 import { pairwiseSteps, rhdPlan, ringAllGatherSteps, ringReduceScatterSteps } from './schedules.js';
-import { allReduceRingPair, pairSegmentsOf } from './all-reduce-ring-pair.js';
 
 /**
  * All-reduce algorithms. Each leaves bit-identical results on every rank: either every rank
@@ -199,10 +198,6 @@ export async function allReduceRing(call: Call, data: DTypeArray, order: readonl
   const align = call.spec.q8 ? q8BlockSize : 1;
   const chunks = chunkRanges(data.length, call.size, align);
   const lanes = ringLanes(order, data.length, align, call.comm.wires);
-  if (order.length === 2 && lanes.length === 1 && !call.spec.q8) {
-    const segs = pairSegmentsOf(call, data);
-    if (segs > 0) return allReduceRingPair(call, data, order, segs);
-  }
   // a lone lane drives progress itself while it waits; concurrent lanes leave it to the pump
   // (one spinning would hold back the others' next sends, and the peers' lanes wait for them)
   const drive = lanes.length === 1;
