@@ -12,6 +12,7 @@ import { loadClusterServedModel } from '../src/api/cluster-served-model.js';
 import { streamCompletion, type StreamedCompletion } from '../src/api/sse-reader.js';
 import { probeSpeed, type ClusterView } from '../src/cluster/index.js';
 import { TandemError } from '../src/errors/index.js';
+import { tiedToParent } from '../src/util/exit-with-parent.js';
 import type { ParallelKind } from '../src/parallel/index.js';
 import { benchPromptFor } from './model.js';
 import { prompts } from './recover.js';
@@ -73,12 +74,15 @@ function startMember(
   const node = [tandemBin, 'node', '--join', address, '--threads', String(o.threads), ...mem, ...speed];
   const cap = o.cap;
   const env = { ...process.env, TANDEM_SECRET: secret };
-  if (!cap) return spawn(process.execPath, node, { stdio: 'ignore', env });
+  // a member ends with the bench however it ends (a `node --join` would otherwise keep
+  // waiting for its cluster)
+  if (!cap) return spawn(process.execPath, node, tiedToParent('ignore', 'ignore', env));
   // the shell puts itself under the cap, then becomes the node: capped from its first instruction (its speed probe included)
-  return spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', cap.procs, process.execPath, ...node], {
-    stdio: 'ignore',
-    env,
-  });
+  return spawn(
+    'sh',
+    ['-c', 'echo $$ > "$0" && exec "$@"', cap.procs, process.execPath, ...node],
+    tiedToParent('ignore', 'ignore', env),
+  );
 }
 
 /**
