@@ -43,10 +43,14 @@ test('bench moe --json: placed by load, the hot expert is copied, the busiest no
       'decode_tok_s',
       'prefill_tok_s',
       'max_node_share',
+      'expert_cpu_max_share',
       'replicas',
       'same_tokens',
     ]);
     assert.equal(row.same_tokens, true, `${row.balance}: tokens differ from one node`);
+    // the busiest node's measured expert CPU over the mean: at least 1, at most every node's share
+    const measured = row.expert_cpu_max_share as number;
+    assert.ok(measured >= 1 && measured <= 3, `${row.balance}: measured share ${measured}`);
   }
   const [flat, balanced] = rows as { max_node_share: number; replicas: number }[];
   assert.equal(flat!.replicas, 0);

@@ -34,6 +34,11 @@ export interface MoeBenchRow {
    * from the measured routing and the placement the timed runs used.
    */
   max_node_share: number;
+  /**
+   * The busiest node's CPU time in its own experts during the prefill over the nodes' mean
+   * (the best timed run), measured on the nodes; absent where they do not measure it.
+   */
+  expert_cpu_max_share?: number;
   /** Expert copies beyond one per expert, summed over the layers. */
   replicas: number;
   same_tokens: boolean;
@@ -131,6 +136,9 @@ export async function benchMoe(o: {
       decode_tok_s: many!.decode_tok_s,
       prefill_tok_s: many!.prefill_tok_s,
       max_node_share: placed.share,
+      ...(many!.expert_cpu_max_share !== undefined
+        ? { expert_cpu_max_share: many!.expert_cpu_max_share }
+        : {}),
       replicas: placed.replicas,
       same_tokens: many!.same_tokens ?? false,
     });
@@ -140,13 +148,23 @@ export async function benchMoe(o: {
 
 export function moeTable(rows: readonly MoeBenchRow[]): string {
   return formatTable(
-    ['balance', 'nodes', 'prefill tok/s', 'decode tok/s', 'max node share', 'replicas', 'same tokens'],
+    [
+      'balance',
+      'nodes',
+      'prefill tok/s',
+      'decode tok/s',
+      'max node share',
+      'measured (cpu)',
+      'replicas',
+      'same tokens',
+    ],
     rows.map((r) => [
       r.balance,
       String(r.nodes),
       r.prefill_tok_s.toFixed(1),
       r.decode_tok_s.toFixed(1),
       `${r.max_node_share.toFixed(2)}x`,
+      r.expert_cpu_max_share !== undefined ? `${r.expert_cpu_max_share.toFixed(2)}x` : '-',
       String(r.replicas),
       r.same_tokens ? 'yes' : 'NO',
     ]),

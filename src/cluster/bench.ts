@@ -3,7 +3,7 @@ import { statSync } from 'node:fs';
 import { TandemError } from '../errors/index.js';
 import type { ProviderName } from '../fabric/index.js';
 import type { KernelsChoice } from '../kernels/webgpu/index.js';
-import type { ExpertSets, ParallelKind, WireFormat } from '../parallel/index.js';
+import type { ExpertSets, ParallelKind, RankMetrics, WireFormat } from '../parallel/index.js';
 import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import type { HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
@@ -69,6 +69,14 @@ export interface BenchClusterOptions {
   onProgress?: (line: string) => void;
 }
 
+/** The busiest node's expert CPU over the mean, where every node measured it and some ran experts. */
+function expertSpread(nodes: readonly RankMetrics[]): { expert_cpu_max_share?: number } {
+  const ms = nodes.map((m) => m.prefillExpertCpuMs);
+  if (ms.length < 2 || ms.some((v) => v === undefined)) return {};
+  const mean = (ms as number[]).reduce((a, b) => a + b, 0) / ms.length;
+  return mean > 0 ? { expert_cpu_max_share: Math.max(...(ms as number[])) / mean } : {};
+}
+
 /** One row of `tandem bench cluster` (snake_case keys are the JSON line). */
 export interface BenchClusterRow {
   nodes: number;
@@ -97,6 +105,12 @@ export interface BenchClusterRow {
    * machine's memory and cores; the matvec is bound by one or the other).
    */
   decode_ceiling?: number;
+  /**
+   * Expert parallel, N-node row: the busiest node's CPU time in its own experts during the
+   * best run's prefill, over the nodes' mean (1: an even spread). Measured on each node,
+   * where max_node_share in `bench moe` is expected from the routing.
+   */
+  expert_cpu_max_share?: number;
   /** The machine's joules per generated token, lowest over the timed runs (with a power meter). */
   j_per_token?: number;
 }
@@ -287,6 +301,7 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       ...(n > 1 && agreement !== undefined ? { agreement } : {}),
       ...(n > 1 ? { same_tokens: sameTokens } : {}),
       ...(n > 1 && ceiling !== undefined ? { decode_ceiling: ceiling } : {}),
+      ...(n > 1 ? expertSpread(r.nodes) : {}),
       ...(Number.isFinite(j) ? { j_per_token: j } : {}),
     });
     return [row(1, oneBest!, oneBest!, joules.one), row(o.nodes, manyBest!, oneBest!, joules.many)];

@@ -56,6 +56,12 @@ export interface RankMetrics {
   commShare: number;
   /** Milliseconds this rank spent in (or waiting on) communication during this generation's prefill. */
   prefillCommMs: number;
+  /**
+   * CPU ms this rank spent running its own experts during this generation's prefill, under
+   * expert parallel (absent where the shard does not measure it): the ranks' figures side by
+   * side are how evenly the experts' work was spread, measured rather than expected.
+   */
+  prefillExpertCpuMs?: number;
 }
 
 export interface RankResult {
@@ -95,6 +101,9 @@ async function generateSingleStage(
   const start = ctx.meter.snapshot();
   let prefill = start;
   let firstAt = 0;
+  const work = ctx.model.expertWork;
+  const work0 = work?.cpuMs ?? 0;
+  let prefillWork = 0;
   const started = performance.now();
   const result = await generate(ctx.model, cache, prompt, {
     maxTokens: o.maxTokens,
@@ -104,6 +113,7 @@ async function generateSingleStage(
       if (firstAt === 0) {
         firstAt = performance.now();
         prefill = ctx.meter.snapshot();
+        prefillWork = (work?.cpuMs ?? 0) - work0;
       }
       o.onToken?.(token);
     },
@@ -117,10 +127,11 @@ async function generateSingleStage(
     decodeSteps: result.tokens.length - 1,
     promptTokens: prompt.length,
   };
+  const metrics = metricsOf(ctx, times, { start, prefill, end });
   return {
     tokens: result.tokens,
     stopReason: result.stopReason === 'stop' ? 'stop' : 'length',
-    metrics: metricsOf(ctx, times, { start, prefill, end }),
+    metrics: work ? { ...metrics, prefillExpertCpuMs: prefillWork } : metrics,
   };
 }
 

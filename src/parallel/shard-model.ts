@@ -18,6 +18,8 @@ export interface ShardModel {
   readonly shard: ShardSpec;
   /** Tokens routed to each expert of the shard's MoE layers (undefined: dense, or not counted). */
   readonly expertLoad?: ExpertLoad | undefined;
+  /** CPU ms spent running this shard's own experts under expert parallel (absent: not measured). */
+  readonly expertWork?: { readonly cpuMs: number } | undefined;
   /** A KV cache sized for this shard (its layers, its KV heads). */
   newSession(options?: { contextLength?: number }): SequenceCache;
   /** Hidden states [n, width] of token ids (the first pipeline stage). */

@@ -185,6 +185,7 @@ export async function moeFfnDispatched(
   comm: ShardComm,
   onRoute?: (ids: Int32Array) => void,
   layer = 0,
+  work?: ExpertWork,
 ): Promise<void> {
   const width = c.embeddingLength;
   const used = c.expertUsedCount;
@@ -210,10 +211,24 @@ export async function moeFfnDispatched(
     run: (e, rows, o, r) => {
       const ffn = w.experts.get(e);
       assert.ok(ffn, `expert ${e} was dispatched to a rank that does not hold it`);
+      const before = work ? process.cpuUsage() : undefined;
       swigluFfn(k, ffn, scratch, rows, o, r, 'moe');
+      if (work && before) {
+        const spent = process.cpuUsage(before);
+        work.cpuMs += (spent.user + spent.system) / 1000;
+      }
     },
   });
   if (w.shared) await addSharedExpert(k, w.shared, scratch, x, out, n, width, comm);
+}
+
+/**
+ * CPU time this process spent running its own experts (every thread's: a product's pool
+ * included), in ms since the model was loaded: what a rank's share of the experts costs it,
+ * whether or not it had a core to itself.
+ */
+export interface ExpertWork {
+  cpuMs: number;
 }
 
 /** A routed batch handed to dispatchRouted. */

@@ -13,7 +13,7 @@ import { SequenceCache } from '../kv/kv-cache.js';
 import { attentionForward, headLayout, type HeadLayout } from './attention.js';
 import { reduceAcross, singleNodeComm, type ShardComm } from './comm.js';
 import { configFromMetadata, type ModelConfig } from './config.js';
-import { moeFfn, moeFfnDispatched, swigluFfn } from './ffn.js';
+import { moeFfn, moeFfnDispatched, swigluFfn, type ExpertWork } from './ffn.js';
 import type { ModelFile } from './model-file.js';
 import { Scratch, addInPlace } from './scratch.js';
 import { mixedPrefillChunk, prefillPiece } from './prefill.js';
@@ -85,6 +85,8 @@ export class Model {
   private readonly parts: number;
   /** Tokens routed to each expert of this shard's MoE layers (undefined for a dense model). */
   readonly expertLoad: ExpertLoad | undefined;
+  /** CPU time spent in this shard's own experts under expert parallel (moeFfnDispatched). */
+  readonly expertWork: ExpertWork = { cpuMs: 0 };
 
   private constructor(
     readonly kernels: Kernels,
@@ -267,6 +269,7 @@ export class Model {
           this.comm,
           onRoute,
           this.held.layers.start + l,
+          this.expertWork,
         );
       else if (w.moe) await moeFfn(k, c, w.moe, this.scratch, xn, out.subarray(0, m), n, this.comm, onRoute);
       else {
