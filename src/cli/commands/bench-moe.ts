@@ -11,7 +11,7 @@ export const command = defineCommand({
     'Runs expert parallel over shm on N local nodes with the experts in contiguous id ranges (static), ' +
     "placed at load layer by layer by a routing profile with copies of the hot ones (profile: --expert-profile FILE, else one node's pass over the prompt), " +
     "or loaded static and re-placed by the nodes' own counters while loaded (dynamic: new experts loaded beside the old, switched at a step boundary); " +
-    "reports prefill and decode tok/s, the busiest node's share of routed work over the mean (averaged over the layers), the copies, " +
+    "reports prefill and decode tok/s, the busiest node's share of routed work over the mean (expected: averaged over the layers, from the routing; and measured: its CPU time in its own experts during the prefill), the copies, " +
     "and whether the tokens equal one node's. A generated model routes near-uniformly unless made with --router-skew.",
   positionals: [{ name: 'MODEL', description: 'a mixture-of-experts GGUF file', required: true }],
   options: {
