@@ -1,3 +1,5 @@
+import assert from 'node:assert/strict';
+import type { ClusterView } from '../cluster/index.js';
 import { ApiServer, type ApiServerOptions } from './http-server.js';
 import { loadServedModel, type LoadServedOptions } from './served-model.js';
 
@@ -24,6 +26,13 @@ export function startTestServer(
         ...(name !== undefined ? { name } : {}),
       }),
   });
+}
+
+/** The server's GET /v1/cluster view (asserting it answered 200). */
+export async function clusterView(url: string): Promise<ClusterView> {
+  const res = await fetch(`${url}/v1/cluster`);
+  assert.equal(res.status, 200);
+  return (await res.json()) as ClusterView;
 }
 
 /** The value of a Prometheus sample (first match of `name` with exactly these labels). */

@@ -175,7 +175,8 @@ test(
   },
 );
 
-const qwen3moe = tinyModelFile({
+/** A qwen3moe of 6 experts; tests that hook its reads make their own with tinyModelFile(qwen3moeOptions). */
+const qwen3moeOptions = {
   arch: 'qwen3moe',
   heads: 4,
   kvHeads: 2,
@@ -186,7 +187,8 @@ const qwen3moe = tinyModelFile({
   layers: 2,
   vocab: 96,
   seed: 8,
-});
+} as const;
+const qwen3moe = tinyModelFile(qwen3moeOptions);
 const qwen2moe = tinyModelFile({
   arch: 'qwen2moe',
   heads: 4,
@@ -243,18 +245,7 @@ test(
   'webgpu shards: an expert-parallel rank reads the rows of the experts it holds, no others',
   { skip },
   async () => {
-    const file = tinyModelFile({
-      arch: 'qwen3moe',
-      heads: 4,
-      kvHeads: 2,
-      width: 32,
-      ff: 32,
-      experts: 6,
-      expertsUsed: 2,
-      layers: 2,
-      vocab: 96,
-      seed: 8,
-    });
+    const file = tinyModelFile(qwen3moeOptions);
     const rowsRead = new Map<string, number>();
     const readRows = file.readRows.bind(file);
     file.readRows = (name, start, count, into) => {

@@ -2,7 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ClusterSlotModel, ServingCluster, startCluster } from '../../src/cluster/index.js';
 import { configFromMetadata, GgufModelFile, Model, type ModelConfig } from '../../src/engine/index.js';
+import { greedy } from '../../src/engine/generate/generate.js';
 import { tempModel } from '../../src/engine/testing/temp-model.js';
+import { SKEWED_MOE, SKEWED_PROMPT } from './parallel-models.js';
 import { createKernels } from '../../src/kernels/index.js';
 import { layersMaxNodeShare } from '../../src/parallel/index.js';
 import { layerPlacements } from '../../src/cluster/expert-rebalance.js';
@@ -13,23 +15,9 @@ import { layerPlacements } from '../../src/cluster/expert-rebalance.js';
  * and the greedy tokens are one node's throughout.
  */
 
-const path = tempModel('tandem-expert-rebalance-', {
-  arch: 'qwen3moe',
-  shape: 'tiny',
-  type: 'q8_0',
-  seed: 5,
-  experts: 8,
-  expertsUsed: 2,
-  routerSkew: { kind: 'zipf', s: 1.5 },
-});
-const prompt = Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 200));
+const path = tempModel('tandem-expert-rebalance-', SKEWED_MOE);
+const prompt = SKEWED_PROMPT;
 const steps = 16;
-
-function argmax(x: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < x.length; i++) if (x[i]! > x[best]!) best = i;
-  return best;
-}
 
 /** One process's greedy tokens, on the kernels a node runs. */
 async function oneNode(): Promise<number[]> {
@@ -38,8 +26,8 @@ async function oneNode(): Promise<number[]> {
   try {
     const m = await Model.load(file, kernels);
     const cache = m.newSession({ contextLength: prompt.length + steps + 1 });
-    const out = [argmax(await m.forward(prompt, cache))];
-    while (out.length < steps) out.push(argmax(await m.forward([out[out.length - 1]!], cache)));
+    const out = [greedy(await m.forward(prompt, cache))];
+    while (out.length < steps) out.push(greedy(await m.forward([out[out.length - 1]!], cache)));
     return out;
   } finally {
     file.close();
@@ -61,7 +49,7 @@ test("experts re-placed by the members counters while a greedy stream decodes: t
   try {
     const model = new ClusterSlotModel(serving, configOf(), 64);
     const seq = model.newSession();
-    const tokens = [argmax(await model.forward(prompt, seq))];
+    const tokens = [greedy(await model.forward(prompt, seq))];
     const before = cluster.session.placement!.plan;
     let rebalance: ReturnType<ServingCluster['rebalanceExperts']> | undefined;
     let stepsWhileReplacing = 0;
@@ -74,7 +62,7 @@ test("experts re-placed by the members counters while a greedy stream decodes: t
       }
       const [logits] = await model.forwardBatch([tokens[tokens.length - 1]!], [seq]);
       if (replacing) stepsWhileReplacing++;
-      tokens.push(argmax(logits!));
+      tokens.push(greedy(logits!));
     }
     const report = await rebalance!;
     assert.ok(report.switched, report.reason);

@@ -28,6 +28,21 @@ const shape = {
 };
 
 export const PROMPT = [1, 20, 31, 42, 53, 64, 75, 86, 97, 108];
+
+/**
+ * A tiny qwen3moe whose routing is skewed toward a few experts (make-model --router-skew), so
+ * the members' counters give a placement worth switching to; with SKEWED_PROMPT.
+ */
+export const SKEWED_MOE = {
+  arch: 'qwen3moe',
+  shape: 'tiny',
+  type: 'q8_0',
+  seed: 5,
+  experts: 8,
+  expertsUsed: 2,
+  routerSkew: { kind: 'zipf', s: 1.5 },
+} as const;
+export const SKEWED_PROMPT = Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 200));
 export const STEPS = 6;
 
 export interface TestModel {

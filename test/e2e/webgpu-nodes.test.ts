@@ -26,6 +26,7 @@ import {
 } from '../../src/engine/index.js';
 import { greedy } from '../../src/engine/generate/generate.js';
 import { tempModel } from '../../src/engine/testing/temp-model.js';
+import { SKEWED_MOE, SKEWED_PROMPT } from './parallel-models.js';
 import { runTandem } from '../../src/cli/testing.js';
 import { isTandemError } from '../../src/errors/index.js';
 import { probeAdapter } from '../../src/kernels/webgpu/index.js';
@@ -40,17 +41,8 @@ const q8 = tempModel('tandem-webgpu-nodes-', { arch: 'llama', shape: 'tiny', typ
 const bf16 = tempModel('tandem-webgpu-nodes-bf16-', { arch: 'llama', shape: 'tiny', type: 'bf16', seed: 6 });
 const moe = tempModel('tandem-webgpu-nodes-moe-', { arch: 'qwen3moe', shape: 'tiny', type: 'q8_0', seed: 7 });
 
-// routing skewed toward a few experts, so the members' counters give a placement worth switching to
-const skewed = tempModel('tandem-webgpu-nodes-skew-', {
-  arch: 'qwen3moe',
-  shape: 'tiny',
-  type: 'q8_0',
-  seed: 5,
-  experts: 8,
-  expertsUsed: 2,
-  routerSkew: { kind: 'zipf', s: 1.5 },
-});
-const skewedPrompt = Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 200));
+const skewed = tempModel('tandem-webgpu-nodes-skew-', SKEWED_MOE);
+const skewedPrompt = SKEWED_PROMPT;
 const skewedSteps = 12;
 
 function configOf(path: string): ModelConfig {

@@ -11,9 +11,8 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiServer } from '../../src/api/http-server.js';
 import { loadClusterServedModel } from '../../src/api/cluster-served-model.js';
-import { startTestServer } from '../../src/api/testing.js';
+import { clusterView, startTestServer } from '../../src/api/testing.js';
 import { streamCompletion, type StreamedCompletion } from '../../src/api/sse-reader.js';
-import type { ClusterView } from '../../src/cluster/index.js';
 import { probeAdapter } from '../../src/kernels/webgpu/index.js';
 import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
@@ -31,12 +30,6 @@ async function stream(url: string, prompt: number[]): Promise<StreamedCompletion
   assert.equal(r.status, 200);
   assert.equal(r.error, undefined, `no error event (${r.error})`);
   return r;
-}
-
-async function clusterView(url: string): Promise<ClusterView> {
-  const res = await fetch(`${url}/v1/cluster`);
-  assert.equal(res.status, 200);
-  return (await res.json()) as ClusterView;
 }
 
 describe('GPU nodes: serving survives a lost member', { skip, timeout: 300_000 }, () => {
