@@ -15,7 +15,7 @@ import {
  * among those that fit the nodes' memory. The model: a decode step reads each rank's weights
  * once, at a nominal bandwidth scaled by the node's relative speed; ranks of one stage work at
  * once (the slowest sets the pace), stages one after another; every collective a step needs
- * (two all-reduces a layer for tensor parallel, two all-to-alls a layer for expert parallel, a
+ * (two all-reduces a layer for tensor parallel, two all-gathers a layer for expert parallel, a
  * hand-off between stages) costs the provider's latency. It ranks splits; it does not predict
  * tokens/s. On a small model the collectives' latency outweighs the halved reads, and it
  * prefers the pipeline: the same verdict the demo's measurements give (a split does not pay).

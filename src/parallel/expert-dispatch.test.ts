@@ -126,7 +126,7 @@ test('expert-parallel MoE output is the single-node output bit for bit (fast ker
 });
 
 for (const direct of [false, true])
-  test(`dispatch${direct ? ' (direct exchange)' : ''}: each expert runs once on every token routed to it, ascending; outputs come back to their tokens; bytes are metered`, async () => {
+  test(`dispatch${direct ? ' (direct exchange)' : ''}: each expert runs once on its own rank's rows of every token routed to it, ascending; every rank gets the whole batch's routing and outputs; bytes are metered`, async () => {
     // 3 ranks, 6 experts (2 each), width 4; global tokens 0..6 (shares 3, 2, 2 -> see share()).
     const size = 3;
     const width = 4;
@@ -135,6 +135,9 @@ for (const direct of [false, true])
     const n = 7;
     // token t goes to experts (t % 6) and ((t * 5 + 1) % 6), distinct for every t here
     const choice = (t: number): number[] => [t % 6, (t * 5 + 1) % 6];
+    const weight = (t: number, j: number): number => Math.fround(0.25 + t / 16 + j / 32);
+    const rows = new Float32Array(n * width);
+    for (let t = 0; t < n; t++) for (let i = 0; i < width; i++) rows[t * width + i] = t + i / 8;
     const world = await createLocalWorld(size, { timeoutMs: 10_000 });
     const ex = await exchanges(world, direct);
     try {
@@ -145,13 +148,13 @@ for (const direct of [false, true])
           const d = new CollectiveExpertDispatch(w, owners, meters[r]!, ex[r]);
           const { start, end } = d.share(n);
           const m = end - start;
-          const rows = new Float32Array(m * width);
           const ids = new Int32Array(m * used);
+          const weights = new Float32Array(m * used);
           for (let t = start; t < end; t++) {
-            for (let i = 0; i < width; i++) rows[(t - start) * width + i] = t + i / 8;
             ids.set(choice(t), (t - start) * used);
+            for (let j = 0; j < used; j++) weights[(t - start) * used + j] = weight(t, j);
           }
-          const y = await d.dispatch({ rows, ids, tokens: m, used, width }, (e, xs, out, count) => {
+          const all = await d.dispatch({ rows, n, ids, weights, used, width }, (e, xs, out, count) => {
             calls.push({
               rank: r,
               expert: e,
@@ -159,7 +162,14 @@ for (const direct of [false, true])
             });
             for (let i = 0; i < count * width; i++) out[i] = (xs[i] as number) * 10 + e;
           });
-          return { start, end, y: Float32Array.from(y), ids };
+          return {
+            start,
+            end,
+            ids: Int32Array.from(all.ids),
+            weights: Float32Array.from(all.weights),
+            y: Float32Array.from(all.y),
+            at: Int32Array.from(all.at),
+          };
         }),
       );
       assert.deepEqual(
@@ -179,36 +189,31 @@ for (const direct of [false, true])
           assert.deepEqual(mine[0]!.tokens, want, `expert ${e} gets its tokens in ascending order`);
         }
       }
-      let remoteOut = [0, 0, 0];
-      let remoteBack = [0, 0, 0];
+      // every rank: the whole batch's choices, weights and the output of every choice
+      let busiest = 0;
+      const ran = [0, 0, 0];
+      for (let t = 0; t < n; t++) for (const e of choice(t)) ran[owners[e]!]!++;
+      busiest = Math.max(...ran);
       for (const [r, res] of results.entries()) {
-        for (let t = res.start; t < res.end; t++) {
+        for (let t = 0; t < n; t++) {
           for (let j = 0; j < used; j++) {
-            const e = res.ids[(t - res.start) * used + j] as number;
+            const p = t * used + j;
+            const e = choice(t)[j]!;
+            assert.equal(res.ids[p], e, `rank ${r}: token ${t} slot ${j}`);
+            assert.equal(res.weights[p], weight(t, j));
             for (let i = 0; i < width; i++)
-              assert.equal(
-                res.y[((t - res.start) * used + j) * width + i],
-                Math.fround(Math.fround(t + i / 8) * 10 + e),
-              );
-            if (owners[e] !== r) {
-              remoteOut = remoteOut.map((v, k) => (k === r ? v + 1 : v));
-              remoteBack = remoteBack.map((v, k) => (k === owners[e] ? v + 1 : v));
-            }
+              assert.equal(res.y[res.at[p]! + i], Math.fround(Math.fround(t + i / 8) * 10 + e));
           }
         }
       }
-      // counts to every peer, then rows out and outputs back: only a peer's own through the
-      // all-to-all; all of them, padded to the largest rank's, to every peer through the exchange
-      const mostOut = Math.max(...remoteOut);
-      const mostBack = Math.max(...remoteBack);
+      // routing (a fingerprint, then ids and weights padded to the largest share), then outputs
+      // (a row count, then rows padded to the busiest rank's), every part to every peer
+      const most = 3 * used;
       for (let r = 0; r < size; r++)
         assert.equal(
           meters[r]!.bytes,
-          4 * size * (size - 1) +
-            (direct
-              ? 4 * (size - 1) * ((width + 1) * mostOut + width * mostBack)
-              : 4 * (width + 1) * remoteOut[r]! + 4 * width * remoteBack[r]!),
-          `rank ${r}: counts, rows sent and outputs returned`,
+          4 * (size - 1) * (1 + 2 * most + 1 + busiest * width),
+          `rank ${r}: routing and outputs`,
         );
     } finally {
       await Promise.all(ex.map((e) => e?.close()));
@@ -216,7 +221,7 @@ for (const direct of [false, true])
     }
   });
 
-test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE / COLL_ABORTED, never hang', async () => {
+test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE, never hang', async () => {
   const world = await createLocalWorld(2, { timeoutMs: 20_000 });
   try {
     const started = Date.now();
@@ -228,9 +233,10 @@ test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE 
         const { start, end } = d.share(1);
         const m = end - start;
         const request = {
-          rows: new Float32Array(m * 2),
+          rows: new Float32Array(2),
+          n: 1,
           ids: Int32Array.from(m ? [1] : []),
-          tokens: m,
+          weights: Float32Array.from(m ? [1] : []),
           used: 1,
           width: 2,
         };
@@ -238,10 +244,16 @@ test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE 
       }),
     );
     assert.ok(outcomes.every((o) => o.status === 'rejected'));
-    const codes = outcomes.map((o) =>
-      o.status === 'rejected' && isTandemError(o.reason) ? o.reason.code : undefined,
+    const errors = outcomes.map((o) =>
+      o.status === 'rejected' && isTandemError(o.reason) ? o.reason : undefined,
     );
-    assert.deepEqual(codes, ['COLL_ABORTED', 'PAR_EXCHANGE']);
+    // each rank finds the other's placement differs (or is aborted by the one that found it first)
+    assert.ok(errors.every((e) => e?.code === 'PAR_EXCHANGE' || e?.code === 'COLL_ABORTED'));
+    assert.ok(
+      errors.some(
+        (e) => e?.code === 'PAR_EXCHANGE' && /places the experts of layer 0 differently/.test(e.message),
+      ),
+    );
     assert.ok(Date.now() - started < 10_000, 'well before the communicator deadline');
   } finally {
     await Promise.all(world.map((w) => w.close()));

@@ -1,5 +1,11 @@
 import type { Communicator } from '../collectives/communicator.js';
-import type { ExpertDispatch, ExpertRequest, RunExpert, RunExperts } from '../engine/model/comm.js';
+import type {
+  ExpertDispatch,
+  ExpertOutputs,
+  ExpertRequest,
+  RunExpert,
+  RunExperts,
+} from '../engine/model/comm.js';
 import { TandemError } from '../errors/index.js';
 import type { ParallelPlan } from './plan.js';
 import type { CommMeter } from './shard-comm.js';
@@ -42,47 +48,53 @@ export function dispatchOwners(plan: ParallelPlan, stage: number): number[][] | 
   };
 }
 
-/** Where one layer's experts live: copies[e] the ranks holding e (empty: nobody); held[e] 1 where this rank does. */
+/**
+ * Where one layer's experts live: copies[e] the ranks holding e (empty: nobody); print a
+ * fingerprint of the table (24 bits: exact as f32), which every rank sends with its routing so
+ * that ranks placing the experts differently fail instead of combining wrong outputs.
+ */
 interface OwnerTable {
   copies: readonly (readonly number[])[];
-  held: Uint8Array;
+  print: number;
+}
+
+function ownerTable(copies: readonly (readonly number[])[]): OwnerTable {
+  let h = 0x811c9dc5; // FNV-1a over the expert count, then each expert's holders and a separator
+  const mix = (v: number): void => {
+    h = Math.imul(h ^ (v & 0xff), 0x01000193) >>> 0;
+    h = Math.imul(h ^ (v >>> 8), 0x01000193) >>> 0;
+  };
+  mix(copies.length);
+  for (const c of copies) {
+    for (const r of c) mix(r);
+    mix(0xffff);
+  }
+  return { copies: copies.map((c) => [...c]), print: h & 0xffffff };
 }
 
 /**
- * Expert parallel over a communicator: tokens travel to the ranks holding their experts and
- * their outputs travel back. One dispatch (one MoE layer) is three steps:
+ * Expert parallel over a communicator. Every rank holds every token's hidden row, so tokens do
+ * not travel: one dispatch (one MoE layer) is two all-gathers.
  *
- * 1. counts: every rank's row count per destination is gathered everywhere ([size, size]
- *    i32), so every rank knows every transfer's size;
- * 2. tokens: one row per (token, expert) choice, width + 1 f32 (the expert id, then the
- *    hidden row), to the expert's rank, by all-to-all; rows for this rank's own experts are
- *    copied locally and never touch the wire;
- * 3. outputs: width f32 per row back to its sender, by all-to-all, in the order the rows
- *    came, so the sender knows each one's (token, expert) without ids.
+ * 1. routing: every rank's share's choices and weights ([m, used] each, padded to the largest
+ *    share) and its placement's fingerprint, so every rank knows the whole batch's routing;
+ * 2. outputs: every rank runs its experts on its own copy of the rows routed to them and
+ *    gathers the outputs ([rows, width] after a row count, padded to the busiest rank's) to
+ *    every rank, which then combines every token.
  *
- * Steps 2 and 3 are skipped when no rank has a row for another (every rank knows). They run
- * through the communicator's all-to-all (only the rows for a peer go to it), or, when the
- * group has a direct exchange (shm nodes) and the largest part fits its chunk, through the
- * exchange: each rank writes all its outgoing rows, padded to the group's largest, to every
- * peer in one RDMA write, and each peer keeps the rows addressed to it. That is the same
- * bytes as an all-to-all on 2 ranks and up to (size - 1) x on more, for a fraction of the
- * router's latency.
- *
- * A sender orders its rows by expert, then token, and the shares are contiguous in rank
- * order; so a receiver that takes, per expert, the rows of rank 0, then rank 1, ... runs the
- * expert on its tokens in ascending order: the rows and order one node runs it on, hence the
- * same outputs bit for bit. Rows travel as f32 whatever the all-reduce wire (exact).
+ * Who runs a choice is a function of the routing that every rank evaluates alike: the
+ * expert's holder, or with copies the one picked round robin by the token's index in the
+ * batch. A rank runs an expert's tokens in ascending order: the rows and order one node runs
+ * it on, hence the same outputs bit for bit; outputs travel as f32 whatever the all-reduce
+ * wire (exact). A gather goes through the group's direct exchange (shm nodes: one RDMA write
+ * of the part to every peer) when the part fits its chunk, else through the communicator.
  */
-/** Rows one rank may announce for another in one dispatch (f32 counts stay exact). */
-const MAX_ROWS = 1 << 24;
-
 export class CollectiveExpertDispatch implements ExpertDispatch {
   /** The owners of every layer's experts (`all`), or of each layer's (`layers`, by model layer). */
   private all: OwnerTable | undefined;
   private layers: OwnerTable[] | undefined;
   private rowsIn = new Float32Array(0);
-  private rowsOut = new Float32Array(0);
-  private result = new Float32Array(0);
+  private gathered = new Float32Array(0);
 
   constructor(
     private readonly comm: Communicator,
@@ -98,18 +110,14 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
    * step boundary (a re-placement of experts), after the experts it now holds are loaded.
    */
   setOwners(owners: Int32Array | readonly (readonly number[])[] | LayerOwners): void {
-    const table = (copies: readonly (readonly number[])[]): OwnerTable => ({
-      copies: copies.map((c) => [...c]),
-      held: Uint8Array.from(copies, (c) => (c.includes(this.comm.rank) ? 1 : 0)),
-    });
     if (owners instanceof Int32Array) {
-      this.all = table(Array.from(owners, (o) => (o >= 0 ? [o] : [])));
+      this.all = ownerTable(Array.from(owners, (o) => (o >= 0 ? [o] : [])));
       this.layers = undefined;
     } else if ('layers' in owners) {
       this.all = undefined;
-      this.layers = owners.layers.map(table);
+      this.layers = owners.layers.map(ownerTable);
     } else {
-      this.all = table(owners);
+      this.all = ownerTable(owners);
       this.layers = undefined;
     }
   }
@@ -126,230 +134,205 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   }
 
   share(n: number): { start: number; end: number } {
-    const { rank, size } = this.comm;
+    return this.shareOf(this.comm.rank, n);
+  }
+
+  private shareOf(rank: number, n: number): { start: number; end: number } {
+    const size = this.comm.size;
     // ceil: a single token (decode) belongs to rank 0
     return { start: Math.ceil((n * rank) / size), end: Math.ceil((n * (rank + 1)) / size) };
   }
 
-  async dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<Float32Array> {
-    const { rows, ids, tokens, used, width } = request;
-    const rank = this.comm.rank;
-    const row = width + 1;
-    const table = this.tableFor(request.layer ?? 0);
-    const { slotPair, sendRows } = this.layout(table, ids, tokens * used, used, request.first ?? 0);
-    const total = slotPair.length;
-    const send = new Float32Array(total * row);
-    for (let q = 0; q < total; q++) {
-      const p = slotPair[q] as number;
-      const t = Math.floor(p / used);
-      send[q * row] = ids[p] as number;
-      send.set(rows.subarray(t * width, (t + 1) * width), q * row + 1);
+  async dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<ExpertOutputs> {
+    const { rows, n, used, width } = request;
+    const { rank, size } = this.comm;
+    const layer = request.layer ?? 0;
+    const table = this.tableFor(layer);
+    const { ids, weights } = await this.gatherRouting(request, table, layer);
+    const { order, begin } = this.assign(table, ids, n, used);
+    const experts = table.copies.length;
+    const busiest = Math.max(
+      ...Array.from({ length: size }, (_, r) => begin[(r + 1) * experts]! - begin[r * experts]!),
+    );
+    // 2. this rank's outputs into its part of the gather: [rows, then rows x width], padded
+    const part = 1 + busiest * width;
+    const lo = begin[rank * experts] as number;
+    const own = (begin[(rank + 1) * experts] as number) - lo;
+    const mine = new Float32Array(part);
+    mine[0] = own;
+    await this.runOwn(table, rows, order, begin, used, width, run, mine.subarray(1, 1 + own * width));
+    if (this.gathered.length < size * part) this.gathered = new Float32Array(size * part);
+    const y = this.gathered.subarray(0, size * part);
+    await this.gather(mine, y);
+    for (let r = 0; r < size; r++) {
+      const want = (begin[(r + 1) * experts] as number) - (begin[r * experts] as number);
+      if (y[r * part] !== want)
+        throw this.fail(
+          `rank ${r} ran ${y[r * part]} expert rows of layer ${layer}, rank ${rank} expected ${want}`,
+          {
+            hint: 'run the same tandem version on every node',
+            details: { from: r, layer },
+          },
+        );
     }
-    const size = this.comm.size;
-    const counts = await this.gatherCounts(sendRows);
-    // rows rank s sends rank d in step 2 (and d sends s back in step 3)
-    const to = (s: number, d: number): number => counts[s * size + d] as number;
-    const recv = await this.allToAll(send, to, row);
-    const recvRows = Array.from({ length: size }, (_, s) => to(s, rank));
-    const back = await this.runExperts(table, recv, recvRows, width, run);
-    const ret = await this.allToAll(back, (s, d) => to(d, s), width);
-    if (this.result.length < tokens * used * width) this.result = new Float32Array(tokens * used * width);
-    const out = this.result.subarray(0, tokens * used * width);
-    out.fill(0);
-    for (let q = 0; q < total; q++)
-      out.set(ret.subarray(q * width, (q + 1) * width), (slotPair[q] as number) * width);
-    return out;
+    // choice p's output row: in its runner's part, at its place in the runner's order
+    const at = new Int32Array(n * used).fill(-1);
+    for (let r = 0; r < size; r++) {
+      const from = begin[r * experts] as number;
+      for (let i = from; i < (begin[(r + 1) * experts] as number); i++)
+        at[order[i] as number] = r * part + 1 + (i - from) * width;
+    }
+    return { ids, weights, y, at };
   }
 
   /**
-   * The send order of this rank's choices: slotPair[q] is the choice (t * used + j) in slot
-   * q, sorted by (destination rank, expert, token); sendRows[r] the choices going to rank r.
-   * A choice goes to its expert's copy for the token (round robin over the copies by the
-   * token's index in the whole batch, `first` + t, which every rank computes alike). Slots
-   * without an expert (-1) are left out.
+   * Collective (step 1): every rank's share of the routing, and its placement's fingerprint,
+   * to every rank; returns the whole batch's choices and weights [n, used].
    */
-  private layout(
+  private async gatherRouting(
+    request: ExpertRequest,
+    table: OwnerTable,
+    layer: number,
+  ): Promise<{ ids: Int32Array; weights: Float32Array }> {
+    const { n, used } = request;
+    const { rank, size } = this.comm;
+    const counts = Array.from({ length: size }, (_, r) => {
+      const { start, end } = this.shareOf(r, n);
+      return (end - start) * used;
+    });
+    const mineCount = counts[rank] as number;
+    if (request.ids.length !== mineCount || request.weights.length !== mineCount)
+      throw this.fail(
+        `rank ${rank} routed ${request.ids.length} choices (weights ${request.weights.length}), its share of ${n} tokens has ${mineCount}`,
+        { hint: 'route exactly the tokens of share(n)', details: { rank, n } },
+      );
+    const most = Math.max(...counts);
+    const part = 1 + 2 * most;
+    const mine = new Float32Array(part);
+    mine[0] = table.print;
+    for (let q = 0; q < mineCount; q++) mine[1 + q] = request.ids[q] as number;
+    mine.set(request.weights, 1 + most);
+    const all = new Float32Array(size * part);
+    await this.gather(mine, all);
+    const experts = table.copies.length;
+    const ids = new Int32Array(n * used);
+    const weights = new Float32Array(n * used);
+    for (let r = 0, at = 0; r < size; at += counts[r]!, r++) {
+      if (all[r * part] !== table.print)
+        throw this.fail(`rank ${r} places the experts of layer ${layer} differently from rank ${rank}`, {
+          hint: 'load the model on every node from the same plan; run the same tandem version on every node',
+          details: { from: r, layer },
+        });
+      for (let q = 0; q < counts[r]!; q++) {
+        const e = all[r * part + 1 + q] as number;
+        if (!Number.isInteger(e) || e < -1 || e >= experts || (e >= 0 && table.copies[e]!.length === 0))
+          throw this.fail(
+            `rank ${r} routed a token to expert ${e}, which no rank of the group holds (${experts} experts)`,
+            {
+              hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
+              details: { expert: e, experts, from: r },
+            },
+          );
+        ids[at + q] = e;
+        weights[at + q] = all[r * part + 1 + most + q] as number;
+      }
+    }
+    return { ids, weights };
+  }
+
+  /**
+   * Who runs each choice: order lists the choices (t * used + j) sorted by (runner rank,
+   * expert, token), and begin[r * experts + e] is where runner r's choices of expert e start
+   * in it (begin[size * experts] = all). A choice goes to its expert's copy for the token
+   * (round robin over the copies by the token's index in the batch). Slots without an expert
+   * (-1) are left out.
+   */
+  private assign(
     table: OwnerTable,
     ids: Int32Array,
-    pairs: number,
+    n: number,
     used: number,
-    first: number,
-  ): { slotPair: Int32Array; sendRows: number[] } {
+  ): { order: Int32Array; begin: Int32Array } {
     const experts = table.copies.length;
-    const size = this.comm.size;
+    const pairs = n * used;
     const key = new Int32Array(pairs);
-    const count = new Int32Array(size * experts + 1);
+    const begin = new Int32Array(this.comm.size * experts + 1);
     for (let p = 0; p < pairs; p++) {
       const e = ids[p] as number;
       key[p] = -1;
       if (e < 0) continue;
-      const copies = table.copies[e];
-      if (e >= experts || !copies || copies.length === 0) {
-        throw this.fail(`expert ${e} was routed to, but no rank of the group holds it (${experts} experts)`, {
-          hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
-          details: { expert: e, experts },
-        });
-      }
-      const dest = copies[(first + Math.floor(p / used)) % copies.length] as number;
+      const copies = table.copies[e]!;
+      const dest = copies[Math.floor(p / used) % copies.length] as number;
       key[p] = dest * experts + e;
-      count[key[p]! + 1]!++;
+      begin[key[p]! + 1]!++;
     }
-    const sendRows = new Array<number>(size).fill(0);
-    for (let k = 0; k < size * experts; k++) {
-      sendRows[Math.floor(k / experts)]! += count[k + 1] as number;
-      count[k + 1]! += count[k] as number;
-    }
-    const slotPair = new Int32Array(count[size * experts] as number);
-    for (let p = 0; p < pairs; p++) if (key[p]! >= 0) slotPair[count[key[p]!]!++] = p;
-    return { slotPair, sendRows };
+    for (let k = 0; k < this.comm.size * experts; k++) begin[k + 1]! += begin[k] as number;
+    const order = new Int32Array(begin[this.comm.size * experts] as number);
+    const fill = begin.slice();
+    for (let p = 0; p < pairs; p++) if (key[p]! >= 0) order[fill[key[p]!]!++] = p;
+    return { order, begin };
   }
 
   /**
-   * The group cannot go on (the others would wait on this rank's rows until their deadline):
-   * aborts the communicator so they fail at once, and returns the error to throw.
+   * Runs this rank's experts on its own copy of the rows routed to them (rows [n, width]),
+   * expert by expert in ascending id, each on its tokens in ascending order, or in one batch;
+   * outputs into ys [own rows, width] in this rank's order.
+   */
+  private async runOwn(
+    table: OwnerTable,
+    rows: Float32Array,
+    order: Int32Array,
+    begin: Int32Array,
+    used: number,
+    width: number,
+    run: RunExpert | RunExperts,
+    ys: Float32Array,
+  ): Promise<void> {
+    const experts = table.copies.length;
+    const base = this.comm.rank * experts;
+    const lo = begin[base] as number;
+    const total = (begin[base + experts] as number) - lo;
+    if (total === 0) return;
+    if (this.rowsIn.length < total * width) this.rowsIn = new Float32Array(total * width);
+    const xs = this.rowsIn.subarray(0, total * width);
+    for (let i = 0; i < total; i++) {
+      const t = Math.floor((order[lo + i] as number) / used);
+      xs.set(rows.subarray(t * width, (t + 1) * width), i * width);
+    }
+    const ran = Int32Array.from({ length: experts }, (_, e) => e).filter(
+      (e) => begin[base + e + 1]! > begin[base + e]!,
+    );
+    if (typeof run === 'function') {
+      for (const e of ran) {
+        const [from, to] = [(begin[base + e]! - lo) * width, (begin[base + e + 1]! - lo) * width];
+        run(e, xs.subarray(from, to), ys.subarray(from, to), begin[base + e + 1]! - begin[base + e]!);
+      }
+    } else {
+      await run.batch(
+        ran,
+        Int32Array.from([...ran, experts], (e) => begin[base + e]! - lo),
+        xs,
+        ys,
+      );
+    }
+  }
+
+  /** Collective: every rank's `mine` (the same length on all) into out [size, mine.length], metered. */
+  private async gather(mine: Float32Array, out: Float32Array): Promise<void> {
+    const bytes = 4 * mine.length * (this.comm.size - 1);
+    const ex = this.exchange;
+    if (ex && mine.length <= ex.chunk) await this.meter.time(bytes, ex.allGather(mine, out));
+    else await this.meter.time(bytes, this.comm.allGather(mine, { out }));
+  }
+
+  /**
+   * The group cannot go on (the others would wait on this rank until their deadline): aborts
+   * the communicator so they fail at once, and returns the error to throw.
    */
   private fail(message: string, o: { hint: string; details: Record<string, unknown> }): TandemError {
     const e = new TandemError('PAR_EXCHANGE', message, o);
     this.comm.abort(message);
     this.exchange?.abort(message);
     return e;
-  }
-
-  /** Collective: every rank's rows per destination; [s * size + d] is what rank s sends rank d. */
-  private async gatherCounts(sendRows: number[]): Promise<Int32Array> {
-    const size = this.comm.size;
-    const ex = this.exchange;
-    const bytes = 4 * size * (size - 1);
-    let all: Int32Array;
-    if (ex) {
-      const got = new Float32Array(size * size);
-      await this.meter.time(bytes, ex.allGather(Float32Array.from(sendRows), got));
-      all = Int32Array.from(got);
-      if (got.some((c, i) => c !== all[i])) all.fill(-1); // not integers: rejected below
-    } else {
-      all = new Int32Array(size * size);
-      await this.meter.time(bytes, this.comm.allGather(Int32Array.from(sendRows), { out: all }));
-    }
-    const bad = all.findIndex((c) => c < 0 || c > MAX_ROWS);
-    if (bad >= 0) {
-      throw this.fail(`rank ${Math.floor(bad / size)} announced ${all[bad]} rows for rank ${bad % size}`, {
-        hint: 'run the same tandem version on every node',
-        details: { from: Math.floor(bad / size), to: bad % size },
-      });
-    }
-    return all;
-  }
-
-  /**
-   * Collective: `rows(s, d)` rows of `per` f32 go from every rank s to every rank d (every
-   * rank knows them all); `send` holds this rank's rows by destination. Returns the rows
-   * received, by source rank (this rank's own copied locally).
-   */
-  private async allToAll(
-    send: Float32Array,
-    rows: (s: number, d: number) => number,
-    per: number,
-  ): Promise<Float32Array> {
-    const { size, rank } = this.comm;
-    const sendCounts = Array.from({ length: size }, (_, d) => rows(rank, d) * per);
-    const recvCounts = Array.from({ length: size }, (_, s) => rows(s, rank) * per);
-    let most = 0; // the most rows any rank sends to the others
-    for (let s = 0; s < size; s++) {
-      let out = 0;
-      for (let d = 0; d < size; d++) if (d !== s) out += rows(s, d);
-      most = Math.max(most, out);
-    }
-    const ownAt = sendCounts.slice(0, rank).reduce((a, b) => a + b, 0);
-    if (most === 0) return send.subarray(ownAt, ownAt + (sendCounts[rank] as number));
-    const ex = this.exchange;
-    if (!ex || most * per > ex.chunk) {
-      const bytes = 4 * sendCounts.reduce((a, c, d) => a + (d === rank ? 0 : c), 0);
-      return (await this.meter.time(bytes, this.comm.allToAll(send, sendCounts, recvCounts))) as Float32Array;
-    }
-    // Through the direct exchange: this rank's outgoing rows (destination order, its own left
-    // out) padded to `most`, written to every peer; each keeps its own part.
-    const part = most * per;
-    const mine = new Float32Array(part);
-    for (let d = 0, from = 0, at = 0; d < size; from += sendCounts[d]!, d++) {
-      if (d === rank) continue;
-      mine.set(send.subarray(from, from + (sendCounts[d] as number)), at);
-      at += sendCounts[d] as number;
-    }
-    const all = new Float32Array(size * part);
-    await this.meter.time(4 * part * (size - 1), ex.allGather(mine, all));
-    const recv = new Float32Array(recvCounts.reduce((a, b) => a + b, 0));
-    for (let s = 0, at = 0; s < size; at += recvCounts[s]!, s++) {
-      const n = recvCounts[s] as number;
-      if (s === rank) {
-        recv.set(send.subarray(ownAt, ownAt + n), at);
-        continue;
-      }
-      let skip = 0; // rows s wrote before those for this rank
-      for (let d = 0; d < rank; d++) if (d !== s) skip += rows(s, d) * per;
-      recv.set(all.subarray(s * part + skip, s * part + skip + n), at);
-    }
-    return recv;
-  }
-
-  /**
-   * Runs this rank's experts on the rows received (recv: [rows, width + 1], each its expert
-   * id then its hidden row; rank order, each rank's rows by expert then token) and returns
-   * their outputs [rows, width] in the same order. The rows are gathered by expert (a
-   * counting sort, arrival order kept) into one block, run expert by expert or in one batch.
-   */
-  private async runExperts(
-    table: OwnerTable,
-    recv: Float32Array,
-    recvRows: number[],
-    width: number,
-    run: RunExpert | RunExperts,
-  ): Promise<Float32Array> {
-    const row = width + 1;
-    const total = recvRows.reduce((a, b) => a + b, 0);
-    const experts = table.copies.length;
-    const count = new Int32Array(experts + 1);
-    for (let q = 0; q < total; q++) {
-      const e = recv[q * row] as number;
-      if (!Number.isInteger(e) || e < 0 || e >= experts || table.held[e] !== 1) {
-        throw this.fail(`rank ${this.comm.rank} received a token for expert ${e}, which it does not hold`, {
-          hint: 'run the same tandem version and plan on every node',
-          details: { expert: e, rank: this.comm.rank },
-        });
-      }
-      count[e + 1]!++;
-    }
-    for (let e = 0; e < experts; e++) count[e + 1]! += count[e] as number;
-    // order[i]: the arrival index of the i-th row by expert
-    const order = new Int32Array(total);
-    const fill = count.slice(0, experts);
-    for (let q = 0; q < total; q++) order[fill[recv[q * row] as number]!++] = q;
-    if (this.rowsIn.length < total * width) {
-      this.rowsIn = new Float32Array(total * width);
-      this.rowsOut = new Float32Array(total * width);
-    }
-    const xs = this.rowsIn.subarray(0, total * width);
-    const ys = this.rowsOut.subarray(0, total * width);
-    for (let i = 0; i < total; i++) {
-      const q = order[i] as number;
-      xs.set(recv.subarray(q * row + 1, (q + 1) * row), i * width);
-    }
-    const ran = Int32Array.from({ length: experts }, (_, e) => e).filter((e) => count[e + 1]! > count[e]!);
-    if (typeof run === 'function') {
-      for (const e of ran) {
-        const [from, to] = [(count[e] as number) * width, (count[e + 1] as number) * width];
-        run(e, xs.subarray(from, to), ys.subarray(from, to), (count[e + 1] as number) - (count[e] as number));
-      }
-    } else if (ran.length > 0) {
-      await run.batch(
-        ran,
-        Int32Array.from([...ran, experts], (e) => count[e] as number),
-        xs,
-        ys,
-      );
-    }
-    const back = new Float32Array(total * width);
-    for (let i = 0; i < total; i++)
-      back.set(ys.subarray(i * width, (i + 1) * width), (order[i] as number) * width);
-    return back;
   }
 }

@@ -315,9 +315,9 @@ export class GpuShardModel implements ShardModel {
 }
 
 /**
- * Expert parallel from a GPU shard: the GPU routes and reads back its share of the tokens,
- * and the exchange, combine and group sum are the CPU shard's own (dispatchRouted over the
- * group's ExpertDispatch), so GPU and CPU ranks share one expert-parallel group.
+ * Expert parallel from a GPU shard: the GPU routes and reads back the batch's rows and its
+ * share's choices, and the exchange and combine are the CPU shard's own (dispatchRouted over
+ * the group's ExpertDispatch), so GPU and CPU ranks share one expert-parallel group.
  */
 function expertExchange(
   c: ModelConfig,
@@ -333,7 +333,7 @@ function expertExchange(
     exchange: async (layer, n, share, run) => {
       load?.record(layer - firstLayer, share.ids);
       const out = new Float32Array(n * width);
-      await dispatchRouted(dispatch, comm, {
+      await dispatchRouted(dispatch, {
         ...share,
         n,
         used: c.expertUsedCount,

@@ -63,39 +63,50 @@ export interface RunExperts {
   batch(experts: Int32Array, starts: Int32Array, xs: Float32Array, ys: Float32Array): Promise<void>;
 }
 
-/** One rank's part of an expert dispatch: its share of a batch and what it routed them to. */
+/** One rank's part of an expert dispatch: the batch's rows and what this rank routed its share to. */
 export interface ExpertRequest {
-  /** The share's hidden rows [tokens, width]. */
+  /**
+   * Every token's hidden row [n, width], the same on every rank of the group: an expert runs
+   * on its own rank's copy, so only the routing and the outputs travel.
+   */
   rows: Float32Array;
-  /** The experts each of them goes to: [tokens, used], ascending token order. */
+  n: number;
+  /** The experts of this rank's share (share(n)) [m, used], ascending token order, and their weights. */
   ids: Int32Array;
-  tokens: number;
+  weights: Float32Array;
   used: number;
   width: number;
-  /** The index of the share's first token in the whole batch (copies of an expert are chosen by it); default 0. */
-  first?: number;
   /** The model layer (experts may be placed per layer); default 0. */
   layer?: number;
 }
 
+/** A whole batch's routing and expert outputs after a dispatch, the same on every rank. */
+export interface ExpertOutputs {
+  /** Every token's choices and their weights [n, used] (a slot without an expert: -1). */
+  ids: Int32Array;
+  weights: Float32Array;
+  /** The expert outputs; choice (t, j)'s row [width] starts at y[at[t * used + j]] (-1: no expert). */
+  y: Float32Array;
+  at: Int32Array;
+}
+
 /**
  * Expert parallel. Every rank of the group holds the same hidden states; a batch of n tokens
- * is cut into contiguous shares, one per rank, in rank order. Each rank routes its share,
- * hands the routing to `dispatch`, and combines the outputs it gets back for its tokens.
+ * is cut into contiguous shares, one per rank, in rank order. Each rank routes its share and
+ * hands the routing to `dispatch`; every rank then combines every token from the outputs.
  */
 export interface ExpertDispatch {
   /** This rank's share [start, end) of a batch of n tokens (every rank calls with the same n). */
   share(n: number): { start: number; end: number };
   /**
-   * Collective. Sends the row of every (token, expert) choice in `request` to the rank that
-   * holds the expert, runs this rank's experts on the rows every rank sent (`run` once per
-   * expert that got rows, ascending expert id, with its rows in ascending token order of the
-   * batch: exactly the rows, in the order, one node would run it on), and returns the outputs
-   * of this rank's choices: [tokens, used, width], row (t, j) the output of expert ids[t, j]
-   * on row t. The result is valid until the next call. With a RunExperts, its `batch` runs
-   * every expert's rows at once instead.
+   * Collective. Shares every rank's routing with the group, runs this rank's experts on the
+   * rows routed to them (`run` once per expert that got rows, ascending expert id, with its
+   * rows in ascending token order of the batch: exactly the rows, in the order, one node would
+   * run it on) and shares their outputs; resolves to the whole batch's routing and outputs.
+   * The result is valid until the next call. With a RunExperts, its `batch` runs every
+   * expert's rows at once instead.
    */
-  dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<Float32Array>;
+  dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<ExpertOutputs>;
 }
 
 /** One node holds everything: nothing to exchange. */

@@ -165,13 +165,11 @@ export async function moeFfn(
 /**
  * The mixture-of-experts FFN under expert parallel, into `out` [n, width] complete on every
  * rank: the routed experts live whole on the ranks of the group (`layer`: the model layer, whose
- * placement the dispatch follows). This rank routes its share
- * of the tokens, `dispatch` sends them to their experts' ranks and brings the outputs back,
- * and this rank combines its tokens; the group's sum then puts every rank's tokens in every
- * `out` (the other ranks add zeros there: exact), and the shared expert is added as in
- * moeFfn. A token's output is the single-node value bit for bit: the same routing, each
- * expert run on the same rows in the same order, and the weighted outputs added in the same
- * order.
+ * placement the dispatch follows). This rank routes its share of the tokens, `dispatch` shares
+ * every rank's routing, runs this rank's experts on its own copy of their rows and shares the
+ * outputs, and every rank combines every token; the shared expert is added as in moeFfn. A
+ * token's output is the single-node value bit for bit: the same routing, each expert run on
+ * the same rows in the same order, and the weighted outputs added in the same order.
  */
 export async function moeFfnDispatched(
   k: Kernels,
@@ -199,8 +197,8 @@ export async function moeFfnDispatched(
     m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   onRoute?.(ids);
-  await dispatchRouted(dispatch, comm, {
-    rows: x.subarray(start * width, end * width),
+  await dispatchRouted(dispatch, {
+    rows: x,
     ids,
     weights: routed.weights.subarray(start * used, end * used),
     n,
@@ -233,7 +231,7 @@ export interface ExpertWork {
 
 /** A routed batch handed to dispatchRouted. */
 export interface RoutedShare {
-  /** The hidden rows of this rank's share [m, width]. */
+  /** Every token's hidden row [n, width] (the same on every rank of the group). */
   rows: Float32Array;
   /** This rank's share's choices and their weights [m, used] (dispatch.share(n) gives the share). */
   ids: Int32Array;
@@ -243,39 +241,32 @@ export interface RoutedShare {
   width: number;
   /** The model layer (the dispatch follows its placement). */
   layer: number;
-  /** Receives the MoE output of the routed experts [n, width], summed across the group. */
+  /** Receives the MoE output of the routed experts [n, width], the whole batch's on every rank. */
   out: Float32Array;
-  /** Runs this rank's experts on the rows the group sends it. */
+  /** Runs this rank's experts on the rows routed to them. */
   run: RunExpert | RunExperts;
 }
 
 /**
  * Expert parallel once a rank has routed its share (whatever computed the routing: the CPU's
- * kernels, a GPU): `dispatch` sends the share's rows to their experts' ranks, runs this rank's
- * experts on what arrives, and brings the outputs back; the share's tokens are combined into
- * `out` in ascending expert id (combineRouted) and the group's sum puts every rank's tokens
- * in every `out` (the other ranks add zeros there: exact).
+ * kernels, a GPU): `dispatch` shares the routing and the experts' outputs over the group, and
+ * every token is combined into `out` in ascending expert id (combineRouted), on every rank
+ * alike: no sum across the group.
  */
-export async function dispatchRouted(
-  dispatch: ExpertDispatch,
-  comm: ShardComm,
-  r: RoutedShare,
-): Promise<void> {
+export async function dispatchRouted(dispatch: ExpertDispatch, r: RoutedShare): Promise<void> {
   const { n, used, width, out } = r;
-  const { start, end } = dispatch.share(n);
-  const m = end - start;
-  const request = { rows: r.rows, ids: r.ids, tokens: m, used, width, first: start, layer: r.layer };
-  const y = await dispatch.dispatch(request, r.run);
+  const request = { rows: r.rows, ids: r.ids, weights: r.weights, n, used, width, layer: r.layer };
+  const all = await dispatch.dispatch(request, r.run);
   out.fill(0);
-  combineRouted(out.subarray(start * width, end * width), y, r.ids, r.weights, m, used, width);
-  await reduceAcross(comm, out, n * width);
+  combineRouted(out.subarray(0, n * width), all.y, all.ids, all.weights, n, used, width, all.at);
 }
 
 /**
  * out [m, width] = per token, the sum of weight x output of its experts, added in ascending
  * expert id: the order (and the float expression) of moeFfn, so the sums are bit-identical.
- * y: [m, used, width] the output of expert ids[t, j] on token t. A slot without an expert
- * (-1: routing over NaN probabilities) adds nothing, as in moeFfn.
+ * y: the output of expert ids[t, j] on token t, at y[at[t * used + j]] (default [m, used,
+ * width]: at (t * used + j) * width). A slot without an expert (-1: routing over NaN
+ * probabilities) adds nothing, as in moeFfn.
  */
 function combineRouted(
   out: Float32Array,
@@ -285,6 +276,7 @@ function combineRouted(
   m: number,
   used: number,
   width: number,
+  at?: Int32Array,
 ): void {
   const order = new Int32Array(used);
   for (let t = 0; t < m; t++) {
@@ -302,7 +294,7 @@ function combineRouted(
       const j = order[q] as number;
       if ((ids[base + j] as number) < 0) continue;
       const s = weights[base + j] as number;
-      const yo = (base + j) * width;
+      const yo = at ? (at[base + j] as number) : (base + j) * width;
       for (let i = 0; i < width; i++) out[o + i] = (out[o + i] as number) + s * (y[yo + i] as number);
     }
   }

@@ -28,7 +28,7 @@ export interface GpuExpertRunner {
   batch(experts: Int32Array, starts: Int32Array, xs: Float32Array, ys: Float32Array): Promise<void>;
 }
 
-/** A share of a batch as this rank routed it: rows [m, width], choices and weights [m, used]. */
+/** A batch as this rank routed its share: every row [n, width], the share's choices and weights [m, used]. */
 export interface GpuRoutedShare {
   rows: Float32Array;
   ids: Int32Array;
@@ -37,9 +37,9 @@ export interface GpuRoutedShare {
 
 /**
  * Expert parallel: a group whose ranks hold the routed experts whole. `share` gives this
- * rank's rows of a batch of n; `exchange` (collective) sends the share's rows to their
- * experts' ranks, runs what arrives for this rank through `run`, combines the share's outputs
- * and resolves to the routed experts' output [n, width] summed across the group.
+ * rank's tokens of a batch of n; `exchange` (collective) shares the share's routing, runs
+ * this rank's experts on the rows routed to them through `run`, and resolves to the routed
+ * experts' output [n, width] of the whole batch, the same on every rank.
  */
 export interface GpuExpertExchange {
   share(n: number): { start: number; end: number };
@@ -148,10 +148,10 @@ export class GpuMoe {
 
   /**
    * The MoE FFN under expert parallel: the router and top-k run on the GPU over the n rows,
-   * and one read brings back only what leaves the GPU: this rank's share of the rows and its
-   * choices (and the shared expert's partial output). `group.exchange` sends them to their
-   * experts, runs this rank's experts on the rows the group sends (`batch`: one upload, one
-   * submission, one read) and returns the routed output [n, width], written into out; the
+   * and one read brings back only what leaves the GPU: the rows, this rank's share's choices
+   * (and the shared expert's partial output). `group.exchange` shares the routing, runs this
+   * rank's experts on the rows routed to them (`batch`: one upload, one submission, one read)
+   * and returns the routed output [n, width], written into out; the
    * shared expert's sum (`sum`) and sigmoid gate follow, as the CPU's moeFfnDispatched.
    */
   async recordDispatched(
@@ -171,7 +171,7 @@ export class GpuMoe {
     if (sharedFfn) this.sharedPartial(sharedFfn, xn, n, perRow);
     const m = end - start;
     const [rows, ids, weights, read] = await this.gpu.readMany([
-      { buffer: xn, bytes: 4 * m * width, offset: 4 * start * width },
+      { buffer: xn, bytes: 4 * n * width },
       { buffer: r.ids, bytes: 4 * m * used, offset: 4 * start * used },
       { buffer: r.weights, bytes: 4 * m * used, offset: 4 * start * used },
       { buffer: b.sy, bytes: sharedFfn ? 4 * n * width : 0 },

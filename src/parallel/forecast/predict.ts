@@ -268,7 +268,7 @@ interface LinkTime {
 /**
  * The decode step's and the prefill's time on the link, ms. Per layer: tensor parallel's 2
  * all-reduces of the activations in each stage of more than one rank, expert parallel's 2
- * all-to-alls a MoE layer. Per step: one hand-off per stage boundary; tensor parallel's
+ * all-gathers a MoE layer. Per step: one hand-off per stage boundary; tensor parallel's
  * all-gather of the logits where the engine splits the head by vocabulary; a pipeline's
  * broadcast of the picked token from the last stage to every rank.
  */
