@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
 import { runTandem, tempModel } from '../src/cli/testing.js';
+import { sharedCoresNote } from './moe.js';
 
 const path = tempModel('tandem-bench-moe-', {
   arch: 'qwen3moe',
@@ -28,6 +30,7 @@ test('bench moe --json: placed by load, the hot expert is copied, the busiest no
     '--json',
   ]);
   assert.equal(r.code, 0, r.stderr);
+  if (availableParallelism() < 3) assert.match(r.stderr, /the 3 nodes share \d+ core\(s\) here/);
   const rows = r.stdout
     .trim()
     .split('\n')
@@ -60,4 +63,12 @@ test('bench moe --json: placed by load, the hot expert is copied, the busiest no
     `${balanced!.max_node_share} vs ${flat!.max_node_share}`,
   );
   assert.match(r.stderr, /measured routing/);
+});
+
+test('bench moe says when its nodes share cores, and only then', () => {
+  assert.equal(sharedCoresNote(2, 2), undefined);
+  assert.equal(sharedCoresNote(4, 8), undefined);
+  const note = sharedCoresNote(4, 2);
+  assert.match(note ?? '', /the 4 nodes share 2 core\(s\)/);
+  assert.match(note ?? '', /--nodes 2 or fewer/);
 });

@@ -146,6 +146,18 @@ export async function benchMoe(o: {
   return { rows, profile: measured };
 }
 
+/**
+ * What a run on `nodes` local nodes of one thread each can show on a host of `cores` cores:
+ * undefined when every node has a core; else why a balanced placement's gain is capped there.
+ */
+export function sharedCoresNote(nodes: number, cores: number): string | undefined {
+  if (nodes <= cores) return undefined;
+  return (
+    `note: the ${nodes} nodes share ${cores} core(s) here, so the cores can set the pace rather than the busiest node: ` +
+    `a balanced placement removes the waits on it but adds no cores; with --nodes ${cores} or fewer each node has a core of its own, as on separate machines`
+  );
+}
+
 export function moeTable(rows: readonly MoeBenchRow[]): string {
   return formatTable(
     [

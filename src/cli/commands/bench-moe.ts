@@ -2,7 +2,15 @@ import { defineCommand } from '../options.js';
 import { checkInteger } from '../checks.js';
 import { resolveModelPath } from '../../cluster/index.js';
 import { readExpertProfile } from '../../parallel/index.js';
-import { balances, benchMoe, moeTable, overallShares, type Balance } from '../../../bench/moe.js';
+import { availableParallelism } from 'node:os';
+import {
+  balances,
+  benchMoe,
+  moeTable,
+  overallShares,
+  sharedCoresNote,
+  type Balance,
+} from '../../../bench/moe.js';
 
 export const command = defineCommand({
   name: 'bench moe',
@@ -59,6 +67,8 @@ export const command = defineCommand({
         .map((v) => v.toFixed(3))
         .join(' ')}\n`,
     );
+    const note = sharedCoresNote(options.nodes, availableParallelism());
+    if (note) process.stderr.write(`${note}\n`);
     if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
     else process.stdout.write(moeTable(rows));
     return 0;
