@@ -125,19 +125,30 @@ test('expert-parallel MoE output is the single-node output bit for bit (fast ker
   }
 });
 
-for (const direct of [false, true])
-  test(`dispatch${direct ? ' (direct exchange)' : ''}: each expert runs once on its own rank's rows of every token routed to it, ascending; every rank gets the whole batch's routing and outputs; bytes are metered`, async () => {
-    // 3 ranks, 6 experts (2 each), width 4; global tokens 0..6 (shares 3, 2, 2 -> see share()).
+// n = 7: routed whole on every rank (a small batch, routesLocally); n = 11: the routing travels
+for (const [direct, n] of [
+  [false, 7],
+  [true, 7],
+  [false, 11],
+  [true, 11],
+] as const)
+  test(`dispatch${direct ? ' (direct exchange)' : ''}, ${n} tokens: each expert runs once on its own rank's rows of every token routed to it, ascending; every rank gets the whole batch's routing and outputs; bytes are metered`, async () => {
+    // 3 ranks, 6 experts (2 each), width 4; shares of 7 tokens 3, 2, 2 and of 11 4, 4, 3 (share()).
     const size = 3;
     const width = 4;
     const used = 2;
     const owners = Int32Array.of(0, 0, 1, 1, 2, 2);
-    const n = 7;
     // token t goes to experts (t % 6) and ((t * 5 + 1) % 6), distinct for every t here
     const choice = (t: number): number[] => [t % 6, (t * 5 + 1) % 6];
     const weight = (t: number, j: number): number => Math.fround(0.25 + t / 16 + j / 32);
     const rows = new Float32Array(n * width);
     for (let t = 0; t < n; t++) for (let i = 0; i < width; i++) rows[t * width + i] = t + i / 8;
+    const routing = { ids: new Int32Array(n * used), weights: new Float32Array(n * used) };
+    for (let t = 0; t < n; t++)
+      for (let j = 0; j < used; j++) {
+        routing.ids[t * used + j] = choice(t)[j]!;
+        routing.weights[t * used + j] = weight(t, j);
+      }
     const world = await createLocalWorld(size, { timeoutMs: 10_000 });
     const ex = await exchanges(world, direct);
     try {
@@ -147,24 +158,28 @@ for (const direct of [false, true])
         world.map(async (w, r) => {
           const d = new CollectiveExpertDispatch(w, owners, meters[r]!, ex[r]);
           const { start, end } = d.share(n);
-          const m = end - start;
-          const ids = new Int32Array(m * used);
-          const weights = new Float32Array(m * used);
-          for (let t = start; t < end; t++) {
-            ids.set(choice(t), (t - start) * used);
-            for (let j = 0; j < used; j++) weights[(t - start) * used + j] = weight(t, j);
-          }
-          const all = await d.dispatch({ rows, n, ids, weights, used, width }, (e, xs, out, count) => {
-            calls.push({
-              rank: r,
-              expert: e,
-              tokens: Array.from({ length: count }, (_, i) => xs[i * width] as number),
-            });
-            for (let i = 0; i < count * width; i++) out[i] = (xs[i] as number) * 10 + e;
-          });
+          const local = d.routesLocally(n);
+          const all = await d.dispatch(
+            {
+              rows,
+              n,
+              ids: routing.ids.subarray(start * used, end * used),
+              weights: routing.weights.subarray(start * used, end * used),
+              used,
+              width,
+              ...(local ? { routing } : {}),
+            },
+            (e, xs, out, count) => {
+              calls.push({
+                rank: r,
+                expert: e,
+                tokens: Array.from({ length: count }, (_, i) => xs[i * width] as number),
+              });
+              for (let i = 0; i < count * width; i++) out[i] = (xs[i] as number) * 10 + e;
+            },
+          );
           return {
-            start,
-            end,
+            local,
             ids: Int32Array.from(all.ids),
             weights: Float32Array.from(all.weights),
             y: Float32Array.from(all.y),
@@ -173,12 +188,8 @@ for (const direct of [false, true])
         }),
       );
       assert.deepEqual(
-        results.map((r) => [r.start, r.end]),
-        [
-          [0, 3],
-          [3, 5],
-          [5, 7],
-        ],
+        results.map((r) => r.local),
+        [n <= 8, n <= 8, n <= 8],
       );
       for (let e = 0; e < 6; e++) {
         const mine = calls.filter((c) => c.expert === e);
@@ -190,10 +201,8 @@ for (const direct of [false, true])
         }
       }
       // every rank: the whole batch's choices, weights and the output of every choice
-      let busiest = 0;
       const ran = [0, 0, 0];
       for (let t = 0; t < n; t++) for (const e of choice(t)) ran[owners[e]!]!++;
-      busiest = Math.max(...ran);
       for (const [r, res] of results.entries()) {
         for (let t = 0; t < n; t++) {
           for (let j = 0; j < used; j++) {
@@ -206,20 +215,63 @@ for (const direct of [false, true])
           }
         }
       }
-      // routing (a fingerprint, then ids and weights padded to the largest share), then outputs
-      // (a row count, then rows padded to the busiest rank's), every part to every peer
-      const most = 3 * used;
-      for (let r = 0; r < size; r++)
-        assert.equal(
-          meters[r]!.bytes,
-          4 * (size - 1) * (1 + 2 * most + 1 + busiest * width),
-          `rank ${r}: routing and outputs`,
-        );
+      // routed locally: only the outputs (a header of 3, then rows padded to every choice's);
+      // else the routing (a fingerprint, then ids and weights padded to the largest share),
+      // then the outputs padded to the busiest rank's; every part to every peer
+      const largestShare = Math.ceil(n / size) * used;
+      const bytes =
+        n <= 8
+          ? 4 * (size - 1) * (3 + n * used * width)
+          : 4 * (size - 1) * (1 + 2 * largestShare + 3 + Math.max(...ran) * width);
+      for (let r = 0; r < size; r++) assert.equal(meters[r]!.bytes, bytes, `rank ${r}: routing and outputs`);
     } finally {
       await Promise.all(ex.map((e) => e?.close()));
       await Promise.all(world.map((w) => w.close()));
     }
   });
+
+test("a rank that routes a small batch differently: the group shares the routing from then on, with the router's outputs", async () => {
+  const size = 3;
+  const width = 2;
+  const used = 1;
+  const n = 3;
+  const owners = Int32Array.of(0, 1, 2);
+  const rows = Float32Array.from({ length: n * width }, (_, i) => i + 1);
+  // the share owners' routing: token t to expert t, weight 0.5; rank 1 believes token 0's weight is 0.75
+  const truth = { ids: Int32Array.of(0, 1, 2), weights: Float32Array.of(0.5, 0.5, 0.5) };
+  const world = await createLocalWorld(size, { timeoutMs: 10_000 });
+  try {
+    const meters = world.map(() => new CommMeter());
+    const outcomes = await Promise.all(
+      world.map(async (w, r) => {
+        const d = new CollectiveExpertDispatch(w, owners, meters[r]!);
+        const mine = r === 1 ? { ids: truth.ids, weights: Float32Array.of(0.75, 0.5, 0.5) } : truth;
+        const { start, end } = d.share(n);
+        const before = d.routesLocally(n);
+        const all = await d.dispatch(
+          {
+            rows,
+            n,
+            ids: mine.ids.subarray(start, end),
+            weights: mine.weights.subarray(start, end),
+            used,
+            width,
+            routing: mine,
+          },
+          (e, xs, out) => out.set(xs.map((v) => v * 10 + e)),
+        );
+        return { before, after: d.routesLocally(n), weights: Float32Array.from(all.weights) };
+      }),
+    );
+    for (const o of outcomes) {
+      assert.equal(o.before, true);
+      assert.equal(o.after, false, 'every rank shares the routing from now on');
+      assert.deepEqual(o.weights, truth.weights, "the share owners' routing");
+    }
+  } finally {
+    await Promise.all(world.map((w) => w.close()));
+  }
+});
 
 test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE, never hang', async () => {
   const world = await createLocalWorld(2, { timeoutMs: 20_000 });
@@ -239,6 +291,7 @@ test('ranks that disagree on who holds an expert fail at once with PAR_EXCHANGE,
           weights: Float32Array.from(m ? [1] : []),
           used: 1,
           width: 2,
+          routing: { ids: Int32Array.of(1), weights: Float32Array.of(1) },
         };
         return d.dispatch(request, (_e, xs, out) => out.set(xs));
       }),

@@ -72,15 +72,41 @@ function ownerTable(copies: readonly (readonly number[])[]): OwnerTable {
   return { copies: copies.map((c) => [...c]), print: h & 0xffffff };
 }
 
+/** Batches of up to this many tokens (decode steps) are routed whole on every rank (routesLocally). */
+const LOCAL_TOKENS = 8;
+/** An outputs part's header: the rows the rank ran, then its routing's print (two 24-bit halves). */
+const OUT_HEADER = 3;
+
+/**
+ * A print of a batch's routing (ids and the weights' bits), two 24-bit halves (exact as f32):
+ * ranks that route the same batch alike have equal prints.
+ */
+function routingPrint(ids: Int32Array, weights: Float32Array): [number, number] {
+  const bits = new Uint32Array(weights.buffer, weights.byteOffset, weights.length);
+  let a = 0x811c9dc5;
+  let b = 0x9747b28c;
+  for (let i = 0; i < ids.length; i++) {
+    a = Math.imul(a ^ (ids[i]! & 0xffff), 0x01000193) >>> 0;
+    a = Math.imul(a ^ bits[i]!, 0x01000193) >>> 0;
+    b = Math.imul(b ^ bits[i]!, 0x5bd1e995) >>> 0;
+    b = Math.imul(b ^ (b >>> 15) ^ ids[i]!, 0x5bd1e995) >>> 0;
+  }
+  return [a & 0xffffff, b & 0xffffff];
+}
+
 /**
  * Expert parallel over a communicator. Every rank holds every token's hidden row, so tokens do
- * not travel: one dispatch (one MoE layer) is two all-gathers.
+ * not travel: one dispatch (one MoE layer) is at most two all-gathers.
  *
  * 1. routing: every rank's share's choices and weights ([m, used] each, padded to the largest
- *    share) and its placement's fingerprint, so every rank knows the whole batch's routing;
+ *    share) and its placement's fingerprint, so every rank knows the whole batch's routing. A
+ *    batch of up to LOCAL_TOKENS (a decode step) skips it: every rank routes the whole batch
+ *    itself (routesLocally) and step 2 carries each rank's print of it; where the prints
+ *    differ, every rank sees it, runs the layer again with the routing gathered, and the
+ *    group gathers the routing from then on (sharedRouting);
  * 2. outputs: every rank runs its experts on its own copy of the rows routed to them and
- *    gathers the outputs ([rows, width] after a row count, padded to the busiest rank's) to
- *    every rank, which then combines every token.
+ *    gathers the outputs ([rows, print, then rows x width], padded to the busiest rank's, or
+ *    to every choice when routed locally) to every rank, which then combines every token.
  *
  * Who runs a choice is a function of the routing that every rank evaluates alike: the
  * expert's holder, or with copies the one picked round robin by the token's index in the
@@ -95,6 +121,8 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   private layers: OwnerTable[] | undefined;
   private rowsIn = new Float32Array(0);
   private gathered = new Float32Array(0);
+  /** Set for good once two ranks routed a batch differently: the routing travels from then on. */
+  private sharedRouting = false;
 
   constructor(
     private readonly comm: Communicator,
@@ -143,32 +171,87 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     return { start: Math.ceil((n * rank) / size), end: Math.ceil((n * (rank + 1)) / size) };
   }
 
+  routesLocally(n: number): boolean {
+    return !this.sharedRouting && n <= LOCAL_TOKENS;
+  }
+
   async dispatch(request: ExpertRequest, run: RunExpert | RunExperts): Promise<ExpertOutputs> {
-    const { rows, n, used, width } = request;
-    const { rank, size } = this.comm;
+    const { n, used } = request;
     const layer = request.layer ?? 0;
     const table = this.tableFor(layer);
+    if (this.routesLocally(n)) {
+      const local = request.routing;
+      if (!local || local.ids.length !== n * used || local.weights.length !== n * used)
+        throw this.fail(`rank ${this.comm.rank} did not route the whole batch of ${n} tokens itself`, {
+          hint: 'pass request.routing ([n, used] choices and weights) when routesLocally(n)',
+          details: { rank: this.comm.rank, n },
+        });
+      this.checkIds(local.ids, table, this.comm.rank);
+      // the print covers the placement too: ranks that place differently fall back to the
+      // shared routing, whose fingerprint check names the fault
+      const [hi, lo] = routingPrint(local.ids, local.weights);
+      const done = await this.runAndGather(request, table, local.ids, local.weights, run, {
+        print: [hi ^ table.print, lo],
+        bound: n * used,
+      });
+      if (done) return done;
+      // Some rank routed differently (kernels that round differently: a GPU, another ISA).
+      // Every rank saw every print, so the whole group shares the routing from now on, and
+      // runs this layer again that way.
+      this.sharedRouting = true;
+    }
     const { ids, weights } = await this.gatherRouting(request, table, layer);
+    return (await this.runAndGather(request, table, ids, weights, run))!;
+  }
+
+  /**
+   * Collective (step 2): runs this rank's experts on its copy of the rows routed to them and
+   * gathers every rank's outputs ([rows, print, then rows x width], padded to the busiest
+   * rank's, or with `check` to `check.bound` rows, which holds whatever the routing). With
+   * `check` (routed locally) every rank's routing print travels too, and undefined comes back,
+   * on every rank alike, when they differ.
+   */
+  private async runAndGather(
+    request: ExpertRequest,
+    table: OwnerTable,
+    ids: Int32Array,
+    weights: Float32Array,
+    run: RunExpert | RunExperts,
+    check?: { print: readonly [number, number]; bound: number },
+  ): Promise<ExpertOutputs | undefined> {
+    const { rows, n, used, width } = request;
+    const layer = request.layer ?? 0;
+    const { rank, size } = this.comm;
     const { order, begin } = this.assign(table, ids, n, used);
     const experts = table.copies.length;
-    const busiest = Math.max(
-      ...Array.from({ length: size }, (_, r) => begin[(r + 1) * experts]! - begin[r * experts]!),
-    );
-    // 2. this rank's outputs into its part of the gather: [rows, then rows x width], padded
-    const part = 1 + busiest * width;
-    const lo = begin[rank * experts] as number;
-    const own = (begin[(rank + 1) * experts] as number) - lo;
+    const rowsOf = (r: number): number => begin[(r + 1) * experts]! - begin[r * experts]!;
+    const most = check ? check.bound : Math.max(...Array.from({ length: size }, (_, r) => rowsOf(r)));
+    const part = OUT_HEADER + most * width;
+    const own = rowsOf(rank);
     const mine = new Float32Array(part);
     mine[0] = own;
-    await this.runOwn(table, rows, order, begin, used, width, run, mine.subarray(1, 1 + own * width));
+    mine[1] = check?.print[0] ?? 0;
+    mine[2] = check?.print[1] ?? 0;
+    await this.runOwn(
+      table,
+      rows,
+      order,
+      begin,
+      used,
+      width,
+      run,
+      mine.subarray(OUT_HEADER, OUT_HEADER + own * width),
+    );
     if (this.gathered.length < size * part) this.gathered = new Float32Array(size * part);
     const y = this.gathered.subarray(0, size * part);
     await this.gather(mine, y);
+    if (check)
+      for (let r = 0; r < size; r++)
+        if (y[r * part + 1] !== y[1] || y[r * part + 2] !== y[2]) return undefined;
     for (let r = 0; r < size; r++) {
-      const want = (begin[(r + 1) * experts] as number) - (begin[r * experts] as number);
-      if (y[r * part] !== want)
+      if (y[r * part] !== rowsOf(r))
         throw this.fail(
-          `rank ${r} ran ${y[r * part]} expert rows of layer ${layer}, rank ${rank} expected ${want}`,
+          `rank ${r} ran ${y[r * part]} expert rows of layer ${layer}, rank ${rank} expected ${rowsOf(r)}`,
           {
             hint: 'run the same tandem version on every node',
             details: { from: r, layer },
@@ -180,9 +263,25 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     for (let r = 0; r < size; r++) {
       const from = begin[r * experts] as number;
       for (let i = from; i < (begin[(r + 1) * experts] as number); i++)
-        at[order[i] as number] = r * part + 1 + (i - from) * width;
+        at[order[i] as number] = r * part + OUT_HEADER + (i - from) * width;
     }
     return { ids, weights, y, at };
+  }
+
+  /** Every choice names an expert some rank of the group holds (or -1); `from`: the rank that routed them. */
+  private checkIds(ids: Int32Array, table: OwnerTable, from: number): void {
+    const experts = table.copies.length;
+    for (let q = 0; q < ids.length; q++) {
+      const e = ids[q] as number;
+      if (!Number.isInteger(e) || e < -1 || e >= experts || (e >= 0 && table.copies[e]!.length === 0))
+        throw this.fail(
+          `rank ${from} routed a token to expert ${e}, which no rank of the group holds (${experts} experts)`,
+          {
+            hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
+            details: { expert: e, experts, from },
+          },
+        );
+    }
   }
 
   /**
@@ -214,7 +313,6 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     mine.set(request.weights, 1 + most);
     const all = new Float32Array(size * part);
     await this.gather(mine, all);
-    const experts = table.copies.length;
     const ids = new Int32Array(n * used);
     const weights = new Float32Array(n * used);
     for (let r = 0, at = 0; r < size; at += counts[r]!, r++) {
@@ -224,18 +322,10 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
           details: { from: r, layer },
         });
       for (let q = 0; q < counts[r]!; q++) {
-        const e = all[r * part + 1 + q] as number;
-        if (!Number.isInteger(e) || e < -1 || e >= experts || (e >= 0 && table.copies[e]!.length === 0))
-          throw this.fail(
-            `rank ${r} routed a token to expert ${e}, which no rank of the group holds (${experts} experts)`,
-            {
-              hint: 'load the model with a plan from buildPlan: expert parallel spreads every expert over the group',
-              details: { expert: e, experts, from: r },
-            },
-          );
-        ids[at + q] = e;
+        ids[at + q] = all[r * part + 1 + q] as number;
         weights[at + q] = all[r * part + 1 + most + q] as number;
       }
+      this.checkIds(ids.subarray(at, at + counts[r]!), table, r);
     }
     return { ids, weights };
   }

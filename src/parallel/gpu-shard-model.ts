@@ -333,8 +333,10 @@ function expertExchange(
     exchange: async (layer, n, share, run) => {
       load?.record(layer - firstLayer, share.ids);
       const out = new Float32Array(n * width);
+      const { routing, ...routed } = share;
       await dispatchRouted(dispatch, {
-        ...share,
+        ...routed,
+        ...(dispatch.routesLocally?.(n) === true ? { routing } : {}),
         n,
         used: c.expertUsedCount,
         width,

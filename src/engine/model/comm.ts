@@ -78,6 +78,11 @@ export interface ExpertRequest {
   width: number;
   /** The model layer (experts may be placed per layer); default 0. */
   layer?: number;
+  /**
+   * The whole batch's choices and weights [n, used] as this rank routed them, when the
+   * dispatch routes this batch locally (ExpertDispatch.routesLocally); else absent.
+   */
+  routing?: { ids: Int32Array; weights: Float32Array };
 }
 
 /** A whole batch's routing and expert outputs after a dispatch, the same on every rank. */
@@ -99,7 +104,14 @@ export interface ExpertDispatch {
   /** This rank's share [start, end) of a batch of n tokens (every rank calls with the same n). */
   share(n: number): { start: number; end: number };
   /**
-   * Collective. Shares every rank's routing with the group, runs this rank's experts on the
+   * Whether every rank routes a batch of n tokens whole itself and passes it as
+   * `request.routing` (the same answer on every rank for the same n): small batches (decode
+   * steps), while the group's routings have agreed, so that no routing travels.
+   */
+  routesLocally?(n: number): boolean;
+  /**
+   * Collective. Shares every rank's routing with the group (or, routed locally, checks that
+   * every rank's is the same), runs this rank's experts on the
    * rows routed to them (`run` once per expert that got rows, ascending expert id, with its
    * rows in ascending token order of the batch: exactly the rows, in the order, one node would
    * run it on) and shares their outputs; resolves to the whole batch's routing and outputs.

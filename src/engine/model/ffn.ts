@@ -193,14 +193,20 @@ export async function moeFfnDispatched(
   // choices: kernels may round a row differently in a batch of another size (matvec for one
   // token, GEMM tiles for more), and a last-bit change can flip a near-tie between experts.
   // The router costs experts x width per token, under 1% of the experts' work.
+  // A small batch (a decode step) may be routed whole on every rank (routesLocally): then no
+  // routing travels, and the dispatch checks that every rank's is the same.
+  const local = dispatch.routesLocally?.(n) === true;
   const routed =
-    m > 0 ? routeTokens(k, c, w, scratch, x, n) : { ids: new Int32Array(0), weights: new Float32Array(0) };
+    m > 0 || local
+      ? routeTokens(k, c, w, scratch, x, n)
+      : { ids: new Int32Array(0), weights: new Float32Array(0) };
   const ids = routed.ids.subarray(start * used, end * used);
   onRoute?.(ids);
   await dispatchRouted(dispatch, {
     rows: x,
     ids,
     weights: routed.weights.subarray(start * used, end * used),
+    ...(local ? { routing: routed } : {}),
     n,
     used,
     width,
@@ -236,6 +242,8 @@ export interface RoutedShare {
   /** This rank's share's choices and their weights [m, used] (dispatch.share(n) gives the share). */
   ids: Int32Array;
   weights: Float32Array;
+  /** The whole batch's [n, used], where the dispatch routes it locally (routesLocally). */
+  routing?: { ids: Int32Array; weights: Float32Array };
   n: number;
   used: number;
   width: number;
@@ -255,7 +263,16 @@ export interface RoutedShare {
  */
 export async function dispatchRouted(dispatch: ExpertDispatch, r: RoutedShare): Promise<void> {
   const { n, used, width, out } = r;
-  const request = { rows: r.rows, ids: r.ids, weights: r.weights, n, used, width, layer: r.layer };
+  const request = {
+    rows: r.rows,
+    ids: r.ids,
+    weights: r.weights,
+    n,
+    used,
+    width,
+    layer: r.layer,
+    ...(r.routing ? { routing: r.routing } : {}),
+  };
   const all = await dispatch.dispatch(request, r.run);
   out.fill(0);
   combineRouted(out.subarray(0, n * width), all.y, all.ids, all.weights, n, used, width, all.at);

@@ -28,11 +28,15 @@ export interface GpuExpertRunner {
   batch(experts: Int32Array, starts: Int32Array, xs: Float32Array, ys: Float32Array): Promise<void>;
 }
 
-/** A batch as this rank routed its share: every row [n, width], the share's choices and weights [m, used]. */
+/**
+ * A batch as this rank routed it: every row [n, width], the share's choices and weights
+ * [m, used], and the whole batch's [n, used] (`routing`).
+ */
 export interface GpuRoutedShare {
   rows: Float32Array;
   ids: Int32Array;
   weights: Float32Array;
+  routing: { ids: Int32Array; weights: Float32Array };
 }
 
 /**
@@ -148,8 +152,8 @@ export class GpuMoe {
 
   /**
    * The MoE FFN under expert parallel: the router and top-k run on the GPU over the n rows,
-   * and one read brings back only what leaves the GPU: the rows, this rank's share's choices
-   * (and the shared expert's partial output). `group.exchange` shares the routing, runs this
+   * and one read brings back only what leaves the GPU: the rows and the batch's choices (and
+   * the shared expert's partial output). `group.exchange` shares the routing, runs this
    * rank's experts on the rows routed to them (`batch`: one upload, one submission, one read)
    * and returns the routed output [n, width], written into out; the
    * shared expert's sum (`sum`) and sigmoid gate follow, as the CPU's moeFfnDispatched.
@@ -169,15 +173,20 @@ export class GpuMoe {
     this.ops.routeTopK(r, n, this.shape.norm);
     const sharedFfn = w.shared?.ffn;
     if (sharedFfn) this.sharedPartial(sharedFfn, xn, n, perRow);
-    const m = end - start;
     const [rows, ids, weights, read] = await this.gpu.readMany([
       { buffer: xn, bytes: 4 * n * width },
-      { buffer: r.ids, bytes: 4 * m * used, offset: 4 * start * used },
-      { buffer: r.weights, bytes: 4 * m * used, offset: 4 * start * used },
+      { buffer: r.ids, bytes: 4 * n * used },
+      { buffer: r.weights, bytes: 4 * n * used },
       { buffer: b.sy, bytes: sharedFfn ? 4 * n * width : 0 },
     ]);
     const sy = sharedFfn ? read! : new Float32Array(n * width);
-    const share = { rows: rows!, ids: new Int32Array(ids!.buffer), weights: weights! };
+    const all = { ids: new Int32Array(ids!.buffer), weights: weights! };
+    const share = {
+      rows: rows!,
+      ids: all.ids.subarray(start * used, end * used),
+      weights: all.weights.subarray(start * used, end * used),
+      routing: all,
+    };
     const routed = await o.group.exchange(o.layer, n, share, {
       batch: (experts, starts, xs, ys) => this.batch(w, experts, starts, xs, ys),
     });
