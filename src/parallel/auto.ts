@@ -15,11 +15,11 @@ import {
  * among those that fit the nodes' memory. The model: a decode step reads each rank's weights
  * once, at a nominal bandwidth scaled by the node's relative speed; ranks of one stage work at
  * once (the slowest sets the pace), stages one after another; every collective a step needs
- * (two all-reduces a layer for tensor parallel; attention's all-reduce and two all-gathers a
- * layer for expert parallel; a hand-off between stages) costs the provider's latency. It ranks
- * splits; it does not predict tokens/s. On a small model the collectives' latency outweighs
- * the halved reads, and it prefers the pipeline: the same verdict the demo's measurements give
- * (a split does not pay).
+ * (two all-reduces a layer for tensor parallel; attention's all-reduce and the experts' outputs'
+ * all-gather a layer for expert parallel; a hand-off between stages) costs the provider's
+ * latency. It ranks splits; it does not predict tokens/s. On a small model the collectives'
+ * latency outweighs the halved reads, and it prefers the pipeline: the same verdict the demo's
+ * measurements give (a split does not pay).
  */
 
 /** Bytes per second a node of relative speed 1 reads weights at during decode. */
@@ -64,8 +64,7 @@ export function predictStepSeconds(
   }
   const latency = LATENCY_S[provider ?? 'tcp'];
   const layers = m.config.blockCount;
-  const perLayer = plan.kind === 'ep' && m.config.expertCount > 0 ? 3 : 2;
-  const collectives = (plan.tpSize > 1 ? perLayer * layers : 0) + (plan.stages - 1);
+  const collectives = (plan.tpSize > 1 ? 2 * layers : 0) + (plan.stages - 1);
   return compute + collectives * latency;
 }
 

@@ -267,8 +267,9 @@ interface LinkTime {
 
 /**
  * The decode step's and the prefill's time on the link, ms. Per layer: tensor parallel's 2
- * all-reduces of the activations in each stage of more than one rank, expert parallel's 2
- * all-gathers a MoE layer. Per step: one hand-off per stage boundary; tensor parallel's
+ * all-reduces of the activations in each stage of more than one rank; expert parallel's
+ * attention all-reduce and, a MoE layer, the experts' outputs' all-gather (and a prefill's
+ * routing gather). Per step: one hand-off per stage boundary; tensor parallel's
  * all-gather of the logits where the engine splits the head by vocabulary; a pipeline's
  * broadcast of the picked token from the last stage to every rank.
  */
@@ -319,10 +320,29 @@ function linkTimes(
       add(1, met, met);
     }
   }
-  if (input.parallel === 'ep' && group > 1 && model.moe) {
-    const moeLayers = model.layers.filter((l) => l.expert > 0).length;
-    const perToken = model.moe.active * model.hidden * wireBytes;
-    add(2 * moeLayers, allReduceMs(group, perToken, link), allReduceMs(group, T * perToken, link));
+  if (input.parallel === 'ep' && group > 1) {
+    // attention is split as tensor parallel splits it: its all-reduce, and the wait at it
+    const layers = costs[stages[0]![0]!]!.layerCount;
+    const direct = input.engine.exchangesDirect === true;
+    add(
+      layers,
+      allReduceMs(group, model.hidden * wireBytes, link, direct),
+      allReduceMs(group, T * model.hidden * wireBytes, link, direct),
+    );
+    add(layers, met, metInPrefill);
+    if (model.moe) {
+      // a MoE layer gathers the experts' outputs (f32, k rows a token) to every rank; a
+      // prefill's routing travels in a gather before it, a decode step routes on every rank
+      const moeLayers = model.layers.filter((l) => l.expert > 0).length;
+      const perToken = model.moe.active * model.hidden * 4;
+      const gather = (bytes: number): LinkTime => {
+        const r = allReduceMs(group, bytes, link);
+        return { latency: r.latency, wire: r.wire / 2 };
+      };
+      add(moeLayers, gather(perToken), gather(T * perToken));
+      add(moeLayers, met, metInPrefill);
+      prefillMs += moeLayers * (gather(0).latency + prefillExchange);
+    }
   }
   const handOffs = stages.length - 1;
   const bytesMs = (bytes: number): number => (bytes / (link.bandwidthGBs * GB)) * 1000;
