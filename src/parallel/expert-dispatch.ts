@@ -120,6 +120,8 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
   private all: OwnerTable | undefined;
   private layers: OwnerTable[] | undefined;
   private rowsIn = new Float32Array(0);
+  /** This rank's part of the outputs' gather, and every rank's (grown, never shrunk). */
+  private outPart = new Float32Array(0);
   private gathered = new Float32Array(0);
   /** Set for good once two ranks routed a batch differently: the routing travels from then on. */
   private sharedRouting = false;
@@ -228,7 +230,9 @@ export class CollectiveExpertDispatch implements ExpertDispatch {
     const most = check ? check.bound : Math.max(...Array.from({ length: size }, (_, r) => rowsOf(r)));
     const part = OUT_HEADER + most * width;
     const own = rowsOf(rank);
-    const mine = new Float32Array(part);
+    if (this.outPart.length < part) this.outPart = new Float32Array(part);
+    // past this rank's rows the part is padding, which no rank reads
+    const mine = this.outPart.subarray(0, part);
     mine[0] = own;
     mine[1] = check?.print[0] ?? 0;
     mine[2] = check?.print[1] ?? 0;

@@ -3,6 +3,7 @@ import type { Kernels } from '../../kernels/types.js';
 import {
   reduceAcross,
   type ExpertDispatch,
+  type ExpertRequest,
   type RunExpert,
   type RunExperts,
   type ShardComm,
@@ -235,18 +236,8 @@ export interface ExpertWork {
   cpuMs: number;
 }
 
-/** A routed batch handed to dispatchRouted. */
-export interface RoutedShare {
-  /** Every token's hidden row [n, width] (the same on every rank of the group). */
-  rows: Float32Array;
-  /** This rank's share's choices and their weights [m, used] (dispatch.share(n) gives the share). */
-  ids: Int32Array;
-  weights: Float32Array;
-  /** The whole batch's [n, used], where the dispatch routes it locally (routesLocally). */
-  routing?: { ids: Int32Array; weights: Float32Array };
-  n: number;
-  used: number;
-  width: number;
+/** A routed batch handed to dispatchRouted: the dispatch's request, and where its output goes. */
+export interface RoutedShare extends ExpertRequest {
   /** The model layer (the dispatch follows its placement). */
   layer: number;
   /** Receives the MoE output of the routed experts [n, width], the whole batch's on every rank. */
@@ -263,17 +254,7 @@ export interface RoutedShare {
  */
 export async function dispatchRouted(dispatch: ExpertDispatch, r: RoutedShare): Promise<void> {
   const { n, used, width, out } = r;
-  const request = {
-    rows: r.rows,
-    ids: r.ids,
-    weights: r.weights,
-    n,
-    used,
-    width,
-    layer: r.layer,
-    ...(r.routing ? { routing: r.routing } : {}),
-  };
-  const all = await dispatch.dispatch(request, r.run);
+  const all = await dispatch.dispatch(r, r.run);
   out.fill(0);
   combineRouted(out.subarray(0, n * width), all.y, all.ids, all.weights, n, used, width, all.at);
 }
