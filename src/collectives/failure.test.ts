@@ -83,6 +83,8 @@ test('a lost peer fails every survivor with COLL_PEER_LOST naming it, also acros
   for (const e of errors) {
     assert.equal(e?.code, 'COLL_PEER_LOST', e?.message);
     assert.equal(e?.details.rank, 2, e?.message);
+    // the fabric's own words travel with the loss, also to the ranks told by a notice
+    assert.match(e?.message ?? '', /\(peer_lost: peer closed the connection\)/);
   }
   await closeAll(comms);
 });

@@ -30,16 +30,31 @@ function settings(): RunSettings {
   };
 }
 
-/** Two `tandem node` agents on 127.0.0.1 and a hostfile naming them, for `body`; both closed after. */
+/**
+ * Two `tandem node` agents on 127.0.0.1 and a hostfile naming them, for `body`; both closed
+ * after. A failure carries the nodes' log lines.
+ */
 async function withTwoNodes(body: (dir: string, hostfile: string) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'tandem-train-hosts-'));
+  const logs: string[] = [];
   const nodes = await Promise.all(
-    [0, 1].map(() => startNode({ listen: '127.0.0.1:0', secret, threads: 1, probe: false })),
+    [1, 2].map((k) =>
+      startNode({
+        listen: '127.0.0.1:0',
+        secret,
+        threads: 1,
+        probe: false,
+        log: (line) => logs.push(`node ${k}: ${line}`),
+      }),
+    ),
   );
   try {
     const hostfile = join(dir, 'hosts.txt');
     writeFileSync(hostfile, nodes.map((n) => `${n.address}\n`).join(''));
     await body(dir, hostfile);
+  } catch (e) {
+    if (e instanceof Error) e.message += `\nthe nodes' logs:\n${logs.join('\n')}`;
+    throw e;
   } finally {
     await Promise.all(nodes.map((n) => n.close()));
     rmSync(dir, { recursive: true, force: true });
@@ -92,6 +107,29 @@ test(
       for (let i = 1; i < 3; i++)
         assert.ok(Math.abs(spread.curve[i]!.loss - single.curve[i]!.loss) < 1e-5, `update ${i + 1}`);
       assertSameWeights(spread.weights, single.weights);
+    });
+  },
+);
+
+test(
+  "train --hosts: a node that refuses the run ends it at once, and the error is the node's own",
+  { timeout: 60_000 },
+  async () => {
+    await withTwoNodes(async (_dir, hostfile) => {
+      // every node checks the tokens it receives against the run's hash; rank 0 does not
+      const wrong = { ...settings(), dataHash: '0000000000000000' };
+      const started = Date.now();
+      await assert.rejects(
+        trainOnHosts(
+          { settings: wrong, tokens, gemm: referenceGemm },
+          { hostfile, secret, kernels: 'reference', threads: 1, timeoutMs: 30_000 },
+        ),
+        (e: Error & { code?: string }) =>
+          e.code === 'TRAIN_DATA' &&
+          /node \d \(127\.0\.0\.1:\d+\): rank \d: the tokens received/.test(e.message),
+      );
+      // not the 60 s a rank waits for the others to connect
+      assert.ok(Date.now() - started < 20_000, `took ${Date.now() - started} ms`);
     });
   },
 );

@@ -1,4 +1,4 @@
-import { TandemError } from '../../errors/index.js';
+import { isTandemError, TandemError } from '../../errors/index.js';
 import { loadHostfile } from '../../cluster/index.js';
 import { ControlClient } from '../../cluster/protocol.js';
 import { encodeTokens, MAX_TRAIN_TOKENS, type TrainRequest } from '../../cluster/node-train.js';
@@ -43,13 +43,13 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
       { hint: 'train on less text, or with --nodes on one machine' },
     );
   const clients = await Promise.all(
-    entries.map((e, i) =>
-      ControlClient.connect(e.address, o.secret, `node ${i + 1} (${e.address})`, CONNECT_MS),
-    ),
+    entries.map((e, i) => ControlClient.connect(e.address, o.secret, `node ${i + 1}`, CONNECT_MS)),
   );
   const timeoutMs = o.timeoutMs ?? 60_000;
   const tokens = encodeTokens(cfg.tokens);
   const answers: Promise<unknown>[] = [];
+  // a node that fails (before joining, or mid-run) ends rank 0's wait at once, with its words
+  const nodeFailed = new AbortController();
   try {
     const host = clients[0]?.localAddress ?? '127.0.0.1';
     const result = await trainRank(cfg, {
@@ -60,6 +60,7 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
       provider: 'tcp',
       timeoutMs,
       resumeFromRoot: cfg.resume !== undefined,
+      signal: nodeFailed.signal,
       onListening: (address) => {
         clients.forEach((c, i) => {
           const body: TrainRequest = {
@@ -75,9 +76,9 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
             ...(cfg.resume ? { resume: true } : {}),
             ...(cfg.stopAfter !== undefined ? { stopAfter: cfg.stopAfter } : {}),
           };
-          // a node that fails says why here; the collectives stop the other ranks
+          // a node that fails says why here
           const answer = c.request('train', { ...body }, 7 * 24 * 3600_000);
-          answer.catch(() => undefined);
+          answer.catch((e: unknown) => nodeFailed.abort(e));
           answers.push(answer);
         });
       },
@@ -85,7 +86,35 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
     // every node ends its rank after the last update; its answer follows within moments
     await Promise.race([Promise.allSettled(answers), new Promise((r) => setTimeout(r, 10_000).unref())]);
     return result;
+  } catch (e) {
+    // rank 0 stopped because a node failed before the run was under way: the node's error is the cause
+    if (nodeFailed.signal.aborted && !isTandemError(e, 'PAR_TRAIN_NODE_LOST')) throw nodeFailed.signal.reason;
+    throw await withNodesWords(e, answers);
   } finally {
     for (const c of clients) c.close();
   }
+}
+
+/** How long a failed run waits for the nodes' own errors before it reports without them. */
+const NODE_WORDS_MS = 3000;
+
+/**
+ * Rank 0's failure with what the nodes that failed said of themselves: rank 0 sees only that
+ * a link went down, where the node's answer names why (its data, its kernels, its own error).
+ */
+async function withNodesWords(e: unknown, answers: readonly Promise<unknown>[]): Promise<unknown> {
+  if (!isTandemError(e) || answers.length === 0) return e;
+  const settled = await Promise.race([
+    Promise.allSettled(answers),
+    new Promise<undefined>((r) => setTimeout(() => r(undefined), NODE_WORDS_MS).unref()),
+  ]);
+  const words = (settled ?? [])
+    .map((s) => (s.status === 'rejected' ? String((s.reason as Error)?.message ?? s.reason) : ''))
+    .filter((w) => w !== '');
+  if (words.length === 0) return e;
+  return new TandemError(e.code, `${e.message}; the nodes said: ${words.join('; ')}`, {
+    hint: e.hint,
+    details: { ...e.details, nodes: words },
+    cause: e,
+  });
 }

@@ -15,16 +15,20 @@ export function lostLinkError(rank: number, peer: number, left: boolean): Tandem
   });
 }
 
-/** A post or completion failed on the link to `peer` (`status`: the completion's). */
+/**
+ * A post or completion failed on the link to `peer` (`status`: the completion's; `reason`:
+ * why, where the fabric said: the peer closed the connection, a malformed frame, an errno).
+ */
 export function linkFailedError(
   rank: number,
   peer: number,
   status: string | undefined,
   cause: unknown,
+  reason?: string,
 ): TandemError {
   return new TandemError(
     'COLL_PEER_LOST',
-    `rank ${rank} lost its link to rank ${peer} (${status ?? 'post failed'})`,
+    `rank ${rank} lost its link to rank ${peer} (${status ?? 'post failed'}${reason ? `: ${reason}` : ''})`,
     {
       hint: `rank ${peer} died or its connection broke; the communicator is aborted: create a new one with the surviving ranks`,
       details: { rank: peer, reportedBy: rank, status },

@@ -10,6 +10,7 @@ import {
   type SendWr,
   type WorkCompletion,
 } from '../../fabric/types.js';
+import { failureReason } from '../../fabric/completions.js';
 import { headerBytes, MessageKind, readHeader, type Header } from '../header.js';
 import { EarlyBuffers } from './early-buffers.js';
 import {
@@ -456,12 +457,12 @@ export class Router {
     if (slot === PUT_SLOT) {
       // a put() (unsignaled: only a failure completes)
       if (wc.status !== 'success')
-        this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
+        this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status, failureReason(wc));
       return;
     }
     const send = wrIdKind(wc.wrId) === WrKind.send;
     if (wc.status !== 'success') {
-      this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status);
+      this.linkFailed(link, new Error(`work completion ${wc.status}`), wc.status, failureReason(wc));
       if (send) link.settle(slot, this.error ?? new Error(`work completion ${wc.status}`));
       return;
     }
@@ -506,11 +507,11 @@ export class Router {
     next.push({ header: { ...h }, payload: fragment.slice() });
   }
 
-  private linkFailed(link: Link, cause: unknown, status?: string): void {
+  private linkFailed(link: Link, cause: unknown, status?: string, reason?: string): void {
     if (link.dead) return;
     link.dead = true;
     // after the peer's goodbye its connection ends when it is done: not a failure
     if (this.closing || this.leaving || this.error || link.left) return;
-    this.abort(linkFailedError(this.rank, link.peer, status, cause));
+    this.abort(linkFailedError(this.rank, link.peer, status, cause, reason));
   }
 }

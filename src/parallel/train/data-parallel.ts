@@ -28,7 +28,11 @@ export interface RankOptions {
   onListening?: (address: string) => void;
   /** Each update's communication time (rank-local), for the benchmark. */
   onTimes?: (times: SyncTimes) => void;
-  /** Aborts the run's communicator (a node agent whose coordinator left): the rank stops with PAR_TRAIN_NODE_LOST. */
+  /**
+   * Ends connecting the world, or aborts the run's communicator once connected (a node agent
+   * whose coordinator left, a coordinator whose node failed): the rank then stops with
+   * PAR_TRAIN_NODE_LOST.
+   */
   signal?: AbortSignal;
   /**
    * Every rank resumes from rank 0's checkpoint (cfg.resume there), received over the
@@ -84,6 +88,7 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
     connectTimeoutMs: 60_000,
     ...(o.threadsPerRank ? { threadsPerRank: o.threadsPerRank } : {}),
     ...(o.onListening ? { onListening: o.onListening } : {}),
+    ...(o.signal ? { signal: o.signal } : {}),
   });
   const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
   if (o.signal?.aborted) onAbort();
