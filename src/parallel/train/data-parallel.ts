@@ -90,7 +90,10 @@ export async function trainRank(cfg: Omit<TrainConfig, 'sync'>, o: RankOptions):
     ...(o.onListening ? { onListening: o.onListening } : {}),
     ...(o.signal ? { signal: o.signal } : {}),
   });
-  const onAbort = (): void => comm.abort(String(o.signal?.reason ?? 'aborted'));
+  const onAbort = (): void => {
+    const why: unknown = o.signal?.reason;
+    comm.abort(why instanceof Error ? why.message : String(why ?? 'aborted'));
+  };
   if (o.signal?.aborted) onAbort();
   o.signal?.addEventListener('abort', onAbort, { once: true });
   const fp = cfg.gemm.ops?.fingerprint;
