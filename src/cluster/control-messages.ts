@@ -9,7 +9,7 @@ import { isTrainRequest, type TrainRequest } from './node-train.js';
  * The control protocol's version: the node's challenge and the coordinator's answer both
  * carry it, and a peer of another version is refused during the handshake.
  */
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 export interface LoadRequest {
   model: string;

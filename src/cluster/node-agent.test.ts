@@ -1,7 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
-import { exchangeSpin } from './node-agent.js';
+import type { TandemError } from '../errors/index.js';
+import { exchangeSpin, startNode } from './node-agent.js';
+import { ControlClient } from './protocol.js';
 
 test('the tensor-parallel exchange spins through the compute only when every compute thread has a core', () => {
   const cores = availableParallelism();
@@ -10,4 +12,36 @@ test('the tensor-parallel exchange spins through the compute only when every com
   assert.equal(exchangeSpin(cores + 1, 1), true, 'more nodes than cores: adaptive');
   assert.equal(exchangeSpin(2, cores), true, 'threads default to every core; two such nodes oversubscribe');
   assert.equal(exchangeSpin(2, undefined), true);
+});
+
+test('a node serving one coordinator tells the next that it waits, and for whom; it gets in once the first leaves', async () => {
+  const secret = 'node-busy-test-secret-0123456789';
+  const logs: string[] = [];
+  const node = await startNode({
+    listen: '127.0.0.1:0',
+    secret,
+    threads: 1,
+    probe: false,
+    log: (l) => logs.push(l),
+  });
+  const first = await ControlClient.connect(node.address, secret, 'node 1', 10_000);
+  try {
+    await assert.rejects(ControlClient.connect(node.address, secret, 'node 1', 1000), (e: TandemError) => {
+      assert.equal(e.code, 'CLUSTER_NODE_BUSY', e.message);
+      assert.match(e.message, /serves another coordinator \(127\.0\.0\.1:\d+, since /);
+      assert.equal(e.details.busyWith, `127.0.0.1:${first.localPort}`);
+      return true;
+    });
+    // a waiting coordinator is admitted when the session ahead of it ends
+    const second = ControlClient.connect(node.address, secret, 'node 1', 10_000);
+    first.close();
+    (await second).close();
+  } finally {
+    first.close();
+    await node.close();
+  }
+  assert.ok(
+    logs.some((l) => /waits for the session of 127\.0\.0\.1:\d+/.test(l)),
+    logs.join('\n'),
+  );
 });

@@ -348,16 +348,24 @@ class Session {
 /** Starts an admitted session and calls `done` once it has ended and freed what it held. */
 export type SessionStart = (done: () => void) => void;
 
+/** The session a newly admitted coordinator waits behind: its coordinator's address and start (ms since the epoch). */
+export interface BusyWith {
+  from: string;
+  since: number;
+}
+
+/**
+ * Queues a session start behind the node's current one. `waits` is called at once, with the
+ * session in the way, when the start cannot run now.
+ */
+export type Admit = (start: SessionStart, from: string, waits: (busy: BusyWith) => void) => void;
+
 /**
  * One connection to the node's control port. The handshake runs at once, whatever else is
  * connected, so a peer that sends garbage or nothing holds no place; a coordinator that proves
  * the secret is then admitted through `admit`, one session at a time, and only then welcomed.
  */
-export function serve(
-  socket: Socket,
-  o: Omit<NodeAgentOptions, 'listen'>,
-  admit: (start: SessionStart) => void,
-): void {
+export function serve(socket: Socket, o: Omit<NodeAgentOptions, 'listen'>, admit: Admit): void {
   socket.setNoDelay(true);
   const challenge = nonce();
   let stage: 'handshake' | 'waiting' | 'session' = 'handshake';
@@ -428,7 +436,12 @@ export function serve(
         }
         clearTimeout(handshake);
         stage = 'waiting';
-        admit(begin(m.nonce));
+        // a proven coordinator that has to wait is told for whom, so that its timeout can say so
+        const from = `${socket.remoteAddress ?? '?'}:${socket.remotePort ?? '?'}`;
+        admit(begin(m.nonce), from, (busy) => {
+          o.log?.(`a coordinator from ${from} waits for the session of ${busy.from} to end`);
+          send(socket, { type: 'busy', ...busy });
+        });
         return;
       }
       const s = session;
@@ -499,12 +512,23 @@ export async function startNode(
   // One coordinator session at a time: the next starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
   let closed = false;
-  const admit = (start: SessionStart): void => {
+  // the session running now, and how many starts are queued or running
+  let current: BusyWith | undefined;
+  let pending = 0;
+  const admit: Admit = (start, from, waits) => {
+    if (pending > 0 && current) waits(current);
+    pending++;
     previous = previous.then(
       () =>
         new Promise<void>((resolve) => {
-          if (closed) return resolve();
+          if (closed) {
+            pending--;
+            return resolve();
+          }
+          current = { from, since: Date.now() };
           start(() => {
+            current = undefined;
+            pending--;
             resolve();
             if (o.once && !closed) {
               closed = true;

@@ -235,6 +235,11 @@ export class ControlClient {
     return this.socket.localAddress;
   }
 
+  /** This end's port of the control connection (what the node sees as the coordinator's). */
+  get localPort(): number | undefined {
+    return this.socket.localPort;
+  }
+
   /** Milliseconds since anything came from the node. */
   get silentMs(): number {
     return Date.now() - this.lastSeen;
@@ -306,14 +311,25 @@ export class ControlClient {
     return new Promise((resolve, reject) => {
       const mine = nonce();
       let client: ControlClient | undefined;
+      // set when the node said it serves another coordinator first (it takes one at a time)
+      let busy: { from: string; since: number } | undefined;
       const timer = setTimeout(
         () =>
           done(
-            new TandemError(
-              'CLUSTER_TIMEOUT',
-              `${label} at ${address} did not complete the handshake within ${timeoutMs} ms`,
-              { hint: 'check that `tandem node` runs there and the port is reachable' },
-            ),
+            busy
+              ? new TandemError(
+                  'CLUSTER_NODE_BUSY',
+                  `${label} at ${address} serves another coordinator (${busy.from}, since ${new Date(busy.since).toISOString()}) and takes one at a time; it was not free within ${timeoutMs} ms`,
+                  {
+                    hint: 'wait for that run to end or stop it, or leave this node out',
+                    details: { node: label, address, busyWith: busy.from, since: busy.since },
+                  },
+                )
+              : new TandemError(
+                  'CLUSTER_TIMEOUT',
+                  `${label} at ${address} did not complete the handshake within ${timeoutMs} ms`,
+                  { hint: 'check that `tandem node` runs there and the port is reachable' },
+                ),
           ),
         timeoutMs,
       );
@@ -346,6 +362,13 @@ export class ControlClient {
               nonce: mine,
               version: PROTOCOL_VERSION,
             });
+          } else if (
+            stage === 1 &&
+            m.type === 'busy' &&
+            typeof m.from === 'string' &&
+            typeof m.since === 'number'
+          ) {
+            busy = { from: m.from, since: m.since };
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
             clearTimeout(timer);
             socket.off('error', onError);

@@ -4,6 +4,7 @@ import type { ErrorCategory } from './category.js';
 export const clusterCodes = {
   CLUSTER_AUTH: 'remote',
   CLUSTER_BAD_HOSTFILE: 'invalid_argument',
+  CLUSTER_NODE_BUSY: 'remote',
   CLUSTER_NODE_FAILED: 'remote',
   CLUSTER_NODE_LOST: 'remote',
   CLUSTER_NO_PLACEMENT: 'system',
