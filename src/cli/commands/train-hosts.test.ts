@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startNode } from '../../cluster/index.js';
@@ -130,6 +131,51 @@ test(
       );
       // not the 60 s a rank waits for the others to connect
       assert.ok(Date.now() - started < 20_000, `took ${Date.now() - started} ms`);
+    });
+  },
+);
+
+test(
+  'train --hosts: a node cut off mid-run stops rank 0 with PAR_TRAIN_NODE_LOST and what the node side said',
+  { timeout: 60_000 },
+  async () => {
+    await withTwoNodes(async (dir, hostfile) => {
+      // node 2's control connection runs through a relay that the test cuts after update 2
+      const [first, second] = readFileSync(hostfile, 'utf8').trim().split('\n') as [string, string];
+      const target = second.split(':');
+      const open = new Set<Socket>();
+      const relay = createServer((a) => {
+        const b = connect(Number(target[1]), target[0]);
+        for (const s of [a, b]) {
+          open.add(s);
+          s.on('error', () => undefined);
+        }
+        a.pipe(b).pipe(a);
+      });
+      await new Promise<void>((r) => relay.listen(0, '127.0.0.1', r));
+      const viaRelay = join(dir, 'via-relay.txt');
+      writeFileSync(viaRelay, `${first}\n127.0.0.1:${(relay.address() as AddressInfo).port}\n`);
+      try {
+        await assert.rejects(
+          trainOnHosts(
+            {
+              settings: { ...settings(), steps: 500 },
+              tokens,
+              gemm: referenceGemm,
+              onStep: (l) => {
+                if (l.step === 2) for (const s of open) s.destroy();
+              },
+            },
+            { hostfile: viaRelay, secret, kernels: 'reference', threads: 1, timeoutMs: 30_000 },
+          ),
+          (e: Error & { code?: string }) =>
+            e.code === 'PAR_TRAIN_NODE_LOST' &&
+            /after update 2/.test(e.message) &&
+            /the nodes said: .*node 2 \(127\.0\.0\.1:\d+\) closed its control connection/.test(e.message),
+        );
+      } finally {
+        relay.close();
+      }
     });
   },
 );
