@@ -36,3 +36,13 @@ test('a notice that names no lost rank is an abort by its sender; a long message
   const other = passOn(new TandemError('FABRIC_CLOSED', 'gone', { hint: 'h' }), 2, 0);
   assert.equal(other.code, 'COLL_ABORTED');
 });
+
+test('an abort passed on says once who aborted, however often it is relayed', () => {
+  const own = new TandemError('COLL_ABORTED', 'rank 0 aborted the communicator: node 2 left', { hint: 'h' });
+  const atOne = passOn(own, 0, 1);
+  assert.equal(atOne.message, 'rank 0 aborted the communicator: node 2 left');
+  // a relayed notice keeps that text; one whose message does not say it gets the prefix
+  assert.equal(passOn(atOne, 0, 2).message, 'rank 0 aborted the communicator: node 2 left');
+  const bare = passOn(new TandemError('FABRIC_CLOSED', 'gone', { hint: 'h' }), 2, 0);
+  assert.equal(bare.message, 'rank 2 aborted the communicator: gone');
+});

@@ -94,10 +94,14 @@ export function readAbortNotice(h: Header, payload: Uint8Array, from: number): T
   const lost = h.aux === NO_RANK ? undefined : h.aux;
   // a notice passed on keeps its first-hand reporter; one from an older sender names its sender
   const by = typeof info.by === 'number' && Number.isInteger(info.by) ? info.by : h.src;
+  const aborted = `rank ${h.src} aborted the communicator: `;
+  const said = info.message ?? 'no reason given';
   const text =
     code === 'COLL_PEER_LOST' && lost !== undefined
       ? `rank ${lost} was lost (reported by rank ${by} via rank ${from}): ${info.message ?? ''}`
-      : `rank ${h.src} aborted the communicator: ${info.message ?? 'no reason given'}`;
+      : said.startsWith(aborted)
+        ? said // the aborting rank's own error already says so
+        : `${aborted}${said}`;
   return new TandemError(code, text, {
     hint:
       code === 'COLL_MISMATCH'
