@@ -468,10 +468,10 @@ export class ControlClient {
         reject(
           new TandemError(
             'CLUSTER_TIMEOUT',
-            `${this.label} did not answer '${type}' within ${timeoutMs} ms`,
+            `${this.label} (${this.address}) did not answer '${type}' within ${timeoutMs} ms`,
             {
               hint: 'the node is overloaded or stuck; raise --timeout or check its log',
-              details: { node: this.label, request: type },
+              details: { node: this.label, address: this.address, request: type },
             },
           ),
         );
