@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
 import type { TandemError } from '../errors/index.js';
 import { exchangeSpin, startNode } from './node-agent.js';
-import { ControlClient } from './protocol.js';
+import { busyLine, ControlClient, type NodeBusy } from './protocol.js';
 
 test('the tensor-parallel exchange spins through the compute only when every compute thread has a core', () => {
   const cores = availableParallelism();
@@ -26,12 +26,23 @@ test('a node serving one coordinator tells the next that it waits, and for whom;
   });
   const first = await ControlClient.connect(node.address, secret, 'node 1', 10_000);
   try {
-    await assert.rejects(ControlClient.connect(node.address, secret, 'node 1', 1000), (e: TandemError) => {
-      assert.equal(e.code, 'CLUSTER_NODE_BUSY', e.message);
-      assert.match(e.message, /serves another coordinator \(127\.0\.0\.1:\d+, since /);
-      assert.equal(e.details.busyWith, `127.0.0.1:${first.localPort}`);
-      return true;
-    });
+    const heard: NodeBusy[] = [];
+    await assert.rejects(
+      ControlClient.connect(node.address, secret, 'node 1', 1000, undefined, (b) => heard.push(b)),
+      (e: TandemError) => {
+        assert.equal(e.code, 'CLUSTER_NODE_BUSY', e.message);
+        assert.match(e.message, /serves another coordinator \(127\.0\.0\.1:\d+, since /);
+        assert.equal(e.details.busyWith, `127.0.0.1:${first.localPort}`);
+        return true;
+      },
+    );
+    // the waiting coordinator heard it when it began to wait, for its progress line
+    assert.equal(heard.length, 1);
+    assert.deepEqual(
+      [heard[0]?.label, heard[0]?.address, heard[0]?.from],
+      ['node 1', node.address, `127.0.0.1:${first.localPort}`],
+    );
+    assert.match(busyLine(heard[0] as NodeBusy, 30_000), /^node 1 at .* waiting up to 30 s for it to end$/);
     // a waiting coordinator is admitted when the session ahead of it ends
     const second = ControlClient.connect(node.address, secret, 'node 1', 10_000);
     first.close();

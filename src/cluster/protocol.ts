@@ -177,6 +177,19 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
+/** A node's notice that it serves another coordinator (`from`, since `since`, ms since the epoch) first. */
+export interface NodeBusy {
+  label: string;
+  address: string;
+  from: string;
+  since: number;
+}
+
+/** How a command says that it waits for a busy node (`onBusy`). */
+export function busyLine(b: NodeBusy, timeoutMs: number): string {
+  return `${b.label} at ${b.address} serves another coordinator (${b.from}, since ${new Date(b.since).toISOString()}); waiting up to ${Math.round(timeoutMs / 1000)} s for it to end`;
+}
+
 /** The coordinator's end of one node's control channel. */
 export class ControlClient {
   private nextId = 1;
@@ -265,13 +278,17 @@ export class ControlClient {
     this.pending.clear();
   }
 
-  /** Connects and authenticates (both ways) within `timeoutMs`. */
+  /**
+   * Connects and authenticates (both ways) within `timeoutMs`. `onBusy` hears, at once, that
+   * the node serves another coordinator first (the connection then waits for its turn).
+   */
   static async connect(
     address: string,
     secret: string,
     label: string,
     timeoutMs: number,
     deadAfterMs = silenceLimitMs(),
+    onBusy?: (busy: NodeBusy) => void,
   ): Promise<ControlClient> {
     const { host, port } = parseHostPort(address, 'node address');
     const socket = connect({ host, port });
@@ -287,6 +304,7 @@ export class ControlClient {
           hint: 'start `tandem node --listen` there, or fix the hostfile',
           details: { address },
         }),
+      onBusy,
     );
   }
 
@@ -306,13 +324,14 @@ export class ControlClient {
       new TandemError('CLUSTER_NODE_LOST', `${label} at ${address}: ${e.message}`, {
         hint: 'the node went away during the handshake',
       }),
+    onBusy?: (busy: NodeBusy) => void,
   ): Promise<ControlClient> {
     socket.setNoDelay(true);
     return new Promise((resolve, reject) => {
       const mine = nonce();
       let client: ControlClient | undefined;
       // set when the node said it serves another coordinator first (it takes one at a time)
-      let busy: { from: string; since: number } | undefined;
+      let busy: NodeBusy | undefined;
       const timer = setTimeout(
         () =>
           done(
@@ -368,7 +387,8 @@ export class ControlClient {
             typeof m.from === 'string' &&
             typeof m.since === 'number'
           ) {
-            busy = { from: m.from, since: m.since };
+            busy = { label, address, from: m.from, since: m.since };
+            onBusy?.(busy);
           } else if (stage === 1 && m.type === 'welcome' && sameMac(m.mac, mac(secret, 'node', mine))) {
             clearTimeout(timer);
             socket.off('error', onError);

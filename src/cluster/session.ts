@@ -22,7 +22,7 @@ import {
 } from '../parallel/index.js';
 import type { HostEntry } from './hostfile.js';
 import type { LoadRequest } from './node-agent.js';
-import { ControlClient, parseHostPort, type Message } from './protocol.js';
+import { ControlClient, parseHostPort, type Message, type NodeBusy } from './protocol.js';
 import { nodeSpeeds } from './speed.js';
 import type { ShardOrigin } from './slices/model-source.js';
 import { SliceServer } from './slices/slice-server.js';
@@ -157,14 +157,20 @@ export class ClusterSession {
     );
   }
 
-  /** Connects to every node (authenticated) and asks each about itself. */
+  /**
+   * Connects to every node (authenticated) and asks each about itself; `onBusy` hears of a
+   * node that serves another coordinator first (the connection waits for its turn).
+   */
   static async connect(
     hosts: readonly HostEntry[],
     secret: string,
     timeoutMs = 30_000,
+    onBusy?: (busy: NodeBusy) => void,
   ): Promise<ClusterSession> {
     const settled = await Promise.allSettled(
-      hosts.map((h, r) => ControlClient.connect(h.address, secret, `node ${r}`, timeoutMs)),
+      hosts.map((h, r) =>
+        ControlClient.connect(h.address, secret, `node ${r}`, timeoutMs, undefined, onBusy),
+      ),
     );
     const clients = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
     const failed = settled.find((s) => s.status === 'rejected');

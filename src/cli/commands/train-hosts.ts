@@ -1,6 +1,6 @@
 import { isTandemError, TandemError } from '../../errors/index.js';
 import { loadHostfile } from '../../cluster/index.js';
-import { ControlClient } from '../../cluster/protocol.js';
+import { busyLine, ControlClient } from '../../cluster/protocol.js';
 import { encodeTokens, MAX_TRAIN_TOKENS, type TrainRequest } from '../../cluster/node-train.js';
 import type { TrainConfig, TrainResult } from '../../engine/train/index.js';
 import type { GemmKind } from '../../kernels/backward/load-gemm.js';
@@ -13,6 +13,8 @@ export interface HostsRun {
   threads: number;
   /** Bound on every wait inside a collective: a rank's longest update must fit in it. */
   timeoutMs?: number;
+  /** Lines on the run's progress before the first update (a node busy with another coordinator). */
+  onProgress?: (line: string) => void;
 }
 
 /** How long the handshake with each node may take. */
@@ -43,7 +45,11 @@ export async function trainOnHosts(cfg: TrainConfig, o: HostsRun): Promise<Train
       { hint: 'train on less text, or with --nodes on one machine' },
     );
   const clients = await Promise.all(
-    entries.map((e, i) => ControlClient.connect(e.address, o.secret, `node ${i + 1}`, CONNECT_MS)),
+    entries.map((e, i) =>
+      ControlClient.connect(e.address, o.secret, `node ${i + 1}`, CONNECT_MS, undefined, (b) =>
+        o.onProgress?.(busyLine(b, CONNECT_MS)),
+      ),
+    ),
   );
   const timeoutMs = o.timeoutMs ?? 60_000;
   const tokens = encodeTokens(cfg.tokens);

@@ -358,6 +358,7 @@ export const command = defineCommand({
             secret: clusterSecret('train', options),
             kernels: options.kernels as GemmKind,
             threads,
+            onProgress: (line) => say(`train: ${line}\n`),
           })
         : nodes === 1
           ? await train(cfg)
