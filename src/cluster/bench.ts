@@ -8,7 +8,8 @@ import { joulesPerToken, type PowerMeter } from '../util/power/index.js';
 import type { HostEntry } from './hostfile.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
 import { resolveModelPath } from './model-path.js';
-import { ClusterSession, type ClusterResult, type LoadOptions } from './session.js';
+import { busyLine } from './protocol.js';
+import { ClusterSession, NODES_CONNECT_MS, type ClusterResult, type LoadOptions } from './session.js';
 import { STREAM_PROBE_MAX_BYTES, STREAM_PROBE_MIN_BYTES } from './speed.js';
 
 /** How long each node streams weights for the ceiling, per round. */
@@ -191,6 +192,8 @@ export async function benchCluster(o: BenchClusterOptions): Promise<BenchCluster
       const session = await ClusterSession.connect(
         n === 1 ? hosts.slice(o.nodes) : hosts.slice(0, n),
         secret,
+        NODES_CONNECT_MS,
+        (b) => progress(busyLine(b, NODES_CONNECT_MS)),
       );
       sessions.push(session);
       progress(

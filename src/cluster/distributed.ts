@@ -18,10 +18,7 @@ import { loadSecret } from '../topology/index.js';
 import { launchLocalNodes, type LocalNodes } from './launcher.js';
 import { resolveModelPath } from './model-path.js';
 import { busyLine } from './protocol.js';
-import { ClusterSession, type ClusterResult, type LoadOptions } from './session.js';
-
-/** How long connecting to the nodes may take (ClusterSession.connect's default), a busy node's turn included. */
-const NODE_CONNECT_MS = 30_000;
+import { ClusterSession, NODES_CONNECT_MS, type ClusterResult, type LoadOptions } from './session.js';
 
 /** How to start (or reach) the nodes of a cluster and place a model on them. */
 export interface ClusterStartOptions {
@@ -154,8 +151,8 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
       hosts = typeof o.hosts === 'string' ? readHostfile(o.hosts) : (o.hosts as readonly HostEntry[]);
     }
     hostsUsed = hosts;
-    session = await ClusterSession.connect(hosts, secret, NODE_CONNECT_MS, (b) =>
-      progress(busyLine(b, NODE_CONNECT_MS)),
+    session = await ClusterSession.connect(hosts, secret, NODES_CONNECT_MS, (b) =>
+      progress(busyLine(b, NODES_CONNECT_MS)),
     );
     const provider = o.provider ?? (local ? 'shm' : 'tcp');
     const parallel = o.parallel ?? 'tp';

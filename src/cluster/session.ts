@@ -121,6 +121,9 @@ function placeProfiled(
   }
 }
 
+/** How long connecting to a session's nodes may take by default (a busy node's turn included). */
+export const NODES_CONNECT_MS = 30_000;
+
 /** A coordinator's connections to a set of nodes; loads one model across them and runs generations. */
 export class ClusterSession {
   placement: Placement | undefined;
@@ -164,7 +167,7 @@ export class ClusterSession {
   static async connect(
     hosts: readonly HostEntry[],
     secret: string,
-    timeoutMs = 30_000,
+    timeoutMs = NODES_CONNECT_MS,
     onBusy?: (busy: NodeBusy) => void,
   ): Promise<ClusterSession> {
     const settled = await Promise.allSettled(
