@@ -40,6 +40,7 @@ import {
   sameMac,
   send,
   watchSilence,
+  type BusyWith,
   type Message,
 } from './protocol.js';
 
@@ -348,12 +349,6 @@ class Session {
 /** Starts an admitted session and calls `done` once it has ended and freed what it held. */
 export type SessionStart = (done: () => void) => void;
 
-/** The session a newly admitted coordinator waits behind: its coordinator's address and start (ms since the epoch). */
-export interface BusyWith {
-  from: string;
-  since: number;
-}
-
 /**
  * Queues a session start behind the node's current one. `waits` is called at once, with the
  * session in the way, when the start cannot run now.
@@ -512,23 +507,17 @@ export async function startNode(
   // One coordinator session at a time: the next starts when the previous has freed its model.
   let previous: Promise<void> = Promise.resolve();
   let closed = false;
-  // the session running now, and how many starts are queued or running
+  // the session running now: a coordinator admitted meanwhile waits behind it
   let current: BusyWith | undefined;
-  let pending = 0;
   const admit: Admit = (start, from, waits) => {
-    if (pending > 0 && current) waits(current);
-    pending++;
+    if (current) waits(current);
     previous = previous.then(
       () =>
         new Promise<void>((resolve) => {
-          if (closed) {
-            pending--;
-            return resolve();
-          }
+          if (closed) return resolve();
           current = { from, since: Date.now() };
           start(() => {
             current = undefined;
-            pending--;
             resolve();
             if (o.once && !closed) {
               closed = true;

@@ -177,17 +177,26 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
-/** A node's notice that it serves another coordinator (`from`, since `since`, ms since the epoch) first. */
-export interface NodeBusy {
-  label: string;
-  address: string;
+/** The session a node serves now: its coordinator's address and when it began (ms since the epoch). */
+export interface BusyWith {
   from: string;
   since: number;
 }
 
+/** A node's notice, on connecting, that it serves another coordinator's session first. */
+export interface NodeBusy extends BusyWith {
+  label: string;
+  address: string;
+}
+
+/** "node 1 at host:port serves another coordinator (from, since ISO time)": what a busy node said. */
+function servesAnother(b: NodeBusy): string {
+  return `${b.label} at ${b.address} serves another coordinator (${b.from}, since ${new Date(b.since).toISOString()})`;
+}
+
 /** How a command says that it waits for a busy node (`onBusy`). */
 export function busyLine(b: NodeBusy, timeoutMs: number): string {
-  return `${b.label} at ${b.address} serves another coordinator (${b.from}, since ${new Date(b.since).toISOString()}); waiting up to ${Math.round(timeoutMs / 1000)} s for it to end`;
+  return `${servesAnother(b)}; waiting up to ${Math.round(timeoutMs / 1000)} s for it to end`;
 }
 
 /** The coordinator's end of one node's control channel. */
@@ -338,7 +347,7 @@ export class ControlClient {
             busy
               ? new TandemError(
                   'CLUSTER_NODE_BUSY',
-                  `${label} at ${address} serves another coordinator (${busy.from}, since ${new Date(busy.since).toISOString()}) and takes one at a time; it was not free within ${timeoutMs} ms`,
+                  `${servesAnother(busy)} and takes one at a time; it was not free within ${timeoutMs} ms`,
                   {
                     hint: 'wait for that run to end or stop it, or leave this node out',
                     details: { node: label, address, busyWith: busy.from, since: busy.since },

@@ -29,9 +29,9 @@ export interface RankOptions {
   /** Each update's communication time (rank-local), for the benchmark. */
   onTimes?: (times: SyncTimes) => void;
   /**
-   * Ends connecting the world, or aborts the run's communicator once connected (a node agent
-   * whose coordinator left, a coordinator whose node failed): the rank then stops with
-   * PAR_TRAIN_NODE_LOST.
+   * Ends connecting the world (the rank fails as createCommunicator does), or aborts the run's
+   * communicator once connected, after which the rank stops with PAR_TRAIN_NODE_LOST: a node
+   * agent whose coordinator left, a coordinator whose node failed.
    */
   signal?: AbortSignal;
   /**
