@@ -32,8 +32,11 @@ import {
 
 /**
  * The rdma provider: the fabric's Device over one verbs device (rdma-context.ts and friends).
- * Completion queues are the fabric's CQ, fed by polling the verbs completion queues and put to
- * sleep on their completion channels (rdma-sleep.ts); queue pairs are RdmaQueuePairs, set up
+ * Completion queues are the fabric's CQ. Every queue pair of the device completes into one
+ * verbs completion queue (a second one only once the first has no room: see VerbsCqShare),
+ * whose completions go to the queue pair by qp_num and from there to the fabric CQ it was
+ * given; so a wait polls one verbs queue per look, whatever the number of fabric CQs, and
+ * sleeps on one completion channel (rdma-sleep.ts). Queue pairs are RdmaQueuePairs, set up
  * over the authenticated side channel:
  *   client: create its QP, handshake (proof carries its setup) -> welcome (the server's setup)
  *           -> INIT/RTR/RTS -> 'ready'
@@ -53,6 +56,19 @@ const QP_DEPTH = 1024;
 const QP_SGES = 16;
 const INLINE_TRIES = [256, 64, 0];
 const DEFAULT_CQ_DEPTH = 16384;
+/** Entries asked for each shared verbs completion queue (capped by the device's max_cqe). */
+const SHARED_CQ_DEPTH = 65536;
+
+/**
+ * A verbs completion queue shared by queue pairs. It never overruns: a queue pair joins only
+ * while its send and receive depths fit into the entries not yet promised to others, since at
+ * most that many of its completions can be waiting at once.
+ */
+interface VerbsCqShare {
+  cq: RdmaCq;
+  /** Entries not promised to a queue pair. */
+  room: number;
+}
 
 const ALL_ACCESS = verbsAccess(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ);
 
@@ -65,7 +81,12 @@ export class RdmaDevice implements Device {
   readonly engine: ProgressEngine;
   private readonly gidTable: GidEntry[];
   private readonly pds: RdmaPd[] = [];
-  private readonly cqs = new Map<CQ, RdmaCq>();
+  /** The fabric completion queues made by this device. */
+  private readonly cqs = new Set<CQ>();
+  /** The verbs completion queues every queue pair of the device completes into (usually one). */
+  private readonly shared: VerbsCqShare[] = [];
+  private readonly sharedCqs: RdmaCq[] = [];
+  private readonly shareOf = new Map<RdmaQp, { share: VerbsCqShare; entries: number }>();
   private readonly qps = new Map<number, RdmaQueuePair>();
   private readonly verbsQps: RdmaQp[] = [];
   private readonly listeners = new Set<Listener>();
@@ -86,7 +107,7 @@ export class RdmaDevice implements Device {
     );
     this.gidTable = this.context.gids();
     this.sleeper = new CompletionSleeper(
-      () => this.cqs.values(),
+      () => this.sharedCqs,
       () => this.progress(),
     );
     this.engine = {
@@ -96,18 +117,27 @@ export class RdmaDevice implements Device {
     };
   }
 
-  /** Polls every verbs completion queue once; each completion goes to its queue pair. */
+  /** Drains the shared verbs completion queues; each completion goes to its queue pair. */
   private progress(): boolean {
     let any = false;
-    for (const rcq of this.cqs.values()) {
+    const list = this.sharedCqs;
+    for (let i = 0; i < list.length; i++) {
+      const rcq = list[i] as RdmaCq;
       for (;;) {
         const wcs = rcq.poll();
         if (wcs.length === 0) break;
         any = true;
         for (const wc of wcs) this.qps.get(wc.qpNum)?.onCompletion(wc);
+        // a short batch emptied the queue: another look would only cost a call
+        if (wcs.length < rcq.batch) break;
       }
     }
     return any;
+  }
+
+  /** Verbs completion queues the device's queue pairs complete into (one until it is full). */
+  get verbsCqCount(): number {
+    return this.sharedCqs.length;
   }
 
   allocPd(): ProtectionDomain {
@@ -121,7 +151,7 @@ export class RdmaDevice implements Device {
     this.checkOpen();
     const depth = Math.min(options.depth ?? DEFAULT_CQ_DEPTH, this.context.attr.maxCqe);
     const cq = new CQ(this.engine, depth);
-    this.cqs.set(cq, new RdmaCq(this.context, depth));
+    this.cqs.add(cq);
     return cq;
   }
 
@@ -152,32 +182,57 @@ export class RdmaDevice implements Device {
         hint: 'allocate the PD with allocPd() on the device that makes the connection',
       });
     }
-    const send = this.verbsCq(options.cq);
-    const recv = this.verbsCq(options.recvCq ?? options.cq);
+    this.checkCq(options.cq);
+    this.checkCq(options.recvCq ?? options.cq);
     const a = this.context.attr;
     const depth = Math.min(QP_DEPTH, a.maxQpWr);
     let last: unknown;
     for (const maxInline of INLINE_TRIES) {
+      const share = this.shareWithRoom(2 * depth);
+      let qp: RdmaQp;
       try {
         const caps = { maxSendWr: depth, maxRecvWr: depth, maxSge: Math.min(QP_SGES, a.maxSge), maxInline };
-        const qp = new RdmaQp(pd.pd, this.qpType, send, recv, caps);
-        this.verbsQps.push(qp);
-        return { qp, pd };
+        qp = new RdmaQp(pd.pd, this.qpType, share.cq, share.cq, caps);
       } catch (e) {
         last = e;
+        continue;
       }
+      // the device may grant more than asked: promise what it granted
+      const entries = qp.caps.maxSendWr + qp.caps.maxRecvWr;
+      if (entries > share.room) {
+        qp.close();
+        last = new TandemError(
+          'FABRIC_INVALID_REQUEST',
+          `${this.name} granted a queue pair ${entries} work requests, more than a completion queue holds (${share.room})`,
+          { hint: 'the device reports a max_cqe below twice its max_qp_wr; use another device' },
+        );
+        continue;
+      }
+      share.room -= entries;
+      this.shareOf.set(qp, { share, entries });
+      this.verbsQps.push(qp);
+      return { qp, pd };
     }
     throw last;
   }
 
-  private verbsCq(cq: CompletionQueue): RdmaCq {
-    const r = cq instanceof CQ ? this.cqs.get(cq) : undefined;
-    if (r === undefined) {
+  private checkCq(cq: CompletionQueue): void {
+    if (!(cq instanceof CQ) || !this.cqs.has(cq)) {
       throw new TandemError('FABRIC_INVALID_REQUEST', 'the completion queue belongs to another device', {
         hint: 'create the completion queues with createCq() on the device that makes the connection',
       });
     }
-    return r;
+  }
+
+  /** A shared verbs completion queue with `entries` not yet promised, made when none has them. */
+  private shareWithRoom(entries: number): VerbsCqShare {
+    const found = this.shared.find((s) => s.room >= entries);
+    if (found) return found;
+    const depth = Math.min(SHARED_CQ_DEPTH, this.context.attr.maxCqe);
+    const share = { cq: new RdmaCq(this.context, depth), room: depth };
+    this.shared.push(share);
+    this.sharedCqs.push(share.cq);
+    return share;
   }
 
   /** The GID for traffic leaving through `localAddress` (TANDEM_RDMA_IPV4 overrides it). */
@@ -257,6 +312,9 @@ export class RdmaDevice implements Device {
     if (i < 0) return;
     this.verbsQps.splice(i, 1);
     qp.close();
+    const held = this.shareOf.get(qp);
+    if (held) held.share.room += held.entries;
+    this.shareOf.delete(qp);
   }
 
   stats(): DeviceStats {
@@ -288,10 +346,10 @@ export class RdmaDevice implements Device {
     for (const q of this.qps.values()) await q.close();
     for (const qp of this.verbsQps.splice(0)) qp.close();
     for (const r of [...this.regions.byLkey.values()]) if (r.pd.device === this) r.deregister();
-    for (const [cq, rcq] of this.cqs) {
-      cq.abort('the device closed');
-      rcq.close();
-    }
+    this.shareOf.clear();
+    for (const cq of this.cqs) cq.abort('the device closed');
+    for (const s of this.shared.splice(0)) s.cq.close();
+    this.sharedCqs.length = 0;
     for (const pd of this.pds) pd.close();
     this.context.close();
   }

@@ -180,7 +180,7 @@ export class RdmaCq {
   constructor(
     readonly context: RdmaContext,
     depth: number,
-    private readonly batch = 32,
+    readonly batch = 32,
   ) {
     const v = context.verbs;
     this.channel = v.fn.ibv_create_comp_channel(context.ctx);

@@ -11,7 +11,7 @@ at
 node --import tsx --test --test-concurrency=1 --test-timeout=2700000 \
   test/rdma/verbs-loopback.test.ts test/rdma/verbs-peer-loss.test.ts \
   test/rdma/rdma-conformance.test.ts test/rdma/rdma-peer-loss.test.ts \
-  test/rdma/rdma-all-reduce.test.ts test/rdma/rdma-port-check.test.ts \
+  test/rdma/rdma-all-reduce.test.ts test/rdma/rdma-shared-cq.test.ts test/rdma/rdma-port-check.test.ts \
   test/rdma/rdma-commands.test.ts
 status=$?
 echo "== rdma: tandem devinfo; tandem doctor --mode rdma"

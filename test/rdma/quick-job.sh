@@ -8,7 +8,8 @@ set -u
 s=$(cut -d. -f1 /proc/uptime)
 node --import tsx --test --test-concurrency=1 --test-timeout=1200000 \
   test/rdma/verbs-loopback.test.ts test/rdma/rdma-conformance.test.ts \
-  test/rdma/rdma-peer-loss.test.ts test/rdma/rdma-all-reduce.test.ts
+  test/rdma/rdma-peer-loss.test.ts test/rdma/rdma-all-reduce.test.ts \
+  test/rdma/rdma-shared-cq.test.ts
 status=$?
 echo "== rdma quick: rc $status in $(( $(cut -d. -f1 /proc/uptime) - s )) s after boot"
 exit $status
