@@ -49,6 +49,8 @@ export interface RdmaDeviceOptions {
   name?: string;
   /** Queue pair type (default: TANDEM_RDMA_QP, else rc; uc on macOS, whose driver offers only UC). */
   qpType?: QpType;
+  /** Entries of each shared verbs completion queue (default SHARED_CQ_DEPTH; capped by the device's max_cqe). */
+  cqDepth?: number;
 }
 
 /** Queue depths asked of the device (capped by its max_qp_wr) and the inline sizes tried in turn. */
@@ -66,6 +68,7 @@ const SHARED_CQ_DEPTH = 65536;
  */
 interface VerbsCqShare {
   cq: RdmaCq;
+  depth: number;
   /** Entries not promised to a queue pair. */
   room: number;
 }
@@ -91,6 +94,8 @@ export class RdmaDevice implements Device {
   private readonly verbsQps: RdmaQp[] = [];
   private readonly listeners = new Set<Listener>();
   private readonly sleeper: CompletionSleeper;
+  /** Entries of each shared verbs completion queue. */
+  private readonly cqDepth: number;
   private authFailures = 0;
   private closed = false;
 
@@ -106,6 +111,14 @@ export class RdmaDevice implements Device {
       this.context.attr.maxMr > 0 ? this.context.attr.maxMr : 0x7fffffff,
     );
     this.gidTable = this.context.gids();
+    const cqDepth = options.cqDepth ?? SHARED_CQ_DEPTH;
+    if (!Number.isInteger(cqDepth) || cqDepth < 2) {
+      this.context.close();
+      throw new TandemError('INVALID_ARGUMENT', `cqDepth must be an integer of at least 2, got ${cqDepth}`, {
+        hint: 'leave it out for the default',
+      });
+    }
+    this.cqDepth = Math.min(cqDepth, this.context.attr.maxCqe);
     this.sleeper = new CompletionSleeper(
       () => this.sharedCqs,
       () => this.progress(),
@@ -185,33 +198,38 @@ export class RdmaDevice implements Device {
     this.checkCq(options.cq);
     this.checkCq(options.recvCq ?? options.cq);
     const a = this.context.attr;
-    const depth = Math.min(QP_DEPTH, a.maxQpWr);
+    // a queue pair's send and receive depths together fit one shared completion queue
+    const depth = Math.min(QP_DEPTH, a.maxQpWr, Math.floor(this.cqDepth / 2));
     let last: unknown;
     for (const maxInline of INLINE_TRIES) {
-      const share = this.shareWithRoom(2 * depth);
-      let qp: RdmaQp;
-      try {
-        const caps = { maxSendWr: depth, maxRecvWr: depth, maxSge: Math.min(QP_SGES, a.maxSge), maxInline };
-        qp = new RdmaQp(pd.pd, this.qpType, share.cq, share.cq, caps);
-      } catch (e) {
-        last = e;
-        continue;
-      }
-      // the device may grant more than asked: promise what it granted
-      const entries = qp.caps.maxSendWr + qp.caps.maxRecvWr;
-      if (entries > share.room) {
+      const caps = { maxSendWr: depth, maxRecvWr: depth, maxSge: Math.min(QP_SGES, a.maxSge), maxInline };
+      let share = this.shareWithRoom(2 * depth);
+      for (;;) {
+        let qp: RdmaQp;
+        try {
+          qp = new RdmaQp(pd.pd, this.qpType, share.cq, share.cq, caps);
+        } catch (e) {
+          last = e;
+          break;
+        }
+        // the device may grant more than asked: promise what it granted
+        const entries = qp.caps.maxSendWr + qp.caps.maxRecvWr;
+        if (entries <= share.room) {
+          share.room -= entries;
+          this.shareOf.set(qp, { share, entries });
+          this.verbsQps.push(qp);
+          return { qp, pd };
+        }
         qp.close();
-        last = new TandemError(
-          'FABRIC_INVALID_REQUEST',
-          `${this.name} granted a queue pair ${entries} work requests, more than a completion queue holds (${share.room})`,
-          { hint: 'the device reports a max_cqe below twice its max_qp_wr; use another device' },
-        );
-        continue;
+        if (share.room === share.depth) {
+          throw new TandemError(
+            'FABRIC_PROVIDER_UNAVAILABLE',
+            `${this.name} granted a queue pair ${entries} work requests for ${2 * depth} asked, more than a completion queue of ${share.depth} holds`,
+            { hint: 'the device rounds queue depths up past its max_cqe; use another device or provider' },
+          );
+        }
+        share = this.newShare();
       }
-      share.room -= entries;
-      this.shareOf.set(qp, { share, entries });
-      this.verbsQps.push(qp);
-      return { qp, pd };
     }
     throw last;
   }
@@ -226,10 +244,12 @@ export class RdmaDevice implements Device {
 
   /** A shared verbs completion queue with `entries` not yet promised, made when none has them. */
   private shareWithRoom(entries: number): VerbsCqShare {
-    const found = this.shared.find((s) => s.room >= entries);
-    if (found) return found;
-    const depth = Math.min(SHARED_CQ_DEPTH, this.context.attr.maxCqe);
-    const share = { cq: new RdmaCq(this.context, depth), room: depth };
+    return this.shared.find((s) => s.room >= entries) ?? this.newShare();
+  }
+
+  private newShare(): VerbsCqShare {
+    const depth = this.cqDepth;
+    const share = { cq: new RdmaCq(this.context, depth), depth, room: depth };
     this.shared.push(share);
     this.sharedCqs.push(share.cq);
     return share;
