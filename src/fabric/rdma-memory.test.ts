@@ -64,6 +64,10 @@ test('rdma regions: an address range is inside a region or it is not', () => {
   assert.equal(r.offsetOf(r.addr + 4000n, 96), 4000);
   assert.equal(r.offsetOf(r.addr + 4000n, 97), -1);
   assert.equal(r.offsetOf(r.addr - 1n, 1), -1);
+  assert.equal(r.offsetOf(r.addr + 2n ** 32n, 1), -1, '4 GiB past the base');
+  assert.equal(r.offsetOf(r.addr - 2n ** 32n + 8n, 1), -1, 'below the base by the high half');
+  assert.equal(r.offsetOf(0n, 1), -1);
+  assert.equal(r.offsetOf(r.addr + 8n, -1), -1, 'a negative length');
   assert.throws(
     () => domain.register(new Uint8Array(8), 8),
     (e: unknown) => isTandemError(e, 'FABRIC_INVALID_REQUEST'),

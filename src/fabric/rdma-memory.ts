@@ -1,4 +1,5 @@
 import { TandemError } from '../errors/index.js';
+import { AddressSplit } from './address-split.js';
 import { SlabPool } from './slab-pool.js';
 import type { RdmaPd } from './rdma-resources.js';
 import { RdmaMr } from './rdma-resources.js';
@@ -14,6 +15,10 @@ import {
   type RemoteRegion,
   type Sge,
 } from './types.js';
+
+const TWO32 = 4294967296;
+/** Splits addresses without allocating (hot path: every posted SGE is checked). */
+const split = new AddressSplit();
 
 /**
  * The rdma provider's protection domains and memory regions: each region is one ibv_reg_mr of
@@ -58,6 +63,9 @@ export class RdmaRegion implements MemoryRegion {
   readonly rkey: number;
   readonly addr: bigint;
   readonly length: number;
+  /** `addr` as u32 halves, for offsetOf. */
+  private readonly addrHi: number;
+  private readonly addrLo: number;
   private isLive = true;
 
   constructor(
@@ -69,6 +77,9 @@ export class RdmaRegion implements MemoryRegion {
     this.lkey = mr.lkey;
     this.rkey = mr.rkey;
     this.addr = mr.addr;
+    split.split(mr.addr);
+    this.addrHi = split.hi;
+    this.addrLo = split.lo;
     this.length = buffer.byteLength;
   }
 
@@ -76,11 +87,12 @@ export class RdmaRegion implements MemoryRegion {
     return this.isLive;
   }
 
-  /** Offset of `[addr, addr + length)` in this region, or -1 when it is not inside. */
+  /** Offset of `[addr, addr + length)` in this region, or -1 when it is not inside (no BigInt made). */
   offsetOf(addr: bigint, length: number): number {
-    const off = addr - this.addr;
-    if (off < 0n || length < 0 || off + BigInt(length) > BigInt(this.length)) return -1;
-    return Number(off);
+    split.split(addr);
+    const off = (split.hi - this.addrHi) * TWO32 + (split.lo - this.addrLo);
+    if (!(off >= 0) || length < 0 || off + length > this.length) return -1;
+    return off;
   }
 
   sge(offset = 0, length = this.length - offset): Sge {
