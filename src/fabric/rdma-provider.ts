@@ -53,7 +53,7 @@ export interface RdmaDeviceOptions {
   cqDepth?: number;
 }
 
-/** Queue depths asked of the device (capped by its max_qp_wr) and the inline sizes tried in turn. */
+/** Queue depths asked of the device (capped by its max_qp_wr and half a shared completion queue) and the inline sizes tried in turn. */
 const QP_DEPTH = 1024;
 const QP_SGES = 16;
 const INLINE_TRIES = [256, 64, 0];
