@@ -165,6 +165,8 @@ export class RdmaDevice implements Device {
     const depth = Math.min(options.depth ?? DEFAULT_CQ_DEPTH, this.context.attr.maxCqe);
     const cq = new CQ(this.engine, depth);
     this.cqs.add(cq);
+    // a wait on it sleeps on the shared queue's channel, even before a queue pair exists
+    if (this.shared.length === 0) this.newShare();
     return cq;
   }
 

@@ -38,6 +38,8 @@ async function threeConnections(cqDepth: number | undefined, cqs: number): Promi
     const pairs: [End, End][] = [];
     for (let i = 0; i < 3; i++) {
       const ea = { cq: a.createCq(), recvCq: a.createCq() };
+      // a wait on a CQ sleeps on the shared queue's channel, even before a queue pair exists
+      if (i === 0) assert.equal(a.verbsCqCount, 1, 'a CQ alone has the shared queue');
       const eb = { cq: b.createCq(), recvCq: b.createCq() };
       const [qa, qb] = await Promise.all([
         a.connect({ host: '127.0.0.1', port: listener.port, secret: SECRET, pd: pa, ...ea }),
