@@ -88,7 +88,6 @@ export class RdmaDevice implements Device {
   private readonly cqs = new Set<CQ>();
   /** The verbs completion queues every queue pair of the device completes into (usually one). */
   private readonly shared: VerbsCqShare[] = [];
-  private readonly sharedCqs: RdmaCq[] = [];
   private readonly shareOf = new Map<RdmaQp, { share: VerbsCqShare; entries: number }>();
   private readonly qps = new Map<number, RdmaQueuePair>();
   private readonly verbsQps: RdmaQp[] = [];
@@ -120,7 +119,7 @@ export class RdmaDevice implements Device {
     }
     this.cqDepth = Math.min(cqDepth, this.context.attr.maxCqe);
     this.sleeper = new CompletionSleeper(
-      () => this.sharedCqs,
+      () => this.shared.map((share) => share.cq),
       () => this.progress(),
     );
     this.engine = {
@@ -133,9 +132,9 @@ export class RdmaDevice implements Device {
   /** Drains the shared verbs completion queues; each completion goes to its queue pair. */
   private progress(): boolean {
     let any = false;
-    const list = this.sharedCqs;
+    const list = this.shared;
     for (let i = 0; i < list.length; i++) {
-      const rcq = list[i] as RdmaCq;
+      const rcq = (list[i] as VerbsCqShare).cq;
       for (;;) {
         const wcs = rcq.poll();
         if (wcs.length === 0) break;
@@ -150,7 +149,7 @@ export class RdmaDevice implements Device {
 
   /** Verbs completion queues the device's queue pairs complete into (one until it is full). */
   get verbsCqCount(): number {
-    return this.sharedCqs.length;
+    return this.shared.length;
   }
 
   allocPd(): ProtectionDomain {
@@ -253,7 +252,6 @@ export class RdmaDevice implements Device {
     const depth = this.cqDepth;
     const share = { cq: new RdmaCq(this.context, depth), depth, room: depth };
     this.shared.push(share);
-    this.sharedCqs.push(share.cq);
     return share;
   }
 
@@ -371,7 +369,6 @@ export class RdmaDevice implements Device {
     this.shareOf.clear();
     for (const cq of this.cqs) cq.abort('the device closed');
     for (const s of this.shared.splice(0)) s.cq.close();
-    this.sharedCqs.length = 0;
     for (const pd of this.pds) pd.close();
     this.context.close();
   }
