@@ -45,6 +45,7 @@ test("bench serve --json: one line per engine and level with the issue's fields,
       'ttft_ms_p50',
       'ttft_ms_p99',
       'itl_ms_p50',
+      'itl_ms_p99',
       'tok_s_total',
       'tok_s_per_stream',
     ]);
@@ -57,6 +58,9 @@ test("bench serve --json: one line per engine and level with the issue's fields,
   const bad = runTandem(['bench', 'serve', path(), '--concurrency', '1,x']);
   assert.equal(bad.code, 3);
   assert.match(bad.stderr, /--concurrency item 'x'/);
+  const piece = runTandem(['bench', 'serve', path(), '--prefill-chunk', '4']);
+  assert.equal(piece.code, 3);
+  assert.match(piece.stderr, /--prefill-chunk must be an integer in 12\.\.65536, got 4/);
 });
 
 test('bench serve --repeat: the levels run alternated that many times, one line each (its best run)', () => {
@@ -98,9 +102,18 @@ test("summarize: TTFT from each request's start to its first token, gaps between
     ttft_ms_p50: 10,
     ttft_ms_p99: 30,
     itl_ms_p50: 2,
+    itl_ms_p99: 2,
     tok_s_total: 100,
     tok_s_per_stream: 100,
   });
+  // one long pause among short gaps: p50 is a short gap, p99 the pause
+  const paused = summarize(
+    'tandem',
+    1,
+    [{ startMs: 0, tokenMs: [5, 6, 7, 8, 48], endMs: 50, tokens: 5 }],
+    50,
+  );
+  assert.deepEqual([paused.itl_ms_p50, paused.itl_ms_p99], [1, 40]);
 });
 
 test('requestPrompts: each request its own prompt from the first token on, the rest as the base, ids in range', () => {

@@ -34,6 +34,8 @@ export interface ServeBenchOptions {
   nodes?: number;
   /** With `nodes`: how the model is split (tandem serve's --parallel). */
   parallel?: string;
+  /** tandem serve's --prefill-chunk (default: the server's). */
+  prefillChunk?: number;
   onProgress?: (line: string) => void;
 }
 
@@ -48,6 +50,8 @@ export interface ServeBenchRow {
   ttft_ms_p50: number;
   ttft_ms_p99: number;
   itl_ms_p50: number;
+  /** The longest gaps: what a stream waits while prompts are prefilled beside it (--prefill-chunk). */
+  itl_ms_p99: number;
   /** Completion tokens of all requests over the level's wall time. */
   tok_s_total: number;
   /** Mean over requests of its completion tokens over its time (TTFT included). */
@@ -110,6 +114,7 @@ export function summarize(
       ),
     ),
     itl_ms_p50: round(percentile(gaps, 0.5)),
+    itl_ms_p99: round(percentile(gaps, 0.99)),
     tok_s_total: round(tokens / (wallMs / 1000)),
     tok_s_per_stream: round(perStream.reduce((a, b) => a + b, 0) / Math.max(1, perStream.length)),
   };
@@ -132,6 +137,7 @@ function startServer(o: ServeBenchOptions, timeoutMs: number): Promise<{ child: 
     '--context',
     String(o.promptTokens + o.maxTokens + 8),
     ...(o.nodes !== undefined ? ['--nodes', String(o.nodes), '--parallel', o.parallel ?? 'tp'] : []),
+    ...(o.prefillChunk !== undefined ? ['--prefill-chunk', String(o.prefillChunk)] : []),
   ];
   const child = spawn(process.execPath, [tandemBin, ...args], tiedToParent('ignore', 'pipe'));
   return new Promise((resolve, reject) => {
@@ -252,6 +258,7 @@ export function table(rows: readonly ServeBenchRow[]): string {
     'TTFT p50 ms',
     'TTFT p99 ms',
     'ITL p50 ms',
+    'ITL p99 ms',
     'tok/s total',
     'tok/s/stream',
   ];
@@ -262,6 +269,7 @@ export function table(rows: readonly ServeBenchRow[]): string {
     r.ttft_ms_p50.toFixed(1),
     r.ttft_ms_p99.toFixed(1),
     r.itl_ms_p50.toFixed(2),
+    r.itl_ms_p99.toFixed(2),
     r.tok_s_total.toFixed(1),
     r.tok_s_per_stream.toFixed(1),
   ]);

@@ -31,6 +31,8 @@ export interface ApiServerOptions {
   maxBodyBytes: number;
   slots: number;
   maxQueue: number;
+  /** Prompt tokens prefilled per step beside running streams (SchedulerOptions.mixedChunk; default: the model's). */
+  prefillChunk?: number;
   /** Loads the model, called once the port is bound: /health answers 503 until it resolves. */
   load: () => Promise<ServedModel>;
   /** Called with the bound URL before the model starts loading. */
@@ -133,6 +135,7 @@ export class ApiServer {
           slots: this.options.slots,
           maxQueue: this.options.maxQueue,
           contextLength: served.contextLength,
+          ...(this.options.prefillChunk !== undefined ? { mixedChunk: this.options.prefillChunk } : {}),
           metrics: this.metrics,
           ...(this.options.stepHook ? { stepHook: this.options.stepHook } : {}),
         });

@@ -4,6 +4,7 @@ import { checkInteger, checkSeconds, checkThreads, threadsBound } from '../check
 import { TandemError } from '../../errors/index.js';
 import { parallelKinds } from '../../parallel/index.js';
 import { benchServe, table } from '../../../bench/serve.js';
+import { GEMM_TOKENS } from '../../kernels/index.js';
 
 export const command = defineCommand({
   name: 'bench serve',
@@ -52,6 +53,11 @@ export const command = defineCommand({
         "runs of the level list, alternated (1, 4, 1, 4, ...); each level's best run (tok/s total) is kept, so the machine's drift does not set the levels' ratio",
       default: 1,
     },
+    'prefill-chunk': {
+      type: 'number',
+      description:
+        "tandem serve's --prefill-chunk: prompt tokens prefilled in one step beside running streams (default: the server's)",
+    },
     anchors: { type: 'boolean', description: 'also run llama.cpp with as many sequences in one context' },
     timeout: {
       type: 'number',
@@ -61,7 +67,7 @@ export const command = defineCommand({
     json: {
       type: 'boolean',
       description:
-        'print JSON lines {"engine","concurrency","requests","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","tok_s_total","tok_s_per_stream"}',
+        'print JSON lines {"engine","concurrency","requests","ttft_ms_p50","ttft_ms_p99","itl_ms_p50","itl_ms_p99","tok_s_total","tok_s_per_stream"}',
     },
   },
   examples: [
@@ -101,6 +107,18 @@ export const command = defineCommand({
       rounds: checkInteger('bench serve', 'rounds', options.rounds, 1),
       repeat: checkInteger('bench serve', 'repeat', options.repeat, 1, 20),
       anchors: options.anchors,
+      ...(options['prefill-chunk'] !== undefined
+        ? {
+            prefillChunk: checkInteger(
+              'bench serve',
+              'prefill-chunk',
+              options['prefill-chunk'],
+              GEMM_TOKENS,
+              65536,
+              32,
+            ),
+          }
+        : {}),
       ...(nodes !== undefined ? { nodes, parallel: options.parallel ?? 'tp' } : {}),
       timeoutMs: options.timeout * 1000,
       ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),

@@ -111,11 +111,22 @@ test('tandem serve: a non-loopback --host without a key warns; SIGINT exits 0; -
   }
   const help = runTandem(['serve', '--help']);
   assert.equal(help.code, 0);
-  for (const word of ['--slots', '--max-queue', '--api-key', 'TANDEM_API_KEY', '/v1/chat/completions'])
+  for (const word of [
+    '--slots',
+    '--max-queue',
+    '--prefill-chunk',
+    '--api-key',
+    'TANDEM_API_KEY',
+    '/v1/chat/completions',
+  ])
     assert.ok(help.stdout.includes(word), word);
   const bad = runTandem(['serve', path(), '--slots', '0']);
   assert.equal(bad.code, 3);
   assert.match(bad.stderr, /--slots must be/);
+  // a piece shorter than the GEMM's size class would change a prompt's bits: refused
+  const short = runTandem(['serve', path(), '--prefill-chunk', '8']);
+  assert.equal(short.code, 3);
+  assert.match(short.stderr, /--prefill-chunk must be an integer in 12\.\.65536, got 8/);
 });
 
 test('tandem serve without MODEL serves the shipped model and answers in words', async () => {

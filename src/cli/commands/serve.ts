@@ -14,6 +14,7 @@ import { parseBytes, readExpertProfile, type ExpertProfile } from '../../paralle
 import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 import { createLogger, defaultLogFormat, logFormats } from '../../util/log.js';
 import { openPowerMeter } from '../../util/power/index.js';
+import { GEMM_TOKENS } from '../../kernels/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `serve: ${message}`, { hint });
@@ -26,6 +27,9 @@ function isLoopback(host: string): boolean {
 
 /** How long running requests may go on after SIGINT/SIGTERM before they are cancelled. */
 const SHUTDOWN_GRACE_MS = 5000;
+
+/** The largest --prefill-chunk taken (a typo guard: a piece past a prompt's length is the whole prompt, and the engine runs a long one in its own pieces). */
+const MAX_PREFILL_CHUNK = 65536;
 
 export const command = defineCommand({
   name: 'serve',
@@ -72,6 +76,10 @@ export const command = defineCommand({
       type: 'number',
       description: 'requests that may wait for a slot; more get 429 with Retry-After',
       default: 64,
+    },
+    'prefill-chunk': {
+      type: 'number',
+      description: `prompt tokens prefilled in one step while other requests stream, ${GEMM_TOKENS} to ${MAX_PREFILL_CHUNK} (default: two of the kernels' GEMM lane groups, 32 with x86 VNNI, 30 elsewhere). Larger gives more tokens/s in total when requests arrive together and longer pauses in the streams beside a prefill (a whole prompt of 128 tokens at once: about 4x the pause of 32); a request's tokens do not depend on it (docs/serve.md)`,
     },
     context: {
       type: 'number',
@@ -207,6 +215,10 @@ export const command = defineCommand({
         : undefined;
     const slots = checkInteger('serve', 'slots', options.slots, 1, 256, 4);
     const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
+    const prefillChunk =
+      options['prefill-chunk'] !== undefined
+        ? checkInteger('serve', 'prefill-chunk', options['prefill-chunk'], GEMM_TOKENS, MAX_PREFILL_CHUNK, 32)
+        : undefined;
     if (options.context !== undefined)
       checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
     const maxBody = parseBytes(options['max-body']);
@@ -252,6 +264,7 @@ export const command = defineCommand({
       maxBodyBytes: maxBody,
       slots,
       maxQueue,
+      ...(prefillChunk !== undefined ? { prefillChunk } : {}),
       load,
       onBound: (url) => log(`bound ${url} (GET /health answers 503 until the model is loaded)`),
       logger,
