@@ -15,7 +15,7 @@ import {
 } from '../parallel/index.js';
 import { readHostfile, type HostEntry } from './hostfile.js';
 import { loadSecret } from '../topology/index.js';
-import { launchLocalNodes, type LocalNodes } from './launcher.js';
+import { launchLocalNodes, startingLine, type LocalNodes } from './launcher.js';
 import { resolveModelPath } from './model-path.js';
 import { busyLine } from './protocol.js';
 import { ClusterSession, NODES_CONNECT_MS, type ClusterResult, type LoadOptions } from './session.js';
@@ -140,7 +140,7 @@ export async function startCluster(o: ClusterStartOptions): Promise<StartedClust
           hint: 'for example --nodes 2',
         });
       const threads = o.threads ?? Math.max(1, Math.floor(availableParallelism() / o.nodes));
-      progress(`starting ${o.nodes} local node(s), ${threads} thread(s) each`);
+      progress(startingLine(o.nodes, threads));
       local = await launchLocalNodes(o.nodes, {
         secret,
         threads,

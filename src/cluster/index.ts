@@ -1,6 +1,6 @@
 export { runDistributed, type RunDistributedOptions, type DistributedResult } from './distributed.js';
 export { ClusterSession, type LoadOptions, type GenerateRequest, type ClusterResult } from './session.js';
-export { launchLocalNodes, type LaunchOptions, type LocalNodes } from './launcher.js';
+export { launchLocalNodes, startingLine, type LaunchOptions, type LocalNodes } from './launcher.js';
 export { startNode, type NodeAgentOptions } from './node-agent.js';
 export {
   defaultNodePort,

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { isTandemError, TandemError } from '../errors/index.js';
 import type { KernelsChoice } from '../kernels/webgpu/index.js';
@@ -110,6 +111,22 @@ function spawnError(rank: number, why: string, stderr: string): TandemError {
       hint: 'run `tandem node --listen 127.0.0.1:0` by hand to see why it fails',
       details: { rank },
     },
+  );
+}
+
+/**
+ * The line that starts `n` local nodes of `threads` compute threads each, with a note where
+ * they want more cores than this machine has: every exchange of a split model waits for its
+ * slowest node, and a node without a core is the slowest, so such a run can be slower than
+ * fewer nodes (docs/parallel.md, "Local nodes and cores").
+ */
+export function startingLine(n: number, threads: number, cores: number = availableParallelism()): string {
+  const line = `starting ${n} local node(s), ${threads} thread(s) each`;
+  if (n * threads <= cores) return line;
+  const fit = Math.max(1, Math.floor(cores / threads));
+  return (
+    `${line}\nnote: ${n} node(s) x ${threads} thread(s) want ${n * threads} cores and this machine has ${cores}: ` +
+    `the nodes take turns on the cores and each exchange waits for the one without, so this can run slower than ${fit} node(s)`
   );
 }
 

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ClusterSession, launchLocalNodes, type LocalNodes } from '../../cluster/index.js';
+import { ClusterSession, launchLocalNodes, startingLine, type LocalNodes } from '../../cluster/index.js';
 import {
   ChatTemplate,
   GgufModelFile,
@@ -85,7 +85,7 @@ export class NodesBackend implements ChatBackend {
     const file = readChatFile(path);
     const contextLength = Math.min(o.context ?? Math.min(4096, file.modelContext), file.modelContext);
     const secret = randomBytes(16).toString('hex');
-    o.log(`starting ${o.nodes} local node(s), ${o.threads} thread(s) each`);
+    o.log(startingLine(o.nodes, o.threads));
     const local = await launchLocalNodes(o.nodes, { secret, threads: o.threads });
     let session: ClusterSession | undefined;
     try {
