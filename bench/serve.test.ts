@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runTandem, tempModel } from '../src/cli/testing.js';
-import { requestPrompts, summarize } from './serve.js';
+import { requestPrompts, summarize, table } from './serve.js';
 
 const path = tempModel('tandem-bench-serve-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
@@ -127,4 +127,30 @@ test('requestPrompts: each request its own prompt from the first token on, the r
   }
   const warm = requestPrompts(base, 1, 4)[0]!;
   assert.ok(!prompts.slice(0, 4).some((p) => p[0] === warm[0]), 'the warm-up prompt is none of the first 4');
+});
+
+test("table: each row's total tokens/s against its own engine's concurrency 1", () => {
+  const row = (engine: 'tandem' | 'llama.cpp', concurrency: number, tok: number, nodes?: number) => ({
+    engine,
+    concurrency,
+    ...(nodes !== undefined ? { nodes, parallel: 'tp' } : {}),
+    requests: concurrency,
+    ttft_ms_p50: 1,
+    ttft_ms_p99: 1,
+    itl_ms_p50: 1,
+    itl_ms_p99: 1,
+    tok_s_total: tok,
+    tok_s_per_stream: tok / concurrency,
+  });
+  const lines = table([
+    row('tandem', 1, 10),
+    row('tandem', 4, 25),
+    row('llama.cpp', 1, 8),
+    row('llama.cpp', 4, 10),
+    row('tandem', 8, 30, 2),
+  ])
+    .trim()
+    .split('\n');
+  const ratio = (l: string): string => l.trim().split(/\s{2,}/)[8] as string;
+  assert.deepEqual(lines.slice(1).map(ratio), ['1.00x', '2.50x', '1.00x', '1.25x', '-']);
 });
