@@ -11,10 +11,14 @@ import type { ForecastMachine, ForecastRates } from './predict.js';
  * threads: the bandwidth N streams reach together, and the compute of the cores they share;
  * `bench plan` takes its decode rate from N processes streaming at once where their ranks
  * stream at the same time).
- * Where N x T exceeds the cores, processes take turns on them, and the fixed costs (a layer's
- * and a step's calls and waits, the prefill's per-token work) stretch by that factor. Only nodes that compute at the same time share:
- * the stages of a pipeline running one sequence take turns (`concurrent` false), so each
- * streams at what one node alone gets.
+ * Where N x T exceeds the cores, the nodes take turns: between two exchanges every node must
+ * finish its share before any goes on, and a node's threads run on cores of their own, so the
+ * share runs in rounds (lockstepRounds): floor(cores / T) nodes at a time, the last round
+ * with the rest. A node's rate is then its share over the rounds' times, each round at the
+ * rate of as many nodes as run in it, and the fixed costs (a layer's and a step's calls and
+ * waits, the prefill's per-token work) are paid once a round. Only nodes that compute at the
+ * same time share: the stages of a pipeline running one sequence take turns (`concurrent`
+ * false), so each streams at what one node alone gets.
  */
 export function sharedHostMachines(o: {
   nodes: number;
@@ -37,23 +41,30 @@ export function sharedHostMachines(o: {
         prefillAttentionFlopsPerS: Infinity,
       };
   const spec = thisMachine(perNode);
-  const oversubscribed = o.concurrent ? Math.max(1, (n * perNode.threads) / o.cores) : 1;
+  const rounds = o.concurrent ? lockstepRounds(n, perNode.threads, o.cores) : [n];
+  // a node's rate over its rounds: k nodes at once each get the lesser of one node's rate and their share of the host's
+  const inRound = (alone: number, all: number, k: number): number => Math.min(alone, all / k);
+  const inRounds = (alone: number, all: number): number =>
+    rounds.length === 1
+      ? inRound(alone, all, rounds[0]!)
+      : 1 / rounds.reduce((t, k) => t + 1 / inRound(alone, all, k), 0);
   const own = calibratedRates(perNode);
+  const turns = rounds.length;
   const rates: ForecastRates = {
-    decodeBytesPerS: Math.min(perNode.decodeBytesPerS, together.decodeBytesPerS / n),
-    prefillFlopsPerS: Math.min(perNode.prefillFlopsPerS, together.prefillFlopsPerS / n),
-    layerOverheadMs: own.layerOverheadMs * oversubscribed,
-    stepOverheadMs: own.stepOverheadMs! * oversubscribed,
+    decodeBytesPerS: inRounds(perNode.decodeBytesPerS, together.decodeBytesPerS),
+    prefillFlopsPerS: inRounds(perNode.prefillFlopsPerS, together.prefillFlopsPerS),
+    layerOverheadMs: own.layerOverheadMs * turns,
+    stepOverheadMs: own.stepOverheadMs! * turns,
     decodeLayerShare: own.decodeLayerShare!,
-    prefillLayerTokenMs: own.prefillLayerTokenMs! * oversubscribed,
+    prefillLayerTokenMs: own.prefillLayerTokenMs! * turns,
     wakeMs: own.wakeMs!,
     ...(o.exchangeMs !== undefined ? { exchangeMs: o.exchangeMs } : {}),
     ...(o.prefillExchangeMs !== undefined ? { prefillExchangeMs: o.prefillExchangeMs } : {}),
     ...(own.prefillAttentionFlopsPerS !== undefined
       ? {
-          prefillAttentionFlopsPerS: Math.min(
+          prefillAttentionFlopsPerS: inRounds(
             own.prefillAttentionFlopsPerS,
-            (together.prefillAttentionFlopsPerS ?? Infinity) / n,
+            together.prefillAttentionFlopsPerS ?? Infinity,
           ),
         }
       : {}),
@@ -66,6 +77,18 @@ export function sharedHostMachines(o: {
     memory,
     rates,
   }));
+}
+
+/**
+ * How `nodes` nodes of `threads` threads each that must all finish before any goes on share
+ * `cores` cores: the nodes running in each round, floor(cores / threads) at a time (at least
+ * one), the last round the rest. [nodes] where they all fit at once.
+ */
+export function lockstepRounds(nodes: number, threads: number, cores: number): number[] {
+  const at = Math.max(1, Math.floor(cores / threads));
+  const rounds: number[] = [];
+  for (let left = nodes; left > 0; left -= at) rounds.push(Math.min(at, left));
+  return rounds;
 }
 
 /**
