@@ -60,7 +60,7 @@ test("bench serve --json: one line per engine and level with the issue's fields,
   assert.match(bad.stderr, /--concurrency item 'x'/);
   const piece = runTandem(['bench', 'serve', path(), '--prefill-chunk', '4']);
   assert.equal(piece.code, 3);
-  assert.match(piece.stderr, /--prefill-chunk must be an integer in 12\.\.65536, got 4/);
+  assert.match(piece.stderr, /--prefill-chunk must be an integer in 12\.\.1024, got 4/);
 });
 
 test('bench serve --repeat: the levels run alternated that many times, one line each (its best run)', () => {

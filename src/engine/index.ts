@@ -1,7 +1,13 @@
 // The engine's public surface: single-node inference on one model or one shard of it.
 export { Model, type LoadOptions, type SessionOptions } from './model/model.js';
 export { ExpertLoad } from './model/expert-load.js';
-export { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, mixedPrefillChunk, prefillPiece } from './model/prefill.js';
+export {
+  MAX_PREFILL_PIECE,
+  MIXED_PREFILL_CHUNK,
+  PREFILL_CHUNK,
+  mixedPrefillChunk,
+  prefillPiece,
+} from './model/prefill.js';
 export { openModel, type OpenModelOptions, type OpenedModel } from './model/open-model.js';
 export {
   configFromMetadata,

@@ -5,6 +5,7 @@ import { TandemError } from '../../errors/index.js';
 import { parallelKinds } from '../../parallel/index.js';
 import { benchServe, table } from '../../../bench/serve.js';
 import { GEMM_TOKENS } from '../../kernels/index.js';
+import { MAX_PREFILL_PIECE } from '../../engine/index.js';
 
 export const command = defineCommand({
   name: 'bench serve',
@@ -114,7 +115,7 @@ export const command = defineCommand({
               'prefill-chunk',
               options['prefill-chunk'],
               GEMM_TOKENS,
-              65536,
+              MAX_PREFILL_PIECE,
               32,
             ),
           }

@@ -126,7 +126,7 @@ test('tandem serve: a non-loopback --host without a key warns; SIGINT exits 0; -
   // a piece shorter than the GEMM's size class would change a prompt's bits: refused
   const short = runTandem(['serve', path(), '--prefill-chunk', '8']);
   assert.equal(short.code, 3);
-  assert.match(short.stderr, /--prefill-chunk must be an integer in 12\.\.65536, got 8/);
+  assert.match(short.stderr, /--prefill-chunk must be an integer in 12\.\.1024, got 8/);
 });
 
 test('tandem serve without MODEL serves the shipped model and answers in words', async () => {

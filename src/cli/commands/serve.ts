@@ -15,6 +15,7 @@ import { EMBEDDED_MODEL, embeddedModelPath } from '../embedded-model.js';
 import { createLogger, defaultLogFormat, logFormats } from '../../util/log.js';
 import { openPowerMeter } from '../../util/power/index.js';
 import { GEMM_TOKENS } from '../../kernels/index.js';
+import { MAX_PREFILL_PIECE } from '../../engine/index.js';
 
 function usage(message: string, hint: string): TandemError {
   return new TandemError('CLI_USAGE', `serve: ${message}`, { hint });
@@ -27,9 +28,6 @@ function isLoopback(host: string): boolean {
 
 /** How long running requests may go on after SIGINT/SIGTERM before they are cancelled. */
 const SHUTDOWN_GRACE_MS = 5000;
-
-/** The largest --prefill-chunk taken (a typo guard: a piece past a prompt's length is the whole prompt, and the engine runs a long one in its own pieces). */
-const MAX_PREFILL_CHUNK = 65536;
 
 export const command = defineCommand({
   name: 'serve',
@@ -79,7 +77,7 @@ export const command = defineCommand({
     },
     'prefill-chunk': {
       type: 'number',
-      description: `prompt tokens prefilled in one step while other requests stream, ${GEMM_TOKENS} to ${MAX_PREFILL_CHUNK} (default: two of the kernels' GEMM lane groups, 32 with x86 VNNI, 30 elsewhere). Larger gives more tokens/s in total when requests arrive together and longer pauses in the streams beside a prefill (a whole prompt of 128 tokens at once: about 4x the pause of 32); a request's tokens do not depend on it (docs/serve.md)`,
+      description: `prompt tokens prefilled in one step while other requests stream, ${GEMM_TOKENS} to ${MAX_PREFILL_PIECE} (default: two of the kernels' GEMM lane groups, 32 with x86 VNNI, 30 elsewhere). Larger gives more tokens/s in total when requests arrive together and longer pauses in the streams beside a prefill (a whole prompt of 128 tokens at once: about 4x the pause of 32); a request's tokens do not depend on it (docs/serve.md)`,
     },
     context: {
       type: 'number',
@@ -217,7 +215,7 @@ export const command = defineCommand({
     const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
     const prefillChunk =
       options['prefill-chunk'] !== undefined
-        ? checkInteger('serve', 'prefill-chunk', options['prefill-chunk'], GEMM_TOKENS, MAX_PREFILL_CHUNK, 32)
+        ? checkInteger('serve', 'prefill-chunk', options['prefill-chunk'], GEMM_TOKENS, MAX_PREFILL_PIECE, 32)
         : undefined;
     if (options.context !== undefined)
       checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);

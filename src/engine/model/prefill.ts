@@ -17,6 +17,13 @@ export const PREFILL_CHUNK = 120;
 export const MIXED_PREFILL_CHUNK = 30;
 
 /**
+ * The longest prompt piece a serving step takes beside running streams (`tandem serve
+ * --prefill-chunk`): every running stream waits for the whole piece, and a pipeline stage
+ * holds the piece's activations at once.
+ */
+export const MAX_PREFILL_PIECE = 1024;
+
+/**
  * The mixed piece for kernels whose GEMM runs tokens in lane groups of `group`: two whole
  * groups (32 tokens on x86 VNNI, 30 on NEON), so that no piece pays for empty lanes but the
  * last one of a prompt (prefillPiece gives it the remainder).
