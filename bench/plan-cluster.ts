@@ -1,6 +1,7 @@
 // `tandem bench plan --nodes N`: the forecast for N local nodes beside what `tandem bench
 // cluster` measures with the same nodes, its 1-node row checking one node in the same process
 // layout; rounds alternate, each forecast from stream samples taken around its own run.
+import { groupPieces } from '../src/engine/model/leaves.js';
 import { availableParallelism } from 'node:os';
 import { benchCluster } from '../src/cluster/bench.js';
 import { calibrate, streamSamples, withStreamSamples } from '../src/cluster/calibrate.js';
@@ -236,6 +237,27 @@ export async function benchPlanCluster(o: {
         };
         const wakeBefore = await measureWakeMs();
         const exchangeBefore = await exchangeMs(parallel, model, perNode, o.nodes);
+        // a prefill's exchanges come after a rank's share of the whole prompt: probed before and after the run
+        const linkAt = { nodes: o.nodes, link, promptTokens: o.promptTokens, tokens: o.tokens };
+        const probePrefillExchange = async (
+          host: HostCalibration,
+        ): Promise<{ chunkMs: number; ms: number }> => {
+          const chunkMs = prefillChunkMs(model, host, linkAt);
+          const ms = await prefillExchangeMs({
+            provider,
+            nodes: o.nodes,
+            threads: o.threads,
+            // each rank sends its pieces of the prompt's activations (groupPieces; the forecast charges as many)
+            bytes: groupPieces(model.heads, o.nodes) * o.promptTokens * model.hidden * 4,
+            chunkMs,
+            link,
+          });
+          return { chunkMs, ms };
+        };
+        const prefillBefore =
+          parallel === 'tp'
+            ? await probePrefillExchange({ perNode: { ...perNode, wakeMs: wakeBefore }, together })
+            : undefined;
         o.log(`${tag}: bench cluster --nodes ${o.nodes} --parallel ${parallel} --provider ${provider}...`);
         const measured = await benchCluster({
           model: o.model,
@@ -261,41 +283,33 @@ export async function benchPlanCluster(o: {
           together: await nodesStream(await bracketed(together, before.together), before.nodes, o),
           ...exchangeAt((xs) => (xs[0]! + xs[1]!) / 2),
         };
-        // a prefill's exchanges come after a rank's share of the whole prompt: measured once, after the run
-        const linkAt = { nodes: o.nodes, link, promptTokens: o.promptTokens, tokens: o.tokens };
-        const chunkMs = parallel === 'tp' ? prefillChunkMs(model, host, linkAt) : 0;
-        const prefillExchange =
-          parallel === 'tp'
-            ? {
-                prefillExchangeMs: await prefillExchangeMs({
-                  provider,
-                  nodes: o.nodes,
-                  threads: o.threads,
-                  bytes: o.promptTokens * model.hidden * 4,
-                  chunkMs,
-                  link,
-                }),
-              }
-            : {};
-        Object.assign(host, prefillExchange);
+        const prefillAfter = prefillBefore ? await probePrefillExchange(host) : undefined;
+        const prefills = prefillBefore && prefillAfter ? [prefillBefore.ms, prefillAfter.ms] : [];
+        const chunkMs = prefillAfter?.chunkMs ?? 0;
+        const prefillAt = (pick: (xs: number[]) => number): { prefillExchangeMs?: number } =>
+          prefills.length > 0 ? { prefillExchangeMs: pick(prefills) } : {};
+        Object.assign(
+          host,
+          prefillAt((xs) => (xs[0]! + xs[1]!) / 2),
+        );
         fastest = Math.max(fastest, host.perNode.decodeBytesPerSRange![1]);
         const low: HostCalibration = {
           perNode: { ...atRange(host.perNode).low, wakeMs: Math.max(...wakes) },
           together: atRange(host.together).low,
           ...exchangeAt((xs) => Math.max(...xs)),
-          ...prefillExchange,
+          ...prefillAt((xs) => Math.max(...xs)),
         };
         const high: HostCalibration = {
           perNode: { ...atRange(host.perNode).high, wakeMs: Math.min(...wakes) },
           together: atRange(host.together).high,
           ...exchangeAt((xs) => Math.min(...xs)),
-          ...prefillExchange,
+          ...prefillAt((xs) => Math.min(...xs)),
         };
         o.log(
           `${tag}: wake-up ${wakes.map((w) => w.toFixed(3)).join(' / ')} ms` +
             (exchanges.length > 0
               ? `, a ${o.nodes}-rank exchange ${exchanges.map((x) => x.toFixed(3)).join(' / ')} ms` +
-                `, ${host.prefillExchangeMs!.toFixed(3)} ms after a prefill's ${chunkMs.toFixed(1)} ms chunk`
+                `, ${prefills.map((x) => x.toFixed(3)).join(' / ')} ms after a prefill's ${chunkMs.toFixed(1)} ms chunk`
               : '') +
             ' (before / after the run)',
         );

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EXACT_GROUP_SIZES, groupSum, leafPlan, shardLeaves } from './leaves.js';
+import { EXACT_GROUP_SIZES, groupPieces, groupSum, leafPlan, shardLeaves } from './leaves.js';
 
 const r = (start: number, end: number) => ({ start, end });
 
@@ -58,4 +58,16 @@ test("a shard multiplies its leaves and sends its largest subtrees; the group ad
   assert.equal(groupSum(tinyLlamaHeads, [r(0, 512), r(1024, 2048)]), undefined);
   assert.equal(groupSum(tinyLlamaHeads, [r(1024, 2048), r(0, 1024)]), undefined);
   assert.equal(groupSum(tinyLlamaHeads, [r(0, 2048)]), undefined);
+});
+
+test('groupPieces: the parts a rank sends per exchange, as the group adds them', () => {
+  // TinyLlama's 32 heads: a rank of 3 holds parts of two subtrees (groupSum's counts above)
+  assert.equal(groupPieces(32, 3), 2);
+  assert.equal(groupPieces(32, 2), 1);
+  assert.equal(groupPieces(32, 4), 1);
+  // not an exact group size: one part each, summed flat
+  assert.equal(groupPieces(32, 5), 1);
+  assert.equal(groupPieces(32, 1), 1);
+  // 4 heads on 3 ranks: 1, 1 and 2 heads, each a whole subtree
+  assert.equal(groupPieces(4, 3), 1);
 });

@@ -1,5 +1,6 @@
 import type { SumTree } from '../../kernels/reduce-native.js';
 import type { Range } from './shard.js';
+import { splitRange } from './tp-split.js';
 
 /**
  * Row-parallel projections (attn_output and ffn_down, whose input columns a tensor-parallel
@@ -119,4 +120,22 @@ export function groupSum(plan: LeafPlan, ranges: readonly Range[]): GroupSum | u
   };
   const tree = replace(plan.tree);
   return { counts, tree };
+}
+
+/**
+ * The most pieces a rank of a tensor-parallel group of `size` sends when a projection's
+ * `units` column units (heads, blocks) are split into near-equal runs, as tensorSplit splits
+ * them: 1 where the group's cuts are the tree's first (2 and 4 ranks) or its sum is not exact
+ * (sizes outside EXACT_GROUP_SIZES: one part each), more where a rank's columns cross the
+ * cuts of a smaller group (3 ranks: each holds parts of two halves' subtrees, 2 pieces).
+ * A rank's exchange sends that many parts of the activations to every peer.
+ */
+export function groupPieces(units: number, size: number): number {
+  if (size < 2) return 1;
+  const cuts = EXACT_GROUP_SIZES.map((g) =>
+    Array.from({ length: g - 1 }, (_, r) => splitRange(units, g, r + 1).start),
+  );
+  const plan = leafPlan(units, cuts, 1);
+  const ranges = Array.from({ length: size }, (_, r) => splitRange(units, size, r));
+  return Math.max(1, ...(groupSum(plan, ranges)?.counts ?? [1]));
 }

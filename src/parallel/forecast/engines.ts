@@ -32,6 +32,12 @@ export interface EngineModel {
    * per rank; elsewhere a ring-style all-reduce (2 (n - 1) / n of the bytes, log2 n steps).
    */
   exchangesDirect?: boolean;
+  /**
+   * Tensor parallel adds the ranks' parts in one node's order (tandem: leaves.ts), so a rank
+   * whose columns cross a smaller group's cuts sends one part per subtree it holds
+   * (groupPieces: 2 at 3 ranks, 1 at 2 and 4).
+   */
+  sumsExactly?: boolean;
   /** Where the numbers come from; `validated` says whether measured cases check them. */
   basis: string;
   validated: boolean;
@@ -71,6 +77,7 @@ export const engines: Record<EngineId, EngineModel> = {
     shardsHead: true,
     pipelinesPrefill: true,
     exchangesDirect: true,
+    sumsExactly: true,
     decodeEfficiency: { cpu: 0.6, gpu: 0.6 },
     layerOverheadMs: { cpu: 0.03, gpu: 0.03 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.25 },
@@ -84,6 +91,7 @@ export const engines: Record<EngineId, EngineModel> = {
     shardsHead: true,
     pipelinesPrefill: true,
     exchangesDirect: true,
+    sumsExactly: true,
     device: (m) => (m.gpuTflops !== undefined ? 'gpu' : 'cpu'),
     decodeEfficiency: { cpu: 0.6, gpu: 0.885 * 0.7 },
     prefillEfficiency: { cpu: 0.25, gpu: 0.634 * 0.5 },

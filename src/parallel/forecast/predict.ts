@@ -1,3 +1,4 @@
+import { groupPieces } from '../../engine/model/leaves.js';
 import type { EngineModel } from './engines.js';
 import type { LinkSpec } from './links.js';
 import type { MachineSpec, MemoryConfig } from './machine-catalog.js';
@@ -299,13 +300,15 @@ function linkTimes(
     step.wire += times * s.wire;
     if (pre) prefillMs += times * (pre.latency + pre.wire);
   };
+  // the parts each rank sends per exchange (the heads' split stands for the FFN's too)
+  const pieces = input.engine.sumsExactly ? groupPieces(model.heads, group) : 1;
   if (input.parallel !== 'ep' && group > 1) {
     const layers = stages.reduce((a, st) => a + costs[st[0]!]!.layerCount, 0);
     const direct = input.engine.exchangesDirect === true;
     add(
       2 * layers,
-      allReduceMs(group, model.hidden * wireBytes, link, direct),
-      allReduceMs(group, T * model.hidden * wireBytes, link, direct),
+      allReduceMs(group, pieces * model.hidden * wireBytes, link, direct),
+      allReduceMs(group, pieces * T * model.hidden * wireBytes, link, direct),
     );
     // a rank that reaches an all-reduce first spins at most the fabric's window (200 us) and
     // then sleeps; a peer preempted mid-layer arrives late, and the sleeper wakes. Measured
@@ -326,8 +329,8 @@ function linkTimes(
     const direct = input.engine.exchangesDirect === true;
     add(
       layers,
-      allReduceMs(group, model.hidden * wireBytes, link, direct),
-      allReduceMs(group, T * model.hidden * wireBytes, link, direct),
+      allReduceMs(group, pieces * model.hidden * wireBytes, link, direct),
+      allReduceMs(group, pieces * T * model.hidden * wireBytes, link, direct),
     );
     add(layers, met, metInPrefill);
     if (model.moe) {
