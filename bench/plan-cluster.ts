@@ -64,9 +64,9 @@ async function measureLocalLink(provider: ProviderName, bytes: number): Promise<
 /**
  * What a prefill's tensor-parallel exchange costs beyond the link, ms: `nodes` rank processes
  * of `threads` over `provider` each compute a chunk of `chunkMs` (a rank's share of a layer
- * half of the prompt) and then sum the prompt's activations (`bytes`, f32) with the nodes' own
- * exchange (TpExchange's DirectExchange, its waits spinning as a node's do), as a prefill's
- * layers do; the mean call less what the forecast charges the link for it. On a host with
+ * half of the prompt) and then sum the prompt's activations (`bytes`, f32) as the nodes do
+ * (`bench collectives --op tp-exchange`: the direct exchange over shm, its waits spinning as a
+ * node's do; the communicator over tcp), as a prefill's layers do; the mean call less what the forecast charges the link for it. On a host with
  * more ranks than cores this holds what the 2-rank link probe cannot: a rank preempted
  * mid-chunk arrives late, and the ranks' copies share the cores they compute on.
  */

@@ -4,7 +4,8 @@ import { writeFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { Communicator } from './communicator.js';
 import { createCommunicator } from './create-communicator.js';
-import { DirectExchange } from './one-sided/index.js';
+import { DirectExchange, usesDirectExchange } from './one-sided/index.js';
+import { flatTree, sumTree, treeSpares } from '../kernels/reduce-native.js';
 import type { Algorithm } from './call.js';
 import type { ProviderName } from '../fabric/index.js';
 import { exitWithParent } from '../util/exit-with-parent.js';
@@ -114,6 +115,7 @@ function operation(
     }
     case 'tp-exchange': {
       const d = new Float32Array(elems).fill(c.rank);
+      if (!usesDirectExchange(config.provider)) return gatherSum(c, d);
       let ex: Promise<DirectExchange> | undefined;
       return async () => {
         // connected by every rank's first call (a collective over the group), closed at the end
@@ -130,9 +132,28 @@ function operation(
   }
 }
 
-/** The algorithm a row reports: tp-exchange's own, else the one the communicator last chose. */
+/**
+ * tp-exchange where the nodes do not connect the direct exchange (tcp, rdma): their groups sum
+ * through the communicator (the parallel layer's CollectiveShardComm): 2 ranks of one part
+ * each all-reduce; more ranks gather every rank's part and each adds them in the flat tree.
+ */
+function gatherSum(c: Communicator, d: Float32Array): () => Promise<unknown> {
+  const n = c.size;
+  if (n === 2) return () => c.allReduce(d);
+  const all = new Float32Array(d.length * n);
+  const parts = Array.from({ length: n }, (_, r) => all.subarray(r * d.length, (r + 1) * d.length));
+  const tree = flatTree(n);
+  const spare = Array.from({ length: treeSpares(tree) }, () => new Float32Array(d.length));
+  return async () => {
+    await c.allGather(d, { out: all });
+    sumTree(tree, parts, d, spare);
+  };
+}
+
+/** The algorithm a row reports: tp-exchange's own (direct, or gather-sum through the communicator), else the one the communicator last chose. */
 function chosenAlgorithm(): string {
-  return config.op === 'tp-exchange' ? 'direct' : (comm.lastAlgorithm ?? 'mesh');
+  if (config.op !== 'tp-exchange') return comm.lastAlgorithm ?? 'mesh';
+  return usesDirectExchange(config.provider) ? 'direct' : 'gather-sum';
 }
 
 /** The tp-exchanges this rank connected, closed before its communicator. */

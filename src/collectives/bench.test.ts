@@ -92,14 +92,23 @@ test("with computeMs a row times each call from the rank's arrival, not its chun
   assert.ok(rows[0]!.time_us > 0 && rows[0]!.time_us < 100_000, `a call took ${rows[0]!.time_us} us`);
 });
 
-test("tp-exchange runs tensor parallel's exchange between rank processes and closes it", async () => {
-  const rows = await runCollectivesBench(
-    { op: 'tp-exchange', ranks: 2, provider: 'tcp', sizes: [4096, 1 << 16], iterations: 20 },
-    () => {},
-  );
-  assert.deepEqual(
-    rows.map((r) => r.bytes),
-    [4096, 1 << 16],
-  );
-  for (const r of rows) assert.ok(r.time_us > 0 && r.busbw_GBps > 0, JSON.stringify(r));
+test("tp-exchange runs tensor parallel's exchange between rank processes as the nodes do, and closes it", async () => {
+  // shm nodes connect the direct exchange; tcp nodes sum through the communicator (3 ranks: gather, then the sum)
+  for (const [provider, ranks, algorithm] of [
+    ['shm', 2, 'auto:direct'],
+    ['tcp', 3, 'auto:gather-sum'],
+  ] as const) {
+    const rows = await runCollectivesBench(
+      { op: 'tp-exchange', ranks, provider, sizes: [4096, 1 << 16], iterations: 20 },
+      () => {},
+    );
+    assert.deepEqual(
+      rows.map((r) => [r.bytes, r.algorithm]),
+      [
+        [4096, algorithm],
+        [1 << 16, algorithm],
+      ],
+    );
+    for (const r of rows) assert.ok(r.time_us > 0 && r.busbw_GBps > 0, JSON.stringify(r));
+  }
 });

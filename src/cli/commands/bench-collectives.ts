@@ -80,7 +80,7 @@ export const command = defineCommand({
       choices: ['all-reduce', 'all-gather', 'reduce-scatter', 'broadcast', 'all-to-all', 'tp-exchange'],
       default: 'all-reduce',
       description:
-        "the collective to time; tp-exchange: tensor parallel's sum of partial results as the nodes run it (each rank writes its part into every peer's memory, then sums in one fixed order; busbw counts the n - 1 parts each rank sends)",
+        "the collective to time; tp-exchange: tensor parallel's sum of partial results as the nodes run it (over shm each rank writes its part into every peer's memory, then sums in one fixed order; over tcp and rdma through the communicator: 2 ranks all-reduce, more gather every part and each sums them; busbw counts the n - 1 parts each rank sends)",
     },
     ranks: { type: 'number', default: 2, description: 'number of rank processes' },
     provider: {
