@@ -1,8 +1,8 @@
 // `tandem bench plan --nodes N`: the forecast for N local nodes beside what `tandem bench
 // cluster` measures with the same nodes, its 1-node row checking one node in the same process
 // layout; rounds alternate, each forecast from stream samples taken around its own run.
-import { groupPieces } from '../src/engine/model/leaves.js';
 import { availableParallelism } from 'node:os';
+import { groupPieces } from '../src/engine/model/leaves.js';
 import { benchCluster } from '../src/cluster/bench.js';
 import { calibrate, streamSamples, withStreamSamples } from '../src/cluster/calibrate.js';
 import { concurrentStreamSamples } from '../src/cluster/calibrate-together.js';
@@ -66,8 +66,8 @@ async function measureLocalLink(provider: ProviderName, bytes: number): Promise<
  * of `threads` over `provider` each compute a chunk of `chunkMs` (a rank's share of a layer
  * half of the prompt) and then sum the prompt's activations (`bytes`, f32) as the nodes do
  * (`bench collectives --op tp-exchange`: the direct exchange over shm, its waits spinning as a
- * node's do; the communicator over tcp), as a prefill's layers do; the mean call less what the forecast charges the link for it. On a host with
- * more ranks than cores this holds what the 2-rank link probe cannot: a rank preempted
+ * node's do; the communicator over tcp), as a prefill's layers do; the mean call less what the
+ * forecast charges the link for it. On a host with more ranks than cores this holds what the 2-rank link probe cannot: a rank preempted
  * mid-chunk arrives late, and the ranks' copies share the cores they compute on.
  */
 async function prefillExchangeMs(o: {

@@ -266,18 +266,21 @@ export function table(rows: readonly ServeBenchRow[]): string {
   // each engine's total against its own concurrency 1 (and the same nodes): what batching gives
   const single = (r: ServeBenchRow): ServeBenchRow | undefined =>
     rows.find((o) => o.engine === r.engine && o.nodes === r.nodes && o.concurrency === 1);
-  const body = rows.map((r) => [
-    r.nodes !== undefined ? `${r.engine} (${r.nodes} nodes, ${r.parallel})` : r.engine,
-    String(r.concurrency),
-    String(r.requests),
-    r.ttft_ms_p50.toFixed(1),
-    r.ttft_ms_p99.toFixed(1),
-    r.itl_ms_p50.toFixed(2),
-    r.itl_ms_p99.toFixed(2),
-    r.tok_s_total.toFixed(1),
-    single(r) ? `${(r.tok_s_total / single(r)!.tok_s_total).toFixed(2)}x` : '-',
-    r.tok_s_per_stream.toFixed(1),
-  ]);
+  const body = rows.map((r) => {
+    const one = single(r);
+    return [
+      r.nodes !== undefined ? `${r.engine} (${r.nodes} nodes, ${r.parallel})` : r.engine,
+      String(r.concurrency),
+      String(r.requests),
+      r.ttft_ms_p50.toFixed(1),
+      r.ttft_ms_p99.toFixed(1),
+      r.itl_ms_p50.toFixed(2),
+      r.itl_ms_p99.toFixed(2),
+      r.tok_s_total.toFixed(1),
+      one ? `${(r.tok_s_total / one.tok_s_total).toFixed(2)}x` : '-',
+      r.tok_s_per_stream.toFixed(1),
+    ];
+  });
   return formatTable(head, body);
 }
 

@@ -1,5 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { TandemError } from '../errors/index.js';
+import { GEMM_TOKENS } from '../kernels/index.js';
+import { MAX_PREFILL_PIECE } from '../engine/index.js';
 
 /*
  * Checks of option values shared by several commands. Each throws CLI_USAGE with the command,
@@ -35,6 +37,15 @@ export function checkInteger(
  * More threads than this only adds spinning workers that fight for the same cores, so it is
  * taken for a typo: 4x the cores this process may use.
  */
+/**
+ * `--prefill-chunk` (tandem serve, bench serve): prompt tokens a serving step takes beside
+ * running streams, from GEMM_TOKENS (a shorter piece would change a prompt's bits) to
+ * MAX_PREFILL_PIECE.
+ */
+export function checkPrefillChunk(command: string, value: number): number {
+  return checkInteger(command, 'prefill-chunk', value, GEMM_TOKENS, MAX_PREFILL_PIECE, 32);
+}
+
 export function maxThreads(): number {
   return 4 * availableParallelism();
 }

@@ -1,11 +1,9 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
-import { checkInteger, checkSeconds, checkThreads, threadsBound } from '../checks.js';
+import { checkInteger, checkPrefillChunk, checkSeconds, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { parallelKinds } from '../../parallel/index.js';
 import { benchServe, table } from '../../../bench/serve.js';
-import { GEMM_TOKENS } from '../../kernels/index.js';
-import { MAX_PREFILL_PIECE } from '../../engine/index.js';
 
 export const command = defineCommand({
   name: 'bench serve',
@@ -109,16 +107,7 @@ export const command = defineCommand({
       repeat: checkInteger('bench serve', 'repeat', options.repeat, 1, 20),
       anchors: options.anchors,
       ...(options['prefill-chunk'] !== undefined
-        ? {
-            prefillChunk: checkInteger(
-              'bench serve',
-              'prefill-chunk',
-              options['prefill-chunk'],
-              GEMM_TOKENS,
-              MAX_PREFILL_PIECE,
-              32,
-            ),
-          }
+        ? { prefillChunk: checkPrefillChunk('bench serve', options['prefill-chunk']) }
         : {}),
       ...(nodes !== undefined ? { nodes, parallel: options.parallel ?? 'tp' } : {}),
       timeoutMs: options.timeout * 1000,

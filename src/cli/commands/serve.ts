@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { defineCommand } from '../options.js';
-import { checkInteger, checkPort, checkThreads, threadsBound } from '../checks.js';
+import { checkInteger, checkPort, checkPrefillChunk, checkThreads, threadsBound } from '../checks.js';
 import { TandemError } from '../../errors/index.js';
 import { ApiServer, loadClusterServedModel, type ServedModel } from '../../api/index.js';
 import { kernelsChoices } from '../../kernels/webgpu/index.js';
@@ -215,7 +215,7 @@ export const command = defineCommand({
     const maxQueue = checkInteger('serve', 'max-queue', options['max-queue'], 0, 1_000_000, 64);
     const prefillChunk =
       options['prefill-chunk'] !== undefined
-        ? checkInteger('serve', 'prefill-chunk', options['prefill-chunk'], GEMM_TOKENS, MAX_PREFILL_PIECE, 32)
+        ? checkPrefillChunk('serve', options['prefill-chunk'])
         : undefined;
     if (options.context !== undefined)
       checkInteger('serve', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
