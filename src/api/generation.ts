@@ -79,10 +79,16 @@ export function startGeneration(
   const decoder = tokenizer.streamDecoder();
   const stop = new StopText(params.stop);
   let pending: TokenLogprob[] = [];
-  const onToken = (token: number, logits: Float32Array): boolean => {
+  const onToken = (token: number, logits: Float32Array | undefined): boolean => {
     trace?.token();
     if (served.stopTokens.has(token)) return true;
-    if (params.logprobs !== undefined) pending.push(tokenLogprob(tokenizer, logits, token, params.logprobs));
+    if (params.logprobs !== undefined) {
+      if (!logits)
+        throw new TandemError('INTERNAL', 'a token came without the logits its logprobs need', {
+          hint: 'this is a bug: report it',
+        });
+      pending.push(tokenLogprob(tokenizer, logits, token, params.logprobs));
+    }
     const text = stop.push(decoder.push(token));
     // the tokens that completed a stop string wrote text that is not sent: so are their logprobs
     if (stop.stopped) pending = [];
@@ -109,6 +115,12 @@ export function startGeneration(
     prompt,
     maxTokens,
     pick: (logits) => sampler.sample(logits),
+    // the sampler is then an argmax of the raw logits: a cluster answers the token alone
+    argmaxOnly:
+      params.temperature === 0 &&
+      params.presencePenalty === 0 &&
+      params.frequencyPenalty === 0 &&
+      params.logprobs === undefined,
     stopTokens: served.stopTokens,
     onToken,
     signal,

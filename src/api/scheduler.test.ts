@@ -6,7 +6,10 @@ import { join } from 'node:path';
 import {
   generate,
   greedy,
+  greedyPick,
   MIXED_PREFILL_CHUNK,
+  type LogitsNeed,
+  type RowResult,
   openModel,
   type OpenedModel,
   type SequenceCache,
@@ -83,7 +86,7 @@ function run(
       stopTokens: new Set(),
       onToken: (token, l) => {
         tokens.push(token);
-        logits.push(l.slice());
+        logits.push((l as Float32Array).slice());
         onToken(token);
         return true;
       },
@@ -173,6 +176,53 @@ for (const mixed of [false, true]) {
   });
 }
 
+test('each row is asked for what its sequence uses: nothing before the last prompt piece, a token id for an argmaxOnly sequence', async () => {
+  // the model as a cluster answers: a token id for an 'argmax' row, nothing for a 'none' row
+  const model = opened.model;
+  const asked = new Map<unknown, LogitsNeed[]>();
+  const answer = (cache: unknown, row: Float32Array, need: LogitsNeed = 'logits'): RowResult => {
+    asked.set(cache, [...(asked.get(cache) ?? []), need]);
+    return need === 'argmax' ? greedyPick(row) : need === 'none' ? undefined : row;
+  };
+  const cluster: SlotModel = {
+    newSession: (o) => model.newSession(o),
+    forward: async (tokens, cache, need) =>
+      answer(cache, await model.forward(tokens, cache as SequenceCache), need),
+    forwardBatch: async (tokens, caches, needs) =>
+      (await model.forwardBatch(tokens, caches as readonly SequenceCache[])).map((row, t) =>
+        answer(caches[t], row, needs?.[t]),
+      ),
+  };
+  const prompts = [promptOf(3, 40), promptOf(4, 40)];
+  const want = [await alone(prompts[0]!, 6), await alone(prompts[1]!, 6)];
+  const s = scheduler(cluster, { prefillChunk: 16 });
+  const tokens: number[] = [];
+  const plain = run(s, prompts[1]!, 6);
+  await s.submit({
+    prompt: prompts[0]!,
+    maxTokens: 6,
+    pick: greedy,
+    argmaxOnly: true,
+    stopTokens: new Set(),
+    onToken: (token, logits) => {
+      assert.equal(logits, undefined, 'an argmaxOnly row came as its token id');
+      tokens.push(token);
+      return true;
+    },
+    signal: new AbortController().signal,
+  });
+  assert.deepEqual(tokens, want[0]!.tokens);
+  assert.deepEqual((await plain).tokens, want[1]!.tokens);
+  // 40 prompt tokens in pieces of 16, 24 (prefillPiece); 6 tokens: the last piece's row and 5 decode rows
+  const needs = [...asked.values()];
+  assert.deepEqual(needs.map((n) => n.length).sort(), [7, 7]);
+  const kinds = needs.map((n) => n.join(' ')).sort();
+  assert.deepEqual(kinds, [
+    'none argmax argmax argmax argmax argmax argmax',
+    'none logits logits logits logits logits logits',
+  ]);
+});
+
 test("without a mixedChunk option the pieces beside running streams are the model's mixedChunk", async () => {
   const model = opened.model;
   const pieces: number[] = [];
@@ -222,7 +272,7 @@ async function runCounted(
     pick: greedy,
     stopTokens: new Set(),
     onToken: (_, l) => {
-      logits.push(l.slice());
+      logits.push((l as Float32Array).slice());
       stepHook?.();
       return true;
     },

@@ -1,5 +1,13 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { MIXED_PREFILL_CHUNK, PREFILL_CHUNK, prefillPiece, type SessionOptions } from '../engine/index.js';
+import {
+  MIXED_PREFILL_CHUNK,
+  PREFILL_CHUNK,
+  prefillPiece,
+  type LogitsNeed,
+  type RowResult,
+  type SessionOptions,
+} from '../engine/index.js';
+import { TandemError } from '../errors/index.js';
 import { GEMM_TOKENS } from '../kernels/index.js';
 import { cancelled, retryLater } from './errors.js';
 import type { Metrics } from './metrics.js';
@@ -18,22 +26,29 @@ export interface SlotCache {
   truncate?(length: number): void;
 }
 
-/** What the scheduler needs of a model: forwards against a cache, and caches to give slots. */
+/**
+ * What the scheduler needs of a model: forwards against a cache, and caches to give slots.
+ * `need`/`needs` say what the caller uses of each row's logits (default 'logits').
+ */
 export interface SlotModel {
   newSession(options: SessionOptions): SlotCache;
-  /** Runs tokens at the cache's next positions; returns the logits of the last one. */
-  forward(tokens: ArrayLike<number>, cache: SlotCache): Promise<Float32Array>;
-  /** One decode step of several sequences (token t at the next position of caches[t]); each row's logits. */
-  forwardBatch(tokens: readonly number[], caches: readonly SlotCache[]): Promise<Float32Array[]>;
+  /** Runs tokens at the cache's next positions; the last one's row. */
+  forward(tokens: ArrayLike<number>, cache: SlotCache, need?: LogitsNeed): Promise<RowResult>;
+  /** One decode step of several sequences (token t at the next position of caches[t]); each row. */
+  forwardBatch(
+    tokens: readonly number[],
+    caches: readonly SlotCache[],
+    needs?: readonly LogitsNeed[],
+  ): Promise<RowResult[]>;
   /**
    * Optional: a prefill piece of one sequence and a decode step of others in one forward
    * (the decode rows ride along the prefill's pass over the weights), giving what `forward`
    * and `forwardBatch` would, bit for bit. Without it the scheduler runs the two apart.
    */
   forwardMixed?(
-    prefill: { tokens: readonly number[]; cache: SlotCache },
-    decode: { tokens: readonly number[]; caches: readonly SlotCache[] },
-  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }>;
+    prefill: { tokens: readonly number[]; cache: SlotCache; need?: LogitsNeed },
+    decode: { tokens: readonly number[]; caches: readonly SlotCache[]; needs?: readonly LogitsNeed[] },
+  ): Promise<{ prefill: RowResult; decode: RowResult[] }>;
   /** Optional: the forwardMixed piece that suits the model's kernels (default MIXED_PREFILL_CHUNK). */
   readonly mixedChunk?: number;
 }
@@ -44,13 +59,19 @@ export interface SequenceRequest {
   /** Tokens to generate at most (the caller has checked that prompt + maxTokens fit the context). */
   maxTokens: number;
   pick: (logits: Float32Array) => number;
+  /**
+   * `pick` is greedyPick (temperature 0, no penalties) and `onToken` never reads the logits:
+   * the model may answer this sequence's rows with their token ids alone (RowResult).
+   */
+  argmaxOnly?: boolean;
   /** Tokens that end the sequence once generated (end of generation). */
   stopTokens: ReadonlySet<number>;
   /**
    * Called with each generated token and the logits it was picked from (valid during the
-   * call only); returns false to end the sequence there (a stop string was found).
+   * call only; undefined for an argmaxOnly sequence whose row came as a token id); returns
+   * false to end the sequence there (a stop string was found).
    */
-  onToken: (token: number, logits: Float32Array) => boolean;
+  onToken: (token: number, logits: Float32Array | undefined) => boolean;
   /** Aborting cancels the sequence: in the queue at once, in a slot before its next forward. */
   signal: AbortSignal;
   /** Called when the sequence leaves the queue for a slot (the end of its queue time). */
@@ -291,11 +312,12 @@ export class Scheduler {
 
   private async decodeStep(rows: readonly [Slot, Sequence][]): Promise<void> {
     if (rows.length === 0) return;
-    let logits: Float32Array[];
+    let logits: RowResult[];
     try {
       logits = await this.model.forwardBatch(
         rows.map(([, seq]) => seq.next),
         rows.map(([slot]) => slot.cache as SlotCache),
+        rows.map(([, seq]) => need(seq)),
       );
     } catch (error) {
       for (const [slot] of rows) this.endSlot(slot, undefined, error);
@@ -304,9 +326,8 @@ export class Scheduler {
     this.emitRows(rows, logits);
   }
 
-  private emitRows(rows: readonly [Slot, Sequence][], logits: readonly Float32Array[]): void {
-    for (const [i, [slot, seq]] of rows.entries())
-      if (slot.seq === seq) this.emit(slot, seq, logits[i] as Float32Array);
+  private emitRows(rows: readonly [Slot, Sequence][], results: readonly RowResult[]): void {
+    for (const [i, [slot, seq]] of rows.entries()) if (slot.seq === seq) this.emit(slot, seq, results[i]);
   }
 
   /**
@@ -325,11 +346,15 @@ export class Scheduler {
       seq.prefilled,
       seq.prefilled + prefillPiece(prompt.length - seq.prefilled, chunk),
     );
-    let out: { prefill: Float32Array; decode: Float32Array[] };
+    let out: { prefill: RowResult; decode: RowResult[] };
     try {
       out = await this.model.forwardMixed!(
-        { tokens: piece, cache: slot.cache as SlotCache },
-        { tokens: rows.map(([, s]) => s.next), caches: rows.map(([s]) => s.cache as SlotCache) },
+        { tokens: piece, cache: slot.cache as SlotCache, need: pieceNeed(seq, piece.length) },
+        {
+          tokens: rows.map(([, s]) => s.next),
+          caches: rows.map(([s]) => s.cache as SlotCache),
+          needs: rows.map(([, s]) => need(s)),
+        },
       );
     } catch (error) {
       for (const [s] of rows) this.endSlot(s, undefined, error);
@@ -348,9 +373,9 @@ export class Scheduler {
     const { prompt } = seq.request;
     const n = prefillPiece(prompt.length - seq.prefilled, this.options.prefillChunk ?? PREFILL_CHUNK);
     const chunk = prompt.slice(seq.prefilled, seq.prefilled + n);
-    let logits: Float32Array;
+    let logits: RowResult;
     try {
-      logits = await this.model.forward(chunk, slot.cache as SlotCache);
+      logits = await this.model.forward(chunk, slot.cache as SlotCache, pieceNeed(seq, chunk.length));
     } catch (error) {
       return this.endSlot(slot, undefined, error);
     }
@@ -375,13 +400,18 @@ export class Scheduler {
     return slot.seq === seq;
   }
 
-  /** Picks the sequence's next token from its logits, hands it on, and ends the sequence if it is done. */
-  private emit(slot: Slot, seq: Sequence, logits: Float32Array): void {
+  /** Picks the sequence's next token from its row, hands it on, and ends the sequence if it is done. */
+  private emit(slot: Slot, seq: Sequence, row: RowResult): void {
     const { request } = seq;
     let token: number;
     let more: boolean;
     try {
-      token = request.pick(logits);
+      if (row === undefined)
+        throw new TandemError('INTERNAL', 'the model answered no logits for a row whose token was due', {
+          hint: 'this is a bug: report it',
+        });
+      const logits = typeof row === 'number' ? undefined : row;
+      token = logits ? request.pick(logits) : (row as number);
       seq.generated++;
       this.options.metrics.generatedTokens++;
       more = request.onToken(token, logits);
@@ -416,6 +446,16 @@ export class Scheduler {
     if ((error as { code?: unknown } | null)?.code === 'API_CANCELLED') this.options.metrics.cancelled++;
     seq.reject(error);
   }
+}
+
+/** What a sequence's decode rows need of their logits. */
+function need(seq: Sequence): LogitsNeed {
+  return seq.request.argmaxOnly ? 'argmax' : 'logits';
+}
+
+/** What the row of a prompt piece of `n` tokens needs: nothing before the last piece, whose row gives the first token. */
+function pieceNeed(seq: Sequence, n: number): LogitsNeed {
+  return seq.prefilled + n === seq.request.prompt.length ? need(seq) : 'none';
 }
 
 /**

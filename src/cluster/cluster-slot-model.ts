@@ -2,11 +2,12 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
+import type { LogitsNeed, RowResult } from '../engine/model/comm.js';
 import { logitsRank } from '../parallel/index.js';
 import { brokenLink, LinkDownError } from './link-down.js';
 import { HEARTBEAT_MS } from './protocol.js';
 import { silenceLimitMs } from './cluster-limits.js';
-import { decodeLogits } from './sequence-wire.js';
+import { decodeRows } from './sequence-wire.js';
 import type { Message } from './protocol.js';
 import type { ServingCluster } from './serving-cluster.js';
 
@@ -94,15 +95,26 @@ export class ClusterSlotModel {
     return seq;
   }
 
-  /** Runs tokens at the sequence's next positions on every node; the logits of the last one. */
-  async forward(tokens: ArrayLike<number>, seq: RemoteSequence): Promise<Float32Array> {
-    const rows = await this.step({ prefill: { seq, tokens: Array.from(tokens) } });
-    return rows[0] as Float32Array;
+  /**
+   * Runs tokens at the sequence's next positions on every node; the last one's row as `need`
+   * asks (default its logits; only those cross the wire).
+   */
+  async forward(
+    tokens: ArrayLike<number>,
+    seq: RemoteSequence,
+    need: LogitsNeed = 'logits',
+  ): Promise<RowResult> {
+    const rows = await this.step({ prefill: { seq, tokens: Array.from(tokens), need } });
+    return rows[0];
   }
 
-  /** One decode step: tokens[t] at the next position of seqs[t]; each row's logits. */
-  async forwardBatch(tokens: readonly number[], seqs: readonly RemoteSequence[]): Promise<Float32Array[]> {
-    return this.step({ decode: { seqs, tokens: [...tokens] } });
+  /** One decode step: tokens[t] at the next position of seqs[t]; each row as needs[t] asks (default its logits). */
+  async forwardBatch(
+    tokens: readonly number[],
+    seqs: readonly RemoteSequence[],
+    needs?: readonly LogitsNeed[],
+  ): Promise<RowResult[]> {
+    return this.step({ decode: { seqs, tokens: [...tokens], needs: rowNeeds(needs, seqs.length) } });
   }
 
   /**
@@ -111,21 +123,23 @@ export class ClusterSlotModel {
    * for it, and give what `forward` and `forwardBatch` would, bit for bit.
    */
   async forwardMixed(
-    prefill: { tokens: readonly number[]; cache: RemoteSequence },
-    decode: { tokens: readonly number[]; caches: readonly RemoteSequence[] },
-  ): Promise<{ prefill: Float32Array; decode: Float32Array[] }> {
-    const piece = { seq: prefill.cache, tokens: [...prefill.tokens] };
-    const rows = { seqs: decode.caches, tokens: [...decode.tokens] };
-    if (rows.seqs.length === 0)
-      return { prefill: await this.step({ prefill: piece }).then((r) => r[0]!), decode: [] };
-    if (piece.tokens.length === 0)
-      return { prefill: new Float32Array(0), decode: await this.step({ decode: rows }) };
+    prefill: { tokens: readonly number[]; cache: RemoteSequence; need?: LogitsNeed },
+    decode: { tokens: readonly number[]; caches: readonly RemoteSequence[]; needs?: readonly LogitsNeed[] },
+  ): Promise<{ prefill: RowResult; decode: RowResult[] }> {
+    const piece = { seq: prefill.cache, tokens: [...prefill.tokens], need: prefill.need ?? 'logits' };
+    const rows = {
+      seqs: decode.caches,
+      tokens: [...decode.tokens],
+      needs: rowNeeds(decode.needs, decode.caches.length),
+    };
+    if (rows.seqs.length === 0) return { prefill: (await this.step({ prefill: piece }))[0], decode: [] };
+    if (piece.tokens.length === 0) return { prefill: undefined, decode: await this.step({ decode: rows }) };
     const [first, ...rest] = await this.step({ prefill: piece, decode: rows });
     this.cluster.mixedSteps++;
-    return { prefill: first as Float32Array, decode: rest };
+    return { prefill: first, decode: rest };
   }
 
-  private async step(step: Step): Promise<Float32Array[]> {
+  private async step(step: Step): Promise<RowResult[]> {
     for (const [seq, grow] of growth(step)) {
       if (seq.length + grow > seq.contextLength)
         throw new TandemError(
@@ -156,7 +170,7 @@ export class ClusterSlotModel {
   }
 
   /** One step on every node of the current placement; every request has settled when this throws. */
-  private async send(step: Step): Promise<Float32Array[]> {
+  private async send(step: Step): Promise<RowResult[]> {
     const session = this.cluster.session;
     const plan = session.placement?.plan;
     if (!plan)
@@ -184,11 +198,7 @@ export class ClusterSlotModel {
       const link = brokenLink(failures);
       throw link ? new LinkDownError(link, error) : error;
     }
-    const rows = decodeLogits(
-      replies[logitsRank(plan)]?.logits,
-      (step.prefill ? 1 : 0) + (step.decode?.seqs.length ?? 0),
-      this.config.vocabSize,
-    );
+    const rows = decodeRows(replies[logitsRank(plan)] ?? {}, needsOf(step), this.config.vocabSize);
     for (const [seq, grow] of growth(step)) {
       seq.stale = false;
       seq.length += grow;
@@ -259,13 +269,15 @@ export class ClusterSlotModel {
     for (const s of live) {
       let i = 0;
       for (; i < s.ops.length && Array.isArray(s.ops[i]); i++)
-        await this.send({ prefill: { seq: s, tokens: s.ops[i] as number[] } });
+        await this.send({ prefill: { seq: s, tokens: s.ops[i] as number[], need: 'none' } });
       const rest = s.ops.slice(i);
       if (rest.some(Array.isArray)) {
         // a chunk after a decode step: replay this sequence one forward at a time
         for (const op of rest)
           await this.send(
-            Array.isArray(op) ? { prefill: { seq: s, tokens: op } } : { decode: { seqs: [s], tokens: [op] } },
+            Array.isArray(op)
+              ? { prefill: { seq: s, tokens: op, need: 'none' } }
+              : { decode: { seqs: [s], tokens: [op], needs: ['none'] } },
           );
       } else if (rest.length > 0) rows.set(s, rest as number[]);
     }
@@ -273,7 +285,11 @@ export class ClusterSlotModel {
       const batch = [...rows].filter(([, r]) => r.length > t);
       if (batch.length === 0) break;
       await this.send({
-        decode: { seqs: batch.map(([s]) => s), tokens: batch.map(([, r]) => r[t] as number) },
+        decode: {
+          seqs: batch.map(([s]) => s),
+          tokens: batch.map(([, r]) => r[t] as number),
+          needs: batch.map(() => 'none'),
+        },
       });
     }
   }
@@ -284,8 +300,23 @@ export class ClusterSlotModel {
  * decode token of each of several (`forward-batch`), or both in one request (`forward-mixed`).
  */
 interface Step {
-  prefill?: { seq: RemoteSequence; tokens: number[] };
-  decode?: { seqs: readonly RemoteSequence[]; tokens: number[] };
+  prefill?: { seq: RemoteSequence; tokens: number[]; need: LogitsNeed };
+  decode?: { seqs: readonly RemoteSequence[]; tokens: number[]; needs: readonly LogitsNeed[] };
+}
+
+/** The needs of a step's rows in answer order (the piece's row first). */
+function needsOf(step: Step): LogitsNeed[] {
+  return [...(step.prefill ? [step.prefill.need] : []), ...(step.decode?.needs ?? [])];
+}
+
+/** A caller's needs of n rows, checked: absent means every row's logits. */
+function rowNeeds(needs: readonly LogitsNeed[] | undefined, n: number): readonly LogitsNeed[] {
+  if (needs === undefined) return new Array<LogitsNeed>(n).fill('logits');
+  if (needs.length !== n)
+    throw new TandemError('CLUSTER_PROTOCOL', `${needs.length} logits needs for ${n} rows`, {
+      hint: 'this is a bug: report it',
+    });
+  return needs;
 }
 
 /** The positions each sequence of a step takes. */
@@ -302,6 +333,7 @@ function stepMessage(step: Step, onePass: boolean): { type: string; body: Messag
   const reset = growth(step)
     .filter(([s]) => s.stale)
     .map(([s]) => s.id);
+  const needs = needsOf(step);
   if (prefill && decode)
     return {
       type: 'forward-mixed',
@@ -310,13 +342,15 @@ function stepMessage(step: Step, onePass: boolean): { type: string; body: Messag
         decode: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens },
         reset,
         onePass,
+        needs,
       },
     };
-  if (prefill) return { type: 'forward', body: { seqs: [prefill.seq.id], tokens: prefill.tokens, reset } };
+  if (prefill)
+    return { type: 'forward', body: { seqs: [prefill.seq.id], tokens: prefill.tokens, reset, needs } };
   if (decode)
     return {
       type: 'forward-batch',
-      body: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens, reset },
+      body: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens, reset, needs },
     };
   throw new TandemError('CLUSTER_PROTOCOL', 'a serving step with no prompt piece and no decode row', {
     hint: 'this is a bug: report it',

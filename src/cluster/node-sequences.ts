@@ -7,7 +7,8 @@ import {
   logitsRank,
   type RankContext,
 } from '../parallel/index.js';
-import { encodeLogits, MAX_SEQUENCES, parseForward, parseMixed } from './sequence-wire.js';
+import type { LogitsNeed } from '../engine/model/comm.js';
+import { encodeRows, MAX_SEQUENCES, parseForward, parseMixed } from './sequence-wire.js';
 import type { Message } from './protocol.js';
 
 /** A node's side of serving: a KV cache per sequence id, and the forwards the coordinator drives. */
@@ -25,33 +26,43 @@ export class NodeSequences {
     const r = parseForward(m, this.ctx.model.config.vocabSize);
     for (const id of r.reset) this.cacheOf(id).reset();
     const caches = r.seqs.map((id) => this.cacheOf(id));
+    this.plan(r.needs);
     const rows = r.single
       ? [await forwardOnRank(this.ctx, caches[0] as SequenceCache, r.tokens)]
       : await forwardBatchOnRank(this.ctx, caches, r.tokens);
-    return this.answer(rows);
+    return this.answer(rows, r.needs);
   }
 
   /** A prompt piece of one sequence and a decode row of each of others in one step. */
   private async mixed(m: Message): Promise<Message> {
     const r = parseMixed(m, this.ctx.model.config.vocabSize);
     for (const id of r.reset) this.cacheOf(id).reset();
+    this.plan(r.needs);
     const rows = await forwardMixedOnRank(
       this.ctx,
       { tokens: r.prefill.tokens, cache: this.cacheOf(r.prefill.seq) },
       { tokens: r.decode.tokens, caches: r.decode.seqs.map((id) => this.cacheOf(id)) },
       r.onePass,
     );
-    return this.answer(rows);
+    return this.answer(rows, r.needs);
   }
 
-  /** The logits rank's answer: its rows' logits; the other ranks answer nothing. */
-  private answer(rows: (Float32Array | undefined)[] | undefined): Message {
+  /**
+   * The head gathers of this step give what its rows need (a token id needs only each rank's
+   * best logit): every rank of the group gets the same step, so the same plan.
+   */
+  private plan(needs: readonly LogitsNeed[]): void {
+    this.ctx.shardComm?.planLogits?.(needs);
+  }
+
+  /** The logits rank's answer: each row as its need asks; the other ranks answer nothing. */
+  private answer(rows: (Float32Array | undefined)[] | undefined, needs: readonly LogitsNeed[]): Message {
     if (this.ctx.me.rank !== logitsRank(this.ctx.plan)) return {};
     if (!rows || rows.some((row) => row === undefined))
       throw new TandemError('CLUSTER_PROTOCOL', 'the logits rank computed no logits', {
         hint: 'this is a bug: report it with the plan',
       });
-    return { logits: encodeLogits(rows as Float32Array[]) };
+    return encodeRows(rows as Float32Array[], needs);
   }
 
   /** Drops sequences' caches (the coordinator has no further use for them). */

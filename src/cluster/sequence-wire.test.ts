@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isTandemError } from '../errors/index.js';
-import { decodeLogits, encodeLogits, parseForward, parseMixed } from './sequence-wire.js';
+import { decodeRows, encodeRows, parseForward, parseMixed } from './sequence-wire.js';
 
 /*
  * The serving steps' wire, checked once at the node's edge: a well-formed step comes out as
@@ -31,8 +31,11 @@ describe('forward-mixed', () => {
       decode: { seqs: [2, 3], tokens: [8, 9] },
       reset: [1],
       onePass: true,
+      needs: ['logits', 'logits', 'logits'],
     });
     assert.deepEqual(parseMixed({ ...mixed, reset: undefined, onePass: false }, VOCAB).reset, []);
+    const needs = ['none', 'argmax', 'logits'];
+    assert.deepEqual(parseMixed({ ...mixed, needs }, VOCAB).needs, needs);
   });
 
   test('bad ids, shapes and flags are refused, each naming what was wrong', () => {
@@ -49,6 +52,9 @@ describe('forward-mixed', () => {
       [{ decode: { seqs: [1, 3], tokens: [8, 9] } }, /sequence once/],
       [{ reset: [4] }, /reset names a sequence/],
       [{ onePass: 'yes' }, /onePass/],
+      [{ needs: ['logits', 'argmax'] }, /needs \(3 of/],
+      [{ needs: ['logits', 'argmax', 'top'] }, /needs/],
+      [{ needs: 'logits' }, /needs/],
     ];
     for (const [change, what] of cases) refused(() => parseMixed({ ...mixed, ...change }, VOCAB), what);
   });
@@ -61,7 +67,17 @@ describe('forward and forward-batch', () => {
       tokens: [1, 2, 3],
       single: true,
       reset: [],
+      needs: ['logits'],
     });
+    assert.deepEqual(
+      parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2], needs: ['argmax', 'none'] }, VOCAB)
+        .needs,
+      ['argmax', 'none'],
+    );
+    refused(
+      () => parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2], needs: ['argmax'] }, VOCAB),
+      /needs \(2 of/,
+    );
     assert.equal(parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2] }, VOCAB).single, false);
     refused(() => parseForward({ type: 'forward', seqs: [4, 5], tokens: [1, 2] }, VOCAB), /one sequence/);
     refused(
@@ -72,12 +88,31 @@ describe('forward and forward-batch', () => {
   });
 });
 
-test('logits rows go through the wire bit for bit; a reply of the wrong size is refused', () => {
-  const rows = [Float32Array.from([1.5, -0, NaN, 3e-39]), Float32Array.from([-2, 7, 1e30, -1e-45])];
-  const back = decodeLogits(encodeLogits(rows), 2, 4);
-  assert.deepEqual(
-    back.map((r) => [...new Uint32Array(r.slice().buffer)]),
-    rows.map((r) => [...new Uint32Array(r.buffer)]),
+test('each row crosses the wire as its need asks: logits bit for bit, a token id, or nothing', () => {
+  const rows = [
+    Float32Array.from([1.5, -0, 2, 3e-39]),
+    Float32Array.from([-2, 7, 7, -1e-45]),
+    Float32Array.from([0, 0, 0, 0]),
+    Float32Array.from([-Infinity, 1e30, -1, 5]),
+  ];
+  const needs = ['logits', 'argmax', 'none', 'logits'] as const;
+  const answer = encodeRows(rows, needs);
+  // the argmax row: the lowest id holding the largest logit, as a greedy sampler picks
+  assert.deepEqual(answer.argmax, [1]);
+  const back = decodeRows(JSON.parse(JSON.stringify(answer)), needs, 4);
+  assert.equal(back[1], 1);
+  assert.equal(back[2], undefined);
+  const bits = (r: unknown): number[] => [...new Uint32Array((r as Float32Array).slice().buffer)];
+  assert.deepEqual([back[0], back[3]].map(bits), [rows[0], rows[3]].map(bits));
+  refused(
+    () => decodeRows(answer, ['logits', 'logits', 'logits', 'argmax'], 4),
+    /logits of 32 bytes for 3 row/,
   );
-  refused(() => decodeLogits(encodeLogits(rows), 3, 4), /logits of 32 bytes for 3 row/);
+  refused(() => decodeRows(answer, ['logits', 'argmax', 'argmax', 'logits'], 4), /1 argmax token\(s\)/);
+  refused(() => decodeRows({ ...answer, argmax: [4] }, needs, 4), /argmax \(ids below 4\)/);
+  // a row the forward broke is a typed error at the node, not a token
+  assert.throws(
+    () => encodeRows([Float32Array.from([0, NaN])], ['argmax']),
+    (e) => isTandemError(e, 'SAMPLER_LOGITS'),
+  );
 });

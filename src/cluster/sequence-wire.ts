@@ -1,4 +1,6 @@
 import { TandemError } from '../errors/index.js';
+import { greedyPick } from '../engine/sampling/index.js';
+import type { LogitsNeed, RowResult } from '../engine/model/comm.js';
 import type { Message } from './protocol.js';
 
 /**
@@ -6,8 +8,11 @@ import type { Message } from './protocol.js';
  * every node keeps a KV cache per id. `forward` runs tokens of one sequence (a prompt chunk),
  * `forward-batch` one token of each of several sequences (a decode step), `forward-mixed` both
  * in one step (MixedRequest); `reset` lists the ids whose caches start over before the step.
- * The node whose rank returns logits answers `{ logits }`: the rows' f32 logits,
- * little-endian, base64, row after row (a mixed step: the piece's last token's row first).
+ * `needs` says what the coordinator uses of each row's logits, in answer order (a mixed
+ * step: the piece's last token's row first); absent, every row's logits. The node whose
+ * rank returns logits answers `{ logits, argmax }`: the 'logits' rows' f32 logits,
+ * little-endian, base64, row after row, and the 'argmax' rows' token ids (greedyPick), each
+ * in row order; a 'none' row is not answered.
  */
 export interface ForwardRequest {
   seqs: number[];
@@ -15,6 +20,8 @@ export interface ForwardRequest {
   /** true: one sequence, all tokens (prefill); false: one token per sequence (decode). */
   single: boolean;
   reset: number[];
+  /** One per answered row: the prefill's last token, or each decode row. */
+  needs: LogitsNeed[];
 }
 
 /** Most sequences a node keeps a cache for at once. */
@@ -24,6 +31,16 @@ function bad(what: string): TandemError {
   return new TandemError('CLUSTER_PROTOCOL', `malformed serving request: ${what}`, {
     hint: 'run the same tandem version on the coordinator and the nodes',
   });
+}
+
+const NEEDS: readonly string[] = ['logits', 'argmax', 'none'] satisfies LogitsNeed[];
+
+/** A request's `needs` for its n answered rows: absent, all 'logits'. */
+function needsOf(v: unknown, n: number): LogitsNeed[] {
+  if (v === undefined) return new Array<LogitsNeed>(n).fill('logits');
+  if (!Array.isArray(v) || v.length !== n || !v.every((x) => NEEDS.includes(x as string)))
+    throw bad(`needs (${n} of 'logits', 'argmax', 'none')`);
+  return v as LogitsNeed[];
 }
 
 function ids(v: unknown, what: string, max: number): number[] {
@@ -41,7 +58,7 @@ export function parseForward(m: Message, vocab: number): ForwardRequest {
   if (single ? seqs.length !== 1 : seqs.length !== tokens.length || new Set(seqs).size !== seqs.length)
     throw bad(single ? 'forward takes one sequence' : 'forward-batch takes one token per distinct sequence');
   if (!reset.every((id) => seqs.includes(id))) throw bad('reset names a sequence the step does not carry');
-  return { seqs, tokens, single, reset };
+  return { seqs, tokens, single, reset, needs: needsOf(m.needs, single ? 1 : seqs.length) };
 }
 
 /**
@@ -56,6 +73,8 @@ export interface MixedRequest {
   reset: number[];
   /** Every rank of the placement runs the two in one pass (runsMixedInOnePass); false: the piece, then the rows. */
   onePass: boolean;
+  /** The piece's row, then each decode row. */
+  needs: LogitsNeed[];
 }
 
 const fields = (v: unknown): Record<string, unknown> =>
@@ -79,19 +98,38 @@ export function parseMixed(m: Message, vocab: number): MixedRequest {
   if (!reset.every((id) => id === prefill.seq || decode.seqs.includes(id)))
     throw bad('reset names a sequence the step does not carry');
   if (typeof m.onePass !== 'boolean') throw bad('onePass is not a boolean');
-  return { prefill, decode, reset, onePass: m.onePass };
+  return { prefill, decode, reset, onePass: m.onePass, needs: needsOf(m.needs, 1 + decode.seqs.length) };
 }
 
-export function encodeLogits(rows: readonly Float32Array[]): string {
-  return Buffer.concat(rows.map((r) => Buffer.from(r.buffer, r.byteOffset, r.byteLength))).toString('base64');
+/** The logits rank's answer to a step: each row as its need asks (a row past `rows` is a bug). */
+export function encodeRows(rows: readonly Float32Array[], needs: readonly LogitsNeed[]): Message {
+  const full = rows.filter((_, t) => needs[t] === 'logits');
+  return {
+    logits: Buffer.concat(full.map((r) => Buffer.from(r.buffer, r.byteOffset, r.byteLength))).toString(
+      'base64',
+    ),
+    argmax: rows.filter((_, t) => needs[t] === 'argmax').map(greedyPick),
+  };
 }
 
-/** `n` rows of `vocab` logits from encodeLogits' text. */
-export function decodeLogits(text: unknown, n: number, vocab: number): Float32Array[] {
-  const bytes = typeof text === 'string' ? Buffer.from(text, 'base64') : Buffer.alloc(0);
+/** The rows of encodeRows' answer, in row order: logits, token ids, or undefined for 'none'. */
+export function decodeRows(answer: Message, needs: readonly LogitsNeed[], vocab: number): RowResult[] {
+  const n = needs.filter((x) => x === 'logits').length;
+  const bytes = typeof answer.logits === 'string' ? Buffer.from(answer.logits, 'base64') : Buffer.alloc(0);
   if (bytes.byteLength !== n * vocab * 4)
     throw bad(`logits of ${bytes.byteLength} bytes for ${n} row(s) of ${vocab}`);
   const all = new Float32Array(n * vocab);
   new Uint8Array(all.buffer).set(bytes);
-  return Array.from({ length: n }, (_, t) => all.subarray(t * vocab, (t + 1) * vocab));
+  const picks = ids(answer.argmax ?? [], `argmax (ids below ${vocab})`, vocab - 1);
+  if (picks.length !== needs.length - n - needs.filter((x) => x === 'none').length)
+    throw bad(`${picks.length} argmax token(s) for the step's argmax rows`);
+  let full = 0;
+  let pick = 0;
+  return needs.map((need) =>
+    need === 'logits'
+      ? all.subarray(full * vocab, ++full * vocab)
+      : need === 'argmax'
+        ? (picks[pick++] as number)
+        : undefined,
+  );
 }

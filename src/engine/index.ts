@@ -26,7 +26,7 @@ export {
   type Range,
   type ShardSpec,
 } from './model/shard.js';
-export { singleNodeComm, type ShardComm } from './model/comm.js';
+export { singleNodeComm, type LogitsNeed, type RowResult, type ShardComm } from './model/comm.js';
 export {
   MemoryModelFile,
   matrixShape,

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import type { Communicator } from '../collectives/communicator.js';
 import { flatTree, sumTree, treeSpares } from '../kernels/reduce-native.js';
 import type { GroupSum } from '../engine/model/leaves.js';
-import type { ExpertDispatch, ShardComm } from '../engine/model/comm.js';
+import type { ExpertDispatch, LogitsNeed, ShardComm } from '../engine/model/comm.js';
 import type { TpExchange } from './tp-exchange.js';
 import { wireBuffer, wireLength, encodeWire, decodeWire, type WireFormat } from './wire.js';
 
@@ -65,6 +65,8 @@ export class CollectiveShardComm implements ShardComm {
   readonly experts: ExpertDispatch | undefined;
   private readonly wire: WireFormat;
   private readonly logitsMode: 'full' | 'argmax';
+  /** The needs planLogits gave, next first: each allGatherLogits call takes one. */
+  private planned: LogitsNeed[] = [];
   private mine: Float32Array | Uint16Array | Int32Array | undefined;
   private gathered: Float32Array | Uint16Array | Int32Array | undefined;
   private own: Float32Array | undefined;
@@ -191,13 +193,19 @@ export class CollectiveShardComm implements ShardComm {
     return this.onesCache;
   }
 
+  planLogits(needs: readonly LogitsNeed[]): void {
+    this.planned = [...needs];
+  }
+
   async allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> {
     const size = this.comm.size;
+    const need = this.planned.shift() ?? (this.logitsMode === 'argmax' ? 'argmax' : 'logits');
+    if (need === 'none') return;
     if (size === 1) {
       if (local !== full) full.set(local);
       return;
     }
-    if (this.logitsMode === 'argmax') {
+    if (need === 'argmax') {
       await this.gatherArgmax(local, full);
       return;
     }
@@ -222,9 +230,15 @@ export class CollectiveShardComm implements ShardComm {
     const rank = this.comm.rank;
     const start = Math.floor((full.length * rank) / size);
     let best = 0;
-    for (let i = 1; i < local.length; i++) if ((local[i] as number) > (local[best] as number)) best = i;
+    let nan = false;
+    for (let i = 1; i < local.length; i++) {
+      const v = local[i] as number;
+      if (v > (local[best] as number)) best = i;
+      else if (v !== v) nan = true;
+    }
     const mine = this.best;
-    mine[0] = local.length > 0 ? (local[best] as number) : -Infinity;
+    // a NaN anywhere in the slice travels as the best value, so the pick sees the row is broken
+    mine[0] = local.length === 0 ? -Infinity : nan || Number.isNaN(local[0]) ? NaN : (local[best] as number);
     mine[1] = start + best;
     if (this.bestAll.length !== 2 * size) this.bestAll = new Float32Array(2 * size);
     const all = this.bestAll;

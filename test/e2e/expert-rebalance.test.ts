@@ -49,7 +49,7 @@ test("experts re-placed by the members counters while a greedy stream decodes: t
   try {
     const model = new ClusterSlotModel(serving, configOf(), 64);
     const seq = model.newSession();
-    const tokens = [greedy(await model.forward(prompt, seq))];
+    const tokens = [(await model.forward(prompt, seq, 'argmax')) as number];
     const before = cluster.session.placement!.plan;
     let rebalance: ReturnType<ServingCluster['rebalanceExperts']> | undefined;
     let stepsWhileReplacing = 0;
@@ -60,9 +60,9 @@ test("experts re-placed by the members counters while a greedy stream decodes: t
         replacing = true;
         rebalance = serving.rebalanceExperts().finally(() => (replacing = false));
       }
-      const [logits] = await model.forwardBatch([tokens[tokens.length - 1]!], [seq]);
+      const [token] = await model.forwardBatch([tokens[tokens.length - 1]!], [seq], ['argmax']);
       if (replacing) stepsWhileReplacing++;
-      tokens.push(greedy(logits!));
+      tokens.push(token as number);
     }
     const report = await rebalance!;
     assert.ok(report.switched, report.reason);

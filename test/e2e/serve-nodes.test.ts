@@ -75,9 +75,26 @@ async function streamed(url: string, prompt: number[], maxTokens: number): Promi
   return { text: r.text, finish: r.finishReason, tokens: r.completionTokens };
 }
 
+/**
+ * A greedy completion with each token's logprob and top 2 (not streamed): a row whose
+ * logits cross the wire whole, where a plain greedy row's token id comes alone.
+ */
+async function withLogprobs(url: string, prompt: number[], maxTokens: number): Promise<unknown> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, logprobs: 2 }),
+    signal: AbortSignal.timeout(60_000),
+  });
+  assert.equal(res.status, 200);
+  const body = (await res.json()) as { choices: { text: string; logprobs: unknown }[] };
+  return body.choices[0];
+}
+
 describe('serve over nodes', { timeout: 240_000 }, () => {
   let alone: Completion[] = [];
   let aloneLong: Completion[] = [];
+  let aloneLogprobs: unknown[] = [];
 
   before(async () => {
     const one = await startTestServer(path, { slots: 1 });
@@ -87,6 +104,8 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       for (const p of prompts) alone.push(await streamed(one.url, p, 12));
       aloneLong = [];
       for (const p of longPrompts) aloneLong.push(await streamed(one.url, p, 12));
+      aloneLogprobs = [];
+      for (const p of prompts.slice(0, 2)) aloneLogprobs.push(await withLogprobs(one.url, p, 12));
     } finally {
       await one.close(0);
     }
@@ -97,8 +116,13 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
     const server = await startClusterServer({ nodes: 2, parallel: 'tp' }, 8);
     try {
       await server.ready;
-      const together = await Promise.all(prompts.map((p) => streamed(server.url, p, 12)));
+      // greedy rows answered as token ids and logprobs rows as whole logits, in the same steps
+      const [together, logprobs] = await Promise.all([
+        Promise.all(prompts.map((p) => streamed(server.url, p, 12))),
+        Promise.all(prompts.slice(0, 2).map((p) => withLogprobs(server.url, p, 12))),
+      ]);
       assert.deepEqual(together, alone);
+      assert.deepEqual(logprobs, aloneLogprobs, "logprobs equal one process's");
       const mixed = await mixedSteps(server.url);
       assert.ok(mixed > 0, 'prompts were prefilled beside running streams in mixed steps');
       // long prompts prefilled in pieces, each piece beside the running streams' decode rows

@@ -181,14 +181,14 @@ describe('webgpu nodes', { skip }, () => {
     try {
       const slots = new ClusterSlotModel(serving, configOf(model), 64);
       const seq = slots.newSession();
-      const tokens = [greedy(await slots.forward(skewedPrompt, seq))];
+      const tokens = [(await slots.forward(skewedPrompt, seq, 'argmax')) as number];
       const before = session.placement!.plan;
       let rebalance: Promise<RebalanceReport> | undefined;
       while (tokens.length < skewedSteps) {
         // after a few steps the counters hold the prompt's routing: re-place, and keep decoding
         if (tokens.length === 3) rebalance = serving.rebalanceExperts();
-        const [logits] = await slots.forwardBatch([tokens[tokens.length - 1]!], [seq]);
-        tokens.push(greedy(logits!));
+        const [token] = await slots.forwardBatch([tokens[tokens.length - 1]!], [seq], ['argmax']);
+        tokens.push(token as number);
       }
       const report = await rebalance!;
       assert.ok(report.switched, report.reason);
@@ -204,6 +204,7 @@ describe('webgpu nodes', { skip }, () => {
       assert.equal(slots.heals.length, 0, 'no step failed or was replayed');
       // after the switch the GPU nodes run the experts they were given: another stream on the new placement
       const again = await slots.forward(skewedPrompt, slots.newSession());
+      assert.ok(again instanceof Float32Array, 'forward answers the logits by default');
       assert.equal(greedy(again), expected[0], 'a new stream on the new placement');
     } finally {
       serving.close();

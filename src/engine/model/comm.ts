@@ -1,6 +1,21 @@
 import type { GroupSum } from './leaves.js';
 
 /**
+ * What a caller needs of one row's logits: all of them, only their argmax (the lowest id
+ * holding the largest logit, as a greedy sampler picks), or nothing (a prompt piece before
+ * the last, whose logits are dropped).
+ */
+export type LogitsNeed = 'logits' | 'argmax' | 'none';
+
+/**
+ * A forward's answer for one row, as far as the caller's need of it asks: its logits; for
+ * an 'argmax' row its token id instead (greedyPick of the logits); undefined only for a
+ * 'none' row. A model may always answer the logits (one in the caller's process does: they
+ * cost nothing to hand over); a cluster's answers only what crosses the wire.
+ */
+export type RowResult = Float32Array | number | undefined;
+
+/**
  * The communication a sharded model needs, implemented by the parallel layer over
  * collectives (the engine never imports them). Every rank of a group calls each method in
  * the same order with the same lengths. Implementations must reduce in a fixed order, so
@@ -19,6 +34,14 @@ export interface ShardComm {
    * head; `full` receives every rank's rows in vocabulary order.
    */
   allGatherLogits(local: Float32Array, full: Float32Array): Promise<void> | void;
+  /**
+   * What the next allGatherLogits calls must give, one need per call in call order
+   * (replacing any list not used up): 'logits' every logit; 'argmax' each rank's best (value,
+   * id) alone, `full` -Infinity elsewhere, so its argmax is the whole row's; 'none' nothing
+   * (`full` is left as it was). Calls past the list gather as the comm was built to. Every
+   * rank of the group is given the same list, so the gathers still pair up.
+   */
+  planLogits?(needs: readonly LogitsNeed[]): void;
   /**
    * A pass over the shard's layers begins (Model.forwardLayers): an implementation that
    * feeds each rank's rounding error into its next part (f16/q8 wires) starts afresh.

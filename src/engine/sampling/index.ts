@@ -1,2 +1,2 @@
-export { Sampler, type SamplerOptions, type Distribution } from './sampler.js';
+export { Sampler, greedyPick, type SamplerOptions, type Distribution } from './sampler.js';
 export { Rng } from './rng.js';

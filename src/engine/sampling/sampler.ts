@@ -153,24 +153,7 @@ export class Sampler {
 
   /** Logits with the penalties applied, validated (a copy when changed). */
   private penalized(logits: Float32Array): Float32Array {
-    if (logits.length === 0)
-      throw new TandemError('SAMPLER_LOGITS', 'the sampler got an empty logits array', {
-        hint: 'pass the model output for the last position, one logit per vocabulary entry',
-      });
-    let finite = false;
-    for (let i = 0; i < logits.length; i++) {
-      const v = logits[i] as number;
-      if (Number.isNaN(v) || v === Infinity)
-        throw new TandemError('SAMPLER_LOGITS', `logit ${i} is ${v}`, {
-          hint: 'the forward pass produced invalid values; check the model weights and kernels',
-          details: { index: i },
-        });
-      if (v !== -Infinity) finite = true;
-    }
-    if (!finite)
-      throw new TandemError('SAMPLER_LOGITS', `all ${logits.length} logits are -Infinity`, {
-        hint: 'nothing can be sampled; check masking applied before sampling',
-      });
+    checkLogits(logits);
     const none = this.repeatPenalty === 1 && this.presencePenalty === 0 && this.frequencyPenalty === 0;
     if (none || this.repeatLastN === 0 || this.history.length === 0) return logits;
     const out = Float32Array.from(logits);
@@ -184,6 +167,37 @@ export class Sampler {
     }
     return out;
   }
+}
+
+/** Throws SAMPLER_LOGITS unless the row can be sampled: not empty, no NaN or +Infinity, some logit finite. */
+function checkLogits(logits: Float32Array): void {
+  if (logits.length === 0)
+    throw new TandemError('SAMPLER_LOGITS', 'the sampler got an empty logits array', {
+      hint: 'pass the model output for the last position, one logit per vocabulary entry',
+    });
+  let finite = false;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i] as number;
+    if (Number.isNaN(v) || v === Infinity)
+      throw new TandemError('SAMPLER_LOGITS', `logit ${i} is ${v}`, {
+        hint: 'the forward pass produced invalid values; check the model weights and kernels',
+        details: { index: i },
+      });
+    if (v !== -Infinity) finite = true;
+  }
+  if (!finite)
+    throw new TandemError('SAMPLER_LOGITS', `all ${logits.length} logits are -Infinity`, {
+      hint: 'nothing can be sampled; check masking applied before sampling',
+    });
+}
+
+/**
+ * The token a greedy sampler with no penalties picks: the lowest id holding the largest
+ * logit, after the checks every pick makes (a typed error for a broken row).
+ */
+export function greedyPick(logits: Float32Array): number {
+  checkLogits(logits);
+  return argmax(logits);
 }
 
 function argmax(z: Float32Array): number {
