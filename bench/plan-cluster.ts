@@ -123,15 +123,24 @@ function prefillChunkMs(
   return ((at.promptTokens / one.prefill_tok_s) * 1000) / at.nodes / (2 * model.layers.length);
 }
 
-/** The exchange of `nodes` tensor-parallel ranks (measureExchangeMs); undefined for a pipeline, which has none. */
+/**
+ * The exchange of `nodes` tensor-parallel ranks of `threads` (measureExchangeMs, its waits
+ * spinning as the nodes' do); undefined for a pipeline, which has none.
+ */
 async function exchangeMs(
   parallel: 'tp' | 'pp',
   model: ModelBytes,
   c: Calibration,
   nodes: number,
+  threads: number,
 ): Promise<number | undefined> {
   if (parallel !== 'tp') return undefined;
-  return measureExchangeMs({ ranks: nodes, chunkMs: exchangeChunkMs(model, c, nodes) });
+  const spin = exchangeSpin(nodes, threads);
+  return measureExchangeMs({
+    ranks: nodes,
+    chunkMs: exchangeChunkMs(model, c, nodes),
+    ...(typeof spin === 'number' ? { spinMs: spin / 1000 } : {}),
+  });
 }
 
 /**
@@ -236,7 +245,7 @@ export async function benchPlanCluster(o: {
           nodes: await nodesStreaming(parallel, o.nodes, o.threads),
         };
         const wakeBefore = await measureWakeMs();
-        const exchangeBefore = await exchangeMs(parallel, model, perNode, o.nodes);
+        const exchangeBefore = await exchangeMs(parallel, model, perNode, o.nodes, o.threads);
         // a prefill's exchanges come after a rank's share of the whole prompt: probed before and after the run
         const linkAt = { nodes: o.nodes, link, promptTokens: o.promptTokens, tokens: o.tokens };
         const probePrefillExchange = async (
@@ -274,7 +283,7 @@ export async function benchPlanCluster(o: {
         // each end of the range
         const wakes = [wakeBefore, await measureWakeMs()];
         const wakeMs = (wakeBefore + wakes[1]!) / 2;
-        const exchangeAfter = await exchangeMs(parallel, model, perNode, o.nodes);
+        const exchangeAfter = await exchangeMs(parallel, model, perNode, o.nodes, o.threads);
         const exchanges = exchangeBefore === undefined ? [] : [exchangeBefore, exchangeAfter!];
         const exchangeAt = (pick: (xs: number[]) => number): { exchangeMs?: number } =>
           exchanges.length > 0 ? { exchangeMs: pick(exchanges) } : {};

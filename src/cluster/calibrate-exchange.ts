@@ -1,31 +1,38 @@
 import { Worker } from 'node:worker_threads';
+import { MAX_SPIN_US } from '../fabric/spin-policy.js';
 
-/** Exchanges timed per measurement. */
-const ROUNDS = 100;
-/** A rank's window of busy-polling before it sleeps at an exchange: the fabric's (src/fabric/spin-policy.ts). */
-const SPIN_MS = 0.2;
+/** Exchanges timed per measurement: enough that one stall of the host moves the mean little. */
+const ROUNDS = 300;
+/** A rank's window of busy-polling before it sleeps at an exchange, by default: the fabric's adaptive one at most (src/fabric/spin-policy.ts). */
+const SPIN_MS = MAX_SPIN_US / 1000;
 
 /**
- * One rank: `rounds` times, a fixed amount of arithmetic (calibrated once, at its fastest, to
- * take `chunkMs`: a rank preempted mid-chunk finishes late, as a node computing its share of a
- * layer does), then the exchange: it counts itself in on word 0; the last to arrive stamps the
+ * One rank: `rounds` times, a fixed stretch of reads over its own 32 MiB (memory-bound, as a
+ * node streaming its share of a layer's weights is), the same on every rank as the nodes'
+ * shares are (timed once, at the fastest any rank read it, to take `chunkMs`; a rank
+ * preempted mid-chunk finishes late, as a node computing its share of a layer does), then the
+ * exchange: it counts itself in on word 0; the last to arrive stamps the
  * time and releases the round on word 1; the others poll for SPIN_MS and then sleep on word 1
  * (Atomics.wait, the futex a node's fabric wait sleeps on). Each rank adds up the time from
- * its arrival to its leaving, and answers with the sum on its slot.
+ * its arrival to its leaving, and answers with the sum on its slot. The spin window is the
+ * nodes' own (exchangeSpin): 2 ms where every rank has a core, the adaptive window's most where
+ * they share.
  */
 const RANK = `
 const { workerData } = require('node:worker_threads');
 const { shared, rank, ranks, rounds, chunkMs, spinMs } = workerData;
 const i32 = new Int32Array(shared, 0, 4);
 const f64 = new Float64Array(shared, 16);
-const buf = new Float64Array(4096).fill(1.5);
+const buf = new Float64Array(4 << 20).fill(1.5);
 let sink = 0;
-const work = (reps) => { for (let r = 0; r < reps; r++) for (let i = 0; i < buf.length; i++) sink += buf[i] * 1.0000001; };
+let at = 0;
+const work = (reps) => { for (let r = 0; r < reps; r++) { let s0 = 0, s1 = 0, s2 = 0, s3 = 0; const end = at + 4096; for (let i = at; i < end; i += 4) { s0 += buf[i]; s1 += buf[i + 1]; s2 += buf[i + 2]; s3 += buf[i + 3]; } sink += s0 + s1 + s2 + s3; at = end === buf.length ? 0 : end; } };
 let per = Infinity;
 for (let t = 0; t < 5; t++) { const t0 = performance.now(); work(4); per = Math.min(per, (performance.now() - t0) / 4); }
-const reps = Math.max(1, Math.round(chunkMs / Math.max(per, 1e-4)));
+f64[rank] = per;
 Atomics.add(i32, 2, 1);
 while (Atomics.load(i32, 3) === 0) Atomics.wait(i32, 3, 0, 50);
+const reps = f64[ranks + 1];
 let spent = 0;
 for (let k = 1; k <= rounds; k++) {
   work(reps);
@@ -47,15 +54,20 @@ f64[ranks] = sink;
 
 /**
  * What one exchange of `ranks` ranks costs beyond the link, in ms: each rank computes a chunk
- * of `chunkMs` and then waits for the others (polling the fabric's spin window, then asleep),
- * ROUNDS times; the mean time from a rank's arrival to its leaving. It holds the two things a
+ * of `chunkMs` and then waits for the others (polling for `spinMs`, default the fabric's
+ * adaptive window at most, then asleep), ROUNDS times; the mean time from a rank's arrival to its leaving. It holds the two things a
  * tensor-parallel all-reduce adds to a step: the wait for the latest rank (a rank preempted
  * mid-chunk arrives late, and any rank's preemption stalls all) and the wake-up of a rank that
  * slept. On idle cores, one per rank, it is microseconds; on a loaded host, milliseconds.
  */
-export async function measureExchangeMs(o: { ranks: number; chunkMs: number }): Promise<number> {
+export async function measureExchangeMs(o: {
+  ranks: number;
+  chunkMs: number;
+  spinMs?: number;
+}): Promise<number> {
   if (o.ranks < 2) return 0;
-  const shared = new SharedArrayBuffer(16 + 8 * (o.ranks + 1));
+  // f64 slots: each rank's timing (then its sum), the sink, the repetitions every rank runs
+  const shared = new SharedArrayBuffer(16 + 8 * (o.ranks + 2));
   const i32 = new Int32Array(shared, 0, 4);
   const f64 = new Float64Array(shared, 16);
   const workers = Array.from(
@@ -63,7 +75,14 @@ export async function measureExchangeMs(o: { ranks: number; chunkMs: number }): 
     (_, rank) =>
       new Worker(RANK, {
         eval: true,
-        workerData: { shared, rank, ranks: o.ranks, rounds: ROUNDS, chunkMs: o.chunkMs, spinMs: SPIN_MS },
+        workerData: {
+          shared,
+          rank,
+          ranks: o.ranks,
+          rounds: ROUNDS,
+          chunkMs: o.chunkMs,
+          spinMs: o.spinMs ?? SPIN_MS,
+        },
       }),
   );
   try {
@@ -73,6 +92,8 @@ export async function measureExchangeMs(o: { ranks: number; chunkMs: number }): 
         await new Promise((resolve) => setTimeout(resolve, 1));
     };
     await settled(o.ranks);
+    const per = Math.min(...Array.from({ length: o.ranks }, (_, r) => f64[r]!));
+    f64[o.ranks + 1] = Math.max(1, Math.round(o.chunkMs / Math.max(per, 1e-4)));
     Atomics.store(i32, 3, 1);
     Atomics.notify(i32, 3);
     await settled(2 * o.ranks);
