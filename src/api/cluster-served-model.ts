@@ -56,7 +56,8 @@ function rebalanceEvery(
  * Opens a model for serving across a cluster's nodes (`tandem serve --nodes N | --hosts
  * FILE`): this process reads the tokenizer and template from the file, starts or reaches the
  * nodes, and loads the shards there with full logits (requests may sample and ask for
- * logprobs). The scheduler then drives every forward on the nodes (ClusterSlotModel), which
+ * logprobs; each step then asks for less where its rows need less: a greedy row's token id).
+ * The scheduler drives every forward on the nodes (ClusterSlotModel), which
  * re-places the model on the survivors when a member is lost (ServingCluster); closing stops
  * the local nodes.
  */
