@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isTandemError } from '../errors/index.js';
+import { greedyPick } from '../engine/sampling/index.js';
 import { decodeRows, encodeRows, parseForward, parseMixed } from './sequence-wire.js';
 
 /*
@@ -108,11 +109,22 @@ test('each row crosses the wire as its need asks: logits bit for bit, a token id
     () => decodeRows(answer, ['logits', 'logits', 'logits', 'argmax'], 4),
     /logits of 32 bytes for 3 row/,
   );
-  refused(() => decodeRows(answer, ['logits', 'argmax', 'argmax', 'logits'], 4), /1 argmax token\(s\)/);
-  refused(() => decodeRows({ ...answer, argmax: [4] }, needs, 4), /argmax \(ids below 4\)/);
-  // a row the forward broke is a typed error at the node, not a token
+  refused(
+    () => decodeRows(answer, ['logits', 'argmax', 'argmax', 'logits'], 4),
+    /1 argmax answer\(s\) for the step's 2 argmax row\(s\)/,
+  );
+  refused(() => decodeRows({ ...answer, argmax: [4] }, needs, 4), /argmax \(ids below 4, or null\)/);
+  // a row the forward broke cannot be picked: it is answered whole, and the server's sampler
+  // refuses it for its request alone (the step and the other rows go on)
+  const broken = Float32Array.from([0, NaN, 1, 2]);
+  const mixed = encodeRows([broken, rows[1]!], ['argmax', 'argmax']);
+  assert.deepEqual(mixed.argmax, [null, 1]);
+  const [whole, token] = decodeRows(JSON.parse(JSON.stringify(mixed)), ['argmax', 'argmax'], 4);
+  assert.equal(token, 1);
+  assert.ok(whole instanceof Float32Array);
+  assert.deepEqual(bits(whole), bits(broken));
   assert.throws(
-    () => encodeRows([Float32Array.from([0, NaN])], ['argmax']),
-    (e) => isTandemError(e, 'SAMPLER_LOGITS'),
+    () => greedyPick(whole),
+    (e) => isTandemError(e, 'SAMPLER_LOGITS') && /logit 1 is NaN/.test(e.message),
   );
 });

@@ -1,4 +1,4 @@
-import { TandemError } from '../errors/index.js';
+import { isTandemError, TandemError } from '../errors/index.js';
 import { greedyPick } from '../engine/sampling/index.js';
 import type { LogitsNeed, RowResult } from '../engine/model/comm.js';
 import type { Message } from './protocol.js';
@@ -10,9 +10,11 @@ import type { Message } from './protocol.js';
  * in one step (MixedRequest); `reset` lists the ids whose caches start over before the step.
  * `needs` says what the coordinator uses of each row's logits, in answer order (a mixed
  * step: the piece's last token's row first); absent, every row's logits. The node whose
- * rank returns logits answers `{ logits, argmax }`: the 'logits' rows' f32 logits,
- * little-endian, base64, row after row, and the 'argmax' rows' token ids (greedyPick), each
- * in row order; a 'none' row is not answered.
+ * rank returns logits answers `{ logits, argmax }`: the 'argmax' rows' token ids
+ * (greedyPick), and the f32 logits (little-endian, base64, row after row) of the 'logits' rows
+ * and of any 'argmax' row that cannot be picked (a NaN or +Infinity in it: its id is null,
+ * and the server's sampler refuses the row for its request alone), each in row order; a
+ * 'none' row is not answered.
  */
 export interface ForwardRequest {
   seqs: number[];
@@ -101,35 +103,61 @@ export function parseMixed(m: Message, vocab: number): MixedRequest {
   return { prefill, decode, reset, onePass: m.onePass, needs: needsOf(m.needs, 1 + decode.seqs.length) };
 }
 
-/** The logits rank's answer to a step: each row as its need asks (a row past `rows` is a bug). */
+/** The logits rank's answer to a step: each row as its need asks. */
 export function encodeRows(rows: readonly Float32Array[], needs: readonly LogitsNeed[]): Message {
-  const full = rows.filter((_, t) => needs[t] === 'logits');
+  const whole: Float32Array[] = [];
+  const argmax: (number | null)[] = [];
+  for (const [t, row] of rows.entries()) {
+    if (needs[t] === 'logits') whole.push(row);
+    if (needs[t] !== 'argmax') continue;
+    const token = pickOrNull(row);
+    argmax.push(token);
+    if (token === null) whole.push(row);
+  }
   return {
-    logits: Buffer.concat(full.map((r) => Buffer.from(r.buffer, r.byteOffset, r.byteLength))).toString(
+    logits: Buffer.concat(whole.map((r) => Buffer.from(r.buffer, r.byteOffset, r.byteLength))).toString(
       'base64',
     ),
-    argmax: rows.filter((_, t) => needs[t] === 'argmax').map(greedyPick),
+    argmax,
   };
 }
 
-/** The rows of encodeRows' answer, in row order: logits, token ids, or undefined for 'none'. */
+/** greedyPick's token, or null where it refuses the row (SAMPLER_LOGITS). */
+function pickOrNull(row: Float32Array): number | null {
+  try {
+    return greedyPick(row);
+  } catch (error) {
+    if (isTandemError(error, 'SAMPLER_LOGITS')) return null;
+    throw error;
+  }
+}
+
+/**
+ * The rows of encodeRows' answer, in row order: logits (an 'argmax' row that could not be
+ * picked among them), token ids, or undefined for 'none'.
+ */
 export function decodeRows(answer: Message, needs: readonly LogitsNeed[], vocab: number): RowResult[] {
-  const n = needs.filter((x) => x === 'logits').length;
+  const argmaxRows = needs.filter((x) => x === 'argmax').length;
+  const picks = answer.argmax ?? [];
+  if (!Array.isArray(picks) || picks.length !== argmaxRows)
+    throw bad(
+      `${Array.isArray(picks) ? picks.length : 'no'} argmax answer(s) for the step's ${argmaxRows} argmax row(s)`,
+    );
+  if (!picks.every((x) => x === null || (Number.isInteger(x) && x >= 0 && x < vocab)))
+    throw bad(`argmax (ids below ${vocab}, or null)`);
+  const n = needs.filter((x) => x === 'logits').length + picks.filter((x) => x === null).length;
   const bytes = typeof answer.logits === 'string' ? Buffer.from(answer.logits, 'base64') : Buffer.alloc(0);
   if (bytes.byteLength !== n * vocab * 4)
     throw bad(`logits of ${bytes.byteLength} bytes for ${n} row(s) of ${vocab}`);
   const all = new Float32Array(n * vocab);
   new Uint8Array(all.buffer).set(bytes);
-  const picks = ids(answer.argmax ?? [], `argmax (ids below ${vocab})`, vocab - 1);
-  if (picks.length !== needs.length - n - needs.filter((x) => x === 'none').length)
-    throw bad(`${picks.length} argmax token(s) for the step's argmax rows`);
-  let full = 0;
+  let whole = 0;
   let pick = 0;
-  return needs.map((need) =>
-    need === 'logits'
-      ? all.subarray(full * vocab, ++full * vocab)
-      : need === 'argmax'
-        ? (picks[pick++] as number)
-        : undefined,
-  );
+  const next = (): Float32Array => all.subarray(whole * vocab, ++whole * vocab);
+  return needs.map((need) => {
+    if (need === 'none') return undefined;
+    if (need === 'logits') return next();
+    const token = picks[pick++] as number | null;
+    return token === null ? next() : token;
+  });
 }

@@ -60,14 +60,14 @@ test("the head's gathers follow the step's plan: whole logits, the argmax alone,
         }
       }),
     );
-    // a NaN in a rank's slice reaches the pick, which refuses the row
+    // a NaN in a rank's slice reaches the pick at its own id, and the pick refuses the row
     await Promise.all(
       world.map(async (w) => {
         const comm = new CollectiveShardComm(w);
         comm.planLogits(['argmax']);
         const full = new Float32Array(vocab);
         await comm.allGatherLogits(Float32Array.from(w.rank === 1 ? [1, NaN, 0, 2] : [0, 1, 2]), full);
-        assert.throws(() => greedyPick(full), /logit \d is NaN/);
+        assert.throws(() => greedyPick(full), /logit 4 is NaN/);
       }),
     );
   } finally {

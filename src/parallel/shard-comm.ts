@@ -230,15 +230,16 @@ export class CollectiveShardComm implements ShardComm {
     const rank = this.comm.rank;
     const start = Math.floor((full.length * rank) / size);
     let best = 0;
-    let nan = false;
-    for (let i = 1; i < local.length; i++) {
+    let nan = -1;
+    for (let i = 0; i < local.length; i++) {
       const v = local[i] as number;
       if (v > (local[best] as number)) best = i;
-      else if (v !== v) nan = true;
+      else if (v !== v && nan < 0) nan = i;
     }
     const mine = this.best;
-    // a NaN anywhere in the slice travels as the best value, so the pick sees the row is broken
-    mine[0] = local.length === 0 ? -Infinity : nan || Number.isNaN(local[0]) ? NaN : (local[best] as number);
+    // a NaN in the slice travels in the best's place, at its own id, so the pick sees the row is broken
+    if (nan >= 0) best = nan;
+    mine[0] = local.length === 0 ? -Infinity : (local[best] as number);
     mine[1] = start + best;
     if (this.bestAll.length !== 2 * size) this.bestAll = new Float32Array(2 * size);
     const all = this.bestAll;
