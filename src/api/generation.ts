@@ -115,12 +115,8 @@ export function startGeneration(
     prompt,
     maxTokens,
     pick: (logits) => sampler.sample(logits),
-    // the sampler is then an argmax of the raw logits: a cluster answers the token alone
-    argmaxOnly:
-      params.temperature === 0 &&
-      params.presencePenalty === 0 &&
-      params.frequencyPenalty === 0 &&
-      params.logprobs === undefined,
+    // a greedy pick that no logprobs read: a cluster answers the token alone
+    argmaxOnly: sampler.greedy && params.logprobs === undefined,
     stopTokens: served.stopTokens,
     onToken,
     signal,

@@ -34,10 +34,6 @@ export function checkInteger(
 }
 
 /**
- * More threads than this only adds spinning workers that fight for the same cores, so it is
- * taken for a typo: 4x the cores this process may use.
- */
-/**
  * `--prefill-chunk` (tandem serve, bench serve): prompt tokens a serving step takes beside
  * running streams, from GEMM_TOKENS (a shorter piece would change a prompt's bits) to
  * MAX_PREFILL_PIECE.
@@ -46,6 +42,10 @@ export function checkPrefillChunk(command: string, value: number): number {
   return checkInteger(command, 'prefill-chunk', value, GEMM_TOKENS, MAX_PREFILL_PIECE, 32);
 }
 
+/**
+ * More threads than this only adds spinning workers that fight for the same cores, so it is
+ * taken for a typo: 4x the cores this process may use.
+ */
 export function maxThreads(): number {
   return 4 * availableParallelism();
 }

@@ -96,6 +96,16 @@ export class Sampler {
     this.rng = new Rng(seed % 2 ** 32);
   }
 
+  /** Whether `sample` is greedyPick of the raw logits: temperature 0 and no penalties. */
+  get greedy(): boolean {
+    return (
+      this.temperature === 0 &&
+      this.repeatPenalty === 1 &&
+      this.presencePenalty === 0 &&
+      this.frequencyPenalty === 0
+    );
+  }
+
   /** Records tokens (prompt or generated elsewhere) for the repetition penalty. */
   accept(...ids: number[]): void {
     for (const id of ids) this.history.push(id);
