@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { TandemError } from '../errors/index.js';
 import type { ModelConfig } from '../engine/model/config.js';
 import type { LogitsNeed, RowResult } from '../engine/model/comm.js';
+import { mixedPrefillChunk } from '../engine/model/prefill.js';
 import { logitsRank } from '../parallel/index.js';
 import { brokenLink, LinkDownError } from './link-down.js';
 import { HEARTBEAT_MS } from './protocol.js';
@@ -84,6 +85,14 @@ export class ClusterSlotModel {
       : new TandemError('CLUSTER_NODE_FAILED', `serving over the cluster failed: ${String(b)}`, {
           hint: 'restart tandem serve',
         });
+  }
+
+  /**
+   * Prompt tokens per piece beside running streams: two of the GEMM lane groups that every node
+   * of the placement names (mixedPrefillChunk), so a piece leaves no lanes idle on any of them.
+   */
+  get mixedChunk(): number {
+    return mixedPrefillChunk(this.cluster.session.gemmGroup);
   }
 
   newSession(options: { contextLength?: number } = {}): RemoteSequence {

@@ -9,6 +9,7 @@ import {
   commBytes,
   generateOnRank,
   loadRank,
+  gemmGroupOf,
   runsMixedInOnePass,
   shardBytes,
   usesDirectExchange,
@@ -254,6 +255,7 @@ class Session {
       loadMs: Date.now() - started,
       origin: shard.origin(),
       onePass: runsMixedInOnePass(loaded),
+      gemmGroup: gemmGroupOf(loaded) ?? null,
     };
   }
 

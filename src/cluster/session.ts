@@ -134,6 +134,11 @@ export class ClusterSession {
   slicesSent = 0;
   /** Every rank of the last load runs a prompt piece and decode rows in one pass (runsMixedInOnePass). */
   onePass = false;
+  /**
+   * The GEMM token lane group every rank of the last load named (gemmGroupOf), undefined when
+   * one named none or they differ: the prompt pieces beside running streams fill it.
+   */
+  gemmGroup: number | undefined;
 
   private constructor(
     readonly hosts: readonly HostEntry[],
@@ -336,6 +341,9 @@ export class ClusterSession {
     );
     this.origins = answers.map((a) => (a.origin as ShardOrigin | undefined) ?? { kind: 'local' });
     this.onePass = answers.every((a) => a.onePass === true);
+    const groups = new Set(answers.map((a) => a.gemmGroup));
+    const [group] = groups;
+    this.gemmGroup = groups.size === 1 && typeof group === 'number' && group > 0 ? group : undefined;
     this.origins.forEach((g, rank) => {
       if (g.kind === 'slices')
         o.onProgress?.(

@@ -30,6 +30,7 @@ export {
   forwardMixedOnRank,
   forwardOnRank,
   logitsRank,
+  gemmGroupOf,
   runsMixedInOnePass,
 } from './serving-step.js';
 export { chooseParallel, predictStepSeconds, type AutoChoice } from './auto.js';

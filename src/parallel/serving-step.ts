@@ -69,6 +69,15 @@ export function runsMixedInOnePass(ctx: RankContext): boolean {
   );
 }
 
+/**
+ * The token lane group of this rank's GEMM (the kernels' gemmGroup), which the coordinator's
+ * prompt pieces should fill; undefined where the rank runs no engine Model or its kernels
+ * name none.
+ */
+export function gemmGroupOf(ctx: RankContext): number | undefined {
+  return ctx.model instanceof Model ? ctx.model.kernels.gemmGroup : undefined;
+}
+
 /** Whether the wire encodes each row of a [n, width] message as it would alone. */
 function rowsTravelAlone(ctx: RankContext): boolean {
   return ctx.wire !== 'q8' || ctx.model.config.embeddingLength % q8BlockSize === 0;

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { ApiServer } from '../../src/api/http-server.js';
 import { loadClusterServedModel, type ClusterServeOptions } from '../../src/api/cluster-served-model.js';
+import { loadServedModel, type ServedModel } from '../../src/api/served-model.js';
 import { startTestServer } from '../../src/api/testing.js';
 import { streamCompletion } from '../../src/api/sse-reader.js';
 import { tandemBin } from '../../src/cli/testing.js';
@@ -29,6 +30,9 @@ before(async () => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
+/** The model the last cluster server loaded. */
+let lastServed: ServedModel | undefined;
+
 function startClusterServer(o: Omit<ClusterServeOptions, 'threads'>, slots: number): Promise<ApiServer> {
   return ApiServer.start({
     host: '127.0.0.1',
@@ -36,15 +40,21 @@ function startClusterServer(o: Omit<ClusterServeOptions, 'threads'>, slots: numb
     maxBodyBytes: 1 << 20,
     slots,
     maxQueue: 64,
-    load: () => loadClusterServedModel(path, { threads: 1, sequences: slots, ...o }),
+    load: async () =>
+      (lastServed = await loadClusterServedModel(path, { threads: 1, sequences: slots, ...o })),
   });
+}
+
+/** The prompt piece a model takes beside running streams (the scheduler's default). */
+function mixedChunk(served: ServedModel | undefined): number | undefined {
+  return (served?.model as { mixedChunk?: number } | undefined)?.mixedChunk;
 }
 
 /** Eight distinct prompts of token ids. */
 const prompts = Array.from({ length: 8 }, (_, i) => PROMPT.map((t) => ((t + 37 * i) % 500) + 3));
 /**
  * Four prompts of 70 tokens: beside running streams each is prefilled in pieces of the mixed
- * chunk (30, then 40), alone in one piece.
+ * chunk (32 then 38 with x86 VNNI kernels, else 30 then 40), alone in one piece.
  */
 const longPrompts = Array.from({ length: 4 }, (_, i) =>
   Array.from({ length: 70 }, (_, j) => ((13 * j + 41 * i) % 500) + 3),
@@ -95,8 +105,12 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
   let alone: Completion[] = [];
   let aloneLong: Completion[] = [];
   let aloneLogprobs: unknown[] = [];
+  let aloneChunk: number | undefined;
 
   before(async () => {
+    const served = await loadServedModel(path, { threads: 1 });
+    aloneChunk = mixedChunk(served);
+    await served.close();
     const one = await startTestServer(path, { slots: 1 });
     try {
       await one.ready;
@@ -116,6 +130,8 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
     const server = await startClusterServer({ nodes: 2, parallel: 'tp' }, 8);
     try {
       await server.ready;
+      // the nodes' kernels set the prompt piece, as one process's kernels set its own
+      assert.equal(mixedChunk(lastServed), aloneChunk);
       // greedy rows answered as token ids and logprobs rows as whole logits, in the same steps
       const [together, logprobs] = await Promise.all([
         Promise.all(prompts.map((p) => streamed(server.url, p, 12))),
