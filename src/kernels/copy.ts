@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
  */
 export const NATIVE_COPY_MIN = 8192;
 
-type Move = (dst: Uint8Array, src: Uint8Array, n: number) => unknown;
+type Move = (dst: ArrayBufferView, src: ArrayBufferView, n: number) => unknown;
 
 function loadMove(): Move | undefined {
   if (process.env.TANDEM_NATIVE_COPY === '0') return undefined;
@@ -44,5 +44,21 @@ export function copyBytes(dst: Uint8Array, at: number, src: Uint8Array): void {
   }
   if (at < 0 || at + n > dst.byteLength)
     throw new RangeError(`copyBytes: ${n} bytes at ${at} do not fit in ${dst.byteLength}`);
+  move(at === 0 ? dst : dst.subarray(at), src, n);
+}
+
+/**
+ * dst[at, at + src.length) = src for f32 views, `at` in elements (the ranges must not overlap):
+ * large copies through libc as copyBytes. The kernels' arenas are shared wasm memories, so
+ * every activation copied into or out of one takes this path.
+ */
+export function copyF32(dst: Float32Array, at: number, src: Float32Array): void {
+  const n = src.byteLength;
+  if (move === undefined || n < NATIVE_COPY_MIN) {
+    dst.set(src, at);
+    return;
+  }
+  if (at < 0 || at + src.length > dst.length)
+    throw new RangeError(`copyF32: ${src.length} floats at ${at} do not fit in ${dst.length}`);
   move(at === 0 ? dst : dst.subarray(at), src, n);
 }

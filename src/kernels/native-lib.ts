@@ -15,6 +15,8 @@ const mmArgs =
 export const nativePrototypes: Readonly<Record<string, string>> = {
   mm_q8_0: `void tk_mm_q8_0(uintptr_t base, ${mmArgs})`,
   mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
+  copy_rows:
+    'void tk_copy_rows(uintptr_t base, uintptr_t far, uint32_t off, int stride, int cols, int n, int in, int tid, int nt)',
 };
 
 /** Float, attention and SwiGLU kernels exist in AVX-512 and NEON builds; elsewhere the wasm ones run. */

@@ -97,6 +97,20 @@ export class ThreadPool {
     return pool;
   }
 
+  /** Whether the native library runs kernel `name` (a native-only kernel has no wasm export). */
+  runsNative(name: string): boolean {
+    return this.native?.fns[name] !== undefined;
+  }
+
+  /**
+   * The address of `view`'s first byte, for a native kernel that reaches memory outside the
+   * arenas (copy_rows); undefined without the native library. A JavaScript array's backing
+   * store does not move while the array lives, and the caller holds it through the run.
+   */
+  address(view: ArrayBufferView): number | undefined {
+    return this.native?.addr(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
+  }
+
   /** Registers a memory (arena index = registration order) and returns the caller's kernels on it. */
   addMemory(memory: WasmMemory): Record<string, KernelFn> {
     const instance = new wasmApi.Instance(this.module, { env: { memory } });

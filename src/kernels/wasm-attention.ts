@@ -4,6 +4,8 @@ import { checkAttention, checkKvStore } from './checks.js';
 import { op } from './wasm-module.js';
 import { own, WasmKvCache, type ArenaSlot, type WasmContext } from './wasm-handles.js';
 import type { AttentionParams, AttentionRowsParams, KvCache, KvCacheOptions } from './types.js';
+import { copyF32 } from './copy.js';
+import { rowsIn, rowsOut } from './wasm-rows.js';
 
 /*
  * The KV cache of the wasm/native kernels: K and V of each layer in one arena ([maxSeq,
@@ -45,14 +47,14 @@ export function kvStoreRun(
   const row = c.options.kvHeads * c.options.headDim;
   const len = n * row;
   if (c.options.type === 'f32') {
-    arena.f32.set(k.subarray(0, len), (c.k[layer]! >>> 2) + pos0 * row);
-    arena.f32.set(v.subarray(0, len), (c.v[layer]! >>> 2) + pos0 * row);
+    copyF32(arena.f32, (c.k[layer]! >>> 2) + pos0 * row, k.subarray(0, len));
+    copyF32(arena.f32, (c.v[layer]! >>> 2) + pos0 * row, v.subarray(0, len));
     return;
   }
   const tmp = arena.scratch(len * 4);
-  arena.f32.set(k.subarray(0, len), tmp >>> 2);
+  copyF32(arena.f32, tmp >>> 2, k.subarray(0, len));
   main.store_f16!(tmp, c.k[layer]! + pos0 * row * 2, len);
-  arena.f32.set(v.subarray(0, len), tmp >>> 2);
+  copyF32(arena.f32, tmp >>> 2, v.subarray(0, len));
   main.store_f16!(tmp, c.v[layer]! + pos0 * row * 2, len);
 }
 
@@ -72,7 +74,7 @@ export function attentionRun(
   const stride = align((p.pos0 + p.n) * 4, 64);
   const qBytes = align(len * 4, 64);
   const base = arena.scratch(2 * qBytes + stride * ctx.pool.threads);
-  arena.f32.set(q.subarray(0, len), base >>> 2);
+  rowsIn(ctx.pool, arena, base, q, 1, len);
   const scale = p.scale ?? 1 / Math.sqrt(headDim);
   const half = c.options.type === 'f16' ? 1 : 0;
   ctx.pool.run(
@@ -95,7 +97,7 @@ export function attentionRun(
     ],
     2 * p.n * p.heads * headDim * (p.pos0 + p.n),
   );
-  out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
+  rowsOut(ctx.pool, arena, base + qBytes, len, out, 1, len);
 }
 
 /**
@@ -163,7 +165,7 @@ export function attentionRowsRun(
   const stride = align(maxLen * 4, 64);
   const base = arena.scratch(2 * qBytes + tableBytes + stride * ctx.pool.threads);
   const table = base + 2 * qBytes;
-  arena.f32.set(q.subarray(0, len), base >>> 2);
+  rowsIn(ctx.pool, arena, base, q, 1, len);
   const words = new Uint32Array(arena.memory.buffer, table, 3 * n);
   for (let t = 0; t < n; t++) {
     const c = owned[t] as WasmKvCache;
@@ -190,5 +192,5 @@ export function attentionRowsRun(
     ],
     work,
   );
-  out.set(arena.f32.subarray((base + qBytes) >>> 2, ((base + qBytes) >>> 2) + len));
+  rowsOut(ctx.pool, arena, base + qBytes, len, out, 1, len);
 }

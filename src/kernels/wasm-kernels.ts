@@ -22,6 +22,7 @@ import {
 import { matmulPlusRowsRun, matmulRun, matmulSwigluRun, matvecRowsRun } from './wasm-matmul.js';
 import { RopeTables, ropeRun } from './wasm-rope.js';
 import { attentionRowsRun, attentionRun, createKvCacheIn, kvStoreRun } from './wasm-attention.js';
+import { rowsIn, rowsOut } from './wasm-rows.js';
 import {
   GgmlType,
   type AttentionParams,
@@ -287,12 +288,12 @@ export class WasmKernels implements Kernels {
     const xBytes = align(n * dim * 4, 64);
     const xp = arena.scratch(xBytes + align(dim * 4, 64));
     const wp = xp + xBytes;
-    arena.f32.set(x.subarray(0, n * dim), xp >>> 2);
+    rowsIn(this.pool, arena, xp, x, n, dim);
     arena.f32.set(weight, wp >>> 2);
     // about 2 multiply-adds an element: a decode step's few rows stay on this thread, where
     // waking the workers for microseconds of work costs more than it saves
     this.pool.run(arena.index, op.rms_norm, [xp, wp, xp, n, dim, Math.fround(eps)], n * dim * 2);
-    out.set(arena.f32.subarray(xp >>> 2, (xp >>> 2) + n * dim));
+    rowsOut(this.pool, arena, xp, dim, out, n, dim);
   }
 
   rope(x: Float32Array, positions: Int32Array, heads: number, params: RopeParams): void {
@@ -313,10 +314,10 @@ export class WasmKernels implements Kernels {
     const arena = slot.arena;
     const bytes = align(len * 4, 64);
     const g = arena.scratch(2 * bytes);
-    arena.f32.set(gate, g >>> 2);
-    arena.f32.set(up, (g + bytes) >>> 2);
+    rowsIn(this.pool, arena, g, gate, 1, len);
+    rowsIn(this.pool, arena, g + bytes, up, 1, len);
     this.pool.run(arena.index, op.swiglu, [g, g + bytes, g, len], len * 8);
-    out.set(arena.f32.subarray(g >>> 2, (g >>> 2) + len));
+    rowsOut(this.pool, arena, g, len, out, 1, len);
   }
 
   createKvCache(options: KvCacheOptions): KvCache {

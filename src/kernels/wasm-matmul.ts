@@ -4,6 +4,7 @@ import { op } from './wasm-module.js';
 import { swigluRef } from './ref/ops-ref.js';
 import { isK, isQ32, laneGroups, type WasmContext, type WasmWeight } from './wasm-handles.js';
 import { GEMM_TOKENS, GgmlType } from './types.js';
+import { rowsIn, rowsOut } from './wasm-rows.js';
 
 /*
  * The matmuls of the wasm/native kernels: x [n, cols] is copied into the weight's arena,
@@ -51,7 +52,7 @@ export function matmulRun(
   const xd = x16 + x16Bytes;
   const xs = xd + xdBytes;
   const yp = xs + xdBytes;
-  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  rowsIn(ctx.pool, arena, xf, x, n, cols);
   const tiles = w.rowsPad / 4;
   const work = n * w.rowsPad * cols;
   const pool = ctx.pool;
@@ -130,7 +131,7 @@ function matmulKv(
   const xq = xs + xdBytes;
   const bs = xq + xqBytes;
   const yp = bs + bsBytes;
-  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  rowsIn(ctx.pool, arena, xf, x, n, cols);
   if (n > 1) ctx.pool.run(arena.index, op.quant_part, [1, xf, n, cols, x16, xd, xs], n * cols);
   else main.quant_q8_k!(xf, n, cols, x16, xd, xs);
   ctx.pool.run(arena.index, op.kv_prep, [x16, n, cols, xq, bs, w.type], n * cols);
@@ -227,7 +228,7 @@ function matmulPrepared(
     const xt = xf + xfBytes;
     const dt = xt + xtBytes;
     const yp = dt + p.dtBytes(Math.ceil(n / p.group), cols);
-    arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+    rowsIn(ctx.pool, arena, xf, x, n, cols);
     ctx.pool.run(arena.index, p.tprep, [xf, n, cols, xt, dt], n * cols);
     ctx.pool.run(arena.index, p.mmt, [w.ptr, w.scales, cols, xt, dt, n, yp, ys, tiles], n * w.rowsPad * cols);
     copyOut(ctx, arena, yp, w, y, n, swiglu, ys);
@@ -237,7 +238,7 @@ function matmulPrepared(
   const xq = xf + xfBytes;
   const dx = xq + p.xBytes(n, cols);
   const yp = dx + p.dBytes(n, cols);
-  arena.f32.set(x.subarray(0, n * cols), xf >>> 2);
+  rowsIn(ctx.pool, arena, xf, x, n, cols);
   ctx.pool.run(arena.index, p.prep, [xf, n, cols, xq, dx], n * cols);
   ctx.pool.run(
     arena.index,
@@ -274,16 +275,13 @@ function copyOut(
   swiglu: Float32Array | undefined,
   stride = w.rowsPad,
 ): void {
-  const f32 = arena.f32;
-  const y0 = yp >>> 2;
   if (swiglu) {
     const half = w.rows / 2;
     ctx.pool.run(arena.index, op.swiglu_rows, [yp, stride, half, n], n * half * 8);
-    for (let t = 0; t < n; t++) swiglu.set(f32.subarray(y0 + t * stride, y0 + t * stride + half), t * half);
+    rowsOut(ctx.pool, arena, yp, stride, swiglu, n, half);
     return;
   }
-  if (stride === w.rows || n === 1) y.set(f32.subarray(y0, y0 + (n === 1 ? w.rows : n * w.rows)));
-  else for (let t = 0; t < n; t++) y.set(f32.subarray(y0 + t * stride, y0 + t * stride + w.rows), t * w.rows);
+  rowsOut(ctx.pool, arena, yp, stride, y, n, w.rows);
 }
 
 /**
@@ -374,7 +372,7 @@ function matmulPreparedPlusRows(
   const xq = dt + dtBytes;
   const dx = xq + xqBytes;
   const yp = dx + p.dBytes(rows, cols);
-  arena.f32.set(x.subarray(0, total * cols), xf >>> 2);
+  rowsIn(ctx.pool, arena, xf, x, total, cols);
   ctx.pool.run(arena.index, p.tprep, [xf, n, cols, xt, dt], n * cols);
   ctx.pool.run(arena.index, p.prep, [xf + n * cols * 4, rows, cols, xq, dx], rows * cols);
   ctx.pool.run(

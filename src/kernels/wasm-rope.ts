@@ -3,6 +3,7 @@ import { op } from './wasm-module.js';
 import { ropeAngles, ropeRef } from './ref/ops-ref.js';
 import type { WasmContext } from './wasm-handles.js';
 import type { RopeParams } from './types.js';
+import { rowsIn, rowsOut } from './wasm-rows.js';
 
 /** Rotary angles for positions 0..positions-1: [positions, ropeDim/2] each. */
 interface RopeTable {
@@ -82,7 +83,7 @@ export function ropeRun(
     const xp = arena.scratch(xBytes + n * 2 * half * 4);
     const cp = (xp + xBytes) >>> 2;
     const f32 = arena.f32;
-    f32.set(x.subarray(0, n * heads * hd), xp >>> 2);
+    rowsIn(ctx.pool, arena, xp, x, 1, n * heads * hd);
     for (let t = 0; t < n; t++) {
       const at = (positions[t] as number) * half;
       f32.set(table.cos.subarray(at, at + half), cp + 2 * t * half);
@@ -94,7 +95,7 @@ export function ropeRun(
       [xp, xp + xBytes, n, heads, hd, half, neox ? 1 : 0],
       n * heads * half * 8,
     );
-    x.set(f32.subarray(xp >>> 2, (xp >>> 2) + n * heads * hd));
+    rowsOut(ctx.pool, arena, xp, n * heads * hd, x, 1, n * heads * hd);
     return;
   }
   const fr = Math.fround;
