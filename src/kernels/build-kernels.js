@@ -97,7 +97,9 @@ export const nativeSourcesByArch = {
   x64: ['kernels.c', 'gemm-vnni.c', 'ops.c', 'kquant.c', 'kquant-gemm.c', 'q4-vnni.c', 'copy.c'].map((f) =>
     join(nativeDir, f),
   ),
-  arm64: ['kernels-neon.c', 'gemm-neon.c', 'ops-neon.c', 'kquant-neon.c', 'copy.c'].map((f) => join(nativeDir, f)),
+  arm64: ['kernels-neon.c', 'gemm-neon.c', 'ops-neon.c', 'kquant-neon.c', 'copy.c'].map((f) =>
+    join(nativeDir, f),
+  ),
 };
 export const nativeSources = nativeSourcesByArch.x64;
 
