@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyBytes, NATIVE_COPY_MIN, nativeCopy } from './copy.js';
+import { copyBytes, copyF32, NATIVE_COPY_MIN, nativeCopy } from './copy.js';
 
 test('copyBytes copies exactly the source into the destination at an offset, shared or not, small or large', () => {
   if (process.platform === 'linux') assert.ok(nativeCopy, 'libc is reachable through koffi on Linux');
@@ -33,4 +33,22 @@ test('copyBytes refuses a range that does not fit instead of writing past the vi
     backing.subarray(NATIVE_COPY_MIN).every((b) => b === 1),
     'the bytes past the view are untouched',
   );
+});
+
+test('copyF32 copies floats at an element offset into shared or plain memory, small or large, and refuses what does not fit', () => {
+  for (const shared of [false, true]) {
+    for (const n of [3, NATIVE_COPY_MIN / 4 - 1, NATIVE_COPY_MIN / 4, 70_001]) {
+      const backing = shared ? new SharedArrayBuffer(4 * (n + 40)) : new ArrayBuffer(4 * (n + 40));
+      const dst = new Float32Array(backing, 16).fill(-2);
+      const src = Float32Array.from({ length: n + 1 }, (_, i) => i * 0.25 - 7).subarray(1);
+      copyF32(dst, 5, src);
+      assert.deepEqual(dst.subarray(5, 5 + n), src, `${n} floats, shared ${shared}`);
+      assert.ok(dst.subarray(0, 5).every((v) => v === -2) && dst.subarray(5 + n).every((v) => v === -2));
+      assert.throws(() => copyF32(dst, dst.length - n + 1, src), RangeError, 'one float past the end');
+      assert.ok(
+        dst.subarray(5 + n).every((v) => v === -2),
+        'a refused copy writes nothing',
+      );
+    }
+  }
 });

@@ -49,8 +49,9 @@ export function copyBytes(dst: Uint8Array, at: number, src: Uint8Array): void {
 
 /**
  * dst[at, at + src.length) = src for f32 views, `at` in elements (the ranges must not overlap):
- * large copies through libc as copyBytes. The kernels' arenas are shared wasm memories, so
- * every activation copied into or out of one takes this path.
+ * large copies through libc as copyBytes. The kernels' arenas are shared wasm memories: the
+ * activations' copies that stay on the calling thread (wasm-rows.ts) and the KV stores take
+ * this path.
  */
 export function copyF32(dst: Float32Array, at: number, src: Float32Array): void {
   const n = src.byteLength;
