@@ -184,7 +184,8 @@ export class ClusterSlotModel {
     const plan = session.placement?.plan;
     if (!plan)
       throw new TandemError('CLUSTER_PROTOCOL', 'a serving step before load', { hint: 'load a model first' });
-    const { type, body } = stepMessage(step, session.onePass);
+    const needs = needsOf(step);
+    const { type, body } = stepMessage(step, session.onePass, needs);
     // the members' failures in the order they arrived: the first names the link that broke, later
     // ones may name a rank that closed its links on the abort below
     const failures: PromiseRejectedResult[] = [];
@@ -207,7 +208,7 @@ export class ClusterSlotModel {
       const link = brokenLink(failures);
       throw link ? new LinkDownError(link, error) : error;
     }
-    const rows = decodeRows(replies[logitsRank(plan)] ?? {}, needsOf(step), this.config.vocabSize);
+    const rows = decodeRows(replies[logitsRank(plan)] ?? {}, needs, this.config.vocabSize);
     for (const [seq, grow] of growth(step)) {
       seq.stale = false;
       seq.length += grow;
@@ -336,13 +337,16 @@ function growth(step: Step): [RemoteSequence, number][] {
   return out;
 }
 
-/** The control request of a step (sequence-wire.ts); `reset` names the sequences whose caches start over. */
-function stepMessage(step: Step, onePass: boolean): { type: string; body: Message } {
+/** The control request of a step (sequence-wire.ts) with its rows' needs (needsOf); `reset` names the sequences whose caches start over. */
+function stepMessage(
+  step: Step,
+  onePass: boolean,
+  needs: readonly LogitsNeed[],
+): { type: string; body: Message } {
   const { prefill, decode } = step;
   const reset = growth(step)
     .filter(([s]) => s.stale)
     .map(([s]) => s.id);
-  const needs = needsOf(step);
   if (prefill && decode)
     return {
       type: 'forward-mixed',

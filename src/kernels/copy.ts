@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { bytesOf } from './dtype.js';
 
 /**
  * Byte copies for the transports' hot paths. V8 copies into or out of a SharedArrayBuffer
@@ -11,7 +12,7 @@ import { createRequire } from 'node:module';
  */
 export const NATIVE_COPY_MIN = 8192;
 
-type Move = (dst: ArrayBufferView, src: ArrayBufferView, n: number) => unknown;
+type Move = (dst: Uint8Array, src: Uint8Array, n: number) => unknown;
 
 function loadMove(): Move | undefined {
   if (process.env.TANDEM_NATIVE_COPY === '0') return undefined;
@@ -54,12 +55,6 @@ export function copyBytes(dst: Uint8Array, at: number, src: Uint8Array): void {
  * this path.
  */
 export function copyF32(dst: Float32Array, at: number, src: Float32Array): void {
-  const n = src.byteLength;
-  if (move === undefined || n < NATIVE_COPY_MIN) {
-    dst.set(src, at);
-    return;
-  }
-  if (at < 0 || at + src.length > dst.length)
-    throw new RangeError(`copyF32: ${src.length} floats at ${at} do not fit in ${dst.length}`);
-  move(at === 0 ? dst : dst.subarray(at), src, n);
+  if (move === undefined || src.byteLength < NATIVE_COPY_MIN) dst.set(src, at);
+  else copyBytes(bytesOf(dst), at * 4, bytesOf(src));
 }

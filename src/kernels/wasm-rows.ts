@@ -70,8 +70,9 @@ function copyRows(
   }
   const f32 = arena.f32;
   const at = off >>> 2;
-  for (let t = 0; t < n; t += stride === cols ? n : 1) {
-    const rows = stride === cols ? n : 1;
+  // dense rows in one copy, else row by row
+  const rows = stride === cols ? n : 1;
+  for (let t = 0; t < n; t += rows) {
     const a = at + t * stride;
     if (into) copyF32(f32, a, view.subarray(t * cols, (t + rows) * cols));
     else copyF32(view, t * cols, f32.subarray(a, a + rows * cols));
