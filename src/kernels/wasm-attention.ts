@@ -13,6 +13,15 @@ import { rowsIn, rowsOut } from './wasm-rows.js';
  * threads of the pool.
  */
 
+/**
+ * Heads whose scores one native attention item holds at once (ATT_HEADS, attention-jobs.h): a
+ * thread's scratch is that many rows of one score per position, each 64-byte aligned.
+ */
+const ATT_HEADS = 4;
+
+/** Bytes of one thread's attention scratch for contexts up to `len` positions. */
+const scoresStride = (len: number): number => ATT_HEADS * align(len * 4, 64);
+
 /** A cache for `options` in the arena `slotFor` hands out for its bytes. */
 export function createKvCacheIn(slotFor: (bytes: number) => ArenaSlot, options: KvCacheOptions): KvCache {
   if (options.headDim % 4 !== 0) {
@@ -71,7 +80,7 @@ export function attentionRun(
   const { arena } = c.slot;
   const { kvHeads, headDim } = c.options;
   const len = p.n * p.heads * headDim;
-  const stride = align((p.pos0 + p.n) * 4, 64);
+  const stride = scoresStride(p.pos0 + p.n);
   const qBytes = align(len * 4, 64);
   const base = arena.scratch(2 * qBytes + stride * ctx.pool.threads);
   rowsIn(ctx.pool, arena, base, q, 1, len);
@@ -162,7 +171,7 @@ export function attentionRowsRun(
   const len = n * row;
   const qBytes = align(len * 4, 64);
   const tableBytes = align(n * 12, 64);
-  const stride = align(maxLen * 4, 64);
+  const stride = scoresStride(maxLen);
   const base = arena.scratch(2 * qBytes + tableBytes + stride * ctx.pool.threads);
   const table = base + 2 * qBytes;
   rowsIn(ctx.pool, arena, base, q, 1, len);

@@ -196,18 +196,25 @@ test('swiglu matches the reference (pooled, odd lengths, out aliasing gate)', as
 });
 
 for (const cacheType of ['f32', 'f16'] as const) {
+  // Groups of 3, 8 and 5 query heads a kv head (the native kernel takes them in chunks of 3,
+  // 4 + 4 and 2 + 3) and 1; contexts across several 16-position blocks and their tails.
   test(`attention over a ${cacheType} KV cache matches the reference (GQA, causal, prefill then decode, head sizes 12, 64, 128)`, async () => {
-    for (const [[backend, threads], headDim] of attentionCases.flatMap((c) =>
-      [12, 64, 128].map((hd) => [c, hd] as const),
+    const shapes = [
+      [6, 2],
+      [16, 2],
+      [10, 2],
+      [3, 3],
+    ] as const;
+    for (const [[backend, threads], headDim, [heads, kvHeads]] of attentionCases.flatMap((c) =>
+      [12, 64, 128].flatMap((hd) => shapes.map((s) => [c, hd, s] as const)),
     )) {
       const k = await kernels(backend, threads);
-      const opts = { layers: 2, kvHeads: 2, headDim, maxSeq: 40, type: cacheType };
+      const opts = { layers: 2, kvHeads, headDim, maxSeq: 60, type: cacheType };
       const cr = ref.createKvCache(opts);
       const cw = k.createKvCache(opts);
-      const heads = 6;
       let seed = 900;
       let pos = 0;
-      for (const n of [17, 1, 1, 5]) {
+      for (const n of [17, 1, 1, 5, 30]) {
         const kv = randomFloats(n * opts.kvHeads * opts.headDim, seed++);
         const vv = randomFloats(n * opts.kvHeads * opts.headDim, seed++);
         ref.kvStore(cr, 1, pos, kv, vv, n);
@@ -217,12 +224,14 @@ for (const cacheType of ['f32', 'f16'] as const) {
         const got = new Float32Array(q.length);
         ref.attention(cr, q, want, { layer: 1, heads, pos0: pos, n });
         k.attention(cw, q, got, { layer: 1, heads, pos0: pos, n });
-        // f16 values carry 11 significant bits: summation order moves results by more than for f32.
+        // f16 values carry 11 significant bits: a probability rounded to f16 after a different
+        // normalisation (e / sum against e * (1 / sum)) can land one f16 step (2^-11, ~4.9e-4
+        // relative) away, and over tens of positions such steps add up past 1e-4.
         assertClose(
           got,
           want,
-          cacheType === 'f16' ? 1e-4 : 1e-5,
-          `${backend} attention ${cacheType} hd=${headDim} pos0=${pos} n=${n} threads=${threads}`,
+          cacheType === 'f16' ? 5e-4 : 1e-5,
+          `${backend} attention ${cacheType} hd=${headDim} heads=${heads}/${kvHeads} pos0=${pos} n=${n} threads=${threads}`,
         );
         pos += n;
       }

@@ -95,6 +95,14 @@ static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, s
   }
 }
 
+// nh consecutive heads of one token that share the kv head at kvo (q at qo, out at oo, head j
+// at + j * hd), one at a time; scores of head j would go at scores + j * hs, one is enough here.
+static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                      float *scores, size_t hs, int nh, float *oo) {
+  (void)hs;
+  for (int j = 0; j < nh; j++) att_one(m, qo + (size_t)j * hd, k, v, kvo, rowStride, len, hd, scale, half, scores, oo + (size_t)j * hd);
+}
+
 #include "attention-jobs.h"
 
 // RMSNorm bit-identical to rmsNormRef (ops-ref.ts): f32 squares summed in f64 in order, each

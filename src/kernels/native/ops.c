@@ -50,44 +50,12 @@ static inline float softmax_scores(float *scores, int len) {
   return (float)(1.0 / _mm512_reduce_add_pd(sum2));
 }
 
-// One (token, head) item with hd = 16 * NC: q and the output accumulators stay in registers.
-static inline __attribute__((always_inline)) void att_item(const float *qo, const uint8_t *kb, const uint8_t *vb, size_t rowStride, int len, float scale,
-                                                           int half, float *scores, float *oo, const int NC) {
-  const size_t cs = half ? 32 : 64;
-  __m512 qv[NC];
-  for (int c = 0; c < NC; c++) {
-    qv[c] = _mm512_loadu_ps(qo + 16 * c);
-    if (half) qv[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(qv[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  for (int p = 0; p < len; p++) {
-    const uint8_t *kp = kb + (size_t)p * rowStride;
-    __m512 acc = _mm512_mul_ps(qv[0], load_kv16(kp, half));
-    for (int c = 1; c < NC; c++) acc = _mm512_fmadd_ps(qv[c], load_kv16(kp + c * cs, half), acc);
-    scores[p] = _mm512_reduce_add_ps(acc) * scale;
-  }
-  const float inv = softmax_scores(scores, len);
-  __m512 o[NC];
-  for (int c = 0; c < NC; c++) o[c] = _mm512_setzero_ps();
-  for (int p = 0; p < len; p++) {
-    float pv = scores[p] * inv;
-    if (half) pv = round_f16(pv);
-    const __m512 pw = _mm512_set1_ps(pv);
-    const uint8_t *vp = vb + (size_t)p * rowStride;
-    for (int c = 0; c < NC; c++) o[c] = _mm512_fmadd_ps(pw, load_kv16(vp + c * cs, half), o[c]);
-  }
-  for (int c = 0; c < NC; c++) _mm512_storeu_ps(oo + 16 * c, o[c]);
-}
-
 // One (token, head) item of a query row qo against K/V at k, v (kvo: the kv head's byte offset
 // inside a position's row) over positions 0..len-1, into oo; scores: len floats of scratch.
+// Any head size; att_heads takes 64 and 128 through att_group instead.
 static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
                     float *scores, float *oo) {
   const size_t es = half ? 2 : 4;
-  if (hd == 64 || hd == 128) {
-    if (hd == 64) att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 4);
-    else att_item(qo, m + k + kvo, m + v + kvo, rowStride, len, scale, half, scores, oo, 8);
-    return;
-  }
   const int nc = (hd + 15) / 16;
   float qr[nc * 16];
   float oa[nc * 16];
@@ -114,6 +82,110 @@ static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, s
     }
   }
   for (int i = 0; i < hd; i++) oo[i] = oa[i];
+}
+
+// Sixteen horizontal sums at once: lane i of the result is _mm512_reduce_add_ps(a[s]) for the
+// slot s = 4 * (i % 4) + i / 4, in that function's own tree (lanes j + 8, then j + 4, then
+// j + 2, then j + 1; GCC's avx512fintrin.h), so each sum has its bits. Float addition is
+// commutative, so which operand of a pair sits where does not matter; only the tree does.
+static inline __m512 reduce16(const __m512 a[16]) {
+  __m512 b[8], c[4], d[2];
+  for (int i = 0; i < 8; i++)
+    b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int i = 0; i < 4; i++)
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; i++)
+    d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// NH heads (q at qo + j * hd, out at oo + j * hd) that share one kv head, hd = 16 * NC, over
+// positions 0..len-1; head j's scores at scores + j * hs. Each head's arithmetic is that of the
+// head alone (the same products, chains and trees, so the same bits at any NH): q rounded to
+// f16 when the cache is, a score = reduce(q0 k0, then fmadd over the chunks) * scale, a
+// weight = f16(e * (1 / sum)), out = fmadd over the positions in order. What is shared is the memory work:
+// a block of 16 K rows is converted to f32 once for all NH heads and its 16 dot products per
+// head reduced together (reduce16), and each V row is converted once for PH heads at a time.
+static inline __attribute__((always_inline)) void att_group(const float *qo, const uint8_t *kb, const uint8_t *vb, size_t rowStride, int len, float scale,
+                                                            int half, float *scores, size_t hs, float *oo, const int NC, const int NH) {
+  const size_t cs = half ? 32 : 64;
+  const int PH = NH * NC <= 16 ? NH : 16 / NC;
+  float kf[16 * 16 * 8] __attribute__((aligned(64)));
+  for (int p0 = 0; p0 < len; p0 += 16) {
+    const int nb = len - p0 < 16 ? len - p0 : 16;
+    for (int i = 0; i < 16; i++)
+      for (int c = 0; c < NC; c++)
+        _mm512_store_ps(kf + (size_t)i * 16 * NC + 16 * c, i < nb ? load_kv16(kb + (size_t)(p0 + i) * rowStride + c * cs, half) : _mm512_setzero_ps());
+    const __mmask16 mk = nb == 16 ? 0xffff : (__mmask16)((1u << nb) - 1);
+    for (int j = 0; j < NH; j++) {
+      __m512 qv[8];
+      for (int c = 0; c < NC; c++) {
+        qv[c] = _mm512_loadu_ps(qo + (size_t)j * 16 * NC + 16 * c);
+        if (half) qv[c] = _mm512_cvtph_ps(_mm512_cvtps_ph(qv[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+      __m512 a[16];
+      for (int s = 0; s < 16; s++) {
+        const float *kr = kf + (size_t)(4 * (s & 3) + (s >> 2)) * 16 * NC;
+        a[s] = _mm512_mul_ps(qv[0], _mm512_load_ps(kr));
+        for (int c = 1; c < NC; c++) a[s] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kr + 16 * c), a[s]);
+      }
+      _mm512_mask_storeu_ps(scores + j * hs + p0, mk, _mm512_mul_ps(reduce16(a), _mm512_set1_ps(scale)));
+    }
+  }
+  // The weights scores * (1 / sum), rounded to f16 when the cache is, in place.
+  for (int j = 0; j < NH; j++) {
+    float *sj = scores + j * hs;
+    const __m512 inv = _mm512_set1_ps(softmax_scores(sj, len));
+    for (int p = 0; p < len; p += 16) {
+      const __mmask16 mk = len - p >= 16 ? 0xffff : (__mmask16)((1u << (len - p)) - 1);
+      __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, sj + p), inv);
+      if (half) w = _mm512_cvtph_ps(_mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      _mm512_mask_storeu_ps(sj + p, mk, w);
+    }
+  }
+  for (int j0 = 0; j0 < NH; j0 += PH) {
+    const int nh = NH - j0 < PH ? NH - j0 : PH;
+    __m512 o[4][8];
+    for (int j = 0; j < PH; j++)
+      for (int c = 0; c < NC; c++) o[j][c] = _mm512_setzero_ps();
+    for (int p = 0; p < len; p++) {
+      const uint8_t *vp = vb + (size_t)p * rowStride;
+      __m512 vv[8];
+      for (int c = 0; c < NC; c++) vv[c] = load_kv16(vp + c * cs, half);
+      for (int j = 0; j < PH; j++) {
+        if (j >= nh) break;
+        const __m512 pw = _mm512_set1_ps(scores[(j0 + j) * hs + p]);
+        for (int c = 0; c < NC; c++) o[j][c] = _mm512_fmadd_ps(pw, vv[c], o[j][c]);
+      }
+    }
+    for (int j = 0; j < nh; j++)
+      for (int c = 0; c < NC; c++) _mm512_storeu_ps(oo + (size_t)(j0 + j) * 16 * NC + 16 * c, o[j][c]);
+  }
+}
+
+// nh (1..ATT_HEADS) consecutive heads of one token that share the kv head at kvo: q at qo and
+// out at oo, head j at + j * hd; head j's scores at scores + j * hs.
+static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                      float *scores, size_t hs, int nh, float *oo) {
+  if (hd == 64 || hd == 128) {
+    const uint8_t *kb = m + k + kvo;
+    const uint8_t *vb = m + v + kvo;
+#define ATT_GROUP(NC)                                                                            \
+  switch (nh) {                                                                                  \
+    case 1: att_group(qo, kb, vb, rowStride, len, scale, half, scores, hs, oo, NC, 1); break;    \
+    case 2: att_group(qo, kb, vb, rowStride, len, scale, half, scores, hs, oo, NC, 2); break;    \
+    case 3: att_group(qo, kb, vb, rowStride, len, scale, half, scores, hs, oo, NC, 3); break;    \
+    default: att_group(qo, kb, vb, rowStride, len, scale, half, scores, hs, oo, NC, 4); break;   \
+  }
+    if (hd == 64) {
+      ATT_GROUP(4)
+    } else {
+      ATT_GROUP(8)
+    }
+#undef ATT_GROUP
+    return;
+  }
+  for (int j = 0; j < nh; j++) att_one(m, qo + (size_t)j * hd, k, v, kvo, rowStride, len, hd, scale, half, scores, oo + (size_t)j * hd);
 }
 
 #include "attention-jobs.h"
