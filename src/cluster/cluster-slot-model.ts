@@ -13,16 +13,60 @@ import type { Message } from './protocol.js';
 import type { ServingCluster } from './serving-cluster.js';
 
 /**
+ * What filled a sequence's caches, in order: a prompt chunk (an array of tokens), one decode
+ * step's token, or a cut back to the first `keep` positions (a reused prompt).
+ */
+type SequenceOp = number[] | number | { keep: number };
+
+/**
+ * The shortest history that fills the first `length` positions as `ops` left them: each op
+ * whose positions are still there, in order, and after one that only partly is, the cut back
+ * to where it ends. A kept position is then filled by the same forward, after the same ones,
+ * as it was (its bits depend on the forward's size class and what came before, not on later
+ * positions).
+ */
+function historyOf(ops: readonly SequenceOp[], length: number): SequenceOp[] {
+  // the positions each op still fills: [start, end) of the op's [start, start + its size)
+  const held: { op: number[] | number; start: number; end: number; size: number }[] = [];
+  const cut = (k: number): void => {
+    while (held.length > 0 && (held.at(-1) as { start: number }).start >= k) held.pop();
+    const last = held.at(-1);
+    if (last && last.end > k) last.end = k;
+  };
+  let at = 0;
+  for (const op of ops) {
+    if (typeof op === 'object' && !Array.isArray(op)) {
+      cut(op.keep);
+      at = op.keep;
+    } else {
+      const size = Array.isArray(op) ? op.length : 1;
+      held.push({ op, start: at, end: at + size, size });
+      at += size;
+    }
+  }
+  cut(length);
+  const out: SequenceOp[] = [];
+  for (const h of held) {
+    out.push(h.op);
+    if (h.end < h.start + h.size) out.push({ keep: h.end });
+  }
+  return out;
+}
+
+/**
  * A sequence as the coordinator sees it: an id every node keys its KV cache by, how many
  * positions those caches hold, and the forwards that filled them (to fill them again on other
- * nodes). Resetting it makes the next step start the nodes' caches over.
+ * nodes). Resetting it makes the next step start the nodes' caches over; truncating it makes
+ * the next step cut them back.
  */
 export class RemoteSequence {
   length = 0;
   /** The nodes' caches for this id start over at the next step that carries it. */
   stale = true;
-  /** The forwards that filled the caches, in order: a prompt chunk (an array) or one decode step's token. */
-  readonly ops: (number[] | number)[] = [];
+  /** The nodes' caches are cut back to this many positions at the next step that carries it. */
+  keep: number | undefined;
+  /** What filled the caches (SequenceOp), replayed in order on a new placement. */
+  readonly ops: SequenceOp[] = [];
 
   constructor(
     readonly id: number,
@@ -32,7 +76,28 @@ export class RemoteSequence {
   reset(): void {
     this.length = 0;
     this.stale = true;
+    this.keep = undefined;
     this.ops.length = 0;
+  }
+
+  /**
+   * Keeps the first `length` positions (a prompt that starts as this sequence's did): the
+   * nodes cut their caches at the next step, and the history becomes what a replay needs to
+   * fill those positions with the bits they have now (historyOf).
+   */
+  truncate(length: number): void {
+    if (!(Number.isInteger(length) && length >= 0 && length <= this.length))
+      throw new TandemError(
+        'CLUSTER_PROTOCOL',
+        `cannot cut sequence ${this.id} of ${this.length} positions back to ${length}`,
+        { hint: 'this is a bug: report it' },
+      );
+    if (length === this.length) return;
+    this.length = length;
+    if (!this.stale) this.keep = length;
+    const history = historyOf(this.ops, length);
+    this.ops.length = 0;
+    this.ops.push(...history);
   }
 }
 
@@ -211,6 +276,7 @@ export class ClusterSlotModel {
     const rows = decodeRows(replies[logitsRank(plan)] ?? {}, needs, this.config.vocabSize);
     for (const [seq, grow] of growth(step)) {
       seq.stale = false;
+      seq.keep = undefined;
       seq.length += grow;
     }
     return rows;
@@ -273,6 +339,7 @@ export class ClusterSlotModel {
     const live = [...this.sequences].filter((s) => s.ops.length > 0);
     for (const s of live) {
       s.stale = true;
+      s.keep = undefined;
       s.length = 0;
     }
     const rows = new Map<RemoteSequence, number[]>();
@@ -281,14 +348,15 @@ export class ClusterSlotModel {
       for (; i < s.ops.length && Array.isArray(s.ops[i]); i++)
         await this.send({ prefill: { seq: s, tokens: s.ops[i] as number[], need: 'none' } });
       const rest = s.ops.slice(i);
-      if (rest.some(Array.isArray)) {
-        // a chunk after a decode step: replay this sequence one forward at a time
-        for (const op of rest)
-          await this.send(
-            Array.isArray(op)
-              ? { prefill: { seq: s, tokens: op, need: 'none' } }
-              : { decode: { seqs: [s], tokens: [op], needs: ['none'] } },
-          );
+      if (rest.some((op) => typeof op !== 'number')) {
+        // a chunk or a cut after a decode step: replay this sequence one op at a time (a cut
+        // goes to the nodes with its next step, as it did the first time)
+        for (const op of rest) {
+          if (Array.isArray(op)) await this.send({ prefill: { seq: s, tokens: op, need: 'none' } });
+          else if (typeof op === 'number')
+            await this.send({ decode: { seqs: [s], tokens: [op], needs: ['none'] } });
+          else [s.length, s.keep] = [op.keep, s.stale ? undefined : op.keep];
+        }
       } else if (rest.length > 0) rows.set(s, rest as number[]);
     }
     for (let t = 0; ; t++) {
@@ -337,7 +405,10 @@ function growth(step: Step): [RemoteSequence, number][] {
   return out;
 }
 
-/** The control request of a step (sequence-wire.ts) with its rows' needs (needsOf); `reset` names the sequences whose caches start over. */
+/**
+ * The control request of a step (sequence-wire.ts) with its rows' needs (needsOf); `reset` names
+ * the sequences whose caches start over, `keep` those cut back first.
+ */
 function stepMessage(
   step: Step,
   onePass: boolean,
@@ -347,6 +418,10 @@ function stepMessage(
   const reset = growth(step)
     .filter(([s]) => s.stale)
     .map(([s]) => s.id);
+  const keep = growth(step)
+    .filter(([s]) => s.keep !== undefined)
+    .map(([s]) => [s.id, s.keep as number]);
+  const cuts = keep.length > 0 ? { keep } : {};
   if (prefill && decode)
     return {
       type: 'forward-mixed',
@@ -354,16 +429,20 @@ function stepMessage(
         prefill: { seq: prefill.seq.id, tokens: prefill.tokens },
         decode: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens },
         reset,
+        ...cuts,
         onePass,
         needs,
       },
     };
   if (prefill)
-    return { type: 'forward', body: { seqs: [prefill.seq.id], tokens: prefill.tokens, reset, needs } };
+    return {
+      type: 'forward',
+      body: { seqs: [prefill.seq.id], tokens: prefill.tokens, reset, ...cuts, needs },
+    };
   if (decode)
     return {
       type: 'forward-batch',
-      body: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens, reset, needs },
+      body: { seqs: decode.seqs.map((s) => s.id), tokens: decode.tokens, reset, ...cuts, needs },
     };
   throw new TandemError('CLUSTER_PROTOCOL', 'a serving step with no prompt piece and no decode row', {
     hint: 'this is a bug: report it',

@@ -24,7 +24,7 @@ export class NodeSequences {
   async step(m: Message): Promise<Message> {
     if (m.type === 'forward-mixed') return this.mixed(m);
     const r = parseForward(m, this.ctx.model.config.vocabSize);
-    for (const id of r.reset) this.cacheOf(id).reset();
+    this.prepare(r.reset, r.keep);
     const caches = r.seqs.map((id) => this.cacheOf(id));
     this.plan(r.needs);
     const rows = r.single
@@ -36,7 +36,7 @@ export class NodeSequences {
   /** A prompt piece of one sequence and a decode row of each of others in one step. */
   private async mixed(m: Message): Promise<Message> {
     const r = parseMixed(m, this.ctx.model.config.vocabSize);
-    for (const id of r.reset) this.cacheOf(id).reset();
+    this.prepare(r.reset, r.keep);
     this.plan(r.needs);
     const rows = await forwardMixedOnRank(
       this.ctx,
@@ -45,6 +45,24 @@ export class NodeSequences {
       r.onePass,
     );
     return this.answer(rows, r.needs);
+  }
+
+  /**
+   * Before a step: the caches it resets start over, and those it keeps are cut back to their
+   * first positions (checked first: a cache never holds fewer than the coordinator counts).
+   */
+  private prepare(reset: readonly number[], keep: readonly [number, number][]): void {
+    for (const [id, positions] of keep) {
+      const held = this.caches.get(id)?.length ?? 0;
+      if (positions > held)
+        throw new TandemError(
+          'CLUSTER_PROTOCOL',
+          `sequence ${id} holds ${held} positions here; the coordinator keeps ${positions}`,
+          { hint: 'this is a bug: report it with the serve log' },
+        );
+    }
+    for (const id of reset) this.cacheOf(id).reset();
+    for (const [id, positions] of keep) this.cacheOf(id).truncate(positions);
   }
 
   /**

@@ -26,15 +26,17 @@ function refused(parse: () => unknown, what: RegExp): void {
 }
 
 describe('forward-mixed', () => {
-  test('a well-formed step: the piece, the rows, the resets and the pass mode', () => {
+  test('a well-formed step: the piece, the rows, the resets, the cuts and the pass mode', () => {
     assert.deepEqual(parseMixed(mixed, VOCAB), {
       prefill: { seq: 1, tokens: [5, 6, 7] },
       decode: { seqs: [2, 3], tokens: [8, 9] },
       reset: [1],
+      keep: [],
       onePass: true,
       needs: ['logits', 'logits', 'logits'],
     });
     assert.deepEqual(parseMixed({ ...mixed, reset: undefined, onePass: false }, VOCAB).reset, []);
+    assert.deepEqual(parseMixed({ ...mixed, keep: [[3, 40]] }, VOCAB).keep, [[3, 40]]);
     const needs = ['none', 'argmax', 'logits'];
     assert.deepEqual(parseMixed({ ...mixed, needs }, VOCAB).needs, needs);
   });
@@ -52,6 +54,21 @@ describe('forward-mixed', () => {
       [{ decode: { seqs: [2, 2], tokens: [8, 9] } }, /one decode token per distinct sequence/],
       [{ decode: { seqs: [1, 3], tokens: [8, 9] } }, /sequence once/],
       [{ reset: [4] }, /reset names a sequence/],
+      [{ keep: [[4, 10]] }, /keep names a sequence/],
+      [{ keep: [[1, 10]] }, /keep names a sequence .* it resets/],
+      [
+        {
+          keep: [
+            [2, 10],
+            [2, 5],
+          ],
+        },
+        /keep names a sequence twice/,
+      ],
+      [{ keep: [[2, -1]] }, /keep \(\[sequence id, positions\] pairs\)/],
+      [{ keep: [[2, 1.5]] }, /keep \(/],
+      [{ keep: [2, 10] }, /keep \(/],
+      [{ keep: { 2: 10 } }, /keep \(/],
       [{ onePass: 'yes' }, /onePass/],
       [{ needs: ['logits', 'argmax'] }, /needs \(3 of/],
       [{ needs: ['logits', 'argmax', 'top'] }, /needs/],
@@ -68,8 +85,17 @@ describe('forward and forward-batch', () => {
       tokens: [1, 2, 3],
       single: true,
       reset: [],
+      keep: [],
       needs: ['logits'],
     });
+    assert.deepEqual(
+      parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2], keep: [[5, 30]] }, VOCAB).keep,
+      [[5, 30]],
+    );
+    refused(
+      () => parseForward({ type: 'forward', seqs: [4], tokens: [1], reset: [4], keep: [[4, 3]] }, VOCAB),
+      /keep names/,
+    );
     assert.deepEqual(
       parseForward({ type: 'forward-batch', seqs: [4, 5], tokens: [1, 2], needs: ['argmax', 'none'] }, VOCAB)
         .needs,

@@ -7,7 +7,9 @@ import type { Message } from './protocol.js';
  * The serving requests of the control channel. A coordinator names each sequence by an id;
  * every node keeps a KV cache per id. `forward` runs tokens of one sequence (a prompt chunk),
  * `forward-batch` one token of each of several sequences (a decode step), `forward-mixed` both
- * in one step (MixedRequest); `reset` lists the ids whose caches start over before the step.
+ * in one step (MixedRequest); `reset` lists the ids whose caches start over before the step, and
+ * `keep` pairs `[id, positions]` for caches cut back to their first positions before it (a
+ * prompt that starts as the slot's last one did: only the rest is prefilled).
  * `needs` says what the coordinator uses of each row's logits, in answer order (a mixed
  * step: the piece's last token's row first); absent, every row's logits. The node whose
  * rank returns logits answers `{ logits, argmax }`: the 'argmax' rows' token ids
@@ -22,6 +24,8 @@ export interface ForwardRequest {
   /** true: one sequence, all tokens (prefill); false: one token per sequence (decode). */
   single: boolean;
   reset: number[];
+  /** [id, positions]: the caches cut back to their first positions before the step. */
+  keep: [number, number][];
   /** One per answered row: the prefill's last token, or each decode row. */
   needs: LogitsNeed[];
 }
@@ -50,6 +54,20 @@ function ids(v: unknown, what: string, max: number): number[] {
   return v as number[];
 }
 
+/** A step's `keep` (absent: none): distinct sequences the step carries, none of them reset. */
+function keepOf(v: unknown, carried: readonly number[], reset: readonly number[]): [number, number][] {
+  if (v === undefined) return [];
+  const isPair = (x: unknown): x is [number, number] =>
+    Array.isArray(x) &&
+    x.length === 2 &&
+    x.every((n) => Number.isInteger(n) && (n as number) >= 0 && (n as number) <= 2 ** 31);
+  if (!Array.isArray(v) || !v.every(isPair)) throw bad('keep ([sequence id, positions] pairs)');
+  const seqs = v.map(([id]) => id);
+  if (new Set(seqs).size !== seqs.length || !seqs.every((id) => carried.includes(id) && !reset.includes(id)))
+    throw bad('keep names a sequence twice, one the step does not carry, or one it resets');
+  return v;
+}
+
 /** Checks a `forward` or `forward-batch` message once, at the edge. */
 export function parseForward(m: Message, vocab: number): ForwardRequest {
   const single = m.type === 'forward';
@@ -60,19 +78,21 @@ export function parseForward(m: Message, vocab: number): ForwardRequest {
   if (single ? seqs.length !== 1 : seqs.length !== tokens.length || new Set(seqs).size !== seqs.length)
     throw bad(single ? 'forward takes one sequence' : 'forward-batch takes one token per distinct sequence');
   if (!reset.every((id) => seqs.includes(id))) throw bad('reset names a sequence the step does not carry');
-  return { seqs, tokens, single, reset, needs: needsOf(m.needs, single ? 1 : seqs.length) };
+  const keep = keepOf(m.keep, seqs, reset);
+  return { seqs, tokens, single, reset, keep, needs: needsOf(m.needs, single ? 1 : seqs.length) };
 }
 
 /**
  * A `forward-mixed` step: a prompt piece of one sequence and one decode token of each of
  * others, which every node runs in one forward (forwardMixedOnRank). On the wire:
- * `{ prefill: { seq, tokens }, decode: { seqs, tokens }, reset, onePass }`.
+ * `{ prefill: { seq, tokens }, decode: { seqs, tokens }, reset, keep, onePass }`.
  */
 export interface MixedRequest {
   prefill: { seq: number; tokens: number[] };
   /** One token per sequence, tokens[t] at the next position of seqs[t]; none of them the prefill's. */
   decode: { seqs: number[]; tokens: number[] };
   reset: number[];
+  keep: [number, number][];
   /** Every rank of the placement runs the two in one pass (runsMixedInOnePass); false: the piece, then the rows. */
   onePass: boolean;
   /** The piece's row, then each decode row. */
@@ -100,7 +120,15 @@ export function parseMixed(m: Message, vocab: number): MixedRequest {
   if (!reset.every((id) => id === prefill.seq || decode.seqs.includes(id)))
     throw bad('reset names a sequence the step does not carry');
   if (typeof m.onePass !== 'boolean') throw bad('onePass is not a boolean');
-  return { prefill, decode, reset, onePass: m.onePass, needs: needsOf(m.needs, 1 + decode.seqs.length) };
+  const keep = keepOf(m.keep, [prefill.seq, ...decode.seqs], reset);
+  return {
+    prefill,
+    decode,
+    reset,
+    keep,
+    onePass: m.onePass,
+    needs: needsOf(m.needs, 1 + decode.seqs.length),
+  };
 }
 
 /** The logits rank's answer to a step: each row as its need asks. */

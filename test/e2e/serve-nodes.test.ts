@@ -60,6 +60,32 @@ const longPrompts = Array.from({ length: 4 }, (_, i) =>
   Array.from({ length: 70 }, (_, j) => ((13 * j + 41 * i) % 500) + 3),
 );
 
+/** A conversation's two prompts: the second re-sends the first and adds to it. */
+const conversation = ((base: number[]) => [
+  base,
+  [...base, ...base.slice(0, 25).map((t) => ((t * 7) % 500) + 3)],
+])(Array.from({ length: 60 }, (_, j) => ((29 * j + 11) % 500) + 3));
+
+/** A greedy completion of token ids (not streamed): its text and the prompt tokens it took from a slot. */
+async function completed(
+  url: string,
+  prompt: number[],
+  maxTokens: number,
+): Promise<{ text: string; cached: number }> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0 }),
+    signal: AbortSignal.timeout(60_000),
+  });
+  assert.equal(res.status, 200);
+  const body = (await res.json()) as {
+    choices: { text: string }[];
+    usage: { prompt_tokens_details?: { cached_tokens: number } };
+  };
+  return { text: body.choices[0]!.text, cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+}
+
 /** Serving steps that carried a prompt piece and decode rows in one request, from /v1/cluster. */
 async function mixedSteps(url: string): Promise<number> {
   const view = (await (await fetch(`${url}/v1/cluster`)).json()) as ClusterView;
@@ -105,6 +131,7 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
   let alone: Completion[] = [];
   let aloneLong: Completion[] = [];
   let aloneLogprobs: unknown[] = [];
+  let aloneConversation: string[] = [];
   let aloneChunk: number | undefined;
 
   before(async () => {
@@ -120,6 +147,8 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       for (const p of longPrompts) aloneLong.push(await streamed(one.url, p, 12));
       aloneLogprobs = [];
       for (const p of prompts.slice(0, 2)) aloneLogprobs.push(await withLogprobs(one.url, p, 12));
+      aloneConversation = [];
+      for (const p of conversation) aloneConversation.push((await completed(one.url, p, 12)).text);
     } finally {
       await one.close(0);
     }
@@ -157,6 +186,15 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       await reader.read();
       ac.abort();
       assert.deepEqual(await streamed(server.url, prompts[1]!, 12), alone[1]);
+      // a conversation: the members keep the first prompt's K/V, and the second prefills only what is new
+      const first = await completed(server.url, conversation[0]!, 12);
+      const second = await completed(server.url, conversation[1]!, 12);
+      assert.equal(first.cached, 0);
+      assert.ok(
+        second.cached >= 40,
+        `the second prompt took the first's start from the slot (${second.cached})`,
+      );
+      assert.deepEqual([first.text, second.text], aloneConversation);
     } finally {
       await server.close(0);
     }

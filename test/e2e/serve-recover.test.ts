@@ -12,7 +12,8 @@ import { makeTestModelFile, PROMPT } from './parallel-models.js';
 
 /*
  * A member lost while streams run: the coordinator re-places the model on the survivors,
- * replays every sequence, and the streams go on. With temperature 0 each text equals the
+ * replays every sequence (one of them a prompt that reused another's start in its slot), and
+ * the streams go on. With temperature 0 each text equals the
  * same prompt served alone by one process (tensor parallel gives one node's tokens on any
  * number of nodes, test/e2e/parallel-cluster.test.ts).
  */
@@ -25,7 +26,12 @@ before(async () => {
 });
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-const prompts = Array.from({ length: 4 }, (_, i) => PROMPT.map((t) => ((t + 53 * i) % 500) + 3));
+/** A first turn whose K/V stays in its slot: prompts[0] re-sends it and adds to it. */
+const firstTurn = Array.from({ length: 40 }, (_, j) => ((31 * j + 7) % 500) + 3);
+const prompts = [
+  [...firstTurn, ...PROMPT],
+  ...Array.from({ length: 3 }, (_, i) => PROMPT.map((t) => ((t + 53 * (i + 1)) % 500) + 3)),
+];
 const MAX_TOKENS = 24;
 
 async function stream(url: string, prompt: number[]): Promise<StreamedCompletion> {
@@ -74,6 +80,10 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
           before.members.map((m) => m.state),
           ['alive', 'alive', 'alive'],
         );
+        // the first turn runs alone; the streams begin with the turn that re-sends it, so the
+        // slot it takes is cut back to the first turn's start, and the replay must rebuild that
+        await stream(server.url, firstTurn);
+        steps = 0;
         const streams = prompts.map((p) => stream(server.url, p));
         const deadline = Date.now() + 30_000;
         while (steps < 4 * 6 && Date.now() < deadline) await sleep(5);
@@ -87,6 +97,10 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
           alone,
         );
         assert.ok(done.every((s) => s.completionTokens === MAX_TOKENS));
+        assert.ok(
+          (await metric(server.url, 'tandem:prompt_tokens_cached_total')) >= 30,
+          "the second turn took the first turn's start from its slot",
+        );
         const view = await clusterView(server.url);
         const replaced = view.events.find((e) => e.kind === 'replaced')?.atMs ?? NaN;
         const killedAtMs = Date.now() - (performance.now() - killedAt);
