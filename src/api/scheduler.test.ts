@@ -333,3 +333,16 @@ test('a new sequence takes the free slot that holds the longest start of its pro
   const next = await runCounted(s, [...b, ...promptOf(10, 14)], 2);
   assert.equal(next.cached, 30);
 });
+
+test('a sequence with nothing to reuse takes an empty slot, else the one used longest ago: the prompts kept for others go last', async () => {
+  const s = scheduler(opened.model, { slots: 2, maxQueue: 4 });
+  const [a, b, c] = [promptOf(11, 30), promptOf(12, 30), promptOf(13, 30)];
+  await runCounted(s, a, 2);
+  // b takes the empty slot, so a's prompt stays
+  await runCounted(s, b, 2);
+  assert.equal((await runCounted(s, [...a, ...promptOf(14, 14)], 2)).cached, 30);
+  // both slots hold a prompt now: c takes b's (used longer ago than a's longer version)
+  await runCounted(s, c, 2);
+  assert.equal((await runCounted(s, [...a, ...promptOf(14, 14), ...promptOf(15, 14)], 2)).cached, 44);
+  assert.equal((await runCounted(s, [...b, ...promptOf(16, 14)], 2)).cached, 0, "b's prompt was given up");
+});

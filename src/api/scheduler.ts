@@ -131,6 +131,8 @@ interface Slot {
   seq: Sequence | undefined;
   /** The prompt tokens whose K/V the cache holds from a prefill in the GEMM size class. */
   held: readonly number[];
+  /** When a sequence last took the slot (the scheduler's admission count). */
+  usedAt: number;
 }
 
 /** What waits in a slot or the queue, and when the server may answer again with a free place. */
@@ -148,7 +150,8 @@ const RETRY_AFTER_S = 1;
  *
  * Prompt reuse: where the cache can truncate, a slot keeps the K/V of its last prompt, and a
  * new sequence takes the free slot whose prompt shares the longest start with its own and is
- * prefilled from there. Only positions a prefill computed in the GEMM size class (a prompt of
+ * prefilled from there; a sequence with nothing to reuse takes a slot that holds no prompt, else
+ * the one used longest ago, so the prompts kept for others are given up last. Only positions a prefill computed in the GEMM size class (a prompt of
  * GEMM_TOKENS or more, cut by prefillPiece) are kept, and at least GEMM_TOKENS of the new prompt
  * are prefilled again, so every prompt position has the bits a fresh prefill would give (a
  * position's K/V depends on the tokens up to it and its size class only, not on the cut) and
@@ -160,6 +163,8 @@ export class Scheduler {
   private readonly queue: Sequence[] = [];
   private running = false;
   private closing = false;
+  /** Sequences admitted so far (each slot's usedAt is one of these). */
+  private admitted = 0;
   private idle: (() => void) | undefined;
 
   constructor(
@@ -170,6 +175,7 @@ export class Scheduler {
       cache: undefined,
       seq: undefined,
       held: [],
+      usedAt: 0,
     }));
   }
 
@@ -260,13 +266,15 @@ export class Scheduler {
       const seq = free.length > 0 ? this.queue.shift() : undefined;
       if (!seq) return;
       const prompt = seq.request.prompt;
-      // the free slot that holds the longest start of this prompt (the first free one if none)
+      // the free slot that holds the longest start of this prompt; with none, one that holds no
+      // prompt, else the one used longest ago: the prompts kept for others go last
       let slot = free[0] as Slot;
       let cached = 0;
       for (const s of free) {
         const n = s.cache?.truncate ? reusable(s.held, prompt) : 0;
-        if (n > cached) [slot, cached] = [s, n];
+        if (n > cached || (n === cached && cached === 0 && evictsBefore(s, slot))) [slot, cached] = [s, n];
       }
+      slot.usedAt = ++this.admitted;
       try {
         slot.cache ??= this.model.newSession({
           contextLength: this.options.contextLength,
@@ -456,6 +464,13 @@ function need(seq: Sequence): LogitsNeed {
 /** What the row of a prompt piece of `n` tokens needs: nothing before the last piece, whose row gives the first token. */
 function pieceNeed(seq: Sequence, n: number): LogitsNeed {
   return seq.prefilled + n === seq.request.prompt.length ? need(seq) : 'none';
+}
+
+/** Whether a free slot with nothing to reuse is taken before `other`: one holding no prompt, else the one used longer ago. */
+function evictsBefore(slot: Slot, other: Slot): boolean {
+  const empty = slot.held.length === 0;
+  if (empty !== (other.held.length === 0)) return empty;
+  return slot.usedAt < other.usedAt;
 }
 
 /**

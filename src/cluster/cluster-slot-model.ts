@@ -65,6 +65,11 @@ export class RemoteSequence {
   stale = true;
   /** The nodes' caches are cut back to this many positions at the next step that carries it. */
   keep: number | undefined;
+  /**
+   * The current placement does not hold this sequence's caches yet: a prompt kept in an idle
+   * slot is filled from `ops` before the next step that carries it, not when the cluster heals.
+   */
+  unplaced = false;
   /** What filled the caches (SequenceOp), replayed in order on a new placement. */
   readonly ops: SequenceOp[] = [];
 
@@ -77,6 +82,7 @@ export class RemoteSequence {
     this.length = 0;
     this.stale = true;
     this.keep = undefined;
+    this.unplaced = false;
     this.ops.length = 0;
   }
 
@@ -94,7 +100,7 @@ export class RemoteSequence {
       );
     if (length === this.length) return;
     this.length = length;
-    if (!this.stale) this.keep = length;
+    if (!this.stale && !this.unplaced) this.keep = length;
     const history = historyOf(this.ops, length);
     this.ops.length = 0;
     this.ops.push(...history);
@@ -230,6 +236,7 @@ export class ClusterSlotModel {
         // on every member now, between two steps), or one was lost (its placement runs)
         if (this.cluster.replanWanted || !this.cluster.placed || this.cluster.someLost())
           await this.rebuild();
+        for (const [seq] of growth(step)) if (seq.unplaced) await this.replayOne(seq);
         const rows = await this.send(step);
         // what replay runs again: a piece as a prompt chunk, a decode token as a batch row
         // (a mixed step gives each the bits of those, so the caches come back the same)
@@ -331,33 +338,28 @@ export class ClusterSlotModel {
   }
 
   /**
-   * Fills every sequence's caches on the new placement with the forwards that filled them:
-   * each sequence's prompt chunks, then the decode tokens of all sequences as batch rows, in
-   * step order (row t of each sequence in the t-th batch).
+   * Fills the sequences' caches on the new placement with the forwards that filled them: each
+   * sequence's prompt chunks, then the decode tokens of all sequences as batch rows, in step
+   * order (row t of each sequence in the t-th batch). A sequence whose history holds no decode
+   * token (a prompt kept in an idle slot, or one still being prefilled) is left unplaced and
+   * filled before its next step (replayOne), so that a heal does not wait for every kept
+   * prompt to be prefilled again.
    */
   private async replay(): Promise<void> {
     const live = [...this.sequences].filter((s) => s.ops.length > 0);
-    for (const s of live) {
-      s.stale = true;
-      s.keep = undefined;
-      s.length = 0;
-    }
     const rows = new Map<RemoteSequence, number[]>();
     for (const s of live) {
+      if (!s.ops.some((op) => typeof op === 'number')) {
+        s.unplaced = true;
+        continue;
+      }
+      [s.stale, s.keep, s.length, s.unplaced] = [true, undefined, 0, false];
       let i = 0;
       for (; i < s.ops.length && Array.isArray(s.ops[i]); i++)
         await this.send({ prefill: { seq: s, tokens: s.ops[i] as number[], need: 'none' } });
       const rest = s.ops.slice(i);
-      if (rest.some((op) => typeof op !== 'number')) {
-        // a chunk or a cut after a decode step: replay this sequence one op at a time (a cut
-        // goes to the nodes with its next step, as it did the first time)
-        for (const op of rest) {
-          if (Array.isArray(op)) await this.send({ prefill: { seq: s, tokens: op, need: 'none' } });
-          else if (typeof op === 'number')
-            await this.send({ decode: { seqs: [s], tokens: [op], needs: ['none'] } });
-          else [s.length, s.keep] = [op.keep, s.stale ? undefined : op.keep];
-        }
-      } else if (rest.length > 0) rows.set(s, rest as number[]);
+      if (rest.some((op) => typeof op !== 'number')) await this.replayOps(s, rest);
+      else if (rest.length > 0) rows.set(s, rest as number[]);
     }
     for (let t = 0; ; t++) {
       const batch = [...rows].filter(([, r]) => r.length > t);
@@ -369,6 +371,27 @@ export class ClusterSlotModel {
           needs: batch.map(() => 'none'),
         },
       });
+    }
+  }
+
+  /** Fills an unplaced sequence's caches from its history, one forward at a time. */
+  private async replayOne(s: RemoteSequence): Promise<void> {
+    [s.stale, s.keep, s.length] = [true, undefined, 0];
+    await this.replayOps(s, s.ops);
+    s.unplaced = false;
+  }
+
+  /**
+   * Runs `ops` for one sequence one at a time: a chunk as a prompt piece, a decode token as a
+   * one-row step (a lone token's bits), a cut sent with the sequence's next step as it was
+   * the first time.
+   */
+  private async replayOps(s: RemoteSequence, ops: readonly SequenceOp[]): Promise<void> {
+    for (const op of ops.slice()) {
+      if (Array.isArray(op)) await this.send({ prefill: { seq: s, tokens: op, need: 'none' } });
+      else if (typeof op === 'number')
+        await this.send({ decode: { seqs: [s], tokens: [op], needs: ['none'] } });
+      else [s.length, s.keep] = [op.keep, s.stale ? undefined : op.keep];
     }
   }
 }

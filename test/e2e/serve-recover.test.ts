@@ -28,6 +28,9 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 /** A first turn whose K/V stays in its slot: prompts[0] re-sends it and adds to it. */
 const firstTurn = Array.from({ length: 40 }, (_, j) => ((31 * j + 7) % 500) + 3);
+/** Another conversation's first turn, idle in its slot while the member is lost; then its second turn. */
+const otherTurn = Array.from({ length: 36 }, (_, j) => ((17 * j + 5) % 500) + 3);
+const otherNext = [...otherTurn, ...PROMPT.map((t) => t + 1), ...PROMPT.map((t) => t + 2)];
 const prompts = [
   [...firstTurn, ...PROMPT],
   ...Array.from({ length: 3 }, (_, i) => PROMPT.map((t) => ((t + 53 * (i + 1)) % 500) + 3)),
@@ -47,6 +50,7 @@ async function stream(url: string, prompt: number[]): Promise<StreamedCompletion
 
 describe('serving survives a lost member', { timeout: 240_000 }, () => {
   let alone: string[] = [];
+  let aloneOther = '';
 
   before(async () => {
     const one = await startTestServer(path, { slots: 1 });
@@ -54,6 +58,7 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
       await one.ready;
       alone = [];
       for (const p of prompts) alone.push((await stream(one.url, p)).text);
+      aloneOther = (await stream(one.url, otherNext)).text;
     } finally {
       await one.close(0);
     }
@@ -66,7 +71,7 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
         host: '127.0.0.1',
         port: 0,
         maxBodyBytes: 1 << 20,
-        slots: 4,
+        slots: 5,
         maxQueue: 8,
         // slow enough that the member is lost mid-stream
         stepHook: () => sleep(20).then(() => void steps++),
@@ -83,6 +88,8 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
         // the first turn runs alone; the streams begin with the turn that re-sends it, so the
         // slot it takes is cut back to the first turn's start, and the replay must rebuild that
         await stream(server.url, firstTurn);
+        // another conversation's first turn takes an empty slot and stays there, idle, through the loss
+        await stream(server.url, otherTurn);
         steps = 0;
         const streams = prompts.map((p) => stream(server.url, p));
         const deadline = Date.now() + 30_000;
@@ -120,6 +127,14 @@ describe('serving survives a lost member', { timeout: 240_000 }, () => {
         assert.equal(view.placement?.ranks.length, 2);
         // the healed cluster serves the next request as before
         assert.equal((await stream(server.url, prompts[0]!)).text, alone[0]);
+        // the idle slot's prompt, filled on the survivors only now that a turn reuses it
+        const cachedBefore = await metric(server.url, 'tandem:prompt_tokens_cached_total');
+        assert.equal((await stream(server.url, otherNext)).text, aloneOther);
+        assert.equal(
+          (await metric(server.url, 'tandem:prompt_tokens_cached_total')) - cachedBefore,
+          otherTurn.length,
+          "the second turn took the first turn's start from the idle slot",
+        );
         assert.equal((await fetch(`${server.url}/health`)).status, 200);
       } finally {
         if (victim !== undefined && signal === 'SIGSTOP') process.kill(victim, 'SIGCONT');
