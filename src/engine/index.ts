@@ -41,6 +41,7 @@ export {
   generate,
   maxTokensThatFit,
   greedy,
+  type CachePositions,
   type Forwarder,
   type GenerateOptions,
   type GenerateResult,

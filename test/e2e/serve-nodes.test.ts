@@ -200,7 +200,7 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
     }
   });
 
-  it('pipeline on 2 nodes: 6 concurrent greedy streams (2 with long prompts) each equal the prompt served alone', async () => {
+  it('pipeline on 2 nodes: 6 concurrent greedy streams (2 with long prompts) each equal the prompt served alone, and a conversation reuses its slot', async () => {
     const server = await startClusterServer({ nodes: 2, parallel: 'pp', provider: 'tcp' }, 4);
     try {
       await server.ready;
@@ -209,6 +209,11 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       );
       assert.deepEqual(together, [...alone.slice(0, 4), ...aloneLong.slice(0, 2)]);
       assert.ok((await mixedSteps(server.url)) > 0, 'prompts were prefilled beside running streams');
+      // every stage cuts its layers' K/V back for a reused slot
+      const first = await completed(server.url, conversation[0]!, 12);
+      const second = await completed(server.url, conversation[1]!, 12);
+      assert.ok(second.cached >= 40, `the second prompt took the first's start (${second.cached})`);
+      assert.deepEqual([first.text, second.text], aloneConversation);
     } finally {
       await server.close(0);
     }

@@ -1,13 +1,16 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { loadServedModel, type LocalServedModel } from '../../api/index.js';
+import { loadClusterServedModel, loadServedModel, type ServedModel } from '../../api/index.js';
+import type { SlotCache } from '../../api/scheduler.js';
+import { startingLine } from '../../cluster/index.js';
 import {
   Sampler,
   generate,
+  type CachePositions,
   type ChatMessage,
   type Forwarder,
   type SamplerOptions,
-  type SequenceCache,
 } from '../../engine/index.js';
+import type { ParallelKind } from '../../parallel/index.js';
 import { answerBudget, type AnswerStats, type ChatBackend } from './backend.js';
 
 export interface LocalBackendOptions {
@@ -20,6 +23,21 @@ export interface LocalBackendOptions {
   log: (line: string) => void;
 }
 
+export interface NodesBackendOptions {
+  nodes: number;
+  parallel: ParallelKind | 'auto';
+  provider: 'shm' | 'tcp' | 'rdma';
+  /** Compute threads per node. */
+  threads: number;
+  /** KV positions on every node; default the model's context length, at most 4096. */
+  context?: number;
+  sampling: SamplerOptions;
+  log: (line: string) => void;
+}
+
+/** A slot's cache as the chat drives it: positions, and cutting back to a shared start. */
+type ChatCache = SlotCache & CachePositions & { truncate(length: number): void };
+
 /** Length of the longest common start of two token lists. */
 export function commonPrefix(a: readonly number[], b: readonly number[]): number {
   const n = Math.min(a.length, b.length);
@@ -29,54 +47,89 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
 }
 
 /**
- * A model loaded in this process, as `tandem serve` loads it (its chat template, ChatML when
- * the file has none; its end-of-generation tokens; its context), answering through the
- * engine's generation loop as `tandem run` does. One KV cache lives across turns: the cache
- * holds the tokens in `cached`, and an answer prefills only the part of the new prompt after
- * the longest start it shares with them (the new turn, when the template renders the earlier
- * turns as before). Invariant: cache.length === cached.length.
+ * A model loaded as `tandem serve` loads it (its chat template, ChatML when the file has none;
+ * its end-of-generation tokens; its context): in this process, or split across local node
+ * processes (`--nodes N`, the serving path over a cluster: this process renders, tokenizes and
+ * samples, the nodes hold the shards and a KV cache for the conversation). Answers go through
+ * the engine's generation loop as `tandem run`'s do. One KV cache lives across turns: it holds
+ * the tokens in `cached`, and an answer prefills only the part of the new prompt after the
+ * longest start it shares with them (the new turn, when the template renders the earlier turns
+ * as before). Invariant: cache.length === cached.length.
  */
 export class LocalBackend implements ChatBackend {
-  readonly description: string;
   private cached: number[] = [];
   /**
    * The model's forward after a turn of the event loop: a forward on the native kernels may
    * resolve without ever yielding to I/O, and Ctrl-C (a key readline reads from stdin) must be
    * seen between two tokens to stop an answer.
    */
-  private readonly forwarder: Forwarder;
+  private readonly forwarder: Forwarder<ChatCache>;
 
   private constructor(
-    private readonly served: LocalServedModel,
-    private readonly cache: SequenceCache,
+    private readonly served: ServedModel,
+    private readonly cache: ChatCache,
     private readonly sampler: Sampler,
+    readonly description: string,
   ) {
     this.forwarder = {
       forward: async (tokens, cache) => {
         await nextTurn();
-        return served.model.forward(tokens, cache);
+        return (await served.model.forward(tokens, cache, 'logits')) as Float32Array;
       },
     };
-    const c = served.model.config;
-    this.description = `${served.name} (${c.arch}, ${c.blockCount} layers, context ${served.contextLength} tokens) on this machine`;
   }
 
   static async open(path: string, o: LocalBackendOptions): Promise<LocalBackend> {
-    const sampler = new Sampler(o.sampling);
     const served = await loadServedModel(path, {
       threads: o.threads,
       log: o.log,
       ...(o.context !== undefined ? { context: o.context } : {}),
     });
+    const c = served.model.config;
+    return LocalBackend.over(
+      served,
+      o.sampling,
+      `${served.name} (${c.arch}, ${c.blockCount} layers, context ${served.contextLength} tokens) on this machine`,
+      o.kvType,
+    );
+  }
+
+  /** The model split across `o.nodes` local node processes, as `tandem serve --nodes` runs it. */
+  static async openNodes(path: string, o: NodesBackendOptions): Promise<LocalBackend> {
+    o.log(startingLine(o.nodes, o.threads));
+    const served = await loadClusterServedModel(path, {
+      nodes: o.nodes,
+      parallel: o.parallel,
+      provider: o.provider,
+      threads: o.threads,
+      sequences: 1,
+      log: o.log,
+      ...(o.context !== undefined ? { context: o.context } : {}),
+    });
+    return LocalBackend.over(
+      served,
+      o.sampling,
+      `${served.name} across ${o.nodes} local nodes (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
+    );
+  }
+
+  private static over(
+    served: ServedModel,
+    sampling: SamplerOptions,
+    description: string,
+    kvType?: 'f32' | 'f16',
+  ): LocalBackend {
     try {
-      const cache = served.model.newSession({ contextLength: served.contextLength, kvType: o.kvType });
-      return new LocalBackend(served, cache, sampler);
+      const cache = served.model.newSession({
+        contextLength: served.contextLength,
+        ...(kvType !== undefined ? { kvType } : {}),
+      }) as ChatCache;
+      return new LocalBackend(served, cache, new Sampler(sampling), description);
     } catch (error) {
-      await served.close();
+      void served.close();
       throw error;
     }
   }
-
   async answer(
     messages: readonly ChatMessage[],
     maxTokens: number | undefined,

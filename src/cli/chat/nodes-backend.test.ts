@@ -5,7 +5,7 @@ import { chatPiped } from './testing.js';
 
 const path = tempModel('tandem-chat-nodes-', { arch: 'llama', shape: 'tiny', type: 'f32', seed: 5 });
 
-test('tandem chat --nodes 2: the same greedy conversation as the model loaded in one process', async () => {
+test('tandem chat --nodes 2: the same greedy conversation as the model loaded in one process, each turn prefilling only what is new', async () => {
   const lines = ['Hello', 'And then?', '/reset', 'And then?'];
   const args = ['--temperature', '0', '--max-tokens', '10'];
   const split = await chatPiped(
@@ -23,6 +23,14 @@ test('tandem chat --nodes 2: the same greedy conversation as the model loaded in
   // the history is sent: the same message answered with and without the first turn differs
   assert.notEqual(answers[1], answers[2]);
   assert.equal(split.stdout, one.stdout);
+  // the nodes keep the conversation's K/V: the second turn prefills only what is new, as one process does
+  const costs = (stderr: string): [number, number][] =>
+    [...stderr.matchAll(/prompt (\d+) tokens, (\d+) prefilled/g)].map((m) => [Number(m[1]), Number(m[2])]);
+  const prompts = costs(split.stderr);
+  assert.equal(prompts.length, 3, split.stderr);
+  const [tokens, prefilled] = prompts[1]!;
+  assert.ok(prefilled < tokens, `the second turn prefilled ${prefilled} of ${tokens} tokens`);
+  assert.deepEqual(prompts, costs(one.stderr));
 });
 
 test('tandem chat: --nodes with --url, and --parallel without --nodes, are usage errors', async () => {

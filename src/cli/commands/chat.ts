@@ -8,7 +8,6 @@ import type { ChatBackend } from '../chat/backend.js';
 import { ChatLoop } from '../chat/chat-loop.js';
 import { Conversation } from '../chat/conversation.js';
 import { LocalBackend } from '../chat/local-backend.js';
-import { NodesBackend } from '../chat/nodes-backend.js';
 import { checkLocalProvider } from '../provider-check.js';
 import { RemoteBackend } from '../chat/remote-backend.js';
 import { command as run, samplingOptions } from './run.js';
@@ -142,7 +141,7 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
   const context = options.context !== undefined ? { context: options.context } : {};
   if (options.nodes !== undefined) {
     await checkLocalProvider('chat', options.provider);
-    return NodesBackend.open(path, {
+    return LocalBackend.openNodes(path, {
       nodes: options.nodes,
       parallel: options.parallel ?? 'tp',
       provider: options.provider ?? 'shm',
@@ -170,10 +169,10 @@ export const command = defineCommand({
   description:
     "Loads the model (or, with --url, talks to a running `tandem serve`) and reads messages line by line; each answer is streamed as it is generated, from the whole conversation rendered in the model's chat template " +
     '(ChatML when the file has none), and a dim line after it gives its tokens, time to first token and tokens/s. ' +
-    'On this machine the KV cache is kept across turns, so each turn prefills only its new tokens. ' +
+    'The KV cache is kept across turns (on this machine, or on the nodes with --nodes), so each turn prefills only its new tokens. ' +
     'When the conversation no longer fits the context, the oldest turns are dropped (the system message stays) and the chat says so. ' +
     'Commands: /help, /reset (forget the conversation), /system TEXT (set the system message), /exit; Ctrl-D ends the chat, Ctrl-C stops an answer and, at the prompt, ends the chat. ' +
-    '--nodes N splits the model across N local node processes as `tandem run --nodes` does (each turn then prefills the whole conversation). ' +
+    '--nodes N splits the model across N local node processes as `tandem serve --nodes` does. ' +
     'Lines can be piped in as well (`printf "Hi\\n" | tandem chat`). ' +
     `Without MODEL and --url it chats with the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
   positionals: [

@@ -3,9 +3,15 @@ import { TandemError } from '../../errors/index.js';
 import type { SequenceCache } from '../kv/kv-cache.js';
 
 /** The part of a model the generation loop drives (a whole-model shard, or a distributed model). */
-export interface Forwarder {
+/** What the generation loop reads of a cache: positions filled, and how many it holds. */
+export interface CachePositions {
+  readonly length: number;
+  readonly contextLength: number;
+}
+
+export interface Forwarder<C extends CachePositions = SequenceCache> {
   /** Runs tokens at the cache's next positions; returns the logits of the last one. */
-  forward(tokens: ArrayLike<number>, cache: SequenceCache): Promise<Float32Array>;
+  forward(tokens: ArrayLike<number>, cache: C): Promise<Float32Array>;
 }
 
 /** Chooses the next token from logits; `history` is the prompt plus tokens generated so far. */
@@ -68,7 +74,7 @@ export function maxTokensThatFit(
   return room >= 1 ? Math.min(maxTokens, room) : maxTokens;
 }
 
-function checkPrompt(prompt: readonly number[], maxTokens: number, cache: SequenceCache): void {
+function checkPrompt(prompt: readonly number[], maxTokens: number, cache: CachePositions): void {
   if (prompt.length === 0) {
     throw new TandemError('GENERATE_PROMPT', 'the prompt has no tokens', {
       hint: 'pass --prompt with some text or --prompt-tokens with at least one id',
@@ -100,9 +106,9 @@ function checkPrompt(prompt: readonly number[], maxTokens: number, cache: Sequen
 }
 
 /** The generation loop: prefill the prompt, then pick and feed back one token at a time. */
-export async function generate(
-  model: Forwarder,
-  cache: SequenceCache,
+export async function generate<C extends CachePositions = SequenceCache>(
+  model: Forwarder<C>,
+  cache: C,
   prompt: readonly number[],
   options: GenerateOptions,
 ): Promise<GenerateResult> {
