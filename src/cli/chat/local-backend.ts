@@ -35,6 +35,20 @@ export interface NodesBackendOptions {
   log: (line: string) => void;
 }
 
+export interface HostsBackendOptions {
+  /** A hostfile of nodes started with `tandem node`. */
+  hosts: string;
+  secret: string;
+  parallel: ParallelKind | 'auto';
+  provider: 'shm' | 'tcp' | 'rdma';
+  /** Compute threads per node (default: each node's own). */
+  threads?: number;
+  /** KV positions on every node; default the model's context length, at most 4096. */
+  context?: number;
+  sampling: SamplerOptions;
+  log: (line: string) => void;
+}
+
 /** A slot's cache as the chat drives it: positions, and cutting back to a shared start. */
 type ChatCache = SlotCache & CachePositions & { truncate(length: number): void };
 
@@ -110,6 +124,26 @@ export class LocalBackend implements ChatBackend {
       served,
       o.sampling,
       `${served.name} across ${o.nodes} local nodes (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
+    );
+  }
+
+  /** The model split across the nodes of a hostfile (each running `tandem node`), as `tandem serve --hosts` runs it. */
+  static async openHosts(path: string, o: HostsBackendOptions): Promise<LocalBackend> {
+    const served = await loadClusterServedModel(path, {
+      hosts: o.hosts,
+      secret: o.secret,
+      parallel: o.parallel,
+      provider: o.provider,
+      sequences: 1,
+      log: o.log,
+      ...(o.threads !== undefined ? { threads: o.threads } : {}),
+      ...(o.context !== undefined ? { context: o.context } : {}),
+    });
+    const members = served.cluster?.().members.length ?? 0;
+    return LocalBackend.over(
+      served,
+      o.sampling,
+      `${served.name} across ${members} nodes of ${o.hosts} (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
     );
   }
 

@@ -1,5 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { launchLocalNodes } from '../../cluster/index.js';
 import { tempModel } from '../testing.js';
 import { chatPiped } from './testing.js';
 
@@ -33,9 +38,39 @@ test('tandem chat --nodes 2: the same greedy conversation as the model loaded in
   assert.deepEqual(prompts, costs(one.stderr));
 });
 
-test('tandem chat: --nodes with --url, and --parallel without --nodes, are usage errors', async () => {
+test('tandem chat --hosts: the nodes of a hostfile hold the conversation, with the answers of one process', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'tandem-chat-hosts-'));
+  const secret = randomBytes(24).toString('hex');
+  const nodes = await launchLocalNodes(2, { secret, threads: 1, once: false });
+  try {
+    const hosts = join(dir, 'hosts.txt');
+    writeFileSync(hosts, nodes.addresses.join('\n') + '\n');
+    const secretFile = join(dir, 'cluster.secret');
+    writeFileSync(secretFile, secret + '\n', { mode: 0o600 });
+    const lines = ['Hello', 'And then?'];
+    const args = ['--temperature', '0', '--max-tokens', '10'];
+    const split = await chatPiped(
+      [path(), '--hosts', hosts, '--secret-file', secretFile, ...args],
+      lines,
+      process.env,
+      120_000,
+    );
+    const one = await chatPiped([path(), '--threads', '1', ...args], lines);
+    assert.equal(split.code, 0, split.stderr);
+    assert.match(split.stderr, /chatting with model across 2 nodes of .*hosts\.txt \(--parallel tp over tcp/);
+    assert.equal(split.stdout, one.stdout);
+  } finally {
+    await nodes.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('tandem chat: --nodes with --url or --hosts, --parallel or --secret-file alone, and --secret are usage errors', async () => {
   for (const args of [
     [path(), '--nodes', '2', '--url', 'http://127.0.0.1:1'],
+    [path(), '--nodes', '2', '--hosts', 'hosts.txt'],
+    [path(), '--hosts', 'hosts.txt', '--secret', 'on-the-command-line'],
+    [path(), '--secret-file', 'cluster.secret'],
     [path(), '--parallel', 'pp'],
   ]) {
     const r = await chatPiped(args, ['Hello']);

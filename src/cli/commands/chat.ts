@@ -10,6 +10,8 @@ import { Conversation } from '../chat/conversation.js';
 import { LocalBackend } from '../chat/local-backend.js';
 import { checkLocalProvider } from '../provider-check.js';
 import { RemoteBackend } from '../chat/remote-backend.js';
+import { clusterChoice, clusterOptions } from '../cluster-options.js';
+import { clusterSecret, refuseSecretArgument, secretOptions } from '../secret.js';
 import { command as run, samplingOptions } from './run.js';
 
 // run's own definitions of the sampling and local-model options, so both commands say and check the same
@@ -62,8 +64,10 @@ const chatOptions = {
   },
   'kv-type': kvType,
   nodes,
+  hosts: clusterOptions.hosts,
   parallel,
   provider,
+  ...secretOptions,
 } as const;
 
 type ChatOptions = ParsedOptions<typeof chatOptions>;
@@ -94,30 +98,34 @@ function checkRemoteOptions(options: ChatOptions): void {
     );
 }
 
-/** Options that apply only with --nodes, or never with it: refused rather than ignored. */
-function checkNodesOptions(options: ChatOptions): void {
-  if (options.nodes === undefined) {
-    const given = (['parallel', 'provider'] as const).filter((k) => options[k] !== undefined);
-    if (given.length > 0)
-      throw usage(
-        `${given.map((k) => `--${k}`).join(', ')} ${given.length > 1 ? 'apply' : 'applies'} only with --nodes`,
-        'add --nodes N to split the model across local node processes, or drop them',
-      );
-    return;
+/**
+ * The split across nodes (--nodes or --hosts), checked once; options that apply only with it,
+ * or never with it, are refused rather than ignored. Undefined: the model loads here.
+ */
+function checkNodesOptions(options: ChatOptions): ReturnType<typeof clusterChoice> {
+  refuseSecretArgument('chat', options);
+  const choice = clusterChoice('chat', options);
+  if (choice === undefined) {
+    if (options['secret-file'] !== undefined)
+      throw usage('--secret-file applies only with --hosts', 'add --hosts FILE, or drop --secret-file');
+    return undefined;
   }
-  checkInteger('chat', 'nodes', options.nodes, 1, 64, 2);
   if (options.url !== undefined)
     throw usage(
-      '--nodes and --url both given',
-      'chat with a server through --url, or load the model here with --nodes N',
+      `${choice.nodes !== undefined ? '--nodes' : '--hosts'} and --url both given`,
+      'chat with a server through --url, or load the model on nodes with --nodes N or --hosts FILE',
     );
   if (options['kv-type'] !== kvType.default)
-    throw usage('--kv-type applies to a model loaded in this process', 'drop --kv-type with --nodes');
+    throw usage(
+      '--kv-type applies to a model loaded in this process',
+      'drop --kv-type with --nodes or --hosts',
+    );
+  return choice;
 }
 
 async function openBackend(model: string | undefined, options: ChatOptions): Promise<ChatBackend> {
   const log = (line: string): void => void process.stderr.write(`tandem chat: ${line}\n`);
-  checkNodesOptions(options);
+  const split = checkNodesOptions(options);
   if (options.url !== undefined) {
     checkRemoteOptions(options);
     const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
@@ -139,21 +147,32 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
     checkInteger('chat', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   const path = model ?? embeddedModelPath('chat');
   const context = options.context !== undefined ? { context: options.context } : {};
-  if (options.nodes !== undefined) {
+  if (split?.nodes !== undefined) {
     await checkLocalProvider('chat', options.provider);
     return LocalBackend.openNodes(path, {
-      nodes: options.nodes,
+      nodes: split.nodes,
       parallel: options.parallel ?? 'tp',
       provider: options.provider ?? 'shm',
       threads: checkThreads(
         'chat',
-        options.threads ?? Math.max(1, Math.floor(availableParallelism() / options.nodes)),
+        options.threads ?? Math.max(1, Math.floor(availableParallelism() / split.nodes)),
       ),
       sampling: sampling(options),
       log,
       ...context,
     });
   }
+  if (split?.hosts !== undefined)
+    return LocalBackend.openHosts(path, {
+      hosts: split.hosts,
+      secret: clusterSecret('chat', options),
+      parallel: options.parallel ?? 'tp',
+      provider: options.provider ?? 'tcp',
+      ...(options.threads !== undefined ? { threads: checkThreads('chat', options.threads) } : {}),
+      sampling: sampling(options),
+      log,
+      ...context,
+    });
   return LocalBackend.open(path, {
     threads: checkThreads('chat', options.threads ?? availableParallelism()),
     kvType: options['kv-type'],
@@ -169,10 +188,10 @@ export const command = defineCommand({
   description:
     "Loads the model (or, with --url, talks to a running `tandem serve`) and reads messages line by line; each answer is streamed as it is generated, from the whole conversation rendered in the model's chat template " +
     '(ChatML when the file has none), and a dim line after it gives its tokens, time to first token and tokens/s. ' +
-    'The KV cache is kept across turns (on this machine, or on the nodes with --nodes), so each turn prefills only its new tokens. ' +
+    'The KV cache is kept across turns (on this machine, or on the nodes with --nodes or --hosts), so each turn prefills only its new tokens. ' +
     'When the conversation no longer fits the context, the oldest turns are dropped (the system message stays) and the chat says so. ' +
     'Commands: /help, /reset (forget the conversation), /system TEXT (set the system message), /exit; Ctrl-D ends the chat, Ctrl-C stops an answer and, at the prompt, ends the chat. ' +
-    '--nodes N splits the model across N local node processes as `tandem serve --nodes` does. ' +
+    '--nodes N splits the model across N local node processes, --hosts FILE across the nodes of a hostfile (each running `tandem node`, with the cluster secret from --secret-file or TANDEM_SECRET), as `tandem serve` does. ' +
     'Lines can be piped in as well (`printf "Hi\\n" | tandem chat`). ' +
     `Without MODEL and --url it chats with the model that ships with tandem, ${EMBEDDED_MODEL.about}.`,
   positionals: [
@@ -186,6 +205,7 @@ export const command = defineCommand({
     'tandem chat',
     'tandem chat model.gguf --temperature 0.7 --system "You are terse."',
     'tandem chat model.gguf --nodes 2 --parallel pp',
+    'tandem chat model.gguf --hosts hosts.txt --secret-file ~/.config/tandem/cluster.secret',
     'tandem chat --url http://127.0.0.1:8080',
     'TANDEM_API_KEY=secret tandem chat --url http://10.0.0.2:8080 --max-tokens 512',
   ],
