@@ -62,6 +62,12 @@ export function toHttpError(error: unknown): HttpError {
         headers: {},
         body: body(error.message, 'authentication_error', null, 'invalid_api_key'),
       };
+    case 'API_CORS':
+      return {
+        status: 403,
+        headers: {},
+        body: body(message, 'permission_error', null, 'origin_not_allowed'),
+      };
     case 'API_NOT_FOUND':
       return {
         status: 404,

@@ -311,3 +311,56 @@ test('/health is 503 with Retry-After while the model loads (and so are the mode
     await loading.close(0);
   }
 });
+
+test("CORS: a listed origin's preflight is answered without the key and its answers (streams too) carry the origin; others get no grant", async () => {
+  const app = 'http://localhost:3000';
+  const cors = await startTestServer(path(), { slots: 1, apiKey: 'k', corsOrigins: [app] });
+  try {
+    await cors.ready;
+    const pre = await fetch(`${cors.url}/v1/chat/completions`, {
+      method: 'OPTIONS',
+      headers: {
+        origin: app,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type, x-stainless-os',
+      },
+    });
+    assert.equal(pre.status, 204);
+    assert.equal(pre.headers.get('access-control-allow-origin'), app);
+    assert.match(pre.headers.get('access-control-allow-methods') ?? '', /POST/);
+    assert.equal(
+      pre.headers.get('access-control-allow-headers'),
+      'authorization, content-type, x-stainless-os',
+    );
+    const body = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, stream: true });
+    const headers = { origin: app, authorization: 'Bearer k', 'content-type': 'application/json' };
+    const stream = await fetch(`${cors.url}/v1/chat/completions`, { method: 'POST', headers, body });
+    assert.equal(stream.status, 200);
+    assert.equal(stream.headers.get('access-control-allow-origin'), app);
+    assert.match(await stream.text(), /data: \[DONE\]/);
+    // the key still guards the route, and the refusal is readable by the page
+    const refused = await fetch(`${cors.url}/v1/models`, { headers: { origin: app } });
+    assert.equal(refused.status, 401);
+    assert.equal(refused.headers.get('access-control-allow-origin'), app);
+    // another origin: no grant on its answers, and its preflight is a 403 that names it
+    const other = await fetch(`${cors.url}/v1/models`, {
+      headers: { origin: 'http://evil.example', authorization: 'Bearer k' },
+    });
+    assert.equal(other.status, 200);
+    assert.equal(other.headers.get('access-control-allow-origin'), null);
+    const otherPre = await fetch(`${cors.url}/v1/models`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://evil.example', 'access-control-request-method': 'GET' },
+    });
+    assert.equal(otherPre.status, 403);
+    assert.match(((await otherPre.json()) as OpenAiErrorBody).error.message, /http:\/\/evil\.example/);
+  } finally {
+    await cors.close(0);
+  }
+  // without corsOrigins no answer carries a grant, and a preflight says how to allow one
+  const res = await fetch(`${server.url}/v1/models`, { headers: { origin: app } });
+  assert.equal(res.headers.get('access-control-allow-origin'), null);
+  const pre = await fetch(`${server.url}/v1/models`, { method: 'OPTIONS', headers: { origin: app } });
+  assert.equal(pre.status, 403);
+  assert.match(((await pre.json()) as OpenAiErrorBody).error.message, /--cors/);
+});

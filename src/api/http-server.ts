@@ -43,7 +43,18 @@ export interface ApiServerOptions {
   logger?: Logger;
   /** The built dashboard served at / (default: the package's build/web). */
   webRoot?: string;
+  /**
+   * Web pages of these origins (`scheme://host[:port]`, or `*` for any) may call the API from
+   * a browser: their requests' answers carry Access-Control-Allow-Origin and their preflight
+   * requests are answered. Default none: only the dashboard's own origin.
+   */
+  corsOrigins?: readonly string[];
 }
+
+/** Request headers a preflight allows when it names none (it names them: they are echoed, as clients' SDKs add their own). */
+const CORS_HEADERS = 'authorization, content-type, x-api-key';
+/** How long a browser may keep a preflight's answer (seconds). */
+const CORS_MAX_AGE_S = 600;
 
 /** Routes that run on the model, by method and path. */
 const modelRoutes: Record<string, RouteHandler> = {
@@ -182,13 +193,55 @@ export class ApiServer {
       );
   }
 
+  /**
+   * The Access-Control-Allow-Origin a request's Origin gets, or undefined when its page may
+   * not read the answer (no --cors, an origin not listed, or no Origin: not a browser's call
+   * across origins).
+   */
+  private allowedOrigin(req: IncomingMessage): string | undefined {
+    const origin = req.headers.origin;
+    const list = this.options.corsOrigins;
+    if (origin === undefined || list === undefined) return undefined;
+    if (list.includes('*')) return '*';
+    return list.includes(origin) ? origin : undefined;
+  }
+
+  /** A browser's preflight (OPTIONS): 204 with what the page may send, or 403 naming the origin. */
+  private preflight(req: IncomingMessage, res: ServerResponse, allowed: string | undefined): void {
+    if (allowed === undefined)
+      throw new TandemError(
+        'API_CORS',
+        `origin ${req.headers.origin ?? '(none)'} may not call this server from a browser`,
+        {
+          hint:
+            this.options.corsOrigins === undefined
+              ? 'start tandem serve with --cors ORIGIN (or --cors "*") to let web pages of that origin call it'
+              : `the allowed origins are ${this.options.corsOrigins.join(', ')}`,
+        },
+      );
+    res.writeHead(204, {
+      vary: 'Origin, Access-Control-Request-Headers',
+      'access-control-allow-methods': 'GET, POST, OPTIONS',
+      'access-control-allow-headers': req.headers['access-control-request-headers'] ?? CORS_HEADERS,
+      'access-control-max-age': String(CORS_MAX_AGE_S),
+    });
+    res.end();
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] as string;
     const route = `${req.method ?? 'GET'} ${path}`;
     const web = req.method === 'GET' && isWebPath(path);
+    const preflight = req.method === 'OPTIONS';
     const known = route in modelRoutes || infoRoutes.has(route) || web;
     // the dashboard's files count as one route: asset names would make a label per build
-    const label = web ? 'web' : known ? path : 'unknown';
+    const label = web ? 'web' : preflight ? 'preflight' : known ? path : 'unknown';
+    const allowed = this.allowedOrigin(req);
+    if (allowed !== undefined) {
+      res.setHeader('access-control-allow-origin', allowed);
+      res.setHeader('access-control-expose-headers', 'x-request-id, retry-after');
+      if (allowed !== '*') res.setHeader('vary', 'Origin');
+    }
     res.once('close', () => this.metrics.countRequest(label, res.statusCode));
     const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
     res.setHeader('x-request-id', trace.id);
@@ -197,6 +250,8 @@ export class ApiServer {
       if (!res.writableFinished) controller.abort();
     });
     try {
+      // a browser's preflight carries no key: it asks whether the real request may be sent
+      if (preflight) return this.preflight(req, res, allowed);
       if (route === 'GET /health') return this.health(res);
       // the page holds no data and asks for the key itself; what it shows comes from the API
       if (web) return await sendWebFile(res, this.options.webRoot ?? defaultWebRoot, path);

@@ -9,6 +9,7 @@ export const apiCodes = {
   API_BAD_REQUEST: 'invalid_argument',
   API_BODY_TOO_LARGE: 'invalid_argument',
   API_CANCELLED: 'remote',
+  API_CORS: 'invalid_usage',
   API_LOADING: 'system',
   API_NOT_FOUND: 'invalid_argument',
   API_QUEUE_FULL: 'system',

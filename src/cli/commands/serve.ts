@@ -90,6 +90,12 @@ export const command = defineCommand({
         'require this key on every route but /health (Authorization: Bearer KEY or X-Api-Key: KEY); default: TANDEM_API_KEY',
       placeholder: 'KEY',
     },
+    cors: {
+      type: 'string',
+      description:
+        "let web pages of these origins call the API from a browser, comma-separated (e.g. http://localhost:3000), or * for any; the key is still required where set (default: none, only the dashboard's own origin)",
+      placeholder: 'ORIGINS',
+    },
     'model-name': {
       type: 'string',
       description: 'the model id clients pass and /v1/models lists (default: the file name without .gguf)',
@@ -226,8 +232,13 @@ export const command = defineCommand({
         'for example --max-body 4M',
       );
     const apiKey = options['api-key'] ?? (process.env.TANDEM_API_KEY || undefined);
+    const corsOrigins = options.cors === undefined ? undefined : corsList(options.cors);
     const log = (line: string): void => void process.stderr.write(`tandem serve: ${line}\n`);
     const logger = createLogger(options['log-format'] ?? defaultLogFormat(process.stdout), 1);
+    if (!apiKey && corsOrigins?.includes('*'))
+      log(
+        'warning: --cors * without an API key: any web page open in a browser on a machine that reaches this port can use the model; pass --api-key KEY or name the origins',
+      );
     if (!apiKey && !isLoopback(options.host)) {
       log(
         `warning: listening on ${options.host} without an API key: anyone who can reach this port can use the model; pass --api-key KEY or set TANDEM_API_KEY`,
@@ -267,6 +278,7 @@ export const command = defineCommand({
       onBound: (url) => log(`bound ${url} (GET /health answers 503 until the model is loaded)`),
       logger,
       ...(apiKey ? { apiKey } : {}),
+      ...(corsOrigins ? { corsOrigins } : {}),
     });
     // beside the model's loading: powermetrics takes a sample or two to answer
     const power = openPowerMeter().then((probe) => {
@@ -328,4 +340,30 @@ function expertOptions(
       ? { rebalanceEverySeconds: checkInteger('serve', 'rebalance-experts', every, 1, 86_400, 60) }
       : {}),
   };
+}
+
+/** --cors: `*`, or origins (`scheme://host[:port]`, http or https, nothing after), comma-separated. */
+export function corsList(text: string): string[] {
+  const list = text
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x !== '');
+  const bad = list.filter((x) => {
+    if (x === '*') return false;
+    try {
+      const u = new URL(x);
+      return !(u.protocol === 'http:' || u.protocol === 'https:') || u.origin !== x;
+    } catch {
+      return true;
+    }
+  });
+  if (list.length === 0 || bad.length > 0)
+    throw new TandemError(
+      'CLI_USAGE',
+      `serve: --cors ${list.length === 0 ? 'names no origin' : `'${bad.join("', '")}' is not an origin`}`,
+      {
+        hint: 'give origins as a browser sends them, e.g. --cors http://localhost:3000,https://chat.example.org, or * for any',
+      },
+    );
+  return list;
 }
