@@ -1,6 +1,6 @@
 import { Sampler } from '../engine/index.js';
 import { TandemError, isTandemError } from '../errors/index.js';
-import { toHttpError } from './errors.js';
+import { badRequest, toHttpError } from './errors.js';
 import { tokenLogprob, type TokenLogprob } from './logprobs.js';
 import type { GenerationParams } from './openai-types.js';
 import type { RequestTrace } from './request-trace.js';
@@ -43,8 +43,17 @@ export function usage(o: GenerationOutcome): {
   };
 }
 
-/** The sampler for OpenAI's parameters: no top-k or min-p, penalties over the generated tokens only. */
-export function samplerFor(params: GenerationParams, contextLength: number): Sampler {
+/**
+ * The sampler for OpenAI's parameters: no top-k or min-p, penalties over the generated tokens
+ * only; a logit_bias token past the vocabulary is a 400 naming it.
+ */
+export function samplerFor(params: GenerationParams, contextLength: number, vocabSize: number): Sampler {
+  for (const id of params.logitBias.keys())
+    if (id >= vocabSize)
+      throw badRequest(
+        'logit_bias',
+        `'logit_bias' names token ${id}, past the model's vocabulary of ${vocabSize} tokens`,
+      );
   return new Sampler({
     temperature: params.topP === 0 ? 0 : params.temperature,
     topP: params.topP === 0 ? 1 : params.topP,
@@ -54,6 +63,7 @@ export function samplerFor(params: GenerationParams, contextLength: number): Sam
     repeatLastN: contextLength,
     presencePenalty: params.presencePenalty,
     frequencyPenalty: params.frequencyPenalty,
+    logitBias: params.logitBias,
     ...(params.seed !== undefined ? { seed: params.seed } : {}),
   });
 }
@@ -75,7 +85,7 @@ export function startGeneration(
   trace?: RequestTrace,
 ): Promise<GenerationOutcome> {
   const { tokenizer } = served;
-  const sampler = samplerFor(params, served.contextLength);
+  const sampler = samplerFor(params, served.contextLength, served.model.config.vocabSize);
   const decoder = tokenizer.streamDecoder();
   const stop = new StopText(params.stop);
   let pending: TokenLogprob[] = [];

@@ -172,6 +172,44 @@ test('openai client: a seed fixes the sampled text; penalties change a greedy te
   assert.notEqual(await ask({ temperature: 0, presence_penalty: 2 }), greedy);
 });
 
+test('openai client: logit_bias forces a token in greedy completions and chat streams; a token past the vocabulary is a 400 naming it', async () => {
+  const complete = (logit_bias: Record<string, number>): Promise<string> =>
+    client.completions
+      .create({ model: 'tiny', prompt: [1, 2, 3], max_tokens: 5, temperature: 0, logit_bias })
+      .then((r) => r.choices[0]?.text ?? '');
+  const detokenize = async (tokens: number[]): Promise<string> =>
+    (
+      (await (
+        await fetch(`${server.url}/detokenize`, {
+          method: 'POST',
+          headers: { 'x-api-key': 'k1', 'content-type': 'application/json' },
+          body: JSON.stringify({ tokens }),
+        })
+      ).json()) as { content: string }
+    ).content;
+  const forced = await detokenize([40, 40, 40, 40, 40]);
+  assert.ok(forced.length >= 5, `token 40 renders as text (${JSON.stringify(forced)})`);
+  assert.equal(await complete({ 40: 100 }), forced);
+  assert.notEqual(await complete({}), forced, 'the unbiased greedy text differs');
+  // the same bias through the chat route, streamed: every token the forced one
+  const stream = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 3,
+    temperature: 0,
+    logit_bias: { 40: 100 },
+    stream: true,
+  });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+  assert.equal(text, await detokenize([40, 40, 40]));
+  await assert.rejects(
+    complete({ 999999: 5 }),
+    (e: unknown) =>
+      e instanceof OpenAI.BadRequestError && /logit_bias/.test(e.message) && /vocabulary/.test(e.message),
+  );
+});
+
 test('openai client: aborting a stream cancels it (the server stops generating its tokens)', async () => {
   slowMs = 10;
   try {

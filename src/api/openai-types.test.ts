@@ -97,6 +97,19 @@ test('wrong types and values are 400s that name the field', () => {
     paramOf(() => parseChatRequest({ messages, presence_penalty: -2.5 })),
     'presence_penalty',
   );
+  for (const logit_bias of [[1], 'x', { a: 1 }, { '01': 1 }, { '-1': 1 }, { 5: 101 }, { 5: '1' }])
+    assert.equal(
+      paramOf(() => parseChatRequest({ messages, logit_bias })),
+      'logit_bias',
+      JSON.stringify(logit_bias),
+    );
+  assert.deepEqual(
+    [...parseChatRequest({ messages, logit_bias: { 5: -100, 12: 2.5 } }).logitBias],
+    [
+      [5, -100],
+      [12, 2.5],
+    ],
+  );
   assert.equal(
     paramOf(() => parseChatRequest({ messages: [] })),
     'messages',

@@ -27,6 +27,8 @@ export interface GenerationParams {
   stop: string[];
   presencePenalty: number;
   frequencyPenalty: number;
+  /** logit_bias: token id -> bias in [-100, 100], added to the logits before sampling (ids checked against the vocabulary later). */
+  logitBias: Map<number, number>;
   /** Alternatives to report per token (0..20), or undefined for no logprobs at all. */
   logprobs: number | undefined;
 }
@@ -122,7 +124,34 @@ function generationParams(body: Body, maxTokenFields: readonly string[]): Omit<G
     stop: stopStrings(body),
     presencePenalty: num(body, 'presence_penalty', -2, 2) ?? 0,
     frequencyPenalty: num(body, 'frequency_penalty', -2, 2) ?? 0,
+    logitBias: logitBias(body),
   };
+}
+
+/** logit_bias: an object of token ids (as strings, as JSON keys are) to numbers in [-100, 100]; at most 1024 entries. */
+function logitBias(body: Body): Map<number, number> {
+  const out = new Map<number, number>();
+  if (!present(body, 'logit_bias')) return out;
+  const v = body.logit_bias;
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw badRequest(
+      'logit_bias',
+      `'logit_bias' must be an object of token ids to biases, got ${JSON.stringify(v)}`,
+    );
+  const entries = Object.entries(v as Body);
+  if (entries.length > 1024)
+    throw badRequest('logit_bias', `'logit_bias' holds at most 1024 tokens, got ${entries.length}`);
+  for (const [key, bias] of entries) {
+    if (!/^(0|[1-9][0-9]{0,9})$/.test(key))
+      throw badRequest('logit_bias', `'logit_bias' keys must be token ids, got ${JSON.stringify(key)}`);
+    if (typeof bias !== 'number' || !Number.isFinite(bias) || bias < -100 || bias > 100)
+      throw badRequest(
+        'logit_bias',
+        `'logit_bias' values must be numbers in -100..100, got ${JSON.stringify(bias)} for token ${key}`,
+      );
+    out.set(Number(key), bias);
+  }
+  return out;
 }
 
 /** A message's content: a string, or text parts (`[{type: 'text', text}]`) joined. */

@@ -86,6 +86,18 @@ async function completed(
   return { text: body.choices[0]!.text, cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
+/** A greedy completion with token 7 pushed up by logit_bias: its rows need whole logits, not the argmax alone. */
+async function biased(url: string, prompt: number[]): Promise<string> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: 12, temperature: 0, logit_bias: { 7: 8 } }),
+    signal: AbortSignal.timeout(60_000),
+  });
+  assert.equal(res.status, 200);
+  return ((await res.json()) as { choices: { text: string }[] }).choices[0]!.text;
+}
+
 /** Serving steps that carried a prompt piece and decode rows in one request, from /v1/cluster. */
 async function mixedSteps(url: string): Promise<number> {
   const view = (await (await fetch(`${url}/v1/cluster`)).json()) as ClusterView;
@@ -132,6 +144,7 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
   let aloneLong: Completion[] = [];
   let aloneLogprobs: unknown[] = [];
   let aloneConversation: string[] = [];
+  let aloneBiased = '';
   let aloneChunk: number | undefined;
 
   before(async () => {
@@ -149,6 +162,7 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
       for (const p of prompts.slice(0, 2)) aloneLogprobs.push(await withLogprobs(one.url, p, 12));
       aloneConversation = [];
       for (const p of conversation) aloneConversation.push((await completed(one.url, p, 12)).text);
+      aloneBiased = await biased(one.url, prompts[0]!);
     } finally {
       await one.close(0);
     }
@@ -195,6 +209,9 @@ describe('serve over nodes', { timeout: 240_000 }, () => {
         `the second prompt took the first's start from the slot (${second.cached})`,
       );
       assert.deepEqual([first.text, second.text], aloneConversation);
+      // a logit_bias row is not greedy: the nodes answer its whole logits, and the bias moves its text
+      assert.notEqual(aloneBiased, alone[0]!.text);
+      assert.equal(await biased(server.url, prompts[0]!), aloneBiased);
     } finally {
       await server.close(0);
     }

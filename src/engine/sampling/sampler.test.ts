@@ -135,6 +135,35 @@ describe('Sampler', () => {
     assert.equal(u.sample(Float32Array.of(-1, -1.1, -0.9, -1.3)), 2);
   });
 
+  it('logit bias is added before anything else: -100 bans the argmax, +100 forces a token; with it the sampler is not greedy', () => {
+    const logits = Float32Array.of(2, 1.5, 1.2, -1);
+    assert.equal(new Sampler({ temperature: 0 }).greedy, true);
+    const ban = new Sampler({ temperature: 0, logitBias: new Map([[0, -100]]) });
+    assert.equal(ban.greedy, false);
+    assert.equal(ban.sample(logits), 1);
+    const force = new Sampler({
+      temperature: 1,
+      topK: 0,
+      topP: 1,
+      minP: 0,
+      logitBias: new Map([[3, 100]]),
+      seed: 3,
+    });
+    for (let i = 0; i < 20; i++) assert.equal(force.sample(logits), 3);
+    // the bias goes before the penalties: token 1 biased up, then penalised once
+    const both = new Sampler({ temperature: 0, logitBias: new Map([[1, 1]]), frequencyPenalty: 0.4 });
+    both.accept(1);
+    assert.equal(both.sample(logits), 1); // 1.5 + 1 - 0.4 = 2.1 > 2
+    // a bias past the logits' length changes nothing; the logits themselves are not written
+    assert.equal(new Sampler({ temperature: 0, logitBias: new Map([[9, 100]]) }).sample(logits), 0);
+    assert.deepEqual([...logits], [2, 1.5, 1.2000000476837158, -1]);
+    for (const bad of [new Map([[0, 101]]), new Map([[-1, 1]]), new Map([[1.5, 1]]), new Map([[0, NaN]])])
+      assert.throws(
+        () => new Sampler({ logitBias: bad }),
+        (e) => isTandemError(e, 'SAMPLER_PARAMS'),
+      );
+  });
+
   it('presence and frequency penalties subtract per token seen and per occurrence, within the window', () => {
     const logits = Float32Array.of(2, 1.5, 1.2, -1);
     const presence = new Sampler({ temperature: 0, presencePenalty: 0.6 });

@@ -27,6 +27,11 @@ export interface SamplerOptions {
   frequencyPenalty?: number;
   /** Fixes the random sequence; default a random seed (see `seed`). */
   seed?: number;
+  /**
+   * Added to the logits of these token ids before anything else (OpenAI's logit_bias, llama.cpp's
+   * --logit-bias): each in [-100, 100]; -100 all but bans a token, 100 all but forces it.
+   */
+  logitBias?: ReadonlyMap<number, number>;
 }
 
 /** The candidates left after filtering, most likely first, with their final probabilities. */
@@ -67,6 +72,7 @@ export class Sampler {
   readonly presencePenalty: number;
   readonly frequencyPenalty: number;
   readonly seed: number;
+  readonly logitBias: ReadonlyMap<number, number>;
   private readonly rng: Rng;
   private history: number[] = [];
 
@@ -94,15 +100,22 @@ export class Sampler {
     const seed = options.seed ?? randomInt(2 ** 32);
     this.seed = check('seed', seed, Number.isSafeInteger(seed) && seed >= 0, 'an integer >= 0');
     this.rng = new Rng(seed % 2 ** 32);
+    const bias = options.logitBias ?? new Map<number, number>();
+    for (const [id, b] of bias) {
+      check('logitBias token id', id, Number.isInteger(id) && id >= 0, 'an integer token id >= 0');
+      check(`logitBias[${id}]`, b, b >= -100 && b <= 100, 'a number in [-100, 100]');
+    }
+    this.logitBias = new Map(bias);
   }
 
-  /** Whether `sample` is greedyPick of the raw logits: temperature 0 and no penalties. */
+  /** Whether `sample` is greedyPick of the raw logits: temperature 0, no penalties, no bias. */
   get greedy(): boolean {
     return (
       this.temperature === 0 &&
       this.repeatPenalty === 1 &&
       this.presencePenalty === 0 &&
-      this.frequencyPenalty === 0
+      this.frequencyPenalty === 0 &&
+      this.logitBias.size === 0
     );
   }
 
@@ -161,12 +174,14 @@ export class Sampler {
     return { ids, probs: softmax(ids, z, this.temperature) };
   }
 
-  /** Logits with the penalties applied, validated (a copy when changed). */
+  /** Logits with the bias, then the penalties applied, validated (a copy when changed). */
   private penalized(logits: Float32Array): Float32Array {
     checkLogits(logits);
     const none = this.repeatPenalty === 1 && this.presencePenalty === 0 && this.frequencyPenalty === 0;
-    if (none || this.repeatLastN === 0 || this.history.length === 0) return logits;
-    const out = Float32Array.from(logits);
+    const biased = this.logitBias.size > 0 ? Float32Array.from(logits) : logits;
+    for (const [id, b] of this.logitBias) if (id < biased.length) biased[id] = (biased[id] as number) + b;
+    if (none || this.repeatLastN === 0 || this.history.length === 0) return biased;
+    const out = biased === logits ? Float32Array.from(logits) : biased;
     const counts = new Map<number, number>();
     for (const id of this.history.slice(-this.repeatLastN)) counts.set(id, (counts.get(id) ?? 0) + 1);
     for (const [id, count] of counts) {
