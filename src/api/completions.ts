@@ -38,6 +38,12 @@ export async function completions(ctx: RouteContext): Promise<void> {
     model: ctx.served.name,
   };
   const wantLogprobs = request.logprobs !== undefined;
+  // with echo the prompt's text comes first: as sent, or its ids decoded
+  let echoed = request.echo
+    ? typeof request.prompt === 'string'
+      ? request.prompt
+      : ctx.served.tokenizer.decode(prompt)
+    : '';
   const g = { ctx, prompt, maxTokens, params: request };
   if (!request.stream) {
     const { text, entries, outcome } = await collectGeneration(g);
@@ -45,7 +51,7 @@ export async function completions(ctx: RouteContext): Promise<void> {
       ...head,
       choices: [
         {
-          text,
+          text: echoed + text,
           index: 0,
           logprobs: wantLogprobs ? legacyLogprobs(entries, 0) : null,
           finish_reason: outcome.finishReason,
@@ -60,13 +66,16 @@ export async function completions(ctx: RouteContext): Promise<void> {
   const ran = await streamGeneration(g, (stream, d) => {
     const logprobs = wantLogprobs ? legacyLogprobs(d.logprobs, offset) : null;
     offset += d.text.length;
-    stream.send({ ...head, choices: [{ text: d.text, index: 0, logprobs, finish_reason: null }], ...extra });
+    const text = echoed + d.text;
+    echoed = '';
+    stream.send({ ...head, choices: [{ text, index: 0, logprobs, finish_reason: null }], ...extra });
   });
   if (!ran) return;
   const { stream, outcome } = ran;
+  // a completion that wrote no text still echoes its prompt, in its last chunk
   stream.send({
     ...head,
-    choices: [{ text: '', index: 0, logprobs: null, finish_reason: outcome.finishReason }],
+    choices: [{ text: echoed, index: 0, logprobs: null, finish_reason: outcome.finishReason }],
     ...extra,
   });
   if (request.includeUsage) stream.send({ ...head, choices: [], usage: usage(outcome) });

@@ -168,6 +168,29 @@ test('a completion stream over token ids: text_completion chunks, then [DONE]', 
   assert.equal(text, (await greedyAlone([11, 12, 13], 6)).text);
 });
 
+test('echo: the prompt (as sent, or its ids decoded) comes before the completion, whole and streamed', async () => {
+  const alone = (await greedyAlone([11, 12, 13], 4)).text;
+  const decoded = engine.tokenizer!.decode([11, 12, 13]);
+  const whole = (await (
+    await post('/v1/completions', { prompt: [11, 12, 13], max_tokens: 4, temperature: 0, echo: true })
+  ).json()) as { choices: { text: string }[] };
+  assert.equal(whole.choices[0]!.text, decoded + alone);
+  const data = await events(
+    await post('/v1/completions', {
+      prompt: 'Once upon',
+      max_tokens: 4,
+      temperature: 0,
+      echo: true,
+      stream: true,
+    }),
+  );
+  const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as Chunk);
+  const text = chunks.map((c) => c.choices[0]!.text as string).join('');
+  assert.ok(text.startsWith('Once upon'), text);
+  assert.ok(text.length > 'Once upon'.length, 'the completion follows the echoed prompt');
+  assert.equal((await post('/v1/completions', { prompt: 'a', echo: true, logprobs: 1 })).status, 400);
+});
+
 test('a failure after streaming began is one error event, then the stream closes without [DONE]', async () => {
   failAt = 3;
   const res = await post('/v1/chat/completions', {

@@ -97,6 +97,19 @@ test('wrong types and values are 400s that name the field', () => {
     paramOf(() => parseChatRequest({ messages, presence_penalty: -2.5 })),
     'presence_penalty',
   );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: 'a', echo: true, logprobs: 1 })),
+    'echo',
+  );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: 'a', best_of: 2 })),
+    'best_of',
+  );
+  assert.equal(
+    paramOf(() => parseCompletionRequest({ prompt: 'a', suffix: 'b' })),
+    'suffix',
+  );
+  assert.equal(parseCompletionRequest({ prompt: 'a', echo: true, best_of: 1, suffix: '' }).echo, true);
   for (const logit_bias of [[1], 'x', { a: 1 }, { '01': 1 }, { '-1': 1 }, { 5: 101 }, { 5: '1' }])
     assert.equal(
       paramOf(() => parseChatRequest({ messages, logit_bias })),

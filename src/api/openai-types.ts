@@ -40,6 +40,8 @@ export interface ChatRequest extends GenerationParams {
 export interface CompletionRequest extends GenerationParams {
   /** Text to tokenize, or token ids taken as they are. */
   prompt: string | number[];
+  /** The prompt's text comes back before the completion's (`echo`). */
+  echo: boolean;
 }
 
 function present(body: Body, name: string): boolean {
@@ -220,12 +222,25 @@ function prompt(body: Body): string | number[] {
 
 export function parseCompletionRequest(value: unknown): CompletionRequest {
   const body = asBody(value, 'completion');
-  return {
-    ...generationParams(body, ['max_tokens']),
-    prompt: prompt(body),
-    // the legacy route's logprobs is the count of alternatives itself (0..5)
-    logprobs: num(body, 'logprobs', 0, 5, true),
-  };
+  // the legacy route's logprobs is the count of alternatives itself (0..5)
+  const logprobs = num(body, 'logprobs', 0, 5, true);
+  const echo = bool(body, 'echo') ?? false;
+  if (echo && logprobs !== undefined)
+    throw badRequest(
+      'echo',
+      "'echo' with 'logprobs' is not supported: the prompt's own logprobs are not computed",
+      "drop 'logprobs', or 'echo' and prepend the prompt yourself",
+    );
+  const bestOf = num(body, 'best_of', 1, Number.MAX_SAFE_INTEGER, true);
+  if (bestOf !== undefined && bestOf !== 1)
+    throw badRequest(
+      'best_of',
+      `'best_of' must be 1: this server returns one completion per request (got ${bestOf})`,
+    );
+  const suffix = str(body, 'suffix');
+  if (suffix !== undefined && suffix !== '')
+    throw badRequest('suffix', "'suffix' is not supported: this server completes text at its end only");
+  return { ...generationParams(body, ['max_tokens']), prompt: prompt(body), logprobs, echo };
 }
 
 /** POST /tokenize: `{content, add_special?}` as llama-server takes it. */
