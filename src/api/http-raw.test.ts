@@ -371,6 +371,7 @@ test("CORS: a listed origin's preflight is answered without the key and its answ
     });
     assert.equal(other.status, 200);
     assert.equal(other.headers.get('access-control-allow-origin'), null);
+    assert.equal(other.headers.get('vary'), 'Origin', 'an answer that depends on the origin says so');
     const otherPre = await fetch(`${cors.url}/v1/models`, {
       method: 'OPTIONS',
       headers: { origin: 'http://evil.example', 'access-control-request-method': 'GET' },

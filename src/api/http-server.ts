@@ -240,8 +240,10 @@ export class ApiServer {
     if (allowed !== undefined) {
       res.setHeader('access-control-allow-origin', allowed);
       res.setHeader('access-control-expose-headers', 'x-request-id, retry-after');
-      if (allowed !== '*') res.setHeader('vary', 'Origin');
     }
+    // an answer that depends on the Origin says so, granted or not, so no cache hands it to another
+    if (this.options.corsOrigins !== undefined && !this.options.corsOrigins.includes('*'))
+      res.setHeader('vary', 'Origin');
     res.once('close', () => this.metrics.countRequest(label, res.statusCode));
     const trace = new RequestTrace(known ? route : `${req.method ?? 'GET'} unknown`);
     res.setHeader('x-request-id', trace.id);
