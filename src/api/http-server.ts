@@ -51,7 +51,10 @@ export interface ApiServerOptions {
   corsOrigins?: readonly string[];
 }
 
-/** Request headers a preflight allows when it names none (it names them: they are echoed, as clients' SDKs add their own). */
+/**
+ * Request headers a preflight allows when it asks for none; the headers it asks for are
+ * allowed as asked (clients' SDKs add headers of their own), the key still checked after it.
+ */
 const CORS_HEADERS = 'authorization, content-type, x-api-key';
 /** How long a browser may keep a preflight's answer (seconds). */
 const CORS_MAX_AGE_S = 600;

@@ -150,13 +150,14 @@ const RETRY_AFTER_S = 1;
  *
  * Prompt reuse: where the cache can truncate, a slot keeps the K/V of its last prompt, and a
  * new sequence takes the free slot whose prompt shares the longest start with its own and is
- * prefilled from there; a sequence with nothing to reuse takes a slot that holds no prompt, else
- * the one used longest ago, so the prompts kept for others are given up last. Only positions a prefill computed in the GEMM size class (a prompt of
- * GEMM_TOKENS or more, cut by prefillPiece) are kept, and at least GEMM_TOKENS of the new prompt
- * are prefilled again, so every prompt position has the bits a fresh prefill would give (a
- * position's K/V depends on the tokens up to it and its size class only, not on the cut) and
- * the sequence's tokens are those of the prompt run alone. Generated positions are never
- * reused: their decode steps ran in the one-token size class.
+ * prefilled from there; a sequence with nothing to reuse takes a slot that holds no prompt,
+ * else the one used longest ago, so the prompts kept for others are given up last. Only
+ * positions a prefill computed in the GEMM size class (a prompt of GEMM_TOKENS or more, cut by
+ * prefillPiece) are kept, and at least GEMM_TOKENS of the new prompt are prefilled again, so
+ * every prompt position has the bits a fresh prefill would give (a position's K/V depends on
+ * the tokens up to it and its size class only, not on the cut) and the sequence's tokens are
+ * those of the prompt run alone. Generated positions are never reused: their decode steps ran
+ * in the one-token size class.
  */
 export class Scheduler {
   private readonly slots: Slot[];

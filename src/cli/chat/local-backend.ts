@@ -23,25 +23,12 @@ export interface LocalBackendOptions {
   log: (line: string) => void;
 }
 
-export interface NodesBackendOptions {
-  nodes: number;
+export interface ClusterBackendOptions {
+  /** N local node processes, or the nodes of a hostfile (each running `tandem node`) and their secret. */
+  members: { nodes: number } | { hosts: string; secret: string };
   parallel: ParallelKind | 'auto';
   provider: 'shm' | 'tcp' | 'rdma';
-  /** Compute threads per node. */
-  threads: number;
-  /** KV positions on every node; default the model's context length, at most 4096. */
-  context?: number;
-  sampling: SamplerOptions;
-  log: (line: string) => void;
-}
-
-export interface HostsBackendOptions {
-  /** A hostfile of nodes started with `tandem node`. */
-  hosts: string;
-  secret: string;
-  parallel: ParallelKind | 'auto';
-  provider: 'shm' | 'tcp' | 'rdma';
-  /** Compute threads per node (default: each node's own). */
+  /** Compute threads per node (with a hostfile, default: each node's own). */
   threads?: number;
   /** KV positions on every node; default the model's context length, at most 4096. */
   context?: number;
@@ -108,30 +95,11 @@ export class LocalBackend implements ChatBackend {
     );
   }
 
-  /** The model split across `o.nodes` local node processes, as `tandem serve --nodes` runs it. */
-  static async openNodes(path: string, o: NodesBackendOptions): Promise<LocalBackend> {
-    o.log(startingLine(o.nodes, o.threads));
+  /** The model split across local node processes or a hostfile's nodes, as `tandem serve` runs it. */
+  static async openCluster(path: string, o: ClusterBackendOptions): Promise<LocalBackend> {
+    if ('nodes' in o.members) o.log(startingLine(o.members.nodes, o.threads ?? 1));
     const served = await loadClusterServedModel(path, {
-      nodes: o.nodes,
-      parallel: o.parallel,
-      provider: o.provider,
-      threads: o.threads,
-      sequences: 1,
-      log: o.log,
-      ...(o.context !== undefined ? { context: o.context } : {}),
-    });
-    return LocalBackend.over(
-      served,
-      o.sampling,
-      `${served.name} across ${o.nodes} local nodes (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
-    );
-  }
-
-  /** The model split across the nodes of a hostfile (each running `tandem node`), as `tandem serve --hosts` runs it. */
-  static async openHosts(path: string, o: HostsBackendOptions): Promise<LocalBackend> {
-    const served = await loadClusterServedModel(path, {
-      hosts: o.hosts,
-      secret: o.secret,
+      ...o.members,
       parallel: o.parallel,
       provider: o.provider,
       sequences: 1,
@@ -139,20 +107,23 @@ export class LocalBackend implements ChatBackend {
       ...(o.threads !== undefined ? { threads: o.threads } : {}),
       ...(o.context !== undefined ? { context: o.context } : {}),
     });
-    const members = served.cluster?.().members.length ?? 0;
+    const where =
+      'nodes' in o.members
+        ? `${o.members.nodes} local nodes`
+        : `${served.cluster?.().members.length ?? 0} nodes of ${o.members.hosts}`;
     return LocalBackend.over(
       served,
       o.sampling,
-      `${served.name} across ${members} nodes of ${o.hosts} (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
+      `${served.name} across ${where} (--parallel ${o.parallel} over ${o.provider}, context ${served.contextLength} tokens)`,
     );
   }
 
-  private static over(
+  private static async over(
     served: ServedModel,
     sampling: SamplerOptions,
     description: string,
     kvType?: 'f32' | 'f16',
-  ): LocalBackend {
+  ): Promise<LocalBackend> {
     try {
       const cache = served.model.newSession({
         contextLength: served.contextLength,
@@ -160,7 +131,7 @@ export class LocalBackend implements ChatBackend {
       }) as ChatCache;
       return new LocalBackend(served, cache, new Sampler(sampling), description);
     } catch (error) {
-      void served.close();
+      await served.close();
       throw error;
     }
   }

@@ -147,32 +147,31 @@ async function openBackend(model: string | undefined, options: ChatOptions): Pro
     checkInteger('chat', 'context', options.context, 1, Number.MAX_SAFE_INTEGER, 2048);
   const path = model ?? embeddedModelPath('chat');
   const context = options.context !== undefined ? { context: options.context } : {};
-  if (split?.nodes !== undefined) {
-    await checkLocalProvider('chat', options.provider);
-    return LocalBackend.openNodes(path, {
-      nodes: split.nodes,
+  if (split !== undefined) {
+    if (split.nodes !== undefined) await checkLocalProvider('chat', options.provider);
+    // local nodes share this machine's cores; a hostfile's nodes use their own unless told
+    const threads =
+      split.nodes !== undefined
+        ? checkThreads(
+            'chat',
+            options.threads ?? Math.max(1, Math.floor(availableParallelism() / split.nodes)),
+          )
+        : options.threads !== undefined
+          ? checkThreads('chat', options.threads)
+          : undefined;
+    return LocalBackend.openCluster(path, {
+      members:
+        split.nodes !== undefined
+          ? { nodes: split.nodes }
+          : { hosts: split.hosts as string, secret: clusterSecret('chat', options) },
       parallel: options.parallel ?? 'tp',
-      provider: options.provider ?? 'shm',
-      threads: checkThreads(
-        'chat',
-        options.threads ?? Math.max(1, Math.floor(availableParallelism() / split.nodes)),
-      ),
+      provider: options.provider ?? (split.nodes !== undefined ? 'shm' : 'tcp'),
+      ...(threads !== undefined ? { threads } : {}),
       sampling: sampling(options),
       log,
       ...context,
     });
   }
-  if (split?.hosts !== undefined)
-    return LocalBackend.openHosts(path, {
-      hosts: split.hosts,
-      secret: clusterSecret('chat', options),
-      parallel: options.parallel ?? 'tp',
-      provider: options.provider ?? 'tcp',
-      ...(options.threads !== undefined ? { threads: checkThreads('chat', options.threads) } : {}),
-      sampling: sampling(options),
-      log,
-      ...context,
-    });
   return LocalBackend.open(path, {
     threads: checkThreads('chat', options.threads ?? availableParallelism()),
     kvType: options['kv-type'],

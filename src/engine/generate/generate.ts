@@ -2,13 +2,13 @@ import { performance } from 'node:perf_hooks';
 import { TandemError } from '../../errors/index.js';
 import type { SequenceCache } from '../kv/kv-cache.js';
 
-/** The part of a model the generation loop drives (a whole-model shard, or a distributed model). */
 /** What the generation loop reads of a cache: positions filled, and how many it holds. */
 export interface CachePositions {
   readonly length: number;
   readonly contextLength: number;
 }
 
+/** The part of a model the generation loop drives (a whole-model shard, or a distributed model). */
 export interface Forwarder<C extends CachePositions = SequenceCache> {
   /** Runs tokens at the cache's next positions; returns the logits of the last one. */
   forward(tokens: ArrayLike<number>, cache: C): Promise<Float32Array>;
