@@ -1,4 +1,4 @@
-import { Sampler } from '../engine/index.js';
+import { JsonConstraint, Sampler, type Tokenizer } from '../engine/index.js';
 import { TandemError, isTandemError } from '../errors/index.js';
 import { badRequest, toHttpError } from './errors.js';
 import { tokenLogprob, type TokenLogprob } from './logprobs.js';
@@ -45,9 +45,16 @@ export function usage(o: GenerationOutcome): {
 
 /**
  * The sampler for OpenAI's parameters: no top-k or min-p, penalties over the generated tokens
- * only; a logit_bias token past the vocabulary is a 400 naming it.
+ * only, the response_format's JSON constraint (ended by `stopTokens`); a logit_bias token
+ * past the vocabulary is a 400 naming it.
  */
-export function samplerFor(params: GenerationParams, contextLength: number, vocabSize: number): Sampler {
+export function samplerFor(
+  params: GenerationParams,
+  contextLength: number,
+  tokenizer: Tokenizer,
+  stopTokens: ReadonlySet<number>,
+): Sampler {
+  const vocabSize = tokenizer.vocabSize;
   for (const id of params.logitBias.keys())
     if (id >= vocabSize)
       throw badRequest(
@@ -65,6 +72,9 @@ export function samplerFor(params: GenerationParams, contextLength: number, voca
     frequencyPenalty: params.frequencyPenalty,
     logitBias: params.logitBias,
     ...(params.seed !== undefined ? { seed: params.seed } : {}),
+    ...(params.responseFormat !== undefined
+      ? { constraint: new JsonConstraint(tokenizer, params.responseFormat, stopTokens) }
+      : {}),
   });
 }
 
@@ -85,7 +95,7 @@ export function startGeneration(
   trace?: RequestTrace,
 ): Promise<GenerationOutcome> {
   const { tokenizer } = served;
-  const sampler = samplerFor(params, served.contextLength, served.model.config.vocabSize);
+  const sampler = samplerFor(params, served.contextLength, tokenizer, served.stopTokens);
   const decoder = tokenizer.streamDecoder();
   const stop = new StopText(params.stop);
   let pending: TokenLogprob[] = [];

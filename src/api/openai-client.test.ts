@@ -210,6 +210,85 @@ test('openai client: logit_bias forces a token in greedy completions and chat st
   );
 });
 
+test('openai client: response_format json_schema answers JSON of the schema, streamed or not; json_object an object', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      answer: { type: 'string', maxLength: 6 },
+      n: { type: 'integer' },
+      mood: { enum: ['happy', 'sad', 3] },
+      list: { type: 'array', items: { type: 'boolean' }, maxItems: 3 },
+    },
+    required: ['answer', 'mood'],
+    additionalProperties: false,
+  };
+  const response_format = {
+    type: 'json_schema' as const,
+    json_schema: { name: 'reply', schema, strict: true },
+  };
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 300,
+      temperature,
+      seed: 4,
+      response_format,
+    });
+    const content = r.choices[0]?.message.content ?? '';
+    // n's digits are the one unbounded part; a random model ends them well within 300 tokens
+    assert.equal(r.choices[0]?.finish_reason, 'stop', content);
+    const value = JSON.parse(content) as Record<string, unknown>;
+    assert.deepEqual(
+      Object.keys(value).filter((k) => k !== 'n' && k !== 'list'),
+      ['answer', 'mood'],
+    );
+    assert.ok(typeof value.answer === 'string' && [...value.answer].length <= 6, content);
+    assert.ok(['happy', 'sad', 3].includes(value.mood as string), content);
+    if ('n' in value) assert.ok(Number.isInteger(value.n), content);
+    if ('list' in value)
+      assert.ok(
+        Array.isArray(value.list) &&
+          value.list.length <= 3 &&
+          value.list.every((b) => typeof b === 'boolean'),
+      );
+    if (temperature === 0) {
+      const stream = await client.chat.completions.create({
+        model: 'tiny',
+        messages,
+        max_tokens: 300,
+        temperature,
+        response_format,
+        stream: true,
+      });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      assert.equal(text, content, 'streamed, the same greedy answer');
+    }
+  }
+  const free = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 40,
+    temperature: 0,
+    response_format: { type: 'json_object' },
+  });
+  const text = free.choices[0]?.message.content ?? '';
+  assert.match(text.trimStart(), /^\{/, 'an object, or the start of one cut at max_tokens');
+  if (free.choices[0]?.finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object');
+  await assert.rejects(
+    client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'x', schema: { type: 'string', format: 'email' } },
+      },
+    }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && /"format" is not supported/.test(e.message),
+  );
+});
+
 test('openai client: aborting a stream cancels it (the server stops generating its tokens)', async () => {
   slowMs = 10;
   try {

@@ -123,6 +123,25 @@ test('wrong types and values are 400s that name the field', () => {
       [12, 2.5],
     ],
   );
+  for (const [response_format, param] of [
+    ['json', 'response_format'],
+    [{ type: 'xml' }, 'response_format.type'],
+    [{ type: 'json_schema' }, 'response_format.json_schema'],
+    [
+      { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } },
+      'response_format.json_schema.schema',
+    ],
+  ] as const)
+    assert.equal(
+      paramOf(() => parseChatRequest({ messages, response_format })),
+      param,
+      JSON.stringify(response_format),
+    );
+  assert.equal(parseChatRequest({ messages, response_format: { type: 'text' } }).responseFormat, undefined);
+  assert.equal(
+    parseChatRequest({ messages, response_format: { type: 'json_object' } }).responseFormat?.kind,
+    'object',
+  );
   assert.equal(
     paramOf(() => parseChatRequest({ messages: [] })),
     'messages',

@@ -1,4 +1,5 @@
-import type { ChatMessage } from '../engine/index.js';
+import { anyJsonObject, compileJsonSchema, type ChatMessage, type JsonNode } from '../engine/index.js';
+import { isTandemError } from '../errors/index.js';
 import { badRequest } from './errors.js';
 
 /*
@@ -31,6 +32,8 @@ export interface GenerationParams {
   logitBias: Map<number, number>;
   /** Alternatives to report per token (0..20), or undefined for no logprobs at all. */
   logprobs: number | undefined;
+  /** response_format: the JSON shape every answer must take, or undefined for free text. */
+  responseFormat: JsonNode | undefined;
 }
 
 export interface ChatRequest extends GenerationParams {
@@ -127,7 +130,45 @@ function generationParams(body: Body, maxTokenFields: readonly string[]): Omit<G
     presencePenalty: num(body, 'presence_penalty', -2, 2) ?? 0,
     frequencyPenalty: num(body, 'frequency_penalty', -2, 2) ?? 0,
     logitBias: logitBias(body),
+    responseFormat: responseFormat(body),
   };
+}
+
+/**
+ * response_format: {"type": "text"}, {"type": "json_object"} (any JSON object) or
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}; a schema keyword the
+ * constraint cannot enforce is a 400 naming it.
+ */
+function responseFormat(body: Body): JsonNode | undefined {
+  if (!present(body, 'response_format')) return undefined;
+  const v = body.response_format;
+  const types = '"text", "json_object" or "json_schema"';
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw badRequest(
+      'response_format',
+      `'response_format' must be an object with a "type", got ${JSON.stringify(v)}`,
+    );
+  const f = v as Body;
+  if (f.type === 'text') return undefined;
+  if (f.type === 'json_object') return anyJsonObject();
+  if (f.type !== 'json_schema')
+    throw badRequest(
+      'response_format.type',
+      `'response_format.type' must be ${types}, got ${JSON.stringify(f.type)}`,
+    );
+  const spec = f.json_schema;
+  if (typeof spec !== 'object' || spec === null || Array.isArray(spec) || !present(spec as Body, 'schema'))
+    throw badRequest(
+      'response_format.json_schema',
+      `'response_format.json_schema' must be an object with a "schema", got ${JSON.stringify(spec)}`,
+    );
+  try {
+    return compileJsonSchema((spec as Body).schema);
+  } catch (error) {
+    if (isTandemError(error) && error.code === 'JSON_SCHEMA_UNSUPPORTED')
+      throw badRequest('response_format.json_schema.schema', error.message, error.hint);
+    throw error;
+  }
 }
 
 /** logit_bias: an object of token ids (as strings, as JSON keys are) to numbers in [-100, 100]; at most 1024 entries. */

@@ -6,6 +6,8 @@ export const engineCodes = {
   CHAT_TEMPLATE_FAILED: 'invalid_argument',
   CHAT_TEMPLATE_MISSING: 'invalid_usage',
   GENERATE_PROMPT: 'invalid_argument',
+  JSON_CONSTRAINT: 'internal',
+  JSON_SCHEMA_UNSUPPORTED: 'invalid_argument',
   KV_CONTEXT_FULL: 'invalid_usage',
   MODEL_CONFIG: 'invalid_argument',
   MODEL_SHARD: 'invalid_argument',

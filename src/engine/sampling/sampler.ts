@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { TandemError } from '../../errors/index.js';
 import { Rng } from './rng.js';
+import type { TokenConstraint } from './token-constraint.js';
 
 export interface SamplerOptions {
   /** 0 samples greedily (argmax, lowest id on ties). Default 0.8. */
@@ -32,6 +33,8 @@ export interface SamplerOptions {
    * --logit-bias): each in [-100, 100]; -100 all but bans a token, 100 all but forces it.
    */
   logitBias?: ReadonlyMap<number, number>;
+  /** Only the tokens this allows are drawn (after the bias and penalties); `sample` tells it each token drawn. */
+  constraint?: TokenConstraint;
 }
 
 /** The candidates left after filtering, most likely first, with their final probabilities. */
@@ -73,6 +76,7 @@ export class Sampler {
   readonly frequencyPenalty: number;
   readonly seed: number;
   readonly logitBias: ReadonlyMap<number, number>;
+  readonly constraint: TokenConstraint | undefined;
   private readonly rng: Rng;
   private history: number[] = [];
 
@@ -106,12 +110,14 @@ export class Sampler {
       check(`logitBias[${id}]`, b, b >= -100 && b <= 100, 'a number in [-100, 100]');
     }
     this.logitBias = new Map(bias);
+    this.constraint = options.constraint;
   }
 
-  /** Whether `sample` is greedyPick of the raw logits: temperature 0, no penalties, no bias. */
+  /** Whether `sample` is greedyPick of the raw logits: temperature 0, no penalties, no bias, no constraint. */
   get greedy(): boolean {
     return (
       this.temperature === 0 &&
+      this.constraint === undefined &&
       this.repeatPenalty === 1 &&
       this.presencePenalty === 0 &&
       this.frequencyPenalty === 0 &&
@@ -132,7 +138,36 @@ export class Sampler {
   }
 
   sample(logits: Float32Array): number {
-    const dist = this.distribution(logits);
+    let z = this.penalized(logits);
+    let id: number;
+    const c = this.constraint;
+    if (c === undefined) {
+      id = this.draw(z);
+    } else {
+      // Drawing first and masking only when the draw is refused samples the masked distribution
+      // exactly where nothing truncates it (argmax; a plain softmax draw, whose refused draws are
+      // redrawn from the rest in proportion); top-k, top-p and min-p see the mask first.
+      const truncates = this.temperature > 0 && (this.topK > 0 || this.topP < 1 || this.minP > 0);
+      id = truncates ? -1 : this.draw(z);
+      if (id < 0 || !c.allows(id)) {
+        if (z === logits) z = Float32Array.from(logits);
+        c.mask(z);
+        id = this.draw(z);
+      }
+      c.accept(id);
+    }
+    this.accept(id);
+    return id;
+  }
+
+  /** The filtered distribution `sample` draws from (one certain token at temperature 0), without the constraint. */
+  distribution(logits: Float32Array): Distribution {
+    return this.filtered(this.penalized(logits));
+  }
+
+  /** One token from the filtered distribution of penalized logits `z`. */
+  private draw(z: Float32Array): number {
+    const dist = this.filtered(z);
     let id = dist.ids[0] as number;
     if (dist.ids.length > 1) {
       let u = this.rng.next();
@@ -144,13 +179,10 @@ export class Sampler {
         }
       }
     }
-    this.accept(id);
     return id;
   }
 
-  /** The filtered distribution `sample` draws from (one certain token at temperature 0). */
-  distribution(logits: Float32Array): Distribution {
-    const z = this.penalized(logits);
+  private filtered(z: Float32Array): Distribution {
     if (this.temperature === 0) return { ids: [argmax(z)], probs: [1] };
     let ids: number[];
     if (this.topK > 0) {
