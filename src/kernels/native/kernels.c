@@ -30,6 +30,52 @@ static inline __m256i block_q4(const uint8_t *w) {
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+// One 4-row tile times nt (1 or 2, a constant where it is inlined: 8 accumulators fit the 16
+// ymm registers) tokens. A block's dot for one row and token: maddubs(|w|, x * sign(w)) gives
+// 16 exact i16 sums of two products (|w| <= 128, |x| <= 127 as quant_q8_0 makes them), madd
+// with ones 8 i32 sums of four, converted and scaled (weight scale x token scale) into 8 f32
+// lanes; the lanes are summed once at the end. A (row, token) result depends on nothing else
+// in the call, so a token's bits are the same at any batch size.
+static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, size_t rowBytes, const float *s, int nb,
+                                                            const int16_t *x, size_t xstride, const float *xd,
+                                                            int xdstride, float *y, int ystride, const int nt, int q4) {
+  __m256 acc[4][2];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
+  const size_t bb = q4 ? 16 : 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < nb; b++) {
+    __m256i xq[2];
+    for (int t = 0; t < nt; t++) {
+      const int16_t *xb = x + t * xstride + 32 * (size_t)b;
+      // packs interleaves the 128-bit halves: the permute puts the 32 values back in order
+      xq[t] = _mm256_permute4x64_epi64(
+          _mm256_packs_epi16(_mm256_loadu_si256((const __m256i *)xb), _mm256_loadu_si256((const __m256i *)(xb + 16))), 0xd8);
+    }
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *wb = w + r * rowBytes + bb * b;
+      // the four rows are four streams from memory: fetch each a few KiB ahead, a line at a time
+      if (((bb * b) & 63) == 0) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
+      const __m256i q = q4 ? block_q4(wb) : block_q8(wb);
+      const __m256i aw = _mm256_sign_epi8(q, q);
+      const float sr = s[4 * b + r];
+      for (int t = 0; t < nt; t++) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], q)), ones);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sr * xd[t * xdstride + b]), acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < nt; t++)
+    for (int r = 0; r < 4; r++) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+      y[t * ystride + r] = _mm_cvtss_f32(v);
+    }
+}
+#endif
+
 #define MAXT 4
 
 // One 4-row tile times nt_ (1..MAXT) tokens. q4 selects the Q4_0 decoding.
@@ -97,39 +143,14 @@ static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int n
   for (int t = 0; t < nt_; t++)
     for (int r = 0; r < 4; r++) y[t * ystride + r] = _mm512_reduce_add_ps(acc[r][t]);
 #elif defined(__AVX2__)
-  __m256 acc[4][MAXT];
-  for (int r = 0; r < 4; r++)
-    for (int t = 0; t < MAXT; t++) acc[r][t] = _mm256_setzero_ps();
-  const size_t bb = q4 ? 16 : 32;
-  for (int b = 0; b < nb; b++) {
-    for (int r = 0; r < 4; r++) {
-      const uint8_t *wb = w + r * rowBytes + bb * b;
-      const __m256i q = q4 ? block_q4(wb) : block_q8(wb);
-      const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
-      const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
-      const float sr = s[4 * b + r];
-      for (int t = 0; t < MAXT; t++) {
-        if (t < nt_) {
-          const int16_t *xb = x + t * xstride + 32 * (size_t)b;
-          const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)xb)),
-                                             _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(xb + 16))));
-          const __m256 sc = _mm256_set1_ps(sr * xd[t * xdstride + b]);
-#if defined(__FMA__)
-          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[r][t]);
-#else
-          acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(_mm256_cvtepi32_ps(p), sc));
-#endif
-        }
-      }
-    }
+  for (int t0 = 0; t0 < nt_; t0 += 2) {
+    const int16_t *xt = x + t0 * xstride;
+    const float *dt = xd + t0 * xdstride;
+    if (nt_ - t0 >= 2)
+      tile_avx2(w, rowBytes, s, nb, xt, xstride, dt, xdstride, y + t0 * ystride, ystride, 2, q4);
+    else
+      tile_avx2(w, rowBytes, s, nb, xt, xstride, dt, xdstride, y + t0 * ystride, ystride, 1, q4);
   }
-  for (int t = 0; t < nt_; t++)
-    for (int r = 0; r < 4; r++) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-      y[t * ystride + r] = _mm_cvtss_f32(v);
-    }
 #else
   for (int t = 0; t < nt_; t++)
     for (int r = 0; r < 4; r++) {
