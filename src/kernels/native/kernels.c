@@ -32,13 +32,13 @@ static inline __m256i block_q4(const uint8_t *w) {
 
 #if defined(__AVX2__) && !defined(__AVX512BW__)
 // One 4-row tile times nt (1 or 2, a constant where it is inlined: 8 accumulators fit the 16
-// ymm registers) tokens. A block's dot for one row and token: maddubs(|w|, x * sign(w)) gives
+// ymm registers) tokens of int8 activations [nt, xstride]. A block's dot for one row and token: maddubs(|w|, x * sign(w)) gives
 // 16 exact i16 sums of two products (|w| <= 128, |x| <= 127 as quant_q8_0 makes them), madd
 // with ones 8 i32 sums of four, converted and scaled (weight scale x token scale) into 8 f32
 // lanes; the lanes are summed once at the end. A (row, token) result depends on nothing else
 // in the call, so a token's bits are the same at any batch size.
 static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, size_t rowBytes, const float *s, int nb,
-                                                            const int16_t *x, size_t xstride, const float *xd,
+                                                            const int8_t *x, size_t xstride, const float *xd,
                                                             int xdstride, float *y, int ystride, const int nt, int q4) {
   __m256 acc[4][2];
   for (int r = 0; r < 4; r++)
@@ -47,12 +47,7 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
   const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < nb; b++) {
     __m256i xq[2];
-    for (int t = 0; t < nt; t++) {
-      const int16_t *xb = x + t * xstride + 32 * (size_t)b;
-      // packs interleaves the 128-bit halves: the permute puts the 32 values back in order
-      xq[t] = _mm256_permute4x64_epi64(
-          _mm256_packs_epi16(_mm256_loadu_si256((const __m256i *)xb), _mm256_loadu_si256((const __m256i *)(xb + 16))), 0xd8);
-    }
+    for (int t = 0; t < nt; t++) xq[t] = _mm256_loadu_si256((const __m256i *)(x + t * xstride + 32 * (size_t)b));
     for (int r = 0; r < 4; r++) {
       const uint8_t *wb = w + r * rowBytes + bb * b;
       // the four rows are four streams from memory: fetch each a few KiB ahead, a line at a time
@@ -73,6 +68,25 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
       v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
       y[t * ystride + r] = _mm_cvtss_f32(v);
     }
+}
+
+// The activations' quants (int16 holding -127..127) as int8, once per call and thread rather
+// than once per tile, in a buffer of this thread's that grows to the largest call.
+static const int8_t *x16_to_i8(const int16_t *x, size_t count) {
+  static __thread int8_t *buf;
+  static __thread size_t cap;
+  if (count > cap) {
+    free(buf);
+    buf = (int8_t *)aligned_alloc(32, (count + 31) / 32 * 32);
+    cap = buf ? count : 0;
+    if (!buf) return NULL;
+  }
+  for (size_t i = 0; i + 32 <= count; i += 32) {
+    const __m256i v = _mm256_packs_epi16(_mm256_loadu_si256((const __m256i *)(x + i)), _mm256_loadu_si256((const __m256i *)(x + i + 16)));
+    // packs interleaves the 128-bit halves: the permute puts the 32 values back in order
+    _mm256_store_si256((__m256i *)(buf + i), _mm256_permute4x64_epi64(v, 0xd8));
+  }
+  return buf;
 }
 #endif
 
@@ -142,16 +156,8 @@ static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int n
   }
   for (int t = 0; t < nt_; t++)
     for (int r = 0; r < 4; r++) y[t * ystride + r] = _mm512_reduce_add_ps(acc[r][t]);
-#elif defined(__AVX2__)
-  for (int t0 = 0; t0 < nt_; t0 += 2) {
-    const int16_t *xt = x + t0 * xstride;
-    const float *dt = xd + t0 * xdstride;
-    if (nt_ - t0 >= 2)
-      tile_avx2(w, rowBytes, s, nb, xt, xstride, dt, xdstride, y + t0 * ystride, ystride, 2, q4);
-    else
-      tile_avx2(w, rowBytes, s, nb, xt, xstride, dt, xdstride, y + t0 * ystride, ystride, 1, q4);
-  }
 #else
+  // (AVX2 builds run tile_avx2 from mm; this is their path only where its buffer cannot be had)
   for (int t = 0; t < nt_; t++)
     for (int r = 0; r < 4; r++) {
       float sum = 0;
@@ -181,6 +187,23 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
   const size_t rowBytes = q4 ? (size_t)cols / 2 : (size_t)cols;
   const int t0 = part(tiles, tid, nt);
   const int t1 = part(tiles, tid + 1, nt);
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+  const int8_t *x8 = x16_to_i8((const int16_t *)(m + x16), (size_t)n * cols);
+  if (x8) {
+    for (int tl = t0; tl < t1; tl++) {
+      const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < n; t += 2) {
+        const int8_t *xt = x8 + (size_t)t * cols;
+        const float *dt = (const float *)(m + xd) + (size_t)t * nb;
+        float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+        if (n - t >= 2) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4);
+        else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4);
+      }
+    }
+    return;
+  }
+#endif
   for (int tl = t0; tl < t1; tl++) {
     const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
     const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
