@@ -19,8 +19,8 @@ export const nativePrototypes: Readonly<Record<string, string>> = {
     'void tk_copy_rows(uintptr_t base, uintptr_t far, uint32_t off, int stride, int cols, int n, int in, int tid, int nt)',
 };
 
-/** Float, attention and SwiGLU kernels exist in AVX-512 and NEON builds; elsewhere the wasm ones run. */
-const avx512Prototypes: Readonly<Record<string, string>> = {
+/** Attention, SwiGLU, RMSNorm and RoPE exist in AVX-512, AVX2 (with FMA and F16C) and NEON builds; elsewhere the wasm ones run. */
+const opsPrototypes: Readonly<Record<string, string>> = {
   attention:
     'void tk_attention(uintptr_t base, uint32_t q, uint32_t k, uint32_t v, uint32_t out, uint32_t scratch, int scratchStride, int n, int heads, int kvHeads, int hd, int pos0, float scale, int half, int tid, int nt)',
   attention_rows:
@@ -31,6 +31,10 @@ const avx512Prototypes: Readonly<Record<string, string>> = {
   rms_norm:
     'void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt)',
   rope: 'void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt)',
+};
+
+/** The float-weight GEMM exists in AVX-512 and NEON builds. */
+const floatPrototypes: Readonly<Record<string, string>> = {
   mm_float:
     'void tk_mm_float(uintptr_t base, int type, uint32_t w, int cols, uint32_t x, int n, uint32_t y, int ystride, int tiles, int tid, int nt)',
 };
@@ -117,11 +121,13 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
       }
       // NEON builds carry every kernel of an AVX-512 VNNI build (Q8_0/Q4_0 in the tile layout, not the lanes one)
       const full = isa === 'avx512' || isa.startsWith('neon');
+      const ops = full || Number(lib.func('int tk_ops(void)')()) === 1;
       const vnni = full && Number(lib.func('int tk_vnni512(void)')()) === 1;
       const kv = Number(lib.func('int tk_kv(void)')()) === 1;
       const prototypes = {
         ...nativePrototypes,
-        ...(full ? avx512Prototypes : {}),
+        ...(ops ? opsPrototypes : {}),
+        ...(full ? floatPrototypes : {}),
         ...(vnni ? ktPrototypes : {}),
         ...(vnni ? (isa.startsWith('neon') ? tilePrototypes : lanesPrototypes) : {}),
         ...(kv ? kvPrototypes : {}),

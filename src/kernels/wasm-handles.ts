@@ -23,7 +23,7 @@ export interface WasmContext {
   readonly tile: boolean;
   /** Q8_0 / Q4_0 are held in the lanes layouts (laneGroups) and run mm_q8l / mm_q4l and their GEMMs: AVX-512 VNNI builds. */
   readonly lanes: boolean;
-  /** rmsNorm, rope, SwiGLU rows and attention rows run the native kernels (avx512Prototypes in native-lib.ts). */
+  /** rmsNorm, rope, SwiGLU rows and attention rows run the native kernels (opsPrototypes in native-lib.ts). */
   readonly nativeNorm: boolean;
   /** K-quants run the native q8_K kernels (kv_prep, mm_kv: AVX-512 or AVX2 builds). */
   readonly kv: boolean;

@@ -21,7 +21,7 @@ static inline int part(int total, int tid, int nt) { return (int)(((int64_t)tota
 // Little-endian u16 at p (ggml's f16 scale fields, unaligned).
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-#if defined(__AVX512BW__)
+#if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__F16C__))
 // f16 bit pattern -> f32 (exact, subnormals included).
 static inline float f16(uint16_t h) {
   union { uint32_t u; float f; } a, m;

@@ -39,7 +39,8 @@ static inline __m256i block_q4(const uint8_t *w) {
 // in the call, so a token's bits are the same at any batch size.
 static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, size_t rowBytes, const float *s, int nb,
                                                             const int8_t *x, size_t xstride, const float *xd,
-                                                            int xdstride, float *y, int ystride, const int nt, int q4) {
+                                                            int xdstride, float *y, int ystride, const int nt, int q4,
+                                                            const int pf) {
   __m256 acc[4][2];
   for (int r = 0; r < 4; r++)
     for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
@@ -47,17 +48,24 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
   const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < nb; b++) {
     __m256i xq[2];
-    for (int t = 0; t < nt; t++) xq[t] = _mm256_loadu_si256((const __m256i *)(x + t * xstride + 32 * (size_t)b));
+    // a block's scales, weight x token, for each row and token: one product each, read back
+    // as broadcasts
+    float sc[2][4];
+    const __m128 s4 = _mm_loadu_ps(s + 4 * b);
+    for (int t = 0; t < nt; t++) {
+      xq[t] = _mm256_loadu_si256((const __m256i *)(x + t * xstride + 32 * (size_t)b));
+      _mm_storeu_ps(sc[t], _mm_mul_ps(s4, _mm_set1_ps(xd[t * xdstride + b])));
+    }
     for (int r = 0; r < 4; r++) {
       const uint8_t *wb = w + r * rowBytes + bb * b;
-      // the four rows are four streams from memory: fetch each a few KiB ahead, a line at a time
-      if (((bb * b) & 63) == 0) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
+      // on a tile's first pass its four rows are four streams from memory: fetch each a few
+      // KiB ahead (later passes find them in cache)
+      if (pf) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
       const __m256i q = q4 ? block_q4(wb) : block_q8(wb);
       const __m256i aw = _mm256_sign_epi8(q, q);
-      const float sr = s[4 * b + r];
       for (int t = 0; t < nt; t++) {
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], q)), ones);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(sr * xd[t * xdstride + b]), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[t][r]), acc[r][t]);
       }
     }
   }
@@ -197,8 +205,13 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
         const int8_t *xt = x8 + (size_t)t * cols;
         const float *dt = (const float *)(m + xd) + (size_t)t * nb;
         float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
-        if (n - t >= 2) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4);
-        else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4);
+        if (n - t >= 2) {
+          if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 1);
+          else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 0);
+        } else {
+          if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 1);
+          else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 0);
+        }
       }
     }
     return;

@@ -1,4 +1,4 @@
-// Element-wise and attention kernels (AVX-512): attention, SwiGLU, RMSNorm and RoPE, twins
+// Element-wise and attention kernels (AVX-512, else AVX2): attention, SwiGLU, RMSNorm and RoPE, twins
 // of the wasm and TypeScript kernels (RMSNorm and RoPE bit-identical to the reference).
 #include "common.h"
 
@@ -269,4 +269,203 @@ void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, 
     _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mk, U + i)));
   }
 }
+
+// ---- The same kernels on AVX2 (8 lanes; F16C converts the f16 cache), as ops-neon.c does on 4 ----
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <math.h>
+
+// e^x for 8 lanes: the polynomial of exp16, 2^n applied in two halves so that every factor is
+// a normal float (n spans -149..128).
+static inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283935546875f)), _mm256_set1_ps(-103.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+}
+
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 values of a K or V row (f16 when half), zero past `left` values.
+static inline __m256 load_kv8(const uint8_t *p, int half, int left) {
+  if (left >= 8) return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
+  float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < left; i++) v[i] = half ? f16(rd16(p + 2 * i)) : ((const float *)p)[i];
+  return _mm256_loadu_ps(v);
+}
+
+// Softmax of scores[0..len) in place (max, e^(s - max) summed in f64 as llama.cpp); returns 1 / sum.
+static inline float softmax_scores(float *scores, int len) {
+  float mx = -INFINITY;
+  for (int p = 0; p < len; p++) mx = scores[p] > mx ? scores[p] : mx;
+  const __m256 vmx = _mm256_set1_ps(mx);
+  __m256d sum = _mm256_setzero_pd();
+  for (int p = 0; p < len; p += 8) {
+    const int left = len - p;
+    float v[8] = {mx, mx, mx, mx, mx, mx, mx, mx};
+    for (int i = 0; i < 8 && i < left; i++) v[i] = scores[p + i];
+    float o[8];
+    _mm256_storeu_ps(o, exp8(_mm256_sub_ps(_mm256_loadu_ps(v), vmx)));
+    for (int i = left; i < 8; i++) o[i] = 0;
+    const __m256 e = _mm256_loadu_ps(o);
+    sum = _mm256_add_pd(sum, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)), _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    for (int i = 0; i < 8 && i < left; i++) scores[p + i] = o[i];
+  }
+  __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(sum), _mm256_extractf128_pd(sum, 1));
+  s2 = _mm_add_sd(s2, _mm_unpackhi_pd(s2, s2));
+  return (float)(1.0 / _mm_cvtsd_f64(s2));
+}
+
+// One (token, head) item of a query row qo against K/V at k, v (kvo: the kv head's byte offset
+// inside a position's row) over positions 0..len-1, into oo; scores: len floats of scratch.
+static void att_one(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                    float *scores, float *oo) {
+  const size_t es = half ? 2 : 4;
+  const int nc = (hd + 7) / 8;
+  __m256 qv[nc], o[nc];
+  for (int c = 0; c < nc; c++) {
+    float v8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 8 && 8 * c + i < hd; i++) v8[i] = half ? round_f16(qo[8 * c + i]) : qo[8 * c + i];
+    qv[c] = _mm256_loadu_ps(v8);
+  }
+  for (int p = 0; p < len; p++) {
+    const uint8_t *kp = m + k + (size_t)p * rowStride + kvo;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int c = 0; c < nc; c += 2) {
+      a0 = _mm256_fmadd_ps(qv[c], load_kv8(kp + 8 * (size_t)c * es, half, hd - 8 * c), a0);
+      if (c + 1 < nc) a1 = _mm256_fmadd_ps(qv[c + 1], load_kv8(kp + 8 * (size_t)(c + 1) * es, half, hd - 8 * (c + 1)), a1);
+    }
+    scores[p] = hsum8(_mm256_add_ps(a0, a1)) * scale;
+  }
+  const float inv = softmax_scores(scores, len);
+  for (int c = 0; c < nc; c++) o[c] = _mm256_setzero_ps();
+  for (int p = 0; p < len; p++) {
+    float pv = scores[p] * inv;
+    if (half) pv = round_f16(pv);
+    const __m256 pb = _mm256_set1_ps(pv);
+    const uint8_t *vp = m + v + (size_t)p * rowStride + kvo;
+    for (int c = 0; c < nc; c++) o[c] = _mm256_fmadd_ps(load_kv8(vp + 8 * (size_t)c * es, half, hd - 8 * c), pb, o[c]);
+  }
+  for (int c = 0; c < nc; c++) {
+    float v8[8];
+    _mm256_storeu_ps(v8, o[c]);
+    for (int i = 0; i < 8 && 8 * c + i < hd; i++) oo[8 * c + i] = v8[i];
+  }
+}
+
+// nh consecutive heads of one token that share the kv head at kvo, one at a time (head j's
+// q at qo + j * hd, out at oo + j * hd); one head's scores at a time need no more scratch.
+static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v, size_t kvo, size_t rowStride, int len, int hd, float scale, int half,
+                      float *scores, size_t hs, int nh, float *oo) {
+  (void)hs;
+  for (int j = 0; j < nh; j++) att_one(m, qo + (size_t)j * hd, k, v, kvo, rowStride, len, hd, scale, half, scores, oo + (size_t)j * hd);
+}
+
+#include "attention-jobs.h"
+
+// RMSNorm bit-identical to rmsNormRef (ops-ref.ts), as the AVX-512 twin above.
+__attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  const float *W = (const float *)(m + w);
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *X = (const float *)(m + x) + (size_t)t * dim;
+    float *O = (float *)(m + out) + (size_t)t * dim;
+    double sum = 0;
+    for (int i = 0; i < dim; i++) {
+      const float sq = X[i] * X[i];
+      sum += (double)sq;
+    }
+    const float mean = (float)(sum / dim);
+    const float s = (float)sqrt((double)(float)((double)mean + (double)eps));
+    const float sc = (float)(1.0 / (double)s);
+    const __m256 scale = _mm256_set1_ps(sc);
+    int i = 0;
+    for (; i + 8 <= dim; i += 8) _mm256_storeu_ps(O + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(X + i), scale), _mm256_loadu_ps(W + i)));
+    for (; i < dim; i++) {
+      const float xs = X[i] * sc;
+      O[i] = xs * W[i];
+    }
+  }
+}
+
+// RoPE in place, bit-identical to ropeRef, as the AVX-512 twin above.
+__attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    const float *C = (const float *)(m + cs) + (size_t)t * 2 * half;
+    const float *S = C + half;
+    for (int h = 0; h < heads; h++) {
+      float *X = (float *)(m + x) + ((size_t)t * heads + h) * hd;
+      for (int i = 0; i < half; i++) {
+        const int a = neox ? i : 2 * i;
+        const int b = neox ? i + half : 2 * i + 1;
+        const float x0 = X[a], x1 = X[b], c = C[i], sn = S[i];
+        const float p0 = x0 * c, p1 = x1 * sn, p2 = x0 * sn, p3 = x1 * c;
+        X[a] = (float)((double)p0 - (double)p1);
+        X[b] = (float)((double)p2 + (double)p3);
+      }
+    }
+  }
+}
+
+// out[i] = silu(g[i]) * u[i] for i in [i0, i1) (out may alias g).
+static inline void swiglu_span(const float *G, const float *U, float *O, int i0, int i1) {
+  int i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 x = _mm256_loadu_ps(G + i);
+    const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    _mm256_storeu_ps(O + i, _mm256_mul_ps(silu, _mm256_loadu_ps(U + i)));
+  }
+  if (i < i1) {
+    float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, o8[8];
+    for (int j = 0; i + j < i1; j++) {
+      g8[j] = G[i + j];
+      u8[j] = U[i + j];
+    }
+    const __m256 x = _mm256_loadu_ps(g8);
+    const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    _mm256_storeu_ps(o8, _mm256_mul_ps(silu, _mm256_loadu_ps(u8)));
+    for (int j = 0; i + j < i1; j++) O[i + j] = o8[j];
+  }
+}
+
+// Rows y [n, ystride] holding [gate (half), up (half)] each: row t's first `half` values
+// become silu(gate) * up in place (the fused gate/up projection's SwiGLU). Tokens split.
+void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
+    float *G = (float *)(m + y) + (size_t)t * ystride;
+    swiglu_span(G, G + half, G, 0, half);
+  }
+}
+
+// out = silu(g) * u over count elements (out may alias g).
+void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
+  uint8_t *m = (uint8_t *)base;
+  swiglu_span((const float *)(m + g), (const float *)(m + u), (float *)(m + out), part(count, tid, nt), part(count, tid + 1, nt));
+}
+#endif
+
+// Whether this build has the kernels above (native-lib's opsPrototypes).
+#if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+int tk_ops(void) { return 1; }
+#else
+int tk_ops(void) { return 0; }
 #endif
