@@ -73,7 +73,7 @@ after(() => {
 
 test(
   'bench recover --join: a slow member made to hold half the model; a third member takes most of its layers (re-plan), every stream completes with its text',
-  { skip: noCap, timeout: 300_000 },
+  { skip: noCap, timeout: 420_000 },
   () => {
     const r = runTandem(
       [
@@ -97,7 +97,7 @@ test(
         '1',
         '--json',
       ],
-      { timeoutMs: 280_000 },
+      { timeoutMs: 400_000 },
     );
     assert.equal(r.code, 0, r.stderr);
     const row = JSON.parse(r.stdout.trim()) as Record<string, number | boolean | string>;

@@ -1,4 +1,4 @@
-// Element-wise and attention kernels (AVX-512, else AVX2): attention, SwiGLU, RMSNorm and RoPE, twins
+// Element-wise and attention kernels (AVX-512, else AVX2): attention and SwiGLU here, RMSNorm and RoPE in norm-rope.h; twins
 // of the wasm and TypeScript kernels (RMSNorm and RoPE bit-identical to the reference).
 #include "common.h"
 
@@ -190,55 +190,6 @@ static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v,
 
 #include "attention-jobs.h"
 
-// RMSNorm bit-identical to rmsNormRef (ops-ref.ts): f32 squares summed in f64 in order, each
-// step of the scale rounded to f32, then (x * scale) rounded before the weight multiplies
-// it. No FMA contraction here. x, out: [n, dim] (out may be x); w: [dim]; tokens split.
-__attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const float *W = (const float *)(m + w);
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    const float *X = (const float *)(m + x) + (size_t)t * dim;
-    float *O = (float *)(m + out) + (size_t)t * dim;
-    double sum = 0;
-    for (int i = 0; i < dim; i++) {
-      const float sq = X[i] * X[i];
-      sum += (double)sq;
-    }
-    const float mean = (float)(sum / dim);
-    const float s = (float)sqrt((double)(float)((double)mean + (double)eps));
-    const __m512 scale = _mm512_set1_ps((float)(1.0 / (double)s));
-    int i = 0;
-    for (; i + 16 <= dim; i += 16) _mm512_storeu_ps(O + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(X + i), scale), _mm512_loadu_ps(W + i)));
-    if (i < dim) {
-      const __mmask16 mk = (__mmask16)((1u << (dim - i)) - 1);
-      _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, X + i), scale), _mm512_maskz_loadu_ps(mk, W + i)));
-    }
-  }
-}
-
-// RoPE in place, bit-identical to ropeRef: x [n, heads, hd]; cs [n, 2, half] f32 (cos then
-// sin of each token's position, from the caller's angle table); neox pairs (i, i + half),
-// else (2i, 2i + 1). Each product rounded to f32, the difference rounded once more (as JS
-// does in f64). Tokens split across threads.
-__attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    const float *C = (const float *)(m + cs) + (size_t)t * 2 * half;
-    const float *S = C + half;
-    for (int h = 0; h < heads; h++) {
-      float *X = (float *)(m + x) + ((size_t)t * heads + h) * hd;
-      for (int i = 0; i < half; i++) {
-        const int a = neox ? i : 2 * i;
-        const int b = neox ? i + half : 2 * i + 1;
-        const float x0 = X[a], x1 = X[b], c = C[i], sn = S[i];
-        const float p0 = x0 * c, p1 = x1 * sn, p2 = x0 * sn, p3 = x1 * c;
-        X[a] = (float)((double)p0 - (double)p1);
-        X[b] = (float)((double)p2 + (double)p3);
-      }
-    }
-  }
-}
-
 // Rows y [n, ystride] holding [gate (half), up (half)] each: row t's first `half` values
 // become silu(gate) * up in place (the fused gate/up projection's SwiGLU). Tokens split.
 void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt) {
@@ -380,51 +331,6 @@ static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v,
 
 #include "attention-jobs.h"
 
-// RMSNorm bit-identical to rmsNormRef (ops-ref.ts), as the AVX-512 twin above.
-__attribute__((optimize("fp-contract=off"))) void tk_rms_norm(uintptr_t base, uint32_t x, uint32_t w, uint32_t out, int n, int dim, float eps, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const float *W = (const float *)(m + w);
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    const float *X = (const float *)(m + x) + (size_t)t * dim;
-    float *O = (float *)(m + out) + (size_t)t * dim;
-    double sum = 0;
-    for (int i = 0; i < dim; i++) {
-      const float sq = X[i] * X[i];
-      sum += (double)sq;
-    }
-    const float mean = (float)(sum / dim);
-    const float s = (float)sqrt((double)(float)((double)mean + (double)eps));
-    const float sc = (float)(1.0 / (double)s);
-    const __m256 scale = _mm256_set1_ps(sc);
-    int i = 0;
-    for (; i + 8 <= dim; i += 8) _mm256_storeu_ps(O + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(X + i), scale), _mm256_loadu_ps(W + i)));
-    for (; i < dim; i++) {
-      const float xs = X[i] * sc;
-      O[i] = xs * W[i];
-    }
-  }
-}
-
-// RoPE in place, bit-identical to ropeRef, as the AVX-512 twin above.
-__attribute__((optimize("fp-contract=off"))) void tk_rope(uintptr_t base, uint32_t x, uint32_t cs, int n, int heads, int hd, int half, int neox, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    const float *C = (const float *)(m + cs) + (size_t)t * 2 * half;
-    const float *S = C + half;
-    for (int h = 0; h < heads; h++) {
-      float *X = (float *)(m + x) + ((size_t)t * heads + h) * hd;
-      for (int i = 0; i < half; i++) {
-        const int a = neox ? i : 2 * i;
-        const int b = neox ? i + half : 2 * i + 1;
-        const float x0 = X[a], x1 = X[b], c = C[i], sn = S[i];
-        const float p0 = x0 * c, p1 = x1 * sn, p2 = x0 * sn, p3 = x1 * c;
-        X[a] = (float)((double)p0 - (double)p1);
-        X[b] = (float)((double)p2 + (double)p3);
-      }
-    }
-  }
-}
-
 // out[i] = silu(g[i]) * u[i] for i in [i0, i1) (out may alias g).
 static inline void swiglu_span(const float *G, const float *U, float *O, int i0, int i1) {
   int i = i0;
@@ -463,8 +369,9 @@ void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, 
 }
 #endif
 
-// Whether this build has the kernels above (native-lib's opsPrototypes).
+// Whether this build has the kernels above and RMSNorm and RoPE (native-lib's opsPrototypes).
 #if defined(__AVX512BW__) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#include "norm-rope.h"
 int tk_ops(void) { return 1; }
 #else
 int tk_ops(void) { return 0; }
