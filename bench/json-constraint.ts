@@ -44,7 +44,11 @@ const schema = {
       minItems: 8,
       items: {
         type: 'object',
-        properties: { name: { type: 'string', maxLength: 12 }, n: { type: 'integer' }, ok: { type: 'boolean' } },
+        properties: {
+          name: { type: 'string', maxLength: 12 },
+          n: { type: 'integer' },
+          ok: { type: 'boolean' },
+        },
         required: ['name', 'n', 'ok'],
       },
     },
@@ -82,7 +86,11 @@ async function runTandem(constrained: boolean): Promise<Run> {
   }
   const sampler = new Sampler({ temperature: 0, ...(constraint ? { constraint } : {}) });
   const cache = model.newSession({ contextLength: prompt.length + tokens + 8 });
-  const r = await generate(model, cache, prompt, { maxTokens: tokens, pick: (l) => sampler.sample(l), stopTokens });
+  const r = await generate(model, cache, prompt, {
+    maxTokens: tokens,
+    pick: (l) => sampler.sample(l),
+    stopTokens,
+  });
   return {
     msPerToken: 1000 / r.decodeTokS,
     masks,
@@ -96,7 +104,11 @@ async function openLlamaCpp(): Promise<(constrained: boolean) => Promise<Run>> {
   const { getLlama, LlamaLogLevel, LlamaGrammarEvaluationState } = await import('node-llama-cpp');
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: LlamaLogLevel.error });
   const lm = await llama.loadModel({ modelPath: path, gpuLayers: 0 });
-  const context = await lm.createContext({ contextSize: prompt.length + tokens + 64, threads, batchSize: 512 });
+  const context = await lm.createContext({
+    contextSize: prompt.length + tokens + 64,
+    threads,
+    batchSize: 512,
+  });
   const grammar = await llama.createGrammarForJsonSchema(schema as never);
   const seq = context.getSequence();
   return async (constrained) => {
@@ -133,11 +145,15 @@ for (let round = 1; round <= rounds; round++) {
   for (const constrained of [false, true]) {
     const t = await runTandem(constrained);
     keep(`tandem ${constrained}`, t);
-    log(`round ${round}: tandem ${constrained ? 'schema' : 'free  '} ${t.msPerToken.toFixed(2)} ms/token, ${t.masks} masks`);
+    log(
+      `round ${round}: tandem ${constrained ? 'schema' : 'free  '} ${t.msPerToken.toFixed(2)} ms/token, ${t.masks} masks`,
+    );
     if (llamaCpp) {
       const l = await llamaCpp(constrained);
       keep(`llama.cpp ${constrained}`, l);
-      log(`round ${round}: llama.cpp ${constrained ? 'schema' : 'free  '} ${l.msPerToken.toFixed(2)} ms/token`);
+      log(
+        `round ${round}: llama.cpp ${constrained ? 'schema' : 'free  '} ${l.msPerToken.toFixed(2)} ms/token`,
+      );
     }
   }
 }
@@ -170,7 +186,8 @@ else {
       ]),
     ),
   );
-  for (const r of rows) process.stdout.write(`${r.engine} schema text: ${JSON.stringify(r.schema_text.slice(0, 160))}\n`);
+  for (const r of rows)
+    process.stdout.write(`${r.engine} schema text: ${JSON.stringify(r.schema_text.slice(0, 160))}\n`);
 }
 await opened.close();
 process.exit(0);

@@ -190,36 +190,17 @@ static void att_heads(const uint8_t *m, const float *qo, uint32_t k, uint32_t v,
 
 #include "attention-jobs.h"
 
-// Rows y [n, ystride] holding [gate (half), up (half)] each: row t's first `half` values
-// become silu(gate) * up in place (the fused gate/up projection's SwiGLU). Tokens split.
-void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    float *G = (float *)(m + y) + (size_t)t * ystride;
-    const float *U = G + half;
-    for (int i = 0; i < half; i += 16) {
-      const __mmask16 mk = half - i >= 16 ? 0xffff : (__mmask16)((1u << (half - i)) - 1);
-      const __m512 x = _mm512_maskz_loadu_ps(mk, G + i);
-      const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-      _mm512_mask_storeu_ps(G + i, mk, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mk, U + i)));
-    }
-  }
-}
-
-// out = silu(g) * u over count elements (out may alias g).
-void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  const float *G = (const float *)(m + g);
-  const float *U = (const float *)(m + u);
-  float *O = (float *)(m + out);
-  const int i1 = part(count, tid + 1, nt);
-  for (int i = part(count, tid, nt); i < i1; i += 16) {
+// out[i] = silu(g[i]) * u[i] for i in [i0, i1) (out may alias g).
+static inline void swiglu_span(const float *G, const float *U, float *O, int i0, int i1) {
+  for (int i = i0; i < i1; i += 16) {
     const __mmask16 mk = i1 - i >= 16 ? 0xffff : (__mmask16)((1u << (i1 - i)) - 1);
     const __m512 x = _mm512_maskz_loadu_ps(mk, G + i);
     const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
     _mm512_mask_storeu_ps(O + i, mk, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mk, U + i)));
   }
 }
+
+#include "swiglu-jobs.h"
 
 // ---- The same kernels on AVX2 (8 lanes; F16C converts the f16 cache), as ops-neon.c does on 4 ----
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -352,21 +333,7 @@ static inline void swiglu_span(const float *G, const float *U, float *O, int i0,
   }
 }
 
-// Rows y [n, ystride] holding [gate (half), up (half)] each: row t's first `half` values
-// become silu(gate) * up in place (the fused gate/up projection's SwiGLU). Tokens split.
-void tk_swiglu_rows(uintptr_t base, uint32_t y, int ystride, int half, int n, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  for (int t = part(n, tid, nt); t < part(n, tid + 1, nt); t++) {
-    float *G = (float *)(m + y) + (size_t)t * ystride;
-    swiglu_span(G, G + half, G, 0, half);
-  }
-}
-
-// out = silu(g) * u over count elements (out may alias g).
-void tk_swiglu(uintptr_t base, uint32_t g, uint32_t u, uint32_t out, int count, int tid, int nt) {
-  uint8_t *m = (uint8_t *)base;
-  swiglu_span((const float *)(m + g), (const float *)(m + u), (float *)(m + out), part(count, tid, nt), part(count, tid + 1, nt));
-}
+#include "swiglu-jobs.h"
 #endif
 
 // Whether this build has the kernels above and RMSNorm and RoPE (native-lib's opsPrototypes).
