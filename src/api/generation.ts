@@ -51,10 +51,10 @@ export function usage(o: GenerationOutcome): {
 export function samplerFor(
   params: GenerationParams,
   contextLength: number,
+  vocabSize: number,
   tokenizer: Tokenizer,
   stopTokens: ReadonlySet<number>,
 ): Sampler {
-  const vocabSize = tokenizer.vocabSize;
   for (const id of params.logitBias.keys())
     if (id >= vocabSize)
       throw badRequest(
@@ -95,7 +95,13 @@ export function startGeneration(
   trace?: RequestTrace,
 ): Promise<GenerationOutcome> {
   const { tokenizer } = served;
-  const sampler = samplerFor(params, served.contextLength, tokenizer, served.stopTokens);
+  const sampler = samplerFor(
+    params,
+    served.contextLength,
+    served.model.config.vocabSize,
+    tokenizer,
+    served.stopTokens,
+  );
   const decoder = tokenizer.streamDecoder();
   const stop = new StopText(params.stop);
   let pending: TokenLogprob[] = [];

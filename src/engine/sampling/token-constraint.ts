@@ -99,20 +99,28 @@ export class JsonConstraint implements TokenConstraint {
   }
 
   allows(id: number): boolean {
-    if (this.ended) return false;
-    if (this.endTokens.has(id)) return canEnd(this.state);
-    const bytes = this.index.bytes[id];
-    return bytes !== undefined && bytes.length > 0 && stepAll(this.state, bytes).length > 0;
+    return this.after(id) !== undefined;
   }
 
   accept(id: number): void {
-    if (!this.allows(id))
+    const next = this.after(id);
+    if (next === undefined)
       throw new TandemError('JSON_CONSTRAINT', `token ${id} does not continue the JSON value`, {
         hint: 'this is a bug: the sampler drew a token the constraint masked',
         details: { token: id },
       });
-    if (this.endTokens.has(id)) this.ended = true;
-    else this.state = stepAll(this.state, this.index.bytes[id] as Uint8Array);
+    if (next === 'end') this.ended = true;
+    else this.state = next;
+  }
+
+  /** The state after token `id`; 'end' for an end token that may come now; undefined where `id` may not come. */
+  private after(id: number): JsonState | 'end' | undefined {
+    if (this.ended) return undefined;
+    if (this.endTokens.has(id)) return canEnd(this.state) ? 'end' : undefined;
+    const bytes = this.index.bytes[id];
+    if (bytes === undefined || bytes.length === 0) return undefined;
+    const next = stepAll(this.state, bytes);
+    return next.length > 0 ? next : undefined;
   }
 
   mask(logits: Float32Array): void {
