@@ -93,6 +93,8 @@ export class Router {
   private closing = false;
   /** In shutdown: a neighbour's connection ending now is its own close, not a failure. */
   private leaving = false;
+  /** Ranks whose goodbye reached this rank (its own included once it is leaving). */
+  private readonly byes = new Set<number>();
   private readonly abortListeners: ((e: TandemError) => void)[] = [];
 
   constructor(options: RouterOptions) {
@@ -382,26 +384,37 @@ export class Router {
   }
 
   /**
-   * Graceful end: says goodbye on every link (so peers do not mistake the closing connection
-   * for a crash), waits up to `timeoutMs` for queued fragments to leave, then closes.
+   * Graceful end: floods this rank's goodbye to every rank (so peers do not mistake the
+   * closing connection for a crash), then lingers, forwarding, until every rank's goodbye has
+   * arrived and nothing waits to go out (at most `timeoutMs`), then closes.
+   *
+   * Why every rank and not just the neighbours: a rank says goodbye once its last call
+   * (close()'s barrier) is done, and a message of that barrier between two other ranks may
+   * still need this rank as a relay after both of its neighbours are done. Once all ranks
+   * said goodbye, every barrier has completed, so no message is left to relay; and since a
+   * rank forwards each goodbye before it drains and closes, every goodbye reaches every rank
+   * that is still lingering.
    */
   async shutdown(timeoutMs = 30_000): Promise<void> {
     this.leaving = true;
     if (!this.error) {
-      for (const link of this.links) {
-        if (!link.dead)
-          link.push({
-            header: controlHeader(MessageKind.bye, this.rank, link.peer),
-            payload: new Uint8Array(0),
-          });
-      }
-      // Linger until every neighbour said goodbye too: meanwhile this rank keeps forwarding,
-      // so ranks that still finish their last call through it (relays) are not cut off.
+      this.byes.add(this.rank);
+      this.floodBye(this.rank, undefined);
       const deadline = Date.now() + timeoutMs;
-      const idle = (): boolean => this.links.every((l) => l.dead || l.left);
+      const idle = (): boolean =>
+        this.links.every((l) => l.dead) ||
+        (this.byes.size === this.size && this.links.every((l) => l.dead || !l.busy()));
       while (!idle() && Date.now() < deadline && !this.error) await new Promise((r) => setTimeout(r, 2));
     }
     await this.close();
+  }
+
+  /** Sends rank `origin`'s goodbye on every live link but the one it came on and the origin's own. */
+  private floodBye(origin: number, from: Link | undefined): void {
+    for (const link of this.links) {
+      if (link.dead || link === from || link.peer === origin) continue;
+      link.push({ header: controlHeader(MessageKind.bye, origin, link.peer), payload: new Uint8Array(0) });
+    }
   }
 
   /** Stops the pump and closes every queue pair. */
@@ -489,7 +502,11 @@ export class Router {
       if (!this.error && !this.closing) this.abort(readAbortNotice(header, payload, link.peer));
     } else if (header.kind === MessageKind.bye) {
       // and receive on: the peer may still forward others' messages to this rank
-      link.peerLeft(lostLinkError(this.rank, link.peer, true));
+      if (header.src === link.peer) link.peerLeft(lostLinkError(this.rank, link.peer, true));
+      if (header.src < this.size && header.src !== this.rank && !this.byes.has(header.src)) {
+        this.byes.add(header.src);
+        this.floodBye(header.src, link);
+      }
     } else if (header.kind === MessageKind.hello) {
       link.readHello(payload);
     }
