@@ -2,11 +2,13 @@ import { MessageChannel, Worker, receiveMessageOnPort, type MessagePort } from '
 import { TandemError } from '../errors/index.js';
 import { wasmApi, type WasmMemory, type WasmModule } from './wasm-api.js';
 import type { NativeLib } from './native-lib.js';
+import { CLAIMS_OFFSET } from './wasm-arena.js';
 
 /**
  * `threads` compute threads over shared WebAssembly memories: the caller's thread plus
  * threads - 1 workers (pool-worker.js). A job is one exported kernel called on every thread
- * with the same arguments plus (tid, nt); each kernel computes its own share from tid.
+ * with the same arguments plus (tid, nt); each kernel computes its own share from tid, or (the
+ * native matmuls) its threads take chunks from the arena's claims counter, zeroed per job.
  *
  * Control words (Int32 on a SharedArrayBuffer): SEQ job sequence, DONE workers finished,
  * OP export index (-1 quit), ARENA memory index, ARGC argument count, ERROR failing tid;
@@ -39,6 +41,8 @@ export class ThreadPool {
   private readonly ports: MessagePort[] = [];
   private readonly workers: Worker[] = [];
   private readonly mainFns: KernelFn[][] = [];
+  /** Each arena's claims counter (CLAIMS_OFFSET), zeroed before every job on several threads. */
+  private readonly claims: Int32Array[] = [];
   private closed = false;
   private native: { addr: (p: Uint8Array) => number; fns: Record<string, KernelFn> } | undefined;
   /** Jobs below this many multiply-adds stay on the calling thread (see SMALL_JOB). */
@@ -72,6 +76,13 @@ export class ThreadPool {
       const lib = koffi.load(native.path);
       const fns: Record<string, KernelFn> = {};
       for (const [name, proto] of Object.entries(native.prototypes)) fns[name] = lib.func(proto) as KernelFn;
+      const claimsAt = (lib.func('int tk_claims_offset(void)') as () => number)();
+      if (claimsAt !== CLAIMS_OFFSET)
+        throw new TandemError(
+          'INTERNAL',
+          `the native kernels count claims at byte ${claimsAt} of a memory, the pool zeroes byte ${CLAIMS_OFFSET}`,
+          { hint: 'rebuild the native kernels (node bin/build.js); common.h and wasm-arena.ts must agree' },
+        );
       pool.native = { addr: lib.func('uintptr_t tk_addr(uint8_t *p)') as (p: Uint8Array) => number, fns };
     }
     const started: Promise<void>[] = [];
@@ -118,6 +129,7 @@ export class ThreadPool {
     const native = this.native;
     // A shared memory never moves (its maximum is reserved up front), so its address is fixed.
     const base = native ? native.addr(new Uint8Array(memory.buffer)) : 0;
+    this.claims.push(new Int32Array(memory.buffer, CLAIMS_OFFSET, 1));
     this.mainFns.push(
       this.names.map((n) => {
         const f = native?.fns[n];
@@ -148,6 +160,7 @@ export class ThreadPool {
     ctrl[OP] = op;
     ctrl[ARENA] = arena;
     ctrl[ARGC] = args.length;
+    Atomics.store(this.claims[arena] as Int32Array, 0, 0);
     Atomics.store(ctrl, DONE, 0);
     Atomics.add(ctrl, SEQ, 1);
     Atomics.notify(ctrl, SEQ);

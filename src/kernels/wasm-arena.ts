@@ -7,6 +7,11 @@ const PAGE = 65536;
 export const MAX_PAGES = 65536;
 /** Bytes kept free at the bottom for the module's own static data. */
 export const BASE = 1 << 20;
+/**
+ * The pool's claims counter: one i32 in the last cache line below BASE, which the kernels
+ * module does not use. The native kernels' threads take their work from it (common.h TK_CLAIMS).
+ */
+export const CLAIMS_OFFSET = BASE - 64;
 /** Grow in steps of at least this much to keep `memory.grow` calls rare. */
 const GROW_STEP = 64 << 20;
 

@@ -18,6 +18,44 @@
 
 static inline int part(int total, int tid, int nt) { return (int)(((int64_t)total * tid) / nt); }
 
+// Byte offset of the claims counter in every kernels memory: one int in the cache line below
+// the arena's first allocation (wasm-arena.ts CLAIMS_OFFSET; tk_claims_offset lets the loader
+// check that the two agree). The pool zeroes it before every job it runs on several threads.
+#define TK_CLAIMS ((1u << 20) - 64u)
+
+// Units of work handed out as the threads of one job get to them. With one thread the first
+// take is all `total` units; with nt, every thread takes chunks of about total / (16 nt) from
+// the job's counter until none are left, so a thread that starts late (woken from sleep) or
+// runs slower (its core shared) takes fewer. A unit's results depend only on the unit, so
+// they are the same bits whichever thread computes them.
+typedef struct {
+  int *next;
+  int local;
+  int total;
+  int chunk;
+} tk_claims;
+
+static inline tk_claims claims_open(uintptr_t base, int total, int nt) {
+  tk_claims c = {nt > 1 ? (int *)(base + TK_CLAIMS) : NULL, 0, total, nt > 1 ? (total + 16 * nt - 1) / (16 * nt) : total};
+  if (c.chunk < 1) c.chunk = 1;
+  return c;
+}
+
+// The next units [*a, *b) of this thread; 0 once the job has none left.
+static inline int claims_take(tk_claims *c, int *a, int *b) {
+  int s;
+  if (c->next) {
+    s = __atomic_fetch_add(c->next, c->chunk, __ATOMIC_RELAXED);
+  } else {
+    s = c->local;
+    c->local += c->chunk;
+  }
+  if (s >= c->total) return 0;
+  *a = s;
+  *b = c->total - s < c->chunk ? c->total : s + c->chunk;
+  return 1;
+}
+
 // Little-endian u16 at p (ggml's f16 scale fields, unaligned).
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 

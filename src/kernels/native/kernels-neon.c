@@ -2,7 +2,8 @@
 // the i16 activations of quant_q8_0 (tk_mm_q8_0, tk_mm_q4_0) and F32 / F16 / BF16 weights
 // (tk_mm_float). Same symbols, arguments and layouts as the x86 file (see there): quants
 // [rowsPad, rowBytes], scales [rowsPad/4, nb, 4] f32, x16 [n, cols] i16, xd [n, nb] f32,
-// y [n, ystride] f32; thread tid computes tiles [part(tiles, tid), part(tiles, tid + 1)).
+// y [n, ystride] f32; the Q8_0 / Q4_0 matmuls' threads take tiles as they get to them (claims_take),
+// tk_mm_float's thread tid computes tiles [part(tiles, tid), part(tiles, tid + 1)).
 #include "neon.h"
 
 uintptr_t tk_addr(uint8_t *p) { return (uintptr_t)p; }
@@ -56,18 +57,22 @@ static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int n
 
 static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, int n, uint32_t y,
                int ystride, int tiles, int tid, int nt, int q4) {
+  (void)tid;
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
   const size_t rowBytes = q4 ? (size_t)cols / 2 : (size_t)cols;
-  for (int tl = part(tiles, tid, nt); tl < part(tiles, tid + 1, nt); tl++) {
-    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-    for (int t = 0; t < n; t += MAXT) {
-      const int k = n - t < MAXT ? n - t : MAXT;
-      tile(w, rowBytes, s, nb, (const int16_t *)(m + x16) + (size_t)t * cols, (size_t)cols,
-           (const float *)(m + xd) + (size_t)t * nb, nb, (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl, ystride, k, q4);
+  tk_claims claims = claims_open(base, tiles, nt);
+  int t0, t1;
+  while (claims_take(&claims, &t0, &t1))
+    for (int tl = t0; tl < t1; tl++) {
+      const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < n; t += MAXT) {
+        const int k = n - t < MAXT ? n - t : MAXT;
+        tile(w, rowBytes, s, nb, (const int16_t *)(m + x16) + (size_t)t * cols, (size_t)cols,
+             (const float *)(m + xd) + (size_t)t * nb, nb, (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl, ystride, k, q4);
+      }
     }
-  }
 }
 
 void tk_mm_q8_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y,

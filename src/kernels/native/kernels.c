@@ -3,8 +3,8 @@
 // koffi. They work in place on a WebAssembly memory: `base` is the address of the memory's
 // first byte and every other pointer argument is a byte offset into it, with the same layouts
 // as the wasm kernels (quants [rowsPad, rowBytes], scales [rowsPad/4, nb, 4] f32,
-// x16 [n, cols] i16, xd/xs [n, nb], y [n, ystride] f32). Each thread computes tiles
-// [part(tiles, tid), part(tiles, tid + 1)).
+// x16 [n, cols] i16, xd/xs [n, nb], y [n, ystride] f32). The threads of a call take tiles as
+// they get to them (claims_take), tk_mm_float its static share [part(tiles, tid), part(tiles, tid + 1)).
 #include "common.h"
 
 uintptr_t tk_addr(uint8_t *p) { return (uintptr_t)p; }
@@ -190,42 +190,45 @@ static inline void tile(const uint8_t *w, size_t rowBytes, const float *s, int n
 
 static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, int n, uint32_t y,
                int ystride, int tiles, int tid, int nt, int q4) {
+  (void)tid;
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 32;
   const size_t rowBytes = q4 ? (size_t)cols / 2 : (size_t)cols;
-  const int t0 = part(tiles, tid, nt);
-  const int t1 = part(tiles, tid + 1, nt);
+  tk_claims claims = claims_open(base, tiles, nt);
+  int t0, t1;
 #if defined(__AVX2__) && !defined(__AVX512BW__)
   const int8_t *x8 = x16_to_i8((const int16_t *)(m + x16), (size_t)n * cols);
   if (x8) {
-    for (int tl = t0; tl < t1; tl++) {
-      const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-      const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-      for (int t = 0; t < n; t += 2) {
-        const int8_t *xt = x8 + (size_t)t * cols;
-        const float *dt = (const float *)(m + xd) + (size_t)t * nb;
-        float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
-        if (n - t >= 2) {
-          if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 1);
-          else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 0);
-        } else {
-          if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 1);
-          else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 0);
+    while (claims_take(&claims, &t0, &t1))
+      for (int tl = t0; tl < t1; tl++) {
+        const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+        const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+        for (int t = 0; t < n; t += 2) {
+          const int8_t *xt = x8 + (size_t)t * cols;
+          const float *dt = (const float *)(m + xd) + (size_t)t * nb;
+          float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+          if (n - t >= 2) {
+            if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 1);
+            else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 0);
+          } else {
+            if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 1);
+            else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 0);
+          }
         }
       }
-    }
     return;
   }
 #endif
-  for (int tl = t0; tl < t1; tl++) {
-    const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-    const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
-    for (int t = 0; t < n; t += MAXT) {
-      const int k = n - t < MAXT ? n - t : MAXT;
-      tile(w, rowBytes, s, nb, (const int16_t *)(m + x16) + (size_t)t * cols, (size_t)cols, (const float *)(m + xd) + (size_t)t * nb, nb,
-           (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl, ystride, k, q4);
+  while (claims_take(&claims, &t0, &t1))
+    for (int tl = t0; tl < t1; tl++) {
+      const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+      const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+      for (int t = 0; t < n; t += MAXT) {
+        const int k = n - t < MAXT ? n - t : MAXT;
+        tile(w, rowBytes, s, nb, (const int16_t *)(m + x16) + (size_t)t * cols, (size_t)cols, (const float *)(m + xd) + (size_t)t * nb, nb,
+             (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl, ystride, k, q4);
+      }
     }
-  }
 }
 
 void tk_mm_q8_0(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y,

@@ -126,16 +126,20 @@ static void kv_row(int type, const uint8_t *wr, int nb, int cols, const int8_t *
   for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = hsum(acc[t]);
 }
 
-// y [n, ystride] = x W^T for W's rows [4 * tile, ...) of this thread; type 12 Q4_K, 13 Q5_K,
-// 14 Q6_K; xq, bs from tk_kv_prep, xd quant_q8_k's scales [n, cols/256].
+// y [n, ystride] = x W^T for W's 4-row tiles, taken as this thread gets to them (claims_take);
+// type 12 Q4_K, 13 Q5_K, 14 Q6_K; xq, bs from tk_kv_prep, xd quant_q8_k's scales [n, cols/256].
 void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride,
               int tiles, int tid, int nt) {
+  (void)tid;
   uint8_t *m = (uint8_t *)base;
   const int nb = cols / 256;
-  for (int r = part(tiles, tid, nt) * 4; r < part(tiles, tid + 1, nt) * 4; r++)
-    for (int t0 = 0; t0 < n; t0 += KV_TOKENS)
-      kv_row(type, m + w + (size_t)r * rowBytes, nb, cols, (const int8_t *)(m + xq), (const int16_t *)(m + bs), (const float *)(m + xd), t0,
-             n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS, (float *)(m + y) + r, (size_t)ystride);
+  tk_claims claims = claims_open(base, tiles, nt);
+  int a, b;
+  while (claims_take(&claims, &a, &b))
+    for (int r = 4 * a; r < 4 * b; r++)
+      for (int t0 = 0; t0 < n; t0 += KV_TOKENS)
+        kv_row(type, m + w + (size_t)r * rowBytes, nb, cols, (const int8_t *)(m + xq), (const int16_t *)(m + bs), (const float *)(m + xd), t0,
+               n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS, (float *)(m + y) + r, (size_t)ystride);
 }
 
 int tk_kv(void) { return 1; }

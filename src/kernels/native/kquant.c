@@ -323,21 +323,24 @@ static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_
   }
 }
 
-// y [n, ystride] = x W^T for W's rows [4 * tile, ...) of this thread; type 12 Q4_K, 13 Q5_K,
-// 14 Q6_K; xq, bs from tk_kv_prep, xd quant_q8_k's scales [n, cols/256].
+// y [n, ystride] = x W^T for W's 4-row tiles, taken as this thread gets to them (claims_take);
+// type 12 Q4_K, 13 Q5_K, 14 Q6_K; xq, bs from tk_kv_prep, xd quant_q8_k's scales [n, cols/256].
 void tk_mm_kv(uintptr_t base, int type, uint32_t w, int rowBytes, int cols, uint32_t xq, uint32_t xd, uint32_t bs, int n, uint32_t y, int ystride,
               int tiles, int tid, int nt) {
+  (void)tid;
   uint8_t *m = (uint8_t *)base;
-  const int r0 = part(tiles, tid, nt) * 4;
-  const int r1 = part(tiles, tid + 1, nt) * 4;
   const int8_t *X = (const int8_t *)(m + xq);
   const int16_t *BS = (const int16_t *)(m + bs);
   const float *XD = (const float *)(m + xd);
   float *Y = (float *)(m + y);
-  // one instance per type, so the unpacking is specialised
-  if (type == 12) kv_rows(12, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
-  else if (type == 13) kv_rows(13, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
-  else kv_rows(14, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, r0, r1);
+  tk_claims claims = claims_open(base, tiles, nt);
+  int t0, t1;
+  while (claims_take(&claims, &t0, &t1)) {
+    // one instance per type, so the unpacking is specialised
+    if (type == 12) kv_rows(12, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, 4 * t0, 4 * t1);
+    else if (type == 13) kv_rows(13, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, 4 * t0, 4 * t1);
+    else kv_rows(14, m + w, rowBytes, cols, X, BS, XD, n, Y, ystride, 4 * t0, 4 * t1);
+  }
 }
 
 int tk_kv(void) { return 1; }
