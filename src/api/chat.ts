@@ -3,6 +3,8 @@ import type { TokenLogprob } from './logprobs.js';
 import { parseChatRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { chatPrompt, tokenBudget } from './served-model.js';
+import type { EventStream } from './sse.js';
+import { callShape, readToolCall, type ToolCall } from './tools.js';
 
 function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogprob[]; refusal: null } | null {
   return entries ? { content: entries, refusal: null } : null;
@@ -12,24 +14,34 @@ function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogpro
 export async function chatCompletions(ctx: RouteContext): Promise<void> {
   const request = parseChatRequest(ctx.body);
   checkModelName(ctx.served, request.model);
-  const prompt = chatPrompt(ctx.served, request.messages);
+  const offered = request.toolChoice === 'none' ? [] : request.tools;
+  const prompt = chatPrompt(ctx.served, request.messages, offered);
   const maxTokens = tokenBudget(ctx.served, prompt.length, request.maxTokens, 'messages');
   const id = completionId('chatcmpl');
   const created = unixNow();
   // OpenAI's field order: id, object, created, model
   const head = (object: string): object => ({ id, object, created, model: ctx.served.name });
   const wantLogprobs = request.logprobs !== undefined;
-  const g = { ctx, prompt, maxTokens, params: request };
+  // a forced call is held to its JSON shape; with "auto" the model answers freely
+  const shape = callShape(request.tools, request.toolChoice);
+  const params = shape ? { ...request, responseFormat: shape } : request;
+  const g = { ctx, prompt, maxTokens, params };
+  // a call is an answer that ended by itself (not cut off) and reads as one
+  const callIn = (text: string, finish: string): ToolCall | undefined =>
+    offered.length > 0 && finish === 'stop' ? readToolCall(text, offered) : undefined;
   if (!request.stream) {
     const { text, entries, outcome } = await collectGeneration(g);
+    const call = callIn(text, outcome.finishReason);
     sendJson(ctx.res, 200, {
       ...head('chat.completion'),
       choices: [
         {
           index: 0,
-          message: { role: 'assistant', content: text, refusal: null },
+          message: call
+            ? { role: 'assistant', content: null, tool_calls: [call], refusal: null }
+            : { role: 'assistant', content: text, refusal: null },
           logprobs: logprobsOf(wantLogprobs ? entries : undefined),
-          finish_reason: outcome.finishReason,
+          finish_reason: call ? 'tool_calls' : outcome.finishReason,
         },
       ],
       usage: usage(outcome),
@@ -42,14 +54,37 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     choices: [{ index: 0, delta, logprobs: logprobsOf(entries), finish_reason: finishReason }],
     ...extra,
   });
+  // With tools offered, text that may be a call (nothing but a JSON object so far) is held
+  // back until the answer ends or shows it is not one; then it goes out as it came.
+  let held: { text: string; logprobs: TokenLogprob[] } | undefined =
+    offered.length > 0 ? { text: '', logprobs: [] } : undefined;
+  const send = (stream: EventStream, text: string, lp: TokenLogprob[]): void =>
+    stream.send(chunk({ content: text }, null, wantLogprobs ? lp : undefined));
   const ran = await streamGeneration(
     g,
-    (stream, d) => stream.send(chunk({ content: d.text }, null, wantLogprobs ? d.logprobs : undefined)),
+    (stream, d) => {
+      if (held === undefined) return send(stream, d.text, d.logprobs);
+      held.text += d.text;
+      held.logprobs.push(...d.logprobs);
+      const start = held.text.trimStart();
+      if (start === '' || start.startsWith('{')) return;
+      send(stream, held.text, held.logprobs);
+      held = undefined;
+    },
     (stream) => stream.send(chunk({ role: 'assistant', content: '', refusal: null }, null)),
   );
   if (!ran) return;
   const { stream, outcome } = ran;
-  stream.send(chunk({}, outcome.finishReason));
+  const call = held ? callIn(held.text, outcome.finishReason) : undefined;
+  if (call) {
+    stream.send(
+      chunk({ tool_calls: [{ index: 0, ...call }] }, null, wantLogprobs ? held?.logprobs : undefined),
+    );
+    stream.send(chunk({}, 'tool_calls'));
+  } else {
+    if (held && held.text !== '') send(stream, held.text, held.logprobs);
+    stream.send(chunk({}, outcome.finishReason));
+  }
   if (request.includeUsage)
     stream.send({ ...head('chat.completion.chunk'), choices: [], usage: usage(outcome) });
   stream.done();

@@ -210,6 +210,178 @@ test('openai client: logit_bias forces a token in greedy completions and chat st
   );
 });
 
+test("openai client: tool_choice required and named give a tool call of the tool's parameters, streamed or not; bad tools are 400s", async () => {
+  const tools = [
+    {
+      type: 'function' as const,
+      function: {
+        name: 'get_weather',
+        description: 'The weather in a city',
+        parameters: {
+          type: 'object',
+          properties: { city: { type: 'string', maxLength: 8 }, days: { enum: [1, 2, 3] } },
+          required: ['city', 'days'],
+          additionalProperties: false,
+        },
+      },
+    },
+    {
+      type: 'function' as const,
+      function: {
+        name: 'set_alarm',
+        parameters: {
+          type: 'object',
+          properties: { hour: { enum: [6, 7, 8] } },
+          required: ['hour'],
+          additionalProperties: false,
+        },
+      },
+    },
+  ];
+  const fits = (name: string, args: Record<string, unknown>): boolean =>
+    name === 'get_weather'
+      ? Object.keys(args).join() === 'city,days' &&
+        typeof args.city === 'string' &&
+        [...args.city].length <= 8 &&
+        [1, 2, 3].includes(args.days as number)
+      : Object.keys(args).join() === 'hour' && [6, 7, 8].includes(args.hour as number);
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 100,
+      temperature,
+      seed: 5,
+      tools,
+      tool_choice: 'required',
+    });
+    const choice = r.choices[0];
+    assert.equal(choice?.finish_reason, 'tool_calls', JSON.stringify(choice));
+    assert.equal(choice?.message.content, null);
+    const call = choice?.message.tool_calls?.[0];
+    assert.ok(call && call.type === 'function' && /^call_[0-9a-f]{24}$/.test(call.id), JSON.stringify(call));
+    const args = JSON.parse(call.function.arguments) as Record<string, unknown>;
+    assert.ok(fits(call.function.name, args), JSON.stringify(call));
+  }
+  // named (each of the two, so the name is not the one the model would pick anyway), streamed:
+  // the call comes whole in one delta, then finish_reason tool_calls
+  for (const name of ['get_weather', 'set_alarm']) {
+    const stream = await client.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 100,
+      temperature: 0,
+      tools,
+      tool_choice: { type: 'function', function: { name } },
+      stream: true,
+    });
+    let content = '';
+    const calls: { id?: string; name?: string; args: string }[] = [];
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      content += c?.delta.content ?? '';
+      for (const t of c?.delta.tool_calls ?? []) {
+        const at = (calls[t.index] ??= { args: '' });
+        if (t.id !== undefined) at.id ??= t.id;
+        if (t.function?.name !== undefined) at.name ??= t.function.name;
+        at.args += t.function?.arguments ?? '';
+      }
+      finish = c?.finish_reason ?? finish;
+    }
+    assert.equal(content, '', 'a call sends no content');
+    assert.equal(finish, 'tool_calls');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0]?.name, name);
+    assert.ok(fits(name, JSON.parse(calls[0]?.args ?? '') as Record<string, unknown>), calls[0]?.args);
+  }
+  // "auto": text unless the answer is a call; streamed, text that may still be one (a JSON
+  // object so far) is held back, then sent as it came
+  const auto = {
+    model: 'tiny',
+    messages,
+    max_tokens: 30,
+    temperature: 0,
+    tools,
+    response_format: { type: 'json_object' as const },
+  };
+  const whole = await client.chat.completions.create(auto);
+  const text = whole.choices[0]?.message.content ?? '';
+  assert.match(text, /^\s*\{/);
+  assert.equal(whole.choices[0]?.message.tool_calls, undefined);
+  let streamed = '';
+  for await (const chunk of await client.chat.completions.create({ ...auto, stream: true }))
+    streamed += chunk.choices[0]?.delta.content ?? '';
+  assert.equal(streamed, text);
+  // a history with a call and its result is taken (rendered as the model writes calls)
+  const next = await client.chat.completions.create({
+    model: 'tiny',
+    max_tokens: 4,
+    temperature: 0,
+    tools,
+    tool_choice: 'none',
+    messages: [
+      ...messages,
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'set_alarm', arguments: '{"hour":7}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: 'alarm set' },
+    ],
+  });
+  assert.equal(next.choices[0]?.finish_reason, 'length');
+  assert.equal(next.choices[0]?.message.tool_calls, undefined, "tool_choice 'none' answers text");
+  const bad = async (body: Record<string, unknown>, param: string, message: RegExp): Promise<void> => {
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer k1' },
+      body: JSON.stringify({ model: 'tiny', messages, max_tokens: 4, ...body }),
+    });
+    const json = (await res.json()) as { error: { param: string; message: string; type: string } };
+    assert.equal(res.status, 400, JSON.stringify(json));
+    assert.equal(json.error.type, 'invalid_request_error');
+    assert.equal(json.error.param, param);
+    assert.match(json.error.message, message);
+  };
+  await bad(
+    { tools, tool_choice: { type: 'function', function: { name: 'nope' } } },
+    'tool_choice',
+    /'nope'/,
+  );
+  await bad({ tool_choice: 'required' }, 'tool_choice', /needs 'tools'/);
+  await bad(
+    { tools: [{ type: 'function', function: { name: 'a b' } }] },
+    'tools[0].function.name',
+    /letters/,
+  );
+  await bad({ tools: [tools[0], tools[0]] }, 'tools[1].function.name', /two tools/);
+  await bad(
+    {
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'string', pattern: 'x' } } }],
+      tool_choice: 'required',
+    },
+    'tools[0].function.parameters',
+    /"pattern" is not supported/,
+  );
+  await bad(
+    { tools, tool_choice: 'required', response_format: { type: 'json_object' } },
+    'response_format',
+    /both set/,
+  );
+  await bad(
+    {
+      messages: [
+        { role: 'assistant', content: null, tool_calls: [{ function: { name: 'f', arguments: '{' } }] },
+      ],
+    },
+    'messages[0].tool_calls[0].function.arguments',
+    /not JSON/,
+  );
+});
+
 test('openai client: response_format json_schema answers JSON of the schema, streamed or not; json_object an object', async () => {
   const schema = {
     type: 'object',

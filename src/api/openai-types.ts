@@ -1,6 +1,7 @@
 import { anyJsonObject, compileJsonSchema, type ChatMessage, type JsonNode } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
 import { badRequest } from './errors.js';
+import { callsAsContent, parseToolChoice, parseTools, type ChatTool, type ToolChoice } from './tools.js';
 
 /*
  * Request bodies of the OpenAI routes, validated once at the edge: each parser takes the
@@ -38,6 +39,9 @@ export interface GenerationParams {
 
 export interface ChatRequest extends GenerationParams {
   messages: ChatMessage[];
+  /** The functions the model may call (tools.ts); empty without `tools`. */
+  tools: ChatTool[];
+  toolChoice: ToolChoice;
 }
 
 export interface CompletionRequest extends GenerationParams {
@@ -227,7 +231,10 @@ function messages(body: Body): ChatMessage[] {
     const role = (m as Body).role;
     if (typeof role !== 'string' || role === '')
       throw badRequest(`messages[${i}].role`, `'messages[${i}].role' must be a non-empty string`);
-    return { role, content: content((m as Body).content, `messages[${i}].content`) };
+    const text = content((m as Body).content, `messages[${i}].content`);
+    // an assistant turn that called tools: the calls as the model writes them
+    const calls = callsAsContent((m as Body).tool_calls, `messages[${i}].tool_calls`);
+    return { role, content: calls === '' ? text : text === '' ? calls : `${text}\n${calls}` };
   });
 }
 
@@ -237,10 +244,21 @@ export function parseChatRequest(value: unknown): ChatRequest {
   const top = num(body, 'top_logprobs', 0, 20, true);
   if (top !== undefined && !logprobs)
     throw badRequest('top_logprobs', "'top_logprobs' needs 'logprobs': true");
+  const params = generationParams(body, ['max_tokens', 'max_completion_tokens']);
+  const tools = parseTools(body);
+  const toolChoice = parseToolChoice(body, tools);
+  if (params.responseFormat !== undefined && (toolChoice === 'required' || typeof toolChoice === 'object'))
+    throw badRequest(
+      'response_format',
+      "'response_format' and a 'tool_choice' that forces a call both set the answer's shape",
+      'send one of the two',
+    );
   return {
-    ...generationParams(body, ['max_tokens', 'max_completion_tokens']),
+    ...params,
     messages: messages(body),
     logprobs: logprobs ? (top ?? 0) : undefined,
+    tools,
+    toolChoice,
   };
 }
 

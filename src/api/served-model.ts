@@ -14,6 +14,7 @@ import type { KernelsBackend } from '../kernels/index.js';
 import type { ClusterView } from '../cluster/index.js';
 import { badRequest } from './errors.js';
 import type { SlotModel } from './scheduler.js';
+import { templateTools, withToolsMessage, type ChatTool } from './tools.js';
 
 /** A loaded model as the routes use it: forward passes, tokenizer, chat template, limits. */
 export interface ServedModel {
@@ -135,9 +136,17 @@ export function servingParts(
   };
 }
 
-/** The prompt of a chat: the messages rendered through the model's template and tokenized. */
-export function chatPrompt(served: ServedModel, messages: readonly ChatMessage[]): number[] {
-  return served.template.encode(served.tokenizer, messages);
+/** The prompt of a chat: the messages (and the tools offered) rendered through the model's template and tokenized. */
+export function chatPrompt(
+  served: ServedModel,
+  messages: readonly ChatMessage[],
+  tools: readonly ChatTool[] = [],
+): number[] {
+  if (tools.length === 0) return served.template.encode(served.tokenizer, messages);
+  // a template that reads `tools` lists them its own way; others get them in a system message
+  return /\btools\b/.test(served.template.source)
+    ? served.template.encode(served.tokenizer, messages, { variables: { tools: templateTools(tools) } })
+    : served.template.encode(served.tokenizer, withToolsMessage(messages, tools));
 }
 
 /** Token ids of a completion prompt: text tokenized (BOS as the model asks), or ids checked against the vocabulary. */

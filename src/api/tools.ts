@@ -1,0 +1,210 @@
+import { randomBytes } from 'node:crypto';
+import { compileJsonSchema, type ChatMessage, type JsonNode } from '../engine/index.js';
+import { isTandemError } from '../errors/index.js';
+import { badRequest } from './errors.js';
+
+/*
+ * Function calling on /v1/chat/completions: `tools`, `tool_choice`, and the history of calls
+ * (assistant `tool_calls`, `tool` results). A call is the JSON object
+ * {"name": ..., "arguments": {...}}: with tool_choice "required" or a named function the
+ * answer is held to that shape by the JSON constraint (arguments to the tool's parameters
+ * schema); with "auto" the model answers freely and an answer that is such an object, naming
+ * one of the tools, is returned as a call.
+ */
+
+type Body = Record<string, unknown>;
+
+export interface ChatTool {
+  name: string;
+  description: string | undefined;
+  /** The tool's `parameters` JSON Schema as sent (an object schema; `{}` when absent). */
+  parameters: Record<string, unknown>;
+}
+
+/** none: tools are not offered; auto: the model may call one; required: it must; {name}: it must call that one. */
+export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
+
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+function isBody(v: unknown): v is Body {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `tools`: [{type: "function", function: {name, description?, parameters?}}], names unique. */
+export function parseTools(body: Body): ChatTool[] {
+  const v = body.tools;
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw badRequest('tools', `'tools' must be an array, got ${JSON.stringify(v)}`);
+  const seen = new Set<string>();
+  return v.map((t: unknown, i) => {
+    const at = `tools[${i}]`;
+    if (!isBody(t) || t.type !== 'function' || !isBody(t.function))
+      throw badRequest(at, `'${at}' must be {"type": "function", "function": {"name", "parameters"}}`);
+    const f = t.function;
+    if (typeof f.name !== 'string' || !NAME.test(f.name))
+      throw badRequest(
+        `${at}.function.name`,
+        `'${at}.function.name' must be 1-64 letters, digits, _ or -, got ${JSON.stringify(f.name)}`,
+      );
+    if (seen.has(f.name))
+      throw badRequest(
+        `${at}.function.name`,
+        `two tools are named '${f.name}'`,
+        'give each tool its own name',
+      );
+    seen.add(f.name);
+    if (f.description !== undefined && f.description !== null && typeof f.description !== 'string')
+      throw badRequest(`${at}.function.description`, `'${at}.function.description' must be a string`);
+    const parameters = f.parameters ?? {};
+    if (!isBody(parameters))
+      throw badRequest(
+        `${at}.function.parameters`,
+        `'${at}.function.parameters' must be a JSON Schema object`,
+      );
+    return {
+      name: f.name,
+      description: typeof f.description === 'string' ? f.description : undefined,
+      parameters,
+    };
+  });
+}
+
+/** `tool_choice`: "none", "auto", "required" or {type: "function", function: {name}} (default: auto with tools). */
+export function parseToolChoice(body: Body, tools: readonly ChatTool[]): ToolChoice {
+  const v = body.tool_choice;
+  if (v === undefined || v === null) return tools.length > 0 ? 'auto' : 'none';
+  let choice: ToolChoice;
+  if (v === 'none' || v === 'auto' || v === 'required') choice = v;
+  else if (isBody(v) && v.type === 'function' && isBody(v.function) && typeof v.function.name === 'string')
+    choice = { name: v.function.name };
+  else
+    throw badRequest(
+      'tool_choice',
+      `'tool_choice' must be "none", "auto", "required" or {"type": "function", "function": {"name"}}, got ${JSON.stringify(v)}`,
+    );
+  if (choice !== 'none' && tools.length === 0)
+    throw badRequest('tool_choice', `'tool_choice' ${JSON.stringify(v)} needs 'tools'`);
+  if (typeof choice === 'object' && !tools.some((t) => t.name === choice.name))
+    throw badRequest('tool_choice', `'tool_choice' names '${choice.name}', which is not among 'tools'`);
+  return choice;
+}
+
+/**
+ * The JSON shape a forced call takes: one object per offered tool (all of them for
+ * "required", the named one otherwise), {"name": that name, "arguments": its parameters}.
+ * A parameters keyword the constraint cannot enforce is a 400 naming the tool.
+ */
+export function callShape(tools: readonly ChatTool[], choice: ToolChoice): JsonNode | undefined {
+  if (choice === 'none' || choice === 'auto') return undefined;
+  const offered = typeof choice === 'object' ? tools.filter((t) => t.name === choice.name) : tools;
+  const options = offered.map((t) => {
+    const index = tools.indexOf(t);
+    // a schema with no type (`{}`) takes any JSON: a call's arguments are always an object
+    const parameters = Object.keys(t.parameters).length === 0 ? { type: 'object' } : t.parameters;
+    try {
+      compileJsonSchema(parameters);
+    } catch (e) {
+      if (isTandemError(e, 'JSON_SCHEMA_UNSUPPORTED'))
+        throw badRequest(`tools[${index}].function.parameters`, e.message, e.hint);
+      throw e;
+    }
+    return {
+      type: 'object',
+      properties: { name: { const: t.name }, arguments: parameters },
+      required: ['name', 'arguments'],
+      additionalProperties: false,
+    };
+  });
+  return compileJsonSchema(options.length === 1 ? options[0] : { anyOf: options });
+}
+
+/** The tools as OpenAI's request lists them: what a chat template that takes `tools` reads. */
+export function templateTools(tools: readonly ChatTool[]): object[] {
+  return tools.map((t) => ({
+    type: 'function',
+    function: {
+      name: t.name,
+      ...(t.description !== undefined ? { description: t.description } : {}),
+      parameters: t.parameters,
+    },
+  }));
+}
+
+/**
+ * For a template that does not read `tools`: a system message that lists them and says how to
+ * call one, merged into the first system message when there is one.
+ */
+export function withToolsMessage(
+  messages: readonly ChatMessage[],
+  tools: readonly ChatTool[],
+): ChatMessage[] {
+  const list = tools
+    .map((t) => JSON.stringify({ name: t.name, description: t.description ?? '', parameters: t.parameters }))
+    .join('\n');
+  const text =
+    'You can call these functions:\n' +
+    list +
+    '\nTo call one, answer with only a JSON object {"name": <function name>, "arguments": <object>}.';
+  const [first, ...rest] = messages;
+  if (first?.role === 'system') return [{ role: 'system', content: `${first.content}\n\n${text}` }, ...rest];
+  return [{ role: 'system', content: text }, ...messages];
+}
+
+/**
+ * An answer that is one call: a JSON object {"name": one of the tools, "arguments": an object}
+ * (llama-style "parameters" is read as arguments); anything else is text (undefined).
+ */
+export function readToolCall(text: string, tools: readonly ChatTool[]): ToolCall | undefined {
+  const trimmed = text.trim();
+  if (!trimmed.startsWith('{')) return undefined;
+  let value: unknown;
+  try {
+    value = JSON.parse(trimmed);
+  } catch {
+    return undefined;
+  }
+  if (!isBody(value) || typeof value.name !== 'string') return undefined;
+  const args = value.arguments ?? value.parameters;
+  if (!isBody(args) || !tools.some((t) => t.name === value.name)) return undefined;
+  return {
+    id: `call_${randomBytes(12).toString('hex')}`,
+    type: 'function',
+    function: { name: value.name, arguments: JSON.stringify(args) },
+  };
+}
+
+/**
+ * The messages' history of calls as text the template can render: an assistant message's
+ * `tool_calls` become the JSON objects the model writes to call (after any content), a `tool`
+ * message stays a `tool` message with its content.
+ */
+export function callsAsContent(calls: unknown, param: string): string {
+  if (calls === undefined || calls === null) return '';
+  if (!Array.isArray(calls)) throw badRequest(param, `'${param}' must be an array of tool calls`);
+  return calls
+    .map((c: unknown, j) => {
+      const f = isBody(c) ? c.function : undefined;
+      if (!isBody(f) || typeof f.name !== 'string' || typeof f.arguments !== 'string')
+        throw badRequest(
+          `${param}[${j}]`,
+          `'${param}[${j}]' must be {"type": "function", "function": {"name", "arguments": "<JSON text>"}}`,
+        );
+      let args: unknown;
+      try {
+        args = JSON.parse(f.arguments);
+      } catch {
+        throw badRequest(
+          `${param}[${j}].function.arguments`,
+          `'${param}[${j}].function.arguments' is not JSON text`,
+        );
+      }
+      return JSON.stringify({ name: f.name, arguments: args });
+    })
+    .join('\n');
+}
