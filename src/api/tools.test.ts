@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { ChatTemplate, type Tokenizer } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
+import { chatPrompt, type ServedModel } from './served-model.js';
 import { callsAsContent, parseToolChoice, parseTools, readToolCall, withToolsMessage } from './tools.js';
 
 const tools = parseTools({
@@ -104,4 +106,29 @@ test('withToolsMessage lists the tools in the first system message, or a new one
     param(() => callsAsContent([{ function: { name: 'noop' } }], 'm')),
     'm[0]',
   );
+});
+
+test('chatPrompt gives the tools to a template that reads them, and in a system message to one that does not', () => {
+  // a tokenizer of bytes: the prompt's ids read back as its text
+  const bytes = {
+    bosId: undefined,
+    eosId: undefined,
+    vocab: { addBos: false },
+    tokenText: () => '',
+    encode: (t: string) => [...Buffer.from(t)],
+  } as unknown as Tokenizer;
+  const prompt = (source: string): string =>
+    Buffer.from(
+      chatPrompt(
+        { template: new ChatTemplate(source), tokenizer: bytes } as unknown as ServedModel,
+        [{ role: 'user', content: 'hi' }],
+        tools,
+      ),
+    ).toString();
+  const turns = '{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}';
+  assert.equal(
+    prompt(`{% if tools %}TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}{% endif %}${turns}`),
+    'TOOLS:get_weather;noop;user:hi|',
+  );
+  assert.match(prompt(turns), /^system:You can call these functions:\n\{"name":"get_weather".*\|user:hi\|$/s);
 });
