@@ -4,7 +4,7 @@ import { parseChatRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { chatPrompt, tokenBudget } from './served-model.js';
 import type { EventStream } from './sse.js';
-import { callShape, readToolCall, type ToolCall } from './tools.js';
+import { callShape, mayBeCalls, readToolCalls, type ToolCall } from './tools.js';
 
 function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogprob[]; refusal: null } | null {
   return entries ? { content: entries, refusal: null } : null;
@@ -26,22 +26,22 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   const shape = callShape(request.tools, request.toolChoice);
   const params = shape ? { ...request, responseFormat: shape } : request;
   const g = { ctx, prompt, maxTokens, params };
-  // a call is an answer that ended by itself (not cut off) and reads as one
-  const callIn = (text: string, finish: string): ToolCall | undefined =>
-    offered.length > 0 && finish === 'stop' ? readToolCall(text, offered) : undefined;
+  // calls are an answer that ended by itself (not cut off) and reads as calls
+  const callsIn = (text: string, finish: string): ToolCall[] | undefined =>
+    offered.length > 0 && finish === 'stop' ? readToolCalls(text, offered) : undefined;
   if (!request.stream) {
     const { text, entries, outcome } = await collectGeneration(g);
-    const call = callIn(text, outcome.finishReason);
+    const calls = callsIn(text, outcome.finishReason);
     sendJson(ctx.res, 200, {
       ...head('chat.completion'),
       choices: [
         {
           index: 0,
-          message: call
-            ? { role: 'assistant', content: null, tool_calls: [call], refusal: null }
+          message: calls
+            ? { role: 'assistant', content: null, tool_calls: calls, refusal: null }
             : { role: 'assistant', content: text, refusal: null },
           logprobs: logprobsOf(wantLogprobs ? entries : undefined),
-          finish_reason: call ? 'tool_calls' : outcome.finishReason,
+          finish_reason: calls ? 'tool_calls' : outcome.finishReason,
         },
       ],
       usage: usage(outcome),
@@ -54,8 +54,8 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     choices: [{ index: 0, delta, logprobs: logprobsOf(entries), finish_reason: finishReason }],
     ...extra,
   });
-  // With tools offered, text that may be a call (nothing but a JSON object so far) is held
-  // back until the answer ends or shows it is not one; then it goes out as it came.
+  // With tools offered, text that may be calls (mayBeCalls) is held back until the answer
+  // ends or shows it is not; then it goes out as it came.
   let held: { text: string; logprobs: TokenLogprob[] } | undefined =
     offered.length > 0 ? { text: '', logprobs: [] } : undefined;
   const send = (stream: EventStream, text: string, lp: TokenLogprob[]): void =>
@@ -66,8 +66,7 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
       if (held === undefined) return send(stream, d.text, d.logprobs);
       held.text += d.text;
       held.logprobs.push(...d.logprobs);
-      const start = held.text.trimStart();
-      if (start === '' || start.startsWith('{')) return;
+      if (mayBeCalls(held.text)) return;
       send(stream, held.text, held.logprobs);
       held = undefined;
     },
@@ -75,11 +74,10 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   );
   if (!ran) return;
   const { stream, outcome } = ran;
-  const call = held ? callIn(held.text, outcome.finishReason) : undefined;
-  if (call) {
-    stream.send(
-      chunk({ tool_calls: [{ index: 0, ...call }] }, null, wantLogprobs ? held?.logprobs : undefined),
-    );
+  const calls = held ? callsIn(held.text, outcome.finishReason) : undefined;
+  if (calls) {
+    const deltas = calls.map((c, index) => ({ index, ...c }));
+    stream.send(chunk({ tool_calls: deltas }, null, wantLogprobs ? held?.logprobs : undefined));
     stream.send(chunk({}, 'tool_calls'));
   } else {
     if (held && held.text !== '') send(stream, held.text, held.logprobs);

@@ -3,7 +3,14 @@ import assert from 'node:assert/strict';
 import { ChatTemplate, type Tokenizer } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
 import { chatPrompt, type ServedModel } from './served-model.js';
-import { callsAsContent, parseToolChoice, parseTools, readToolCall, withToolsMessage } from './tools.js';
+import {
+  callsAsContent,
+  mayBeCalls,
+  parseToolChoice,
+  parseTools,
+  readToolCalls,
+  withToolsMessage,
+} from './tools.js';
 
 const tools = parseTools({
   tools: [
@@ -56,24 +63,45 @@ test('tools: parsed with their parameters; tool_choice defaults to auto with too
   );
 });
 
-test('readToolCall: an answer that is one JSON object naming a tool is a call; anything else is text', () => {
-  const call = readToolCall(' {"name": "get_weather", "arguments": {"city": "Oslo"}}\n', tools);
-  assert.equal(call?.type, 'function');
-  assert.equal(call?.function.name, 'get_weather');
-  assert.equal(call?.function.arguments, '{"city":"Oslo"}');
-  assert.match(call?.id ?? '', /^call_[0-9a-f]{24}$/);
-  // llama-style "parameters" is read as the arguments
-  assert.equal(readToolCall('{"name":"noop","parameters":{}}', tools)?.function.arguments, '{}');
+test('readToolCalls: an answer that consists of calls, in the forms models write them, is calls; anything else is text', () => {
+  const one = readToolCalls(' {"name": "get_weather", "arguments": {"city": "Oslo"}}\n', tools);
+  assert.equal(one?.length, 1);
+  assert.equal(one?.[0]?.type, 'function');
+  assert.equal(one?.[0]?.function.name, 'get_weather');
+  assert.equal(one?.[0]?.function.arguments, '{"city":"Oslo"}');
+  assert.match(one?.[0]?.id ?? '', /^call_[0-9a-f]{24}$/);
+  const names = (text: string): string[] | undefined =>
+    readToolCalls(text, tools)?.map((c) => `${c.function.name} ${c.function.arguments}`);
+  // Llama 3.1's "parameters"; Mistral's array, with or without its mark; Hermes/Qwen blocks
+  assert.deepEqual(names('{"name":"noop","parameters":{}}'), ['noop {}']);
+  assert.deepEqual(
+    names('[TOOL_CALLS] [{"name":"noop","arguments":{}},{"name":"get_weather","arguments":{"d":1}}]'),
+    ['noop {}', 'get_weather {"d":1}'],
+  );
+  assert.deepEqual(names('[{"name":"noop","arguments":{}}]'), ['noop {}']);
+  assert.deepEqual(
+    names(
+      '<tool_call>\n{"name": "noop", "arguments": {}}\n</tool_call>\n<tool_call>{"name": "get_weather", "arguments": {"c": "x"}}</tool_call>',
+    ),
+    ['noop {}', 'get_weather {"c":"x"}'],
+  );
   for (const text of [
     'Sunny in Oslo.',
     '{"name": "get_weather", "arguments": {"city": "Oslo"}} and more',
     '{"name": "unknown", "arguments": {}}',
     '{"name": "noop", "arguments": "{}"}',
     '{"name": "noop"}',
-    '[{"name": "noop", "arguments": {}}]',
+    '[]',
+    '[{"name": "noop", "arguments": {}}, {"name": "unknown", "arguments": {}}]',
     '{"name": "noop", "arguments": {',
+    '<tool_call>{"name": "noop", "arguments": {}}',
+    '<tool_call>{"name": "noop", "arguments": {}}</tool_call> and text',
   ])
-    assert.equal(readToolCall(text, tools), undefined, text);
+    assert.equal(readToolCalls(text, tools), undefined, text);
+  // while streaming: what may still become calls is held back
+  for (const text of ['', '  ', '{"na', '[', '<tool', '<tool_call>{', '[TOOL_CALLS] ['])
+    assert.ok(mayBeCalls(text), text);
+  for (const text of ['Sun', ' <b>', '<toolbox']) assert.ok(!mayBeCalls(text), text);
 });
 
 test('withToolsMessage lists the tools in the first system message, or a new one; callsAsContent writes calls as the model does', () => {

@@ -8,8 +8,8 @@ import { badRequest } from './errors.js';
  * (assistant `tool_calls`, `tool` results). A call is the JSON object
  * {"name": ..., "arguments": {...}}: with tool_choice "required" or a named function the
  * answer is held to that shape by the JSON constraint (arguments to the tool's parameters
- * schema); with "auto" the model answers freely and an answer that is such an object, naming
- * one of the tools, is returned as a call.
+ * schema); with "auto" the model answers freely and an answer that consists of calls, in one
+ * of the forms models write them (readToolCalls), is returned as those calls.
  */
 
 type Body = Record<string, unknown>;
@@ -156,19 +156,12 @@ export function withToolsMessage(
   return [{ role: 'system', content: text }, ...messages];
 }
 
-/**
- * An answer that is one call: a JSON object {"name": one of the tools, "arguments": an object}
- * (llama-style "parameters" is read as arguments); anything else is text (undefined).
- */
-export function readToolCall(text: string, tools: readonly ChatTool[]): ToolCall | undefined {
-  const trimmed = text.trim();
-  if (!trimmed.startsWith('{')) return undefined;
-  let value: unknown;
-  try {
-    value = JSON.parse(trimmed);
-  } catch {
-    return undefined;
-  }
+const HERMES_OPEN = '<tool_call>';
+const HERMES_CLOSE = '</tool_call>';
+const MISTRAL_MARK = '[TOOL_CALLS]';
+
+/** One call object {"name": one of the tools, "arguments" (or llama-style "parameters"): an object}. */
+function callOf(value: unknown, tools: readonly ChatTool[]): ToolCall | undefined {
   if (!isBody(value) || typeof value.name !== 'string') return undefined;
   const args = value.arguments ?? value.parameters;
   if (!isBody(args) || !tools.some((t) => t.name === value.name)) return undefined;
@@ -177,6 +170,54 @@ export function readToolCall(text: string, tools: readonly ChatTool[]): ToolCall
     type: 'function',
     function: { name: value.name, arguments: JSON.stringify(args) },
   };
+}
+
+function parsed(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The calls an answer consists of, in the forms models write them: one call object (the shape
+ * a forced call takes; Llama 3.1's), a JSON array of them (Mistral's, after its `[TOOL_CALLS]`
+ * mark when that is rendered), or `<tool_call>` blocks each holding one (Hermes', Qwen 2.5's).
+ * An answer with anything else beside them, or a call naming no offered tool, is text
+ * (undefined).
+ */
+export function readToolCalls(text: string, tools: readonly ChatTool[]): ToolCall[] | undefined {
+  let t = text.trim();
+  if (t.startsWith(MISTRAL_MARK)) t = t.slice(MISTRAL_MARK.length).trim();
+  let values: unknown[];
+  if (t.startsWith(HERMES_OPEN)) {
+    values = [];
+    while (t.startsWith(HERMES_OPEN)) {
+      const close = t.indexOf(HERMES_CLOSE);
+      if (close < 0) return undefined;
+      values.push(parsed(t.slice(HERMES_OPEN.length, close)));
+      t = t.slice(close + HERMES_CLOSE.length).trim();
+    }
+    if (t !== '') return undefined;
+  } else if (t.startsWith('[') || t.startsWith('{')) {
+    const v = parsed(t);
+    values = Array.isArray(v) ? v : [v];
+  } else return undefined;
+  const calls = values.map((v) => callOf(v, tools));
+  return calls.length > 0 && calls.every((c) => c !== undefined) ? (calls as ToolCall[]) : undefined;
+}
+
+/** Whether an answer that begins so may still turn out to be calls (readToolCalls' forms). */
+export function mayBeCalls(text: string): boolean {
+  const t = text.trimStart();
+  return (
+    t === '' ||
+    t.startsWith('{') ||
+    t.startsWith('[') ||
+    t.startsWith(HERMES_OPEN) ||
+    HERMES_OPEN.startsWith(t)
+  );
 }
 
 /**
