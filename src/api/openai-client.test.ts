@@ -378,7 +378,7 @@ test("openai client: tool_choice required and named give a tool call of the tool
       ],
     },
     'messages[0].tool_calls[0].function.arguments',
-    /not JSON/,
+    /JSON text of an object/,
   );
 });
 

@@ -1,7 +1,7 @@
 import { anyJsonObject, compileJsonSchema, type ChatMessage, type JsonNode } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
 import { badRequest } from './errors.js';
-import { callsAsContent, parseToolChoice, parseTools, type ChatTool, type ToolChoice } from './tools.js';
+import { historyCalls, parseToolChoice, parseTools, type ChatTool, type ToolChoice } from './tools.js';
 
 /*
  * Request bodies of the OpenAI routes, validated once at the edge: each parser takes the
@@ -231,10 +231,12 @@ function messages(body: Body): ChatMessage[] {
     const role = (m as Body).role;
     if (typeof role !== 'string' || role === '')
       throw badRequest(`messages[${i}].role`, `'messages[${i}].role' must be a non-empty string`);
-    const text = content((m as Body).content, `messages[${i}].content`);
-    // an assistant turn that called tools: the calls as the model writes them
-    const calls = callsAsContent((m as Body).tool_calls, `messages[${i}].tool_calls`);
-    return { role, content: calls === '' ? text : text === '' ? calls : `${text}\n${calls}` };
+    const message: ChatMessage = { role, content: content((m as Body).content, `messages[${i}].content`) };
+    const calls = historyCalls((m as Body).tool_calls, `messages[${i}].tool_calls`);
+    if (calls !== undefined) message.tool_calls = calls;
+    const answers = (m as Body).tool_call_id;
+    if (typeof answers === 'string') message.tool_call_id = answers;
+    return message;
   });
 }
 

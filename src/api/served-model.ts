@@ -14,7 +14,7 @@ import type { KernelsBackend } from '../kernels/index.js';
 import type { ClusterView } from '../cluster/index.js';
 import { badRequest } from './errors.js';
 import type { SlotModel } from './scheduler.js';
-import { templateTools, withToolsMessage, type ChatTool } from './tools.js';
+import { callsAsText, templateTools, withToolsMessage, type ChatTool } from './tools.js';
 
 /** A loaded model as the routes use it: forward passes, tokenizer, chat template, limits. */
 export interface ServedModel {
@@ -136,17 +136,25 @@ export function servingParts(
   };
 }
 
-/** The prompt of a chat: the messages (and the tools offered) rendered through the model's template and tokenized. */
+/**
+ * The prompt of a chat: the messages (and the tools offered) rendered through the model's
+ * template and tokenized. A template that does not read `tools` gets them in a system message;
+ * one that does not read `tool_calls` gets the history's calls written into the content.
+ */
 export function chatPrompt(
   served: ServedModel,
   messages: readonly ChatMessage[],
   tools: readonly ChatTool[] = [],
 ): number[] {
-  if (tools.length === 0) return served.template.encode(served.tokenizer, messages);
-  // a template that reads `tools` lists them its own way; others get them in a system message
-  return /\btools\b/.test(served.template.source)
-    ? served.template.encode(served.tokenizer, messages, { variables: { tools: templateTools(tools) } })
-    : served.template.encode(served.tokenizer, withToolsMessage(messages, tools));
+  const source = served.template.source;
+  let turns = /\btool_calls\b/.test(source) ? messages : callsAsText(messages);
+  const readsTools = /\btools\b/.test(source);
+  if (tools.length > 0 && !readsTools) turns = withToolsMessage(turns, tools);
+  return served.template.encode(
+    served.tokenizer,
+    turns,
+    tools.length > 0 && readsTools ? { variables: { tools: templateTools(tools) } } : {},
+  );
 }
 
 /** Token ids of a completion prompt: text tokenized (BOS as the model asks), or ids checked against the vocabulary. */

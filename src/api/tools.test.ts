@@ -4,7 +4,8 @@ import { ChatTemplate, type Tokenizer } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
 import { chatPrompt, type ServedModel } from './served-model.js';
 import {
-  callsAsContent,
+  callsAsText,
+  historyCalls,
   mayBeCalls,
   parseToolChoice,
   parseTools,
@@ -119,20 +120,41 @@ test('withToolsMessage lists the tools in the first system message, or a new one
   );
   assert.equal(merged.length, 2);
   assert.match(merged[0]?.content ?? '', /^Be brief\.\n\nYou can call these functions:/);
-  assert.equal(
-    callsAsContent(
-      [
-        { id: 'a', type: 'function', function: { name: 'noop', arguments: '{}' } },
-        { id: 'b', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } },
-      ],
-      'm',
-    ),
-    '{"name":"noop","arguments":{}}\n{"name":"get_weather","arguments":{"city":"Oslo"}}',
+  const calls = historyCalls(
+    [
+      { id: 'a', type: 'function', function: { name: 'noop', arguments: '{}' } },
+      { id: 'b', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Oslo"}' } },
+    ],
+    'm',
   );
-  assert.equal(callsAsContent(undefined, 'm'), '');
+  assert.deepEqual(calls, [
+    { type: 'function', function: { name: 'noop', arguments: {} } },
+    { type: 'function', function: { name: 'get_weather', arguments: { city: 'Oslo' } } },
+  ]);
+  assert.equal(historyCalls(undefined, 'm'), undefined);
   assert.equal(
-    param(() => callsAsContent([{ function: { name: 'noop' } }], 'm')),
+    param(() => historyCalls([{ function: { name: 'noop' } }], 'm')),
     'm[0]',
+  );
+  assert.equal(
+    param(() => historyCalls([{ function: { name: 'noop', arguments: '[1]' } }], 'm')),
+    'm[0].function.arguments',
+  );
+  assert.deepEqual(
+    callsAsText([
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: 'Let me look.', ...(calls ? { tool_calls: calls } : {}) },
+      { role: 'tool', content: 'sunny', tool_call_id: 'b' },
+    ]),
+    [
+      { role: 'user', content: 'hi' },
+      {
+        role: 'assistant',
+        content:
+          'Let me look.\n{"name":"noop","arguments":{}}\n{"name":"get_weather","arguments":{"city":"Oslo"}}',
+      },
+      { role: 'tool', content: 'sunny', tool_call_id: 'b' },
+    ],
   );
 });
 
@@ -159,4 +181,22 @@ test('chatPrompt gives the tools to a template that reads them, and in a system 
     'TOOLS:get_weather;noop;user:hi|',
   );
   assert.match(prompt(turns), /^system:You can call these functions:\n\{"name":"get_weather".*\|user:hi\|$/s);
+  // the history's calls: to a template that reads tool_calls as they are, else in the content
+  const history = (source: string): string =>
+    Buffer.from(
+      chatPrompt({ template: new ChatTemplate(source), tokenizer: bytes } as unknown as ServedModel, [
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [{ type: 'function', function: { name: 'noop', arguments: { a: 1 } } }],
+        },
+      ]),
+    ).toString();
+  assert.equal(
+    history(
+      '{% for m in messages %}{% for c in m.tool_calls %}CALL {{ c.function.name }} {{ c.function.arguments.a }}{% endfor %}{% endfor %}',
+    ),
+    'CALL noop 1',
+  );
+  assert.equal(history(turns), 'assistant:{"name":"noop","arguments":{"a":1}}|');
 });

@@ -221,31 +221,40 @@ export function mayBeCalls(text: string): boolean {
 }
 
 /**
- * The messages' history of calls as text the template can render: an assistant message's
- * `tool_calls` become the JSON objects the model writes to call (after any content), a `tool`
- * message stays a `tool` message with its content.
+ * An assistant message's `tool_calls` (OpenAI's: arguments as JSON text) as chat templates read
+ * them (arguments an object); undefined when absent.
  */
-export function callsAsContent(calls: unknown, param: string): string {
-  if (calls === undefined || calls === null) return '';
+export function historyCalls(calls: unknown, param: string): ChatMessage['tool_calls'] {
+  if (calls === undefined || calls === null) return undefined;
   if (!Array.isArray(calls)) throw badRequest(param, `'${param}' must be an array of tool calls`);
-  return calls
-    .map((c: unknown, j) => {
-      const f = isBody(c) ? c.function : undefined;
-      if (!isBody(f) || typeof f.name !== 'string' || typeof f.arguments !== 'string')
-        throw badRequest(
-          `${param}[${j}]`,
-          `'${param}[${j}]' must be {"type": "function", "function": {"name", "arguments": "<JSON text>"}}`,
-        );
-      let args: unknown;
-      try {
-        args = JSON.parse(f.arguments);
-      } catch {
-        throw badRequest(
-          `${param}[${j}].function.arguments`,
-          `'${param}[${j}].function.arguments' is not JSON text`,
-        );
-      }
-      return JSON.stringify({ name: f.name, arguments: args });
-    })
-    .join('\n');
+  return calls.map((c: unknown, j) => {
+    const f = isBody(c) ? c.function : undefined;
+    if (!isBody(f) || typeof f.name !== 'string' || typeof f.arguments !== 'string')
+      throw badRequest(
+        `${param}[${j}]`,
+        `'${param}[${j}]' must be {"type": "function", "function": {"name", "arguments": "<JSON text>"}}`,
+      );
+    const args = parsed(f.arguments);
+    if (!isBody(args))
+      throw badRequest(
+        `${param}[${j}].function.arguments`,
+        `'${param}[${j}].function.arguments' must be the JSON text of an object`,
+      );
+    return { type: 'function' as const, function: { name: f.name, arguments: args } };
+  });
+}
+
+/**
+ * For a template that does not read `tool_calls`: each assistant turn's calls written into its
+ * content as the model writes a call (one JSON object a line, after any text).
+ */
+export function callsAsText(messages: readonly ChatMessage[]): ChatMessage[] {
+  return messages.map((m) => {
+    if (m.tool_calls === undefined) return m;
+    const calls = m.tool_calls.map((c) =>
+      JSON.stringify({ name: c.function.name, arguments: c.function.arguments }),
+    );
+    const { tool_calls: _, ...rest } = m;
+    return { ...rest, content: [m.content, ...calls].filter((x) => x !== '').join('\n') };
+  });
 }

@@ -5,6 +5,10 @@ import type { Tokenizer } from '../tokenizer/index.js';
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant turn's function calls, as chat templates read them (arguments an object). */
+  tool_calls?: { type: 'function'; function: { name: string; arguments: Record<string, unknown> } }[];
+  /** A `tool` message: the call it answers. */
+  tool_call_id?: string;
 }
 
 /** Built-in formats, used only when asked for with `fallback`. */
