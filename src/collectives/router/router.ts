@@ -527,6 +527,12 @@ export class Router {
   private linkFailed(link: Link, cause: unknown, status?: string, reason?: string): void {
     if (link.dead) return;
     link.dead = true;
+    // A neighbour whose connection ends while this rank lingers will say nothing more: it
+    // counts as gone, here and (its goodbye sent on its behalf) at the ranks waiting for it.
+    if (this.leaving && !this.closing && !this.error && !this.byes.has(link.peer)) {
+      this.byes.add(link.peer);
+      this.floodBye(link.peer, link);
+    }
     // after the peer's goodbye its connection ends when it is done: not a failure
     if (this.closing || this.leaving || this.error || link.left) return;
     this.abort(linkFailedError(this.rank, link.peer, status, cause, reason));

@@ -31,3 +31,20 @@ test('shutdown: a rank whose neighbours all said goodbye still relays between ra
     await Promise.all(world.map((c) => c.close()));
   }
 });
+
+test('shutdown: a neighbour whose connection ends without a goodbye counts as gone', async () => {
+  // Line 0-1-2-3 (with the root's links 0-2 and 0-3): rank 3 closes at once, without a
+  // goodbye, as a process killed mid-close would. Ranks 0 and 2 see its connection end; rank 1
+  // is not linked to it. None may wait out its timeout for it.
+  const world = await createLocalWorld(4, { graph: 'line', timeoutMs: 5000 });
+  const routers = world.map(routerOf);
+  try {
+    const started = performance.now();
+    await routers[3]?.close();
+    await Promise.all([0, 1, 2].map((r) => routers[r]?.shutdown(5000)));
+    const ms = performance.now() - started;
+    assert.ok(ms < 2500, `the other ranks closed after ${Math.round(ms)} ms`);
+  } finally {
+    await Promise.all(world.map((c) => c.close()));
+  }
+});
