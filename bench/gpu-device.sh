@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=/tmp/tandem-device
 out="${OUT:-/tmp/tandem-device/out}"
-mkdir -p "$root/nm" "$out"
+mkdir -p "$root/node_modules" "$out"
 
 vulkan_loader() {
   if ! ldconfig -p | grep -q libvulkan.so.1; then
@@ -40,13 +40,13 @@ vulkan_loader() {
 case "${1:-}" in
   unpack-core)
     vulkan_loader
-    tar -xJf .device/core/core.tar.xz -C "$root/nm"
-    mkdir -p "$root/bin" && mv -f "$root/nm/node" "$root/bin/node"
+    tar -xJf .device/core/core.tar.xz -C "$root/node_modules"
+    mkdir -p "$root/bin" && mv -f "$root/node_modules/node" "$root/bin/node"
     "$root/bin/node" --version
     exit 0
     ;;
   unpack-llama)
-    tar -xJf .device/llama/llama.tar.xz -C "$root/nm"
+    tar -xJf .device/llama/llama.tar.xz -C "$root/node_modules"
     exit 0
     ;;
   run) ;;
@@ -59,7 +59,7 @@ esac
 vulkan_loader
 export PATH="$root/bin:$PATH"
 # node_modules travels as a link to this checkout's main copy: point it at the unpacked one
-rm -rf node_modules && ln -s "$root/nm" node_modules
+rm -rf node_modules && ln -s "$root/node_modules" node_modules
 # carried build outputs count as fresh (their sources arrived with new times)
 find build -type f -exec touch {} +
 exec > >(tee "$out/log.txt") 2>&1
@@ -110,11 +110,7 @@ if [ "${MOE_CORES:-0}" = 1 ]; then
 fi
 
 if [ "${GPU_8B:-0}" = 1 ]; then
-  node --import tsx --input-type=module -e "
-    const { makeModel } = await import('./src/engine/format/make-model.ts');
-    await makeModel('/tmp/8b-q4_k_m.gguf', { arch: 'llama', type: 'q4_k_m', threads: 16, shape: {
-      layers: 32, embd: 4096, ff: 14336, heads: 32, kvHeads: 8, headDim: 128, vocab: 128256, context: 8192,
-      experts: 8, expertsUsed: 2, expertFf: 1536, sharedFf: 1536 } });"
+  node --import tsx bench/gpu-8b-model.ts /tmp/8b-q4_k_m.gguf
   node bin/tandem.js bench model /tmp/8b-q4_k_m.gguf --kernels webgpu --threads 16 --timeout 300 |
     tee "$out/bench-8b-q4_k_m.txt" || true
 fi

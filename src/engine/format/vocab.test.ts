@@ -114,3 +114,9 @@ test('the chat templates render with @huggingface/jinja', async () => {
   });
   assert.equal(bpeText, '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n');
 });
+
+test('buildSpmVocab makes a Llama 3-sized vocabulary (128,256 tokens) without overflowing the stack', () => {
+  const v = buildSpmVocab(128256);
+  assert.equal(v.tokens.length, 128256);
+  assert.equal(new Set(v.tokens).size, 128256, 'every token distinct');
+});

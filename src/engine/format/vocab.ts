@@ -135,7 +135,8 @@ export function buildSpmVocab(size = 4096): Vocab {
   }
   const extra: [string, string][] = [];
   padMerges(known, extra, size - 259, LETTERS, (t) => t.startsWith('▁') && t.length > 1);
-  learned.push(...extra.map(([a, b]) => a + b));
+  // a loop, not push(...): a 128k vocabulary's merges overflow the stack as arguments
+  for (const [a, b] of extra) learned.push(a + b);
   const tokens = ['<unk>', '<s>', '</s>'];
   const types: number[] = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL];
   const scores = [0, 0, 0];
