@@ -4,7 +4,7 @@ import { parseChatRequest } from './openai-types.js';
 import { checkModelName, completionId, sendJson, unixNow, type RouteContext } from './route-context.js';
 import { chatPrompt, tokenBudget } from './served-model.js';
 import type { EventStream } from './sse.js';
-import { callShape, mayBeCalls, readToolCalls, type ToolCall } from './tools.js';
+import { CallStreamer, callShape, mayBeCalls, readToolCalls, type ToolCall } from './tools.js';
 
 function logprobsOf(entries: TokenLogprob[] | undefined): { content: TokenLogprob[]; refusal: null } | null {
   return entries ? { content: entries, refusal: null } : null;
@@ -55,14 +55,26 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     ...extra,
   });
   // With tools offered, text that may be calls (mayBeCalls) is held back until the answer
-  // ends or shows it is not; then it goes out as it came.
+  // ends or shows it is not; then it goes out as it came. A forced call goes out as it is
+  // generated (CallStreamer), each token's logprobs with the delta its text completes.
   let held: { text: string; logprobs: TokenLogprob[] } | undefined =
     offered.length > 0 ? { text: '', logprobs: [] } : undefined;
+  const streamer = shape ? new CallStreamer() : undefined;
   const send = (stream: EventStream, text: string, lp: TokenLogprob[]): void =>
     stream.send(chunk({ content: text }, null, wantLogprobs ? lp : undefined));
   const ran = await streamGeneration(
     g,
     (stream, d) => {
+      if (streamer && held) {
+        held.text += d.text;
+        held.logprobs.push(...d.logprobs);
+        const deltas = streamer.push(d.text);
+        deltas.forEach((t, k) =>
+          stream.send(chunk({ tool_calls: [t] }, null, wantLogprobs && k === 0 ? held?.logprobs : undefined)),
+        );
+        if (deltas.length > 0) held.logprobs = [];
+        return;
+      }
       if (held === undefined) return send(stream, d.text, d.logprobs);
       held.text += d.text;
       held.logprobs.push(...d.logprobs);
@@ -74,8 +86,12 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   );
   if (!ran) return;
   const { stream, outcome } = ran;
-  const calls = held ? callsIn(held.text, outcome.finishReason) : undefined;
-  if (calls) {
+  const calls = held && !streamer?.started ? callsIn(held.text, outcome.finishReason) : undefined;
+  if (streamer?.started) {
+    // an answer cut off (length) keeps its finish reason, as OpenAI's does
+    const finish = outcome.finishReason === 'stop' ? 'tool_calls' : outcome.finishReason;
+    stream.send(chunk({}, finish, wantLogprobs ? held?.logprobs : undefined));
+  } else if (calls) {
     const deltas = calls.map((c, index) => ({ index, ...c }));
     stream.send(chunk({ tool_calls: deltas }, null, wantLogprobs ? held?.logprobs : undefined));
     stream.send(chunk({}, 'tool_calls'));

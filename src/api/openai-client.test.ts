@@ -264,7 +264,8 @@ test("openai client: tool_choice required and named give a tool call of the tool
     assert.ok(fits(call.function.name, args), JSON.stringify(call));
   }
   // named (each of the two, so the name is not the one the model would pick anyway), streamed:
-  // the call comes whole in one delta, then finish_reason tool_calls
+  // the first delta names the call, the arguments follow as they are generated, then
+  // finish_reason tool_calls
   for (const name of ['get_weather', 'set_alarm']) {
     const stream = await client.chat.completions.create({
       model: 'tiny',
@@ -278,10 +279,14 @@ test("openai client: tool_choice required and named give a tool call of the tool
     let content = '';
     const calls: { id?: string; name?: string; args: string }[] = [];
     let finish: string | null | undefined;
+    let argDeltas = 0;
     for await (const chunk of stream) {
       const c = chunk.choices[0];
       content += c?.delta.content ?? '';
       for (const t of c?.delta.tool_calls ?? []) {
+        if (calls[t.index] === undefined)
+          assert.ok(t.id && t.type === 'function' && t.function?.name === name, JSON.stringify(t));
+        if (t.function?.arguments) argDeltas++;
         const at = (calls[t.index] ??= { args: '' });
         if (t.id !== undefined) at.id ??= t.id;
         if (t.function?.name !== undefined) at.name ??= t.function.name;
@@ -294,6 +299,7 @@ test("openai client: tool_choice required and named give a tool call of the tool
     assert.equal(calls.length, 1);
     assert.equal(calls[0]?.name, name);
     assert.ok(fits(name, JSON.parse(calls[0]?.args ?? '') as Record<string, unknown>), calls[0]?.args);
+    assert.ok(argDeltas > 1, `the arguments came in ${argDeltas} delta(s)`);
   }
   // "auto": text unless the answer is a call; streamed, text that may still be one (a JSON
   // object so far) is held back, then sent as it came

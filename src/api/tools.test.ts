@@ -4,6 +4,9 @@ import { ChatTemplate, type Tokenizer } from '../engine/index.js';
 import { isTandemError } from '../errors/index.js';
 import { chatPrompt, type ServedModel } from './served-model.js';
 import {
+  CallStreamer,
+  type CallDelta,
+  callProgress,
   callsAsText,
   historyCalls,
   mayBeCalls,
@@ -199,4 +202,60 @@ test('chatPrompt gives the tools to a template that reads them, and in a system 
     'CALL noop 1',
   );
   assert.equal(history(turns), 'assistant:{"name":"noop","arguments":{"a":1}}|');
+});
+
+test('callProgress: a call object read as far as it has come, strings and nesting skipped whole', () => {
+  const text = '{ "name" : "get_weather", "arguments": {"city": "P}a\\"r{", "n": [1, {"x": 2}]} }';
+  const whole = callProgress(text);
+  const start = text.indexOf('{"city"');
+  assert.deepEqual(whole, {
+    name: 'get_weather',
+    argsStart: start,
+    argsEnd: text.lastIndexOf('}', text.length - 2) + 1,
+  });
+  assert.deepEqual(JSON.parse(text.slice(whole.argsStart, whole.argsEnd)), {
+    city: 'P}a"r{',
+    n: [1, { x: 2 }],
+  });
+  // every prefix gives the name only once its string is whole, the end only once the value is
+  for (let k = 0; k <= text.length; k++) {
+    const p = callProgress(text.slice(0, k));
+    assert.equal(p.name === undefined, k < text.indexOf('"get_weather"') + 13, `name at ${k}`);
+    assert.equal(p.argsStart === undefined, k <= start, `start at ${k}`);
+    assert.equal(p.argsEnd === undefined, k < whole.argsEnd!, `end at ${k}`);
+  }
+  // arguments first, other keys skipped, and text that is no call object
+  assert.deepEqual(callProgress('{"arguments": {"a": 1}, "id": 7, "name": "f"}'), {
+    name: 'f',
+    argsStart: 14,
+    argsEnd: 22,
+  });
+  assert.deepEqual(callProgress('Sure! {"name": "f"'), {});
+  assert.deepEqual(callProgress('{"name": 5, "x'), {});
+});
+
+test('CallStreamer: the id and name first, then the arguments as they come, joined exactly', () => {
+  const text = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}';
+  const s = new CallStreamer();
+  const deltas: CallDelta[] = [];
+  for (const ch of text) deltas.push(...s.push(ch));
+  assert.ok(s.started);
+  assert.deepEqual(deltas[0], {
+    index: 0,
+    id: s.id,
+    type: 'function',
+    function: { name: 'get_weather', arguments: '' },
+  });
+  assert.match(s.id, /^call_[0-9a-f]{24}$/);
+  const args = deltas.slice(1).map((d) => d.function.arguments);
+  assert.equal(args.join(''), '{"city": "Paris", "days": 2}');
+  assert.ok(args.length > 10, 'one delta a character here');
+  assert.ok(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined));
+  // arguments before the name: nothing until the name is whole, then all of them at once
+  const late = new CallStreamer();
+  assert.deepEqual(late.push('{"arguments": {"a": 1}, "name": "'), []);
+  assert.equal(late.started, false);
+  const out = late.push('noop"}');
+  assert.equal(out.length, 2);
+  assert.equal(out[1]?.function.arguments, '{"a": 1}');
 });

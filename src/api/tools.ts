@@ -208,6 +208,131 @@ export function readToolCalls(text: string, tools: readonly ChatTool[]): ToolCal
   return calls.length > 0 && calls.every((c) => c !== undefined) ? (calls as ToolCall[]) : undefined;
 }
 
+/** How far a call object's text has come: its name once whole, where its arguments' JSON starts and ends. */
+export interface CallProgress {
+  name?: string;
+  /** Offset of the arguments value's first character, once it has begun. */
+  argsStart?: number;
+  /** Offset just past the arguments value, once it is whole. */
+  argsEnd?: number;
+}
+
+const WS = new Set([' ', '\t', '\n', '\r']);
+
+/**
+ * Reads the prefix of a call object {"name": ..., "arguments": ...} (keys in either order, JSON
+ * whitespace anywhere) as far as it goes; what has not arrived yet is left out. Other keys'
+ * values are skipped. Text that is not such an object's prefix gives what was read before it.
+ */
+export function callProgress(text: string): CallProgress {
+  const out: CallProgress = {};
+  let i = 0;
+  const ws = (): void => {
+    while (i < text.length && WS.has(text[i] as string)) i++;
+  };
+  // the end of the JSON string starting at `at` (its opening quote), or -1 if not yet whole
+  const stringEnd = (at: number): number => {
+    for (let k = at + 1; k < text.length; k++) {
+      if (text[k] === '\\') k++;
+      else if (text[k] === '"') return k + 1;
+    }
+    return -1;
+  };
+  // the end of the JSON value starting at `at`, or -1 if not yet whole
+  const valueEnd = (at: number): number => {
+    const c = text[at];
+    if (c === '"') return stringEnd(at);
+    if (c !== '{' && c !== '[') {
+      let k = at;
+      while (k < text.length && !WS.has(text[k] as string) && text[k] !== ',' && text[k] !== '}') k++;
+      return k < text.length ? k : -1;
+    }
+    let depth = 0;
+    for (let k = at; k < text.length; k++) {
+      const ch = text[k];
+      if (ch === '"') {
+        const e = stringEnd(k);
+        if (e < 0) return -1;
+        k = e - 1;
+      } else if (ch === '{' || ch === '[') depth++;
+      else if ((ch === '}' || ch === ']') && --depth === 0) return k + 1;
+    }
+    return -1;
+  };
+  ws();
+  if (text[i] !== '{') return out;
+  i++;
+  for (;;) {
+    ws();
+    if (text[i] !== '"') return out;
+    const keyEnd = stringEnd(i);
+    if (keyEnd < 0) return out;
+    const key = parsed(text.slice(i, keyEnd));
+    i = keyEnd;
+    ws();
+    if (text[i] !== ':') return out;
+    i++;
+    ws();
+    if (i >= text.length) return out;
+    const start = i;
+    if (key === 'arguments') out.argsStart = start;
+    const end = valueEnd(start);
+    if (end < 0) return out;
+    if (key === 'arguments') out.argsEnd = end;
+    if (key === 'name') {
+      const name = parsed(text.slice(start, end));
+      if (typeof name === 'string') out.name = name;
+    }
+    i = end;
+    ws();
+    if (text[i] !== ',') return out;
+    i++;
+  }
+}
+
+/** One `delta.tool_calls` entry of a streamed call. */
+export interface CallDelta {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function: { name?: string; arguments: string };
+}
+
+/**
+ * A forced call (tool_choice "required" or named: the answer is one call object, held to its
+ * shape by the JSON constraint) sent as it is generated: the first delta, once the name is
+ * whole and the arguments have begun, carries the call's id, type and name; later ones carry
+ * the arguments' text as it arrives, so that joined they are the arguments' JSON as written.
+ */
+export class CallStreamer {
+  readonly id = `call_${randomBytes(12).toString('hex')}`;
+  private text = '';
+  private sentArgs = -1;
+
+  /** Whether the first delta has gone out (the answer is being sent as a call). */
+  get started(): boolean {
+    return this.sentArgs >= 0;
+  }
+
+  /** The deltas (`delta.tool_calls` entries) that `piece` makes ready; none while they wait for more. */
+  push(piece: string): CallDelta[] {
+    this.text += piece;
+    const p = callProgress(this.text);
+    if (p.name === undefined || p.argsStart === undefined) return [];
+    const upTo = p.argsEnd ?? this.text.length;
+    const out: CallDelta[] = [];
+    if (this.sentArgs < 0) {
+      out.push({ index: 0, id: this.id, type: 'function', function: { name: p.name, arguments: '' } });
+      this.sentArgs = p.argsStart;
+    }
+    if (upTo > this.sentArgs) {
+      out.push({ index: 0, function: { arguments: this.text.slice(this.sentArgs, upTo) } });
+      this.sentArgs = upTo;
+    }
+    return out;
+  }
+}
+
 /** Whether an answer that begins so may still turn out to be calls (readToolCalls' forms). */
 export function mayBeCalls(text: string): boolean {
   const t = text.trimStart();
