@@ -54,31 +54,27 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
     choices: [{ index: 0, delta, logprobs: logprobsOf(entries), finish_reason: finishReason }],
     ...extra,
   });
-  // With tools offered, text that may be calls (mayBeCalls) is held back until the answer
-  // ends or shows it is not; then it goes out as it came. A forced call goes out as it is
-  // generated (CallStreamer), each token's logprobs with the delta its text completes.
+  // With tools offered, an answer that is calls goes out as calls as it is generated
+  // (CallStreamer; each token's logprobs with the first delta its text completes); text that
+  // may still be calls (mayBeCalls) is held back until it is, or until it shows it is not and
+  // goes out as it came.
   let held: { text: string; logprobs: TokenLogprob[] } | undefined =
     offered.length > 0 ? { text: '', logprobs: [] } : undefined;
-  const streamer = shape ? new CallStreamer() : undefined;
+  const streamer = new CallStreamer(new Set(offered.map((t) => t.name)));
   const send = (stream: EventStream, text: string, lp: TokenLogprob[]): void =>
     stream.send(chunk({ content: text }, null, wantLogprobs ? lp : undefined));
   const ran = await streamGeneration(
     g,
     (stream, d) => {
-      if (streamer && held) {
-        held.text += d.text;
-        held.logprobs.push(...d.logprobs);
-        const deltas = streamer.push(d.text);
-        deltas.forEach((t, k) =>
-          stream.send(chunk({ tool_calls: [t] }, null, wantLogprobs && k === 0 ? held?.logprobs : undefined)),
-        );
-        if (deltas.length > 0) held.logprobs = [];
-        return;
-      }
       if (held === undefined) return send(stream, d.text, d.logprobs);
       held.text += d.text;
       held.logprobs.push(...d.logprobs);
-      if (mayBeCalls(held.text)) return;
+      const deltas = streamer.push(d.text);
+      deltas.forEach((t, k) =>
+        stream.send(chunk({ tool_calls: [t] }, null, wantLogprobs && k === 0 ? held?.logprobs : undefined)),
+      );
+      if (deltas.length > 0) held.logprobs = [];
+      if (streamer.started || mayBeCalls(held.text)) return;
       send(stream, held.text, held.logprobs);
       held = undefined;
     },
@@ -86,8 +82,8 @@ export async function chatCompletions(ctx: RouteContext): Promise<void> {
   );
   if (!ran) return;
   const { stream, outcome } = ran;
-  const calls = held && !streamer?.started ? callsIn(held.text, outcome.finishReason) : undefined;
-  if (streamer?.started) {
+  const calls = held && !streamer.started ? callsIn(held.text, outcome.finishReason) : undefined;
+  if (streamer.started) {
     // an answer cut off (length) keeps its finish reason, as OpenAI's does
     const finish = outcome.finishReason === 'stop' ? 'tool_calls' : outcome.finishReason;
     stream.send(chunk({}, finish, wantLogprobs ? held?.logprobs : undefined));

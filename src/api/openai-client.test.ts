@@ -319,6 +319,41 @@ test("openai client: tool_choice required and named give a tool call of the tool
   for await (const chunk of await client.chat.completions.create({ ...auto, stream: true }))
     streamed += chunk.choices[0]?.delta.content ?? '';
   assert.equal(streamed, text);
+  // "auto" with an answer that is a call (held to the call's shape here by response_format, as
+  // a model that knows the tools would write it): a tool call, and streamed, sent as it comes
+  const callFormat = {
+    type: 'json_schema' as const,
+    json_schema: {
+      name: 'call',
+      schema: {
+        type: 'object',
+        properties: { name: { const: 'set_alarm' }, arguments: tools[1]?.function.parameters },
+        required: ['name', 'arguments'],
+        additionalProperties: false,
+      },
+    },
+  };
+  const autoCall = { ...auto, max_tokens: 60, response_format: callFormat };
+  const called = await client.chat.completions.create(autoCall);
+  const call = called.choices[0]?.message.tool_calls?.[0];
+  assert.equal(called.choices[0]?.finish_reason, 'tool_calls', JSON.stringify(called.choices[0]));
+  assert.ok(call?.type === 'function' && call.function.name === 'set_alarm', JSON.stringify(call));
+  const got = { content: '', name: '', args: '', pieces: 0, finish: '' };
+  for await (const chunk of await client.chat.completions.create({ ...autoCall, stream: true })) {
+    const c = chunk.choices[0];
+    got.content += c?.delta.content ?? '';
+    for (const t of c?.delta.tool_calls ?? []) {
+      got.name += t.function?.name ?? '';
+      if (t.function?.arguments) got.pieces++;
+      got.args += t.function?.arguments ?? '';
+    }
+    got.finish = c?.finish_reason ?? got.finish;
+  }
+  assert.deepEqual(
+    [got.content, got.name, JSON.parse(got.args), got.finish],
+    ['', 'set_alarm', JSON.parse(call.function.arguments), 'tool_calls'],
+  );
+  assert.ok(got.pieces > 1, `the arguments came in ${got.pieces} delta(s)`);
   // a history with a call and its result is taken (rendered as the model writes calls)
   const next = await client.chat.completions.create({
     model: 'tiny',

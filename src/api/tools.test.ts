@@ -208,54 +208,105 @@ test('callProgress: a call object read as far as it has come, strings and nestin
   const text = '{ "name" : "get_weather", "arguments": {"city": "P}a\\"r{", "n": [1, {"x": 2}]} }';
   const whole = callProgress(text);
   const start = text.indexOf('{"city"');
-  assert.deepEqual(whole, {
-    name: 'get_weather',
-    argsStart: start,
-    argsEnd: text.lastIndexOf('}', text.length - 2) + 1,
-  });
-  assert.deepEqual(JSON.parse(text.slice(whole.argsStart, whole.argsEnd)), {
-    city: 'P}a"r{',
-    n: [1, { x: 2 }],
-  });
-  // every prefix gives the name only once its string is whole, the end only once the value is
+  const argsEnd = text.lastIndexOf('}', text.length - 2) + 1;
+  assert.deepEqual(whole, { name: 'get_weather', argsStart: start, argsEnd, end: text.length });
+  assert.deepEqual(JSON.parse(text.slice(start, argsEnd)), { city: 'P}a"r{', n: [1, { x: 2 }] });
+  // every prefix gives the name only once its string is whole, the ends only once they are there
   for (let k = 0; k <= text.length; k++) {
     const p = callProgress(text.slice(0, k));
     assert.equal(p.name === undefined, k < text.indexOf('"get_weather"') + 13, `name at ${k}`);
     assert.equal(p.argsStart === undefined, k <= start, `start at ${k}`);
-    assert.equal(p.argsEnd === undefined, k < whole.argsEnd!, `end at ${k}`);
+    assert.equal(p.argsEnd === undefined, k < argsEnd, `args end at ${k}`);
+    assert.equal(p.end === undefined, k < text.length, `end at ${k}`);
   }
-  // arguments first, other keys skipped, and text that is no call object
+  // arguments first, Llama's "parameters", other keys skipped, a start offset, and text that is no call object
   assert.deepEqual(callProgress('{"arguments": {"a": 1}, "id": 7, "name": "f"}'), {
     name: 'f',
     argsStart: 14,
     argsEnd: 22,
+    end: 45,
+  });
+  assert.deepEqual(callProgress('xx{"name":"f","parameters":[]}', 2), {
+    name: 'f',
+    argsStart: 27,
+    argsEnd: 29,
+    end: 30,
   });
   assert.deepEqual(callProgress('Sure! {"name": "f"'), {});
   assert.deepEqual(callProgress('{"name": 5, "x'), {});
 });
 
-test('CallStreamer: the id and name first, then the arguments as they come, joined exactly', () => {
-  const text = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}';
-  const s = new CallStreamer();
+/** Feeds `text` to a streamer a character at a time; the calls as a client joins them. */
+function streamed(
+  text: string,
+  names = ['get_weather', 'noop'],
+): {
+  s: CallStreamer;
+  deltas: CallDelta[];
+  calls: { id: string; name: string; args: string; pieces: number }[];
+} {
+  const s = new CallStreamer(new Set(names));
   const deltas: CallDelta[] = [];
   for (const ch of text) deltas.push(...s.push(ch));
-  assert.ok(s.started);
-  assert.deepEqual(deltas[0], {
-    index: 0,
-    id: s.id,
-    type: 'function',
-    function: { name: 'get_weather', arguments: '' },
-  });
-  assert.match(s.id, /^call_[0-9a-f]{24}$/);
-  const args = deltas.slice(1).map((d) => d.function.arguments);
-  assert.equal(args.join(''), '{"city": "Paris", "days": 2}');
-  assert.ok(args.length > 10, 'one delta a character here');
-  assert.ok(deltas.slice(1).every((d) => d.index === 0 && d.id === undefined));
+  const calls: { id: string; name: string; args: string; pieces: number }[] = [];
+  for (const d of deltas) {
+    if (d.id !== undefined) {
+      assert.equal(d.index, calls.length, 'calls start in order');
+      assert.deepEqual(d.function.arguments, '');
+      calls.push({ id: d.id, name: d.function.name ?? '', args: '', pieces: 0 });
+    } else {
+      const c = calls[d.index];
+      assert.ok(c && d.function.name === undefined, JSON.stringify(d));
+      c.args += d.function.arguments;
+      c.pieces++;
+    }
+  }
+  return { s, deltas, calls };
+}
+
+test('CallStreamer: each call its id and name first, then its arguments as they come, joined exactly', () => {
+  const one = streamed('{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}');
+  assert.ok(one.s.started);
+  assert.equal(one.calls.length, 1);
+  assert.match(one.calls[0]?.id ?? '', /^call_[0-9a-f]{24}$/);
+  assert.equal(one.calls[0]?.name, 'get_weather');
+  assert.equal(one.calls[0]?.args, '{"city": "Paris", "days": 2}');
+  assert.ok((one.calls[0]?.pieces ?? 0) > 10, 'one delta a character here');
+  // Hermes blocks and a Mistral array: several calls, each after the one before is whole
+  const hermes = streamed(
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n<tool_call>{"arguments":{},"name":"noop"}</tool_call>',
+  );
+  assert.deepEqual(
+    hermes.calls.map((c) => [c.name, c.args]),
+    [
+      ['get_weather', '{"city": "Oslo"}'],
+      ['noop', '{}'],
+    ],
+  );
+  assert.notEqual(hermes.calls[0]?.id, hermes.calls[1]?.id);
+  const array = streamed(
+    '[TOOL_CALLS] [{"name": "noop", "arguments": {}}, {"name": "get_weather", "parameters": {"a": [1, 2]}}]',
+  );
+  assert.deepEqual(
+    array.calls.map((c) => [c.name, c.args]),
+    [
+      ['noop', '{}'],
+      ['get_weather', '{"a": [1, 2]}'],
+    ],
+  );
   // arguments before the name: nothing until the name is whole, then all of them at once
-  const late = new CallStreamer();
+  const late = new CallStreamer(new Set(['noop']));
   assert.deepEqual(late.push('{"arguments": {"a": 1}, "name": "'), []);
   assert.equal(late.started, false);
   const out = late.push('noop"}');
   assert.equal(out.length, 2);
   assert.equal(out[1]?.function.arguments, '{"a": 1}');
+  // a name that is no offered tool, and text, start nothing
+  assert.equal(streamed('{"name": "other", "arguments": {"a": 1}}').s.started, false);
+  assert.equal(streamed('Sure, {"name": "noop", "arguments": {}}').s.started, false);
+  // a second call with an unknown name: the first is sent, the second is not
+  assert.deepEqual(
+    streamed('[{"name": "noop", "arguments": {}}, {"name": "x", "arguments": {}}]').calls.map((c) => c.name),
+    ['noop'],
+  );
 });

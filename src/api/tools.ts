@@ -208,85 +208,91 @@ export function readToolCalls(text: string, tools: readonly ChatTool[]): ToolCal
   return calls.length > 0 && calls.every((c) => c !== undefined) ? (calls as ToolCall[]) : undefined;
 }
 
-/** How far a call object's text has come: its name once whole, where its arguments' JSON starts and ends. */
+/** How far a call object's text has come, offsets into the text it was read from. */
 export interface CallProgress {
+  /** The name, once its string is whole. */
   name?: string;
-  /** Offset of the arguments value's first character, once it has begun. */
+  /** Offset of the arguments value's first character (`arguments`, or Llama's `parameters`), once it has begun. */
   argsStart?: number;
   /** Offset just past the arguments value, once it is whole. */
   argsEnd?: number;
+  /** Offset just past the object's closing brace, once it is whole. */
+  end?: number;
 }
 
 const WS = new Set([' ', '\t', '\n', '\r']);
 
+/** Offset of the first non-blank character of `text` at or after `i`. */
+function skipWs(text: string, i: number): number {
+  while (i < text.length && WS.has(text[i] as string)) i++;
+  return i;
+}
+
+/** The end of the JSON string whose opening quote is at `at`, or -1 while it is unfinished. */
+function stringEnd(text: string, at: number): number {
+  for (let k = at + 1; k < text.length; k++) {
+    if (text[k] === '\\') k++;
+    else if (text[k] === '"') return k + 1;
+  }
+  return -1;
+}
+
+/** The end of the JSON value starting at `at`, or -1 while it is unfinished (a number may still grow). */
+function valueEnd(text: string, at: number): number {
+  const c = text[at];
+  if (c === '"') return stringEnd(text, at);
+  if (c !== '{' && c !== '[') {
+    let k = at;
+    while (k < text.length && !WS.has(text[k] as string) && !',}]'.includes(text[k] as string)) k++;
+    return k < text.length ? k : -1;
+  }
+  let depth = 0;
+  for (let k = at; k < text.length; k++) {
+    const ch = text[k];
+    if (ch === '"') {
+      const e = stringEnd(text, k);
+      if (e < 0) return -1;
+      k = e - 1;
+    } else if (ch === '{' || ch === '[') depth++;
+    else if ((ch === '}' || ch === ']') && --depth === 0) return k + 1;
+  }
+  return -1;
+}
+
 /**
- * Reads the prefix of a call object {"name": ..., "arguments": ...} (keys in either order, JSON
- * whitespace anywhere) as far as it goes; what has not arrived yet is left out. Other keys'
- * values are skipped. Text that is not such an object's prefix gives what was read before it.
+ * Reads the call object {"name": ..., "arguments": ...} that starts at `at` of `text` (keys
+ * in any order, JSON whitespace anywhere, other keys' values skipped) as far as it has come.
+ * Text that is not such an object gives what was read before it went wrong.
  */
-export function callProgress(text: string): CallProgress {
+export function callProgress(text: string, at = 0): CallProgress {
   const out: CallProgress = {};
-  let i = 0;
-  const ws = (): void => {
-    while (i < text.length && WS.has(text[i] as string)) i++;
-  };
-  // the end of the JSON string starting at `at` (its opening quote), or -1 if not yet whole
-  const stringEnd = (at: number): number => {
-    for (let k = at + 1; k < text.length; k++) {
-      if (text[k] === '\\') k++;
-      else if (text[k] === '"') return k + 1;
-    }
-    return -1;
-  };
-  // the end of the JSON value starting at `at`, or -1 if not yet whole
-  const valueEnd = (at: number): number => {
-    const c = text[at];
-    if (c === '"') return stringEnd(at);
-    if (c !== '{' && c !== '[') {
-      let k = at;
-      while (k < text.length && !WS.has(text[k] as string) && text[k] !== ',' && text[k] !== '}') k++;
-      return k < text.length ? k : -1;
-    }
-    let depth = 0;
-    for (let k = at; k < text.length; k++) {
-      const ch = text[k];
-      if (ch === '"') {
-        const e = stringEnd(k);
-        if (e < 0) return -1;
-        k = e - 1;
-      } else if (ch === '{' || ch === '[') depth++;
-      else if ((ch === '}' || ch === ']') && --depth === 0) return k + 1;
-    }
-    return -1;
-  };
-  ws();
+  let i = skipWs(text, at);
   if (text[i] !== '{') return out;
-  i++;
+  i = skipWs(text, i + 1);
+  if (text[i] === '}') return { ...out, end: i + 1 };
   for (;;) {
-    ws();
     if (text[i] !== '"') return out;
-    const keyEnd = stringEnd(i);
+    const keyEnd = stringEnd(text, i);
     if (keyEnd < 0) return out;
     const key = parsed(text.slice(i, keyEnd));
-    i = keyEnd;
-    ws();
+    i = skipWs(text, keyEnd);
     if (text[i] !== ':') return out;
-    i++;
-    ws();
+    i = skipWs(text, i + 1);
     if (i >= text.length) return out;
     const start = i;
-    if (key === 'arguments') out.argsStart = start;
-    const end = valueEnd(start);
+    const isArgs = (key === 'arguments' || key === 'parameters') && out.argsStart === undefined;
+    if (isArgs) out.argsStart = start;
+    const end = valueEnd(text, start);
     if (end < 0) return out;
-    if (key === 'arguments') out.argsEnd = end;
+    if (isArgs) out.argsEnd = end;
     if (key === 'name') {
       const name = parsed(text.slice(start, end));
       if (typeof name === 'string') out.name = name;
     }
-    i = end;
-    ws();
+    i = skipWs(text, end);
+    if (text[i] === '}') return { ...out, end: i + 1 };
     if (text[i] !== ',') return out;
-    i++;
+    i = skipWs(text, i + 1);
   }
 }
 
@@ -299,35 +305,77 @@ export interface CallDelta {
 }
 
 /**
- * A forced call (tool_choice "required" or named: the answer is one call object, held to its
- * shape by the JSON constraint) sent as it is generated: the first delta, once the name is
- * whole and the arguments have begun, carries the call's id, type and name; later ones carry
- * the arguments' text as it arrives, so that joined they are the arguments' JSON as written.
+ * Where the call objects of an answer written in one of readToolCalls' forms begin, as far as
+ * the text has come: [offset of each object's `{`]. The next object is looked for only once
+ * the one before it is whole.
+ */
+function callObjects(text: string): number[] {
+  let i = skipWs(text, 0);
+  if (text.startsWith(MISTRAL_MARK, i)) i = skipWs(text, i + MISTRAL_MARK.length);
+  const starts: number[] = [];
+  if (text[i] === '{') return [i];
+  const hermes = text.startsWith(HERMES_OPEN, i);
+  if (!hermes && text[i] !== '[') return starts;
+  if (!hermes) i = skipWs(text, i + 1);
+  for (;;) {
+    if (hermes) {
+      if (!text.startsWith(HERMES_OPEN, i)) return starts;
+      i = skipWs(text, i + HERMES_OPEN.length);
+    }
+    if (text[i] !== '{') return starts;
+    starts.push(i);
+    const end = callProgress(text, i).end;
+    if (end === undefined) return starts;
+    i = skipWs(text, end);
+    if (hermes) {
+      if (!text.startsWith(HERMES_CLOSE, i)) return starts;
+      i = skipWs(text, i + HERMES_CLOSE.length);
+    } else {
+      if (text[i] !== ',') return starts;
+      i = skipWs(text, i + 1);
+    }
+  }
+}
+
+/**
+ * Calls sent as they are generated. The answer is read in readToolCalls' forms (one call
+ * object, an array of them, `<tool_call>` blocks); call k's first delta, once its name is
+ * whole (and names an offered tool) and its arguments have begun, carries its index k, id,
+ * type and name; later deltas carry its arguments' text as it arrives, so that joined they
+ * are the arguments' JSON as written. Call k starts only once call k - 1 is whole.
  */
 export class CallStreamer {
-  readonly id = `call_${randomBytes(12).toString('hex')}`;
   private text = '';
-  private sentArgs = -1;
+  /** Per call started: its id and how far into the text its arguments have been sent. */
+  private readonly calls: { id: string; sent: number }[] = [];
 
-  /** Whether the first delta has gone out (the answer is being sent as a call). */
+  /** `names`: the tools a call may name. */
+  constructor(private readonly names: ReadonlySet<string>) {}
+
+  /** Whether a first delta has gone out (the answer is being sent as calls). */
   get started(): boolean {
-    return this.sentArgs >= 0;
+    return this.calls.length > 0;
   }
 
   /** The deltas (`delta.tool_calls` entries) that `piece` makes ready; none while they wait for more. */
   push(piece: string): CallDelta[] {
     this.text += piece;
-    const p = callProgress(this.text);
-    if (p.name === undefined || p.argsStart === undefined) return [];
-    const upTo = p.argsEnd ?? this.text.length;
     const out: CallDelta[] = [];
-    if (this.sentArgs < 0) {
-      out.push({ index: 0, id: this.id, type: 'function', function: { name: p.name, arguments: '' } });
-      this.sentArgs = p.argsStart;
-    }
-    if (upTo > this.sentArgs) {
-      out.push({ index: 0, function: { arguments: this.text.slice(this.sentArgs, upTo) } });
-      this.sentArgs = upTo;
+    const starts = callObjects(this.text);
+    for (let k = 0; k < starts.length; k++) {
+      const p = callProgress(this.text, starts[k]);
+      if (p.name === undefined || p.argsStart === undefined || !this.names.has(p.name)) break;
+      let call = this.calls[k];
+      if (call === undefined) {
+        call = { id: `call_${randomBytes(12).toString('hex')}`, sent: p.argsStart };
+        this.calls.push(call);
+        out.push({ index: k, id: call.id, type: 'function', function: { name: p.name, arguments: '' } });
+      }
+      const upTo = p.argsEnd ?? this.text.length;
+      if (upTo > call.sent) {
+        out.push({ index: k, function: { arguments: this.text.slice(call.sent, upTo) } });
+        call.sent = upTo;
+      }
     }
     return out;
   }
