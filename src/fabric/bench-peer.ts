@@ -1,6 +1,6 @@
 // Rank 1 of `tandem bench fabric`: mirrors bench.ts's measure() step by step.
 import { Access, openDevice, type ProviderName } from './index.js';
-import { awaitImm, counts, remoteOf, spinImm, writeImm, type Endpoint, type Plan } from './bench.js';
+import { awaitImm, counts, immWr, remoteOf, spinImm, writeImm, type Endpoint, type Plan } from './bench.js';
 
 const [provider, port, planJson] = process.argv.slice(2) as [ProviderName, string, string];
 const plan = JSON.parse(planJson) as Plan;
@@ -29,10 +29,11 @@ for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
 
 for (const bytes of plan.sizes) {
   const n = counts(bytes, plan.iterations);
+  const wr = immWr(e, bytes, 3);
   for (const poll of [true, false]) {
     for (let i = 0; i < n.warm + n.lat; i++) {
       if (!poll || spinImm(e) === undefined) await awaitImm(e, poll);
-      writeImm(e, bytes, 3);
+      qp.postSend(wr);
     }
   }
   await awaitImm(e);
