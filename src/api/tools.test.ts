@@ -304,6 +304,11 @@ test('CallStreamer: each call its id and name first, then its arguments as they 
   // a name that is no offered tool, and text, start nothing
   assert.equal(streamed('{"name": "other", "arguments": {"a": 1}}').s.started, false);
   assert.equal(streamed('Sure, {"name": "noop", "arguments": {}}').s.started, false);
+  assert.equal(
+    streamed('{"name": "noop", "arguments": "{}"}').s.started,
+    false,
+    'arguments that are no object',
+  );
   // a second call with an unknown name: the first is sent, the second is not
   assert.deepEqual(
     streamed('[{"name": "noop", "arguments": {}}, {"name": "x", "arguments": {}}]').calls.map((c) => c.name),

@@ -340,7 +340,7 @@ function callObjects(text: string): number[] {
 /**
  * Calls sent as they are generated. The answer is read in readToolCalls' forms (one call
  * object, an array of them, `<tool_call>` blocks); call k's first delta, once its name is
- * whole (and names an offered tool) and its arguments have begun, carries its index k, id,
+ * whole (and names an offered tool) and its arguments (an object) have begun, carries its index k, id,
  * type and name; later deltas carry its arguments' text as it arrives, so that joined they
  * are the arguments' JSON as written. Call k starts only once call k - 1 is whole.
  */
@@ -364,7 +364,9 @@ export class CallStreamer {
     const starts = callObjects(this.text);
     for (let k = 0; k < starts.length; k++) {
       const p = callProgress(this.text, starts[k]);
+      // as readToolCalls takes them: an offered tool's name, arguments an object
       if (p.name === undefined || p.argsStart === undefined || !this.names.has(p.name)) break;
+      if (this.text[p.argsStart] !== '{') break;
       let call = this.calls[k];
       if (call === undefined) {
         call = { id: `call_${randomBytes(12).toString('hex')}`, sent: p.argsStart };
