@@ -13,7 +13,8 @@
 # The figures come back in $OUT (bench-*.txt tables, bench-*.jsonl, adapter.txt, log.txt).
 #
 # What it measures: `tandem bench model --kernels webgpu` (tandem on Dawn/Vulkan, llama.cpp's
-# prebuilt Vulkan build on the same GPU as the anchor, same file, same token ids, greedy) on a
+# prebuilt Vulkan build on the same GPU as the anchor, same file, same token ids, greedy; each
+# engine runs 8 tokens untimed first, --warmup, so that shader compiles stay out of the figures) on a
 # generated TinyLlama-1.1B-shaped Q8_0 model, then `tandem bench cluster --kernels webgpu` on it
 # (tp and pp over 2 node processes on the GPU, against 1), then a small qwen3moe model alone and over 2
 # GPU nodes by ep and tp (no goal). Goals
@@ -72,10 +73,10 @@ node -e "import('webgpu').then(async ({ create }) => {
 
 node bin/tandem.js make-model /tmp/tl-q8_0.gguf --shape tinyllama-1.1b --type q8_0 --threads 16
 for round in 1 2; do
-  node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --timeout 240 |
+  node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --warmup 8 --timeout 240 |
     tee "$out/bench-tinyllama-q8_0-$round.txt"
 done
-node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --timeout 240 --json \
+node bin/tandem.js bench model /tmp/tl-q8_0.gguf --kernels webgpu --threads 16 --warmup 8 --timeout 240 --json \
   >"$out/bench-tinyllama-q8_0.jsonl" || true
 
 # shards on the GPU (`tandem node --kernels webgpu`, issue 32's distributed item): the same model
@@ -88,7 +89,7 @@ done
 
 # the MoE path on the GPU (router top-k and listed expert matmuls), no goal: beside llama.cpp Vulkan
 node bin/tandem.js make-model /tmp/moe-q8_0.gguf --arch qwen3moe --shape small --experts 16 --type q8_0 --threads 16
-node bin/tandem.js bench model /tmp/moe-q8_0.gguf --kernels webgpu --threads 16 --timeout 120 |
+node bin/tandem.js bench model /tmp/moe-q8_0.gguf --kernels webgpu --threads 16 --warmup 8 --timeout 120 |
   tee "$out/bench-qwen3moe-q8_0.txt" || true
 
 # the MoE model's shards on the GPU: expert parallel (each node routes its share of the tokens on the
@@ -111,6 +112,6 @@ fi
 
 if [ "${GPU_8B:-0}" = 1 ]; then
   node --import tsx bench/gpu-8b-model.ts /tmp/8b-q4_k_m.gguf
-  node bin/tandem.js bench model /tmp/8b-q4_k_m.gguf --kernels webgpu --threads 16 --timeout 300 |
+  node bin/tandem.js bench model /tmp/8b-q4_k_m.gguf --kernels webgpu --threads 16 --warmup 8 --timeout 300 |
     tee "$out/bench-8b-q4_k_m.txt" || true
 fi

@@ -46,7 +46,17 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
   const opened = await openTandem(job);
   try {
     const { model } = opened;
-    const cache = model.newSession({ contextLength: job.prompt.length + job.tokens + 8 });
+    const cache = model.newSession({
+      contextLength: job.prompt.length + Math.max(job.tokens, job.warmup ?? 0) + 8,
+    });
+    let warmupMs: number | undefined;
+    if ((job.warmup ?? 0) > 0) {
+      // untimed: the same prompt, then the cache emptied for the timed run
+      const t = performance.now();
+      await generate(model, cache, job.prompt, { maxTokens: job.warmup });
+      cache.reset();
+      warmupMs = performance.now() - t;
+    }
     const before = power.meter?.joules();
     const r = await generate(model, cache, job.prompt, { maxTokens: job.tokens });
     return {
@@ -58,6 +68,7 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
       ttft_ms: r.ttftMs,
       peak_rss_mb: peakRssMb(),
       backend: opened.backend,
+      ...(warmupMs !== undefined ? { warmup_ms: warmupMs } : {}),
     };
   } finally {
     await opened.close();
@@ -75,11 +86,21 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   });
   const model = await llama.loadModel({ modelPath: job.model, gpuLayers: onGpu ? 'max' : 0 });
   const context = await model.createContext({
-    contextSize: Math.max(256, job.prompt.length + job.tokens + 8),
+    contextSize: Math.max(256, job.prompt.length + Math.max(job.tokens, job.warmup ?? 0) + 8),
     threads: job.threads,
     batchSize: 512,
   });
   const seq = context.getSequence();
+  let warmupMs: number | undefined;
+  if ((job.warmup ?? 0) > 0) {
+    // untimed: the same prompt, then the sequence's history cleared (nothing of it is reused)
+    const t = performance.now();
+    let w = 0;
+    for await (const _token of seq.evaluate(job.prompt as never[], { temperature: 0 }))
+      if (++w >= (job.warmup as number)) break;
+    await seq.clearHistory();
+    warmupMs = performance.now() - t;
+  }
   const before = power.meter?.joules();
   const start = performance.now();
   let ttft = 0;
@@ -102,6 +123,7 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
     ttft_ms: ttft,
     peak_rss_mb: peakRssMb(),
     ...(onGpu ? { backend: 'vulkan' } : {}),
+    ...(warmupMs !== undefined ? { warmup_ms: warmupMs } : {}),
   };
   await context.dispose();
   await model.dispose();

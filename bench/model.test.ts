@@ -98,3 +98,40 @@ test('bench model shows J/token beside tok/s where measured, and says once why n
   assert.equal('j_per_token' in JSON.parse(jsonLine(unmeasured[0]!)), false);
   assert.ok(table(unmeasured, 10).split('\n')[1]!.includes(' - '));
 });
+
+test('bench model --warmup runs each engine once untimed, then times a run of an emptied cache', () => {
+  // a 300-token prompt in a session sized for one run (300 + 4 + 8 positions): a warm-up whose
+  // cache were not emptied would leave no room for the timed prefill (KV_CONTEXT_FULL)
+  const args = [
+    'bench',
+    'model',
+    path(),
+    '--threads',
+    '1',
+    '--tokens',
+    '3',
+    '--prompt-tokens',
+    '300',
+    '--json',
+  ];
+  const warm = tandem(...args, '--warmup', '4');
+  assert.equal(warm.code, 0, warm.stderr);
+  const rows = warm.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, number | string>);
+  assert.deepEqual(
+    rows.map((r) => r.engine),
+    ['tandem', 'llama.cpp'],
+  );
+  for (const r of rows) {
+    assert.ok((r.warmup_ms as number) > 0, JSON.stringify(r));
+    assert.ok((r.decode_tok_s as number) > 0 && (r.prefill_tok_s as number) > 0, JSON.stringify(r));
+  }
+  const cold = tandem(...args, '--no-llama-cpp');
+  assert.equal(cold.code, 0, cold.stderr);
+  assert.equal('warmup_ms' in JSON.parse(cold.stdout), false, 'no warm-up by default');
+  const bad = tandem(...args, '--no-llama-cpp', '--warmup', '-1');
+  assert.equal(bad.code, 3, bad.stderr); // invalid_usage
+  assert.match(bad.stderr, /--warmup must be 0 or a positive integer, got -1/);
+});

@@ -15,6 +15,8 @@ export interface ModelBenchJob {
   threads: number;
   prompt: number[];
   tokens: number;
+  /** Tokens of an untimed run of the same prompt before the timed one (0: the timed run is the process's first). */
+  warmup: number;
   /** tandem's --kernels; with webgpu, llama.cpp runs on the GPU too (its Vulkan build, every layer offloaded). */
   kernels?: KernelsChoice;
 }
@@ -27,6 +29,8 @@ export interface ModelBenchResult {
   decode_tok_s: number;
   ttft_ms: number;
   peak_rss_mb: number;
+  /** How long the untimed warm-up run took (with --warmup only). */
+  warmup_ms?: number;
   /** The machine's joules per generated token over the run, where its power can be read. */
   j_per_token?: number;
   /** Why there is no j_per_token (not part of the JSON line). */
@@ -43,6 +47,8 @@ export interface ModelBenchOptions {
   /** Also run llama.cpp (default true). */
   llamaCpp: boolean;
   timeoutMs: number;
+  /** Tokens of an untimed run in each engine's process before the timed one (default 0: timed cold). */
+  warmup?: number;
   /** tandem's kernels (default: the CPU default). */
   kernels?: KernelsChoice;
 }
@@ -139,6 +145,7 @@ export async function benchModel(
     threads: o.threads,
     prompt,
     tokens: o.tokens,
+    warmup: o.warmup ?? 0,
     ...(o.kernels ? { kernels: o.kernels } : {}),
   };
   rows.push(await runChild({ engine: 'tandem', ...base }, o.timeoutMs));
@@ -157,6 +164,7 @@ export function jsonLine(r: ModelBenchResult): string {
     ttft_ms: round(r.ttft_ms),
     peak_rss_mb: round(r.peak_rss_mb),
     ...(r.j_per_token !== undefined ? { j_per_token: round(r.j_per_token) } : {}),
+    ...(r.warmup_ms !== undefined ? { warmup_ms: round(r.warmup_ms) } : {}),
   });
 }
 

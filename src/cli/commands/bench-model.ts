@@ -31,6 +31,12 @@ export const command = defineCommand({
       description: 'tokens to generate (decode rate is measured after the first)',
       default: 64,
     },
+    warmup: {
+      type: 'number',
+      description:
+        "tokens of an untimed run of the same prompt in each engine's process before the timed one, so that neither is timed cold (compiling its code or GPU shaders, first touching its buffers); 0 times each process's first run, as `tandem run` meets it",
+      default: 0,
+    },
     'llama-cpp': {
       type: 'boolean',
       description: 'also run llama.cpp (--no-llama-cpp to skip)',
@@ -62,6 +68,14 @@ export const command = defineCommand({
           hint: `for example --${name} 2`,
         });
     }
+    if (!Number.isInteger(options.warmup) || options.warmup < 0)
+      throw new TandemError(
+        'CLI_USAGE',
+        `bench model: --warmup must be 0 or a positive integer, got ${options.warmup}`,
+        {
+          hint: 'for example --warmup 8',
+        },
+      );
     const { rows, fileMb } = await benchModel({
       model: positionals[0] as string,
       threads,
@@ -69,6 +83,7 @@ export const command = defineCommand({
       tokens: options.tokens,
       llamaCpp: options['llama-cpp'] as boolean,
       timeoutMs: options.timeout * 1000,
+      warmup: options.warmup,
       ...(options.kernels ? { kernels: options.kernels } : {}),
     });
     if (options.json) for (const r of rows) process.stdout.write(jsonLine(r) + '\n');
