@@ -47,10 +47,10 @@ async function runTandem(job: ModelBenchJob): Promise<ModelBenchResult> {
   try {
     const { model } = opened;
     const cache = model.newSession({
-      contextLength: job.prompt.length + Math.max(job.tokens, job.warmup ?? 0) + 8,
+      contextLength: job.prompt.length + Math.max(job.tokens, job.warmup) + 8,
     });
     let warmupMs: number | undefined;
-    if ((job.warmup ?? 0) > 0) {
+    if (job.warmup > 0) {
       // untimed: the same prompt, then the cache emptied for the timed run
       const t = performance.now();
       await generate(model, cache, job.prompt, { maxTokens: job.warmup });
@@ -86,18 +86,18 @@ async function runLlamaCpp(job: ModelBenchJob): Promise<ModelBenchResult> {
   });
   const model = await llama.loadModel({ modelPath: job.model, gpuLayers: onGpu ? 'max' : 0 });
   const context = await model.createContext({
-    contextSize: Math.max(256, job.prompt.length + Math.max(job.tokens, job.warmup ?? 0) + 8),
+    contextSize: Math.max(256, job.prompt.length + Math.max(job.tokens, job.warmup) + 8),
     threads: job.threads,
     batchSize: 512,
   });
   const seq = context.getSequence();
   let warmupMs: number | undefined;
-  if ((job.warmup ?? 0) > 0) {
+  if (job.warmup > 0) {
     // untimed: the same prompt, then the sequence's history cleared (nothing of it is reused)
     const t = performance.now();
     let w = 0;
     for await (const _token of seq.evaluate(job.prompt as never[], { temperature: 0 }))
-      if (++w >= (job.warmup as number)) break;
+      if (++w >= job.warmup) break;
     await seq.clearHistory();
     warmupMs = performance.now() - t;
   }

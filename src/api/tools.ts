@@ -305,33 +305,33 @@ export interface CallDelta {
 }
 
 /**
- * Where the call objects of an answer written in one of readToolCalls' forms begin, as far as
- * the text has come: [offset of each object's `{`]. The next object is looked for only once
+ * The call objects of an answer written in one of readToolCalls' forms, as far as the text has
+ * come: each one's progress (offsets into `text`). The next object is looked for only once
  * the one before it is whole.
  */
-function callObjects(text: string): number[] {
+function callObjects(text: string): CallProgress[] {
   let i = skipWs(text, 0);
   if (text.startsWith(MISTRAL_MARK, i)) i = skipWs(text, i + MISTRAL_MARK.length);
-  const starts: number[] = [];
-  if (text[i] === '{') return [i];
+  if (text[i] === '{') return [callProgress(text, i)];
+  const calls: CallProgress[] = [];
   const hermes = text.startsWith(HERMES_OPEN, i);
-  if (!hermes && text[i] !== '[') return starts;
+  if (!hermes && text[i] !== '[') return calls;
   if (!hermes) i = skipWs(text, i + 1);
   for (;;) {
     if (hermes) {
-      if (!text.startsWith(HERMES_OPEN, i)) return starts;
+      if (!text.startsWith(HERMES_OPEN, i)) return calls;
       i = skipWs(text, i + HERMES_OPEN.length);
     }
-    if (text[i] !== '{') return starts;
-    starts.push(i);
-    const end = callProgress(text, i).end;
-    if (end === undefined) return starts;
-    i = skipWs(text, end);
+    if (text[i] !== '{') return calls;
+    const p = callProgress(text, i);
+    calls.push(p);
+    if (p.end === undefined) return calls;
+    i = skipWs(text, p.end);
     if (hermes) {
-      if (!text.startsWith(HERMES_CLOSE, i)) return starts;
+      if (!text.startsWith(HERMES_CLOSE, i)) return calls;
       i = skipWs(text, i + HERMES_CLOSE.length);
     } else {
-      if (text[i] !== ',') return starts;
+      if (text[i] !== ',') return calls;
       i = skipWs(text, i + 1);
     }
   }
@@ -361,9 +361,9 @@ export class CallStreamer {
   push(piece: string): CallDelta[] {
     this.text += piece;
     const out: CallDelta[] = [];
-    const starts = callObjects(this.text);
-    for (let k = 0; k < starts.length; k++) {
-      const p = callProgress(this.text, starts[k]);
+    const objects = callObjects(this.text);
+    for (let k = 0; k < objects.length; k++) {
+      const p = objects[k] as CallProgress;
       // as readToolCalls takes them: an offered tool's name, arguments an object
       if (p.name === undefined || p.argsStart === undefined || !this.names.has(p.name)) break;
       if (this.text[p.argsStart] !== '{') break;
