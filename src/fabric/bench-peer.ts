@@ -1,6 +1,7 @@
-// Rank 1 of `tandem bench fabric`: mirrors bench.ts's measure() step by step.
+// Rank 1 of `tandem bench fabric`: mirrors bench.ts's measure() step by step (a latency pass
+// lasts until rank 0 says it ended: rank 0 warms up by time).
 import { Access, openDevice, type ProviderName } from './index.js';
-import { awaitImm, counts, immWr, remoteOf, spinImm, writeImm, type Endpoint, type Plan } from './bench.js';
+import { awaitImm, END_PASS, immWr, remoteOf, spinImm, writeImm, type Endpoint, type Plan } from './bench.js';
 
 const [provider, port, planJson] = process.argv.slice(2) as [ProviderName, string, string];
 const plan = JSON.parse(planJson) as Plan;
@@ -28,11 +29,13 @@ const e: Endpoint = { qp, cq, rcq, local, remote: remoteOf(qp.peerInfo) };
 for (let i = 0; i < 8; i++) qp.postRecv({ wrId: 0, sgl: [] });
 
 for (const bytes of plan.sizes) {
-  const n = counts(bytes, plan.iterations);
   const wr = immWr(e, bytes, 3);
+  // each latency pass: answer every write until the one that ends the pass
   for (const poll of [true, false]) {
-    for (let i = 0; i < n.warm + n.lat; i++) {
-      if (!poll || spinImm(e) === undefined) await awaitImm(e, poll);
+    for (;;) {
+      let imm = poll ? spinImm(e) : undefined;
+      if (imm === undefined) imm = await awaitImm(e, poll);
+      if (imm === END_PASS) break;
       qp.postSend(wr);
     }
   }

@@ -46,7 +46,21 @@ export interface Plan {
   sizes: number[];
   /** Latency round trips for the smallest sizes (fewer for large ones). */
   iterations: number;
+  /** Untimed round trips of each latency pass last at least this long (default WARMUP_MS). */
+  warmupMs?: number;
 }
+
+/**
+ * Warm-up by time as well as by count: V8 keeps optimising the ping-pong's path for about a
+ * second after it starts (recompiles on a background thread, which takes a core from one
+ * of the two spinning processes on a 2-core machine), and a pass timed meanwhile measures
+ * that: with the count alone (~2 ms of round trips) the 8 B p50 came out at 0.45 or
+ * 0.65-0.9 us from run to run. TANDEM_BENCH_WARMUP_MS sets it, as for bench collectives.
+ */
+const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 1000);
+
+/** The immediate that ends a latency pass: the peer stops echoing (and does not answer it). */
+export const END_PASS = 6;
 
 /** Round trips and writes per size: bounded so every size takes well under a second or two. */
 export function counts(bytes: number, iterations: number): { lat: number; warm: number; bw: number } {
@@ -228,12 +242,15 @@ async function measure(
     for (const poll of [true, false]) {
       const half: number[] = [];
       const wr = immWr(e, bytes, 2);
-      for (let i = 0; i < n.warm + n.lat; i++) {
+      // one loop for the untimed and the timed round trips, so the code timed is the code warmed
+      const warmUntil = performance.now() + (plan.warmupMs ?? WARMUP_MS);
+      for (let i = 0; half.length < n.lat; i++) {
         const t0 = performance.now();
         e.qp.postSend(wr);
         if (!poll || spinImm(e) === undefined) await awaitImm(e, poll);
-        if (i >= n.warm) half.push(((performance.now() - t0) * 1000) / 2);
+        if (i >= n.warm && t0 >= warmUntil) half.push(((performance.now() - t0) * 1000) / 2);
       }
+      e.qp.postSend(immWr(e, bytes, END_PASS));
       passes.push(half.sort((a, b) => a - b));
     }
     const [polled, waited] = passes as [number[], number[]];
