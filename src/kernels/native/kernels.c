@@ -46,18 +46,28 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
     for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
   const size_t bb = q4 ? 16 : 32;
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int b = 0; b < nb; b++) {
+  // the tile's streams, each advanced by one block a step: the loop keeps no index arithmetic
+  // (with the column count unknown to the compiler, the products of b with the strides took
+  // general registers that it then spilled)
+  const uint8_t *w0 = w, *w1 = w + rowBytes, *w2 = w + 2 * rowBytes, *w3 = w + 3 * rowBytes;
+  const int8_t *x0 = x, *x1 = x + (nt > 1 ? xstride : 0);
+  const float *d0 = xd, *d1 = xd + (nt > 1 ? xdstride : 0);
+  const float *const send = s + 4 * (size_t)nb;
+  for (; s < send; s += 4, w0 += bb, w1 += bb, w2 += bb, w3 += bb, x0 += 32, x1 += 32, d0++, d1++) {
     __m256i xq[2];
     // a block's scales, weight x token, for each row and token: one product each, read back
     // as broadcasts
     float sc[2][4];
-    const __m128 s4 = _mm_loadu_ps(s + 4 * b);
-    for (int t = 0; t < nt; t++) {
-      xq[t] = _mm256_loadu_si256((const __m256i *)(x + t * xstride + 32 * (size_t)b));
-      _mm_storeu_ps(sc[t], _mm_mul_ps(s4, _mm_set1_ps(xd[t * xdstride + b])));
+    const __m128 s4 = _mm_loadu_ps(s);
+    xq[0] = _mm256_loadu_si256((const __m256i *)x0);
+    _mm_storeu_ps(sc[0], _mm_mul_ps(s4, _mm_set1_ps(*d0)));
+    if (nt > 1) {
+      xq[1] = _mm256_loadu_si256((const __m256i *)x1);
+      _mm_storeu_ps(sc[1], _mm_mul_ps(s4, _mm_set1_ps(*d1)));
     }
+    const uint8_t *rows[4] = {w0, w1, w2, w3};
     for (int r = 0; r < 4; r++) {
-      const uint8_t *wb = w + r * rowBytes + bb * b;
+      const uint8_t *wb = rows[r];
       // on a tile's first pass its four rows are four streams from memory: fetch each a few
       // KiB ahead (later passes find them in cache)
       if (pf) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
