@@ -68,9 +68,11 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
     const uint8_t *rows[4] = {w0, w1, w2, w3};
     for (int r = 0; r < 4; r++) {
       const uint8_t *wb = rows[r];
-      // on a tile's first pass its four rows are four streams from memory: fetch each a few
-      // KiB ahead (later passes find them in cache)
-      if (pf) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
+      // pf 1, a tile's first pass: its four rows are four streams from memory, fetched a few
+      // KiB ahead; pf 2, its last pass of several (which find it in cache): the next tile's
+      // same block, so that memory keeps streaming while the tile computes
+      if (pf == 1) _mm_prefetch((const char *)(wb + PREFETCH), _MM_HINT_T0);
+      else if (pf == 2) _mm_prefetch((const char *)(wb + 4 * rowBytes), _MM_HINT_T0);
       const __m256i q = q4 ? block_q4(wb) : block_q8(wb);
       const __m256i aw = _mm256_sign_epi8(q, q);
       for (int t = 0; t < nt; t++) {
@@ -213,17 +215,25 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
       for (int tl = t0; tl < t1; tl++) {
         const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
         const float *s = (const float *)(m + ws) + (size_t)tl * nb * 4;
+        // the next tile is fetched during this one's last pass only when it is this claim's
+        // (another thread's would be read twice)
+        const int more = tl + 1 < t1;
         for (int t = 0; t < n; t += 2) {
           const int8_t *xt = x8 + (size_t)t * cols;
           const float *dt = (const float *)(m + xd) + (size_t)t * nb;
           float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+          const int pf = t == 0 ? 1 : more && t + 2 >= n ? 2 : 0;
+#define TILE(k, f) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, k, q4, f)
           if (n - t >= 2) {
-            if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 1);
-            else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 2, q4, 0);
+            if (pf == 1) TILE(2, 1);
+            else if (pf == 2) TILE(2, 2);
+            else TILE(2, 0);
           } else {
-            if (t == 0) tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 1);
-            else tile_avx2(w, rowBytes, s, nb, xt, (size_t)cols, dt, nb, yt, ystride, 1, q4, 0);
+            if (pf == 1) TILE(1, 1);
+            else if (pf == 2) TILE(1, 2);
+            else TILE(1, 0);
           }
+#undef TILE
         }
       }
     return;
