@@ -39,7 +39,8 @@ export const command = defineCommand({
     iterations: {
       type: 'number',
       default: 20000,
-      description: 'latency round trips per small size (fewer for large ones)',
+      description:
+        'latency round trips per small size (fewer for large ones), timed after at least 1 s of untimed ones (TANDEM_BENCH_WARMUP_MS sets it)',
     },
     json: {
       type: 'boolean',
