@@ -54,8 +54,8 @@ export interface Plan {
  * Warm-up by time as well as by count: V8 keeps optimising the ping-pong's path for about a
  * second after it starts (recompiles on a background thread, which takes a core from one
  * of the two spinning processes on a 2-core machine), and a pass timed meanwhile measures
- * that: with the count alone (~2 ms of round trips) the 8 B p50 came out at 0.45 or
- * 0.65-0.9 us from run to run. TANDEM_BENCH_WARMUP_MS sets it, as for bench collectives.
+ * that, not the fabric (docs/fabric.md, "Measured facts"). TANDEM_BENCH_WARMUP_MS sets it,
+ * as for bench collectives.
  */
 const WARMUP_MS = Number(process.env.TANDEM_BENCH_WARMUP_MS ?? 1000);
 
