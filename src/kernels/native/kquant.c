@@ -305,12 +305,69 @@ static inline __attribute__((always_inline)) void kv_row(int type, const uint8_t
   for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
 }
 
+// A row's super-blocks unpacked into out[0..nb).
+static inline __attribute__((always_inline)) void kv_unpack_row(int type, const uint8_t *wr, size_t bytes, int nb, ksb *out) {
+  for (int b0 = 0; b0 < nb; b0 += (type == 14 ? 1 : 4)) {
+    const int m = type == 14 ? 1 : nb - b0 < 4 ? nb - b0 : 4;
+    __m128i sm[4];
+    if (type != 14) q45_scales4(wr + (size_t)b0 * bytes, bytes, m, sm);
+    for (int i = 0; i < m; i++) {
+      const uint8_t *p = wr + (size_t)(b0 + i) * bytes;
+      for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PREFETCH + o, _MM_HINT_T0);
+      if (type == 14) unpack_q6(p, &out[b0 + i]);
+      else unpack_q45(p, type == 13, sm[i], &out[b0 + i]);
+    }
+  }
+}
+
+// kv_row on a row unpacked by kv_unpack_row: the same arithmetic in the same order.
+static inline __attribute__((always_inline)) void kv_row_unpacked(int type, const ksb *row, int nb, int cols, const int8_t *X, const int16_t *BS,
+                                                                  const float *XD, int t0, int T, float *Y, size_t ystride) {
+  kacc acc[KV_TOKENS];
+  for (int t = 0; t < T; t++) acc[t] = kacc_zero();
+  for (int b = 0; b < nb; b++)
+    for (int t = 0; t < T; t++) {
+      const size_t tt = (size_t)(t0 + t);
+      acc[t] = sb_dot(type == 14, &row[b], X + tt * cols + 256 * (size_t)b, BS + tt * (cols / 16) + 16 * (size_t)b, XD[tt * nb + b], acc[t]);
+    }
+  for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
+}
+
+// This thread's buffer for one row's unpacked super-blocks, grown to the widest row; NULL
+// when it cannot be had (the caller unpacks as it goes).
+static ksb *kv_row_buffer(int nb) {
+  static __thread ksb *buf;
+  static __thread int cap;
+  if (nb > cap) {
+    free(buf);
+    buf = (ksb *)aligned_alloc(64, ((size_t)nb * sizeof(ksb) + 63) / 64 * 64);
+    cap = buf ? nb : 0;
+  }
+  return buf;
+}
+
 static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_t *w, int rowBytes, int cols, const int8_t *X, const int16_t *BS, const float *XD, int n, float *Y, int ystride,
                     int r0, int r1) {
   const int nb = cols / 256;
   const size_t bytes = type == 14 ? 210 : type == 13 ? 176 : 144;
+  // more than one group of tokens: each row is unpacked once into a buffer, not once a group;
+  // one group (decode) unpacks each super-block as it reads it, between its dots (a row
+  // unpacked whole first decoded slower: docs/kernels.md)
+  ksb *unpacked = n > KV_TOKENS ? kv_row_buffer(nb) : NULL;
   for (int r = r0; r < r1; r++) {
     const uint8_t *wr = w + (size_t)r * rowBytes;
+    if (unpacked) {
+      kv_unpack_row(type, wr, bytes, nb, unpacked);
+      for (int t0 = 0; t0 < n; t0 += KV_TOKENS) {
+        const int T = n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS;
+        switch (T) {
+#define KV_CASE(c) case c: kv_row_unpacked(type, unpacked, nb, cols, X, BS, XD, t0, c, Y + r, (size_t)ystride); break;
+          KV_CASE(1) KV_CASE(2) KV_CASE(3) KV_CASE(4) KV_CASE(5) KV_CASE(6) KV_CASE(7) default: KV_CASE(8)
+#undef KV_CASE
+        }
+      }
+      continue;
+    }
     for (int t0 = 0; t0 < n; t0 += KV_TOKENS) {
       const int T = n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS;
       // T as a constant in each instance, so the accumulators stay in registers
