@@ -162,7 +162,17 @@ export async function buildNative({ force = false, quiet = true } = {}) {
     throw new Error(
       `${cc} builds for ${arch} but this Node runs on ${process.arch}: unset CC or point it at a compiler for ${process.arch}`,
     );
-  const args = ['-O3', '-shared', '-fPIC', '-o', tmp, ...nativeSourcesByArch[arch], '-lm'];
+  // an undeclared function is an error, not a library with an undefined symbol that fails to load
+  const args = [
+    '-O3',
+    '-Werror=implicit-function-declaration',
+    '-shared',
+    '-fPIC',
+    '-o',
+    tmp,
+    ...nativeSourcesByArch[arch],
+    '-lm',
+  ];
   const tries = flagsOverride()
     ? [flagsOverride()]
     : arch === 'x64'

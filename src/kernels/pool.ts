@@ -3,6 +3,7 @@ import { TandemError } from '../errors/index.js';
 import { wasmApi, type WasmMemory, type WasmModule } from './wasm-api.js';
 import type { NativeLib } from './native-lib.js';
 import { CLAIMS_OFFSET } from './wasm-arena.js';
+import { GEMM_TOKENS } from './types.js';
 
 /**
  * `threads` compute threads over shared WebAssembly memories: the caller's thread plus
@@ -82,6 +83,13 @@ export class ThreadPool {
           'INTERNAL',
           `the native kernels count claims at byte ${claimsAt} of a memory, the pool zeroes byte ${CLAIMS_OFFSET}`,
           { hint: 'rebuild the native kernels (node bin/build.js); common.h and wasm-arena.ts must agree' },
+        );
+      const gemmAt = (lib.func('int tk_gemm_tokens(void)') as () => number)();
+      if (gemmAt !== GEMM_TOKENS)
+        throw new TandemError(
+          'INTERNAL',
+          `the native kernels take a GEMM from ${gemmAt} tokens, types.ts GEMM_TOKENS is ${GEMM_TOKENS}`,
+          { hint: 'rebuild the native kernels (node bin/build.js); common.h and types.ts must agree' },
         );
       pool.native = { addr: lib.func('uintptr_t tk_addr(uint8_t *p)') as (p: Uint8Array) => number, fns };
     }

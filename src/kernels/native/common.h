@@ -16,6 +16,10 @@
 // Bytes ahead of a streamed weight row to prefetch (measured: 2-8 KiB all reach DRAM bandwidth).
 #define PREFETCH 4096
 
+// Tokens from which a matmul may take a batched (GEMM) kernel whose sums run in another order
+// than a one-token matvec's (types.ts GEMM_TOKENS; tk_gemm_tokens lets the loader check it).
+#define GEMM_TOKENS 12
+
 static inline int part(int total, int tid, int nt) { return (int)(((int64_t)total * tid) / nt); }
 
 // Byte offset of the claims counter in every kernels memory: one int in the cache line below

@@ -28,3 +28,5 @@ void tk_copy_rows(uintptr_t base, uintptr_t far, uint32_t off, int stride, int c
 
 // TK_CLAIMS, for the loader's check against wasm-arena.ts CLAIMS_OFFSET.
 int tk_claims_offset(void) { return (int)TK_CLAIMS; }
+
+int tk_gemm_tokens(void) { return GEMM_TOKENS; }

@@ -90,6 +90,170 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
     }
 }
 
+// Q8_0 in groups of 8 blocks (256 values): a row's or a token's group is 8 vectors of 32 bytes,
+// vector j holding bytes 4j..4j+3 of block i of the group in its dword lane i. maddubs and madd
+// of vector j give lane i 4 products of block i, and the 8 vectors' sums, added as i32, give
+// lane i its block's exact dot; one cvt and one fma (by the 8 blocks' weight x token scales)
+// then take a whole group, where the block layout takes one of each per block and a scale
+// broadcast besides. Blocks past nb are zeros with zero scales (an exact +0). A (row, token)
+// result depends on nothing else in the call: a token's bits are the same in any batch of
+// GEMM_TOKENS or more (they differ from tile_avx2's in the last bits: the sums run in another
+// order).
+#define GROUP 256
+static inline int groups8(int nb) { return (nb + 7) / 8; }
+
+// `blocks` (1..8) blocks of 32 bytes from `src` as one group at `dst` (see above): an 8 x 8
+// transpose of dwords.
+static inline void group8(const int8_t *src, int blocks, int8_t *dst) {
+  __m256i v[8];
+  for (int i = 0; i < 8; i++) v[i] = i < blocks ? _mm256_loadu_si256((const __m256i *)(src + 32 * i)) : _mm256_setzero_si256();
+  __m256i t[8], u[8];
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
+    t[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+    u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+    u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+    u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+  }
+  // u[k] (k < 4) holds dwords k and k + 4 of blocks 0-3, u[k + 4] of blocks 4-7
+  for (int k = 0; k < 4; k++) {
+    _mm256_store_si256((__m256i *)(dst + 32 * k), _mm256_permute2x128_si256(u[k], u[k + 4], 0x20));
+    _mm256_store_si256((__m256i *)(dst + 32 * (k + 4)), _mm256_permute2x128_si256(u[k], u[k + 4], 0x31));
+  }
+}
+
+// One 4-row tile of grouped weights wg [ng][4][256] with scales sg [ng][4][8] times nt (1 or 2)
+// tokens of grouped activations xg [nt, xstride] with scales xdg [nt, xdstride] (ng * 8 each).
+// With `next`, the next tile's four rows (rowBytes apart) are fetched a group a step.
+static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, const float *sg, int ng, const int8_t *xg,
+                                                             size_t xstride, const float *xdg, size_t xdstride, float *y,
+                                                             int ystride, const int nt, const uint8_t *next,
+                                                             size_t rowBytes) {
+  __m256 acc[4][2];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t *x0 = xg, *x1 = xg + (nt > 1 ? xstride : 0);
+  const float *d0 = xdg, *d1 = xdg + (nt > 1 ? xdstride : 0);
+  for (int g = 0; g < ng; g++, wg += 4 * GROUP, sg += 32, x0 += GROUP, x1 += GROUP, d0 += 8, d1 += 8) {
+    if (next)
+      for (int r = 0; r < 4; r++)
+        for (int l = 0; l < GROUP; l += 64) _mm_prefetch((const char *)(next + r * rowBytes + (size_t)g * GROUP + l), _MM_HINT_T0);
+    __m256i is[4][2];
+    for (int r = 0; r < 4; r++)
+      for (int t = 0; t < nt; t++) is[r][t] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+      __m256i xq[2];
+      xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
+      if (nt > 1) xq[1] = _mm256_load_si256((const __m256i *)(x1 + 32 * j));
+      for (int r = 0; r < 4; r++) {
+        const __m256i q = _mm256_load_si256((const __m256i *)(wg + r * GROUP + 32 * j));
+        const __m256i aw = _mm256_sign_epi8(q, q);
+        for (int t = 0; t < nt; t++)
+          is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], q)), ones));
+      }
+    }
+    __m256 xs[2];
+    xs[0] = _mm256_loadu_ps(d0);
+    if (nt > 1) xs[1] = _mm256_loadu_ps(d1);
+    for (int r = 0; r < 4; r++) {
+      const __m256 sw = _mm256_loadu_ps(sg + 8 * r);
+      for (int t = 0; t < nt; t++)
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][t]), _mm256_mul_ps(sw, xs[t]), acc[r][t]);
+    }
+  }
+  for (int t = 0; t < nt; t++)
+    for (int r = 0; r < 4; r++) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+      y[t * ystride + r] = _mm_cvtss_f32(v);
+    }
+}
+
+// A thread's buffer of at least `bytes` (32-byte aligned), grown to the largest asked for; NULL
+// when it cannot be had.
+static void *thread_buf(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    free(*buf);
+    *buf = aligned_alloc(32, (bytes + 31) / 32 * 32);
+    *cap = *buf ? bytes : 0;
+  }
+  return *buf;
+}
+
+// The activations' int8 quants x8 [n, nb * 32] and scales xd [n, nb] as groups: xg [n, ng * 256]
+// and xdg [n, ng * 8] (zeros past nb), in this thread's buffer (NULL when it cannot be had).
+static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float **xdg) {
+  static __thread void *buf;
+  static __thread size_t cap;
+  const int ng = groups8(nb);
+  const size_t qbytes = (size_t)n * ng * GROUP;
+  int8_t *xg = (int8_t *)thread_buf(&buf, &cap, qbytes + (size_t)n * ng * 8 * sizeof(float));
+  if (!xg) return NULL;
+  float *d = (float *)(xg + qbytes);
+  for (int t = 0; t < n; t++)
+    for (int g = 0; g < ng; g++) {
+      const int blocks = nb - 8 * g < 8 ? nb - 8 * g : 8;
+      group8(x8 + ((size_t)t * nb + 8 * (size_t)g) * 32, blocks, xg + ((size_t)t * ng + g) * GROUP);
+      for (int i = 0; i < 8; i++) d[((size_t)t * ng + g) * 8 + i] = i < blocks ? xd[(size_t)t * nb + 8 * g + i] : 0.0f;
+    }
+  *xdg = d;
+  return xg;
+}
+
+// A tile's weight scales for one group, s [blocks][4] (`blocks` 1..8), as 4 vectors sw[r] with
+// lane i block i's scale of row r (0 past `blocks`).
+static inline void group_scales(const float *s, int blocks, __m256 sw[4]) {
+  if (blocks < 8) {
+    float v[4][8] __attribute__((aligned(32)));
+    for (int i = 0; i < 8; i++)
+      for (int r = 0; r < 4; r++) v[r][i] = i < blocks ? s[4 * i + r] : 0.0f;
+    for (int r = 0; r < 4; r++) sw[r] = _mm256_load_ps(v[r]);
+    return;
+  }
+  // each load holds two blocks' 4 rows; two rounds of unpacks leave lanes in block order
+  // 0 4 2 6 1 5 3 7, which one permute puts right
+  const __m256 l0 = _mm256_loadu_ps(s), l1 = _mm256_loadu_ps(s + 8), l2 = _mm256_loadu_ps(s + 16), l3 = _mm256_loadu_ps(s + 24);
+  const __m256 a = _mm256_unpacklo_ps(l0, l1), b = _mm256_unpackhi_ps(l0, l1);
+  const __m256 c = _mm256_unpacklo_ps(l2, l3), d = _mm256_unpackhi_ps(l2, l3);
+  const __m256i order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+  sw[0] = _mm256_permutevar8x32_ps(_mm256_unpacklo_ps(a, c), order);
+  sw[1] = _mm256_permutevar8x32_ps(_mm256_unpackhi_ps(a, c), order);
+  sw[2] = _mm256_permutevar8x32_ps(_mm256_unpacklo_ps(b, d), order);
+  sw[3] = _mm256_permutevar8x32_ps(_mm256_unpackhi_ps(b, d), order);
+}
+
+// This thread's buffer for one tile's groups (group_tile), NULL when it cannot be had.
+static int8_t *tile_groups_buf(int ng) {
+  static __thread void *buf;
+  static __thread size_t cap;
+  return (int8_t *)thread_buf(&buf, &cap, (size_t)ng * 4 * GROUP + (size_t)ng * 32 * sizeof(float));
+}
+
+// The 4 rows of a Q8_0 tile (w, rowBytes apart; scales s [nb][4]) as groups into wg: quants
+// [ng][4][256], then their scales [ng][4][8] (returned). The rows stream from memory: each is
+// fetched PREFETCH bytes ahead.
+static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s, int nb, int8_t *wg) {
+  const int ng = groups8(nb);
+  float *sg = (float *)(wg + (size_t)ng * 4 * GROUP);
+  for (int g = 0; g < ng; g++) {
+    const int blocks = nb - 8 * g < 8 ? nb - 8 * g : 8;
+    for (int r = 0; r < 4; r++) {
+      const uint8_t *src = w + r * rowBytes + (size_t)g * GROUP;
+      for (int l = 0; l < GROUP; l += 64) _mm_prefetch((const char *)(src + PREFETCH + l), _MM_HINT_T0);
+      group8((const int8_t *)src, blocks, wg + ((size_t)g * 4 + r) * GROUP);
+    }
+    __m256 sw[4];
+    group_scales(s + 32 * (size_t)g, blocks, sw);
+    for (int r = 0; r < 4; r++) _mm256_store_ps(sg + (size_t)g * 32 + r * 8, sw[r]);
+  }
+  return sg;
+}
+
 // The activations' quants (int16 holding -127..127) as int8, once per call and thread rather
 // than once per tile, in a buffer of this thread's that grows to the largest call.
 static const int8_t *x16_to_i8(const int16_t *x, size_t count) {
@@ -210,6 +374,31 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
   int t0, t1;
 #if defined(__AVX2__) && !defined(__AVX512BW__)
   const int8_t *x8 = x16_to_i8((const int16_t *)(m + x16), (size_t)n * cols);
+  // Q8_0 from GEMM_TOKENS tokens on: the grouped GEMM (below it, each token keeps the bits of
+  // a one-token matvec: tile_avx2 in block order)
+  float *xdg = NULL;
+  const int8_t *xg = x8 && !q4 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg) : NULL;
+  int8_t *wg = xg ? tile_groups_buf(groups8(nb)) : NULL;
+  if (wg) {
+    const int ng = groups8(nb);
+    while (claims_take(&claims, &t0, &t1))
+      for (int tl = t0; tl < t1; tl++) {
+        const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
+        const float *sg = group_tile(w, rowBytes, (const float *)(m + ws) + (size_t)tl * nb * 4, nb, wg);
+        // the next tile is fetched during this one's last pass, and only when it is this
+        // claim's (another thread's would be read twice)
+        const uint8_t *next = tl + 1 < t1 ? w + 4 * rowBytes : NULL;
+        for (int t = 0; t < n; t += 2) {
+          const int8_t *xt = xg + (size_t)t * ng * GROUP;
+          const float *dt = xdg + (size_t)t * ng * 8;
+          float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
+          const uint8_t *nx = t + 2 >= n ? next : NULL;
+          if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, (size_t)ng * GROUP, dt, (size_t)ng * 8, yt, ystride, 2, nx, rowBytes);
+          else tile8_avx2(wg, sg, ng, xt, 0, dt, 0, yt, ystride, 1, nx, rowBytes);
+        }
+      }
+    return;
+  }
   if (x8) {
     while (claims_take(&claims, &t0, &t1))
       for (int tl = t0; tl < t1; tl++) {
