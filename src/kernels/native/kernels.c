@@ -145,6 +145,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
     __m256i is[4][2];
     for (int r = 0; r < 4; r++)
       for (int t = 0; t < nt; t++) is[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
       __m256i xq[2];
       xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
