@@ -235,18 +235,25 @@ static int8_t *tile_groups_buf(int ng) {
   return (int8_t *)thread_buf(&buf, &cap, (size_t)ng * 4 * GROUP + (size_t)ng * 32 * sizeof(float));
 }
 
-// The 4 rows of a Q8_0 tile (w, rowBytes apart; scales s [nb][4]) as groups into wg: quants
-// [ng][4][256], then their scales [ng][4][8] (returned). The rows stream from memory: each is
-// fetched PREFETCH bytes ahead.
-static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s, int nb, int8_t *wg) {
+// The 4 rows of a Q8_0 tile, or of a Q4_0 one (`q4`: unpacked to -8..7 first), as groups into
+// wg: quants [ng][4][256], then their scales [ng][4][8] (returned). The rows (w, rowBytes
+// apart; scales s [nb][4]) stream from memory: each is fetched PREFETCH bytes ahead.
+static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s, int nb, int8_t *wg, int q4) {
   const int ng = groups8(nb);
+  const size_t span = q4 ? GROUP / 2 : GROUP; // a group's bytes in a row
   float *sg = (float *)(wg + (size_t)ng * 4 * GROUP);
+  int8_t unpacked[GROUP] __attribute__((aligned(32)));
   for (int g = 0; g < ng; g++) {
     const int blocks = nb - 8 * g < 8 ? nb - 8 * g : 8;
     for (int r = 0; r < 4; r++) {
-      const uint8_t *src = w + r * rowBytes + (size_t)g * GROUP;
-      for (int l = 0; l < GROUP; l += 64) _mm_prefetch((const char *)(src + PREFETCH + l), _MM_HINT_T0);
-      group8((const int8_t *)src, blocks, wg + ((size_t)g * 4 + r) * GROUP);
+      const uint8_t *src = w + r * rowBytes + (size_t)g * span;
+      for (size_t l = 0; l < span; l += 64) _mm_prefetch((const char *)(src + PREFETCH + l), _MM_HINT_T0);
+      if (q4) {
+        for (int i = 0; i < blocks; i++) _mm256_store_si256((__m256i *)(unpacked + 32 * i), block_q4(src + 16 * i));
+        group8(unpacked, blocks, wg + ((size_t)g * 4 + r) * GROUP);
+      } else {
+        group8((const int8_t *)src, blocks, wg + ((size_t)g * 4 + r) * GROUP);
+      }
     }
     __m256 sw[4];
     group_scales(s + 32 * (size_t)g, blocks, sw);
@@ -375,17 +382,17 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
   int t0, t1;
 #if defined(__AVX2__) && !defined(__AVX512BW__)
   const int8_t *x8 = x16_to_i8((const int16_t *)(m + x16), (size_t)n * cols);
-  // Q8_0 from GEMM_TOKENS tokens on: the grouped GEMM (below it, each token keeps the bits of
-  // a one-token matvec: tile_avx2 in block order)
+  // from GEMM_TOKENS tokens on: the grouped GEMM (below it, each token keeps the bits of a
+  // one-token matvec: tile_avx2 in block order)
   float *xdg = NULL;
-  const int8_t *xg = x8 && !q4 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg) : NULL;
+  const int8_t *xg = x8 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg) : NULL;
   int8_t *wg = xg ? tile_groups_buf(groups8(nb)) : NULL;
   if (wg) {
     const int ng = groups8(nb);
     while (claims_take(&claims, &t0, &t1))
       for (int tl = t0; tl < t1; tl++) {
         const uint8_t *w = m + wq + (size_t)tl * 4 * rowBytes;
-        const float *sg = group_tile(w, rowBytes, (const float *)(m + ws) + (size_t)tl * nb * 4, nb, wg);
+        const float *sg = group_tile(w, rowBytes, (const float *)(m + ws) + (size_t)tl * nb * 4, nb, wg, q4);
         // the next tile is fetched during this one's last pass, and only when it is this
         // claim's (another thread's would be read twice)
         const uint8_t *next = tl + 1 < t1 ? w + 4 * rowBytes : NULL;
