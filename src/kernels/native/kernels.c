@@ -31,12 +31,21 @@ static inline __m256i block_q4(const uint8_t *w) {
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512BW__)
+// The 8 lanes' sum, in a fixed order (halves, then pairs, then the last two).
+static inline float sum8(__m256 a) {
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  return _mm_cvtss_f32(v);
+}
+
 // One 4-row tile times nt (1 or 2, a constant where it is inlined: 8 accumulators fit the 16
 // ymm registers) tokens of int8 activations [nt, xstride]. A block's dot for one row and token: maddubs(|w|, x * sign(w)) gives
 // 16 exact i16 sums of two products (|w| <= 128, |x| <= 127 as quant_q8_0 makes them), madd
 // with ones 8 i32 sums of four, converted and scaled (weight scale x token scale) into 8 f32
 // lanes; the lanes are summed once at the end. A (row, token) result depends on nothing else
-// in the call, so a token's bits are the same at any batch size.
+// in the call, so a token's bits are the same at any batch size below GEMM_TOKENS, where mm
+// runs it (from GEMM_TOKENS on: tile8_avx2).
 static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, size_t rowBytes, const float *s, int nb,
                                                             const int8_t *x, size_t xstride, const float *xd,
                                                             int xdstride, float *y, int ystride, const int nt, int q4,
@@ -82,12 +91,7 @@ static inline __attribute__((always_inline)) void tile_avx2(const uint8_t *w, si
     }
   }
   for (int t = 0; t < nt; t++)
-    for (int r = 0; r < 4; r++) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-      y[t * ystride + r] = _mm_cvtss_f32(v);
-    }
+    for (int r = 0; r < 4; r++) y[t * ystride + r] = sum8(acc[r][t]);
 }
 
 // Q8_0 in groups of 8 blocks (256 values): a row's or a token's group is 8 vectors of 32 bytes,
@@ -167,12 +171,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
     }
   }
   for (int t = 0; t < nt; t++)
-    for (int r = 0; r < 4; r++) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][t]), _mm256_extractf128_ps(acc[r][t], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-      y[t * ystride + r] = _mm_cvtss_f32(v);
-    }
+    for (int r = 0; r < 4; r++) y[t * ystride + r] = sum8(acc[r][t]);
 }
 
 // A thread's buffer of at least `bytes` (32-byte aligned), grown to the largest asked for; NULL
