@@ -133,22 +133,44 @@ static inline void group8(const int8_t *src, int blocks, int8_t *dst) {
 // tokens of grouped activations xg [nt, xstride] with scales xdg [nt, xdstride] (ng * 8 each).
 // With `next`, the next tile's four rows (rowBytes apart) are fetched a group a step.
 static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, const float *sg, int ng, const int8_t *xg,
-                                                             size_t xstride, const float *xdg, size_t xdstride, float *y,
-                                                             int ystride, const int nt, const uint8_t *next,
-                                                             size_t rowBytes) {
+                                                             size_t xstride, const float *xdg, const int32_t *xcg,
+                                                             size_t xdstride, float *y, int ystride, const int nt,
+                                                             const int q4, const uint8_t *next, size_t rowBytes) {
   __m256 acc[4][2];
   for (int r = 0; r < 4; r++)
     for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t *x0 = xg, *x1 = xg + (nt > 1 ? xstride : 0);
   const float *d0 = xdg, *d1 = xdg + (nt > 1 ? xdstride : 0);
-  for (int g = 0; g < ng; g++, wg += 4 * GROUP, sg += 32, x0 += GROUP, x1 += GROUP, d0 += 8, d1 += 8) {
+  const int32_t *c0 = xcg, *c1 = xcg + (nt > 1 ? xdstride : 0);
+  for (int g = 0; g < ng; g++, wg += 4 * GROUP, sg += 32, x0 += GROUP, x1 += GROUP, d0 += 8, d1 += 8, c0 += 8, c1 += 8) {
     if (next)
       for (int r = 0; r < 4; r++)
         for (int l = 0; l < GROUP; l += 64) _mm_prefetch((const char *)(next + r * rowBytes + (size_t)g * GROUP + l), _MM_HINT_T0);
     __m256i is[4][2];
     for (int r = 0; r < 4; r++)
       for (int t = 0; t < nt; t++) is[r][t] = _mm256_setzero_si256();
+    if (q4) {
+      // raw nibbles (0..15) times x: a pair of products is at most 2 * 15 * 127 in size, 8 of
+      // them 30,480: the group's pairs add up in i16 and widen once; 8 * (the block's x sum)
+      // then takes the nibbles' offset of 8 back off
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; j++) {
+        __m256i xq[2];
+        xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
+        if (nt > 1) xq[1] = _mm256_load_si256((const __m256i *)(x1 + 32 * j));
+        for (int r = 0; r < 4; r++) {
+          const __m256i q = _mm256_load_si256((const __m256i *)(wg + r * GROUP + 32 * j));
+          for (int t = 0; t < nt; t++) is[r][t] = _mm256_add_epi16(is[r][t], _mm256_maddubs_epi16(q, xq[t]));
+        }
+      }
+      const __m256i off0 = _mm256_loadu_si256((const __m256i *)c0);
+      const __m256i off1 = nt > 1 ? _mm256_loadu_si256((const __m256i *)c1) : off0;
+      for (int r = 0; r < 4; r++) {
+        is[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][0], ones), off0);
+        if (nt > 1) is[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][1], ones), off1);
+      }
+    } else
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
       __m256i xq[2];
@@ -187,21 +209,38 @@ static void *thread_buf(void **buf, size_t *cap, size_t bytes) {
 
 // The activations' int8 quants x8 [n, nb * 32] and scales xd [n, nb] as groups: xg [n, ng * 256]
 // and xdg [n, ng * 8] (zeros past nb), in this thread's buffer (NULL when it cannot be had).
-static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float **xdg) {
+static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float **xdg, int32_t **xcg) {
   static __thread void *buf;
   static __thread size_t cap;
   const int ng = groups8(nb);
   const size_t qbytes = (size_t)n * ng * GROUP;
-  int8_t *xg = (int8_t *)thread_buf(&buf, &cap, qbytes + (size_t)n * ng * 8 * sizeof(float));
+  const size_t per = (size_t)n * ng * 8;
+  int8_t *xg = (int8_t *)thread_buf(&buf, &cap, qbytes + per * (sizeof(float) + sizeof(int32_t)));
   if (!xg) return NULL;
   float *d = (float *)(xg + qbytes);
+  int32_t *c = (int32_t *)(d + per);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int t = 0; t < n; t++)
     for (int g = 0; g < ng; g++) {
       const int blocks = nb - 8 * g < 8 ? nb - 8 * g : 8;
-      group8(x8 + ((size_t)t * nb + 8 * (size_t)g) * 32, blocks, xg + ((size_t)t * ng + g) * GROUP);
-      for (int i = 0; i < 8; i++) d[((size_t)t * ng + g) * 8 + i] = i < blocks ? xd[(size_t)t * nb + 8 * g + i] : 0.0f;
+      const int8_t *src = x8 + ((size_t)t * nb + 8 * (size_t)g) * 32;
+      const size_t at = ((size_t)t * ng + g) * 8;
+      group8(src, blocks, xg + at * 32);
+      for (int i = 0; i < 8; i++) {
+        d[at + i] = i < blocks ? xd[(size_t)t * nb + 8 * g + i] : 0.0f;
+        int sum = 0;
+        if (i < blocks) {
+          const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)(src + 32 * i))), ones16);
+          __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+          h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+          h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+          sum = _mm_cvtsi128_si32(h);
+        }
+        c[at + i] = 8 * sum; // Q4_0's nibble offset times the block's x sum (tile8_avx2)
+      }
     }
   *xdg = d;
+  *xcg = c;
   return xg;
 }
 
@@ -234,7 +273,7 @@ static int8_t *tile_groups_buf(int ng) {
   return (int8_t *)thread_buf(&buf, &cap, (size_t)ng * 4 * GROUP + (size_t)ng * 32 * sizeof(float));
 }
 
-// The 4 rows of a Q8_0 tile, or of a Q4_0 one (`q4`: unpacked to -8..7 first), as groups into
+// The 4 rows of a Q8_0 tile, or of a Q4_0 one (`q4`: its nibbles, 0..15, unpacked first), as groups into
 // wg: quants [ng][4][256], then their scales [ng][4][8] (returned). The rows (w, rowBytes
 // apart; scales s [nb][4]) stream from memory: each is fetched PREFETCH bytes ahead.
 static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s, int nb, int8_t *wg, int q4) {
@@ -248,7 +287,8 @@ static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s
       const uint8_t *src = w + r * rowBytes + (size_t)g * span;
       for (size_t l = 0; l < span; l += 64) _mm_prefetch((const char *)(src + PREFETCH + l), _MM_HINT_T0);
       if (q4) {
-        for (int i = 0; i < blocks; i++) _mm256_store_si256((__m256i *)(unpacked + 32 * i), block_q4(src + 16 * i));
+        for (int i = 0; i < blocks; i++)
+          _mm256_store_si256((__m256i *)(unpacked + 32 * i), _mm256_add_epi8(block_q4(src + 16 * i), _mm256_set1_epi8(8)));
         group8(unpacked, blocks, wg + ((size_t)g * 4 + r) * GROUP);
       } else {
         group8((const int8_t *)src, blocks, wg + ((size_t)g * 4 + r) * GROUP);
@@ -384,7 +424,8 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
   // from GEMM_TOKENS tokens on: the grouped GEMM (below it, each token keeps the bits of a
   // one-token matvec: tile_avx2 in block order)
   float *xdg = NULL;
-  const int8_t *xg = x8 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg) : NULL;
+  int32_t *xcg = NULL;
+  const int8_t *xg = x8 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg, &xcg) : NULL;
   int8_t *wg = xg ? tile_groups_buf(groups8(nb)) : NULL;
   if (wg) {
     const int ng = groups8(nb);
@@ -400,8 +441,15 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
           const float *dt = xdg + (size_t)t * ng * 8;
           float *yt = (float *)(m + y) + (size_t)t * ystride + 4 * (size_t)tl;
           const uint8_t *nx = t + 2 >= n ? next : NULL;
-          if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, (size_t)ng * GROUP, dt, (size_t)ng * 8, yt, ystride, 2, nx, rowBytes);
-          else tile8_avx2(wg, sg, ng, xt, 0, dt, 0, yt, ystride, 1, nx, rowBytes);
+          const int32_t *ct = xcg + (size_t)t * ng * 8;
+          const size_t ds = (size_t)ng * 8, xs2 = (size_t)ng * GROUP;
+          if (q4) {
+            if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, xs2, dt, ct, ds, yt, ystride, 2, 1, nx, rowBytes);
+            else tile8_avx2(wg, sg, ng, xt, 0, dt, ct, 0, yt, ystride, 1, 1, nx, rowBytes);
+          } else {
+            if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, xs2, dt, ct, ds, yt, ystride, 2, 0, nx, rowBytes);
+            else tile8_avx2(wg, sg, ng, xt, 0, dt, ct, 0, yt, ystride, 1, 0, nx, rowBytes);
+          }
         }
       }
     return;
