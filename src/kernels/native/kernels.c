@@ -153,8 +153,9 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
     if (q4) {
       // raw nibbles (0..15) times x: a pair of products is at most 2 * 15 * 127 in size, 8 of
       // them 30,480: the group's pairs add up in i16 and widen once; 8 * (the block's x sum)
-      // then takes the nibbles' offset of 8 back off
-#pragma GCC unroll 8
+      // then takes the nibbles' offset of 8 back off (the step loops stay rolled: unrolled,
+      // GCC computed all of a group's products ahead of their sums and spilled them)
+#pragma GCC unroll 1
       for (int j = 0; j < 8; j++) {
         __m256i xq[2];
         xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
@@ -171,7 +172,7 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
         if (nt > 1) is[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][1], ones), off1);
       }
     } else
-#pragma GCC unroll 8
+#pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
       __m256i xq[2];
       xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
@@ -195,6 +196,22 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
   for (int t = 0; t < nt; t++)
     for (int r = 0; r < 4; r++) y[t * ystride + r] = sum8(acc[r][t]);
 }
+
+// tile8_avx2 for each token count and weight type, each compiled on its own: inlined into mm,
+// with mm's own values live around it, its accumulators were spilled inside the group loop.
+typedef void (*tile8_fn)(const int8_t *, const float *, int, const int8_t *, size_t, const float *, const int32_t *,
+                         size_t, float *, int, const uint8_t *, size_t);
+#define TILE8(name, nt, q4)                                                                                          \
+  static __attribute__((noinline)) void name(const int8_t *wg, const float *sg, int ng, const int8_t *xg, size_t xs, \
+                                             const float *xdg, const int32_t *xcg, size_t ds, float *y, int ystride,  \
+                                             const uint8_t *next, size_t rowBytes) {                                  \
+    tile8_avx2(wg, sg, ng, xg, xs, xdg, xcg, ds, y, ystride, nt, q4, next, rowBytes);                                 \
+  }
+TILE8(tile8_q8_1, 1, 0)
+TILE8(tile8_q8_2, 2, 0)
+TILE8(tile8_q4_1, 1, 1)
+TILE8(tile8_q4_2, 2, 1)
+#undef TILE8
 
 // A thread's buffer of at least `bytes` (32-byte aligned), grown to the largest asked for; NULL
 // when it cannot be had.
@@ -443,13 +460,8 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
           const uint8_t *nx = t + 2 >= n ? next : NULL;
           const int32_t *ct = xcg + (size_t)t * ng * 8;
           const size_t ds = (size_t)ng * 8, xs2 = (size_t)ng * GROUP;
-          if (q4) {
-            if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, xs2, dt, ct, ds, yt, ystride, 2, 1, nx, rowBytes);
-            else tile8_avx2(wg, sg, ng, xt, 0, dt, ct, 0, yt, ystride, 1, 1, nx, rowBytes);
-          } else {
-            if (n - t >= 2) tile8_avx2(wg, sg, ng, xt, xs2, dt, ct, ds, yt, ystride, 2, 0, nx, rowBytes);
-            else tile8_avx2(wg, sg, ng, xt, 0, dt, ct, 0, yt, ystride, 1, 0, nx, rowBytes);
-          }
+          const tile8_fn f = q4 ? (n - t >= 2 ? tile8_q4_2 : tile8_q4_1) : (n - t >= 2 ? tile8_q8_2 : tile8_q8_1);
+          f(wg, sg, ng, xt, xs2, dt, ct, ds, yt, ystride, nx, rowBytes);
         }
       }
     return;
