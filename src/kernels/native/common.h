@@ -20,6 +20,17 @@
 // than a one-token matvec's (types.ts GEMM_TOKENS; tk_gemm_tokens lets the loader check it).
 #define GEMM_TOKENS 12
 
+// A thread's buffer of at least `bytes` (64-byte aligned) in *buf, grown to the largest asked
+// for and kept; NULL when it cannot be had. `buf` and `cap` are the caller's __thread variables.
+static inline void *thread_buf(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    free(*buf);
+    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    *cap = *buf ? bytes : 0;
+  }
+  return *buf;
+}
+
 static inline int part(int total, int tid, int nt) { return (int)(((int64_t)total * tid) / nt); }
 
 // Byte offset of the claims counter in every kernels memory: one int in the cache line below

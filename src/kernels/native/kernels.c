@@ -150,28 +150,11 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
     __m256i is[4][2];
     for (int r = 0; r < 4; r++)
       for (int t = 0; t < nt; t++) is[r][t] = _mm256_setzero_si256();
-    if (q4) {
-      // raw nibbles (0..15) times x: a pair of products is at most 2 * 15 * 127 in size, 8 of
-      // them 30,480: the group's pairs add up in i16 and widen once; 8 * (the block's x sum)
-      // then takes the nibbles' offset of 8 back off (the step loops stay rolled: unrolled,
-      // GCC computed all of a group's products ahead of their sums and spilled them)
-#pragma GCC unroll 1
-      for (int j = 0; j < 8; j++) {
-        __m256i xq[2];
-        xq[0] = _mm256_load_si256((const __m256i *)(x0 + 32 * j));
-        if (nt > 1) xq[1] = _mm256_load_si256((const __m256i *)(x1 + 32 * j));
-        for (int r = 0; r < 4; r++) {
-          const __m256i q = _mm256_load_si256((const __m256i *)(wg + r * GROUP + 32 * j));
-          for (int t = 0; t < nt; t++) is[r][t] = _mm256_add_epi16(is[r][t], _mm256_maddubs_epi16(q, xq[t]));
-        }
-      }
-      const __m256i off0 = _mm256_loadu_si256((const __m256i *)c0);
-      const __m256i off1 = nt > 1 ? _mm256_loadu_si256((const __m256i *)c1) : off0;
-      for (int r = 0; r < 4; r++) {
-        is[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][0], ones), off0);
-        if (nt > 1) is[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][1], ones), off1);
-      }
-    } else
+    // Q4_0: raw nibbles (0..15) times x, a pair of products at most 2 * 15 * 127 in size, 8 of
+    // them 30,480: the group's pairs add up in i16 and widen once, and 8 * (the block's x sum)
+    // then takes the nibbles' offset of 8 back off. Q8_0: maddubs(|w|, x * sign(w)) as in
+    // tile_avx2, widened every step. (The step loop stays rolled: unrolled, GCC computed all
+    // of a group's products ahead of their sums and spilled them.)
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
       __m256i xq[2];
@@ -179,9 +162,21 @@ static inline __attribute__((always_inline)) void tile8_avx2(const int8_t *wg, c
       if (nt > 1) xq[1] = _mm256_load_si256((const __m256i *)(x1 + 32 * j));
       for (int r = 0; r < 4; r++) {
         const __m256i q = _mm256_load_si256((const __m256i *)(wg + r * GROUP + 32 * j));
-        const __m256i aw = _mm256_sign_epi8(q, q);
-        for (int t = 0; t < nt; t++)
-          is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], q)), ones));
+        if (q4) {
+          for (int t = 0; t < nt; t++) is[r][t] = _mm256_add_epi16(is[r][t], _mm256_maddubs_epi16(q, xq[t]));
+        } else {
+          const __m256i aw = _mm256_sign_epi8(q, q);
+          for (int t = 0; t < nt; t++)
+            is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], q)), ones));
+        }
+      }
+    }
+    if (q4) {
+      const __m256i off0 = _mm256_loadu_si256((const __m256i *)c0);
+      const __m256i off1 = nt > 1 ? _mm256_loadu_si256((const __m256i *)c1) : off0;
+      for (int r = 0; r < 4; r++) {
+        is[r][0] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][0], ones), off0);
+        if (nt > 1) is[r][1] = _mm256_sub_epi32(_mm256_madd_epi16(is[r][1], ones), off1);
       }
     }
     __m256 xs[2];
@@ -213,20 +208,10 @@ TILE8(tile8_q4_1, 1, 1)
 TILE8(tile8_q4_2, 2, 1)
 #undef TILE8
 
-// A thread's buffer of at least `bytes` (32-byte aligned), grown to the largest asked for; NULL
-// when it cannot be had.
-static void *thread_buf(void **buf, size_t *cap, size_t bytes) {
-  if (bytes > *cap) {
-    free(*buf);
-    *buf = aligned_alloc(32, (bytes + 31) / 32 * 32);
-    *cap = *buf ? bytes : 0;
-  }
-  return *buf;
-}
-
 // The activations' int8 quants x8 [n, nb * 32] and scales xd [n, nb] as groups: xg [n, ng * 256]
-// and xdg [n, ng * 8] (zeros past nb), in this thread's buffer (NULL when it cannot be had).
-static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float **xdg, int32_t **xcg) {
+// and xdg [n, ng * 8] (zeros past nb), and for Q4_0 (`q4`) xcg [n, ng * 8], 8 x each block's sum
+// of quants (tile8_avx2), in this thread's buffer (NULL when it cannot be had).
+static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, int q4, float **xdg, int32_t **xcg) {
   static __thread void *buf;
   static __thread size_t cap;
   const int ng = groups8(nb);
@@ -245,6 +230,7 @@ static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float *
       group8(src, blocks, xg + at * 32);
       for (int i = 0; i < 8; i++) {
         d[at + i] = i < blocks ? xd[(size_t)t * nb + 8 * g + i] : 0.0f;
+        if (!q4) continue;
         int sum = 0;
         if (i < blocks) {
           const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)(src + 32 * i))), ones16);
@@ -253,7 +239,7 @@ static int8_t *group_x(const int8_t *x8, const float *xd, int n, int nb, float *
           h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
           sum = _mm_cvtsi128_si32(h);
         }
-        c[at + i] = 8 * sum; // Q4_0's nibble offset times the block's x sum (tile8_avx2)
+        c[at + i] = 8 * sum;
       }
     }
   *xdg = d;
@@ -321,14 +307,10 @@ static const float *group_tile(const uint8_t *w, size_t rowBytes, const float *s
 // The activations' quants (int16 holding -127..127) as int8, once per call and thread rather
 // than once per tile, in a buffer of this thread's that grows to the largest call.
 static const int8_t *x16_to_i8(const int16_t *x, size_t count) {
-  static __thread int8_t *buf;
+  static __thread void *mem;
   static __thread size_t cap;
-  if (count > cap) {
-    free(buf);
-    buf = (int8_t *)aligned_alloc(32, (count + 31) / 32 * 32);
-    cap = buf ? count : 0;
-    if (!buf) return NULL;
-  }
+  int8_t *buf = (int8_t *)thread_buf(&mem, &cap, count);
+  if (!buf) return NULL;
   for (size_t i = 0; i + 32 <= count; i += 32) {
     const __m256i v = _mm256_packs_epi16(_mm256_loadu_si256((const __m256i *)(x + i)), _mm256_loadu_si256((const __m256i *)(x + i + 16)));
     // packs interleaves the 128-bit halves: the permute puts the 32 values back in order
@@ -442,7 +424,7 @@ static void mm(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t x16,
   // one-token matvec: tile_avx2 in block order)
   float *xdg = NULL;
   int32_t *xcg = NULL;
-  const int8_t *xg = x8 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, &xdg, &xcg) : NULL;
+  const int8_t *xg = x8 && n >= GEMM_TOKENS ? group_x(x8, (const float *)(m + xd), n, nb, q4, &xdg, &xcg) : NULL;
   int8_t *wg = xg ? tile_groups_buf(groups8(nb)) : NULL;
   if (wg) {
     const int ng = groups8(nb);

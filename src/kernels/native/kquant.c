@@ -336,14 +336,9 @@ static inline __attribute__((always_inline)) void kv_row_unpacked(int type, cons
 // This thread's buffer for one row's unpacked super-blocks, grown to the widest row; NULL
 // when it cannot be had (the caller unpacks as it goes).
 static ksb *kv_row_buffer(int nb) {
-  static __thread ksb *buf;
-  static __thread int cap;
-  if (nb > cap) {
-    free(buf);
-    buf = (ksb *)aligned_alloc(64, ((size_t)nb * sizeof(ksb) + 63) / 64 * 64);
-    cap = buf ? nb : 0;
-  }
-  return buf;
+  static __thread void *buf;
+  static __thread size_t cap;
+  return (ksb *)thread_buf(&buf, &cap, (size_t)nb * sizeof(ksb));
 }
 
 static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_t *w, int rowBytes, int cols, const int8_t *X, const int16_t *BS, const float *XD, int n, float *Y, int ystride,

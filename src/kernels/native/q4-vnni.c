@@ -111,20 +111,15 @@ static void unpack_rows(const uint8_t *w, int ng, int R, uint8_t *out) {
 }
 
 // Each thread's unpacked tile, grown to the widest weight it has met and kept.
-static __thread uint8_t *tile_buf;
-static __thread size_t tile_cap;
-
 static uint8_t *tile_buffer(size_t bytes) {
-  if (bytes > tile_cap) {
-    free(tile_buf);
-    tile_buf = aligned_alloc(64, bytes);
-    tile_cap = tile_buf ? bytes : 0;
-    if (!tile_buf) {
-      fprintf(stderr, "tandem: out of memory for a %zu-byte Q4_0 tile\n", bytes);
-      abort();
-    }
+  static __thread void *buf;
+  static __thread size_t cap;
+  uint8_t *tile = (uint8_t *)thread_buf(&buf, &cap, bytes);
+  if (!tile) {
+    fprintf(stderr, "tandem: out of memory for a %zu-byte Q4_0 tile\n", bytes);
+    abort();
   }
-  return tile_buf;
+  return tile;
 }
 
 // Prefill GEMM (xt, dxt from tk_q8lt_prep), tiles shared in pairs (8 rows) as tk_mm_q8lt: each
