@@ -94,9 +94,16 @@ export const nativeSource = join(nativeDir, 'kernels.c');
  * dotprod and i8mm when the target has them). Both export the same symbols.
  */
 export const nativeSourcesByArch = {
-  x64: ['kernels.c', 'gemm-vnni.c', 'ops.c', 'kquant.c', 'kquant-gemm.c', 'q4-vnni.c', 'copy.c'].map((f) =>
-    join(nativeDir, f),
-  ),
+  x64: [
+    'kernels.c',
+    'gemm-avx2.c',
+    'gemm-vnni.c',
+    'ops.c',
+    'kquant.c',
+    'kquant-gemm.c',
+    'q4-vnni.c',
+    'copy.c',
+  ].map((f) => join(nativeDir, f)),
   arm64: ['kernels-neon.c', 'gemm-neon.c', 'ops-neon.c', 'kquant-neon.c', 'copy.c'].map((f) =>
     join(nativeDir, f),
   ),

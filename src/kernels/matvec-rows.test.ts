@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { createKernels } from './index.js';
 import { GEMM_TOKENS, GgmlType, type KernelsBackend } from './types.js';
 import { randomFloats, randomWeightBytes } from './testing/random-weights.js';
+import { loadNativeLib } from './native-lib.js';
 
 /*
  * matvecRows: row t of n one-token products is bit for bit matvec on x[t] (the batched decode
@@ -68,6 +69,40 @@ for (const backend of ['native', 'wasm'] as KernelsBackend[]) {
     });
   }
 }
+
+/*
+ * The grouped layout (AVX2 builds without AVX-512, gemm-avx2.c): a token gets matvec's bits
+ * from matmul at any n, GEMM sizes included, for Q8_0 and Q4_0, with partial groups (96, 2144
+ * columns) and rows that leave a short tile.
+ */
+test('grouped Q8_0 / Q4_0: matmul gives each token matvec bits at any n, past GEMM_TOKENS too', async (t) => {
+  const lib = await loadNativeLib();
+  if (!lib?.prototypes.mm_q8g) return t.skip('this build does not hold Q8_0 / Q4_0 in the grouped layout');
+  const k = await createKernels({ backend: 'native', threads: 2, smallJob: 0 });
+  try {
+    for (const type of [GgmlType.Q8_0, GgmlType.Q4_0]) {
+      for (const [rows, cols] of [
+        [37, 96],
+        [64, 2048],
+        [22, 2144],
+      ] as const) {
+        const w = k.uploadWeight({ type, rows, cols, data: randomWeightBytes(type, rows, cols, rows + 3) });
+        const n = 2 * GEMM_TOKENS + 5;
+        const x = randomFloats(n * cols, 11);
+        const want = new Float32Array(n * rows);
+        for (let r = 0; r < n; r++)
+          k.matvec(w, x.subarray(r * cols, (r + 1) * cols), want.subarray(r * rows, (r + 1) * rows));
+        for (const m of [2, GEMM_TOKENS, GEMM_TOKENS + 1, n]) {
+          const y = new Float32Array(m * rows);
+          k.matmul(w, x.subarray(0, m * cols), y, m);
+          assert.deepEqual(y, want.subarray(0, m * rows), `type ${type} [${rows}, ${cols}] n=${m}`);
+        }
+      }
+    }
+  } finally {
+    await k.close();
+  }
+});
 
 /*
  * matmulPlusRows and matmulSwiglu with rows: a matmul of n tokens and one-token rows in one

@@ -11,12 +11,19 @@ import { buildNative } from './build-kernels.js';
 const mmArgs =
   'uint32_t wq, uint32_t ws, int cols, uint32_t x16, uint32_t xd, uint32_t xs, int n, uint32_t y, int ystride, int tiles, int tid, int nt';
 
-/** Wasm export name -> koffi prototype of its native twin (first argument: the memory's address). */
-export const nativePrototypes: Readonly<Record<string, string>> = {
-  mm_q8_0: `void tk_mm_q8_0(uintptr_t base, ${mmArgs})`,
-  mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
+/**
+ * Wasm export name -> koffi prototype of its native twin (first argument: the memory's
+ * address). Every build has these.
+ */
+const basePrototypes: Readonly<Record<string, string>> = {
   copy_rows:
     'void tk_copy_rows(uintptr_t base, uintptr_t far, uint32_t off, int stride, int cols, int n, int in, int tid, int nt)',
+};
+
+/** Q8_0 / Q4_0 in the wasm kernels' tile layout: every build but the grouped ones. */
+const tileTwinPrototypes: Readonly<Record<string, string>> = {
+  mm_q8_0: `void tk_mm_q8_0(uintptr_t base, ${mmArgs})`,
+  mm_q4_0: `void tk_mm_q4_0(uintptr_t base, ${mmArgs})`,
 };
 
 /** Attention, SwiGLU, RMSNorm and RoPE exist in AVX-512, AVX2 (with FMA and F16C) and NEON builds; elsewhere the wasm ones run. */
@@ -87,6 +94,22 @@ const lanesPrototypes: Readonly<Record<string, string>> = {
   mm_q4lt: `void tk_mm_q4lt(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xt, uint32_t dxt, ${mmPrepared})`,
 };
 
+/**
+ * Q8_0 / Q4_0 in the grouped layout (weights re-laid at upload; gemm-avx2.c), with the
+ * activations quantised once per matmul to the grouped activation layout, one kernel for any
+ * number of tokens: AVX2 builds without AVX-512.
+ */
+const groupedPrototypes: Readonly<Record<string, string>> = {
+  repack_q8g:
+    'void tk_repack_q8g(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
+  repack_q4g:
+    'void tk_repack_q4g(uintptr_t base, uint32_t src, int rows, int r0, int cols, uint32_t wq, uint32_t ws, int tid, int nt)',
+  q8g_prep:
+    'void tk_q8g_prep(uintptr_t base, uint32_t x, int n, int cols, uint32_t xq, uint32_t dx, int tid, int nt)',
+  mm_q8g: `void tk_mm_q8g(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dx, ${mmPrepared})`,
+  mm_q4g: `void tk_mm_q4g(uintptr_t base, uint32_t wq, uint32_t ws, int cols, uint32_t xq, uint32_t dx, ${mmPrepared})`,
+};
+
 /** K-quants times q8_K activations (kquant.c, kquant-neon.c): AVX-512, AVX2 with F16C, and NEON builds (tk_kv). */
 const kvPrototypes: Readonly<Record<string, string>> = {
   kv_prep:
@@ -124,8 +147,11 @@ export function loadNativeLib(): Promise<NativeLib | undefined> {
       const ops = full || Number(lib.func('int tk_ops(void)')()) === 1;
       const vnni = full && Number(lib.func('int tk_vnni512(void)')()) === 1;
       const kv = Number(lib.func('int tk_kv(void)')()) === 1;
+      const grouped = isa === 'avx2' && Number(lib.func('int tk_grouped(void)')()) === 1;
       const prototypes = {
-        ...nativePrototypes,
+        ...basePrototypes,
+        // grouped builds hold Q8_0 / Q4_0 in the grouped layout only
+        ...(grouped ? groupedPrototypes : tileTwinPrototypes),
         ...(ops ? opsPrototypes : {}),
         ...(full ? floatPrototypes : {}),
         ...(vnni ? ktPrototypes : {}),

@@ -23,6 +23,8 @@ export interface WasmContext {
   readonly tile: boolean;
   /** Q8_0 / Q4_0 are held in the lanes layouts (laneGroups) and run mm_q8l / mm_q4l and their GEMMs: AVX-512 VNNI builds. */
   readonly lanes: boolean;
+  /** Q8_0 / Q4_0 are held in the grouped layout (groupedTileBytes) and run mm_q8g / mm_q4g: AVX2 builds without AVX-512. */
+  readonly grouped: boolean;
   /** rmsNorm, rope, SwiGLU rows and attention rows run the native kernels (opsPrototypes in native-lib.ts). */
   readonly nativeNorm: boolean;
   /** K-quants run the native q8_K kernels (kv_prep, mm_kv: AVX-512 or AVX2 builds). */
@@ -38,10 +40,14 @@ export class WasmWeight implements Weight {
     readonly slot: ArenaSlot,
     /**
      * Quants (Q8_0/Q4_0, repacked) or raw ggml rows (other types): [rowsPad, rowBytes]; Q8_0
-     * and Q4_0 in the lanes layouts (laneGroups) where ctx.lanes.
+     * and Q4_0 in the lanes layouts (laneGroups) where ctx.lanes, in the grouped layout
+     * (groupedTileBytes: [rowsPad / 4] tiles) where ctx.grouped.
      */
     readonly ptr: number,
-    /** Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, laneGroups * 16] f16); 0 otherwise. */
+    /**
+     * Q8_0/Q4_0 scales [rowsPad/4, nb, 4] f32 (lanes layout: [rowsPad, laneGroups * 16] f16;
+     * grouped: [rowsPad / 4, groups8, 4, 8] f32); 0 otherwise.
+     */
     readonly scales: number,
     readonly rowsPad: number,
     readonly rowBytes: number,
@@ -89,6 +95,21 @@ export const laneGroups = (cols: number): number => Math.ceil(cols / 512);
 /** Bytes of one row's quants in the lanes layout of `type` (Q8_0 or Q4_0). */
 export const laneRowBytes = (type: GgmlTypeId, cols: number): number =>
   laneGroups(cols) * (type === GgmlType.Q8_0 ? 512 : 256);
+
+/**
+ * The grouped layout of AVX2 builds (gemm-avx2.c): each 4-row tile re-laid once at upload as
+ * groups of 8 blocks (256 columns), so that one 32-byte load holds 4 quants of each of the 8
+ * blocks: per group, Q8_0 [4 rows][8 j][8 blocks][4] i8 (1024 bytes), quant 4j + c of each
+ * block; Q4_0 [4 rows][4 j][8 blocks][4] u8 (512 bytes), byte 4j + c of each block's 16 ggml
+ * bytes (low nibble: quant 4j + c, high: quant 16 + 4j + c, each + 8). Scales apart, f32
+ * [tiles][groups][4 rows][8 blocks]. Blocks past the row's end and rows past the weight's are
+ * zeros with zero scales. Groups per row:
+ */
+export const groups8 = (cols: number): number => Math.ceil(cols / 256);
+
+/** Bytes of one 4-row tile's quants in the grouped layout of `type` (Q8_0 or Q4_0). */
+export const groupedTileBytes = (type: GgmlTypeId, cols: number): number =>
+  groups8(cols) * (type === GgmlType.Q8_0 ? 1024 : 512);
 
 export const isQ32 = (t: GgmlTypeId): boolean => t === GgmlType.Q8_0 || t === GgmlType.Q4_0;
 export const isK = (t: GgmlTypeId): boolean =>

@@ -10,6 +10,8 @@ import { dequantRow } from './ref/quant-ref.js';
 import { rmsNormRef, softmaxRef, swigluRef } from './ref/ops-ref.js';
 import {
   copyRows,
+  groupedTileBytes,
+  groups8,
   isQ32,
   laneGroups,
   laneRowBytes,
@@ -25,6 +27,7 @@ import { attentionRowsRun, attentionRun, createKvCacheIn, kvStoreRun } from './w
 import { rowsIn, rowsOut } from './wasm-rows.js';
 import {
   GgmlType,
+  type GgmlTypeId,
   type AttentionParams,
   type AttentionRowsParams,
   type Kernels,
@@ -55,8 +58,8 @@ export class WasmKernels implements Kernels {
     readonly backend: 'wasm' | 'native',
     /** For 'native': the instruction set the C kernels were compiled for. */
     readonly isa: string,
-    /** Which native prepared-activation kernels there are (WasmContext: kt, tile, lanes). */
-    prepared: { kt: boolean; tile: boolean; lanes: boolean },
+    /** Which native prepared-activation kernels there are (WasmContext: kt, tile, lanes, grouped). */
+    prepared: { kt: boolean; tile: boolean; lanes: boolean; grouped: boolean },
     /** rmsNorm and rope run the native (bit-identical) kernels. */
     private readonly nativeNorm: boolean,
     /** K-quants run the native q8_K kernels (mm_kv). */
@@ -96,6 +99,7 @@ export class WasmKernels implements Kernels {
         kt: native?.prototypes.mm_kt !== undefined,
         tile: native?.prototypes.mm_q8v !== undefined,
         lanes: native?.prototypes.repack_q8l !== undefined,
+        grouped: native?.prototypes.mm_q8g !== undefined,
       },
       native?.prototypes.rms_norm !== undefined,
       native?.prototypes.mm_kv !== undefined,
@@ -126,6 +130,7 @@ export class WasmKernels implements Kernels {
   uploadWeight(source: WeightSource): Weight {
     const s = resolveSlice(source);
     if (this.ctx.lanes && isQ32(s.type)) return this.uploadLanes(s);
+    if (this.ctx.grouped && isQ32(s.type)) return this.uploadGrouped(s);
     const rowsPad = align(s.rows, 4);
     const nb = s.cols / 32;
     const q32 = isQ32(s.type);
@@ -183,12 +188,47 @@ export class WasmKernels implements Kernels {
     return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
   }
 
+  /**
+   * Q8_0 / Q4_0 on the grouped path: the raw rows staged in scratch a chunk of whole tiles at a
+   * time and re-laid into the grouped layout (groupedTileBytes) by tk_repack_q8g / tk_repack_q4g
+   * on all threads, which give the last tile's padding rows zero weights and scales. The layout
+   * replaces the tile layout, so the weights are held once.
+   */
+  private uploadGrouped(s: SlicedWeight): Weight {
+    const rowsPad = align(s.rows, 4);
+    const rowBytes = groupedTileBytes(s.type, s.cols) / 4;
+    const scaleBytes = this.scaleBytes(s.type, s.cols, rowsPad);
+    const slot = this.slotFor(rowsPad * rowBytes + scaleBytes + 128);
+    const a = slot.arena;
+    const ptr = a.alloc(rowsPad * rowBytes);
+    const scales = a.alloc(scaleBytes);
+    const chunk = Math.max(4, Math.floor((8 << 20) / s.rowBytes / 4) * 4);
+    const stage = a.scratch(Math.min(chunk, s.rows) * s.rowBytes);
+    for (let r0 = 0; r0 < s.rows; r0 += chunk) {
+      const rows = Math.min(chunk, s.rows - r0);
+      copyRows(a, s, r0, rows, stage, s.rowBytes);
+      this.pool.run(
+        a.index,
+        s.type === GgmlType.Q8_0 ? op.repack_q8g : op.repack_q4g,
+        [stage, rows, r0, s.cols, ptr, scales],
+        rows * s.cols,
+      );
+    }
+    return new WasmWeight(s.type, s.rows, s.cols, s.name, slot, ptr, scales, rowsPad, rowBytes);
+  }
+
+  /** Bytes of a Q8_0 / Q4_0 weight's scales in this build's layout. */
+  private scaleBytes(type: GgmlTypeId, cols: number, rowsPad: number): number {
+    if (this.ctx.lanes) return rowsPad * laneGroups(cols) * 32;
+    if (this.ctx.grouped) return rowsPad * groups8(cols) * 32;
+    return rowsPad * (cols / 32) * 4;
+  }
+
   releaseWeight(weight: Weight): void {
     const w = own(weight, WasmWeight, 'weight');
     const arena = w.slot.arena;
     arena.release(w.ptr, w.rowsPad * w.rowBytes);
-    if (w.scales !== 0)
-      arena.release(w.scales, w.rowsPad * (this.ctx.lanes ? laneGroups(w.cols) * 32 : (w.cols / 32) * 4));
+    if (w.scales !== 0) arena.release(w.scales, this.scaleBytes(w.type, w.cols, w.rowsPad));
   }
 
   matvec(w: Weight, x: Float32Array, y: Float32Array): void {
@@ -257,6 +297,26 @@ export class WasmKernels implements Kernels {
             ? (u8[q + 64 * (i >> 2) + (i & 3)] as number) - 128
             : (((u8[q + 64 * (i >> 3) + (i & 3)] as number) >> (i & 4)) & 15) - 8;
           out[32 * b + i] = d * v;
+        }
+      }
+      return;
+    }
+    if (this.ctx.grouped) {
+      // row & 3 of tile row >> 2; quant k of block b: group b >> 3, lane b & 7, vector k >> 2
+      // (Q4_0: (k & 15) >> 2, the high nibble from k = 16 on), byte k & 3
+      const q8 = w.type === GgmlType.Q8_0;
+      const gbytes = q8 ? 1024 : 512;
+      const ng = groups8(w.cols);
+      const q = w.ptr + (row >>> 2) * ng * gbytes + (row & 3) * (gbytes / 4);
+      const sc = (w.scales >>> 2) + (row >>> 2) * ng * 32 + (row & 3) * 8;
+      for (let b = 0; b < nb; b++) {
+        const d = f32[sc + (b >> 3) * 32 + (b & 7)] as number;
+        const at = q + (b >> 3) * gbytes + 4 * (b & 7);
+        for (let k = 0; k < 32; k++) {
+          const v = q8
+            ? ((u8[at + 32 * (k >> 2) + (k & 3)] as number) << 24) >> 24
+            : (((u8[at + 32 * ((k & 15) >> 2) + (k & 3)] as number) >> (k & 16 ? 4 : 0)) & 15) - 8;
+          out[32 * b + k] = d * v;
         }
       }
       return;

@@ -2,7 +2,7 @@ import { TandemError } from '../errors/index.js';
 import { align, type Arena } from './wasm-arena.js';
 import { op } from './wasm-module.js';
 import { swigluRef } from './ref/ops-ref.js';
-import { isK, isQ32, laneGroups, type WasmContext, type WasmWeight } from './wasm-handles.js';
+import { groups8, isK, isQ32, laneGroups, type WasmContext, type WasmWeight } from './wasm-handles.js';
 import { GEMM_TOKENS, GgmlType } from './types.js';
 import { rowsIn, rowsOut } from './wasm-rows.js';
 
@@ -22,6 +22,7 @@ export function matmulRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
+  if (ctx.grouped && isQ32(w.type)) return matmulGrouped(ctx, w, x, y, n, swiglu);
   const p = preparedFor(ctx, w.type);
   if (p) {
     matmulPrepared(ctx, p, w, x, y, n, true, swiglu);
@@ -99,6 +100,41 @@ export function matmulRun(
     pool.run(arena.index, op.mm_float, [w.type, w.ptr, cols, xf, n, yp, w.rowsPad, tiles], work);
   }
   copyOut(ctx, arena, yp, w, y, n, swiglu, ys);
+}
+
+/**
+ * Q8_0 / Q4_0 in the grouped layout (ctx.grouped; gemm-avx2.c): x quantised once per call into
+ * the grouped activation layout (q8g_prep: xq [n, groups8 * 256] i8, then dx: the block scales
+ * [n, groups8 * 8] f32 and 8 x the block sums [n, groups8 * 8] i32), then every tile times
+ * every token by one kernel, which gives a token the same bits at any n.
+ */
+function matmulGrouped(
+  ctx: WasmContext,
+  w: WasmWeight,
+  x: Float32Array,
+  y: Float32Array,
+  n: number,
+  swiglu?: Float32Array,
+): void {
+  const { arena } = w.slot;
+  const cols = w.cols;
+  const ng = groups8(cols);
+  const xfBytes = align(n * cols * 4, 64);
+  const xqBytes = align(n * ng * 256, 64);
+  const dxBytes = align(n * ng * 64, 64);
+  const xf = arena.scratch(xfBytes + xqBytes + dxBytes + align(n * w.rowsPad * 4, 64));
+  const xq = xf + xfBytes;
+  const dx = xq + xqBytes;
+  const yp = dx + dxBytes;
+  rowsIn(ctx.pool, arena, xf, x, n, cols);
+  ctx.pool.run(arena.index, op.q8g_prep, [xf, n, cols, xq, dx], n * cols);
+  ctx.pool.run(
+    arena.index,
+    w.type === GgmlType.Q8_0 ? op.mm_q8g : op.mm_q4g,
+    [w.ptr, w.scales, cols, xq, dx, n, yp, w.rowsPad, w.rowsPad / 4],
+    n * w.rowsPad * cols,
+  );
+  copyOut(ctx, arena, yp, w, y, n, swiglu);
 }
 
 /**
@@ -286,8 +322,8 @@ function copyOut(
 
 /**
  * n one-token products, row t bit for bit matvec(w, x[t]): every kernel gives a token
- * matvec's bits below GEMM_TOKENS (types.ts), and the prepared kernels keep p.mmv at any n. With
- * `swiglu`, SwiGLU of each row into it.
+ * matvec's bits below GEMM_TOKENS (types.ts), the prepared kernels keep p.mmv at any n, and the
+ * grouped kernel gives the same bits at any n. With `swiglu`, SwiGLU of each row into it.
  */
 export function matvecRowsRun(
   ctx: WasmContext,
@@ -297,6 +333,7 @@ export function matvecRowsRun(
   n: number,
   swiglu?: Float32Array,
 ): void {
+  if (ctx.grouped && isQ32(w.type)) return matmulGrouped(ctx, w, x, y, n, swiglu);
   const p = preparedFor(ctx, w.type);
   if (p) {
     matmulPrepared(ctx, p, w, x, y, n, false, swiglu);
@@ -320,7 +357,8 @@ export function matvecRowsRun(
 /**
  * Tokens 0..n-1 as a matmul of n, then `rows` more each with matvec's bits (x: [n + rows,
  * cols], y: [n + rows, rows of w]; with `swiglu`, SwiGLU of each row into it instead). Q8_0
- * on the prepared kernels with n from GEMM_TOKENS on: one pass over the weights (p.mmtv).
+ * on the prepared kernels with n from GEMM_TOKENS on: one pass over the weights (p.mmtv); Q8_0
+ * and Q4_0 in the grouped layout: one matmul of n + rows (its bits do not depend on n).
  */
 export function matmulPlusRowsRun(
   ctx: WasmContext,
@@ -333,6 +371,7 @@ export function matmulPlusRowsRun(
 ): void {
   if (rows === 0) return matmulRun(ctx, w, x, y, n, swiglu);
   if (n === 0) return matvecRowsRun(ctx, w, x, y, rows, swiglu);
+  if (ctx.grouped && isQ32(w.type)) return matmulGrouped(ctx, w, x, y, n + rows, swiglu);
   const p = preparedFor(ctx, w.type);
   if (p?.mmtv !== undefined && n >= GEMM_TOKENS)
     return matmulPreparedPlusRows(ctx, p, p.mmtv, w, x, y, n, rows, swiglu);

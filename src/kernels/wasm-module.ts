@@ -7,7 +7,8 @@ import { buildKernels } from './build-kernels.js';
 // copy_rows, rms_norm, rope, swiglu_rows and attention_rows exist only as native (AVX-512 / NEON) kernels; kt_prep and mm_kt (and kv_prep, mm_kv)
 // only as native AVX-512 VNNI / NEON ones; Q8_0 / Q4_0 with prepared activations in the tile layout (q8_prep, q8t_prep,
 // mm_q8v, mm_q8t, mm_q8tv, mm_q4v, mm_q4t) only on NEON, and in the lanes layouts (repack_q8l, repack_q4l, q8l_prep,
-// q8lt_prep, mm_q8l, mm_q8lt, mm_q8ltv, mm_q4l, mm_q4lt) only on AVX-512 VNNI.
+// q8lt_prep, mm_q8l, mm_q8lt, mm_q8ltv, mm_q4l, mm_q4lt) only on AVX-512 VNNI, and in the grouped layout (repack_q8g,
+// repack_q4g, q8g_prep, mm_q8g, mm_q4g) only on AVX2 without AVX-512.
 export const kernelNames = [
   'quant_q8_0',
   'quant_q8_k',
@@ -46,6 +47,11 @@ export const kernelNames = [
   'mm_q4lt',
   'attention_rows',
   'copy_rows',
+  'repack_q8g',
+  'repack_q4g',
+  'q8g_prep',
+  'mm_q8g',
+  'mm_q4g',
 ] as const;
 export type KernelName = (typeof kernelNames)[number];
 export const op = Object.fromEntries(kernelNames.map((n, i) => [n, i])) as Record<KernelName, number>;
