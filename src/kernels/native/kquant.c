@@ -333,6 +333,52 @@ static inline __attribute__((always_inline)) void kv_row_unpacked(int type, cons
   for (int t = 0; t < T; t++) Y[(size_t)(t0 + t) * ystride] = kacc_sum(acc[t]);
 }
 
+#if !defined(__AVX512BW__)
+// Two unpacked rows (ra, rb) times tokens t0..t0+3 (AVX2): each (row, token) gets
+// kv_row_unpacked's arithmetic, its i32 sums added in another order (exact) and its float steps
+// the same, so the same bits. A step loads 4 token vectors and 2 rows' quants and scales for 8
+// products, where a row with a token at a time loads 3 vectors for each: the loads, not the
+// multiplies, bounded that.
+static inline __attribute__((always_inline)) void kv_tile2x4(int six, const ksb *ra, const ksb *rb, int nb, int cols, const int8_t *X,
+                                                             const int16_t *BS, const float *XD, int t0, float *Y, size_t ystride) {
+  kacc acc[2][4];
+  for (int r = 0; r < 2; r++)
+    for (int t = 0; t < 4; t++) acc[r][t] = kacc_zero();
+  for (int b = 0; b < nb; b++) {
+    const ksb *s[2] = {ra + b, rb + b};
+    const int8_t *x = X + (size_t)t0 * cols + 256 * (size_t)b;
+    __m256i is[2][4];
+    for (int r = 0; r < 2; r++)
+      for (int t = 0; t < 4; t++) is[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+    for (int v = 0; v < 8; v++) {
+      __m256i xv[4];
+      for (int t = 0; t < 4; t++) xv[t] = _mm256_loadu_si256((const __m256i *)(x + (size_t)t * cols + 32 * v));
+      for (int r = 0; r < 2; r++) {
+        const __m256i q = s[r]->q[v], sc = s[r]->sc[v];
+        for (int t = 0; t < 4; t++) is[r][t] = _mm256_add_epi32(is[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv[t]), sc));
+      }
+    }
+    for (int t = 0; t < 4; t++) {
+      const size_t tt = (size_t)(t0 + t);
+      const float dx = XD[tt * nb + b];
+      const __m256i bs = _mm256_loadu_si256((const __m256i *)(BS + tt * (cols / 16) + 16 * (size_t)b));
+      for (int r = 0; r < 2; r++) {
+        const __m256i mc = _mm256_madd_epi16(s[r]->mc, bs);
+        if (six) {
+          acc[r][t] = FMADD(_mm256_cvtepi32_ps(_mm256_sub_epi32(is[r][t], _mm256_slli_epi32(mc, 5))), _mm256_set1_ps(s[r]->d * dx), acc[r][t]);
+        } else {
+          acc[r][t] = FMADD(_mm256_cvtepi32_ps(is[r][t]), _mm256_set1_ps(s[r]->d * dx), acc[r][t]);
+          acc[r][t] = FNMADD(_mm256_cvtepi32_ps(mc), _mm256_set1_ps(s[r]->dmin * dx), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < 4; t++)
+    for (int r = 0; r < 2; r++) Y[(size_t)(t0 + t) * ystride + r] = kacc_sum(acc[r][t]);
+}
+#endif
+
 // This thread's buffer for one row's unpacked super-blocks, grown to the widest row; NULL
 // when it cannot be had (the caller unpacks as it goes).
 static ksb *kv_row_buffer(int nb) {
@@ -348,7 +394,35 @@ static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_
   // more than one group of tokens: each row is unpacked once into a buffer, not once a group;
   // one group (decode) unpacks each super-block as it reads it, between its dots (a row
   // unpacked whole first decoded slower: docs/kernels.md)
+#if defined(__AVX512BW__)
   ksb *unpacked = n > KV_TOKENS ? kv_row_buffer(nb) : NULL;
+#else
+  // AVX2: two rows at a time (kv_tile2x4), four tokens a pass; the tokens past a multiple of 4
+  // as one row at a time
+  ksb *unpacked = n > KV_TOKENS ? kv_row_buffer(2 * nb) : NULL;
+  if (unpacked) {
+    const int n4 = n / 4 * 4;
+    for (int r = r0; r < r1; r += 2) {
+      const int pair = r + 1 < r1;
+      kv_unpack_row(type, w + (size_t)r * rowBytes, bytes, nb, unpacked);
+      if (pair) kv_unpack_row(type, w + (size_t)(r + 1) * rowBytes, bytes, nb, unpacked + nb);
+      for (int i = 0; i < 1 + pair; i++) {
+        const ksb *row = unpacked + (size_t)i * nb;
+        for (int t0 = pair ? n4 : 0; t0 < n; t0 += KV_TOKENS) {
+          const int T = n - t0 < KV_TOKENS ? n - t0 : KV_TOKENS;
+          switch (T) {
+#define KV_CASE(c) case c: kv_row_unpacked(type, row, nb, cols, X, BS, XD, t0, c, Y + r + i, (size_t)ystride); break;
+            KV_CASE(1) KV_CASE(2) KV_CASE(3) KV_CASE(4) KV_CASE(5) KV_CASE(6) KV_CASE(7) default: KV_CASE(8)
+#undef KV_CASE
+          }
+        }
+      }
+      if (pair)
+        for (int t0 = 0; t0 < n4; t0 += 4) kv_tile2x4(type == 14, unpacked, unpacked + nb, nb, cols, X, BS, XD, t0, Y + r, (size_t)ystride);
+    }
+    return;
+  }
+#endif
   for (int r = r0; r < r1; r++) {
     const uint8_t *wr = w + (size_t)r * rowBytes;
     if (unpacked) {
