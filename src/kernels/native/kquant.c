@@ -397,9 +397,10 @@ static inline __attribute__((always_inline)) void kv_rows(int type, const uint8_
 #if defined(__AVX512BW__)
   ksb *unpacked = n > KV_TOKENS ? kv_row_buffer(nb) : NULL;
 #else
-  // AVX2: two rows at a time (kv_tile2x4), four tokens a pass; the tokens past a multiple of 4
-  // as one row at a time
-  ksb *unpacked = n > KV_TOKENS ? kv_row_buffer(2 * nb) : NULL;
+  // AVX2, from KV_TOKENS tokens on (a decode batch of 8 included; below it the unpacking
+  // costs about what the pairing saves): two rows at a time (kv_tile2x4), four tokens a pass;
+  // the tokens past a multiple of 4 as one row at a time
+  ksb *unpacked = n >= KV_TOKENS ? kv_row_buffer(2 * nb) : NULL;
   if (unpacked) {
     const int n4 = n / 4 * 4;
     for (int r = r0; r < r1; r += 2) {
