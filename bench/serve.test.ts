@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runTandem, tempModel } from '../src/cli/testing.js';
-import { requestPrompts, summarize, table } from './serve.js';
+import { prefillBound, requestPrompts, summarize, table } from './serve.js';
 
 const path = tempModel('tandem-bench-serve-', { arch: 'llama', shape: 'tiny', type: 'q8_0', seed: 1 });
 
@@ -153,4 +153,34 @@ test("table: each row's total tokens/s against its own engine's concurrency 1", 
     .split('\n');
   const ratio = (l: string): string => l.trim().split(/\s{2,}/)[8] as string;
   assert.deepEqual(lines.slice(1).map(ratio), ['1.00x', '2.50x', '1.00x', '1.25x', '-']);
+});
+
+test('table: the prefill bound C(P + D) / (CP + D) from concurrency 1, with --max-tokens', () => {
+  const row = (concurrency: number, ttft: number, itl: number, tok: number) => ({
+    engine: 'tandem' as const,
+    concurrency,
+    requests: concurrency,
+    ttft_ms_p50: ttft,
+    ttft_ms_p99: ttft,
+    itl_ms_p50: itl,
+    itl_ms_p99: itl,
+    tok_s_total: tok,
+    tok_s_per_stream: tok / concurrency,
+  });
+  // P = 1000 ms, D = 64 x 50 ms = 3200 ms: at 4, 4 x 4200 / (4000 + 3200) = 2.33x
+  const one = row(1, 1000, 50, 12);
+  assert.equal(prefillBound(one, 4, 65).toFixed(4), ((4 * 4200) / 7200).toFixed(4));
+  assert.equal(prefillBound(one, 1, 65), 1, 'concurrency 1 is its own bound');
+  // with no prefill time the bound is C; with no decode time it is 1
+  assert.equal(prefillBound(row(1, 0, 50, 12), 8, 65), 8);
+  assert.equal(prefillBound(row(1, 1000, 50, 12), 8, 1), 1);
+  const col = (t: string): string[] =>
+    t
+      .trim()
+      .split('\n')
+      .slice(1)
+      .map((l) => l.trim().split(/\s{2,}/)[9] as string);
+  const rows = [one, row(4, 2500, 60, 25)];
+  assert.deepEqual(col(table(rows, 65)), ['-', '2.33x']);
+  assert.deepEqual(col(table(rows)), ['-', '-'], 'without --max-tokens there is no D');
 });

@@ -250,7 +250,20 @@ function keepBest(best: Map<number, ServeBenchRow>, row: ServeBenchRow): void {
   if (!had || row.tok_s_total > had.tok_s_total) best.set(row.concurrency, row);
 }
 
-export function table(rows: readonly ServeBenchRow[]): string {
+/**
+ * The most concurrency C could give over concurrency 1 if a decode step of C rows cost no
+ * more than one of a single row, while prefill, bound by arithmetic, costs C times one:
+ * C(P + D) / (CP + D), with P the TTFT p50 and D = (maxTokens - 1) x the ITL p50 of
+ * concurrency 1 (a request's prefill and decode time alone).
+ */
+export function prefillBound(one: ServeBenchRow, concurrency: number, maxTokens: number): number {
+  const p = one.ttft_ms_p50;
+  const d = Math.max(0, maxTokens - 1) * one.itl_ms_p50;
+  return (concurrency * (p + d)) / (concurrency * p + d);
+}
+
+/** The table of `rows`; with `maxTokens` (the requests' --max-tokens) a prefill-bound column (prefillBound). */
+export function table(rows: readonly ServeBenchRow[], maxTokens?: number): string {
   const head = [
     'engine',
     'conc',
@@ -261,6 +274,7 @@ export function table(rows: readonly ServeBenchRow[]): string {
     'ITL p99 ms',
     'tok/s total',
     'x conc 1',
+    'prefill bound',
     'tok/s/stream',
   ];
   // each engine's total against its own concurrency 1 (and the same nodes): what batching gives
@@ -278,6 +292,9 @@ export function table(rows: readonly ServeBenchRow[]): string {
       r.itl_ms_p99.toFixed(2),
       r.tok_s_total.toFixed(1),
       one ? `${(r.tok_s_total / one.tok_s_total).toFixed(2)}x` : '-',
+      one && maxTokens !== undefined && r.concurrency > 1
+        ? `${prefillBound(one, r.concurrency, maxTokens).toFixed(2)}x`
+        : '-',
       r.tok_s_per_stream.toFixed(1),
     ];
   });

@@ -14,7 +14,9 @@ export const command = defineCommand({
     'completions (greedy, --max-tokens) one after the other, each request its own --prompt-tokens token ids that differ from the first token on (so ' +
     "the server's prompt reuse does not apply: a level measures batching). With --anchors, llama.cpp (node-llama-cpp, CPU) runs the same " +
     "prompts with the same threads and as many sequences in one context. tok_s_total: all completion tokens over the level's wall time; " +
-    "tok_s_per_stream: the mean of each request's tokens over its time, TTFT included. See docs/serve.md.",
+    "tok_s_per_stream: the mean of each request's tokens over its time, TTFT included. The table's 'prefill bound' is the most a level " +
+    'could give over concurrency 1 if a batched decode step cost no more than one row while C prompts cost C prefills: C(P + D) / (CP + D), ' +
+    'P the TTFT p50 and D (max tokens - 1) x the ITL p50 of concurrency 1. See docs/serve.md.',
   positionals: [
     {
       name: 'model',
@@ -97,12 +99,13 @@ export const command = defineCommand({
       }
       return n;
     });
+    const maxTokens = checkInteger('bench serve', 'max-tokens', options['max-tokens'], 1);
     const rows = await benchServe({
       model: positionals[0] as string,
       threads,
       concurrency,
       promptTokens: checkInteger('bench serve', 'prompt-tokens', options['prompt-tokens'], 1),
-      maxTokens: checkInteger('bench serve', 'max-tokens', options['max-tokens'], 1),
+      maxTokens,
       rounds: checkInteger('bench serve', 'rounds', options.rounds, 1),
       repeat: checkInteger('bench serve', 'repeat', options.repeat, 1, 20),
       anchors: options.anchors,
@@ -114,7 +117,7 @@ export const command = defineCommand({
       ...(options.json ? {} : { onProgress: (line: string) => void process.stderr.write(`${line}\n`) }),
     });
     if (options.json) for (const r of rows) process.stdout.write(JSON.stringify(r) + '\n');
-    else process.stdout.write(table(rows));
+    else process.stdout.write(table(rows, maxTokens));
     return 0;
   },
 });
