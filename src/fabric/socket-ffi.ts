@@ -17,7 +17,11 @@ export interface SocketLib {
   setIntOption(fd: number, opt: number, value: number): number;
   /** setsockopt(IPPROTO_TCP, opt, int value); 0 or -1. */
   setTcpOption(fd: number, opt: number, value: number): number;
-  /** errno of the last failed call (this thread's). */
+  /**
+   * errno of the last call of this interface that failed, captured as it returned: the
+   * thread's errno itself may since have been changed by whatever ran in between (V8's own
+   * system calls at a function entry or a GC, Node's fs calls).
+   */
   errno(): number;
 }
 
@@ -60,30 +64,53 @@ export function rawSocketLib(): SocketLib | null {
     const writev = c.func('long writev(int fd, const tandem_iovec *iov, int cnt)');
     const intBuf = new Int32Array(1);
     const errnoView = new Int32Array(koffi.view(loc(), 4));
+    // errno is read in each wrapper right after its call returns, before any other function
+    // is entered (a function entry is where V8 may run its own work, system calls included)
+    let lastErrno = 0;
     lib = {
-      recv: (fd, buf, len, flags) => Number(recv(fd, buf, len, flags)),
-      send: (fd, buf, len, flags) => Number(send(fd, buf, len, flags)),
-      writev: (fd, parts) =>
-        Number(
-          writev(
-            fd,
-            parts.map((p) => ({ base: p, len: p.length })),
-            parts.length,
-          ),
-        ),
-      poll: (fds, n, t) => poll(fds, n, t) as number,
+      recv: (fd, buf, len, flags) => {
+        const r = recv(fd, buf, len, flags);
+        const e = errnoView[0] as number;
+        const n = Number(r);
+        if (n < 0) lastErrno = e;
+        return n;
+      },
+      send: (fd, buf, len, flags) => {
+        const r = send(fd, buf, len, flags);
+        const e = errnoView[0] as number;
+        const n = Number(r);
+        if (n < 0) lastErrno = e;
+        return n;
+      },
+      writev: (fd, parts) => {
+        const iov = parts.map((p) => ({ base: p, len: p.length }));
+        const r = writev(fd, iov, parts.length);
+        const e = errnoView[0] as number;
+        const n = Number(r);
+        if (n < 0) lastErrno = e;
+        return n;
+      },
+      poll: (fds, n, t) => {
+        const r = poll(fds, n, t) as number;
+        if (r < 0) lastErrno = errnoView[0] as number;
+        return r;
+      },
       nonBlocking: (fd) => {
         const flags = fcntl(fd, here.F_GETFL) as number;
         return flags >= 0 && (flags & here.O_NONBLOCK) !== 0;
       },
-      errno: () => errnoView[0] as number,
+      errno: () => lastErrno,
       setIntOption: (fd, opt, value) => {
         intBuf[0] = value;
-        return setsockopt(fd, here.SOL_SOCKET, opt, intBuf, 4) as number;
+        const r = setsockopt(fd, here.SOL_SOCKET, opt, intBuf, 4) as number;
+        if (r < 0) lastErrno = errnoView[0] as number;
+        return r;
       },
       setTcpOption: (fd, opt, value) => {
         intBuf[0] = value;
-        return setsockopt(fd, here.IPPROTO_TCP, opt, intBuf, 4) as number;
+        const r = setsockopt(fd, here.IPPROTO_TCP, opt, intBuf, 4) as number;
+        if (r < 0) lastErrno = errnoView[0] as number;
+        return r;
       },
     };
   } catch {
