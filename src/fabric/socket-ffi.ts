@@ -67,21 +67,19 @@ export function rawSocketLib(): SocketLib | null {
     // errno is read in each wrapper right after its call returns, before any other function
     // is entered (a function entry is where V8 may run its own work, system calls included)
     let lastErrno = 0;
+    /** recv or send(fd, buf, len, flags): the bytes moved, or -1 with its errno kept. */
+    const transfer =
+      (call: typeof recv) =>
+      (fd: number, buf: Uint8Array, len: number, flags: number): number => {
+        const r = call(fd, buf, len, flags);
+        const e = errnoView[0] as number;
+        const n = Number(r);
+        if (n < 0) lastErrno = e;
+        return n;
+      };
     lib = {
-      recv: (fd, buf, len, flags) => {
-        const r = recv(fd, buf, len, flags);
-        const e = errnoView[0] as number;
-        const n = Number(r);
-        if (n < 0) lastErrno = e;
-        return n;
-      },
-      send: (fd, buf, len, flags) => {
-        const r = send(fd, buf, len, flags);
-        const e = errnoView[0] as number;
-        const n = Number(r);
-        if (n < 0) lastErrno = e;
-        return n;
-      },
+      recv: transfer(recv),
+      send: transfer(send),
       writev: (fd, parts) => {
         const iov = parts.map((p) => ({ base: p, len: p.length }));
         const r = writev(fd, iov, parts.length);
