@@ -9,7 +9,9 @@ import {
   bestBenchRows,
   formatGoalTable,
   goalCheck,
+  withRounds,
   type Anchors,
+  type GoalCheck,
 } from './bench-anchors.js';
 import type { BenchRow } from './bench.js';
 
@@ -72,6 +74,28 @@ test('the goal table shows ours, the anchor, the ratio and the verdict of each g
   assert.match(table, /best of 3 alternated rounds/);
   assert.match(table, /shm 8 B latency <= 3x UCX posix +0\.45 +0\.15 +3\.00 +met/);
   assert.match(table, /x +- +1 +- +n\/a/);
+});
+
+test("with rounds, each goal keeps every round's figure of ours and the anchor's, matched by name", () => {
+  const goal = (ours: number | null, anchor: number): GoalCheck[] => [
+    goalCheck('tcp 2-rank 1 MiB all-reduce busbw >= Open MPI', ours, anchor, 1, false),
+    goalCheck('other', 1, 1, 1, false),
+  ];
+  const perRound = [goal(1.18, 2.22), goal(0.96, 1.2), [goalCheck('other', 1, 1, 1, false)]];
+  const best = goal(1.18, 2.22);
+  const [g, other] = withRounds(best, perRound);
+  assert.deepEqual(g?.ours_rounds, [1.18, 0.96, null], 'a round without the goal shows null');
+  assert.deepEqual(g?.anchor_rounds, [2.22, 1.2, null]);
+  assert.deepEqual(other?.ours_rounds, [1, 1, 1]);
+  assert.equal(g?.ratio, 0.53, 'the verdict stays the best of each');
+  const table = formatGoalTable([g as GoalCheck], 3);
+  assert.match(
+    table,
+    /busbw >= Open MPI +1\.18 +2\.22 +0\.53 +NOT met\n {2}by round: ours 1\.18, 0\.96, -; anchor 2\.22, 1\.2, -$/,
+  );
+  // one round: nothing to add, and the table has no by-round line
+  assert.equal(withRounds(best, [goal(1.18, 2.22)])[0]?.ours_rounds, undefined);
+  assert.doesNotMatch(formatGoalTable(withRounds(best, []), 1), /by round/);
 });
 
 test('an anchor script past its time is killed with everything it started', { timeout: 20_000 }, async () => {

@@ -99,6 +99,30 @@ export interface GoalCheck {
   anchor: number | null;
   ratio: number | null;
   met: boolean | null;
+  /** With more than one round: each round's figure, in round order (the best of them is `ours`). */
+  ours_rounds?: (number | null)[];
+  /** The anchor's figure of each round, in the same order (its round ran just before ours). */
+  anchor_rounds?: (number | null)[];
+}
+
+/**
+ * The best-of-rounds goals with each round's own figures beside them (`perRound[i]`: the goals
+ * of round i's rows against round i's anchors, matched by name): a reader then sees how far the
+ * machine moved both sides between rounds, not only the best draw of each.
+ */
+export function withRounds(
+  best: readonly GoalCheck[],
+  perRound: readonly (readonly GoalCheck[])[],
+): GoalCheck[] {
+  if (perRound.length < 2) return best.map((g) => ({ ...g }));
+  return best.map((g) => {
+    const mine = perRound.map((r) => r.find((x) => x.goal === g.goal));
+    return {
+      ...g,
+      ours_rounds: mine.map((x) => x?.ours ?? null),
+      anchor_rounds: mine.map((x) => x?.anchor ?? null),
+    };
+  });
 }
 
 /**
@@ -206,7 +230,10 @@ export function bestAnchors(kept: Anchors | undefined, got: Anchors): Anchors {
   };
 }
 
-/** The goals as one table: figure, ours, the anchor's, the ratio and the verdict; `rounds` says how they were taken. */
+/**
+ * The goals as one table: figure, ours, the anchor's, the ratio and the verdict; `rounds` says how
+ * they were taken, and a goal with each round's figures (withRounds) gets them on a line below.
+ */
 export function formatGoalTable(goals: readonly GoalCheck[], rounds: number): string {
   const head = `# goals: best of ${rounds} alternated round${rounds === 1 ? '' : 's'} each, ours and the anchor's`;
   const width = Math.max(4, ...goals.map((g) => g.goal.length));
@@ -215,11 +242,15 @@ export function formatGoalTable(goals: readonly GoalCheck[], rounds: number): st
     head,
     `${'goal'.padEnd(width)} ${'ours'.padStart(10)} ${'anchor'.padStart(10)} ${'ratio'.padStart(7)}  verdict`,
   ];
+  const list = (v: readonly (number | null)[]): string =>
+    v.map((x) => (x === null ? '-' : String(x))).join(', ');
   for (const g of goals) {
     const verdict = g.met === null ? 'n/a (missing figure)' : g.met ? 'met' : 'NOT met';
     lines.push(
       `${g.goal.padEnd(width)} ${cell(g.ours)} ${cell(g.anchor)} ${(g.ratio === null ? '-' : g.ratio.toFixed(2)).padStart(7)}  ${verdict}`,
     );
+    if (g.ours_rounds && g.anchor_rounds)
+      lines.push(`  by round: ours ${list(g.ours_rounds)}; anchor ${list(g.anchor_rounds)}`);
   }
   return lines.join('\n');
 }

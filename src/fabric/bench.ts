@@ -368,6 +368,7 @@ export {
   formatGoalTable,
   goalCheck,
   runAnchors,
+  withRounds,
   type Anchors,
   type GoalCheck,
 } from './bench-anchors.js';

@@ -3,6 +3,9 @@ import assert from 'node:assert/strict';
 import { isTandemError } from '../../errors/index.js';
 import { checkSizes, defaultSizes } from './bench-collectives.js';
 import { runTandem } from '../testing.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const tandem = (...args: string[]) => runTandem(args, { timeoutMs: 30_000 });
 
@@ -82,3 +85,61 @@ test('only all-gather and all-to-all need sizes split into whole f32 values per 
   assert.deepEqual(defaultSizes('all-gather', 4).slice(0, 3), [16, 32, 64]);
   assert.deepEqual(defaultSizes('all-to-all', 3).slice(0, 4), [12, 24, 36, 72]);
 });
+
+test(
+  'bench collectives --anchors --rounds 2: the goal keeps the best of each, with every round of ours and the anchor below it',
+  { timeout: 120_000 },
+  () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tandem-anchor-rounds-'));
+    try {
+      // a stand-in for run-anchors.sh whose Open MPI figure differs by round: 1.2 GB/s, then 2.4 (2 ranks: busbw = algbw = bytes / time)
+      const script = join(dir, 'anchors.sh');
+      writeFileSync(
+        script,
+        [
+          `n=$(cat ${dir}/count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > ${dir}/count`,
+          'if [ "$n" = 1 ]; then us=873.81; bw=1.2; else us=436.91; bw=2.4; fi',
+          'echo "{\\"anchor\\":\\"openmpi-allreduce\\",\\"btl\\":\\"tcp,self\\",\\"ranks\\":2,\\"bytes\\":1048576,\\"time_us\\":$us,\\"busbw_GBps\\":$bw}"',
+        ].join('\n'),
+      );
+      const r = runTandem(
+        [
+          'bench',
+          'collectives',
+          '--ranks',
+          '2',
+          '--provider',
+          'tcp',
+          '--sizes',
+          '1M',
+          '--iterations',
+          '60',
+          '--anchors',
+          '--rounds',
+          '2',
+        ],
+        {
+          timeoutMs: 110_000,
+          env: { ...process.env, TANDEM_ANCHORS_SCRIPT: script, TANDEM_BENCH_WARMUP_MS: '0' },
+        },
+      );
+      assert.equal(r.code, 0, r.stderr);
+      assert.match(r.stdout, /best of 2 alternated rounds each/);
+      const m =
+        /busbw >= Open MPI +([\d.]+) +2\.4 +([\d.]+) .*\n {2}by round: ours ([\d.]+), ([\d.]+); anchor 1\.2, 2\.4/.exec(
+          r.stdout,
+        );
+      assert.ok(m, r.stdout);
+      const [best, ratio, first, second] = [m[1], m[2], m[3], m[4]].map(Number) as [
+        number,
+        number,
+        number,
+        number,
+      ];
+      assert.equal(best, Math.max(first, second), 'the goal takes the better round of ours');
+      assert.equal(ratio, Math.round((best / 2.4) * 100) / 100);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);

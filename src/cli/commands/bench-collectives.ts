@@ -13,7 +13,7 @@ import {
   type CollRow,
 } from '../../collectives/bench.js';
 import { algorithms } from '../../collectives/call.js';
-import { formatGoalTable } from '../../fabric/bench.js';
+import { formatGoalTable, withRounds, type GoalCheck } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
 import { checkLocalProvider } from '../provider-check.js';
@@ -72,7 +72,8 @@ export const command = defineCommand({
     "nccl-tests style: time is the slowest rank's average, busbw = algbw x the bus factor. With --anchors " +
     'it runs ../shared/anchors/run-anchors.sh allreduce (Open MPI) and prints its figures beside ours with the ratio, ' +
     'alternated with ours in rounds (--rounds, default 3 with --anchors), each figure the best of its rounds, ' +
-    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least its). " +
+    "then the goals of a 2-rank all-reduce (shm: 8 B within 3x Open MPI's time, 1 MiB busbw at least its; tcp: 1 MiB busbw at least its), " +
+    "each with every round's figure of ours and Open MPI's below it (JSON: ours_rounds, anchor_rounds). " +
     'Each rank waits 60 s for the others to start and connect; TANDEM_NODE_START_MS raises that on slow or emulated machines.',
   options: {
     op: {
@@ -201,12 +202,15 @@ export const command = defineCommand({
     };
     let anchors: AnchorRow[] | undefined;
     let rows: CollRow[] = [];
+    /** Each round's goals, its rows against its own anchors. */
+    const perRound: GoalCheck[][] = [];
     for (let round = 1; round <= repeat; round++) {
       const of = repeat > 1 ? ` (round ${round} of ${repeat})` : '';
+      let roundAnchors: AnchorRow[] | undefined;
       if (script !== undefined) {
         process.stderr.write(`anchors: running Open MPI all-reduce (run-anchors.sh allreduce)${of}...\n`);
-        const got = await runAllreduceAnchors(script);
-        anchors = fasterRows(anchors ?? [], got, (a) => `${a.btl}/${a.ranks}/${a.bytes}`);
+        roundAnchors = await runAllreduceAnchors(script);
+        anchors = fasterRows(anchors ?? [], roundAnchors, (a) => `${a.btl}/${a.ranks}/${a.bytes}`);
       }
       if (repeat > 1) process.stderr.write(`ours${of}...\n`);
       else printHeader();
@@ -226,6 +230,7 @@ export const command = defineCommand({
         },
       );
       rows = fasterRows(rows, got, (r) => String(r.bytes));
+      if (roundAnchors !== undefined) perRound.push(checkCollectiveGoals(got, roundAnchors));
     }
     if (options.json) for (const a of anchors ?? []) process.stdout.write(JSON.stringify(a) + '\n');
     if (repeat > 1) {
@@ -233,7 +238,7 @@ export const command = defineCommand({
       for (const r of rows) print(r, anchors);
     }
     // with --json, stdout keeps exactly the benchmark rows; the goals go to stderr
-    const goals = anchors ? checkCollectiveGoals(rows, anchors) : [];
+    const goals = anchors ? withRounds(checkCollectiveGoals(rows, anchors), perRound) : [];
     if (options.json)
       for (const g of goals) process.stderr.write(JSON.stringify({ rounds: repeat, ...g }) + '\n');
     else if (goals.length > 0) process.stdout.write(formatGoalTable(goals, repeat) + '\n');

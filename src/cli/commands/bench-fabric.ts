@@ -9,8 +9,10 @@ import {
   parseSize,
   runAnchors,
   runFabricBench,
+  withRounds,
   type Anchors,
   type BenchRow,
+  type GoalCheck,
 } from '../../fabric/bench.js';
 import { TandemError } from '../../errors/index.js';
 import { defineCommand } from '../options.js';
@@ -22,7 +24,8 @@ export const command = defineCommand({
     'Spawns a second process, connects it over the chosen provider and runs RDMA WRITE WITH IMMEDIATE ping-pong ' +
     '(latency) and a window of RDMA WRITEs (bandwidth) for each size. With --anchors it also runs ' +
     '../shared/anchors/run-anchors.sh fabric, alternated with ours in rounds (--rounds, default 3), and prints ' +
-    "the best of each beside the other with the ratio to the goals (the machine's speed drifts between minutes).",
+    "the best of each beside the other with the ratio to the goals (the machine's speed drifts between minutes), " +
+    "and under each goal every round's figure of ours and the anchor's (JSON: ours_rounds, anchor_rounds).",
   options: {
     provider: {
       type: 'string',
@@ -100,11 +103,15 @@ export const command = defineCommand({
       );
     let rows: BenchRow[] = [];
     let anchors: Anchors | undefined;
+    /** Each round's goals, its rows against its own anchors. */
+    const perRound: GoalCheck[][] = [];
     for (let round = 1; round <= rounds; round++) {
       const of = rounds > 1 ? ` (round ${round} of ${rounds})` : '';
+      let roundAnchors: Anchors | undefined;
       if (script !== undefined) {
         process.stderr.write(`anchors: running run-anchors.sh fabric${of}...\n`);
-        anchors = bestAnchors(anchors, await runAnchors(script));
+        roundAnchors = await runAnchors(script);
+        anchors = bestAnchors(anchors, roundAnchors);
       }
       if (rounds > 1) process.stderr.write(`ours${of}...\n`);
       // one round: each row as it arrives; more: each round's rows on stderr, the best at the end
@@ -112,6 +119,7 @@ export const command = defineCommand({
         rounds === 1 ? print(r) : process.stderr.write(`  ${formatRow(r)}\n`),
       );
       rows = bestBenchRows(rows, got);
+      if (roundAnchors !== undefined) perRound.push(checkGoals(provider, got, roundAnchors));
     }
     if (rounds > 1) {
       if (!options.json) process.stdout.write(`# best of ${rounds} rounds\n`);
@@ -121,7 +129,7 @@ export const command = defineCommand({
     // with --json, stdout keeps exactly the benchmark rows; anchors and goals go to stderr
     const out = options.json ? process.stderr : process.stdout;
     for (const a of anchors.raw) out.write(`anchor: ${JSON.stringify(a)}\n`);
-    const goals = checkGoals(provider, rows, anchors);
+    const goals = withRounds(checkGoals(provider, rows, anchors), perRound);
     if (options.json) for (const g of goals) out.write(JSON.stringify({ provider, rounds, ...g }) + '\n');
     else out.write(formatGoalTable(goals, rounds) + '\n');
     return 0;
