@@ -77,6 +77,15 @@ export function rawSocketLib(): SocketLib | null {
         if (n < 0) lastErrno = e;
         return n;
       };
+    /** setsockopt(fd, level, opt, int value): 0, or -1 with its errno kept. */
+    const setOption =
+      (level: number) =>
+      (fd: number, opt: number, value: number): number => {
+        intBuf[0] = value;
+        const r = setsockopt(fd, level, opt, intBuf, 4) as number;
+        if (r < 0) lastErrno = errnoView[0] as number;
+        return r;
+      };
     lib = {
       recv: transfer(recv),
       send: transfer(send),
@@ -98,18 +107,8 @@ export function rawSocketLib(): SocketLib | null {
         return flags >= 0 && (flags & here.O_NONBLOCK) !== 0;
       },
       errno: () => lastErrno,
-      setIntOption: (fd, opt, value) => {
-        intBuf[0] = value;
-        const r = setsockopt(fd, here.SOL_SOCKET, opt, intBuf, 4) as number;
-        if (r < 0) lastErrno = errnoView[0] as number;
-        return r;
-      },
-      setTcpOption: (fd, opt, value) => {
-        intBuf[0] = value;
-        const r = setsockopt(fd, here.IPPROTO_TCP, opt, intBuf, 4) as number;
-        if (r < 0) lastErrno = errnoView[0] as number;
-        return r;
-      },
+      setIntOption: setOption(here.SOL_SOCKET),
+      setTcpOption: setOption(here.IPPROTO_TCP),
     };
   } catch {
     lib = null;

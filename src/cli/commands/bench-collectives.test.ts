@@ -1,11 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { isTandemError } from '../../errors/index.js';
-import { checkSizes, defaultSizes } from './bench-collectives.js';
-import { runTandem } from '../testing.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { isTandemError } from '../../errors/index.js';
+import { checkSizes, defaultSizes } from './bench-collectives.js';
+import { runTandem } from '../testing.js';
 
 const tandem = (...args: string[]) => runTandem(args, { timeoutMs: 30_000 });
 
